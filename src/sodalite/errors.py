@@ -1,0 +1,170 @@
+"""The one exception hierarchy of Sodalite.
+
+Every error a client can see is a subclass of :class:`SodaliteError`. Each class states, as data,
+the AMQP condition it is reported with, the HTTP status the management plane uses, and whether a
+client may retry. Layers raise these; only the edges (the AMQP server, the HTTP admin API)
+translate them into wire errors. The conditions are the ones the official ``azure-servicebus`` SDK
+maps to its exception classes (sdk-wire-contract.md section 9).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+
+class SodaliteError(Exception):
+    """Base of every error a client can see."""
+
+    condition: ClassVar[str] = "amqp:internal-error"
+    http_status: ClassVar[int] = 500
+    retryable: ClassVar[bool] = True
+
+    def __init__(self, description: str = "") -> None:
+        super().__init__(description)
+        self.description = description or self.__class__.__doc__ or self.condition
+
+
+class EntityNotFound(SodaliteError):
+    """The messaging entity does not exist."""
+
+    condition = "amqp:not-found"
+    http_status = 404
+    retryable = False
+
+
+class Unauthorized(SodaliteError):
+    """The token is missing, invalid, expired or does not cover the entity."""
+
+    condition = "amqp:unauthorized-access"
+    http_status = 401
+    retryable = False
+
+
+class MessageSizeExceeded(SodaliteError):
+    """The message is larger than the entity allows."""
+
+    condition = "amqp:link:message-size-exceeded"
+    http_status = 413
+    retryable = False
+
+
+class QuotaExceeded(SodaliteError):
+    """An entity or namespace quota is exhausted."""
+
+    condition = "amqp:resource-limit-exceeded"
+    http_status = 403
+    retryable = False
+
+
+class ServerBusy(SodaliteError):
+    """The broker or one of its messaging stores cannot take the request now; retry later."""
+
+    condition = "com.microsoft:server-busy"
+    http_status = 503
+    retryable = True
+
+
+class OperationTimeout(SodaliteError):
+    """The operation did not complete in time."""
+
+    condition = "com.microsoft:timeout"
+    http_status = 408
+    retryable = True
+
+
+class MessageLockLost(SodaliteError):
+    """The lock on the message is lost: it expired, or the lock token is unknown."""
+
+    condition = "com.microsoft:message-lock-lost"
+    http_status = 410
+    retryable = False
+
+
+class MessageNotFound(SodaliteError):
+    """No message with the given sequence number or lock token exists."""
+
+    condition = "com.microsoft:message-not-found"
+    http_status = 404
+    retryable = True
+
+
+class SessionLockLost(SodaliteError):
+    """The session lock is lost."""
+
+    condition = "com.microsoft:session-lock-lost"
+    http_status = 410
+    retryable = False
+
+
+class SessionCannotBeLocked(SodaliteError):
+    """The session is locked by another receiver."""
+
+    condition = "com.microsoft:session-cannot-be-locked"
+    http_status = 409
+    retryable = True
+
+
+class InvalidOperation(SodaliteError):
+    """The operation is not valid in the entity's current state."""
+
+    condition = "amqp:not-allowed"
+    http_status = 400
+    retryable = False
+
+
+class NotImplementedOperation(SodaliteError):
+    """Sodalite does not implement this operation yet."""
+
+    condition = "amqp:not-implemented"
+    http_status = 501
+    retryable = False
+
+
+class ArgumentError(SodaliteError):
+    """A request argument is missing or malformed."""
+
+    condition = "com.microsoft:argument-error"
+    http_status = 400
+    retryable = False
+
+
+class InternalError(SodaliteError):
+    """An unexpected failure inside the broker."""
+
+    condition = "amqp:internal-error"
+    http_status = 500
+    retryable = True
+
+
+class ConfigurationError(SodaliteError):
+    """The configuration is invalid; the message names the offending field."""
+
+    condition = "com.microsoft:argument-error"
+    http_status = 400
+    retryable = False
+
+
+class StoreUnavailable(ServerBusy):
+    """A messaging store cannot be reached; the partitions it holds are unavailable."""
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorRow:
+    """One row of the error table, as the edges see it."""
+
+    name: str
+    condition: str
+    http_status: int
+    retryable: bool
+
+
+def error_table() -> list[ErrorRow]:
+    """Every error class as data, for the edges and for the tests that pin the conditions."""
+    rows: list[ErrorRow] = []
+    stack: list[type[SodaliteError]] = [SodaliteError]
+    while stack:
+        cls = stack.pop()
+        rows.append(ErrorRow(cls.__name__, cls.condition, cls.http_status, cls.retryable))
+        stack.extend(cls.__subclasses__())
+    return sorted(rows, key=lambda r: r.name)

@@ -1,0 +1,1 @@
+"""Messaging stores behind one narrow, batch-oriented port (see :mod:`sodalite.store.port`)."""
