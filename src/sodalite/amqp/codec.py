@@ -281,6 +281,8 @@ def _element_constructor(buf: bytes, pos: int, depth: int) -> tuple[int, Any, in
     if depth >= MAX_NESTING:
         raise DecodeError("values nested too deeply")
     descriptor, pos = decode_value(buf, pos + 1, depth + 1)
+    if not isinstance(descriptor, ULong | Symbol):
+        raise DecodeError("descriptor must be a ulong or a symbol")
     _need(buf, pos + 1)
     inner = buf[pos]
     if inner == 0x00:
@@ -428,6 +430,10 @@ def skip_value(buf: bytes, pos: int) -> int:
 
     Used to slice message sections (bodies above all) without decoding them.
     """
+    return _skip(buf, pos, 0)
+
+
+def _skip(buf: bytes, pos: int, depth: int) -> int:
     _need(buf, pos + 1)
     code = buf[pos]
     pos += 1
@@ -447,7 +453,9 @@ def skip_value(buf: bytes, pos: int) -> int:
         _need(buf, pos + 4)
         end = pos + 4 + _u32.unpack_from(buf, pos)[0]
     elif code == 0x00:
-        return skip_value(buf, skip_value(buf, pos))
+        if depth >= MAX_NESTING:
+            raise DecodeError("values nested too deeply")
+        return _skip(buf, _skip(buf, pos, depth + 1), depth + 1)
     else:
         raise DecodeError(f"invalid constructor {code:#04x}")
     _need(buf, end)
@@ -540,7 +548,10 @@ def _enc_long(value: int, out: bytearray) -> None:
 
 
 def _enc_float(value: float, out: bytearray) -> None:
-    out += b"\x72" + _f32.pack(value)
+    try:
+        out += b"\x72" + _f32.pack(value)
+    except OverflowError:
+        raise EncodeError(f"{value!r} does not fit in an AMQP float") from None
 
 
 def _enc_double(value: float, out: bytearray) -> None:
@@ -557,10 +568,17 @@ def _enc_decimal(code: int, width: int) -> Encoder:
     return enc
 
 
-def _enc_char(value: str, out: bytearray) -> None:
+def _char_code(value: str) -> int:
     if len(value) != 1:
         raise EncodeError("an AMQP char is exactly one code point")
-    out += b"\x73" + _u32.pack(ord(value))
+    cp = ord(value)
+    if 0xD800 <= cp <= 0xDFFF:
+        raise EncodeError(f"an AMQP char cannot be the surrogate {cp:#x}")
+    return cp
+
+
+def _enc_char(value: str, out: bytearray) -> None:
+    out += b"\x73" + _u32.pack(_char_code(value))
 
 
 def _enc_timestamp(value: int, out: bytearray) -> None:
@@ -588,16 +606,26 @@ def _enc_binary(value: bytes | bytearray | memoryview, out: bytearray) -> None:
     _enc_variable(0xA0, 0xB0, bytes(value), out)
 
 
+def _utf8(value: str) -> bytes:
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise EncodeError(f"string {value!r} is not valid Unicode (lone surrogate)") from None
+
+
+def _ascii(value: str) -> bytes:
+    try:
+        return value.encode("ascii")
+    except UnicodeEncodeError:
+        raise EncodeError(f"symbol {value!r} is not ASCII") from None
+
+
 def _enc_string(value: str, out: bytearray) -> None:
-    _enc_variable(0xA1, 0xB1, value.encode("utf-8"), out)
+    _enc_variable(0xA1, 0xB1, _utf8(value), out)
 
 
 def _enc_symbol(value: str, out: bytearray) -> None:
-    try:
-        data = value.encode("ascii")
-    except UnicodeEncodeError:
-        raise EncodeError(f"symbol {value!r} is not ASCII") from None
-    _enc_variable(0xA3, 0xB3, data, out)
+    _enc_variable(0xA3, 0xB3, _ascii(value), out)
 
 
 def _enc_compound(small: int, large: int, count: int, body: bytearray | bytes, out: bytearray) -> None:
@@ -649,7 +677,7 @@ def _body(st: struct.Struct) -> Callable[[Any, bytearray], None]:
     def enc(value: Any, out: bytearray) -> None:
         try:
             out += pack(value)
-        except struct.error:
+        except (struct.error, OverflowError):
             raise EncodeError(f"{value!r} does not fit in its array element type") from None
 
     return enc
@@ -669,7 +697,7 @@ def _body_raw(width: int) -> Callable[[Any, bytearray], None]:
 
 
 def _body_char(value: str, out: bytearray) -> None:
-    out += _u32.pack(ord(value))
+    out += _u32.pack(_char_code(value))
 
 
 def _body_uuid(value: uuid.UUID, out: bytearray) -> None:
@@ -686,11 +714,11 @@ def _body_binary(value: bytes, out: bytearray) -> None:
 
 
 def _body_string(value: str, out: bytearray) -> None:
-    _body_var32(value.encode("utf-8"), out)
+    _body_var32(_utf8(value), out)
 
 
 def _body_symbol(value: str, out: bytearray) -> None:
-    _body_var32(value.encode("ascii"), out)
+    _body_var32(_ascii(value), out)
 
 
 def _body_list(value: list[Any], out: bytearray) -> None:

@@ -1,0 +1,488 @@
+"""AMQP 1.0 performatives, SASL frames, terminus, error and delivery-state types.
+
+Each type is a dataclass with a ``CODE`` (its small-ulong descriptor) and a ``FIELDS`` schema that
+names the AMQP type of every field. Encoding always writes the full field list with explicit
+nulls, because SDKs older than azure-servicebus 7.15 index trailing fields without a length check
+(sdk-wire-contract.md section 10, pitfall 14). Decoding is lenient about trailing fields and fills
+spec defaults. Transfer, disposition and flow are on the hot path and have hand-written encoders
+in :mod:`sodalite.amqp.framing`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+from sodalite.amqp.codec import encode_value
+from sodalite.amqp.errors import DecodeError, InvalidField
+from sodalite.amqp.types import (
+    Array,
+    Described,
+    Symbol,
+    UByte,
+    UInt,
+    ULong,
+    UShort,
+)
+
+# ---- field codecs: turn a Python value into the declared AMQP type on encode -------------------
+
+FieldEncoder = Callable[[Any, bytearray], None]
+
+
+def _f_any(value: Any, out: bytearray) -> None:
+    if isinstance(value, Composite):
+        value.encode_into(out)
+    else:
+        encode_value(value, out)
+
+
+def _typed(wrap: Callable[[Any], Any]) -> FieldEncoder:
+    def enc(value: Any, out: bytearray) -> None:
+        encode_value(None if value is None else wrap(value), out)
+
+    return enc
+
+
+def _f_symbols(value: Any, out: bytearray) -> None:
+    """A ``symbol multiple=true`` field: one symbol, or an array of them."""
+    if value is None or isinstance(value, Array):
+        encode_value(value, out)
+    elif isinstance(value, str):
+        encode_value(Symbol(value), out)
+    else:
+        encode_value(Array("symbol", tuple(Symbol(v) for v in value)), out)
+
+
+def _f_map(value: Any, out: bytearray) -> None:
+    """``fields`` maps have symbol keys; plain str keys are promoted."""
+    if value is None:
+        out.append(0x40)
+        return
+    encode_value({(Symbol(k) if type(k) is str else k): v for k, v in value.items()}, out)
+
+
+F_ANY = _f_any
+F_STRING = _typed(str)
+F_SYMBOL = _typed(Symbol)
+F_SYMBOLS = _f_symbols
+F_UBYTE = _typed(UByte)
+F_USHORT = _typed(UShort)
+F_UINT = _typed(UInt)
+F_ULONG = _typed(ULong)
+F_BOOL = _typed(bool)
+F_BINARY = _typed(bytes)
+F_MAP = _f_map
+
+
+_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    names = _NAMES.get(cls)
+    if names is None:
+        names = _NAMES[cls] = tuple(f.name for f in fields(cls))
+    return names
+
+
+class Composite:
+    """Base of the described-list types; subclasses are dataclasses with CODE and FIELDS."""
+
+    CODE: ClassVar[int]
+    FIELDS: ClassVar[tuple[FieldEncoder, ...]]
+
+    def encode_into(self, out: bytearray) -> None:
+        out += b"\x00\x53"
+        out.append(self.CODE)
+        body = bytearray()
+        values = [getattr(self, name) for name in _field_names(type(self))]
+        for enc, value in zip(self.FIELDS, values, strict=True):
+            enc(value, body)
+        count = len(values)
+        if len(body) + 1 <= 0xFF:
+            out.append(0xC0)
+            out.append(len(body) + 1)
+            out.append(count)
+        else:
+            out.append(0xD0)
+            out += (len(body) + 4).to_bytes(4, "big")
+            out += count.to_bytes(4, "big")
+        out += body
+
+    def encode(self) -> bytes:
+        out = bytearray()
+        self.encode_into(out)
+        return bytes(out)
+
+    @classmethod
+    def from_fields(cls, values: list[Any]) -> Any:
+        names = _field_names(cls)
+        if len(values) > len(names):
+            values = values[: len(names)]
+        kwargs = {}
+        for name, value in zip(names, values, strict=False):
+            if value is not None:
+                kwargs[name] = value
+        try:
+            return cls(**kwargs)
+        except TypeError as exc:
+            raise InvalidField(f"{cls.__name__}: mandatory field missing ({exc})") from None
+
+
+# ---- terminus, error, delivery states -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Error(Composite):
+    CODE = 0x1D
+    FIELDS = (F_SYMBOL, F_STRING, F_MAP)
+    condition: str
+    description: str | None = None
+    info: dict[Any, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Source(Composite):
+    CODE = 0x28
+    FIELDS = (F_ANY, F_UINT, F_SYMBOL, F_UINT, F_BOOL, F_MAP, F_SYMBOL, F_MAP, F_ANY, F_SYMBOLS, F_SYMBOLS)
+    address: Any = None
+    durable: int | None = None
+    expiry_policy: str | None = None
+    timeout: int | None = None
+    dynamic: bool | None = None
+    dynamic_node_properties: dict[Any, Any] | None = None
+    distribution_mode: str | None = None
+    filter: dict[Any, Any] | None = None
+    default_outcome: Any = None
+    outcomes: Any = None
+    capabilities: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Target(Composite):
+    CODE = 0x29
+    FIELDS = (F_ANY, F_UINT, F_SYMBOL, F_UINT, F_BOOL, F_MAP, F_SYMBOLS)
+    address: Any = None
+    durable: int | None = None
+    expiry_policy: str | None = None
+    timeout: int | None = None
+    dynamic: bool | None = None
+    dynamic_node_properties: dict[Any, Any] | None = None
+    capabilities: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Coordinator(Composite):
+    CODE = 0x30
+    FIELDS = (F_SYMBOLS,)
+    capabilities: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Received(Composite):
+    CODE = 0x23
+    FIELDS = (F_UINT, F_ULONG)
+    section_number: int = 0
+    section_offset: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted(Composite):
+    CODE = 0x24
+    FIELDS = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected(Composite):
+    CODE = 0x25
+    FIELDS = (F_ANY,)
+    error: Error | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Released(Composite):
+    CODE = 0x26
+    FIELDS = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Modified(Composite):
+    CODE = 0x27
+    FIELDS = (F_BOOL, F_BOOL, F_MAP)
+    delivery_failed: bool | None = None
+    undeliverable_here: bool | None = None
+    message_annotations: dict[Any, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Declare(Composite):
+    CODE = 0x31
+    FIELDS = (F_ANY,)
+    global_id: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Discharge(Composite):
+    CODE = 0x32
+    FIELDS = (F_BINARY, F_BOOL)
+    txn_id: bytes
+    fail: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Declared(Composite):
+    CODE = 0x33
+    FIELDS = (F_BINARY,)
+    txn_id: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionalState(Composite):
+    CODE = 0x34
+    FIELDS = (F_BINARY, F_ANY)
+    txn_id: bytes
+    outcome: Any = None
+
+
+DeliveryState = Received | Accepted | Rejected | Released | Modified | Declared | TransactionalState
+
+# ---- performatives ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Open(Composite):
+    CODE = 0x10
+    FIELDS = (F_STRING, F_STRING, F_UINT, F_USHORT, F_UINT, F_SYMBOLS, F_SYMBOLS, F_SYMBOLS, F_SYMBOLS, F_MAP)
+    container_id: str
+    hostname: str | None = None
+    max_frame_size: int = 0xFFFFFFFF
+    channel_max: int = 0xFFFF
+    idle_time_out: int | None = None
+    outgoing_locales: Any = None
+    incoming_locales: Any = None
+    offered_capabilities: Any = None
+    desired_capabilities: Any = None
+    properties: dict[Any, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Begin(Composite):
+    CODE = 0x11
+    FIELDS = (F_USHORT, F_UINT, F_UINT, F_UINT, F_UINT, F_SYMBOLS, F_SYMBOLS, F_MAP)
+    remote_channel: int | None
+    next_outgoing_id: int
+    incoming_window: int
+    outgoing_window: int
+    handle_max: int = 0xFFFFFFFF
+    offered_capabilities: Any = None
+    desired_capabilities: Any = None
+    properties: dict[Any, Any] | None = None
+
+    @classmethod
+    def from_fields(cls, values: list[Any]) -> Any:
+        # remote-channel is the one leading optional field: keep its position explicitly.
+        values = list(values) + [None] * (8 - len(values))
+        if values[1] is None or values[2] is None or values[3] is None:
+            raise InvalidField("Begin: mandatory field missing")
+        return cls(values[0], values[1], values[2], values[3],
+                   0xFFFFFFFF if values[4] is None else values[4], values[5], values[6], values[7])
+
+
+@dataclass(frozen=True, slots=True)
+class Attach(Composite):
+    CODE = 0x12
+    FIELDS = (F_STRING, F_UINT, F_BOOL, F_UBYTE, F_UBYTE, F_ANY, F_ANY, F_MAP, F_BOOL, F_UINT, F_ULONG,
+              F_SYMBOLS, F_SYMBOLS, F_MAP)
+    name: str
+    handle: int
+    role: bool  # False = sender, True = receiver
+    snd_settle_mode: int = 2  # mixed
+    rcv_settle_mode: int = 0  # first
+    source: Source | None = None
+    target: Target | Coordinator | None = None
+    unsettled: dict[Any, Any] | None = None
+    incomplete_unsettled: bool = False
+    initial_delivery_count: int | None = None
+    max_message_size: int | None = None
+    offered_capabilities: Any = None
+    desired_capabilities: Any = None
+    properties: dict[Any, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Flow(Composite):
+    CODE = 0x13
+    FIELDS = (F_UINT, F_UINT, F_UINT, F_UINT, F_UINT, F_UINT, F_UINT, F_UINT, F_BOOL, F_BOOL, F_MAP)
+    next_incoming_id: int | None
+    incoming_window: int
+    next_outgoing_id: int
+    outgoing_window: int
+    handle: int | None = None
+    delivery_count: int | None = None
+    link_credit: int | None = None
+    available: int | None = None
+    drain: bool = False
+    echo: bool = False
+    properties: dict[Any, Any] | None = None
+
+    @classmethod
+    def from_fields(cls, values: list[Any]) -> Any:
+        values = list(values) + [None] * (11 - len(values))
+        if values[1] is None or values[2] is None or values[3] is None:
+            raise InvalidField("Flow: mandatory field missing")
+        return cls(values[0], values[1], values[2], values[3], values[4], values[5], values[6], values[7],
+                   bool(values[8]), bool(values[9]), values[10])
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer(Composite):
+    CODE = 0x14
+    FIELDS = (F_UINT, F_UINT, F_BINARY, F_UINT, F_BOOL, F_BOOL, F_UBYTE, F_ANY, F_BOOL, F_BOOL, F_BOOL)
+    handle: int
+    delivery_id: int | None = None
+    delivery_tag: bytes | None = None
+    message_format: int | None = None
+    settled: bool | None = None
+    more: bool = False
+    rcv_settle_mode: int | None = None
+    state: Any = None
+    resume: bool = False
+    aborted: bool = False
+    batchable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Disposition(Composite):
+    CODE = 0x15
+    FIELDS = (F_BOOL, F_UINT, F_UINT, F_BOOL, F_ANY, F_BOOL)
+    role: bool
+    first: int
+    last: int | None = None
+    settled: bool = False
+    state: Any = None
+    batchable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Detach(Composite):
+    CODE = 0x16
+    FIELDS = (F_UINT, F_BOOL, F_ANY)
+    handle: int
+    closed: bool = False
+    error: Error | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class End(Composite):
+    CODE = 0x17
+    FIELDS = (F_ANY,)
+    error: Error | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Close(Composite):
+    CODE = 0x18
+    FIELDS = (F_ANY,)
+    error: Error | None = None
+
+
+# ---- SASL ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SaslMechanisms(Composite):
+    CODE = 0x40
+    FIELDS = (F_SYMBOLS,)
+    sasl_server_mechanisms: Any
+
+
+@dataclass(frozen=True, slots=True)
+class SaslInit(Composite):
+    CODE = 0x41
+    FIELDS = (F_SYMBOL, F_BINARY, F_STRING)
+    mechanism: str
+    initial_response: bytes | None = None
+    hostname: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SaslChallenge(Composite):
+    CODE = 0x42
+    FIELDS = (F_BINARY,)
+    challenge: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SaslResponse(Composite):
+    CODE = 0x43
+    FIELDS = (F_BINARY,)
+    response: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SaslOutcome(Composite):
+    CODE = 0x44
+    FIELDS = (F_UBYTE, F_BINARY)
+    code: int
+    additional_data: bytes | None = None
+
+
+Performative = Open | Begin | Attach | Flow | Transfer | Disposition | Detach | End | Close
+SaslFrame = SaslMechanisms | SaslInit | SaslChallenge | SaslResponse | SaslOutcome
+
+_COMPOSITES: dict[int, type[Composite]] = {
+    cls.CODE: cls
+    for cls in (
+        Error, Source, Target, Coordinator, Received, Accepted, Rejected, Released, Modified, Declare,
+        Discharge, Declared, TransactionalState, Open, Begin, Attach, Flow, Transfer, Disposition, Detach,
+        End, Close, SaslMechanisms, SaslInit, SaslChallenge, SaslResponse, SaslOutcome,
+    )
+}
+_SYMBOLIC: dict[str, int] = {
+    "amqp:error:list": 0x1D, "amqp:source:list": 0x28, "amqp:target:list": 0x29,
+    "amqp:coordinator:list": 0x30, "amqp:received:list": 0x23, "amqp:accepted:list": 0x24,
+    "amqp:rejected:list": 0x25, "amqp:released:list": 0x26, "amqp:modified:list": 0x27,
+    "amqp:declare:list": 0x31, "amqp:discharge:list": 0x32, "amqp:declared:list": 0x33,
+    "amqp:transactional-state:list": 0x34,
+}
+PERFORMATIVE_CODES = frozenset(range(0x10, 0x19))
+SASL_CODES = frozenset(range(0x40, 0x45))
+
+
+def _code_of(descriptor: Any) -> int | None:
+    if isinstance(descriptor, str):
+        return _SYMBOLIC.get(descriptor)
+    if isinstance(descriptor, int) and descriptor <= 0xFFFFFFFF:
+        # Descriptors are domain id 0 (AMQP) in the upper 32 bits.
+        return int(descriptor)
+    return None
+
+
+def lift(value: Any) -> Any:
+    """Turn a decoded Described AMQP composite into its dataclass, recursively for nested ones."""
+    if not isinstance(value, Described):
+        return value
+    code = _code_of(value.descriptor)
+    cls = _COMPOSITES.get(code) if code is not None else None
+    if cls is None or not isinstance(value.value, list):
+        return value
+    items = [lift(v) if isinstance(v, Described) else v for v in value.value]
+    return cls.from_fields(items)
+
+
+def lift_performative(value: Any, allowed: frozenset[int]) -> Any:
+    """Lift a frame body's described value into a performative of one of the ``allowed`` codes."""
+    if not isinstance(value, Described) or not isinstance(value.value, list):
+        raise DecodeError("frame body is not a described list")
+    code = _code_of(value.descriptor)
+    if code not in allowed:
+        raise DecodeError(f"unexpected performative descriptor {value.descriptor!r}")
+    return lift(value)
+
+
+def encode_delivery_state(state: Any, out: bytearray) -> None:
+    if state is None:
+        out.append(0x40)
+    else:
+        state.encode_into(out)
