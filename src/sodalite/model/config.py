@@ -1,0 +1,477 @@
+"""The broker's entity configuration: the Azure Service Bus emulator's ``Config.json`` format.
+
+The document looks like this (every section but ``UserConfig.Namespaces`` is optional)::
+
+    {"UserConfig": {
+        "Namespaces": [{
+            "Name": "sbemulatorns",
+            "Queues": [{"Name": "queue.1", "Properties": {"LockDuration": "PT1M", ...}}],
+            "Topics": [{"Name": "topic.1", "Properties": {...}, "Subscriptions": [{
+                "Name": "subscription.1", "Properties": {...}, "Rules": [
+                    {"Name": "r1", "Properties": {"FilterType": "Correlation",
+                                                  "CorrelationFilter": {"Label": "x", "Properties": {...}}}},
+                    {"Name": "r2", "Properties": {"FilterType": "Sql",
+                                                  "SqlFilter": {"SqlExpression": "color = 'red'"},
+                                                  "Action": {"SqlExpression": "SET x = 1"}}}]}]}]}],
+        "Logging": {"Type": "File"}}}
+
+Entity ``Properties`` accept every Service Bus property by its PascalCase name (see
+:mod:`sodalite.model.entities`); durations are ISO 8601 (``PT1M``, ``P1DT2H``,
+``P10675199DT2H48M5.4775807S``); an empty ``ForwardTo`` / ``ForwardDeadLetteredMessagesTo`` means
+none, and a non-empty one must name a queue or topic of the same namespace. ``FilterType`` is
+``Sql``, ``Correlation``, ``True`` or ``False``; a rule's ``SqlFilter`` may also carry
+``Parameters`` (an object of scalars). A subscription without ``Rules`` (or with an empty list)
+gets one rule ``$Default`` with a true filter; to receive nothing, use a ``False`` filter.
+``Logging`` is accepted and ignored; ``$schema`` is allowed at the top level.
+
+Sodalite's extensions, on a namespace object:
+
+``AuthorizationRules``
+    ``[{"KeyName": "...", "PrimaryKey": "...", "SecondaryKey": "..."}]`` (``SecondaryKey``
+    optional). When present it replaces the default rule, KeyName ``RootManageSharedAccessKey``
+    with PrimaryKey ``SAS_KEY_VALUE`` (the emulator's). It must not be empty; key names are
+    unique (case-insensitively).
+``MaxMessageSizeInKilobytes``
+    The namespace's largest message, 1..102400 KB, default 256. An entity's own
+    ``MaxMessageSizeInKilobytes`` overrides it.
+``PartitionCount``
+    How many partitions the namespace's messages are spread over, 1..1024, default 16.
+
+Several namespaces may be given; their names must be unique. Names are case-insensitive in Service
+Bus, so queues and topics of one namespace share one name space and must differ regardless of case,
+as must the subscriptions of a topic and the rules of a subscription.
+
+Every invalid input raises ``ConfigurationError`` whose message starts with the JSON path of the
+offending field, e.g. ``UserConfig.Namespaces[0].Queues[1].Properties.LockDuration: ...``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from sodalite.errors import ConfigurationError
+from sodalite.model.entities import (
+    DEFAULT_RULE_NAME,
+    EntityKind,
+    QueueProperties,
+    RuleDescription,
+    SubscriptionProperties,
+    TopicProperties,
+    TrueFilter,
+    _check_keys,
+    _describe,
+    _error,
+    _expect_array,
+    _expect_object,
+    _join,
+    _json_type,
+    _require,
+    validate_entity_name,
+)
+
+DEFAULT_NAMESPACE_NAME: Final = "sbemulatorns"
+DEFAULT_KEY_NAME: Final = "RootManageSharedAccessKey"
+DEFAULT_KEY: Final = "SAS_KEY_VALUE"
+DEFAULT_MAX_MESSAGE_SIZE_IN_KILOBYTES: Final = 256
+MAX_MESSAGE_SIZE_IN_KILOBYTES: Final = 102_400
+DEFAULT_PARTITION_COUNT: Final = 16
+MAX_PARTITION_COUNT: Final = 1024
+
+_NAMESPACE_NAME_RE: Final = re.compile(r"[A-Za-z](?:[A-Za-z0-9-]{0,48}[A-Za-z0-9])?", re.ASCII)
+_KEY_NAME_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,256}", re.ASCII)
+_MAX_KEY_LENGTH: Final = 256
+
+
+# --------------------------------------------------------------------------------------------------
+# Result types
+# --------------------------------------------------------------------------------------------------
+
+
+def _namespace_name_problem(name: object) -> str | None:
+    if not isinstance(name, str):
+        return f"must be a string, got {_json_type(name)}"
+    if _NAMESPACE_NAME_RE.fullmatch(name) is None:
+        return (
+            f"invalid namespace name {name!r}: it may contain only letters, digits and hyphens, "
+            "must start with a letter, end with a letter or digit, and be at most 50 characters"
+        )
+    return None
+
+
+def _key_name_problem(name: object) -> str | None:
+    if not isinstance(name, str):
+        return f"must be a string, got {_json_type(name)}"
+    if _KEY_NAME_RE.fullmatch(name) is None:
+        return (
+            f"invalid key name {name!r}: it must be 1 to 256 letters, digits, periods, hyphens or underscores"
+        )
+    return None
+
+
+def _key_problem(key: object, optional: bool) -> str | None:
+    if key is None and optional:
+        return None
+    if not isinstance(key, str):
+        return f"must be a string, got {_json_type(key)}"
+    if not key or len(key) > _MAX_KEY_LENGTH:
+        return f"must be 1 to {_MAX_KEY_LENGTH} characters, got {len(key)}"
+    return None
+
+
+def _first_duplicate(names: Iterable[str]) -> str | None:
+    seen: set[str] = set()
+    for name in names:
+        folded = name.casefold()
+        if folded in seen:
+            return name
+        seen.add(folded)
+    return None
+
+
+def _check_unique(owner: str, what: str, names: Iterable[str]) -> None:
+    duplicate = _first_duplicate(names)
+    if duplicate is not None:
+        raise ConfigurationError(f"{owner}: duplicate {what} name {duplicate!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorizationRule:
+    """A shared access policy: a key name and its keys (either key signs valid tokens)."""
+
+    key_name: str
+    primary_key: str
+    secondary_key: str | None = None
+
+    def __post_init__(self) -> None:
+        for label, problem in (
+            ("key_name", _key_name_problem(self.key_name)),
+            ("primary_key", _key_problem(self.primary_key, optional=False)),
+            ("secondary_key", _key_problem(self.secondary_key, optional=True)),
+        ):
+            if problem is not None:
+                raise ConfigurationError(f"AuthorizationRule.{label}: {problem}")
+
+
+DEFAULT_AUTHORIZATION_RULE: Final = AuthorizationRule(DEFAULT_KEY_NAME, DEFAULT_KEY)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConfig:
+    name: str
+    properties: QueueProperties = field(default_factory=QueueProperties)
+
+    def __post_init__(self) -> None:
+        validate_entity_name(self.name, "queue", label="QueueConfig.name")
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionConfig:
+    name: str
+    properties: SubscriptionProperties = field(default_factory=SubscriptionProperties)
+    rules: tuple[RuleDescription, ...] = (RuleDescription(DEFAULT_RULE_NAME, TrueFilter()),)
+
+    def __post_init__(self) -> None:
+        validate_entity_name(self.name, "subscription", label="SubscriptionConfig.name")
+        _check_unique(f"SubscriptionConfig {self.name!r}", "rule", (r.name for r in self.rules))
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    name: str
+    properties: TopicProperties = field(default_factory=TopicProperties)
+    subscriptions: tuple[SubscriptionConfig, ...] = ()
+
+    def __post_init__(self) -> None:
+        validate_entity_name(self.name, "topic", label="TopicConfig.name")
+        _check_unique(f"TopicConfig {self.name!r}", "subscription", (s.name for s in self.subscriptions))
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceConfig:
+    name: str
+    queues: tuple[QueueConfig, ...] = ()
+    topics: tuple[TopicConfig, ...] = ()
+    authorization_rules: tuple[AuthorizationRule, ...] = (DEFAULT_AUTHORIZATION_RULE,)
+    max_message_size_in_kilobytes: int = DEFAULT_MAX_MESSAGE_SIZE_IN_KILOBYTES
+    partition_count: int = DEFAULT_PARTITION_COUNT
+
+    def __post_init__(self) -> None:
+        owner = f"NamespaceConfig {self.name!r}"
+        problem = _namespace_name_problem(self.name)
+        if problem is not None:
+            raise ConfigurationError(f"NamespaceConfig.name: {problem}")
+        _check_unique(
+            owner, "queue or topic", [*(q.name for q in self.queues), *(t.name for t in self.topics)]
+        )
+        if not self.authorization_rules:
+            raise ConfigurationError(f"{owner}: at least one authorization rule is required")
+        _check_unique(owner, "authorization rule", (r.key_name for r in self.authorization_rules))
+        for label, value, high in (
+            (
+                "max_message_size_in_kilobytes",
+                self.max_message_size_in_kilobytes,
+                MAX_MESSAGE_SIZE_IN_KILOBYTES,
+            ),
+            ("partition_count", self.partition_count, MAX_PARTITION_COUNT),
+        ):
+            problem = _int_problem(value, 1, high)
+            if problem is not None:
+                raise ConfigurationError(f"NamespaceConfig.{label}: {problem}")
+
+
+def default_namespace() -> NamespaceConfig:
+    """The configuration used when none is given: the emulator's namespace with one queue."""
+    return NamespaceConfig(
+        name=DEFAULT_NAMESPACE_NAME,
+        queues=(QueueConfig("queue.1", QueueProperties()),),
+        topics=(),
+        authorization_rules=(DEFAULT_AUTHORIZATION_RULE,),
+        max_message_size_in_kilobytes=DEFAULT_MAX_MESSAGE_SIZE_IN_KILOBYTES,
+        partition_count=DEFAULT_PARTITION_COUNT,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------------
+
+
+class _Object(dict[str, Any]):
+    """A decoded JSON object that remembers keys given more than once."""
+
+    __slots__ = ("duplicate_keys",)
+
+    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
+        super().__init__(pairs)
+        seen: set[str] = set()
+        self.duplicate_keys: list[str] = []
+        for key, _ in pairs:
+            if key in seen:
+                self.duplicate_keys.append(key)
+            seen.add(key)
+
+
+def load_config_text(text: str) -> list[NamespaceConfig]:
+    """Parse a Config.json document; JSON syntax errors report their line and column."""
+    try:
+        data = json.loads(text.removeprefix("\ufeff"), object_pairs_hook=_Object)
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(
+            f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from None
+    except RecursionError:
+        raise ConfigurationError("invalid JSON: nested too deeply") from None
+    return load_config(data)
+
+
+def load_config(data: Any) -> list[NamespaceConfig]:
+    """Validate a parsed Config.json document and build the namespaces it declares."""
+    root = _expect_object(data, "")
+    _check_keys(root, ("UserConfig", "$schema"), "")
+    user = _expect_object(_require(root, "UserConfig", ""), "UserConfig")
+    _check_keys(user, ("Namespaces", "Logging"), "UserConfig")
+    path = "UserConfig.Namespaces"
+    items = _expect_array(_require(user, "Namespaces", "UserConfig"), path)
+    if not items:
+        raise _error(path, "at least one namespace is required")
+    namespaces = [_namespace(item, f"{path}[{i}]") for i, item in enumerate(items)]
+    _unique_names(((ns.name, f"{path}[{i}]") for i, ns in enumerate(namespaces)), "namespace")
+    return namespaces
+
+
+_NAMESPACE_KEYS: Final = (
+    "Name",
+    "Queues",
+    "Topics",
+    "AuthorizationRules",
+    "MaxMessageSizeInKilobytes",
+    "PartitionCount",
+)
+
+
+def _namespace(raw: object, path: str) -> NamespaceConfig:
+    obj = _expect_object(raw, path)
+    _check_keys(obj, _NAMESPACE_KEYS, path)
+    name_path = _join(path, "Name")
+    name = _require(obj, "Name", path)
+    problem = _namespace_name_problem(name)
+    if problem is not None:
+        raise _error(name_path, problem)
+
+    queues_path = _join(path, "Queues")
+    queues = tuple(
+        _queue(item, f"{queues_path}[{i}]") for i, item in enumerate(_optional_array(obj, "Queues", path))
+    )
+    topics_path = _join(path, "Topics")
+    topics = tuple(
+        _topic(item, f"{topics_path}[{i}]") for i, item in enumerate(_optional_array(obj, "Topics", path))
+    )
+    _unique_names(
+        [(q.name, f"{queues_path}[{i}]") for i, q in enumerate(queues)]
+        + [(t.name, f"{topics_path}[{i}]") for i, t in enumerate(topics)],
+        "queue or topic",
+    )
+    _check_forwarding(queues, topics, path)
+
+    rules: tuple[AuthorizationRule, ...] = (DEFAULT_AUTHORIZATION_RULE,)
+    if "AuthorizationRules" in obj:
+        rules_path = _join(path, "AuthorizationRules")
+        items = _expect_array(obj["AuthorizationRules"], rules_path)
+        if not items:
+            raise _error(rules_path, "at least one authorization rule is required")
+        rules = tuple(_authorization_rule(item, f"{rules_path}[{i}]") for i, item in enumerate(items))
+        _unique_names(((r.key_name, f"{rules_path}[{i}]") for i, r in enumerate(rules)), "key", "KeyName")
+
+    max_size = _optional_int(
+        obj,
+        "MaxMessageSizeInKilobytes",
+        path,
+        DEFAULT_MAX_MESSAGE_SIZE_IN_KILOBYTES,
+        MAX_MESSAGE_SIZE_IN_KILOBYTES,
+    )
+    partitions = _optional_int(obj, "PartitionCount", path, DEFAULT_PARTITION_COUNT, MAX_PARTITION_COUNT)
+    return NamespaceConfig(name, queues, topics, rules, max_size, partitions)
+
+
+def _queue(raw: object, path: str) -> QueueConfig:
+    obj = _expect_object(raw, path)
+    _check_keys(obj, ("Name", "Properties"), path)
+    name = _entity_name(obj, "queue", path)
+    properties = QueueProperties.from_json(_properties(obj, path), path=_join(path, "Properties"))
+    return QueueConfig(name, properties)
+
+
+def _topic(raw: object, path: str) -> TopicConfig:
+    obj = _expect_object(raw, path)
+    _check_keys(obj, ("Name", "Properties", "Subscriptions"), path)
+    name = _entity_name(obj, "topic", path)
+    properties = TopicProperties.from_json(_properties(obj, path), path=_join(path, "Properties"))
+    subs_path = _join(path, "Subscriptions")
+    subscriptions = tuple(
+        _subscription(item, f"{subs_path}[{i}]")
+        for i, item in enumerate(_optional_array(obj, "Subscriptions", path))
+    )
+    _unique_names(((s.name, f"{subs_path}[{i}]") for i, s in enumerate(subscriptions)), "subscription")
+    return TopicConfig(name, properties, subscriptions)
+
+
+def _subscription(raw: object, path: str) -> SubscriptionConfig:
+    obj = _expect_object(raw, path)
+    _check_keys(obj, ("Name", "Properties", "Rules"), path)
+    name = _entity_name(obj, "subscription", path)
+    properties = SubscriptionProperties.from_json(_properties(obj, path), path=_join(path, "Properties"))
+    rules_path = _join(path, "Rules")
+    rules = tuple(
+        RuleDescription.from_json(item, path=f"{rules_path}[{i}]")
+        for i, item in enumerate(_optional_array(obj, "Rules", path))
+    )
+    if not rules:
+        rules = (RuleDescription(DEFAULT_RULE_NAME, TrueFilter()),)
+    _unique_names(((r.name, f"{rules_path}[{i}]") for i, r in enumerate(rules)), "rule")
+    return SubscriptionConfig(name, properties, rules)
+
+
+def _authorization_rule(raw: object, path: str) -> AuthorizationRule:
+    obj = _expect_object(raw, path)
+    _check_keys(obj, ("KeyName", "PrimaryKey", "SecondaryKey"), path)
+    key_name = _require(obj, "KeyName", path)
+    problem = _key_name_problem(key_name)
+    if problem is not None:
+        raise _error(_join(path, "KeyName"), problem)
+    primary = _require(obj, "PrimaryKey", path)
+    problem = _key_problem(primary, optional=False)
+    if problem is not None:
+        raise _error(_join(path, "PrimaryKey"), problem)
+    secondary = obj.get("SecondaryKey")
+    problem = _key_problem(secondary, optional=True)
+    if problem is not None:
+        raise _error(_join(path, "SecondaryKey"), problem)
+    return AuthorizationRule(key_name, primary, secondary)
+
+
+def _entity_name(obj: Mapping[str, Any], kind: EntityKind, path: str) -> str:
+    return validate_entity_name(_require(obj, "Name", path), kind, label=_join(path, "Name"))
+
+
+def _properties(obj: Mapping[str, Any], path: str) -> Mapping[str, Any]:
+    raw = obj.get("Properties", {})
+    return _expect_object(raw, _join(path, "Properties"))
+
+
+def _optional_array(obj: Mapping[str, Any], key: str, path: str) -> list[Any]:
+    if key not in obj:
+        return []
+    return _expect_array(obj[key], _join(path, key))
+
+
+def _int_problem(value: object, low: int, high: int) -> str | None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        return f"must be an integer, got {_describe(value)}"
+    if not low <= value <= high:
+        return f"must be between {low} and {high}, got {value}"
+    return None
+
+
+def _optional_int(obj: Mapping[str, Any], key: str, path: str, default: int, high: int) -> int:
+    if key not in obj:
+        return default
+    value = obj[key]
+    problem = _int_problem(value, 1, high)
+    if problem is not None:
+        raise _error(_join(path, key), problem)
+    assert isinstance(value, int)
+    return value
+
+
+def _unique_names(entries: Iterable[tuple[str, str]], what: str, key: str = "Name") -> None:
+    """Reject a name used twice (case-insensitively); ``entries`` are (name, JSON path) pairs."""
+    seen: dict[str, str] = {}
+    for name, path in entries:
+        folded = name.casefold()
+        if folded in seen:
+            raise _error(_join(path, key), f"duplicate {what} name {name!r} (already used by {seen[folded]})")
+        seen[folded] = path
+
+
+def _check_forwarding(queues: tuple[QueueConfig, ...], topics: tuple[TopicConfig, ...], path: str) -> None:
+    """ForwardTo and ForwardDeadLetteredMessagesTo must name a queue or topic of the namespace."""
+    targets = {q.name.casefold() for q in queues} | {t.name.casefold() for t in topics}
+    sources: list[tuple[str, QueueProperties | SubscriptionProperties]] = [
+        (f"{path}.Queues[{i}].Properties", q.properties) for i, q in enumerate(queues)
+    ]
+    for i, topic in enumerate(topics):
+        sources.extend(
+            (f"{path}.Topics[{i}].Subscriptions[{j}].Properties", s.properties)
+            for j, s in enumerate(topic.subscriptions)
+        )
+    for where, props in sources:
+        for key, target in (
+            ("ForwardTo", props.forward_to),
+            ("ForwardDeadLetteredMessagesTo", props.forward_dead_lettered_messages_to),
+        ):
+            if target is not None and target.casefold() not in targets:
+                raise _error(_join(where, key), f"no queue or topic named {target!r} in this namespace")
+
+
+__all__ = [
+    "DEFAULT_AUTHORIZATION_RULE",
+    "DEFAULT_KEY",
+    "DEFAULT_KEY_NAME",
+    "DEFAULT_MAX_MESSAGE_SIZE_IN_KILOBYTES",
+    "DEFAULT_NAMESPACE_NAME",
+    "DEFAULT_PARTITION_COUNT",
+    "MAX_MESSAGE_SIZE_IN_KILOBYTES",
+    "MAX_PARTITION_COUNT",
+    "AuthorizationRule",
+    "NamespaceConfig",
+    "QueueConfig",
+    "SubscriptionConfig",
+    "TopicConfig",
+    "default_namespace",
+    "load_config",
+    "load_config_text",
+]

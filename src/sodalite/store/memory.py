@@ -1,0 +1,231 @@
+"""A messaging store kept in dictionaries: for tests, development and fault injection.
+
+It enforces the same rules as the durable adapters so that the contract suite can hold every
+adapter to one behaviour:
+
+* ``apply`` is all-or-nothing: the batch is applied to copies, which replace the live state only
+  when every operation succeeded;
+* appending a sequence number that the partition already holds fails the whole batch (the
+  durable adapters reject it as a primary-key violation);
+* every integer must fit a signed 64-bit column;
+* entity properties are stored as JSON text and decoded afresh on every load, so what comes back
+  is what a durable adapter would return (tuples become lists, a caller mutating a loaded dict
+  changes nothing);
+* entity paths compare case-insensitively (ASCII only, like SQLite's ``NOCASE``), both for
+  entity definitions and for the partitions that hold their messages.
+
+Nothing survives the process, of course: a new ``MemoryStore`` starts empty.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import assert_never
+
+from sodalite.errors import StoreUnavailable
+from sodalite.model.message import MessageRecord
+from sodalite.store.port import (
+    AppendMessages,
+    DeleteEntity,
+    DeleteMessages,
+    EntityRecord,
+    PartitionRef,
+    PartitionSnapshot,
+    PartitionStats,
+    PutEntity,
+    StoreOp,
+    UpdateMessages,
+)
+
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+
+_PartitionKey = tuple[str, int]
+
+
+def _fold(path: str) -> str:
+    """The comparison key of an entity path: ASCII letters lower-cased, like SQLite's NOCASE."""
+    return path.translate(_ASCII_LOWER)
+
+
+def _encode_properties(entity: EntityRecord) -> str:
+    """Entity properties as the JSON text every adapter stores; StoreUnavailable if not JSON-able."""
+    try:
+        return json.dumps(entity.properties, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise StoreUnavailable(
+            f"cannot store entity {entity.path!r}: its properties are not JSON-serializable ({exc})"
+        ) from exc
+
+
+def _check_int64(value: int | None, what: str) -> None:
+    if value is not None and not _INT64_MIN <= value <= _INT64_MAX:
+        raise StoreUnavailable(f"{what} {value} does not fit a signed 64-bit integer")
+
+
+def _key(ref: PartitionRef) -> _PartitionKey:
+    _check_int64(ref.partition, f"partition number of {ref.entity!r}")
+    return (_fold(ref.entity), ref.partition)
+
+
+def _check_record(ref: PartitionRef, m: MessageRecord) -> None:
+    where = f"message {m.sequence_number} of {ref.entity!r} partition {ref.partition}:"
+    _check_int64(m.sequence_number, f"{where} sequence_number")
+    _check_int64(m.enqueued_time, f"{where} enqueued_time")
+    _check_int64(m.time_to_live, f"{where} time_to_live")
+    _check_int64(m.expires_at, f"{where} expires_at")
+    _check_int64(m.scheduled_enqueue_time, f"{where} scheduled_enqueue_time")
+    _check_int64(m.delivery_count, f"{where} delivery_count")
+    _check_int64(m.priority, f"{where} priority")
+    _check_int64(m.annotation_count, f"{where} annotation_count")
+
+
+@dataclass(slots=True)
+class _Partition:
+    messages: dict[int, MessageRecord] = field(default_factory=dict)
+    last_sequence_number: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _StoredEntity:
+    path: str
+    kind: str
+    properties_json: str
+
+
+class MemoryStore:
+    """The store port over plain dictionaries; see the module docstring for the rules it enforces."""
+
+    def __init__(self) -> None:
+        self._opened = False
+        self._closed = False
+        self._partitions: dict[_PartitionKey, _Partition] = {}
+        self._entities: dict[str, _StoredEntity] = {}  # keyed by _fold(path)
+        self._fail_next: Exception | None = None
+
+    # -- test hooks -------------------------------------------------------------------------------
+
+    def fail_next_apply(self, exc: Exception) -> None:
+        """Make the next :meth:`apply` raise StoreUnavailable (caused by ``exc``) and apply nothing."""
+        self._fail_next = exc
+
+    # -- the port ---------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        if self._closed:
+            raise StoreUnavailable("the memory store is closed")
+        self._opened = True
+
+    def apply(self, batch: Sequence[StoreOp]) -> None:
+        self._require_open()
+        if self._fail_next is not None:
+            exc, self._fail_next = self._fail_next, None
+            if isinstance(exc, StoreUnavailable):
+                raise exc
+            raise StoreUnavailable(f"injected store failure: {exc}") from exc
+
+        partitions = dict(self._partitions)
+        entities = dict(self._entities)
+        copied: set[_PartitionKey] = set()
+
+        def writable(ref: PartitionRef) -> _Partition:
+            key = _key(ref)
+            if key not in copied:
+                old = partitions.get(key)
+                partitions[key] = (
+                    _Partition(dict(old.messages), old.last_sequence_number) if old else _Partition()
+                )
+                copied.add(key)
+            return partitions[key]
+
+        for op in batch:
+            if isinstance(op, AppendMessages):
+                if not op.messages:
+                    continue
+                part = writable(op.ref)
+                for m in op.messages:
+                    _check_record(op.ref, m)
+                    if m.sequence_number in part.messages:
+                        raise StoreUnavailable(
+                            f"cannot append message {m.sequence_number} to {op.ref.entity!r} partition "
+                            f"{op.ref.partition}: that sequence number is already stored"
+                        )
+                    part.messages[m.sequence_number] = m
+                top = max(m.sequence_number for m in op.messages)
+                part.last_sequence_number = max(part.last_sequence_number, top)
+            elif isinstance(op, DeleteMessages):
+                if not op.sequence_numbers:
+                    continue
+                part = writable(op.ref)
+                for n in op.sequence_numbers:
+                    _check_int64(n, f"sequence number of {op.ref.entity!r}")
+                    part.messages.pop(n, None)
+            elif isinstance(op, UpdateMessages):
+                if not op.updates:
+                    continue
+                part = writable(op.ref)
+                for u in op.updates:
+                    _check_int64(u.sequence_number, f"sequence number of {op.ref.entity!r}")
+                    _check_int64(u.delivery_count, f"delivery_count of message {u.sequence_number}")
+                    current = part.messages.get(u.sequence_number)
+                    if current is not None:
+                        part.messages[u.sequence_number] = replace(
+                            current, delivery_count=u.delivery_count, state=u.state
+                        )
+            elif isinstance(op, PutEntity):
+                e = op.entity
+                entities[_fold(e.path)] = _StoredEntity(e.path, e.kind, _encode_properties(e))
+            elif isinstance(op, DeleteEntity):
+                folded = _fold(op.path)
+                entities.pop(folded, None)
+                for key in [k for k in partitions if k[0] == folded]:
+                    del partitions[key]
+                    copied.discard(key)
+            else:
+                assert_never(op)
+
+        # Every operation succeeded: publish the new state in one step.
+        self._partitions = partitions
+        self._entities = entities
+
+    def load_partition(self, ref: PartitionRef) -> PartitionSnapshot:
+        self._require_open()
+        part = self._partitions.get(_key(ref))
+        if part is None:
+            return PartitionSnapshot(messages=(), last_sequence_number=0)
+        messages = tuple(part.messages[n] for n in sorted(part.messages))
+        return PartitionSnapshot(messages=messages, last_sequence_number=part.last_sequence_number)
+
+    def load_entities(self) -> list[EntityRecord]:
+        self._require_open()
+        return [
+            EntityRecord(path=e.path, kind=e.kind, properties=json.loads(e.properties_json))
+            for _, e in sorted(self._entities.items())
+        ]
+
+    def stats(self, ref: PartitionRef) -> PartitionStats:
+        self._require_open()
+        part = self._partitions.get(_key(ref))
+        if part is None:
+            return PartitionStats(message_count=0, size_in_bytes=0)
+        return PartitionStats(
+            message_count=len(part.messages),
+            size_in_bytes=sum(m.size for m in part.messages.values()),
+        )
+
+    def close(self) -> None:
+        self._closed = True
+        self._partitions = {}
+        self._entities = {}
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _require_open(self) -> None:
+        if self._closed:
+            raise StoreUnavailable("the memory store is closed")
+        if not self._opened:
+            raise StoreUnavailable("the memory store is not open: call open() first")

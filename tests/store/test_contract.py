@@ -1,0 +1,879 @@
+"""The messaging-store contract: every adapter behind the port must pass the same tests.
+
+The ``harness`` fixture yields one adapter at a time; the tests speak only the port. To add an
+adapter (PostgreSQL), add a parameter to ``harness``. Adapter-specific tests (fault injection of
+the memory store, SQLite pragmas and crash durability) follow the contract, and a property test
+compares each durable adapter with the memory store on random batches.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sodalite.errors import ConfigurationError, StoreUnavailable
+from sodalite.model.message import MessageRecord, MessageState, MessageUpdate
+from sodalite.store.memory import MemoryStore
+from sodalite.store.port import (
+    AppendMessages,
+    DeleteEntity,
+    DeleteMessages,
+    EntityRecord,
+    MessagingStore,
+    PartitionRef,
+    PartitionSnapshot,
+    PartitionStats,
+    PutEntity,
+    StoreOp,
+    UpdateMessages,
+)
+from sodalite.store.sqlite import SqliteStore
+
+INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
+
+Q1 = PartitionRef("queue1", 0)
+Q1_P1 = PartitionRef("queue1", 1)
+Q2 = PartitionRef("queue2", 0)
+
+
+def record(seq: int, **changes: Any) -> MessageRecord:
+    """A message with every field set; override any of them by keyword."""
+    base = MessageRecord(
+        sequence_number=seq,
+        enqueued_time=1_700_000_000_000 + seq,
+        message_id=f"id-{seq}",
+        session_id=None,
+        partition_key=None,
+        time_to_live=60_000,
+        expires_at=1_700_000_060_000 + seq,
+        scheduled_enqueue_time=None,
+        delivery_count=0,
+        state=MessageState.ACTIVE,
+        durable=True,
+        priority=4,
+        annotations=b"\xa3\x03x-a\xa1\x01b",
+        annotation_count=1,
+        tail=b"\x00Sw\xa1\x05hello" + str(seq).encode(),
+    )
+    return replace(base, **changes)
+
+
+def queue(path: str, **properties: Any) -> EntityRecord:
+    return EntityRecord(path=path, kind="queue", properties=properties)
+
+
+def seqs(snapshot: PartitionSnapshot) -> list[int]:
+    return [m.sequence_number for m in snapshot.messages]
+
+
+# -- the adapters under test -----------------------------------------------------------------------
+
+
+@dataclass
+class Harness:
+    """One adapter under test: ``make`` builds a new, unopened adapter on the same storage."""
+
+    name: str
+    make: Callable[[], MessagingStore]
+    persistent: bool  # whether a new adapter made by ``make`` sees what an earlier one stored
+    store: MessagingStore
+
+    def reopen(self) -> MessagingStore:
+        """Close the current adapter and open a new one on the same storage."""
+        if not self.persistent:
+            pytest.skip(f"the {self.name} store keeps nothing across instances")
+        self.store.close()
+        self.store = self.make()
+        self.store.open()
+        return self.store
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
+    make: Callable[[], MessagingStore]
+    if request.param == "memory":
+        make, persistent = MemoryStore, False
+    elif request.param == "sqlite":
+        db = tmp_path / "store.db"
+
+        def make() -> MessagingStore:
+            return SqliteStore(db)
+
+        persistent = True
+    else:  # pragma: no cover
+        raise AssertionError(request.param)
+    store = make()
+    store.open()
+    h = Harness(request.param, make, persistent, store)
+    yield h
+    h.store.close()
+
+
+@pytest.fixture
+def store(harness: Harness) -> MessagingStore:
+    return harness.store
+
+
+# -- lifecycle --------------------------------------------------------------------------------------
+
+
+def test_open_is_idempotent(store: MessagingStore) -> None:
+    store.apply([AppendMessages(Q1, (record(1),))])
+    store.open()
+    assert seqs(store.load_partition(Q1)) == [1]
+
+
+def test_a_store_that_was_never_written_is_empty(store: MessagingStore) -> None:
+    assert store.load_partition(Q1) == PartitionSnapshot(messages=(), last_sequence_number=0)
+    assert store.load_entities() == []
+    assert store.stats(Q1) == PartitionStats(message_count=0, size_in_bytes=0)
+
+
+def test_an_empty_batch_is_fine(store: MessagingStore) -> None:
+    store.apply([])
+    store.apply([AppendMessages(Q1, ()), DeleteMessages(Q1, ()), UpdateMessages(Q1, ())])
+    assert store.load_partition(Q1) == PartitionSnapshot(messages=(), last_sequence_number=0)
+
+
+def test_use_before_open_raises(harness: Harness) -> None:
+    fresh = harness.make()
+    with pytest.raises(StoreUnavailable):
+        fresh.apply([AppendMessages(Q1, (record(1),))])
+    with pytest.raises(StoreUnavailable):
+        fresh.load_partition(Q1)
+    fresh.close()
+
+
+def test_close_then_every_call_raises(store: MessagingStore) -> None:
+    store.apply([AppendMessages(Q1, (record(1),))])
+    store.close()
+    store.close()  # closing twice is harmless
+    with pytest.raises(StoreUnavailable) as info:
+        store.apply([AppendMessages(Q1, (record(2),))])
+    assert type(info.value) is StoreUnavailable
+    assert "closed" in info.value.description
+    with pytest.raises(StoreUnavailable):
+        store.load_partition(Q1)
+    with pytest.raises(StoreUnavailable):
+        store.load_entities()
+    with pytest.raises(StoreUnavailable):
+        store.stats(Q1)
+    with pytest.raises(StoreUnavailable):
+        store.open()
+
+
+def test_works_from_a_thread_other_than_the_creator(store: MessagingStore) -> None:
+    def work() -> list[int]:
+        store.apply([AppendMessages(Q1, (record(1), record(2)))])
+        store.apply([DeleteMessages(Q1, (1,))])
+        return seqs(store.load_partition(Q1))
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        assert pool.submit(work).result() == [2]
+    assert seqs(store.load_partition(Q1)) == [2]
+    assert threading.current_thread() is threading.main_thread()
+
+
+# -- messages ---------------------------------------------------------------------------------------
+
+ROUND_TRIP_CASES = {
+    "all-fields-set": record(
+        7,
+        session_id="session-\u03b1",
+        partition_key="pk",
+        scheduled_enqueue_time=1_800_000_000_000,
+        delivery_count=3,
+        state=MessageState.SCHEDULED,
+        durable=False,
+        priority=9,
+        annotation_count=2,
+    ),
+    "all-optionals-none": record(
+        8,
+        message_id=None,
+        session_id=None,
+        partition_key=None,
+        time_to_live=None,
+        expires_at=None,
+        scheduled_enqueue_time=None,
+        durable=None,
+        priority=None,
+    ),
+    "empty-strings-and-bytes": record(
+        9, message_id="", session_id="", partition_key="", annotations=b"", annotation_count=0, tail=b""
+    ),
+    "zero-values": record(
+        10, time_to_live=0, expires_at=0, scheduled_enqueue_time=0, priority=0, enqueued_time=0
+    ),
+    "int64-extremes": record(
+        INT64_MAX,
+        enqueued_time=INT64_MAX,
+        time_to_live=INT64_MAX,
+        expires_at=INT64_MIN,
+        scheduled_enqueue_time=INT64_MAX,
+        delivery_count=INT64_MAX,
+        priority=INT64_MIN,
+        annotation_count=INT64_MAX,
+    ),
+    "unicode-and-nul": record(
+        11, message_id="ünï\x00cødé 🚀", session_id="Ses\x00sion", partition_key="ключ"
+    ),
+    "binary-with-nul-bytes": record(12, annotations=bytes(range(256)), tail=b"\x00" * 17 + b"\xff"),
+    "large-tail-1mb": record(13, tail=os.urandom(1024 * 1024), annotations=os.urandom(4096)),
+    "deferred": record(14, state=MessageState.DEFERRED, delivery_count=1),
+}
+
+
+@pytest.mark.parametrize("message", ROUND_TRIP_CASES.values(), ids=ROUND_TRIP_CASES.keys())
+def test_append_then_load_round_trips_every_field(harness: Harness, message: MessageRecord) -> None:
+    harness.store.apply([AppendMessages(Q1, (message,))])
+    _check_round_trip(harness.store, message)
+    if harness.persistent:
+        _check_round_trip(harness.reopen(), message)
+
+
+def _check_round_trip(store: MessagingStore, message: MessageRecord) -> None:
+    snapshot = store.load_partition(Q1)
+    assert snapshot.messages == (message,)
+    loaded = snapshot.messages[0]
+    assert type(loaded.state) is MessageState
+    assert type(loaded.annotations) is bytes
+    assert type(loaded.tail) is bytes
+    assert loaded.durable is message.durable
+    assert snapshot.last_sequence_number == message.sequence_number
+
+
+def test_load_orders_by_sequence_number(store: MessagingStore) -> None:
+    store.apply([AppendMessages(Q1, (record(5), record(1), record(300)))])
+    store.apply([AppendMessages(Q1, (record(2),)), AppendMessages(Q1, (record(40), record(3)))])
+    assert seqs(store.load_partition(Q1)) == [1, 2, 3, 5, 40, 300]
+    assert store.load_partition(Q1).last_sequence_number == 300
+
+
+def test_delete_removes_only_the_named_messages_and_ignores_unknown_numbers(store: MessagingStore) -> None:
+    store.apply([AppendMessages(Q1, tuple(record(n) for n in range(1, 6)))])
+    store.apply([DeleteMessages(Q1, (2, 4, 99, -1))])
+    assert seqs(store.load_partition(Q1)) == [1, 3, 5]
+    store.apply([DeleteMessages(Q1, (2, 4)), DeleteMessages(PartitionRef("nowhere", 3), (1,))])
+    assert seqs(store.load_partition(Q1)) == [1, 3, 5]
+    assert store.load_partition(PartitionRef("nowhere", 3)).messages == ()
+
+
+def test_update_changes_delivery_count_and_state_only(store: MessagingStore) -> None:
+    a, b = record(1), record(2)
+    store.apply([AppendMessages(Q1, (a, b))])
+    store.apply(
+        [
+            UpdateMessages(
+                Q1,
+                (
+                    MessageUpdate(1, delivery_count=5, state=MessageState.DEFERRED),
+                    MessageUpdate(77, delivery_count=1, state=MessageState.DEFERRED),
+                ),
+            )
+        ]
+    )
+    snapshot = store.load_partition(Q1)
+    assert snapshot.messages == (replace(a, delivery_count=5, state=MessageState.DEFERRED), b)
+    store.apply([UpdateMessages(Q1, (MessageUpdate(1, delivery_count=6, state=MessageState.ACTIVE),))])
+    assert store.load_partition(Q1).messages[0] == replace(a, delivery_count=6)
+    assert seqs(store.load_partition(Q1)) == [1, 2]  # unknown numbers created nothing
+
+
+def test_operations_in_one_batch_apply_in_order(store: MessagingStore) -> None:
+    store.apply(
+        [
+            AppendMessages(Q1, (record(1), record(2))),
+            UpdateMessages(Q1, (MessageUpdate(1, 2, MessageState.DEFERRED),)),
+            DeleteMessages(Q1, (2,)),
+            AppendMessages(Q1, (record(2, message_id="again"),)),  # re-append after the delete
+        ]
+    )
+    snapshot = store.load_partition(Q1)
+    assert snapshot.messages == (
+        record(1, delivery_count=2, state=MessageState.DEFERRED),
+        record(2, message_id="again"),
+    )
+
+
+def test_appending_a_stored_sequence_number_fails(store: MessagingStore) -> None:
+    store.apply([AppendMessages(Q1, (record(1),))])
+    with pytest.raises(StoreUnavailable):
+        store.apply([AppendMessages(Q1, (record(1, message_id="other"),))])
+    with pytest.raises(StoreUnavailable):
+        store.apply([AppendMessages(Q1, (record(2), record(2)))])  # duplicate within one op
+    assert store.load_partition(Q1).messages == (record(1),)
+    assert store.load_partition(Q1).last_sequence_number == 1
+
+
+def test_values_that_do_not_fit_64_bits_fail_the_batch(store: MessagingStore) -> None:
+    for bad in (
+        record(INT64_MAX + 1),
+        record(1, enqueued_time=INT64_MIN - 1),
+        record(1, time_to_live=2**64),
+    ):
+        with pytest.raises(StoreUnavailable):
+            store.apply([AppendMessages(Q2, (record(5),)), AppendMessages(Q1, (bad,))])
+    assert store.load_partition(Q1).messages == ()
+    assert store.load_partition(Q2).messages == ()
+
+
+# -- high-water mark --------------------------------------------------------------------------------
+
+
+def test_high_water_mark_survives_deleting_every_message(store: MessagingStore) -> None:
+    store.apply([AppendMessages(Q1, (record(1), record(2), record(3)))])
+    store.apply([DeleteMessages(Q1, (1, 2, 3))])
+    assert store.load_partition(Q1) == PartitionSnapshot(messages=(), last_sequence_number=3)
+
+
+def test_high_water_mark_never_goes_down(store: MessagingStore) -> None:
+    store.apply([AppendMessages(Q1, (record(10),))])
+    store.apply([DeleteMessages(Q1, (10,)), AppendMessages(Q1, (record(4),))])
+    assert store.load_partition(Q1) == PartitionSnapshot(messages=(record(4),), last_sequence_number=10)
+    store.apply([AppendMessages(Q1, (record(11), record(7)))])
+    assert store.load_partition(Q1).last_sequence_number == 11
+
+
+def test_high_water_mark_and_messages_survive_reopen(harness: Harness) -> None:
+    harness.store.apply(
+        [
+            AppendMessages(Q1, (record(1), record(2), record(3))),
+            AppendMessages(Q1_P1, (record(8),)),
+            PutEntity(queue("queue1", max_size=1024)),
+        ]
+    )
+    harness.store.apply([DeleteMessages(Q1, (1, 2, 3))])
+    store = harness.reopen()
+    assert store.load_partition(Q1) == PartitionSnapshot(messages=(), last_sequence_number=3)
+    assert store.load_partition(Q1_P1) == PartitionSnapshot(messages=(record(8),), last_sequence_number=8)
+    assert store.load_entities() == [queue("queue1", max_size=1024)]
+    store.apply([AppendMessages(Q1, (record(4),))])
+    store = harness.reopen()
+    assert store.load_partition(Q1) == PartitionSnapshot(messages=(record(4),), last_sequence_number=4)
+
+
+# -- isolation --------------------------------------------------------------------------------------
+
+
+def test_partitions_and_entities_are_isolated(store: MessagingStore) -> None:
+    store.apply(
+        [
+            AppendMessages(Q1, (record(1), record(2))),
+            AppendMessages(Q1_P1, (record(1, message_id="p1"), record(9))),
+            AppendMessages(Q2, (record(1, message_id="q2"),)),
+        ]
+    )
+    store.apply([DeleteMessages(Q1, (1,)), UpdateMessages(Q2, (MessageUpdate(1, 4, MessageState.ACTIVE),))])
+    assert store.load_partition(Q1) == PartitionSnapshot(messages=(record(2),), last_sequence_number=2)
+    assert store.load_partition(Q1_P1) == PartitionSnapshot(
+        messages=(record(1, message_id="p1"), record(9)), last_sequence_number=9
+    )
+    assert store.load_partition(Q2) == PartitionSnapshot(
+        messages=(record(1, message_id="q2", delivery_count=4),), last_sequence_number=1
+    )
+    assert store.load_partition(PartitionRef("queue1", 2)).messages == ()
+    assert store.load_partition(PartitionRef("queue", 0)).messages == ()  # no prefix matching
+    assert store.load_partition(PartitionRef("queue1x", 0)).messages == ()
+
+
+def test_entity_paths_name_partitions_case_insensitively(store: MessagingStore) -> None:
+    store.apply([AppendMessages(PartitionRef("Queue1", 0), (record(1),))])
+    assert seqs(store.load_partition(PartitionRef("QUEUE1", 0))) == [1]
+    with pytest.raises(StoreUnavailable):
+        store.apply([AppendMessages(PartitionRef("queue1", 0), (record(1),))])
+    store.apply([DeleteMessages(PartitionRef("qUeUe1", 0), (1,))])
+    assert store.load_partition(Q1) == PartitionSnapshot(messages=(), last_sequence_number=1)
+
+
+# -- entities ---------------------------------------------------------------------------------------
+
+
+def test_put_entity_then_load_ordered_by_path(store: MessagingStore) -> None:
+    props: dict[str, Any] = {
+        "lock_duration_ms": 60_000,
+        "requires_session": False,
+        "forward_to": None,
+        "ratio": 0.5,
+        "nested": {"list": [1, "two", {"three": 3}], "ünï": "cødé"},
+    }
+    store.apply([PutEntity(queue("b-queue")), PutEntity(EntityRecord("a-queue", "queue", props))])
+    store.apply([PutEntity(queue("C-queue", x=1))])
+    assert store.load_entities() == [
+        EntityRecord("a-queue", "queue", props),
+        queue("b-queue"),
+        queue("C-queue", x=1),
+    ]
+
+
+def test_loaded_entities_are_copies(store: MessagingStore) -> None:
+    store.apply([PutEntity(queue("q", tags=["a"]))])
+    loaded = store.load_entities()
+    loaded[0].properties["tags"].append("b")
+    assert store.load_entities() == [queue("q", tags=["a"])]
+
+
+def test_put_entity_replaces_case_insensitively(store: MessagingStore) -> None:
+    store.apply([PutEntity(queue("Orders", max_delivery_count=10))])
+    store.apply([PutEntity(EntityRecord("orders", "queue", {"max_delivery_count": 3}))])
+    assert store.load_entities() == [queue("orders", max_delivery_count=3)]
+    store.apply([PutEntity(queue("ORDERS", a=1)), PutEntity(queue("orders", a=2))])
+    assert store.load_entities() == [queue("orders", a=2)]
+
+
+def test_delete_entity_is_case_insensitive_and_ignores_unknown_paths(store: MessagingStore) -> None:
+    store.apply([PutEntity(queue("Orders")), PutEntity(queue("other"))])
+    store.apply([DeleteEntity("ORDERS"), DeleteEntity("never-existed")])
+    assert store.load_entities() == [queue("other")]
+
+
+def test_delete_entity_removes_messages_of_every_partition(store: MessagingStore) -> None:
+    other = PartitionRef("queue10", 0)
+    store.apply(
+        [
+            PutEntity(queue("queue1")),
+            PutEntity(queue("queue10")),
+            AppendMessages(Q1, (record(1), record(2))),
+            AppendMessages(Q1_P1, (record(5),)),
+            AppendMessages(PartitionRef("queue1", 7), (record(3),)),
+            AppendMessages(other, (record(1),)),
+        ]
+    )
+    store.apply([DeleteEntity("Queue1")])
+    empty = PartitionSnapshot(messages=(), last_sequence_number=0)
+    for ref in (Q1, Q1_P1, PartitionRef("queue1", 7)):
+        assert store.load_partition(ref) == empty  # messages and high-water mark gone
+        assert store.stats(ref) == PartitionStats(0, 0)
+    assert store.load_partition(other) == PartitionSnapshot(messages=(record(1),), last_sequence_number=1)
+    assert store.load_entities() == [queue("queue10")]
+    # A re-created entity starts afresh.
+    store.apply([PutEntity(queue("queue1")), AppendMessages(Q1, (record(1),))])
+    assert store.load_partition(Q1) == PartitionSnapshot(messages=(record(1),), last_sequence_number=1)
+
+
+def test_properties_that_are_not_json_fail_the_batch(store: MessagingStore) -> None:
+    for bad in ({"when": object()}, {"x": float("nan")}):
+        with pytest.raises(StoreUnavailable):
+            store.apply([AppendMessages(Q1, (record(1),)), PutEntity(EntityRecord("q", "queue", bad))])
+    assert store.load_entities() == []
+    assert store.load_partition(Q1).messages == ()
+
+
+# -- atomicity --------------------------------------------------------------------------------------
+
+
+def _populate(store: MessagingStore) -> None:
+    store.apply(
+        [
+            PutEntity(queue("queue1")),
+            PutEntity(queue("queue2")),
+            PutEntity(queue("doomed")),
+            AppendMessages(Q1, (record(1), record(2))),
+            AppendMessages(Q2, (record(1),)),
+            AppendMessages(PartitionRef("doomed", 0), (record(1),)),
+        ]
+    )
+
+
+def _state(store: MessagingStore) -> tuple[object, ...]:
+    refs = (Q1, Q1_P1, Q2, PartitionRef("doomed", 0))
+    return (
+        tuple(store.load_partition(r) for r in refs),
+        tuple(store.stats(r) for r in refs),
+        tuple(store.load_entities()),
+    )
+
+
+def _mixed_batch(tail: list[StoreOp]) -> list[StoreOp]:
+    return [
+        PutEntity(queue("new-queue")),
+        PutEntity(queue("QUEUE1", changed=True)),
+        AppendMessages(Q1, (record(3), record(4))),
+        AppendMessages(Q1_P1, (record(1),)),
+        DeleteMessages(Q2, (1,)),
+        UpdateMessages(Q1, (MessageUpdate(1, 9, MessageState.DEFERRED),)),
+        DeleteEntity("doomed"),
+        *tail,
+    ]
+
+
+def test_a_batch_that_fails_midway_applies_nothing(harness: Harness) -> None:
+    store = harness.store
+    _populate(store)
+    before = _state(store)
+    # The last operation violates the primary key (message 2 is stored): the whole batch fails.
+    with pytest.raises(StoreUnavailable) as info:
+        store.apply(_mixed_batch([AppendMessages(Q1, (record(5), record(2)))]))
+    assert type(info.value) is StoreUnavailable
+    assert _state(store) == before
+    if harness.persistent:
+        assert _state(harness.reopen()) == before
+    # The store is still usable, and the same batch without the bad operation commits entirely.
+    store = harness.store
+    store.apply(_mixed_batch([]))
+    assert seqs(store.load_partition(Q1)) == [1, 2, 3, 4]
+    assert store.load_partition(Q1).messages[0].state is MessageState.DEFERRED
+    assert seqs(store.load_partition(Q1_P1)) == [1]
+    assert store.load_partition(Q2) == PartitionSnapshot(messages=(), last_sequence_number=1)
+    assert store.load_partition(PartitionRef("doomed", 0)).messages == ()
+    assert store.load_entities() == [queue("new-queue"), queue("QUEUE1", changed=True), queue("queue2")]
+
+
+def test_memory_store_injected_failure_applies_nothing() -> None:
+    store = MemoryStore()
+    store.open()
+    _populate(store)
+    before = _state(store)
+    cause = OSError("disk on fire")
+    store.fail_next_apply(cause)
+    with pytest.raises(StoreUnavailable) as info:
+        store.apply(_mixed_batch([]))
+    assert info.value.__cause__ is cause
+    assert _state(store) == before
+    store.apply(_mixed_batch([]))  # only the next apply fails
+    assert seqs(store.load_partition(Q1)) == [1, 2, 3, 4]
+
+    injected = StoreUnavailable("partition store offline")
+    store.fail_next_apply(injected)
+    with pytest.raises(StoreUnavailable) as info:
+        store.apply([AppendMessages(Q1, (record(9),))])
+    assert info.value is injected
+    assert seqs(store.load_partition(Q1)) == [1, 2, 3, 4]
+
+
+# -- statistics -------------------------------------------------------------------------------------
+
+
+def test_stats_count_messages_and_their_size(store: MessagingStore) -> None:
+    a = record(1, annotations=b"12345", tail=b"x" * 100)
+    b = record(2, annotations=b"", tail=b"y" * 1000)
+    c = record(3, annotations=b"ab", tail=b"")
+    store.apply([AppendMessages(Q1, (a, b, c)), AppendMessages(Q2, (record(1, tail=b"z" * 7),))])
+    assert store.stats(Q1) == PartitionStats(message_count=3, size_in_bytes=a.size + b.size + c.size)
+    assert store.stats(Q1) == PartitionStats(3, 1107)
+    store.apply([DeleteMessages(Q1, (2,))])
+    assert store.stats(Q1) == PartitionStats(2, 107)
+    assert store.stats(Q2) == PartitionStats(1, record(1, tail=b"z" * 7).size)
+    assert store.stats(Q1_P1) == PartitionStats(0, 0)
+
+
+# -- SQLite specifics -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["OFF", "", "FULLY", "2", "normal; DROP TABLE messages"])
+def test_sqlite_rejects_unsafe_or_unknown_synchronous_modes(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        SqliteStore(tmp_path / "x.db", synchronous=bad)
+    assert "synchronous" in info.value.description
+    assert not (tmp_path / "x.db").exists()
+
+
+@pytest.mark.parametrize("mode", ["FULL", "full", "NORMAL", "EXTRA"])
+def test_sqlite_accepts_durable_synchronous_modes(tmp_path: Path, mode: str) -> None:
+    store = SqliteStore(tmp_path / "x.db", synchronous=mode)
+    assert store.synchronous == mode.upper()
+    store.open()
+    store.apply([AppendMessages(Q1, (record(1),))])
+    assert seqs(store.load_partition(Q1)) == [1]
+    store.close()
+
+
+def test_sqlite_defaults_to_full_and_uses_wal_with_a_schema_version(tmp_path: Path) -> None:
+    db = tmp_path / "x.db"
+    store = SqliteStore(db)
+    assert store.synchronous == "FULL"
+    store.open()
+    store.close()
+    raw = sqlite3.connect(db)
+    try:
+        assert raw.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert raw.execute("PRAGMA user_version").fetchone() == (1,)
+        assert raw.execute("PRAGMA page_size").fetchone() == (16384,)
+        tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert {"messages", "partitions", "entities"} <= tables
+    finally:
+        raw.close()
+
+
+def test_sqlite_refuses_a_newer_schema(tmp_path: Path) -> None:
+    db = tmp_path / "x.db"
+    raw = sqlite3.connect(db)
+    raw.execute("PRAGMA user_version = 99")
+    raw.close()
+    with pytest.raises(StoreUnavailable) as info:
+        SqliteStore(db).open()
+    assert "99" in info.value.description
+
+
+def test_sqlite_unopenable_file_raises_store_unavailable(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "missing-dir" / "x.db")
+    with pytest.raises(StoreUnavailable) as info:
+        store.open()
+    assert type(info.value) is StoreUnavailable
+    (tmp_path / "garbage.db").write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StoreUnavailable):
+        SqliteStore(tmp_path / "garbage.db").open()
+
+
+def test_sqlite_reports_a_locked_database_as_unavailable(tmp_path: Path) -> None:
+    db = tmp_path / "x.db"
+    store = SqliteStore(db, busy_timeout_ms=50)
+    store.open()
+    locker = sqlite3.connect(db, isolation_level=None)
+    try:
+        locker.execute("BEGIN IMMEDIATE")
+        with pytest.raises(StoreUnavailable) as info:
+            store.apply([AppendMessages(Q1, (record(1),))])
+        assert "locked" in info.value.description
+        locker.execute("ROLLBACK")
+        store.apply([AppendMessages(Q1, (record(1),))])  # usable again once the lock is gone
+        assert seqs(store.load_partition(Q1)) == [1]
+    finally:
+        locker.close()
+        store.close()
+
+
+class _CommitFails:
+    """Wraps a connection so that COMMIT fails, as an fsync error would make it."""
+
+    def __init__(self, inner: sqlite3.Connection) -> None:
+        self._inner = inner
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        if sql == "COMMIT":
+            raise sqlite3.OperationalError("disk I/O error")
+        return self._inner.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def test_sqlite_failed_commit_closes_the_store(tmp_path: Path) -> None:
+    db = tmp_path / "x.db"
+    store = SqliteStore(db)
+    store.open()
+    store.apply([AppendMessages(Q1, (record(1),))])
+    store._conn = cast(sqlite3.Connection, _CommitFails(cast(sqlite3.Connection, store._conn)))
+    with pytest.raises(StoreUnavailable) as info:
+        store.apply([AppendMessages(Q1, (record(2),))])
+    assert "may or may not" in info.value.description
+    assert isinstance(info.value.__cause__, sqlite3.OperationalError)
+    with pytest.raises(StoreUnavailable) as info:
+        store.load_partition(Q1)  # the connection is gone: the caller must reopen and reload
+    assert "closed" in info.value.description
+    store.close()
+    reopened = SqliteStore(db)
+    reopened.open()
+    try:
+        assert seqs(reopened.load_partition(Q1)) == [1]
+    finally:
+        reopened.close()
+
+
+_CHILD = r"""
+import sys
+import time
+
+from sodalite.model.message import MessageRecord, MessageState
+from sodalite.store.port import AppendMessages, PartitionRef
+from sodalite.store.sqlite import SqliteStore
+
+path, batches, per_batch, report_each = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+store = SqliteStore(path)
+store.open()
+ref = PartitionRef("durable", 0)
+seq = 0
+for b in range(batches):
+    messages = []
+    for _ in range(per_batch):
+        seq += 1
+        messages.append(MessageRecord(
+            sequence_number=seq, enqueued_time=1000 + seq, message_id=f"m{seq}", session_id=None,
+            partition_key=None, time_to_live=None, expires_at=None, scheduled_enqueue_time=None,
+            delivery_count=0, state=MessageState.ACTIVE, durable=True, priority=None,
+            annotations=b"", annotation_count=0, tail=(b"%d;" % seq) * 50,
+        ))
+    store.apply([AppendMessages(ref, tuple(messages))])
+    if report_each:
+        print("committed", seq, flush=True)
+if not report_each:
+    print("committed", seq, flush=True)
+time.sleep(600)
+"""
+
+
+def _spawn_child(db: Path, batches: int, per_batch: int, report_each: bool) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(db), str(batches), str(per_batch), "1" if report_each else "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    assert proc.stdout is not None
+    proc.stdout.close()
+
+
+def _expected_tail(seq: int) -> bytes:
+    return (b"%d;" % seq) * 50
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+def test_sqlite_committed_batches_survive_sigkill(tmp_path: Path) -> None:
+    db = tmp_path / "durable.db"
+    proc = _spawn_child(db, batches=7, per_batch=13, report_each=False)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line == "committed 91\n"
+    finally:
+        _kill(proc)
+    store = SqliteStore(db)
+    store.open()
+    try:
+        snapshot = store.load_partition(PartitionRef("durable", 0))
+        assert seqs(snapshot) == list(range(1, 92))
+        assert snapshot.last_sequence_number == 91
+        assert all(m.tail == _expected_tail(m.sequence_number) for m in snapshot.messages)
+        assert all(m.message_id == f"m{m.sequence_number}" for m in snapshot.messages)
+    finally:
+        store.close()
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+def test_sqlite_sigkill_mid_stream_keeps_whole_batches_only(tmp_path: Path) -> None:
+    db = tmp_path / "durable.db"
+    per_batch = 10
+    proc = _spawn_child(db, batches=100_000, per_batch=per_batch, report_each=True)
+    try:
+        assert proc.stdout is not None
+        acknowledged = 0
+        for _ in range(25):
+            acknowledged = int(proc.stdout.readline().split()[1])
+    finally:
+        _kill(proc)  # while it is writing further batches
+    store = SqliteStore(db)
+    store.open()
+    try:
+        snapshot = store.load_partition(PartitionRef("durable", 0))
+        found = seqs(snapshot)
+        assert len(found) >= acknowledged == 25 * per_batch
+        assert found == list(range(1, len(found) + 1))
+        assert len(found) % per_batch == 0  # no batch is half there
+        assert snapshot.last_sequence_number == len(found)
+    finally:
+        store.close()
+
+
+# -- durable adapters behave like the memory store --------------------------------------------------
+
+_PATHS = st.sampled_from(["q1", "Q1", "q2", "topic/Subscriptions/s"])
+_REFS = st.builds(PartitionRef, _PATHS, st.integers(0, 1))
+_SEQ = st.integers(1, 12)
+_I64 = st.integers(INT64_MIN, 2**63)  # 2**63 does not fit: such batches must fail everywhere
+_OPT_I64 = st.none() | _I64
+_OPT_TEXT = st.none() | st.text(max_size=4)
+_STATES = st.sampled_from(MessageState)
+
+_RECORDS = st.builds(
+    MessageRecord,
+    sequence_number=_SEQ,
+    enqueued_time=st.integers(0, 2**41),
+    message_id=_OPT_TEXT,
+    session_id=_OPT_TEXT,
+    partition_key=_OPT_TEXT,
+    time_to_live=_OPT_I64,
+    expires_at=st.none() | st.integers(0, 2**41),
+    scheduled_enqueue_time=st.none() | st.integers(0, 2**41),
+    delivery_count=st.integers(0, 10),
+    state=_STATES,
+    durable=st.none() | st.booleans(),
+    priority=st.none() | st.integers(0, 255),
+    annotations=st.binary(max_size=8),
+    annotation_count=st.integers(0, 3),
+    tail=st.binary(max_size=16),
+)
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=6,
+)
+_OPS: st.SearchStrategy[StoreOp] = st.one_of(
+    st.builds(AppendMessages, _REFS, st.lists(_RECORDS, min_size=1, max_size=3).map(tuple)),
+    st.builds(DeleteMessages, _REFS, st.lists(_SEQ, max_size=4).map(tuple)),
+    st.builds(
+        UpdateMessages,
+        _REFS,
+        st.lists(st.builds(MessageUpdate, _SEQ, st.integers(0, 20), _STATES), max_size=3).map(tuple),
+    ),
+    st.builds(
+        PutEntity,
+        st.builds(
+            EntityRecord,
+            _PATHS,
+            st.sampled_from(["queue", "topic"]),
+            st.dictionaries(st.text(max_size=4), _JSON, max_size=3),
+        ),
+    ),
+    st.builds(DeleteEntity, _PATHS),
+)
+_BATCHES = st.lists(st.lists(_OPS, min_size=0, max_size=5), min_size=1, max_size=12)
+_ALL_REFS = [PartitionRef(p, n) for p in ("q1", "Q1", "q2", "topic/subscriptions/S") for n in (0, 1, 2)]
+
+
+def _observe(store: MessagingStore) -> tuple[object, ...]:
+    return (
+        [store.load_partition(r) for r in _ALL_REFS],
+        [store.stats(r) for r in _ALL_REFS],
+        store.load_entities(),
+    )
+
+
+def _outcome(store: MessagingStore, batch: list[StoreOp]) -> str:
+    try:
+        store.apply(batch)
+    except StoreUnavailable:
+        return "failed"
+    return "applied"
+
+
+# NORMAL only to keep the examples fast; the semantics do not depend on it.
+_DURABLE: dict[str, Callable[[Path], MessagingStore]] = {
+    "sqlite": lambda tmp: SqliteStore(tmp / "p.db", synchronous="NORMAL"),
+}
+
+
+@pytest.mark.parametrize("adapter", _DURABLE)
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches=_BATCHES)
+def test_durable_adapter_matches_the_memory_store(adapter: str, batches: list[list[StoreOp]]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        reference = MemoryStore()
+        durable = _DURABLE[adapter](Path(tmp))
+        reference.open()
+        durable.open()
+        try:
+            for batch in batches:
+                assert _outcome(durable, batch) == _outcome(reference, batch)
+                assert _observe(durable) == _observe(reference)
+        finally:
+            durable.close()
+            reference.close()
