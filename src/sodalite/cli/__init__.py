@@ -1,0 +1,1 @@
+"""Command-line entry points: ``sodalite serve`` and, later, entity and pipeline commands."""

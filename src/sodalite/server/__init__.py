@@ -1,0 +1,1 @@
+"""The only asyncio and socket code: listener, connections, $cbs, $management, partition actors."""

@@ -1,0 +1,108 @@
+"""The broker process: its namespace, its messaging store, its entities and its listener.
+
+Startup writes the configured entities into the store (the configuration wins over what was
+stored), then loads every stored entity and its messages, and only then starts listening, so a
+client never reaches a half-loaded broker. Shutdown stops accepting, lets in-flight commits
+finish, and closes the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from sodalite.errors import ConfigurationError
+from sodalite.model.config import NamespaceConfig
+from sodalite.model.entities import TIMESPAN_MAX, QueueProperties
+from sodalite.server.connection_handler import BrokerConnection
+from sodalite.server.partition_actor import EntitySettings, PartitionActor
+from sodalite.server.store_worker import StoreWorker
+from sodalite.store.port import EntityRecord, MessagingStore, PartitionRef, PutEntity
+from sodalite.store.sqlite import SqliteStore
+
+log = logging.getLogger(__name__)
+
+QUEUE = "queue"
+
+
+@dataclass(slots=True)
+class QueueEntity:
+    name: str
+    properties: QueueProperties
+    max_message_size: int
+    actor: PartitionActor
+
+
+def _ms(value: timedelta) -> int | None:
+    return None if value >= TIMESPAN_MAX else int(value.total_seconds() * 1000)
+
+
+class Broker:
+    def __init__(self, namespace: NamespaceConfig, store: MessagingStore, *, max_frame_size: int = 262144,
+                 idle_timeout_ms: int | None = 120_000) -> None:
+        self.namespace = namespace
+        self.worker = StoreWorker(store, "0")
+        self.max_frame_size = max_frame_size
+        self.idle_timeout_ms = idle_timeout_ms
+        self.container_id = f"sodalite-{namespace.name}"
+        self.entities: dict[str, QueueEntity] = {}
+        self.connections: set[BrokerConnection] = set()
+        self.sas_keys: dict[str, tuple[str, ...]] = {
+            rule.key_name: tuple(k for k in (rule.primary_key, rule.secondary_key) if k)
+            for rule in namespace.authorization_rules
+        }
+        self._server: asyncio.Server | None = None
+
+    @classmethod
+    def with_sqlite(cls, namespace: NamespaceConfig, data_dir: Path, synchronous: str = "FULL") -> Broker:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        return cls(namespace, SqliteStore(data_dir / "messages.db", synchronous=synchronous))
+
+    def entity(self, path: str) -> QueueEntity | None:
+        return self.entities.get(path.lower())
+
+    async def start(self, host: str, port: int) -> int:
+        """Load everything, then listen; return the port actually bound."""
+        await self.worker.call(self.worker.store.open)
+        if self.namespace.topics:
+            log.warning("topics are not served yet; ignoring %s",
+                        ", ".join(t.name for t in self.namespace.topics))
+        await self.worker.apply([
+            PutEntity(EntityRecord(q.name, QUEUE, q.properties.to_json())) for q in self.namespace.queues
+        ])
+        for record in await self.worker.call(self.worker.store.load_entities):
+            if record.kind == QUEUE:
+                await self._load_queue(record)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: BrokerConnection(self), host, port)
+        sockets = self._server.sockets
+        return int(sockets[0].getsockname()[1]) if sockets else port
+
+    async def _load_queue(self, record: EntityRecord) -> None:
+        try:
+            properties = QueueProperties.from_json(record.properties)
+        except ConfigurationError as exc:
+            log.error("stored queue %s has invalid properties, skipped: %s", record.path, exc)
+            return
+        kilobytes = properties.max_message_size_in_kilobytes or self.namespace.max_message_size_in_kilobytes
+        settings = EntitySettings(
+            lock_duration=int(properties.lock_duration.total_seconds() * 1000),
+            default_ttl=_ms(properties.default_message_time_to_live),
+            max_message_size=kilobytes * 1024,
+        )
+        actor = PartitionActor(PartitionRef(record.path.lower(), 0), settings, self.worker)
+        await actor.load()
+        self.entities[record.path.lower()] = QueueEntity(record.path, properties, settings.max_message_size, actor)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self.connections):
+            if connection.transport is not None:
+                connection.transport.close()
+        for entity in self.entities.values():
+            await entity.actor.close()
+        await self.worker.close()

@@ -1,0 +1,140 @@
+"""Service Bus messages on the wire: from a received transfer to drafts, from a record to a delivery.
+
+Inbound, only header, message-annotations and properties are decoded; application-properties,
+body and footer are sliced verbatim into the record's tail, and delivery-annotations are dropped
+(they belong to the hop). Annotations that only the service may set are stripped on input, as the
+protocol guide says of ``x-opt-enqueued-time`` ("Ignored on input").
+
+Outbound, the delivery is a fresh header (carrying the delivery count, which the SDK reads raw:
+0 on first delivery, sdk-wire-contract.md 4.4), the broker's annotations spliced in front of the
+client's, then the tail unchanged.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sodalite.amqp import message as amqp_message
+from sodalite.amqp.errors import DecodeError
+from sodalite.amqp.types import Described
+from sodalite.errors import ArgumentError, MessageSizeExceeded
+from sodalite.model.message import MessageRecord
+from sodalite.model.partition import MessageDraft
+
+SERVICE_OWNED_ANNOTATIONS = frozenset({
+    "x-opt-sequence-number", "x-opt-enqueued-time", "x-opt-locked-until", "x-opt-lock-token",
+    "x-opt-deadletter-source", "x-opt-enqueue-sequence-number", "x-opt-message-state",
+    "x-opt-partition-id",
+})
+SCHEDULED_ENQUEUE_TIME = "x-opt-scheduled-enqueue-time"
+PARTITION_KEY = "x-opt-partition-key"
+
+_SEQUENCE_NUMBER = b"x-opt-sequence-number"
+_ENQUEUED_TIME = b"x-opt-enqueued-time"
+_LOCKED_UNTIL = b"x-opt-locked-until"
+
+
+def message_id_text(value: Any) -> str | None:
+    """Service Bus message ids are strings; other AMQP id types are rendered canonically."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value)
+
+
+def parse_transfer(payload: bytes, message_format: int, max_message_size: int) -> list[MessageDraft]:
+    """Drafts for every message in a transfer: one, or each inner message of a batch."""
+    try:
+        if message_format == amqp_message.BATCH_MESSAGE_FORMAT:
+            envelope = amqp_message.split_sections(payload)
+            inner = [amqp_message.binary_value(payload, s) for s in envelope if s.code == amqp_message.DATA]
+            if not inner:
+                raise ArgumentError("a batch transfer holds no messages")
+            return [parse_message(m, max_message_size) for m in inner]
+        return [parse_message(payload, max_message_size)]
+    except DecodeError as exc:
+        raise ArgumentError(f"the message is not valid AMQP: {exc.description}") from None
+
+
+def parse_message(payload: bytes, max_message_size: int) -> MessageDraft:
+    if len(payload) > max_message_size:
+        raise MessageSizeExceeded(
+            f"the message is {len(payload)} bytes; the entity allows {max_message_size}")
+    sections = amqp_message.split_sections(payload)
+    durable: bool | None = None
+    priority: int | None = None
+    ttl: int | None = None
+    message_id: str | None = None
+    session_id: str | None = None
+    annotations = b""
+    annotation_count = 0
+    scheduled: int | None = None
+    partition_key: str | None = None
+    tail: list[bytes] = []
+    for s in sections:
+        code = s.code
+        if code == amqp_message.HEADER:
+            fields = amqp_message.section_value(payload, s)
+            if not isinstance(fields, list):
+                raise ArgumentError("the message header is not a list")
+            fields = fields + [None] * (5 - len(fields))
+            durable = fields[0] if isinstance(fields[0], bool) else None
+            priority = int(fields[1]) if isinstance(fields[1], int) else None
+            ttl = int(fields[2]) if isinstance(fields[2], int) and not isinstance(fields[2], bool) else None
+        elif code == amqp_message.MESSAGE_ANNOTATIONS:
+            value = amqp_message.section_value(payload, s)
+            if not isinstance(value, dict):
+                raise ArgumentError("message-annotations is not a map")
+            kept = {k: v for k, v in value.items() if str(k) not in SERVICE_OWNED_ANNOTATIONS}
+            when = kept.get(SCHEDULED_ENQUEUE_TIME)
+            scheduled = int(when) if isinstance(when, int) and not isinstance(when, bool) else None
+            key = kept.get(PARTITION_KEY)
+            partition_key = key if isinstance(key, str) else None
+            annotations = amqp_message.map_entries(kept)
+            annotation_count = len(kept)
+        elif code == amqp_message.PROPERTIES:
+            fields = amqp_message.section_value(payload, s)
+            if not isinstance(fields, list):
+                raise ArgumentError("message properties is not a list")
+            fields = fields + [None] * (13 - len(fields))
+            message_id = message_id_text(fields[0])
+            session_id = fields[10] if isinstance(fields[10], str) else None
+            tail.append(payload[s.start : s.end])
+        elif code != amqp_message.DELIVERY_ANNOTATIONS:
+            tail.append(payload[s.start : s.end])
+    return MessageDraft(message_id, session_id, partition_key, ttl, scheduled, durable, priority, annotations,
+                        annotation_count, b"".join(tail))
+
+
+def delivery_payload(record: MessageRecord, locked_until: int | None) -> bytes:
+    """The message as a receiver gets it."""
+    entries = [
+        amqp_message.annotation_entry_long(_SEQUENCE_NUMBER, record.sequence_number),
+        amqp_message.annotation_entry_timestamp(_ENQUEUED_TIME, record.enqueued_time),
+    ]
+    if locked_until is not None:
+        entries.append(amqp_message.annotation_entry_timestamp(_LOCKED_UNTIL, locked_until))
+    entries.append(record.annotations)
+    return b"".join((
+        amqp_message.encode_header(record.durable, record.priority, record.time_to_live, None,
+                                   record.delivery_count),
+        amqp_message.encode_annotations(b"".join(entries), len(entries) - 1 + record.annotation_count),
+        record.tail,
+    ))
+
+
+def lock_token_tag(token: uuid.UUID) -> bytes:
+    """The delivery tag is the lock token in .NET Guid byte order (sdk-wire-contract.md 4.2)."""
+    return token.bytes_le
+
+
+def tag_lock_token(tag: bytes) -> uuid.UUID | None:
+    if len(tag) != 16:
+        return None
+    return uuid.UUID(bytes_le=tag)
+
+
+def is_described(value: Any, code: int) -> bool:
+    return isinstance(value, Described) and value.descriptor == code
