@@ -1,0 +1,80 @@
+"""A broker started the way the README starts it: `scripts/serve`, as a subprocess, on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVE = ROOT / "scripts" / "serve"
+KEY_NAME = "RootManageSharedAccessKey"
+KEY = "SAS_KEY_VALUE"
+
+
+def write_config(path: Path, queues: list[dict[str, Any]], **namespace: Any) -> Path:
+    config = {"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Queues": queues, **namespace}]}}
+    path.write_text(json.dumps(config), encoding="utf-8")
+    return path
+
+
+class BrokerProcess:
+    def __init__(self, data_dir: Path, config: Path | None, port: int = 0) -> None:
+        self.data_dir = data_dir
+        self.config = config
+        self.port = port
+        self.proc: subprocess.Popen[str] | None = None
+        self.output: list[str] = []
+        self.connection_string = ""
+
+    def start(self, timeout: float = 60.0) -> BrokerProcess:
+        args = [str(SERVE), "--host", "127.0.0.1", "--port", str(self.port), "--data-dir", str(self.data_dir)]
+        if self.config is not None:
+            args += ["--config", str(self.config)]
+        self.output = []
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        deadline = time.monotonic() + timeout
+        assert self.proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError("broker exited during startup:\n" + "".join(self.output))
+            self.output.append(line)
+            match = re.search(r"Connection string: (\S+)", line)
+            if match:
+                self.connection_string = match.group(1)
+                self.port = int(re.search(r"sb://[^:]+:(\d+)", self.connection_string).group(1))  # type: ignore[union-attr]
+                threading.Thread(target=self._drain, daemon=True).start()
+                return self
+        raise RuntimeError("broker did not print its connection string in time")
+
+    def _drain(self) -> None:
+        proc = self.proc
+        if proc is not None and proc.stdout is not None:
+            for line in proc.stdout:
+                self.output.append(line)
+
+    def kill(self) -> None:
+        """SIGKILL: no chance to flush or close anything."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def connection_string_with(self, key: str = KEY, key_name: str = KEY_NAME) -> str:
+        return (f"Endpoint=sb://localhost:{self.port};SharedAccessKeyName={key_name};SharedAccessKey={key};"
+                "UseDevelopmentEmulator=true;")

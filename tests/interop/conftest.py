@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from broker_process import BrokerProcess, write_config
+
+QUEUES = [
+    {"Name": "queue.1", "Properties": {}},
+    {"Name": "orders", "Properties": {"LockDuration": "PT5S", "MaxDeliveryCount": 10}},
+    {"Name": "rnd", "Properties": {}},
+    {"Name": "durable", "Properties": {}},
+    {"Name": "aio", "Properties": {}},
+    {"Name": "props", "Properties": {}},
+    {"Name": "misc", "Properties": {}},
+]
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for the interop tests that only need a running broker; each test uses its own queue."""
+    base = tmp_path_factory.mktemp("broker")
+    process = BrokerProcess(base / "data", write_config(base / "Config.json", QUEUES)).start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def fresh_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A broker of the test's own, for tests that kill or restart it."""
+    process = BrokerProcess(tmp_path / "data", write_config(tmp_path / "Config.json", QUEUES))
+    yield process
+    process.stop()

@@ -1,0 +1,97 @@
+"""A small blocking AMQP client built on Sodalite's own sans-IO layer, for what the SDK cannot do."""
+
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from sodalite.amqp import events as ev
+from sodalite.amqp.codec import encode_value
+from sodalite.amqp.connection import Connection
+from sodalite.amqp.link import RECEIVER, SENDER, Link
+from sodalite.amqp.performatives import Source, Target
+from sodalite.amqp.sasl import SaslClientConfig
+from sodalite.amqp.types import Described, Timestamp, ULong
+from sodalite.server.messages import decode_request
+
+
+def message(body: bytes, message_id: str | None = None) -> bytes:
+    out = bytearray()
+    if message_id is not None:
+        encode_value(Described(ULong(0x73), [message_id]), out)
+    encode_value(Described(ULong(0x75), body), out)
+    return bytes(out)
+
+
+class RawClient:
+    def __init__(self, port: int, hostname: str = "localhost") -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.conn = Connection(server=False, container_id=f"raw-{uuid.uuid4()}", sasl_client=SaslClientConfig(),
+                               hostname=hostname)
+        self.conn.start()
+        self.session = self.conn.begin()
+        self.events: list[ev.Event] = []
+        self._cbs: tuple[Link, Link] | None = None  # one request/response pair, as the SDK keeps
+
+    def close(self) -> None:
+        self.conn.close()
+        try:
+            self.flush()
+        except OSError:
+            pass
+        self.sock.close()
+
+    def flush(self) -> None:
+        data = self.conn.data_to_send()
+        if data:
+            self.sock.sendall(data)
+
+    def wait(self, predicate: Callable[[ev.Event], bool], timeout: float = 10.0) -> ev.Event:
+        """Pump until an event matching ``predicate`` arrives; return it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for i, event in enumerate(self.events):
+                if predicate(event):
+                    del self.events[: i + 1]
+                    return event
+            self.events.clear()
+            self.flush()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("no matching event")
+            self.sock.settimeout(remaining)
+            data = self.sock.recv(65536)
+            if not data:
+                self.events.extend(self.conn.connection_lost())
+                for event in self.events:
+                    if predicate(event):
+                        return event
+                raise ConnectionError("the broker closed the connection")
+            self.events.extend(self.conn.receive_data(data))
+
+    def attach(self, address: str, role: bool, **kwargs: Any) -> Link:
+        link = self.session.attach(str(uuid.uuid4()), role, Source(address), Target(address), **kwargs)
+        self.wait(lambda e: isinstance(e, ev.LinkAttached) and e.link is link)
+        return link
+
+    def put_token(self, audience: str, token: str, expiration_ms: int) -> int:
+        """Run a $cbs put-token and return the status-code the broker answered with."""
+        if self._cbs is None:
+            response = self.attach("$cbs", RECEIVER)
+            response.issue_credit(10)
+            self._cbs = (self.attach("$cbs", SENDER), response)
+        request, response = self._cbs
+        out = bytearray()
+        request_id = uuid.uuid4()
+        encode_value(Described(ULong(0x73), [request_id]), out)
+        encode_value(Described(ULong(0x74), {"name": audience, "operation": "put-token", "type": "jwt",
+                                             "expiration": Timestamp(expiration_ms)}), out)
+        encode_value(Described(ULong(0x77), token), out)
+        request.send_transfer(bytes(out), request_id.bytes[:4], settled=False)
+        got = self.wait(lambda e: isinstance(e, ev.TransferReceived) and e.link is response)
+        assert isinstance(got, ev.TransferReceived)
+        decoded = decode_request(got.delivery.payload)
+        return int(decoded.application_properties["status-code"])
