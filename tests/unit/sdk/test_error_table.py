@@ -1,0 +1,58 @@
+"""Our error table, checked against how the official SDK maps each condition to an exception."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from azure.servicebus import exceptions as sb
+from azure.servicebus._pyamqp.error import ErrorCondition
+from azure.servicebus._transport._pyamqp_transport import PyamqpTransport
+
+from sodalite import errors
+
+# What a Service Bus user expects to catch for each of our errors, and whether the SDK retries it.
+EXPECTED: dict[type[errors.SodaliteError], type[Exception]] = {
+    errors.EntityNotFound: sb.MessagingEntityNotFoundError,
+    errors.Unauthorized: sb.ServiceBusAuthorizationError,
+    errors.MessageSizeExceeded: sb.MessageSizeExceededError,
+    errors.QuotaExceeded: sb.ServiceBusQuotaExceededError,
+    errors.ServerBusy: sb.ServiceBusServerBusyError,
+    errors.StoreUnavailable: sb.ServiceBusServerBusyError,
+    errors.OperationTimeout: sb.OperationTimeoutError,
+    errors.MessageLockLost: sb.MessageLockLostError,
+    errors.MessageNotFound: sb.MessageNotFoundError,
+    errors.SessionLockLost: sb.SessionLockLostError,
+    errors.SessionCannotBeLocked: sb.SessionCannotBeLockedError,
+    errors.InvalidOperation: sb.ServiceBusError,
+    errors.NotImplementedOperation: sb.ServiceBusError,
+    errors.ArgumentError: sb.ServiceBusError,
+    errors.ConfigurationError: sb.ServiceBusError,
+    errors.InternalError: sb.ServiceBusError,
+    errors.SodaliteError: sb.ServiceBusError,
+}
+
+
+def _sdk_exception(condition: str) -> sb.ServiceBusError:
+    raw = condition.encode()
+    try:
+        code: object = ErrorCondition(raw)
+    except ValueError:
+        code = raw
+    return PyamqpTransport._handle_amqp_exception_with_condition(  # type: ignore[no-any-return]
+        logging.getLogger("test"), code, "described")
+
+
+def test_every_error_class_is_covered() -> None:
+    assert {row.name for row in errors.error_table()} == {cls.__name__ for cls in EXPECTED}
+
+
+@pytest.mark.parametrize("cls", list(EXPECTED), ids=lambda c: c.__name__)
+def test_condition_maps_to_the_expected_sdk_exception(cls: type[errors.SodaliteError]) -> None:
+    exc = _sdk_exception(cls.condition)
+    assert type(exc) is EXPECTED[cls]
+
+
+@pytest.mark.parametrize("cls", [c for c in EXPECTED if c is not errors.SodaliteError], ids=lambda c: c.__name__)
+def test_retryability_agrees_with_the_sdk(cls: type[errors.SodaliteError]) -> None:
+    assert _sdk_exception(cls.condition)._retryable is cls.retryable
