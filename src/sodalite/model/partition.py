@@ -63,6 +63,7 @@ class Partition:
         self.messages: dict[int, MessageRecord] = {}
         self._available: list[int] = []
         self.locks: dict[uuid.UUID, Lock] = {}
+        self._expiries: list[tuple[int, uuid.UUID]] = []  # (locked_until, token); stale entries skipped
         self._locked_seq: set[int] = set()
         self.last_sequence_number = last_sequence_number
         self._new_token = token_factory
@@ -116,6 +117,7 @@ class Partition:
                 continue  # stale heap entry
             lock = Lock(self._new_token(), seq, now + lock_duration, owner)
             self.locks[lock.token] = lock
+            heapq.heappush(self._expiries, (lock.locked_until, lock.token))
             self._locked_seq.add(seq)
             return record, lock
         return None
@@ -165,12 +167,18 @@ class Partition:
     def renew(self, token: uuid.UUID, now: int, lock_duration: int) -> int:
         lock = self._lock(token, now)
         lock.locked_until = now + lock_duration
+        heapq.heappush(self._expiries, (lock.locked_until, lock.token))
         return lock.locked_until
 
     def expire_locks(self, now: int) -> list[MessageUpdate]:
         """Locks past their time end as an abandon would (Service Bus counts the delivery)."""
-        expired = [lock for lock in self.locks.values() if lock.locked_until <= now]
-        return [self._unlock(lock, count_delivery=True) for lock in expired]
+        updates: list[MessageUpdate] = []
+        while self._expiries and self._expiries[0][0] <= now:
+            until, token = heapq.heappop(self._expiries)
+            lock = self.locks.get(token)
+            if lock is not None and lock.locked_until == until:
+                updates.append(self._unlock(lock, count_delivery=True))
+        return updates
 
     def drop_owner(self, owner: Any) -> list[MessageUpdate]:
         """The receiver went away (link detached, connection lost): its locks end as expired."""
@@ -178,7 +186,14 @@ class Partition:
         return [self._unlock(lock, count_delivery=True) for lock in gone]
 
     def next_lock_expiry(self) -> int | None:
-        return min((lock.locked_until for lock in self.locks.values()), default=None)
+        expiries = self._expiries
+        while expiries:
+            until, token = expiries[0]
+            lock = self.locks.get(token)
+            if lock is not None and lock.locked_until == until:
+                return until
+            heapq.heappop(expiries)  # settled, released or renewed since
+        return None
 
     def _unlock(self, lock: Lock, count_delivery: bool) -> MessageUpdate:
         del self.locks[lock.token]

@@ -70,9 +70,12 @@ def validate_token(token: str, keys: Mapping[str, tuple[str, ...]], now: float) 
     if parsed.expiry < now:
         raise Unauthorized("the token has expired")
     spellings = {quote_plus(parsed.audience), parsed.raw_audience, _lower_hex(quote_plus(parsed.audience))}
+    # Compared as bytes: compare_digest refuses str with non-ASCII characters (TypeError), and the
+    # signature is whatever the client wrote.
+    claimed = parsed.signature.encode("utf-8", "surrogatepass")
     for key in candidates:
         for spelling in spellings:
-            if hmac.compare_digest(sign(spelling, parsed.expiry, key), parsed.signature):
+            if hmac.compare_digest(sign(spelling, parsed.expiry, key).encode("ascii"), claimed):
                 return parsed
     raise Unauthorized("the token's signature does not match")
 

@@ -30,6 +30,7 @@ from sodalite.store.port import AppendMessages, DeleteMessages, PartitionRef, St
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], int]  # ms since the epoch
+RELOAD_RETRY_SECONDS = 1.0
 
 
 def wall_clock_ms() -> int:
@@ -83,15 +84,23 @@ class PartitionActor:
         self._lock_timer: asyncio.TimerHandle | None = None
         self._lock_timer_at: int | None = None
         self._closed = False
+        self._reloading = False
 
     async def load(self) -> None:
         snapshot = await self.worker.load_partition(self.ref)
-        self.partition = Partition(snapshot.messages, snapshot.last_sequence_number)
+        # Never let the high-water mark go back: numbers handed out before a failed commit stay used.
+        last = max(snapshot.last_sequence_number, self.partition.last_sequence_number)
+        self.partition = Partition(snapshot.messages, last)
+
+    def _check_available(self) -> None:
+        if self._reloading:
+            raise StoreUnavailable("the partition is recovering from a store failure; retry shortly")
 
     # ---- commands -----------------------------------------------------------------------------
 
     def send(self, drafts: list[MessageDraft]) -> asyncio.Future[None]:
         """Enqueue messages; the future resolves once they are durable."""
+        self._check_available()
         records = self.partition.accept(drafts, self.clock(), self.settings.default_ttl)
         batch = self._batch
         batch.ops.append(AppendMessages(self.ref, tuple(records)))
@@ -99,12 +108,14 @@ class PartitionActor:
         return self._future_in_batch()
 
     def complete(self, token: uuid.UUID) -> asyncio.Future[None]:
+        self._check_available()
         seq = self.partition.complete(token, self.clock())
         self._batch.ops.append(DeleteMessages(self.ref, (seq,)))
         self._dispatch_soon()
         return self._future_in_batch()
 
     def abandon(self, token: uuid.UUID) -> asyncio.Future[None]:
+        self._check_available()
         update = self.partition.abandon(token, self.clock())
         self._batch.ops.append(UpdateMessages(self.ref, (update,)))
         self._dispatch_soon()
@@ -147,6 +158,8 @@ class PartitionActor:
         asyncio.get_running_loop().call_soon(self._dispatch)
 
     def _dispatch(self) -> None:
+        if self._reloading:
+            return
         partition = self.partition
         consumers = self.consumers
         if consumers and partition.has_available():
@@ -229,13 +242,15 @@ class PartitionActor:
         try:
             if batch.ops:
                 await self.worker.apply(batch.ops)
-        except SodaliteError as exc:
+        except Exception as exc:
+            if not isinstance(exc, SodaliteError):  # an adapter bug must not leave senders waiting forever
+                log.exception("store commit failed for %s", self.ref)
+                exc = StoreUnavailable(f"store commit failed: {exc}")
+            # What was queued behind the failed batch was decided against memory that is now suspect:
+            # fail it too, and rebuild memory from the store before taking new commands.
+            queued, self._batch = self._batch, _Batch()
             self._fail_batch(batch, exc)
-            await self._reload()
-            return
-        except Exception as exc:  # a bug in an adapter must not leave senders waiting forever
-            log.exception("store commit failed for %s", self.ref)
-            self._fail_batch(batch, StoreUnavailable(f"store commit failed: {exc}"))
+            self._fail_batch(queued, exc)
             await self._reload()
             return
         self.partition.publish(batch.published)
@@ -255,9 +270,13 @@ class PartitionActor:
             consumer.reserved -= 1  # not sent: the delete did not commit, the reload brings it back
 
     async def _reload(self) -> None:
-        try:
-            await self.load()
-        except SodaliteError:
-            log.warning("partition %s could not be reloaded; it stays empty until the store answers", self.ref)
-            self.partition = Partition((), self.partition.last_sequence_number)
-
+        self._reloading = True
+        while not self._closed:
+            try:
+                await self.load()
+                break
+            except SodaliteError:
+                log.warning("partition %s cannot be reloaded yet; retrying", self.ref)
+                await asyncio.sleep(RELOAD_RETRY_SECONDS)
+        self._reloading = False
+        self._dispatch()

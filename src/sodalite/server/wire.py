@@ -33,6 +33,9 @@ PARTITION_KEY = "x-opt-partition-key"
 _SEQUENCE_NUMBER = b"x-opt-sequence-number"
 _ENQUEUED_TIME = b"x-opt-enqueued-time"
 _LOCKED_UNTIL = b"x-opt-locked-until"
+_UBYTE_MAX = 0xFF
+_UINT_MAX = 0xFFFF_FFFF
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def message_id_text(value: Any) -> str | None:
@@ -42,6 +45,19 @@ def message_id_text(value: Any) -> str | None:
     if isinstance(value, bytes):
         return value.hex()
     return str(value)
+
+
+def _ranged(value: Any, high: int, what: str, low: int = 0) -> int | None:
+    """An integer field as an int; None if it is absent or not an integer.
+
+    A value outside the field's AMQP range (a long where a uint belongs) is refused: it could be
+    neither written back on delivery nor kept by a store, and would fail everyone's group commit.
+    """
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    if not low <= value <= high:
+        raise ArgumentError(f"{what} {value} is out of range")
+    return int(value)
 
 
 def parse_transfer(payload: bytes, message_format: int, max_message_size: int) -> list[MessageDraft]:
@@ -81,15 +97,15 @@ def parse_message(payload: bytes, max_message_size: int) -> MessageDraft:
                 raise ArgumentError("the message header is not a list")
             fields = fields + [None] * (5 - len(fields))
             durable = fields[0] if isinstance(fields[0], bool) else None
-            priority = int(fields[1]) if isinstance(fields[1], int) else None
-            ttl = int(fields[2]) if isinstance(fields[2], int) and not isinstance(fields[2], bool) else None
+            priority = _ranged(fields[1], _UBYTE_MAX, "header priority")
+            ttl = _ranged(fields[2], _UINT_MAX, "header ttl")
         elif code == amqp_message.MESSAGE_ANNOTATIONS:
             value = amqp_message.section_value(payload, s)
             if not isinstance(value, dict):
                 raise ArgumentError("message-annotations is not a map")
             kept = {k: v for k, v in value.items() if str(k) not in SERVICE_OWNED_ANNOTATIONS}
             when = kept.get(SCHEDULED_ENQUEUE_TIME)
-            scheduled = int(when) if isinstance(when, int) and not isinstance(when, bool) else None
+            scheduled = _ranged(when, _INT64_MAX, SCHEDULED_ENQUEUE_TIME, _INT64_MIN)
             key = kept.get(PARTITION_KEY)
             partition_key = key if isinstance(key, str) else None
             annotations = amqp_message.map_entries(kept)
