@@ -17,7 +17,6 @@ from typing import Any
 
 from sodalite.amqp import message as amqp_message
 from sodalite.amqp.errors import DecodeError
-from sodalite.amqp.types import Described
 from sodalite.errors import ArgumentError, MessageSizeExceeded
 from sodalite.model.message import MessageRecord
 from sodalite.model.partition import MessageDraft
@@ -151,6 +150,3 @@ def tag_lock_token(tag: bytes) -> uuid.UUID | None:
         return None
     return uuid.UUID(bytes_le=tag)
 
-
-def is_described(value: Any, code: int) -> bool:
-    return isinstance(value, Described) and value.descriptor == code

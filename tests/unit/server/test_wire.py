@@ -629,9 +629,3 @@ def test_lock_token_tag_round_trip(token: uuid.UUID) -> None:
 @pytest.mark.parametrize("tag", [b"", b"\x00" * 4, b"\x00" * 15, b"\x00" * 17])
 def test_tags_of_other_lengths_are_not_lock_tokens(tag: bytes) -> None:
     assert wire.tag_lock_token(tag) is None
-
-
-def test_is_described() -> None:
-    assert wire.is_described(Described(ULong(0x70), []), 0x70)
-    assert not wire.is_described(Described(ULong(0x71), []), 0x70)
-    assert not wire.is_described([], 0x70)
