@@ -27,10 +27,10 @@ def message(body: bytes, message_id: str | None = None) -> bytes:
 
 
 class RawClient:
-    def __init__(self, port: int, hostname: str = "localhost") -> None:
+    def __init__(self, port: int, hostname: str = "localhost", max_frame_size: int = 262144) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
         self.conn = Connection(server=False, container_id=f"raw-{uuid.uuid4()}", sasl_client=SaslClientConfig(),
-                               hostname=hostname)
+                               hostname=hostname, max_frame_size=max_frame_size)
         self.conn.start()
         self.session = self.conn.begin()
         self.events: list[ev.Event] = []

@@ -1,0 +1,69 @@
+"""What the SDK never does but other AMQP clients may: pre-settled sends, multi-frame messages, credit."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from broker_process import KEY, KEY_NAME, BrokerProcess
+from raw_client import RawClient, message
+
+from sodalite.amqp import events as ev
+from sodalite.amqp.link import RECEIVER, SENDER
+from sodalite.amqp.message import split_sections
+from sodalite.model.sas import generate_token
+
+pytestmark = pytest.mark.interop
+
+
+def _client(broker: BrokerProcess, max_frame_size: int = 262144) -> RawClient:
+    client = RawClient(broker.port, max_frame_size=max_frame_size)
+    audience = f"sb://localhost:{broker.port}/"
+    expiry = int(time.time()) + 300
+    assert client.put_token(audience, generate_token(audience, KEY_NAME, KEY, expiry), expiry * 1000) == 202
+    return client
+
+
+def test_presettled_and_multi_frame_sends_are_stored(broker: BrokerProcess) -> None:
+    client = _client(broker, max_frame_size=4096)  # the broker must split its deliveries into 4 KB frames
+    try:
+        sender = client.attach(f"amqps://localhost:{broker.port}/queue.1", SENDER)
+        big = b"B" * 200_000  # below the 256 KB entity limit
+        sender.send_transfer(message(b"fire-and-forget", "p1"), b"\x01", settled=True)
+        sender.send_transfer(message(big, "p2"), b"\x02", settled=False)
+        outcome = client.wait(lambda e: isinstance(e, ev.DeliveryUpdated) and e.link is sender)
+        assert isinstance(outcome, ev.DeliveryUpdated) and outcome.settled
+        assert type(outcome.state).__name__ == "Accepted"
+
+        receiver = client.attach(f"amqps://localhost:{broker.port}/queue.1", RECEIVER, snd_settle_mode=1)
+        receiver.issue_credit(2)
+        bodies = []
+        for _ in range(2):
+            got = client.wait(lambda e: isinstance(e, ev.TransferReceived) and e.link is receiver)
+            assert isinstance(got, ev.TransferReceived) and got.delivery.settled  # ReceiveAndDelete
+            payload = got.delivery.payload
+            data = [s for s in split_sections(payload) if s.code == 0x75]
+            bodies.append(payload[data[0].value_start:data[0].end])
+        assert bodies[0].endswith(b"fire-and-forget")
+        assert bodies[1].endswith(big) and len(bodies[1]) == len(big) + 5  # vbin32 constructor + length
+        assert receiver.link_credit == 0  # credit is honoured: nothing more arrives without more credit
+    finally:
+        client.close()
+
+
+def test_drain_returns_credit_when_the_queue_is_empty(broker: BrokerProcess) -> None:
+    client = _client(broker)
+    try:
+        receiver = client.attach(f"amqps://localhost:{broker.port}/rnd", RECEIVER, snd_settle_mode=1)
+        before = receiver.delivery_count
+        receiver.issue_credit(5, drain=True)
+        client.flush()
+        deadline = time.monotonic() + 10
+        while receiver.link_credit and time.monotonic() < deadline:
+            client.sock.settimeout(1)
+            data = client.sock.recv(65536)
+            client.events.extend(client.conn.receive_data(data))
+        assert receiver.link_credit == 0
+        assert (receiver.delivery_count - before) % 2**32 == 5  # the broker advanced delivery-count by the credit
+    finally:
+        client.close()
