@@ -179,6 +179,8 @@ class Connection:
         self._events.append(event)
 
     def _write(self, data: bytes) -> None:
+        if self._close_sent or self.closed:
+            return  # 2.4.3: nothing may follow a close; the owner may still act on earlier events
         if self._open_sent:
             self._out.append(data)
         else:

@@ -75,7 +75,13 @@ class Link:
                properties: dict[Any, Any] | None = None, initial_delivery_count: int = 0,
                max_message_size: int | None = None, snd_settle_mode: int | None = None,
                rcv_settle_mode: int | None = None, offered_capabilities: Any = None) -> None:
-        """Answer the peer's attach. Source and target default to an echo of the peer's."""
+        """Answer the peer's attach. Source and target default to an echo of the peer's.
+
+        A no-op if the link is already gone: the peer's detach, end or close may come in the same
+        batch of events as its attach.
+        """
+        if self.state == "detached":
+            return
         remote = self.remote_attach
         assert remote is not None and self.state == "attach-received"
         self.source = source if source is not None else remote.source
@@ -99,13 +105,19 @@ class Link:
 
     def refuse(self, error: Error) -> None:
         """Refuse the peer's attach: null terminus attach, then a closing detach with ``error``."""
+        if self.state == "detached":
+            return  # already gone, as for accept
         assert self.state == "attach-received"
+        self._send_null_attach()
+        self.state = "detach-sent"
+        self.session._send_performative(Detach(self.handle, True, error))
+
+    def _send_null_attach(self) -> None:
+        """Answer the peer's attach with null terminus, as the prelude to a detach."""
         self.session._send_performative(Attach(
             self.name, self.handle, self.role, self.snd_settle_mode, self.rcv_settle_mode, None, None,
             None, False, 0 if self.role is SENDER else None, None, None, None, None,
         ))
-        self.state = "detach-sent"
-        self.session._send_performative(Detach(self.handle, True, error))
 
     def detach(self, error: Error | None = None, closed: bool = True) -> None:
         """Detach this link; the peer's answering detach completes it."""

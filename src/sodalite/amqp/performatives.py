@@ -3,16 +3,17 @@
 Each type is a dataclass with a ``CODE`` (its small-ulong descriptor) and a ``FIELDS`` schema that
 names the AMQP type of every field. Encoding always writes the full field list with explicit
 nulls, because SDKs older than azure-servicebus 7.15 index trailing fields without a length check
-(sdk-wire-contract.md section 10, pitfall 14). Decoding is lenient about trailing fields and fills
-spec defaults. Transfer, disposition and flow are on the hot path and have hand-written encoders
-in :mod:`sodalite.amqp.framing`.
+(sdk-wire-contract.md section 10, pitfall 14). Decoding is lenient about trailing fields (ignored)
+and integer widths, fills spec defaults, and checks the type of every field it keeps (InvalidField).
+Transfer, disposition and flow are on the hot path and have hand-written encoders in
+:mod:`sodalite.amqp.framing`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, get_args
 
 from sodalite.amqp.codec import encode_value
 from sodalite.amqp.errors import DecodeError, InvalidField
@@ -63,7 +64,20 @@ def _f_map(value: Any, out: bytearray) -> None:
     encode_value({(Symbol(k) if type(k) is str else k): v for k, v in value.items()}, out)
 
 
+def _f_composite() -> FieldEncoder:
+    """An ``F_ANY`` that is a distinct schema entry, so decoding can check the composite's type."""
+
+    def enc(value: Any, out: bytearray) -> None:
+        _f_any(value, out)
+
+    return enc
+
+
 F_ANY = _f_any
+F_ERROR = _f_composite()  # an Error
+F_SOURCE = _f_composite()  # a Source
+F_TARGET = _f_composite()  # a Target or a Coordinator
+F_STATE = _f_composite()  # a delivery state or outcome
 F_STRING = _typed(str)
 F_SYMBOL = _typed(Symbol)
 F_SYMBOLS = _f_symbols
@@ -84,6 +98,101 @@ def _field_names(cls: type) -> tuple[str, ...]:
     if names is None:
         names = _NAMES[cls] = tuple(f.name for f in fields(cls))
     return names
+
+
+# ---- field checks: what a decoded value must be to fill a field ----------------------------------
+#
+# A check is (types accepted at a glance, fallback predicate). Decoded values of the declared type
+# pass on the first test, so the hot-path performatives pay one set lookup per present field.
+# Integer fields accept any integer width whose value fits (the SDK's widths vary, contract pitfall
+# 12), symbol fields any ASCII string; every other field must hold its own kind of value. So a
+# malformed performative fails here with InvalidField, not later in the owner's code with a
+# TypeError, and whatever passes re-encodes when the owner echoes it (a terminus in an attach).
+
+FieldCheck = tuple[frozenset[type], Callable[[Any], bool]]
+_NONE = type(None)
+
+
+def _never(value: Any) -> bool:
+    return False
+
+
+def _always(value: Any) -> bool:
+    return True
+
+
+def _int_check(fast: tuple[type, ...], top: int) -> FieldCheck:
+    def fits(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= top
+
+    return frozenset((_NONE, *fast)), fits
+
+
+def _string(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _binary(value: Any) -> bool:
+    return isinstance(value, bytes)
+
+
+def _symbol(value: Any) -> bool:
+    return isinstance(value, str) and value.isascii()  # a string where a symbol belongs: lenient
+
+
+def _symbols(value: Any) -> bool:
+    return _symbol(value) or (isinstance(value, Array | list | tuple) and all(map(_symbol, value)))
+
+
+_FIELD_CHECKS: dict[FieldEncoder, FieldCheck] = {
+    F_ANY: (frozenset((_NONE,)), _always),
+    F_STRING: (frozenset((_NONE, str, Symbol)), _string),
+    F_SYMBOL: (frozenset((_NONE, Symbol)), _symbol),
+    F_SYMBOLS: (frozenset((_NONE, Symbol)), _symbols),
+    F_UBYTE: _int_check((UByte,), 0xFF),
+    F_USHORT: _int_check((UShort, UByte), 0xFFFF),
+    F_UINT: _int_check((UInt, UShort, UByte), 0xFFFFFFFF),
+    F_ULONG: _int_check((ULong, UInt, UShort, UByte), 0xFFFFFFFFFFFFFFFF),
+    F_BOOL: (frozenset((_NONE, bool)), _never),
+    F_BINARY: (frozenset((_NONE, bytes)), _binary),
+    F_MAP: (frozenset((_NONE, dict)), _never),
+}  # the composite kinds are added below their classes
+_CHECKS: dict[type, tuple[FieldCheck, ...]] = {}
+_FAST: dict[type, tuple[frozenset[type], ...]] = {}
+
+
+def _field_checks(cls: type[Composite]) -> tuple[FieldCheck, ...]:
+    checks = _CHECKS.get(cls)
+    if checks is None:
+        checks = _CHECKS[cls] = tuple(_FIELD_CHECKS[enc] for enc in cls.FIELDS)
+        _FAST[cls] = tuple(fast for fast, _ in checks)
+    return checks
+
+
+def _check_fields(cls: type[Composite], values: list[Any]) -> None:
+    """Raise InvalidField unless every value fits its field's declared type (None always does)."""
+    fasts = _FAST.get(cls)
+    if fasts is None:
+        _field_checks(cls)
+        fasts = _FAST[cls]
+    for value, fast in zip(values, fasts, strict=False):
+        if type(value) not in fast:
+            error = _invalid(cls, values)
+            if error is not None:
+                raise error
+            return
+
+
+def _invalid(cls: type[Composite], values: list[Any]) -> InvalidField | None:
+    """The error naming the first of ``values`` that does not fit its field, if any."""
+    for name, value, (fast, fallback) in zip(_field_names(cls), values, _field_checks(cls), strict=False):
+        if type(value) not in fast and not fallback(value):
+            return _field_error(cls, name, value)
+    return None
+
+
+def _field_error(cls: type[Composite], name: str, value: Any) -> InvalidField:
+    return InvalidField(f"{cls.__name__}.{name}: {type(value).__name__} {value!r:.40} is not allowed")
 
 
 class Composite:
@@ -117,12 +226,11 @@ class Composite:
 
     @classmethod
     def from_fields(cls, values: list[Any]) -> Any:
-        names = _field_names(cls)
-        if len(values) > len(names):
-            values = values[: len(names)]
         kwargs = {}
-        for name, value in zip(names, values, strict=False):
+        for name, value, (fast, fallback) in zip(_field_names(cls), values, _field_checks(cls), strict=False):
             if value is not None:
+                if type(value) not in fast and not fallback(value):
+                    raise _field_error(cls, name, value)
                 kwargs[name] = value
         try:
             return cls(**kwargs)
@@ -145,7 +253,7 @@ class Error(Composite):
 @dataclass(frozen=True, slots=True)
 class Source(Composite):
     CODE = 0x28
-    FIELDS = (F_ANY, F_UINT, F_SYMBOL, F_UINT, F_BOOL, F_MAP, F_SYMBOL, F_MAP, F_ANY, F_SYMBOLS, F_SYMBOLS)
+    FIELDS = (F_ANY, F_UINT, F_SYMBOL, F_UINT, F_BOOL, F_MAP, F_SYMBOL, F_MAP, F_STATE, F_SYMBOLS, F_SYMBOLS)
     address: Any = None
     durable: int | None = None
     expiry_policy: str | None = None
@@ -196,7 +304,7 @@ class Accepted(Composite):
 @dataclass(frozen=True, slots=True)
 class Rejected(Composite):
     CODE = 0x25
-    FIELDS = (F_ANY,)
+    FIELDS = (F_ERROR,)
     error: Error | None = None
 
 
@@ -240,7 +348,7 @@ class Declared(Composite):
 @dataclass(frozen=True, slots=True)
 class TransactionalState(Composite):
     CODE = 0x34
-    FIELDS = (F_BINARY, F_ANY)
+    FIELDS = (F_BINARY, F_STATE)
     txn_id: bytes
     outcome: Any = None
 
@@ -282,7 +390,8 @@ class Begin(Composite):
     @classmethod
     def from_fields(cls, values: list[Any]) -> Any:
         # remote-channel is the one leading optional field: keep its position explicitly.
-        values = list(values) + [None] * (8 - len(values))
+        values = values[:8] + [None] * (8 - len(values))
+        _check_fields(cls, values)
         if values[1] is None or values[2] is None or values[3] is None:
             raise InvalidField("Begin: mandatory field missing")
         return cls(values[0], values[1], values[2], values[3],
@@ -292,7 +401,7 @@ class Begin(Composite):
 @dataclass(frozen=True, slots=True)
 class Attach(Composite):
     CODE = 0x12
-    FIELDS = (F_STRING, F_UINT, F_BOOL, F_UBYTE, F_UBYTE, F_ANY, F_ANY, F_MAP, F_BOOL, F_UINT, F_ULONG,
+    FIELDS = (F_STRING, F_UINT, F_BOOL, F_UBYTE, F_UBYTE, F_SOURCE, F_TARGET, F_MAP, F_BOOL, F_UINT, F_ULONG,
               F_SYMBOLS, F_SYMBOLS, F_MAP)
     name: str
     handle: int
@@ -328,7 +437,8 @@ class Flow(Composite):
 
     @classmethod
     def from_fields(cls, values: list[Any]) -> Any:
-        values = list(values) + [None] * (11 - len(values))
+        values = values[:11] + [None] * (11 - len(values))
+        _check_fields(cls, values)
         if values[1] is None or values[2] is None or values[3] is None:
             raise InvalidField("Flow: mandatory field missing")
         return cls(values[0], values[1], values[2], values[3], values[4], values[5], values[6], values[7],
@@ -338,7 +448,7 @@ class Flow(Composite):
 @dataclass(frozen=True, slots=True)
 class Transfer(Composite):
     CODE = 0x14
-    FIELDS = (F_UINT, F_UINT, F_BINARY, F_UINT, F_BOOL, F_BOOL, F_UBYTE, F_ANY, F_BOOL, F_BOOL, F_BOOL)
+    FIELDS = (F_UINT, F_UINT, F_BINARY, F_UINT, F_BOOL, F_BOOL, F_UBYTE, F_STATE, F_BOOL, F_BOOL, F_BOOL)
     handle: int
     delivery_id: int | None = None
     delivery_tag: bytes | None = None
@@ -355,7 +465,7 @@ class Transfer(Composite):
 @dataclass(frozen=True, slots=True)
 class Disposition(Composite):
     CODE = 0x15
-    FIELDS = (F_BOOL, F_UINT, F_UINT, F_BOOL, F_ANY, F_BOOL)
+    FIELDS = (F_BOOL, F_UINT, F_UINT, F_BOOL, F_STATE, F_BOOL)
     role: bool
     first: int
     last: int | None = None
@@ -367,7 +477,7 @@ class Disposition(Composite):
 @dataclass(frozen=True, slots=True)
 class Detach(Composite):
     CODE = 0x16
-    FIELDS = (F_UINT, F_BOOL, F_ANY)
+    FIELDS = (F_UINT, F_BOOL, F_ERROR)
     handle: int
     closed: bool = False
     error: Error | None = None
@@ -376,14 +486,14 @@ class Detach(Composite):
 @dataclass(frozen=True, slots=True)
 class End(Composite):
     CODE = 0x17
-    FIELDS = (F_ANY,)
+    FIELDS = (F_ERROR,)
     error: Error | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Close(Composite):
     CODE = 0x18
-    FIELDS = (F_ANY,)
+    FIELDS = (F_ERROR,)
     error: Error | None = None
 
 
@@ -446,6 +556,11 @@ _SYMBOLIC: dict[str, int] = {
     "amqp:declare:list": 0x31, "amqp:discharge:list": 0x32, "amqp:declared:list": 0x33,
     "amqp:transactional-state:list": 0x34,
 }
+_FIELD_CHECKS[F_ERROR] = (frozenset((_NONE, Error)), _never)
+_FIELD_CHECKS[F_SOURCE] = (frozenset((_NONE, Source)), _never)
+_FIELD_CHECKS[F_TARGET] = (frozenset((_NONE, Target, Coordinator)), _never)
+_FIELD_CHECKS[F_STATE] = (frozenset((_NONE, *get_args(DeliveryState))), _never)
+
 PERFORMATIVE_CODES = frozenset(range(0x10, 0x19))
 SASL_CODES = frozenset(range(0x40, 0x45))
 
@@ -467,8 +582,10 @@ def lift(value: Any) -> Any:
     cls = _COMPOSITES.get(code) if code is not None else None
     if cls is None or not isinstance(value.value, list):
         return value
-    items = [lift(v) if isinstance(v, Described) else v for v in value.value]
-    return cls.from_fields(items)
+    items = value.value
+    if len(items) > len(cls.FIELDS):
+        items = items[: len(cls.FIELDS)]  # trailing fields are ignored, not lifted
+    return cls.from_fields([lift(v) if isinstance(v, Described) else v for v in items])
 
 
 def lift_performative(value: Any, allowed: frozenset[int]) -> Any:

@@ -94,8 +94,8 @@ class Session:
         """Send a disposition; settled deliveries leave this side's unsettled map."""
         if settled:
             table = self.outgoing_unsettled if role is SENDER else self.incoming_unsettled
-            for delivery_id in range(first, (first if last is None else last) + 1):
-                table.pop(delivery_id, None)
+            for delivery_id in _ids_in(table, first, first if last is None else last):
+                del table[delivery_id]
         self._write(framing.encode_disposition(self.channel, role, first, last, settled, state))
 
     def end(self, error: Error | None = None) -> None:
@@ -154,11 +154,14 @@ class Session:
             # A handle reused without a detach: the old link is gone.
             self._forget(self.remote_links[attach.handle], None, True)
         for link in self.links.values():
-            if link.name == attach.name and link.state == "attach-sent" and link.role is not attach.role:
+            if (link.name == attach.name and link.remote_handle is None and link.role is not attach.role
+                    and link.state in ("attach-sent", "detach-sent")):
                 link.remote_handle = attach.handle
                 link.remote_attach = attach
                 link.remote_max_message_size = attach.max_message_size or 0
                 self.remote_links[attach.handle] = link
+                if link.state == "detach-sent":
+                    return  # detached before the answer came: the peer's detach follows
                 if attach.source is None and attach.target is None:
                     link.state = "refused"  # a closing detach with the reason follows
                 else:
@@ -185,8 +188,10 @@ class Session:
         if next_incoming is None:
             next_incoming = self.next_outgoing_id - len(self._blocked)
         sent = (self.next_outgoing_id - len(self._blocked)) & 0xFFFFFFFF
-        self.remote_incoming_window = max(0, (next_incoming + flow.incoming_window - sent) % 2**32
-                                          if flow.incoming_window else 0)
+        # Serial arithmetic: a window the peer shrank below what is already in flight is closed,
+        # not 2**32 - n wide.
+        window = (next_incoming + flow.incoming_window - sent) % 2**32 if flow.incoming_window else 0
+        self.remote_incoming_window = window if window < 2**31 else 0
         self.remote_outgoing_window = flow.outgoing_window
         if flow.handle is not None:
             link = self.remote_links.get(flow.handle)
@@ -209,13 +214,8 @@ class Session:
     def _on_disposition(self, d: Disposition) -> None:
         # role=receiver: the peer received what we sent; role=sender: about what we received.
         table = self.outgoing_unsettled if d.role is RECEIVER else self.incoming_unsettled
-        last = d.first if d.last is None else d.last
-        if last - d.first + 1 <= len(table):
-            ids = [i for i in range(d.first, last + 1) if i in table]
-        else:
-            ids = sorted(i for i in table if d.first <= i <= last)
         emit = self.connection._emit
-        for delivery_id in ids:
+        for delivery_id in _ids_in(table, d.first, d.first if d.last is None else d.last):
             link, tag = table.pop(delivery_id) if d.settled else table[delivery_id]
             emit(DeliveryUpdated(link, delivery_id, tag, d.settled, d.state))
 
@@ -224,6 +224,10 @@ class Session:
         if link is None:
             return
         if link.state not in ("detach-sent",):
+            if link.state == "attach-received":
+                # Never answered: a detach alone would name a handle the peer has not seen (2.6.4);
+                # the SDK closes the connection with session:unattached-handle for that.
+                link._send_null_attach()
             link.state = "detach-sent"
             self._send_performative(Detach(link.handle, detach.closed, None))
         self._forget(link, detach.error, detach.closed)
@@ -241,3 +245,10 @@ class Session:
     def _end_all_links(self, error: Error | None) -> None:
         for link in list(self.links.values()):
             self._forget(link, error, True)
+
+
+def _ids_in(table: dict[int, Any], first: int, last: int) -> list[int]:
+    """The delivery-ids of ``table`` in ``[first, last]``, without walking a huge range."""
+    if last - first + 1 <= len(table):
+        return [i for i in range(first, last + 1) if i in table]
+    return sorted(i for i in table if first <= i <= last)
