@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Self
 
 from sodalite.errors import ConfigurationError
 
@@ -408,8 +408,28 @@ _DEAD_LETTERING_ON_FILTER_EXCEPTIONS = _Spec("DeadLetteringOnFilterEvaluationExc
 # --------------------------------------------------------------------------------------------------
 
 
+class _EntityProperties:
+    """What queue, topic and subscription properties share: validation and their JSON form."""
+
+    __slots__ = ()
+
+    def __post_init__(self) -> None:
+        _validate_fields(self)
+
+    def to_json(self) -> dict[str, Any]:
+        """Every property by its Service Bus name; durations as ISO 8601, absent values as null."""
+        return _to_json_fields(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any], *, path: str = "") -> Self:
+        """Build from Service Bus-named properties; missing ones take their defaults.
+
+        ``path`` prefixes error messages (the JSON path of ``d`` in a larger document)."""
+        return cls(**_from_json_fields(cls, d, path))
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
-class QueueProperties:
+class QueueProperties(_EntityProperties):
     """The properties of a queue (QueueDescription), with the Service Bus defaults."""
 
     lock_duration: timedelta = field(default=DEFAULT_LOCK_DURATION, metadata=_meta(_LOCK_DURATION))
@@ -435,23 +455,9 @@ class QueueProperties:
     user_metadata: str | None = field(default=None, metadata=_meta(_USER_METADATA))
     support_ordering: bool = field(default=True, metadata=_meta(_SUPPORT_ORDERING))
 
-    def __post_init__(self) -> None:
-        _validate_fields(self)
-
-    def to_json(self) -> dict[str, Any]:
-        """Every property by its Service Bus name; durations as ISO 8601, absent values as null."""
-        return _to_json_fields(self)
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any], *, path: str = "") -> QueueProperties:
-        """Build from Service Bus-named properties; missing ones take their defaults.
-
-        ``path`` prefixes error messages (the JSON path of ``d`` in a larger document)."""
-        return cls(**_from_json_fields(cls, d, path))
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TopicProperties:
+class TopicProperties(_EntityProperties):
     """The properties of a topic (TopicDescription), with the Service Bus defaults."""
 
     default_message_time_to_live: timedelta = field(default=TIMESPAN_MAX, metadata=_meta(_DEFAULT_TTL))
@@ -469,23 +475,9 @@ class TopicProperties:
     status: str = field(default="Active", metadata=_meta(_STATUS))
     user_metadata: str | None = field(default=None, metadata=_meta(_USER_METADATA))
 
-    def __post_init__(self) -> None:
-        _validate_fields(self)
-
-    def to_json(self) -> dict[str, Any]:
-        """Every property by its Service Bus name; durations as ISO 8601, absent values as null."""
-        return _to_json_fields(self)
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any], *, path: str = "") -> TopicProperties:
-        """Build from Service Bus-named properties; missing ones take their defaults.
-
-        ``path`` prefixes error messages (the JSON path of ``d`` in a larger document)."""
-        return cls(**_from_json_fields(cls, d, path))
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SubscriptionProperties:
+class SubscriptionProperties(_EntityProperties):
     """The properties of a subscription (SubscriptionDescription), with the Service Bus defaults."""
 
     lock_duration: timedelta = field(default=DEFAULT_LOCK_DURATION, metadata=_meta(_LOCK_DURATION))
@@ -504,20 +496,6 @@ class SubscriptionProperties:
     forward_dead_lettered_messages_to: str | None = field(default=None, metadata=_meta(_FORWARD_DLQ_TO))
     status: str = field(default="Active", metadata=_meta(_STATUS))
     user_metadata: str | None = field(default=None, metadata=_meta(_USER_METADATA))
-
-    def __post_init__(self) -> None:
-        _validate_fields(self)
-
-    def to_json(self) -> dict[str, Any]:
-        """Every property by its Service Bus name; durations as ISO 8601, absent values as null."""
-        return _to_json_fields(self)
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any], *, path: str = "") -> SubscriptionProperties:
-        """Build from Service Bus-named properties; missing ones take their defaults.
-
-        ``path`` prefixes error messages (the JSON path of ``d`` in a larger document)."""
-        return cls(**_from_json_fields(cls, d, path))
 
 
 # --------------------------------------------------------------------------------------------------
