@@ -14,6 +14,8 @@ QUEUES = [
     {"Name": "aio", "Properties": {}},
     {"Name": "props", "Properties": {}},
     {"Name": "misc", "Properties": {}},
+    {"Name": "peek", "Properties": {}},
+    {"Name": "renew", "Properties": {"LockDuration": "PT5S"}},
 ]
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 import uuid
+from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -61,6 +62,8 @@ class Partition:
     def __init__(self, messages: Iterable[MessageRecord], last_sequence_number: int,
                  token_factory: TokenFactory = uuid.uuid4) -> None:
         self.messages: dict[int, MessageRecord] = {}
+        self._order: list[int] = []  # sequence numbers for peek, ascending; removed ones skipped lazily
+        self._removed_in_order = 0
         self._available: list[int] = []
         self.locks: dict[uuid.UUID, Lock] = {}
         self._expiries: list[tuple[int, uuid.UUID]] = []  # (locked_until, token); stale entries skipped
@@ -73,6 +76,7 @@ class Partition:
                 self._available.append(record.sequence_number)
             self.last_sequence_number = max(self.last_sequence_number, record.sequence_number)
         heapq.heapify(self._available)
+        self._order = sorted(self.messages)
 
     # ---- sending ----------------------------------------------------------------------------
 
@@ -94,10 +98,16 @@ class Partition:
 
     def publish(self, records: Iterable[MessageRecord]) -> None:
         """Make committed records receivable."""
+        order = self._order
         for record in records:
-            self.messages[record.sequence_number] = record
+            seq = record.sequence_number
+            self.messages[seq] = record
+            if not order or order[-1] < seq:
+                order.append(seq)
+            else:
+                insort(order, seq)  # a message moved in from elsewhere keeps its older number
             if record.state == MessageState.ACTIVE:
-                heapq.heappush(self._available, record.sequence_number)
+                heapq.heappush(self._available, seq)
 
     # ---- receiving --------------------------------------------------------------------------
 
@@ -107,6 +117,25 @@ class Partition:
 
     def has_available(self) -> bool:
         return bool(self._available)
+
+    def peek(self, from_sequence_number: int, count: int) -> list[MessageRecord]:
+        """Up to ``count`` stored messages from ``from_sequence_number`` on, locked or not (no side effects)."""
+        order, messages = self._order, self.messages
+        out: list[MessageRecord] = []
+        i = bisect_left(order, from_sequence_number)
+        while i < len(order) and len(out) < count:
+            record = messages.get(order[i])
+            if record is not None:
+                out.append(record)
+            i += 1
+        return out
+
+    def _removed(self) -> None:
+        """Note a message gone from ``messages``; compact the peek index once it is mostly stale."""
+        self._removed_in_order += 1
+        if self._removed_in_order > 1024 and self._removed_in_order * 2 > len(self._order):
+            self._order = [seq for seq in self._order if seq in self.messages]
+            self._removed_in_order = 0
 
     def lock_next(self, now: int, lock_duration: int, owner: Any) -> tuple[MessageRecord, Lock] | None:
         """PeekLock: lock the first receivable message."""
@@ -130,6 +159,7 @@ class Partition:
                 continue
             record = self.messages.pop(seq, None)
             if record is not None:
+                self._removed()
                 return record
         return None
 
@@ -148,7 +178,8 @@ class Partition:
         lock = self._lock(token, now)
         del self.locks[token]
         self._locked_seq.discard(lock.sequence_number)
-        self.messages.pop(lock.sequence_number, None)
+        if self.messages.pop(lock.sequence_number, None) is not None:
+            self._removed()
         return lock.sequence_number
 
     def abandon(self, token: uuid.UUID, now: int) -> MessageUpdate:

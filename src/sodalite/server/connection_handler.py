@@ -25,7 +25,7 @@ from sodalite.amqp.connection import Connection
 from sodalite.amqp.link import RECEIVER, SENDER, Link
 from sodalite.amqp.performatives import Accepted, Coordinator, Error, Modified, Rejected, Released, Source
 from sodalite.amqp.sasl import SaslServerConfig
-from sodalite.amqp.types import Int
+from sodalite.amqp.types import Int, Symbol
 from sodalite.errors import (
     EntityNotFound,
     MessageSizeExceeded,
@@ -36,7 +36,7 @@ from sodalite.errors import (
 from sodalite.model import sas
 from sodalite.model.message import MessageRecord
 from sodalite.model.partition import Lock
-from sodalite.server import wire
+from sodalite.server import management, wire
 from sodalite.server.addresses import CBS_NODE, entity_path, management_entity
 from sodalite.server.amqp_errors import to_amqp_error
 from sodalite.server.messages import decode_request, encode_response
@@ -408,9 +408,10 @@ class BrokerConnection(asyncio.Protocol):
             request = decode_request(delivery.payload)
         except SodaliteError:
             return
-        operation = request.application_properties.get("operation")
-        error = NotImplementedOperation(f"the management operation {operation!r} is not implemented yet")
-        self._respond(link, control.node, encode_response(request.message_id, {
-            "statusCode": Int(error.http_status), "statusDescription": error.description,
-            "errorCondition": error.condition,
-        }, None))
+        assert control.entity is not None
+        response = management.execute(control.entity.actor, request.application_properties.get("operation"),
+                                      request.body)
+        properties: dict[str, Any] = {"statusCode": Int(response.status), "statusDescription": response.description}
+        if response.condition is not None:
+            properties["errorCondition"] = Symbol(response.condition)
+        self._respond(link, control.node, encode_response(request.message_id, properties, response.body))

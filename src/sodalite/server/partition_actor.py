@@ -126,7 +126,13 @@ class PartitionActor:
         self._dispatch_soon()
 
     def renew_lock(self, token: uuid.UUID) -> int:
-        return self.partition.renew(token, self.clock(), self.settings.lock_duration)
+        locked_until = self.partition.renew(token, self.clock(), self.settings.lock_duration)
+        self._arm_lock_timer()
+        return locked_until
+
+    def peek(self, from_sequence_number: int, count: int) -> list[MessageRecord]:
+        self._check_available()
+        return self.partition.peek(from_sequence_number, count)
 
     def add_consumer(self, consumer: Consumer) -> None:
         self.consumers.append(consumer)

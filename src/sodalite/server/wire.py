@@ -17,6 +17,7 @@ from typing import Any
 
 from sodalite.amqp import message as amqp_message
 from sodalite.amqp.errors import DecodeError
+from sodalite.amqp.types import Int
 from sodalite.errors import ArgumentError, MessageSizeExceeded
 from sodalite.model.message import MessageRecord
 from sodalite.model.partition import MessageDraft
@@ -32,6 +33,7 @@ PARTITION_KEY = "x-opt-partition-key"
 _SEQUENCE_NUMBER = b"x-opt-sequence-number"
 _ENQUEUED_TIME = b"x-opt-enqueued-time"
 _LOCKED_UNTIL = b"x-opt-locked-until"
+_MESSAGE_STATE = "x-opt-message-state"
 _UBYTE_MAX = 0xFF
 _UINT_MAX = 0xFFFF_FFFF
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -123,14 +125,16 @@ def parse_message(payload: bytes, max_message_size: int) -> MessageDraft:
                         annotation_count, b"".join(tail))
 
 
-def delivery_payload(record: MessageRecord, locked_until: int | None) -> bytes:
-    """The message as a receiver gets it."""
+def delivery_payload(record: MessageRecord, locked_until: int | None, with_state: bool = False) -> bytes:
+    """The message as a receiver gets it; ``with_state`` adds ``x-opt-message-state`` (peek, deferred)."""
     entries = [
         amqp_message.annotation_entry_long(_SEQUENCE_NUMBER, record.sequence_number),
         amqp_message.annotation_entry_timestamp(_ENQUEUED_TIME, record.enqueued_time),
     ]
     if locked_until is not None:
         entries.append(amqp_message.annotation_entry_timestamp(_LOCKED_UNTIL, locked_until))
+    if with_state:
+        entries.append(amqp_message.annotation_entry(_MESSAGE_STATE, Int(int(record.state))))
     entries.append(record.annotations)
     return b"".join((
         amqp_message.encode_header(record.durable, record.priority, record.time_to_live, None,
