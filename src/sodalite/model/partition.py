@@ -1,18 +1,24 @@
-"""One partition of an entity: ordering, locks and settlement, pure and clock-free.
+"""One sub-queue of one partition of an entity: ordering, states, locks, expiry. Pure and clock-free.
 
-Theory of operation: the partition holds its stored messages by sequence number and a heap of
-the ones a receiver may take. ``accept`` assigns sequence numbers to new messages; they become
-receivable only once ``publish`` is called after their store transaction has committed, so no
-receiver ever sees a message whose send was not acknowledged. A PeekLock receive moves a message
-from the heap into ``locks``; complete removes it, abandon and lock expiry put it back (delivery
-count raised), release puts it back unchanged (the SDK's unsolicited pre-settled ``released``,
-sdk-wire-contract.md pitfall 18). Because the heap is ordered by sequence number, a message put
-back is the next one delivered, as Service Bus does.
+Theory of operation: the partition holds its stored messages by sequence number. Active ones wait
+in a heap a receiver takes from; scheduled ones wait in a heap by activation time; deferred ones
+wait only to be asked for by sequence number (transfers-locks-settlement seed, message-expiration
+seed). ``accept`` assigns sequence numbers; records become visible only once ``publish`` is called
+after their store transaction has committed, so no receiver ever sees a message whose send was not
+acknowledged. A PeekLock receive moves a message into ``locks``; complete removes it, abandon and
+lock expiry put it back with the delivery count raised, release puts it back unchanged (the SDK's
+unsolicited pre-settled ``released``, sdk-wire-contract.md pitfall 18), defer parks it. Because the
+heap is ordered by sequence number, a message put back is the next one delivered, as Service Bus
+does.
 
-Every method that changes what a restart must see returns the store operations describing it;
-the caller commits them (one batch for many calls) before acknowledging anything. Locks are
-volatile, as in Service Bus: they live here only and are gone after a restart. Time is always an
-argument (ms since the epoch).
+Expiry (message-expiration seed): a message past ``expires_at`` is never handed out. Expired
+messages leave at the first of: a receive that meets them, the timer sweep (``expire``), or the
+end of a lock they were under; a locked message is unaffected until then. A message whose delivery
+count reaches MaxDeliveryCount leaves the same way. Leaving messages go to ``outbox`` as effects;
+the caller moves them to the dead-letter sub-queue or deletes them, and stores that.
+
+Every method that changes what a restart must see returns what to store, or puts it in the outbox.
+Locks are volatile, as in Service Bus: they live here only. Time is always an argument (ms).
 """
 
 from __future__ import annotations
@@ -24,10 +30,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sodalite.errors import MessageLockLost
+from sodalite.errors import MessageLockLost, MessageNotFound
 from sodalite.model.message import MessageRecord, MessageState, MessageUpdate
 
 TokenFactory = Callable[[], uuid.UUID]
+
+MAX_DELIVERY_COUNT_EXCEEDED = "MaxDeliveryCountExceeded"  # dead-letter reasons the service sets
+TTL_EXPIRED = "TTLExpiredException"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,70 +65,114 @@ class Lock:
     sequence_number: int
     locked_until: int
     owner: Any  # whoever received it (a receiver link); its locks go when it goes
+    deferred: bool = False  # a deferred message goes back to deferred, not to the receivable heap
+
+
+@dataclass(frozen=True, slots=True)
+class Expired:
+    """The message expired and left the partition."""
+
+    record: MessageRecord
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLettered:
+    """The service dead-lettered the message (MaxDeliveryCount); it left the partition."""
+
+    record: MessageRecord
+    reason: str
+    description: str
+
+
+Effect = Expired | DeadLettered
 
 
 class Partition:
     def __init__(self, messages: Iterable[MessageRecord], last_sequence_number: int,
-                 token_factory: TokenFactory = uuid.uuid4) -> None:
+                 token_factory: TokenFactory = uuid.uuid4, *, max_delivery_count: int | None = None) -> None:
         self.messages: dict[int, MessageRecord] = {}
-        self._order: list[int] = []  # sequence numbers for peek, ascending; removed ones skipped lazily
-        self._removed_in_order = 0
-        self._available: list[int] = []
+        self.max_delivery_count = max_delivery_count
         self.locks: dict[uuid.UUID, Lock] = {}
-        self._expiries: list[tuple[int, uuid.UUID]] = []  # (locked_until, token); stale entries skipped
-        self._locked_seq: set[int] = set()
+        self.outbox: list[Effect] = []
         self.last_sequence_number = last_sequence_number
         self._new_token = token_factory
-        for record in messages:
-            self.messages[record.sequence_number] = record
-            if record.state == MessageState.ACTIVE:
-                self._available.append(record.sequence_number)
+        self._locked_seq: set[int] = set()
+        self._available: list[int] = []
+        self._scheduled: list[tuple[int, int]] = []  # (activation time, seq)
+        self._ttl: list[tuple[int, int]] = []  # (expires_at, seq)
+        self._expiries: list[tuple[int, uuid.UUID]] = []  # lock expiries; stale entries skipped
+        self._order: list[int] = []  # sequence numbers for peek, ascending; removed ones skipped lazily
+        self._removed_in_order = 0
+        self._state_counts = {state: 0 for state in MessageState}
+        records = sorted(messages, key=lambda r: r.sequence_number)
+        for record in records:
             self.last_sequence_number = max(self.last_sequence_number, record.sequence_number)
-        heapq.heapify(self._available)
-        self._order = sorted(self.messages)
+        self.publish(records)
 
     # ---- sending ----------------------------------------------------------------------------
 
     def accept(self, drafts: Iterable[MessageDraft], now: int, default_ttl: int | None) -> list[MessageRecord]:
-        """Assign sequence numbers and enqueued times; the records still need committing."""
+        """Assign sequence numbers and times; the records still need committing, then ``publish``.
+
+        A message scheduled for later is enqueued at its scheduled time, and its time-to-live counts
+        from then (message-expiration seed).
+        """
         records: list[MessageRecord] = []
         seq = self.last_sequence_number
         for d in drafts:
             seq += 1
             ttl = d.time_to_live
             effective = default_ttl if ttl is None else (ttl if default_ttl is None else min(ttl, default_ttl))
+            scheduled = d.scheduled_enqueue_time is not None and d.scheduled_enqueue_time > now
+            enqueued = d.scheduled_enqueue_time if scheduled and d.scheduled_enqueue_time is not None else now
             records.append(MessageRecord(
-                seq, now, d.message_id, d.session_id, d.partition_key, ttl,
-                None if effective is None else now + effective, d.scheduled_enqueue_time, 0,
-                MessageState.ACTIVE, d.durable, d.priority, d.annotations, d.annotation_count, d.tail,
+                seq, enqueued, d.message_id, d.session_id, d.partition_key, ttl,
+                None if effective is None else enqueued + effective, d.scheduled_enqueue_time, 0,
+                MessageState.SCHEDULED if scheduled else MessageState.ACTIVE, d.durable, d.priority,
+                d.annotations, d.annotation_count, d.tail,
             ))
         self.last_sequence_number = seq
         return records
 
     def publish(self, records: Iterable[MessageRecord]) -> None:
-        """Make committed records receivable."""
+        """Make committed records visible: receivable, scheduled or deferred by their state."""
         order = self._order
         for record in records:
             seq = record.sequence_number
+            previous = self.messages.get(seq)
+            if previous is not None:
+                self._state_counts[previous.state] -= 1
             self.messages[seq] = record
-            if not order or order[-1] < seq:
-                order.append(seq)
-            else:
-                insort(order, seq)  # a message moved in from elsewhere keeps its older number
+            self._state_counts[record.state] += 1
+            if previous is None:
+                if not order or order[-1] < seq:
+                    order.append(seq)
+                else:
+                    insort(order, seq)  # a message moved in from elsewhere keeps its older number
             if record.state == MessageState.ACTIVE:
                 heapq.heappush(self._available, seq)
+            elif record.state == MessageState.SCHEDULED and record.scheduled_enqueue_time is not None:
+                heapq.heappush(self._scheduled, (record.scheduled_enqueue_time, seq))
+            if record.expires_at is not None:
+                heapq.heappush(self._ttl, (record.expires_at, seq))
 
-    # ---- receiving --------------------------------------------------------------------------
+    # ---- counts and peek ----------------------------------------------------------------------
 
     @property
     def available_count(self) -> int:
-        return len(self._available)
+        """Active messages not under a lock: what a receiver could take now (expired ones aside)."""
+        return self._state_counts[MessageState.ACTIVE] - sum(
+            1 for lock in self.locks.values() if not lock.deferred)
+
+    def count(self, state: MessageState) -> int:
+        """Messages in ``state``, locked or not (Service Bus counts locked messages as active)."""
+        return self._state_counts[state]
 
     def has_available(self) -> bool:
-        return bool(self._available)
+        return self.available_count > 0
 
     def peek(self, from_sequence_number: int, count: int) -> list[MessageRecord]:
-        """Up to ``count`` stored messages from ``from_sequence_number`` on, locked or not (no side effects)."""
+        """Up to ``count`` stored messages from ``from_sequence_number`` on, in any state, locked or not."""
         order, messages = self._order, self.messages
         out: list[MessageRecord] = []
         i = bisect_left(order, from_sequence_number)
@@ -130,38 +183,63 @@ class Partition:
             i += 1
         return out
 
-    def _removed(self) -> None:
-        """Note a message gone from ``messages``; compact the peek index once it is mostly stale."""
-        self._removed_in_order += 1
-        if self._removed_in_order > 1024 and self._removed_in_order * 2 > len(self._order):
-            self._order = [seq for seq in self._order if seq in self.messages]
-            self._removed_in_order = 0
+    # ---- receiving --------------------------------------------------------------------------
+
+    def _next_receivable(self, now: int | None) -> MessageRecord | None:
+        """Pop the first active, unlocked, unexpired message off the heap; expired ones leave."""
+        available, messages = self._available, self.messages
+        while available:
+            seq = heapq.heappop(available)
+            record = messages.get(seq)
+            if record is None or seq in self._locked_seq or record.state != MessageState.ACTIVE:
+                continue  # stale heap entry
+            if now is not None and record.expires_at is not None and record.expires_at <= now:
+                self._remove(seq)
+                self.outbox.append(Expired(record))
+                continue
+            return record
+        return None
 
     def lock_next(self, now: int, lock_duration: int, owner: Any) -> tuple[MessageRecord, Lock] | None:
         """PeekLock: lock the first receivable message."""
-        while self._available:
-            seq = heapq.heappop(self._available)
-            record = self.messages.get(seq)
-            if record is None or seq in self._locked_seq:
-                continue  # stale heap entry
-            lock = Lock(self._new_token(), seq, now + lock_duration, owner)
-            self.locks[lock.token] = lock
-            heapq.heappush(self._expiries, (lock.locked_until, lock.token))
-            self._locked_seq.add(seq)
-            return record, lock
-        return None
+        record = self._next_receivable(now)
+        if record is None:
+            return None
+        return record, self._new_lock(record.sequence_number, now, lock_duration, owner, deferred=False)
 
-    def take_next(self) -> MessageRecord | None:
+    def take_next(self, now: int | None = None) -> MessageRecord | None:
         """ReceiveAndDelete: remove the first receivable message (the caller deletes it in the store)."""
-        while self._available:
-            seq = heapq.heappop(self._available)
-            if seq in self._locked_seq:
-                continue
-            record = self.messages.pop(seq, None)
-            if record is not None:
-                self._removed()
-                return record
-        return None
+        record = self._next_receivable(now)
+        if record is not None:
+            self._remove(record.sequence_number)
+        return record
+
+    def _new_lock(self, seq: int, now: int, lock_duration: int, owner: Any, deferred: bool) -> Lock:
+        lock = Lock(self._new_token(), seq, now + lock_duration, owner, deferred)
+        self.locks[lock.token] = lock
+        self._locked_seq.add(seq)
+        heapq.heappush(self._expiries, (lock.locked_until, lock.token))
+        return lock
+
+    def _deferred(self, seq: int) -> MessageRecord:
+        record = self.messages.get(seq)
+        if record is None or record.state != MessageState.DEFERRED or seq in self._locked_seq:
+            raise MessageNotFound(f"no deferred message with sequence number {seq} is available")
+        return record
+
+    def lock_deferred(self, sequence_numbers: Iterable[int], now: int, lock_duration: int,
+                      owner: Any) -> list[tuple[MessageRecord, Lock]]:
+        """Receive deferred messages by sequence number under PeekLock (all or none)."""
+        records = [self._deferred(seq) for seq in dict.fromkeys(sequence_numbers)]
+        return [(r, self._new_lock(r.sequence_number, now, lock_duration, owner, deferred=True))
+                for r in records]
+
+    def take_deferred(self, sequence_numbers: Iterable[int]) -> list[MessageRecord]:
+        """Receive deferred messages by sequence number, removing them (ReceiveAndDelete)."""
+        records = [self._deferred(seq) for seq in dict.fromkeys(sequence_numbers)]
+        for record in records:
+            self._remove(record.sequence_number)
+        return records
 
     # ---- settlement -------------------------------------------------------------------------
 
@@ -176,23 +254,34 @@ class Partition:
     def complete(self, token: uuid.UUID, now: int) -> int:
         """Remove the locked message; return its sequence number for the store delete."""
         lock = self._lock(token, now)
-        del self.locks[token]
-        self._locked_seq.discard(lock.sequence_number)
-        if self.messages.pop(lock.sequence_number, None) is not None:
-            self._removed()
+        self._drop_lock(lock)
+        self._remove(lock.sequence_number)
         return lock.sequence_number
+
+    def dead_letter(self, token: uuid.UUID, now: int) -> MessageRecord:
+        """Remove the locked message for the caller to move to the dead-letter sub-queue."""
+        lock = self._lock(token, now)
+        self._drop_lock(lock)
+        return self._remove(lock.sequence_number)
 
     def abandon(self, token: uuid.UUID, now: int) -> MessageUpdate:
         """Unlock and make receivable again with the delivery count raised."""
+        return self._unlock(self._lock(token, now), count_delivery=True, now=now)
+
+    def defer(self, token: uuid.UUID, now: int) -> MessageUpdate:
+        """Park the locked message: only a receive by its sequence number gets it again."""
         lock = self._lock(token, now)
-        return self._unlock(lock, count_delivery=True)
+        self._drop_lock(lock)
+        record = replace(self.messages[lock.sequence_number], state=MessageState.DEFERRED)
+        self.publish([record])
+        return MessageUpdate(record.sequence_number, record.delivery_count, record.state)
 
     def release(self, token: uuid.UUID) -> MessageUpdate | None:
         """Unlock without counting a delivery (the receiver never looked at the message)."""
         lock = self.locks.get(token)
         if lock is None:
             return None
-        self._unlock(lock, count_delivery=False)
+        self._unlock(lock, count_delivery=False, now=None)
         return None
 
     def renew(self, token: uuid.UUID, now: int, lock_duration: int) -> int:
@@ -201,6 +290,30 @@ class Partition:
         heapq.heappush(self._expiries, (lock.locked_until, lock.token))
         return lock.locked_until
 
+    def drop_owner(self, owner: Any) -> list[MessageUpdate]:
+        """The receiver went away (link detached, connection lost): its locks end as expired."""
+        gone = [lock for lock in self.locks.values() if lock.owner is owner]
+        return [self._unlock(lock, count_delivery=True, now=None) for lock in gone]
+
+    # ---- scheduling ---------------------------------------------------------------------------
+
+    def cancel_scheduled(self, sequence_numbers: Iterable[int]) -> list[int]:
+        """Remove scheduled messages (all or none); return their numbers for the store delete."""
+        numbers = list(dict.fromkeys(sequence_numbers))
+        for seq in numbers:
+            record = self.messages.get(seq)
+            if record is None or record.state != MessageState.SCHEDULED:
+                raise MessageNotFound(f"no scheduled message with sequence number {seq}")
+        for seq in numbers:
+            self._remove(seq)
+        return numbers
+
+    # ---- time ---------------------------------------------------------------------------------
+
+    def on_time(self, now: int) -> list[MessageUpdate]:
+        """Everything due at ``now``: lock expiries, scheduled activations, message expiries."""
+        return self.expire_locks(now) + self.activate(now) + self._expire(now)
+
     def expire_locks(self, now: int) -> list[MessageUpdate]:
         """Locks past their time end as an abandon would (Service Bus counts the delivery)."""
         updates: list[MessageUpdate] = []
@@ -208,13 +321,41 @@ class Partition:
             until, token = heapq.heappop(self._expiries)
             lock = self.locks.get(token)
             if lock is not None and lock.locked_until == until:
-                updates.append(self._unlock(lock, count_delivery=True))
+                updates.append(self._unlock(lock, count_delivery=True, now=now))
         return updates
 
-    def drop_owner(self, owner: Any) -> list[MessageUpdate]:
-        """The receiver went away (link detached, connection lost): its locks end as expired."""
-        gone = [lock for lock in self.locks.values() if lock.owner is owner]
-        return [self._unlock(lock, count_delivery=True) for lock in gone]
+    def activate(self, now: int) -> list[MessageUpdate]:
+        """Scheduled messages whose time has come become active."""
+        updates: list[MessageUpdate] = []
+        while self._scheduled and self._scheduled[0][0] <= now:
+            _, seq = heapq.heappop(self._scheduled)
+            record = self.messages.get(seq)
+            if record is None or record.state != MessageState.SCHEDULED:
+                continue
+            record = replace(record, state=MessageState.ACTIVE)
+            self.publish([record])
+            updates.append(MessageUpdate(seq, record.delivery_count, record.state))
+        return updates
+
+    def _expire(self, now: int) -> list[MessageUpdate]:
+        """Expired messages not under a lock leave (into the outbox)."""
+        while self._ttl and self._ttl[0][0] <= now:
+            expires_at, seq = heapq.heappop(self._ttl)
+            record = self.messages.get(seq)
+            if record is None or record.expires_at != expires_at or seq in self._locked_seq:
+                continue  # gone, replaced, or locked: its unlock will judge it
+            if record.state == MessageState.SCHEDULED:
+                continue  # not yet enqueued (an expiry at or before activation is judged then)
+            self._remove(seq)
+            self.outbox.append(Expired(record))
+        return []
+
+    def next_due(self) -> int | None:
+        """The earliest time ``on_time`` has something to do."""
+        candidates = [t for t in (self.next_lock_expiry(),
+                                  self._scheduled[0][0] if self._scheduled else None,
+                                  self._ttl[0][0] if self._ttl else None) if t is not None]
+        return min(candidates, default=None)
 
     def next_lock_expiry(self) -> int | None:
         expiries = self._expiries
@@ -226,12 +367,41 @@ class Partition:
             heapq.heappop(expiries)  # settled, released or renewed since
         return None
 
-    def _unlock(self, lock: Lock, count_delivery: bool) -> MessageUpdate:
+    def take_outbox(self) -> list[Effect]:
+        effects, self.outbox = self.outbox, []
+        return effects
+
+    # ---- internals ----------------------------------------------------------------------------
+
+    def _drop_lock(self, lock: Lock) -> None:
         del self.locks[lock.token]
         self._locked_seq.discard(lock.sequence_number)
-        record = self.messages[lock.sequence_number]
+
+    def _remove(self, seq: int) -> MessageRecord:
+        record = self.messages.pop(seq)
+        self._state_counts[record.state] -= 1
+        self._removed_in_order += 1
+        if self._removed_in_order > 1024 and self._removed_in_order * 2 > len(self._order):
+            self._order = [s for s in self._order if s in self.messages]
+            self._removed_in_order = 0
+        return record
+
+    def _unlock(self, lock: Lock, count_delivery: bool, now: int | None) -> MessageUpdate:
+        self._drop_lock(lock)
+        seq = lock.sequence_number
+        record = self.messages[seq]
         if count_delivery:
             record = replace(record, delivery_count=record.delivery_count + 1)
-            self.messages[lock.sequence_number] = record
-        heapq.heappush(self._available, lock.sequence_number)
-        return MessageUpdate(record.sequence_number, record.delivery_count, record.state)
+        update = MessageUpdate(seq, record.delivery_count, record.state)
+        if self.max_delivery_count is not None and record.delivery_count >= self.max_delivery_count:
+            self._remove(seq)
+            self.outbox.append(DeadLettered(record, MAX_DELIVERY_COUNT_EXCEEDED,
+                                            f"delivered {record.delivery_count} times"))
+        elif now is not None and record.expires_at is not None and record.expires_at <= now:
+            self._remove(seq)
+            self.outbox.append(Expired(record))
+        elif count_delivery or lock.deferred:
+            self.publish([record])  # back to the heap, or back to deferred
+        else:
+            heapq.heappush(self._available, seq)
+        return update

@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from sodalite.errors import MessageLockLost
+from sodalite.errors import MessageLockLost, MessageNotFound
 from sodalite.model.message import MessageRecord, MessageState, MessageUpdate
-from sodalite.model.partition import Lock, MessageDraft, Partition
+from sodalite.model.partition import DeadLettered, Expired, Lock, MessageDraft, Partition
 
 LOCK = 30_000  # ms
 T0 = 1_700_000_000_000  # an arbitrary "now", ms since the epoch
@@ -401,6 +401,132 @@ def test_expiry_is_enqueued_time_plus_the_smaller_ttl(ttl: int | None, default_t
     assert rec.time_to_live == ttl  # the client's own value is kept for the delivered header
 
 
+# ---- states: deferred, scheduled; expiry; MaxDeliveryCount ---------------------------------------
+
+
+def test_defer_parks_the_message_until_received_by_sequence_number() -> None:
+    p = Partition([], 0, tokens())
+    [a, b] = send(p, 2)
+    _, lk = lock(p)
+    assert p.defer(lk.token, T0) == MessageUpdate(a.sequence_number, 0, MessageState.DEFERRED)
+    assert p.count(MessageState.DEFERRED) == 1 and p.count(MessageState.ACTIVE) == 1
+    assert lock(p)[0].sequence_number == b.sequence_number  # the deferred one is skipped
+    assert p.lock_next(T0, LOCK, "x") is None
+    [(rec, dlk)] = p.lock_deferred([a.sequence_number], T0, LOCK, "x")
+    assert rec.sequence_number == a.sequence_number and dlk.deferred
+    with pytest.raises(MessageNotFound):
+        p.lock_deferred([a.sequence_number], T0, LOCK, "y")  # already locked
+    p.abandon(dlk.token, T0)  # an abandoned deferred message stays deferred
+    assert p.messages[a.sequence_number].state == MessageState.DEFERRED
+    assert p.messages[a.sequence_number].delivery_count == 1
+    assert p.lock_next(T0, LOCK, "x") is None
+    [taken] = p.take_deferred([a.sequence_number])
+    assert taken.sequence_number == a.sequence_number and a.sequence_number not in p.messages
+
+
+def test_receiving_an_unknown_or_active_message_by_sequence_number_fails() -> None:
+    p = Partition([], 0, tokens())
+    [a] = send(p, 1)
+    for numbers in ([a.sequence_number], [999]):
+        with pytest.raises(MessageNotFound):
+            p.lock_deferred(numbers, T0, LOCK, "x")
+        with pytest.raises(MessageNotFound):
+            p.take_deferred(numbers)
+    assert p.available_count == 1
+
+
+def test_scheduled_message_activates_at_its_time_and_its_ttl_counts_from_then() -> None:
+    p = Partition([], 0, tokens())
+    [rec] = p.accept([draft(scheduled=T0 + 60_000, ttl=10_000)], T0, None)
+    assert rec.state == MessageState.SCHEDULED
+    assert rec.enqueued_time == T0 + 60_000 and rec.expires_at == T0 + 70_000
+    p.publish([rec])
+    assert p.count(MessageState.SCHEDULED) == 1 and p.available_count == 0
+    assert p.next_due() == T0 + 60_000
+    assert p.on_time(T0 + 59_999) == []
+    assert p.on_time(T0 + 60_000) == [MessageUpdate(rec.sequence_number, 0, MessageState.ACTIVE)]
+    assert p.count(MessageState.ACTIVE) == 1 and lock(p, T0 + 60_001)[0].sequence_number == rec.sequence_number
+
+
+def test_a_schedule_in_the_past_is_active_at_once() -> None:
+    p = Partition([], 0)
+    [rec] = p.accept([draft(scheduled=T0 - 1)], T0, None)
+    assert rec.state == MessageState.ACTIVE and rec.enqueued_time == T0
+
+
+def test_cancel_scheduled_removes_only_scheduled_messages() -> None:
+    p = Partition([], 0, tokens())
+    scheduled = p.accept([draft(scheduled=T0 + 60_000)], T0, None)
+    p.publish(scheduled)
+    [active] = send(p, 1)
+    with pytest.raises(MessageNotFound):
+        p.cancel_scheduled([scheduled[0].sequence_number, active.sequence_number])
+    assert scheduled[0].sequence_number in p.messages  # all or none
+    assert p.cancel_scheduled([scheduled[0].sequence_number]) == [scheduled[0].sequence_number]
+    assert p.count(MessageState.SCHEDULED) == 0 and p.on_time(T0 + 60_000) == []
+
+
+def test_expired_message_is_never_received_and_leaves_through_the_outbox() -> None:
+    p = Partition([], 0, tokens())
+    [short] = p.accept([draft(ttl=1_000)], T0, None)
+    [long] = p.accept([draft(ttl=100_000)], T0, None)
+    p.publish([short, long])
+    rec, _ = lock(p, T0 + 1_000)  # the first one expired at T0+1000 exactly
+    assert rec.sequence_number == long.sequence_number
+    assert p.take_outbox() == [Expired(short)]
+
+
+def test_the_sweep_removes_expired_messages_so_counts_are_exact() -> None:
+    p = Partition([], 0, tokens())
+    records = p.accept([draft(ttl=1_000), draft(ttl=5_000)], T0, None)
+    p.publish(records)
+    assert p.next_due() == T0 + 1_000
+    p.on_time(T0 + 1_000)
+    assert p.available_count == 1 and [e.record for e in p.take_outbox()] == [records[0]]
+
+
+def test_a_locked_message_expires_only_when_its_lock_ends() -> None:
+    p = Partition([], 0, tokens())
+    p.publish(p.accept([draft(ttl=1_000)], T0, None))
+    rec, lk = lock(p, T0)
+    p.on_time(T0 + 2_000)  # expired meanwhile, but locked: untouched
+    assert rec.sequence_number in p.messages and p.take_outbox() == []
+    p.abandon(lk.token, T0 + 2_000)
+    [effect] = p.take_outbox()
+    assert isinstance(effect, Expired) and effect.record.sequence_number == rec.sequence_number
+    assert p.messages == {}
+
+
+def test_completing_after_nominal_expiry_is_not_an_expiry() -> None:
+    p = Partition([], 0, tokens())
+    p.publish(p.accept([draft(ttl=1_000)], T0, None))
+    _, lk = lock(p, T0)
+    p.complete(lk.token, T0 + 5_000)
+    assert p.take_outbox() == [] and p.messages == {}
+
+
+def test_max_delivery_count_dead_letters_on_the_last_abandon() -> None:
+    p = Partition([], 0, tokens(), max_delivery_count=2)
+    [rec] = send(p, 1)
+    p.abandon(lock(p)[1].token, T0)
+    assert p.take_outbox() == [] and p.available_count == 1
+    p.abandon(lock(p)[1].token, T0)
+    [effect] = p.take_outbox()
+    assert isinstance(effect, DeadLettered) and effect.reason == "MaxDeliveryCountExceeded"
+    assert effect.record.sequence_number == rec.sequence_number and effect.record.delivery_count == 2
+    assert p.messages == {} and p.lock_next(T0, LOCK, "x") is None
+
+
+def test_dead_letter_removes_the_locked_message_for_the_caller() -> None:
+    p = Partition([], 0, tokens())
+    [rec] = send(p, 1)
+    _, lk = lock(p)
+    assert p.dead_letter(lk.token, T0) == rec
+    assert p.messages == {} and p.locks == {}
+    with pytest.raises(MessageLockLost):
+        p.dead_letter(lk.token, T0)
+
+
 # ---- state machine ---------------------------------------------------------------------------
 
 
@@ -431,17 +557,49 @@ class PartitionMachine(RuleBasedStateMachine):
         self.seen_counts: dict[int, int] = {}  # last observed count, to check it never decreases
         self.locks: dict[uuid.UUID, tuple[int, Owner, int]] = {}  # token -> (seq, owner, locked_until)
         self.tokens: list[uuid.UUID] = []  # every token ever issued (settled and expired ones too)
+        self.expires: dict[int, int | None] = {}
+        self.max_delivery: int | None = None
+        self.effects: set[tuple[str, int]] = set()  # what the outbox must hold after this step
 
-    @initialize(start=st.integers(0, 10**6))
-    def start(self, start: int) -> None:
-        self.partition = Partition([], start)
+    @initialize(start=st.integers(0, 10**6), max_delivery=st.none() | st.integers(1, 4))
+    def start(self, start: int, max_delivery: int | None) -> None:
+        self.partition = Partition([], start, max_delivery_count=max_delivery)
+        self.max_delivery = max_delivery
+
+    def expired(self, seq: int) -> bool:
+        expires = self.expires.get(seq)
+        return expires is not None and expires <= self.now
+
+    def leave(self, seq: int, kind: str) -> None:
+        del self.counts[seq]
+        self.gone.add(seq)
+        self.effects.add((kind, seq))
+
+    def after_unlock(self, seq: int, now_known: bool) -> None:
+        """What the partition does with a message whose lock ended: dead-letter, expire or keep."""
+        if self.max_delivery is not None and self.counts[seq] >= self.max_delivery:
+            self.leave(seq, "dead-lettered")
+        elif now_known and self.expired(seq):
+            self.leave(seq, "expired")
+
+    def check_outbox(self) -> None:
+        got = {("expired" if isinstance(e, Expired) else "dead-lettered", e.record.sequence_number)
+               for e in self.partition.take_outbox() if isinstance(e, Expired | DeadLettered)}
+        assert got == self.effects
+        for e_kind, seq in got:
+            assert e_kind in ("expired", "dead-lettered") and seq in self.gone
+        self.effects = set()
 
     # -- helpers --
 
     def expected_next(self) -> int | None:
+        """The message a receive gets; expired ones met on the way leave, as the partition does."""
         locked = {seq for seq, _, _ in self.locks.values()}
-        free = [seq for seq in self.counts if seq not in locked]
-        return min(free, default=None)
+        for seq in sorted(seq for seq in self.counts if seq not in locked):
+            if not self.expired(seq):
+                return seq
+            self.leave(seq, "expired")
+        return None
 
     def live(self, token: uuid.UUID) -> bool:
         entry = self.locks.get(token)
@@ -459,6 +617,7 @@ class PartitionMachine(RuleBasedStateMachine):
         for r in records:
             self.published.add(r.sequence_number)
             self.counts[r.sequence_number] = 0
+            self.expires[r.sequence_number] = None if ttl is None else self.now + ttl
 
     @rule(owner=st.sampled_from(OWNERS), duration=st.integers(1, MAX_LOCK))
     def lock_next(self, owner: Owner, duration: int) -> None:
@@ -466,6 +625,7 @@ class PartitionMachine(RuleBasedStateMachine):
         taken = self.partition.lock_next(self.now, duration, owner)
         if expected is None:
             assert taken is None
+            self.check_outbox()
             return
         assert taken is not None
         rec, lk = taken
@@ -475,11 +635,13 @@ class PartitionMachine(RuleBasedStateMachine):
         assert lk.token not in self.tokens
         self.locks[lk.token] = (expected, owner, lk.locked_until)
         self.tokens.append(lk.token)
+        self.check_outbox()
 
     @rule()
     def take_next(self) -> None:
         expected = self.expected_next()
-        rec = self.partition.take_next()
+        rec = self.partition.take_next(self.now)
+        self.check_outbox()
         if expected is None:
             assert rec is None
             return
@@ -509,9 +671,11 @@ class PartitionMachine(RuleBasedStateMachine):
             self.counts[seq] += 1
             assert self.partition.abandon(token, self.now) == MessageUpdate(seq, self.counts[seq],
                                                                             MessageState.ACTIVE)
+            self.after_unlock(seq, now_known=True)
         else:
             with pytest.raises(MessageLockLost):
                 self.partition.abandon(token, self.now)
+        self.check_outbox()
 
     @precondition(lambda self: self.tokens)
     @rule(index=st.integers(0, 10**6))
@@ -544,12 +708,28 @@ class PartitionMachine(RuleBasedStateMachine):
         self.now += dt
         expired = {token: entry for token, entry in self.locks.items() if entry[2] <= self.now}
         updates = self.partition.expire_locks(self.now)
+        expected_updates = []
         for token, (seq, _, _) in expired.items():
             del self.locks[token]
             self.counts[seq] += 1
+            expected_updates.append(MessageUpdate(seq, self.counts[seq], MessageState.ACTIVE))
+            self.after_unlock(seq, now_known=True)
         assert sorted(updates, key=lambda u: u.sequence_number) == sorted(
-            (MessageUpdate(seq, self.counts[seq], MessageState.ACTIVE) for seq, _, _ in expired.values()),
-            key=lambda u: u.sequence_number)
+            expected_updates, key=lambda u: u.sequence_number)
+        self.check_outbox()
+
+    @rule(dt=st.integers(0, 2 * MAX_LOCK))
+    def advance_and_sweep(self, dt: int) -> None:
+        """The timer: lock expiries, then expired messages not under a lock leave."""
+        self.advance_and_expire(dt)
+        self.partition.on_time(self.now)
+        locked = {seq for seq, _, _ in self.locks.values()}
+        for seq in sorted(self.counts):
+            if seq not in locked and self.expired(seq):
+                self.leave(seq, "expired")
+        self.check_outbox()
+        drainable = [seq for seq in self.counts if seq not in locked]
+        assert self.partition.available_count == len(drainable)  # exact once the sweep has run
 
     @rule(owner=st.sampled_from(OWNERS))
     def drop_owner(self, owner: Owner) -> None:
@@ -560,6 +740,9 @@ class PartitionMachine(RuleBasedStateMachine):
             self.counts[seq] += 1
         assert sorted(u.sequence_number for u in updates) == sorted(dropped.values())
         assert all(u.delivery_count == self.counts[u.sequence_number] for u in updates)
+        for seq in dropped.values():
+            self.after_unlock(seq, now_known=False)
+        self.check_outbox()
 
     # -- invariants --
 
