@@ -16,6 +16,11 @@ QUEUES = [
     {"Name": "misc", "Properties": {}},
     {"Name": "peek", "Properties": {}},
     {"Name": "renew", "Properties": {"LockDuration": "PT5S"}},
+    {"Name": "dlq", "Properties": {"MaxDeliveryCount": 2}},
+    {"Name": "ttl", "Properties": {"DeadLetteringOnMessageExpiration": True}},
+    {"Name": "ttl-drop", "Properties": {}},
+    {"Name": "sched", "Properties": {}},
+    {"Name": "defer", "Properties": {}},
 ]
 
 

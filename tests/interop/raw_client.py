@@ -35,6 +35,7 @@ class RawClient:
         self.session = self.conn.begin()
         self.events: list[ev.Event] = []
         self._cbs: tuple[Link, Link] | None = None  # one request/response pair, as the SDK keeps
+        self._management: dict[str, tuple[Link, Link]] = {}
 
     def close(self) -> None:
         self.conn.close()
@@ -76,6 +77,25 @@ class RawClient:
         link = self.session.attach(str(uuid.uuid4()), role, Source(address), Target(address), **kwargs)
         self.wait(lambda e: isinstance(e, ev.LinkAttached) and e.link is link)
         return link
+
+    def management(self, node: str, operation: str, body: dict[str, Any]) -> tuple[int, Any, Any]:
+        """Send one $management request; return (statusCode, errorCondition, body) of the answer."""
+        if node not in self._management:
+            response = self.attach(node, RECEIVER)
+            response.issue_credit(10)
+            self._management[node] = (self.attach(node, SENDER), response)
+        request, response = self._management[node]
+        out = bytearray()
+        request_id = uuid.uuid4()
+        encode_value(Described(ULong(0x73), [request_id, None, None, None, node]), out)
+        encode_value(Described(ULong(0x74), {"operation": operation}), out)
+        encode_value(Described(ULong(0x77), body), out)
+        request.send_transfer(bytes(out), request_id.bytes[:4], settled=False)
+        got = self.wait(lambda e: isinstance(e, ev.TransferReceived) and e.link is response)
+        assert isinstance(got, ev.TransferReceived)
+        decoded = decode_request(got.delivery.payload)
+        props = decoded.application_properties
+        return int(props["statusCode"]), props.get("errorCondition"), decoded.body
 
     def put_token(self, audience: str, token: str, expiration_ms: int) -> int:
         """Run a $cbs put-token and return the status-code the broker answered with."""

@@ -146,6 +146,14 @@ def encode_annotations(entries: bytes, count: int) -> bytes:
     return b"\x00\x53\x72\xd1" + _u32u32.pack(len(entries) + 4, 2 * count) + entries
 
 
+def encode_section(code: int, value: Any) -> bytes:
+    """One section: the small-ulong descriptor ``code`` and its encoded value."""
+    out = bytearray(b"\x00\x53")
+    out.append(code)
+    encode_value(value, out)
+    return bytes(out)
+
+
 def map_entries(value: dict[Any, Any]) -> bytes:
     """Encode a map's entries (no constructor, size or count) for :func:`encode_annotations`."""
     out = bytearray()

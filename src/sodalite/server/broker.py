@@ -92,6 +92,8 @@ class Broker:
             lock_duration=int(properties.lock_duration.total_seconds() * 1000),
             default_ttl=_ms(properties.default_message_time_to_live),
             max_message_size=kilobytes * 1024,
+            max_delivery_count=properties.max_delivery_count,
+            dead_lettering_on_message_expiration=properties.dead_lettering_on_message_expiration,
         )
         actor = PartitionActor(PartitionRef(record.path.lower(), 0), settings, self.worker)
         await actor.load()

@@ -28,6 +28,7 @@ from sodalite.amqp.sasl import SaslServerConfig
 from sodalite.amqp.types import Int, Symbol
 from sodalite.errors import (
     EntityNotFound,
+    InvalidOperation,
     MessageSizeExceeded,
     NotImplementedOperation,
     SodaliteError,
@@ -40,6 +41,7 @@ from sodalite.server import management, wire
 from sodalite.server.addresses import CBS_NODE, entity_path, management_entity
 from sodalite.server.amqp_errors import to_amqp_error
 from sodalite.server.messages import decode_request, encode_response
+from sodalite.server.partition_actor import SubQueue
 
 if TYPE_CHECKING:
     from sodalite.server.broker import Broker, QueueEntity
@@ -68,22 +70,25 @@ class Producer:
 class ControlLink:
     """A ``$cbs`` or ``$management`` request or response link."""
 
-    __slots__ = ("entity", "node")
+    __slots__ = ("entity", "node", "sub_queue")
 
-    def __init__(self, node: str, entity: QueueEntity | None) -> None:
+    def __init__(self, node: str, entity: QueueEntity | None, sub_queue: SubQueue = SubQueue.MAIN) -> None:
         self.node = node
         self.entity = entity
+        self.sub_queue = sub_queue
 
 
 class LinkConsumer:
     """A client receiver link, as the partition actor sees it."""
 
-    __slots__ = ("actor", "handler", "link", "peek_lock", "reserved")
+    __slots__ = ("actor", "handler", "link", "peek_lock", "reserved", "sub_queue")
 
-    def __init__(self, handler: BrokerConnection, link: Link, actor: PartitionActor, peek_lock: bool) -> None:
+    def __init__(self, handler: BrokerConnection, link: Link, actor: PartitionActor, sub_queue: SubQueue,
+                 peek_lock: bool) -> None:
         self.handler = handler
         self.link = link
         self.actor = actor
+        self.sub_queue = sub_queue
         self.peek_lock = peek_lock
         self.reserved = 0
 
@@ -118,6 +123,7 @@ class BrokerConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.grants: list[Grant] = []
         self.consumers: list[LinkConsumer] = []
+        self.locked_through_management: dict[int, PartitionActor] = {}  # by id(actor)
         self._flush_scheduled = False
         self._heartbeat: asyncio.TimerHandle | None = None
         self.peer = "?"
@@ -141,6 +147,9 @@ class BrokerConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._handle(self.amqp.connection_lost())
+        for actor in self.locked_through_management.values():
+            actor.drop_owner(self)  # locks taken by receive-by-sequence-number on this connection
+        self.locked_through_management.clear()
         self.broker.connections.discard(self)
         if self._heartbeat is not None:
             self._heartbeat.cancel()
@@ -221,11 +230,13 @@ class BrokerConnection(asyncio.Protocol):
                 return
             mgmt = management_entity(path)
             if mgmt is not None:
-                entity = self._authorised_entity(mgmt)
-                link.context = ControlLink(path, entity)
+                entity, sub_queue = self._authorised_entity(mgmt)
+                link.context = ControlLink(path, entity, sub_queue)
                 self._accept_control(link)
                 return
-            entity = self._authorised_entity(path)
+            entity, sub_queue = self._authorised_entity(path)
+            if link.role is RECEIVER and sub_queue is not SubQueue.MAIN:
+                raise InvalidOperation("messages cannot be sent to a dead-letter queue")
         except SodaliteError as exc:
             link.refuse(to_amqp_error(exc))
             return
@@ -236,7 +247,7 @@ class BrokerConnection(asyncio.Protocol):
             link.max_message_size = limit + BATCH_ENVELOPE_SLACK
             link.accept(max_message_size=limit)
         else:
-            consumer = LinkConsumer(self, link, entity.actor,
+            consumer = LinkConsumer(self, link, entity.actor, sub_queue,
                                     peek_lock=remote.snd_settle_mode != RECEIVE_AND_DELETE)
             link.context = consumer
             source = remote.source if remote.source is not None else Source(terminus.address if terminus else None)
@@ -251,14 +262,16 @@ class BrokerConnection(asyncio.Protocol):
         else:
             link.accept(initial_delivery_count=0)
 
-    def _authorised_entity(self, path: str) -> QueueEntity:
+    def _authorised_entity(self, path: str) -> tuple[QueueEntity, SubQueue]:
+        """The entity and sub-queue ``path`` names, if a live token on this connection covers the path."""
         now = time.time()
         if not any(g.expires_at > now and sas.covers(g.path, path) for g in self.grants):
             raise Unauthorized(f"no valid token covers '{path}'; send a put-token to $cbs first")
-        entity = self.broker.entity(path)
+        main, sub_queue = SubQueue.split(path)
+        entity = self.broker.entity(main)
         if entity is None:
             raise EntityNotFound(f"the messaging entity '{path}' could not be found")
-        return entity
+        return entity, sub_queue
 
     def _on_detached(self, link: Link) -> None:
         consumer = link.context
@@ -319,7 +332,7 @@ class BrokerConnection(asyncio.Protocol):
         if token is None:
             return
         actor = consumer.actor
-        state = event.state
+        state: Any = event.state
         link, delivery_id = event.link, event.delivery_id
         try:
             if isinstance(state, Released) or state is None:
@@ -332,9 +345,11 @@ class BrokerConnection(asyncio.Protocol):
             elif isinstance(state, Modified) and not state.undeliverable_here:
                 future = actor.abandon(token)
             elif isinstance(state, Modified):
-                raise NotImplementedOperation("defer is not implemented yet")
+                future = actor.defer(token)
             elif isinstance(state, Rejected):
-                raise NotImplementedOperation("dead-lettering is not implemented yet")
+                reason, description = _dead_letter_details(state.error)
+                future = actor.dead_letter(token, reason, description)
+                state = Rejected(None)  # the SDK treats a rejected echo carrying an error as a failure (5.1)
             else:
                 raise NotImplementedOperation(f"unsupported outcome {type(state).__name__}")
         except SodaliteError as exc:
@@ -409,9 +424,28 @@ class BrokerConnection(asyncio.Protocol):
         except SodaliteError:
             return
         assert control.entity is not None
-        response = management.execute(control.entity.actor, request.application_properties.get("operation"),
-                                      request.body)
-        properties: dict[str, Any] = {"statusCode": Int(response.status), "statusDescription": response.description}
-        if response.condition is not None:
-            properties["errorCondition"] = Symbol(response.condition)
-        self._respond(link, control.node, encode_response(request.message_id, properties, response.body))
+        context = management.Context(control.entity.actor, control.sub_queue, self, control.entity.max_message_size)
+        task = asyncio.get_running_loop().create_task(
+            management.execute(context, request.application_properties.get("operation"), request.body))
+
+        def respond(done: asyncio.Task[management.Response]) -> None:
+            response = done.result()
+            properties: dict[str, Any] = {"statusCode": Int(response.status),
+                                          "statusDescription": response.description}
+            if response.condition is not None:
+                properties["errorCondition"] = Symbol(response.condition)
+            self._respond(link, control.node, encode_response(request.message_id, properties, response.body))
+            self.flush_soon()
+
+        task.add_done_callback(respond)
+
+
+def _dead_letter_details(error: Error | None) -> tuple[str | None, str | None]:
+    """DeadLetterReason and DeadLetterErrorDescription from a dead-letter rejection (contract 5.1)."""
+    if error is None or not error.info:
+        return None, error.description if error is not None else None
+    info = {str(k): v for k, v in error.info.items()}
+    reason = info.get("DeadLetterReason")
+    description = info.get("DeadLetterErrorDescription", error.description)
+    return (reason if isinstance(reason, str) else None,
+            description if isinstance(description, str) else None)

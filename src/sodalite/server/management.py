@@ -1,27 +1,31 @@
 """The ``$management`` node of an entity: request/response operations (sdk-wire-contract.md section 6).
 
 Each operation reads its arguments from the request's map body and returns a status and a map
-body; errors are Sodalite errors, reported as ``statusCode`` (the error's HTTP status) with the
-AMQP condition in ``errorCondition``, which the SDK maps to its exception classes. Operations not
-built yet answer 501 with ``amqp:not-implemented``: never a fake success.
+body. Operations that change messages answer only after their store commit. Errors are Sodalite
+errors, reported as ``statusCode`` (the error's HTTP status) with the AMQP condition in
+``errorCondition``, which the SDK maps to its exception classes. Operations not built yet answer
+501 with ``amqp:not-implemented``: never a fake success.
 """
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
-from sodalite.amqp.types import Array, Timestamp
+from sodalite.amqp.types import Array, Long, Timestamp
 from sodalite.errors import ArgumentError, NotImplementedOperation, SodaliteError
 from sodalite.server import wire
-
-if TYPE_CHECKING:
-    from sodalite.server.partition_actor import PartitionActor
+from sodalite.server.partition_actor import PartitionActor, SubQueue
 
 OK = 200
 NO_CONTENT = 204
+PEEK_LOCK = 1  # receiver-settle-mode in receive-by-sequence-number (the SDK sends a uint)
+
+# update-disposition's statuses, as the SDK spells them (contract 6.7: "defered" with one r).
+COMPLETED, ABANDONED, DEFERRED, SUSPENDED = "completed", "abandoned", "defered", "suspended"
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,10 +34,22 @@ class Response:
     body: dict[str, Any] | None = None
     description: str = "OK"
     condition: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
-Operation = Callable[["PartitionActor", dict[str, Any]], Response]
+@dataclass(frozen=True, slots=True)
+class Context:
+    actor: PartitionActor
+    sub_queue: SubQueue
+    owner: Any  # holds locks taken here (the client connection); they end when it goes
+    max_message_size: int
+
+    def note_locks(self) -> None:
+        registry = getattr(self.owner, "locked_through_management", None)
+        if isinstance(registry, dict):
+            registry[id(self.actor)] = self.actor
+
+
+Operation = Callable[[Context, dict[str, Any]], Awaitable[Response]]
 
 
 def _int_arg(body: dict[str, Any], key: str, default: int | None = None) -> int:
@@ -43,23 +59,23 @@ def _int_arg(body: dict[str, Any], key: str, default: int | None = None) -> int:
     return int(value)
 
 
-def _tokens(body: dict[str, Any]) -> list[uuid.UUID]:
-    value = body.get("lock-tokens")
+def _array(body: dict[str, Any], key: str, kind: type) -> list[Any]:
+    value = body.get(key)
     items = list(value) if isinstance(value, Array | list | tuple) else []
-    if not items or not all(isinstance(t, uuid.UUID) for t in items):
-        raise ArgumentError("'lock-tokens' must be a non-empty array of uuids")
+    if not items or not all(isinstance(v, kind) and not isinstance(v, bool) for v in items):
+        raise ArgumentError(f"'{key}' must be a non-empty array")
     return items
 
 
-def renew_lock(actor: PartitionActor, body: dict[str, Any]) -> Response:
-    expirations = [Timestamp(actor.renew_lock(token)) for token in _tokens(body)]
+async def renew_lock(ctx: Context, body: dict[str, Any]) -> Response:
+    expirations = [Timestamp(ctx.actor.renew_lock(token)) for token in _array(body, "lock-tokens", uuid.UUID)]
     return Response(OK, {"expirations": Array("timestamp", tuple(expirations))})
 
 
-def peek_message(actor: PartitionActor, body: dict[str, Any]) -> Response:
+async def peek_message(ctx: Context, body: dict[str, Any]) -> Response:
     start = _int_arg(body, "from-sequence-number", 1)
     count = _int_arg(body, "message-count", 1)
-    records = actor.peek(start, max(0, count))
+    records = ctx.actor.peek(ctx.sub_queue, start, max(0, count))
     if not records:
         return Response(NO_CONTENT, None, "No messages to peek")
     return Response(OK, {"messages": [
@@ -67,13 +83,75 @@ def peek_message(actor: PartitionActor, body: dict[str, Any]) -> Response:
     ]})
 
 
+async def schedule_message(ctx: Context, body: dict[str, Any]) -> Response:
+    entries = body.get("messages")
+    if not isinstance(entries, list) or not entries:
+        raise ArgumentError("'messages' must be a non-empty list")
+    drafts = []
+    for entry in entries:
+        encoded = entry.get("message") if isinstance(entry, dict) else None
+        if not isinstance(encoded, bytes):
+            raise ArgumentError("each scheduled message needs its encoded 'message'")
+        drafts.append(wire.parse_transfer(encoded, 0, ctx.max_message_size)[0])
+    if any(d.scheduled_enqueue_time is None for d in drafts):
+        raise ArgumentError("a scheduled message needs x-opt-scheduled-enqueue-time")
+    future, numbers = ctx.actor.schedule(drafts)
+    await future
+    return Response(OK, {"sequence-numbers": Array("long", tuple(Long(n) for n in numbers))})
+
+
+async def cancel_scheduled_message(ctx: Context, body: dict[str, Any]) -> Response:
+    await ctx.actor.cancel_scheduled(_array(body, "sequence-numbers", int))
+    return Response(OK, {})
+
+
+async def receive_by_sequence_number(ctx: Context, body: dict[str, Any]) -> Response:
+    numbers = _array(body, "sequence-numbers", int)
+    mode = _int_arg(body, "receiver-settle-mode", PEEK_LOCK)
+    if mode == PEEK_LOCK:
+        taken = ctx.actor.lock_deferred(ctx.sub_queue, numbers, ctx.owner)
+        ctx.note_locks()
+        messages = [{"message": wire.delivery_payload(r, lock.locked_until, with_state=True),
+                     "lock-token": lock.token} for r, lock in taken]
+    else:
+        future, records = ctx.actor.take_deferred(ctx.sub_queue, numbers)
+        await future
+        messages = [{"message": wire.delivery_payload(r, None, with_state=True)} for r in records]
+    return Response(OK, {"messages": messages})
+
+
+async def update_disposition(ctx: Context, body: dict[str, Any]) -> Response:
+    status = body.get("disposition-status")
+    actor = ctx.actor
+    futures: list[asyncio.Future[None]] = []
+    for token in _array(body, "lock-tokens", uuid.UUID):
+        if status == COMPLETED:
+            futures.append(actor.complete(token))
+        elif status == ABANDONED:
+            futures.append(actor.abandon(token))
+        elif status == DEFERRED:
+            futures.append(actor.defer(token))
+        elif status == SUSPENDED:
+            reason, description = body.get("deadletter-reason"), body.get("deadletter-description")
+            futures.append(actor.dead_letter(token, reason if isinstance(reason, str) else None,
+                                             description if isinstance(description, str) else None))
+        else:
+            raise ArgumentError(f"unknown disposition-status {status!r}")
+    await asyncio.gather(*futures)
+    return Response(OK, {})
+
+
 OPERATIONS: dict[str, Operation] = {
     "com.microsoft:renew-lock": renew_lock,
     "com.microsoft:peek-message": peek_message,
+    "com.microsoft:schedule-message": schedule_message,
+    "com.microsoft:cancel-scheduled-message": cancel_scheduled_message,
+    "com.microsoft:receive-by-sequence-number": receive_by_sequence_number,
+    "com.microsoft:update-disposition": update_disposition,
 }
 
 
-def execute(actor: PartitionActor, operation: Any, body: Any) -> Response:
+async def execute(ctx: Context, operation: Any, body: Any) -> Response:
     """Run one request; every failure becomes a response, never an exception."""
     handler = OPERATIONS.get(str(operation))
     try:
@@ -81,6 +159,6 @@ def execute(actor: PartitionActor, operation: Any, body: Any) -> Response:
             raise NotImplementedOperation(f"the management operation {operation!r} is not implemented yet")
         if not isinstance(body, dict):
             raise ArgumentError("the request body must be a map")
-        return handler(actor, {str(k): v for k, v in body.items()})
+        return await handler(ctx, {str(k): v for k, v in body.items()})
     except SodaliteError as exc:
         return Response(exc.http_status, None, exc.description, exc.condition)

@@ -1,29 +1,35 @@
-"""The actor that owns one partition: applies commands serially and group-commits their effects.
+"""The actor that owns one partition of an entity: applies commands serially and group-commits them.
 
 Theory of operation: every command (send, settle, credit, timer) runs to completion on the event
-loop against the pure :class:`~sodalite.model.partition.Partition`, which returns what must be
-stored. The store operations and the replies that depend on them (send acknowledgements,
-settlement echoes, ReceiveAndDelete deliveries) wait in the open batch. One commit is in flight at
-a time; everything that arrives meanwhile joins the next batch, so a burst of pipelined sends
-costs one transaction, not one each (group commit). Only after a batch commits are its replies
-released and its new messages made receivable. If a commit fails, its commands fail with a
-retryable error and the partition is reloaded from the store, so memory never holds what the
-store does not.
+loop against the pure :class:`~sodalite.model.partition.Partition` of each sub-queue (the entity
+itself, its dead-letter queue, its transfer dead-letter queue), which returns what must be stored
+or puts leaving messages in its outbox. The store operations and the replies that depend on them
+(send acknowledgements, settlement echoes, ReceiveAndDelete deliveries) wait in the open batch. One
+commit is in flight at a time; everything that arrives meanwhile joins the next batch, so a burst
+of pipelined sends costs one transaction, not one each (group commit). Only after a batch commits
+are its replies released and its new messages made visible. A message moving to a dead-letter
+queue is deleted from one sub-queue and appended to the other in the same transaction.
+
+If a commit fails, its commands and those queued behind it fail with a retryable error and the
+partition is reloaded from the store before it takes new commands, so memory never holds what
+the store does not. One timer serves lock expiry, scheduled activation and message expiry.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sodalite.errors import SodaliteError, StoreUnavailable
-from sodalite.model.message import MessageRecord, MessageUpdate
-from sodalite.model.partition import Lock, MessageDraft, Partition
+from sodalite.errors import InvalidOperation, MessageLockLost, SodaliteError, StoreUnavailable
+from sodalite.model.message import MessageRecord, MessageState, MessageUpdate
+from sodalite.model.partition import TTL_EXPIRED, DeadLettered, Lock, MessageDraft, Partition
+from sodalite.server import wire
 from sodalite.server.store_worker import StoreWorker
 from sodalite.store.port import AppendMessages, DeleteMessages, PartitionRef, StoreOp, UpdateMessages
 
@@ -37,10 +43,27 @@ def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
+class SubQueue(enum.Enum):
+    """An entity's sub-queues and the path suffix that names each (sdk-wire-contract.md 1.2)."""
+
+    MAIN = ""
+    DEAD_LETTER = "/$deadletterqueue"
+    TRANSFER_DEAD_LETTER = "/$transfer/$deadletterqueue"
+
+    @classmethod
+    def split(cls, path: str) -> tuple[str, SubQueue]:
+        """``queue1/$deadletterqueue`` -> (``queue1``, DEAD_LETTER); paths are lower-cased already."""
+        for sub in (cls.TRANSFER_DEAD_LETTER, cls.DEAD_LETTER):
+            if path.endswith(sub.value):
+                return path[: -len(sub.value)], sub
+        return path, cls.MAIN
+
+
 class Consumer(Protocol):
     """A receiver link as the actor sees it."""
 
     peek_lock: bool
+    sub_queue: SubQueue
     reserved: int  # ReceiveAndDelete deliveries waiting for their delete to commit
 
     def credit(self) -> int: ...
@@ -56,7 +79,7 @@ class Consumer(Protocol):
 class _Batch:
     ops: list[StoreOp] = field(default_factory=list)
     futures: list[asyncio.Future[Any]] = field(default_factory=list)
-    published: list[MessageRecord] = field(default_factory=list)
+    published: list[tuple[SubQueue, MessageRecord]] = field(default_factory=list)
     deliveries: list[tuple[Consumer, MessageRecord]] = field(default_factory=list)  # ReceiveAndDelete
 
 
@@ -67,6 +90,8 @@ class EntitySettings:
     lock_duration: int
     default_ttl: int | None
     max_message_size: int
+    max_delivery_count: int | None = None
+    dead_lettering_on_message_expiration: bool = False
 
 
 class PartitionActor:
@@ -76,89 +101,182 @@ class PartitionActor:
         self.settings = settings
         self.worker = worker
         self.clock = clock
-        self.partition = Partition((), 0)
-        self.consumers: list[Consumer] = []
+        self.refs = {sub: PartitionRef(ref.entity + sub.value, ref.partition) for sub in SubQueue}
+        self.queues: dict[SubQueue, Partition] = {sub: self._new_partition(sub, (), 0) for sub in SubQueue}
+        self.consumers: dict[SubQueue, list[Consumer]] = {sub: [] for sub in SubQueue}
         self._next_consumer = 0
         self._batch = _Batch()
         self._committing = False
-        self._lock_timer: asyncio.TimerHandle | None = None
-        self._lock_timer_at: int | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: int | None = None
         self._closed = False
         self._reloading = False
 
+    @property
+    def partition(self) -> Partition:
+        """The entity's own (main) sub-queue."""
+        return self.queues[SubQueue.MAIN]
+
+    def _new_partition(self, sub: SubQueue, records: Iterable[MessageRecord], last: int) -> Partition:
+        # The service enforces MaxDeliveryCount on the entity only; a dead-letter queue keeps its messages.
+        max_delivery = self.settings.max_delivery_count if sub is SubQueue.MAIN else None
+        return Partition(records, last, max_delivery_count=max_delivery)
+
     async def load(self) -> None:
-        snapshot = await self.worker.load_partition(self.ref)
-        # Never let the high-water mark go back: numbers handed out before a failed commit stay used.
-        last = max(snapshot.last_sequence_number, self.partition.last_sequence_number)
-        self.partition = Partition(snapshot.messages, last)
+        for sub in SubQueue:
+            snapshot = await self.worker.load_partition(self.refs[sub])
+            # Never let the high-water mark go back: numbers handed out before a failed commit stay used.
+            last = max(snapshot.last_sequence_number, self.queues[sub].last_sequence_number)
+            self.queues[sub] = self._new_partition(sub, snapshot.messages, last)
+        self._arm_timer()
 
     def _check_available(self) -> None:
         if self._reloading:
             raise StoreUnavailable("the partition is recovering from a store failure; retry shortly")
 
-    # ---- commands -----------------------------------------------------------------------------
+    # ---- sending and scheduling ---------------------------------------------------------------------
 
     def send(self, drafts: list[MessageDraft]) -> asyncio.Future[None]:
-        """Enqueue messages; the future resolves once they are durable."""
+        """Enqueue messages (scheduled ones included); the future resolves once they are durable."""
+        return self._enqueue(drafts)[0]
+
+    def schedule(self, drafts: list[MessageDraft]) -> tuple[asyncio.Future[None], list[int]]:
+        """Like send, returning the sequence numbers (for schedule-message and its cancel)."""
+        return self._enqueue(drafts)
+
+    def _enqueue(self, drafts: list[MessageDraft]) -> tuple[asyncio.Future[None], list[int]]:
         self._check_available()
         records = self.partition.accept(drafts, self.clock(), self.settings.default_ttl)
         batch = self._batch
         batch.ops.append(AppendMessages(self.ref, tuple(records)))
-        batch.published.extend(records)
+        batch.published.extend((SubQueue.MAIN, r) for r in records)
+        return self._future_in_batch(), [r.sequence_number for r in records]
+
+    def cancel_scheduled(self, sequence_numbers: list[int]) -> asyncio.Future[None]:
+        self._check_available()
+        removed = self.partition.cancel_scheduled(sequence_numbers)
+        self._batch.ops.append(DeleteMessages(self.ref, tuple(removed)))
         return self._future_in_batch()
+
+    # ---- settlement ---------------------------------------------------------------------------------
+
+    def _holder(self, token: uuid.UUID) -> SubQueue:
+        for sub, queue in self.queues.items():
+            if token in queue.locks:
+                return sub
+        raise MessageLockLost("the lock token is unknown or the lock was lost")
 
     def complete(self, token: uuid.UUID) -> asyncio.Future[None]:
         self._check_available()
-        seq = self.partition.complete(token, self.clock())
-        self._batch.ops.append(DeleteMessages(self.ref, (seq,)))
-        self._dispatch_soon()
-        return self._future_in_batch()
+        sub = self._holder(token)
+        seq = self.queues[sub].complete(token, self.clock())
+        self._batch.ops.append(DeleteMessages(self.refs[sub], (seq,)))
+        return self._after_settlement(sub)
 
     def abandon(self, token: uuid.UUID) -> asyncio.Future[None]:
         self._check_available()
-        update = self.partition.abandon(token, self.clock())
-        self._batch.ops.append(UpdateMessages(self.ref, (update,)))
-        self._dispatch_soon()
-        return self._future_in_batch()
+        sub = self._holder(token)
+        update = self.queues[sub].abandon(token, self.clock())
+        self._batch.ops.append(UpdateMessages(self.refs[sub], (update,)))
+        return self._after_settlement(sub)
+
+    def defer(self, token: uuid.UUID) -> asyncio.Future[None]:
+        self._check_available()
+        sub = self._holder(token)
+        update = self.queues[sub].defer(token, self.clock())
+        self._batch.ops.append(UpdateMessages(self.refs[sub], (update,)))
+        return self._after_settlement(sub)
+
+    def dead_letter(self, token: uuid.UUID, reason: str | None, description: str | None) -> asyncio.Future[None]:
+        self._check_available()
+        sub = self._holder(token)
+        if sub is not SubQueue.MAIN:
+            raise InvalidOperation("a message in a dead-letter queue cannot be dead-lettered again")
+        record = self.queues[sub].dead_letter(token, self.clock())
+        self._move_to_dead_letter(sub, record, reason, description)
+        return self._after_settlement(sub)
 
     def release(self, token: uuid.UUID) -> None:
-        self.partition.release(token)
+        for queue in self.queues.values():
+            if token in queue.locks:
+                queue.release(token)
         self._dispatch_soon()
 
     def renew_lock(self, token: uuid.UUID) -> int:
-        locked_until = self.partition.renew(token, self.clock(), self.settings.lock_duration)
-        self._arm_lock_timer()
+        sub = self._holder(token)
+        locked_until = self.queues[sub].renew(token, self.clock(), self.settings.lock_duration)
+        self._arm_timer()
         return locked_until
 
-    def peek(self, from_sequence_number: int, count: int) -> list[MessageRecord]:
+    def _after_settlement(self, sub: SubQueue) -> asyncio.Future[None]:
+        self._drain_outbox(sub)
+        self._dispatch_soon()
+        return self._future_in_batch()
+
+    # ---- by sequence number -------------------------------------------------------------------------
+
+    def peek(self, sub: SubQueue, from_sequence_number: int, count: int) -> list[MessageRecord]:
         self._check_available()
-        return self.partition.peek(from_sequence_number, count)
+        return self.queues[sub].peek(from_sequence_number, count)
+
+    def lock_deferred(self, sub: SubQueue, sequence_numbers: list[int],
+                      owner: Any) -> list[tuple[MessageRecord, Lock]]:
+        self._check_available()
+        taken = self.queues[sub].lock_deferred(sequence_numbers, self.clock(), self.settings.lock_duration, owner)
+        self._arm_timer()
+        return taken
+
+    def take_deferred(self, sub: SubQueue,
+                      sequence_numbers: list[int]) -> tuple[asyncio.Future[None], list[MessageRecord]]:
+        self._check_available()
+        records = self.queues[sub].take_deferred(sequence_numbers)
+        self._batch.ops.append(DeleteMessages(self.refs[sub], tuple(r.sequence_number for r in records)))
+        return self._future_in_batch(), records
+
+    # ---- consumers ----------------------------------------------------------------------------------
 
     def add_consumer(self, consumer: Consumer) -> None:
-        self.consumers.append(consumer)
+        self.consumers[consumer.sub_queue].append(consumer)
         self._dispatch_soon()
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        if consumer in self.consumers:
-            self.consumers.remove(consumer)
-        updates = self.partition.drop_owner(consumer)
-        self._store_updates(updates)
+        consumers = self.consumers[consumer.sub_queue]
+        if consumer in consumers:
+            consumers.remove(consumer)
+        self.drop_owner(consumer)
+
+    def drop_owner(self, owner: Any) -> None:
+        """Whoever held locks is gone: its locks end as expired ones do."""
+        for sub, queue in self.queues.items():
+            self._store_updates(sub, queue.drop_owner(owner))
+            self._drain_outbox(sub)
         self._dispatch_soon()
 
     def credit_changed(self, consumer: Consumer) -> None:
         self._dispatch_soon()
 
+    def counts(self) -> dict[str, int]:
+        """Message counts as Service Bus reports them (locked messages count as active)."""
+        main = self.partition
+        return {
+            "active": main.count(MessageState.ACTIVE) + main.count(MessageState.DEFERRED),
+            "scheduled": main.count(MessageState.SCHEDULED),
+            "dead_letter": len(self.queues[SubQueue.DEAD_LETTER].messages),
+            "transfer_dead_letter": len(self.queues[SubQueue.TRANSFER_DEAD_LETTER].messages),
+            "transfer": 0,
+        }
+
     async def close(self) -> None:
         self._closed = True
-        if self._lock_timer is not None:
-            self._lock_timer.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
         while self._committing or self._batch.ops:
             if not self._committing:
                 await self._commit()
             else:
                 await asyncio.sleep(0.005)
 
-    # ---- delivery -----------------------------------------------------------------------------
+    # ---- delivery -----------------------------------------------------------------------------------
 
     def _dispatch_soon(self) -> None:
         asyncio.get_running_loop().call_soon(self._dispatch)
@@ -166,12 +284,17 @@ class PartitionActor:
     def _dispatch(self) -> None:
         if self._reloading:
             return
-        partition = self.partition
-        consumers = self.consumers
-        if consumers and partition.has_available():
+        for sub, consumers in self.consumers.items():
+            if consumers:
+                self._dispatch_to(sub, consumers)
+        self._arm_timer()
+
+    def _dispatch_to(self, sub: SubQueue, consumers: list[Consumer]) -> None:
+        queue = self.queues[sub]
+        if queue.has_available():
             now = self.clock()
             idle_rounds = 0
-            while partition.has_available() and idle_rounds < len(consumers):
+            while queue.has_available() and idle_rounds < len(consumers):
                 index = self._next_consumer % len(consumers)
                 self._next_consumer = index + 1
                 consumer = consumers[index]
@@ -180,50 +303,77 @@ class PartitionActor:
                     continue
                 idle_rounds = 0
                 if consumer.peek_lock:
-                    taken = partition.lock_next(now, self.settings.lock_duration, consumer)
+                    taken = queue.lock_next(now, self.settings.lock_duration, consumer)
                     if taken is None:
                         break
                     consumer.deliver(taken[0], taken[1])
                 else:
-                    record = partition.take_next()
+                    record = queue.take_next(now)
                     if record is None:
                         break
                     consumer.reserved += 1
-                    self._batch.ops.append(DeleteMessages(self.ref, (record.sequence_number,)))
+                    self._batch.ops.append(DeleteMessages(self.refs[sub], (record.sequence_number,)))
                     self._batch.deliveries.append((consumer, record))
                     self._schedule_commit()
-            self._arm_lock_timer()
+            self._drain_outbox(sub)
         for consumer in consumers:
-            if consumer.drain_requested() and not partition.has_available() and not consumer.reserved:
+            if consumer.drain_requested() and not queue.has_available() and not consumer.reserved:
                 consumer.drained()
 
-    def _arm_lock_timer(self) -> None:
-        expiry = self.partition.next_lock_expiry()
-        if expiry is None or self._closed:
-            return
-        if self._lock_timer is not None and self._lock_timer_at is not None and self._lock_timer_at <= expiry:
-            return
-        if self._lock_timer is not None:
-            self._lock_timer.cancel()
-        loop = asyncio.get_running_loop()
-        delay = max(0.0, (expiry - self.clock()) / 1000.0)
-        self._lock_timer_at = expiry
-        self._lock_timer = loop.call_later(delay, self._on_lock_timer)
+    # ---- messages leaving a sub-queue -----------------------------------------------------------------
 
-    def _on_lock_timer(self) -> None:
-        self._lock_timer = None
-        self._lock_timer_at = None
-        updates = self.partition.expire_locks(self.clock())
-        self._store_updates(updates)
+    def _drain_outbox(self, sub: SubQueue) -> None:
+        for effect in self.queues[sub].take_outbox():
+            record = effect.record
+            if isinstance(effect, DeadLettered):
+                self._move_to_dead_letter(sub, record, effect.reason, effect.description)
+            elif sub is SubQueue.MAIN and self.settings.dead_lettering_on_message_expiration:
+                self._move_to_dead_letter(sub, record, TTL_EXPIRED, "the message expired")
+            else:
+                self._batch.ops.append(DeleteMessages(self.refs[sub], (record.sequence_number,)))
+                self._schedule_commit()
+
+    def _move_to_dead_letter(self, source: SubQueue, record: MessageRecord, reason: str | None,
+                             description: str | None) -> None:
+        """Delete from ``source`` and append to the dead-letter queue, in the same transaction."""
+        moved = wire.dead_lettered(record, reason, description)
+        batch = self._batch
+        batch.ops.append(DeleteMessages(self.refs[source], (record.sequence_number,)))
+        batch.ops.append(AppendMessages(self.refs[SubQueue.DEAD_LETTER], (moved,)))
+        batch.published.append((SubQueue.DEAD_LETTER, moved))
+        self._schedule_commit()
+
+    # ---- time ---------------------------------------------------------------------------------------
+
+    def _arm_timer(self) -> None:
+        due = min((t for t in (q.next_due() for q in self.queues.values()) if t is not None), default=None)
+        if due is None or self._closed:
+            return
+        if self._timer is not None and self._timer_at is not None and self._timer_at <= due:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        delay = max(0.0, (due - self.clock()) / 1000.0)
+        self._timer_at = due
+        self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        if self._reloading:
+            return  # the reload re-arms it
+        now = self.clock()
+        for sub, queue in self.queues.items():
+            self._store_updates(sub, queue.on_time(now))
+            self._drain_outbox(sub)
         self._dispatch()
-        self._arm_lock_timer()
 
-    def _store_updates(self, updates: list[MessageUpdate]) -> None:
+    def _store_updates(self, sub: SubQueue, updates: list[MessageUpdate]) -> None:
         if updates:
-            self._batch.ops.append(UpdateMessages(self.ref, tuple(updates)))
+            self._batch.ops.append(UpdateMessages(self.refs[sub], tuple(updates)))
             self._schedule_commit()
 
-    # ---- group commit -------------------------------------------------------------------------
+    # ---- group commit -------------------------------------------------------------------------------
 
     def _future_in_batch(self) -> asyncio.Future[None]:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -259,7 +409,8 @@ class PartitionActor:
             self._fail_batch(queued, exc)
             await self._reload()
             return
-        self.partition.publish(batch.published)
+        for sub, record in batch.published:
+            self.queues[sub].publish([record])
         for consumer, record in batch.deliveries:
             consumer.reserved -= 1
             consumer.deliver(record, None)

@@ -13,13 +13,14 @@ client's, then the tail unchanged.
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from sodalite.amqp import message as amqp_message
 from sodalite.amqp.errors import DecodeError
 from sodalite.amqp.types import Int
 from sodalite.errors import ArgumentError, MessageSizeExceeded
-from sodalite.model.message import MessageRecord
+from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import MessageDraft
 
 SERVICE_OWNED_ANNOTATIONS = frozenset({
@@ -154,3 +155,42 @@ def tag_lock_token(tag: bytes) -> uuid.UUID | None:
         return None
     return uuid.UUID(bytes_le=tag)
 
+
+
+DEAD_LETTER_REASON = "DeadLetterReason"
+DEAD_LETTER_DESCRIPTION = "DeadLetterErrorDescription"
+
+
+def with_application_properties(tail: bytes, updates: dict[str, Any]) -> bytes:
+    """The tail with ``updates`` merged into its application-properties; only that section is re-encoded.
+
+    If the message has no application-properties section, one is placed where AMQP puts it: after
+    the properties section, before the body.
+    """
+    sections = amqp_message.split_sections(tail)
+    existing = next((s for s in sections if s.code == amqp_message.APPLICATION_PROPERTIES), None)
+    values: dict[Any, Any] = {}
+    if existing is not None:
+        decoded = amqp_message.section_value(tail, existing)
+        if isinstance(decoded, dict):
+            values.update(decoded)
+    values.update(updates)
+    encoded = amqp_message.encode_section(amqp_message.APPLICATION_PROPERTIES, values)
+    if existing is not None:
+        return tail[: existing.start] + encoded + tail[existing.end :]
+    after = next((s.end for s in sections if s.code == amqp_message.PROPERTIES), 0)
+    return tail[:after] + encoded + tail[after:]
+
+
+def dead_lettered(record: MessageRecord, reason: str | None, description: str | None) -> MessageRecord:
+    """The record as it enters a dead-letter sub-queue: reason and description set, no expiry.
+
+    Time-to-live is not observed in a dead-letter queue (Service Bus DLQ overview).
+    """
+    updates: dict[str, Any] = {}
+    if reason is not None:
+        updates[DEAD_LETTER_REASON] = reason
+    if description is not None:
+        updates[DEAD_LETTER_DESCRIPTION] = description
+    tail = with_application_properties(record.tail, updates) if updates else record.tail
+    return replace(record, tail=tail, expires_at=None, state=MessageState.ACTIVE)

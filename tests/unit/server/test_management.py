@@ -7,40 +7,56 @@ import uuid
 
 from sodalite.amqp.types import Array
 from sodalite.server import management
-from sodalite.server.partition_actor import EntitySettings, PartitionActor
+from sodalite.server.partition_actor import EntitySettings, PartitionActor, SubQueue
 from sodalite.server.store_worker import StoreWorker
 from sodalite.store.memory import MemoryStore
 from sodalite.store.port import PartitionRef
 
 
-def _actor() -> PartitionActor:
-    store = MemoryStore()
-    store.open()
-    return PartitionActor(PartitionRef("q"), EntitySettings(60_000, None, 262144), StoreWorker(store, "m"))
+def _run(operation: str, body: object) -> management.Response:
+    async def run() -> management.Response:
+        store = MemoryStore()
+        store.open()
+        actor = PartitionActor(PartitionRef("q"), EntitySettings(60_000, None, 262144), StoreWorker(store, "m"))
+        await actor.load()
+        return await management.execute(management.Context(actor, SubQueue.MAIN, object(), 262144),
+                                        operation, body)
+
+    return asyncio.run(run())
 
 
 def test_unknown_operation_is_501_not_implemented() -> None:
-    response = management.execute(_actor(), "com.microsoft:schedule-message", {})
+    response = _run("com.microsoft:get-session-state", {})
     assert (response.status, response.condition) == (501, "amqp:not-implemented")
 
 
 def test_body_that_is_not_a_map_is_an_argument_error() -> None:
-    response = management.execute(_actor(), "com.microsoft:peek-message", [1, 2])
+    response = _run("com.microsoft:peek-message", [1, 2])
     assert (response.status, response.condition) == (400, "com.microsoft:argument-error")
 
 
 def test_renew_of_an_unknown_lock_is_410_lock_lost() -> None:
-    body = {"lock-tokens": Array("uuid", (uuid.uuid4(),))}
-    response = management.execute(_actor(), "com.microsoft:renew-lock", body)
+    response = _run("com.microsoft:renew-lock", {"lock-tokens": Array("uuid", (uuid.uuid4(),))})
     assert (response.status, response.condition) == (410, "com.microsoft:message-lock-lost")
 
 
 def test_peek_of_an_empty_queue_is_204() -> None:
-    async def run() -> None:
-        actor = _actor()
-        await actor.load()
-        response = management.execute(actor, "com.microsoft:peek-message",
-                                      {"from-sequence-number": 1, "message-count": 10})
-        assert response.status == 204 and response.body is None
+    response = _run("com.microsoft:peek-message", {"from-sequence-number": 1, "message-count": 10})
+    assert response.status == 204 and response.body is None
 
-    asyncio.run(run())
+
+def test_receiving_an_unknown_sequence_number_is_404_message_not_found() -> None:
+    response = _run("com.microsoft:receive-by-sequence-number",
+                    {"sequence-numbers": Array("long", (42,)), "receiver-settle-mode": 1})
+    assert (response.status, response.condition) == (404, "com.microsoft:message-not-found")
+
+
+def test_cancelling_an_unknown_schedule_is_404() -> None:
+    response = _run("com.microsoft:cancel-scheduled-message", {"sequence-numbers": Array("long", (7,))})
+    assert (response.status, response.condition) == (404, "com.microsoft:message-not-found")
+
+
+def test_unknown_disposition_status_is_an_argument_error() -> None:
+    response = _run("com.microsoft:update-disposition",
+                    {"disposition-status": "vanished", "lock-tokens": Array("uuid", (uuid.uuid4(),))})
+    assert response.status in (400, 410)

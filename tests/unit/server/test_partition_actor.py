@@ -10,7 +10,7 @@ import pytest
 from sodalite.errors import MessageLockLost, StoreUnavailable
 from sodalite.model.message import MessageRecord
 from sodalite.model.partition import Lock, MessageDraft
-from sodalite.server.partition_actor import EntitySettings, PartitionActor
+from sodalite.server.partition_actor import EntitySettings, PartitionActor, SubQueue
 from sodalite.server.store_worker import StoreWorker
 from sodalite.store.memory import MemoryStore
 from sodalite.store.port import PartitionRef, StoreOp
@@ -30,8 +30,9 @@ class CountingStore(MemoryStore):
 
 
 class FakeConsumer:
-    def __init__(self, peek_lock: bool, credit: int) -> None:
+    def __init__(self, peek_lock: bool, credit: int, sub_queue: SubQueue = SubQueue.MAIN) -> None:
         self.peek_lock = peek_lock
+        self.sub_queue = sub_queue
         self.reserved = 0
         self._credit = credit
         self.got: list[tuple[MessageRecord, Lock | None]] = []

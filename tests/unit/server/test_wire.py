@@ -598,11 +598,12 @@ def test_delivery_of_a_record_from_the_partition() -> None:
     p = Partition([], 0)
     records = p.accept(wire.parse_transfer(sdk_message(), 0, LIMIT), T0, None)
     p.publish(records)
-    taken = p.lock_next(T0 + 1, 30_000, "receiver")
+    p.on_time(T0 + 60_000)  # the SDK message is scheduled for T0 + 60 s
+    taken = p.lock_next(T0 + 60_001, 30_000, "receiver")
     assert taken is not None
     rec, lock = taken
     _, ann, rest = decode_delivery(wire.delivery_payload(rec, lock.locked_until))
-    assert ann["x-opt-sequence-number"] == 1 and ann["x-opt-locked-until"] == T0 + 30_001
+    assert ann["x-opt-sequence-number"] == 1 and ann["x-opt-locked-until"] == T0 + 90_001
     assert rest == SDK_PROPERTIES + SDK_APP + SDK_BODY
 
 

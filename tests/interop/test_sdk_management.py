@@ -6,8 +6,10 @@ import time
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusMessageState
-from azure.servicebus.exceptions import ServiceBusError
-from broker_process import BrokerProcess
+from broker_process import KEY, KEY_NAME, BrokerProcess
+from raw_client import RawClient
+
+from sodalite.model.sas import generate_token
 
 pytestmark = pytest.mark.interop
 
@@ -54,7 +56,18 @@ def test_renew_lock_extends_it_past_the_lock_duration(broker: BrokerProcess) -> 
 
 
 def test_unbuilt_management_operation_fails_clearly(broker: BrokerProcess) -> None:
-    with ServiceBusClient.from_connection_string(broker.connection_string) as client:
-        with client.get_queue_sender("misc") as sender, pytest.raises(ServiceBusError) as raised:
-            sender.cancel_scheduled_messages([1], timeout=20)
-        assert "not implemented" in str(raised.value).lower() or "501" in str(raised.value)
+    # Sessions are not built yet. (The SDK's list_queue_sessions swallows errors into an empty list,
+    # so a raw client shows what the broker answers.)
+    client = RawClient(broker.port)
+    try:
+        audience = f"sb://localhost:{broker.port}/misc"
+        expiry = int(time.time()) + 300
+        assert client.put_token(audience, generate_token(audience, KEY_NAME, KEY, expiry), expiry * 1000) == 202
+        status, condition, _ = client.management("misc/$management", "com.microsoft:get-session-state",
+                                                 {"session-id": "s1"})
+        assert (status, condition) == (501, "amqp:not-implemented")
+        status, _, _ = client.management("misc/$management", "com.microsoft:peek-message",
+                                         {"from-sequence-number": 1, "message-count": 1})
+        assert status in (200, 204)  # the same node answers what is built
+    finally:
+        client.close()
