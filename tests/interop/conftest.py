@@ -21,6 +21,9 @@ QUEUES = [
     {"Name": "ttl-drop", "Properties": {}},
     {"Name": "sched", "Properties": {}},
     {"Name": "defer", "Properties": {}},
+    {"Name": "sessions", "Properties": {"RequiresSession": True}},
+    {"Name": "sessions-short", "Properties": {"RequiresSession": True, "LockDuration": "PT5S"}},
+    {"Name": "sessions-aio", "Properties": {"RequiresSession": True}},
 ]
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import heapq
 import uuid
 from bisect import bisect_left, insort
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -89,15 +90,19 @@ Effect = Expired | DeadLettered
 
 class Partition:
     def __init__(self, messages: Iterable[MessageRecord], last_sequence_number: int,
-                 token_factory: TokenFactory = uuid.uuid4, *, max_delivery_count: int | None = None) -> None:
+                 token_factory: TokenFactory = uuid.uuid4, *, max_delivery_count: int | None = None,
+                 sessions: bool = False) -> None:
         self.messages: dict[int, MessageRecord] = {}
         self.max_delivery_count = max_delivery_count
+        # A session entity keeps one receivable heap per session id; any other entity one heap (key None).
+        self.sessions = sessions
         self.locks: dict[uuid.UUID, Lock] = {}
         self.outbox: list[Effect] = []
         self.last_sequence_number = last_sequence_number
         self._new_token = token_factory
         self._locked_seq: set[int] = set()
-        self._available: list[int] = []
+        self._available: dict[str | None, list[int]] = {}
+        self._receivable: Counter[str | None] = Counter()  # active, unlocked messages per heap key
         self._scheduled: list[tuple[int, int]] = []  # (activation time, seq)
         self._ttl: list[tuple[int, int]] = []  # (expires_at, seq)
         self._expiries: list[tuple[int, uuid.UUID]] = []  # lock expiries; stale entries skipped
@@ -144,13 +149,18 @@ class Partition:
                 self._state_counts[previous.state] -= 1
             self.messages[seq] = record
             self._state_counts[record.state] += 1
+            key = self._key(record)
+            if previous is not None and previous.state == MessageState.ACTIVE and seq not in self._locked_seq:
+                self._receivable[key] -= 1
+            if record.state == MessageState.ACTIVE and seq not in self._locked_seq:
+                self._receivable[key] += 1
             if previous is None:
                 if not order or order[-1] < seq:
                     order.append(seq)
                 else:
                     insort(order, seq)  # a message moved in from elsewhere keeps its older number
             if record.state == MessageState.ACTIVE:
-                heapq.heappush(self._available, seq)
+                heapq.heappush(self._available.setdefault(key, []), seq)
             elif record.state == MessageState.SCHEDULED and record.scheduled_enqueue_time is not None:
                 heapq.heappush(self._scheduled, (record.scheduled_enqueue_time, seq))
             if record.expires_at is not None:
@@ -158,36 +168,59 @@ class Partition:
 
     # ---- counts and peek ----------------------------------------------------------------------
 
+    def _key(self, record: MessageRecord) -> str | None:
+        return record.session_id if self.sessions else None
+
     @property
     def available_count(self) -> int:
         """Active messages not under a lock: what a receiver could take now (expired ones aside)."""
-        return self._state_counts[MessageState.ACTIVE] - sum(
-            1 for lock in self.locks.values() if not lock.deferred)
+        return sum(self._receivable.values())
+
+    def session_available(self, session_id: str | None) -> int:
+        """Receivable messages of one session (session entities)."""
+        return self._receivable[session_id]
+
+    def sessions_with_messages(self) -> list[str]:
+        """Session ids with receivable messages, oldest first message first."""
+        firsts = []
+        for key, count in self._receivable.items():
+            if count > 0 and key is not None:
+                heap = self._available.get(key)
+                firsts.append((heap[0] if heap else 0, key))
+        return [key for _, key in sorted(firsts)]
+
+    def session_ids(self) -> set[str]:
+        """Every session id that has a message here, in any state."""
+        return {r.session_id for r in self.messages.values() if r.session_id is not None}
 
     def count(self, state: MessageState) -> int:
         """Messages in ``state``, locked or not (Service Bus counts locked messages as active)."""
         return self._state_counts[state]
 
-    def has_available(self) -> bool:
+    def has_available(self, session_id: str | None = None) -> bool:
+        """Anything receivable: in the whole partition, or in one session of a session entity."""
+        if self.sessions and session_id is not None:
+            return self._receivable[session_id] > 0
         return self.available_count > 0
 
-    def peek(self, from_sequence_number: int, count: int) -> list[MessageRecord]:
+    def peek(self, from_sequence_number: int, count: int, session_id: str | None = None) -> list[MessageRecord]:
         """Up to ``count`` stored messages from ``from_sequence_number`` on, in any state, locked or not."""
         order, messages = self._order, self.messages
         out: list[MessageRecord] = []
         i = bisect_left(order, from_sequence_number)
         while i < len(order) and len(out) < count:
             record = messages.get(order[i])
-            if record is not None:
+            if record is not None and (session_id is None or record.session_id == session_id):
                 out.append(record)
             i += 1
         return out
 
     # ---- receiving --------------------------------------------------------------------------
 
-    def _next_receivable(self, now: int | None) -> MessageRecord | None:
+    def _next_receivable(self, now: int | None, session_id: str | None) -> MessageRecord | None:
         """Pop the first active, unlocked, unexpired message off the heap; expired ones leave."""
-        available, messages = self._available, self.messages
+        available = self._available.get(session_id if self.sessions else None)
+        messages = self.messages
         while available:
             seq = heapq.heappop(available)
             record = messages.get(seq)
@@ -200,16 +233,17 @@ class Partition:
             return record
         return None
 
-    def lock_next(self, now: int, lock_duration: int, owner: Any) -> tuple[MessageRecord, Lock] | None:
-        """PeekLock: lock the first receivable message."""
-        record = self._next_receivable(now)
+    def lock_next(self, now: int, lock_duration: int, owner: Any,
+                  session_id: str | None = None) -> tuple[MessageRecord, Lock] | None:
+        """PeekLock: lock the first receivable message (of ``session_id`` in a session entity)."""
+        record = self._next_receivable(now, session_id)
         if record is None:
             return None
         return record, self._new_lock(record.sequence_number, now, lock_duration, owner, deferred=False)
 
-    def take_next(self, now: int | None = None) -> MessageRecord | None:
+    def take_next(self, now: int | None = None, session_id: str | None = None) -> MessageRecord | None:
         """ReceiveAndDelete: remove the first receivable message (the caller deletes it in the store)."""
-        record = self._next_receivable(now)
+        record = self._next_receivable(now, session_id)
         if record is not None:
             self._remove(record.sequence_number)
         return record
@@ -218,6 +252,8 @@ class Partition:
         lock = Lock(self._new_token(), seq, now + lock_duration, owner, deferred)
         self.locks[lock.token] = lock
         self._locked_seq.add(seq)
+        if not deferred:
+            self._receivable[self._key(self.messages[seq])] -= 1
         heapq.heappush(self._expiries, (lock.locked_until, lock.token))
         return lock
 
@@ -374,12 +410,17 @@ class Partition:
     # ---- internals ----------------------------------------------------------------------------
 
     def _drop_lock(self, lock: Lock) -> None:
+        """Forget the lock; the message counts as receivable again until the caller says otherwise."""
         del self.locks[lock.token]
         self._locked_seq.discard(lock.sequence_number)
+        if not lock.deferred:
+            self._receivable[self._key(self.messages[lock.sequence_number])] += 1
 
     def _remove(self, seq: int) -> MessageRecord:
         record = self.messages.pop(seq)
         self._state_counts[record.state] -= 1
+        if record.state == MessageState.ACTIVE and seq not in self._locked_seq:
+            self._receivable[self._key(record)] -= 1
         self._removed_in_order += 1
         if self._removed_in_order > 1024 and self._removed_in_order * 2 > len(self._order):
             self._order = [s for s in self._order if s in self.messages]
@@ -403,5 +444,5 @@ class Partition:
         elif count_delivery or lock.deferred:
             self.publish([record])  # back to the heap, or back to deferred
         else:
-            heapq.heappush(self._available, seq)
+            heapq.heappush(self._available.setdefault(self._key(record), []), seq)
         return update

@@ -94,6 +94,7 @@ class Broker:
             max_message_size=kilobytes * 1024,
             max_delivery_count=properties.max_delivery_count,
             dead_lettering_on_message_expiration=properties.dead_lettering_on_message_expiration,
+            requires_session=properties.requires_session,
         )
         actor = PartitionActor(PartitionRef(record.path.lower(), 0), settings, self.worker)
         await actor.load()

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from sodalite.amqp import events as ev
@@ -25,7 +25,7 @@ from sodalite.amqp.connection import Connection
 from sodalite.amqp.link import RECEIVER, SENDER, Link
 from sodalite.amqp.performatives import Accepted, Coordinator, Error, Modified, Rejected, Released, Source
 from sodalite.amqp.sasl import SaslServerConfig
-from sodalite.amqp.types import Int, Symbol
+from sodalite.amqp.types import Int, Long, Symbol
 from sodalite.errors import (
     EntityNotFound,
     InvalidOperation,
@@ -50,6 +50,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RECEIVE_AND_DELETE = 1  # snd-settle-mode "settled": the client receives pre-settled messages
+SESSION_FILTER = "com.microsoft:session-filter"  # plain str id, or null for the next available (4.3)
+SESSION_TIMEOUT = "com.microsoft:timeout"  # uint ms a next-available session receiver waits
+LOCKED_UNTIL_UTC = "com.microsoft:locked-until-utc"  # .NET ticks, on the session attach reply
+DOTNET_EPOCH_TICKS = 621355968000000000  # ticks at the Unix epoch (contract pitfall 5)
+DEFAULT_SESSION_WAIT_MS = 60_000
 PRODUCER_CREDIT = 1000  # ignored by the Python SDK (contract 1.7), honoured by other clients
 BATCH_ENVELOPE_SLACK = 64 * 1024  # room for the batch envelope around a full-size message
 
@@ -81,7 +86,7 @@ class ControlLink:
 class LinkConsumer:
     """A client receiver link, as the partition actor sees it."""
 
-    __slots__ = ("actor", "handler", "link", "peek_lock", "reserved", "sub_queue")
+    __slots__ = ("actor", "handler", "link", "peek_lock", "reserved", "session_id", "sub_queue")
 
     def __init__(self, handler: BrokerConnection, link: Link, actor: PartitionActor, sub_queue: SubQueue,
                  peek_lock: bool) -> None:
@@ -89,6 +94,7 @@ class LinkConsumer:
         self.link = link
         self.actor = actor
         self.sub_queue = sub_queue
+        self.session_id: str | None = None
         self.peek_lock = peek_lock
         self.reserved = 0
 
@@ -109,6 +115,12 @@ class LinkConsumer:
 
     def drained(self) -> None:
         self.link.drained()
+        self.handler.flush_soon()
+
+    def session_lost(self) -> None:
+        """The session lock expired: the SDK raises SessionLockLostError and drops the receiver (4.3)."""
+        self.link.detach(Error("com.microsoft:session-lock-lost",
+                               f"the lock on session '{self.session_id}' expired", None))
         self.handler.flush_soon()
 
 
@@ -247,13 +259,64 @@ class BrokerConnection(asyncio.Protocol):
             link.max_message_size = limit + BATCH_ENVELOPE_SLACK
             link.accept(max_message_size=limit)
         else:
-            consumer = LinkConsumer(self, link, entity.actor, sub_queue,
-                                    peek_lock=remote.snd_settle_mode != RECEIVE_AND_DELETE)
-            link.context = consumer
-            source = remote.source if remote.source is not None else Source(terminus.address if terminus else None)
+            self._attach_consumer(link, entity, sub_queue)
+
+    def _attach_consumer(self, link: Link, entity: QueueEntity, sub_queue: SubQueue) -> None:
+        remote = link.remote_attach
+        assert remote is not None
+        source = remote.source if remote.source is not None else Source(None)
+        consumer = LinkConsumer(self, link, entity.actor, sub_queue,
+                                peek_lock=remote.snd_settle_mode != RECEIVE_AND_DELETE)
+        link.context = consumer
+        filters = {str(k): v for k, v in (source.filter or {}).items()}
+        wants_session = SESSION_FILTER in filters
+        sessionful = entity.properties.requires_session and sub_queue is SubQueue.MAIN
+        if wants_session != sessionful:
+            link.refuse(to_amqp_error(InvalidOperation(
+                "the entity requires sessions: use a session receiver" if sessionful
+                else "the entity does not support sessions")))
+            return
+        if not sessionful:
             link.accept(source=source, initial_delivery_count=0, max_message_size=0)
-            self.consumers.append(consumer)
-            entity.actor.add_consumer(consumer)
+            self._start_consuming(consumer)
+            return
+        requested = filters[SESSION_FILTER]
+        properties = {str(k): v for k, v in (remote.properties or {}).items()}
+        timeout = properties.get(SESSION_TIMEOUT)
+        timeout_ms = int(timeout) if isinstance(timeout, int) and timeout > 0 else DEFAULT_SESSION_WAIT_MS
+        try:
+            granted = entity.actor.accept_session(consumer, requested if isinstance(requested, str) else None,
+                                                  timeout_ms)
+        except SodaliteError as exc:
+            link.refuse(to_amqp_error(exc))
+            return
+
+        def on_granted(future: asyncio.Future[tuple[str, int]]) -> None:
+            if future.cancelled():
+                return
+            if link.state != "attach-received":
+                if future.exception() is None:
+                    entity.actor.sessions.release(consumer)  # the receiver left while it waited
+                return
+            exc = future.exception()
+            if exc is not None:
+                link.refuse(to_amqp_error(exc) if isinstance(exc, SodaliteError)
+                            else Error("amqp:internal-error", str(exc), None))
+            else:
+                session_id, locked_until = future.result()
+                consumer.session_id = session_id
+                link.accept(
+                    source=replace(source, filter={Symbol(SESSION_FILTER): session_id}),
+                    properties={Symbol(LOCKED_UNTIL_UTC): Long(DOTNET_EPOCH_TICKS + locked_until * 10_000)},
+                    initial_delivery_count=0, max_message_size=0)
+                self._start_consuming(consumer)
+            self.flush_soon()
+
+        granted.add_done_callback(on_granted)
+
+    def _start_consuming(self, consumer: LinkConsumer) -> None:
+        self.consumers.append(consumer)
+        consumer.actor.add_consumer(consumer)
 
     def _accept_control(self, link: Link) -> None:
         if link.role is RECEIVER:
@@ -278,7 +341,7 @@ class BrokerConnection(asyncio.Protocol):
         if isinstance(consumer, LinkConsumer):
             if consumer in self.consumers:
                 self.consumers.remove(consumer)
-            consumer.actor.remove_consumer(consumer)
+            consumer.actor.remove_consumer(consumer)  # also ends a session wait or a session lock
 
     # ---- transfers -------------------------------------------------------------------------------
 

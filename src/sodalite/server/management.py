@@ -72,10 +72,19 @@ async def renew_lock(ctx: Context, body: dict[str, Any]) -> Response:
     return Response(OK, {"expirations": Array("timestamp", tuple(expirations))})
 
 
+def _session_id(body: dict[str, Any], required: bool = True) -> str | None:
+    value = body.get("session-id")
+    if isinstance(value, str):
+        return value
+    if required:
+        raise ArgumentError("'session-id' must be a string")
+    return None
+
+
 async def peek_message(ctx: Context, body: dict[str, Any]) -> Response:
     start = _int_arg(body, "from-sequence-number", 1)
     count = _int_arg(body, "message-count", 1)
-    records = ctx.actor.peek(ctx.sub_queue, start, max(0, count))
+    records = ctx.actor.peek(ctx.sub_queue, start, max(0, count), _session_id(body, required=False))
     if not records:
         return Response(NO_CONTENT, None, "No messages to peek")
     return Response(OK, {"messages": [
@@ -141,6 +150,43 @@ async def update_disposition(ctx: Context, body: dict[str, Any]) -> Response:
     return Response(OK, {})
 
 
+async def renew_session_lock(ctx: Context, body: dict[str, Any]) -> Response:
+    session_id = _session_id(body)
+    assert session_id is not None
+    return Response(OK, {"expiration": Timestamp(ctx.actor.renew_session_lock(session_id))})
+
+
+async def get_session_state(ctx: Context, body: dict[str, Any]) -> Response:
+    session_id = _session_id(body)
+    assert session_id is not None
+    return Response(OK, {"session-state": ctx.actor.get_session_state(session_id)})
+
+
+async def set_session_state(ctx: Context, body: dict[str, Any]) -> Response:
+    session_id = _session_id(body)
+    assert session_id is not None
+    state = body.get("session-state")
+    if state is not None and not isinstance(state, bytes):
+        raise ArgumentError("'session-state' must be binary or null")
+    await ctx.actor.set_session_state(session_id, state)
+    return Response(OK, {})
+
+
+# "no filter": DateTime.MaxValue in ms, which the SDK sends for a default listing (contract 6.10)
+LIST_ALL_SESSIONS = 253402300800000
+
+
+async def get_message_sessions(ctx: Context, body: dict[str, Any]) -> Response:
+    since = _int_arg(body, "last-updated-time", LIST_ALL_SESSIONS)
+    skip = max(0, _int_arg(body, "skip", 0))
+    top = max(0, _int_arg(body, "top", 100))
+    sessions = ctx.actor.list_sessions(None if since >= LIST_ALL_SESSIONS else since)
+    page = sessions[skip : skip + top]
+    if not page:
+        return Response(NO_CONTENT, None, "No sessions")
+    return Response(OK, {"skip": skip + len(page), "sessions-ids": Array("string", tuple(page))})
+
+
 OPERATIONS: dict[str, Operation] = {
     "com.microsoft:renew-lock": renew_lock,
     "com.microsoft:peek-message": peek_message,
@@ -148,6 +194,10 @@ OPERATIONS: dict[str, Operation] = {
     "com.microsoft:cancel-scheduled-message": cancel_scheduled_message,
     "com.microsoft:receive-by-sequence-number": receive_by_sequence_number,
     "com.microsoft:update-disposition": update_disposition,
+    "com.microsoft:renew-session-lock": renew_session_lock,
+    "com.microsoft:get-session-state": get_session_state,
+    "com.microsoft:set-session-state": set_session_state,
+    "com.microsoft:get-message-sessions": get_message_sessions,
 }
 
 

@@ -26,9 +26,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sodalite.errors import InvalidOperation, MessageLockLost, SodaliteError, StoreUnavailable
+from sodalite.errors import (
+    InvalidOperation,
+    MessageLockLost,
+    OperationTimeout,
+    SessionCannotBeLocked,
+    SodaliteError,
+    StoreUnavailable,
+)
 from sodalite.model.message import MessageRecord, MessageState, MessageUpdate
 from sodalite.model.partition import TTL_EXPIRED, DeadLettered, Lock, MessageDraft, Partition
+from sodalite.model.sessions import SessionRegistry
 from sodalite.server import wire
 from sodalite.server.store_worker import StoreWorker
 from sodalite.store.port import AppendMessages, DeleteMessages, PartitionRef, StoreOp, UpdateMessages
@@ -64,6 +72,7 @@ class Consumer(Protocol):
 
     peek_lock: bool
     sub_queue: SubQueue
+    session_id: str | None  # the session this receiver holds, on a session entity
     reserved: int  # ReceiveAndDelete deliveries waiting for their delete to commit
 
     def credit(self) -> int: ...
@@ -73,6 +82,8 @@ class Consumer(Protocol):
     def drain_requested(self) -> bool: ...
 
     def drained(self) -> None: ...
+
+    def session_lost(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -92,6 +103,16 @@ class EntitySettings:
     max_message_size: int
     max_delivery_count: int | None = None
     dead_lettering_on_message_expiration: bool = False
+    requires_session: bool = False
+
+
+@dataclass(slots=True)
+class _SessionWaiter:
+    """A next-available-session receiver waiting for a session with messages."""
+
+    owner: Any
+    future: asyncio.Future[tuple[str, int]]
+    timer: asyncio.TimerHandle | None = None
 
 
 class PartitionActor:
@@ -111,6 +132,8 @@ class PartitionActor:
         self._timer_at: int | None = None
         self._closed = False
         self._reloading = False
+        self.sessions = SessionRegistry()
+        self._waiters: list[_SessionWaiter] = []
 
     @property
     def partition(self) -> Partition:
@@ -120,7 +143,8 @@ class PartitionActor:
     def _new_partition(self, sub: SubQueue, records: Iterable[MessageRecord], last: int) -> Partition:
         # The service enforces MaxDeliveryCount on the entity only; a dead-letter queue keeps its messages.
         max_delivery = self.settings.max_delivery_count if sub is SubQueue.MAIN else None
-        return Partition(records, last, max_delivery_count=max_delivery)
+        sessions = self.settings.requires_session and sub is SubQueue.MAIN  # dead-letter queues are sessionless
+        return Partition(records, last, max_delivery_count=max_delivery, sessions=sessions)
 
     async def load(self) -> None:
         for sub in SubQueue:
@@ -146,6 +170,8 @@ class PartitionActor:
 
     def _enqueue(self, drafts: list[MessageDraft]) -> tuple[asyncio.Future[None], list[int]]:
         self._check_available()
+        if self.settings.requires_session and any(d.session_id is None for d in drafts):
+            raise InvalidOperation("the entity requires sessions: every message needs a SessionId")
         records = self.partition.accept(drafts, self.clock(), self.settings.default_ttl)
         batch = self._batch
         batch.ops.append(AppendMessages(self.ref, tuple(records)))
@@ -161,8 +187,14 @@ class PartitionActor:
     # ---- settlement ---------------------------------------------------------------------------------
 
     def _holder(self, token: uuid.UUID) -> SubQueue:
+        """The sub-queue holding the lock; on a session entity, the message's session must be held too."""
         for sub, queue in self.queues.items():
-            if token in queue.locks:
+            lock = queue.locks.get(token)
+            if lock is not None:
+                if sub is SubQueue.MAIN and self.settings.requires_session:
+                    session_id = queue.messages[lock.sequence_number].session_id
+                    if session_id is not None:
+                        self.sessions.check(session_id, None, self.clock())
                 return sub
         raise MessageLockLost("the lock token is unknown or the lock was lost")
 
@@ -215,9 +247,10 @@ class PartitionActor:
 
     # ---- by sequence number -------------------------------------------------------------------------
 
-    def peek(self, sub: SubQueue, from_sequence_number: int, count: int) -> list[MessageRecord]:
+    def peek(self, sub: SubQueue, from_sequence_number: int, count: int,
+             session_id: str | None = None) -> list[MessageRecord]:
         self._check_available()
-        return self.queues[sub].peek(from_sequence_number, count)
+        return self.queues[sub].peek(from_sequence_number, count, session_id)
 
     def lock_deferred(self, sub: SubQueue, sequence_numbers: list[int],
                       owner: Any) -> list[tuple[MessageRecord, Lock]]:
@@ -243,7 +276,10 @@ class PartitionActor:
         consumers = self.consumers[consumer.sub_queue]
         if consumer in consumers:
             consumers.remove(consumer)
+        self.cancel_session_wait(consumer)
+        self.sessions.release(consumer)
         self.drop_owner(consumer)
+        self._grant_waiters()
 
     def drop_owner(self, owner: Any) -> None:
         """Whoever held locks is gone: its locks end as expired ones do."""
@@ -254,6 +290,85 @@ class PartitionActor:
 
     def credit_changed(self, consumer: Consumer) -> None:
         self._dispatch_soon()
+
+    # ---- sessions -----------------------------------------------------------------------------------
+
+    def accept_session(self, owner: Any, session_id: str | None, timeout_ms: int) -> asyncio.Future[tuple[str, int]]:
+        """Lock a named session, or the next session with messages (waiting up to ``timeout_ms``).
+
+        The future gives (session id, locked until); it fails with SessionCannotBeLocked for a
+        named session another receiver holds, or OperationTimeout when no session came in time.
+        """
+        self._check_available()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[tuple[str, int]] = loop.create_future()
+        if session_id is not None:
+            lock = self.sessions.lock(session_id, owner, self.clock(), self.settings.lock_duration)
+            future.set_result((session_id, lock.locked_until))
+            self._arm_timer()
+            return future
+        waiter = _SessionWaiter(owner, future)
+        self._waiters.append(waiter)
+        self._grant_waiters()
+        if not future.done():
+            waiter.timer = loop.call_later(timeout_ms / 1000.0, self._session_wait_timed_out, waiter)
+        return future
+
+    def cancel_session_wait(self, owner: Any) -> None:
+        for waiter in [w for w in self._waiters if w.owner is owner]:
+            self._waiters.remove(waiter)
+            if waiter.timer is not None:
+                waiter.timer.cancel()
+            if not waiter.future.done():
+                waiter.future.cancel()
+
+    def _session_wait_timed_out(self, waiter: _SessionWaiter) -> None:
+        if waiter in self._waiters:
+            self._waiters.remove(waiter)
+        if not waiter.future.done():
+            waiter.future.set_exception(OperationTimeout("no session with messages became available in time"))
+
+    def _grant_waiters(self) -> None:
+        if not self._waiters or self._reloading:
+            return
+        now = self.clock()
+        for session_id in self.partition.sessions_with_messages():
+            if not self._waiters:
+                break
+            if not self.sessions.is_free(session_id, now):
+                continue
+            waiter = self._waiters.pop(0)
+            if waiter.timer is not None:
+                waiter.timer.cancel()
+            try:
+                lock = self.sessions.lock(session_id, waiter.owner, now, self.settings.lock_duration)
+            except SessionCannotBeLocked:
+                continue
+            if not waiter.future.done():
+                waiter.future.set_result((session_id, lock.locked_until))
+        self._arm_timer()
+
+    def renew_session_lock(self, session_id: str) -> int:
+        locked_until = self.sessions.renew(session_id, None, self.clock(), self.settings.lock_duration)
+        self._arm_timer()
+        return locked_until
+
+    def get_session_state(self, session_id: str) -> bytes | None:
+        self.sessions.check(session_id, None, self.clock())
+        return self.sessions.get_state(session_id)
+
+    def set_session_state(self, session_id: str, state: bytes | None) -> asyncio.Future[None]:
+        self._check_available()
+        self.sessions.check(session_id, None, self.clock())
+        self.sessions.set_state(session_id, state, self.clock())
+        return self._future_in_batch()
+
+    def list_sessions(self, updated_after: int | None) -> list[str]:
+        """Sessions with messages or state (default listing), or whose state changed after a time."""
+        with_state = self.sessions.sessions_with_state(updated_after)
+        if updated_after is not None:
+            return with_state
+        return sorted(self.partition.session_ids() | set(with_state))
 
     def counts(self) -> dict[str, int]:
         """Message counts as Service Bus reports them (locked messages count as active)."""
@@ -290,34 +405,39 @@ class PartitionActor:
         self._arm_timer()
 
     def _dispatch_to(self, sub: SubQueue, consumers: list[Consumer]) -> None:
+        """Hand out messages one per consumer per round, so competing receivers share fairly."""
         queue = self.queues[sub]
-        if queue.has_available():
-            now = self.clock()
-            idle_rounds = 0
-            while queue.has_available() and idle_rounds < len(consumers):
-                index = self._next_consumer % len(consumers)
-                self._next_consumer = index + 1
-                consumer = consumers[index]
+        by_session = queue.sessions
+        now = self.clock()
+        progress = True
+        while progress and queue.has_available():
+            progress = False
+            start = self._next_consumer % len(consumers)
+            for consumer in consumers[start:] + consumers[:start]:
                 if consumer.credit() - consumer.reserved <= 0:
-                    idle_rounds += 1
                     continue
-                idle_rounds = 0
+                session_id = consumer.session_id if by_session else None
+                if by_session and (session_id is None or not queue.has_available(session_id)):
+                    continue
                 if consumer.peek_lock:
-                    taken = queue.lock_next(now, self.settings.lock_duration, consumer)
+                    taken = queue.lock_next(now, self.settings.lock_duration, consumer, session_id)
                     if taken is None:
-                        break
+                        continue
                     consumer.deliver(taken[0], taken[1])
                 else:
-                    record = queue.take_next(now)
+                    record = queue.take_next(now, session_id)
                     if record is None:
-                        break
+                        continue
                     consumer.reserved += 1
                     self._batch.ops.append(DeleteMessages(self.refs[sub], (record.sequence_number,)))
                     self._batch.deliveries.append((consumer, record))
                     self._schedule_commit()
-            self._drain_outbox(sub)
+                progress = True
+            self._next_consumer = start + 1
+        self._drain_outbox(sub)
         for consumer in consumers:
-            if consumer.drain_requested() and not queue.has_available() and not consumer.reserved:
+            session_id = consumer.session_id if by_session else None
+            if consumer.drain_requested() and not queue.has_available(session_id) and not consumer.reserved:
                 consumer.drained()
 
     # ---- messages leaving a sub-queue -----------------------------------------------------------------
@@ -346,7 +466,8 @@ class PartitionActor:
     # ---- time ---------------------------------------------------------------------------------------
 
     def _arm_timer(self) -> None:
-        due = min((t for t in (q.next_due() for q in self.queues.values()) if t is not None), default=None)
+        dues = [q.next_due() for q in self.queues.values()] + [self.sessions.next_expiry()]
+        due = min((t for t in dues if t is not None), default=None)
         if due is None or self._closed:
             return
         if self._timer is not None and self._timer_at is not None and self._timer_at <= due:
@@ -363,9 +484,16 @@ class PartitionActor:
         if self._reloading:
             return  # the reload re-arms it
         now = self.clock()
+        for lock in self.sessions.expire(now):
+            # The holder lost the session: its message locks go too, and it is told (SessionLockLost).
+            self.drop_owner(lock.owner)
+            lost = getattr(lock.owner, "session_lost", None)
+            if callable(lost):
+                lost()
         for sub, queue in self.queues.items():
             self._store_updates(sub, queue.on_time(now))
             self._drain_outbox(sub)
+        self._grant_waiters()
         self._dispatch()
 
     def _store_updates(self, sub: SubQueue, updates: list[MessageUpdate]) -> None:
@@ -417,6 +545,7 @@ class PartitionActor:
         for future in batch.futures:
             if not future.done():
                 future.set_result(None)
+        self._grant_waiters()
         self._dispatch()
 
     def _fail_batch(self, batch: _Batch, exc: SodaliteError) -> None:

@@ -26,7 +26,7 @@ def _run(operation: str, body: object) -> management.Response:
 
 
 def test_unknown_operation_is_501_not_implemented() -> None:
-    response = _run("com.microsoft:get-session-state", {})
+    response = _run("com.microsoft:add-rule", {})
     assert (response.status, response.condition) == (501, "amqp:not-implemented")
 
 
