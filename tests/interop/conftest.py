@@ -24,6 +24,12 @@ QUEUES = [
     {"Name": "sessions", "Properties": {"RequiresSession": True}},
     {"Name": "sessions-short", "Properties": {"RequiresSession": True, "LockDuration": "PT5S"}},
     {"Name": "sessions-aio", "Properties": {"RequiresSession": True}},
+    {"Name": "fwd-src", "Properties": {"ForwardTo": "fwd-dst"}},
+    {"Name": "fwd-dst", "Properties": {}},
+    {"Name": "loop-a", "Properties": {"ForwardTo": "loop-b"}},
+    {"Name": "loop-b", "Properties": {"ForwardTo": "loop-a"}},
+    {"Name": "dlfwd-src", "Properties": {"ForwardDeadLetteredMessagesTo": "dlfwd-dst"}},
+    {"Name": "dlfwd-dst", "Properties": {}},
 ]
 
 

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from sodalite.errors import ConfigurationError
+from sodalite.errors import ConfigurationError, EntityNotFound
 from sodalite.model.config import NamespaceConfig
 from sodalite.model.entities import TIMESPAN_MAX, QueueProperties
+from sodalite.server.addresses import entity_path
 from sodalite.server.connection_handler import BrokerConnection
 from sodalite.server.partition_actor import EntitySettings, PartitionActor
 from sodalite.server.store_worker import StoreWorker
@@ -26,6 +27,16 @@ from sodalite.store.sqlite import SqliteStore
 log = logging.getLogger(__name__)
 
 QUEUE = "queue"
+MAX_TRANSFER_HOPS = 4  # Service Bus forwards a message at most this many times (DLQ overview)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where a message sent to an entity ends up after following ForwardTo."""
+
+    entity: QueueEntity  # the destination, or the entity where the hop limit was reached
+    hops: int
+    exceeded: bool  # True: the message goes to ``entity``'s transfer dead-letter queue
 
 
 @dataclass(slots=True)
@@ -64,6 +75,32 @@ class Broker:
     def entity(self, path: str) -> QueueEntity | None:
         return self.entities.get(path.lower())
 
+    def route(self, entity: QueueEntity) -> Route:
+        """Follow ForwardTo from ``entity``: a chain longer than the hop limit, or a loop, stops there."""
+        current, hops = entity, 0
+        while current.properties.forward_to:
+            target = self.entity(entity_path(current.properties.forward_to))
+            if target is None:
+                raise EntityNotFound(f"'{current.name}' forwards to '{current.properties.forward_to}', "
+                                     "which this broker does not serve")
+            if hops == MAX_TRANSFER_HOPS:
+                return Route(current, hops, exceeded=True)
+            current, hops = target, hops + 1
+        return Route(current, hops, exceeded=False)
+
+    def _link_dead_letter_forwarding(self) -> None:
+        """Point each entity with ForwardDeadLetteredMessagesTo at where those messages end up."""
+        for entity in self.entities.values():
+            target_name = entity.properties.forward_dead_lettered_messages_to
+            target = self.entity(entity_path(target_name)) if target_name else None
+            if target_name and target is None:
+                log.warning("%s forwards dead-lettered messages to unknown %s; keeping them", entity.name,
+                            target_name)
+            if target is not None:
+                route = self.route(target)
+                target = None if route.exceeded else route.entity
+            entity.actor.dead_letter_target = target.actor if target is not None else None
+
     async def start(self, host: str, port: int) -> int:
         """Load everything, then listen; return the port actually bound."""
         await self.worker.call(self.worker.store.open)
@@ -76,6 +113,7 @@ class Broker:
         for record in await self.worker.call(self.worker.store.load_entities):
             if record.kind == QUEUE:
                 await self._load_queue(record)
+        self._link_dead_letter_forwarding()
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: BrokerConnection(self), host, port)
         sockets = self._server.sockets

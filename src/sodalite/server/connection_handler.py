@@ -55,6 +55,7 @@ SESSION_TIMEOUT = "com.microsoft:timeout"  # uint ms a next-available session re
 LOCKED_UNTIL_UTC = "com.microsoft:locked-until-utc"  # .NET ticks, on the session attach reply
 DOTNET_EPOCH_TICKS = 621355968000000000  # ticks at the Unix epoch (contract pitfall 5)
 DEFAULT_SESSION_WAIT_MS = 60_000
+MAX_TRANSFER_HOP_COUNT_EXCEEDED = "MaxTransferHopCountExceeded"  # the reason the service gives
 PRODUCER_CREDIT = 1000  # ignored by the Python SDK (contract 1.7), honoured by other clients
 BATCH_ENVELOPE_SLACK = 64 * 1024  # room for the batch envelope around a full-size message
 
@@ -361,7 +362,12 @@ class BrokerConnection(asyncio.Protocol):
             if delivery.oversize:
                 raise MessageSizeExceeded(f"the message exceeds the entity limit of {entity.max_message_size} bytes")
             drafts = wire.parse_transfer(delivery.payload, delivery.message_format, entity.max_message_size)
-            future = entity.actor.send(drafts)
+            route = self.broker.route(entity)
+            if route.exceeded:
+                future = route.entity.actor.send_to_transfer_dead_letter(
+                    drafts, MAX_TRANSFER_HOP_COUNT_EXCEEDED, f"forwarded {route.hops} times")
+            else:
+                future = route.entity.actor.send(drafts)
         except SodaliteError as exc:
             if not delivery.settled:
                 link.settle(delivery.delivery_id, Rejected(to_amqp_error(exc)))

@@ -92,6 +92,7 @@ class _Batch:
     futures: list[asyncio.Future[Any]] = field(default_factory=list)
     published: list[tuple[SubQueue, MessageRecord]] = field(default_factory=list)
     deliveries: list[tuple[Consumer, MessageRecord]] = field(default_factory=list)  # ReceiveAndDelete
+    forwarded: list[tuple[PartitionActor, MessageRecord]] = field(default_factory=list)  # into other entities
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +135,8 @@ class PartitionActor:
         self._reloading = False
         self.sessions = SessionRegistry()
         self._waiters: list[_SessionWaiter] = []
+        # ForwardDeadLetteredMessagesTo, resolved by the broker: dead-lettered messages go there instead.
+        self.dead_letter_target: PartitionActor | None = None
 
     @property
     def partition(self) -> Partition:
@@ -177,6 +180,26 @@ class PartitionActor:
         batch.ops.append(AppendMessages(self.ref, tuple(records)))
         batch.published.extend((SubQueue.MAIN, r) for r in records)
         return self._future_in_batch(), [r.sequence_number for r in records]
+
+    def send_to_transfer_dead_letter(self, drafts: list[MessageDraft], reason: str,
+                                     description: str) -> asyncio.Future[None]:
+        """Messages that could not be forwarded: straight into the transfer dead-letter queue."""
+        self._check_available()
+        records = self.partition.accept(drafts, self.clock(), None)
+        moved = tuple(wire.dead_lettered(r, reason, description) for r in records)
+        sub = SubQueue.TRANSFER_DEAD_LETTER
+        self._batch.ops.append(AppendMessages(self.refs[sub], moved))
+        self._batch.published.extend((sub, r) for r in moved)
+        return self._future_in_batch()
+
+    def accept_forwarded(self, drafts: list[MessageDraft]) -> list[MessageRecord]:
+        """Assign numbers to messages another actor is moving in; it stores them and then calls publish."""
+        return self.partition.accept(drafts, self.clock(), self.settings.default_ttl)
+
+    def publish_forwarded(self, records: list[MessageRecord]) -> None:
+        self.partition.publish(records)
+        self._grant_waiters()
+        self._dispatch_soon()
 
     def cancel_scheduled(self, sequence_numbers: list[int]) -> asyncio.Future[None]:
         self._check_available()
@@ -455,12 +478,22 @@ class PartitionActor:
 
     def _move_to_dead_letter(self, source: SubQueue, record: MessageRecord, reason: str | None,
                              description: str | None) -> None:
-        """Delete from ``source`` and append to the dead-letter queue, in the same transaction."""
+        """Delete from ``source`` and append to the dead-letter queue, in the same transaction.
+
+        With ForwardDeadLetteredMessagesTo the message goes into that entity instead, marked with
+        ``x-opt-deadletter-source``; both entities live in this store, so one transaction still holds.
+        """
         moved = wire.dead_lettered(record, reason, description)
         batch = self._batch
         batch.ops.append(DeleteMessages(self.refs[source], (record.sequence_number,)))
-        batch.ops.append(AppendMessages(self.refs[SubQueue.DEAD_LETTER], (moved,)))
-        batch.published.append((SubQueue.DEAD_LETTER, moved))
+        target = self.dead_letter_target
+        if target is not None and source is SubQueue.MAIN:
+            records = target.accept_forwarded([wire.forwarded_draft(moved, dead_letter_source=self.ref.entity)])
+            batch.ops.append(AppendMessages(target.ref, tuple(records)))
+            batch.forwarded.extend((target, r) for r in records)
+        else:
+            batch.ops.append(AppendMessages(self.refs[SubQueue.DEAD_LETTER], (moved,)))
+            batch.published.append((SubQueue.DEAD_LETTER, moved))
         self._schedule_commit()
 
     # ---- time ---------------------------------------------------------------------------------------
@@ -542,6 +575,8 @@ class PartitionActor:
         for consumer, record in batch.deliveries:
             consumer.reserved -= 1
             consumer.deliver(record, None)
+        for target, record in batch.forwarded:
+            target.publish_forwarded([record])
         for future in batch.futures:
             if not future.done():
                 future.set_result(None)

@@ -194,3 +194,16 @@ def dead_lettered(record: MessageRecord, reason: str | None, description: str | 
         updates[DEAD_LETTER_DESCRIPTION] = description
     tail = with_application_properties(record.tail, updates) if updates else record.tail
     return replace(record, tail=tail, expires_at=None, state=MessageState.ACTIVE)
+
+
+DEAD_LETTER_SOURCE = "x-opt-deadletter-source"
+
+
+def forwarded_draft(record: MessageRecord, dead_letter_source: str | None = None) -> MessageDraft:
+    """A stored message as a draft for another entity, keeping every property (auto-forwarding)."""
+    annotations, count = record.annotations, record.annotation_count
+    if dead_letter_source is not None:
+        annotations += amqp_message.annotation_entry(DEAD_LETTER_SOURCE, dead_letter_source)
+        count += 1
+    return MessageDraft(record.message_id, record.session_id, record.partition_key, record.time_to_live, None,
+                        record.durable, record.priority, annotations, count, record.tail)
