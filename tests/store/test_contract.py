@@ -33,11 +33,13 @@ from sodalite.store.port import (
     DeleteEntity,
     DeleteMessages,
     EntityRecord,
+    ForgetMessageIds,
     MessagingStore,
     PartitionRef,
     PartitionSnapshot,
     PartitionStats,
     PutEntity,
+    RememberMessageIds,
     StoreOp,
     UpdateMessages,
 )
@@ -146,7 +148,15 @@ def test_a_store_that_was_never_written_is_empty(store: MessagingStore) -> None:
 
 def test_an_empty_batch_is_fine(store: MessagingStore) -> None:
     store.apply([])
-    store.apply([AppendMessages(Q1, ()), DeleteMessages(Q1, ()), UpdateMessages(Q1, ())])
+    store.apply(
+        [
+            AppendMessages(Q1, ()),
+            DeleteMessages(Q1, ()),
+            UpdateMessages(Q1, ()),
+            RememberMessageIds(Q1, ()),
+            ForgetMessageIds(Q1, ()),
+        ]
+    )
     assert store.load_partition(Q1) == PartitionSnapshot(messages=(), last_sequence_number=0)
 
 
@@ -474,6 +484,177 @@ def test_properties_that_are_not_json_fail_the_batch(store: MessagingStore) -> N
     assert store.load_partition(Q1).messages == ()
 
 
+# -- duplicate-detection history --------------------------------------------------------------------
+
+
+def history(store: MessagingStore, ref: PartitionRef = Q1) -> tuple[tuple[str, int], ...]:
+    return store.load_partition(ref).duplicate_history
+
+
+def test_remember_then_load_orders_by_time_then_id(store: MessagingStore) -> None:
+    store.apply([RememberMessageIds(Q1, (("b", 20), ("a", 20), ("z", 10), ("ünï\x00cødé 🚀", 30), ("", 5)))])
+    assert history(store) == (("", 5), ("z", 10), ("a", 20), ("b", 20), ("ünï\x00cødé 🚀", 30))
+    assert store.load_partition(Q1) == PartitionSnapshot(
+        messages=(), last_sequence_number=0, duplicate_history=history(store)
+    )
+    assert store.stats(Q1) == PartitionStats(0, 0)  # history is not a message
+
+
+def test_remember_is_an_upsert_and_ids_compare_exactly(store: MessagingStore) -> None:
+    store.apply([RememberMessageIds(Q1, (("a", 10), ("A", 11)))])
+    store.apply([RememberMessageIds(Q1, (("a", 50),))])
+    assert history(store) == (("A", 11), ("a", 50))
+    store.apply([RememberMessageIds(Q1, (("a", 5),))])  # the new time wins, even an earlier one
+    assert history(store) == (("a", 5), ("A", 11))
+    store.apply([RememberMessageIds(Q1, (("x", 1), ("x", 3), ("x", 2)))])  # within one op, the last wins
+    assert history(store) == (("x", 2), ("a", 5), ("A", 11))
+
+
+def test_forget_removes_only_the_named_ids_and_ignores_unknown_ones(store: MessagingStore) -> None:
+    store.apply([RememberMessageIds(Q1, (("a", 1), ("b", 2), ("c", 3)))])
+    store.apply([ForgetMessageIds(Q1, ("b", "nope", "A")), ForgetMessageIds(PartitionRef("nowhere", 2), ("a",))])
+    assert history(store) == (("a", 1), ("c", 3))
+    assert history(store, PartitionRef("nowhere", 2)) == ()
+
+
+def test_history_ops_apply_in_order_within_a_batch(store: MessagingStore) -> None:
+    store.apply(
+        [
+            RememberMessageIds(Q1, (("a", 1), ("b", 2))),
+            ForgetMessageIds(Q1, ("a",)),
+            RememberMessageIds(Q1, (("a", 9),)),
+            ForgetMessageIds(Q1, ("b",)),
+        ]
+    )
+    assert history(store) == (("a", 9),)
+
+
+def test_history_is_isolated_per_partition_and_entity_paths_fold_case(store: MessagingStore) -> None:
+    store.apply(
+        [
+            RememberMessageIds(Q1, (("a", 1),)),
+            RememberMessageIds(Q1_P1, (("a", 2), ("b", 2))),
+            RememberMessageIds(Q2, (("c", 3),)),
+            AppendMessages(Q1, (record(1),)),
+        ]
+    )
+    store.apply(
+        [
+            ForgetMessageIds(PartitionRef("QUEUE1", 1), ("a",)),
+            RememberMessageIds(PartitionRef("Queue1", 0), (("d", 4),)),
+        ]
+    )
+    assert history(store) == (("a", 1), ("d", 4))
+    assert history(store, Q1_P1) == (("b", 2),)
+    assert history(store, Q2) == (("c", 3),)
+    assert history(store, PartitionRef("queue1", 2)) == ()
+    assert history(store, PartitionRef("queue", 0)) == ()
+    assert store.load_partition(Q1).messages == (record(1),)  # messages and history do not mix
+    store.apply([DeleteMessages(Q1, (1,))])
+    assert history(store) == (("a", 1), ("d", 4))
+
+
+def test_history_survives_reopen(harness: Harness) -> None:
+    harness.store.apply(
+        [
+            AppendMessages(Q1, (record(1),)),
+            RememberMessageIds(Q1, (("id-1", 1_700_000_000_001), ("gone", 5))),
+            RememberMessageIds(Q1_P1, (("p1", INT64_MAX), ("min", INT64_MIN))),
+        ]
+    )
+    harness.store.apply([ForgetMessageIds(Q1, ("gone",))])
+    store = harness.reopen()
+    assert history(store) == (("id-1", 1_700_000_000_001),)
+    assert history(store, Q1_P1) == (("min", INT64_MIN), ("p1", INT64_MAX))
+    store.apply([RememberMessageIds(Q1, (("id-1", 7),))])
+    assert history(harness.reopen()) == (("id-1", 7),)
+
+
+def test_history_values_that_cannot_be_stored_fail_the_batch(store: MessagingStore) -> None:
+    for bad in (
+        RememberMessageIds(Q1, (("a", 1), ("b", INT64_MAX + 1))),
+        RememberMessageIds(Q1, (("a", 1), ("b", INT64_MIN - 1))),
+        RememberMessageIds(Q1, (("lone \ud800 surrogate", 1),)),
+        ForgetMessageIds(Q1, ("lone \udfff surrogate",)),
+        RememberMessageIds(PartitionRef("queue1", 2**63), (("a", 1),)),
+    ):
+        with pytest.raises(StoreUnavailable):
+            store.apply([RememberMessageIds(Q2, (("q2", 1),)), AppendMessages(Q2, (record(1),)), bad])
+    assert store.load_partition(Q1) == PartitionSnapshot(messages=(), last_sequence_number=0)
+    assert store.load_partition(Q2) == PartitionSnapshot(messages=(), last_sequence_number=0)
+
+
+def test_history_ops_are_atomic_with_the_rest_of_a_failing_batch(harness: Harness) -> None:
+    store = harness.store
+    store.apply([AppendMessages(Q1, (record(1),)), RememberMessageIds(Q1, (("a", 1), ("b", 2)))])
+    before = store.load_partition(Q1)
+    with pytest.raises(StoreUnavailable):
+        store.apply(
+            [
+                RememberMessageIds(Q1, (("c", 3), ("a", 9))),
+                ForgetMessageIds(Q1, ("b",)),
+                RememberMessageIds(Q2, (("q2", 1),)),
+                AppendMessages(Q1, (record(1),)),  # already stored: the whole batch fails
+            ]
+        )
+    assert store.load_partition(Q1) == before
+    assert history(store, Q2) == ()
+    if harness.persistent:
+        assert harness.reopen().load_partition(Q1) == before
+
+
+def test_delete_entity_removes_the_history_of_every_partition(store: MessagingStore) -> None:
+    store.apply(
+        [
+            PutEntity(queue("queue1")),
+            RememberMessageIds(Q1, (("a", 1),)),
+            RememberMessageIds(Q1_P1, (("b", 2),)),
+            RememberMessageIds(PartitionRef("queue10", 0), (("c", 3),)),
+        ]
+    )
+    store.apply([DeleteEntity("QUEUE1")])
+    assert history(store) == ()
+    assert history(store, Q1_P1) == ()
+    assert history(store, PartitionRef("queue10", 0)) == (("c", 3),)
+    store.apply([RememberMessageIds(Q1, (("a", 4),))])  # a re-created entity starts afresh
+    assert history(store) == (("a", 4),)
+
+
+def test_delete_entity_removes_its_sub_queues_but_not_other_entities(store: MessagingStore) -> None:
+    own = [
+        PartitionRef("orders", 0),
+        PartitionRef("orders", 1),
+        PartitionRef("orders/$deadletterqueue", 0),
+        PartitionRef("Orders/$DeadLetterQueue", 1),
+        PartitionRef("ORDERS/$Transfer/$DeadLetterQueue", 0),
+    ]
+    others = [
+        PartitionRef("orders10", 0),
+        PartitionRef("orders10/$deadletterqueue", 0),
+        PartitionRef("orders/eu", 0),  # a queue of its own: entity paths may contain slashes
+        PartitionRef("orders/eu/$deadletterqueue", 0),
+        PartitionRef("order", 0),
+        PartitionRef("order/$deadletterqueue", 0),
+    ]
+    store.apply([PutEntity(queue("orders")), PutEntity(queue("orders/eu")), PutEntity(queue("orders10"))])
+    for i, ref in enumerate(own + others, start=1):
+        store.apply([AppendMessages(ref, (record(i),)), RememberMessageIds(ref, ((f"id-{i}", i),))])
+    store.apply([DeleteEntity("oRdErS")])
+    empty = PartitionSnapshot(messages=(), last_sequence_number=0)
+    for ref in own:
+        assert store.load_partition(ref) == empty, ref
+        assert store.stats(ref) == PartitionStats(0, 0)
+    for i, ref in enumerate(others, start=len(own) + 1):
+        assert store.load_partition(ref) == PartitionSnapshot(
+            messages=(record(i),), last_sequence_number=i, duplicate_history=((f"id-{i}", i),)
+        ), ref
+    assert store.load_entities() == [queue("orders/eu"), queue("orders10")]
+    # Deleting a sub-queue path removes that sub-queue only.
+    store.apply([DeleteEntity("orders/eu/$DEADLETTERQUEUE")])
+    assert store.load_partition(PartitionRef("orders/eu/$deadletterqueue", 0)) == empty
+    assert seqs(store.load_partition(PartitionRef("orders/eu", 0))) == [len(own) + 3]
+
+
 # -- atomicity --------------------------------------------------------------------------------------
 
 
@@ -486,6 +667,8 @@ def _populate(store: MessagingStore) -> None:
             AppendMessages(Q1, (record(1), record(2))),
             AppendMessages(Q2, (record(1),)),
             AppendMessages(PartitionRef("doomed", 0), (record(1),)),
+            RememberMessageIds(Q1, (("m-1", 100), ("m-2", 200))),
+            RememberMessageIds(PartitionRef("doomed", 0), (("d-1", 100),)),
         ]
     )
 
@@ -508,6 +691,9 @@ def _mixed_batch(tail: list[StoreOp]) -> list[StoreOp]:
         DeleteMessages(Q2, (1,)),
         UpdateMessages(Q1, (MessageUpdate(1, 9, MessageState.DEFERRED),)),
         DeleteEntity("doomed"),
+        RememberMessageIds(Q1, (("m-3", 300), ("m-1", 400))),
+        ForgetMessageIds(Q1, ("m-2",)),
+        RememberMessageIds(Q1_P1, (("p-1", 500),)),
         *tail,
     ]
 
@@ -531,6 +717,9 @@ def test_a_batch_that_fails_midway_applies_nothing(harness: Harness) -> None:
     assert seqs(store.load_partition(Q1_P1)) == [1]
     assert store.load_partition(Q2) == PartitionSnapshot(messages=(), last_sequence_number=1)
     assert store.load_partition(PartitionRef("doomed", 0)).messages == ()
+    assert store.load_partition(PartitionRef("doomed", 0)).duplicate_history == ()
+    assert store.load_partition(Q1).duplicate_history == (("m-3", 300), ("m-1", 400))
+    assert store.load_partition(Q1_P1).duplicate_history == (("p-1", 500),)
     assert store.load_entities() == [queue("new-queue"), queue("QUEUE1", changed=True), queue("queue2")]
 
 
@@ -602,12 +791,49 @@ def test_sqlite_defaults_to_full_and_uses_wal_with_a_schema_version(tmp_path: Pa
     raw = sqlite3.connect(db)
     try:
         assert raw.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert raw.execute("PRAGMA user_version").fetchone() == (1,)
+        assert raw.execute("PRAGMA user_version").fetchone() == (3,)
         assert raw.execute("PRAGMA page_size").fetchone() == (16384,)
         tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        assert {"messages", "partitions", "entities"} <= tables
+        assert {"messages", "partitions", "entities", "duplicate_history", "session_states"} <= tables
     finally:
         raw.close()
+
+
+def test_sqlite_migrates_a_version_1_file(tmp_path: Path) -> None:
+    db = tmp_path / "v1.db"
+    store = SqliteStore(db)
+    store.open()
+    store.apply([PutEntity(queue("queue1")), AppendMessages(Q1, (record(1), record(2))), DeleteMessages(Q1, (2,))])
+    store.close()
+    # Make it the file a version-1 Sodalite left: no duplicate_history or session_states, user_version 1.
+    raw = sqlite3.connect(db)
+    raw.execute("DROP TABLE duplicate_history")
+    raw.execute("DROP TABLE session_states")
+    raw.execute("PRAGMA user_version = 1")
+    raw.commit()
+    raw.close()
+
+    store = SqliteStore(db)
+    store.open()
+    try:
+        assert store.load_partition(Q1) == PartitionSnapshot(messages=(record(1),), last_sequence_number=2)
+        assert store.load_entities() == [queue("queue1")]
+        store.apply([RememberMessageIds(Q1, (("a", 1),))])
+        assert history(store) == (("a", 1),)
+    finally:
+        store.close()
+    raw = sqlite3.connect(db)
+    try:
+        assert raw.execute("PRAGMA user_version").fetchone() == (3,)
+    finally:
+        raw.close()
+    store = SqliteStore(db)
+    store.open()  # opening a current file again changes nothing
+    try:
+        assert history(store) == (("a", 1),)
+        assert seqs(store.load_partition(Q1)) == [1]
+    finally:
+        store.close()
 
 
 def test_sqlite_refuses_a_newer_schema(tmp_path: Path) -> None:
@@ -690,7 +916,7 @@ import sys
 import time
 
 from sodalite.model.message import MessageRecord, MessageState
-from sodalite.store.port import AppendMessages, PartitionRef
+from sodalite.store.port import AppendMessages, PartitionRef, RememberMessageIds
 from sodalite.store.sqlite import SqliteStore
 
 path, batches, per_batch, report_each = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
@@ -708,7 +934,10 @@ for b in range(batches):
             delivery_count=0, state=MessageState.ACTIVE, durable=True, priority=None,
             annotations=b"", annotation_count=0, tail=(b"%d;" % seq) * 50,
         ))
-    store.apply([AppendMessages(ref, tuple(messages))])
+    store.apply([
+        AppendMessages(ref, tuple(messages)),
+        RememberMessageIds(ref, tuple((m.message_id, m.enqueued_time) for m in messages)),
+    ])
     if report_each:
         print("committed", seq, flush=True)
 if not report_each:
@@ -754,6 +983,7 @@ def test_sqlite_committed_batches_survive_sigkill(tmp_path: Path) -> None:
         assert snapshot.last_sequence_number == 91
         assert all(m.tail == _expected_tail(m.sequence_number) for m in snapshot.messages)
         assert all(m.message_id == f"m{m.sequence_number}" for m in snapshot.messages)
+        assert snapshot.duplicate_history == tuple((f"m{n}", 1000 + n) for n in range(1, 92))
     finally:
         store.close()
 
@@ -779,19 +1009,24 @@ def test_sqlite_sigkill_mid_stream_keeps_whole_batches_only(tmp_path: Path) -> N
         assert found == list(range(1, len(found) + 1))
         assert len(found) % per_batch == 0  # no batch is half there
         assert snapshot.last_sequence_number == len(found)
+        # The history was written in the same batches as the messages: exactly as much of it is there.
+        assert snapshot.duplicate_history == tuple((f"m{n}", 1000 + n) for n in found)
     finally:
         store.close()
 
 
 # -- durable adapters behave like the memory store --------------------------------------------------
 
-_PATHS = st.sampled_from(["q1", "Q1", "q2", "topic/Subscriptions/s"])
+_PATHS = st.sampled_from(
+    ["q1", "Q1", "q2", "topic/Subscriptions/s", "q1/$DeadLetterQueue", "Q1/$transfer/$deadletterqueue", "q1/x"]
+)
 _REFS = st.builds(PartitionRef, _PATHS, st.integers(0, 1))
 _SEQ = st.integers(1, 12)
 _I64 = st.integers(INT64_MIN, 2**63)  # 2**63 does not fit: such batches must fail everywhere
 _OPT_I64 = st.none() | _I64
 _OPT_TEXT = st.none() | st.text(max_size=4)
 _STATES = st.sampled_from(MessageState)
+_MESSAGE_IDS = st.sampled_from(["a", "b", "B", "ü", ""])
 
 _RECORDS = st.builds(
     MessageRecord,
@@ -834,9 +1069,19 @@ _OPS: st.SearchStrategy[StoreOp] = st.one_of(
         ),
     ),
     st.builds(DeleteEntity, _PATHS),
+    st.builds(
+        RememberMessageIds,
+        _REFS,
+        st.lists(st.tuples(_MESSAGE_IDS, st.integers(-5, 5) | _I64), max_size=4).map(tuple),
+    ),
+    st.builds(ForgetMessageIds, _REFS, st.lists(_MESSAGE_IDS, max_size=3).map(tuple)),
 )
 _BATCHES = st.lists(st.lists(_OPS, min_size=0, max_size=5), min_size=1, max_size=12)
-_ALL_REFS = [PartitionRef(p, n) for p in ("q1", "Q1", "q2", "topic/subscriptions/S") for n in (0, 1, 2)]
+_ALL_REFS = [
+    PartitionRef(p, n)
+    for p in ("q1", "Q1", "q2", "topic/subscriptions/S", "Q1/$deadletterqueue", "q1/$Transfer/$DeadLetterQueue", "q1/x")
+    for n in (0, 1, 2)
+]
 
 
 def _observe(store: MessagingStore) -> tuple[object, ...]:
@@ -877,3 +1122,35 @@ def test_durable_adapter_matches_the_memory_store(adapter: str, batches: list[li
         finally:
             durable.close()
             reference.close()
+
+
+# ---- session state ----------------------------------------------------------------------------------
+
+
+def test_session_state_is_set_replaced_cleared_and_kept_per_partition(store: MessagingStore) -> None:
+    from sodalite.store.port import PutSessionState
+
+    q = PartitionRef("sessq", 0)
+    other = PartitionRef("sessq", 1)
+    store.apply([PutSessionState(q, "b", b"two", 20), PutSessionState(q, "a", b"one", 10),
+                 PutSessionState(other, "a", b"elsewhere", 5)])
+    assert store.load_partition(q).session_states == (("a", b"one", 10), ("b", b"two", 20))
+    store.apply([PutSessionState(q, "a", b"uno", 30), PutSessionState(q, "b", None, 40)])
+    assert store.load_partition(q).session_states == (("a", b"uno", 30),)
+    assert store.load_partition(other).session_states == (("a", b"elsewhere", 5),)
+    store.apply([DeleteEntity("SESSQ")])
+    assert store.load_partition(q).session_states == () and store.load_partition(other).session_states == ()
+
+
+def test_sqlite_session_state_survives_reopen(tmp_path: Path) -> None:
+    from sodalite.store.port import PutSessionState
+
+    db = tmp_path / "s.db"
+    first = SqliteStore(db)
+    first.open()
+    first.apply([PutSessionState(PartitionRef("q"), "s", b"\x00state", 7)])
+    first.close()
+    second = SqliteStore(db)
+    second.open()
+    assert second.load_partition(PartitionRef("q")).session_states == (("s", b"\x00state", 7),)
+    second.close()

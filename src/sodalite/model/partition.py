@@ -109,6 +109,7 @@ class Partition:
         self._order: list[int] = []  # sequence numbers for peek, ascending; removed ones skipped lazily
         self._removed_in_order = 0
         self._state_counts = {state: 0 for state in MessageState}
+        self.size_in_bytes = 0  # of every stored message here, for MaxSizeInMegabytes
         records = sorted(messages, key=lambda r: r.sequence_number)
         for record in records:
             self.last_sequence_number = max(self.last_sequence_number, record.sequence_number)
@@ -147,7 +148,9 @@ class Partition:
             previous = self.messages.get(seq)
             if previous is not None:
                 self._state_counts[previous.state] -= 1
+                self.size_in_bytes -= previous.size
             self.messages[seq] = record
+            self.size_in_bytes += record.size
             self._state_counts[record.state] += 1
             key = self._key(record)
             if previous is not None and previous.state == MessageState.ACTIVE and seq not in self._locked_seq:
@@ -304,6 +307,19 @@ class Partition:
         """Unlock and make receivable again with the delivery count raised."""
         return self._unlock(self._lock(token, now), count_delivery=True, now=now)
 
+    def modify_locked(self, token: uuid.UUID, now: int, annotations: bytes, annotation_count: int) -> MessageRecord:
+        """Replace the locked message's annotations (abandon or defer with properties to modify)."""
+        lock = self._lock(token, now)
+        record = replace(self.messages[lock.sequence_number], annotations=annotations,
+                         annotation_count=annotation_count)
+        self._replace(record)
+        return record
+
+    def _replace(self, record: MessageRecord) -> None:
+        previous = self.messages[record.sequence_number]
+        self.size_in_bytes += record.size - previous.size
+        self.messages[record.sequence_number] = record
+
     def defer(self, token: uuid.UUID, now: int) -> MessageUpdate:
         """Park the locked message: only a receive by its sequence number gets it again."""
         lock = self._lock(token, now)
@@ -419,6 +435,7 @@ class Partition:
     def _remove(self, seq: int) -> MessageRecord:
         record = self.messages.pop(seq)
         self._state_counts[record.state] -= 1
+        self.size_in_bytes -= record.size
         if record.state == MessageState.ACTIVE and seq not in self._locked_seq:
             self._receivable[self._key(record)] -= 1
         self._removed_in_order += 1

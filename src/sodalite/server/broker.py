@@ -133,6 +133,9 @@ class Broker:
             max_delivery_count=properties.max_delivery_count,
             dead_lettering_on_message_expiration=properties.dead_lettering_on_message_expiration,
             requires_session=properties.requires_session,
+            max_size_in_bytes=properties.max_size_in_megabytes * 1024 * 1024,
+            duplicate_detection_window=int(properties.duplicate_detection_history_time_window.total_seconds() * 1000)
+            if properties.requires_duplicate_detection else None,
         )
         actor = PartitionActor(PartitionRef(record.path.lower(), 0), settings, self.worker)
         await actor.load()

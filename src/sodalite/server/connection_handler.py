@@ -412,9 +412,9 @@ class BrokerConnection(asyncio.Protocol):
             if isinstance(state, Accepted):
                 future = actor.complete(token)
             elif isinstance(state, Modified) and not state.undeliverable_here:
-                future = actor.abandon(token)
+                future = actor.abandon(token, state.message_annotations)
             elif isinstance(state, Modified):
-                future = actor.defer(token)
+                future = actor.defer(token, state.message_annotations)
             elif isinstance(state, Rejected):
                 reason, description = _dead_letter_details(state.error)
                 future = actor.dead_letter(token, reason, description)

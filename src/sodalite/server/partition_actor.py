@@ -30,16 +30,27 @@ from sodalite.errors import (
     InvalidOperation,
     MessageLockLost,
     OperationTimeout,
+    QuotaExceeded,
     SessionCannotBeLocked,
     SodaliteError,
     StoreUnavailable,
 )
+from sodalite.model.dedup import DuplicateDetector
 from sodalite.model.message import MessageRecord, MessageState, MessageUpdate
 from sodalite.model.partition import TTL_EXPIRED, DeadLettered, Lock, MessageDraft, Partition
 from sodalite.model.sessions import SessionRegistry
 from sodalite.server import wire
 from sodalite.server.store_worker import StoreWorker
-from sodalite.store.port import AppendMessages, DeleteMessages, PartitionRef, StoreOp, UpdateMessages
+from sodalite.store.port import (
+    AppendMessages,
+    DeleteMessages,
+    ForgetMessageIds,
+    PartitionRef,
+    PutSessionState,
+    RememberMessageIds,
+    StoreOp,
+    UpdateMessages,
+)
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +116,8 @@ class EntitySettings:
     max_delivery_count: int | None = None
     dead_lettering_on_message_expiration: bool = False
     requires_session: bool = False
+    max_size_in_bytes: int | None = None  # MaxSizeInMegabytes
+    duplicate_detection_window: int | None = None  # ms, when RequiresDuplicateDetection is on
 
 
 @dataclass(slots=True)
@@ -137,6 +150,8 @@ class PartitionActor:
         self._waiters: list[_SessionWaiter] = []
         # ForwardDeadLetteredMessagesTo, resolved by the broker: dead-lettered messages go there instead.
         self.dead_letter_target: PartitionActor | None = None
+        self._pending_bytes = 0
+        self.dedup: DuplicateDetector | None = None
 
     @property
     def partition(self) -> Partition:
@@ -155,6 +170,13 @@ class PartitionActor:
             # Never let the high-water mark go back: numbers handed out before a failed commit stay used.
             last = max(snapshot.last_sequence_number, self.queues[sub].last_sequence_number)
             self.queues[sub] = self._new_partition(sub, snapshot.messages, last)
+            if sub is SubQueue.MAIN:
+                states = {sid: (state, at) for sid, state, at in snapshot.session_states}
+                locks = self.sessions.locks
+                self.sessions = SessionRegistry(states)
+                self.sessions.locks = locks  # session locks are volatile but survive a reload of memory
+                window = self.settings.duplicate_detection_window
+                self.dedup = None if window is None else DuplicateDetector(window, snapshot.duplicate_history)
         self._arm_timer()
 
     def _check_available(self) -> None:
@@ -172,14 +194,45 @@ class PartitionActor:
         return self._enqueue(drafts)
 
     def _enqueue(self, drafts: list[MessageDraft]) -> tuple[asyncio.Future[None], list[int]]:
+        """Accept messages; the future (always in the batch, so a duplicate's acknowledgement never
+        overtakes its original's commit) resolves once they are durable."""
         self._check_available()
         if self.settings.requires_session and any(d.session_id is None for d in drafts):
             raise InvalidOperation("the entity requires sessions: every message needs a SessionId")
-        records = self.partition.accept(drafts, self.clock(), self.settings.default_ttl)
+        self._check_quota(sum(d.size for d in drafts))
+        now = self.clock()
         batch = self._batch
-        batch.ops.append(AppendMessages(self.ref, tuple(records)))
-        batch.published.extend((SubQueue.MAIN, r) for r in records)
-        return self._future_in_batch(), [r.sequence_number for r in records]
+        dedup = self.dedup
+        if dedup is not None:
+            expired = dedup.prune(now)
+            if expired:
+                batch.ops.append(ForgetMessageIds(self.ref, tuple(expired)))
+            drafts = [d for d in drafts if dedup.admit(d.message_id, now)]  # a duplicate is accepted and dropped
+            seen = tuple((d.message_id, now) for d in drafts if d.message_id is not None)
+            if seen:
+                batch.ops.append(RememberMessageIds(self.ref, seen))
+        records = self.partition.accept(drafts, now, self.settings.default_ttl)
+        if records:
+            batch.ops.append(AppendMessages(self.ref, tuple(records)))
+            batch.published.extend((SubQueue.MAIN, r) for r in records)
+        pending = sum(r.size for r in records)
+        self._pending_bytes += pending
+        future = self._future_in_batch()
+        future.add_done_callback(lambda _: self._settle_pending(pending))
+        return future, [r.sequence_number for r in records]
+
+    def _settle_pending(self, size: int) -> None:
+        self._pending_bytes -= size
+
+    def size_in_bytes(self) -> int:
+        """Stored bytes over every sub-queue, plus sends accepted but not yet committed."""
+        return sum(q.size_in_bytes for q in self.queues.values()) + self._pending_bytes
+
+    def _check_quota(self, incoming: int) -> None:
+        limit = self.settings.max_size_in_bytes
+        if limit is not None and self.size_in_bytes() + incoming > limit:
+            raise QuotaExceeded(f"the entity is full: {self.size_in_bytes()} of {limit} bytes used "
+                                "(MaxSizeInMegabytes)")
 
     def send_to_transfer_dead_letter(self, drafts: list[MessageDraft], reason: str,
                                      description: str) -> asyncio.Future[None]:
@@ -228,19 +281,33 @@ class PartitionActor:
         self._batch.ops.append(DeleteMessages(self.refs[sub], (seq,)))
         return self._after_settlement(sub)
 
-    def abandon(self, token: uuid.UUID) -> asyncio.Future[None]:
+    def abandon(self, token: uuid.UUID, properties_to_modify: dict[Any, Any] | None = None) -> asyncio.Future[None]:
         self._check_available()
         sub = self._holder(token)
+        self._modify(sub, token, properties_to_modify)
         update = self.queues[sub].abandon(token, self.clock())
         self._batch.ops.append(UpdateMessages(self.refs[sub], (update,)))
         return self._after_settlement(sub)
 
-    def defer(self, token: uuid.UUID) -> asyncio.Future[None]:
+    def defer(self, token: uuid.UUID, properties_to_modify: dict[Any, Any] | None = None) -> asyncio.Future[None]:
         self._check_available()
         sub = self._holder(token)
+        self._modify(sub, token, properties_to_modify)
         update = self.queues[sub].defer(token, self.clock())
         self._batch.ops.append(UpdateMessages(self.refs[sub], (update,)))
         return self._after_settlement(sub)
+
+    def _modify(self, sub: SubQueue, token: uuid.UUID, properties: dict[Any, Any] | None) -> None:
+        """Properties to modify, as .NET clients send with abandon and defer: stored before the unlock."""
+        if not properties:
+            return
+        queue = self.queues[sub]
+        current = queue.messages[queue.locks[token].sequence_number]
+        annotations, count = wire.merged_annotations(current, properties)
+        record = queue.modify_locked(token, self.clock(), annotations, count)
+        # Replace the stored record: delete and append it again, in this batch.
+        self._batch.ops.append(DeleteMessages(self.refs[sub], (record.sequence_number,)))
+        self._batch.ops.append(AppendMessages(self.refs[sub], (record,)))
 
     def dead_letter(self, token: uuid.UUID, reason: str | None, description: str | None) -> asyncio.Future[None]:
         self._check_available()
@@ -382,8 +449,10 @@ class PartitionActor:
 
     def set_session_state(self, session_id: str, state: bytes | None) -> asyncio.Future[None]:
         self._check_available()
-        self.sessions.check(session_id, None, self.clock())
-        self.sessions.set_state(session_id, state, self.clock())
+        now = self.clock()
+        self.sessions.check(session_id, None, now)
+        self.sessions.set_state(session_id, state, now)
+        self._batch.ops.append(PutSessionState(self.ref, session_id, state, now))
         return self._future_in_batch()
 
     def list_sessions(self, updated_after: int | None) -> list[str]:

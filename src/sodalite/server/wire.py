@@ -18,7 +18,7 @@ from typing import Any
 
 from sodalite.amqp import message as amqp_message
 from sodalite.amqp.errors import DecodeError
-from sodalite.amqp.types import Int
+from sodalite.amqp.types import Int, Symbol
 from sodalite.errors import ArgumentError, MessageSizeExceeded
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import MessageDraft
@@ -207,3 +207,22 @@ def forwarded_draft(record: MessageRecord, dead_letter_source: str | None = None
         count += 1
     return MessageDraft(record.message_id, record.session_id, record.partition_key, record.time_to_live, None,
                         record.durable, record.priority, annotations, count, record.tail)
+
+
+def merged_annotations(record: MessageRecord, updates: dict[Any, Any]) -> tuple[bytes, int]:
+    """The record's annotation entries with ``updates`` merged in (keys as symbols), and their count.
+
+    Service-owned annotations cannot be set this way, as on input.
+    """
+    current = amqp_message.section_value(*_annotations_section(record)) if record.annotation_count else {}
+    merged = dict(current) if isinstance(current, dict) else {}
+    for key, value in updates.items():
+        if str(key) not in SERVICE_OWNED_ANNOTATIONS:
+            merged[Symbol(str(key))] = value
+    return amqp_message.map_entries(merged), len(merged)
+
+
+def _annotations_section(record: MessageRecord) -> tuple[bytes, amqp_message.Section]:
+    encoded = amqp_message.encode_annotations(record.annotations, record.annotation_count)
+    [section] = amqp_message.split_sections(encoded)
+    return encoded, section

@@ -7,12 +7,14 @@ adapter to one behaviour:
   when every operation succeeded;
 * appending a sequence number that the partition already holds fails the whole batch (the
   durable adapters reject it as a primary-key violation);
-* every integer must fit a signed 64-bit column;
+* every integer must fit a signed 64-bit column, and every message id of the duplicate-detection
+  history must be encodable as UTF-8 (a lone surrogate is not);
 * entity properties are stored as JSON text and decoded afresh on every load, so what comes back
   is what a durable adapter would return (tuples become lists, a caller mutating a loaded dict
   changes nothing);
 * entity paths compare case-insensitively (ASCII only, like SQLite's ``NOCASE``), both for
-  entity definitions and for the partitions that hold their messages.
+  entity definitions and for the partitions that hold their messages and duplicate-detection
+  history; deleting an entity also deletes its sub-queues' partitions (``<path>/$...``).
 
 Nothing survives the process, of course: a new ``MemoryStore`` starts empty.
 """
@@ -32,10 +34,13 @@ from sodalite.store.port import (
     DeleteEntity,
     DeleteMessages,
     EntityRecord,
+    ForgetMessageIds,
     PartitionRef,
     PartitionSnapshot,
     PartitionStats,
     PutEntity,
+    PutSessionState,
+    RememberMessageIds,
     StoreOp,
     UpdateMessages,
 )
@@ -67,6 +72,13 @@ def _check_int64(value: int | None, what: str) -> None:
         raise StoreUnavailable(f"{what} {value} does not fit a signed 64-bit integer")
 
 
+def _check_text(value: str, what: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise StoreUnavailable(f"{what} {value!r} cannot be stored as UTF-8 text ({exc})") from exc
+
+
 def _key(ref: PartitionRef) -> _PartitionKey:
     _check_int64(ref.partition, f"partition number of {ref.entity!r}")
     return (_fold(ref.entity), ref.partition)
@@ -88,6 +100,8 @@ def _check_record(ref: PartitionRef, m: MessageRecord) -> None:
 class _Partition:
     messages: dict[int, MessageRecord] = field(default_factory=dict)
     last_sequence_number: int = 0
+    history: dict[str, int] = field(default_factory=dict)  # duplicate detection: message id -> seen at
+    session_states: dict[str, tuple[bytes, int]] = field(default_factory=dict)  # id -> (state, updated at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +151,8 @@ class MemoryStore:
             if key not in copied:
                 old = partitions.get(key)
                 partitions[key] = (
-                    _Partition(dict(old.messages), old.last_sequence_number) if old else _Partition()
+                    _Partition(dict(old.messages), old.last_sequence_number, dict(old.history),
+                               dict(old.session_states)) if old else _Partition()
                 )
                 copied.add(key)
             return partitions[key]
@@ -181,10 +196,34 @@ class MemoryStore:
                 entities[_fold(e.path)] = _StoredEntity(e.path, e.kind, _encode_properties(e))
             elif isinstance(op, DeleteEntity):
                 folded = _fold(op.path)
+                sub_queues = folded + "/$"
                 entities.pop(folded, None)
-                for key in [k for k in partitions if k[0] == folded]:
+                for key in [k for k in partitions if k[0] == folded or k[0].startswith(sub_queues)]:
                     del partitions[key]
                     copied.discard(key)
+            elif isinstance(op, RememberMessageIds):
+                if not op.entries:
+                    continue
+                part = writable(op.ref)
+                for message_id, seen_at in op.entries:
+                    _check_text(message_id, f"message id of {op.ref.entity!r}")
+                    _check_int64(seen_at, f"seen-at time of message id {message_id!r}")
+                    part.history[message_id] = seen_at
+            elif isinstance(op, ForgetMessageIds):
+                if not op.message_ids:
+                    continue
+                part = writable(op.ref)
+                for message_id in op.message_ids:
+                    _check_text(message_id, f"message id of {op.ref.entity!r}")
+                    part.history.pop(message_id, None)
+            elif isinstance(op, PutSessionState):
+                part = writable(op.ref)
+                _check_text(op.session_id, f"session id of {op.ref.entity!r}")
+                _check_int64(op.updated_at, f"update time of session {op.session_id!r}")
+                if op.state is None:
+                    part.session_states.pop(op.session_id, None)
+                else:
+                    part.session_states[op.session_id] = (bytes(op.state), op.updated_at)
             else:
                 assert_never(op)
 
@@ -198,7 +237,11 @@ class MemoryStore:
         if part is None:
             return PartitionSnapshot(messages=(), last_sequence_number=0)
         messages = tuple(part.messages[n] for n in sorted(part.messages))
-        return PartitionSnapshot(messages=messages, last_sequence_number=part.last_sequence_number)
+        history = tuple(sorted(part.history.items(), key=lambda item: (item[1], item[0])))
+        return PartitionSnapshot(
+            messages=messages, last_sequence_number=part.last_sequence_number, duplicate_history=history,
+            session_states=tuple((sid, state, at) for sid, (state, at) in sorted(part.session_states.items())),
+        )
 
     def load_entities(self) -> list[EntityRecord]:
         self._require_open()

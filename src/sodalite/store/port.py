@@ -69,12 +69,53 @@ class PutEntity:
 
 @dataclass(frozen=True, slots=True)
 class DeleteEntity:
-    """Remove an entity definition and every message of every partition of it."""
+    """Remove an entity definition and everything stored for it.
+
+    Everything: the messages, high-water marks and duplicate-detection history of every partition
+    of ``path`` and of its sub-queues, which are stored under refs whose entity starts with
+    ``<path>/$`` (``<path>/$deadletterqueue``, ``<path>/$transfer/$deadletterqueue``); paths
+    compare case-insensitively. Another entity whose path merely starts with ``<path>/`` (a queue
+    ``orders/eu`` beside ``orders``) is untouched: entity names cannot contain ``$``, so only
+    sub-queues match. The definition removed is the one of ``path`` alone.
+    """
 
     path: str
 
 
-StoreOp = AppendMessages | DeleteMessages | UpdateMessages | PutEntity | DeleteEntity
+@dataclass(frozen=True, slots=True)
+class RememberMessageIds:
+    """Record MessageIds for duplicate detection: (message id, seen-at time in ms) pairs.
+
+    An upsert: an id the partition already holds takes the new time; within one operation the
+    last pair of an id wins.
+    """
+
+    ref: PartitionRef
+    entries: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetMessageIds:
+    """Drop MessageIds from the partition's duplicate-detection history; unknown ids are ignored."""
+
+    ref: PartitionRef
+    message_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PutSessionState:
+    """Set a session's state (bytes, with the time it changed) or clear it (``state`` None)."""
+
+    ref: PartitionRef
+    session_id: str
+    state: bytes | None
+    updated_at: int
+
+
+StoreOp = (
+    AppendMessages | DeleteMessages | UpdateMessages | PutEntity | DeleteEntity | RememberMessageIds
+    | ForgetMessageIds | PutSessionState
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +124,10 @@ class PartitionSnapshot:
 
     messages: tuple[MessageRecord, ...]  # in sequence-number order
     last_sequence_number: int  # highest number ever assigned; 0 when none
+    # (message id, seen-at ms) pairs, ordered by seen-at then id; entries past any window included
+    duplicate_history: tuple[tuple[str, int], ...] = ()
+    # (session id, state, updated-at ms), ordered by session id
+    session_states: tuple[tuple[str, bytes, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +146,8 @@ class MessagingStore(Protocol):
         """Commit every operation in one transaction, durably, or raise StoreUnavailable."""
 
     def load_partition(self, ref: PartitionRef) -> PartitionSnapshot:
-        """Return the partition's messages and high-water mark (empty if never written)."""
+        """Return the partition's messages, high-water mark and duplicate-detection history (empty if
+        never written)."""
 
     def load_entities(self) -> list[EntityRecord]:
         """Return every stored entity definition, ordered by path."""

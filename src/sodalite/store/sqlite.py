@@ -16,8 +16,13 @@ outcome of the batch is unknown (the fsync may have failed after the WAL was wri
 then closes itself, and the caller must open a new ``SqliteStore`` on the file, which recovers
 whatever the disk really holds, and rebuild its partitions from it.
 
-Entity paths compare case-insensitively (SQLite ``NOCASE``: ASCII letters only) in all three
-tables, so ``Queue1`` and ``queue1`` name the same entity and the same partitions.
+Entity paths compare case-insensitively (SQLite ``NOCASE``: ASCII letters only) in every table,
+so ``Queue1`` and ``queue1`` name the same entity and the same partitions. Message ids of the
+duplicate-detection history compare exactly.
+
+Schema versions (``PRAGMA user_version``): 1 had ``messages``, ``partitions`` and ``entities``;
+2 adds ``duplicate_history``; 3 adds ``session_states``. ``open`` migrates an older file in place,
+in one transaction, and refuses a newer one.
 
 Not thread-safe: the caller serializes calls (one worker thread per store). The connection is
 opened with ``check_same_thread=False`` so that thread need not be the one that created it.
@@ -39,15 +44,18 @@ from sodalite.store.port import (
     DeleteEntity,
     DeleteMessages,
     EntityRecord,
+    ForgetMessageIds,
     PartitionRef,
     PartitionSnapshot,
     PartitionStats,
     PutEntity,
+    PutSessionState,
+    RememberMessageIds,
     StoreOp,
     UpdateMessages,
 )
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 3
 SYNCHRONOUS_MODES: Final = ("FULL", "EXTRA", "NORMAL")
 _SYNCHRONOUS_CODES: Final = {"NORMAL": 1, "FULL": 2, "EXTRA": 3}
 
@@ -99,7 +107,30 @@ _SCHEMA: Final = (
         properties TEXT NOT NULL
     ) WITHOUT ROWID
     """,
+    # Schema version 2. Every statement is idempotent, so running them all migrates a version-1 file.
+    """
+    CREATE TABLE IF NOT EXISTS duplicate_history (
+        entity     TEXT    NOT NULL COLLATE NOCASE,
+        partition  INTEGER NOT NULL,
+        message_id TEXT    NOT NULL,
+        seen_at    INTEGER NOT NULL,
+        PRIMARY KEY (entity, partition, message_id)
+    ) WITHOUT ROWID
+    """,
+    # Schema version 3.
+    """
+    CREATE TABLE IF NOT EXISTS session_states (
+        entity     TEXT    NOT NULL COLLATE NOCASE,
+        partition  INTEGER NOT NULL,
+        session_id TEXT    NOT NULL,
+        state      BLOB    NOT NULL,
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (entity, partition, session_id)
+    ) WITHOUT ROWID
+    """,
 )
+# The tables that hold what is stored per partition: DeleteEntity empties them for the entity.
+_PARTITION_TABLES: Final = ("messages", "partitions", "duplicate_history", "session_states")
 
 _MESSAGE_COLUMNS: Final = (
     "sequence_number, enqueued_time, message_id, session_id, partition_key, time_to_live, "
@@ -121,11 +152,38 @@ _UPDATE_MESSAGE: Final = (
     "WHERE entity = ? AND partition = ? AND sequence_number = ?"
 )
 _PUT_ENTITY: Final = "INSERT OR REPLACE INTO entities (path, kind, properties) VALUES (?, ?, ?)"
+_REMEMBER_ID: Final = (
+    "INSERT INTO duplicate_history (entity, partition, message_id, seen_at) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (entity, partition, message_id) DO UPDATE SET seen_at = excluded.seen_at"
+)
+_FORGET_ID: Final = "DELETE FROM duplicate_history WHERE entity = ? AND partition = ? AND message_id = ?"
+_PUT_SESSION_STATE: Final = (
+    "INSERT INTO session_states (entity, partition, session_id, state, updated_at) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (entity, partition, session_id) DO UPDATE SET state = excluded.state, "
+    "updated_at = excluded.updated_at"
+)
+_CLEAR_SESSION_STATE: Final = "DELETE FROM session_states WHERE entity = ? AND partition = ? AND session_id = ?"
+_SELECT_SESSION_STATES: Final = (
+    "SELECT session_id, state, updated_at FROM session_states WHERE entity = ? AND partition = ? "
+    "ORDER BY session_id"
+)
+# An entity's own partitions, then its sub-queues': entity >= '<path>/$' AND entity < '<path>/%'
+# (under NOCASE) is exactly "starts with <path>/$", and the range uses the primary-key index.
+_DELETE_ENTITY_ROWS: Final = {
+    table: (
+        f"DELETE FROM {table} WHERE entity = ?",
+        f"DELETE FROM {table} WHERE entity >= ? AND entity < ?",
+    )
+    for table in _PARTITION_TABLES
+}
 _SELECT_MESSAGES: Final = (
     f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE entity = ? AND partition = ? ORDER BY sequence_number"
 )
 _SELECT_HIGH_WATER_MARK: Final = (
     "SELECT last_sequence_number FROM partitions WHERE entity = ? AND partition = ?"
+)
+_SELECT_HISTORY: Final = (
+    "SELECT message_id, seen_at FROM duplicate_history WHERE entity = ? AND partition = ? ORDER BY seen_at, message_id"
 )
 _SELECT_STATS: Final = (
     "SELECT count(*), coalesce(sum(length(annotations) + length(tail)), 0) "
@@ -297,9 +355,11 @@ class SqliteStore:
         conn = self._require()
         key = (ref.entity, ref.partition)
         try:
-            conn.execute("BEGIN")  # one read snapshot for both queries
+            conn.execute("BEGIN")  # one read snapshot for every query
             rows = conn.execute(_SELECT_MESSAGES, key).fetchall()
             mark = conn.execute(_SELECT_HIGH_WATER_MARK, key).fetchone()
+            history = conn.execute(_SELECT_HISTORY, key).fetchall()
+            states = conn.execute(_SELECT_SESSION_STATES, key).fetchall()
             conn.execute("COMMIT")
         except _DRIVER_ERRORS as exc:
             self._rollback(conn)
@@ -311,7 +371,12 @@ class SqliteStore:
         last = mark[0] if mark is not None else 0
         if messages:
             last = max(last, messages[-1].sequence_number)
-        return PartitionSnapshot(messages=messages, last_sequence_number=last)
+        return PartitionSnapshot(
+            messages=messages,
+            last_sequence_number=last,
+            duplicate_history=tuple((message_id, seen_at) for message_id, seen_at in history),
+            session_states=tuple((sid, bytes(state), at) for sid, state, at in states),
+        )
 
     def load_entities(self) -> list[EntityRecord]:
         conn = self._require()
@@ -371,9 +436,25 @@ class SqliteStore:
             e = op.entity
             conn.execute(_PUT_ENTITY, (e.path, e.kind, _encode_properties(e)))
         elif isinstance(op, DeleteEntity):
-            conn.execute("DELETE FROM messages WHERE entity = ?", (op.path,))
-            conn.execute("DELETE FROM partitions WHERE entity = ?", (op.path,))
-            conn.execute("DELETE FROM entities WHERE path = ?", (op.path,))
+            path = op.path
+            for exact, sub_queues in _DELETE_ENTITY_ROWS.values():
+                conn.execute(exact, (path,))
+                conn.execute(sub_queues, (path + "/$", path + "/%"))
+            conn.execute("DELETE FROM entities WHERE path = ?", (path,))
+        elif isinstance(op, RememberMessageIds):
+            entity, partition = op.ref.entity, op.ref.partition
+            conn.executemany(
+                _REMEMBER_ID, [(entity, partition, message_id, seen_at) for message_id, seen_at in op.entries]
+            )
+        elif isinstance(op, ForgetMessageIds):
+            entity, partition = op.ref.entity, op.ref.partition
+            conn.executemany(_FORGET_ID, [(entity, partition, message_id) for message_id in op.message_ids])
+        elif isinstance(op, PutSessionState):
+            key = (op.ref.entity, op.ref.partition, op.session_id)
+            if op.state is None:
+                conn.execute(_CLEAR_SESSION_STATE, key)
+            else:
+                conn.execute(_PUT_SESSION_STATE, (*key, op.state, op.updated_at))
         else:
             assert_never(op)
 
