@@ -30,7 +30,8 @@ QUEUES = [
     {"Name": "loop-b", "Properties": {"ForwardTo": "loop-a"}},
     {"Name": "dlfwd-src", "Properties": {"ForwardDeadLetteredMessagesTo": "dlfwd-dst"}},
     {"Name": "dlfwd-dst", "Properties": {}},
-    {"Name": "dedup", "Properties": {"RequiresDuplicateDetection": True, "DuplicateDetectionHistoryTimeWindow": "PT1M"}},
+    {"Name": "dedup",
+     "Properties": {"RequiresDuplicateDetection": True, "DuplicateDetectionHistoryTimeWindow": "PT1M"}},
     {"Name": "tiny", "Properties": {"MaxSizeInMegabytes": 1}},
 ]
 

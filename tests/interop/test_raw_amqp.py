@@ -11,6 +11,7 @@ from raw_client import RawClient, message
 from sodalite.amqp import events as ev
 from sodalite.amqp.link import RECEIVER, SENDER
 from sodalite.amqp.message import split_sections
+from sodalite.amqp.performatives import Accepted
 from sodalite.model.sas import generate_token
 
 pytestmark = pytest.mark.interop
@@ -65,5 +66,36 @@ def test_drain_returns_credit_when_the_queue_is_empty(broker: BrokerProcess) -> 
             client.events.extend(client.conn.receive_data(data))
         assert receiver.link_credit == 0
         assert (receiver.delivery_count - before) % 2**32 == 5  # the broker advanced delivery-count by the credit
+    finally:
+        client.close()
+
+
+def test_abandon_with_properties_to_modify_changes_the_redelivered_message(broker: BrokerProcess) -> None:
+    from sodalite.amqp.codec import decode
+    from sodalite.amqp.performatives import Modified
+    from sodalite.amqp.types import Symbol
+
+    client = _client(broker)
+    try:
+        sender = client.attach(f"amqps://localhost:{broker.port}/props", SENDER)
+        sender.send_transfer(message(b"annotate me", "m-annotate"), b"\x09", settled=True)
+        receiver = client.attach(f"amqps://localhost:{broker.port}/props", RECEIVER, rcv_settle_mode=1)
+        receiver.issue_credit(1)
+        first = client.wait(lambda e: isinstance(e, ev.TransferReceived) and e.link is receiver)
+        assert isinstance(first, ev.TransferReceived)
+        receiver.settle(first.delivery.delivery_id, Modified(True, False, {Symbol("x-custom"): "changed"}),
+                        settled=False)
+        echo = client.wait(lambda e: isinstance(e, ev.DeliveryUpdated) and e.link is receiver)
+        assert isinstance(echo, ev.DeliveryUpdated) and isinstance(echo.state, Modified)
+        receiver.issue_credit(1)
+        again = client.wait(lambda e: isinstance(e, ev.TransferReceived) and e.link is receiver)
+        assert isinstance(again, ev.TransferReceived)
+        payload = again.delivery.payload
+        sections = {s.code: decode(payload[s.value_start:s.end]) for s in split_sections(payload)}
+        annotations = sections[0x72]
+        assert annotations[Symbol("x-custom")] == "changed"
+        assert sections[0x70][4] == 1  # the abandon counted: delivery-count 1
+        receiver.settle(again.delivery.delivery_id, Accepted(), settled=False)
+        client.wait(lambda e: isinstance(e, ev.DeliveryUpdated) and e.link is receiver)
     finally:
         client.close()
