@@ -19,14 +19,15 @@ from sodalite.model.config import NamespaceConfig
 from sodalite.model.entities import TIMESPAN_MAX, QueueProperties
 from sodalite.server.addresses import entity_path
 from sodalite.server.connection_handler import BrokerConnection
-from sodalite.server.partition_actor import EntitySettings, PartitionActor
+from sodalite.server.partition_actor import Clock, EntitySettings, PartitionActor, wall_clock_ms
 from sodalite.server.store_worker import StoreWorker
-from sodalite.store.port import EntityRecord, MessagingStore, PartitionRef, PutEntity
+from sodalite.store.port import DeleteEntity, EntityRecord, MessagingStore, PartitionRef, PutEntity
 from sodalite.store.sqlite import SqliteStore
 
 log = logging.getLogger(__name__)
 
 QUEUE = "queue"
+IDLE_SWEEP_SECONDS = 15.0  # AutoDeleteOnIdle is at least 5 minutes, so this is precise enough
 MAX_TRANSFER_HOPS = 4  # Service Bus forwards a message at most this many times (DLQ overview)
 
 
@@ -53,8 +54,9 @@ def _ms(value: timedelta) -> int | None:
 
 class Broker:
     def __init__(self, namespace: NamespaceConfig, store: MessagingStore, *, max_frame_size: int = 262144,
-                 idle_timeout_ms: int | None = 120_000) -> None:
+                 idle_timeout_ms: int | None = 120_000, clock: Clock = wall_clock_ms) -> None:
         self.namespace = namespace
+        self.clock = clock
         self.worker = StoreWorker(store, "0")
         self.max_frame_size = max_frame_size
         self.idle_timeout_ms = idle_timeout_ms
@@ -66,6 +68,7 @@ class Broker:
             for rule in namespace.authorization_rules
         }
         self._server: asyncio.Server | None = None
+        self._idle_sweeper: asyncio.Task[None] | None = None
 
     @classmethod
     def with_sqlite(cls, namespace: NamespaceConfig, data_dir: Path, synchronous: str = "FULL") -> Broker:
@@ -115,6 +118,7 @@ class Broker:
                 await self._load_queue(record)
         self._link_dead_letter_forwarding()
         loop = asyncio.get_running_loop()
+        self._idle_sweeper = loop.create_task(self._sweep_idle_forever())
         self._server = await loop.create_server(lambda: BrokerConnection(self), host, port)
         sockets = self._server.sockets
         return int(sockets[0].getsockname()[1]) if sockets else port
@@ -137,11 +141,49 @@ class Broker:
             duplicate_detection_window=int(properties.duplicate_detection_history_time_window.total_seconds() * 1000)
             if properties.requires_duplicate_detection else None,
         )
-        actor = PartitionActor(PartitionRef(record.path.lower(), 0), settings, self.worker)
+        actor = PartitionActor(PartitionRef(record.path.lower(), 0), settings, self.worker, clock=self.clock)
         await actor.load()
         self.entities[record.path.lower()] = QueueEntity(record.path, properties, settings.max_message_size, actor)
 
+    # ---- AutoDeleteOnIdle ----------------------------------------------------------------------------
+
+    async def _sweep_idle_forever(self) -> None:
+        while True:
+            await asyncio.sleep(IDLE_SWEEP_SECONDS)
+            try:
+                await self.sweep_idle()
+            except Exception:  # the sweeper must outlive one bad deletion
+                log.exception("idle sweep failed")
+
+    async def sweep_idle(self) -> list[str]:
+        """Delete every entity idle for its AutoDeleteOnIdle; return their names.
+
+        Auto-forwarding counts as a receiver at work, so an entity that forwards is never idle
+        (expiration seed).
+        """
+        now = self.clock()
+        deleted = []
+        for entity in list(self.entities.values()):
+            idle_for = entity.properties.auto_delete_on_idle
+            if idle_for >= TIMESPAN_MAX or entity.properties.forward_to:
+                continue
+            if entity.actor.is_idle(now, int(idle_for.total_seconds() * 1000)):
+                await self.delete_entity(entity)
+                deleted.append(entity.name)
+        return deleted
+
+    async def delete_entity(self, entity: QueueEntity) -> None:
+        """Remove the entity, its messages and sub-queues; links on it are detached with amqp:not-found."""
+        self.entities.pop(entity.name.lower(), None)
+        for connection in list(self.connections):
+            connection.entity_deleted(entity)
+        await entity.actor.close()
+        await self.worker.apply([DeleteEntity(entity.name)])
+        log.info("deleted %s", entity.name)
+
     async def stop(self) -> None:
+        if self._idle_sweeper is not None:
+            self._idle_sweeper.cancel()
         if self._server is not None:
             self._server.close()
         for connection in list(self.connections):

@@ -337,6 +337,21 @@ class BrokerConnection(asyncio.Protocol):
             raise EntityNotFound(f"the messaging entity '{path}' could not be found")
         return entity, sub_queue
 
+    def entity_deleted(self, entity: QueueEntity) -> None:
+        """Detach every link on a deleted entity; the SDK raises MessagingEntityNotFoundError."""
+        error = Error("amqp:not-found", f"the messaging entity '{entity.name}' was deleted", None)
+        for session in list(self.amqp.sessions.values()):
+            for link in list(session.links.values()):
+                ctx = link.context
+                on_it = ((isinstance(ctx, Producer) and ctx.entity is entity)
+                         or (isinstance(ctx, LinkConsumer) and ctx.actor is entity.actor)
+                         or (isinstance(ctx, ControlLink) and ctx.entity is entity))
+                if on_it:
+                    if isinstance(ctx, LinkConsumer) and ctx in self.consumers:
+                        self.consumers.remove(ctx)
+                    link.detach(error)
+        self.flush_soon()
+
     def _on_detached(self, link: Link) -> None:
         consumer = link.context
         if isinstance(consumer, LinkConsumer):

@@ -152,6 +152,7 @@ class PartitionActor:
         self.dead_letter_target: PartitionActor | None = None
         self._pending_bytes = 0
         self.dedup: DuplicateDetector | None = None
+        self.last_activity = clock()  # for AutoDeleteOnIdle; a restart counts as activity
 
     @property
     def partition(self) -> Partition:
@@ -196,6 +197,7 @@ class PartitionActor:
     def _enqueue(self, drafts: list[MessageDraft]) -> tuple[asyncio.Future[None], list[int]]:
         """Accept messages; the future (always in the batch, so a duplicate's acknowledgement never
         overtakes its original's commit) resolves once they are durable."""
+        self._touch()
         self._check_available()
         if self.settings.requires_session and any(d.session_id is None for d in drafts):
             raise InvalidOperation("the entity requires sessions: every message needs a SessionId")
@@ -224,6 +226,19 @@ class PartitionActor:
     def _settle_pending(self, size: int) -> None:
         self._pending_bytes -= size
 
+    # ---- idleness (AutoDeleteOnIdle) -----------------------------------------------------------------
+
+    def _touch(self) -> None:
+        self.last_activity = self.clock()
+
+    def is_idle(self, now: int, idle_for: int) -> bool:
+        """Idle as the expiration seed defines it for a queue: no sends, receives, peeks or management
+        for ``idle_for``, no scheduled message waiting, and no receiver attached (an open receiver is
+        receiving)."""
+        return (now - self.last_activity >= idle_for
+                and self.partition.count(MessageState.SCHEDULED) == 0
+                and not any(self.consumers.values()) and not self._waiters)
+
     def size_in_bytes(self) -> int:
         """Stored bytes over every sub-queue, plus sends accepted but not yet committed."""
         return sum(q.size_in_bytes for q in self.queues.values()) + self._pending_bytes
@@ -237,6 +252,7 @@ class PartitionActor:
     def send_to_transfer_dead_letter(self, drafts: list[MessageDraft], reason: str,
                                      description: str) -> asyncio.Future[None]:
         """Messages that could not be forwarded: straight into the transfer dead-letter queue."""
+        self._touch()
         self._check_available()
         records = self.partition.accept(drafts, self.clock(), None)
         moved = tuple(wire.dead_lettered(r, reason, description) for r in records)
@@ -247,6 +263,7 @@ class PartitionActor:
 
     def accept_forwarded(self, drafts: list[MessageDraft]) -> list[MessageRecord]:
         """Assign numbers to messages another actor is moving in; it stores them and then calls publish."""
+        self._touch()
         return self.partition.accept(drafts, self.clock(), self.settings.default_ttl)
 
     def publish_forwarded(self, records: list[MessageRecord]) -> None:
@@ -255,6 +272,7 @@ class PartitionActor:
         self._dispatch_soon()
 
     def cancel_scheduled(self, sequence_numbers: list[int]) -> asyncio.Future[None]:
+        self._touch()
         self._check_available()
         removed = self.partition.cancel_scheduled(sequence_numbers)
         self._batch.ops.append(DeleteMessages(self.ref, tuple(removed)))
@@ -275,6 +293,7 @@ class PartitionActor:
         raise MessageLockLost("the lock token is unknown or the lock was lost")
 
     def complete(self, token: uuid.UUID) -> asyncio.Future[None]:
+        self._touch()
         self._check_available()
         sub = self._holder(token)
         seq = self.queues[sub].complete(token, self.clock())
@@ -282,6 +301,7 @@ class PartitionActor:
         return self._after_settlement(sub)
 
     def abandon(self, token: uuid.UUID, properties_to_modify: dict[Any, Any] | None = None) -> asyncio.Future[None]:
+        self._touch()
         self._check_available()
         sub = self._holder(token)
         self._modify(sub, token, properties_to_modify)
@@ -290,6 +310,7 @@ class PartitionActor:
         return self._after_settlement(sub)
 
     def defer(self, token: uuid.UUID, properties_to_modify: dict[Any, Any] | None = None) -> asyncio.Future[None]:
+        self._touch()
         self._check_available()
         sub = self._holder(token)
         self._modify(sub, token, properties_to_modify)
@@ -310,6 +331,7 @@ class PartitionActor:
         self._batch.ops.append(AppendMessages(self.refs[sub], (record,)))
 
     def dead_letter(self, token: uuid.UUID, reason: str | None, description: str | None) -> asyncio.Future[None]:
+        self._touch()
         self._check_available()
         sub = self._holder(token)
         if sub is not SubQueue.MAIN:
@@ -319,12 +341,14 @@ class PartitionActor:
         return self._after_settlement(sub)
 
     def release(self, token: uuid.UUID) -> None:
+        self._touch()
         for queue in self.queues.values():
             if token in queue.locks:
                 queue.release(token)
         self._dispatch_soon()
 
     def renew_lock(self, token: uuid.UUID) -> int:
+        self._touch()
         sub = self._holder(token)
         locked_until = self.queues[sub].renew(token, self.clock(), self.settings.lock_duration)
         self._arm_timer()
@@ -339,11 +363,13 @@ class PartitionActor:
 
     def peek(self, sub: SubQueue, from_sequence_number: int, count: int,
              session_id: str | None = None) -> list[MessageRecord]:
+        self._touch()
         self._check_available()
         return self.queues[sub].peek(from_sequence_number, count, session_id)
 
     def lock_deferred(self, sub: SubQueue, sequence_numbers: list[int],
                       owner: Any) -> list[tuple[MessageRecord, Lock]]:
+        self._touch()
         self._check_available()
         taken = self.queues[sub].lock_deferred(sequence_numbers, self.clock(), self.settings.lock_duration, owner)
         self._arm_timer()
@@ -351,6 +377,7 @@ class PartitionActor:
 
     def take_deferred(self, sub: SubQueue,
                       sequence_numbers: list[int]) -> tuple[asyncio.Future[None], list[MessageRecord]]:
+        self._touch()
         self._check_available()
         records = self.queues[sub].take_deferred(sequence_numbers)
         self._batch.ops.append(DeleteMessages(self.refs[sub], tuple(r.sequence_number for r in records)))
@@ -359,6 +386,7 @@ class PartitionActor:
     # ---- consumers ----------------------------------------------------------------------------------
 
     def add_consumer(self, consumer: Consumer) -> None:
+        self._touch()
         self.consumers[consumer.sub_queue].append(consumer)
         self._dispatch_soon()
 
@@ -379,6 +407,7 @@ class PartitionActor:
         self._dispatch_soon()
 
     def credit_changed(self, consumer: Consumer) -> None:
+        self._touch()
         self._dispatch_soon()
 
     # ---- sessions -----------------------------------------------------------------------------------
@@ -389,6 +418,7 @@ class PartitionActor:
         The future gives (session id, locked until); it fails with SessionCannotBeLocked for a
         named session another receiver holds, or OperationTimeout when no session came in time.
         """
+        self._touch()
         self._check_available()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[tuple[str, int]] = loop.create_future()
@@ -439,15 +469,18 @@ class PartitionActor:
         self._arm_timer()
 
     def renew_session_lock(self, session_id: str) -> int:
+        self._touch()
         locked_until = self.sessions.renew(session_id, None, self.clock(), self.settings.lock_duration)
         self._arm_timer()
         return locked_until
 
     def get_session_state(self, session_id: str) -> bytes | None:
+        self._touch()
         self.sessions.check(session_id, None, self.clock())
         return self.sessions.get_state(session_id)
 
     def set_session_state(self, session_id: str, state: bytes | None) -> asyncio.Future[None]:
+        self._touch()
         self._check_available()
         now = self.clock()
         self.sessions.check(session_id, None, now)
@@ -457,6 +490,7 @@ class PartitionActor:
 
     def list_sessions(self, updated_after: int | None) -> list[str]:
         """Sessions with messages or state (default listing), or whose state changed after a time."""
+        self._touch()
         with_state = self.sessions.sessions_with_state(updated_after)
         if updated_after is not None:
             return with_state

@@ -1,0 +1,139 @@
+"""AutoDeleteOnIdle with a fake clock: what counts as activity, and what deletion removes."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from sodalite.model.config import NamespaceConfig, QueueConfig
+from sodalite.model.entities import QueueProperties
+from sodalite.model.partition import MessageDraft
+from sodalite.server.broker import Broker
+from sodalite.server.partition_actor import SubQueue
+from sodalite.store.memory import MemoryStore
+from sodalite.store.port import PartitionRef
+
+T0 = 1_800_000_000_000
+MINUTE = 60_000
+IDLE = QueueProperties(auto_delete_on_idle=timedelta(minutes=5))
+
+
+def draft(body: bytes = b"x", scheduled: int | None = None) -> MessageDraft:
+    return MessageDraft(None, None, None, None, scheduled, None, None, b"", 0, body)
+
+
+class Receiver:
+    """An attached receiver with no credit: it is receiving, so the queue is not idle."""
+
+    peek_lock, sub_queue, session_id, reserved = True, SubQueue.MAIN, None, 0
+
+    def credit(self) -> int:
+        return 0
+
+    def deliver(self, record: object, lock: object) -> None:
+        raise AssertionError("no credit, no delivery")
+
+    def drain_requested(self) -> bool:
+        return False
+
+    def drained(self) -> None:
+        pass
+
+    def session_lost(self) -> None:
+        pass
+
+
+def test_idle_queues_are_deleted_and_active_ones_kept() -> None:
+    async def run() -> None:
+        now = [T0]
+        store = MemoryStore()
+        namespace = NamespaceConfig("ns", queues=(
+            QueueConfig("idle", IDLE), QueueConfig("busy", IDLE), QueueConfig("scheduled", IDLE),
+            QueueConfig("watched", IDLE), QueueConfig("forever", QueueProperties()),
+        ))
+        broker = Broker(namespace, store, clock=lambda: now[0])
+        await broker.start("127.0.0.1", 0)
+        try:
+            busy, scheduled, watched = (broker.entity(n) for n in ("busy", "scheduled", "watched"))
+            assert busy and scheduled and watched
+            await busy.actor.send([draft()])
+            await scheduled.actor.send([draft(scheduled=T0 + 60 * MINUTE)])
+            watched.actor.add_consumer(Receiver())
+
+            now[0] += 4 * MINUTE
+            assert await broker.sweep_idle() == []
+            await busy.actor.send([draft()])  # activity: busy's idle time starts again
+
+            now[0] += 1 * MINUTE  # 5 minutes since start: 'idle' goes
+            assert await broker.sweep_idle() == ["idle"]
+            assert broker.entity("idle") is None
+            assert [e.path for e in store.load_entities()] == ["busy", "forever", "scheduled", "watched"]
+
+            now[0] += 4 * MINUTE  # 5 minutes since busy's last send: busy goes, with its messages
+            assert await broker.sweep_idle() == ["busy"]
+            assert store.load_partition(PartitionRef("busy")).messages == ()
+
+            now[0] += 60 * MINUTE  # a scheduled message kept 'scheduled' alive; the receiver keeps 'watched'
+            assert await broker.sweep_idle() == []
+            assert broker.entity("forever") is not None  # TimeSpan.MaxValue: never
+        finally:
+            await broker.stop()
+
+    asyncio.run(run())
+
+
+def test_deleting_an_entity_detaches_its_links_with_not_found() -> None:
+    import time
+
+    from sodalite.amqp import events as ev
+    from sodalite.amqp.codec import encode_value
+    from sodalite.amqp.connection import Connection
+    from sodalite.amqp.link import RECEIVER, SENDER
+    from sodalite.amqp.performatives import Source, Target
+    from sodalite.amqp.sasl import SaslClientConfig
+    from sodalite.amqp.types import Described, ULong
+    from sodalite.model.sas import generate_token
+
+    async def run() -> None:
+        broker = Broker(NamespaceConfig("ns", queues=(QueueConfig("doomed", IDLE),)), MemoryStore())
+        port = await broker.start("127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        client = Connection(server=False, container_id="t", sasl_client=SaslClientConfig(), hostname="localhost")
+        client.start()
+        session = client.begin()
+        events: list[ev.Event] = []
+
+        async def until(predicate: object) -> ev.Event:
+            while True:
+                for e in events:
+                    if predicate(e):  # type: ignore[operator]
+                        return e
+                writer.write(client.data_to_send())
+                events.extend(client.receive_data(await asyncio.wait_for(reader.read(65536), 10)))
+
+        cbs_in = session.attach("cbs-in", RECEIVER, Source("$cbs"), Target("$cbs"))
+        cbs_out = session.attach("cbs-out", SENDER, Source("$cbs"), Target("$cbs"))
+        await until(lambda e: isinstance(e, ev.LinkAttached) and e.link is cbs_out)
+        cbs_in.issue_credit(1)
+        audience = f"sb://localhost:{port}/doomed"
+        body = bytearray()
+        encode_value(Described(ULong(0x73), ["id-1"]), body)
+        encode_value(Described(ULong(0x74), {"name": audience, "operation": "put-token", "type": "jwt"}), body)
+        token = generate_token(audience, "RootManageSharedAccessKey", "SAS_KEY_VALUE", int(time.time()) + 60)
+        encode_value(Described(ULong(0x77), token), body)
+        cbs_out.send_transfer(bytes(body), b"\x01", settled=True)
+        await until(lambda e: isinstance(e, ev.TransferReceived) and e.link is cbs_in)
+        receiver = session.attach("r", RECEIVER, Source(f"amqps://localhost:{port}/doomed"), Target("r"))
+        await until(lambda e: isinstance(e, ev.LinkAttached) and e.link is receiver)
+        assert receiver.attached
+
+        entity = broker.entity("doomed")
+        assert entity is not None
+        await broker.delete_entity(entity)
+        detached = await until(lambda e: isinstance(e, ev.LinkDetached) and e.link is receiver)
+        assert isinstance(detached, ev.LinkDetached) and detached.error is not None
+        assert detached.error.condition == "amqp:not-found"
+        writer.close()
+        await broker.stop()
+
+    asyncio.run(run())
