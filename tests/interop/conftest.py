@@ -33,6 +33,7 @@ QUEUES = [
     {"Name": "dedup",
      "Properties": {"RequiresDuplicateDetection": True, "DuplicateDetectionHistoryTimeWindow": "PT1M"}},
     {"Name": "tiny", "Properties": {"MaxSizeInMegabytes": 1}},
+    {"Name": "ttl-cap", "Properties": {"DefaultMessageTimeToLive": "PT1M"}},
 ]
 
 

@@ -119,3 +119,22 @@ def test_expired_messages_are_dead_lettered_or_dropped_per_the_entity(broker: Br
             dlq.complete_message(d)
         with client.get_queue_receiver("ttl-drop", sub_queue=ServiceBusSubQueue.DEAD_LETTER) as dlq:
             assert dlq.receive_messages(max_message_count=5, max_wait_time=1) == []
+
+
+def test_the_entity_default_ttl_is_also_the_ceiling(broker: BrokerProcess) -> None:
+    # "ttl-cap" has DefaultMessageTimeToLive PT1M.
+    with ServiceBusClient.from_connection_string(broker.connection_string) as client:
+        with client.get_queue_sender("ttl-cap") as sender:
+            sender.send_messages([ServiceBusMessage("long", time_to_live=datetime.timedelta(hours=1)),
+                                  ServiceBusMessage("short", time_to_live=datetime.timedelta(seconds=30)),
+                                  ServiceBusMessage("none")])
+        with client.get_queue_receiver("ttl-cap") as receiver:
+            got = receiver.receive_messages(max_message_count=3, max_wait_time=10)
+            while len(got) < 3:
+                got += receiver.receive_messages(max_message_count=3, max_wait_time=10)
+            ttls = {str(m): m.time_to_live for m in got}
+            assert ttls == {"long": datetime.timedelta(minutes=1), "short": datetime.timedelta(seconds=30),
+                            "none": datetime.timedelta(minutes=1)}
+            for m in got:
+                assert m.expires_at_utc == m.enqueued_time_utc + m.time_to_live
+                receiver.complete_message(m)

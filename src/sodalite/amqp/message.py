@@ -110,7 +110,7 @@ def encode_header(durable: bool | None, priority: int | None, ttl: int | None, f
         body.append(0x40)
     else:
         body.append(0x70)
-        body += _u32.pack(ttl)
+        body += _u32.pack(min(ttl, 0xFFFFFFFF))  # header.ttl is a uint: longer ones are shown at its maximum
     body.append(0x40 if first_acquirer is None else (0x41 if first_acquirer else 0x42))
     body.append(0x70)
     body += _u32.pack(delivery_count)

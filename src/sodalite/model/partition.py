@@ -131,8 +131,10 @@ class Partition:
             effective = default_ttl if ttl is None else (ttl if default_ttl is None else min(ttl, default_ttl))
             scheduled = d.scheduled_enqueue_time is not None and d.scheduled_enqueue_time > now
             enqueued = d.scheduled_enqueue_time if scheduled and d.scheduled_enqueue_time is not None else now
+            # The entity's default is also the ceiling: a longer TTL is silently reduced, and the
+            # message carries the TTL that applies (message-expiration seed).
             records.append(MessageRecord(
-                seq, enqueued, d.message_id, d.session_id, d.partition_key, ttl,
+                seq, enqueued, d.message_id, d.session_id, d.partition_key, effective,
                 None if effective is None else enqueued + effective, d.scheduled_enqueue_time, 0,
                 MessageState.SCHEDULED if scheduled else MessageState.ACTIVE, d.durable, d.priority,
                 d.annotations, d.annotation_count, d.tail,

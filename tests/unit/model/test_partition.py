@@ -398,7 +398,8 @@ def test_expiry_is_enqueued_time_plus_the_smaller_ttl(ttl: int | None, default_t
     [rec] = p.accept([draft(ttl=ttl)], T0, default_ttl)
     assert rec.enqueued_time == T0
     assert rec.expires_at == (None if expected_expiry is None else T0 + expected_expiry)
-    assert rec.time_to_live == ttl  # the client's own value is kept for the delivered header
+    # The TTL that applies is what the message carries: a longer one is reduced to the entity's default.
+    assert rec.time_to_live == expected_expiry
 
 
 # ---- states: deferred, scheduled; expiry; MaxDeliveryCount ---------------------------------------
