@@ -52,7 +52,11 @@ class FakeConsumer:
 
 
 def draft(body: bytes) -> MessageDraft:
-    return MessageDraft(None, None, None, None, None, None, None, b"", 0, body)
+    return MessageDraft(None, None, None, None, None, None, None, b"", 0, data_section(body))
+
+
+def data_section(body: bytes) -> bytes:
+    return b"\x00\x53\x75\xa0" + bytes((len(body),)) + body
 
 
 async def _actor(store: MemoryStore) -> PartitionActor:
@@ -86,7 +90,7 @@ def test_messages_are_receivable_only_after_their_commit() -> None:
         assert not future.done() and consumer.got == []
         await future
         await asyncio.sleep(0)
-        assert [r.tail for r, _ in consumer.got] == [b"a", b"b"]
+        assert [r.tail for r, _ in consumer.got] == [data_section(b"a"), data_section(b"b")]
         assert all(lock is not None for _, lock in consumer.got)
         await actor.close()
 
@@ -104,7 +108,7 @@ def test_receive_and_delete_delivers_only_after_the_delete_commits() -> None:
         assert consumer.got == [] and consumer.reserved == 1
         for _ in range(5):
             await asyncio.sleep(0.01)
-        assert [(r.tail, lock) for r, lock in consumer.got] == [(b"x", None)]
+        assert [(r.tail, lock) for r, lock in consumer.got] == [(data_section(b"x"), None)]
         assert store.load_partition(REF).messages == ()
         await actor.close()
 
@@ -126,7 +130,7 @@ def test_failed_commit_fails_the_send_then_the_partition_recovers_without_reusin
             await asyncio.sleep(0.01)
         await actor.send([draft(b"after")])
         stored = store.load_partition(REF).messages
-        assert [m.tail for m in stored] == [b"kept", b"after"]
+        assert [m.tail for m in stored] == [data_section(b"kept"), data_section(b"after")]
         numbers = [m.sequence_number for m in stored]
         assert numbers == sorted(numbers) and numbers[1] > 2  # 2 went to the failed send, never reused
         await actor.close()
@@ -141,6 +145,28 @@ def test_complete_with_an_unknown_lock_raises_lock_lost() -> None:
         actor = await _actor(MemoryStore())
         with pytest.raises(MessageLockLost):
             actor.complete(uuid.uuid4())
+        await actor.close()
+
+    asyncio.run(run())
+
+
+def test_counts_are_exact_per_state_and_sub_queue() -> None:
+    async def run() -> None:
+        actor = await _actor(MemoryStore())
+        consumer = FakeConsumer(peek_lock=True, credit=2)
+        await actor.send([draft(b"a"), draft(b"b"), draft(b"c")])
+        scheduled = MessageDraft(None, None, None, None, 2_000_000, None, None, b"", 0, data_section(b"later"))
+        await actor.send([scheduled])
+        assert actor.counts() == {"active": 3, "scheduled": 1, "dead_letter": 0, "transfer_dead_letter": 0,
+                                  "transfer": 0}
+        actor.add_consumer(consumer)
+        await asyncio.sleep(0)
+        (_, lock_a), (_, lock_b) = consumer.got
+        assert lock_a is not None and lock_b is not None
+        await actor.dead_letter(lock_a.token, "r", "d")
+        await actor.complete(lock_b.token)
+        assert actor.counts() == {"active": 1, "scheduled": 1, "dead_letter": 1, "transfer_dead_letter": 0,
+                                  "transfer": 0}
         await actor.close()
 
     asyncio.run(run())
