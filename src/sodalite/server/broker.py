@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from sodalite.errors import ConfigurationError, EntityNotFound
+from sodalite.errors import ConfigurationError, EntityNotFound, InvalidOperation
 from sodalite.model.config import NamespaceConfig
 from sodalite.model.entities import TIMESPAN_MAX, QueueProperties
 from sodalite.server.addresses import entity_path
@@ -123,13 +123,9 @@ class Broker:
         sockets = self._server.sockets
         return int(sockets[0].getsockname()[1]) if sockets else port
 
-    async def _load_queue(self, record: EntityRecord) -> None:
-        try:
-            properties = QueueProperties.from_json(record.properties)
-        except ConfigurationError as exc:
-            log.error("stored queue %s has invalid properties, skipped: %s", record.path, exc)
-            return
+    def _settings(self, properties: QueueProperties) -> tuple[EntitySettings, int]:
         kilobytes = properties.max_message_size_in_kilobytes or self.namespace.max_message_size_in_kilobytes
+        window = properties.duplicate_detection_history_time_window
         settings = EntitySettings(
             lock_duration=int(properties.lock_duration.total_seconds() * 1000),
             default_ttl=_ms(properties.default_message_time_to_live),
@@ -138,12 +134,37 @@ class Broker:
             dead_lettering_on_message_expiration=properties.dead_lettering_on_message_expiration,
             requires_session=properties.requires_session,
             max_size_in_bytes=properties.max_size_in_megabytes * 1024 * 1024,
-            duplicate_detection_window=int(properties.duplicate_detection_history_time_window.total_seconds() * 1000)
+            duplicate_detection_window=int(window.total_seconds() * 1000)
             if properties.requires_duplicate_detection else None,
         )
+        return settings, kilobytes * 1024
+
+    async def _load_queue(self, record: EntityRecord) -> None:
+        try:
+            properties = QueueProperties.from_json(record.properties)
+        except ConfigurationError as exc:
+            log.error("stored queue %s has invalid properties, skipped: %s", record.path, exc)
+            return
+        settings, max_message_size = self._settings(properties)
         actor = PartitionActor(PartitionRef(record.path.lower(), 0), settings, self.worker, clock=self.clock)
         await actor.load()
-        self.entities[record.path.lower()] = QueueEntity(record.path, properties, settings.max_message_size, actor)
+        self.entities[record.path.lower()] = QueueEntity(record.path, properties, max_message_size, actor)
+
+    async def update_queue(self, entity: QueueEntity, properties: QueueProperties) -> None:
+        """Store new properties and apply them; every lock held on the queue is dropped.
+
+        Properties a running queue cannot change in place (RequiresSession, EnablePartitioning,
+        duplicate detection's on/off) are refused, as Service Bus refuses them.
+        """
+        fixed = ("requires_session", "enable_partitioning", "requires_duplicate_detection")
+        changed = [name for name in fixed if getattr(properties, name) != getattr(entity.properties, name)]
+        if changed:
+            raise InvalidOperation(f"{', '.join(changed)} cannot be changed on an existing queue")
+        await self.worker.apply([PutEntity(EntityRecord(entity.name, QUEUE, properties.to_json()))])
+        settings, max_message_size = self._settings(properties)
+        entity.properties, entity.max_message_size = properties, max_message_size
+        entity.actor.update_settings(settings)
+        self._link_dead_letter_forwarding()
 
     # ---- AutoDeleteOnIdle ----------------------------------------------------------------------------
 

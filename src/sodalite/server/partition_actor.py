@@ -226,6 +226,31 @@ class PartitionActor:
     def _settle_pending(self, size: int) -> None:
         self._pending_bytes -= size
 
+    # ---- entity updates -----------------------------------------------------------------------------
+
+    def update_settings(self, settings: EntitySettings) -> None:
+        """The entity's properties changed: every lock held on it is dropped, as Service Bus does.
+
+        Message locks end as expired ones do (the delivery counts); session holders lose their
+        sessions. Partitions are rebuilt only if a setting they hold changed.
+        """
+        self._touch()
+        for lock in list(self.sessions.locks.values()):
+            lost = getattr(lock.owner, "session_lost", None)
+            if callable(lost):
+                lost()
+        self.sessions.locks.clear()
+        for sub, queue in self.queues.items():
+            for owner in {lock.owner for lock in queue.locks.values()}:
+                self._store_updates(sub, queue.drop_owner(owner))
+            self._drain_outbox(sub)
+        if self.dedup is not None and settings.duplicate_detection_window is not None:
+            self.dedup = DuplicateDetector(settings.duplicate_detection_window, self.dedup.history())
+        self.settings = settings
+        for sub, queue in self.queues.items():
+            queue.max_delivery_count = settings.max_delivery_count if sub is SubQueue.MAIN else None
+        self._dispatch_soon()
+
     # ---- idleness (AutoDeleteOnIdle) -----------------------------------------------------------------
 
     def _touch(self) -> None:

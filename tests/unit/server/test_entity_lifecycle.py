@@ -1,13 +1,16 @@
-"""AutoDeleteOnIdle with a fake clock: what counts as activity, and what deletion removes."""
+"""Entity lifecycle in the broker: AutoDeleteOnIdle with a fake clock, deletion, and updates."""
 
 from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
 
+import pytest
+
+from sodalite.errors import InvalidOperation, MessageLockLost
 from sodalite.model.config import NamespaceConfig, QueueConfig
 from sodalite.model.entities import QueueProperties
-from sodalite.model.partition import MessageDraft
+from sodalite.model.partition import Lock, MessageDraft
 from sodalite.server.broker import Broker
 from sodalite.server.partition_actor import SubQueue
 from sodalite.store.memory import MemoryStore
@@ -135,5 +138,47 @@ def test_deleting_an_entity_detaches_its_links_with_not_found() -> None:
         assert detached.error.condition == "amqp:not-found"
         writer.close()
         await broker.stop()
+
+    asyncio.run(run())
+
+
+def test_updating_a_queue_drops_the_locks_held_on_it() -> None:
+    class Holder(Receiver):
+        def __init__(self) -> None:
+            self.got: list[Lock] = []
+            self.left = 1
+
+        def credit(self) -> int:
+            return self.left
+
+        def deliver(self, record: object, lock: Lock) -> None:  # type: ignore[override]
+            self.left -= 1
+            self.got.append(lock)
+
+    async def run() -> None:
+        store = MemoryStore()
+        broker = Broker(NamespaceConfig("ns", queues=(QueueConfig("q", QueueProperties()),)), store)
+        await broker.start("127.0.0.1", 0)
+        try:
+            entity = broker.entity("q")
+            assert entity is not None
+            await entity.actor.send([draft(b"\x00\x53\x75\xa0\x01m")])
+            holder = Holder()
+            entity.actor.add_consumer(holder)
+            await asyncio.sleep(0.01)
+            [lock] = holder.got
+            await broker.update_queue(entity, QueueProperties(lock_duration=timedelta(seconds=30),
+                                                              max_delivery_count=3))
+            with pytest.raises(MessageLockLost):
+                entity.actor.complete(lock.token)
+            assert entity.actor.partition.available_count == 1  # free again, its delivery counted
+            [record] = entity.actor.partition.messages.values()
+            assert record.delivery_count == 1
+            assert entity.actor.settings.lock_duration == 30_000 and entity.actor.partition.max_delivery_count == 3
+            assert store.load_entities()[0].properties["LockDuration"] == "PT30S"  # persisted
+            with pytest.raises(InvalidOperation):
+                await broker.update_queue(entity, QueueProperties(requires_session=True))
+        finally:
+            await broker.stop()
 
     asyncio.run(run())
