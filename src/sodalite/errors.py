@@ -168,3 +168,30 @@ def error_table() -> list[ErrorRow]:
         rows.append(ErrorRow(cls.__name__, cls.condition, cls.http_status, cls.retryable))
         stack.extend(cls.__subclasses__())
     return sorted(rows, key=lambda r: r.name)
+
+
+class FilterSyntaxError(ArgumentError):
+    """A SQL filter or rule action expression is malformed; the message names the position."""
+
+    condition = "com.microsoft:argument-error"
+    http_status = 400
+    retryable = False
+
+    def __init__(self, description: str = "", *, position: int | None = None, near: str | None = None) -> None:
+        super().__init__(description)
+        self.position = position  # character offset into the expression (0-based)
+        self.near = near  # the offending token's text; None at the end of the input
+
+
+class FilterEvaluationError(SodaliteError):
+    """A SQL filter or rule action could not be evaluated against a message.
+
+    Service Bus documents no AMQP condition for this (the .NET FilterException and
+    RuleActionException carry none), so it is reported as an internal error. The SDK retries
+    ``amqp:internal-error``, so the class says retryable to agree with it; in practice the error
+    never reaches a client: the topic's fan-out catches it per subscription.
+    """
+
+    condition = "amqp:internal-error"
+    http_status = 500
+    retryable = True

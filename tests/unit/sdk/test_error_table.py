@@ -29,6 +29,8 @@ EXPECTED: dict[type[errors.SodaliteError], type[Exception]] = {
     errors.ArgumentError: sb.ServiceBusError,
     errors.ConfigurationError: sb.ServiceBusError,
     errors.InternalError: sb.ServiceBusError,
+    errors.FilterSyntaxError: sb.ServiceBusError,
+    errors.FilterEvaluationError: sb.ServiceBusError,
     errors.SodaliteError: sb.ServiceBusError,
 }
 
