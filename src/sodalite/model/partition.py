@@ -38,6 +38,7 @@ TokenFactory = Callable[[], uuid.UUID]
 
 MAX_DELIVERY_COUNT_EXCEEDED = "MaxDeliveryCountExceeded"  # dead-letter reasons the service sets
 TTL_EXPIRED = "TTLExpiredException"
+MAX_TRANSFER_HOP_COUNT_EXCEEDED = "MaxTransferHopCountExceeded"
 
 
 @dataclass(frozen=True, slots=True)

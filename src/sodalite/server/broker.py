@@ -10,16 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
-from sodalite.errors import ConfigurationError, EntityNotFound, InvalidOperation
+from sodalite.errors import ConfigurationError, EntityNotFound, InvalidOperation, SodaliteError
 from sodalite.model.config import NamespaceConfig
-from sodalite.model.entities import TIMESPAN_MAX, QueueProperties
+from sodalite.model.entities import (
+    TIMESPAN_MAX,
+    QueueProperties,
+    RuleDescription,
+    SubscriptionProperties,
+    TopicProperties,
+)
+from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDraft
 from sodalite.server.addresses import entity_path
 from sodalite.server.connection_handler import BrokerConnection
-from sodalite.server.partition_actor import Clock, EntitySettings, PartitionActor, wall_clock_ms
+from sodalite.server.fanout import CompiledRule, copies_for
+from sodalite.server.partition_actor import Clock, EntitySettings, FanOut, PartitionActor, SubQueue, wall_clock_ms
 from sodalite.server.store_worker import StoreWorker
 from sodalite.store.port import DeleteEntity, EntityRecord, MessagingStore, PartitionRef, PutEntity
 from sodalite.store.sqlite import SqliteStore
@@ -27,6 +36,13 @@ from sodalite.store.sqlite import SqliteStore
 log = logging.getLogger(__name__)
 
 QUEUE = "queue"
+TOPIC = "topic"
+SUBSCRIPTION = "subscription"
+
+
+def subscription_path(topic: str, subscription: str) -> str:
+    """The path the SDK addresses a subscription by, lower-cased (contract 1.2: 'Subscriptions')."""
+    return f"{topic}/subscriptions/{subscription}".lower()
 IDLE_SWEEP_SECONDS = 15.0  # AutoDeleteOnIdle is at least 5 minutes, so this is precise enough
 MAX_TRANSFER_HOPS = 4  # Service Bus forwards a message at most this many times (DLQ overview)
 
@@ -35,17 +51,36 @@ MAX_TRANSFER_HOPS = 4  # Service Bus forwards a message at most this many times 
 class Route:
     """Where a message sent to an entity ends up after following ForwardTo."""
 
-    entity: QueueEntity  # the destination, or the entity where the hop limit was reached
+    entity: Entity  # the destination, or the entity where the hop limit was reached
     hops: int
     exceeded: bool  # True: the message goes to ``entity``'s transfer dead-letter queue
 
 
 @dataclass(slots=True)
-class QueueEntity:
-    name: str
-    properties: QueueProperties
+class Entity:
+    """A queue, a topic or a subscription, as the broker serves it.
+
+    A topic's actor holds no messages: it filters each send into its subscriptions and commits
+    every copy in one transaction. A subscription behaves as a queue that only its topic feeds.
+    """
+
+    name: str  # the path: 'queue1', 'topic1', 'topic1/subscriptions/sub1' (subscriptions lower-cased)
+    properties: QueueProperties | TopicProperties | SubscriptionProperties
     max_message_size: int
     actor: PartitionActor
+    kind: str = QUEUE
+    subscriptions: dict[str, Entity] = field(default_factory=dict)  # topics: by lower-cased name
+    rules: list[CompiledRule] = field(default_factory=list)  # subscriptions
+    topic: Entity | None = None  # subscriptions
+
+    @property
+    def requires_session(self) -> bool:
+        return bool(getattr(self.properties, "requires_session", False))
+
+    @property
+    def forward_to(self) -> str | None:
+        value = getattr(self.properties, "forward_to", None)
+        return value if isinstance(value, str) else None
 
 
 def _ms(value: timedelta) -> int | None:
@@ -61,7 +96,7 @@ class Broker:
         self.max_frame_size = max_frame_size
         self.idle_timeout_ms = idle_timeout_ms
         self.container_id = f"sodalite-{namespace.name}"
-        self.entities: dict[str, QueueEntity] = {}
+        self.entities: dict[str, Entity] = {}
         self.connections: set[BrokerConnection] = set()
         self.sas_keys: dict[str, tuple[str, ...]] = {
             rule.key_name: tuple(k for k in (rule.primary_key, rule.secondary_key) if k)
@@ -75,16 +110,19 @@ class Broker:
         data_dir.mkdir(parents=True, exist_ok=True)
         return cls(namespace, SqliteStore(data_dir / "messages.db", synchronous=synchronous))
 
-    def entity(self, path: str) -> QueueEntity | None:
+    def entity(self, path: str) -> Entity | None:
         return self.entities.get(path.lower())
 
-    def route(self, entity: QueueEntity) -> Route:
-        """Follow ForwardTo from ``entity``: a chain longer than the hop limit, or a loop, stops there."""
+    def route(self, entity: Entity) -> Route:
+        """Follow ForwardTo from ``entity``: a chain longer than the hop limit, or a loop, stops there.
+
+        A topic ends a route: it fans the message out to its subscriptions.
+        """
         current, hops = entity, 0
-        while current.properties.forward_to:
-            target = self.entity(entity_path(current.properties.forward_to))
+        while current.forward_to:
+            target = self.entity(entity_path(current.forward_to))
             if target is None:
-                raise EntityNotFound(f"'{current.name}' forwards to '{current.properties.forward_to}', "
+                raise EntityNotFound(f"'{current.name}' forwards to '{current.forward_to}', "
                                      "which this broker does not serve")
             if hops == MAX_TRANSFER_HOPS:
                 return Route(current, hops, exceeded=True)
@@ -94,28 +132,33 @@ class Broker:
     def _link_dead_letter_forwarding(self) -> None:
         """Point each entity with ForwardDeadLetteredMessagesTo at where those messages end up."""
         for entity in self.entities.values():
-            target_name = entity.properties.forward_dead_lettered_messages_to
+            target_name = getattr(entity.properties, "forward_dead_lettered_messages_to", None)
             target = self.entity(entity_path(target_name)) if target_name else None
             if target_name and target is None:
                 log.warning("%s forwards dead-lettered messages to unknown %s; keeping them", entity.name,
                             target_name)
             if target is not None:
                 route = self.route(target)
-                target = None if route.exceeded else route.entity
+                target = None if route.exceeded or route.entity.kind == TOPIC else route.entity
             entity.actor.dead_letter_target = target.actor if target is not None else None
 
     async def start(self, host: str, port: int) -> int:
         """Load everything, then listen; return the port actually bound."""
         await self.worker.call(self.worker.store.open)
-        if self.namespace.topics:
-            log.warning("topics are not served yet; ignoring %s",
-                        ", ".join(t.name for t in self.namespace.topics))
-        await self.worker.apply([
-            PutEntity(EntityRecord(q.name, QUEUE, q.properties.to_json())) for q in self.namespace.queues
-        ])
-        for record in await self.worker.call(self.worker.store.load_entities):
-            if record.kind == QUEUE:
-                await self._load_queue(record)
+        configured: list[PutEntity] = [
+            PutEntity(EntityRecord(q.name, QUEUE, q.properties.to_json())) for q in self.namespace.queues]
+        for topic in self.namespace.topics:
+            configured.append(PutEntity(EntityRecord(topic.name, TOPIC, topic.properties.to_json())))
+            for sub in topic.subscriptions:
+                configured.append(PutEntity(EntityRecord(
+                    subscription_path(topic.name, sub.name), SUBSCRIPTION,
+                    {"Properties": sub.properties.to_json(), "Rules": [r.to_json() for r in sub.rules]})))
+        await self.worker.apply(configured)
+        records = await self.worker.call(self.worker.store.load_entities)
+        for kind in (QUEUE, TOPIC, SUBSCRIPTION):  # a subscription needs its topic loaded first
+            for record in records:
+                if record.kind == kind:
+                    await self._load(record)
         self._link_dead_letter_forwarding()
         loop = asyncio.get_running_loop()
         self._idle_sweeper = loop.create_task(self._sweep_idle_forever())
@@ -123,34 +166,97 @@ class Broker:
         sockets = self._server.sockets
         return int(sockets[0].getsockname()[1]) if sockets else port
 
-    def _settings(self, properties: QueueProperties) -> tuple[EntitySettings, int]:
-        kilobytes = properties.max_message_size_in_kilobytes or self.namespace.max_message_size_in_kilobytes
-        window = properties.duplicate_detection_history_time_window
+    def _settings(self, properties: QueueProperties | TopicProperties | SubscriptionProperties,
+                  ) -> tuple[EntitySettings, int]:
+        """The actor's settings from any entity kind's properties (absent ones take queue defaults)."""
+        defaults = QueueProperties()
+
+        def get(name: str) -> Any:
+            return getattr(properties, name, getattr(defaults, name))
+
+        kilobytes = get("max_message_size_in_kilobytes") or self.namespace.max_message_size_in_kilobytes
+        max_size = getattr(properties, "max_size_in_megabytes", None)
         settings = EntitySettings(
-            lock_duration=int(properties.lock_duration.total_seconds() * 1000),
-            default_ttl=_ms(properties.default_message_time_to_live),
+            lock_duration=int(get("lock_duration").total_seconds() * 1000),
+            default_ttl=_ms(get("default_message_time_to_live")),
             max_message_size=kilobytes * 1024,
-            max_delivery_count=properties.max_delivery_count,
-            dead_lettering_on_message_expiration=properties.dead_lettering_on_message_expiration,
-            requires_session=properties.requires_session,
-            max_size_in_bytes=properties.max_size_in_megabytes * 1024 * 1024,
-            duplicate_detection_window=int(window.total_seconds() * 1000)
-            if properties.requires_duplicate_detection else None,
+            max_delivery_count=get("max_delivery_count"),
+            dead_lettering_on_message_expiration=get("dead_lettering_on_message_expiration"),
+            requires_session=get("requires_session"),
+            max_size_in_bytes=max_size * 1024 * 1024 if max_size is not None else None,
+            duplicate_detection_window=int(get("duplicate_detection_history_time_window").total_seconds() * 1000)
+            if get("requires_duplicate_detection") else None,
         )
         return settings, kilobytes * 1024
 
-    async def _load_queue(self, record: EntityRecord) -> None:
+    async def _load(self, record: EntityRecord) -> None:
+        path = record.path.lower()
         try:
-            properties = QueueProperties.from_json(record.properties)
-        except ConfigurationError as exc:
-            log.error("stored queue %s has invalid properties, skipped: %s", record.path, exc)
-            return
+            if record.kind == QUEUE:
+                properties: QueueProperties | TopicProperties | SubscriptionProperties = \
+                    QueueProperties.from_json(record.properties)
+                rules: list[CompiledRule] = []
+            elif record.kind == TOPIC:
+                properties = TopicProperties.from_json(record.properties)
+                rules = []
+            else:
+                properties = SubscriptionProperties.from_json(record.properties.get("Properties", {}))
+                rules = [CompiledRule.compile(RuleDescription.from_json(r)) for r in record.properties.get("Rules", [])]
+        except SodaliteError as exc:
+            raise ConfigurationError(f"{record.kind} '{record.path}': {exc.description}") from None
+        topic = None
+        if record.kind == SUBSCRIPTION:
+            topic = self.entity(path.split("/subscriptions/")[0])
+            if topic is None:
+                log.error("subscription %s has no topic; skipped", record.path)
+                return
         settings, max_message_size = self._settings(properties)
-        actor = PartitionActor(PartitionRef(record.path.lower(), 0), settings, self.worker, clock=self.clock)
+        actor = PartitionActor(PartitionRef(path, 0), settings, self.worker, clock=self.clock)
         await actor.load()
-        self.entities[record.path.lower()] = QueueEntity(record.path, properties, max_message_size, actor)
+        entity = Entity(path if record.kind == SUBSCRIPTION else record.path, properties, max_message_size, actor,
+                        record.kind, rules=rules, topic=topic)
+        self.entities[path] = entity
+        if topic is not None:
+            topic.subscriptions[path] = entity
 
-    async def update_queue(self, entity: QueueEntity, properties: QueueProperties) -> None:
+    def publish(self, topic: Entity, drafts: list[MessageDraft]) -> asyncio.Future[None]:
+        """A send to a topic: each subscription's copies, committed together (all or none)."""
+        return topic.actor.fan_out(self._fan_out(topic, topic.actor.deduplicate(drafts), hops=0))
+
+    def _fan_out(self, topic: Entity, drafts: list[MessageDraft], hops: int) -> list[FanOut]:
+        """Every subscription's copies; a subscription that forwards passes its copies on (to a queue,
+        or into another topic's subscriptions), within the same hop limit as queues."""
+        targets: list[FanOut] = []
+        for sub in topic.subscriptions.values():
+            dead_letter_on_errors = bool(getattr(sub.properties, "dead_lettering_on_filter_evaluation_exceptions",
+                                                 True))
+            normal: list[MessageDraft] = []
+            dead: list[tuple[MessageDraft, str, str]] = []
+            for draft in drafts:
+                for copy in copies_for(sub.rules, draft, dead_letter_on_errors, sub.requires_session):
+                    if copy.dead_letter is None:
+                        normal.append(copy.draft)
+                    else:
+                        dead.append((copy.draft, *copy.dead_letter))
+            if dead:
+                targets.append(FanOut(sub.actor, [], dead))
+            if not normal:
+                continue
+            if not sub.forward_to:
+                targets.append(FanOut(sub.actor, normal, []))
+                continue
+            route = self.route(sub)
+            total = hops + route.hops
+            if route.exceeded or total > MAX_TRANSFER_HOPS:
+                reason = [(d, MAX_TRANSFER_HOP_COUNT_EXCEEDED, f"forwarded {total} times") for d in normal]
+                targets.append(FanOut(route.entity.actor, [], reason, SubQueue.TRANSFER_DEAD_LETTER))
+            elif route.entity.kind == TOPIC:
+                targets.extend(self._fan_out(route.entity, normal, total))
+            else:
+                targets.append(FanOut(route.entity.actor, normal, []))
+        return targets
+
+    async def update_queue(self, entity: Entity, properties: QueueProperties) -> None:
         """Store new properties and apply them; every lock held on the queue is dropped.
 
         Properties a running queue cannot change in place (RequiresSession, EnablePartitioning,
@@ -186,16 +292,18 @@ class Broker:
         deleted = []
         for entity in list(self.entities.values()):
             idle_for = entity.properties.auto_delete_on_idle
-            if idle_for >= TIMESPAN_MAX or entity.properties.forward_to:
-                continue
+            if idle_for >= TIMESPAN_MAX or entity.forward_to or entity.subscriptions:
+                continue  # forwarding counts as receiving; a topic goes only once its subscriptions have
             if entity.actor.is_idle(now, int(idle_for.total_seconds() * 1000)):
                 await self.delete_entity(entity)
                 deleted.append(entity.name)
         return deleted
 
-    async def delete_entity(self, entity: QueueEntity) -> None:
+    async def delete_entity(self, entity: Entity) -> None:
         """Remove the entity, its messages and sub-queues; links on it are detached with amqp:not-found."""
         self.entities.pop(entity.name.lower(), None)
+        if entity.topic is not None:
+            entity.topic.subscriptions.pop(entity.name.lower(), None)
         for connection in list(self.connections):
             connection.entity_deleted(entity)
         await entity.actor.close()

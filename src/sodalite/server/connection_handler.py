@@ -36,15 +36,17 @@ from sodalite.errors import (
 )
 from sodalite.model import sas
 from sodalite.model.message import MessageRecord
-from sodalite.model.partition import Lock
+from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, Lock
 from sodalite.server import management, wire
 from sodalite.server.addresses import CBS_NODE, entity_path, management_entity
 from sodalite.server.amqp_errors import to_amqp_error
 from sodalite.server.messages import decode_request, encode_response
 from sodalite.server.partition_actor import SubQueue
 
+SUBSCRIPTION, TOPIC = "subscription", "topic"  # entity kinds (sodalite.server.broker)
+
 if TYPE_CHECKING:
-    from sodalite.server.broker import Broker, QueueEntity
+    from sodalite.server.broker import Broker, Entity
     from sodalite.server.partition_actor import PartitionActor
 
 log = logging.getLogger(__name__)
@@ -55,7 +57,6 @@ SESSION_TIMEOUT = "com.microsoft:timeout"  # uint ms a next-available session re
 LOCKED_UNTIL_UTC = "com.microsoft:locked-until-utc"  # .NET ticks, on the session attach reply
 DOTNET_EPOCH_TICKS = 621355968000000000  # ticks at the Unix epoch (contract pitfall 5)
 DEFAULT_SESSION_WAIT_MS = 60_000
-MAX_TRANSFER_HOP_COUNT_EXCEEDED = "MaxTransferHopCountExceeded"  # the reason the service gives
 PRODUCER_CREDIT = 1000  # ignored by the Python SDK (contract 1.7), honoured by other clients
 BATCH_ENVELOPE_SLACK = 64 * 1024  # room for the batch envelope around a full-size message
 
@@ -69,7 +70,7 @@ class Grant:
 class Producer:
     __slots__ = ("entity",)
 
-    def __init__(self, entity: QueueEntity) -> None:
+    def __init__(self, entity: Entity) -> None:
         self.entity = entity
 
 
@@ -78,7 +79,7 @@ class ControlLink:
 
     __slots__ = ("entity", "node", "sub_queue")
 
-    def __init__(self, node: str, entity: QueueEntity | None, sub_queue: SubQueue = SubQueue.MAIN) -> None:
+    def __init__(self, node: str, entity: Entity | None, sub_queue: SubQueue = SubQueue.MAIN) -> None:
         self.node = node
         self.entity = entity
         self.sub_queue = sub_queue
@@ -250,6 +251,10 @@ class BrokerConnection(asyncio.Protocol):
             entity, sub_queue = self._authorised_entity(path)
             if link.role is RECEIVER and sub_queue is not SubQueue.MAIN:
                 raise InvalidOperation("messages cannot be sent to a dead-letter queue")
+            if link.role is RECEIVER and entity.kind == SUBSCRIPTION:
+                raise InvalidOperation("messages cannot be sent to a subscription; send to its topic")
+            if link.role is SENDER and entity.kind == TOPIC:
+                raise InvalidOperation("messages cannot be received from a topic; receive from a subscription")
         except SodaliteError as exc:
             link.refuse(to_amqp_error(exc))
             return
@@ -262,7 +267,7 @@ class BrokerConnection(asyncio.Protocol):
         else:
             self._attach_consumer(link, entity, sub_queue)
 
-    def _attach_consumer(self, link: Link, entity: QueueEntity, sub_queue: SubQueue) -> None:
+    def _attach_consumer(self, link: Link, entity: Entity, sub_queue: SubQueue) -> None:
         remote = link.remote_attach
         assert remote is not None
         source = remote.source if remote.source is not None else Source(None)
@@ -271,7 +276,7 @@ class BrokerConnection(asyncio.Protocol):
         link.context = consumer
         filters = {str(k): v for k, v in (source.filter or {}).items()}
         wants_session = SESSION_FILTER in filters
-        sessionful = entity.properties.requires_session and sub_queue is SubQueue.MAIN
+        sessionful = entity.requires_session and sub_queue is SubQueue.MAIN
         if wants_session != sessionful:
             link.refuse(to_amqp_error(InvalidOperation(
                 "the entity requires sessions: use a session receiver" if sessionful
@@ -326,7 +331,7 @@ class BrokerConnection(asyncio.Protocol):
         else:
             link.accept(initial_delivery_count=0)
 
-    def _authorised_entity(self, path: str) -> tuple[QueueEntity, SubQueue]:
+    def _authorised_entity(self, path: str) -> tuple[Entity, SubQueue]:
         """The entity and sub-queue ``path`` names, if a live token on this connection covers the path."""
         now = time.time()
         if not any(g.expires_at > now and sas.covers(g.path, path) for g in self.grants):
@@ -337,7 +342,7 @@ class BrokerConnection(asyncio.Protocol):
             raise EntityNotFound(f"the messaging entity '{path}' could not be found")
         return entity, sub_queue
 
-    def entity_deleted(self, entity: QueueEntity) -> None:
+    def entity_deleted(self, entity: Entity) -> None:
         """Detach every link on a deleted entity; the SDK raises MessagingEntityNotFoundError."""
         error = Error("amqp:not-found", f"the messaging entity '{entity.name}' was deleted", None)
         for session in list(self.amqp.sessions.values()):
@@ -381,6 +386,8 @@ class BrokerConnection(asyncio.Protocol):
             if route.exceeded:
                 future = route.entity.actor.send_to_transfer_dead_letter(
                     drafts, MAX_TRANSFER_HOP_COUNT_EXCEEDED, f"forwarded {route.hops} times")
+            elif route.entity.kind == TOPIC:
+                future = self.broker.publish(route.entity, drafts)
             else:
                 future = route.entity.actor.send(drafts)
         except SodaliteError as exc:

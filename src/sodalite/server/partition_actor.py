@@ -103,8 +103,17 @@ class _Batch:
     futures: list[asyncio.Future[Any]] = field(default_factory=list)
     published: list[tuple[SubQueue, MessageRecord]] = field(default_factory=list)
     deliveries: list[tuple[Consumer, MessageRecord]] = field(default_factory=list)  # ReceiveAndDelete
-    forwarded: list[tuple[PartitionActor, MessageRecord]] = field(default_factory=list)  # into other entities
+    forwarded: list[tuple[PartitionActor, SubQueue, MessageRecord]] = field(default_factory=list)  # other entities
 
+
+@dataclass(frozen=True, slots=True)
+class FanOut:
+    """A topic send's copies for one subscription."""
+
+    actor: PartitionActor
+    drafts: list[MessageDraft]
+    dead_letters: list[tuple[MessageDraft, str, str]]  # (draft, reason, description)
+    dead_letter_queue: SubQueue = SubQueue.DEAD_LETTER
 
 @dataclass(frozen=True, slots=True)
 class EntitySettings:
@@ -204,15 +213,7 @@ class PartitionActor:
         self._check_quota(sum(d.size for d in drafts))
         now = self.clock()
         batch = self._batch
-        dedup = self.dedup
-        if dedup is not None:
-            expired = dedup.prune(now)
-            if expired:
-                batch.ops.append(ForgetMessageIds(self.ref, tuple(expired)))
-            drafts = [d for d in drafts if dedup.admit(d.message_id, now)]  # a duplicate is accepted and dropped
-            seen = tuple((d.message_id, now) for d in drafts if d.message_id is not None)
-            if seen:
-                batch.ops.append(RememberMessageIds(self.ref, seen))
+        drafts = self.deduplicate(drafts)  # a duplicate is accepted and dropped
         records = self.partition.accept(drafts, now, self.settings.default_ttl)
         if records:
             batch.ops.append(AppendMessages(self.ref, tuple(records)))
@@ -286,15 +287,61 @@ class PartitionActor:
         self._batch.published.extend((sub, r) for r in moved)
         return self._future_in_batch()
 
-    def accept_forwarded(self, drafts: list[MessageDraft]) -> list[MessageRecord]:
-        """Assign numbers to messages another actor is moving in; it stores them and then calls publish."""
-        self._touch()
-        return self.partition.accept(drafts, self.clock(), self.settings.default_ttl)
+    def accept_forwarded(self, drafts: list[MessageDraft], ttl_cap: int | None = None) -> list[MessageRecord]:
+        """Assign numbers to messages another actor is moving in; it stores them and then calls publish.
 
-    def publish_forwarded(self, records: list[MessageRecord]) -> None:
-        self.partition.publish(records)
+        ``ttl_cap`` is the sending topic's DefaultMessageTimeToLive: when smaller, it applies.
+        """
+        self._touch()
+        default = self.settings.default_ttl
+        if ttl_cap is not None:
+            default = ttl_cap if default is None else min(default, ttl_cap)
+        return self.partition.accept(drafts, self.clock(), default)
+
+    def accept_dead_lettered(self, drafts: list[tuple[MessageDraft, str, str]]) -> list[MessageRecord]:
+        """Numbers for messages another actor puts straight into this entity's dead-letter queue."""
+        records = self.partition.accept([d for d, _, _ in drafts], self.clock(), None)
+        return [wire.dead_lettered(r, reason, description) for r, (_, reason, description) in zip(records, drafts,
+                                                                                                 strict=True)]
+
+    def publish_forwarded(self, records: list[MessageRecord], sub: SubQueue = SubQueue.MAIN) -> None:
+        self.queues[sub].publish(records)
         self._grant_waiters()
         self._dispatch_soon()
+
+    def fan_out(self, targets: list[FanOut]) -> asyncio.Future[None]:
+        """A topic's send: every subscription's copies in this actor's batch, so one transaction holds
+        them all (all copies or none), acknowledged once that commits."""
+        self._check_available()
+        self._touch()
+        batch = self._batch
+        for target in targets:
+            if target.drafts:
+                records = target.actor.accept_forwarded(target.drafts, self.settings.default_ttl)
+                batch.ops.append(AppendMessages(target.actor.ref, tuple(records)))
+                batch.forwarded.extend((target.actor, SubQueue.MAIN, r) for r in records)
+            if target.dead_letters:
+                dead = target.actor.accept_dead_lettered(target.dead_letters)
+                queue = target.dead_letter_queue
+                batch.ops.append(AppendMessages(target.actor.refs[queue], tuple(dead)))
+                batch.forwarded.extend((target.actor, queue, r) for r in dead)
+        return self._future_in_batch()
+
+    def deduplicate(self, drafts: list[MessageDraft]) -> list[MessageDraft]:
+        """Drop drafts whose MessageId was seen inside the window (for a topic's send)."""
+        dedup = self.dedup
+        if dedup is None:
+            return drafts
+        now = self.clock()
+        batch = self._batch
+        expired = dedup.prune(now)
+        if expired:
+            batch.ops.append(ForgetMessageIds(self.ref, tuple(expired)))
+        kept = [d for d in drafts if dedup.admit(d.message_id, now)]
+        seen = tuple((d.message_id, now) for d in kept if d.message_id is not None)
+        if seen:
+            batch.ops.append(RememberMessageIds(self.ref, seen))
+        return kept
 
     def cancel_scheduled(self, sequence_numbers: list[int]) -> asyncio.Future[None]:
         self._touch()
@@ -618,7 +665,7 @@ class PartitionActor:
         if target is not None and source is SubQueue.MAIN:
             records = target.accept_forwarded([wire.forwarded_draft(moved, dead_letter_source=self.ref.entity)])
             batch.ops.append(AppendMessages(target.ref, tuple(records)))
-            batch.forwarded.extend((target, r) for r in records)
+            batch.forwarded.extend((target, SubQueue.MAIN, r) for r in records)
         else:
             batch.ops.append(AppendMessages(self.refs[SubQueue.DEAD_LETTER], (moved,)))
             batch.published.append((SubQueue.DEAD_LETTER, moved))
@@ -703,8 +750,8 @@ class PartitionActor:
         for consumer, record in batch.deliveries:
             consumer.reserved -= 1
             consumer.deliver(record, None)
-        for target, record in batch.forwarded:
-            target.publish_forwarded([record])
+        for target, sub, record in batch.forwarded:
+            target.publish_forwarded([record], sub)
         for future in batch.futures:
             if not future.done():
                 future.set_result(None)
