@@ -33,6 +33,14 @@ class EntityNotFound(SodaliteError):
     retryable = False
 
 
+class EntityAlreadyExists(SodaliteError):
+    """An entity (or rule) of that name already exists."""
+
+    condition = "com.microsoft:entity-already-exists"
+    http_status = 409
+    retryable = True
+
+
 class Unauthorized(SodaliteError):
     """The token is missing, invalid, expired or does not cover the entity."""
 

@@ -56,15 +56,15 @@ def test_renew_lock_extends_it_past_the_lock_duration(broker: BrokerProcess) -> 
 
 
 def test_unbuilt_management_operation_fails_clearly(broker: BrokerProcess) -> None:
-    # Rules arrive with topics; the Python SDK never sends add-rule (contract 6.11), so a raw client
-    # shows what the broker answers.
+    # Batch delete is not built; the Python SDK never sends it (contract 6.11), so a raw client shows
+    # what the broker answers.
     client = RawClient(broker.port)
     try:
         audience = f"sb://localhost:{broker.port}/misc"
         expiry = int(time.time()) + 300
         assert client.put_token(audience, generate_token(audience, KEY_NAME, KEY, expiry), expiry * 1000) == 202
-        status, condition, _ = client.management("misc/$management", "com.microsoft:add-rule",
-                                                 {"rule-name": "r1"})
+        status, condition, _ = client.management("misc/$management", "com.microsoft:delete-messages",
+                                                 {"message-count": 1})
         assert (status, condition) == (501, "amqp:not-implemented")
         status, _, _ = client.management("misc/$management", "com.microsoft:peek-message",
                                          {"from-sequence-number": 1, "message-count": 1})

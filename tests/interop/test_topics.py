@@ -38,6 +38,8 @@ TOPICS = [{"Name": "shop", "Properties": {}, "Subscriptions": [
     _sub("sess", None, RequiresSession=True),
     _sub("fwd", None, ForwardTo="from-topic"),
     _sub("to-other", [_sql("blue", "color = 'blue'")], ForwardTo="other"),
+    _sub("strict", [_sql("sum", "quantity + 1 > 0")]),
+    _sub("lenient", [_sql("sum", "quantity + 1 > 0")], DeadLetteringOnFilterEvaluationExceptions=False),
 ]}, {"Name": "other", "Properties": {}, "Subscriptions": [_sub("x")]}]
 QUEUES = [{"Name": "from-topic", "Properties": {}}, {"Name": "to-topic", "Properties": {"ForwardTo": "shop"}}]
 
@@ -134,3 +136,31 @@ def test_a_subscription_can_forward_into_another_topic(shop: BrokerProcess) -> N
                                   ServiceBusMessage("green-1", application_properties={"color": "green"})])
         bodies = [str(m) for m in _drain(client, "x", topic="other")]
         assert "blue-1" in bodies and "green-1" not in bodies  # earlier tests' blue messages arrive too
+
+
+def test_a_filter_that_fails_dead_letters_per_the_subscription_and_the_send_succeeds(shop: BrokerProcess) -> None:
+    with ServiceBusClient.from_connection_string(shop.connection_string) as client:
+        with client.get_topic_sender("shop") as sender:
+            sender.send_messages([ServiceBusMessage("text-qty", application_properties={"quantity": "many"}),
+                                  ServiceBusMessage("num-qty", application_properties={"quantity": 3})])
+        strict = [str(m) for m in _drain(client, "strict")]  # earlier tests' messages with a quantity too
+        lenient = [str(m) for m in _drain(client, "lenient")]
+        assert "num-qty" in strict and "text-qty" not in strict
+        assert "num-qty" in lenient and "text-qty" not in lenient
+        dead = _drain(client, "strict", sub_queue=ServiceBusSubQueue.DEAD_LETTER)
+        assert [str(m) for m in dead] == ["text-qty"]
+        assert dead[0].dead_letter_reason == "FilterEvaluationException"  # type: ignore[attr-defined]
+        assert _drain(client, "lenient", sub_queue=ServiceBusSubQueue.DEAD_LETTER) == []
+
+
+def test_a_filter_that_does_not_parse_is_refused_with_its_position(tmp_path: Path) -> None:
+    import subprocess
+
+    from broker_process import SERVE
+
+    config = write_config(tmp_path / "Config.json", [], Topics=[{"Name": "t", "Properties": {}, "Subscriptions": [
+        _sub("s", [_sql("bad", "color = = 'red'")])]}])
+    result = subprocess.run([str(SERVE), "--port", "0", "--data-dir", str(tmp_path / "d"), "--config", str(config)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "position" in result.stderr and "bad" in result.stderr

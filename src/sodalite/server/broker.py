@@ -15,7 +15,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from sodalite.errors import ConfigurationError, EntityNotFound, InvalidOperation, SodaliteError
+from sodalite.errors import (
+    ConfigurationError,
+    EntityAlreadyExists,
+    EntityNotFound,
+    InvalidOperation,
+    SodaliteError,
+)
 from sodalite.model.config import NamespaceConfig
 from sodalite.model.entities import (
     TIMESPAN_MAX,
@@ -145,14 +151,20 @@ class Broker:
     async def start(self, host: str, port: int) -> int:
         """Load everything, then listen; return the port actually bound."""
         await self.worker.call(self.worker.store.open)
+        # The configuration's properties win over stored ones; a subscription's rules come from it only
+        # when the subscription is new, so rules changed at runtime survive a restart.
+        stored = {r.path.lower(): r for r in await self.worker.call(self.worker.store.load_entities)}
         configured: list[PutEntity] = [
             PutEntity(EntityRecord(q.name, QUEUE, q.properties.to_json())) for q in self.namespace.queues]
         for topic in self.namespace.topics:
             configured.append(PutEntity(EntityRecord(topic.name, TOPIC, topic.properties.to_json())))
             for sub in topic.subscriptions:
+                path = subscription_path(topic.name, sub.name)
+                existing = stored.get(path)
+                rules = (existing.properties.get("Rules") if existing is not None
+                         else [r.to_json() for r in sub.rules])
                 configured.append(PutEntity(EntityRecord(
-                    subscription_path(topic.name, sub.name), SUBSCRIPTION,
-                    {"Properties": sub.properties.to_json(), "Rules": [r.to_json() for r in sub.rules]})))
+                    path, SUBSCRIPTION, {"Properties": sub.properties.to_json(), "Rules": rules})))
         await self.worker.apply(configured)
         records = await self.worker.call(self.worker.store.load_entities)
         for kind in (QUEUE, TOPIC, SUBSCRIPTION):  # a subscription needs its topic loaded first
@@ -201,7 +213,7 @@ class Broker:
                 rules = []
             else:
                 properties = SubscriptionProperties.from_json(record.properties.get("Properties", {}))
-                rules = [CompiledRule.compile(RuleDescription.from_json(r)) for r in record.properties.get("Rules", [])]
+                rules = [self._compile_rule(RuleDescription.from_json(r)) for r in record.properties.get("Rules", [])]
         except SodaliteError as exc:
             raise ConfigurationError(f"{record.kind} '{record.path}': {exc.description}") from None
         topic = None
@@ -243,7 +255,7 @@ class Broker:
             if not normal:
                 continue
             if not sub.forward_to:
-                targets.append(FanOut(sub.actor, normal, []))
+                targets.append(FanOut(sub.actor, normal, [], counts_as_use=False))
                 continue
             route = self.route(sub)
             total = hops + route.hops
@@ -255,6 +267,33 @@ class Broker:
             else:
                 targets.append(FanOut(route.entity.actor, normal, []))
         return targets
+
+    @staticmethod
+    def _compile_rule(rule: RuleDescription) -> CompiledRule:
+        try:
+            return CompiledRule.compile(rule)
+        except SodaliteError as exc:
+            raise type(exc)(f"rule '{rule.name}': {exc.description}") from None
+
+    async def add_rule(self, subscription: Entity, rule: RuleDescription) -> None:
+        """Add a rule (compiled first, so a bad filter is refused with its position) and store it."""
+        if any(r.name.lower() == rule.name.lower() for r in subscription.rules):
+            raise EntityAlreadyExists(f"the rule '{rule.name}' already exists on '{subscription.name}'")
+        compiled = self._compile_rule(rule)
+        await self._store_rules(subscription, [*subscription.rules, compiled])
+        subscription.rules.append(compiled)
+
+    async def remove_rule(self, subscription: Entity, name: str) -> None:
+        kept = [r for r in subscription.rules if r.name.lower() != name.lower()]
+        if len(kept) == len(subscription.rules):
+            raise EntityNotFound(f"the rule '{name}' does not exist on '{subscription.name}'")
+        await self._store_rules(subscription, kept)
+        subscription.rules[:] = kept
+
+    async def _store_rules(self, subscription: Entity, rules: list[CompiledRule]) -> None:
+        subscription.actor.note_activity()  # a rule change counts against AutoDeleteOnIdle (seed)
+        record = {"Properties": subscription.properties.to_json(), "Rules": [r.description.to_json() for r in rules]}
+        await self.worker.apply([PutEntity(EntityRecord(subscription.name, SUBSCRIPTION, record))])
 
     async def update_queue(self, entity: Entity, properties: QueueProperties) -> None:
         """Store new properties and apply them; every lock held on the queue is dropped.
@@ -291,10 +330,15 @@ class Broker:
         now = self.clock()
         deleted = []
         for entity in list(self.entities.values()):
+            if entity.name.lower() not in self.entities:
+                continue  # went with its topic in this sweep
             idle_for = entity.properties.auto_delete_on_idle
-            if idle_for >= TIMESPAN_MAX or entity.forward_to or entity.subscriptions:
-                continue  # forwarding counts as receiving; a topic goes only once its subscriptions have
-            if entity.actor.is_idle(now, int(idle_for.total_seconds() * 1000)):
+            if idle_for >= TIMESPAN_MAX or entity.forward_to:
+                continue  # forwarding counts as receiving
+            idle_ms = int(idle_for.total_seconds() * 1000)
+            # A topic is idle only if nothing happened on any of its subscriptions either (seed).
+            if entity.actor.is_idle(now, idle_ms) and all(
+                    sub.actor.is_idle(now, idle_ms) for sub in entity.subscriptions.values()):
                 await self.delete_entity(entity)
                 deleted.append(entity.name)
         return deleted
@@ -304,6 +348,8 @@ class Broker:
         self.entities.pop(entity.name.lower(), None)
         if entity.topic is not None:
             entity.topic.subscriptions.pop(entity.name.lower(), None)
+        for sub in list(entity.subscriptions.values()):
+            await self.delete_entity(sub)
         for connection in list(self.connections):
             connection.entity_deleted(entity)
         await entity.actor.close()

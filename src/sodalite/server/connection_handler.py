@@ -515,7 +515,8 @@ class BrokerConnection(asyncio.Protocol):
         except SodaliteError:
             return
         assert control.entity is not None
-        context = management.Context(control.entity.actor, control.sub_queue, self, control.entity.max_message_size)
+        context = management.Context(control.entity.actor, control.sub_queue, self, control.entity.max_message_size,
+                                     self.broker, control.entity)
         task = asyncio.get_running_loop().create_task(
             management.execute(context, request.application_properties.get("operation"), request.body))
 

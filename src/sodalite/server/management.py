@@ -15,8 +15,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sodalite.amqp.types import Array, Long, Timestamp
+from sodalite.amqp.types import Array, Described, Long, Timestamp, ULong
 from sodalite.errors import ArgumentError, NotImplementedOperation, SodaliteError
+from sodalite.model.entities import (
+    CorrelationFilter,
+    FalseFilter,
+    Filter,
+    RuleDescription,
+    SqlFilter,
+    SqlRuleAction,
+    TrueFilter,
+)
 from sodalite.server import wire
 from sodalite.server.partition_actor import PartitionActor, SubQueue
 
@@ -42,6 +51,8 @@ class Context:
     sub_queue: SubQueue
     owner: Any  # holds locks taken here (the client connection); they end when it goes
     max_message_size: int
+    broker: Any = None  # for rule operations on a subscription
+    entity: Any = None
 
     def note_locks(self) -> None:
         registry = getattr(self.owner, "locked_through_management", None)
@@ -187,6 +198,87 @@ async def get_message_sessions(ctx: Context, body: dict[str, Any]) -> Response:
     return Response(OK, {"skip": skip + len(page), "sessions-ids": Array("string", tuple(page))})
 
 
+# Rule descriptions on the wire (AMQP request-response doc, "Rule operations").
+RULE_DESCRIPTION = 0x0000013700000004
+SQL_FILTER, TRUE_FILTER, FALSE_FILTER, CORRELATION_FILTER = (0x0000013700000006, 0x0000013700000007,
+                                                             0x0000013700000008, 0x0000013700000009)
+EMPTY_ACTION, SQL_ACTION = 0x0000013700000005, 0x0000013700000006
+_CORRELATION_KEYS = ("correlation-id", "message-id", "to", "reply-to", "label", "session-id", "reply-to-session-id",
+                     "content-type")
+
+
+def _subscription(ctx: Context) -> Any:
+    if ctx.entity is None or getattr(ctx.entity, "kind", None) != "subscription":
+        raise ArgumentError("rule operations are for a subscription's $management node")
+    return ctx.entity
+
+
+def _str_map(value: Any) -> dict[str, Any]:
+    return {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def rule_from_request(name: str, description: dict[str, Any]) -> RuleDescription:
+    """A RuleDescription from add-rule's map; the filter defaults to TrueFilter as the service's does."""
+    sql = _str_map(description.get("sql-filter"))
+    correlation = _str_map(description.get("correlation-filter"))
+    action = _str_map(description.get("sql-rule-action"))
+    filter_: Filter
+    if sql:
+        if not isinstance(sql.get("expression"), str):
+            raise ArgumentError("sql-filter needs a string 'expression'")
+        filter_ = SqlFilter(sql["expression"])
+    elif correlation:
+        fields = {key.replace("-", "_"): correlation.get(key) for key in _CORRELATION_KEYS}
+        properties = {str(k): v for k, v in _str_map(correlation.get("properties")).items()}
+        filter_ = CorrelationFilter(**fields, properties=properties)
+    else:
+        filter_ = TrueFilter()
+    expression = action.get("expression")
+    return RuleDescription(name, filter_, SqlRuleAction(expression) if isinstance(expression, str) else None)
+
+
+def rule_to_wire(rule: RuleDescription) -> Described:
+    f = rule.filter
+    if isinstance(f, SqlFilter):
+        filter_ = Described(ULong(SQL_FILTER), [f.expression])
+    elif isinstance(f, CorrelationFilter):
+        filter_ = Described(ULong(CORRELATION_FILTER), [
+            f.correlation_id, f.message_id, f.to, f.reply_to, f.label, f.session_id, f.reply_to_session_id,
+            f.content_type, dict(f.properties)])
+    elif isinstance(f, FalseFilter):
+        filter_ = Described(ULong(FALSE_FILTER), [])
+    else:
+        filter_ = Described(ULong(TRUE_FILTER), [])
+    action = (Described(ULong(SQL_ACTION), [rule.action.expression]) if rule.action is not None
+              else Described(ULong(EMPTY_ACTION), []))
+    return Described(ULong(RULE_DESCRIPTION), [filter_, action, rule.name])
+
+
+async def add_rule(ctx: Context, body: dict[str, Any]) -> Response:
+    name = body.get("rule-name")
+    if not isinstance(name, str) or not name:
+        raise ArgumentError("'rule-name' must be a non-empty string")
+    await ctx.broker.add_rule(_subscription(ctx), rule_from_request(name, _str_map(body.get("rule-description"))))
+    return Response(OK, {})
+
+
+async def remove_rule(ctx: Context, body: dict[str, Any]) -> Response:
+    name = body.get("rule-name")
+    if not isinstance(name, str):
+        raise ArgumentError("'rule-name' must be a string")
+    await ctx.broker.remove_rule(_subscription(ctx), name)
+    return Response(OK, {})
+
+
+async def enumerate_rules(ctx: Context, body: dict[str, Any]) -> Response:
+    skip = max(0, _int_arg(body, "skip", 0))
+    top = max(0, _int_arg(body, "top", 100))
+    rules = [r.description for r in _subscription(ctx).rules][skip : skip + top]
+    if not rules:
+        return Response(NO_CONTENT, None, "No rules")
+    return Response(OK, {"rules": [{"rule-description": rule_to_wire(r)} for r in rules]})
+
+
 OPERATIONS: dict[str, Operation] = {
     "com.microsoft:renew-lock": renew_lock,
     "com.microsoft:peek-message": peek_message,
@@ -198,6 +290,9 @@ OPERATIONS: dict[str, Operation] = {
     "com.microsoft:get-session-state": get_session_state,
     "com.microsoft:set-session-state": set_session_state,
     "com.microsoft:get-message-sessions": get_message_sessions,
+    "com.microsoft:add-rule": add_rule,
+    "com.microsoft:remove-rule": remove_rule,
+    "com.microsoft:enumerate-rules": enumerate_rules,
 }
 
 

@@ -114,6 +114,7 @@ class FanOut:
     drafts: list[MessageDraft]
     dead_letters: list[tuple[MessageDraft, str, str]]  # (draft, reason, description)
     dead_letter_queue: SubQueue = SubQueue.DEAD_LETTER
+    counts_as_use: bool = True  # False for a subscription's own copies (arrivals are not use of it)
 
 @dataclass(frozen=True, slots=True)
 class EntitySettings:
@@ -257,6 +258,10 @@ class PartitionActor:
     def _touch(self) -> None:
         self.last_activity = self.clock()
 
+    def note_activity(self) -> None:
+        """Something outside the actor counts as use of the entity (a rule change, say)."""
+        self._touch()
+
     def is_idle(self, now: int, idle_for: int) -> bool:
         """Idle as the expiration seed defines it for a queue: no sends, receives, peeks or management
         for ``idle_for``, no scheduled message waiting, and no receiver attached (an open receiver is
@@ -287,12 +292,15 @@ class PartitionActor:
         self._batch.published.extend((sub, r) for r in moved)
         return self._future_in_batch()
 
-    def accept_forwarded(self, drafts: list[MessageDraft], ttl_cap: int | None = None) -> list[MessageRecord]:
+    def accept_forwarded(self, drafts: list[MessageDraft], ttl_cap: int | None = None,
+                         counts_as_use: bool = True) -> list[MessageRecord]:
         """Assign numbers to messages another actor is moving in; it stores them and then calls publish.
 
-        ``ttl_cap`` is the sending topic's DefaultMessageTimeToLive: when smaller, it applies.
+        ``ttl_cap`` is the sending topic's DefaultMessageTimeToLive: when smaller, it applies. A copy
+        arriving in a subscription is no use of it (expiration seed), so ``counts_as_use`` is False then.
         """
-        self._touch()
+        if counts_as_use:
+            self._touch()
         default = self.settings.default_ttl
         if ttl_cap is not None:
             default = ttl_cap if default is None else min(default, ttl_cap)
@@ -317,7 +325,8 @@ class PartitionActor:
         batch = self._batch
         for target in targets:
             if target.drafts:
-                records = target.actor.accept_forwarded(target.drafts, self.settings.default_ttl)
+                records = target.actor.accept_forwarded(target.drafts, self.settings.default_ttl,
+                                                        target.counts_as_use)
                 batch.ops.append(AppendMessages(target.actor.ref, tuple(records)))
                 batch.forwarded.extend((target.actor, SubQueue.MAIN, r) for r in records)
             if target.dead_letters:

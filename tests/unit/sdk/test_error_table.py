@@ -14,6 +14,7 @@ from sodalite import errors
 # What a Service Bus user expects to catch for each of our errors, and whether the SDK retries it.
 EXPECTED: dict[type[errors.SodaliteError], type[Exception]] = {
     errors.EntityNotFound: sb.MessagingEntityNotFoundError,
+    errors.EntityAlreadyExists: sb.MessagingEntityAlreadyExistsError,
     errors.Unauthorized: sb.ServiceBusAuthorizationError,
     errors.MessageSizeExceeded: sb.MessageSizeExceededError,
     errors.QuotaExceeded: sb.ServiceBusQuotaExceededError,

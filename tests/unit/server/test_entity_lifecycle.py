@@ -182,3 +182,38 @@ def test_updating_a_queue_drops_the_locks_held_on_it() -> None:
             await broker.stop()
 
     asyncio.run(run())
+
+
+def test_topic_and_subscription_idleness_follow_the_seed() -> None:
+    from sodalite.model.config import SubscriptionConfig, TopicConfig
+    from sodalite.model.entities import SubscriptionProperties, TopicProperties
+
+    async def run() -> None:
+        now = [T0]
+        five = timedelta(minutes=5)
+        namespace = NamespaceConfig("ns", topics=(
+            TopicConfig("t", TopicProperties(auto_delete_on_idle=five), subscriptions=(
+                SubscriptionConfig("s", SubscriptionProperties(auto_delete_on_idle=five)),
+                SubscriptionConfig("keep", SubscriptionProperties()),
+            )),
+        ))
+        store = MemoryStore()
+        broker = Broker(namespace, store, clock=lambda: now[0])
+        await broker.start("127.0.0.1", 0)
+        try:
+            topic = broker.entity("t")
+            assert topic is not None
+            now[0] += 4 * MINUTE
+            await broker.publish(topic, [draft(b"\x00\x53\x75\xa0\x01m")])  # a send: use of the topic only
+            now[0] += 1 * MINUTE
+            # Copies arriving are no use of a subscription: 's' has been idle for 5 minutes.
+            assert await broker.sweep_idle() == ["t/subscriptions/s"]
+            now[0] += 3 * MINUTE
+            assert await broker.sweep_idle() == []  # the topic's send was 4 minutes ago
+            now[0] += 1 * MINUTE
+            assert await broker.sweep_idle() == ["t"]  # and with it its remaining subscription
+            assert broker.entities == {} and store.load_entities() == []
+        finally:
+            await broker.stop()
+
+    asyncio.run(run())

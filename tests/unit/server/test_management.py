@@ -26,7 +26,7 @@ def _run(operation: str, body: object) -> management.Response:
 
 
 def test_unknown_operation_is_501_not_implemented() -> None:
-    response = _run("com.microsoft:add-rule", {})
+    response = _run("com.microsoft:delete-messages", {})
     assert (response.status, response.condition) == (501, "amqp:not-implemented")
 
 
