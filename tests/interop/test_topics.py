@@ -40,7 +40,9 @@ TOPICS = [{"Name": "shop", "Properties": {}, "Subscriptions": [
     _sub("to-other", [_sql("blue", "color = 'blue'")], ForwardTo="other"),
     _sub("strict", [_sql("sum", "quantity + 1 > 0")]),
     _sub("lenient", [_sql("sum", "quantity + 1 > 0")], DeadLetteringOnFilterEvaluationExceptions=False),
-]}, {"Name": "other", "Properties": {}, "Subscriptions": [_sub("x")]}]
+]}, {"Name": "other", "Properties": {}, "Subscriptions": [_sub("x")]},
+    {"Name": "short-lived", "Properties": {"DefaultMessageTimeToLive": "PT1M"},
+     "Subscriptions": [_sub("long", None, DefaultMessageTimeToLive="PT1H")]}]
 QUEUES = [{"Name": "from-topic", "Properties": {}}, {"Name": "to-topic", "Properties": {"ForwardTo": "shop"}}]
 
 
@@ -164,3 +166,13 @@ def test_a_filter_that_does_not_parse_is_refused_with_its_position(tmp_path: Pat
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert "position" in result.stderr and "bad" in result.stderr
+
+
+def test_the_topics_smaller_ttl_applies_to_its_subscriptions(shop: BrokerProcess) -> None:
+    import datetime
+
+    with ServiceBusClient.from_connection_string(shop.connection_string) as client:
+        with client.get_topic_sender("short-lived") as sender:
+            sender.send_messages(ServiceBusMessage("brief"))
+        [m] = _drain(client, "long", topic="short-lived")
+        assert m.time_to_live == datetime.timedelta(minutes=1)  # type: ignore[attr-defined]
