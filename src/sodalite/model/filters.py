@@ -71,6 +71,7 @@ from __future__ import annotations
 import math
 import re
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -1017,13 +1018,13 @@ def _dynamic_property(arg: Evaluator) -> Evaluator:
 # --------------------------------------------------------------------------------------------------
 
 
-class CompiledFilter:
+class CompiledFilter(ABC):
     """A filter ready to evaluate: ``matches(view)`` is True when the rule selects the message."""
 
     __slots__ = ()
 
-    def matches(self, view: MessageView) -> bool:
-        raise NotImplementedError
+    @abstractmethod
+    def matches(self, view: MessageView) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
