@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -35,59 +34,15 @@ from sodalite.server.addresses import entity_path
 from sodalite.server.connection_handler import BrokerConnection
 from sodalite.server.fanout import CompiledRule, copies_for
 from sodalite.server.partition_actor import Clock, EntitySettings, FanOut, PartitionActor, SubQueue, wall_clock_ms
+from sodalite.server.registry import QUEUE, SUBSCRIPTION, TOPIC, Entity, Route, subscription_path
 from sodalite.server.store_worker import StoreWorker
 from sodalite.store.port import DeleteEntity, EntityRecord, MessagingStore, PartitionRef, PutEntity
 from sodalite.store.sqlite import SqliteStore
 
 log = logging.getLogger(__name__)
 
-QUEUE = "queue"
-TOPIC = "topic"
-SUBSCRIPTION = "subscription"
-
-
-def subscription_path(topic: str, subscription: str) -> str:
-    """The path the SDK addresses a subscription by, lower-cased (contract 1.2: 'Subscriptions')."""
-    return f"{topic}/subscriptions/{subscription}".lower()
 IDLE_SWEEP_SECONDS = 15.0  # AutoDeleteOnIdle is at least 5 minutes, so this is precise enough
 MAX_TRANSFER_HOPS = 4  # Service Bus forwards a message at most this many times (DLQ overview)
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """Where a message sent to an entity ends up after following ForwardTo."""
-
-    entity: Entity  # the destination, or the entity where the hop limit was reached
-    hops: int
-    exceeded: bool  # True: the message goes to ``entity``'s transfer dead-letter queue
-
-
-@dataclass(slots=True)
-class Entity:
-    """A queue, a topic or a subscription, as the broker serves it.
-
-    A topic's actor holds no messages: it filters each send into its subscriptions and commits
-    every copy in one transaction. A subscription behaves as a queue that only its topic feeds.
-    """
-
-    name: str  # the path: 'queue1', 'topic1', 'topic1/subscriptions/sub1' (subscriptions lower-cased)
-    properties: QueueProperties | TopicProperties | SubscriptionProperties
-    max_message_size: int
-    actor: PartitionActor
-    kind: str = QUEUE
-    subscriptions: dict[str, Entity] = field(default_factory=dict)  # topics: by lower-cased name
-    rules: list[CompiledRule] = field(default_factory=list)  # subscriptions
-    topic: Entity | None = None  # subscriptions
-
-    @property
-    def requires_session(self) -> bool:
-        return bool(getattr(self.properties, "requires_session", False))
-
-    @property
-    def forward_to(self) -> str | None:
-        value = getattr(self.properties, "forward_to", None)
-        return value if isinstance(value, str) else None
-
 
 def _ms(value: timedelta) -> int | None:
     return None if value >= TIMESPAN_MAX else int(value.total_seconds() * 1000)

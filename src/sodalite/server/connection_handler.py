@@ -42,11 +42,10 @@ from sodalite.server.addresses import CBS_NODE, entity_path, management_entity
 from sodalite.server.amqp_errors import to_amqp_error
 from sodalite.server.messages import decode_request, encode_response
 from sodalite.server.partition_actor import SubQueue
-
-SUBSCRIPTION, TOPIC = "subscription", "topic"  # entity kinds (sodalite.server.broker)
+from sodalite.server.registry import SUBSCRIPTION, TOPIC, Entity
 
 if TYPE_CHECKING:
-    from sodalite.server.broker import Broker, Entity
+    from sodalite.server.broker import Broker
     from sodalite.server.partition_actor import PartitionActor
 
 log = logging.getLogger(__name__)
