@@ -1,0 +1,1 @@
+"""Management plane: the AdminService and its HTTP (ATOM/XML) face."""
