@@ -32,9 +32,13 @@ class BrokerProcess:
         self.proc: subprocess.Popen[str] | None = None
         self.output: list[str] = []
         self.connection_string = ""
+        self.admin_port = 0
+        self.admin_connection_string = ""
+        self.admin_certificate = ""
 
     def start(self, timeout: float = 60.0) -> BrokerProcess:
-        args = [str(SERVE), "--host", "127.0.0.1", "--port", str(self.port), "--data-dir", str(self.data_dir)]
+        args = [str(SERVE), "--host", "127.0.0.1", "--port", str(self.port), "--data-dir", str(self.data_dir),
+                "--admin-port", str(self.admin_port)]
         if self.config is not None:
             args += ["--config", str(self.config)]
         self.output = []
@@ -47,6 +51,10 @@ class BrokerProcess:
             if not line:
                 raise RuntimeError("broker exited during startup:\n" + "".join(self.output))
             self.output.append(line)
+            admin = re.search(r"Management \(HTTPS, trust (\S+)\): (\S+)", line)
+            if admin:
+                self.admin_certificate, self.admin_connection_string = admin.group(1), admin.group(2)
+                self.admin_port = int(re.search(r"sb://[^:]+:(\d+)", self.admin_connection_string).group(1))  # type: ignore[union-attr]
             match = re.search(r"Connection string: (\S+)", line)
             if match:
                 self.connection_string = match.group(1)

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import logging
 import signal
+import socket
 import sys
 from pathlib import Path
 
+from aiohttp import web
+
 from sodalite import __version__
+from sodalite.admin.http import application
+from sodalite.admin.tls import ensure_certificate, server_context
+from sodalite.cli.admin_bridge import BrokerQueues
 from sodalite.errors import ConfigurationError
 from sodalite.model.config import NamespaceConfig, default_namespace, load_config_text
 from sodalite.server.broker import Broker
@@ -31,6 +38,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--sync", choices=("FULL", "NORMAL"), default="FULL",
                        help="SQLite synchronous mode: FULL fsyncs every commit (default); NORMAL may lose "
                             "the last commits on power loss, never on a process crash")
+    serve.add_argument("--admin-port", type=int, default=5443,
+                       help="HTTPS port of the management API for ServiceBusAdministrationClient (default 5443; "
+                            "0 picks a free one; -1 turns it off)")
+    serve.add_argument("--http-port", type=int, default=-1,
+                       help="also serve the management API over plain HTTP on this port (off by default)")
     serve.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default) or ERROR")
     return parser
 
@@ -56,18 +68,47 @@ def connection_string(host: str, port: int, namespace: NamespaceConfig) -> str:
             f"SharedAccessKey={rule.primary_key};UseDevelopmentEmulator=true;")
 
 
+async def _serve_management(args: argparse.Namespace, broker: Broker) -> web.AppRunner | None:
+    """The management API: HTTPS on --admin-port (and plain HTTP on --http-port, when asked)."""
+    if args.admin_port < 0 and args.http_port < 0:
+        return None
+    runner = web.AppRunner(application(BrokerQueues(broker, datetime.datetime.now(datetime.UTC))))
+    await runner.setup()
+    if args.admin_port >= 0:
+        cert, key = ensure_certificate(args.data_dir)
+        sock = _listen(args.host, args.admin_port)
+        await web.SockSite(runner, sock, ssl_context=server_context(cert, key)).start()
+        port = sock.getsockname()[1]
+        print(f"Management (HTTPS, trust {cert}): {connection_string(args.host, port, broker.namespace)}",
+              flush=True)
+    if args.http_port >= 0:
+        sock = _listen(args.host, args.http_port)
+        await web.SockSite(runner, sock).start()
+        print(f"Management (HTTP): http://{args.host}:{sock.getsockname()[1]}", flush=True)
+    return runner
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    sock = socket.create_server((host, port), reuse_port=False)
+    sock.setblocking(False)
+    return sock
+
+
 async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
     broker = Broker.with_sqlite(namespace, args.data_dir, synchronous=args.sync)
     port = await broker.start(args.host, args.port)
-    queues = ", ".join(sorted(e.name for e in broker.entities.values())) or "(none)"
+    entities = ", ".join(sorted(e.name for e in broker.entities.values())) or "(none)"
     print(f"Sodalite {__version__} listening on {args.host}:{port}, data in {args.data_dir}", flush=True)
-    print(f"Queues: {queues}", flush=True)
+    print(f"Entities: {entities}", flush=True)
+    runner = await _serve_management(args, broker)
     print(f"Connection string: {connection_string(args.host, port, namespace)}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    if runner is not None:
+        await runner.cleanup()
     await broker.stop()
 
 

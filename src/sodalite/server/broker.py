@@ -28,6 +28,7 @@ from sodalite.model.entities import (
     RuleDescription,
     SubscriptionProperties,
     TopicProperties,
+    validate_entity_name,
 )
 from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDraft
 from sodalite.server.addresses import entity_path
@@ -249,6 +250,22 @@ class Broker:
         subscription.actor.note_activity()  # a rule change counts against AutoDeleteOnIdle (seed)
         record = {"Properties": subscription.properties.to_json(), "Rules": [r.description.to_json() for r in rules]}
         await self.worker.apply([PutEntity(EntityRecord(subscription.name, SUBSCRIPTION, record))])
+
+    async def create_queue(self, name: str, properties: QueueProperties) -> Entity:
+        """Create and store a queue at runtime (the management API's PUT)."""
+        validate_entity_name(name, "queue")
+        if self.entity(name) is not None:
+            raise EntityAlreadyExists(f"the messaging entity '{name}' already exists")
+        for target in (properties.forward_to, properties.forward_dead_lettered_messages_to):
+            if target and self.entity(entity_path(target)) is None:
+                raise EntityNotFound(f"the forwarding target '{target}' does not exist")
+        record = EntityRecord(name, QUEUE, properties.to_json())
+        await self.worker.apply([PutEntity(record)])
+        await self._load(record)
+        self._link_dead_letter_forwarding()
+        entity = self.entity(name)
+        assert entity is not None
+        return entity
 
     async def update_queue(self, entity: Entity, properties: QueueProperties) -> None:
         """Store new properties and apply them; every lock held on the queue is dropped.
