@@ -551,7 +551,8 @@ class SqlFilter:
         _check_scalars(self.parameters, "SqlFilter.parameters")
 
 
-_CORRELATION_FIELDS: Final = (
+# CorrelationFilter's fields and the Service Bus system property each one matches.
+CORRELATION_FIELDS: Final = (
     ("correlation_id", "CorrelationId"),
     ("message_id", "MessageId"),
     ("to", "To"),
@@ -578,12 +579,12 @@ class CorrelationFilter:
     properties: dict[str, ScalarValue] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for attr, _ in _CORRELATION_FIELDS:
+        for attr, _ in CORRELATION_FIELDS:
             value = getattr(self, attr)
             if value is not None and not isinstance(value, str):
                 raise _error(f"CorrelationFilter.{attr}", f"must be a string, got {type(value).__name__}")
         _check_scalars(self.properties, "CorrelationFilter.properties")
-        if not self.properties and all(getattr(self, attr) is None for attr, _ in _CORRELATION_FIELDS):
+        if not self.properties and all(getattr(self, attr) is None for attr, _ in CORRELATION_FIELDS):
             raise ConfigurationError("CorrelationFilter: a correlation filter must set at least one property")
 
 
@@ -644,7 +645,7 @@ class RuleDescription:
         elif isinstance(flt, CorrelationFilter):
             props["FilterType"] = "Correlation"
             correlation: dict[str, Any] = {
-                key: getattr(flt, attr) for attr, key in _CORRELATION_FIELDS if getattr(flt, attr) is not None
+                key: getattr(flt, attr) for attr, key in CORRELATION_FIELDS if getattr(flt, attr) is not None
             }
             correlation["Properties"] = dict(flt.properties)
             props["CorrelationFilter"] = correlation
@@ -735,9 +736,9 @@ def _sql_filter_from_json(raw: object, path: str) -> SqlFilter:
 
 def _correlation_filter_from_json(raw: object, path: str) -> CorrelationFilter:
     obj = _expect_object(raw, path)
-    _check_keys(obj, (*(key for _, key in _CORRELATION_FIELDS), "Properties"), path)
+    _check_keys(obj, (*(key for _, key in CORRELATION_FIELDS), "Properties"), path)
     kwargs: dict[str, Any] = {}
-    for attr, key in _CORRELATION_FIELDS:
+    for attr, key in CORRELATION_FIELDS:
         value = obj.get(key)
         if value is not None and not isinstance(value, str):
             raise _error(_join(path, key), f"must be a string, got {_json_type(value)}")

@@ -79,7 +79,15 @@ from functools import lru_cache
 from typing import Any, Final
 
 from sodalite.errors import FilterEvaluationError, FilterSyntaxError
-from sodalite.model.entities import CorrelationFilter, FalseFilter, Filter, SqlFilter, SqlRuleAction, TrueFilter
+from sodalite.model.entities import (
+    CORRELATION_FIELDS,
+    CorrelationFilter,
+    FalseFilter,
+    Filter,
+    SqlFilter,
+    SqlRuleAction,
+    TrueFilter,
+)
 
 NewId = Callable[[], uuid.UUID]
 
@@ -1069,22 +1077,10 @@ class _SqlMatcher(CompiledFilter):
         return _truth(self.fn(view)) is True
 
 
-_CORRELATION_SYSTEM_FIELDS: Final = (
-    ("correlation_id", "CorrelationId"),
-    ("message_id", "MessageId"),
-    ("to", "To"),
-    ("reply_to", "ReplyTo"),
-    ("label", "Label"),
-    ("session_id", "SessionId"),
-    ("reply_to_session_id", "ReplyToSessionId"),
-    ("content_type", "ContentType"),
-)
-
-
 def compile_correlation_filter(f: CorrelationFilter) -> CompiledFilter:
     """Every set field must equal the message's (exact, case-sensitive); every property must equal."""
     system = tuple(
-        (name, value) for attr, name in _CORRELATION_SYSTEM_FIELDS if (value := getattr(f, attr)) is not None
+        (name, value) for attr, name in CORRELATION_FIELDS if (value := getattr(f, attr)) is not None
     )
     user = tuple((name, name.lower(), value) for name, value in f.properties.items())
     return _CorrelationMatcher(system, user)
