@@ -24,6 +24,7 @@ from sodalite.errors import FilterEvaluationError
 from sodalite.model.entities import RuleDescription
 from sodalite.model.filters import CompiledAction, CompiledFilter, MessageView, compile_action, compile_filter
 from sodalite.model.partition import MessageDraft
+from sodalite.server import wire
 
 RULE_NAME = "RuleName"
 SESSION_ID_IS_NULL = "Session ID is null."
@@ -87,23 +88,13 @@ def apply_view(draft: MessageDraft, before: MessageView, after: MessageView, rul
     """The draft with an action's changes: application properties, and settable system properties."""
     user = dict(after.user)
     user[RULE_NAME] = rule_name
-    tail = _replace_application_properties(draft.tail, user)
+    tail = wire.replace_application_properties(draft.tail, user)
     changed = {name: value for name, value in after.system.items()
                if name in _PROPERTY_FIELDS and before.system.get(name) != value}
     if changed:
         tail = _replace_properties(tail, changed)
     session = after.system.get("SessionId") if "SessionId" in changed else draft.session_id
     return replace(draft, tail=tail, session_id=session if isinstance(session, str) else None)
-
-
-def _replace_application_properties(tail: bytes, values: dict[str, Any]) -> bytes:
-    sections = amqp_message.split_sections(tail)
-    encoded = amqp_message.encode_section(amqp_message.APPLICATION_PROPERTIES, values)
-    existing = next((s for s in sections if s.code == amqp_message.APPLICATION_PROPERTIES), None)
-    if existing is not None:
-        return tail[: existing.start] + encoded + tail[existing.end :]
-    after = next((s.end for s in sections if s.code == amqp_message.PROPERTIES), 0)
-    return tail[:after] + encoded + tail[after:]
 
 
 def _replace_properties(tail: bytes, changed: dict[str, Any]) -> bytes:

@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from sodalite.amqp import message as amqp_message
+from sodalite.amqp.codec import decode
 from sodalite.amqp.errors import DecodeError
 from sodalite.amqp.types import Int, Symbol
 from sodalite.errors import ArgumentError, MessageSizeExceeded
@@ -162,20 +163,27 @@ DEAD_LETTER_DESCRIPTION = "DeadLetterErrorDescription"
 
 
 def with_application_properties(tail: bytes, updates: dict[str, Any]) -> bytes:
-    """The tail with ``updates`` merged into its application-properties; only that section is re-encoded.
+    """The tail with ``updates`` merged into its application-properties."""
+    return replace_application_properties(tail, {**application_properties(tail), **updates})
+
+
+def application_properties(tail: bytes) -> dict[Any, Any]:
+    for s in amqp_message.split_sections(tail):
+        if s.code == amqp_message.APPLICATION_PROPERTIES:
+            value = amqp_message.section_value(tail, s)
+            return dict(value) if isinstance(value, dict) else {}
+    return {}
+
+
+def replace_application_properties(tail: bytes, values: dict[Any, Any]) -> bytes:
+    """The tail with its application-properties set to ``values``; only that section is re-encoded.
 
     If the message has no application-properties section, one is placed where AMQP puts it: after
     the properties section, before the body.
     """
     sections = amqp_message.split_sections(tail)
-    existing = next((s for s in sections if s.code == amqp_message.APPLICATION_PROPERTIES), None)
-    values: dict[Any, Any] = {}
-    if existing is not None:
-        decoded = amqp_message.section_value(tail, existing)
-        if isinstance(decoded, dict):
-            values.update(decoded)
-    values.update(updates)
     encoded = amqp_message.encode_section(amqp_message.APPLICATION_PROPERTIES, values)
+    existing = next((s for s in sections if s.code == amqp_message.APPLICATION_PROPERTIES), None)
     if existing is not None:
         return tail[: existing.start] + encoded + tail[existing.end :]
     after = next((s.end for s in sections if s.code == amqp_message.PROPERTIES), 0)
@@ -214,15 +222,12 @@ def merged_annotations(record: MessageRecord, updates: dict[Any, Any]) -> tuple[
 
     Service-owned annotations cannot be set this way, as on input.
     """
-    current = amqp_message.section_value(*_annotations_section(record)) if record.annotation_count else {}
+    # Decode the stored entries as the map they are (past the section's 00 53 72 descriptor).
+    current = decode(amqp_message.encode_annotations(record.annotations, record.annotation_count)[3:]) \
+        if record.annotation_count else {}
     merged = dict(current) if isinstance(current, dict) else {}
     for key, value in updates.items():
         if str(key) not in SERVICE_OWNED_ANNOTATIONS:
             merged[Symbol(str(key))] = value
     return amqp_message.map_entries(merged), len(merged)
 
-
-def _annotations_section(record: MessageRecord) -> tuple[bytes, amqp_message.Section]:
-    encoded = amqp_message.encode_annotations(record.annotations, record.annotation_count)
-    [section] = amqp_message.split_sections(encoded)
-    return encoded, section
