@@ -27,10 +27,13 @@ gets one rule ``$Default`` with a true filter; to receive nothing, use a ``False
 Sodalite's extensions, on a namespace object:
 
 ``AuthorizationRules``
-    ``[{"KeyName": "...", "PrimaryKey": "...", "SecondaryKey": "..."}]`` (``SecondaryKey``
-    optional). When present it replaces the default rule, KeyName ``RootManageSharedAccessKey``
-    with PrimaryKey ``SAS_KEY_VALUE`` (the emulator's). It must not be empty; key names are
-    unique (case-insensitively).
+    ``[{"KeyName": "...", "PrimaryKey": "...", "SecondaryKey": "...", "Rights": ["Send", "Listen"]}]``
+    (``SecondaryKey`` optional; ``Rights`` are Service Bus ``AccessRights``, ``Manage``, ``Send``
+    and ``Listen``, all three by default, and ``Manage`` requires the other two). When present it
+    replaces the default rule, KeyName ``RootManageSharedAccessKey`` with PrimaryKey
+    ``SAS_KEY_VALUE`` (the emulator's). It must not be empty; key names are unique
+    (case-insensitively). Queues and topics take rules of the same form in their ``Properties``
+    (``AuthorizationRules``); a key of those is good for that entity only.
 ``MaxMessageSizeInKilobytes``
     The namespace's largest message, 1..102400 KB, default 256. An entity's own
     ``MaxMessageSizeInKilobytes`` overrides it.
@@ -54,6 +57,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from sodalite.errors import ConfigurationError
+from sodalite.model.authorization import AuthorizationRule, rules_from_json
 from sodalite.model.entities import (
     DEFAULT_RULE_NAME,
     EntityKind,
@@ -82,8 +86,6 @@ DEFAULT_PARTITION_COUNT: Final = 16
 MAX_PARTITION_COUNT: Final = 1024
 
 _NAMESPACE_NAME_RE: Final = re.compile(r"[A-Za-z](?:[A-Za-z0-9-]{0,48}[A-Za-z0-9])?", re.ASCII)
-_KEY_NAME_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,256}", re.ASCII)
-_MAX_KEY_LENGTH: Final = 256
 
 
 # --------------------------------------------------------------------------------------------------
@@ -102,26 +104,6 @@ def _namespace_name_problem(name: object) -> str | None:
     return None
 
 
-def _key_name_problem(name: object) -> str | None:
-    if not isinstance(name, str):
-        return f"must be a string, got {_json_type(name)}"
-    if _KEY_NAME_RE.fullmatch(name) is None:
-        return (
-            f"invalid key name {name!r}: it must be 1 to 256 letters, digits, periods, hyphens or underscores"
-        )
-    return None
-
-
-def _key_problem(key: object, optional: bool) -> str | None:
-    if key is None and optional:
-        return None
-    if not isinstance(key, str):
-        return f"must be a string, got {_json_type(key)}"
-    if not key or len(key) > _MAX_KEY_LENGTH:
-        return f"must be 1 to {_MAX_KEY_LENGTH} characters, got {len(key)}"
-    return None
-
-
 def _first_duplicate(names: Iterable[str]) -> str | None:
     seen: set[str] = set()
     for name in names:
@@ -136,24 +118,6 @@ def _check_unique(owner: str, what: str, names: Iterable[str]) -> None:
     duplicate = _first_duplicate(names)
     if duplicate is not None:
         raise ConfigurationError(f"{owner}: duplicate {what} name {duplicate!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class AuthorizationRule:
-    """A shared access policy: a key name and its keys (either key signs valid tokens)."""
-
-    key_name: str
-    primary_key: str
-    secondary_key: str | None = None
-
-    def __post_init__(self) -> None:
-        for label, problem in (
-            ("key_name", _key_name_problem(self.key_name)),
-            ("primary_key", _key_problem(self.primary_key, optional=False)),
-            ("secondary_key", _key_problem(self.secondary_key, optional=True)),
-        ):
-            if problem is not None:
-                raise ConfigurationError(f"AuthorizationRule.{label}: {problem}")
 
 
 DEFAULT_AUTHORIZATION_RULE: Final = AuthorizationRule(DEFAULT_KEY_NAME, DEFAULT_KEY)
@@ -319,12 +283,7 @@ def _namespace(raw: object, path: str) -> NamespaceConfig:
 
     rules: tuple[AuthorizationRule, ...] = (DEFAULT_AUTHORIZATION_RULE,)
     if "AuthorizationRules" in obj:
-        rules_path = _join(path, "AuthorizationRules")
-        items = _expect_array(obj["AuthorizationRules"], rules_path)
-        if not items:
-            raise _error(rules_path, "at least one authorization rule is required")
-        rules = tuple(_authorization_rule(item, f"{rules_path}[{i}]") for i, item in enumerate(items))
-        _unique_names(((r.key_name, f"{rules_path}[{i}]") for i, r in enumerate(rules)), "key", "KeyName")
+        rules = rules_from_json(obj["AuthorizationRules"], _join(path, "AuthorizationRules"), allow_empty=False)
 
     max_size = _optional_int(
         obj,
@@ -373,24 +332,6 @@ def _subscription(raw: object, path: str) -> SubscriptionConfig:
         rules = (RuleDescription(DEFAULT_RULE_NAME, TrueFilter()),)
     _unique_names(((r.name, f"{rules_path}[{i}]") for i, r in enumerate(rules)), "rule")
     return SubscriptionConfig(name, properties, rules)
-
-
-def _authorization_rule(raw: object, path: str) -> AuthorizationRule:
-    obj = _expect_object(raw, path)
-    _check_keys(obj, ("KeyName", "PrimaryKey", "SecondaryKey"), path)
-    key_name = _require(obj, "KeyName", path)
-    problem = _key_name_problem(key_name)
-    if problem is not None:
-        raise _error(_join(path, "KeyName"), problem)
-    primary = _require(obj, "PrimaryKey", path)
-    problem = _key_problem(primary, optional=False)
-    if problem is not None:
-        raise _error(_join(path, "PrimaryKey"), problem)
-    secondary = obj.get("SecondaryKey")
-    problem = _key_problem(secondary, optional=True)
-    if problem is not None:
-        raise _error(_join(path, "SecondaryKey"), problem)
-    return AuthorizationRule(key_name, primary, secondary)
 
 
 def _entity_name(obj: Mapping[str, Any], kind: EntityKind, path: str) -> str:

@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import Any, Final, Literal, Self
 
 from sodalite.errors import ConfigurationError
+from sodalite.model.authorization import AuthorizationRule, rules_from_json
 
 # --------------------------------------------------------------------------------------------------
 # Durations
@@ -246,7 +247,7 @@ DEFAULT_DUPLICATE_DETECTION_WINDOW: Final = timedelta(minutes=10)
 DEFAULT_MAX_DELIVERY_COUNT: Final = 10
 DEFAULT_MAX_SIZE_IN_MEGABYTES: Final = 1024
 
-_Kind = Literal["bool", "int", "optional_int", "duration", "forward", "status", "metadata"]
+_Kind = Literal["bool", "int", "optional_int", "duration", "forward", "status", "metadata", "authorization_rules"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +296,8 @@ def _value_problem(spec: _Spec, value: object) -> str | None:
             return None
         problem = entity_name_problem(value, "queue")
         return None if problem is None else f"must name a queue or topic: {problem}"
+    if kind == "authorization_rules":
+        return _authorization_rules_problem(value)
     if kind == "status":
         if value not in ENTITY_STATUSES:
             return f"must be one of {', '.join(ENTITY_STATUSES)}, got {value!r}"
@@ -307,6 +310,14 @@ def _value_problem(spec: _Spec, value: object) -> str | None:
     if len(value) > _MAX_USER_METADATA:
         return f"must be at most {_MAX_USER_METADATA} characters, got {len(value)}"
     return None
+
+
+def _authorization_rules_problem(value: object) -> str | None:
+    if not isinstance(value, tuple) or not all(isinstance(r, AuthorizationRule) for r in value):
+        return f"must be a tuple of AuthorizationRule, got {type(value).__name__}"
+    names = [r.key_name.casefold() for r in value]
+    duplicate = next((r.key_name for r in value if names.count(r.key_name.casefold()) > 1), None)
+    return None if duplicate is None else f"duplicate key name {duplicate!r}"
 
 
 def _show_duration(value: timedelta) -> str:
@@ -334,6 +345,8 @@ def _decode(spec: _Spec, raw: object, path: str) -> object:
             return parse_duration(raw)
         except ConfigurationError as exc:
             raise _error(path, exc.description) from None
+    if kind == "authorization_rules":
+        return rules_from_json(raw, path)
     if kind == "forward":
         if raw == "":
             return None
@@ -351,6 +364,9 @@ def _encode(spec: _Spec, value: object) -> object:
     if spec.kind == "duration":
         assert isinstance(value, timedelta)
         return format_duration(value)
+    if spec.kind == "authorization_rules":
+        assert isinstance(value, tuple)
+        return [rule.to_json() for rule in value]
     return value
 
 
@@ -376,7 +392,10 @@ def _to_json_fields(obj: object) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in fields(obj):  # type: ignore[arg-type]
         spec: _Spec = f.metadata["spec"]
-        out[spec.json] = _encode(spec, getattr(obj, f.name))
+        value = getattr(obj, f.name)
+        if spec.kind == "authorization_rules" and not value:
+            continue  # entities without their own rules keep the JSON form they always had
+        out[spec.json] = _encode(spec, value)
     return out
 
 
@@ -400,6 +419,8 @@ _MAX_MESSAGE_SIZE = _Spec("MaxMessageSizeInKilobytes", "optional_int", 1, _MAX_M
 _STATUS = _Spec("Status", "status")
 _USER_METADATA = _Spec("UserMetadata", "metadata")
 _SUPPORT_ORDERING = _Spec("SupportOrdering", "bool")
+# The entity's own shared access policies; a key of these opens this entity only.
+_AUTHORIZATION_RULES = _Spec("AuthorizationRules", "authorization_rules")
 _DEAD_LETTERING_ON_FILTER_EXCEPTIONS = _Spec("DeadLetteringOnFilterEvaluationExceptions", "bool")
 
 
@@ -454,6 +475,7 @@ class QueueProperties(_EntityProperties):
     status: str = field(default="Active", metadata=_meta(_STATUS))
     user_metadata: str | None = field(default=None, metadata=_meta(_USER_METADATA))
     support_ordering: bool = field(default=True, metadata=_meta(_SUPPORT_ORDERING))
+    authorization_rules: tuple[AuthorizationRule, ...] = field(default=(), metadata=_meta(_AUTHORIZATION_RULES))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -474,6 +496,7 @@ class TopicProperties(_EntityProperties):
     max_message_size_in_kilobytes: int | None = field(default=None, metadata=_meta(_MAX_MESSAGE_SIZE))
     status: str = field(default="Active", metadata=_meta(_STATUS))
     user_metadata: str | None = field(default=None, metadata=_meta(_USER_METADATA))
+    authorization_rules: tuple[AuthorizationRule, ...] = field(default=(), metadata=_meta(_AUTHORIZATION_RULES))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

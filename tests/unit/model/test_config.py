@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from sodalite.errors import ConfigurationError
+from sodalite.model.authorization import AccessRights
 from sodalite.model.config import (
     DEFAULT_AUTHORIZATION_RULE,
     AuthorizationRule,
@@ -273,7 +274,11 @@ def test_results_are_frozen_dataclasses() -> None:
 # --------------------------------------------------------------------------------------------------
 
 # (JSON name, JSON value, attribute, expected Python value); the JSON values are not the defaults.
+_ENTITY_KEYS = [{"KeyName": "listener", "PrimaryKey": "p", "Rights": ["Listen"]}]
+_ENTITY_RULES = (AuthorizationRule("listener", "p", None, frozenset({AccessRights.LISTEN})),)
+
 QUEUE_CASES: list[tuple[str, Any, str, Any]] = [
+    ("AuthorizationRules", _ENTITY_KEYS, "authorization_rules", _ENTITY_RULES),
     ("LockDuration", "PT30S", "lock_duration", timedelta(seconds=30)),
     ("MaxSizeInMegabytes", 5120, "max_size_in_megabytes", 5120),
     ("RequiresDuplicateDetection", True, "requires_duplicate_detection", True),
@@ -318,6 +323,7 @@ TOPIC_CASES: list[tuple[str, Any, str, Any]] = [
     ("MaxMessageSizeInKilobytes", 102400, "max_message_size_in_kilobytes", 102400),
     ("Status", "Disabled", "status", "Disabled"),
     ("UserMetadata", "", "user_metadata", ""),
+    ("AuthorizationRules", _ENTITY_KEYS, "authorization_rules", _ENTITY_RULES),
 ]
 
 SUBSCRIPTION_CASES: list[tuple[str, Any, str, Any]] = [
@@ -377,8 +383,9 @@ def test_every_subscription_property(key: str, value: Any, attr: str, expected: 
 
 
 def test_cases_cover_every_property() -> None:
-    assert {c[0] for c in QUEUE_CASES} == set(QueueProperties().to_json())
-    assert {c[0] for c in TOPIC_CASES} == set(TopicProperties().to_json())
+    # AuthorizationRules is left out of to_json when empty
+    assert {c[0] for c in QUEUE_CASES} == {*QueueProperties().to_json(), "AuthorizationRules"}
+    assert {c[0] for c in TOPIC_CASES} == {*TopicProperties().to_json(), "AuthorizationRules"}
     assert {c[0] for c in SUBSCRIPTION_CASES} == set(SubscriptionProperties().to_json())
 
 
@@ -942,9 +949,51 @@ def test_topic_rejections(topic: dict[str, Any], where: str, reason: str) -> Non
             "invalid key name",
         ),
         (
-            {"Name": "ns1", "AuthorizationRules": [{"KeyName": "k", "PrimaryKey": "p", "Rights": ["Send"]}]},
+            {"Name": "ns1", "AuthorizationRules": [{"KeyName": "k", "PrimaryKey": "p", "Rights": ["Manage"]}]},
             "UserConfig.Namespaces[0].AuthorizationRules[0].Rights",
-            "unknown",
+            "Manage requires Send and Listen",
+        ),
+        (
+            {"Name": "ns1", "AuthorizationRules": [{"KeyName": "k", "PrimaryKey": "p", "Rights": ["Manage", "Send"]}]},
+            "UserConfig.Namespaces[0].AuthorizationRules[0].Rights",
+            "Manage requires Send and Listen",
+        ),
+        (
+            {"Name": "ns1", "AuthorizationRules": [{"KeyName": "k", "PrimaryKey": "p", "Rights": []}]},
+            "UserConfig.Namespaces[0].AuthorizationRules[0].Rights",
+            "at least one",
+        ),
+        (
+            {"Name": "ns1", "AuthorizationRules": [{"KeyName": "k", "PrimaryKey": "p", "Rights": ["Read"]}]},
+            "UserConfig.Namespaces[0].AuthorizationRules[0].Rights[0]",
+            "must be one of Manage, Send, Listen",
+        ),
+        (
+            {"Name": "ns1", "AuthorizationRules": [{"KeyName": "k", "PrimaryKey": "p", "Rights": ["Send", "send"]}]},
+            "UserConfig.Namespaces[0].AuthorizationRules[0].Rights[1]",
+            "duplicate right",
+        ),
+        (
+            {"Name": "ns1", "AuthorizationRules": [{"KeyName": "k", "PrimaryKey": "p", "Rights": "Send"}]},
+            "UserConfig.Namespaces[0].AuthorizationRules[0].Rights",
+            "JSON array",
+        ),
+        (
+            {"Name": "ns1", "AuthorizationRules": [{"KeyName": "k", "PrimaryKey": "p", "Right": ["Send"]}]},
+            "UserConfig.Namespaces[0].AuthorizationRules[0].Right",
+            "unknown property",
+        ),
+        (
+            {"Name": "ns1", "Queues": [{"Name": "q", "Properties": {"AuthorizationRules": [
+                {"KeyName": "k", "PrimaryKey": "p", "Rights": ["Manage", "Listen"]}]}}]},
+            "UserConfig.Namespaces[0].Queues[0].Properties.AuthorizationRules[0].Rights",
+            "Manage requires Send and Listen",
+        ),
+        (
+            {"Name": "ns1", "Topics": [{"Name": "t", "Properties": {"AuthorizationRules": [
+                {"KeyName": "k", "PrimaryKey": "p"}, {"KeyName": "K", "PrimaryKey": "q"}]}}]},
+            "UserConfig.Namespaces[0].Topics[0].Properties.AuthorizationRules[1].KeyName",
+            "duplicate key name",
         ),
         (
             {
@@ -1082,9 +1131,35 @@ def test_dataclass_validation() -> None:
         AuthorizationRule("k", "")
     with pytest.raises(ConfigurationError, match=r"AuthorizationRule\.key_name"):
         AuthorizationRule("", "p")
+    with pytest.raises(ConfigurationError, match=r"AuthorizationRule\.rights: Manage requires Send and Listen"):
+        AuthorizationRule("k", "p", None, frozenset({AccessRights.MANAGE, AccessRights.SEND}))
+    with pytest.raises(ConfigurationError, match=r"QueueProperties\.authorization_rules: duplicate key name"):
+        QueueProperties(authorization_rules=(AuthorizationRule("a", "p"), AuthorizationRule("A", "q")))
 
 
 def test_dataclass_defaults() -> None:
     assert SubscriptionConfig("s").rules == (RuleDescription("$Default", TrueFilter()),)
     assert TopicConfig("t").subscriptions == ()
     assert NamespaceConfig("ns1").authorization_rules == (DEFAULT_AUTHORIZATION_RULE,)
+
+
+def test_rights_default_to_all_three_and_are_read_case_insensitively() -> None:
+    ns = _one({"Name": "ns1", "AuthorizationRules": [
+        {"KeyName": "root", "PrimaryKey": "p"},
+        {"KeyName": "sender", "PrimaryKey": "s", "Rights": ["send"]},
+        {"KeyName": "admin", "PrimaryKey": "a", "Rights": ["Listen", "Manage", "Send"]},
+    ]})
+    root, sender, admin = ns.authorization_rules
+    assert root.rights == admin.rights == frozenset(AccessRights)
+    assert sender.rights == frozenset({AccessRights.SEND})
+
+
+def test_entity_rules_round_trip_through_to_json() -> None:
+    props = QueueProperties(authorization_rules=(
+        AuthorizationRule("a", "p", "s", frozenset({AccessRights.SEND, AccessRights.LISTEN})),))
+    doc = props.to_json()
+    assert doc["AuthorizationRules"] == [{"KeyName": "a", "PrimaryKey": "p", "SecondaryKey": "s",
+                                          "Rights": ["Send", "Listen"]}]
+    assert QueueProperties.from_json(json.loads(json.dumps(doc))) == props
+    topic = TopicProperties(authorization_rules=(AuthorizationRule("t", "k"),))
+    assert TopicProperties.from_json(topic.to_json()) == topic
