@@ -25,24 +25,64 @@ import urllib3
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
 from azure.core.pipeline.policies import ContentDecodePolicy
 from azure.core.pipeline.transport import RequestsTransport
+from azure.servicebus.management import CorrelationRuleFilter as SdkCorrelationRuleFilter
+from azure.servicebus.management import FalseRuleFilter as SdkFalseRuleFilter
 from azure.servicebus.management import NamespaceProperties as SdkNamespaceProperties
 from azure.servicebus.management import QueueProperties as SdkQueueProperties
 from azure.servicebus.management import QueueRuntimeProperties as SdkQueueRuntimeProperties
+from azure.servicebus.management import RuleProperties as SdkRuleProperties
 from azure.servicebus.management import ServiceBusAdministrationClient
+from azure.servicebus.management import SqlRuleAction as SdkSqlRuleAction
+from azure.servicebus.management import SqlRuleFilter as SdkSqlRuleFilter
+from azure.servicebus.management import SubscriptionProperties as SdkSubscriptionProperties
+from azure.servicebus.management import SubscriptionRuntimeProperties as SdkSubscriptionRuntimeProperties
+from azure.servicebus.management import TopicProperties as SdkTopicProperties
+from azure.servicebus.management import TopicRuntimeProperties as SdkTopicRuntimeProperties
+from azure.servicebus.management import TrueRuleFilter as SdkTrueRuleFilter
 from azure.servicebus.management._generated.models import (
+    CreateRuleBody,
+    CreateRuleBodyContent,
+    CreateSubscriptionBody,
+    CreateSubscriptionBodyContent,
+    CreateTopicBody,
+    CreateTopicBodyContent,
     NamespacePropertiesEntry,
     QueueDescriptionEntry,
     QueueDescriptionFeed,
+    RuleDescriptionEntry,
+    RuleDescriptionFeed,
     ServiceBusManagementError,
+    SubscriptionDescriptionEntry,
+    SubscriptionDescriptionFeed,
+    TopicDescriptionEntry,
+    TopicDescriptionFeed,
 )
-from azure.servicebus.management._utils import extract_data_template
+from azure.servicebus.management._utils import (
+    deserialize_rule_key_values,
+    extract_data_template,
+    extract_rule_data_template,
+    serialize_rule_key_values,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sodalite.admin import atom
-from sodalite.admin.atom import QueueRuntime
+from sodalite.admin.atom import EntityRuntime
 from sodalite.errors import ArgumentError, ConfigurationError, SodaliteError
-from sodalite.model.entities import ENTITY_STATUSES, TIMESPAN_MAX, QueueProperties
+from sodalite.model.entities import (
+    CORRELATION_FIELDS,
+    ENTITY_STATUSES,
+    TIMESPAN_MAX,
+    CorrelationFilter,
+    FalseFilter,
+    QueueProperties,
+    RuleDescription,
+    SqlFilter,
+    SqlRuleAction,
+    SubscriptionProperties,
+    TopicProperties,
+    TrueFilter,
+)
 
 BASE = "https://localhost:5300"
 NOW = datetime(2024, 5, 1, 12, 30, 15, 250000, tzinfo=UTC)
@@ -90,7 +130,7 @@ EVERYTHING_SET = QueueProperties(
     support_ordering=False,
 )
 
-RUNTIME = QueueRuntime(
+RUNTIME = EntityRuntime(
     active=5,
     dead_letter=3,
     scheduled=2,
@@ -340,7 +380,7 @@ def test_the_sdk_lists_a_feed_of_two_entries_and_follows_the_next_link() -> None
         atom.queue_entry("beta", QueueProperties(), replace(RUNTIME, active=9), BASE, NOW),
     ]
     next_href = f"{BASE}/$Resources/queues?$skip=2&$top=2"
-    next_link, items = _list_page(atom.queue_feed(entries, BASE, "Queues", next_href, now=NOW))
+    next_link, items = _list_page(atom.feed(entries, BASE, "Queues", next_href, now=NOW))
     assert next_link == next_href
     assert [name for name, _, _ in items] == ["alpha", "beta"]
     assert items[0][1].name == "alpha" and items[0][1].lock_duration == timedelta(seconds=45)
@@ -349,15 +389,15 @@ def test_the_sdk_lists_a_feed_of_two_entries_and_follows_the_next_link() -> None
     assert [runtime.active_message_count for _, _, runtime in items] == [5, 9]
     assert items[1][2].total_message_count == 19
 
-    last_link, last = _list_page(atom.queue_feed(entries[:1], BASE, "Queues", None))
+    last_link, last = _list_page(atom.feed(entries[:1], BASE, "Queues", None))
     assert last_link is None and [name for name, _, _ in last] == ["alpha"]
-    no_link, none = _list_page(atom.queue_feed([], BASE, "Queues", None))
+    no_link, none = _list_page(atom.feed([], BASE, "Queues", None))
     assert no_link is None and none == []
 
 
 def test_a_feed_embeds_entries_that_carry_an_xml_declaration() -> None:
     entry = b'<?xml version="1.0" encoding="utf-8"?>\n' + atom.queue_entry("q", QueueProperties(), RUNTIME, BASE, NOW)
-    _, items = _list_page(atom.queue_feed([entry], BASE, "Queues", None))
+    _, items = _list_page(atom.feed([entry], BASE, "Queues", None))
     assert [name for name, _, _ in items] == ["q"]
 
 
@@ -404,7 +444,7 @@ class FakeManagementService:
     queues: dict[str, QueueProperties] = field(default_factory=dict)
     requests: list[tuple[str, str, Mapping[str, str]]] = field(default_factory=list)
 
-    def runtime(self, name: str) -> QueueRuntime:
+    def runtime(self, name: str) -> EntityRuntime:
         return replace(RUNTIME, active=len(name))
 
     def handle(self, method: str, url: str, headers: Mapping[str, str], body: bytes) -> tuple[int, bytes, str]:
@@ -425,7 +465,7 @@ class FakeManagementService:
                            for n in names[skip:skip + top]]
                 more = skip + top < len(names)
                 next_link = f"{base}/$Resources/queues?$skip={skip + top}&$top={top}" if more else None
-                return 200, atom.queue_feed(entries, base, "Queues", next_link), feed_type
+                return 200, atom.feed(entries, base, "Queues", next_link), feed_type
             if method == "GET":
                 if path not in self.queues:
                     return 200, atom.empty_feed(base), feed_type
@@ -661,3 +701,335 @@ def test_the_sdk_reads_any_properties_as_written(props: QueueProperties) -> None
     assert sdk.user_metadata == props.user_metadata
     assert sdk.status == props.status
     assert sdk.max_message_size_in_kilobytes == props.max_message_size_in_kilobytes
+
+
+# --------------------------------------------------------------------------------------------------
+# (5) Topics, subscriptions and rules: the SDK reads what we write, we read what the SDK writes
+# --------------------------------------------------------------------------------------------------
+
+TOPIC_SET = TopicProperties(
+    default_message_time_to_live=timedelta(hours=3),
+    max_size_in_megabytes=4096,
+    requires_duplicate_detection=True,
+    duplicate_detection_history_time_window=timedelta(minutes=2),
+    enable_batched_operations=False,
+    auto_delete_on_idle=timedelta(hours=5),
+    enable_partitioning=True,
+    enable_express=True,
+    support_ordering=False,
+    max_message_size_in_kilobytes=2048,
+    status="SendDisabled",
+    user_metadata="topic <meta> & more",
+)
+
+TOPIC_RUNTIME = EntityRuntime(
+    scheduled=3, size_in_bytes=9876, subscription_count=4, sql_filter_count=5, correlation_filter_count=2,
+    created_at=CREATED, updated_at=UPDATED, accessed_at=ACCESSED)
+
+SUBSCRIPTION_SET = SubscriptionProperties(
+    lock_duration=timedelta(seconds=45),
+    requires_session=True,
+    default_message_time_to_live=timedelta(days=2),
+    dead_lettering_on_message_expiration=True,
+    dead_lettering_on_filter_evaluation_exceptions=False,
+    max_delivery_count=4,
+    enable_batched_operations=False,
+    forward_to="q2",
+    user_metadata="sub",
+    forward_dead_lettered_messages_to="q3",
+    auto_delete_on_idle=timedelta(hours=2),
+    status="ReceiveDisabled",
+)
+
+RULES = [
+    RuleDescription("sql", SqlFilter("color = @c AND n > @n AND big = @big AND ok = @ok AND r < @r",
+                                     {"@c": "red", "@n": 5, "@big": 2**40, "@ok": True, "@r": 1.5}),
+                    SqlRuleAction("SET seen = 1")),
+    RuleDescription("sql-plain", SqlFilter("1=1")),
+    RuleDescription("corr", CorrelationFilter(
+        correlation_id="cid", message_id="mid", to="to", reply_to="rt", label="subject", session_id="sid",
+        reply_to_session_id="rsid", content_type="text/plain",
+        properties={"k": "v <&>", "n": -7, "big": -(2**40), "flag": False, "f": 2.25})),
+    RuleDescription("corr-one", CorrelationFilter(label="only")),
+    RuleDescription("always", TrueFilter()),
+    RuleDescription("never", FalseFilter(), SqlRuleAction("SET x = 'y'")),
+]
+
+
+def sdk_topic(body: bytes, name: str) -> tuple[SdkTopicProperties, SdkTopicRuntimeProperties]:
+    """The get_topic / get_topic_runtime_properties path."""
+    entry = TopicDescriptionEntry.deserialize(sdk_element(body))
+    assert entry.content is not None
+    description = entry.content.topic_description
+    return (SdkTopicProperties._from_internal_entity(name, description),
+            SdkTopicRuntimeProperties._from_internal_entity(name, description))
+
+
+def sdk_subscription(body: bytes, name: str) -> tuple[SdkSubscriptionProperties, SdkSubscriptionRuntimeProperties]:
+    entry = SubscriptionDescriptionEntry.deserialize(sdk_element(body))
+    assert entry.content is not None
+    description = entry.content.subscription_description
+    return (SdkSubscriptionProperties._from_internal_entity(name, description),
+            SdkSubscriptionRuntimeProperties._from_internal_entity(name, description))
+
+
+def sdk_rule(body: bytes, name: str) -> SdkRuleProperties:
+    """The get_rule path, key values included (they are read from the raw element)."""
+    element = sdk_element(body)
+    entry = RuleDescriptionEntry.deserialize(element)
+    assert entry.content is not None
+    rule = SdkRuleProperties._from_internal_entity(name, entry.content.rule_description)
+    deserialize_rule_key_values(element, rule)
+    return rule
+
+
+def _sdk_request(body_class: Any, content_class: Any, member: str, internal: Any) -> bytes:
+    """A create/update request body as the SDK's generated serializer writes it."""
+    element = body_class(content=content_class(**{member: internal})).serialize(is_xml=True)
+    return bytes(ET.tostring(element, encoding="utf-8"))
+
+
+def test_the_sdk_reads_every_topic_property_and_runtime_figure() -> None:
+    sdk, runtime = sdk_topic(atom.entity_entry("orders", "orders", TOPIC_SET, TOPIC_RUNTIME, BASE, NOW), "orders")
+    p = TOPIC_SET
+    assert sdk.name == "orders"
+    assert sdk.default_message_time_to_live == p.default_message_time_to_live
+    assert sdk.max_size_in_megabytes == 4096
+    assert sdk.requires_duplicate_detection is True
+    assert sdk.duplicate_detection_history_time_window == p.duplicate_detection_history_time_window
+    assert sdk.enable_batched_operations is False
+    assert sdk.auto_delete_on_idle == p.auto_delete_on_idle
+    assert (sdk.enable_partitioning, sdk.enable_express, sdk.support_ordering) == (True, True, False)
+    assert sdk.max_message_size_in_kilobytes == 2048
+    assert (sdk.status, sdk.user_metadata) == ("SendDisabled", "topic <meta> & more")
+    assert sdk.availability_status == "Available" and sdk.filtering_messages_before_publishing is False
+    assert sdk.authorization_rules is None
+
+    assert runtime.name == "orders"
+    assert (runtime.scheduled_message_count, runtime.size_in_bytes, runtime.subscription_count) == (3, 9876, 4)
+    assert (runtime.sql_filter_count, runtime.correlation_filter_count) == (5, 2)
+    assert (runtime.created_at_utc, runtime.updated_at_utc, runtime.accessed_at_utc) == (CREATED, UPDATED, ACCESSED)
+
+
+def test_a_topic_entry_has_datacontract_order() -> None:
+    root = ET.fromstring(atom.entity_entry("t", "t", TOPIC_SET, TOPIC_RUNTIME, BASE, NOW))
+    [description] = list(root.find("{http://www.w3.org/2005/Atom}content") or [])
+    assert [child.tag.removeprefix(CONNECT) for child in description] == [
+        "DefaultMessageTimeToLive", "MaxSizeInMegabytes", "RequiresDuplicateDetection",
+        "DuplicateDetectionHistoryTimeWindow", "EnableBatchedOperations", "SizeInBytes",
+        "FilteringMessagesBeforePublishing", "IsAnonymousAccessible", "AuthorizationRules", "Status", "CreatedAt",
+        "UpdatedAt", "AccessedAt", "SupportOrdering", "CountDetails", "SubscriptionCount", "SqlFilterCount",
+        "CorrelationFilterCount", "AutoDeleteOnIdle", "EnablePartitioning", "EntityAvailabilityStatus",
+        "EnableSubscriptionPartitioning", "EnableExpress", "UserMetadata", "MaxMessageSizeInKilobytes",
+    ]
+
+
+def test_the_sdk_reads_every_subscription_property_and_count() -> None:
+    runtime = replace(RUNTIME, size_in_bytes=0)
+    body = atom.entity_entry("t1/subscriptions/s1", "s1", SUBSCRIPTION_SET, runtime, BASE, NOW)
+    assert ET.fromstring(body).findtext("{http://www.w3.org/2005/Atom}id") == (
+        f"{BASE}/t1/subscriptions/s1?api-version=2021-05")
+    sdk, sdk_runtime = sdk_subscription(body, "s1")
+    p = SUBSCRIPTION_SET
+    assert sdk.name == "s1"
+    assert sdk.lock_duration == p.lock_duration
+    assert sdk.requires_session is True
+    assert sdk.default_message_time_to_live == p.default_message_time_to_live
+    assert sdk.dead_lettering_on_message_expiration is True
+    assert sdk.dead_lettering_on_filter_evaluation_exceptions is False
+    assert (sdk.max_delivery_count, sdk.enable_batched_operations) == (4, False)
+    assert sdk.forward_to == "sb://localhost:5300/q2"
+    assert sdk.forward_dead_lettered_messages_to == "sb://localhost:5300/q3"
+    assert (sdk.user_metadata, sdk.status, sdk.availability_status) == ("sub", "ReceiveDisabled", "Available")
+    assert sdk.auto_delete_on_idle == p.auto_delete_on_idle
+
+    assert sdk_runtime.name == "s1"
+    assert (sdk_runtime.active_message_count, sdk_runtime.dead_letter_message_count) == (5, 3)
+    assert (sdk_runtime.transfer_message_count, sdk_runtime.transfer_dead_letter_message_count) == (1, 4)
+    assert sdk_runtime.total_message_count == 15
+    assert sdk_runtime.created_at_utc == CREATED and sdk_runtime.accessed_at_utc == ACCESSED
+
+    defaults, _ = sdk_subscription(atom.entity_entry("t/subscriptions/s", "s", SubscriptionProperties(), runtime,
+                                                     BASE, NOW), "s")
+    assert defaults.lock_duration == timedelta(minutes=1) and defaults.max_delivery_count == 10
+    assert near(defaults.default_message_time_to_live, TIMESPAN_MAX) and near(defaults.auto_delete_on_idle,
+                                                                               TIMESPAN_MAX)
+    assert defaults.dead_lettering_on_filter_evaluation_exceptions is True
+    assert defaults.forward_to is None and defaults.user_metadata is None
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[rule.name for rule in RULES])
+def test_the_sdk_reads_every_kind_of_rule(rule: RuleDescription) -> None:
+    runtime = EntityRuntime(created_at=CREATED)
+    sdk = sdk_rule(atom.entity_entry(f"t/subscriptions/s/rules/{rule.name}", rule.name, rule, runtime, BASE, NOW),
+                   rule.name)
+    assert sdk.name == rule.name and sdk.created_at_utc == CREATED
+    flt = rule.filter
+    if isinstance(flt, SqlFilter):
+        assert type(sdk.filter) is SdkSqlRuleFilter  # not one of its True/False subclasses
+        assert sdk.filter.sql_expression == flt.expression
+        assert dict(sdk.filter.parameters or {}) == flt.parameters
+    elif isinstance(flt, CorrelationFilter):
+        assert isinstance(sdk.filter, SdkCorrelationRuleFilter)
+        for attr, _ in CORRELATION_FIELDS:
+            assert getattr(sdk.filter, attr) == getattr(flt, attr)
+        assert dict(sdk.filter.properties or {}) == flt.properties
+        assert {k: type(v) for k, v in (sdk.filter.properties or {}).items()} == {
+            k: type(v) for k, v in flt.properties.items()}
+    elif isinstance(flt, TrueFilter):
+        assert isinstance(sdk.filter, SdkTrueRuleFilter)
+    else:
+        assert isinstance(sdk.filter, SdkFalseRuleFilter)
+    if rule.action is None:
+        assert sdk.action is None
+    else:
+        assert isinstance(sdk.action, SdkSqlRuleAction) and sdk.action.sql_expression == rule.action.expression
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[rule.name for rule in RULES])
+def test_every_kind_of_rule_survives_both_round_trips(rule: RuleDescription) -> None:
+    runtime = EntityRuntime(created_at=CREATED)
+    entry = atom.entity_entry(f"t/subscriptions/s/rules/{rule.name}", rule.name, rule, runtime, BASE, NOW)
+    parsed = atom.parse_description(entry)
+    assert parsed.kind == "RuleDescription" and parsed.description() == rule
+    assert parsed.runtime is not None and parsed.runtime.created_at == CREATED
+    assert atom.parse_description(atom.request_entry(rule)).description() == rule
+
+    # what the SDK's update_rule sends back after reading the rule (its serializer, its key values)
+    sdk = sdk_rule(entry, rule.name)
+    element = CreateRuleBody(content=CreateRuleBodyContent(rule_description=sdk._to_internal_entity())).serialize(
+        is_xml=True)
+    serialize_rule_key_values(element, sdk)
+    echoed = atom.parse_description(ET.tostring(element, encoding="utf-8"))
+    assert echoed.description(rule.name) == rule
+
+
+def test_the_sdk_create_rule_body_with_every_value_type() -> None:
+    sdk = SdkRuleProperties("typed", filter=SdkCorrelationRuleFilter(properties={
+        "s": "text", "i": 5, "l": 2**40, "b": True, "d": 0.5,
+        "t": datetime(2024, 5, 1, 12, 0, tzinfo=UTC), "span": timedelta(minutes=90)}),
+        action=None, created_at_utc=None)
+    element = CreateRuleBody(content=CreateRuleBodyContent(rule_description=sdk._to_internal_entity())).serialize(
+        is_xml=True)
+    serialize_rule_key_values(element, sdk)
+    parsed = atom.parse_description(ET.tostring(element, encoding="utf-8"))
+    assert parsed.properties["Properties"]["CorrelationFilter"]["Properties"] == {
+        "s": "text", "i": 5, "l": 2**40, "b": True, "d": 0.5,
+        "t": datetime(2024, 5, 1, 12, 0, tzinfo=UTC), "span": timedelta(minutes=90)}
+    # The model's filters hold strings, numbers and booleans only: the others are refused by name.
+    with pytest.raises(ConfigurationError, match=r"CorrelationFilter\.Properties\.t: must be"):
+        parsed.description()
+
+
+def test_topics_and_subscriptions_survive_both_round_trips() -> None:
+    for props in (TOPIC_SET, TopicProperties()):
+        parsed = atom.parse_description(atom.entity_entry("t", "t", props, TOPIC_RUNTIME, BASE, NOW))
+        assert parsed.kind == "TopicDescription" and parsed.description() == props
+        assert parsed.runtime == TOPIC_RUNTIME
+        assert atom.parse_description(atom.request_entry(props)).description() == props
+        sdk, _ = sdk_topic(atom.entity_entry("t", "t", props, TOPIC_RUNTIME, BASE, NOW), "t")
+        body = _sdk_request(CreateTopicBody, CreateTopicBodyContent, "topic_description", sdk._to_internal_entity())
+        assert atom.parse_description(body).description() == props  # update_topic's echo
+    for sub in (SUBSCRIPTION_SET, SubscriptionProperties()):
+        entry = atom.entity_entry("t/subscriptions/s", "s", sub, RUNTIME, BASE, NOW)
+        parsed = atom.parse_description(entry)
+        assert parsed.kind == "SubscriptionDescription" and parsed.description() == sub
+        assert parsed.runtime == replace(RUNTIME, size_in_bytes=0)  # a subscription has no SizeInBytes
+        assert parsed.default_rule is None
+        sdk_sub, _ = sdk_subscription(entry, "s")
+        body = _sdk_request(CreateSubscriptionBody, CreateSubscriptionBodyContent, "subscription_description",
+                            sdk_sub._to_internal_entity("localhost:5300"))
+        assert atom.parse_description(body).description() == sub  # update_subscription's echo
+
+
+def test_a_subscription_request_carries_its_default_rule() -> None:
+    rule = RULES[0]
+    parsed = atom.parse_description(atom.request_entry(SUBSCRIPTION_SET, default_rule=rule))
+    assert parsed.description() == SUBSCRIPTION_SET
+    assert parsed.default_rule_description() == rule
+    unnamed = replace(rule, name="$Default")
+    body = atom.request_entry(SUBSCRIPTION_SET, default_rule=unnamed).replace(b"<Name>$Default</Name>", b"")
+    assert atom.parse_description(body).default_rule_description() == unnamed  # named $Default when unnamed
+    assert atom.parse_description(atom.request_entry(SUBSCRIPTION_SET)).default_rule_description() is None
+
+
+def test_the_sdk_lists_topics_subscriptions_and_rules_with_a_next_link() -> None:
+    next_href = f"{BASE}/$Resources/topics?$skip=2&$top=2"
+    topics = [atom.entity_entry(n, n, TOPIC_SET, TOPIC_RUNTIME, BASE, NOW) for n in ("t1", "t2")]
+    next_link, items = extract_data_template(
+        TopicDescriptionFeed, lambda e: SdkTopicProperties._from_internal_entity(e.title, e.content.topic_description),
+        sdk_element(atom.feed(topics, BASE, "Topics", next_href, path="$Resources/topics", now=NOW)))
+    assert next_link == next_href and [t.name for t in items] == ["t1", "t2"]
+
+    subscriptions = [atom.entity_entry(f"t/subscriptions/{n}", n, SUBSCRIPTION_SET, RUNTIME, BASE, NOW)
+                     for n in ("a", "b")]
+    next_link, subs = extract_data_template(
+        SubscriptionDescriptionFeed,
+        lambda e: SdkSubscriptionRuntimeProperties._from_internal_entity(e.title, e.content.subscription_description),
+        sdk_element(atom.feed(subscriptions, BASE, "Subscriptions", None, path="t/subscriptions")))
+    assert next_link is None and [(s.name, s.active_message_count) for s in subs] == [("a", 5), ("b", 5)]
+
+    rule_entries = [atom.entity_entry(f"t/subscriptions/s/rules/{r.name}", r.name, r, EntityRuntime(), BASE, NOW)
+                    for r in RULES]
+
+    def convert(element: Any, entry: Any) -> SdkRuleProperties:
+        rule = SdkRuleProperties._from_internal_entity(entry.title, entry.content.rule_description)
+        deserialize_rule_key_values(element, rule)
+        return rule
+
+    rules_next = f"{BASE}/t/subscriptions/s/rules?$skip=6&$top=6"
+    next_link, rules = extract_rule_data_template(
+        RuleDescriptionFeed, convert, sdk_element(atom.feed(rule_entries, BASE, "Rules", rules_next,
+                                                            path="t/subscriptions/s/rules")))
+    listed = list(rules)
+    assert next_link == rules_next and [r.name for r in listed] == [r.name for r in RULES]
+    assert isinstance(listed[2].filter, SdkCorrelationRuleFilter)
+    assert dict(listed[2].filter.properties or {}) == {"k": "v <&>", "n": -7, "big": -(2**40), "flag": False,
+                                                       "f": 2.25}
+
+
+def _rule_body(inner: str) -> bytes:
+    return (f'<RuleDescription xmlns="{atom.CONNECT_NS}" xmlns:i="{atom.XSI_NS}">{inner}</RuleDescription>').encode()
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (_rule_body('<Filter i:type="BogusFilter"/><Name>r</Name>'), "RuleDescription.Filter: xsi:type"),
+        (_rule_body('<Filter i:type="SqlFilter"/><Name>r</Name>'), "RuleDescription.Filter.SqlExpression: required"),
+        (_rule_body('<Filter i:type="TrueFilter"/><Action i:type="Bogus"/>'), "RuleDescription.Action: xsi:type"),
+        (_rule_body('<Filter i:type="SqlFilter"><SqlExpression>a = @p</SqlExpression><Parameters>'
+                    '<KeyValueOfstringanyType><Key>@p</Key><Value i:type="d6p1:int" '
+                    f'xmlns:d6p1="{atom.XSD_NS}">five</Value></KeyValueOfstringanyType></Parameters></Filter>'),
+         "RuleDescription.Filter.Parameters['@p']: must be an integer"),
+        (_rule_body('<Filter i:type="CorrelationFilter"><Properties><KeyValueOfstringanyType><Key>k</Key>'
+                    f'<Value i:type="d6p1:base64Binary" xmlns:d6p1="{atom.XSD_NS}">AA==</Value>'
+                    "</KeyValueOfstringanyType></Properties></Filter>"),
+         "RuleDescription.Filter.Properties['k']: unsupported value type 'base64Binary'"),
+        (_rule_body('<Filter i:type="CorrelationFilter"><Properties><KeyValueOfstringanyType><Key>k</Key>'
+                    "</KeyValueOfstringanyType></Properties></Filter>"),
+         "RuleDescription.Filter.Properties[0]: needs a Key and a Value"),
+        (_rule_body('<Filter i:type="TrueFilter"/><Action i:type="SqlRuleAction"><SqlExpression>SET a = 1'
+                    "</SqlExpression><Parameters><KeyValueOfstringanyType><Key>@a</Key><Value>1</Value>"
+                    "</KeyValueOfstringanyType></Parameters></Action>"),
+         "RuleDescription.Action.Parameters: parameters of a SqlRuleAction are not supported"),
+        (b"<TopicDescription><MaxSizeInMegabytes>big</MaxSizeInMegabytes></TopicDescription>",
+         "TopicDescription.MaxSizeInMegabytes: must be an integer"),
+        (b"<SubscriptionDescription><DefaultRuleDescription><Filter i:type='Nope' "
+         b"xmlns:i='http://www.w3.org/2001/XMLSchema-instance'/></DefaultRuleDescription></SubscriptionDescription>",
+         "SubscriptionDescription.DefaultRuleDescription.Filter: xsi:type"),
+    ],
+)
+def test_bad_rules_and_values_raise_argument_error_naming_the_element(body: bytes, expected: str) -> None:
+    with pytest.raises(ArgumentError, match=re.escape(expected)):
+        atom.parse_description(body)
+
+
+def test_a_rule_without_a_name_takes_the_request_paths() -> None:
+    parsed = atom.parse_description(_rule_body('<Filter i:type="FalseFilter"/>'))
+    with pytest.raises(ArgumentError, match="needs a name"):
+        parsed.description()
+    assert parsed.description("from-path") == RuleDescription("from-path", FalseFilter())
+    with pytest.raises(ConfigurationError, match="SqlFilter"):
+        atom.parse_description(_rule_body(
+            '<Filter i:type="SqlFilter"><SqlExpression> </SqlExpression></Filter>')).description("r")
