@@ -1,0 +1,132 @@
+"""Prometheus metrics of one broker.
+
+Each broker owns a ``CollectorRegistry`` of its own, never the process-global one, so several
+brokers (tests run many in one process) never share or collide on series. Counters are bumped by
+one-line hooks where things happen (a send accepted, a message delivered or removed, a connection
+opened, a store commit, an error sent to a client). Message counts per entity and the number of
+open connections are read from the partition actors and the broker when scraped, so they cannot
+drift from the broker's own state. Scrapes run on the event loop, like the actors, so reading
+their state needs no lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from sodalite.server.partition_actor import PartitionActor, SubQueue
+from sodalite.server.store_worker import StoreWorker
+
+if TYPE_CHECKING:
+    from sodalite.server.broker import Broker
+
+# How a sub-queue is spelled in an entity label: the SDK's path suffixes (sdk-wire-contract.md 1.2).
+SUB_QUEUE_SUFFIX = {
+    SubQueue.MAIN: "",
+    SubQueue.DEAD_LETTER: "/$DeadLetterQueue",
+    SubQueue.TRANSFER_DEAD_LETTER: "/$Transfer/$DeadLetterQueue",
+}
+CONTENT_TYPE = CONTENT_TYPE_LATEST  # of what render() returns
+# A local SQLite commit with fsync takes about a millisecond; a stalled disk takes seconds.
+COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class BrokerMetrics:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.messages_in = Counter("sodalite_messages_in", "Messages accepted from senders (acknowledged sends)",
+                                   ["entity"], registry=self.registry)
+        self.messages_out = Counter(
+            "sodalite_messages_out", "Messages removed by receivers: completed, or received in ReceiveAndDelete",
+            ["entity"], registry=self.registry)
+        self.deliveries = Counter("sodalite_deliveries", "Messages transferred to receivers, redeliveries included",
+                                  ["entity"], registry=self.registry)
+        self.connections = Counter("sodalite_connections", "AMQP connections opened (after any TLS handshake)",
+                                   registry=self.registry)
+        self.commit_seconds = Histogram("sodalite_store_commit_seconds",
+                                        "Duration of one messaging-store transaction (a group commit)",
+                                        buckets=COMMIT_BUCKETS, registry=self.registry)
+        self.errors = Counter("sodalite_errors", "Errors sent to AMQP clients, by AMQP condition", ["condition"],
+                              registry=self.registry)
+        self.registry.register(_LiveCollector(broker))
+        self.watch(broker.worker)
+
+    def watch(self, worker: StoreWorker) -> None:
+        worker.on_commit = self.commit_seconds.observe
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every metric."""
+        return generate_latest(self.registry)
+
+    def entity_label(self, actor: PartitionActor, sub_queue: SubQueue = SubQueue.MAIN) -> str:
+        entity = self.broker.entity(actor.ref.entity)
+        name = entity.name if entity is not None else actor.ref.entity
+        return name + SUB_QUEUE_SUFFIX[sub_queue]
+
+    # ---- hooks ------------------------------------------------------------------------------------
+
+    def connection_opened(self) -> None:
+        self.connections.inc()
+
+    def count_in(self, sent: asyncio.Future[None], entity: str, messages: int) -> None:
+        """Count ``messages`` sent to ``entity`` once ``sent`` (their commit) succeeds."""
+        sent.add_done_callback(lambda f: None if f.cancelled() or f.exception() is not None
+                               else self.messages_in.labels(entity).inc(messages))
+
+    def count_out(self, settled: asyncio.Future[None], actor: PartitionActor, sub_queue: SubQueue,
+                  messages: int = 1) -> None:
+        """Count messages removed by a receiver once the removal (``settled``) has committed."""
+        label = self.entity_label(actor, sub_queue)
+        settled.add_done_callback(lambda f: None if f.cancelled() or f.exception() is not None
+                                  else self.messages_out.labels(label).inc(messages))
+
+    def delivered(self, actor: PartitionActor, sub_queue: SubQueue, removed: bool) -> None:
+        """A transfer to a receiver; ``removed`` when it was received in ReceiveAndDelete (already committed)."""
+        label = self.entity_label(actor, sub_queue)
+        self.deliveries.labels(label).inc()
+        if removed:
+            self.messages_out.labels(label).inc()
+
+    def error_sent(self, condition: str) -> None:
+        self.errors.labels(condition).inc()
+
+
+class _LiveCollector(Collector):
+    """Gauges computed at scrape time from the broker's own state."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families()
+
+    def collect(self) -> Iterable[Metric]:
+        families = self._families()
+        active, dead_letter, transfer_dead_letter, scheduled, _ = families
+        for entity in list(self.broker.entities.values()):
+            counts = entity.actor.counts()
+            active.add_metric([entity.name], counts["active"])
+            dead_letter.add_metric([entity.name], counts["dead_letter"])
+            transfer_dead_letter.add_metric([entity.name], counts["transfer_dead_letter"])
+            scheduled.add_metric([entity.name], counts["scheduled"])
+        families[-1].add_metric([], len(self.broker.connections))
+        return families
+
+    @staticmethod
+    def _families() -> list[GaugeMetricFamily]:
+        return [
+            GaugeMetricFamily("sodalite_active_messages", "Active messages (locked and deferred included)",
+                              labels=["entity"]),
+            GaugeMetricFamily("sodalite_dead_letter_messages", "Messages in the dead-letter queue",
+                              labels=["entity"]),
+            GaugeMetricFamily("sodalite_transfer_dead_letter_messages",
+                              "Messages in the transfer dead-letter queue", labels=["entity"]),
+            GaugeMetricFamily("sodalite_scheduled_messages", "Scheduled messages not yet enqueued", labels=["entity"]),
+            GaugeMetricFamily("sodalite_connections_open", "Open AMQP connections", labels=[]),
+        ]
