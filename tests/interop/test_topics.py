@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,6 +42,7 @@ TOPICS = [{"Name": "shop", "Properties": {}, "Subscriptions": [
     _sub("strict", [_sql("sum", "quantity + 1 > 0")]),
     _sub("lenient", [_sql("sum", "quantity + 1 > 0")], DeadLetteringOnFilterEvaluationExceptions=False),
 ]}, {"Name": "other", "Properties": {}, "Subscriptions": [_sub("x")]},
+    {"Name": "later", "Properties": {}, "Subscriptions": [_sub("a"), _sub("b", [_sql("b", "n = 2")])]},
     {"Name": "short-lived", "Properties": {"DefaultMessageTimeToLive": "PT1M"},
      "Subscriptions": [_sub("long", None, DefaultMessageTimeToLive="PT1H")]}]
 QUEUES = [{"Name": "from-topic", "Properties": {}}, {"Name": "to-topic", "Properties": {"ForwardTo": "shop"}}]
@@ -176,3 +178,24 @@ def test_the_topics_smaller_ttl_applies_to_its_subscriptions(shop: BrokerProcess
             sender.send_messages(ServiceBusMessage("brief"))
         [m] = _drain(client, "long", topic="short-lived")
         assert m.time_to_live == datetime.timedelta(minutes=1)  # type: ignore[attr-defined]
+
+
+def test_messages_scheduled_on_a_topic_reach_its_subscriptions_when_due(shop: BrokerProcess) -> None:
+    soon = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=2)
+    with ServiceBusClient.from_connection_string(shop.connection_string) as client:
+        with client.get_topic_sender("later") as sender:
+            [kept] = sender.schedule_messages(ServiceBusMessage("kept", application_properties={"n": 2}), soon)
+            [cancelled] = sender.schedule_messages(ServiceBusMessage("cancelled", application_properties={"n": 2}),
+                                                   soon)
+            sender.cancel_scheduled_messages(cancelled)
+        with client.get_subscription_receiver("later", "a", max_wait_time=15) as receiver:
+            got = receiver.receive_messages(max_message_count=2, max_wait_time=15)  # waits for the first
+            got += receiver.receive_messages(max_message_count=2, max_wait_time=2)
+            for m in got:
+                receiver.complete_message(m)
+        assert [str(m) for m in got] == ["kept"]
+        assert got[0].application_properties[b"n"] == 2
+        assert [str(m) for m in _drain(client, "b", topic="later")] == ["kept"]  # filtered as a send is
+        with client.get_subscription_receiver("later", "a") as receiver:
+            assert receiver.peek_messages(max_message_count=5) == []
+    assert kept != cancelled

@@ -163,6 +163,8 @@ class PartitionActor:
         self._pending_bytes = 0
         self.dedup: DuplicateDetector | None = None
         self.last_activity = clock()  # for AutoDeleteOnIdle; a restart counts as activity
+        # A topic's: its scheduled messages, once due, become its subscriptions' copies (set by the broker).
+        self.on_activated: Callable[[list[MessageDraft]], list[FanOut]] | None = None
 
     @property
     def partition(self) -> Partition:
@@ -322,6 +324,10 @@ class PartitionActor:
         them all (all copies or none), acknowledged once that commits."""
         self._check_available()
         self._touch()
+        self._append_fan_out(targets)
+        return self._future_in_batch()
+
+    def _append_fan_out(self, targets: list[FanOut]) -> None:
         batch = self._batch
         for target in targets:
             if target.drafts:
@@ -334,7 +340,6 @@ class PartitionActor:
                 queue = target.dead_letter_queue
                 batch.ops.append(AppendMessages(target.actor.refs[queue], tuple(dead)))
                 batch.forwarded.extend((target.actor, queue, r) for r in dead)
-        return self._future_in_batch()
 
     def deduplicate(self, drafts: list[MessageDraft]) -> list[MessageDraft]:
         """Drop drafts whose MessageId was seen inside the window (for a topic's send)."""
@@ -710,8 +715,23 @@ class PartitionActor:
         for sub, queue in self.queues.items():
             self._store_updates(sub, queue.on_time(now))
             self._drain_outbox(sub)
+        if self.on_activated is not None:
+            self._publish_due(self.on_activated, now)
         self._grant_waiters()
         self._dispatch()
+
+    def _publish_due(self, on_activated: Callable[[list[MessageDraft]], list[FanOut]], now: int) -> None:
+        """A topic's scheduled messages that came due leave it for its subscriptions, as a send would,
+        in the same transaction (nobody receives from a topic, so every active message here is one)."""
+        main = self.queues[SubQueue.MAIN]
+        due: list[MessageRecord] = []
+        while (record := main.take_next(now)) is not None:
+            due.append(record)
+        if not due:
+            return
+        self._batch.ops.append(DeleteMessages(self.refs[SubQueue.MAIN], tuple(r.sequence_number for r in due)))
+        self._append_fan_out(on_activated([wire.forwarded_draft(r) for r in due]))
+        self._schedule_commit()
 
     def _store_updates(self, sub: SubQueue, updates: list[MessageUpdate]) -> None:
         if updates:
