@@ -53,7 +53,8 @@ def start_broker(data_dir: Path, sync_mode: str) -> tuple[subprocess.Popen[str],
         {"Name": QUEUE, "Properties": {"LockDuration": "PT5M"}}]}]}}))
     proc = subprocess.Popen(
         [str(ROOT / "scripts" / "serve"), "--port", "0", "--data-dir", str(data_dir / "data"), "--config",
-         str(config), "--sync", sync_mode, "--admin-port", "-1"], stdout=subprocess.PIPE, text=True)
+         str(config), "--sync", sync_mode, "--admin-port", "-1", "--http-port", "-1", "--amqps-port", "-1"],
+        stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     for line in proc.stdout:
         match = re.search(r"Connection string: (\S+)", line)

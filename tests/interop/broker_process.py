@@ -25,20 +25,28 @@ def write_config(path: Path, queues: list[dict[str, Any]], **namespace: Any) -> 
 
 
 class BrokerProcess:
-    def __init__(self, data_dir: Path, config: Path | None, port: int = 0) -> None:
+    def __init__(self, data_dir: Path, config: Path | None, port: int = 0, extra_args: list[str] | None = None) -> None:
         self.data_dir = data_dir
         self.config = config
         self.port = port
+        self.extra_args = extra_args or []  # more `sodalite serve` options, e.g. ["--log-format", "json"]
         self.proc: subprocess.Popen[str] | None = None
         self.output: list[str] = []
         self.connection_string = ""
         self.admin_port = 0
         self.admin_connection_string = ""
         self.admin_certificate = ""
+        # amqps: every test broker picks a free port (0), so parallel brokers never collide on 5671.
+        self.amqps_port = 0
+        self.amqps_connection_string = ""
+        self.tls_certificate = ""
+        self.metrics_url = ""
+        self.http_port = 0  # the plain-HTTP management API, on a free port
 
     def start(self, timeout: float = 60.0) -> BrokerProcess:
         args = [str(SERVE), "--host", "127.0.0.1", "--port", str(self.port), "--data-dir", str(self.data_dir),
-                "--admin-port", str(self.admin_port)]
+                "--admin-port", str(self.admin_port), "--amqps-port", str(self.amqps_port),
+                "--http-port", str(self.http_port), *self.extra_args]
         if self.config is not None:
             args += ["--config", str(self.config)]
         self.output = []
@@ -55,6 +63,16 @@ class BrokerProcess:
             if admin:
                 self.admin_certificate, self.admin_connection_string = admin.group(1), admin.group(2)
                 self.admin_port = int(re.search(r"sb://[^:]+:(\d+)", self.admin_connection_string).group(1))  # type: ignore[union-attr]
+            amqps = re.search(r"Connection string \(amqps, trust (\S+)\): (\S+)(?: \(port (\d+))?", line)
+            if amqps:
+                self.tls_certificate, self.amqps_connection_string = amqps.group(1), amqps.group(2)
+                self.amqps_port = int(amqps.group(3) or 5671)
+            http = re.search(r"Management \(HTTP\): http://[^:]+:(\d+)", line)
+            if http:
+                self.http_port = int(http.group(1))
+            metrics = re.search(r"Metrics \(HTTP\): (\S+)", line)
+            if metrics:
+                self.metrics_url = metrics.group(1)
             match = re.search(r"Connection string: (\S+)", line)
             if match:
                 self.connection_string = match.group(1)

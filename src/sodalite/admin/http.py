@@ -1,7 +1,7 @@
 """The Service Bus management REST API (ATOM/XML) over HTTP(S), for ServiceBusAdministrationClient.
 
 Theory of operation: an aiohttp application maps the SDK's requests (sdk-wire-contract.md 8.2) to
-the QueueManager and answers with the entries and feeds it can parse (8.3). Every request but
+the AdminService and answers with the entries and feeds it can parse (8.3). Every request but
 ``GET /health`` carries a SAS token for the ``https://host[:port]`` audience, checked against the
 namespace's keys. Errors are Sodalite errors translated here, at the edge, to their HTTP status
 and a ``<Error><Code/><Detail/></Error>`` body.
@@ -12,21 +12,24 @@ from __future__ import annotations
 import datetime
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
+from urllib.parse import quote
 
 from aiohttp import web
 
 from sodalite.admin import atom
-from sodalite.admin.service import QueueManager
+from sodalite.admin import keys as _keys
+from sodalite.admin.service import AdminService, Found
 from sodalite.errors import ArgumentError, EntityNotFound, SodaliteError, Unauthorized
 from sodalite.model import sas
-from sodalite.model.entities import QueueProperties
+from sodalite.model.entities import QueueProperties, RuleDescription, SubscriptionProperties, TopicProperties
 
 log = logging.getLogger(__name__)
 
 ENTRY = {"Content-Type": "application/atom+xml;type=entry;charset=utf-8"}
 FEED = {"Content-Type": "application/atom+xml;type=feed;charset=utf-8"}
-MANAGER: web.AppKey[QueueManager] = web.AppKey("manager", QueueManager)
+MANAGER: web.AppKey[AdminService] = web.AppKey("manager", AdminService)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -40,18 +43,33 @@ def _now() -> datetime.datetime:
 
 
 def _error(exc: SodaliteError) -> web.Response:
-    return web.Response(status=exc.http_status, body=atom.error_body(exc.http_status, exc.description),
+    """The error response, its ``Detail`` ending in a tracking id that is also in the log line."""
+    tracking_id = uuid.uuid4().hex
+    detail = f"{exc.description} TrackingId:{tracking_id}"
+    expected = exc.http_status in (404, 409)  # not found, already exists: routine for a management client
+    log.log(logging.INFO if expected else logging.WARNING, "management API error %s %s: %s",
+            exc.http_status, exc.condition, detail,
+            extra={"tracking_id": tracking_id, "condition": exc.condition, "status": exc.http_status, "kind": "http"})
+    return web.Response(status=exc.http_status, body=atom.error_body(exc.http_status, detail),
                         content_type="application/xml")
+
+
+UNAUTHENTICATED = frozenset({"/health", "/metrics"})
 
 
 @web.middleware
 async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
-        if request.path != "/health":
+        # /health and /metrics are for probes and scrapers, which carry no token.
+        if request.path not in UNAUTHENTICATED:
             token = request.headers.get("Authorization") or request.headers.get("ServiceBusAuthorization")
             if not token:
                 raise Unauthorized("the request has no SharedAccessSignature Authorization header")
-            sas.validate_token(token, request.app[MANAGER].sas_keys(), time.time())
+            authority = request.app.get(_keys.KEYS)
+            if authority is not None:
+                _keys.authorize_request(authority, token, request.path)  # Manage, namespace- or entity-wide
+            else:
+                sas.validate_token(token, request.app[MANAGER].sas_keys(), time.time())
         return await handler(request)
     except SodaliteError as exc:
         if exc.http_status >= 500:
@@ -75,59 +93,204 @@ def _paging(request: web.Request) -> tuple[int, int]:
         raise ArgumentError("$skip and $top must be integers") from None
 
 
-async def list_queues(request: web.Request) -> web.Response:
-    manager = request.app[MANAGER]
+def _page(request: web.Request, names: list[str], lookup: Callable[[str], Found | None],
+          path: Callable[[str], str], collection: str, title: str) -> web.Response:
+    """One page of a list (``$skip``/``$top``), with a next link while more remain (contract 8.3)."""
     skip, top = _paging(request)
-    names = manager.queue_names()
-    page = names[skip : skip + top]
+    base = _base(request)
     entries = []
-    for name in page:
-        found = manager.queue(name)
-        if found is not None:
-            entries.append(atom.queue_entry(found[0], found[1], found[2], _base(request), _now()))
+    for name in names[skip : skip + top]:
+        found = lookup(name)
+        if found is not None:  # deleted since it was listed
+            entries.append(atom.entity_entry(path(found.name), found.name, found.description, found.runtime,
+                                             base, _now()))
     more = skip + top < len(names)
-    next_link = f"{_base(request)}/$Resources/queues?$skip={skip + top}&$top={top}" if more else None
-    return web.Response(body=atom.queue_feed(entries, _base(request), "Queues", next_link), headers=FEED)
+    collection_url = f"{base}/{quote(collection, safe='/$')}"
+    next_link = f"{collection_url}?$skip={skip + top}&$top={top}" if more else None
+    return web.Response(body=atom.feed(entries, base, title, next_link, path=collection, now=_now()), headers=FEED)
 
 
-async def get_queue(request: web.Request) -> web.Response:
-    found = request.app[MANAGER].queue(request.match_info["name"])
+def _entry(request: web.Request, path: str, found: Found | None, status: int = 200) -> web.Response:
+    """The entity's entry, or (for GET of a missing one) the empty feed the service answers with."""
     if found is None:
         # The service answers an unknown entity with an empty feed; the SDK makes that ResourceNotFoundError.
         return web.Response(body=atom.empty_feed(_base(request)), headers=FEED)
-    return web.Response(body=atom.queue_entry(found[0], found[1], found[2], _base(request), _now()),
-                        headers=ENTRY)
+    body = atom.entity_entry(path, found.name, found.description, found.runtime, _base(request), _now())
+    return web.Response(status=status, body=body, headers=ENTRY)
 
 
-async def put_queue(request: web.Request) -> web.Response:
+def _updating(request: web.Request) -> bool:
+    """``If-Match: *`` makes a PUT an update (200, 404 when missing); without it, a create (201, 409)."""
+    return "If-Match" in request.headers
+
+
+def _created(what: str, found: Found | None) -> Found:
+    if found is None:  # deleted between the change and the read-back
+        raise EntityNotFound(f"the {what} could not be found")
+    return found
+
+
+# ---- queues and topics (one name space: PUT tells them apart by the body's description) -------------
+
+
+async def list_queues(request: web.Request) -> web.Response:
+    manager = request.app[MANAGER]
+    return _page(request, manager.queue_names(), manager.queue, lambda name: name, "$Resources/queues", "Queues")
+
+
+async def list_topics(request: web.Request) -> web.Response:
+    manager = request.app[MANAGER]
+    return _page(request, manager.topic_names(), manager.topic, lambda name: name, "$Resources/topics", "Topics")
+
+
+async def get_entity(request: web.Request) -> web.Response:
     manager = request.app[MANAGER]
     name = request.match_info["name"]
-    properties = QueueProperties.from_json(atom.parse_queue_description(await request.read()),
-                                           path="QueueDescription")
-    updating = "If-Match" in request.headers
-    if updating:
-        await manager.update_queue(name, properties)
+    found = manager.queue(name) or manager.topic(name)
+    return _entry(request, found.name if found else name, found)
+
+
+async def put_entity(request: web.Request) -> web.Response:
+    manager = request.app[MANAGER]
+    name = request.match_info["name"]
+    parsed = atom.parse_description(await request.read())
+    if parsed.kind not in ("QueueDescription", "TopicDescription"):
+        raise ArgumentError(f"entry.content: PUT /{name} takes a QueueDescription or a TopicDescription, "
+                            f"got {parsed.kind}")
+    description = parsed.description()
+    updating = _updating(request)
+    if isinstance(description, QueueProperties):
+        await (manager.update_queue if updating else manager.create_queue)(name, description)
+        found = manager.queue(name)
+    elif isinstance(description, TopicProperties):
+        await (manager.update_topic if updating else manager.create_topic)(name, description)
+        found = manager.topic(name)
     else:
-        await manager.create_queue(name, properties)
-    found = manager.queue(name)
-    if found is None:
-        raise EntityNotFound(f"the queue '{name}' could not be found")
-    body = atom.queue_entry(found[0], found[1], found[2], _base(request), _now())
-    return web.Response(status=200 if updating else 201, body=body, headers=ENTRY)
+        raise ArgumentError(f"entry.content: expected a QueueDescription or a TopicDescription, got {parsed.kind}")
+    found = _created(f"entity '{name}'", found)
+    return _entry(request, found.name, found, 200 if updating else 201)
 
 
-async def delete_queue(request: web.Request) -> web.Response:
-    await request.app[MANAGER].delete_queue(request.match_info["name"])
+async def delete_entity(request: web.Request) -> web.Response:
+    # DELETE of an unoccupied node is ignored and succeeds (contract 8.3, Service Bus REST overview).
+    manager = request.app[MANAGER]
+    name = request.match_info["name"]
+    if not await manager.delete_queue(name):
+        await manager.delete_topic(name)
     return web.Response(status=200)
 
 
-def application(manager: QueueManager) -> web.Application:
+# ---- subscriptions ------------------------------------------------------------------------------------
+
+
+def _subscription_path(topic: str, name: str) -> str:
+    return f"{topic}/subscriptions/{name}"
+
+
+async def list_subscriptions(request: web.Request) -> web.Response:
+    manager = request.app[MANAGER]
+    topic = request.match_info["topic"]
+    return _page(request, manager.subscription_names(topic), lambda name: manager.subscription(topic, name),
+                 lambda name: _subscription_path(topic, name), f"{topic}/subscriptions", "Subscriptions")
+
+
+async def get_subscription(request: web.Request) -> web.Response:
+    topic, name = request.match_info["topic"], request.match_info["subscription"]
+    found = request.app[MANAGER].subscription(topic, name)
+    return _entry(request, _subscription_path(topic, found.name if found else name), found)
+
+
+async def put_subscription(request: web.Request) -> web.Response:
+    manager = request.app[MANAGER]
+    topic, name = request.match_info["topic"], request.match_info["subscription"]
+    parsed = atom.parse_description(await request.read())
+    if parsed.kind != "SubscriptionDescription":
+        raise ArgumentError(f"entry.content: expected a SubscriptionDescription, got {parsed.kind}")
+    description = parsed.description()
+    assert isinstance(description, SubscriptionProperties)
+    updating = _updating(request)
+    if updating:
+        await manager.update_subscription(topic, name, description)
+    else:
+        await manager.create_subscription(topic, name, description, parsed.default_rule_description())
+    found = _created(f"subscription '{name}' of '{topic}'", manager.subscription(topic, name))
+    return _entry(request, _subscription_path(topic, found.name), found, 200 if updating else 201)
+
+
+async def delete_subscription(request: web.Request) -> web.Response:
+    await request.app[MANAGER].delete_subscription(request.match_info["topic"], request.match_info["subscription"])
+    return web.Response(status=200)
+
+
+# ---- rules ---------------------------------------------------------------------------------------------
+
+
+def _rule_path(topic: str, subscription: str, name: str) -> str:
+    return f"{topic}/subscriptions/{subscription}/rules/{name}"
+
+
+async def list_rules(request: web.Request) -> web.Response:
+    manager = request.app[MANAGER]
+    topic, subscription = request.match_info["topic"], request.match_info["subscription"]
+    return _page(request, manager.rule_names(topic, subscription),
+                 lambda name: manager.rule(topic, subscription, name),
+                 lambda name: _rule_path(topic, subscription, name),
+                 f"{_subscription_path(topic, subscription)}/rules", "Rules")
+
+
+async def get_rule(request: web.Request) -> web.Response:
+    topic, subscription = request.match_info["topic"], request.match_info["subscription"]
+    name = request.match_info["rule"]
+    found = request.app[MANAGER].rule(topic, subscription, name)
+    return _entry(request, _rule_path(topic, subscription, found.name if found else name), found)
+
+
+async def put_rule(request: web.Request) -> web.Response:
+    manager = request.app[MANAGER]
+    topic, subscription = request.match_info["topic"], request.match_info["subscription"]
+    name = request.match_info["rule"]
+    parsed = atom.parse_description(await request.read())
+    if parsed.kind != "RuleDescription":
+        raise ArgumentError(f"entry.content: expected a RuleDescription, got {parsed.kind}")
+    rule = parsed.description(name)  # the path names the rule, whatever the body says
+    assert isinstance(rule, RuleDescription)
+    updating = _updating(request)
+    if updating:
+        await manager.update_rule(topic, subscription, rule)
+    else:
+        await manager.create_rule(topic, subscription, rule)
+    found = _created(f"rule '{name}'", manager.rule(topic, subscription, name))
+    return _entry(request, _rule_path(topic, subscription, found.name), found, 200 if updating else 201)
+
+
+async def delete_rule(request: web.Request) -> web.Response:
+    await request.app[MANAGER].delete_rule(request.match_info["topic"], request.match_info["subscription"],
+                                           request.match_info["rule"])
+    return web.Response(status=200)
+
+
+def application(manager: AdminService, *, keys: _keys.KeyAuthority | None = None) -> web.Application:
     app = web.Application(middlewares=[errors_and_auth], client_max_size=4 * 1024 * 1024)
     app[MANAGER] = manager
+    if keys is not None:  # rights-aware authorization and the regenerate-keys routes
+        app[_keys.KEYS] = keys
+        _keys.add_routes(app)
     app.router.add_get("/health", health)
     app.router.add_get("/$namespaceinfo", namespace_info)
     app.router.add_get("/$Resources/queues", list_queues)
-    app.router.add_get("/{name:.+}", get_queue)
-    app.router.add_put("/{name:.+}", put_queue)
-    app.router.add_delete("/{name:.+}", delete_queue)
+    app.router.add_get("/$Resources/topics", list_topics)
+    # The most specific first: a topic's name may hold '/', so '{topic:.+}' would swallow the rest.
+    rule = "/{topic:.+}/subscriptions/{subscription:[^/]+}/rules/{rule:[^/]+}"
+    app.router.add_get(rule, get_rule)
+    app.router.add_put(rule, put_rule)
+    app.router.add_delete(rule, delete_rule)
+    app.router.add_get("/{topic:.+}/subscriptions/{subscription:[^/]+}/rules", list_rules)
+    subscription = "/{topic:.+}/subscriptions/{subscription:[^/]+}"
+    app.router.add_get(subscription, get_subscription)
+    app.router.add_put(subscription, put_subscription)
+    app.router.add_delete(subscription, delete_subscription)
+    app.router.add_get("/{topic:.+}/subscriptions", list_subscriptions)
+    app.router.add_get("/{name:.+}", get_entity)
+    app.router.add_put("/{name:.+}", put_entity)
+    app.router.add_delete("/{name:.+}", delete_entity)
     return app

@@ -5,23 +5,30 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import logging
 import signal
 import socket
+import ssl
 import sys
 from pathlib import Path
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 from sodalite import __version__
 from sodalite.admin.http import application
 from sodalite.admin.tls import ensure_certificate, server_context
-from sodalite.cli.admin_bridge import BrokerQueues
+from sodalite.cli import commands as client_commands
+from sodalite.cli import logging_setup
+from sodalite.cli.admin_bridge import BrokerAdmin
+from sodalite.cli.key_bridge import BrokerKeys
 from sodalite.errors import ConfigurationError
 from sodalite.model.config import NamespaceConfig, default_namespace, load_config_text
 from sodalite.server.broker import Broker
+from sodalite.server.metrics import CONTENT_TYPE, BrokerMetrics
 
 DEFAULT_DATA_DIR = "sodalite-data"
+EMULATOR_HTTP_PORT = 5300  # where the emulator serves its management API, unencrypted
+AMQPS_PORT = 5671  # where the SDK dials TLS; it drops any port from the endpoint (contract 1.1)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -41,9 +48,23 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--admin-port", type=int, default=5443,
                        help="HTTPS port of the management API for ServiceBusAdministrationClient (default 5443; "
                             "0 picks a free one; -1 turns it off)")
-    serve.add_argument("--http-port", type=int, default=-1,
-                       help="also serve the management API over plain HTTP on this port (off by default)")
+    serve.add_argument("--http-port", type=int, default=EMULATOR_HTTP_PORT,
+                       help=f"the management API over plain HTTP, as the emulator serves it to .NET clients "
+                            f"(default {EMULATOR_HTTP_PORT}; 0 picks a free one; -1 turns it off)")
+    serve.add_argument("--amqps-port", type=int, default=AMQPS_PORT,
+                       help=f"AMQP over TLS port (default {AMQPS_PORT}; 0 picks a free one; -1 turns it off)")
+    serve.add_argument("--tls-cert", type=Path, default=None,
+                       help="PEM certificate (chain) for amqps and the HTTPS management API; default: one "
+                            "generated into the data directory")
+    serve.add_argument("--tls-key", type=Path, default=None, help="PEM private key of --tls-cert")
+    serve.add_argument("--metrics-port", type=int, default=-1,
+                       help="also serve Prometheus /metrics over plain HTTP on this port (off by default; "
+                            "the management API serves /metrics too)")
     serve.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default) or ERROR")
+    serve.add_argument("--log-format", choices=logging_setup.FORMATS, default="text",
+                       help="text (default) or json: one JSON object per line with time, level, logger, "
+                            "message and the record's fields (tracking_id, condition, entity, connection)")
+    client_commands.register(commands)
     return parser
 
 
@@ -63,19 +84,81 @@ def load_namespace(path: Path | None) -> NamespaceConfig:
 
 def connection_string(host: str, port: int, namespace: NamespaceConfig) -> str:
     rule = namespace.authorization_rules[0]
-    shown = "localhost" if host in ("127.0.0.1", "0.0.0.0", "::", "::1", "localhost") else host
-    return (f"Endpoint=sb://{shown}:{port};SharedAccessKeyName={rule.key_name};"
+    return (f"Endpoint=sb://{_shown_host(host)}:{port};SharedAccessKeyName={rule.key_name};"
             f"SharedAccessKey={rule.primary_key};UseDevelopmentEmulator=true;")
+
+
+def _shown_host(host: str) -> str:
+    return "localhost" if host in ("127.0.0.1", "0.0.0.0", "::", "::1", "localhost") else host
+
+
+def amqps_connection_string(host: str, namespace: NamespaceConfig) -> str:
+    """The ordinary (non-emulator) connection string: the SDK dials TLS on 5671 and drops any port."""
+    rule = namespace.authorization_rules[0]
+    return (f"Endpoint=sb://{_shown_host(host)}/;SharedAccessKeyName={rule.key_name};"
+            f"SharedAccessKey={rule.primary_key}")
+
+
+def certificate(args: argparse.Namespace) -> tuple[Path, Path]:
+    """The operator's certificate and key, or the one generated into the data directory."""
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise ConfigurationError("--tls-cert and --tls-key go together")
+    if args.tls_cert is not None:
+        return args.tls_cert, args.tls_key
+    return ensure_certificate(args.data_dir)
+
+
+def _scrape(metrics: BrokerMetrics) -> web.Response:
+    return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+
+
+def _metrics_route(metrics: BrokerMetrics) -> web.RouteDef:
+    async def scrape(request: web.Request) -> web.Response:
+        return _scrape(metrics)
+
+    return web.get("/metrics", scrape)
+
+
+def _metrics_middleware(metrics: BrokerMetrics) -> Middleware:
+    """GET /metrics on the management app, answered before its routing.
+
+    The management app ends in a catch-all entity route (``/{name}``) that a route added after it
+    would never win against; a middleware added last still runs inside the app's auth middleware.
+    """
+    @web.middleware
+    async def serve_metrics(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.method == "GET" and request.path == "/metrics":
+            return _scrape(metrics)
+        return await handler(request)
+
+    return serve_metrics
+
+
+async def _serve_metrics(args: argparse.Namespace, broker: Broker) -> web.AppRunner | None:
+    """--metrics-port: /metrics alone, plain HTTP and no token, for scrapers."""
+    if args.metrics_port < 0:
+        return None
+    app = web.Application()
+    app.add_routes([_metrics_route(broker.metrics)])
+    runner = web.AppRunner(app)
+    await runner.setup()
+    sock = _listen(args.host, args.metrics_port)
+    await web.SockSite(runner, sock).start()
+    print(f"Metrics (HTTP): http://{args.host}:{sock.getsockname()[1]}/metrics", flush=True)
+    return runner
 
 
 async def _serve_management(args: argparse.Namespace, broker: Broker) -> web.AppRunner | None:
     """The management API: HTTPS on --admin-port (and plain HTTP on --http-port, when asked)."""
     if args.admin_port < 0 and args.http_port < 0:
         return None
-    runner = web.AppRunner(application(BrokerQueues(broker, datetime.datetime.now(datetime.UTC))))
+    app = application(BrokerAdmin(broker, datetime.datetime.now(datetime.UTC)),
+                      keys=BrokerKeys(broker, _shown_host(args.host)))
+    app.middlewares.append(_metrics_middleware(broker.metrics))
+    runner = web.AppRunner(app)
     await runner.setup()
     if args.admin_port >= 0:
-        cert, key = ensure_certificate(args.data_dir)
+        cert, key = certificate(args)
         sock = _listen(args.host, args.admin_port)
         await web.SockSite(runner, sock, ssl_context=server_context(cert, key)).start()
         port = sock.getsockname()[1]
@@ -94,27 +177,49 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _print_amqps(args: argparse.Namespace, broker: Broker, cert: Path) -> None:
+    port = broker.amqps_port
+    if port is None:
+        return
+    line = f"Connection string (amqps, trust {cert}): {amqps_connection_string(args.host, broker.namespace)}"
+    if port != AMQPS_PORT:
+        line += (f" (port {port}: pass custom_endpoint_address=\"sb://{_shown_host(args.host)}:{port}\", "
+                 "transport_type=TransportType.Amqp)")
+    print(line, flush=True)
+
+
 async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
     broker = Broker.with_sqlite(namespace, args.data_dir, synchronous=args.sync)
-    port = await broker.start(args.host, args.port)
+    tls: ssl.SSLContext | None = None
+    cert = Path()
+    if args.amqps_port >= 0:
+        cert, key = certificate(args)
+        tls = server_context(cert, key)
+    port = await broker.start(args.host, args.port, tls=tls, tls_port=args.amqps_port)
     entities = ", ".join(sorted(e.name for e in broker.entities.values())) or "(none)"
-    print(f"Sodalite {__version__} listening on {args.host}:{port}, data in {args.data_dir}", flush=True)
+    listening = f"{args.host}:{port}" + (f", amqps {args.host}:{broker.amqps_port}" if tls is not None else "")
+    print(f"Sodalite {__version__} listening on {listening}, data in {args.data_dir}", flush=True)
     print(f"Entities: {entities}", flush=True)
     runner = await _serve_management(args, broker)
+    metrics_runner = await _serve_metrics(args, broker)
+    _print_amqps(args, broker, cert)
     print(f"Connection string: {connection_string(args.host, port, namespace)}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    if runner is not None:
-        await runner.cleanup()
+    for each in (runner, metrics_runner):
+        if each is not None:
+            await each.cleanup()
     await broker.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command != "serve":
+        return client_commands.run(args)
+    logging_setup.configure(args.log_level, args.log_format)
     try:
         namespace = load_namespace(args.config)
         asyncio.run(_serve(args, namespace))

@@ -9,7 +9,13 @@ finish, and closes the store.
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
+import secrets
+import ssl
+import time
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -20,6 +26,16 @@ from sodalite.errors import (
     EntityNotFound,
     InvalidOperation,
     SodaliteError,
+)
+from sodalite.model.authorization import (
+    Authorization,
+    AuthorizationRule,
+    KeyOverrides,
+    KeyType,
+    apply_overrides,
+    authorize,
+    find_rule,
+    regenerated,
 )
 from sodalite.model.config import NamespaceConfig
 from sodalite.model.entities import (
@@ -34,6 +50,7 @@ from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDra
 from sodalite.server.addresses import entity_path
 from sodalite.server.connection_handler import BrokerConnection
 from sodalite.server.fanout import CompiledRule, copies_for
+from sodalite.server.metrics import BrokerMetrics
 from sodalite.server.partition_actor import Clock, EntitySettings, FanOut, PartitionActor, SubQueue, wall_clock_ms
 from sodalite.server.registry import QUEUE, SUBSCRIPTION, TOPIC, Entity, Route, subscription_path
 from sodalite.server.store_worker import StoreWorker
@@ -44,6 +61,8 @@ log = logging.getLogger(__name__)
 
 IDLE_SWEEP_SECONDS = 15.0  # AutoDeleteOnIdle is at least 5 minutes, so this is precise enough
 MAX_TRANSFER_HOPS = 4  # Service Bus forwards a message at most this many times (DLQ overview)
+# Regenerated keys are stored as one record of a kind the entity loader skips ('$' keeps it apart from entity names).
+KEY_OVERRIDES_PATH, KEY_OVERRIDES_KIND = "$authorizationrules", "authorization-rules"
 
 def _ms(value: timedelta) -> int | None:
     return None if value >= TIMESPAN_MAX else int(value.total_seconds() * 1000)
@@ -60,11 +79,14 @@ class Broker:
         self.container_id = f"sodalite-{namespace.name}"
         self.entities: dict[str, Entity] = {}
         self.connections: set[BrokerConnection] = set()
-        self.sas_keys: dict[str, tuple[str, ...]] = {
-            rule.key_name: tuple(k for k in (rule.primary_key, rule.secondary_key) if k)
-            for rule in namespace.authorization_rules
-        }
+        # The namespace's shared access rules, with keys regenerated at runtime (start() applies stored ones).
+        self.authorization_rules: tuple[AuthorizationRule, ...] = namespace.authorization_rules
+        self.key_overrides = KeyOverrides()
+        self.port = 0  # the AMQP port start() bound
         self._server: asyncio.Server | None = None
+        self._tls_server: asyncio.Server | None = None
+        self.amqps_port: int | None = None  # bound by start() when TLS is on
+        self.metrics = BrokerMetrics(self)
         self._idle_sweeper: asyncio.Task[None] | None = None
 
     @classmethod
@@ -74,6 +96,70 @@ class Broker:
 
     def entity(self, path: str) -> Entity | None:
         return self.entities.get(path.lower())
+
+    # ---- shared access authorization -----------------------------------------------------------------
+
+    @property
+    def sas_keys(self) -> dict[str, tuple[str, ...]]:
+        """The namespace rules' keys by key name (any right)."""
+        return {rule.key_name: rule.keys for rule in self.authorization_rules}
+
+    def entity_rules(self, path: str) -> Sequence[AuthorizationRule] | None:
+        """A queue's or topic's own rules; None for anything else (subscriptions have none of their own)."""
+        entity = self.entity(path)
+        if entity is None or entity.kind not in (QUEUE, TOPIC):
+            return None
+        rules: tuple[AuthorizationRule, ...] = getattr(entity.properties, "authorization_rules", ())
+        return rules
+
+    def authorize(self, token: str, target_path: str) -> Authorization:
+        """What ``token`` grants for ``target_path``; raises Unauthorized."""
+        return authorize(token, self.authorization_rules, self.entity_rules, target_path, time.time())
+
+    async def regenerate_key(self, entity_path: str | None, key_name: str, key_type: KeyType,
+                             key: str | None = None) -> AuthorizationRule:
+        """Replace a rule's primary or secondary key (a random one unless ``key`` is given), stored so a
+        restart keeps it: the override record (kind ``authorization-rules``, which the loader skips) and,
+        for an entity rule, the entity's own record."""
+        entity = self.entity(entity_path) if entity_path is not None else None
+        if entity_path is not None and (entity is None or entity.kind not in (QUEUE, TOPIC)):
+            raise EntityNotFound(f"the messaging entity '{entity_path}' could not be found")
+        rules = self.authorization_rules if entity is None else self.entity_rules(entity.name) or ()
+        before = find_rule(rules, key_name)
+        if before is None:
+            raise EntityNotFound(f"the authorization rule '{key_name}' could not be found")
+        new_key = key if key is not None else base64.b64encode(secrets.token_bytes(32)).decode("ascii")
+        after = before.with_key(key_type, new_key)
+        scope = None if entity is None else entity.name
+        earlier = next((o for o in (self.key_overrides.namespace if scope is None
+                                    else self.key_overrides.for_entity(scope))
+                        if o.key_name.casefold() == before.key_name.casefold()), None)
+        overrides = self.key_overrides.with_override(scope, regenerated(before, after, earlier))
+        updated = tuple(after if r is before else r for r in rules)
+        puts = [PutEntity(EntityRecord(KEY_OVERRIDES_PATH, KEY_OVERRIDES_KIND, overrides.to_json()))]
+        if entity is not None:
+            current = entity.properties
+            assert isinstance(current, QueueProperties | TopicProperties)
+            properties: QueueProperties | TopicProperties = replace(current, authorization_rules=updated)
+            puts.append(PutEntity(EntityRecord(entity.name, entity.kind, properties.to_json())))
+        await self.worker.apply(puts)
+        self.key_overrides = overrides
+        if entity is None:
+            self.authorization_rules = updated
+        else:
+            entity.properties = properties
+        return after
+
+    def _with_key_overrides(self, name: str, properties: Any) -> Any:
+        """Configured queue or topic properties with the keys regenerated since (see apply_overrides);
+        overrides the configuration has since replaced are forgotten."""
+        overrides = self.key_overrides.for_entity(name)
+        if not overrides:
+            return properties
+        rules, kept = apply_overrides(properties.authorization_rules, overrides)
+        entities = {**self.key_overrides.entities, name.lower(): kept}
+        self.key_overrides = KeyOverrides(self.key_overrides.namespace, entities)
+        return replace(properties, authorization_rules=rules)
 
     def route(self, entity: Entity) -> Route:
         """Follow ForwardTo from ``entity``: a chain longer than the hop limit, or a loop, stops there.
@@ -104,16 +190,30 @@ class Broker:
                 target = None if route.exceeded or route.entity.kind == TOPIC else route.entity
             entity.actor.dead_letter_target = target.actor if target is not None else None
 
-    async def start(self, host: str, port: int) -> int:
-        """Load everything, then listen; return the port actually bound."""
+    async def start(self, host: str, port: int, *, tls: ssl.SSLContext | None = None, tls_port: int = -1) -> int:
+        """Load everything, then listen; return the AMQP port actually bound.
+
+        With ``tls``, also listen for amqps on ``tls_port`` (0 picks a free one; the bound port is
+        ``amqps_port``): TLS first, then the usual SASL header, as the SDK dials (contract 1.1). A
+        failed handshake closes that socket only; no connection is made for it.
+        """
         await self.worker.call(self.worker.store.open)
         # The configuration's properties win over stored ones; a subscription's rules come from it only
         # when the subscription is new, so rules changed at runtime survive a restart.
         stored = {r.path.lower(): r for r in await self.worker.call(self.worker.store.load_entities)}
+        # Regenerated keys win over Config.json's until the operator edits those keys there (apply_overrides).
+        overrides_record = stored.get(KEY_OVERRIDES_PATH.lower())
+        if overrides_record is not None and overrides_record.kind == KEY_OVERRIDES_KIND:
+            self.key_overrides = KeyOverrides.from_json(overrides_record.properties)
+        self.authorization_rules, kept = apply_overrides(self.namespace.authorization_rules,
+                                                         self.key_overrides.namespace)
+        self.key_overrides = KeyOverrides(kept, self.key_overrides.entities)
         configured: list[PutEntity] = [
-            PutEntity(EntityRecord(q.name, QUEUE, q.properties.to_json())) for q in self.namespace.queues]
+            PutEntity(EntityRecord(q.name, QUEUE, self._with_key_overrides(q.name, q.properties).to_json()))
+            for q in self.namespace.queues]
         for topic in self.namespace.topics:
-            configured.append(PutEntity(EntityRecord(topic.name, TOPIC, topic.properties.to_json())))
+            configured.append(PutEntity(EntityRecord(
+                topic.name, TOPIC, self._with_key_overrides(topic.name, topic.properties).to_json())))
             for sub in topic.subscriptions:
                 path = subscription_path(topic.name, sub.name)
                 existing = stored.get(path)
@@ -121,6 +221,9 @@ class Broker:
                          else [r.to_json() for r in sub.rules])
                 configured.append(PutEntity(EntityRecord(
                     path, SUBSCRIPTION, {"Properties": sub.properties.to_json(), "Rules": rules})))
+        if overrides_record is not None:
+            configured.append(PutEntity(EntityRecord(KEY_OVERRIDES_PATH, KEY_OVERRIDES_KIND,
+                                                     self.key_overrides.to_json())))
         await self.worker.apply(configured)
         records = await self.worker.call(self.worker.store.load_entities)
         for kind in (QUEUE, TOPIC, SUBSCRIPTION):  # a subscription needs its topic loaded first
@@ -131,8 +234,12 @@ class Broker:
         loop = asyncio.get_running_loop()
         self._idle_sweeper = loop.create_task(self._sweep_idle_forever())
         self._server = await loop.create_server(lambda: BrokerConnection(self), host, port)
+        if tls is not None and tls_port >= 0:
+            self._tls_server = await loop.create_server(lambda: BrokerConnection(self), host, tls_port, ssl=tls)
+            self.amqps_port = int(self._tls_server.sockets[0].getsockname()[1])
         sockets = self._server.sockets
-        return int(sockets[0].getsockname()[1]) if sockets else port
+        self.port = int(sockets[0].getsockname()[1]) if sockets else port
+        return self.port
 
     def _settings(self, properties: QueueProperties | TopicProperties | SubscriptionProperties,
                   ) -> tuple[EntitySettings, int]:
@@ -186,6 +293,8 @@ class Broker:
         self.entities[path] = entity
         if topic is not None:
             topic.subscriptions[path] = entity
+        if record.kind == TOPIC:
+            actor.on_activated = lambda drafts: self._fan_out(entity, drafts, hops=0)
 
     def publish(self, topic: Entity, drafts: list[MessageDraft]) -> asyncio.Future[None]:
         """A send to a topic: each subscription's copies, committed together (all or none)."""
@@ -246,6 +355,17 @@ class Broker:
         await self._store_rules(subscription, kept)
         subscription.rules[:] = kept
 
+    async def replace_rule(self, subscription: Entity, rule: RuleDescription) -> None:
+        """Replace the rule of the same name (the management API's update); the new one is compiled first."""
+        compiled = self._compile_rule(rule)
+        index = next((i for i, r in enumerate(subscription.rules) if r.name.lower() == rule.name.lower()), None)
+        if index is None:
+            raise EntityNotFound(f"the rule '{rule.name}' does not exist on '{subscription.name}'")
+        rules = [*subscription.rules]
+        rules[index] = compiled
+        await self._store_rules(subscription, rules)
+        subscription.rules[:] = rules
+
     async def _store_rules(self, subscription: Entity, rules: list[CompiledRule]) -> None:
         subscription.actor.note_activity()  # a rule change counts against AutoDeleteOnIdle (seed)
         record = {"Properties": subscription.properties.to_json(), "Rules": [r.description.to_json() for r in rules]}
@@ -278,6 +398,65 @@ class Broker:
         if changed:
             raise InvalidOperation(f"{', '.join(changed)} cannot be changed on an existing queue")
         await self.worker.apply([PutEntity(EntityRecord(entity.name, QUEUE, properties.to_json()))])
+        settings, max_message_size = self._settings(properties)
+        entity.properties, entity.max_message_size = properties, max_message_size
+        entity.actor.update_settings(settings)
+        self._link_dead_letter_forwarding()
+
+    def _check_forward_targets(self, properties: QueueProperties | SubscriptionProperties) -> None:
+        for target in (properties.forward_to, properties.forward_dead_lettered_messages_to):
+            if target and self.entity(entity_path(target)) is None:
+                raise EntityNotFound(f"the forwarding target '{target}' does not exist")
+
+    async def create_topic(self, name: str, properties: TopicProperties) -> Entity:
+        """Create and store a topic at runtime (the management API's PUT)."""
+        validate_entity_name(name, "topic")
+        if self.entity(name) is not None:
+            raise EntityAlreadyExists(f"the messaging entity '{name}' already exists")
+        record = EntityRecord(name, TOPIC, properties.to_json())
+        await self.worker.apply([PutEntity(record)])
+        await self._load(record)
+        entity = self.entity(name)
+        assert entity is not None
+        return entity
+
+    async def update_topic(self, entity: Entity, properties: TopicProperties) -> None:
+        """Store new properties and apply them; partitioning and duplicate detection's on/off are fixed."""
+        fixed = ("enable_partitioning", "requires_duplicate_detection")
+        changed = [name for name in fixed if getattr(properties, name) != getattr(entity.properties, name)]
+        if changed:
+            raise InvalidOperation(f"{', '.join(changed)} cannot be changed on an existing topic")
+        await self.worker.apply([PutEntity(EntityRecord(entity.name, TOPIC, properties.to_json()))])
+        settings, max_message_size = self._settings(properties)
+        entity.properties, entity.max_message_size = properties, max_message_size
+        entity.actor.update_settings(settings)
+
+    async def create_subscription(self, topic: Entity, name: str, properties: SubscriptionProperties,
+                                  rules: list[RuleDescription]) -> Entity:
+        """Create and store a subscription of ``topic`` at runtime, with its first rules."""
+        validate_entity_name(name, "subscription")
+        path = subscription_path(topic.name, name)
+        if self.entity(path) is not None:
+            raise EntityAlreadyExists(f"the subscription '{name}' already exists on '{topic.name}'")
+        self._check_forward_targets(properties)
+        for rule in rules:
+            self._compile_rule(rule)  # refuse a bad filter before anything is stored
+        record = EntityRecord(path, SUBSCRIPTION,
+                              {"Properties": properties.to_json(), "Rules": [r.to_json() for r in rules]})
+        await self.worker.apply([PutEntity(record)])
+        await self._load(record)
+        self._link_dead_letter_forwarding()
+        entity = self.entity(path)
+        assert entity is not None
+        return entity
+
+    async def update_subscription(self, entity: Entity, properties: SubscriptionProperties) -> None:
+        """Store new properties (its rules kept) and apply them; every lock held on it is dropped."""
+        if properties.requires_session != entity.requires_session:
+            raise InvalidOperation("requires_session cannot be changed on an existing subscription")
+        self._check_forward_targets(properties)
+        record = {"Properties": properties.to_json(), "Rules": [r.description.to_json() for r in entity.rules]}
+        await self.worker.apply([PutEntity(EntityRecord(entity.name, SUBSCRIPTION, record))])
         settings, max_message_size = self._settings(properties)
         entity.properties, entity.max_message_size = properties, max_message_size
         entity.actor.update_settings(settings)
@@ -331,8 +510,9 @@ class Broker:
     async def stop(self) -> None:
         if self._idle_sweeper is not None:
             self._idle_sweeper.cancel()
-        if self._server is not None:
-            self._server.close()
+        for server in (self._server, self._tls_server):
+            if server is not None:
+                server.close()
         for connection in list(self.connections):
             if connection.transport is not None:
                 connection.transport.close()

@@ -7,8 +7,12 @@ a client receiver a :class:`LinkConsumer` of the entity's partition actor. Outpu
 per loop iteration, however many frames were produced, so pipelined work leaves in few writes.
 
 Authorisation: an entity link is accepted only if a put-token on this connection granted an
-audience covering the entity and that token has not expired. A malformed frame closes only this
-connection (the AMQP layer answers with a close carrying the error); the broker goes on.
+audience covering the entity, signed by a key with the right the link needs (Send for a sender,
+Listen for a receiver; ``$management`` operations check theirs per request), and that token has not
+expired. When the last token covering a link expires without a renewing put-token, the link is
+detached with ``amqp:unauthorized-access`` (one timer per connection, at the earliest expiry).
+A malformed frame closes only this connection (the AMQP layer answers with a close carrying
+the error); the broker goes on.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import asyncio
 import logging
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sodalite.amqp import events as ev
@@ -31,15 +35,17 @@ from sodalite.errors import (
     InvalidOperation,
     MessageSizeExceeded,
     NotImplementedOperation,
+    SessionLockLost,
     SodaliteError,
     Unauthorized,
 )
 from sodalite.model import sas
+from sodalite.model.authorization import AccessRights, Authorization, missing_right
 from sodalite.model.message import MessageRecord
 from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, Lock
 from sodalite.server import management, wire
 from sodalite.server.addresses import CBS_NODE, entity_path, management_entity
-from sodalite.server.amqp_errors import to_amqp_error
+from sodalite.server.amqp_errors import client_error, report
 from sodalite.server.messages import decode_request, encode_response
 from sodalite.server.partition_actor import SubQueue
 from sodalite.server.registry import SUBSCRIPTION, TOPIC, Entity
@@ -58,12 +64,6 @@ DOTNET_EPOCH_TICKS = 621355968000000000  # ticks at the Unix epoch (contract pit
 DEFAULT_SESSION_WAIT_MS = 60_000
 PRODUCER_CREDIT = 1000  # ignored by the Python SDK (contract 1.7), honoured by other clients
 BATCH_ENVELOPE_SLACK = 64 * 1024  # room for the batch envelope around a full-size message
-
-
-@dataclass(slots=True)
-class Grant:
-    path: str  # the audience's path ('' for the whole namespace)
-    expires_at: float  # seconds since the epoch
 
 
 class Producer:
@@ -109,6 +109,7 @@ class LinkConsumer:
         else:
             payload = wire.delivery_payload(record, None)
             self.link.send_transfer(payload, uuid.uuid4().bytes_le, settled=True)
+        self.handler.broker.metrics.delivered(self.actor, self.sub_queue, removed=lock is None)
         self.handler.flush_soon()
 
     def drain_requested(self) -> bool:
@@ -120,8 +121,8 @@ class LinkConsumer:
 
     def session_lost(self) -> None:
         """The session lock expired: the SDK raises SessionLockLostError and drops the receiver (4.3)."""
-        self.link.detach(Error("com.microsoft:session-lock-lost",
-                               f"the lock on session '{self.session_id}' expired", None))
+        self.link.detach(client_error(SessionLockLost(f"the lock on session '{self.session_id}' expired"),
+                                      self.handler.broker.metrics, self.handler.peer, self.actor.ref.entity))
         self.handler.flush_soon()
 
 
@@ -134,7 +135,8 @@ class BrokerConnection(asyncio.Protocol):
             first_outgoing_id=0x80000000,  # keeps our delivery-ids apart from the SDK's (pitfall 6)
         )
         self.transport: asyncio.Transport | None = None
-        self.grants: list[Grant] = []
+        self.grants: list[Authorization] = []  # from this connection's put-tokens
+        self._expiry: asyncio.TimerHandle | None = None
         self.consumers: list[LinkConsumer] = []
         self.locked_through_management: dict[int, PartitionActor] = {}  # by id(actor)
         self._flush_scheduled = False
@@ -149,6 +151,7 @@ class BrokerConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.broker.connections.add(self)
+        self.broker.metrics.connection_opened()
         self._arm_heartbeat()
 
     def data_received(self, data: bytes) -> None:
@@ -166,6 +169,8 @@ class BrokerConnection(asyncio.Protocol):
         self.broker.connections.discard(self)
         if self._heartbeat is not None:
             self._heartbeat.cancel()
+        if self._expiry is not None:
+            self._expiry.cancel()
 
     # ---- output ----------------------------------------------------------------------------------
 
@@ -224,7 +229,9 @@ class BrokerConnection(asyncio.Protocol):
         elif isinstance(event, ev.LinkDetached):
             self._on_detached(event.link)
         elif isinstance(event, ev.ConnectionClosed) and event.error is not None and not event.by_peer:
-            log.info("closing connection %s: %s %s", self.peer, event.error.condition, event.error.description)
+            log.warning("closing connection %s: %s %s", self.peer, event.error.condition, event.error.description,
+                        extra={"condition": event.error.condition, "connection": self.peer, "kind": "connection"})
+            self.broker.metrics.error_sent(event.error.condition)
 
     # ---- attach ----------------------------------------------------------------------------------
 
@@ -232,7 +239,8 @@ class BrokerConnection(asyncio.Protocol):
         remote = link.remote_attach
         assert remote is not None
         if isinstance(remote.target, Coordinator):
-            link.refuse(Error("amqp:not-implemented", "transactions are not supported yet", None))
+            link.refuse(client_error(NotImplementedOperation("transactions are not supported yet"),
+                                     self.broker.metrics, self.peer, None))
             return
         terminus = remote.target if link.role is RECEIVER else remote.source
         path = entity_path(terminus.address if terminus is not None else None)
@@ -243,11 +251,12 @@ class BrokerConnection(asyncio.Protocol):
                 return
             mgmt = management_entity(path)
             if mgmt is not None:
-                entity, sub_queue = self._authorised_entity(mgmt)
+                entity, sub_queue = self._authorised_entity(mgmt, None)  # each operation checks its right
                 link.context = ControlLink(path, entity, sub_queue)
                 self._accept_control(link)
                 return
-            entity, sub_queue = self._authorised_entity(path)
+            entity, sub_queue = self._authorised_entity(
+                path, AccessRights.SEND if link.role is RECEIVER else AccessRights.LISTEN)
             if link.role is RECEIVER and sub_queue is not SubQueue.MAIN:
                 raise InvalidOperation("messages cannot be sent to a dead-letter queue")
             if link.role is RECEIVER and entity.kind == SUBSCRIPTION:
@@ -255,7 +264,7 @@ class BrokerConnection(asyncio.Protocol):
             if link.role is SENDER and entity.kind == TOPIC:
                 raise InvalidOperation("messages cannot be received from a topic; receive from a subscription")
         except SodaliteError as exc:
-            link.refuse(to_amqp_error(exc))
+            link.refuse(client_error(exc, self.broker.metrics, self.peer, path))
             return
         if link.role is RECEIVER:
             link.context = Producer(entity)
@@ -277,9 +286,9 @@ class BrokerConnection(asyncio.Protocol):
         wants_session = SESSION_FILTER in filters
         sessionful = entity.requires_session and sub_queue is SubQueue.MAIN
         if wants_session != sessionful:
-            link.refuse(to_amqp_error(InvalidOperation(
+            link.refuse(client_error(InvalidOperation(
                 "the entity requires sessions: use a session receiver" if sessionful
-                else "the entity does not support sessions")))
+                else "the entity does not support sessions"), self.broker.metrics, self.peer, entity.name))
             return
         if not sessionful:
             link.accept(source=source, initial_delivery_count=0, max_message_size=0)
@@ -293,7 +302,7 @@ class BrokerConnection(asyncio.Protocol):
             granted = entity.actor.accept_session(consumer, requested if isinstance(requested, str) else None,
                                                   timeout_ms)
         except SodaliteError as exc:
-            link.refuse(to_amqp_error(exc))
+            link.refuse(client_error(exc, self.broker.metrics, self.peer, entity.name))
             return
 
         def on_granted(future: asyncio.Future[tuple[str, int]]) -> None:
@@ -305,8 +314,7 @@ class BrokerConnection(asyncio.Protocol):
                 return
             exc = future.exception()
             if exc is not None:
-                link.refuse(to_amqp_error(exc) if isinstance(exc, SodaliteError)
-                            else Error("amqp:internal-error", str(exc), None))
+                link.refuse(client_error(exc, self.broker.metrics, self.peer, entity.name))
             else:
                 session_id, locked_until = future.result()
                 consumer.session_id = session_id
@@ -330,11 +338,18 @@ class BrokerConnection(asyncio.Protocol):
         else:
             link.accept(initial_delivery_count=0)
 
-    def _authorised_entity(self, path: str) -> tuple[Entity, SubQueue]:
-        """The entity and sub-queue ``path`` names, if a live token on this connection covers the path."""
+    def authorise(self, path: str, right: AccessRights | None) -> None:
+        """Raise Unauthorized unless a live token on this connection covers ``path`` with ``right``."""
         now = time.time()
-        if not any(g.expires_at > now and sas.covers(g.path, path) for g in self.grants):
+        covering = [g for g in self.grants if g.expires_at > now and g.covers(path)]
+        if not covering:
             raise Unauthorized(f"no valid token covers '{path}'; send a put-token to $cbs first")
+        if right is not None and not any(g.allows(right) for g in covering):
+            raise missing_right(right)
+
+    def _authorised_entity(self, path: str, right: AccessRights | None) -> tuple[Entity, SubQueue]:
+        """The entity and sub-queue ``path`` names, if a live token on this connection covers the path."""
+        self.authorise(path, right)
         main, sub_queue = SubQueue.split(path)
         entity = self.broker.entity(main)
         if entity is None:
@@ -343,7 +358,8 @@ class BrokerConnection(asyncio.Protocol):
 
     def entity_deleted(self, entity: Entity) -> None:
         """Detach every link on a deleted entity; the SDK raises MessagingEntityNotFoundError."""
-        error = Error("amqp:not-found", f"the messaging entity '{entity.name}' was deleted", None)
+        error = client_error(EntityNotFound(f"the messaging entity '{entity.name}' was deleted"),
+                             self.broker.metrics, self.peer, entity.name)
         for session in list(self.amqp.sessions.values()):
             for link in list(session.links.values()):
                 ctx = link.context
@@ -391,8 +407,10 @@ class BrokerConnection(asyncio.Protocol):
                 future = route.entity.actor.send(drafts)
         except SodaliteError as exc:
             if not delivery.settled:
-                link.settle(delivery.delivery_id, Rejected(to_amqp_error(exc)))
+                link.settle(delivery.delivery_id, Rejected(client_error(exc, self.broker.metrics, self.peer,
+                                                                        entity.name, "rejected")))
             return
+        self.broker.metrics.count_in(future, entity.name, len(drafts))
         if delivery.settled:
             return
         delivery_id = delivery.delivery_id
@@ -403,11 +421,9 @@ class BrokerConnection(asyncio.Protocol):
             exc = f.exception()
             if exc is None:
                 link.settle(delivery_id, Accepted())
-            elif isinstance(exc, SodaliteError):
-                link.settle(delivery_id, Rejected(to_amqp_error(exc)))
             else:
-                log.error("send failed: %r", exc)
-                link.settle(delivery_id, Rejected(Error("amqp:internal-error", str(exc), None)))
+                link.settle(delivery_id, Rejected(client_error(exc, self.broker.metrics, self.peer, entity.name,
+                                                               "rejected")))
             self.flush_soon()
 
         future.add_done_callback(acknowledge)
@@ -432,6 +448,7 @@ class BrokerConnection(asyncio.Protocol):
                 return
             if isinstance(state, Accepted):
                 future = actor.complete(token)
+                self.broker.metrics.count_out(future, actor, consumer.sub_queue)
             elif isinstance(state, Modified) and not state.undeliverable_here:
                 future = actor.abandon(token, state.message_annotations)
             elif isinstance(state, Modified):
@@ -444,7 +461,8 @@ class BrokerConnection(asyncio.Protocol):
                 raise NotImplementedOperation(f"unsupported outcome {type(state).__name__}")
         except SodaliteError as exc:
             if not event.settled:
-                link.settle(delivery_id, Rejected(to_amqp_error(exc)))
+                link.settle(delivery_id, Rejected(client_error(exc, self.broker.metrics, self.peer,
+                                                               actor.ref.entity, "rejected")))
             return
         if event.settled:
             return
@@ -456,7 +474,8 @@ class BrokerConnection(asyncio.Protocol):
             if exc is None:
                 link.settle(delivery_id, state)  # the SDK waits for this exact outcome (contract 5.1)
             elif isinstance(exc, SodaliteError):
-                link.settle(delivery_id, Rejected(to_amqp_error(exc)))
+                link.settle(delivery_id, Rejected(client_error(exc, self.broker.metrics, self.peer,
+                                                               actor.ref.entity, "rejected")))
             self.flush_soon()
 
         future.add_done_callback(echo)
@@ -483,7 +502,7 @@ class BrokerConnection(asyncio.Protocol):
         try:
             self._put_token(request.application_properties, request.body)
         except SodaliteError as exc:
-            status, description = exc.http_status, exc.description
+            status, description = exc.http_status, report(exc, self.broker.metrics, self.peer, None, "cbs")[1]
         self._respond(link, CBS_NODE, encode_response(
             request.message_id, {"status-code": Int(status), "status-description": description}, None))
 
@@ -493,16 +512,50 @@ class BrokerConnection(asyncio.Protocol):
         if not isinstance(body, str):
             raise Unauthorized("the token must be a string")
         name = str(props.get("name") or "")
-        token = sas.validate_token(body, self.broker.sas_keys, time.time())
+        token = sas.parse_token(body)
         token_host, token_path = sas.audience_path(token.audience)
         name_host, name_path = sas.audience_path(name) if name else (token_host, token_path)
+        grant = self.broker.authorize(body, name_path)  # the namespace's keys, or the named entity's own
         hostname = (self.amqp.remote_open.hostname if self.amqp.remote_open else None) or ""
         if token_host != name_host or (hostname and token_host and token_host != hostname.lower()):
             raise Unauthorized(f"the audience '{token.audience}' is outside this namespace")
         if not sas.covers(token_path, name_path):
             raise Unauthorized(f"the token for '{token.audience}' does not cover '{name}'")
         self.grants = [g for g in self.grants if g.expires_at > time.time()]
-        self.grants.append(Grant(token_path, float(token.expiry)))
+        self.grants.append(grant)
+        self._arm_expiry()
+
+    # ---- token expiry ----------------------------------------------------------------------------
+
+    def _arm_expiry(self) -> None:
+        """One timer, at the earliest expiry of a live grant: then links no grant covers any more go."""
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+        now = time.time()
+        live = [g.expires_at for g in self.grants if g.expires_at > now]
+        if live:
+            self._expiry = asyncio.get_running_loop().call_later(min(live) - now + 0.05, self._on_expiry)
+
+    def _on_expiry(self) -> None:
+        self._expiry = None
+        now = time.time()
+        self.grants = [g for g in self.grants if g.expires_at > now]
+        for session in list(self.amqp.sessions.values()):
+            for link in list(session.links.values()):
+                needs = _link_needs(link)
+                if needs is None or not link.attached:
+                    continue
+                try:
+                    self.authorise(*needs)
+                except Unauthorized as exc:
+                    error = Unauthorized(f"the token for '{needs[0]}' expired: {exc.description}")
+                    if isinstance(link.context, LinkConsumer) and link.context in self.consumers:
+                        self.consumers.remove(link.context)
+                        link.context.actor.remove_consumer(link.context)
+                    link.detach(client_error(error, self.broker.metrics, self.peer, needs[0]))
+        self.flush_soon()
+        self._arm_expiry()
 
     # ---- $management -----------------------------------------------------------------------------
 
@@ -514,8 +567,10 @@ class BrokerConnection(asyncio.Protocol):
         except SodaliteError:
             return
         assert control.entity is not None
+        mgmt_path = management_entity(control.node) or control.entity.name
         context = management.Context(control.entity.actor, control.sub_queue, self, control.entity.max_message_size,
-                                     self.broker, control.entity)
+                                     self.broker, control.entity,
+                                     authorise=lambda right: self.authorise(mgmt_path, right))
         task = asyncio.get_running_loop().create_task(
             management.execute(context, request.application_properties.get("operation"), request.body))
 
@@ -529,6 +584,18 @@ class BrokerConnection(asyncio.Protocol):
             self.flush_soon()
 
         task.add_done_callback(respond)
+
+
+def _link_needs(link: Link) -> tuple[str, AccessRights | None] | None:
+    """The entity path an entity link works on and the right it needs; None for ``$cbs`` links."""
+    ctx = link.context
+    if isinstance(ctx, Producer):
+        return ctx.entity.name.lower(), AccessRights.SEND
+    if isinstance(ctx, LinkConsumer):
+        return ctx.actor.ref.entity, AccessRights.LISTEN
+    if isinstance(ctx, ControlLink) and ctx.entity is not None:
+        return management_entity(ctx.node) or ctx.entity.name.lower(), None
+    return None
 
 
 def _dead_letter_details(error: Error | None) -> tuple[str | None, str | None]:

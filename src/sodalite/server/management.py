@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sodalite.amqp.types import Array, Described, Long, Timestamp, ULong
-from sodalite.errors import ArgumentError, NotImplementedOperation, SodaliteError
+from sodalite.errors import ArgumentError, NotImplementedOperation
+from sodalite.model.authorization import AccessRights
 from sodalite.model.entities import (
     CorrelationFilter,
     FalseFilter,
@@ -27,6 +28,8 @@ from sodalite.model.entities import (
     TrueFilter,
 )
 from sodalite.server import wire
+from sodalite.server.amqp_errors import report
+from sodalite.server.metrics import BrokerMetrics
 from sodalite.server.partition_actor import PartitionActor, SubQueue
 
 OK = 200
@@ -53,6 +56,13 @@ class Context:
     max_message_size: int
     broker: Any = None  # for rule operations on a subscription
     entity: Any = None
+    # Raises Unauthorized unless the caller's token grants the right (None: no check, e.g. in unit tests).
+    authorise: Callable[[AccessRights], None] | None = None
+
+    @property
+    def metrics(self) -> BrokerMetrics | None:
+        metrics = getattr(self.broker, "metrics", None)
+        return metrics if isinstance(metrics, BrokerMetrics) else None
 
     def note_locks(self) -> None:
         registry = getattr(self.owner, "locked_through_management", None)
@@ -116,6 +126,8 @@ async def schedule_message(ctx: Context, body: dict[str, Any]) -> Response:
     if any(d.scheduled_enqueue_time is None for d in drafts):
         raise ArgumentError("a scheduled message needs x-opt-scheduled-enqueue-time")
     future, numbers = ctx.actor.schedule(drafts)
+    if ctx.metrics is not None:
+        ctx.metrics.count_in(future, ctx.metrics.entity_label(ctx.actor), len(numbers))
     await future
     return Response(OK, {"sequence-numbers": Array("long", tuple(Long(n) for n in numbers))})
 
@@ -135,6 +147,8 @@ async def receive_by_sequence_number(ctx: Context, body: dict[str, Any]) -> Resp
                      "lock-token": lock.token} for r, lock in taken]
     else:
         future, records = ctx.actor.take_deferred(ctx.sub_queue, numbers)
+        if ctx.metrics is not None:
+            ctx.metrics.count_out(future, ctx.actor, ctx.sub_queue, len(records))
         await future
         messages = [{"message": wire.delivery_payload(r, None, with_state=True)} for r in records]
     return Response(OK, {"messages": messages})
@@ -147,6 +161,8 @@ async def update_disposition(ctx: Context, body: dict[str, Any]) -> Response:
     for token in _array(body, "lock-tokens", uuid.UUID):
         if status == COMPLETED:
             futures.append(actor.complete(token))
+            if ctx.metrics is not None:
+                ctx.metrics.count_out(futures[-1], actor, ctx.sub_queue)
         elif status == ABANDONED:
             futures.append(actor.abandon(token))
         elif status == DEFERRED:
@@ -296,14 +312,37 @@ OPERATIONS: dict[str, Operation] = {
 }
 
 
+# The right each operation needs (Manage implies the other two): reading and settling is Listen's,
+# scheduling is Send's, changing a subscription's rules is Manage's.
+REQUIRED_RIGHTS: dict[str, AccessRights] = {
+    "com.microsoft:renew-lock": AccessRights.LISTEN,
+    "com.microsoft:peek-message": AccessRights.LISTEN,
+    "com.microsoft:schedule-message": AccessRights.SEND,
+    "com.microsoft:cancel-scheduled-message": AccessRights.SEND,
+    "com.microsoft:receive-by-sequence-number": AccessRights.LISTEN,
+    "com.microsoft:update-disposition": AccessRights.LISTEN,
+    "com.microsoft:renew-session-lock": AccessRights.LISTEN,
+    "com.microsoft:get-session-state": AccessRights.LISTEN,
+    "com.microsoft:set-session-state": AccessRights.LISTEN,
+    "com.microsoft:get-message-sessions": AccessRights.LISTEN,
+    "com.microsoft:add-rule": AccessRights.MANAGE,
+    "com.microsoft:remove-rule": AccessRights.MANAGE,
+    "com.microsoft:enumerate-rules": AccessRights.MANAGE,
+}
+
+
 async def execute(ctx: Context, operation: Any, body: Any) -> Response:
     """Run one request; every failure becomes a response, never an exception."""
     handler = OPERATIONS.get(str(operation))
     try:
         if handler is None:
             raise NotImplementedOperation(f"the management operation {operation!r} is not implemented yet")
+        if ctx.authorise is not None:
+            ctx.authorise(REQUIRED_RIGHTS.get(str(operation), AccessRights.MANAGE))
         if not isinstance(body, dict):
             raise ArgumentError("the request body must be a map")
         return await handler(ctx, {str(k): v for k, v in body.items()})
-    except SodaliteError as exc:
-        return Response(exc.http_status, None, exc.description, exc.condition)
+    except Exception as exc:  # an unexpected failure is answered too, as an internal error
+        entity = ctx.entity.name if ctx.entity is not None else ctx.actor.ref.entity
+        error, description = report(exc, ctx.metrics, getattr(ctx.owner, "peer", None), entity, "management")
+        return Response(error.http_status, None, description, error.condition)

@@ -1,0 +1,437 @@
+"""The command line's client commands: send and peek messages, manage entities of a running broker.
+
+``send`` and ``peek`` speak AMQP (``cli/amqp_client.py``); the entity commands (``queue``,
+``topic``, ``subscription``, ``rule``) are a client of the management REST API, writing and
+reading the same ATOM documents ServiceBusAdministrationClient does. Each command exits 0 on
+success and 1 with the broker's error (its condition or HTTP status, and its description) on
+stderr otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import ssl
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from sodalite.admin import atom
+from sodalite.amqp.types import Int, Long
+from sodalite.cli import connection_string
+from sodalite.cli.admin_client import AdminClient, AdminError, Listed
+from sodalite.cli.amqp_client import AmqpClient, ClientError
+from sodalite.cli.export import export_namespace
+from sodalite.cli.message_codec import OutgoingMessage, describe_message, encode_message
+from sodalite.errors import ConfigurationError, SodaliteError
+from sodalite.model.entities import (
+    DEFAULT_RULE_NAME,
+    QueueProperties,
+    RuleDescription,
+    SubscriptionProperties,
+    TopicProperties,
+    parse_duration,
+)
+
+DEFAULT_ADMIN_PORT: Final = 5443
+DEFAULT_CA_FILE: Final = Path("sodalite-data") / "admin-cert.pem"
+ENTITY_KINDS: Final = ("queue", "topic", "subscription", "rule")
+_NO_MESSAGES: Final = 204
+
+
+# --------------------------------------------------------------------------------------------------
+# Parser
+# --------------------------------------------------------------------------------------------------
+
+
+def _connection_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--connection-string", default=None,
+                        help=f"the broker and key (default ${connection_string.ENVIRONMENT_VARIABLE}, else the "
+                             "local broker's emulator string); UseDevelopmentEmulator=true means plain AMQP, "
+                             "otherwise AMQP over TLS")
+    parser.add_argument("--ca-file", type=Path, default=None,
+                        help=f"certificate to trust for TLS (default ./{DEFAULT_CA_FILE} when it exists, "
+                             "else the system's trust store)")
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the broker (default 30)")
+
+
+def _admin_options(parser: argparse.ArgumentParser) -> None:
+    _connection_options(parser)
+    parser.add_argument("--admin-port", type=int, default=DEFAULT_ADMIN_PORT,
+                        help=f"port of the management API (default {DEFAULT_ADMIN_PORT})")
+    parser.add_argument("--http", action="store_true", help="the management API is plain HTTP (serve --http-port)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def register(commands: Any) -> None:
+    """Add the client commands to ``sodalite``'s sub-command parser."""
+    send = commands.add_parser("send", help="send one message to a queue or topic")
+    _connection_options(send)
+    send.add_argument("entity", help="queue or topic name")
+    body = send.add_mutually_exclusive_group()
+    body.add_argument("--body", help="the message body as text (default: read standard input)")
+    body.add_argument("--body-file", type=Path, help="read the body from this file")
+    for option in ("message-id", "session-id", "partition-key", "subject", "correlation-id", "content-type"):
+        send.add_argument(f"--{option}")
+    send.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
+                      help="an application property (string); KEY:=JSON for a number, boolean or null")
+    send.add_argument("--ttl", help="time to live, ISO 8601 (PT30S, P1D)")
+    send.add_argument("--schedule", help="scheduled enqueue time, ISO 8601 (2026-01-01T12:00:00Z)")
+    send.set_defaults(handler=_send)
+
+    peek = commands.add_parser("peek", help="show messages without locking or removing them")
+    _connection_options(peek)
+    peek.add_argument("entity", help="queue name, or topic/subscriptions/subscription")
+    peek.add_argument("--count", type=int, default=10, help="how many messages (default 10)")
+    peek.add_argument("--from-sequence", type=int, default=0, help="first sequence number to show (default 0)")
+    peek.add_argument("--dead-letter", action="store_true", help="peek the dead-letter sub-queue")
+    peek.add_argument("--json", action="store_true", help="one JSON object per message")
+    peek.set_defaults(handler=_peek)
+
+    namespace = commands.add_parser("namespace", help="the namespace as a whole")
+    namespace_actions = namespace.add_subparsers(dest="action", required=True)
+    export = namespace_actions.add_parser(
+        "export", help="write every queue, topic, subscription and rule as a Config.json `serve --config` loads")
+    _admin_options(export)
+    export.add_argument("--output", type=Path, default=None, help="write to this file (default: standard output)")
+    export.set_defaults(handler=_export)
+
+    key = commands.add_parser("key", help="shared access keys")
+    key_actions = key.add_subparsers(dest="action", required=True)
+    regenerate = key_actions.add_parser("regenerate", help="replace a rule's primary or secondary key; tokens "
+                                                           "signed with the old key are refused from then on")
+    _admin_options(regenerate)
+    regenerate.add_argument("rule", help="the rule's KeyName")
+    regenerate.add_argument("--entity", help="a queue's or topic's own rule (default: a namespace rule)")
+    regenerate.add_argument("--secondary", action="store_true", help="the secondary key (default: the primary)")
+    regenerate.add_argument("--key", help="the new key (default: 32 random bytes, base64)")
+    regenerate.set_defaults(handler=_regenerate_key)
+
+    for kind in ENTITY_KINDS:
+        parser = commands.add_parser(kind, help=f"manage {kind}s through the management API")
+        actions = parser.add_subparsers(dest="action", required=True)
+        names = _NAMES[kind]
+        for action in ("list", "show", "create", "update", "delete"):
+            sub = actions.add_parser(action, help=f"{action} {kind}s" if action == "list" else f"{action} a {kind}")
+            _admin_options(sub)
+            for name in names if action != "list" else names[:-1]:
+                sub.add_argument(name)
+            if action in ("create", "update"):
+                if kind == "rule":
+                    _rule_options(sub)
+                else:
+                    sub.add_argument("--set", action="append", default=[], metavar="PROPERTY=VALUE",
+                                     help="a property by its Service Bus name, e.g. LockDuration=PT1M, "
+                                          "MaxDeliveryCount=5, RequiresSession=true")
+                if kind == "subscription" and action == "create":
+                    sub.add_argument("--sql-filter", help="the $Default rule's SQL filter (default: all messages)")
+            sub.set_defaults(handler=_entity_command, kind=kind)
+
+
+def _rule_options(parser: argparse.ArgumentParser) -> None:
+    kinds = parser.add_mutually_exclusive_group()
+    kinds.add_argument("--sql", help="a SQL filter expression")
+    kinds.add_argument("--true", action="store_true", help="match every message")
+    kinds.add_argument("--false", action="store_true", help="match no message")
+    kinds.add_argument("--correlation", action="append", metavar="FIELD=VALUE",
+                       help="a correlation filter field (CorrelationId, MessageId, To, ReplyTo, Label, SessionId, "
+                            "ReplyToSessionId, ContentType) or, for any other name, an application property")
+    parser.add_argument("--action", help="a SQL rule action, e.g. SET priority = 'high'")
+
+
+_NAMES: Final[dict[str, tuple[str, ...]]] = {
+    "queue": ("name",),
+    "topic": ("name",),
+    "subscription": ("topic", "name"),
+    "rule": ("topic", "subscription", "name"),
+}
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a client command; print the broker's refusal and return 1 if it refused."""
+    handler: Callable[[argparse.Namespace], None] = args.handler
+    try:
+        handler(args)
+    except ClientError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except AdminError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except (SodaliteError, ValueError) as exc:
+        print(f"error: {getattr(exc, 'description', exc)}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"error: cannot reach the broker: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------
+# Connections
+# --------------------------------------------------------------------------------------------------
+
+
+def _tls_context(args: argparse.Namespace) -> ssl.SSLContext:
+    ca_file: Path | None = args.ca_file
+    if ca_file is None and DEFAULT_CA_FILE.exists():
+        ca_file = DEFAULT_CA_FILE
+    return ssl.create_default_context(cafile=str(ca_file) if ca_file is not None else None)
+
+
+def _amqp(args: argparse.Namespace) -> AmqpClient:
+    settings = connection_string.from_environment(args.connection_string)
+    return AmqpClient(settings.host, settings.port, settings.key_name, settings.key,
+                      tls=_tls_context(args) if settings.tls else None, timeout=args.timeout)
+
+
+def _admin(args: argparse.Namespace) -> AdminClient:
+    settings = connection_string.from_environment(args.connection_string)
+    return AdminClient(settings.host, args.admin_port, settings.key_name, settings.key,
+                       context=None if args.http else _tls_context(args), timeout=args.timeout)
+
+
+# --------------------------------------------------------------------------------------------------
+# send and peek
+# --------------------------------------------------------------------------------------------------
+
+
+def _property(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` (a string) or ``KEY:=JSON`` (a number, boolean or null)."""
+    key, separator, value = text.partition("=")
+    if not separator or not key.rstrip(":"):
+        raise ConfigurationError(f"'{text}': expected KEY=VALUE or KEY:=JSON")
+    if not key.endswith(":"):
+        return key, value
+    try:
+        return key[:-1], json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(f"'{text}': not JSON: {exc.msg}") from None
+
+
+def _timestamp(text: str) -> datetime.datetime:
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise ConfigurationError(f"--schedule '{text}': not an ISO 8601 time") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.UTC)
+
+
+def _body(args: argparse.Namespace) -> bytes:
+    if args.body is not None:
+        return str(args.body).encode("utf-8")
+    if args.body_file is not None:
+        return Path(args.body_file).read_bytes()
+    return sys.stdin.buffer.read()
+
+
+def _send(args: argparse.Namespace) -> None:
+    message = OutgoingMessage(
+        body=_body(args), message_id=args.message_id, session_id=args.session_id,
+        partition_key=args.partition_key, subject=args.subject, correlation_id=args.correlation_id,
+        content_type=args.content_type,
+        time_to_live=parse_duration(args.ttl) if args.ttl else None,
+        scheduled_enqueue_time=_timestamp(args.schedule) if args.schedule else None,
+        application_properties=dict(_property(p) for p in args.property))
+    with _amqp(args) as client:
+        client.send(args.entity, [encode_message(message)])
+    print(f"sent 1 message to {args.entity}")
+
+
+def _peek(args: argparse.Namespace) -> None:
+    entity = args.entity + ("/$DeadLetterQueue" if args.dead_letter else "")
+    shown: list[dict[str, Any]] = []
+    with _amqp(args) as client:
+        start = args.from_sequence
+        while len(shown) < args.count:
+            reply = client.management(entity, "com.microsoft:peek-message",
+                                      {"from-sequence-number": Long(start),
+                                       "message-count": Int(args.count - len(shown))})
+            if reply.status == _NO_MESSAGES:
+                break
+            if reply.status != 200:
+                raise ClientError(reply.condition, reply.description or f"peek answered {reply.status}")
+            batch = [describe_message(bytes(m["message"])) for m in reply.body["messages"]]
+            if not batch:
+                break
+            shown.extend(batch)
+            start = int(batch[-1]["sequence_number"]) + 1
+    for message in shown:
+        if args.json:
+            print(json.dumps(message, default=str))
+        else:
+            print(f"#{message.get('sequence_number')} {message.get('enqueued_time')} "
+                  f"id={message.get('message_id')} {json.dumps(message.get('body'), default=str)}")
+    if not args.json:
+        print(f"({len(shown)} message{'s' if len(shown) != 1 else ''})")
+
+
+# --------------------------------------------------------------------------------------------------
+# Entities
+# --------------------------------------------------------------------------------------------------
+
+
+def _path(kind: str, args: argparse.Namespace, *, collection: bool = False) -> str:
+    if kind in ("queue", "topic"):
+        return f"$Resources/{kind}s" if collection else str(args.name)
+    subscriptions = f"{args.topic}/subscriptions"
+    if kind == "subscription":
+        return subscriptions if collection else f"{subscriptions}/{args.name}"
+    rules = f"{subscriptions}/{args.subscription}/rules"
+    return rules if collection else f"{rules}/{args.name}"
+
+
+def _value(text: str) -> Any:
+    """A --set value: JSON when it parses (numbers, true/false, null), else the text itself."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _settings(pairs: Sequence[str]) -> dict[str, Any]:
+    settings: dict[str, Any] = {}
+    for pair in pairs:
+        key, separator, value = pair.partition("=")
+        if not separator or not key:
+            raise ConfigurationError(f"--set '{pair}': expected PROPERTY=VALUE")
+        settings[key] = _value(value)
+    return settings
+
+
+_MODELS: Final[dict[str, type[QueueProperties] | type[TopicProperties] | type[SubscriptionProperties]]] = {
+    "queue": QueueProperties, "topic": TopicProperties, "subscription": SubscriptionProperties}
+
+
+def _rule(args: argparse.Namespace, name: str) -> RuleDescription:
+    properties: dict[str, Any]
+    if args.sql is not None:
+        properties = {"FilterType": "Sql", "SqlFilter": {"SqlExpression": args.sql}}
+    elif args.false:
+        properties = {"FilterType": "False"}
+    elif args.correlation:
+        fields = {"CorrelationId", "MessageId", "To", "ReplyTo", "Label", "SessionId", "ReplyToSessionId",
+                  "ContentType"}
+        correlation: dict[str, Any] = {}
+        for key, value in (_property(pair) for pair in args.correlation):
+            if key in fields:
+                correlation[key] = value
+            else:
+                correlation.setdefault("Properties", {})[key] = value
+        properties = {"FilterType": "Correlation", "CorrelationFilter": correlation}
+    else:
+        properties = {"FilterType": "True"}
+    if args.action is not None:
+        properties["Action"] = {"SqlExpression": args.action}
+    return RuleDescription.from_json({"Name": name, "Properties": properties}, path="rule")
+
+
+def _request(kind: str, args: argparse.Namespace, existing: Listed | None) -> bytes:
+    if kind == "rule":
+        return atom.request_entry(_rule(args, args.name))
+    current = dict(existing.parsed.properties) if existing is not None else {}
+    current.update(_settings(args.set))
+    description = _MODELS[kind].from_json(current, path=kind)
+    default_rule = None
+    if kind == "subscription" and existing is None and args.sql_filter is not None:
+        default_rule = RuleDescription.from_json(
+            {"Name": DEFAULT_RULE_NAME, "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpression":
+                                                                                           args.sql_filter}}},
+            path="--sql-filter")
+    return atom.request_entry(description, default_rule=default_rule)
+
+
+def _entity_command(args: argparse.Namespace) -> None:
+    kind, action = args.kind, args.action
+    client = _admin(args)
+    if action == "list":
+        _print_list(kind, client.list(_path(kind, args, collection=True)), as_json=args.json)
+        return
+    path = _path(kind, args)
+    if action == "delete":
+        client.delete(path)
+        print(f"deleted {kind} {path}")
+        return
+    if action == "show":
+        found = client.get(path)
+        if found is None:
+            raise AdminError(404, f"the {kind} '{path}' does not exist")
+        _print_one(found, as_json=args.json)
+        return
+    existing = None
+    if action == "update":
+        existing = client.get(path)
+        if existing is None:
+            raise AdminError(404, f"the {kind} '{path}' does not exist")
+    result = client.put(path, _request(kind, args, existing), update=action == "update")
+    if args.json:
+        _print_one(result, as_json=True)
+    else:
+        print(f"{'created' if action == 'create' else 'updated'} {kind} {path}")
+
+
+def _export(args: argparse.Namespace) -> None:
+    document = json.dumps(export_namespace(_admin(args)), indent=2, ensure_ascii=False) + "\n"
+    if args.output is None:
+        sys.stdout.write(document)
+    else:
+        Path(args.output).write_text(document, encoding="utf-8")
+        print(f"wrote {args.output}")
+
+
+def _regenerate_key(args: argparse.Namespace) -> None:
+    prefix = f"{args.entity}/" if args.entity else ""
+    payload: dict[str, Any] = {"keyType": "SecondaryKey" if args.secondary else "PrimaryKey"}
+    if args.key is not None:
+        payload["key"] = args.key
+    keys = _admin(args).post_json(f"{prefix}$authorizationrules/{args.rule}/regeneratekeys", payload)
+    if args.json:
+        print(json.dumps(keys))
+        return
+    for name in ("keyName", "primaryKey", "secondaryKey", "primaryConnectionString", "secondaryConnectionString"):
+        if keys.get(name) is not None:
+            print(f"{name}: {keys[name]}")
+
+
+def _summary(kind: str, listed: Listed) -> dict[str, Any]:
+    runtime = listed.parsed.runtime or atom.EntityRuntime()
+    if kind == "rule":
+        rule = listed.parsed.properties["Properties"]
+        shown = rule.get("SqlFilter", {}).get("SqlExpression") if rule["FilterType"] == "Sql" else rule["FilterType"]
+        return {"name": listed.title, "filter": shown}
+    if kind == "topic":
+        return {"name": listed.title, "subscriptions": runtime.subscription_count,
+                "scheduled": runtime.scheduled, "size_in_bytes": runtime.size_in_bytes}
+    return {"name": listed.title, "active": runtime.active, "dead_letter": runtime.dead_letter,
+            "scheduled": runtime.scheduled, "status": listed.parsed.properties.get("Status", "Active")}
+
+
+def _print_list(kind: str, listed: list[Listed], *, as_json: bool) -> None:
+    rows = [_summary(kind, item) for item in listed]
+    if as_json:
+        print(json.dumps(rows, default=str))
+        return
+    if not rows:
+        print(f"(no {kind}s)")
+        return
+    columns = list(rows[0])
+    widths = [max(len(c), *(len(str(row[c])) for row in rows)) for c in columns]
+    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    for row in rows:
+        print("  ".join(str(row[c]).ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+
+
+def _print_one(listed: Listed, *, as_json: bool) -> None:
+    runtime = listed.parsed.runtime
+    shown: dict[str, Any] = {"Name": listed.title, **listed.parsed.properties}
+    if runtime is not None and listed.parsed.kind != "RuleDescription":
+        shown["Runtime"] = {"ActiveMessageCount": runtime.active, "DeadLetterMessageCount": runtime.dead_letter,
+                            "ScheduledMessageCount": runtime.scheduled, "SizeInBytes": runtime.size_in_bytes,
+                            "SubscriptionCount": runtime.subscription_count}
+    if as_json:
+        print(json.dumps(shown, default=str))
+        return
+    for key, value in shown.items():
+        print(f"{key}: {json.dumps(value, default=str) if isinstance(value, dict | list) else value}")
