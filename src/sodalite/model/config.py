@@ -38,7 +38,19 @@ Sodalite's extensions, on a namespace object:
     The namespace's largest message, 1..102400 KB, default 256. An entity's own
     ``MaxMessageSizeInKilobytes`` overrides it.
 ``PartitionCount``
-    How many partitions the namespace's messages are spread over, 1..1024, default 16.
+    How many partitions a partitioned entity (``EnablePartitioning``) has, 1..1024, default 16.
+``MessagingStores``
+    ``[{"Name": "disk2", "Path": "/mnt/disk2/sodalite.db"}]``: more SQLite messaging stores besides
+    the default one in the data directory (a relative ``Path`` is under it). ``"Offline": true``
+    starts one out of service (the outage switch, which ``sodalite store online`` turns back). Partition ``i`` of a
+    partitioned entity lives in store ``i mod n`` (the default store first, then these in order); a
+    non-partitioned queue or topic lives in the store its name hashes to, its subscriptions with
+    it. Adding or removing stores moves partitions to other stores: drain the entities first.
+``Sku``
+    ``Standard`` (default) or ``Premium``: in a Premium-like namespace, a partitioned entity's
+    messages are limited to 1 MB.
+``MaxEntityCount`` / ``MaxPartitionedEntityCount``
+    Quotas on queues plus topics (default 10000) and on partitioned ones among them (default 100).
 
 Several namespaces may be given; their names must be unique. Names are case-insensitive in Service
 Bus, so queues and topics of one namespace share one name space and must differ regardless of case,
@@ -84,6 +96,12 @@ DEFAULT_MAX_MESSAGE_SIZE_IN_KILOBYTES: Final = 256
 MAX_MESSAGE_SIZE_IN_KILOBYTES: Final = 102_400
 DEFAULT_PARTITION_COUNT: Final = 16
 MAX_PARTITION_COUNT: Final = 1024
+DEFAULT_MAX_ENTITY_COUNT: Final = 10_000
+DEFAULT_MAX_PARTITIONED_ENTITY_COUNT: Final = 100
+_MAX_QUOTA: Final = 1_000_000
+SKUS: Final = ("Basic", "Standard", "Premium")
+DEFAULT_STORE_NAME: Final = "default"
+_STORE_NAME_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", re.ASCII)
 
 _NAMESPACE_NAME_RE: Final = re.compile(r"[A-Za-z](?:[A-Za-z0-9-]{0,48}[A-Za-z0-9])?", re.ASCII)
 
@@ -155,6 +173,26 @@ class TopicConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class MessagingStoreConfig:
+    """A messaging store besides the default one: a name (for the outage switch) and a file path."""
+
+    name: str
+    path: str
+    offline: bool = False  # start with the store out of service (the outage switch's initial position)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.offline, bool):
+            raise ConfigurationError("MessagingStore.offline: must be true or false")
+        if not isinstance(self.name, str) or _STORE_NAME_RE.fullmatch(self.name) is None:
+            raise ConfigurationError(
+                f"MessagingStore.name: {self.name!r} must be 1 to 64 letters, digits, '.', '_' or '-'")
+        if self.name.lower() == DEFAULT_STORE_NAME:
+            raise ConfigurationError(f"MessagingStore.name: '{DEFAULT_STORE_NAME}' is the data directory's store")
+        if not isinstance(self.path, str) or not self.path.strip():
+            raise ConfigurationError("MessagingStore.path: must be a non-empty string")
+
+
+@dataclass(frozen=True, slots=True)
 class NamespaceConfig:
     name: str
     queues: tuple[QueueConfig, ...] = ()
@@ -162,6 +200,10 @@ class NamespaceConfig:
     authorization_rules: tuple[AuthorizationRule, ...] = (DEFAULT_AUTHORIZATION_RULE,)
     max_message_size_in_kilobytes: int = DEFAULT_MAX_MESSAGE_SIZE_IN_KILOBYTES
     partition_count: int = DEFAULT_PARTITION_COUNT
+    messaging_stores: tuple[MessagingStoreConfig, ...] = ()
+    sku: str = "Standard"
+    max_entity_count: int = DEFAULT_MAX_ENTITY_COUNT
+    max_partitioned_entity_count: int = DEFAULT_MAX_PARTITIONED_ENTITY_COUNT
 
     def __post_init__(self) -> None:
         owner = f"NamespaceConfig {self.name!r}"
@@ -181,10 +223,23 @@ class NamespaceConfig:
                 MAX_MESSAGE_SIZE_IN_KILOBYTES,
             ),
             ("partition_count", self.partition_count, MAX_PARTITION_COUNT),
+            ("max_entity_count", self.max_entity_count, _MAX_QUOTA),
+            ("max_partitioned_entity_count", self.max_partitioned_entity_count, _MAX_QUOTA),
         ):
             problem = _int_problem(value, 1, high)
             if problem is not None:
                 raise ConfigurationError(f"NamespaceConfig.{label}: {problem}")
+        if self.sku not in SKUS:
+            raise ConfigurationError(f"NamespaceConfig.sku: must be one of {', '.join(SKUS)}, got {self.sku!r}")
+        _check_unique(owner, "messaging store", (s.name for s in self.messaging_stores))
+        entities = [*(q.properties for q in self.queues), *(t.properties for t in self.topics)]
+        if len(entities) > self.max_entity_count:
+            raise ConfigurationError(f"{owner}: {len(entities)} queues and topics exceed MaxEntityCount "
+                                     f"{self.max_entity_count}")
+        partitioned = sum(1 for p in entities if getattr(p, "enable_partitioning", False))
+        if partitioned > self.max_partitioned_entity_count:
+            raise ConfigurationError(f"{owner}: {partitioned} partitioned queues and topics exceed "
+                                     f"MaxPartitionedEntityCount {self.max_partitioned_entity_count}")
 
 
 def default_namespace() -> NamespaceConfig:
@@ -254,6 +309,10 @@ _NAMESPACE_KEYS: Final = (
     "AuthorizationRules",
     "MaxMessageSizeInKilobytes",
     "PartitionCount",
+    "MessagingStores",
+    "Sku",
+    "MaxEntityCount",
+    "MaxPartitionedEntityCount",
 )
 
 
@@ -293,7 +352,31 @@ def _namespace(raw: object, path: str) -> NamespaceConfig:
         MAX_MESSAGE_SIZE_IN_KILOBYTES,
     )
     partitions = _optional_int(obj, "PartitionCount", path, DEFAULT_PARTITION_COUNT, MAX_PARTITION_COUNT)
-    return NamespaceConfig(name, queues, topics, rules, max_size, partitions)
+    stores_path = _join(path, "MessagingStores")
+    stores = tuple(_messaging_store(item, f"{stores_path}[{i}]")
+                   for i, item in enumerate(_optional_array(obj, "MessagingStores", path)))
+    _unique_names(((s.name, f"{stores_path}[{i}]") for i, s in enumerate(stores)), "messaging store")
+    sku = obj.get("Sku", "Standard")
+    if sku not in SKUS:
+        raise _error(_join(path, "Sku"), f"must be one of {', '.join(SKUS)}, got {sku!r}")
+    max_entities = _optional_int(obj, "MaxEntityCount", path, DEFAULT_MAX_ENTITY_COUNT, _MAX_QUOTA)
+    max_partitioned = _optional_int(obj, "MaxPartitionedEntityCount", path, DEFAULT_MAX_PARTITIONED_ENTITY_COUNT,
+                                    _MAX_QUOTA)
+    try:
+        return NamespaceConfig(name, queues, topics, rules, max_size, partitions, stores, sku, max_entities,
+                               max_partitioned)
+    except ConfigurationError as exc:
+        raise _error(path, exc.description) from None
+
+
+def _messaging_store(raw: object, path: str) -> MessagingStoreConfig:
+    obj = _expect_object(raw, path)
+    _check_keys(obj, ("Name", "Path", "Offline"), path)
+    try:
+        return MessagingStoreConfig(_require(obj, "Name", path), _require(obj, "Path", path),
+                                    obj.get("Offline", False))
+    except ConfigurationError as exc:
+        raise _error(path, exc.description) from None
 
 
 def _queue(raw: object, path: str) -> QueueConfig:
@@ -408,6 +491,7 @@ __all__ = [
     "MAX_MESSAGE_SIZE_IN_KILOBYTES",
     "MAX_PARTITION_COUNT",
     "AuthorizationRule",
+    "MessagingStoreConfig",
     "NamespaceConfig",
     "QueueConfig",
     "SubscriptionConfig",

@@ -25,6 +25,7 @@ from sodalite.errors import (
     EntityAlreadyExists,
     EntityNotFound,
     InvalidOperation,
+    QuotaExceeded,
     SodaliteError,
 )
 from sodalite.model.authorization import (
@@ -51,7 +52,16 @@ from sodalite.server.addresses import entity_path
 from sodalite.server.connection_handler import BrokerConnection
 from sodalite.server.fanout import CompiledRule, copies_for
 from sodalite.server.metrics import BrokerMetrics
-from sodalite.server.partition_actor import Clock, EntitySettings, FanOut, PartitionActor, SubQueue, wall_clock_ms
+from sodalite.server.partition_actor import (
+    Clock,
+    EntitySettings,
+    FanOut,
+    PartitionActor,
+    SubQueue,
+    all_of,
+    wall_clock_ms,
+)
+from sodalite.server.partitioned_actor import PartitionedActor, at_index, each, partition_index
 from sodalite.server.registry import QUEUE, SUBSCRIPTION, TOPIC, Entity, Route, subscription_path
 from sodalite.server.store_worker import StoreWorker
 from sodalite.store.port import DeleteEntity, EntityRecord, MessagingStore, PartitionRef, PutEntity
@@ -63,6 +73,8 @@ IDLE_SWEEP_SECONDS = 15.0  # AutoDeleteOnIdle is at least 5 minutes, so this is 
 MAX_TRANSFER_HOPS = 4  # Service Bus forwards a message at most this many times (DLQ overview)
 # Regenerated keys are stored as one record of a kind the entity loader skips ('$' keeps it apart from entity names).
 KEY_OVERRIDES_PATH, KEY_OVERRIDES_KIND = "$authorizationrules", "authorization-rules"
+DEFAULT_STORE = "default"  # the store in the data directory, which also keeps the entity records
+PREMIUM_PARTITIONED_MESSAGE_SIZE = 1024 * 1024  # partitioned entities of a Premium-like namespace (seed)
 
 def _ms(value: timedelta) -> int | None:
     return None if value >= TIMESPAN_MAX else int(value.total_seconds() * 1000)
@@ -70,10 +82,13 @@ def _ms(value: timedelta) -> int | None:
 
 class Broker:
     def __init__(self, namespace: NamespaceConfig, store: MessagingStore, *, max_frame_size: int = 262144,
-                 idle_timeout_ms: int | None = 120_000, clock: Clock = wall_clock_ms) -> None:
+                 idle_timeout_ms: int | None = 120_000, clock: Clock = wall_clock_ms,
+                 more_stores: Sequence[tuple[str, MessagingStore]] = ()) -> None:
         self.namespace = namespace
         self.clock = clock
-        self.worker = StoreWorker(store, "0")
+        # The messaging stores, each served by its own thread. The first also keeps the entity records.
+        self.workers = [StoreWorker(store, DEFAULT_STORE), *(StoreWorker(s, name) for name, s in more_stores)]
+        self.worker = self.workers[0]
         self.max_frame_size = max_frame_size
         self.idle_timeout_ms = idle_timeout_ms
         self.container_id = f"sodalite-{namespace.name}"
@@ -87,12 +102,24 @@ class Broker:
         self._tls_server: asyncio.Server | None = None
         self.amqps_port: int | None = None  # bound by start() when TLS is on
         self.metrics = BrokerMetrics(self)
+        for worker in self.workers[1:]:
+            self.metrics.watch(worker)
         self._idle_sweeper: asyncio.Task[None] | None = None
 
     @classmethod
     def with_sqlite(cls, namespace: NamespaceConfig, data_dir: Path, synchronous: str = "FULL") -> Broker:
+        """SQLite stores: ``messages.db`` in the data directory, then the namespace's MessagingStores
+        (relative paths are under the data directory)."""
         data_dir.mkdir(parents=True, exist_ok=True)
-        return cls(namespace, SqliteStore(data_dir / "messages.db", synchronous=synchronous))
+        more = []
+        for configured in namespace.messaging_stores:
+            path = data_dir / configured.path
+            path.parent.mkdir(parents=True, exist_ok=True)
+            more.append((configured.name, SqliteStore(path, synchronous=synchronous)))
+        broker = cls(namespace, SqliteStore(data_dir / "messages.db", synchronous=synchronous), more_stores=more)
+        for worker, configured in zip(broker.workers[1:], namespace.messaging_stores, strict=True):
+            worker.offline = configured.offline  # starts out of service: its partitions wait for it
+        return broker
 
     def entity(self, path: str) -> Entity | None:
         return self.entities.get(path.lower())
@@ -188,7 +215,10 @@ class Broker:
             if target is not None:
                 route = self.route(target)
                 target = None if route.exceeded or route.entity.kind == TOPIC else route.entity
-            entity.actor.dead_letter_target = target.actor if target is not None else None
+            for index, partition in enumerate(each(entity.actor)):
+                # Partition i forwards to the target's partition i, which a message's key maps alike.
+                partition.dead_letter_target = (None if target is None
+                                                else at_index(target.actor, index, PartitionedActor.next_partition))
 
     async def start(self, host: str, port: int, *, tls: ssl.SSLContext | None = None, tls_port: int = -1) -> int:
         """Load everything, then listen; return the AMQP port actually bound.
@@ -197,7 +227,8 @@ class Broker:
         ``amqps_port``): TLS first, then the usual SASL header, as the SDK dials (contract 1.1). A
         failed handshake closes that socket only; no connection is made for it.
         """
-        await self.worker.call(self.worker.store.open)
+        for worker in self.workers:
+            await worker.open()
         # The configuration's properties win over stored ones; a subscription's rules come from it only
         # when the subscription is new, so rules changed at runtime survive a restart.
         stored = {r.path.lower(): r for r in await self.worker.call(self.worker.store.load_entities)}
@@ -241,8 +272,12 @@ class Broker:
         self.port = int(sockets[0].getsockname()[1]) if sockets else port
         return self.port
 
+    def _home_store(self, path: str) -> StoreWorker:
+        """The store a non-partitioned entity lives in: its name picks one, the same on every start."""
+        return self.workers[partition_index(path.lower(), len(self.workers))]
+
     def _settings(self, properties: QueueProperties | TopicProperties | SubscriptionProperties,
-                  ) -> tuple[EntitySettings, int]:
+                  partitioned: bool = False) -> tuple[EntitySettings, int]:
         """The actor's settings from any entity kind's properties (absent ones take queue defaults)."""
         defaults = QueueProperties()
 
@@ -262,7 +297,11 @@ class Broker:
             duplicate_detection_window=int(get("duplicate_detection_history_time_window").total_seconds() * 1000)
             if get("requires_duplicate_detection") else None,
         )
-        return settings, kilobytes * 1024
+        max_bytes = kilobytes * 1024
+        if partitioned and self.namespace.sku == "Premium":
+            max_bytes = min(max_bytes, PREMIUM_PARTITIONED_MESSAGE_SIZE)
+            settings = replace(settings, max_message_size=max_bytes)
+        return settings, max_bytes
 
     async def _load(self, record: EntityRecord) -> None:
         path = record.path.lower()
@@ -285,22 +324,47 @@ class Broker:
             if topic is None:
                 log.error("subscription %s has no topic; skipped", record.path)
                 return
-        settings, max_message_size = self._settings(properties)
-        actor = PartitionActor(PartitionRef(path, 0), settings, self.worker, clock=self.clock)
-        await actor.load()
+        # A subscription is partitioned as its topic is.
+        partitioned = (topic.partitioned if topic is not None
+                       else bool(getattr(properties, "enable_partitioning", False)))
+        settings, max_message_size = self._settings(properties, partitioned)
+        actor: PartitionActor | PartitionedActor
+        if partitioned:
+            count = self.namespace.partition_count
+            actor = PartitionedActor([
+                PartitionActor(PartitionRef(path, i), settings, self.workers[i % len(self.workers)], clock=self.clock)
+                for i in range(count)])
+        else:
+            # A subscription lives with its topic, so a send's copies commit in one transaction.
+            home = topic.name if topic is not None else path
+            actor = PartitionActor(PartitionRef(path, 0), settings, self._home_store(home), clock=self.clock)
+        for partition in each(actor):
+            if partition.worker.offline:
+                partition.suspend()  # loads itself once its store is back
+            else:
+                await partition.load()
         entity = Entity(path if record.kind == SUBSCRIPTION else record.path, properties, max_message_size, actor,
                         record.kind, rules=rules, topic=topic)
         self.entities[path] = entity
         if topic is not None:
             topic.subscriptions[path] = entity
         if record.kind == TOPIC:
-            actor.on_activated = lambda drafts: self._fan_out(entity, drafts, hops=0)
+            for partition in each(actor):
+                index = partition.ref.partition if partitioned else None
+                partition.on_activated = lambda drafts, i=index: self._fan_out(entity, drafts, hops=0, index=i)
 
     def publish(self, topic: Entity, drafts: list[MessageDraft]) -> asyncio.Future[None]:
         """A send to a topic: each subscription's copies, committed together (all or none)."""
+        if isinstance(topic.actor, PartitionedActor):
+            futures = []
+            for partition, indexes in topic.actor.route(drafts):
+                group = partition.deduplicate([drafts[i] for i in indexes])
+                futures.append(partition.fan_out(self._fan_out(topic, group, hops=0, index=partition.ref.partition)))
+            return all_of(futures)
         return topic.actor.fan_out(self._fan_out(topic, topic.actor.deduplicate(drafts), hops=0))
 
-    def _fan_out(self, topic: Entity, drafts: list[MessageDraft], hops: int) -> list[FanOut]:
+    def _fan_out(self, topic: Entity, drafts: list[MessageDraft], hops: int,
+                 index: int | None = None) -> list[FanOut]:
         """Every subscription's copies; a subscription that forwards passes its copies on (to a queue,
         or into another topic's subscriptions), within the same hop limit as queues."""
         targets: list[FanOut] = []
@@ -315,23 +379,33 @@ class Broker:
                         normal.append(copy.draft)
                     else:
                         dead.append((copy.draft, *copy.dead_letter))
+            # A partitioned topic's partition i feeds its subscriptions' partitions i (same store).
+            own = at_index(sub.actor, index)
             if dead:
-                targets.append(FanOut(sub.actor, [], dead))
+                targets.append(FanOut(own, [], dead))
             if not normal:
                 continue
             if not sub.forward_to:
-                targets.append(FanOut(sub.actor, normal, [], counts_as_use=False))
+                targets.append(FanOut(own, normal, [], counts_as_use=False))
                 continue
             route = self.route(sub)
             total = hops + route.hops
             if route.exceeded or total > MAX_TRANSFER_HOPS:
                 reason = [(d, MAX_TRANSFER_HOP_COUNT_EXCEEDED, f"forwarded {total} times") for d in normal]
-                targets.append(FanOut(route.entity.actor, [], reason, SubQueue.TRANSFER_DEAD_LETTER))
+                targets.append(FanOut(at_index(route.entity.actor, index), [], reason, SubQueue.TRANSFER_DEAD_LETTER))
             elif route.entity.kind == TOPIC:
-                targets.extend(self._fan_out(route.entity, normal, total))
+                targets.extend(self._fan_out(route.entity, normal, total, index))
             else:
-                targets.append(FanOut(route.entity.actor, normal, []))
+                targets.extend(self._forward_targets(route.entity, normal, index))
         return targets
+
+    def _forward_targets(self, entity: Entity, drafts: list[MessageDraft], index: int | None) -> list[FanOut]:
+        """Copies forwarded into a queue: the same partition index from a partitioned topic (a
+        key maps to the same index everywhere), else the partition each message's key picks."""
+        if index is not None or not isinstance(entity.actor, PartitionedActor):
+            return [FanOut(at_index(entity.actor, index), drafts, [])]
+        return [FanOut(partition, [drafts[i] for i in indexes], [])
+                for partition, indexes in entity.actor.route(drafts)]
 
     @staticmethod
     def _compile_rule(rule: RuleDescription) -> CompiledRule:
@@ -371,11 +445,23 @@ class Broker:
         record = {"Properties": subscription.properties.to_json(), "Rules": [r.description.to_json() for r in rules]}
         await self.worker.apply([PutEntity(EntityRecord(subscription.name, SUBSCRIPTION, record))])
 
+    def _check_entity_quota(self, partitioned: bool) -> None:
+        """The namespace's quotas on queues plus topics, and on partitioned ones (seed: 10,000 and 100)."""
+        entities = [e for e in self.entities.values() if e.kind in (QUEUE, TOPIC)]
+        if len(entities) >= self.namespace.max_entity_count:
+            raise QuotaExceeded(f"the namespace already has {len(entities)} queues and topics, its quota "
+                                f"(MaxEntityCount {self.namespace.max_entity_count})")
+        partitioned_count = sum(1 for e in entities if e.partitioned)
+        if partitioned and partitioned_count >= self.namespace.max_partitioned_entity_count:
+            raise QuotaExceeded(f"the namespace already has {partitioned_count} partitioned queues and topics, "
+                                f"its quota (MaxPartitionedEntityCount {self.namespace.max_partitioned_entity_count})")
+
     async def create_queue(self, name: str, properties: QueueProperties) -> Entity:
         """Create and store a queue at runtime (the management API's PUT)."""
         validate_entity_name(name, "queue")
         if self.entity(name) is not None:
             raise EntityAlreadyExists(f"the messaging entity '{name}' already exists")
+        self._check_entity_quota(properties.enable_partitioning)
         for target in (properties.forward_to, properties.forward_dead_lettered_messages_to):
             if target and self.entity(entity_path(target)) is None:
                 raise EntityNotFound(f"the forwarding target '{target}' does not exist")
@@ -398,7 +484,7 @@ class Broker:
         if changed:
             raise InvalidOperation(f"{', '.join(changed)} cannot be changed on an existing queue")
         await self.worker.apply([PutEntity(EntityRecord(entity.name, QUEUE, properties.to_json()))])
-        settings, max_message_size = self._settings(properties)
+        settings, max_message_size = self._settings(properties, entity.partitioned)
         entity.properties, entity.max_message_size = properties, max_message_size
         entity.actor.update_settings(settings)
         self._link_dead_letter_forwarding()
@@ -413,6 +499,7 @@ class Broker:
         validate_entity_name(name, "topic")
         if self.entity(name) is not None:
             raise EntityAlreadyExists(f"the messaging entity '{name}' already exists")
+        self._check_entity_quota(properties.enable_partitioning)
         record = EntityRecord(name, TOPIC, properties.to_json())
         await self.worker.apply([PutEntity(record)])
         await self._load(record)
@@ -427,7 +514,7 @@ class Broker:
         if changed:
             raise InvalidOperation(f"{', '.join(changed)} cannot be changed on an existing topic")
         await self.worker.apply([PutEntity(EntityRecord(entity.name, TOPIC, properties.to_json()))])
-        settings, max_message_size = self._settings(properties)
+        settings, max_message_size = self._settings(properties, entity.partitioned)
         entity.properties, entity.max_message_size = properties, max_message_size
         entity.actor.update_settings(settings)
 
@@ -457,7 +544,7 @@ class Broker:
         self._check_forward_targets(properties)
         record = {"Properties": properties.to_json(), "Rules": [r.description.to_json() for r in entity.rules]}
         await self.worker.apply([PutEntity(EntityRecord(entity.name, SUBSCRIPTION, record))])
-        settings, max_message_size = self._settings(properties)
+        settings, max_message_size = self._settings(properties, entity.partitioned)
         entity.properties, entity.max_message_size = properties, max_message_size
         entity.actor.update_settings(settings)
         self._link_dead_letter_forwarding()
@@ -504,8 +591,37 @@ class Broker:
         for connection in list(self.connections):
             connection.entity_deleted(entity)
         await entity.actor.close()
+        for worker in {id(p.worker): p.worker for p in each(entity.actor)}.values():
+            if worker is not self.worker:
+                await worker.apply([DeleteEntity(entity.name)])  # its partitions kept there
         await self.worker.apply([DeleteEntity(entity.name)])
         log.info("deleted %s", entity.name)
+
+    # ---- messaging stores --------------------------------------------------------------------------------
+
+    def store(self, name: str) -> StoreWorker:
+        found = next((w for w in self.workers if w.name.lower() == name.lower()), None)
+        if found is None:
+            raise EntityNotFound(f"there is no messaging store '{name}' (stores: "
+                                 f"{', '.join(w.name for w in self.workers)})")
+        return found
+
+    def set_store_online(self, name: str, online: bool) -> None:
+        """The operator's outage switch. Offline, the store's partitions refuse work with a retryable
+        error and a partitioned entity's sends go to its other partitions; back online, each
+        partition rebuilds itself from the store, where every acknowledged message still is."""
+        worker = self.store(name)
+        worker.offline = not online
+        log.warning("messaging store %s is now %s", worker.name, "online" if online else "offline")
+        if online:
+            return
+        for entity in self.entities.values():
+            for partition in each(entity.actor):
+                if partition.worker is worker:
+                    partition.suspend()
+
+    def store_status(self) -> list[dict[str, Any]]:
+        return [{"name": w.name, "online": not w.offline} for w in self.workers]
 
     async def stop(self) -> None:
         if self._idle_sweeper is not None:
@@ -518,4 +634,5 @@ class Broker:
                 connection.transport.close()
         for entity in self.entities.values():
             await entity.actor.close()
-        await self.worker.close()
+        for worker in self.workers:
+            await worker.close()

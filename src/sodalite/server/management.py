@@ -31,6 +31,7 @@ from sodalite.server import wire
 from sodalite.server.amqp_errors import report
 from sodalite.server.metrics import BrokerMetrics
 from sodalite.server.partition_actor import PartitionActor, SubQueue
+from sodalite.server.partitioned_actor import PartitionedActor
 
 OK = 200
 NO_CONTENT = 204
@@ -50,7 +51,7 @@ class Response:
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    actor: PartitionActor
+    actor: PartitionActor | PartitionedActor
     sub_queue: SubQueue
     owner: Any  # holds locks taken here (the client connection); they end when it goes
     max_message_size: int

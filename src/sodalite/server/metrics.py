@@ -20,6 +20,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from sodalite.server.partition_actor import PartitionActor, SubQueue
+from sodalite.server.partitioned_actor import PartitionedActor
 from sodalite.server.store_worker import StoreWorker
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ class BrokerMetrics:
         """The Prometheus text exposition of every metric."""
         return generate_latest(self.registry)
 
-    def entity_label(self, actor: PartitionActor, sub_queue: SubQueue = SubQueue.MAIN) -> str:
+    def entity_label(self, actor: PartitionActor | PartitionedActor, sub_queue: SubQueue = SubQueue.MAIN) -> str:
         entity = self.broker.entity(actor.ref.entity)
         name = entity.name if entity is not None else actor.ref.entity
         return name + SUB_QUEUE_SUFFIX[sub_queue]
@@ -79,14 +80,14 @@ class BrokerMetrics:
         sent.add_done_callback(lambda f: None if f.cancelled() or f.exception() is not None
                                else self.messages_in.labels(entity).inc(messages))
 
-    def count_out(self, settled: asyncio.Future[None], actor: PartitionActor, sub_queue: SubQueue,
+    def count_out(self, settled: asyncio.Future[None], actor: PartitionActor | PartitionedActor, sub_queue: SubQueue,
                   messages: int = 1) -> None:
         """Count messages removed by a receiver once the removal (``settled``) has committed."""
         label = self.entity_label(actor, sub_queue)
         settled.add_done_callback(lambda f: None if f.cancelled() or f.exception() is not None
                                   else self.messages_out.labels(label).inc(messages))
 
-    def delivered(self, actor: PartitionActor, sub_queue: SubQueue, removed: bool) -> None:
+    def delivered(self, actor: PartitionActor | PartitionedActor, sub_queue: SubQueue, removed: bool) -> None:
         """A transfer to a receiver; ``removed`` when it was received in ReceiveAndDelete (already committed)."""
         label = self.entity_label(actor, sub_queue)
         self.deliveries.labels(label).inc()

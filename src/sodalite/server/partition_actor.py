@@ -22,7 +22,7 @@ import enum
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 
 Clock = Callable[[], int]  # ms since the epoch
 RELOAD_RETRY_SECONDS = 1.0
+PARTITION_SHIFT = 48  # a sequence number's upper 16 bits name its partition (partitioned-entities seed)
 
 
 def wall_clock_ms() -> int:
@@ -95,6 +96,26 @@ class Consumer(Protocol):
     def drained(self) -> None: ...
 
     def session_lost(self) -> None: ...
+
+
+def all_of(futures: Sequence[asyncio.Future[Any]]) -> asyncio.Future[None]:
+    """One future for several: done when every one is, failed with the first failure."""
+    combined: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    if not futures:
+        combined.set_result(None)
+        return combined
+    remaining = [len(futures)]
+
+    def one_done(future: asyncio.Future[Any]) -> None:
+        remaining[0] -= 1
+        if not combined.done() and not future.cancelled() and future.exception() is not None:
+            combined.set_exception(future.exception())  # type: ignore[arg-type]
+        elif remaining[0] == 0 and not combined.done():
+            combined.set_result(None)
+
+    for future in futures:
+        future.add_done_callback(one_done)
+    return combined
 
 
 @dataclass(slots=True)
@@ -156,6 +177,7 @@ class PartitionActor:
         self._timer_at: int | None = None
         self._closed = False
         self._reloading = False
+        self._reloader: asyncio.Task[None] | None = None
         self.sessions = SessionRegistry()
         self._waiters: list[_SessionWaiter] = []
         # ForwardDeadLetteredMessagesTo, resolved by the broker: dead-lettered messages go there instead.
@@ -163,6 +185,9 @@ class PartitionActor:
         self._pending_bytes = 0
         self.dedup: DuplicateDetector | None = None
         self.last_activity = clock()  # for AutoDeleteOnIdle; a restart counts as activity
+        # A partition of a partitioned entity: whether its sibling partitions still have messages for a
+        # receiver, which is drained only when none has (set by PartitionedActor).
+        self.siblings_have_available: Callable[[SubQueue, str | None], bool] | None = None
         # A topic's: its scheduled messages, once due, become its subscriptions' copies (set by the broker).
         self.on_activated: Callable[[list[MessageDraft]], list[FanOut]] | None = None
 
@@ -175,7 +200,9 @@ class PartitionActor:
         # The service enforces MaxDeliveryCount on the entity only; a dead-letter queue keeps its messages.
         max_delivery = self.settings.max_delivery_count if sub is SubQueue.MAIN else None
         sessions = self.settings.requires_session and sub is SubQueue.MAIN  # dead-letter queues are sessionless
-        return Partition(records, last, max_delivery_count=max_delivery, sessions=sessions)
+        # Numbers are issued per partition, with the partition id in the upper bits (0 for an unpartitioned entity).
+        base = self.ref.partition << PARTITION_SHIFT
+        return Partition(records, max(last, base), max_delivery_count=max_delivery, sessions=sessions)
 
     async def load(self) -> None:
         for sub in SubQueue:
@@ -191,6 +218,27 @@ class PartitionActor:
                 window = self.settings.duplicate_detection_window
                 self.dedup = None if window is None else DuplicateDetector(window, snapshot.duplicate_history)
         self._arm_timer()
+
+    @property
+    def available(self) -> bool:
+        """False while the partition's store is offline or the partition is being rebuilt from it."""
+        return not self._reloading and not self.worker.offline
+
+    def holds(self, token: uuid.UUID) -> bool:
+        return any(token in queue.locks for queue in self.queues.values())
+
+    def suspend(self) -> None:
+        """The store went offline: stop serving until it answers again, then rebuild from it (locks,
+        which are not stored, are lost; every committed message is still there)."""
+        if not self._closed:
+            self._start_reload()
+
+    def _start_reload(self) -> asyncio.Task[None]:
+        """One rebuild at a time, whoever asks (a failed commit, or the store going offline)."""
+        if self._reloader is None or self._reloader.done():
+            self._reloading = True
+            self._reloader = asyncio.get_running_loop().create_task(self._reload())
+        return self._reloader
 
     def _check_available(self) -> None:
         if self._reloading:
@@ -324,7 +372,21 @@ class PartitionActor:
         them all (all copies or none), acknowledged once that commits."""
         self._check_available()
         self._touch()
-        self._append_fan_out(targets)
+        # A target kept in another messaging store cannot share this store's transaction: it commits
+        # its copies itself, and the send is acknowledged when both have.
+        elsewhere = [t for t in targets if t.actor.worker is not self.worker]
+        for target in elsewhere:
+            target.actor._check_available()
+        self._append_fan_out([t for t in targets if t.actor.worker is self.worker])
+        own = self._future_in_batch()
+        if not elsewhere:
+            return own
+        futures = [own, *(t.actor._fan_in(t) for t in elsewhere)]
+        return all_of(futures)
+
+    def _fan_in(self, target: FanOut) -> asyncio.Future[None]:
+        """Another store's fan-out copies for this actor, in this actor's own batch."""
+        self._append_fan_out([target])
         return self._future_in_batch()
 
     def _append_fan_out(self, targets: list[FanOut]) -> None:
@@ -444,6 +506,59 @@ class PartitionActor:
         self._drain_outbox(sub)
         self._dispatch_soon()
         return self._future_in_batch()
+
+    # ---- transactions (server/transactions.py drives these) ------------------------------------------
+
+    def check_transactional_send(self, drafts: list[MessageDraft], stored_here: bool = True) -> None:
+        """What a send checks before it is accepted, for messages a transaction sends at its commit.
+
+        ``stored_here`` False (a topic, a transfer dead-letter route) checks availability only."""
+        self._check_available()
+        if not stored_here:
+            return
+        if self.settings.requires_session and any(d.session_id is None for d in drafts):
+            raise InvalidOperation("the entity requires sessions: every message needs a SessionId")
+        self._check_quota(sum(d.size for d in drafts))
+
+    def check_transactional_lock(self, token: uuid.UUID) -> None:
+        """Raise MessageLockLost unless ``token`` is a live lock here (and its session is held, if any)."""
+        self._check_available()
+        lock = self.queues[self._holder(token)].locks[token]
+        if lock.locked_until <= self.clock():
+            raise MessageLockLost("the lock has expired")
+
+    def prepare_in_transaction(
+            self, command: Callable[[], object]) -> tuple[list[StoreOp], list[tuple[PartitionActor, SubQueue,
+                                                                                    MessageRecord]]]:
+        """Run one command (send, fan_out, complete, abandon, defer, dead_letter ...) for a committing
+        transaction. Its memory changes happen now, as they always do; the store ops it queued and the
+        records it would publish after its commit are handed back, for the one batch that commits the
+        whole transaction (``commit_transaction``), instead of staying in this actor's own batch."""
+        saved, self._batch = self._batch, _Batch()
+        try:
+            command()
+        finally:
+            captured, self._batch = self._batch, saved
+        assert not captured.deliveries  # receives run from _dispatch, never inside a command
+        for future in captured.futures:
+            future.cancel()  # the transaction's own future stands for them
+        forwarded = [(self, sub, record) for sub, record in captured.published] + captured.forwarded
+        return captured.ops, forwarded
+
+    def commit_transaction(self, ops: list[StoreOp],
+                           forwarded: list[tuple[PartitionActor, SubQueue, MessageRecord]]) -> asyncio.Future[None]:
+        """A transaction's ops, prepared on every actor it touched (all in this actor's store), in this
+        actor's next batch: one store transaction. As with fan_out, the records are published only
+        after it commits; if it fails, this actor reloads and the caller resynchronises the others."""
+        self._check_available()
+        self._batch.ops.extend(ops)
+        self._batch.forwarded.extend(forwarded)
+        return self._future_in_batch()
+
+    def resynchronise(self) -> None:
+        """A transaction that changed this actor's memory did not commit: rebuild it from the store."""
+        if not self._closed:
+            self._start_reload()
 
     # ---- by sequence number -------------------------------------------------------------------------
 
@@ -649,7 +764,8 @@ class PartitionActor:
         self._drain_outbox(sub)
         for consumer in consumers:
             session_id = consumer.session_id if by_session else None
-            if consumer.drain_requested() and not queue.has_available(session_id) and not consumer.reserved:
+            if consumer.drain_requested() and not queue.has_available(session_id) and not consumer.reserved \
+                    and not (self.siblings_have_available and self.siblings_have_available(sub, session_id)):
                 consumer.drained()
 
     # ---- messages leaving a sub-queue -----------------------------------------------------------------
@@ -674,8 +790,11 @@ class PartitionActor:
         """
         moved = wire.dead_lettered(record, reason, description)
         batch = self._batch
-        batch.ops.append(DeleteMessages(self.refs[source], (record.sequence_number,)))
         target = self.dead_letter_target
+        if target is not None and source is SubQueue.MAIN and target.worker is not self.worker:
+            self._forward_dead_letter_elsewhere(target, record, moved)
+            return
+        batch.ops.append(DeleteMessages(self.refs[source], (record.sequence_number,)))
         if target is not None and source is SubQueue.MAIN:
             records = target.accept_forwarded([wire.forwarded_draft(moved, dead_letter_source=self.ref.entity)])
             batch.ops.append(AppendMessages(target.ref, tuple(records)))
@@ -684,6 +803,32 @@ class PartitionActor:
             batch.ops.append(AppendMessages(self.refs[SubQueue.DEAD_LETTER], (moved,)))
             batch.published.append((SubQueue.DEAD_LETTER, moved))
         self._schedule_commit()
+
+    def _forward_dead_letter_elsewhere(self, target: PartitionActor, record: MessageRecord,
+                                       moved: MessageRecord) -> None:
+        """ForwardDeadLetteredMessagesTo an entity in another store: the target commits the message
+        first, then this store forgets it. A crash in between leaves a duplicate, never a loss; if the
+        target refuses it, it stays here, in the dead-letter queue."""
+        def keep_here() -> None:
+            self._batch.ops.append(DeleteMessages(self.refs[SubQueue.MAIN], (record.sequence_number,)))
+            self._batch.ops.append(AppendMessages(self.refs[SubQueue.DEAD_LETTER], (moved,)))
+            self._batch.published.append((SubQueue.DEAD_LETTER, moved))
+            self._schedule_commit()
+
+        def forwarded(future: asyncio.Future[None]) -> None:
+            if future.cancelled() or future.exception() is not None:
+                keep_here()
+                return
+            self._batch.ops.append(DeleteMessages(self.refs[SubQueue.MAIN], (record.sequence_number,)))
+            self._schedule_commit()
+
+        try:
+            future = target._fan_in(FanOut(target, [wire.forwarded_draft(moved, dead_letter_source=self.ref.entity)],
+                                           []))
+        except SodaliteError:
+            keep_here()
+            return
+        future.add_done_callback(forwarded)
 
     # ---- time ---------------------------------------------------------------------------------------
 
@@ -772,7 +917,7 @@ class PartitionActor:
             queued, self._batch = self._batch, _Batch()
             self._fail_batch(batch, exc)
             self._fail_batch(queued, exc)
-            await self._reload()
+            await self._start_reload()
             return
         for sub, record in batch.published:
             self.queues[sub].publish([record])
@@ -796,6 +941,7 @@ class PartitionActor:
 
     async def _reload(self) -> None:
         self._reloading = True
+        await asyncio.sleep(0)  # let a commit already on the store thread finish or fail first
         while not self._closed:
             try:
                 await self.load()

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from sodalite.model.entities import QueueProperties, SubscriptionProperties, TopicProperties
 from sodalite.server.fanout import CompiledRule
 from sodalite.server.partition_actor import PartitionActor
+from sodalite.server.partitioned_actor import PartitionedActor
 
 QUEUE = "queue"
 TOPIC = "topic"
@@ -38,11 +39,15 @@ class Entity:
     name: str  # the path: 'queue1', 'topic1', 'topic1/subscriptions/sub1' (subscriptions lower-cased)
     properties: QueueProperties | TopicProperties | SubscriptionProperties
     max_message_size: int
-    actor: PartitionActor
+    actor: PartitionActor | PartitionedActor
     kind: str = QUEUE
     subscriptions: dict[str, Entity] = field(default_factory=dict)  # topics: by lower-cased name
     rules: list[CompiledRule] = field(default_factory=list)  # subscriptions
     topic: Entity | None = None  # subscriptions
+
+    @property
+    def partitioned(self) -> bool:
+        return isinstance(self.actor, PartitionedActor)
 
     @property
     def requires_session(self) -> bool:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from sodalite.errors import StoreUnavailable
 from sodalite.store.port import MessagingStore, PartitionRef, PartitionSnapshot, StoreOp
 
 T = TypeVar("T")
@@ -25,8 +26,12 @@ class StoreWorker:
         self.name = name
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"store-{name}")
         self.on_commit: Callable[[float], None] | None = None
+        # The operator's outage switch: while set, every call fails as an unreachable store's would.
+        self.offline = False
 
     async def call(self, fn: Callable[[], T]) -> T:
+        if self.offline:
+            raise StoreUnavailable(f"the messaging store '{self.name}' is offline; retry shortly")
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
 
     async def apply(self, batch: Sequence[StoreOp]) -> None:
@@ -42,6 +47,11 @@ class StoreWorker:
     async def load_partition(self, ref: PartitionRef) -> PartitionSnapshot:
         return await self.call(lambda: self.store.load_partition(ref))
 
+    async def open(self) -> None:
+        # Opening works offline too (a store configured offline is there, only out of service).
+        await asyncio.get_running_loop().run_in_executor(self._executor, self.store.open)
+
     async def close(self) -> None:
-        await self.call(self.store.close)
+        # Closing works offline too: the switch simulates an outage, the file is still there.
+        await asyncio.get_running_loop().run_in_executor(self._executor, self.store.close)
         self._executor.shutdown(wait=True)

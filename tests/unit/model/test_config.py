@@ -1163,3 +1163,37 @@ def test_entity_rules_round_trip_through_to_json() -> None:
     assert QueueProperties.from_json(json.loads(json.dumps(doc))) == props
     topic = TopicProperties(authorization_rules=(AuthorizationRule("t", "k"),))
     assert TopicProperties.from_json(topic.to_json()) == topic
+
+
+# --------------------------------------------------------------------------------------------------
+# Messaging stores, SKU and entity quotas
+# --------------------------------------------------------------------------------------------------
+
+
+def test_messaging_stores_sku_and_quotas_parse() -> None:
+    ns = _one({"Name": "ns1", "MessagingStores": [{"Name": "disk1", "Path": "/mnt/a.db"},
+                                                  {"Name": "disk2", "Path": "b.db"}],
+               "Sku": "Premium", "MaxEntityCount": 50, "MaxPartitionedEntityCount": 5})
+    assert [(s.name, s.path) for s in ns.messaging_stores] == [("disk1", "/mnt/a.db"), ("disk2", "b.db")]
+    assert (ns.sku, ns.max_entity_count, ns.max_partitioned_entity_count) == ("Premium", 50, 5)
+    default = _one({"Name": "ns1"})
+    assert (default.messaging_stores, default.sku, default.max_entity_count,
+            default.max_partitioned_entity_count) == ((), "Standard", 10_000, 100)
+
+
+@pytest.mark.parametrize(("namespace", "problem"), [
+    ({"MessagingStores": [{"Name": "default", "Path": "x.db"}]}, "MessagingStores[0]: MessagingStore.name"),
+    ({"MessagingStores": [{"Name": "a", "Path": " "}]}, "MessagingStores[0]: MessagingStore.path"),
+    ({"MessagingStores": [{"Name": "a b", "Path": "x.db"}]}, "MessagingStores[0]"),
+    ({"MessagingStores": [{"Name": "a", "Path": "x.db"}, {"Name": "A", "Path": "y.db"}]}, "duplicate"),
+    ({"MessagingStores": [{"Name": "a", "Path": "x.db", "Size": 1}]}, "Size"),
+    ({"Sku": "Gold"}, "Sku: must be one of Basic, Standard, Premium"),
+    ({"MaxEntityCount": 0}, "MaxEntityCount"),
+    ({"MaxEntityCount": 1, "Queues": [{"Name": "a"}, {"Name": "b"}]}, "exceed MaxEntityCount 1"),
+    ({"MaxPartitionedEntityCount": 1, "Queues": [
+        {"Name": "a", "Properties": {"EnablePartitioning": True}},
+        {"Name": "b", "Properties": {"EnablePartitioning": True}}]}, "exceed MaxPartitionedEntityCount 1"),
+])
+def test_bad_stores_skus_and_quotas_are_refused_naming_the_field(namespace: dict[str, Any], problem: str) -> None:
+    message = _error(_doc({"Name": "ns1", **namespace}))
+    assert message.startswith("UserConfig.Namespaces[0]") and problem in message
