@@ -208,7 +208,6 @@ _SUBSCRIPTION_LAYOUT: Final = (
 # Computed members this broker writes as constants: features it does not have, in their off state.
 _CONSTANTS: Final = {
     "IsAnonymousAccessible": "<IsAnonymousAccessible>false</IsAnonymousAccessible>",
-    "EntityAvailabilityStatus": "<EntityAvailabilityStatus>Available</EntityAvailabilityStatus>",
     "FilteringMessagesBeforePublishing": "<FilteringMessagesBeforePublishing>false</FilteringMessagesBeforePublishing>",
     "EnableSubscriptionPartitioning": "<EnableSubscriptionPartitioning>false</EnableSubscriptionPartitioning>",
 }
@@ -252,6 +251,7 @@ class EntityRuntime:
     subscription_count: int = 0
     sql_filter_count: int = 0
     correlation_filter_count: int = 0
+    availability: str = "Available"  # EntityAvailabilityStatus: Limited while a store of it is unavailable
 
     @property
     def total(self) -> int:
@@ -486,6 +486,8 @@ def _parse_runtime(description: ET.Element) -> EntityRuntime | None:
             values[_RUNTIME_INTS[name]] = _int_value(_text(child, f"{where}.{name}"), f"{where}.{name}")
         elif name in _RUNTIME_TIMES:
             values[_RUNTIME_TIMES[name]] = _timestamp_value(_text(child, f"{where}.{name}"), f"{where}.{name}")
+        elif name == "EntityAvailabilityStatus":
+            values["availability"] = _text(child, f"{where}.{name}").strip()
         elif name == "CountDetails":
             counts = dict(_COUNT_MEMBERS)
             for count_name, count in _unique_children(child, f"{where}.CountDetails"):
@@ -709,6 +711,8 @@ def _runtime_member(name: str, runtime: EntityRuntime) -> str | None:
         return _element(name, format_timestamp(value or NEVER))
     if name == "CountDetails":
         return _count_details(runtime)
+    if name == "EntityAvailabilityStatus":
+        return _element(name, runtime.availability)
     return None
 
 

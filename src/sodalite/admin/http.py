@@ -20,6 +20,7 @@ from aiohttp import web
 
 from sodalite.admin import atom
 from sodalite.admin import keys as _keys
+from sodalite.admin import stores as _stores
 from sodalite.admin.service import AdminService, Found
 from sodalite.errors import ArgumentError, EntityNotFound, SodaliteError, Unauthorized
 from sodalite.model import sas
@@ -269,9 +270,12 @@ async def delete_rule(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
-def application(manager: AdminService, *, keys: _keys.KeyAuthority | None = None) -> web.Application:
+def application(manager: AdminService, *, keys: _keys.KeyAuthority | None = None,
+                stores: _stores.StoreSwitch | None = None) -> web.Application:
     app = web.Application(middlewares=[errors_and_auth], client_max_size=4 * 1024 * 1024)
     app[MANAGER] = manager
+    if stores is not None:  # the outage switch
+        _stores.add_routes(app, stores)
     if keys is not None:  # rights-aware authorization and the regenerate-keys routes
         app[_keys.KEYS] = keys
         _keys.add_routes(app)

@@ -20,6 +20,11 @@ from sodalite.server.broker import Broker
 from sodalite.server.registry import QUEUE, SUBSCRIPTION, TOPIC, Entity, subscription_path
 
 
+def _availability(entity: Entity) -> str:
+    """Limited while a store holding any of its partitions is unavailable (partitioned-entities seed)."""
+    return "Available" if entity.actor.available else "Limited"
+
+
 class BrokerAdmin:
     """Reads and changes the broker's entities for the management API.
 
@@ -61,7 +66,7 @@ class BrokerAdmin:
             active=counts["active"], dead_letter=counts["dead_letter"], scheduled=counts["scheduled"],
             transfer=counts["transfer"], transfer_dead_letter=counts["transfer_dead_letter"],
             size_in_bytes=entity.actor.size_in_bytes(), created_at=self._started, updated_at=self._started,
-            accessed_at=self._accessed(entity))
+            accessed_at=self._accessed(entity), availability=_availability(entity))
 
     def _topic_runtime(self, topic: Entity) -> EntityRuntime:
         """A topic's figures, from its subscriptions: its messages are stored there.
@@ -80,7 +85,8 @@ class BrokerAdmin:
             subscription_count=len(subscriptions),
             sql_filter_count=len(rules) - correlation,  # TrueFilter and FalseFilter are SQL filters in .NET
             correlation_filter_count=correlation,
-            created_at=self._started, updated_at=self._started, accessed_at=self._accessed(topic))
+            created_at=self._started, updated_at=self._started, accessed_at=self._accessed(topic),
+            availability=_availability(topic))
 
     # ---- queues ----------------------------------------------------------------------------------
 

@@ -98,6 +98,17 @@ def register(commands: Any) -> None:
     export.add_argument("--output", type=Path, default=None, help="write to this file (default: standard output)")
     export.set_defaults(handler=_export)
 
+    store = commands.add_parser("store", help="messaging stores: list them, take one offline or bring it back")
+    store_actions = store.add_subparsers(dest="action", required=True)
+    for action, text in (("list", "each store and whether it is online"),
+                         ("offline", "take a store out of service (an outage, for drills and tests)"),
+                         ("online", "bring a store back")):
+        sub = store_actions.add_parser(action, help=text)
+        _admin_options(sub)
+        if action != "list":
+            sub.add_argument("name", help="the store's name ('default' is the data directory's)")
+        sub.set_defaults(handler=_store_command)
+
     key = commands.add_parser("key", help="shared access keys")
     key_actions = key.add_subparsers(dest="action", required=True)
     regenerate = key_actions.add_parser("regenerate", help="replace a rule's primary or secondary key; tokens "
@@ -379,6 +390,20 @@ def _export(args: argparse.Namespace) -> None:
     else:
         Path(args.output).write_text(document, encoding="utf-8")
         print(f"wrote {args.output}")
+
+
+def _store_command(args: argparse.Namespace) -> None:
+    client = _admin(args)
+    if args.action == "list":
+        answer = json.loads(client.raw_get("$stores"))
+    else:
+        answer = client.post_json(f"$stores/{args.name}/{args.action}", {})
+    rows = [{"name": s["name"], "state": "online" if s["online"] else "offline"} for s in answer["stores"]]
+    if args.json:
+        print(json.dumps(rows))
+        return
+    for row in rows:
+        print(f"{row['name']}  {row['state']}")
 
 
 def _regenerate_key(args: argparse.Namespace) -> None:

@@ -153,7 +153,7 @@ async def _serve_management(args: argparse.Namespace, broker: Broker) -> web.App
     if args.admin_port < 0 and args.http_port < 0:
         return None
     app = application(BrokerAdmin(broker, datetime.datetime.now(datetime.UTC)),
-                      keys=BrokerKeys(broker, _shown_host(args.host)))
+                      keys=BrokerKeys(broker, _shown_host(args.host)), stores=broker)
     app.middlewares.append(_metrics_middleware(broker.metrics))
     runner = web.AppRunner(app)
     await runner.setup()
