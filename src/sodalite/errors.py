@@ -157,6 +157,24 @@ class StoreUnavailable(ServerBusy):
     """A messaging store cannot be reached; the partitions it holds are unavailable."""
 
 
+class TransactionUnknown(SodaliteError):
+    """The transaction id is unknown: never declared on this connection, or already discharged.
+
+    The SDK treats every ``amqp:transaction:*`` condition as a retryable ServiceBusError, so we agree."""
+
+    condition = "amqp:transaction:unknown-id"
+    http_status = 404
+    retryable = True
+
+
+class TransactionRolledBack(SodaliteError):
+    """The transaction could not be committed (a lock enlisted in it was lost, say) and was rolled back."""
+
+    condition = "amqp:transaction:rollback"
+    http_status = 409
+    retryable = True
+
+
 @dataclass(frozen=True, slots=True)
 class ErrorRow:
     """One row of the error table, as the edges see it."""

@@ -9,12 +9,21 @@ from collections.abc import Callable
 from typing import Any
 
 from sodalite.amqp import events as ev
+from sodalite.amqp import framing
 from sodalite.amqp.codec import encode_value
 from sodalite.amqp.connection import Connection
 from sodalite.amqp.link import RECEIVER, SENDER, Link
-from sodalite.amqp.performatives import Source, Target
+from sodalite.amqp.performatives import (
+    Coordinator,
+    Declare,
+    Discharge,
+    Source,
+    Target,
+    TransactionalState,
+    Transfer,
+)
 from sodalite.amqp.sasl import SaslClientConfig
-from sodalite.amqp.types import Described, Timestamp, ULong
+from sodalite.amqp.types import Described, Symbol, Timestamp, ULong
 from sodalite.server.messages import decode_request
 
 
@@ -22,6 +31,18 @@ def message(body: bytes, message_id: str | None = None) -> bytes:
     out = bytearray()
     if message_id is not None:
         encode_value(Described(ULong(0x73), [message_id]), out)
+    encode_value(Described(ULong(0x75), body), out)
+    return bytes(out)
+
+
+def message_with(body: bytes, *, message_id: str | None = None, session_id: str | None = None,
+                 partition_key: str | None = None) -> bytes:
+    """A message with the properties that pick a partition: MessageId, SessionId (group-id), PartitionKey."""
+    out = bytearray()
+    if partition_key is not None:
+        encode_value(Described(ULong(0x72), {Symbol("x-opt-partition-key"): partition_key}), out)
+    encode_value(Described(ULong(0x73), [message_id, None, None, None, None, None, None, None, None, None,
+                                         session_id]), out)
     encode_value(Described(ULong(0x75), body), out)
     return bytes(out)
 
@@ -115,3 +136,59 @@ class RawClient:
         assert isinstance(got, ev.TransferReceived)
         decoded = decode_request(got.delivery.payload)
         return int(decoded.application_properties["status-code"])
+
+    # ---- transactions (AMQP 1.0 part 4) ----------------------------------------------------------------
+
+    def coordinator(self) -> Link:
+        """Attach a transaction controller: a sending link whose target is the Coordinator."""
+        link = self.session.attach(str(uuid.uuid4()), SENDER, Source(None),
+                                   Coordinator([Symbol("amqp:local-transactions")]))
+        self.wait(lambda e: isinstance(e, ev.LinkAttached) and e.link is link)
+        return link
+
+    def _control(self, coordinator: Link, body: Described) -> Any:
+        """Send one Declare or Discharge (an amqp-value message); return the broker's outcome for it."""
+        out = bytearray()
+        encode_value(Described(ULong(0x77), body), out)
+        delivery_id = coordinator.send_transfer(bytes(out), uuid.uuid4().bytes[:4], settled=False)
+        return self.outcome(coordinator, delivery_id)
+
+    def declare(self, coordinator: Link) -> Any:
+        """Declare a transaction; the outcome is ``Declared(txn_id)`` (or a Rejected)."""
+        return self._control(coordinator, Described(ULong(Declare.CODE), []))
+
+    def discharge(self, coordinator: Link, txn_id: bytes, fail: bool = False) -> Any:
+        """Commit (``fail`` False) or roll back a transaction; return the broker's outcome."""
+        return self._control(coordinator, Described(ULong(Discharge.CODE), [txn_id, fail]))
+
+    def outcome(self, link: Link, delivery_id: int) -> Any:
+        got = self.wait(lambda e: isinstance(e, ev.DeliveryUpdated) and e.link is link
+                        and e.delivery_id == delivery_id)
+        assert isinstance(got, ev.DeliveryUpdated)
+        return got.state
+
+    def send_in_transaction(self, link: Link, payload: bytes, txn_id: bytes, message_format: int = 0) -> Any:
+        """Send one (single-frame) message whose transfer state is TransactionalState(txn_id); return the
+        broker's outcome for it."""
+        session = link.session
+        delivery_id = session._allocate_delivery_id()
+        link.delivery_count = (link.delivery_count + 1) & 0xFFFFFFFF
+        if link.link_credit > 0:
+            link.link_credit -= 1
+        tag = uuid.uuid4().bytes
+        session.outgoing_unsettled[delivery_id] = (link, tag)
+        head = Transfer(link.handle, delivery_id, tag, message_format, False, False, None,
+                        TransactionalState(txn_id)).encode()
+        session._send_transfer_frame(framing.frame(framing.FRAME_AMQP, session.channel, head + payload))
+        return self.outcome(link, delivery_id)
+
+    def receive(self, link: Link) -> ev.Delivery:
+        """The next delivery on a receiving link (issue credit first)."""
+        got = self.wait(lambda e: isinstance(e, ev.TransferReceived) and e.link is link)
+        assert isinstance(got, ev.TransferReceived)
+        return got.delivery
+
+    def settle(self, link: Link, delivery_id: int, state: Any) -> Any:
+        """Send an unsettled disposition for a received delivery; return the state the broker echoes."""
+        link.settle(delivery_id, state, settled=False)
+        return self.outcome(link, delivery_id)

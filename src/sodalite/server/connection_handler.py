@@ -27,7 +27,16 @@ from typing import TYPE_CHECKING, Any
 from sodalite.amqp import events as ev
 from sodalite.amqp.connection import Connection
 from sodalite.amqp.link import RECEIVER, SENDER, Link
-from sodalite.amqp.performatives import Accepted, Coordinator, Error, Modified, Rejected, Released, Source
+from sodalite.amqp.performatives import (
+    Accepted,
+    Coordinator,
+    Error,
+    Modified,
+    Rejected,
+    Released,
+    Source,
+    TransactionalState,
+)
 from sodalite.amqp.sasl import SaslServerConfig
 from sodalite.amqp.types import Int, Long, Symbol
 from sodalite.errors import (
@@ -48,7 +57,9 @@ from sodalite.server.addresses import CBS_NODE, entity_path, management_entity
 from sodalite.server.amqp_errors import client_error, report
 from sodalite.server.messages import decode_request, encode_response
 from sodalite.server.partition_actor import SubQueue
+from sodalite.server.partitioned_actor import PartitionedActor
 from sodalite.server.registry import SUBSCRIPTION, TOPIC, Entity
+from sodalite.server.transactions import ConnectionTransactions, CoordinatorLink
 
 if TYPE_CHECKING:
     from sodalite.server.broker import Broker
@@ -89,7 +100,8 @@ class LinkConsumer:
 
     __slots__ = ("actor", "handler", "link", "peek_lock", "reserved", "session_id", "sub_queue")
 
-    def __init__(self, handler: BrokerConnection, link: Link, actor: PartitionActor, sub_queue: SubQueue,
+    def __init__(self, handler: BrokerConnection, link: Link, actor: PartitionActor | PartitionedActor,
+                 sub_queue: SubQueue,
                  peek_lock: bool) -> None:
         self.handler = handler
         self.link = link
@@ -142,6 +154,7 @@ class BrokerConnection(asyncio.Protocol):
         self._flush_scheduled = False
         self._heartbeat: asyncio.TimerHandle | None = None
         self.peer = "?"
+        self.transactions = ConnectionTransactions(self)  # AMQP transactions belong to the connection
 
     # ---- asyncio.Protocol ----------------------------------------------------------------------
 
@@ -166,6 +179,7 @@ class BrokerConnection(asyncio.Protocol):
         for actor in self.locked_through_management.values():
             actor.drop_owner(self)  # locks taken by receive-by-sequence-number on this connection
         self.locked_through_management.clear()
+        self.transactions.connection_lost()  # its open transactions roll back
         self.broker.connections.discard(self)
         if self._heartbeat is not None:
             self._heartbeat.cancel()
@@ -239,8 +253,7 @@ class BrokerConnection(asyncio.Protocol):
         remote = link.remote_attach
         assert remote is not None
         if isinstance(remote.target, Coordinator):
-            link.refuse(client_error(NotImplementedOperation("transactions are not supported yet"),
-                                     self.broker.metrics, self.peer, None))
+            self.transactions.attach_coordinator(link)
             return
         terminus = remote.target if link.role is RECEIVER else remote.source
         path = entity_path(terminus.address if terminus is not None else None)
@@ -390,9 +403,14 @@ class BrokerConnection(asyncio.Protocol):
                 self._on_put_token(link, delivery)
             else:
                 self._on_management(link, context, delivery)
+        elif isinstance(context, CoordinatorLink):
+            self.transactions.on_coordinator_transfer(link, delivery)
 
     def _on_send(self, link: Link, producer: Producer, delivery: ev.Delivery) -> None:
         entity = producer.entity
+        if isinstance(delivery.state, TransactionalState):
+            self.transactions.on_send(link, entity, delivery)
+            return
         try:
             if delivery.oversize:
                 raise MessageSizeExceeded(f"the message exceeds the entity limit of {entity.max_message_size} bytes")
@@ -440,6 +458,9 @@ class BrokerConnection(asyncio.Protocol):
         actor = consumer.actor
         state: Any = event.state
         link, delivery_id = event.link, event.delivery_id
+        if isinstance(state, TransactionalState):
+            self.transactions.on_settlement(event, consumer, token)
+            return
         try:
             if isinstance(state, Released) or state is None:
                 actor.release(token)

@@ -32,6 +32,8 @@ EXPECTED: dict[type[errors.SodaliteError], type[Exception]] = {
     errors.InternalError: sb.ServiceBusError,
     errors.FilterSyntaxError: sb.ServiceBusError,
     errors.FilterEvaluationError: sb.ServiceBusError,
+    errors.TransactionUnknown: sb.ServiceBusError,
+    errors.TransactionRolledBack: sb.ServiceBusError,
     errors.SodaliteError: sb.ServiceBusError,
 }
 

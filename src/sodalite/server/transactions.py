@@ -1,0 +1,500 @@
+"""AMQP transactions (AMQP 1.0 part 4) as Service Bus runs them: sends and settlements applied at once.
+
+Theory of operation. A client attaches a link whose target is a ``Coordinator``; the broker is its
+receiver. A ``Declare`` message gets a fresh opaque txn-id back (``Declared``); the transaction
+belongs to the connection, and when the connection goes its open transactions roll back.
+
+* A transfer whose state is ``TransactionalState(txn-id)`` is *enlisted*: it is checked as a send is
+  (size, sessions, quota, the entity, its availability) and answered ``TransactionalState(txn-id,
+  Accepted)``, but nothing is stored or shown yet.
+* A disposition whose state is ``TransactionalState(txn-id, outcome)`` enlists that settlement; the
+  message stays locked, and is echoed with the same state.
+* ``Discharge(fail=False)`` commits. First everything that can fail without side effects is checked
+  (every enlisted lock still live, every target still served and available, one messaging store).
+  Then each command runs on its partition actor exactly as it would outside a transaction, except
+  that the actor hands back the store ops and records it would have committed itself
+  (``PartitionActor.prepare_in_transaction``); all of them go into ONE batch of ONE actor, the same
+  pattern as a topic's fan-out. Only when that store transaction is durable is the discharge
+  accepted and is everything published, in one event-loop step, so a receiver or a peek sees all of
+  it or none. If it fails, nothing was published: the committing actor reloads from the store (as
+  after any failed batch) and every other actor the transaction changed in memory resynchronises.
+* ``Discharge(fail=True)``, and a lost connection, roll back: enlisted sends are dropped and enlisted
+  settlements leave their messages locked as they were (the client may abandon them or let the lock
+  expire).
+
+Partitioned entities follow the seed's rules ("Use transactions with partitioned entities"): see
+:func:`pin_partitioned_send`. ``target_actor`` and ``lock_holder`` are the only places that choose a
+partition actor, so partitioned entities plug in there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sodalite.amqp.errors import ProtocolError
+from sodalite.amqp.link import Link
+from sodalite.amqp.performatives import (
+    Accepted,
+    Declare,
+    Declared,
+    Discharge,
+    Modified,
+    Rejected,
+    Released,
+    TransactionalState,
+    lift,
+)
+from sodalite.errors import (
+    ArgumentError,
+    EntityNotFound,
+    InvalidOperation,
+    MessageLockLost,
+    MessageSizeExceeded,
+    NotImplementedOperation,
+    SodaliteError,
+    TransactionRolledBack,
+    TransactionUnknown,
+)
+from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDraft
+from sodalite.server import wire
+from sodalite.server.amqp_errors import client_error
+from sodalite.server.messages import decode_request
+from sodalite.server.partition_actor import FanOut, PartitionActor, SubQueue
+from sodalite.server.partitioned_actor import each
+from sodalite.server.registry import TOPIC, Entity
+
+if TYPE_CHECKING:
+    from sodalite.amqp import events as ev
+    from sodalite.server.broker import Broker
+    from sodalite.server.connection_handler import BrokerConnection, LinkConsumer
+    from sodalite.server.store_worker import StoreWorker
+
+log = logging.getLogger(__name__)
+
+COORDINATOR_CREDIT = 100  # Declare/Discharge messages a controller may have in flight
+
+Command = Callable[[], object]
+
+
+# ---- choosing partition actors (the two hooks partitioned entities adapt) ---------------------------
+
+
+def target_actor(entity: Entity, draft: MessageDraft) -> PartitionActor:
+    """The partition actor a transactional message sent to ``entity`` (after ForwardTo) goes to."""
+    actor = entity.actor
+    if isinstance(actor, PartitionActor):
+        return actor
+    return actor.route([draft])[0][0]
+
+
+def lock_holder(actor: Any, token: uuid.UUID) -> PartitionActor:
+    """The partition actor holding ``token``, among those behind a receiver link's actor."""
+    for partition in each(actor):
+        if any(token in queue.locks for queue in partition.queues.values()):
+            return partition
+    raise MessageLockLost("the lock token is unknown or the lock was lost")
+
+
+# ---- the partitioned-entity rules (pure) --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionPin:
+    """The partition key the transaction's messages to partitioned entities share, and their session."""
+
+    key: str
+    session_id: str | None
+
+
+def transaction_partition_key(draft: MessageDraft, duplicate_detection: bool) -> str | None:
+    """SessionId, else PartitionKey, else MessageId on an entity with RequiresDuplicateDetection."""
+    if draft.session_id is not None:
+        return draft.session_id
+    if draft.partition_key is not None:
+        return draft.partition_key
+    if duplicate_detection and draft.message_id is not None:
+        return str(draft.message_id)
+    return None
+
+
+def pin_partitioned_send(pin: PartitionPin | None, draft: MessageDraft, duplicate_detection: bool) -> PartitionPin:
+    """Check one message a transaction sends to a partitioned entity; return the transaction's pin.
+
+    Seed: the message needs a partition key; all messages of the transaction the same key; a
+    transaction sends to one session only; SessionId and PartitionKey, when both set, are equal.
+    """
+    if draft.session_id is not None and draft.partition_key is not None and draft.session_id != draft.partition_key:
+        raise InvalidOperation(f"the PartitionKey '{draft.partition_key}' differs from the SessionId "
+                               f"'{draft.session_id}'; in a transaction they must be equal")
+    key = transaction_partition_key(draft, duplicate_detection)
+    if key is None:
+        raise InvalidOperation("a message sent in a transaction to a partitioned entity needs a partition key: "
+                               "a SessionId, a PartitionKey, or a MessageId when duplicate detection is on")
+    if pin is None:
+        return PartitionPin(key, draft.session_id)
+    if draft.session_id is not None and pin.session_id is not None and draft.session_id != pin.session_id:
+        raise InvalidOperation(f"a transaction cannot send to several sessions of a partitioned entity "
+                               f"('{pin.session_id}' and '{draft.session_id}')")
+    if key != pin.key:
+        raise InvalidOperation(f"all messages of a transaction need the same partition key: '{key}' differs "
+                               f"from '{pin.key}'")
+    return PartitionPin(key, pin.session_id if pin.session_id is not None else draft.session_id)
+
+
+def pin_transfer(pin: PartitionPin | None, drafts: Iterable[MessageDraft],
+                 duplicate_detection: bool) -> PartitionPin | None:
+    """The pin after every message of one transfer (all or none of them pass)."""
+    for draft in drafts:
+        pin = pin_partitioned_send(pin, draft, duplicate_detection)
+    return pin
+
+
+def is_partitioned(entity: Entity) -> bool:
+    return bool(getattr(entity.properties, "enable_partitioning", False))
+
+
+# ---- bookkeeping ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EnlistedSend:
+    entity: Entity  # as the client addressed it; routed again at commit
+    drafts: list[MessageDraft]
+
+
+@dataclass(frozen=True, slots=True)
+class EnlistedSettlement:
+    actor: PartitionActor
+    token: uuid.UUID
+    command: Command  # the settlement, run on ``actor`` at commit
+    sub_queue: SubQueue
+    removes: bool  # complete: counted as a message out once committed
+
+
+@dataclass(slots=True)
+class Transaction:
+    txn_id: bytes
+    sends: list[EnlistedSend] = field(default_factory=list)
+    settlements: list[EnlistedSettlement] = field(default_factory=list)
+    worker: StoreWorker | None = None  # the one messaging store all of its work lives in
+    pin: PartitionPin | None = None
+
+    def check_store(self, actors: Iterable[PartitionActor]) -> StoreWorker | None:
+        """The store the transaction's work lives in with ``actors`` added; InvalidOperation for a second."""
+        workers = {a.worker for a in actors}
+        if self.worker is not None:
+            workers.add(self.worker)
+        if len(workers) > 1:
+            raise InvalidOperation("a transaction cannot span messaging stores")
+        return next(iter(workers), None)
+
+    def enlist_settlement(self, settlement: EnlistedSettlement) -> None:
+        if any(s.token == settlement.token for s in self.settlements):
+            raise InvalidOperation("the message is already settled in this transaction")
+        self.worker = self.check_store([settlement.actor])
+        self.settlements.append(settlement)
+
+
+class Transactions:
+    """A connection's open transactions: declare, look up, discharge (no I/O here)."""
+
+    def __init__(self) -> None:
+        self._open: dict[bytes, Transaction] = {}
+
+    def declare(self) -> Transaction:
+        txn = Transaction(uuid.uuid4().bytes)  # opaque, and unique across the broker in practice
+        self._open[txn.txn_id] = txn
+        return txn
+
+    def get(self, txn_id: Any) -> Transaction:
+        txn = self._open.get(txn_id) if isinstance(txn_id, bytes) else None
+        if txn is None:
+            raise TransactionUnknown("the transaction id is unknown on this connection, or it was discharged")
+        return txn
+
+    def discharge(self, txn_id: Any) -> Transaction:
+        """Take the transaction out: from now on its id is unknown, whether it commits or not."""
+        txn = self.get(txn_id)
+        del self._open[txn.txn_id]
+        return txn
+
+    def roll_back_all(self) -> int:
+        count = len(self._open)
+        self._open.clear()
+        return count
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+
+# ---- planning and committing --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    actor: PartitionActor  # whose memory the command changes, and whose batch it would have used
+    command: Command
+    involved: tuple[PartitionActor, ...]  # every actor the step stores into
+
+
+def _fan_out_targets(topic_partition: PartitionActor, drafts: list[MessageDraft]) -> list[FanOut]:
+    # The broker sets ``on_activated`` on every topic partition to its send fan-out (as ``Broker.publish``).
+    on_activated = topic_partition.on_activated
+    return on_activated(drafts) if on_activated is not None else []
+
+
+def _send_command(part: PartitionActor, drafts: list[MessageDraft]) -> Command:
+    return lambda: part.send(drafts)
+
+
+def _publish_command(part: PartitionActor, drafts: list[MessageDraft]) -> Command:
+    return lambda: part.fan_out(_fan_out_targets(part, part.deduplicate(drafts)))
+
+
+def _transfer_dead_letter_command(part: PartitionActor, drafts: list[MessageDraft], hops: int) -> Command:
+    return lambda: part.send_to_transfer_dead_letter(drafts, MAX_TRANSFER_HOP_COUNT_EXCEEDED, f"forwarded {hops} times")
+
+
+def plan_send(broker: Broker, send: EnlistedSend) -> list[_Step]:
+    """Route and check a transactional send as a send would be, without side effects."""
+    entity = send.entity
+    if broker.entity(entity.name) is not entity:
+        raise EntityNotFound(f"the messaging entity '{entity.name}' was deleted")
+    route = broker.route(entity)
+    groups: dict[int, tuple[PartitionActor, list[MessageDraft]]] = {}
+    for draft in send.drafts:
+        part = target_actor(route.entity, draft)
+        groups.setdefault(id(part), (part, []))[1].append(draft)
+    steps: list[_Step] = []
+    for part, drafts in groups.values():
+        if route.exceeded:
+            part.check_transactional_send(drafts, stored_here=False)
+            steps.append(_Step(part, _transfer_dead_letter_command(part, drafts, route.hops), (part,)))
+        elif route.entity.kind == TOPIC:
+            part.check_transactional_send(drafts, stored_here=False)
+            targets = tuple(t.actor for t in _fan_out_targets(part, drafts))
+            for target in targets:
+                target.check_transactional_send([], stored_here=False)
+            steps.append(_Step(part, _publish_command(part, drafts), (part, *targets)))
+        else:
+            part.check_transactional_send(drafts)
+            steps.append(_Step(part, _send_command(part, drafts), (part,)))
+    return steps
+
+
+def enlist_send(broker: Broker, txn: Transaction, entity: Entity, drafts: list[MessageDraft]) -> None:
+    """Check a transactional send now (refusals are immediate, the transaction stays usable); keep it."""
+    pin = txn.pin
+    destination = broker.route(entity).entity
+    for checked in (entity,) if destination is entity else (entity, destination):
+        if is_partitioned(checked):
+            dedup = bool(getattr(checked.properties, "requires_duplicate_detection", False))
+            pin = pin_transfer(pin, drafts, dedup)
+    send = EnlistedSend(entity, drafts)
+    steps = plan_send(broker, send)
+    worker = txn.check_store(a for step in steps for a in step.involved)
+    txn.worker, txn.pin = worker, pin
+    txn.sends.append(send)
+
+
+def _unique(actors: Iterable[PartitionActor]) -> list[PartitionActor]:
+    return list({id(a): a for a in actors}.values())
+
+
+def commit(broker: Broker, txn: Transaction) -> asyncio.Future[None]:
+    """Apply everything ``txn`` enlisted in one store transaction; the future resolves once it is durable.
+
+    Raises TransactionRolledBack, having applied nothing, when a check fails; the future fails with
+    it when the store transaction does.
+    """
+    try:
+        steps = [step for send in txn.sends for step in plan_send(broker, send)]
+        for settlement in txn.settlements:
+            settlement.actor.check_transactional_lock(settlement.token)
+        steps += [_Step(s.actor, s.command, (s.actor,)) for s in txn.settlements]
+        txn.check_store(a for step in steps for a in step.involved)
+    except SodaliteError as exc:
+        raise TransactionRolledBack(f"the transaction was rolled back: {exc.description}") from exc
+    loop = asyncio.get_running_loop()
+    if not steps:
+        done: asyncio.Future[None] = loop.create_future()
+        done.set_result(None)
+        return done
+    touched: list[PartitionActor] = []
+    ops: list[Any] = []
+    forwarded: list[Any] = []
+    try:
+        for step in steps:
+            touched.append(step.actor)
+            step_ops, step_forwarded = step.actor.prepare_in_transaction(step.command)
+            ops += step_ops
+            forwarded += step_forwarded
+        lead = touched[0]
+        if any(target.worker is not lead.worker for target, _, _ in forwarded):
+            raise InvalidOperation("a transaction cannot span messaging stores")
+        future = lead.commit_transaction(ops, forwarded)
+    except SodaliteError as exc:
+        for actor in _unique(touched):
+            actor.resynchronise()  # memory changed for a commit that will not happen
+        raise TransactionRolledBack(f"the transaction was rolled back: {exc.description}") from exc
+    others = [a for a in _unique(touched) if a is not lead]  # the lead reloads itself after a failed batch
+
+    def after(f: asyncio.Future[None]) -> None:
+        if f.cancelled() or f.exception() is not None:
+            for actor in others:
+                actor.resynchronise()
+
+    future.add_done_callback(after)
+    result: asyncio.Future[None] = loop.create_future()
+
+    def answer(f: asyncio.Future[None]) -> None:
+        if f.cancelled():
+            result.set_exception(TransactionRolledBack("the transaction was rolled back: the commit was cancelled"))
+        elif (exc := f.exception()) is not None:
+            description = exc.description if isinstance(exc, SodaliteError) else str(exc)
+            result.set_exception(TransactionRolledBack(f"the transaction was rolled back: {description}"))
+        else:
+            result.set_result(None)
+
+    future.add_done_callback(answer)
+    for send in txn.sends:
+        broker.metrics.count_in(result, send.entity.name, len(send.drafts))
+    for settlement in txn.settlements:
+        if settlement.removes:
+            broker.metrics.count_out(result, settlement.actor, settlement.sub_queue)
+    return result
+
+
+def settlement_command(actor: PartitionActor, token: uuid.UUID, outcome: Any) -> Command:
+    """The settlement an outcome asks for, as the non-transactional disposition path maps it."""
+    if isinstance(outcome, Accepted):
+        return lambda: actor.complete(token)
+    if isinstance(outcome, Released):
+        return lambda: actor.release(token)
+    if isinstance(outcome, Modified):
+        annotations = outcome.message_annotations
+        if outcome.undeliverable_here:
+            return lambda: actor.defer(token, annotations)
+        return lambda: actor.abandon(token, annotations)
+    if isinstance(outcome, Rejected):
+        from sodalite.server.connection_handler import _dead_letter_details  # one reading of the error's info
+
+        reason, description = _dead_letter_details(outcome.error)
+        return lambda: actor.dead_letter(token, reason, description)
+    raise NotImplementedOperation(f"unsupported transactional outcome {type(outcome).__name__}")
+
+
+# ---- the connection's side: coordinator link, hooks for sends and settlements ---------------------------
+
+
+def _control_body(payload: bytes) -> Any:
+    """A coordinator message's amqp-value body, lifted to Declare or Discharge when it is one."""
+    try:
+        return lift(decode_request(payload).body)
+    except ProtocolError as exc:
+        raise ArgumentError(f"malformed coordinator message: {exc}") from None
+
+
+class CoordinatorLink:
+    """The context of a link whose target is the Coordinator."""
+
+    __slots__ = ()
+
+
+class ConnectionTransactions:
+    """One connection's transactions on the wire: the coordinator link and the enlisting hooks."""
+
+    def __init__(self, connection: BrokerConnection) -> None:
+        self.connection = connection
+        self.open = Transactions()
+
+    @property
+    def broker(self) -> Broker:
+        return self.connection.broker
+
+    def _rejected(self, exc: BaseException, entity: str | None) -> Rejected:
+        return Rejected(client_error(exc, self.broker.metrics, self.connection.peer, entity, "rejected"))
+
+    def attach_coordinator(self, link: Link) -> None:
+        link.context = CoordinatorLink()
+        link.auto_credit = COORDINATOR_CREDIT
+        link.accept()
+
+    def on_coordinator_transfer(self, link: Link, delivery: ev.Delivery) -> None:
+        if delivery.settled:
+            log.info("pre-settled coordinator message from %s ignored: it cannot be answered", self.connection.peer)
+            return
+        delivery_id = delivery.delivery_id
+        try:
+            body = _control_body(delivery.payload)
+            if isinstance(body, Declare):
+                if body.global_id is not None:
+                    raise NotImplementedOperation("distributed transactions are not supported; declare a local one")
+                link.settle(delivery_id, Declared(self.open.declare().txn_id))
+                return
+            if not isinstance(body, Discharge):
+                raise ArgumentError("the coordinator takes Declare and Discharge messages only")
+            txn = self.open.discharge(body.txn_id)
+            if body.fail:
+                link.settle(delivery_id, Accepted())  # nothing was applied: dropping it is the rollback
+                return
+            committed = commit(self.broker, txn)
+        except SodaliteError as exc:
+            link.settle(delivery_id, self._rejected(exc, None))
+            return
+
+        def answer(f: asyncio.Future[None]) -> None:
+            if not link.attached:
+                return
+            exc = f.exception()
+            link.settle(delivery_id, Accepted() if exc is None else self._rejected(exc, None))
+            self.connection.flush_soon()
+
+        committed.add_done_callback(answer)
+
+    def on_send(self, link: Link, entity: Entity, delivery: ev.Delivery) -> None:
+        """A transfer in a transaction: checked and enlisted now, stored and shown at commit."""
+        state = delivery.state
+        assert isinstance(state, TransactionalState)
+        try:
+            txn = self.open.get(state.txn_id)
+            if delivery.oversize:
+                raise MessageSizeExceeded(f"the message exceeds the entity limit of {entity.max_message_size} bytes")
+            drafts = wire.parse_transfer(delivery.payload, delivery.message_format, entity.max_message_size)
+            enlist_send(self.broker, txn, entity, drafts)
+        except SodaliteError as exc:
+            if not delivery.settled:
+                link.settle(delivery.delivery_id, self._rejected(exc, entity.name))
+            return
+        if not delivery.settled:
+            link.settle(delivery.delivery_id, TransactionalState(txn.txn_id, Accepted()))
+
+    def on_settlement(self, event: ev.DeliveryUpdated, consumer: LinkConsumer, token: uuid.UUID) -> None:
+        """A disposition in a transaction: the message stays locked until the discharge."""
+        state = event.state
+        assert isinstance(state, TransactionalState)
+        try:
+            txn = self.open.get(state.txn_id)
+            actor = lock_holder(consumer.actor, token)
+            actor.check_transactional_lock(token)
+            command = settlement_command(actor, token, state.outcome)
+            txn.enlist_settlement(EnlistedSettlement(actor, token, command, consumer.sub_queue,
+                                                     isinstance(state.outcome, Accepted)))
+        except SodaliteError as exc:
+            if not event.settled:
+                event.link.settle(event.delivery_id, self._rejected(exc, consumer.actor.ref.entity))
+            return
+        if not event.settled:
+            # Echoed unsettled: the delivery stays open on the link, so after a rollback the client can
+            # still settle it there (abandon it, say) while its lock lasts.
+            event.link.settle(event.delivery_id, state, settled=False)
+
+    def connection_lost(self) -> None:
+        rolled_back = self.open.roll_back_all()
+        if rolled_back:
+            log.info("connection %s lost: %d open transaction(s) rolled back", self.connection.peer, rolled_back)
