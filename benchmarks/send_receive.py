@@ -6,6 +6,7 @@ system time read from /proc/<pid>/stat) and latency percentiles for each phase. 
 test run:
 
     .venv/bin/python benchmarks/send_receive.py [--messages 10000] [--size 1024] [--sync FULL|NORMAL]
+        [--partitioned] [--stores N]
 """
 
 from __future__ import annotations
@@ -47,10 +48,13 @@ def percentiles(samples: list[float]) -> str:
     return f"p50 {pick(0.50):.2f} ms, p90 {pick(0.90):.2f} ms, p99 {pick(0.99):.2f} ms, max {ordered[-1] * 1000:.2f} ms"
 
 
-def start_broker(data_dir: Path, sync_mode: str) -> tuple[subprocess.Popen[str], str]:
+def start_broker(data_dir: Path, sync_mode: str, partitioned: bool = False,
+                 stores: int = 1) -> tuple[subprocess.Popen[str], str]:
     config = data_dir / "Config.json"
-    config.write_text(json.dumps({"UserConfig": {"Namespaces": [{"Name": "bench", "Queues": [
-        {"Name": QUEUE, "Properties": {"LockDuration": "PT5M"}}]}]}}))
+    namespace = {"Name": "bench", "Queues": [
+        {"Name": QUEUE, "Properties": {"LockDuration": "PT5M", "EnablePartitioning": partitioned}}],
+        "MessagingStores": [{"Name": f"s{i}", "Path": f"s{i}.db"} for i in range(1, stores)]}
+    config.write_text(json.dumps({"UserConfig": {"Namespaces": [namespace]}}))
     proc = subprocess.Popen(
         [str(ROOT / "scripts" / "serve"), "--port", "0", "--data-dir", str(data_dir / "data"), "--config",
          str(config), "--sync", sync_mode, "--admin-port", "-1", "--http-port", "-1", "--amqps-port", "-1"],
@@ -158,9 +162,11 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=10_000)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--sync", choices=("FULL", "NORMAL"), default="FULL")
+    parser.add_argument("--partitioned", action="store_true", help="a partitioned queue (16 partitions)")
+    parser.add_argument("--stores", type=int, default=1, help="messaging stores the partitions spread over")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sodalite-bench-") as tmp:
-        proc, connection_string = start_broker(Path(tmp), args.sync)
+        proc, connection_string = start_broker(Path(tmp), args.sync, args.partitioned, args.stores)
         try:
             print(f"Sodalite benchmark: {args.messages} messages of {args.size} bytes, SQLite synchronous={args.sync}, "
                   f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
