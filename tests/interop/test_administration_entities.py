@@ -334,6 +334,7 @@ def test_created_topic_subscription_and_rule_survive_a_restart(fresh_broker: Bro
     admin = _admin(fresh_broker)
     admin.create_topic("made-live", max_size_in_megabytes=2048, user_metadata="t")
     admin.create_subscription("made-live", "s", max_delivery_count=3)
+    admin.create_subscription("made-live", "MixedCase")  # keeps its spelling, is found in any case
     admin.create_rule("made-live", "s", "gold", filter=SqlRuleFilter("tier = 'gold'"))
     admin.delete_rule("made-live", "s", "$Default")
     admin.create_subscription("made-live", "gone")
@@ -354,7 +355,8 @@ def test_created_topic_subscription_and_rule_survive_a_restart(fresh_broker: Bro
     assert (topic.max_size_in_megabytes, topic.user_metadata) == (2048, "t")
     got = admin.get_subscription("made-live", "s")
     assert (got.max_delivery_count, got.lock_duration) == (3, datetime.timedelta(seconds=30))
-    assert [s.name for s in admin.list_subscriptions("made-live")] == ["s"]
+    assert [s.name for s in admin.list_subscriptions("made-live")] == ["MixedCase", "s"]
+    assert admin.get_subscription("made-live", "mixedcase").max_delivery_count == 10  # found in any case
     [rule] = list(admin.list_rules("made-live", "s"))
     assert list(admin.list_subscriptions("doomed")) == []
     assert admin.get_topic_runtime_properties("doomed").subscription_count == 0

@@ -62,7 +62,7 @@ from sodalite.server.partition_actor import (
     wall_clock_ms,
 )
 from sodalite.server.partitioned_actor import PartitionedActor, at_index, each, partition_index
-from sodalite.server.registry import QUEUE, SUBSCRIPTION, TOPIC, Entity, Route, subscription_path
+from sodalite.server.registry import QUEUE, SUBSCRIPTION, TOPIC, Entity, Route, named_subscription_path
 from sodalite.server.store_worker import StoreWorker
 from sodalite.store.port import DeleteEntity, EntityRecord, MessagingStore, PartitionRef, PutEntity
 from sodalite.store.sqlite import SqliteStore
@@ -246,8 +246,8 @@ class Broker:
             configured.append(PutEntity(EntityRecord(
                 topic.name, TOPIC, self._with_key_overrides(topic.name, topic.properties).to_json())))
             for sub in topic.subscriptions:
-                path = subscription_path(topic.name, sub.name)
-                existing = stored.get(path)
+                path = named_subscription_path(topic.name, sub.name)
+                existing = stored.get(path.lower())
                 rules = (existing.properties.get("Rules") if existing is not None
                          else [r.to_json() for r in sub.rules])
                 configured.append(PutEntity(EntityRecord(
@@ -343,7 +343,7 @@ class Broker:
                 partition.suspend()  # loads itself once its store is back
             else:
                 await partition.load()
-        entity = Entity(path if record.kind == SUBSCRIPTION else record.path, properties, max_message_size, actor,
+        entity = Entity(record.path, properties, max_message_size, actor,
                         record.kind, rules=rules, topic=topic)
         self.entities[path] = entity
         if topic is not None:
@@ -522,7 +522,7 @@ class Broker:
                                   rules: list[RuleDescription]) -> Entity:
         """Create and store a subscription of ``topic`` at runtime, with its first rules."""
         validate_entity_name(name, "subscription")
-        path = subscription_path(topic.name, name)
+        path = named_subscription_path(topic.name, name)
         if self.entity(path) is not None:
             raise EntityAlreadyExists(f"the subscription '{name}' already exists on '{topic.name}'")
         self._check_forward_targets(properties)

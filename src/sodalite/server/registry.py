@@ -16,7 +16,12 @@ SUBSCRIPTION = "subscription"
 
 def subscription_path(topic: str, subscription: str) -> str:
     """The path the SDK addresses a subscription by, lower-cased (contract 1.2: 'Subscriptions')."""
-    return f"{topic}/subscriptions/{subscription}".lower()
+    return named_subscription_path(topic, subscription).lower()
+
+
+def named_subscription_path(topic: str, subscription: str) -> str:
+    """A subscription's path with its names as they were given (what is stored and shown)."""
+    return f"{topic}/subscriptions/{subscription}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +41,7 @@ class Entity:
     every copy in one transaction. A subscription behaves as a queue that only its topic feeds.
     """
 
-    name: str  # the path: 'queue1', 'topic1', 'topic1/subscriptions/sub1' (subscriptions lower-cased)
+    name: str  # the path as created: 'queue1', 'Topic1', 'Topic1/subscriptions/Sub1' (looked up case-insensitively)
     properties: QueueProperties | TopicProperties | SubscriptionProperties
     max_message_size: int
     actor: PartitionActor | PartitionedActor
