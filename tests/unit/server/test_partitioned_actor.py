@@ -87,3 +87,42 @@ def test_an_offline_store_is_skipped_by_keyless_sends_and_refuses_pinned_ones() 
         await actor.close()
 
     asyncio.run(run())
+
+
+class DrainingConsumer:
+    """A receiver that asked to drain: it must get every message any partition has before the drain ends."""
+
+    def __init__(self, credit: int) -> None:
+        self.peek_lock, self.sub_queue, self.reserved, self.session_id = True, SubQueue.MAIN, 0, None
+        self._credit = credit
+        self.got: list[int] = []
+        self.drained_after: list[int] = []
+
+    def credit(self) -> int:
+        return self._credit
+
+    def deliver(self, record: object, lock: object) -> None:
+        self._credit -= 1
+        self.got.append(record.sequence_number)
+
+    def drain_requested(self) -> bool:
+        return self._credit > 0
+
+    def drained(self) -> None:
+        self.drained_after.append(len(self.got))
+        self._credit = 0
+
+
+def test_a_drain_ends_only_when_no_partition_has_a_message() -> None:
+    async def run() -> None:
+        actor, _ = await _entity()
+        last = actor.partitions[-1]
+        await last.send([draft(), draft()])  # only the last partition has messages
+        consumer = DrainingConsumer(credit=5)
+        actor.add_consumer(consumer)  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)
+        assert len(consumer.got) == 2
+        assert consumer.drained_after == [2]  # drained once, after both were delivered
+        await actor.close()
+
+    asyncio.run(run())
