@@ -22,7 +22,7 @@ from sodalite.admin import atom
 from sodalite.admin import keys as _keys
 from sodalite.admin import stores as _stores
 from sodalite.admin.service import AdminService, Found
-from sodalite.errors import ArgumentError, EntityNotFound, SodaliteError, Unauthorized
+from sodalite.errors import ArgumentError, EntityNotFound, InternalError, SodaliteError, Unauthorized
 from sodalite.model import sas
 from sodalite.model.entities import QueueProperties, RuleDescription, SubscriptionProperties, TopicProperties
 
@@ -73,9 +73,12 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
                 sas.validate_token(token, request.app[MANAGER].sas_keys(), time.time())
         return await handler(request)
     except SodaliteError as exc:
-        if exc.http_status >= 500:
-            log.exception("management request failed: %s %s", request.method, request.path)
-        return _error(exc)
+        return _error(exc)  # logged there, once, with its tracking id
+    except web.HTTPException:
+        raise  # aiohttp's own answers (no route, wrong method)
+    except Exception as exc:
+        log.exception("management request failed: %s %s", request.method, request.path)
+        return _error(InternalError(f"internal error: {exc}"))
 
 
 async def health(request: web.Request) -> web.Response:
