@@ -77,6 +77,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 COORDINATOR_CREDIT = 100  # Declare/Discharge messages a controller may have in flight
+TRANSACTION_TIMEOUT_MS = 120_000  # Service Bus aborts a transaction not discharged within 2 minutes
 
 Command = Callable[[], object]
 
@@ -183,6 +184,7 @@ class Transaction:
     settlements: list[EnlistedSettlement] = field(default_factory=list)
     worker: StoreWorker | None = None  # the one messaging store all of its work lives in
     pin: PartitionPin | None = None
+    declared_at: int = 0  # ms, the connection's clock
 
     def check_store(self, actors: Iterable[PartitionActor]) -> StoreWorker | None:
         """The store the transaction's work lives in with ``actors`` added; InvalidOperation for a second."""
@@ -206,20 +208,25 @@ class Transactions:
     def __init__(self) -> None:
         self._open: dict[bytes, Transaction] = {}
 
-    def declare(self) -> Transaction:
-        txn = Transaction(uuid.uuid4().bytes)  # opaque, and unique across the broker in practice
+    def declare(self, now: int = 0) -> Transaction:
+        txn = Transaction(uuid.uuid4().bytes, declared_at=now)  # opaque, and unique across the broker in practice
         self._open[txn.txn_id] = txn
         return txn
 
-    def get(self, txn_id: Any) -> Transaction:
+    def get(self, txn_id: Any, now: int = 0) -> Transaction:
+        """The open transaction; one older than the timeout is rolled back (TransactionRolledBack)."""
         txn = self._open.get(txn_id) if isinstance(txn_id, bytes) else None
         if txn is None:
             raise TransactionUnknown("the transaction id is unknown on this connection, or it was discharged")
+        if now - txn.declared_at > TRANSACTION_TIMEOUT_MS:
+            del self._open[txn.txn_id]
+            raise TransactionRolledBack(
+                f"the transaction was rolled back: it was not discharged within {TRANSACTION_TIMEOUT_MS // 1000} s")
         return txn
 
-    def discharge(self, txn_id: Any) -> Transaction:
+    def discharge(self, txn_id: Any, now: int = 0) -> Transaction:
         """Take the transaction out: from now on its id is unknown, whether it commits or not."""
-        txn = self.get(txn_id)
+        txn = self.get(txn_id, now)
         del self._open[txn.txn_id]
         return txn
 
@@ -435,11 +442,11 @@ class ConnectionTransactions:
             if isinstance(body, Declare):
                 if body.global_id is not None:
                     raise NotImplementedOperation("distributed transactions are not supported; declare a local one")
-                link.settle(delivery_id, Declared(self.open.declare().txn_id))
+                link.settle(delivery_id, Declared(self.open.declare(self.broker.clock()).txn_id))
                 return
             if not isinstance(body, Discharge):
                 raise ArgumentError("the coordinator takes Declare and Discharge messages only")
-            txn = self.open.discharge(body.txn_id)
+            txn = self.open.discharge(body.txn_id, self.broker.clock())
             if body.fail:
                 link.settle(delivery_id, Accepted())  # nothing was applied: dropping it is the rollback
                 return
@@ -462,7 +469,7 @@ class ConnectionTransactions:
         state = delivery.state
         assert isinstance(state, TransactionalState)
         try:
-            txn = self.open.get(state.txn_id)
+            txn = self.open.get(state.txn_id, self.broker.clock())
             if delivery.oversize:
                 raise MessageSizeExceeded(f"the message exceeds the entity limit of {entity.max_message_size} bytes")
             drafts = wire.parse_transfer(delivery.payload, delivery.message_format, entity.max_message_size)
@@ -479,7 +486,7 @@ class ConnectionTransactions:
         state = event.state
         assert isinstance(state, TransactionalState)
         try:
-            txn = self.open.get(state.txn_id)
+            txn = self.open.get(state.txn_id, self.broker.clock())
             actor = lock_holder(consumer.actor, token)
             actor.check_transactional_lock(token)
             command = settlement_command(actor, token, state.outcome)

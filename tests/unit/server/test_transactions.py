@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sodalite.errors import InvalidOperation, StoreUnavailable, TransactionUnknown
+from sodalite.errors import InvalidOperation, StoreUnavailable, TransactionRolledBack, TransactionUnknown
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import Lock, MessageDraft
 from sodalite.server.partition_actor import EntitySettings, PartitionActor, SubQueue
@@ -223,3 +223,13 @@ def test_a_failed_commit_shows_nothing_and_the_actors_resynchronise() -> None:
             await actor.close()
 
     asyncio.run(run())
+
+
+def test_a_transaction_not_discharged_within_two_minutes_is_rolled_back() -> None:
+    txns = Transactions()
+    txn = txns.declare(now=1_000)
+    assert txns.get(txn.txn_id, now=1_000 + 120_000) is txn
+    with pytest.raises(TransactionRolledBack, match="not discharged within 120 s"):
+        txns.discharge(txn.txn_id, now=1_000 + 120_001)
+    with pytest.raises(TransactionUnknown):  # and it is gone
+        txns.get(txn.txn_id, now=1_000 + 120_002)
