@@ -347,12 +347,19 @@ def test_created_topic_subscription_and_rule_survive_a_restart(fresh_broker: Bro
     admin.create_subscription("doomed", "orphan")
     admin.delete_topic("doomed")
     admin.create_topic("doomed")
+    topic_created = admin.get_topic_runtime_properties("made-live").created_at_utc
+    sub_times = admin.get_subscription_runtime_properties("made-live", "s")
+    assert sub_times.updated_at_utc >= sub_times.created_at_utc
     fresh_broker.kill()
 
     fresh_broker.start()
     admin = _admin(fresh_broker)
     topic = admin.get_topic("made-live")
     assert (topic.max_size_in_megabytes, topic.user_metadata) == (2048, "t")
+    # creation and update times are stored, not the restart's
+    assert admin.get_topic_runtime_properties("made-live").created_at_utc == topic_created
+    again = admin.get_subscription_runtime_properties("made-live", "s")
+    assert (again.created_at_utc, again.updated_at_utc) == (sub_times.created_at_utc, sub_times.updated_at_utc)
     got = admin.get_subscription("made-live", "s")
     assert (got.max_delivery_count, got.lock_duration) == (3, datetime.timedelta(seconds=30))
     assert [s.name for s in admin.list_subscriptions("made-live")] == ["MixedCase", "s"]

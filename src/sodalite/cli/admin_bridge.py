@@ -28,9 +28,9 @@ def _availability(entity: Entity) -> str:
 class BrokerAdmin:
     """Reads and changes the broker's entities for the management API.
 
-    The broker keeps no creation or update times, so every entity and rule reports the time this
-    process started for both (a restart is when it was last (re)configured, as far as anyone here
-    can tell); ``AccessedAt`` is the entity's last activity.
+    Creation and update times are the broker's (stored with the entities; an entity from before
+    they were kept counts as created when this broker first saw it); ``AccessedAt`` is the
+    entity's last activity.
     """
 
     def __init__(self, broker: Broker, started: datetime.datetime) -> None:
@@ -59,13 +59,23 @@ class BrokerAdmin:
     def _accessed(self, entity: Entity) -> datetime.datetime:
         return datetime.datetime.fromtimestamp(entity.actor.last_activity / 1000, datetime.UTC)
 
+    def _times(self, entity: Entity) -> tuple[datetime.datetime, datetime.datetime]:
+        """(created, last updated), as the broker keeps them; a rule reports its subscription's, as
+        rules keep no times of their own."""
+        times = self.broker.times_of(entity)
+        if times is None:
+            return self._started, self._started
+        return (datetime.datetime.fromtimestamp(times[0] / 1000, datetime.UTC),
+                datetime.datetime.fromtimestamp(times[1] / 1000, datetime.UTC))
+
     def _runtime(self, entity: Entity) -> EntityRuntime:
         """A queue's or subscription's counts (locked messages count as active, as in Service Bus)."""
         counts = entity.actor.counts()
+        created, updated = self._times(entity)
         return EntityRuntime(
             active=counts["active"], dead_letter=counts["dead_letter"], scheduled=counts["scheduled"],
             transfer=counts["transfer"], transfer_dead_letter=counts["transfer_dead_letter"],
-            size_in_bytes=entity.actor.size_in_bytes(), created_at=self._started, updated_at=self._started,
+            size_in_bytes=entity.actor.size_in_bytes(), created_at=created, updated_at=updated,
             accessed_at=self._accessed(entity), availability=_availability(entity))
 
     def _topic_runtime(self, topic: Entity) -> EntityRuntime:
@@ -79,13 +89,14 @@ class BrokerAdmin:
         rules = [rule.description for sub in subscriptions for rule in sub.rules]
         correlation = sum(isinstance(rule.filter, CorrelationFilter) for rule in rules)
         scheduled = max((sub.actor.counts()["scheduled"] for sub in subscriptions), default=0)
+        created, updated = self._times(topic)
         return EntityRuntime(
             scheduled=topic.actor.counts()["scheduled"] + scheduled,
             size_in_bytes=topic.actor.size_in_bytes() + sum(sub.actor.size_in_bytes() for sub in subscriptions),
             subscription_count=len(subscriptions),
             sql_filter_count=len(rules) - correlation,  # TrueFilter and FalseFilter are SQL filters in .NET
             correlation_filter_count=correlation,
-            created_at=self._started, updated_at=self._started, accessed_at=self._accessed(topic),
+            created_at=created, updated_at=updated, accessed_at=self._accessed(topic),
             availability=_availability(topic))
 
     # ---- queues ----------------------------------------------------------------------------------
@@ -183,7 +194,8 @@ class BrokerAdmin:
             return None
         for rule in entity.rules:
             if rule.name.lower() == name.lower():
-                runtime = EntityRuntime(created_at=self._started, updated_at=self._started)
+                created, updated = self._times(entity)
+                runtime = EntityRuntime(created_at=created, updated_at=updated)
                 return Found(rule.name, rule.description, runtime)
         return None
 

@@ -73,6 +73,8 @@ IDLE_SWEEP_SECONDS = 15.0  # AutoDeleteOnIdle is at least 5 minutes, so this is 
 MAX_TRANSFER_HOPS = 4  # Service Bus forwards a message at most this many times (DLQ overview)
 # Regenerated keys are stored as one record of a kind the entity loader skips ('$' keeps it apart from entity names).
 KEY_OVERRIDES_PATH, KEY_OVERRIDES_KIND = "$authorizationrules", "authorization-rules"
+# When each entity was created and last updated, as one record the loader skips: {path: [created, updated]} (ms).
+ENTITY_TIMES_PATH, ENTITY_TIMES_KIND = "$entitytimes", "entity-times"
 DEFAULT_STORE = "default"  # the store in the data directory, which also keeps the entity records
 PREMIUM_PARTITIONED_MESSAGE_SIZE = 1024 * 1024  # partitioned entities of a Premium-like namespace (seed)
 
@@ -97,6 +99,7 @@ class Broker:
         # The namespace's shared access rules, with keys regenerated at runtime (start() applies stored ones).
         self.authorization_rules: tuple[AuthorizationRule, ...] = namespace.authorization_rules
         self.key_overrides = KeyOverrides()
+        self.entity_times: dict[str, list[int]] = {}  # lower-cased path -> [created, updated], ms
         self.port = 0  # the AMQP port start() bound
         self._server: asyncio.Server | None = None
         self._tls_server: asyncio.Server | None = None
@@ -255,6 +258,15 @@ class Broker:
         if overrides_record is not None:
             configured.append(PutEntity(EntityRecord(KEY_OVERRIDES_PATH, KEY_OVERRIDES_KIND,
                                                      self.key_overrides.to_json())))
+        times_record = stored.get(ENTITY_TIMES_PATH)
+        if times_record is not None and times_record.kind == ENTITY_TIMES_KIND:
+            self.entity_times = {str(k): [int(v[0]), int(v[1])] for k, v in times_record.properties.items()}
+        now = self.clock()
+        known = {r.path.lower() for r in stored.values() if r.kind in (QUEUE, TOPIC, SUBSCRIPTION)}
+        known |= {op.entity.path.lower() for op in configured if op.entity.kind in (QUEUE, TOPIC, SUBSCRIPTION)}
+        for path in known - set(self.entity_times):
+            self.entity_times[path] = [now, now]  # first seen now (or created before times were kept)
+        configured.append(self._times_record())
         await self.worker.apply(configured)
         records = await self.worker.call(self.worker.store.load_entities)
         for kind in (QUEUE, TOPIC, SUBSCRIPTION):  # a subscription needs its topic loaded first
@@ -271,6 +283,23 @@ class Broker:
         sockets = self._server.sockets
         self.port = int(sockets[0].getsockname()[1]) if sockets else port
         return self.port
+
+    def _times_record(self) -> PutEntity:
+        return PutEntity(EntityRecord(ENTITY_TIMES_PATH, ENTITY_TIMES_KIND, dict(self.entity_times)))
+
+    def _touched(self, path: str, *, created: bool = False) -> PutEntity:
+        """Note an entity's creation or update now; the record to store with it."""
+        now = self.clock()
+        times = self.entity_times.setdefault(path.lower(), [now, now])
+        if created:
+            times[0] = now
+        times[1] = now
+        return self._times_record()
+
+    def times_of(self, entity: Entity) -> tuple[int, int] | None:
+        """(created, updated) in ms since the epoch."""
+        times = self.entity_times.get(entity.name.lower())
+        return (times[0], times[1]) if times is not None else None
 
     def _home_store(self, path: str) -> StoreWorker:
         """The store a non-partitioned entity lives in: its name picks one, the same on every start."""
@@ -466,7 +495,7 @@ class Broker:
             if target and self.entity(entity_path(target)) is None:
                 raise EntityNotFound(f"the forwarding target '{target}' does not exist")
         record = EntityRecord(name, QUEUE, properties.to_json())
-        await self.worker.apply([PutEntity(record)])
+        await self.worker.apply([PutEntity(record), self._touched(record.path, created=True)])
         await self._load(record)
         self._link_dead_letter_forwarding()
         entity = self.entity(name)
@@ -483,7 +512,8 @@ class Broker:
         changed = [name for name in fixed if getattr(properties, name) != getattr(entity.properties, name)]
         if changed:
             raise InvalidOperation(f"{', '.join(changed)} cannot be changed on an existing queue")
-        await self.worker.apply([PutEntity(EntityRecord(entity.name, QUEUE, properties.to_json()))])
+        await self.worker.apply([PutEntity(EntityRecord(entity.name, QUEUE, properties.to_json())),
+                                 self._touched(entity.name)])
         settings, max_message_size = self._settings(properties, entity.partitioned)
         entity.properties, entity.max_message_size = properties, max_message_size
         entity.actor.update_settings(settings)
@@ -501,7 +531,7 @@ class Broker:
             raise EntityAlreadyExists(f"the messaging entity '{name}' already exists")
         self._check_entity_quota(properties.enable_partitioning)
         record = EntityRecord(name, TOPIC, properties.to_json())
-        await self.worker.apply([PutEntity(record)])
+        await self.worker.apply([PutEntity(record), self._touched(record.path, created=True)])
         await self._load(record)
         entity = self.entity(name)
         assert entity is not None
@@ -513,7 +543,8 @@ class Broker:
         changed = [name for name in fixed if getattr(properties, name) != getattr(entity.properties, name)]
         if changed:
             raise InvalidOperation(f"{', '.join(changed)} cannot be changed on an existing topic")
-        await self.worker.apply([PutEntity(EntityRecord(entity.name, TOPIC, properties.to_json()))])
+        await self.worker.apply([PutEntity(EntityRecord(entity.name, TOPIC, properties.to_json())),
+                                 self._touched(entity.name)])
         settings, max_message_size = self._settings(properties, entity.partitioned)
         entity.properties, entity.max_message_size = properties, max_message_size
         entity.actor.update_settings(settings)
@@ -530,7 +561,7 @@ class Broker:
             self._compile_rule(rule)  # refuse a bad filter before anything is stored
         record = EntityRecord(path, SUBSCRIPTION,
                               {"Properties": properties.to_json(), "Rules": [r.to_json() for r in rules]})
-        await self.worker.apply([PutEntity(record)])
+        await self.worker.apply([PutEntity(record), self._touched(record.path, created=True)])
         await self._load(record)
         self._link_dead_letter_forwarding()
         entity = self.entity(path)
@@ -543,7 +574,8 @@ class Broker:
             raise InvalidOperation("requires_session cannot be changed on an existing subscription")
         self._check_forward_targets(properties)
         record = {"Properties": properties.to_json(), "Rules": [r.description.to_json() for r in entity.rules]}
-        await self.worker.apply([PutEntity(EntityRecord(entity.name, SUBSCRIPTION, record))])
+        await self.worker.apply([PutEntity(EntityRecord(entity.name, SUBSCRIPTION, record)),
+                                 self._touched(entity.name)])
         settings, max_message_size = self._settings(properties, entity.partitioned)
         entity.properties, entity.max_message_size = properties, max_message_size
         entity.actor.update_settings(settings)
@@ -594,7 +626,8 @@ class Broker:
         for worker in {id(p.worker): p.worker for p in each(entity.actor)}.values():
             if worker is not self.worker:
                 await worker.apply([DeleteEntity(entity.name)])  # its partitions kept there
-        await self.worker.apply([DeleteEntity(entity.name)])
+        self.entity_times.pop(entity.name.lower(), None)
+        await self.worker.apply([DeleteEntity(entity.name), self._times_record()])
         log.info("deleted %s", entity.name)
 
     # ---- messaging stores --------------------------------------------------------------------------------
