@@ -27,6 +27,7 @@ from typing import Any, Final, Literal
 
 from sodalite.errors import ConfigurationError, Unauthorized
 from sodalite.model import sas
+from sodalite.model.json_types import json_type
 
 
 class AccessRights(StrEnum):
@@ -46,25 +47,11 @@ _KEY_NAME_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,256}", re.ASCII)
 MAX_KEY_LENGTH: Final = 256
 
 
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list | tuple):
-        return "array"
-    if isinstance(value, Mapping):
-        return "object"
-    return type(value).__name__
 
 
 def key_name_problem(name: object) -> str | None:
     if not isinstance(name, str):
-        return f"must be a string, got {_json_type(name)}"
+        return f"must be a string, got {json_type(name)}"
     if _KEY_NAME_RE.fullmatch(name) is None:
         return f"invalid key name {name!r}: it must be 1 to 256 letters, digits, periods, hyphens or underscores"
     return None
@@ -74,7 +61,7 @@ def key_problem(key: object, optional: bool) -> str | None:
     if key is None and optional:
         return None
     if not isinstance(key, str):
-        return f"must be a string, got {_json_type(key)}"
+        return f"must be a string, got {json_type(key)}"
     if not key or len(key) > MAX_KEY_LENGTH:
         return f"must be 1 to {MAX_KEY_LENGTH} characters, got {len(key)}"
     return None
@@ -92,7 +79,7 @@ def rights_problem(rights: Iterable[AccessRights]) -> str | None:
 def parse_rights(raw: object, path: str) -> frozenset[AccessRights]:
     """``["Send", "Listen"]`` (names compare case-insensitively) -> the rights; errors name ``path``."""
     if not isinstance(raw, list):
-        raise ConfigurationError(f"{path}: must be a JSON array, got {_json_type(raw)}")
+        raise ConfigurationError(f"{path}: must be a JSON array, got {json_type(raw)}")
     by_name = {r.value.lower(): r for r in AccessRights}
     rights: list[AccessRights] = []
     for i, item in enumerate(raw):
@@ -170,14 +157,14 @@ class AuthorizationRule:
 
 def _object(raw: object, path: str) -> Mapping[str, Any]:
     if not isinstance(raw, Mapping):
-        raise ConfigurationError(f"{path}: must be a JSON object, got {_json_type(raw)}")
+        raise ConfigurationError(f"{path}: must be a JSON object, got {json_type(raw)}")
     return raw
 
 
 def rules_from_json(raw: object, path: str, *, allow_empty: bool = True) -> tuple[AuthorizationRule, ...]:
     """A JSON array of rules; key names must be unique (case-insensitively)."""
     if not isinstance(raw, list):
-        raise ConfigurationError(f"{path}: must be a JSON array, got {_json_type(raw)}")
+        raise ConfigurationError(f"{path}: must be a JSON array, got {json_type(raw)}")
     if not raw and not allow_empty:
         raise ConfigurationError(f"{path}: at least one authorization rule is required")
     rules = tuple(AuthorizationRule.from_json(item, path=f"{path}[{i}]") for i, item in enumerate(raw))

@@ -84,10 +84,10 @@ from sodalite.model.entities import (
     _expect_array,
     _expect_object,
     _join,
-    _json_type,
     _require,
     validate_entity_name,
 )
+from sodalite.model.json_types import json_type
 
 DEFAULT_NAMESPACE_NAME: Final = "sbemulatorns"
 DEFAULT_KEY_NAME: Final = "RootManageSharedAccessKey"
@@ -113,7 +113,7 @@ _NAMESPACE_NAME_RE: Final = re.compile(r"[A-Za-z](?:[A-Za-z0-9-]{0,48}[A-Za-z0-9
 
 def _namespace_name_problem(name: object) -> str | None:
     if not isinstance(name, str):
-        return f"must be a string, got {_json_type(name)}"
+        return f"must be a string, got {json_type(name)}"
     if _NAMESPACE_NAME_RE.fullmatch(name) is None:
         return (
             f"invalid namespace name {name!r}: it may contain only letters, digits and hyphens, "

@@ -22,6 +22,7 @@ from typing import Any, Final, Literal, Self
 
 from sodalite.errors import ConfigurationError
 from sodalite.model.authorization import AuthorizationRule, rules_from_json
+from sodalite.model.json_types import json_type
 
 # --------------------------------------------------------------------------------------------------
 # Durations
@@ -54,7 +55,7 @@ def parse_duration(text: str) -> timedelta:
     signs and values beyond ``TimeSpan.MaxValue`` are rejected with ``ConfigurationError``.
     """
     if not isinstance(text, str):
-        raise ConfigurationError(f"expected an ISO 8601 duration string, got {_json_type(text)}")
+        raise ConfigurationError(f"expected an ISO 8601 duration string, got {json_type(text)}")
     match = _DURATION_RE.fullmatch(text)
     if match is None:
         raise ConfigurationError(
@@ -108,21 +109,6 @@ def format_duration(value: timedelta) -> str:
 # --------------------------------------------------------------------------------------------------
 
 
-def _json_type(value: object) -> str:
-    """The JSON name of a Python value's type, for error messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list | tuple):
-        return "array"
-    if isinstance(value, Mapping):
-        return "object"
-    return type(value).__name__
 
 
 def _describe(value: object) -> str:
@@ -131,7 +117,7 @@ def _describe(value: object) -> str:
         return f"boolean {str(value).lower()}"
     if isinstance(value, float):
         return f"number {value!r}"
-    return _json_type(value)
+    return json_type(value)
 
 
 def _join(path: str, key: str) -> str:
@@ -144,7 +130,7 @@ def _error(path: str, reason: str) -> ConfigurationError:
 
 def _expect_object(value: object, path: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise _error(path or "(document)", f"must be a JSON object, got {_json_type(value)}")
+        raise _error(path or "(document)", f"must be a JSON object, got {json_type(value)}")
     duplicates = getattr(value, "duplicate_keys", ())
     if duplicates:
         raise _error(_join(path, duplicates[0]), "duplicate key")
@@ -153,13 +139,13 @@ def _expect_object(value: object, path: str) -> Mapping[str, Any]:
 
 def _expect_array(value: object, path: str) -> list[Any]:
     if not isinstance(value, list):
-        raise _error(path, f"must be a JSON array, got {_json_type(value)}")
+        raise _error(path, f"must be a JSON array, got {json_type(value)}")
     return value
 
 
 def _expect_string(value: object, path: str) -> str:
     if not isinstance(value, str):
-        raise _error(path, f"must be a string, got {_json_type(value)}")
+        raise _error(path, f"must be a string, got {json_type(value)}")
     return value
 
 
@@ -202,7 +188,7 @@ def entity_name_problem(name: object, kind: EntityKind) -> str | None:
     and topics, 50 for subscriptions and rules. The rule name ``$Default`` is always valid.
     """
     if not isinstance(name, str):
-        return f"must be a string, got {_json_type(name)}"
+        return f"must be a string, got {json_type(name)}"
     if not name:
         return "must not be empty"
     if kind == "rule" and name.lower() == DEFAULT_RULE_NAME.lower():
@@ -280,7 +266,7 @@ def _value_problem(spec: _Spec, value: object) -> str | None:
     """Why ``value`` is not valid for the property, or None."""
     kind = spec.kind
     if kind == "bool":
-        return None if isinstance(value, bool) else f"must be a boolean, got {_json_type(value)}"
+        return None if isinstance(value, bool) else f"must be a boolean, got {json_type(value)}"
     if kind in ("int", "optional_int"):
         if value is None and kind == "optional_int":
             return None
@@ -289,7 +275,7 @@ def _value_problem(spec: _Spec, value: object) -> str | None:
         return _range_problem(value, spec.low, spec.high, str)
     if kind == "duration":
         if not isinstance(value, timedelta):
-            return f"must be a duration, got {_json_type(value)}"
+            return f"must be a duration, got {json_type(value)}"
         return _range_problem(value, spec.low, spec.high, _show_duration)
     if kind == "forward":
         if value is None:
@@ -306,7 +292,7 @@ def _value_problem(spec: _Spec, value: object) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        return f"must be a string, got {_json_type(value)}"
+        return f"must be a string, got {json_type(value)}"
     if len(value) > _MAX_USER_METADATA:
         return f"must be at most {_MAX_USER_METADATA} characters, got {len(value)}"
     return None
@@ -340,7 +326,7 @@ def _decode(spec: _Spec, raw: object, path: str) -> object:
     kind = spec.kind
     if kind == "duration":
         if not isinstance(raw, str):
-            raise _error(path, f"must be an ISO 8601 duration string such as 'PT1M', got {_json_type(raw)}")
+            raise _error(path, f"must be an ISO 8601 duration string such as 'PT1M', got {json_type(raw)}")
         try:
             return parse_duration(raw)
         except ConfigurationError as exc:
@@ -351,7 +337,7 @@ def _decode(spec: _Spec, raw: object, path: str) -> object:
         if raw == "":
             return None
         if raw is not None and not isinstance(raw, str):
-            raise _error(path, f"must be a string, got {_json_type(raw)}")
+            raise _error(path, f"must be a string, got {json_type(raw)}")
         return raw
     if kind == "status" and isinstance(raw, str):
         for status in ENTITY_STATUSES:
@@ -536,12 +522,12 @@ def _scalar_problem(value: object) -> str | None:
         return None
     if isinstance(value, float):
         return None if math.isfinite(value) else "must be a finite number"
-    return f"must be a string, number or boolean, got {_json_type(value)}"
+    return f"must be a string, number or boolean, got {json_type(value)}"
 
 
 def _sql_problem(expression: object) -> str | None:
     if not isinstance(expression, str):
-        return f"must be a string, got {_json_type(expression)}"
+        return f"must be a string, got {json_type(expression)}"
     if not expression.strip():
         return "must not be empty"
     if len(expression) > _MAX_SQL_LENGTH:
@@ -764,7 +750,7 @@ def _correlation_filter_from_json(raw: object, path: str) -> CorrelationFilter:
     for attr, key in CORRELATION_FIELDS:
         value = obj.get(key)
         if value is not None and not isinstance(value, str):
-            raise _error(_join(path, key), f"must be a string, got {_json_type(value)}")
+            raise _error(_join(path, key), f"must be a string, got {json_type(value)}")
         kwargs[attr] = value
     properties = _scalars_from_json(obj.get("Properties"), _join(path, "Properties"))
     if all(value is None for value in kwargs.values()) and not properties:

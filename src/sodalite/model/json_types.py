@@ -1,0 +1,22 @@
+"""How validation messages name a value's type: in JSON's words, since configuration and API input is JSON."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+
+def json_type(value: object) -> str:
+    """The JSON name of a Python value's type, for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list | tuple):
+        return "array"
+    if isinstance(value, Mapping):
+        return "object"
+    return type(value).__name__
