@@ -24,6 +24,7 @@ from sodalite.amqp.performatives import Accepted, Error, Source, Target
 from sodalite.amqp.sasl import SaslClientConfig
 from sodalite.amqp.types import Described, Timestamp, ULong
 from sodalite.model import sas
+from sodalite.server.messages import decode_request
 
 TOKEN_LIFETIME_S = 3600
 
@@ -43,20 +44,6 @@ class ManagementReply:
     condition: str | None
     description: str | None
     body: Any
-
-
-def decode_control(payload: bytes) -> tuple[dict[str, Any], Any]:
-    """(application properties, body) of a ``$cbs`` or ``$management`` response."""
-    properties: dict[str, Any] = {}
-    body: Any = None
-    for section in amqp_message.split_sections(payload):
-        if section.code == amqp_message.APPLICATION_PROPERTIES:
-            value = amqp_message.section_value(payload, section)
-            if isinstance(value, dict):
-                properties = {str(k): v for k, v in value.items()}
-        elif section.code in (amqp_message.AMQP_VALUE, amqp_message.DATA):
-            body = amqp_message.section_value(payload, section)
-    return properties, body
 
 
 def _error_of(error: Error | None, fallback: str) -> ClientError:
@@ -151,7 +138,8 @@ class AmqpClient:
         got = self._wait(lambda e: isinstance(e, ev.TransferReceived) and e.link is response)
         assert isinstance(got, ev.TransferReceived)
         response.issue_credit(1)
-        return decode_control(got.delivery.payload)
+        reply = decode_request(got.delivery.payload)  # the same decoding the broker does
+        return reply.application_properties, reply.body
 
     def _pair(self, node: str) -> tuple[Link, Link]:
         response = self._attach(node, RECEIVER)

@@ -65,7 +65,7 @@ from sodalite.server import wire
 from sodalite.server.amqp_errors import client_error
 from sodalite.server.messages import decode_request
 from sodalite.server.partition_actor import FanOut, PartitionActor, SubQueue
-from sodalite.server.partitioned_actor import each
+from sodalite.server.partitioned_actor import each, partition_key
 from sodalite.server.registry import TOPIC, Entity
 
 if TYPE_CHECKING:
@@ -112,17 +112,6 @@ class PartitionPin:
     session_id: str | None
 
 
-def transaction_partition_key(draft: MessageDraft, duplicate_detection: bool) -> str | None:
-    """SessionId, else PartitionKey, else MessageId on an entity with RequiresDuplicateDetection."""
-    if draft.session_id is not None:
-        return draft.session_id
-    if draft.partition_key is not None:
-        return draft.partition_key
-    if duplicate_detection and draft.message_id is not None:
-        return str(draft.message_id)
-    return None
-
-
 def pin_partitioned_send(pin: PartitionPin | None, draft: MessageDraft, duplicate_detection: bool) -> PartitionPin:
     """Check one message a transaction sends to a partitioned entity; return the transaction's pin.
 
@@ -132,7 +121,7 @@ def pin_partitioned_send(pin: PartitionPin | None, draft: MessageDraft, duplicat
     if draft.session_id is not None and draft.partition_key is not None and draft.session_id != draft.partition_key:
         raise InvalidOperation(f"the PartitionKey '{draft.partition_key}' differs from the SessionId "
                                f"'{draft.session_id}'; in a transaction they must be equal")
-    key = transaction_partition_key(draft, duplicate_detection)
+    key = partition_key(draft, duplicate_detection)  # the seed's key, as any send to the entity uses
     if key is None:
         raise InvalidOperation("a message sent in a transaction to a partitioned entity needs a partition key: "
                                "a SessionId, a PartitionKey, or a MessageId when duplicate detection is on")

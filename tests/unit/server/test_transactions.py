@@ -12,6 +12,7 @@ from sodalite.errors import InvalidOperation, StoreUnavailable, TransactionRolle
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import Lock, MessageDraft
 from sodalite.server.partition_actor import EntitySettings, PartitionActor, SubQueue
+from sodalite.server.partitioned_actor import partition_key
 from sodalite.server.store_worker import StoreWorker
 from sodalite.server.transactions import (
     EnlistedSettlement,
@@ -20,7 +21,6 @@ from sodalite.server.transactions import (
     Transactions,
     pin_partitioned_send,
     pin_transfer,
-    transaction_partition_key,
 )
 from sodalite.store.memory import MemoryStore
 from sodalite.store.port import PartitionRef, StoreOp
@@ -38,10 +38,10 @@ def draft(body: bytes = b"x", *, message_id: str | None = None, session_id: str 
 
 
 def test_the_partition_key_is_session_then_partition_key_then_message_id_under_duplicate_detection() -> None:
-    assert transaction_partition_key(draft(session_id="s", partition_key="s", message_id="m"), True) == "s"
-    assert transaction_partition_key(draft(partition_key="p", message_id="m"), True) == "p"
-    assert transaction_partition_key(draft(message_id="m"), True) == "m"
-    assert transaction_partition_key(draft(message_id="m"), False) is None
+    assert partition_key(draft(session_id="s", partition_key="s", message_id="m"), True) == "s"
+    assert partition_key(draft(partition_key="p", message_id="m"), True) == "p"
+    assert partition_key(draft(message_id="m"), True) == "m"
+    assert partition_key(draft(message_id="m"), False) is None
 
 
 def test_a_message_without_a_partition_key_is_refused() -> None:
