@@ -43,7 +43,7 @@ class BrokerProcess:
         self.metrics_url = ""
         self.http_port = 0  # the plain-HTTP management API, on a free port
 
-    def start(self, timeout: float = 60.0) -> BrokerProcess:
+    def start(self, timeout: float = 120.0) -> BrokerProcess:
         args = [str(SERVE), "--host", "127.0.0.1", "--port", str(self.port), "--data-dir", str(self.data_dir),
                 "--admin-port", str(self.admin_port), "--amqps-port", str(self.amqps_port),
                 "--http-port", str(self.http_port), *self.extra_args]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import random
+import re
 import struct
 import uuid
 from typing import Any
@@ -1020,7 +1021,7 @@ UNENCODABLE: list[Any] = [
 ]
 
 
-@pytest.mark.parametrize("value", UNENCODABLE, ids=[repr(v)[:50] for v in UNENCODABLE])
+@pytest.mark.parametrize("value", UNENCODABLE, ids=[re.sub(r" at 0x[0-9a-f]+", "", repr(v))[:50] for v in UNENCODABLE])
 def test_unencodable_values_raise_encode_error(value: Any) -> None:
     with pytest.raises(EncodeError):
         codec.encode(value)
