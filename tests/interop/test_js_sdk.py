@@ -1,11 +1,12 @@
 """The official JavaScript SDK, ``@azure/service-bus`` from npm, against the broker.
 
 The tests themselves are Node's (``tests/js/test/*.test.mjs``, run by ``node --test``): messaging
-over plain AMQP with the emulator connection string, and ``ServiceBusAdministrationClient`` over
-the HTTPS management port, trusting the broker's generated certificate through
-``NODE_EXTRA_CA_CERTS``. This module starts one broker, hands Node its connection strings through
-the environment, and asserts that every named Node test ran and passed; where Node leaves
-something behind (a message, an entity), the Python SDK checks it from the other side.
+over plain AMQP with the emulator connection string, ``ServiceBusAdministrationClient`` over the
+HTTPS management port, trusting the broker's generated certificate through ``NODE_EXTRA_CA_CERTS``,
+and messaging over WebSockets (``webSocketOptions``) on that same port. This module starts one
+broker, hands Node its connection strings through the environment, and asserts that every named
+Node test ran and passed; where Node leaves something behind (a message, an entity), the Python
+SDK checks it from the other side.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ pytestmark = [
     pytest.mark.skipif(NODE is None, reason="node is not installed: the JavaScript SDK tests need Node.js 18 or later"),
 ]
 
-QUEUES = [{"Name": name, "Properties": {}} for name in ("js-msg", "js-msg-abandon", "js-msg-rad", "js-from-python")]
+QUEUES = [{"Name": name, "Properties": {}}
+          for name in ("js-msg", "js-msg-abandon", "js-msg-rad", "js-from-python", "js-ws")]
 
 
 @dataclass(frozen=True)
@@ -118,3 +120,8 @@ def test_js_administration_client(js_broker: BrokerProcess) -> None:
     names = {queue.name for queue in admin.list_queues()}
     assert "js-made" in names and not any(name.startswith(("js-adm-", "js-page-", "js-fwd-")) for name in names)
     assert {topic.name for topic in admin.list_topics()}.isdisjoint({"js-adm-t", "js-rules-t"})
+
+
+def test_js_messaging_over_websockets(js_broker: BrokerProcess) -> None:
+    run = run_node(js_broker, "websocket.test.mjs")
+    assert_all_passed(run, ["send, receive with PeekLock and complete over a WebSocket"])

@@ -21,6 +21,7 @@ from aiohttp import web
 from sodalite.admin import atom
 from sodalite.admin import keys as _keys
 from sodalite.admin import stores as _stores
+from sodalite.admin import websocket as _websocket
 from sodalite.admin.service import AdminService, Found
 from sodalite.errors import ArgumentError, EntityNotFound, InternalError, SodaliteError, Unauthorized
 from sodalite.model import sas
@@ -62,7 +63,8 @@ UNAUTHENTICATED = frozenset({"/health", "/metrics"})
 async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         # /health and /metrics are for probes and scrapers, which carry no token.
-        if request.path not in UNAUTHENTICATED:
+        # AMQP over WebSockets authenticates inside the AMQP connection, as AMQP over TCP does.
+        if request.path not in UNAUTHENTICATED and not _websocket.is_websocket_path(request.path):
             token = request.headers.get("Authorization") or request.headers.get("ServiceBusAuthorization")
             if not token:
                 raise Unauthorized("the request has no SharedAccessSignature Authorization header")
@@ -278,9 +280,13 @@ async def delete_rule(request: web.Request) -> web.Response:
 
 
 def application(manager: AdminService, *, keys: _keys.KeyAuthority | None = None,
-                stores: _stores.StoreSwitch | None = None) -> web.Application:
+                stores: _stores.StoreSwitch | None = None,
+                amqp: _websocket.AmqpEndpoint | None = None) -> web.Application:
+    """The management API; with ``amqp``, also AMQP over WebSockets at ``/$servicebus/websocket``."""
     app = web.Application(middlewares=[errors_and_auth], client_max_size=4 * 1024 * 1024)
     app[MANAGER] = manager
+    if amqp is not None:
+        _websocket.install(app, amqp)
     if stores is not None:  # the outage switch
         _stores.add_routes(app, stores)
     if keys is not None:  # rights-aware authorization and the regenerate-keys routes
