@@ -21,6 +21,7 @@ from aiohttp import web
 from sodalite.admin import atom
 from sodalite.admin import keys as _keys
 from sodalite.admin import stores as _stores
+from sodalite.admin import websocket as _websocket
 from sodalite.admin.service import AdminService, Found
 from sodalite.errors import ArgumentError, EntityNotFound, InternalError, SodaliteError, Unauthorized
 from sodalite.model import sas
@@ -62,7 +63,8 @@ UNAUTHENTICATED = frozenset({"/health", "/metrics"})
 async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         # /health and /metrics are for probes and scrapers, which carry no token.
-        if request.path not in UNAUTHENTICATED:
+        # AMQP over WebSockets authenticates inside the AMQP connection, as AMQP over TCP does.
+        if request.path not in UNAUTHENTICATED and not _websocket.is_websocket_path(request.path):
             token = request.headers.get("Authorization") or request.headers.get("ServiceBusAuthorization")
             if not token:
                 raise Unauthorized("the request has no SharedAccessSignature Authorization header")
@@ -87,7 +89,9 @@ async def health(request: web.Request) -> web.Response:
 
 async def namespace_info(request: web.Request) -> web.Response:
     manager = request.app[MANAGER]
-    return web.Response(body=atom.namespace_info_entry(manager.namespace, _now()), headers=ENTRY)
+    # The JavaScript client reads every entry's <id>; the service writes one here too.
+    body = atom.namespace_info_entry(manager.namespace, _now(), base_url=_base(request))
+    return web.Response(body=body, headers=ENTRY)
 
 
 def _paging(request: web.Request) -> tuple[int, int]:
@@ -139,12 +143,12 @@ def _created(what: str, found: Found | None) -> Found:
 
 async def list_queues(request: web.Request) -> web.Response:
     manager = request.app[MANAGER]
-    return _page(request, manager.queue_names(), manager.queue, lambda name: name, "$Resources/queues", "Queues")
+    return _page(request, manager.queue_names(), manager.queue, lambda name: name, "$Resources/Queues", "Queues")
 
 
 async def list_topics(request: web.Request) -> web.Response:
     manager = request.app[MANAGER]
-    return _page(request, manager.topic_names(), manager.topic, lambda name: name, "$Resources/topics", "Topics")
+    return _page(request, manager.topic_names(), manager.topic, lambda name: name, "$Resources/Topics", "Topics")
 
 
 async def get_entity(request: web.Request) -> web.Response:
@@ -187,15 +191,17 @@ async def delete_entity(request: web.Request) -> web.Response:
 # ---- subscriptions ------------------------------------------------------------------------------------
 
 
+# Entry ids spell the collections as the service does, ``Subscriptions`` and ``Rules``: the
+# JavaScript client takes the topic, subscription and rule names from the id by those spellings.
 def _subscription_path(topic: str, name: str) -> str:
-    return f"{topic}/subscriptions/{name}"
+    return f"{topic}/Subscriptions/{name}"
 
 
 async def list_subscriptions(request: web.Request) -> web.Response:
     manager = request.app[MANAGER]
     topic = request.match_info["topic"]
     return _page(request, manager.subscription_names(topic), lambda name: manager.subscription(topic, name),
-                 lambda name: _subscription_path(topic, name), f"{topic}/subscriptions", "Subscriptions")
+                 lambda name: _subscription_path(topic, name), f"{topic}/Subscriptions", "Subscriptions")
 
 
 async def get_subscription(request: web.Request) -> web.Response:
@@ -230,7 +236,7 @@ async def delete_subscription(request: web.Request) -> web.Response:
 
 
 def _rule_path(topic: str, subscription: str, name: str) -> str:
-    return f"{topic}/subscriptions/{subscription}/rules/{name}"
+    return f"{topic}/Subscriptions/{subscription}/Rules/{name}"
 
 
 async def list_rules(request: web.Request) -> web.Response:
@@ -239,7 +245,7 @@ async def list_rules(request: web.Request) -> web.Response:
     return _page(request, manager.rule_names(topic, subscription),
                  lambda name: manager.rule(topic, subscription, name),
                  lambda name: _rule_path(topic, subscription, name),
-                 f"{_subscription_path(topic, subscription)}/rules", "Rules")
+                 f"{_subscription_path(topic, subscription)}/Rules", "Rules")
 
 
 async def get_rule(request: web.Request) -> web.Response:
@@ -274,29 +280,37 @@ async def delete_rule(request: web.Request) -> web.Response:
 
 
 def application(manager: AdminService, *, keys: _keys.KeyAuthority | None = None,
-                stores: _stores.StoreSwitch | None = None) -> web.Application:
+                stores: _stores.StoreSwitch | None = None,
+                amqp: _websocket.AmqpEndpoint | None = None) -> web.Application:
+    """The management API; with ``amqp``, also AMQP over WebSockets at ``/$servicebus/websocket``."""
     app = web.Application(middlewares=[errors_and_auth], client_max_size=4 * 1024 * 1024)
     app[MANAGER] = manager
+    if amqp is not None:
+        _websocket.install(app, amqp)
     if stores is not None:  # the outage switch
         _stores.add_routes(app, stores)
     if keys is not None:  # rights-aware authorization and the regenerate-keys routes
         app[_keys.KEYS] = keys
         _keys.add_routes(app)
     app.router.add_get("/health", health)
-    app.router.add_get("/$namespaceinfo", namespace_info)
-    app.router.add_get("/$Resources/queues", list_queues)
-    app.router.add_get("/$Resources/topics", list_topics)
+    # Paths are case-insensitive, as the service's are: the Python client asks for
+    # '/$Resources/queues' and 't/subscriptions/s', the JavaScript one for '/$Resources/Queues' and
+    # 't/Subscriptions/s/Rules/' (a trailing slash on its lists).
+    app.router.add_get("/{_:(?i:\\$namespaceinfo)}", namespace_info)
+    app.router.add_get("/{_:(?i:\\$resources/queues)}{_s:/?}", list_queues)
+    app.router.add_get("/{_:(?i:\\$resources/topics)}{_s:/?}", list_topics)
     # The most specific first: a topic's name may hold '/', so '{topic:.+}' would swallow the rest.
-    rule = "/{topic:.+}/subscriptions/{subscription:[^/]+}/rules/{rule:[^/]+}"
+    subscriptions, rules = "{_:(?i:subscriptions)}", "{_r:(?i:rules)}"
+    rule = f"/{{topic:.+}}/{subscriptions}/{{subscription:[^/]+}}/{rules}/{{rule:[^/]+}}"
     app.router.add_get(rule, get_rule)
     app.router.add_put(rule, put_rule)
     app.router.add_delete(rule, delete_rule)
-    app.router.add_get("/{topic:.+}/subscriptions/{subscription:[^/]+}/rules", list_rules)
-    subscription = "/{topic:.+}/subscriptions/{subscription:[^/]+}"
+    app.router.add_get(f"/{{topic:.+}}/{subscriptions}/{{subscription:[^/]+}}/{rules}{{_s:/?}}", list_rules)
+    subscription = f"/{{topic:.+}}/{subscriptions}/{{subscription:[^/]+}}"
     app.router.add_get(subscription, get_subscription)
     app.router.add_put(subscription, put_subscription)
     app.router.add_delete(subscription, delete_subscription)
-    app.router.add_get("/{topic:.+}/subscriptions", list_subscriptions)
+    app.router.add_get(f"/{{topic:.+}}/{subscriptions}{{_s:/?}}", list_subscriptions)
     app.router.add_get("/{name:.+}", get_entity)
     app.router.add_put("/{name:.+}", put_entity)
     app.router.add_delete("/{name:.+}", delete_entity)

@@ -24,6 +24,7 @@ from sodalite.cli.key_bridge import BrokerKeys
 from sodalite.errors import ConfigurationError
 from sodalite.model.config import NamespaceConfig, default_namespace, load_config_text
 from sodalite.server.broker import Broker
+from sodalite.server.connection_handler import BrokerConnection
 from sodalite.server.metrics import CONTENT_TYPE, BrokerMetrics
 
 DEFAULT_DATA_DIR = "sodalite-data"
@@ -153,7 +154,8 @@ async def _serve_management(args: argparse.Namespace, broker: Broker) -> web.App
     if args.admin_port < 0 and args.http_port < 0:
         return None
     app = application(BrokerAdmin(broker, datetime.datetime.now(datetime.UTC)),
-                      keys=BrokerKeys(broker, _shown_host(args.host)), stores=broker)
+                      keys=BrokerKeys(broker, _shown_host(args.host)), stores=broker,
+                      amqp=lambda: BrokerConnection(broker))  # AMQP over WebSockets, served as over TCP
     app.middlewares.append(_metrics_middleware(broker.metrics))
     runner = web.AppRunner(app)
     await runner.setup()

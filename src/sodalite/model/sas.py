@@ -81,7 +81,13 @@ def validate_token(token: str, keys: Mapping[str, tuple[str, ...]], now: float) 
 
 
 def audience_path(audience: str) -> tuple[str, str]:
-    """Split ``sb://host[:port]/path`` into (host without port, lower-cased path without slashes)."""
+    """Split ``sb://host[:port]/path`` into (host without port, lower-cased path without slashes).
+
+    A query or fragment is not part of the path: the JavaScript administration client signs the
+    whole request URL, ``https://host/queue?api-version=2021-05`` (entity names hold neither ``?``
+    nor ``#``).
+    """
+    audience = re.split(r"[?#]", audience, maxsplit=1)[0]
     match = re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://([^/]*)(/.*)?$", audience)
     if match is None:
         return "", audience.strip("/").lower()

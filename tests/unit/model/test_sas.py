@@ -211,6 +211,11 @@ def test_unencoded_signature_is_accepted() -> None:
     ("a/b", ("", "a/b")),
     ("", ("", "")),
     ("/", ("", "")),
+    # The JavaScript administration client signs the whole request URL, query included.
+    ("https://localhost:5443/orders?api-version=2021-05", ("localhost", "orders")),
+    ("https://localhost:5443/$resources/queues?$skip=0&$top=100&api-version=2021-05",
+     ("localhost", "$resources/queues")),
+    ("https://host/q#frag", ("host", "q")),
 ])
 def test_audience_path(audience: str, expected: tuple[str, str]) -> None:
     assert sas.audience_path(audience) == expected
