@@ -23,7 +23,6 @@ app.conf.broker_transport_options = {
     "queue_name_prefix": os.environ.get("SHOP_QUEUE_PREFIX", ""),
     "peek_lock_seconds": int(os.environ.get("SHOP_LOCK_SECONDS", "60")),
     "use_lock_renewal": os.environ.get("SHOP_LOCK_RENEWAL") == "1",
-    "wait_time_seconds": 1,
 }
 app.conf.task_acks_late = os.environ.get("SHOP_ACKS_LATE") == "1"
 

@@ -65,27 +65,18 @@ class WorkerProcess:
         return "".join(self.output[-lines:])
 
     def stop(self) -> None:
-        """SIGTERM to the worker's process group (its pool processes too), SIGKILL if it lingers."""
+        """SIGTERM to the worker (its own graceful shutdown stops its pool), then SIGKILL to whatever of its
+        process group is left."""
         if self.proc is None:
             return
-        for sig, grace in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.proc.wait(grace)
-            except subprocess.TimeoutExpired:
-                continue
-            if not _group_alive(self.proc.pid):
-                break
         if self.proc.poll() is None:
-            self.proc.wait(10)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(10)
