@@ -108,8 +108,8 @@ def celery_broker(netns: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
     broker = BrokerProcess(base / "data", None, extra_args=["--tls-cert", str(certificate), "--tls-key", str(key)])
     broker.command_prefix = ["ip", "netns", "exec", netns]
     broker.amqps_port, broker.admin_port, broker.http_port = 5671, 443, -1
-    broker.start()
     try:
+        broker.start()
         yield CeleryBroker(netns, certificate, broker)
     finally:
         broker.stop()
@@ -136,8 +136,9 @@ def _drained(celery: CeleryBroker, env: dict[str, str], queue: str, timeout: flo
 
 def test_worker_runs_a_task_end_to_end(celery_broker: CeleryBroker) -> None:
     env = celery_broker.env(lock_seconds="30")
-    worker = _worker(celery_broker, env).start("ready.")
+    worker = _worker(celery_broker, env)
     try:
+        worker.start("ready.")
         answer = celery_broker.caller(env, "call", "add", "[2, 3]")
         # The result came back through the rpc:// backend, from a pool process of the worker started here.
         assert answer["result"]["sum"] == 5
@@ -156,8 +157,9 @@ def test_slow_task_keeps_its_lock_through_renewal(celery_broker: CeleryBroker, t
     # Without renewal the lock lapses mid-task and the broker hands the message out again.
     runs = tmp_path / "runs.txt"
     env = celery_broker.env(queue_prefix="slow-", lock_seconds="5", lock_renewal="1", acks_late="1", runs=str(runs))
-    worker = _worker(celery_broker, env).start("ready.")
+    worker = _worker(celery_broker, env)
     try:
+        worker.start("ready.")
         answer = celery_broker.caller(env, "call", "slow_double", "[21, 9]")
         assert answer["result"]["double"] == 42
         counts = _drained(celery_broker, env, "slow-celery")
