@@ -42,6 +42,7 @@ class BrokerProcess:
         self.tls_certificate = ""
         self.metrics_url = ""
         self.http_port = 0  # the plain-HTTP management API, on a free port
+        self.command_prefix: list[str] = []  # run serve under this, e.g. ["ip", "netns", "exec", name]
 
     def start(self, timeout: float = 120.0) -> BrokerProcess:
         args = [str(SERVE), "--host", "127.0.0.1", "--port", str(self.port), "--data-dir", str(self.data_dir),
@@ -50,6 +51,7 @@ class BrokerProcess:
         if self.config is not None:
             args += ["--config", str(self.config)]
         self.output = []
+        args = [*self.command_prefix, *args]
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
         deadline = time.monotonic() + timeout
