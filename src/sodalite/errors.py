@@ -153,6 +153,14 @@ class ConfigurationError(SodaliteError):
     retryable = False
 
 
+class OutboxCorrupt(SodaliteError):
+    """A client-side outbox file is damaged or is not an outbox; nothing is read from or written to it."""
+
+    condition = "amqp:internal-error"
+    http_status = 500
+    retryable = False
+
+
 class StoreUnavailable(ServerBusy):
     """A messaging store cannot be reached; the partitions it holds are unavailable."""
 
