@@ -194,7 +194,7 @@ def test_an_abandoned_copy_records_nothing_and_a_recorded_copy_is_completed_not_
 
 def test_a_persisted_filter_drops_duplicates_after_the_receiver_restarts(
         pair: tuple[BrokerProcess, BrokerProcess], tmp_path: Path) -> None:
-    primary, secondary = pair
+    secondary = pair[1]
     path = tmp_path / "seen.sqlite"
     with _client(pair, ReplicationMode.ACTIVE) as client:
         with client.get_queue_sender("persist") as sender:
@@ -210,7 +210,8 @@ def test_a_persisted_filter_drops_duplicates_after_the_receiver_restarts(
     assert sorted(first_run) == [f"persist-{i}" for i in range(5)]
     assert len(_peek_all(secondary, "persist")) == 5
     with _client(pair, ReplicationMode.ACTIVE) as client:
-        with DuplicateFilter(path=path) as seen, client.get_queue_receiver("persist", duplicate_filter=seen) as receiver:
+        with DuplicateFilter(path=path) as seen, \
+                client.get_queue_receiver("persist", duplicate_filter=seen) as receiver:
             assert _drain(receiver) == []
     assert _peek_all(secondary, "persist") == []
 
@@ -337,6 +338,7 @@ def _drill(pair: tuple[BrokerProcess, BrokerProcess], mode: ReplicationMode, que
             delivered += _drain(receiver, idle=3)
     finally:
         done.set()
+        chaos_thread.join(60)
         for broker in pair:
             _up(broker)
     assert not failures, failures

@@ -266,6 +266,7 @@ class ReplicatedReceiver:
         self._client = client
         self._factories = factories
         self._receivers: list[ServiceBusReceiver] = [factories[0](), factories[1]()]
+        self._opened = [False, False]
         self._down_until = [0.0, 0.0]
         self._next = PRIMARY
         self._calls = 0
@@ -301,6 +302,11 @@ class ReplicatedReceiver:
             slice_ = self.probe_wait if deadline is None else max(0.05, min(self.probe_wait, deadline - now))
             receiver = self._receivers[index]
             try:
+                if not self._opened[index]:
+                    # Opening counts against a receive's max_wait_time in the SDK; a short probe
+                    # would time out on a slow open, so open first (what `with receiver:` does).
+                    receiver.__enter__()
+                    self._opened[index] = True
                 copies = receiver.receive_messages(max_message_count=wanted, max_wait_time=slice_)
             except Exception as error:
                 if not signals_unavailable(error):
@@ -337,6 +343,7 @@ class ReplicatedReceiver:
         except Exception:
             _log.debug("closing a failed receiver failed", exc_info=True)
         self._receivers[index] = self._factories[index]()
+        self._opened[index] = False
 
     def _settle(self, receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage, outcome: Outcome,
                 options: dict[str, Any], *, raise_errors: bool = False) -> None:
@@ -355,13 +362,18 @@ class ReplicatedReceiver:
             _log.info("settling a copy (%s) failed: %s", outcome.value, error)
 
     def _settle_app_copy(self, message: ServiceBusReceivedMessage, outcome: Outcome, **options: Any) -> None:
-        _, receiver = self._tracker.source_of(message)
+        index, receiver = self._tracker.source_of(message)
         held = self._tracker.settled(message, outcome)  # records the MessageId first on complete
         try:
-            self._settle(receiver, message, outcome, options, raise_errors=True)
+            if receiver is self._receivers[index]:
+                self._settle(receiver, message, outcome, options, raise_errors=True)
+            else:  # its link is gone with its namespace: the copy comes back when its lock expires
+                _log.info("a copy's receiver was replaced after a failure; its settlement (%s) is skipped",
+                          outcome.value)
         finally:
             for copy, source in held:
-                self._settle(source[1], copy, outcome, options)
+                if source[1] is self._receivers[source[0]]:
+                    self._settle(source[1], copy, outcome, options)
 
     def complete_message(self, message: ServiceBusReceivedMessage) -> None:
         self._settle_app_copy(message, Outcome.COMPLETE)

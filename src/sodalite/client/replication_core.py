@@ -26,6 +26,7 @@ from typing import Generic, TypeVar
 
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage
 from azure.servicebus.exceptions import (
+    MessageAlreadySettled,
     MessageLockLostError,
     OperationTimeoutError,
     ServiceBusCommunicationError,
@@ -63,7 +64,12 @@ def signals_unavailable(error: BaseException) -> bool:
 
 def settlement_outcome_is_assured(error: BaseException) -> bool:
     """A settlement that failed this way leaves a copy the filter will drop when it comes back."""
-    return signals_unavailable(error) or isinstance(error, MessageLockLostError)
+    if signals_unavailable(error) or isinstance(error, MessageLockLostError):
+        return True
+    # The SDK refuses to settle through a receiver whose link died with its connection: the lock went
+    # with the link, so the copy comes back (and is dropped, its MessageId being recorded).
+    return (isinstance(error, ValueError) and not isinstance(error, MessageAlreadySettled)
+            and "shutdown" in str(error))
 
 
 @dataclass(frozen=True, slots=True)
