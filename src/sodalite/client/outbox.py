@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from collections.abc import Iterable
 from datetime import timedelta
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any, Protocol
 
 from azure.servicebus import ServiceBusMessage
 
-from sodalite.client.outbox_core import FailedMessage, PendingRow, decode, encode, now_text, open_outbox
+from sodalite.client.outbox_core import FailedMessage, OutboxStore, PendingRow, batch_of, check_kind, decode
 from sodalite.client.replication_core import signals_unavailable
 from sodalite.errors import ConfigurationError
 
@@ -56,10 +55,8 @@ class Outbox:
         self.path = Path(path)
         self.client = client
         self.retry_interval = retry_interval
-        self.batch_size = batch_size
         self.send_timeout = send_timeout
-        self._db = open_outbox(self.path)
-        self._db_lock = threading.Lock()
+        self._store = OutboxStore(self.path, batch_size)
         self._forward_lock = threading.Lock()
         self._senders: dict[tuple[str, str], _Sender] = {}
         self._wake = threading.Event()
@@ -75,69 +72,38 @@ class Outbox:
 
     def send_messages(self, kind: str, entity: str, message: ServiceBusMessage | Iterable[ServiceBusMessage]) -> None:
         """Accept messages for ``entity`` (``kind`` "queue" or "topic"); returns once they are durable."""
-        if kind not in ("queue", "topic"):
-            raise ConfigurationError(f"kind must be 'queue' or 'topic', not {kind!r}")
-        batch = [message] if isinstance(message, ServiceBusMessage) else list(message)
-        for each in batch:
-            if isinstance(each, ServiceBusMessage) and each.message_id is None:
-                each.message_id = str(uuid.uuid4())  # so a resend after a crash can be recognised
-        rows = [(kind, entity, encode(each), now_text()) for each in batch]
-        with self._db_lock, self._db:
-            self._db.executemany("INSERT INTO pending (kind, entity, message, accepted_at) VALUES (?, ?, ?, ?)", rows)
+        check_kind(kind)
+        self._store.accept(kind, entity, batch_of(message))
         self._wake.set()
 
     def __len__(self) -> int:
         """Messages accepted and not yet forwarded."""
-        with self._db_lock:
-            return int(self._db.execute("SELECT count(*) FROM pending").fetchone()[0])
+        return self._store.count()
 
     def failed_messages(self) -> list[FailedMessage]:
-        with self._db_lock:
-            rows = self._db.execute("SELECT seq, kind, entity, message, error FROM failed ORDER BY seq").fetchall()
-        result = []
-        for seq, kind, entity, text, error in rows:
-            try:
-                message: ServiceBusMessage | None = decode(text)
-            except Exception:
-                message = None
-            result.append(FailedMessage(seq, kind, entity, message, error))
-        return result
+        """Messages the broker refused for good (not for unavailability), oldest first, with the error."""
+        return self._store.failed()
 
     # -- forwarding ------------------------------------------------------------------------------
     def forward(self) -> int:
-        """Forward pending messages in order until none is left or a namespace is unreachable; returns
-        how many were forwarded (or moved to ``failed``)."""
+        """Forward pending messages in order until none is left or no namespace is reachable; returns
+        how many left the outbox (forwarded, or set aside as failed)."""
         if self.client is None:
             raise ConfigurationError("this Outbox has no client to forward through")
         done = 0
         with self._forward_lock:
             while not self._stopping.is_set():
-                rows = self._head()
+                rows = self._store.head()
                 if not rows:
                     return done
                 try:
-                    moved = self._forward_rows(rows)
+                    done += self._forward_rows(rows)
                 except Exception as error:
                     if signals_unavailable(error):
-                        _log.info("outbox: no namespace reachable (%s); %d messages wait", error, len(self))
+                        _log.info("outbox: no namespace reachable (%s); messages wait", error)
                         return done
                     raise
-                done += moved
         return done
-
-    def _head(self) -> list[PendingRow]:
-        with self._db_lock:
-            first = self._db.execute("SELECT seq, kind, entity, message FROM pending ORDER BY seq LIMIT 1").fetchone()
-            if first is None:
-                return []
-            rows = self._db.execute("SELECT seq, kind, entity, message FROM pending WHERE seq >= ? "
-                                    "ORDER BY seq LIMIT ?", (first[0], self.batch_size)).fetchall()
-        run: list[PendingRow] = []
-        for seq, kind, entity, text in rows:
-            if run and (kind, entity) != (run[0].kind, run[0].entity):
-                break
-            run.append(PendingRow(int(seq), str(kind), str(entity), str(text)))
-        return run
 
     def _forward_rows(self, rows: list[PendingRow]) -> int:
         messages: list[ServiceBusMessage] = []
@@ -145,7 +111,7 @@ class Outbox:
             try:
                 messages.append(decode(row.message))
             except Exception as error:  # a damaged row must not block the rest
-                self._fail([row], f"the stored message cannot be decoded: {error}")
+                self._store.fail([row], f"the stored message cannot be decoded: {error}")
                 return 1
         sender = self._sender(rows[0].kind, rows[0].entity)
         try:
@@ -155,20 +121,11 @@ class Outbox:
                 raise
             if len(rows) > 1:  # find the one the broker refuses: send the first alone
                 return self._forward_rows(rows[:1])
-            self._fail(rows, f"{type(error).__name__}: {error}")
+            _log.warning("outbox: message %s for %s refused: %s", rows[0].seq, rows[0].entity, error)
+            self._store.fail(rows, f"{type(error).__name__}: {error}")
             return 1
-        with self._db_lock, self._db:
-            self._db.executemany("DELETE FROM pending WHERE seq = ?", [(row.seq,) for row in rows])
+        self._store.forwarded(rows)
         return len(rows)
-
-    def _fail(self, rows: list[PendingRow], error: str) -> None:
-        _log.warning("outbox: message %s for %s refused: %s", rows[0].seq, rows[0].entity, error)
-        with self._db_lock, self._db:
-            for row in rows:
-                self._db.execute("INSERT INTO failed (seq, kind, entity, message, accepted_at, error, failed_at) "
-                                 "SELECT seq, kind, entity, message, accepted_at, ?, ? FROM pending WHERE seq = ?",
-                                 (error, now_text(), row.seq))
-                self._db.execute("DELETE FROM pending WHERE seq = ?", (row.seq,))
 
     def _sender(self, kind: str, entity: str) -> _Sender:
         assert self.client is not None
@@ -212,8 +169,7 @@ class Outbox:
                 except Exception:
                     _log.debug("closing an outbox sender failed", exc_info=True)
             self._senders.clear()
-        with self._db_lock:
-            self._db.close()
+        self._store.close()
 
     def __enter__(self) -> Outbox:
         return self

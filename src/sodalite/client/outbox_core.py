@@ -21,7 +21,9 @@ import base64
 import datetime
 import json
 import sqlite3
+import threading
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,7 @@ from typing import Any
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.amqp import AmqpMessageBodyType
 
-from sodalite.errors import OutboxCorrupt
+from sodalite.errors import ConfigurationError, OutboxCorrupt
 
 APPLICATION_ID = 0x534F4442  # "SODB": marks a SQLite file as a Sodalite outbox
 SCHEMA_VERSION = 1
@@ -196,3 +198,75 @@ def decode(text: str) -> ServiceBusMessage:
     if "application_properties" in fields:
         message.application_properties = {key: _unvalue(value) for key, value in fields["application_properties"]}
     return message
+
+
+class OutboxStore:
+    """The outbox file's operations, each one short transaction; thread-safe (one lock)."""
+
+    def __init__(self, path: Path, batch_size: int) -> None:
+        self.path = path
+        self.batch_size = batch_size
+        self._db = open_outbox(path)
+        self._lock = threading.Lock()
+
+    def accept(self, kind: str, entity: str, messages: list[ServiceBusMessage]) -> None:
+        """Store ``messages`` (a MessageId set where missing); returns once they are durable."""
+        for each in messages:
+            if isinstance(each, ServiceBusMessage) and each.message_id is None:
+                each.message_id = str(uuid.uuid4())  # so a resend after a crash can be recognised
+        rows = [(kind, entity, encode(each), now_text()) for each in messages]
+        with self._lock, self._db:
+            self._db.executemany("INSERT INTO pending (kind, entity, message, accepted_at) VALUES (?, ?, ?, ?)", rows)
+
+    def count(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT count(*) FROM pending").fetchone()[0])
+
+    def head(self) -> list[PendingRow]:
+        """The oldest run of rows for one entity, at most ``batch_size``."""
+        with self._lock:
+            rows = self._db.execute("SELECT seq, kind, entity, message FROM pending ORDER BY seq LIMIT ?",
+                                    (self.batch_size,)).fetchall()
+        run: list[PendingRow] = []
+        for seq, kind, entity, text in rows:
+            if run and (kind, entity) != (run[0].kind, run[0].entity):
+                break
+            run.append(PendingRow(int(seq), str(kind), str(entity), str(text)))
+        return run
+
+    def forwarded(self, rows: list[PendingRow]) -> None:
+        with self._lock, self._db:
+            self._db.executemany("DELETE FROM pending WHERE seq = ?", [(row.seq,) for row in rows])
+
+    def fail(self, rows: list[PendingRow], error: str) -> None:
+        with self._lock, self._db:
+            for row in rows:
+                self._db.execute("INSERT INTO failed (seq, kind, entity, message, accepted_at, error, failed_at) "
+                                 "SELECT seq, kind, entity, message, accepted_at, ?, ? FROM pending WHERE seq = ?",
+                                 (error, now_text(), row.seq))
+                self._db.execute("DELETE FROM pending WHERE seq = ?", (row.seq,))
+
+    def failed(self) -> list[FailedMessage]:
+        with self._lock:
+            rows = self._db.execute("SELECT seq, kind, entity, message, error FROM failed ORDER BY seq").fetchall()
+        result = []
+        for seq, kind, entity, text, error in rows:
+            try:
+                message: ServiceBusMessage | None = decode(text)
+            except Exception:
+                message = None
+            result.append(FailedMessage(int(seq), str(kind), str(entity), message, str(error)))
+        return result
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def check_kind(kind: str) -> None:
+    if kind not in ("queue", "topic"):
+        raise ConfigurationError(f"kind must be 'queue' or 'topic', not {kind!r}")
+
+
+def batch_of(message: ServiceBusMessage | Iterable[ServiceBusMessage]) -> list[ServiceBusMessage]:
+    return [message] if isinstance(message, ServiceBusMessage) else list(message)
