@@ -13,6 +13,7 @@ from azure.servicebus import ServiceBusMessage
 
 from sodalite.client import DuplicateFilter, Outbox, ReplicatedClient, ReplicationMode
 from sodalite.client.outbox_core import decode, encode
+from sodalite.client.replication_core import PING_CONTENT_TYPE, CopyTracker, Outcome, Verdict
 from sodalite.errors import ConfigurationError, OutboxCorrupt
 
 GOOD = "Endpoint=sb://a.example:5672;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true;"
@@ -160,3 +161,73 @@ def test_outbox_refuses_a_message_it_cannot_store_before_acknowledging(tmp_path:
         with pytest.raises(TypeError, match="cannot store an application property"):
             outbox.send_messages("queue", "q", ServiceBusMessage("x", application_properties={"l": [1]}))
         assert len(outbox) == 0
+
+
+# -- the copy bookkeeping (replication_core.CopyTracker), with stand-ins for received messages ----------
+
+class Copy:
+    """What the tracker reads of a received message: its MessageId and ContentType."""
+
+    def __init__(self, message_id: str | None, content_type: str | None = None) -> None:
+        self.message_id = message_id
+        self.content_type = content_type
+
+
+def _tracker(receive_and_delete: bool = False) -> CopyTracker[str]:
+    return CopyTracker(DuplicateFilter(clock=FakeClock()), receive_and_delete)
+
+
+def test_second_copy_in_flight_is_held_and_settled_like_the_first() -> None:
+    tracker = _tracker()
+    first, second = Copy("m"), Copy("m")
+    assert tracker.admit(first, "primary") is Verdict.DELIVER  # type: ignore[arg-type]
+    assert tracker.admit(second, "secondary") is Verdict.HOLD  # type: ignore[arg-type]
+    assert "m" not in tracker.duplicates  # handed out is not completed
+    assert tracker.settled(first, Outcome.COMPLETE) == [(second, "secondary")]  # type: ignore[arg-type]
+    assert "m" in tracker.duplicates
+    assert tracker.admit(Copy("m"), "primary") is Verdict.SETTLE_QUIETLY  # type: ignore[arg-type]
+
+
+def test_an_abandoned_copy_records_nothing_and_its_redelivery_is_delivered() -> None:
+    tracker = _tracker()
+    first = Copy("m")
+    tracker.admit(first, "primary")  # type: ignore[arg-type]
+    assert tracker.settled(first, Outcome.ABANDON) == []  # type: ignore[arg-type]
+    assert "m" not in tracker.duplicates
+    assert tracker.admit(Copy("m"), "secondary") is Verdict.DELIVER  # type: ignore[arg-type]
+
+
+def test_dead_lettering_or_deferring_records_nothing() -> None:
+    for outcome in (Outcome.DEAD_LETTER, Outcome.DEFER):
+        tracker = _tracker()
+        first = Copy("m")
+        tracker.admit(first, "primary")  # type: ignore[arg-type]
+        tracker.settled(first, outcome)  # type: ignore[arg-type]
+        assert "m" not in tracker.duplicates
+
+
+def test_receive_and_delete_records_when_handed_out() -> None:
+    tracker = _tracker(receive_and_delete=True)
+    assert tracker.admit(Copy("m"), "primary") is Verdict.DELIVER  # type: ignore[arg-type]
+    assert tracker.admit(Copy("m"), "secondary") is Verdict.DROP  # type: ignore[arg-type]
+
+
+def test_pings_are_never_delivered_and_messages_without_id_always_are() -> None:
+    tracker = _tracker()
+    assert tracker.admit(Copy(None, PING_CONTENT_TYPE), "primary") is Verdict.SETTLE_QUIETLY  # type: ignore[arg-type]
+    assert tracker.admit(Copy(None), "primary") is Verdict.DELIVER  # type: ignore[arg-type]
+    assert tracker.admit(Copy(None), "secondary") is Verdict.DELIVER  # type: ignore[arg-type]
+
+
+def test_copies_held_from_a_lost_receiver_are_forgotten() -> None:
+    tracker = _tracker()
+    first = Copy("m")
+    tracker.admit(first, "primary")  # type: ignore[arg-type]
+    tracker.admit(Copy("m"), "secondary")  # type: ignore[arg-type]
+    tracker.forget_source("secondary")
+    assert tracker.settled(first, Outcome.COMPLETE) == []  # type: ignore[arg-type]
+
+
+def test_settling_a_message_this_receiver_did_not_hand_out_is_refused() -> None:
+    with pytest.raises(ValueError, match="not received through this replicated receiver"):
+        _tracker().source_of(Copy("x"))  # type: ignore[arg-type]
