@@ -153,11 +153,13 @@ class ConfigurationError(SodaliteError):
     retryable = False
 
 
-class OutboxCorrupt(SodaliteError):
-    """A client-side outbox file is damaged or is not an outbox; nothing is read from or written to it."""
+class OutboxCorrupt(ConfigurationError):
+    """A client-side outbox file is damaged or is not an outbox; nothing is read from or written to it.
 
-    condition = "amqp:internal-error"
-    http_status = 500
+    Retrying cannot help, so it is reported like the other bad-input errors (argument-error)."""
+
+    condition = "com.microsoft:argument-error"
+    http_status = 400
     retryable = False
 
 
