@@ -6,8 +6,6 @@ they return, so the next test finds both up.
 
 from __future__ import annotations
 
-import random
-import socket
 import threading
 import time
 import uuid
@@ -19,6 +17,7 @@ import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
 from azure.servicebus.exceptions import ServiceBusError
 from broker_process import BrokerProcess, write_config
+from replication_ports import with_stable_ports
 
 from sodalite.client import DuplicateFilter, ReplicatedClient, ReplicationMode
 
@@ -32,35 +31,12 @@ TOPICS = [{"Name": "news", "Properties": {}, "Subscriptions": [{"Name": "all", "
 SDK_RETRIES = {"retry_total": 1, "retry_backoff_factor": 0.1, "retry_backoff_max": 0.5}
 
 
-def _free_port_below_ephemeral_range() -> int:
-    """A free loopback port under the kernel's ephemeral range: a restarted broker gets its port back
-    even while clients' outgoing connections hold ephemeral ports (one of which could be its old one)."""
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    for _ in range(200):
-        port = random.randrange(max(1024, low - 12000), low)
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port below the ephemeral range")
-
-
-def _stable_ports(broker: BrokerProcess) -> BrokerProcess:
-    broker.port = _free_port_below_ephemeral_range()
-    broker.admin_port = _free_port_below_ephemeral_range()
-    broker.amqps_port = _free_port_below_ephemeral_range()
-    broker.http_port = _free_port_below_ephemeral_range()
-    return broker
-
-
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
     brokers = []
     for name in ("primary", "secondary"):
         base: Path = tmp_path_factory.mktemp(f"replication-{name}")
-        brokers.append(_stable_ports(BrokerProcess(base / "data",
+        brokers.append(with_stable_ports(BrokerProcess(base / "data",
                                                    write_config(base / "Config.json", QUEUES, Topics=TOPICS))))
     try:
         for broker in brokers:

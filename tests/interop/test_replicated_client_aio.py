@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import random
-import socket
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -14,6 +12,7 @@ import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
 from azure.servicebus.exceptions import ServiceBusError
 from broker_process import BrokerProcess, write_config
+from replication_ports import with_stable_ports
 
 from sodalite.client.aio import DuplicateFilter, Outbox, ReplicatedClient, ReplicationMode
 
@@ -25,28 +24,13 @@ TOPICS = [{"Name": "a-news", "Properties": {}, "Subscriptions": [{"Name": "all",
 SDK_RETRIES = {"retry_total": 1, "retry_backoff_factor": 0.1, "retry_backoff_max": 0.5}
 
 
-def _free_port_below_ephemeral_range() -> int:
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    for _ in range(200):
-        port = random.randrange(max(1024, low - 12000), low)
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port below the ephemeral range")
-
-
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
     brokers = []
     for name in ("primary", "secondary"):
         base: Path = tmp_path_factory.mktemp(f"aio-replication-{name}")
-        broker = BrokerProcess(base / "data", write_config(base / "Config.json", QUEUES, Topics=TOPICS))
-        broker.port, broker.admin_port = _free_port_below_ephemeral_range(), _free_port_below_ephemeral_range()
-        broker.amqps_port, broker.http_port = _free_port_below_ephemeral_range(), _free_port_below_ephemeral_range()
-        brokers.append(broker)
+        brokers.append(with_stable_ports(
+            BrokerProcess(base / "data", write_config(base / "Config.json", QUEUES, Topics=TOPICS))))
     try:
         for broker in brokers:
             broker.start()

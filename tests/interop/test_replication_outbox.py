@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -17,6 +15,7 @@ from pathlib import Path
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from broker_process import BrokerProcess, write_config
+from replication_ports import with_stable_ports
 
 from sodalite.client import Outbox, ReplicatedClient, ReplicationMode
 
@@ -26,24 +25,8 @@ QUEUES = [{"Name": name, "Properties": {}} for name in ("ordered", "killed", "re
 SDK_RETRIES = {"retry_total": 1, "retry_backoff_factor": 0.1, "retry_backoff_max": 0.5}
 
 
-def _free_port_below_ephemeral_range() -> int:
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    for _ in range(200):
-        port = random.randrange(max(1024, low - 12000), low)
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port below the ephemeral range")
-
-
 def _broker(base: Path) -> BrokerProcess:
-    broker = BrokerProcess(base / "data", write_config(base / "Config.json", QUEUES))
-    broker.port, broker.admin_port = _free_port_below_ephemeral_range(), _free_port_below_ephemeral_range()
-    broker.amqps_port, broker.http_port = _free_port_below_ephemeral_range(), _free_port_below_ephemeral_range()
-    return broker
+    return with_stable_ports(BrokerProcess(base / "data", write_config(base / "Config.json", QUEUES)))
 
 
 @pytest.fixture(scope="module")

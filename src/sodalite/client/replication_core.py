@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage
+from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch, ServiceBusReceivedMessage
 from azure.servicebus.exceptions import (
     MessageAlreadySettled,
     MessageLockLostError,
@@ -37,7 +37,7 @@ from azure.servicebus.exceptions import (
 )
 
 from sodalite.client.dedup import DuplicateFilter
-from sodalite.errors import ConfigurationError
+from sodalite.errors import ConfigurationError, NotImplementedOperation
 
 PING_CONTENT_TYPE = "application/vnd.ms-servicebus-ping"
 
@@ -112,6 +112,9 @@ def check_pair(primary: object, secondary: object) -> None:
 
 def messages_of(message: ServiceBusMessage | Iterable[ServiceBusMessage]) -> list[ServiceBusMessage]:
     """The messages of a send, each with a MessageId (a new one where it had none)."""
+    if isinstance(message, ServiceBusMessageBatch):
+        raise TypeError("a replicated sender takes a ServiceBusMessage or a list of them; a ServiceBusMessageBatch "
+                        "belongs to one namespace's sender")
     batch = [message] if isinstance(message, ServiceBusMessage) else list(message)
     for each in batch:
         if not isinstance(each, ServiceBusMessage):
@@ -194,3 +197,10 @@ class CopyTracker(Generic[S]):
                 self._held[message_id] = kept
             else:
                 del self._held[message_id]
+
+
+def refuse_sessions(kwargs: dict[str, object]) -> None:
+    """Session receivers are not built for replicated receivers: say so instead of half-working."""
+    if kwargs.get("session_id") is not None:
+        raise NotImplementedOperation("replicated receivers do not support sessions (session_id); "
+                                      "use one SDK session receiver per namespace")

@@ -231,3 +231,23 @@ def test_copies_held_from_a_lost_receiver_are_forgotten() -> None:
 def test_settling_a_message_this_receiver_did_not_hand_out_is_refused() -> None:
     with pytest.raises(ValueError, match="not received through this replicated receiver"):
         _tracker().source_of(Copy("x"))  # type: ignore[arg-type]
+
+
+def test_what_is_not_built_says_so_before_anything_connects() -> None:
+    from azure.servicebus import ServiceBusMessageBatch
+
+    from sodalite.client.replication_core import messages_of
+    from sodalite.errors import NotImplementedOperation
+
+    with ReplicatedClient(GOOD, OTHER) as client:
+        with pytest.raises(NotImplementedOperation, match="sessions"):
+            client.get_queue_receiver("q", session_id="s")
+        with pytest.raises(NotImplementedOperation, match="sessions"):
+            client.get_subscription_receiver("t", "s", session_id="s")
+    with pytest.raises(TypeError, match="ServiceBusMessageBatch"):
+        messages_of(ServiceBusMessageBatch())
+    with pytest.raises(TypeError, match="ServiceBusMessage objects"):
+        messages_of(["not a message"])  # type: ignore[list-item]
+    message = ServiceBusMessage("x")
+    [same] = messages_of(message)
+    assert same is message and uuid.UUID(str(message.message_id))  # a MessageId where there was none

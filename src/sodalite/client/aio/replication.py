@@ -30,6 +30,7 @@ from sodalite.client.replication_core import (
     Verdict,
     check_pair,
     messages_of,
+    refuse_sessions,
     settlement_outcome_is_assured,
     signals_unavailable,
 )
@@ -89,6 +90,7 @@ class ReplicatedClient:
 
     def get_queue_receiver(self, queue_name: str, *, secondary_queue_name: str | None = None,
                            duplicate_filter: DuplicateFilter | None = None, **kwargs: Any) -> ReplicatedReceiver:
+        refuse_sessions(kwargs)
         names = (queue_name, secondary_queue_name or queue_name)
         factories: _Factories = (lambda: self._clients[0].get_queue_receiver(names[0], **kwargs),
                                  lambda: self._clients[1].get_queue_receiver(names[1], **kwargs))
@@ -99,6 +101,7 @@ class ReplicatedClient:
                                   secondary_subscription_name: str | None = None,
                                   duplicate_filter: DuplicateFilter | None = None,
                                   **kwargs: Any) -> ReplicatedReceiver:
+        refuse_sessions(kwargs)
         second = (secondary_topic_name or topic_name, secondary_subscription_name or subscription_name)
         factories: _Factories = (
             lambda: self._clients[0].get_subscription_receiver(topic_name, subscription_name, **kwargs),
