@@ -21,7 +21,8 @@ from sodalite.client import Outbox, ReplicatedClient, ReplicationMode
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(300)]
 
-QUEUES = [{"Name": name, "Properties": {}} for name in ("ordered", "killed", "refused-after", "replicated")]
+QUEUES = [{"Name": name, "Properties": {}}
+          for name in ("ordered", "killed", "killed-forwarding", "refused-after", "replicated")]
 SDK_RETRIES = {"retry_total": 1, "retry_backoff_factor": 0.1, "retry_backoff_max": 0.5}
 
 
@@ -121,11 +122,11 @@ SENDER = textwrap.dedent("""
     from azure.servicebus import ServiceBusClient, ServiceBusMessage
     from sodalite.client import Outbox
 
-    path, connection_string, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    path, connection_string, count, queue = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     client = ServiceBusClient.from_connection_string(connection_string, retry_total=1, retry_backoff_factor=0.1)
     outbox = Outbox(path, client, retry_interval=timedelta(milliseconds=100))
     outbox.start()  # forwarding runs in the background while the broker dies and the process is killed
-    sender = outbox.get_queue_sender("killed")
+    sender = outbox.get_queue_sender(queue)
     for i in range(count):
         sender.send_messages(ServiceBusMessage(f"body-{i}", message_id=f"killed-{i}"))
         print(f"acked killed-{i}", flush=True)
@@ -135,12 +136,15 @@ SENDER = textwrap.dedent("""
 """)
 
 
-def test_nothing_the_outbox_acknowledged_is_lost_across_kill_9(outbox_broker: BrokerProcess, tmp_path: Path) -> None:
+@pytest.mark.parametrize("broker_dies_at", [200, None], ids=["broker-down-at-the-kill", "forwarding-at-the-kill"])
+def test_nothing_the_outbox_acknowledged_is_lost_across_kill_9(outbox_broker: BrokerProcess, tmp_path: Path,
+                                                               broker_dies_at: int | None) -> None:
     path = tmp_path / "outbox.sqlite"
+    queue = "killed" if broker_dies_at is not None else "killed-forwarding"
     script = tmp_path / "sender.py"
     script.write_text(SENDER, encoding="utf-8")
-    process = subprocess.Popen([sys.executable, str(script), str(path), outbox_broker.connection_string, "100000"],
-                               stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    process = subprocess.Popen([sys.executable, str(script), str(path), outbox_broker.connection_string, "100000",
+                                queue], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     acked: list[str] = []
     assert process.stdout is not None
     try:
@@ -149,7 +153,7 @@ def test_nothing_the_outbox_acknowledged_is_lost_across_kill_9(outbox_broker: Br
             line = process.stdout.readline()
             assert line, "the sending process ended early"
             acked.append(line.split()[1])
-            if len(acked) == 200:
+            if len(acked) == broker_dies_at:
                 outbox_broker.kill()  # forwarding now fails; the outbox keeps accepting
         process.send_signal(signal.SIGKILL)
         process.wait(10)
@@ -165,7 +169,7 @@ def test_nothing_the_outbox_acknowledged_is_lost_across_kill_9(outbox_broker: Br
             Outbox(path, client) as outbox:
         outbox.forward()
         assert len(outbox) == 0 and outbox.failed_messages() == []
-    received = [str(m.message_id) for m in _receive_all(outbox_broker, "killed")]
+    received = [str(m.message_id) for m in _receive_all(outbox_broker, queue)]
     first_seen = list(dict.fromkeys(received))
     assert first_seen[:len(acked)] == acked  # every acknowledged message, in acceptance order
     # At-least-once: a message forwarded just before a kill may come twice, never more, with its MessageId.
