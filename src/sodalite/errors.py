@@ -153,6 +153,16 @@ class ConfigurationError(SodaliteError):
     retryable = False
 
 
+class OutboxCorrupt(ConfigurationError):
+    """A client-side outbox file is damaged or is not an outbox; nothing is read from or written to it.
+
+    Retrying cannot help, so it is reported like the other bad-input errors (argument-error)."""
+
+    condition = "com.microsoft:argument-error"
+    http_status = 400
+    retryable = False
+
+
 class StoreUnavailable(ServerBusy):
     """A messaging store cannot be reached; the partitions it holds are unavailable."""
 

@@ -30,6 +30,7 @@ EXPECTED: dict[type[errors.SodaliteError], type[Exception]] = {
     errors.ArgumentError: sb.ServiceBusError,
     errors.ConfigurationError: sb.ServiceBusError,
     errors.InternalError: sb.ServiceBusError,
+    errors.OutboxCorrupt: sb.ServiceBusError,
     errors.FilterSyntaxError: sb.ServiceBusError,
     errors.FilterEvaluationError: sb.ServiceBusError,
     errors.TransactionUnknown: sb.ServiceBusError,

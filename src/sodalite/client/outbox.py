@@ -1,0 +1,201 @@
+"""Outbox: a durable client-side queue in front of Service Bus (seed: outages-and-disasters).
+
+Theory of operation (the file format and its guarantees are in ``outbox_core``). ``send_messages``
+writes the messages to the outbox file and returns once the transaction is fsynced: that return is
+the outbox's acknowledgement, and it needs no namespace at all. Forwarding moves the oldest rows to
+Service Bus in acceptance order through any client with ``get_queue_sender``/``get_topic_sender``
+(a ``ServiceBusClient`` or a ``ReplicatedClient``): ``forward()`` does it once, in the caller's
+thread, until the outbox is empty or a send fails; ``start()`` runs a thread that forwards
+whenever there is something to forward and retries every ``retry_interval`` while no namespace
+is reachable. An error that says the namespace may be unavailable stops forwarding and keeps the
+rows; any other error moves the refused row to the ``failed`` table (see ``failed_messages``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from datetime import timedelta
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol
+
+from azure.servicebus import ServiceBusMessage
+
+from sodalite.client.outbox_core import FailedMessage, OutboxStore, PendingRow, batch_of, check_kind, decode
+from sodalite.client.replication_core import signals_unavailable
+from sodalite.errors import ConfigurationError
+
+__all__ = ["Outbox", "OutboxSender"]
+
+_log = logging.getLogger("sodalite.client.outbox")
+
+
+class _Sender(Protocol):
+    def send_messages(self, message: Any, *, timeout: float | None = None) -> None: ...
+    def close(self) -> None: ...
+
+
+class ForwardingClient(Protocol):
+    """What the outbox forwards through: ServiceBusClient and ReplicatedClient both fit."""
+
+    def get_queue_sender(self, queue_name: str) -> Any: ...
+    def get_topic_sender(self, topic_name: str) -> Any: ...
+
+
+class Outbox:
+    """A durable queue of outgoing messages in the SQLite file ``path``, forwarded through ``client``."""
+
+    def __init__(self, path: str | Path, client: ForwardingClient | None = None, *,
+                 retry_interval: timedelta = timedelta(seconds=1), batch_size: int = 100,
+                 send_timeout: float | None = 30.0) -> None:
+        if batch_size < 1:
+            raise ConfigurationError(f"Outbox batch_size must be at least 1, not {batch_size}")
+        self.path = Path(path)
+        self.client = client
+        self.retry_interval = retry_interval
+        self.send_timeout = send_timeout
+        self._store = OutboxStore(self.path, batch_size)
+        self._forward_lock = threading.Lock()
+        self._senders: dict[tuple[str, str], _Sender] = {}
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- accepting -------------------------------------------------------------------------------
+    def get_queue_sender(self, queue_name: str) -> OutboxSender:
+        return OutboxSender(self, "queue", queue_name)
+
+    def get_topic_sender(self, topic_name: str) -> OutboxSender:
+        return OutboxSender(self, "topic", topic_name)
+
+    def send_messages(self, kind: str, entity: str, message: ServiceBusMessage | Iterable[ServiceBusMessage]) -> None:
+        """Accept messages for ``entity`` (``kind`` "queue" or "topic"); returns once they are durable."""
+        check_kind(kind)
+        self._store.accept(kind, entity, batch_of(message))
+        self._wake.set()
+
+    def __len__(self) -> int:
+        """Messages accepted and not yet forwarded."""
+        return self._store.count()
+
+    def failed_messages(self) -> list[FailedMessage]:
+        """Messages the broker refused for good (not for unavailability), oldest first, with the error."""
+        return self._store.failed()
+
+    # -- forwarding ------------------------------------------------------------------------------
+    def forward(self) -> int:
+        """Forward pending messages in order until none is left or no namespace is reachable; returns
+        how many left the outbox (forwarded, or set aside as failed)."""
+        if self.client is None:
+            raise ConfigurationError("this Outbox has no client to forward through")
+        done = 0
+        with self._forward_lock:
+            while not self._stopping.is_set():
+                rows = self._store.head()
+                if not rows:
+                    return done
+                try:
+                    done += self._forward_rows(rows)
+                except Exception as error:
+                    if signals_unavailable(error):
+                        _log.info("outbox: no namespace reachable (%s); messages wait", error)
+                        return done
+                    raise
+        return done
+
+    def _forward_rows(self, rows: list[PendingRow]) -> int:
+        messages: list[ServiceBusMessage] = []
+        for row in rows:
+            try:
+                messages.append(decode(row.message))
+            except Exception as error:  # a damaged row must not block the rest
+                self._store.fail([row], f"the stored message cannot be decoded: {error}")
+                return 1
+        sender = self._sender(rows[0].kind, rows[0].entity)
+        try:
+            sender.send_messages(messages if len(messages) > 1 else messages[0], timeout=self.send_timeout)
+        except Exception as error:
+            if signals_unavailable(error):
+                raise
+            if len(rows) > 1:  # find the one the broker refuses: send the first alone
+                return self._forward_rows(rows[:1])
+            _log.warning("outbox: message %s for %s refused: %s", rows[0].seq, rows[0].entity, error)
+            self._store.fail(rows, f"{type(error).__name__}: {error}")
+            return 1
+        self._store.forwarded(rows)
+        return len(rows)
+
+    def _sender(self, kind: str, entity: str) -> _Sender:
+        assert self.client is not None
+        key = (kind, entity)
+        sender = self._senders.get(key)
+        if sender is None:
+            made = self.client.get_queue_sender(entity) if kind == "queue" else self.client.get_topic_sender(entity)
+            sender = self._senders[key] = made
+        return sender
+
+    def start(self) -> None:
+        """Forward in a background thread until ``close``."""
+        if self.client is None:
+            raise ConfigurationError("this Outbox has no client to forward through")
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="sodalite-outbox", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.clear()
+            try:
+                self.forward()
+            except Exception:
+                _log.exception("outbox: forwarding failed")
+            if len(self) and not self._stopping.is_set():
+                self._stopping.wait(self.retry_interval.total_seconds())
+            else:
+                self._wake.wait(self.retry_interval.total_seconds())
+
+    def close(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        with self._forward_lock:
+            for sender in self._senders.values():
+                try:
+                    sender.close()
+                except Exception:
+                    _log.debug("closing an outbox sender failed", exc_info=True)
+            self._senders.clear()
+        self._store.close()
+
+    def __enter__(self) -> Outbox:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+class OutboxSender:
+    """The SDK sender's shape over an outbox: ``send_messages`` returns once the messages are durable."""
+
+    def __init__(self, outbox: Outbox, kind: str, entity: str) -> None:
+        self._outbox = outbox
+        self.kind = kind
+        self.entity_name = entity
+
+    def send_messages(self, message: ServiceBusMessage | Iterable[ServiceBusMessage]) -> None:
+        self._outbox.send_messages(self.kind, self.entity_name, message)
+
+    def close(self) -> None:
+        """Nothing to release: the outbox owns the file."""
+
+    def __enter__(self) -> OutboxSender:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()

@@ -1,0 +1,485 @@
+"""ReplicatedClient: active and passive replication over two namespaces (seed: outages-and-disasters).
+
+Theory of operation. The client holds one official SDK client per namespace. Each entity exists in
+both, under the same name unless the caller names the secondary's.
+
+- **Active**: a send goes to both namespaces, the secondary's copy from a worker thread while the
+  primary's goes from the caller's; both copies carry the same MessageId (one is set where the
+  message has none). The send returns when at least one copy was accepted (the SDK returns only
+  after the broker's accept, i.e. once the copy is durable); both failing raises the secondary's
+  error chained to the primary's.
+- **Passive**: a send goes to the entity that is active for this client (the primary at first).
+  If it fails with an error that says the namespace may be unavailable (``signals_unavailable``),
+  the same message goes to the backup and, if that succeeds, the two swap roles for every sender
+  of this client. If the backup fails too, roles stay and the backup's error is raised.
+- **Receiving** (both modes): a receiver reads both namespaces, taking turns, and passes every copy
+  through a ``CopyTracker`` that drops duplicates by MessageId with a ``DuplicateFilter``. A
+  namespace whose receive fails with an availability error is left alone for ``retry_interval``
+  and its receiver recreated; copies the application then settles through the lost link are
+  recorded anyway (their settlement may fail silently: the copy comes back and is dropped).
+- **Request/reply**: ``get_request_sender`` pairs two request queues with the relay pattern: the
+  client picks one at random as active, sends each request there (the backup and a role switch on
+  an availability error) and waits for the reply, matched by CorrelationId, on its reply queue in
+  the namespace the request went to. ``get_request_receiver`` serves both request queues and
+  replies into the namespace each request came from.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, TypeVar
+
+from azure.servicebus import (
+    ServiceBusClient,
+    ServiceBusMessage,
+    ServiceBusReceivedMessage,
+    ServiceBusReceiveMode,
+    ServiceBusReceiver,
+    ServiceBusSender,
+)
+from azure.servicebus.exceptions import OperationTimeoutError
+
+from sodalite.client.dedup import DuplicateFilter
+from sodalite.client.replication_core import (
+    CopyTracker,
+    Outcome,
+    ReplicationMode,
+    Verdict,
+    check_pair,
+    messages_of,
+    refuse_sessions,
+    settlement_outcome_is_assured,
+    signals_unavailable,
+)
+from sodalite.errors import ConfigurationError
+
+__all__ = ["ReplicatedClient", "ReplicatedReceiver", "ReplicatedRequestSender", "ReplicatedSender",
+           "ReplicationMode"]
+
+_log = logging.getLogger("sodalite.client.replication")
+T = TypeVar("T")
+
+PRIMARY, SECONDARY = 0, 1
+
+
+class _Roles:
+    """Which namespace is active, per entity, for one client (passive replication)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._active: dict[str, int] = {}
+
+    def active(self, key: str, default: int = PRIMARY) -> int:
+        with self._lock:
+            return self._active.setdefault(key, default)
+
+    def switch_from(self, key: str, failed: int) -> None:
+        with self._lock:
+            if self._active.get(key, PRIMARY) == failed:
+                self._active[key] = 1 - failed
+
+
+class ReplicatedClient:
+    """Two namespaces, one client. ``client_kwargs`` go to both ``ServiceBusClient``s."""
+
+    def __init__(self, primary: str, secondary: str, *, mode: ReplicationMode = ReplicationMode.ACTIVE,
+                 retry_interval: timedelta = timedelta(seconds=2), **client_kwargs: Any) -> None:
+        check_pair(primary, secondary)
+        if not isinstance(mode, ReplicationMode):
+            raise ConfigurationError(f"mode must be a ReplicationMode, not {mode!r}")
+        self.mode = mode
+        self.retry_interval = retry_interval
+        self._clients = (ServiceBusClient.from_connection_string(primary, **client_kwargs),
+                         ServiceBusClient.from_connection_string(secondary, **client_kwargs))
+        self._roles = _Roles()
+        self._handlers: list[ReplicatedSender | ReplicatedReceiver | ReplicatedRequestSender] = []
+
+    # -- senders ---------------------------------------------------------------------------------
+    def get_queue_sender(self, queue_name: str, *, secondary_queue_name: str | None = None,
+                         **kwargs: Any) -> ReplicatedSender:
+        names = (queue_name, secondary_queue_name or queue_name)
+        senders = (self._clients[0].get_queue_sender(names[0], **kwargs),
+                   self._clients[1].get_queue_sender(names[1], **kwargs))
+        return self._keep(ReplicatedSender(self, senders, f"queue:{names[0]}|{names[1]}"))
+
+    def get_topic_sender(self, topic_name: str, *, secondary_topic_name: str | None = None,
+                         **kwargs: Any) -> ReplicatedSender:
+        names = (topic_name, secondary_topic_name or topic_name)
+        senders = (self._clients[0].get_topic_sender(names[0], **kwargs),
+                   self._clients[1].get_topic_sender(names[1], **kwargs))
+        return self._keep(ReplicatedSender(self, senders, f"topic:{names[0]}|{names[1]}"))
+
+    # -- receivers -------------------------------------------------------------------------------
+    def get_queue_receiver(self, queue_name: str, *, secondary_queue_name: str | None = None,
+                           duplicate_filter: DuplicateFilter | None = None, **kwargs: Any) -> ReplicatedReceiver:
+        refuse_sessions(kwargs)
+        names = (queue_name, secondary_queue_name or queue_name)
+        factories: tuple[Callable[[], ServiceBusReceiver], Callable[[], ServiceBusReceiver]] = (
+            lambda: self._clients[0].get_queue_receiver(names[0], **kwargs),
+            lambda: self._clients[1].get_queue_receiver(names[1], **kwargs))
+        return self._keep(ReplicatedReceiver(self, factories, duplicate_filter, kwargs))
+
+    def get_subscription_receiver(self, topic_name: str, subscription_name: str, *,
+                                  secondary_topic_name: str | None = None,
+                                  secondary_subscription_name: str | None = None,
+                                  duplicate_filter: DuplicateFilter | None = None,
+                                  **kwargs: Any) -> ReplicatedReceiver:
+        refuse_sessions(kwargs)
+        second = (secondary_topic_name or topic_name, secondary_subscription_name or subscription_name)
+        factories: tuple[Callable[[], ServiceBusReceiver], Callable[[], ServiceBusReceiver]] = (
+            lambda: self._clients[0].get_subscription_receiver(topic_name, subscription_name, **kwargs),
+            lambda: self._clients[1].get_subscription_receiver(second[0], second[1], **kwargs))
+        return self._keep(ReplicatedReceiver(self, factories, duplicate_filter, kwargs))
+
+    # -- request/reply ---------------------------------------------------------------------------
+    def get_request_sender(self, queue_name: str, *, reply_queue_name: str, secondary_queue_name: str | None = None,
+                           secondary_reply_queue_name: str | None = None) -> ReplicatedRequestSender:
+        """Requests to a pair of queues (role-switching, relay pattern), replies on a reply queue."""
+        requests = (self._clients[0].get_queue_sender(queue_name),
+                    self._clients[1].get_queue_sender(secondary_queue_name or queue_name))
+        reply_names = (reply_queue_name, secondary_reply_queue_name or reply_queue_name)
+        replies = (self._clients[0].get_queue_receiver(reply_names[0]),
+                   self._clients[1].get_queue_receiver(reply_names[1]))
+        return self._keep(ReplicatedRequestSender(requests, replies, reply_names))
+
+    def get_request_receiver(self, queue_name: str, *, secondary_queue_name: str | None = None,
+                             duplicate_filter: DuplicateFilter | None = None, **kwargs: Any) -> ReplicatedReceiver:
+        """The service's side: both request queues, duplicates dropped; answer with ``receiver.reply``."""
+        return self.get_queue_receiver(queue_name, secondary_queue_name=secondary_queue_name,
+                                       duplicate_filter=duplicate_filter, **kwargs)
+
+    def _client(self, index: int) -> ServiceBusClient:
+        return self._clients[index]
+
+    def _keep(self, handler: T) -> T:
+        self._handlers.append(handler)  # type: ignore[arg-type]
+        return handler
+
+    def close(self) -> None:
+        for handler in self._handlers:
+            try:
+                handler.close()
+            except Exception:  # closing what may already be broken must not stop the rest
+                _log.debug("closing a replicated handler failed", exc_info=True)
+        self._handlers.clear()
+        for client in self._clients:
+            client.close()
+
+    def __enter__(self) -> ReplicatedClient:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+class ReplicatedSender:
+    """Sends to two entities as the client's mode says."""
+
+    def __init__(self, client: ReplicatedClient, senders: tuple[ServiceBusSender, ServiceBusSender], key: str) -> None:
+        self._client = client
+        self._senders = senders
+        self._key = key
+        self._pool: ThreadPoolExecutor | None = None
+
+    @property
+    def active_namespace(self) -> int:
+        """0 while the primary is the active entity (passive mode), 1 after a role switch."""
+        return self._client._roles.active(self._key)
+
+    def send_messages(self, message: ServiceBusMessage | Iterable[ServiceBusMessage], *,
+                      timeout: float | None = None) -> None:
+        batch = messages_of(message)
+        if not batch:
+            return
+        if self._client.mode is ReplicationMode.ACTIVE:
+            self._send_active(batch, timeout)
+        else:
+            self._send_passive(batch, timeout)
+
+    def _send_active(self, batch: list[ServiceBusMessage], timeout: float | None) -> None:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replicated-send")
+        # The secondary gets the messages' AMQP form: the SDK wraps it anew, so the two threads
+        # share no object it mutates.
+        raw = [m.raw_amqp_message for m in batch]
+        second: Future[None] = self._pool.submit(self._senders[SECONDARY].send_messages, raw, timeout=timeout)
+        first_error: BaseException | None = None
+        try:
+            self._senders[PRIMARY].send_messages(batch, timeout=timeout)
+        except Exception as error:
+            first_error = error
+        try:
+            second.result()
+        except Exception as error:
+            if first_error is not None:
+                raise error from first_error
+            _log.warning("the secondary copy was not sent (the primary's was): %s", error)
+            return
+        if first_error is not None:
+            _log.warning("the primary copy was not sent (the secondary's was): %s", first_error)
+
+    def _send_passive(self, batch: list[ServiceBusMessage], timeout: float | None) -> None:
+        active = self._client._roles.active(self._key)
+        try:
+            self._senders[active].send_messages(batch, timeout=timeout)
+            return
+        except Exception as error:
+            if not signals_unavailable(error):
+                raise
+            first_error = error
+        try:
+            self._senders[1 - active].send_messages(batch, timeout=timeout)
+        except Exception as error:
+            raise error from first_error
+        _log.warning("namespace %d unavailable (%s); the backup takes the active role", active, first_error)
+        self._client._roles.switch_from(self._key, active)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        for sender in self._senders:
+            try:
+                sender.close()
+            except Exception:
+                _log.debug("closing a sender failed", exc_info=True)
+
+    def __enter__(self) -> ReplicatedSender:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+class ReplicatedReceiver:
+    """Receives from both namespaces; each MessageId reaches the application once (within the filter's window)."""
+
+    def __init__(self, client: ReplicatedClient,
+                 factories: tuple[Callable[[], ServiceBusReceiver], Callable[[], ServiceBusReceiver]],
+                 duplicate_filter: DuplicateFilter | None, kwargs: dict[str, Any]) -> None:
+        self._client = client
+        self._factories = factories
+        self._receivers: list[ServiceBusReceiver] = [factories[0](), factories[1]()]
+        self._opened = [False, False]
+        self._down_until = [0.0, 0.0]
+        self._next = PRIMARY
+        self._calls = 0
+        self._owns_filter = duplicate_filter is None
+        self.duplicate_filter = duplicate_filter if duplicate_filter is not None else DuplicateFilter()
+        mode = kwargs.get("receive_mode", ServiceBusReceiveMode.PEEK_LOCK)
+        self._tracker: CopyTracker[tuple[int, ServiceBusReceiver]] = CopyTracker(
+            self.duplicate_filter, mode in (ServiceBusReceiveMode.RECEIVE_AND_DELETE, "receiveanddelete"))
+        self._max_wait_time: float | None = kwargs.get("max_wait_time")
+        self.probe_wait = 0.5  # seconds each namespace is given per turn while the other has nothing
+
+    def receive_messages(self, max_message_count: int | None = 1,
+                         max_wait_time: float | None = None) -> list[ServiceBusReceivedMessage]:
+        wanted = max(1, max_message_count or 1)
+        wait = max_wait_time if max_wait_time is not None else self._max_wait_time
+        deadline = None if wait is None else time.monotonic() + wait
+        while True:
+            delivered = self._one_round(wanted, deadline)
+            if delivered:
+                return delivered
+            if deadline is not None and time.monotonic() >= deadline:
+                return []
+
+    def _one_round(self, wanted: int, deadline: float | None) -> list[ServiceBusReceivedMessage]:
+        self._calls += 1
+        order = [self._next, 1 - self._next]
+        if self._calls % 4 == 0:
+            order.reverse()  # now and then the other namespace goes first, so neither starves
+        for index in order:
+            now = time.monotonic()
+            if self._down_until[index] > now:
+                continue
+            slice_ = self.probe_wait if deadline is None else max(0.05, min(self.probe_wait, deadline - now))
+            receiver = self._receivers[index]
+            try:
+                if not self._opened[index]:
+                    # Opening counts against a receive's max_wait_time in the SDK; a short probe
+                    # would time out on a slow open, so open first (what `with receiver:` does).
+                    receiver.__enter__()
+                    self._opened[index] = True
+                copies = receiver.receive_messages(max_message_count=wanted, max_wait_time=slice_)
+            except Exception as error:
+                if not signals_unavailable(error):
+                    raise
+                self._namespace_down(index, error)
+                continue
+            delivered = self._admit(copies, (index, receiver))
+            if delivered:
+                self._next = index
+                return delivered
+        if all(until > time.monotonic() for until in self._down_until):
+            time.sleep(min(0.2, self._client.retry_interval.total_seconds()))
+        return []
+
+    def _admit(self, copies: list[ServiceBusReceivedMessage],
+               source: tuple[int, ServiceBusReceiver]) -> list[ServiceBusReceivedMessage]:
+        delivered: list[ServiceBusReceivedMessage] = []
+        for copy in copies:
+            verdict = self._tracker.admit(copy, source)
+            if verdict is Verdict.DELIVER:
+                delivered.append(copy)
+            elif verdict is Verdict.SETTLE_QUIETLY:
+                self._settle(source[1], copy, Outcome.COMPLETE, {})
+        return delivered
+
+    def _namespace_down(self, index: int, error: BaseException) -> None:
+        _log.warning("receiving from namespace %d failed (%s); retrying it in %s", index, error,
+                     self._client.retry_interval)
+        self._down_until[index] = time.monotonic() + self._client.retry_interval.total_seconds()
+        old = self._receivers[index]
+        self._tracker.forget_source((index, old))
+        try:
+            old.close()
+        except Exception:
+            _log.debug("closing a failed receiver failed", exc_info=True)
+        self._receivers[index] = self._factories[index]()
+        self._opened[index] = False
+
+    def _settle(self, receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage, outcome: Outcome,
+                options: dict[str, Any], *, raise_errors: bool = False) -> None:
+        try:
+            if outcome is Outcome.COMPLETE:
+                receiver.complete_message(message)
+            elif outcome is Outcome.ABANDON:
+                receiver.abandon_message(message)
+            elif outcome is Outcome.DEAD_LETTER:
+                receiver.dead_letter_message(message, **options)
+            else:
+                receiver.defer_message(message)
+        except Exception as error:
+            if raise_errors and not settlement_outcome_is_assured(error):
+                raise
+            _log.info("settling a copy (%s) failed: %s", outcome.value, error)
+
+    def _settle_app_copy(self, message: ServiceBusReceivedMessage, outcome: Outcome, **options: Any) -> None:
+        index, receiver = self._tracker.source_of(message)
+        held = self._tracker.settled(message, outcome)  # records the MessageId first on complete
+        try:
+            if receiver is self._receivers[index]:
+                self._settle(receiver, message, outcome, options, raise_errors=True)
+            else:  # its link is gone with its namespace: the copy comes back when its lock expires
+                _log.info("a copy's receiver was replaced after a failure; its settlement (%s) is skipped",
+                          outcome.value)
+        finally:
+            for copy, source in held:
+                if source[1] is self._receivers[source[0]]:
+                    self._settle(source[1], copy, outcome, options)
+
+    def complete_message(self, message: ServiceBusReceivedMessage) -> None:
+        self._settle_app_copy(message, Outcome.COMPLETE)
+
+    def abandon_message(self, message: ServiceBusReceivedMessage) -> None:
+        self._settle_app_copy(message, Outcome.ABANDON)
+
+    def dead_letter_message(self, message: ServiceBusReceivedMessage, reason: str | None = None,
+                            error_description: str | None = None) -> None:
+        self._settle_app_copy(message, Outcome.DEAD_LETTER, reason=reason, error_description=error_description)
+
+    def defer_message(self, message: ServiceBusReceivedMessage) -> None:
+        self._settle_app_copy(message, Outcome.DEFER)
+
+    def renew_message_lock(self, message: ServiceBusReceivedMessage, *, timeout: float | None = None) -> Any:
+        return self._tracker.source_of(message)[1].renew_message_lock(message, timeout=timeout)
+
+    def reply(self, request: ServiceBusReceivedMessage, reply: ServiceBusMessage) -> None:
+        """Send ``reply`` to the request's ReplyTo queue, in the namespace the request came from."""
+        if not request.reply_to:
+            raise ConfigurationError("the request has no ReplyTo; there is nowhere to send the reply")
+        index, _ = self._tracker.source_of(request)
+        reply.correlation_id = request.message_id
+        with self._client._client(index).get_queue_sender(request.reply_to) as sender:
+            sender.send_messages(reply)
+
+    def __iter__(self) -> Iterator[ServiceBusReceivedMessage]:
+        while True:
+            batch = self.receive_messages(max_message_count=1)
+            if not batch and self._max_wait_time is not None:
+                return
+            yield from batch
+
+    def close(self) -> None:
+        for receiver in self._receivers:
+            try:
+                receiver.close()
+            except Exception:
+                _log.debug("closing a receiver failed", exc_info=True)
+        if self._owns_filter:
+            self.duplicate_filter.close()
+
+    def __enter__(self) -> ReplicatedReceiver:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+class ReplicatedRequestSender:
+    """The relay pattern on a pair of request queues: one active, one backup, roles switch on failure."""
+
+    def __init__(self, requests: tuple[ServiceBusSender, ServiceBusSender],
+                 replies: tuple[ServiceBusReceiver, ServiceBusReceiver], reply_names: tuple[str, str]) -> None:
+        self._requests = requests
+        self._replies = replies
+        self._reply_names = reply_names
+        self.active = random.choice((PRIMARY, SECONDARY))  # the seed: the client picks one at random
+
+    def request(self, message: ServiceBusMessage, *, timeout: float = 60.0) -> ServiceBusReceivedMessage:
+        """Send ``message`` and return its reply (completed); OperationTimeoutError if none comes in time."""
+        if message.message_id is None:
+            message.message_id = str(uuid.uuid4())
+        used = self._send(message)
+        deadline = time.monotonic() + timeout
+        replies = self._replies[used]
+        while (left := deadline - time.monotonic()) > 0:
+            for reply in replies.receive_messages(max_message_count=1, max_wait_time=min(left, 5.0)):
+                replies.complete_message(reply)
+                if reply.correlation_id == message.message_id:
+                    return reply
+                _log.info("dropped a reply to an earlier request (%s)", reply.correlation_id)
+        raise OperationTimeoutError(message=f"no reply to request {message.message_id} within {timeout} s")
+
+    def _send(self, message: ServiceBusMessage) -> int:
+        active = self.active
+        message.reply_to = self._reply_names[active]
+        try:
+            self._requests[active].send_messages(message)
+            return active
+        except Exception as error:
+            if not signals_unavailable(error):
+                raise
+            first_error = error
+        message.reply_to = self._reply_names[1 - active]
+        try:
+            self._requests[1 - active].send_messages(message)
+        except Exception as error:
+            raise error from first_error
+        self.active = 1 - active
+        return self.active
+
+    def close(self) -> None:
+        for handler in (*self._requests, *self._replies):
+            try:
+                handler.close()
+            except Exception:
+                _log.debug("closing a request handler failed", exc_info=True)
+
+    def __enter__(self) -> ReplicatedRequestSender:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
