@@ -9,14 +9,17 @@ properties that the backlog queue would act on move into application properties 
 paired-namespaces seed's table; the seed names ``x-ms-path`` twice, the scheduled time keeps its
 own name here):
 
-=========================  ===============================  ===================================
+=========================  ===============================  ======================================
 property                   application property             encoding
-=========================  ===============================  ===================================
+=========================  ===============================  ======================================
 SessionId                  ``x-ms-sessionid``               string
-TimeToLive                 ``x-ms-timetolive``              long, milliseconds
-ScheduledEnqueueTimeUtc    ``x-ms-scheduledenqueuetimeutc`` long, milliseconds since the epoch
+TimeToLive                 ``x-ms-timetolive``              milliseconds: int, or double past 2^31
+ScheduledEnqueueTimeUtc    ``x-ms-scheduledenqueuetimeutc`` timestamp (ms since the epoch)
 the target entity's path   ``x-ms-path``                    string
-=========================  ===============================  ===================================
+=========================  ===============================  ======================================
+
+(The Python SDK encodes every ``int`` as a 32-bit AMQP int, so a longer time-to-live travels as a
+double, exact to the millisecond for any TimeSpan; readers accept int, long and double.)
 
 The syphon restores them: the SessionId and scheduled time as they were, the time-to-live less
 the time the message already spent (from its enqueue in the backlog, or from its scheduled time
@@ -125,11 +128,6 @@ def _ms(value: timedelta) -> int:
     return (value.days * 86_400_000) + (value.seconds * 1000) + (value.microseconds // 1000)
 
 
-def _epoch_ms(value: datetime) -> int:
-    aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-    return _ms(aware - _EPOCH)
-
-
 def to_backlog(application_properties: Mapping[str, Any] | None, routing: Routing) -> dict[str, Any]:
     """The application properties of the backlog copy of a message bound for ``routing.path``."""
     out = {str(k): v for k, v in (application_properties or {}).items() if str(k) not in BACKLOG_KEYS}
@@ -137,9 +135,11 @@ def to_backlog(application_properties: Mapping[str, Any] | None, routing: Routin
     if routing.session_id is not None:
         out[SESSION_ID] = routing.session_id
     if routing.time_to_live is not None:
-        out[TIME_TO_LIVE] = _ms(routing.time_to_live)
+        ms = _ms(routing.time_to_live)
+        out[TIME_TO_LIVE] = ms if -(2**31) <= ms < 2**31 else float(ms)
     if routing.scheduled_enqueue_time_utc is not None:
-        out[SCHEDULED_ENQUEUE_TIME] = _epoch_ms(routing.scheduled_enqueue_time_utc)
+        when = routing.scheduled_enqueue_time_utc
+        out[SCHEDULED_ENQUEUE_TIME] = when if when.tzinfo is not None else when.replace(tzinfo=UTC)
     return out
 
 
@@ -151,10 +151,18 @@ def _text(value: Any, key: str) -> str:
     return value
 
 
-def _integer(value: Any, key: str) -> int:
+def _milliseconds(value: Any, key: str) -> int:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise NotABacklogMessage(f"{key} must be an integer, got {value!r}")
+        raise NotABacklogMessage(f"{key} must be a whole number of milliseconds, got {value!r}")
     return value
+
+
+def _instant(value: Any, key: str) -> datetime:
+    if isinstance(value, datetime):
+        return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return _EPOCH + timedelta(milliseconds=_milliseconds(value, key))
 
 
 def from_backlog(application_properties: Mapping[Any, Any] | None) -> tuple[dict[str, Any], Routing]:
@@ -173,9 +181,8 @@ def from_backlog(application_properties: Mapping[Any, Any] | None) -> tuple[dict
     routing = Routing(
         path=path,
         session_id=None if session is None else _text(session, SESSION_ID),
-        time_to_live=None if ttl is None else timedelta(milliseconds=_integer(ttl, TIME_TO_LIVE)),
-        scheduled_enqueue_time_utc=(None if scheduled is None else
-                                    _EPOCH + timedelta(milliseconds=_integer(scheduled, SCHEDULED_ENQUEUE_TIME))),
+        time_to_live=None if ttl is None else timedelta(milliseconds=_milliseconds(ttl, TIME_TO_LIVE)),
+        scheduled_enqueue_time_utc=None if scheduled is None else _instant(scheduled, SCHEDULED_ENQUEUE_TIME),
     )
     return {k: v for k, v in props.items() if k not in BACKLOG_KEYS}, routing
 
