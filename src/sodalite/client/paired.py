@@ -46,21 +46,13 @@ from azure.servicebus import (
     ServiceBusSender,
 )
 from azure.servicebus.exceptions import (
-    MessageSizeExceededError,
-    MessagingEntityNotFoundError,
     ServiceBusAuthenticationError,
 )
 from azure.servicebus.management import ServiceBusAdministrationClient
 
 from sodalite.client import backlog
 from sodalite.client.failover import FailoverBook, is_failover_error
-from sodalite.client.paired_messages import (
-    as_list,
-    from_backlog_message,
-    is_ping,
-    ping_message,
-    to_backlog_message,
-)
+from sodalite.client.paired_messages import as_list, ping_message, plan_syphon_batch, refusal, to_backlog_message
 from sodalite.errors import BacklogQueueSetupFailed, FailoverExhausted, PairedClientClosed, SecondaryUnavailable
 
 log = logging.getLogger(__name__)
@@ -104,21 +96,21 @@ def ensure_backlog_queues(secondary_connection_string: str, names: list[str], **
                     admin.create_queue(name, **backlog.BACKLOG_QUEUE_PROPERTIES.as_kwargs())
                 except ResourceExistsError:
                     pass  # another client created it meanwhile
-            except ClientAuthenticationError as exc:
-                raise BacklogQueueSetupFailed(
-                    f"backlog queue '{name}' could not be read or created in the secondary namespace: "
-                    f"{_first_line(exc)} (the key needs Manage rights)") from exc
-            except HttpResponseError as exc:
-                if exc.status_code in (401, 403):
-                    raise BacklogQueueSetupFailed(
-                        f"backlog queue '{name}' could not be read or created in the secondary namespace: "
-                        f"{_first_line(exc)} (the key needs Manage rights)") from exc
-                raise SecondaryUnavailable(
-                    f"the secondary namespace refused backlog queue '{name}': {_first_line(exc)}") from exc
-            except ServiceRequestError as exc:
-                raise SecondaryUnavailable(
-                    f"the secondary namespace cannot be reached to set up backlog queue '{name}': "
-                    f"{_first_line(exc)}") from exc
+            except (ClientAuthenticationError, HttpResponseError, ServiceRequestError) as exc:
+                raise backlog_setup_error(name, exc) from exc
+
+
+def backlog_setup_error(name: str, exc: Exception) -> BacklogQueueSetupFailed | SecondaryUnavailable:
+    """The clear error for a management call about backlog queue ``name`` that failed with ``exc``."""
+    status = exc.status_code if isinstance(exc, HttpResponseError) else None
+    if isinstance(exc, ClientAuthenticationError) or status in (401, 403):
+        return BacklogQueueSetupFailed(
+            f"backlog queue '{name}' could not be read or created in the secondary namespace: "
+            f"{_first_line(exc)} (the key needs Manage rights)")
+    if isinstance(exc, ServiceRequestError):
+        return SecondaryUnavailable(f"the secondary namespace cannot be reached to set up backlog queue "
+                                    f"'{name}': {_first_line(exc)}")
+    return SecondaryUnavailable(f"the secondary namespace refused backlog queue '{name}': {_first_line(exc)}")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -364,55 +356,33 @@ class Syphon:
         """Send each message to its entity in the primary, then complete it in the backlog.
 
         Consecutive messages for one entity go in one send. A failover error abandons the rest and
-        raises (the caller pauses); a target that is gone dead-letters that message.
+        raises (the caller pauses); a target that is gone dead-letters that group.
         """
-        now = datetime.now(UTC)
-        groups: list[tuple[str, list[tuple[ServiceBusReceivedMessage, ServiceBusMessage]]]] = []
-        for message in received:
-            if is_ping(message):
-                receiver.complete_message(message)
-                self.counters.pings_dropped += 1
-                continue
-            try:
-                path, restored = from_backlog_message(message, now)
-            except (backlog.NotABacklogMessage, TypeError) as exc:
-                receiver.dead_letter_message(message, reason=backlog.NOT_A_BACKLOG_MESSAGE,
-                                             error_description=str(exc))
-                self.counters.dead_lettered += 1
-                continue
-            if restored is None:
-                receiver.dead_letter_message(
-                    message, reason=backlog.TTL_EXPIRED,
-                    error_description=f"its time-to-live ran out in the backlog before it reached '{path}'")
-                self.counters.dead_lettered += 1
-                continue
-            if groups and groups[-1][0] == path:
-                groups[-1][1].append((message, restored))
-            else:
-                groups.append((path, [(message, restored)]))
-        for position, (path, pairs) in enumerate(groups):
+        plan = plan_syphon_batch(received, datetime.now(UTC))
+        for ping in plan.pings:
+            receiver.complete_message(ping)
+            self.counters.pings_dropped += 1
+        for message, reason, description in plan.dead_letters:
+            receiver.dead_letter_message(message, reason=reason, error_description=description)
+            self.counters.dead_lettered += 1
+        for position, (path, pairs) in enumerate(plan.groups):
             try:
                 self._sender(path).send_messages([restored for _, restored in pairs])
-            except (MessagingEntityNotFoundError, MessageSizeExceededError) as exc:
+            except Exception as exc:
                 self._drop_sender(path)
-                if isinstance(exc, MessagingEntityNotFoundError):
-                    reason, text = backlog.TARGET_NOT_FOUND, f"the entity '{path}' does not exist in the primary"
-                else:
-                    reason, text = "MessageSizeExceeded", f"the entity '{path}' refused the message's size"
+                refused = refusal(path, exc)
+                if refused is None:
+                    for _, rest in plan.groups[position:]:
+                        for message, _ in rest:
+                            try:
+                                receiver.abandon_message(message)
+                            except Exception:
+                                log.debug("abandon failed; the lock will expire", exc_info=True)
+                    raise
                 for message, _ in pairs:
-                    receiver.dead_letter_message(message, reason=reason,
-                                                 error_description=f"{text}: {_first_line(exc)}")
+                    receiver.dead_letter_message(message, reason=refused[0], error_description=refused[1])
                     self.counters.dead_lettered += 1
                 continue
-            except Exception:
-                self._drop_sender(path)
-                for _, rest in groups[position:]:
-                    for message, _ in rest:
-                        try:
-                            receiver.abandon_message(message)
-                        except Exception:
-                            log.debug("abandon failed; the lock will expire", exc_info=True)
-                raise
             for message, _ in pairs:
                 receiver.complete_message(message)
                 self.counters.moved += 1

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage
 from azure.servicebus.amqp import AmqpMessageBodyType
+from azure.servicebus.exceptions import MessageSizeExceededError, MessagingEntityNotFoundError
 
 from sodalite.client import backlog
 
@@ -73,3 +75,47 @@ def as_list(message: ServiceBusMessage | Iterable[ServiceBusMessage]) -> list[Se
     if isinstance(message, ServiceBusMessage):
         return [message]
     return list(message)
+
+
+@dataclass(frozen=True, slots=True)
+class SyphonPlan:
+    """What the syphon does with one batch received from a backlog queue, in order."""
+
+    pings: list[ServiceBusReceivedMessage]  # completed: a ping is never moved
+    dead_letters: list[tuple[ServiceBusReceivedMessage, str, str]]  # message, reason, description
+    groups: list[tuple[str, list[tuple[ServiceBusReceivedMessage, ServiceBusMessage]]]]  # one send per group
+
+
+def plan_syphon_batch(received: list[ServiceBusReceivedMessage], now: datetime) -> SyphonPlan:
+    """Restore each message; consecutive messages for one entity form one group (one send)."""
+    pings: list[ServiceBusReceivedMessage] = []
+    dead: list[tuple[ServiceBusReceivedMessage, str, str]] = []
+    groups: list[tuple[str, list[tuple[ServiceBusReceivedMessage, ServiceBusMessage]]]] = []
+    for message in received:
+        if is_ping(message):
+            pings.append(message)
+            continue
+        try:
+            path, restored = from_backlog_message(message, now)
+        except (backlog.NotABacklogMessage, TypeError) as exc:
+            dead.append((message, backlog.NOT_A_BACKLOG_MESSAGE, str(exc)))
+            continue
+        if restored is None:
+            dead.append((message, backlog.TTL_EXPIRED,
+                         f"its time-to-live ran out in the backlog before it reached '{path}'"))
+            continue
+        if groups and groups[-1][0] == path:
+            groups[-1][1].append((message, restored))
+        else:
+            groups.append((path, [(message, restored)]))
+    return SyphonPlan(pings, dead, groups)
+
+
+def refusal(path: str, exc: BaseException) -> tuple[str, str] | None:
+    """Reason and description to dead-letter a group the primary refused for good; None to retry later."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if isinstance(exc, MessagingEntityNotFoundError):
+        return backlog.TARGET_NOT_FOUND, f"the entity '{path}' does not exist in the primary namespace: {first}"
+    if isinstance(exc, MessageSizeExceededError):
+        return "MessageSizeExceeded", f"the entity '{path}' in the primary refused the message's size: {first}"
+    return None
