@@ -3,6 +3,9 @@ the backlog in the secondary, the primary back, the syphon draining, nothing los
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -297,3 +300,46 @@ def test_backlog_rewriting_round_trips_plain_values() -> None:
                            "SharedAccessKey=v") == "contoso"
 
 
+
+
+def test_the_syphon_command_drains_and_stops_on_ctrl_c(pair: Pair) -> None:
+    name = bl.backlog_queue_name("clins", 1)
+    with PairedNamespaceClient(pair.primary.connection_string,
+                               pair.options(primary_namespace="clins", backlog_queue_count=2), **pair.kwargs()):
+        pass
+    with ServiceBusClient.from_connection_string(pair.secondary.connection_string) as secondary:
+        with secondary.get_queue_sender(name) as sender:
+            sender.send_messages([ServiceBusMessage(f"cli {i}", message_id=f"cli-{i}",
+                                                    application_properties=bl.to_backlog({}, bl.Routing("plain")))
+                                  for i in range(3)])
+    command = [sys.executable, "-m", "sodalite.cli.main", "syphon", "--primary", pair.primary.connection_string,
+               "--secondary", pair.secondary.connection_string, "--primary-namespace", "clins",
+               "--backlog-queue-count", "2", "--receive-wait", "1", "--retry-pause", "1",
+               "--progress-interval", "0.5", "--ca-file", str(pair.secondary.data_dir / "admin-cert.pem")]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    try:
+        assert process.stdout is not None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = process.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "moved 3" in line:
+                break
+        assert any("moved 3," in line for line in lines), "".join(lines)
+        process.send_signal(signal.SIGINT)
+        rest, _ = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    assert process.returncode == 0, "".join(lines) + rest
+    assert "syphon: stopped; moved 3, dead-lettered 0" in rest
+    with ServiceBusClient.from_connection_string(pair.primary.connection_string) as primary:
+        with primary.get_queue_receiver("plain", max_wait_time=5) as receiver:
+            got = receiver.receive_messages(max_message_count=10, max_wait_time=5)
+            assert sorted(str(m.message_id) for m in got) == ["cli-0", "cli-1", "cli-2"]
+            for m in got:
+                receiver.complete_message(m)

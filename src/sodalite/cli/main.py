@@ -18,6 +18,7 @@ from sodalite.admin.http import application
 from sodalite.admin.tls import ensure_certificate, server_context
 from sodalite.cli import commands as client_commands
 from sodalite.cli import logging_setup
+from sodalite.cli import syphon as syphon_command
 from sodalite.cli.admin_bridge import BrokerAdmin
 from sodalite.cli.key_bridge import BrokerKeys
 from sodalite.errors import ConfigurationError
@@ -68,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="text (default) or json: one JSON object per line with time, level, logger, "
                             "message and the record's fields (tracking_id, condition, entity, connection)")
     client_commands.register(commands)
+    syphon_command.register(commands)
     return parser
 
 
