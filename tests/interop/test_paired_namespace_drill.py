@@ -275,33 +275,6 @@ def test_closing_one_namespace_client_closes_the_other(pair: Pair) -> None:
         client.close()
 
 
-def test_backlog_rewriting_round_trips_plain_values() -> None:
-    when = datetime(2030, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
-    routing = bl.Routing("orders", "s1", timedelta(minutes=5), when)
-    props = bl.to_backlog({"a": 1, bl.PATH: "ignored"}, routing)
-    assert props == {"a": 1, bl.PATH: "orders", bl.SESSION_ID: "s1", bl.TIME_TO_LIVE: 300_000,
-                     bl.SCHEDULED_ENQUEUE_TIME: when}
-    restored, back = bl.from_backlog({k.encode(): v for k, v in props.items()})
-    assert restored == {"a": 1} and back == routing
-    # as the SDK decodes them: keys as bytes, a timestamp as epoch milliseconds, a long TTL as a double
-    long_lived = bl.to_backlog({}, bl.Routing("q", time_to_live=bl.TIMESPAN_MAX))
-    assert isinstance(long_lived[bl.TIME_TO_LIVE], float)
-    _, decoded = bl.from_backlog({bl.PATH.encode(): b"q", bl.TIME_TO_LIVE.encode(): long_lived[bl.TIME_TO_LIVE],
-                                  bl.SCHEDULED_ENQUEUE_TIME.encode(): int(when.timestamp() * 1000)})
-    assert decoded.time_to_live == bl.TIMESPAN_MAX - timedelta(microseconds=bl.TIMESPAN_MAX.microseconds % 1000)
-    assert decoded.scheduled_enqueue_time_utc == when
-    enqueued = datetime(2030, 1, 1, tzinfo=UTC)
-    assert bl.remaining_time_to_live(back, enqueued, when + timedelta(minutes=1)) == timedelta(minutes=4)
-    unscheduled = bl.Routing("orders", time_to_live=timedelta(minutes=5))
-    assert bl.remaining_time_to_live(unscheduled, enqueued, enqueued + timedelta(minutes=6)) == -timedelta(minutes=1)
-    with pytest.raises(bl.NotABacklogMessage):
-        bl.from_backlog({"a": 1})
-    assert bl.namespace_of("Endpoint=sb://contoso.servicebus.windows.net/;SharedAccessKeyName=k;"
-                           "SharedAccessKey=v") == "contoso"
-
-
-
-
 def test_the_syphon_command_drains_and_stops_on_ctrl_c(pair: Pair) -> None:
     name = bl.backlog_queue_name("clins", 1)
     with PairedNamespaceClient(pair.primary.connection_string,
