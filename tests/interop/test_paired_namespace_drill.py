@@ -116,7 +116,11 @@ def test_primary_killed_mid_stream_nothing_lost(pair: Pair) -> None:
                 message = _message(i, datetime.now(UTC))
                 sent[f"m{i}"] = message
                 sent_at[f"m{i}"] = datetime.now(UTC)
+                began = time.monotonic()
                 sender.send_messages(message)
+                if i in (300, 700):
+                    print(f"\ndrill: send {i} took {time.monotonic() - began:.2f} s "
+                          f"({'failing over' if i == 300 else 'after the restart'})")
         assert client.book.failed_over_entities() == []  # the ping brought it back
     # What the primary could not take waited in the secondary's backlog queues.
     assert in_backlog_while_down >= 300
@@ -127,11 +131,14 @@ def test_primary_killed_mid_stream_nothing_lost(pair: Pair) -> None:
                 assert peeked[0].session_id is None
                 assert peeked[0].application_properties[bl.PATH.encode()] == b"sorders"
     # The syphon (another client of the pair) drains the backlog into the restarted primary.
+    drain_started = time.monotonic()
     with PairedNamespaceClient(pair.primary.connection_string, pair.options(enable_syphon=True),
                                **pair.kwargs()):
         deadline = time.monotonic() + 120
         while _backlog_counts(pair, names) and time.monotonic() < deadline:
             time.sleep(0.5)
+    print(f"\ndrill: {in_backlog_while_down} messages in the backlog while the primary was down; "
+          f"syphon drained them in {time.monotonic() - drain_started:.1f} s")
     assert _backlog_counts(pair, names) == 0
     got = _receive_all(pair.primary.connection_string, "sorders", TOTAL, time.monotonic() + 120)
     by_id: dict[str, ServiceBusReceivedMessage] = {}
@@ -140,6 +147,7 @@ def test_primary_killed_mid_stream_nothing_lost(pair: Pair) -> None:
         by_id.setdefault(str(m.message_id), m)
     assert set(by_id) == set(sent)  # 0 lost
     assert len(got) - len(by_id) <= 1  # at most the one send the kill interrupted, duplicated
+    print(f"drill: {len(by_id)} distinct of {TOTAL} received, {len(got) - len(by_id)} duplicate(s)")
     elapsed = datetime.now(UTC) - started
     for message_id, m in by_id.items():
         original = sent[message_id]
@@ -266,6 +274,7 @@ def test_closing_one_namespace_client_closes_the_other(pair: Pair) -> None:
         deadline = time.monotonic() + 30
         while not client.primary.closed and time.monotonic() < deadline:
             time.sleep(0.05)
+        print(f"\ncoordination: the primary closed {time.monotonic() - deadline + 30:.2f} s after the secondary")
         closed_at.set()
         assert client.primary.closed
         assert isinstance(client.primary.fault, PairedClientClosed)
