@@ -162,10 +162,10 @@ class PairedSender:
                         book.primary_succeeded(self.entity_path)
                         return
                     except Exception as exc:
+                        await self._client.note_primary_error(exc)  # an authentication failure faults the pair
                         if not is_failover_error(exc):
                             raise
                         await self._drop_primary()
-                        await self._client.note_primary_error(exc)
                         if book.primary_failed(self.entity_path, time.monotonic()):
                             log.warning("entity '%s' fails over to the backlog queues: %s", self.entity_path,
                                         _first_line(exc))
