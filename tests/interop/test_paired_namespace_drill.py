@@ -3,6 +3,7 @@ the backlog in the secondary, the primary back, the syphon draining, nothing los
 
 from __future__ import annotations
 
+import random
 import signal
 import subprocess
 import sys
@@ -14,13 +15,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceivedMessage
-from azure.servicebus.exceptions import MessagingEntityNotFoundError
+from azure.servicebus.exceptions import MessagingEntityNotFoundError, ServiceBusQuotaExceededError
 from azure.servicebus.management import ServiceBusAdministrationClient
 from broker_process import BrokerProcess, write_config
 
 from sodalite.client import PairedNamespaceClient, PairedNamespaceOptions
 from sodalite.client import backlog as bl
-from sodalite.errors import BacklogQueueSetupFailed, PairedClientClosed, SecondaryUnavailable
+from sodalite.errors import BacklogQueueSetupFailed, FailoverExhausted, PairedClientClosed, SecondaryUnavailable
 
 pytestmark = pytest.mark.interop
 
@@ -325,3 +326,42 @@ def test_the_syphon_command_drains_and_stops_on_ctrl_c(pair: Pair) -> None:
             assert sorted(str(m.message_id) for m in got) == ["cli-0", "cli-1", "cli-2"]
             for m in got:
                 receiver.complete_message(m)
+
+
+def _fill(pair: Pair, queue: str) -> None:
+    """Fill a 1 MB queue until the broker refuses even a small message as over quota."""
+    with ServiceBusClient.from_connection_string(pair.secondary.connection_string, retry_total=0) as client:
+        with client.get_queue_sender(queue) as sender:
+            for size in (200_000, 20_000, 2_000, 200, 1):
+                for _ in range(12):
+                    try:
+                        sender.send_messages(ServiceBusMessage(b"x" * size))
+                    except ServiceBusQuotaExceededError:
+                        break
+                else:
+                    raise AssertionError(f"{queue} never filled up")
+
+
+def test_a_full_backlog_queue_leaves_the_rotation_and_all_full_is_a_clear_error(pair: Pair) -> None:
+    dead_primary = "Endpoint=sb://localhost:1;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true;"
+    with pair.admin(pair.secondary) as admin:
+        for i in range(2):
+            admin.create_queue(bl.backlog_queue_name("rot", i), max_size_in_megabytes=1)
+    _fill(pair, bl.backlog_queue_name("rot", 0))
+    options = pair.options(primary_namespace="rot", backlog_queue_count=2, failover_interval=timedelta(0))
+    with PairedNamespaceClient(dead_primary, options, **pair.kwargs()) as client:
+        client.book.rng = random.Random(next(seed for seed in range(100)
+                                             if random.Random(seed).choice([0, 1]) == 0))  # picks the full one
+        with client.get_queue_sender("anything") as sender:
+            sender.send_messages(ServiceBusMessage("kept", message_id="rot-1"))
+        assert client.book.available_backlogs() == [1]  # the full queue left the rotation for every sender
+        with client.get_queue_sender("other") as sender:
+            sender.send_messages(ServiceBusMessage("kept too", message_id="rot-2"))
+        _fill(pair, bl.backlog_queue_name("rot", 1))
+        with client.get_queue_sender("anything") as sender:
+            with pytest.raises(FailoverExhausted, match="nor any backlog queue took the message"):
+                sender.send_messages(ServiceBusMessage("refused", message_id="rot-3"))
+    with ServiceBusClient.from_connection_string(pair.secondary.connection_string) as client:
+        with client.get_queue_receiver(bl.backlog_queue_name("rot", 1)) as receiver:
+            ids = [str(m.message_id) for m in receiver.peek_messages(max_message_count=20)]
+    assert "rot-1" in ids and "rot-2" in ids and "rot-3" not in ids
