@@ -242,12 +242,14 @@ def test_the_syphon_dead_letters_a_message_whose_target_is_gone(pair: Pair) -> N
                 ServiceBusMessage("good", message_id="good-1",
                                   application_properties=bl.to_backlog({}, bl.Routing("plain"))),
                 ServiceBusMessage("no path", message_id="stray-1"),
+                ServiceBusMessage("to a topic", message_id="topic-1",
+                                  application_properties=bl.to_backlog({}, bl.Routing("news"))),
             ])
     with PairedNamespaceClient(pair.primary.connection_string,
                                pair.options(primary_namespace="syphoned", backlog_queue_count=1, enable_syphon=True),
                                **pair.kwargs()) as client:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and (client.syphons[0].counters.moved < 1
+        while time.monotonic() < deadline and (client.syphons[0].counters.moved < 2
                                                or client.syphons[0].counters.dead_lettered < 2):
             time.sleep(0.2)
     with ServiceBusClient.from_connection_string(pair.secondary.connection_string) as secondary:
@@ -263,6 +265,10 @@ def test_the_syphon_dead_letters_a_message_whose_target_is_gone(pair: Pair) -> N
         with primary.get_queue_receiver("plain", max_wait_time=5) as receiver:
             got = receiver.receive_messages(max_message_count=5, max_wait_time=5)
             assert [str(m.message_id) for m in got] == ["good-1"]
+            receiver.complete_message(got[0])
+        with primary.get_subscription_receiver("news", "all", max_wait_time=5) as receiver:
+            got = receiver.receive_messages(max_message_count=5, max_wait_time=5)
+            assert [str(m.message_id) for m in got] == ["topic-1"]
             receiver.complete_message(got[0])
 
 
