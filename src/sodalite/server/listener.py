@@ -6,14 +6,15 @@ is the AMQP port (clarifications, issue 15, "Management endpoint"). So the liste
 socket itself and peeks at its first byte without consuming it (``MSG_PEEK``):
 
 - ``0x16``, a TLS handshake record (ClientHello): TLS with the broker's certificate, then HTTP;
-- the first letter of an HTTP method (``GET``, ``PUT``, ``POST``, ``DELETE``, ``HEAD``,
-  ``OPTIONS``, ``PATCH``, ``CONNECT``, ``TRACE``): plain HTTP;
-- anything else (``AMQP`` in practice): an AMQP connection, which rejects a bad header itself.
+- an HTTP method and a space (``GET``, ``PUT``, ``POST``, ``DELETE``, ``HEAD``, ``OPTIONS``,
+  ``PATCH``): plain HTTP;
+- anything else (``AMQP`` in practice): an AMQP connection, which answers a wrong protocol header
+  with its own, as before.
 
-No AMQP protocol header starts with those letters, so one byte decides. Since nothing was read,
-the chosen protocol sees the stream from its first byte. Without an HTTP protocol factory the
-listener is a plain AMQP listener. A socket that sends nothing for ``SNIFF_TIMEOUT`` seconds is
-closed.
+The peek waits only while the bytes so far could still begin a method (``P``, ``DE``, ...), so an
+AMQP header is decided on its first byte. Since nothing was read, the chosen protocol sees the
+stream from its first byte. Without an HTTP protocol factory the listener is a plain AMQP
+listener. A socket that has not decided within ``SNIFF_TIMEOUT`` seconds is closed.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from collections.abc import Callable
 log = logging.getLogger(__name__)
 
 TLS_HANDSHAKE = 0x16
-HTTP_METHOD_INITIALS = frozenset(b"GPDHOCT")
+HTTP_METHODS = (b"GET ", b"PUT ", b"POST ", b"DELETE ", b"HEAD ", b"OPTIONS ", b"PATCH ")
+PEEK = max(len(m) for m in HTTP_METHODS)
+PARTIAL_PAUSE = 0.01  # seconds between peeks while the bytes so far are an incomplete method
 SNIFF_TIMEOUT = 60.0
 
 ProtocolFactory = Callable[[], asyncio.Protocol]
@@ -85,20 +88,20 @@ class SniffingListener:
 
     async def _route(self, conn: socket.socket) -> None:
         try:
-            first = await asyncio.wait_for(_peek_first_byte(conn), SNIFF_TIMEOUT)
+            kind = await asyncio.wait_for(_sniff(conn), SNIFF_TIMEOUT)
         except (TimeoutError, OSError):
             conn.close()
             return
         except asyncio.CancelledError:
             conn.close()
             raise
-        if first is None:  # closed before sending anything
+        if kind is None:  # closed before it was decided
             conn.close()
             return
         assert self._http is not None
-        if first == TLS_HANDSHAKE and self._tls is not None:
+        if kind == "tls" and self._tls is not None:
             await self._hand_over(conn, self._http, self._tls)
-        elif first in HTTP_METHOD_INITIALS:
+        elif kind == "http":
             await self._hand_over(conn, self._http, None)
         else:
             await self._hand_over(conn, self._amqp, None)
@@ -117,12 +120,23 @@ class SniffingListener:
                 conn.close()
 
 
-async def _peek_first_byte(conn: socket.socket) -> int | None:
-    """The first byte the peer sent, left in the socket; None when it closed first."""
+def classify(head: bytes) -> str | None:
+    """``tls``, ``http`` or ``amqp`` for a connection's first bytes; None while they could still be a method."""
+    if head[:1] == bytes([TLS_HANDSHAKE]):
+        return "tls"
+    if any(head.startswith(method) for method in HTTP_METHODS):
+        return "http"
+    if any(method.startswith(head) for method in HTTP_METHODS) and len(head) < PEEK:
+        return None
+    return "amqp"
+
+
+async def _sniff(conn: socket.socket) -> str | None:
+    """How to serve the connection, from its first bytes, left unread; None when it closed first."""
     loop = asyncio.get_running_loop()
     while True:
         try:
-            data = conn.recv(1, socket.MSG_PEEK)
+            head = conn.recv(PEEK, socket.MSG_PEEK)
         except (BlockingIOError, InterruptedError):
             readable: asyncio.Future[None] = loop.create_future()
             loop.add_reader(conn.fileno(), _resolve, readable)
@@ -131,7 +145,12 @@ async def _peek_first_byte(conn: socket.socket) -> int | None:
             finally:
                 loop.remove_reader(conn.fileno())
             continue
-        return data[0] if data else None
+        if not head:
+            return None
+        kind = classify(head)
+        if kind is not None:
+            return kind
+        await asyncio.sleep(PARTIAL_PAUSE)  # the rest of a method is on its way; the bytes stay unread
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
