@@ -48,7 +48,7 @@ def run_syphon(args: argparse.Namespace) -> None:
         from azure.servicebus import ServiceBusClient
 
         from sodalite.client import backlog
-        from sodalite.client.paired import Syphon, ensure_backlog_queues
+        from sodalite.client.paired import Syphon, close_sdk_client, ensure_backlog_queues
     except ImportError as exc:  # the SDK is an optional dependency of the broker
         raise ValueError(f"sodalite syphon needs the azure-servicebus SDK (pip install 'sodalite[client]'): "
                          f"{exc}") from None
@@ -91,7 +91,7 @@ def run_syphon(args: argparse.Namespace) -> None:
         signal.signal(signal.SIGTERM, previous)
         for client in (primary, secondary):
             try:
-                client.close()
+                close_sdk_client(client)
             except Exception as exc:  # closing while a receive is in flight may complain; we are leaving
                 print(f"syphon: closing a client: {exc}", file=sys.stderr)
         for thread in threads:

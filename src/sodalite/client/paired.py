@@ -121,12 +121,14 @@ def _first_line(exc: BaseException) -> str:
 class NamespaceSide:
     """One of the two namespace clients; closing or faulting it closes the other (coordination)."""
 
-    def __init__(self, role: str, client: ServiceBusClient, on_down: Callable[[NamespaceSide], None]) -> None:
+    def __init__(self, role: str, client: ServiceBusClient, on_down: Callable[[NamespaceSide], None],
+                 before_close: Callable[[], None] = lambda: None) -> None:
         self.role = role
         self.client = client
         self.closed = False
         self.fault: BaseException | None = None
         self._on_down = on_down
+        self._before_close = before_close
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -141,10 +143,27 @@ class NamespaceSide:
                 return
             self.closed = True
             self.fault = fault
+        self._before_close()  # stop the pumps first: they open receivers on this client
         try:
-            self.client.close()
+            close_sdk_client(self.client)
         finally:
             self._on_down(self)
+
+
+def close_sdk_client(client: ServiceBusClient) -> None:
+    """Close an SDK client whose handlers other threads may still be opening.
+
+    ``ServiceBusClient.close`` iterates a set of handlers that a thread opening a receiver changes;
+    the pumps are told to stop first, so a retry or two finds the set still.
+    """
+    for attempt in range(20):
+        try:
+            client.close()
+            return
+        except RuntimeError:  # "Set changed size during iteration"
+            if attempt == 19:
+                raise
+            time.sleep(0.05)
 
 
 class PairedMessageBatch:
@@ -421,10 +440,11 @@ class PairedNamespaceClient:
         self.syphons: list[Syphon] = []
         ensure_backlog_queues(options.secondary_connection_string, self.backlog_names, **kwargs)
         self.primary = NamespaceSide(
-            "primary", ServiceBusClient.from_connection_string(primary_connection_string, **kwargs), self._side_down)
+            "primary", ServiceBusClient.from_connection_string(primary_connection_string, **kwargs), self._side_down,
+            self._stop.set)
         self.secondary = NamespaceSide(
             "secondary", ServiceBusClient.from_connection_string(options.secondary_connection_string, **kwargs),
-            self._side_down)
+            self._side_down, self._stop.set)
         if options.enable_syphon:
             for name in self.backlog_names:
                 syphon = Syphon(self.primary.client, self.secondary.client, name, options.syphon_receive_wait,

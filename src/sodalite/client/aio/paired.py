@@ -74,13 +74,14 @@ async def ensure_backlog_queues(secondary_connection_string: str, names: list[st
 class NamespaceSide:
     """One of the two namespace clients; closing or faulting it closes the other (coordination)."""
 
-    def __init__(self, role: str, client: ServiceBusClient, on_down: Callable[[NamespaceSide], None]) -> None:
+    def __init__(self, role: str, client: ServiceBusClient, on_down: Callable[[NamespaceSide], None],
+                 before_close: Callable[[], None] = lambda: None) -> None:
         self.role = role
         self.client = client
         self.closed = False
         self.fault: BaseException | None = None
         self._on_down = on_down
-        self._closing: asyncio.Task[None] | None = None
+        self._before_close = before_close
 
     async def close(self) -> None:
         await self._down(None)
@@ -93,10 +94,23 @@ class NamespaceSide:
             return
         self.closed = True
         self.fault = fault
+        self._before_close()  # stop the pumps first: they open receivers on this client
         try:
-            await self.client.close()
+            await close_sdk_client(self.client)
         finally:
             self._on_down(self)
+
+
+async def close_sdk_client(client: ServiceBusClient) -> None:
+    """Close an SDK client while tasks may still be opening handlers on it (see the sync module)."""
+    for attempt in range(20):
+        try:
+            await client.close()
+            return
+        except RuntimeError:  # "Set changed size during iteration", across the close's awaits
+            if attempt == 19:
+                raise
+            await asyncio.sleep(0.05)
 
 
 Sendable = ServiceBusMessage | Iterable[ServiceBusMessage] | PairedMessageBatch | ServiceBusMessageBatch
@@ -324,10 +338,11 @@ class PairedNamespaceClient:
         self._opening = asyncio.Lock()
         self.syphons: list[Syphon] = []
         self.primary = NamespaceSide(
-            "primary", ServiceBusClient.from_connection_string(primary_connection_string, **kwargs), self._side_down)
+            "primary", ServiceBusClient.from_connection_string(primary_connection_string, **kwargs), self._side_down,
+            self._stop.set)
         self.secondary = NamespaceSide(
             "secondary", ServiceBusClient.from_connection_string(options.secondary_connection_string, **kwargs),
-            self._side_down)
+            self._side_down, self._stop.set)
 
     async def open(self) -> None:
         """Check and create the backlog queues, start the syphon; once (``async with`` calls it)."""
