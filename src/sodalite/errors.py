@@ -231,3 +231,19 @@ class FilterEvaluationError(SodaliteError):
     condition = "amqp:internal-error"
     http_status = 500
     retryable = True
+
+
+class SecondaryUnavailable(ServerBusy):
+    """The paired client's secondary namespace cannot be reached (its backlog queues are there)."""
+
+
+class FailoverExhausted(ServerBusy):
+    """Neither the primary entity nor any backlog queue in the secondary namespace took the message."""
+
+
+class BacklogQueueSetupFailed(Unauthorized):
+    """A backlog queue could not be read or created in the secondary namespace; its key needs Manage."""
+
+
+class PairedClientClosed(InvalidOperation):
+    """The paired client is closed, or faulted because one of its two namespace clients closed or faulted."""

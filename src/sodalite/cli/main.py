@@ -7,7 +7,6 @@ import asyncio
 import datetime
 import signal
 import socket
-import ssl
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from sodalite.admin.http import application
 from sodalite.admin.tls import ensure_certificate, server_context
 from sodalite.cli import commands as client_commands
 from sodalite.cli import logging_setup
+from sodalite.cli import syphon as syphon_command
 from sodalite.cli.admin_bridge import BrokerAdmin
 from sodalite.cli.key_bridge import BrokerKeys
 from sodalite.errors import ConfigurationError
@@ -54,6 +54,10 @@ def _parser() -> argparse.ArgumentParser:
                             f"(default {EMULATOR_HTTP_PORT}; 0 picks a free one; -1 turns it off)")
     serve.add_argument("--amqps-port", type=int, default=AMQPS_PORT,
                        help=f"AMQP over TLS port (default {AMQPS_PORT}; 0 picks a free one; -1 turns it off)")
+    serve.add_argument("--management-on-amqp-port", action=argparse.BooleanOptionalAction, default=True,
+                       help="also serve the management API on the AMQP port, told apart by the first bytes: "
+                            "HTTPS (with the broker's certificate) or plain HTTP, so the emulator connection "
+                            "string works for ServiceBusAdministrationClient too (default on)")
     serve.add_argument("--tls-cert", type=Path, default=None,
                        help="PEM certificate (chain) for amqps and the HTTPS management API; default: one "
                             "generated into the data directory")
@@ -66,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="text (default) or json: one JSON object per line with time, level, logger, "
                             "message and the record's fields (tracking_id, condition, entity, connection)")
     client_commands.register(commands)
+    syphon_command.register(commands)
     return parser
 
 
@@ -149,9 +154,9 @@ async def _serve_metrics(args: argparse.Namespace, broker: Broker) -> web.AppRun
     return runner
 
 
-async def _serve_management(args: argparse.Namespace, broker: Broker) -> web.AppRunner | None:
-    """The management API: HTTPS on --admin-port (and plain HTTP on --http-port, when asked)."""
-    if args.admin_port < 0 and args.http_port < 0:
+async def _management_runner(args: argparse.Namespace, broker: Broker) -> web.AppRunner | None:
+    """The management API's application, when any port serves it."""
+    if args.admin_port < 0 and args.http_port < 0 and not args.management_on_amqp_port:
         return None
     app = application(BrokerAdmin(broker, datetime.datetime.now(datetime.UTC)),
                       keys=BrokerKeys(broker, _shown_host(args.host)), stores=broker,
@@ -159,6 +164,13 @@ async def _serve_management(args: argparse.Namespace, broker: Broker) -> web.App
     app.middlewares.append(_metrics_middleware(broker.metrics))
     runner = web.AppRunner(app)
     await runner.setup()
+    return runner
+
+
+async def _serve_management(args: argparse.Namespace, runner: web.AppRunner | None, broker: Broker) -> None:
+    """The management API: HTTPS on --admin-port (and plain HTTP on --http-port, when asked)."""
+    if runner is None:
+        return
     if args.admin_port >= 0:
         cert, key = certificate(args)
         sock = _listen(args.host, args.admin_port)
@@ -170,7 +182,6 @@ async def _serve_management(args: argparse.Namespace, broker: Broker) -> web.App
         sock = _listen(args.host, args.http_port)
         await web.SockSite(runner, sock).start()
         print(f"Management (HTTP): http://{args.host}:{sock.getsockname()[1]}", flush=True)
-    return runner
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -192,17 +203,22 @@ def _print_amqps(args: argparse.Namespace, broker: Broker, cert: Path) -> None:
 
 async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
     broker = Broker.with_sqlite(namespace, args.data_dir, synchronous=args.sync)
-    tls: ssl.SSLContext | None = None
-    cert = Path()
-    if args.amqps_port >= 0:
-        cert, key = certificate(args)
-        tls = server_context(cert, key)
-    port = await broker.start(args.host, args.port, tls=tls, tls_port=args.amqps_port)
+    cert, key = certificate(args)  # generated whenever missing, whichever listeners are on
+    tls = server_context(cert, key)
+    runner = await _management_runner(args, broker)
+    shared = runner if args.management_on_amqp_port else None
+    port = await broker.start(args.host, args.port, tls=tls if args.amqps_port >= 0 else None,
+                              tls_port=args.amqps_port,
+                              management=shared.server if shared is not None else None,
+                              management_tls=tls if shared is not None else None)
     entities = ", ".join(sorted(e.name for e in broker.entities.values())) or "(none)"
     listening = f"{args.host}:{port}" + (f", amqps {args.host}:{broker.amqps_port}" if tls is not None else "")
     print(f"Sodalite {__version__} listening on {listening}, data in {args.data_dir}", flush=True)
     print(f"Entities: {entities}", flush=True)
-    runner = await _serve_management(args, broker)
+    await _serve_management(args, runner, broker)
+    if shared is not None:
+        print(f"Management (HTTPS or HTTP on the AMQP port, trust {cert}): "
+              f"{connection_string(args.host, port, namespace)}", flush=True)
     metrics_runner = await _serve_metrics(args, broker)
     _print_amqps(args, broker, cert)
     print(f"Connection string: {connection_string(args.host, port, namespace)}", flush=True)

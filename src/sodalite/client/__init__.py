@@ -1,7 +1,8 @@
-"""Client-side resilience on top of the official azure-servicebus SDK (issue 15)."""
+"""Client-side resilience on the official azure-servicebus SDK (issue 15): works against any Service Bus."""
 
 from sodalite.client.dedup import DuplicateFilter
 from sodalite.client.outbox import Outbox, OutboxSender
+from sodalite.client.paired import PairedNamespaceClient, PairedNamespaceOptions
 from sodalite.client.replication import (
     ReplicatedClient,
     ReplicatedReceiver,
@@ -14,6 +15,8 @@ __all__ = [
     "DuplicateFilter",
     "Outbox",
     "OutboxSender",
+    "PairedNamespaceClient",
+    "PairedNamespaceOptions",
     "ReplicatedClient",
     "ReplicatedReceiver",
     "ReplicatedRequestSender",

@@ -39,6 +39,10 @@ TokenFactory = Callable[[], uuid.UUID]
 MAX_DELIVERY_COUNT_EXCEEDED = "MaxDeliveryCountExceeded"  # dead-letter reasons the service sets
 TTL_EXPIRED = "TTLExpiredException"
 MAX_TRANSFER_HOP_COUNT_EXCEEDED = "MaxTransferHopCountExceeded"
+# The paired-namespace ping (paired-namespaces seed): every entity accepts it, session-enabled ones
+# without a SessionId, and it is then dropped: never stored, delivered, peeked, counted, fanned out,
+# forwarded, scheduled or dead-lettered. It counts only as a send for authorization and idle time.
+PING_CONTENT_TYPE = "application/vnd.ms-servicebus-ping"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +59,7 @@ class MessageDraft:
     annotations: bytes
     annotation_count: int
     tail: bytes
+    ping: bool = False  # ContentType application/vnd.ms-servicebus-ping: accepted, never stored (PING)
 
     @property
     def size(self) -> int:

@@ -51,6 +51,7 @@ from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDra
 from sodalite.server.addresses import entity_path
 from sodalite.server.connection_handler import BrokerConnection
 from sodalite.server.fanout import CompiledRule, copies_for
+from sodalite.server.listener import ProtocolFactory, SniffingListener
 from sodalite.server.metrics import BrokerMetrics
 from sodalite.server.partition_actor import (
     Clock,
@@ -101,7 +102,7 @@ class Broker:
         self.key_overrides = KeyOverrides()
         self.entity_times: dict[str, list[int]] = {}  # lower-cased path -> [created, updated], ms
         self.port = 0  # the AMQP port start() bound
-        self._server: asyncio.Server | None = None
+        self._server: SniffingListener | None = None
         self._tls_server: asyncio.Server | None = None
         self.amqps_port: int | None = None  # bound by start() when TLS is on
         self.metrics = BrokerMetrics(self)
@@ -223,8 +224,13 @@ class Broker:
                 partition.dead_letter_target = (None if target is None
                                                 else at_index(target.actor, index, PartitionedActor.next_partition))
 
-    async def start(self, host: str, port: int, *, tls: ssl.SSLContext | None = None, tls_port: int = -1) -> int:
+    async def start(self, host: str, port: int, *, tls: ssl.SSLContext | None = None, tls_port: int = -1,
+                    management: ProtocolFactory | None = None,
+                    management_tls: ssl.SSLContext | None = None) -> int:
         """Load everything, then listen; return the AMQP port actually bound.
+
+        With ``management`` (an HTTP protocol factory), the AMQP port also serves it: plain HTTP, and
+        HTTPS with ``management_tls`` (``listener.SniffingListener`` tells them apart).
 
         With ``tls``, also listen for amqps on ``tls_port`` (0 picks a free one; the bound port is
         ``amqps_port``): TLS first, then the usual SASL header, as the SDK dials (contract 1.1). A
@@ -276,12 +282,12 @@ class Broker:
         self._link_dead_letter_forwarding()
         loop = asyncio.get_running_loop()
         self._idle_sweeper = loop.create_task(self._sweep_idle_forever())
-        self._server = await loop.create_server(lambda: BrokerConnection(self), host, port)
+        self._server = await SniffingListener.start(host, port, lambda: BrokerConnection(self), management,
+                                                    management_tls)
         if tls is not None and tls_port >= 0:
             self._tls_server = await loop.create_server(lambda: BrokerConnection(self), host, tls_port, ssl=tls)
             self.amqps_port = int(self._tls_server.sockets[0].getsockname()[1])
-        sockets = self._server.sockets
-        self.port = int(sockets[0].getsockname()[1]) if sockets else port
+        self.port = self._server.port
         return self.port
 
     def _times_record(self) -> PutEntity:
@@ -659,9 +665,10 @@ class Broker:
     async def stop(self) -> None:
         if self._idle_sweeper is not None:
             self._idle_sweeper.cancel()
-        for server in (self._server, self._tls_server):
-            if server is not None:
-                server.close()
+        if self._server is not None:
+            self._server.close()
+        if self._tls_server is not None:
+            self._tls_server.close()
         for connection in list(self.connections):
             if connection.transport is not None:
                 connection.transport.close()

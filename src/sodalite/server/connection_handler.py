@@ -51,7 +51,7 @@ from sodalite.errors import (
 from sodalite.model import sas
 from sodalite.model.authorization import AccessRights, Authorization, missing_right
 from sodalite.model.message import MessageRecord
-from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, Lock
+from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, Lock, MessageDraft
 from sodalite.server import management, wire
 from sodalite.server.addresses import CBS_NODE, entity_path, management_entity
 from sodalite.server.amqp_errors import client_error, report
@@ -415,8 +415,11 @@ class BrokerConnection(asyncio.Protocol):
             if delivery.oversize:
                 raise MessageSizeExceeded(f"the message exceeds the entity limit of {entity.max_message_size} bytes")
             drafts = wire.parse_transfer(delivery.payload, delivery.message_format, entity.max_message_size)
+            drafts = self._without_pings(entity, drafts)
             route = self.broker.route(entity)
-            if route.exceeded:
+            if not drafts:
+                future = _done()
+            elif route.exceeded:
                 future = route.entity.actor.send_to_transfer_dead_letter(
                     drafts, MAX_TRANSFER_HOP_COUNT_EXCEEDED, f"forwarded {route.hops} times")
             elif route.entity.kind == TOPIC:
@@ -445,6 +448,15 @@ class BrokerConnection(asyncio.Protocol):
             self.flush_soon()
 
         future.add_done_callback(acknowledge)
+
+    @staticmethod
+    def _without_pings(entity: Entity, drafts: list[MessageDraft]) -> list[MessageDraft]:
+        """The drafts less any paired-namespace pings, which end here: the link's Send right has been
+        checked, the entity counts as used (AutoDeleteOnIdle), and nothing is stored or routed."""
+        if not any(d.ping for d in drafts):
+            return drafts
+        entity.actor.note_activity()
+        return [d for d in drafts if not d.ping]
 
     # ---- settlement ------------------------------------------------------------------------------
 
@@ -605,6 +617,12 @@ class BrokerConnection(asyncio.Protocol):
             self.flush_soon()
 
         task.add_done_callback(respond)
+
+
+def _done() -> asyncio.Future[None]:
+    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    future.set_result(None)
+    return future
 
 
 def _link_needs(link: Link) -> tuple[str, AccessRights | None] | None:

@@ -462,7 +462,11 @@ class ConnectionTransactions:
             if delivery.oversize:
                 raise MessageSizeExceeded(f"the message exceeds the entity limit of {entity.max_message_size} bytes")
             drafts = wire.parse_transfer(delivery.payload, delivery.message_format, entity.max_message_size)
-            enlist_send(self.broker, txn, entity, drafts)
+            drafts = [d for d in drafts if not d.ping]  # a ping is never stored (PING_CONTENT_TYPE)
+            if drafts:
+                enlist_send(self.broker, txn, entity, drafts)
+            else:
+                entity.actor.note_activity()
         except SodaliteError as exc:
             if not delivery.settled:
                 link.settle(delivery.delivery_id, self._rejected(exc, entity.name))

@@ -22,7 +22,7 @@ from sodalite.amqp.errors import DecodeError
 from sodalite.amqp.types import Int, Symbol
 from sodalite.errors import ArgumentError, MessageSizeExceeded
 from sodalite.model.message import MessageRecord, MessageState
-from sodalite.model.partition import MessageDraft
+from sodalite.model.partition import PING_CONTENT_TYPE, MessageDraft
 
 SERVICE_OWNED_ANNOTATIONS = frozenset({
     "x-opt-sequence-number", "x-opt-enqueued-time", "x-opt-locked-until", "x-opt-lock-token",
@@ -92,6 +92,7 @@ def parse_message(payload: bytes, max_message_size: int) -> MessageDraft:
     scheduled: int | None = None
     partition_key: str | None = None
     tail: list[bytes] = []
+    ping = False
     for s in sections:
         code = s.code
         if code == amqp_message.HEADER:
@@ -120,11 +121,12 @@ def parse_message(payload: bytes, max_message_size: int) -> MessageDraft:
             fields = fields + [None] * (13 - len(fields))
             message_id = message_id_text(fields[0])
             session_id = fields[10] if isinstance(fields[10], str) else None
+            ping = fields[6] == PING_CONTENT_TYPE
             tail.append(payload[s.start : s.end])
         elif code != amqp_message.DELIVERY_ANNOTATIONS:
             tail.append(payload[s.start : s.end])
     return MessageDraft(message_id, session_id, partition_key, ttl, scheduled, durable, priority, annotations,
-                        annotation_count, b"".join(tail))
+                        annotation_count, b"".join(tail), ping)
 
 
 def delivery_payload(record: MessageRecord, locked_until: int | None, with_state: bool = False) -> bytes:

@@ -35,6 +35,10 @@ EXPECTED: dict[type[errors.SodaliteError], type[Exception]] = {
     errors.FilterEvaluationError: sb.ServiceBusError,
     errors.TransactionUnknown: sb.ServiceBusError,
     errors.TransactionRolledBack: sb.ServiceBusError,
+    errors.SecondaryUnavailable: sb.ServiceBusServerBusyError,
+    errors.FailoverExhausted: sb.ServiceBusServerBusyError,
+    errors.BacklogQueueSetupFailed: sb.ServiceBusAuthorizationError,
+    errors.PairedClientClosed: sb.ServiceBusError,
     errors.SodaliteError: sb.ServiceBusError,
 }
 

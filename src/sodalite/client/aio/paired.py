@@ -1,0 +1,453 @@
+"""Paired namespaces, asyncio form: the same behaviour as ``sodalite.client.paired`` on the SDK's aio clients.
+
+Theory of operation: as in the sync module (one ``failover.FailoverBook`` per client, senders that
+retry the primary for ``failover_interval`` and then write rewritten messages to backlog queues,
+one ping task per failed-over entity, one syphon task per backlog queue, and close/fault
+coordination between the two namespace clients), with tasks for threads. The client opens in
+``async with`` (or ``await client.open()``), where it checks and creates the backlog queues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+from typing import Any
+
+from azure.core.exceptions import (
+    ClientAuthenticationError,
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceNotFoundError,
+    ServiceRequestError,
+)
+from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch, ServiceBusReceivedMessage
+from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver, ServiceBusSender
+from azure.servicebus.aio.management import ServiceBusAdministrationClient
+from azure.servicebus.exceptions import ServiceBusAuthenticationError
+
+from sodalite.client import backlog
+from sodalite.client.failover import FailoverBook, is_failover_error
+from sodalite.client.paired import (
+    RETRY_PAUSE,
+    SYPHON_BATCH,
+    PairedMessageBatch,
+    PairedNamespaceOptions,
+    SyphonCounters,
+    backlog_setup_error,
+)
+from sodalite.client.paired_messages import as_list, ping_message, plan_syphon_batch, refusal, to_backlog_message
+from sodalite.errors import FailoverExhausted, PairedClientClosed
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PairedMessageBatch", "PairedNamespaceClient", "PairedNamespaceOptions", "PairedSender", "Syphon"]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+async def ensure_backlog_queues(secondary_connection_string: str, names: list[str], **kwargs: Any) -> None:
+    """Create the backlog queues that do not exist; leave existing ones as they are."""
+    async with ServiceBusAdministrationClient.from_connection_string(secondary_connection_string, **kwargs) as admin:
+        for name in names:
+            try:
+                try:
+                    await admin.get_queue(name)
+                    continue
+                except ResourceNotFoundError:
+                    pass
+                try:
+                    await admin.create_queue(name, **backlog.BACKLOG_QUEUE_PROPERTIES.as_kwargs())
+                except ResourceExistsError:
+                    pass
+            except (ClientAuthenticationError, HttpResponseError, ServiceRequestError) as exc:
+                raise backlog_setup_error(name, exc) from exc
+
+
+class NamespaceSide:
+    """One of the two namespace clients; closing or faulting it closes the other (coordination)."""
+
+    def __init__(self, role: str, client: ServiceBusClient, on_down: Callable[[NamespaceSide], None],
+                 before_close: Callable[[], None] = lambda: None) -> None:
+        self.role = role
+        self.client = client
+        self.closed = False
+        self.fault: BaseException | None = None
+        self._on_down = on_down
+        self._before_close = before_close
+
+    async def close(self) -> None:
+        await self._down(None)
+
+    async def set_fault(self, exc: BaseException) -> None:
+        await self._down(exc)
+
+    async def _down(self, fault: BaseException | None) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.fault = fault
+        self._before_close()  # stop the pumps first: they open receivers on this client
+        try:
+            await close_sdk_client(self.client)
+        finally:
+            self._on_down(self)
+
+
+async def close_sdk_client(client: ServiceBusClient) -> None:
+    """Close an SDK client while tasks may still be opening handlers on it (see the sync module)."""
+    for attempt in range(20):
+        try:
+            await client.close()
+            return
+        except RuntimeError:  # "Set changed size during iteration", across the close's awaits
+            if attempt == 19:
+                raise
+            await asyncio.sleep(0.05)
+
+
+Sendable = ServiceBusMessage | Iterable[ServiceBusMessage] | PairedMessageBatch | ServiceBusMessageBatch
+
+
+class PairedSender:
+    """A sender to one entity of the primary namespace that fails over to the backlog queues."""
+
+    def __init__(self, client: PairedNamespaceClient, path: str, topic: bool) -> None:
+        self._client = client
+        self.entity_path = path
+        self._topic = topic
+        self._primary: ServiceBusSender | None = None
+        self._backlog_index: int | None = None
+        self._backlog_senders: dict[int, ServiceBusSender] = {}
+        self._lock = asyncio.Lock()
+
+    async def __aenter__(self) -> PairedSender:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    def create_message_batch(self, max_size_in_bytes: int | None = None) -> PairedMessageBatch:
+        return PairedMessageBatch(max_size_in_bytes)
+
+    def _primary_sender(self) -> ServiceBusSender:
+        if self._primary is None:
+            side = self._client.primary.client
+            self._primary = (side.get_topic_sender(self.entity_path) if self._topic
+                             else side.get_queue_sender(self.entity_path))
+        return self._primary
+
+    async def _drop_primary(self) -> None:
+        sender, self._primary = self._primary, None
+        if sender is not None:
+            try:
+                await sender.close()
+            except Exception:
+                log.debug("closing a broken primary sender failed", exc_info=True)
+
+    async def send_messages(self, message: Sendable, *, timeout: float | None = None) -> None:
+        """Send to the primary, or, once the entity is failed over, to a backlog queue."""
+        async with self._lock:
+            await self._client.open()
+            self._client.check_open()
+            raw_batch = message if isinstance(message, ServiceBusMessageBatch) else None
+            if isinstance(message, ServiceBusMessageBatch):
+                messages: list[ServiceBusMessage] = []
+            elif isinstance(message, PairedMessageBatch):
+                messages = message.messages
+            else:
+                messages = as_list(message)
+            if raw_batch is None and not messages:
+                return
+            book = self._client.book
+            if not book.failed_over(self.entity_path):
+                pause = RETRY_PAUSE[0]
+                while True:
+                    try:
+                        await self._primary_sender().send_messages(
+                            raw_batch if raw_batch is not None else messages, timeout=timeout)
+                        book.primary_succeeded(self.entity_path)
+                        return
+                    except Exception as exc:
+                        await self._client.note_primary_error(exc)  # an authentication failure faults the pair
+                        if not is_failover_error(exc):
+                            raise
+                        await self._drop_primary()
+                        if book.primary_failed(self.entity_path, time.monotonic()):
+                            log.warning("entity '%s' fails over to the backlog queues: %s", self.entity_path,
+                                        _first_line(exc))
+                            if raw_batch is not None:
+                                raise FailoverExhausted(
+                                    "the primary is unavailable and an SDK ServiceBusMessageBatch cannot be "
+                                    "redirected to a backlog queue; use sender.create_message_batch()") from exc
+                            break
+                        self._client.check_open()
+                        await asyncio.sleep(min(pause, max(0.01, book.time_left(self.entity_path, time.monotonic()))))
+                        pause = min(pause * 2, RETRY_PAUSE[1])
+            elif raw_batch is not None:
+                raise FailoverExhausted("the entity is failed over and an SDK ServiceBusMessageBatch cannot be "
+                                        "redirected to a backlog queue; use sender.create_message_batch()")
+            self._client.start_pinging(self.entity_path)
+            await self._send_to_backlog(messages, timeout)
+
+    async def _send_to_backlog(self, messages: list[ServiceBusMessage], timeout: float | None) -> None:
+        rewritten = [to_backlog_message(m, self.entity_path) for m in messages]
+        book = self._client.book
+        last: BaseException | None = None
+        while True:
+            self._client.check_open()
+            index = book.pick_backlog(self._backlog_index)
+            if index is None:
+                raise FailoverExhausted(
+                    f"neither the primary entity '{self.entity_path}' nor any backlog queue took the message"
+                    + (f": {_first_line(last)}" if last is not None else "")) from last
+            self._backlog_index = index
+            sender = self._backlog_senders.get(index)
+            if sender is None:
+                sender = self._client.secondary.client.get_queue_sender(self._client.backlog_names[index])
+                self._backlog_senders[index] = sender
+            try:
+                await sender.send_messages(rewritten, timeout=timeout)
+                return
+            except Exception as exc:
+                if not is_failover_error(exc):
+                    raise
+                last = exc
+                log.warning("backlog queue '%s' leaves the rotation: %s", self._client.backlog_names[index],
+                            _first_line(exc))
+                book.drop_backlog(index)
+                self._backlog_senders.pop(index, None)
+                with contextlib.suppress(Exception):
+                    await sender.close()
+
+    async def close(self) -> None:
+        async with self._lock:
+            await self._drop_primary()
+            for sender in self._backlog_senders.values():
+                with contextlib.suppress(Exception):
+                    await sender.close()
+            self._backlog_senders.clear()
+
+
+class Syphon:
+    """Moves messages from one backlog queue to their entities in the primary namespace."""
+
+    def __init__(self, primary: ServiceBusClient, secondary: ServiceBusClient, backlog_queue: str,
+                 receive_wait: timedelta, retry_pause: timedelta, stop: asyncio.Event,
+                 on_fault: Callable[[str, BaseException], Any] | None = None) -> None:
+        self.primary = primary
+        self.secondary = secondary
+        self.backlog_queue = backlog_queue
+        self.receive_wait = receive_wait
+        self.retry_pause = retry_pause
+        self.stop = stop
+        self.counters = SyphonCounters()
+        self._on_fault = on_fault
+        self._senders: dict[str, ServiceBusSender] = {}
+
+    async def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                try:
+                    async with self.secondary.get_queue_receiver(self.backlog_queue) as receiver:
+                        while not self.stop.is_set():
+                            received = await receiver.receive_messages(
+                                max_message_count=SYPHON_BATCH, max_wait_time=self.receive_wait.total_seconds())
+                            if received:
+                                await self.move(receiver, received)
+                except ServiceBusAuthenticationError as exc:
+                    if self._on_fault is not None:
+                        await self._on_fault("secondary", exc)
+                    return
+                except Exception as exc:
+                    if self.stop.is_set():
+                        return
+                    log.info("syphon of '%s' pauses: %s", self.backlog_queue, _first_line(exc))
+                    await self._close_senders()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.stop.wait(), self.retry_pause.total_seconds())
+        finally:
+            await self._close_senders()
+
+    async def _close_senders(self) -> None:
+        for sender in self._senders.values():
+            with contextlib.suppress(Exception):
+                await sender.close()
+        self._senders.clear()
+
+    async def move(self, receiver: ServiceBusReceiver, received: list[ServiceBusReceivedMessage]) -> None:
+        plan = plan_syphon_batch(received, datetime.now(UTC))
+        for ping in plan.pings:
+            await receiver.complete_message(ping)
+            self.counters.pings_dropped += 1
+        for message, reason, description in plan.dead_letters:
+            await receiver.dead_letter_message(message, reason=reason, error_description=description)
+            self.counters.dead_lettered += 1
+        for position, (path, pairs) in enumerate(plan.groups):
+            try:
+                await self._sender(path).send_messages([restored for _, restored in pairs])
+            except Exception as exc:
+                sender = self._senders.pop(path.lower(), None)
+                if sender is not None:
+                    with contextlib.suppress(Exception):
+                        await sender.close()
+                refused = refusal(path, exc)
+                if refused is None:
+                    for _, rest in plan.groups[position:]:
+                        for message, _ in rest:
+                            with contextlib.suppress(Exception):
+                                await receiver.abandon_message(message)
+                    raise
+                for message, _ in pairs:
+                    await receiver.dead_letter_message(message, reason=refused[0], error_description=refused[1])
+                    self.counters.dead_lettered += 1
+                continue
+            for message, _ in pairs:
+                await receiver.complete_message(message)
+                self.counters.moved += 1
+
+    def _sender(self, path: str) -> ServiceBusSender:
+        sender = self._senders.get(path.lower())
+        if sender is None:
+            sender = self.primary.get_queue_sender(path)
+            self._senders[path.lower()] = sender
+        return sender
+
+
+class PairedNamespaceClient:
+    """A primary namespace paired with a secondary one that holds its backlog queues (asyncio)."""
+
+    def __init__(self, primary_connection_string: str, options: PairedNamespaceOptions, **kwargs: Any) -> None:
+        """``kwargs`` (``connection_verify``, ``retry_total``, ...) go to every client made here."""
+        self.options = options
+        self.primary_namespace = options.primary_namespace or backlog.namespace_of(primary_connection_string)
+        self.backlog_names = backlog.backlog_queue_names(self.primary_namespace, options.backlog_queue_count)
+        self.book = FailoverBook(options.failover_interval, options.backlog_queue_count)
+        self._kwargs = kwargs
+        self._stop = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed: PairedClientClosed | None = None
+        self._opened = False
+        self._opening = asyncio.Lock()
+        self.syphons: list[Syphon] = []
+        self.primary = NamespaceSide(
+            "primary", ServiceBusClient.from_connection_string(primary_connection_string, **kwargs), self._side_down,
+            self._stop.set)
+        self.secondary = NamespaceSide(
+            "secondary", ServiceBusClient.from_connection_string(options.secondary_connection_string, **kwargs),
+            self._side_down, self._stop.set)
+
+    async def open(self) -> None:
+        """Check and create the backlog queues, start the syphon; once (``async with`` calls it)."""
+        async with self._opening:
+            if self._opened:
+                return
+            self.check_open()
+            await ensure_backlog_queues(self.options.secondary_connection_string, self.backlog_names,
+                                        **self._kwargs)
+            self._opened = True
+            if self.options.enable_syphon:
+                for name in self.backlog_names:
+                    syphon = Syphon(self.primary.client, self.secondary.client, name,
+                                    self.options.syphon_receive_wait, self.options.ping_primary_interval,
+                                    self._stop, on_fault=self._fault_from)
+                    self.syphons.append(syphon)
+                    self._spawn(syphon.run())
+
+    async def __aenter__(self) -> PairedNamespaceClient:
+        try:
+            await self.open()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    def _spawn(self, work: Any) -> None:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ---- close/fault coordination ---------------------------------------------------------------
+
+    def _side_down(self, side: NamespaceSide) -> None:
+        other = self.secondary if side is self.primary else self.primary
+        reason = f"the {side.role} namespace client " + (
+            f"faulted: {_first_line(side.fault)}" if side.fault is not None else "closed")
+        if self._closed is None:
+            self._closed = PairedClientClosed(reason)
+        self._stop.set()
+        if not other.closed:
+            self._spawn(other.set_fault(PairedClientClosed(reason)))
+
+    async def _fault_from(self, role: str, exc: BaseException) -> None:
+        await (self.primary if role == "primary" else self.secondary).set_fault(exc)
+
+    async def note_primary_error(self, exc: BaseException) -> None:
+        if isinstance(exc, ServiceBusAuthenticationError):
+            await self.primary.set_fault(exc)
+
+    def check_open(self) -> None:
+        if self._closed is not None:
+            raise PairedClientClosed(self._closed.description)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed is not None
+
+    async def close(self) -> None:
+        if self._closed is None:
+            self._closed = PairedClientClosed("the paired client is closed")
+        self._stop.set()
+        for side in (self.primary, self.secondary):
+            if not side.closed:
+                await side.close()
+        tasks = list(self._tasks)
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=5)
+            for task in pending:
+                task.cancel()
+
+    # ---- senders and pings ------------------------------------------------------------------------
+
+    def get_queue_sender(self, queue_name: str) -> PairedSender:
+        self.check_open()
+        return PairedSender(self, queue_name, topic=False)
+
+    def get_topic_sender(self, topic_name: str) -> PairedSender:
+        self.check_open()
+        return PairedSender(self, topic_name, topic=True)
+
+    def start_pinging(self, path: str) -> None:
+        if self.book.start_pinging(path):
+            self._spawn(self._ping_until_back(path))
+
+    async def _ping_until_back(self, path: str) -> None:
+        interval = self.options.ping_primary_interval.total_seconds()
+        try:
+            while not self._stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), interval)
+                if self._stop.is_set():
+                    return
+                try:
+                    async with self.primary.client.get_queue_sender(path) as sender:
+                        await sender.send_messages(ping_message())
+                except Exception as exc:
+                    log.info("ping of '%s' failed: %s", path, _first_line(exc))
+                    continue
+                log.warning("entity '%s' answers again; sends go to the primary", path)
+                self.book.ping_succeeded(path)
+                return
+        finally:
+            self.book.ping_stopped(path)

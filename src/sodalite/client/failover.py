@@ -1,0 +1,148 @@
+"""Failover bookkeeping of a paired-namespace client, shared by its sync and asyncio forms.
+
+Theory of operation (paired-namespaces seed; clarifications, issue 15): per entity of the primary
+namespace the client keeps one record, shared by all its senders to that entity.
+
+- HEALTHY: sends go to the primary. A send that fails with a failover error (``is_failover_error``:
+  the SDK gave up on a connection, communication, timeout, server-busy, quota or internal error)
+  starts the timer (``failing_since``) if it is not running; any success stops it.
+- While the timer runs, a send keeps retrying the primary; once ``failover_interval`` has passed
+  without a success, the entity is FAILED_OVER: every send of the client to it goes to a backlog
+  queue, and one pinger per entity pings the primary every ``ping_primary_interval``.
+- A successful ping makes the entity HEALTHY again, for every sender at once.
+
+Backlog queues are a rotation shared by the client: each sender picks one at random and keeps it;
+a backlog queue whose send failed with a failover error leaves the rotation for all senders, and
+the sender picks another. With the rotation empty, the send fails. Errors about the message or the
+caller never start the timer and never drop a backlog queue; they reach the caller unchanged.
+
+The book is plain data guarded by a lock; time comes from the caller (monotonic seconds).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from azure.servicebus.exceptions import (
+    OperationTimeoutError,
+    ServiceBusCommunicationError,
+    ServiceBusConnectionError,
+    ServiceBusError,
+    ServiceBusQuotaExceededError,
+    ServiceBusServerBusyError,
+)
+
+FAILOVER_ERRORS: tuple[type[Exception], ...] = (
+    ServiceBusConnectionError, ServiceBusCommunicationError, OperationTimeoutError, ServiceBusServerBusyError,
+    ServiceBusQuotaExceededError, TimeoutError,
+)
+# The SDK keeps an error's AMQP condition private but writes it into the message, its public text.
+INTERNAL_ERROR_TEXT = "Error condition: amqp:internal-error"
+
+
+def is_failover_error(exc: BaseException) -> bool:
+    """An error after which the namespace may be unavailable (clarifications, issue 15, item 2)."""
+    if isinstance(exc, FAILOVER_ERRORS):
+        return True
+    return isinstance(exc, ServiceBusError) and INTERNAL_ERROR_TEXT in str(exc)
+
+
+@dataclass(slots=True)
+class EntityRecord:
+    failing_since: float | None = None
+    failed_over: bool = False
+    pinging: bool = False
+    failovers: int = 0
+
+
+@dataclass(slots=True)
+class FailoverBook:
+    failover_interval: timedelta
+    backlog_count: int
+    rng: random.Random = field(default_factory=random.Random)
+    _entities: dict[str, EntityRecord] = field(default_factory=dict)
+    _available: set[int] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self._available = set(range(self.backlog_count))
+
+    def _record(self, path: str) -> EntityRecord:
+        return self._entities.setdefault(path.lower(), EntityRecord())
+
+    def failed_over(self, path: str) -> bool:
+        with self._lock:
+            return self._record(path).failed_over
+
+    def primary_succeeded(self, path: str) -> None:
+        with self._lock:
+            record = self._record(path)
+            record.failing_since = None
+
+    def primary_failed(self, path: str, now: float) -> bool:
+        """Note a failover error; True once the entity is failed over (the interval has passed)."""
+        with self._lock:
+            record = self._record(path)
+            if record.failed_over:
+                return True
+            if record.failing_since is None:
+                record.failing_since = now
+            if now - record.failing_since >= self.failover_interval.total_seconds():
+                record.failed_over = True
+                record.failovers += 1
+                return True
+            return False
+
+    def time_left(self, path: str, now: float) -> float:
+        """Seconds until the running timer fails the entity over (the full interval when none runs)."""
+        with self._lock:
+            record = self._record(path)
+            if record.failing_since is None:
+                return self.failover_interval.total_seconds()
+            return max(0.0, self.failover_interval.total_seconds() - (now - record.failing_since))
+
+    def start_pinging(self, path: str) -> bool:
+        """True for the one caller that should start the entity's pinger."""
+        with self._lock:
+            record = self._record(path)
+            if not record.failed_over or record.pinging:
+                return False
+            record.pinging = True
+            return True
+
+    def ping_succeeded(self, path: str) -> None:
+        with self._lock:
+            record = self._record(path)
+            record.failed_over = False
+            record.failing_since = None
+            record.pinging = False
+
+    def ping_stopped(self, path: str) -> None:
+        with self._lock:
+            self._record(path).pinging = False
+
+    def failed_over_entities(self) -> list[str]:
+        with self._lock:
+            return sorted(p for p, r in self._entities.items() if r.failed_over)
+
+    # ---- backlog rotation ---------------------------------------------------------------------
+
+    def pick_backlog(self, current: int | None) -> int | None:
+        """The sender's backlog queue: ``current`` while it is in the rotation, else a random one."""
+        with self._lock:
+            if current is not None and current in self._available:
+                return current
+            if not self._available:
+                return None
+            return self.rng.choice(sorted(self._available))
+
+    def drop_backlog(self, index: int) -> None:
+        with self._lock:
+            self._available.discard(index)
+
+    def available_backlogs(self) -> list[int]:
+        with self._lock:
+            return sorted(self._available)
