@@ -56,13 +56,14 @@ def _error(exc: SodaliteError) -> web.Response:
 
 
 UNAUTHENTICATED = frozenset({"/health", "/metrics"})
+OWN_AUTHORIZATION = ("/api/v1/", "/console")  # the JSON API and the console authorize their own requests
 
 
 @web.middleware
 async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         # /health and /metrics are for probes and scrapers, which carry no token.
-        if request.path not in UNAUTHENTICATED:
+        if request.path not in UNAUTHENTICATED and not request.path.startswith(OWN_AUTHORIZATION):
             token = request.headers.get("Authorization") or request.headers.get("ServiceBusAuthorization")
             if not token:
                 raise Unauthorized("the request has no SharedAccessSignature Authorization header")
@@ -274,9 +275,13 @@ async def delete_rule(request: web.Request) -> web.Response:
 
 
 def application(manager: AdminService, *, keys: _keys.KeyAuthority | None = None,
-                stores: _stores.StoreSwitch | None = None) -> web.Application:
+                stores: _stores.StoreSwitch | None = None,
+                faces: Callable[[web.Application], None] | None = None) -> web.Application:
+    """The ATOM API; ``faces`` registers more routes (the JSON API, the console) before its catch-alls."""
     app = web.Application(middlewares=[errors_and_auth], client_max_size=4 * 1024 * 1024)
     app[MANAGER] = manager
+    if faces is not None:
+        faces(app)
     if stores is not None:  # the outage switch
         _stores.add_routes(app, stores)
     if keys is not None:  # rights-aware authorization and the regenerate-keys routes
