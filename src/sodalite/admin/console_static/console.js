@@ -201,6 +201,7 @@ function createForm() {
       await api("POST", "/entities", { kind: kind.value, path: path.value.trim(), properties: props });
       notice(`Created ${kind.value} ${path.value.trim()}`);
       path.value = "";
+      properties.value = "";
       await refreshNamespace();
     });
   } },
