@@ -176,7 +176,8 @@ class BrokerControl:
             numbers = moves.select(source, queue, states, selection.sql_filter)
         if dry_run:
             return MoveOutcome(len(numbers), 0, 0)
-        result = await moves.move(source, queue, numbers, destination, store_name=lambda p: p.worker.name)
+        result = await moves.move(source, queue, numbers, destination, store_name=lambda p: p.worker.name,
+                                  states=states)
         return MoveOutcome(len(numbers), result.moved, result.skipped)
 
     async def cancel_scheduled(self, path: str, sequence_numbers: Sequence[int]) -> None:

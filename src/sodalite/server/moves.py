@@ -130,10 +130,11 @@ def _route_drafts(target: Entity, drafts: list[MessageDraft]) -> list[tuple[Part
 
 
 async def move(source: Entity, sub: SubQueue, sequence_numbers: Sequence[int], target: Entity, *,
-               store_name: Callable[[PartitionActor], str], chunk: int = CHUNK,
-               progress: Progress | None = None) -> MoveResult:
-    """Move the named messages from ``source``'s ``sub`` into ``target`` (a queue or subscription,
-    already resolved past forwarding); see the module docstring for what is kept and how."""
+               store_name: Callable[[PartitionActor], str], states: frozenset[MessageState] | None = None,
+               chunk: int = CHUNK, progress: Progress | None = None) -> MoveResult:
+    """Move the named messages from ``source``'s ``sub`` (those in ``states``, when given) into
+    ``target`` (a queue or subscription, already resolved past forwarding); see the module docstring
+    for what is kept and how."""
     groups = _by_partition(source.actor, sequence_numbers)
     for partition, numbers in groups:  # refuse up front what the target could never take
         messages = partition.queues[sub].messages
@@ -143,7 +144,7 @@ async def move(source: Entity, sub: SubQueue, sequence_numbers: Sequence[int], t
     for partition, numbers in groups:
         for start in range(0, len(numbers), chunk):
             part = numbers[start : start + chunk]
-            moved += await _move_chunk(partition, sub, part, target, store_name)
+            moved += await _move_chunk(partition, sub, part, target, store_name, states)
             done += len(part)
             if progress is not None:
                 progress(done, total)
@@ -151,8 +152,8 @@ async def move(source: Entity, sub: SubQueue, sequence_numbers: Sequence[int], t
 
 
 async def _move_chunk(source: PartitionActor, sub: SubQueue, numbers: list[int], target: Entity,
-                      store_name: Callable[[PartitionActor], str]) -> int:
-    records = source.take_for_move(sub, numbers)
+                      store_name: Callable[[PartitionActor], str], states: frozenset[MessageState] | None) -> int:
+    records = source.take_for_move(sub, numbers, states)
     if not records:
         return 0
     drafts = [moved_draft(r) for r in records]

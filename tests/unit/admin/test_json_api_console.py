@@ -384,6 +384,9 @@ def test_peek_pages_show_send_resubmit_move_purge_and_cancel(caplog: pytest.LogC
                                             headers=ADMIN)).json()
         assert len(scheduled["messages"]) == 1 and scheduled["messages"][0]["state"] == "Scheduled"
         number = scheduled["messages"][0]["sequenceNumber"]
+        response = await client.post("/api/v1/entities/orders/$move", headers=ADMIN,
+                                     json={"sequenceNumbers": [number], "subQueue": "active", "target": "parking"})
+        assert await response.json() == {"selected": 1, "moved": 0, "skipped": 1}  # not an active message
         response = await client.post("/api/v1/entities/orders/$cancel-scheduled", headers=ADMIN,
                                      json={"sequenceNumbers": [number]})
         assert response.status == 200

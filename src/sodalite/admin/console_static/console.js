@@ -238,7 +238,7 @@ async function renderEntity(path) {
       }) }, "Delete")));
   const sections = [el("h1", {}, `${entity.kind} ${entity.path}`), counts];
   if (entity.kind !== "topic") sections.push(browser(entity));
-  sections.push(sendForm(entity));
+  if (entity.kind !== "subscription") sections.push(sendForm(entity));
   if (entity.kind === "subscription") sections.push(await rulesPanel(entity));
   sections.push(editor);
   main.replaceChildren(...sections);
