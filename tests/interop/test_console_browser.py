@@ -130,13 +130,16 @@ def test_the_console_story_from_login_to_delete(console_broker: BrokerProcess, b
     with ServiceBusClient.from_connection_string(console_broker.connection_string) as client, \
             client.get_queue_sender("existing") as sender:
         sender.send_messages(ServiceBusMessage("counted"))
-    wait_for(driver, lambda d: count_cell(d, "existing", "active") == "1", "the count did not refresh")
+    wait_for(driver, lambda d: (count_cell(d, "existing", "active") == "1"
+                                and count_cell(d, "existing", "inRate") != "0.0"),
+             "the count and the rate did not refresh")
     assert driver.execute_script("return window.__sameDocument;") == 42  # no reload happened
     driver.save_screenshot(str(SHOTS / "namespace.png"))
 
     # Send a message from the console, then see it in the browser.
     driver.find_element(By.LINK_TEXT, QUEUE).click()
     wait_for(driver, lambda d: d.find_elements(By.ID, "send-body"), "no entity page")
+    assert driver.find_elements(By.CSS_SELECTOR, "#rates svg polyline")  # the in/out chart
     fill(driver, "send-body", json.dumps({"order": 17, "items": ["sodalite", "quartz"]}))
     fill(driver, "send-content-type", "application/json")
     fill(driver, "send-message-id", "order-17")

@@ -83,6 +83,8 @@ class EntityRecord:
     availability: str  # Available | Limited
     topic: str | None = None  # a subscription's topic
     properties: Mapping[str, Any] = field(default_factory=dict)  # Config.json names (detail views only)
+    messages_in: int = 0  # since the broker started: acknowledged sends (faces turn two readings into a rate)
+    messages_out: int = 0  # since the broker started: completed, or received in ReceiveAndDelete
 
 
 @dataclass(frozen=True, slots=True)

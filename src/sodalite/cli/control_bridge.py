@@ -93,7 +93,17 @@ class BrokerControl:
             raise EntityNotFound(f"the messaging entity '{path}' could not be found")
         return entity
 
-    def _record(self, entity: Entity, *, detail: bool) -> EntityRecord:
+    def _totals(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Messages in and out per entity label since the start (the broker's Prometheus counters)."""
+        def totals(counter: Any) -> dict[str, int]:
+            return {sample.labels["entity"]: int(sample.value) for metric in counter.collect()
+                    for sample in metric.samples if sample.name.endswith("_total")}
+
+        metrics = self.broker.metrics
+        return totals(metrics.messages_in), totals(metrics.messages_out)
+
+    def _record(self, entity: Entity, *, detail: bool,
+                totals: tuple[dict[str, int], dict[str, int]] | None = None) -> EntityRecord:
         partitions = each(entity.actor)
         counts = entity.actor.counts()
         deferred = sum(p.partition.count(MessageState.DEFERRED) for p in partitions)
@@ -101,18 +111,21 @@ class BrokerControl:
         if entity.kind == TOPIC:
             size += sum(sub.actor.size_in_bytes() for sub in entity.subscriptions.values())
         properties = entity.properties.to_json() if detail else {}
+        sent, removed = totals if totals is not None else self._totals()
         return EntityRecord(
             path=entity.name, kind=entity.kind,
             counts=EntityCounts(active=counts["active"], dead_letter=counts["dead_letter"],
                                 scheduled=counts["scheduled"], deferred=deferred, transfer=counts["transfer"],
                                 transfer_dead_letter=counts["transfer_dead_letter"], size_in_bytes=size),
             availability="Available" if entity.actor.available else "Limited",
-            topic=entity.topic.name if entity.topic is not None else None, properties=properties)
+            topic=entity.topic.name if entity.topic is not None else None, properties=properties,
+            messages_in=sent.get(entity.name, 0), messages_out=removed.get(entity.name, 0))
 
     def entity_records(self) -> list[EntityRecord]:
         kinds = (QUEUE, TOPIC, SUBSCRIPTION)
         found = [e for e in self.broker.entities.values() if e.kind in kinds]
-        return [self._record(e, detail=False) for e in sorted(found, key=lambda e: e.name.lower())]
+        totals = self._totals()
+        return [self._record(e, detail=False, totals=totals) for e in sorted(found, key=lambda e: e.name.lower())]
 
     def entity_record(self, path: str) -> EntityRecord | None:
         entity = self.broker.entity(path.strip("/"))

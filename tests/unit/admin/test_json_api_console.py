@@ -323,6 +323,8 @@ def test_namespace_entities_and_rules_round_trip(caplog: pytest.LogCaptureFixtur
         await send(env, "events", {"body": "b", "applicationProperties": {"color": "blue"}})
         red = env.broker.entity("events/subscriptions/red")
         assert red is not None and red.actor.counts()["active"] == 1
+        listed = {e["path"]: e for e in await (await client.get("/api/v1/entities", headers=ADMIN)).json()}
+        assert listed["events"]["messagesIn"] == 2 and listed["orders"]["messagesIn"] == 0
 
         assert (await client.delete("/api/v1/entities/made", headers=ADMIN)).status == 200
         assert (await client.get("/api/v1/entities/made", headers=ADMIN)).status == 404
@@ -435,7 +437,10 @@ def test_keys_stores_openapi_and_the_console_assets() -> None:
         assert "default-src 'self'" in page.headers["Content-Security-Policy"]
         script = await client.get("/console/console.js")
         assert script.status == 200 and script.content_type == "text/javascript"
-        assert "http://" not in await script.text() and "https://" not in await script.text()  # no CDN
+        code = (await script.text()).replace('"http://www.w3.org/2000/svg"', "")  # the SVG namespace, not a fetch
+        assert "http://" not in code and "https://" not in code  # no CDN
+        assert all(ref.startswith(("/console/", "data:")) for ref in
+                   __import__("re").findall(r'(?:src|href)="([^"#]+)"', await page.text()))
         assert (await client.get("/console/other.js")).status == 404
         # The ATOM API is still there and still wants its own token.
         assert (await client.get("/$Resources/queues")).status == 401

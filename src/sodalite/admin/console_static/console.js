@@ -72,6 +72,11 @@ function stopTimer() {
   state.timer = null;
 }
 
+function startTimer(refresh) {
+  stopTimer(); // one refresher at a time, whichever page asked last
+  state.timer = setInterval(() => { refresh().catch((e) => showError(e.message)); }, 2000);
+}
+
 async function guarded(action) {
   try {
     showError("");
@@ -106,8 +111,8 @@ function renderLogin(message) {
     guarded(async () => {
       const session = await api("POST", "/login", { keyName: keyName.value, key: key.value });
       startSession(session);
-      location.hash = "#/";
-      route();
+      if (location.hash && location.hash !== "#/") location.hash = "#/"; // the hashchange routes
+      else route();
     });
   } },
     el("h1", { text: "Log in" }),
@@ -127,6 +132,55 @@ function startSession(session) {
   document.getElementById("ns").textContent = session.namespace;
 }
 
+// ---- message rates: two readings of the broker's counters make a rate ---------------------------------------
+
+const rates = new Map(); // path -> { at, in, out, inRate, outRate, history: [[in/s, out/s], ...] }
+
+function noteRate(entity) {
+  const now = performance.now();
+  const last = rates.get(entity.path);
+  if (last && now - last.at < 1000) return last; // readings too close together make no rate
+  const entry = { at: now, in: entity.messagesIn, out: entity.messagesOut, inRate: 0, outRate: 0,
+                  history: last ? last.history : [] };
+  if (last && now > last.at) {
+    const seconds = (now - last.at) / 1000;
+    entry.inRate = Math.max(0, (entity.messagesIn - last.in) / seconds);
+    entry.outRate = Math.max(0, (entity.messagesOut - last.out) / seconds);
+    entry.history = [...last.history, [entry.inRate, entry.outRate]].slice(-60);
+  }
+  rates.set(entity.path, entry);
+  return entry;
+}
+
+function rateText(value) {
+  return value >= 10 ? value.toFixed(0) : value.toFixed(1);
+}
+
+function chart(history) {
+  const ns = "http://www.w3.org/2000/svg";
+  const width = 360, height = 80;
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("width", width);
+  svg.setAttribute("height", height);
+  svg.setAttribute("id", "rate-chart");
+  svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", "messages in and out per second");
+  const top = Math.max(1, ...history.flat());
+  const frame = document.createElementNS(ns, "rect");
+  for (const [k, v] of [["x", 0], ["y", 0], ["width", width], ["height", height], ["fill", "#fff"], ["stroke", "#e1e4e8"]]) frame.setAttribute(k, v);
+  svg.append(frame);
+  [[0, "#2c6fbb"], [1, "#c0562c"]].forEach(([index, color]) => {
+    const line = document.createElementNS(ns, "polyline");
+    const points = history.map((pair, i) => `${(i / 59) * width},${height - 4 - (pair[index] / top) * (height - 8)}`);
+    line.setAttribute("points", points.join(" "));
+    line.setAttribute("fill", "none");
+    line.setAttribute("stroke", color);
+    line.setAttribute("stroke-width", "2");
+    svg.append(line);
+  });
+  return svg;
+}
+
 // ---- the namespace page ----------------------------------------------------------------------------------
 
 const COUNT_COLUMNS = [
@@ -141,6 +195,8 @@ function entityRow(entity) {
     el("td", {}, el("a", { href: "#/entity/" + encodeURIComponent(entity.path) }, entity.path)),
     el("td", {}, entity.kind), ...cells,
     el("td", { class: "num", "data-count": "sizeInBytes" }, formatBytes(entity.counts.sizeInBytes)),
+    el("td", { class: "num", "data-count": "inRate" }, rateText(noteRate(entity).inRate)),
+    el("td", { class: "num", "data-count": "outRate" }, rateText(rates.get(entity.path).outRate)),
     el("td", { "data-count": "availability" }, entity.availability));
 }
 
@@ -150,12 +206,13 @@ async function renderNamespace() {
   const table = el("table", { id: "entity-table" },
     el("thead", {}, el("tr", {}, el("th", {}, "Entity"), el("th", {}, "Kind"),
                        ...COUNT_COLUMNS.map(([, label]) => el("th", { class: "num" }, label)),
-                       el("th", { class: "num" }, "Size"), el("th", {}, "Availability"))),
+                       el("th", { class: "num" }, "Size"), el("th", { class: "num" }, "In/s"),
+                       el("th", { class: "num" }, "Out/s"), el("th", {}, "Availability"))),
     body);
   const refreshed = el("span", { id: "refreshed", class: "muted" });
   main.replaceChildren(el("h1", {}, "Entities ", refreshed), createForm(), table);
   await refreshNamespace();
-  state.timer = setInterval(() => { refreshNamespace().catch((e) => showError(e.message)); }, 2000);
+  startTimer(refreshNamespace);
 }
 
 async function refreshNamespace() {
@@ -171,9 +228,11 @@ async function refreshNamespace() {
       body.append(entityRow(entity));
       continue;
     }
+    const rate = noteRate(entity);
     for (const cell of row.querySelectorAll("[data-count]")) {
       const key = cell.dataset.count;
       const text = key === "availability" ? entity.availability
+        : key === "inRate" ? rateText(rate.inRate) : key === "outRate" ? rateText(rate.outRate)
         : key === "sizeInBytes" ? formatBytes(entity.counts.sizeInBytes) : String(entity.counts[key]);
       if (cell.textContent !== text) cell.textContent = text;
     }
@@ -236,13 +295,17 @@ async function renderEntity(path) {
         notice(`Deleted ${entity.path}`);
         location.hash = "#/";
       }) }, "Delete")));
-  const sections = [el("h1", {}, `${entity.kind} ${entity.path}`), counts];
+  noteRate(entity);
+  const rateBox = el("div", { class: "panel", id: "rates" }, el("h2", {}, "Messages per second ",
+    el("span", { class: "muted", id: "rate-now" }, "in 0 · out 0")), chart(rates.get(entity.path).history),
+    el("div", { class: "muted" }, "blue: in (acknowledged sends) · orange: out (completed or received)"));
+  const sections = [el("h1", {}, `${entity.kind} ${entity.path}`), counts, rateBox];
   if (entity.kind !== "topic") sections.push(browser(entity));
   if (entity.kind !== "subscription") sections.push(sendForm(entity));
   if (entity.kind === "subscription") sections.push(await rulesPanel(entity));
   sections.push(editor);
   main.replaceChildren(...sections);
-  state.timer = setInterval(() => { refreshCounts(entity.path).catch((e) => showError(e.message)); }, 2000);
+  startTimer(() => refreshCounts(entity.path));
 }
 
 async function refreshCounts(path) {
@@ -253,6 +316,11 @@ async function refreshCounts(path) {
     if (cell.textContent !== text) cell.textContent = text;
   }
   state.counts = entity.counts;
+  const rate = noteRate(entity);
+  const now = document.getElementById("rate-now");
+  if (now) now.textContent = `in ${rateText(rate.inRate)} · out ${rateText(rate.outRate)}`;
+  const old = document.getElementById("rate-chart");
+  if (old) old.replaceWith(chart(rate.history));
 }
 
 // ---- the message browser ------------------------------------------------------------------------------------
