@@ -432,15 +432,24 @@ def _split_subscription(path: str) -> tuple[str, str]:
     return topic, name
 
 
+_PLAIN = (str, int, float, bool, type(None))
+_FIELD_NAMES: dict[type, tuple[tuple[str, str], ...]] = {}  # record class -> (attribute, JSON name) pairs
+
+
 def to_json(value: Any) -> Any:
     """A record (or a list of them) as JSON values: bodies as base64, enums as their values."""
-    if is_dataclass(value) and not isinstance(value, type):
-        return {_camel(f.name): to_json(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, _PLAIN) and not isinstance(value, enum.Enum):
+        return value
+    names = _FIELD_NAMES.get(type(value))
+    if names is None and is_dataclass(value) and not isinstance(value, type):
+        names = _FIELD_NAMES[type(value)] = tuple((f.name, _camel(f.name)) for f in fields(value))
+    if names is not None:
+        return {camel: to_json(getattr(value, name)) for name, camel in names}
     if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")
     if isinstance(value, enum.Enum):
         return value.value
-    if isinstance(value, Mapping):
+    if isinstance(value, dict | Mapping):
         return {str(k): to_json(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [to_json(v) for v in value]
