@@ -417,10 +417,16 @@ async def move(request: web.Request) -> web.Response:
     chosen = sum((numbers is not None, bool(sql), everything))
     if chosen != 1:
         raise ArgumentError("choose the messages with exactly one of sequenceNumbers, filter, or all: true")
-    outcome = await request.app[CONTROL].move(caller, _path(request), _sub_queue(body.get("subQueue")),
-                                              Selection(numbers, sql), _opt_str(body, "target"),
-                                              dry_run=body.get("dryRun") is True)
-    return _ok(outcome)
+    control = request.app[CONTROL]
+    sub, selection, target = _sub_queue(body.get("subQueue")), Selection(numbers, sql), _opt_str(body, "target")
+    if body.get("background") is True:
+        operation = await control.start_move(caller, _path(request), sub, selection, target)
+        return _ok(operation, 202)
+    return _ok(await control.move(caller, _path(request), sub, selection, target, dry_run=body.get("dryRun") is True))
+
+
+async def operation(request: web.Request) -> web.Response:
+    return _ok(request.app[CONTROL].operation(caller_of(request), request.match_info["id"]))
 
 
 async def cancel_scheduled(request: web.Request) -> web.Response:
@@ -506,6 +512,7 @@ def add_routes(app: web.Application, control: ControlPlane, sessions: Sessions |
     r.add_get(entity, get_entity)
     r.add_put(entity, update_entity)
     r.add_delete(entity, delete_entity)
+    r.add_get(PREFIX + "/operations/{id}", operation)
     r.add_get(PREFIX + "/keys", keys)
     r.add_post(PREFIX + "/keys/regenerate", regenerate_key)
     r.add_get(PREFIX + "/stores", stores)

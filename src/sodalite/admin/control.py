@@ -18,15 +18,17 @@ on its target; entities, rules, keys, stores and the namespace listing need Mana
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import enum
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, is_dataclass
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, Protocol
 
 from sodalite.admin.service import AdminService
-from sodalite.errors import ArgumentError, EntityNotFound, Forbidden
+from sodalite.errors import ArgumentError, EntityNotFound, Forbidden, SodaliteError
 from sodalite.model.authorization import AccessRights, Authorization
 from sodalite.model.entities import (
     DEFAULT_RULE_NAME,
@@ -175,6 +177,21 @@ class MoveOutcome:
     skipped: int  # locked, or gone meanwhile
 
 
+@dataclass(frozen=True, slots=True)
+class OperationRecord:
+    """A move running in the background, for its progress: ``state`` is running, succeeded or failed."""
+
+    id: str
+    kind: str
+    source: str
+    target: str
+    state: str
+    done: int
+    total: int
+    outcome: MoveOutcome | None = None
+    error: str | None = None
+
+
 # ---- the runtime port ---------------------------------------------------------------------------------
 
 
@@ -196,9 +213,10 @@ class RuntimePort(Protocol):
     async def purge(self, path: str, sub: SubQueueName) -> int: ...
 
     async def move(self, path: str, sub: SubQueueName, selection: Selection, target: str,
-                   dry_run: bool = False) -> MoveOutcome:
+                   dry_run: bool = False, progress: Callable[[int, int], None] | None = None) -> MoveOutcome:
         """Raises FilterSyntaxError for a filter that does not parse, before anything moves; with
-        ``dry_run`` nothing moves and the outcome says how many messages were selected."""
+        ``dry_run`` nothing moves and the outcome says how many messages were selected. ``progress``
+        hears (done, total) after each chunk."""
 
     async def cancel_scheduled(self, path: str, sequence_numbers: Sequence[int]) -> None: ...
 
@@ -232,10 +250,15 @@ def _require(granted: Authorization, path: str, right: AccessRights) -> None:
         raise Forbidden(f"Unauthorized access. '{right.value}' claim(s) are required to perform this operation.")
 
 
+MAX_OPERATIONS = 100  # finished background operations remembered for their callers
+
+
 class ControlPlane:
     def __init__(self, runtime: RuntimePort, admin: AdminService) -> None:
         self.runtime = runtime
         self.admin = admin
+        self._operations: dict[str, OperationRecord] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
 
     @property
     def namespace(self) -> str:
@@ -335,6 +358,51 @@ class ControlPlane:
         self._audit(caller, "move", source.path, sub_queue=sub.value, to=destination.path,
                     selected=outcome.selected, moved=outcome.moved, skipped=outcome.skipped)
         return outcome
+
+    async def start_move(self, caller: Caller, path: str, sub: SubQueueName, selection: Selection,
+                         target: str | None = None) -> OperationRecord:
+        """A move in the background: checked (rights, entities, filter) and counted now, so a refused
+        request changes nothing; its progress is read with :meth:`operation`."""
+        preview = await self.move(caller, path, sub, selection, target, dry_run=True)
+        source = self._entity(path)
+        destination = self._entity(target) if target else source
+        record = OperationRecord(uuid.uuid4().hex, "move", source.path, destination.path, "running", 0,
+                                 preview.selected)
+        self._remember(record)
+
+        def progress(done: int, total: int) -> None:
+            self._operations[record.id] = replace(self._operations[record.id], done=done, total=total)
+
+        async def run() -> None:
+            try:
+                outcome = await self.runtime.move(source.path, sub, selection, destination.path, False, progress)
+            except SodaliteError as exc:
+                self._operations[record.id] = replace(self._operations[record.id], state="failed",
+                                                      error=exc.description)
+                self._audit(caller, "move-failed", source.path, to=destination.path, error=exc.condition)
+                return
+            self._operations[record.id] = replace(self._operations[record.id], state="succeeded",
+                                                  done=outcome.selected, total=outcome.selected, outcome=outcome)
+            self._audit(caller, "move", source.path, sub_queue=sub.value, to=destination.path,
+                        selected=outcome.selected, moved=outcome.moved, skipped=outcome.skipped)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return record
+
+    def _remember(self, record: OperationRecord) -> None:
+        self._operations[record.id] = record
+        finished = [k for k, v in self._operations.items() if v.state != "running"]
+        for key in finished[: max(0, len(self._operations) - MAX_OPERATIONS)]:
+            del self._operations[key]
+
+    def operation(self, caller: Caller, operation_id: str) -> OperationRecord:
+        record = self._operations.get(operation_id)
+        if record is None:
+            raise EntityNotFound(f"there is no operation '{operation_id}'")
+        self._check(caller, record.source, AccessRights.LISTEN)
+        return record
 
     async def cancel_scheduled(self, caller: Caller, path: str, sequence_numbers: Sequence[int]) -> None:
         self._check(caller, path, AccessRights.SEND)  # as the SDK's cancel_scheduled_messages needs

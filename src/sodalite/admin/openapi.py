@@ -87,6 +87,8 @@ def document(max_peek: int, max_body: int) -> dict[str, Any]:
                     "filter": {"type": "string", "description": "a Service Bus SQL filter over properties"},
                     "all": {"type": "boolean"},
                     "dryRun": {"type": "boolean", "description": "count what would move; change nothing"},
+                    "background": {"type": "boolean",
+                                   "description": "answer 202 with an operation to follow at /api/v1/operations/{id}"},
                     "target": {"type": "string", "description": "default: the source entity (resubmit)"}}},
                 "MoveOutcome": {"type": "object", "properties": {
                     "selected": {"type": "integer"}, "moved": {"type": "integer"}, "skipped": {"type": "integer"}}},
@@ -133,6 +135,8 @@ def document(max_peek: int, max_body: int) -> dict[str, Any]:
                                  "post": _op("Add a rule (Config.json shape)", "Manage", obj, obj, [_PATH], "201")},
             entity + "/$rules/{rule}": {"put": _op("Replace a rule", "Manage", obj, obj, [_PATH]),
                                         "delete": _op("Delete a rule", "Manage", params=[_PATH])},
+            "/api/v1/operations/{id}": {"get": _op("A background move's progress and outcome",
+                                                   "Listen on its source", obj)},
             "/api/v1/keys": {"get": _op("Shared access rules and their keys", "Manage", obj)},
             "/api/v1/keys/regenerate": {"post": _op("Regenerate a rule's primary or secondary key", "Manage", obj, {
                 "type": "object", "properties": {"entity": {"type": "string"}, "keyName": {"type": "string"},

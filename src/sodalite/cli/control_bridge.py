@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sodalite.admin.control import (
@@ -179,7 +179,7 @@ class BrokerControl:
         return (await moves.purge(entity, queue, states)).moved
 
     async def move(self, path: str, sub: SubQueueName, selection: Selection, target: str,
-                   dry_run: bool = False) -> MoveOutcome:
+                   dry_run: bool = False, progress: Callable[[int, int], None] | None = None) -> MoveOutcome:
         source = self._entity(path)
         destination = moves.resolve_target(lambda e: self.broker.route(e).entity, self._entity(target))
         queue, states = _SUB_QUEUES[sub]
@@ -190,7 +190,7 @@ class BrokerControl:
         if dry_run:
             return MoveOutcome(len(numbers), 0, 0)
         result = await moves.move(source, queue, numbers, destination, store_name=lambda p: p.worker.name,
-                                  states=states)
+                                  states=states, progress=progress)
         return MoveOutcome(len(numbers), result.moved, result.skipped)
 
     async def cancel_scheduled(self, path: str, sequence_numbers: Sequence[int]) -> None:

@@ -446,3 +446,38 @@ def test_keys_stores_openapi_and_the_console_assets() -> None:
         assert (await client.get("/$Resources/queues")).status == 401
 
     run(test)
+
+
+def test_a_background_move_reports_its_progress_and_outcome() -> None:
+    async def test(env: Env) -> None:
+        client = env.client
+        for i in range(12):
+            await send(env, "orders", {"body": f"b{i}", "messageId": f"b{i}"})
+        await dead_letter_everything(env, "orders")
+        response = await client.post("/api/v1/entities/orders/$move", headers=ADMIN,
+                                     json={"filter": "nosuch = = 1", "subQueue": "deadletter", "background": True})
+        assert response.status == 400  # checked before it starts
+        response = await client.post("/api/v1/entities/orders/$move", headers=bearer("listener"),
+                                     json={"all": True, "subQueue": "deadletter", "target": "parking",
+                                           "background": True})
+        assert response.status == 403  # no Send on the target
+        response = await client.post("/api/v1/entities/orders/$move", headers=ADMIN,
+                                     json={"all": True, "subQueue": "deadletter", "target": "parking",
+                                           "background": True})
+        assert response.status == 202
+        operation = await response.json()
+        assert operation["total"] == 12 and operation["source"] == "orders" and operation["target"] == "parking"
+        for _ in range(200):
+            operation = await (await client.get(f"/api/v1/operations/{operation['id']}", headers=ADMIN)).json()
+            if operation["state"] != "running":
+                break
+            await asyncio.sleep(0.02)
+        assert operation["state"] == "succeeded"
+        assert operation["outcome"] == {"selected": 12, "moved": 12, "skipped": 0}
+        assert operation["done"] == operation["total"] == 12
+        assert env.broker.entity("parking").actor.counts()["active"] == 12  # type: ignore[union-attr]
+        response = await client.get(f"/api/v1/operations/{operation['id']}", headers=bearer("sender"))
+        assert response.status == 403  # following it needs Listen on its source
+        assert (await client.get("/api/v1/operations/unknown", headers=ADMIN)).status == 404
+
+    run(test)

@@ -370,7 +370,19 @@ function browser(entity) {
     const preview = await api("POST", entityUrl(entity.path) + "/$move", { ...body, dryRun: true });
     const where = target.value.trim() || entity.path;
     if (!confirm(`Move ${preview.selected} message(s) from ${entity.path} (${sub.value}) to ${where}?`)) return;
-    const outcome = await api("POST", entityUrl(entity.path) + "/$move", body);
+    let outcome;
+    if (preview.selected > 500) { // a long move runs in the background; show its progress
+      let operation = await api("POST", entityUrl(entity.path) + "/$move", { ...body, background: true });
+      while (operation.state === "running") {
+        notice(`Moving: ${operation.done} of ${operation.total}`);
+        await new Promise((resolve) => setTimeout(resolve, 500));
+        operation = await api("GET", `/operations/${operation.id}`);
+      }
+      if (operation.state === "failed") throw new Error(operation.error);
+      outcome = operation.outcome;
+    } else {
+      outcome = await api("POST", entityUrl(entity.path) + "/$move", body);
+    }
     notice(`Moved ${outcome.moved} of ${outcome.selected} message(s) to ${where}` +
            (outcome.skipped ? ` (${outcome.skipped} locked or gone, left in place)` : ""));
     await load(b.from);
