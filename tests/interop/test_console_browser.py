@@ -20,7 +20,11 @@ from azure.servicebus.exceptions import MessagingEntityNotFoundError
 from broker_process import KEY, KEY_NAME, BrokerProcess, write_config
 
 webdriver = pytest.importorskip("selenium.webdriver")
-from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
+from selenium.common.exceptions import (  # noqa: E402
+    NoAlertPresentException,
+    NoSuchElementException,
+    StaleElementReferenceException,
+)
 from selenium.webdriver.chrome.options import Options  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -64,7 +68,8 @@ def browser() -> Iterator[WebDriver]:
 
 
 def wait_for(driver: WebDriver, condition: object, message: str = "") -> object:
-    return WebDriverWait(driver, WAIT).until(condition, message)  # type: ignore[arg-type]
+    waiting = WebDriverWait(driver, WAIT, ignored_exceptions=(StaleElementReferenceException, NoSuchElementException))
+    return waiting.until(condition, message)  # type: ignore[arg-type]
 
 
 def text_of(driver: WebDriver, css: str) -> str:
@@ -224,3 +229,66 @@ def test_an_expired_or_ended_login_returns_to_the_login_form(console_broker: Bro
     driver.delete_all_cookies()
     driver.get(base + "/console/#/keys")
     wait_for(driver, lambda d: d.find_elements(By.ID, "login-key"), "a page opened without a login")
+
+
+def log_in(driver: WebDriver, base: str) -> None:
+    driver.get(base + "/console/")
+    wait_for(driver, lambda d: d.find_elements(By.ID, "login-key") or d.find_elements(By.ID, "entity-table"),
+             "neither the login form nor the namespace page")
+    if driver.find_elements(By.ID, "login-key"):
+        fill(driver, "login-key-name", KEY_NAME)
+        fill(driver, "login-key", KEY)
+        driver.find_element(By.ID, "login-submit").click()
+    wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, 'tr[data-path="existing"]'), "no namespace page")
+
+
+def test_topics_subscriptions_rules_keys_and_stores_from_the_console(console_broker: BrokerProcess,
+                                                                     browser: WebDriver) -> None:
+    base = f"http://127.0.0.1:{console_broker.http_port}"
+    driver = browser
+    log_in(driver, base)
+    for kind, path in (("topic", "browser-events"), ("subscription", "browser-events/subscriptions/reds")):
+        Select(driver.find_element(By.ID, "create-kind")).select_by_value(kind)
+        fill(driver, "create-path", path)
+        driver.find_element(By.ID, "create-submit").click()
+        wait_for(driver, lambda d, p=path: d.find_elements(By.CSS_SELECTOR, f'tr[data-path="{p}"]'), f"{path} missing")
+
+    driver.get(base + "/console/#/entity/" + "browser-events%2Fsubscriptions%2Freds")
+    wait_for(driver, lambda d: d.find_elements(By.ID, "rule-add"), "no rules panel")
+    assert not driver.find_elements(By.ID, "send-body")  # one sends to the topic, not to a subscription
+    fill(driver, "rule-name", "broken")
+    fill(driver, "rule-filter", "color = = 'red'")
+    driver.find_element(By.ID, "rule-add").click()
+    wait_for(driver, lambda d: "color" in text_of(d, "#error") or "position" in text_of(d, "#error").lower(),
+             "the filter's syntax error is not shown")
+    fill(driver, "rule-name", "reds")
+    fill(driver, "rule-filter", "color = 'red'")
+    driver.find_element(By.ID, "rule-add").click()
+    wait_for(driver, lambda d: "reds" in text_of(d, "#rules") and "color = 'red'" in text_of(d, "#rules"),
+             "the rule is not listed")
+
+    # Delete the $Default rule (which takes everything); then only red messages reach the subscription.
+    driver.find_element(By.XPATH, "//div[@id='rules']//tr[td[text()='$Default']]//button").click()
+    assert "$Default" in accept_confirmation(driver)
+    wait_for(driver, lambda d: "$Default" not in text_of(d, "#rules") and "reds" in text_of(d, "#rules"),
+             "the $Default rule is still listed")
+    with ServiceBusClient.from_connection_string(console_broker.connection_string) as client, \
+            client.get_topic_sender("browser-events") as sender:
+        sender.send_messages([ServiceBusMessage("red one", application_properties={"color": "red"}),
+                              ServiceBusMessage("blue one", application_properties={"color": "blue"})])
+    driver.find_element(By.ID, "browse-peek").click()
+    wait_for(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#messages tr")) == 1,
+             "the red message is not listed alone")
+    driver.find_element(By.CSS_SELECTOR, "#messages tr td:nth-child(3)").click()
+    wait_for(driver, lambda d: text_of(d, "#message-body") == "red one", "the red message did not open")
+
+    driver.get(base + "/console/#/keys")
+    wait_for(driver, lambda d: KEY_NAME in text_of(d, "main"), "no keys page")
+    before = text_of(driver, "main")
+    driver.find_element(By.XPATH, "//button[text()='Regenerate secondary']").click()
+    assert "SecondaryKey" in accept_confirmation(driver)
+    wait_for(driver, lambda d: "Regenerated the SecondaryKey" in text_of(d, "#notice"), "no regeneration")
+    wait_for(driver, lambda d: text_of(d, "main") != before, "the key did not change on the page")
+
+    driver.get(base + "/console/#/stores")
+    wait_for(driver, lambda d: "default" in text_of(d, "main") and "online" in text_of(d, "main"), "no stores page")
