@@ -184,6 +184,8 @@ async def _move_chunk(source: PartitionActor, sub: SubQueue, numbers: list[int],
             raise
     ops.append(DeleteMessages(source_ref, tuple(r.sequence_number for r in records)))
     await source.commit_transaction(ops, forwarded)
+    if elsewhere:  # a rebuild of the source while the target committed may have brought copies back
+        source.queues[sub].take_unlocked(r.sequence_number for r in records)
     for partition, indexes in elsewhere:
         keys = [f"{store_name(source)}/{source_ref.entity}/{source_ref.partition}/{records[i].sequence_number}"
                 for i in indexes]
