@@ -46,7 +46,7 @@ from sodalite.store.port import AppendMessages, DeleteMessages, StoreOp
 
 log = logging.getLogger(__name__)
 
-CHUNK = 500  # messages per transaction
+CHUNK = 1000  # messages per transaction
 Progress = Callable[[int, int], None]  # (done so far, total)
 _ANNOTATIONS_TO_DROP = frozenset({wire.DEAD_LETTER_SOURCE})
 
@@ -57,17 +57,29 @@ class MoveResult:
     skipped: int  # asked for, but locked or not there
 
 
+_DEAD_LETTER_KEYS = (wire.DEAD_LETTER_REASON, wire.DEAD_LETTER_DESCRIPTION)
+_DEAD_LETTER_MARKS = tuple(k.encode() for k in _DEAD_LETTER_KEYS)
+
+
 def moved_draft(record: MessageRecord) -> MessageDraft:
-    """The record as it enters a move's target: every property kept but the dead-letter ones."""
+    """The record as it enters a move's target: every property kept but the dead-letter ones.
+
+    Only the application-properties section is decoded and re-encoded, and only when it may hold a
+    dead-letter property (an application-properties section that held nothing else goes, as the
+    message had none before it was dead-lettered)."""
     tail = record.tail
-    user = wire.application_properties(tail)
-    if wire.DEAD_LETTER_REASON in user or wire.DEAD_LETTER_DESCRIPTION in user:
-        kept = {k: v for k, v in user.items() if k not in (wire.DEAD_LETTER_REASON, wire.DEAD_LETTER_DESCRIPTION)}
-        tail = wire.replace_application_properties(tail, kept)
+    if any(mark in tail for mark in _DEAD_LETTER_MARKS):
+        section = next((s for s in amqp_message.split_sections(tail)
+                        if s.code == amqp_message.APPLICATION_PROPERTIES), None)
+        value = amqp_message.section_value(tail, section) if section is not None else None
+        if section is not None and isinstance(value, dict) and any(k in value for k in _DEAD_LETTER_KEYS):
+            kept = {k: v for k, v in value.items() if k not in _DEAD_LETTER_KEYS}
+            encoded = amqp_message.encode_section(amqp_message.APPLICATION_PROPERTIES, kept) if kept else b""
+            tail = tail[: section.start] + encoded + tail[section.end :]
     annotations, count = record.annotations, record.annotation_count
-    if count:
+    if count and wire.DEAD_LETTER_SOURCE.encode() in annotations:
         current = decode(amqp_message.encode_annotations(annotations, count)[3:])
-        if isinstance(current, dict) and any(str(k) in _ANNOTATIONS_TO_DROP for k in current):
+        if isinstance(current, dict):
             kept_annotations = {k: v for k, v in current.items() if str(k) not in _ANNOTATIONS_TO_DROP}
             annotations, count = amqp_message.map_entries(kept_annotations), len(kept_annotations)
     return MessageDraft(record.message_id, record.session_id, record.partition_key, record.time_to_live, None,
