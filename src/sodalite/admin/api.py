@@ -116,8 +116,6 @@ def error_response(exc: SodaliteError) -> web.Response:
     tracking_id = uuid.uuid4().hex
     status = exc.http_status
     code = _CODES.get(status, "Error")
-    if status == 404 and "rule" in exc.description:
-        code = "NotFound"
     log.log(logging.INFO if status < 500 else logging.WARNING, "JSON API error %s %s: %s TrackingId:%s",
             status, exc.condition, exc.description, tracking_id,
             extra={"tracking_id": tracking_id, "condition": exc.condition, "status": status, "kind": "http"})
@@ -181,12 +179,12 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
 
 
 def _http_error(exc: web.HTTPException) -> SodaliteError:
-    error = ArgumentError(exc.reason)
+    """aiohttp's own refusals (no route, wrong method) as our errors."""
     if exc.status == 404:
         return EntityNotFound(f"there is no such API route ({exc.reason})")
     if exc.status == 405:
         return ArgumentError("the API route does not take this method")
-    return error
+    return ArgumentError(exc.reason)
 
 
 # ---- request parsing ---------------------------------------------------------------------------------
