@@ -56,14 +56,15 @@ def _error(exc: SodaliteError) -> web.Response:
 
 
 UNAUTHENTICATED = frozenset({"/health", "/metrics"})
-OWN_AUTHORIZATION = ("/api/v1/", "/console")  # the JSON API and the console authorize their own requests
+OWN_AUTHORIZATION = ("/api/v1/", "/console/")  # the JSON API and the console authorize their own requests
 
 
 @web.middleware
 async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         # /health and /metrics are for probes and scrapers, which carry no token.
-        if request.path not in UNAUTHENTICATED and not request.path.startswith(OWN_AUTHORIZATION):
+        own = request.path == "/console" or request.path.startswith(OWN_AUTHORIZATION)
+        if request.path not in UNAUTHENTICATED and not own:
             token = request.headers.get("Authorization") or request.headers.get("ServiceBusAuthorization")
             if not token:
                 raise Unauthorized("the request has no SharedAccessSignature Authorization header")

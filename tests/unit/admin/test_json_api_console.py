@@ -442,8 +442,11 @@ def test_keys_stores_openapi_and_the_console_assets() -> None:
         assert all(ref.startswith(("/console/", "data:")) for ref in
                    __import__("re").findall(r'(?:src|href)="([^"#]+)"', await page.text()))
         assert (await client.get("/console/other.js")).status == 404
-        # The ATOM API is still there and still wants its own token.
+        # The ATOM API is still there and still wants its own token, for an entity named like the
+        # console too (only /console and /console/... are the console's).
         assert (await client.get("/$Resources/queues")).status == 401
+        assert (await client.get("/consolequeue")).status == 401
+        assert (await client.get("/console", allow_redirects=False)).status == 302
 
     run(test)
 
