@@ -43,8 +43,16 @@ async def _serve(request: web.Request) -> web.Response:
     return web.Response(body=_asset(name), content_type=content_type, charset="utf-8", headers=_HEADERS)
 
 
+async def _refuse(request: web.Request) -> web.Response:
+    return web.Response(status=405, text="the console only serves GET", headers=_HEADERS)
+
+
 def add_routes(app: web.Application) -> None:
-    """Register the console's routes (before the ATOM API's catch-all entity routes)."""
+    """Register the console's routes (before the ATOM API's catch-all entity routes). Every method on
+    ``/console`` and below is the console's, so nothing there reaches the ATOM API (whose token check
+    these paths skip)."""
     app.router.add_get("/console", _redirect)
     app.router.add_get("/console/", _serve)
     app.router.add_get("/console/{asset}", _serve)
+    app.router.add_route("*", "/console", _refuse)
+    app.router.add_route("*", "/console/{tail:.*}", _refuse)

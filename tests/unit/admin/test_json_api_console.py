@@ -447,6 +447,10 @@ def test_keys_stores_openapi_and_the_console_assets() -> None:
         assert (await client.get("/$Resources/queues")).status == 401
         assert (await client.get("/consolequeue")).status == 401
         assert (await client.get("/console", allow_redirects=False)).status == 302
+        for method in ("PUT", "DELETE", "POST"):  # never the ATOM API's, which would skip its token check
+            for path in ("/console", "/console/", "/console/x", "/console/x/y"):
+                assert (await client.request(method, path)).status == 405, (method, path)
+        assert (await client.get("/console/x/y")).status == 405
 
     run(test)
 
