@@ -49,6 +49,12 @@ class Unauthorized(SodaliteError):
     retryable = False
 
 
+class Forbidden(Unauthorized):
+    """The token is valid but lacks the right the operation needs (HTTP faces answer 403)."""
+
+    http_status = 403
+
+
 class MessageSizeExceeded(SodaliteError):
     """The message is larger than the entity allows."""
 
@@ -135,6 +141,12 @@ class ArgumentError(SodaliteError):
     condition = "com.microsoft:argument-error"
     http_status = 400
     retryable = False
+
+
+class PayloadTooLarge(ArgumentError):
+    """An HTTP request body is over the API's limit."""
+
+    http_status = 413
 
 
 class InternalError(SodaliteError):

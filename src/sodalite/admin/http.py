@@ -57,14 +57,17 @@ def _error(exc: SodaliteError) -> web.Response:
 
 
 UNAUTHENTICATED = frozenset({"/health", "/metrics"})
+OWN_AUTHORIZATION = ("/api/v1/", "/console/")  # the JSON API and the console authorize their own requests
 
 
 @web.middleware
 async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         # /health and /metrics are for probes and scrapers, which carry no token.
-        # AMQP over WebSockets authenticates inside the AMQP connection, as AMQP over TCP does.
-        if request.path not in UNAUTHENTICATED and not _websocket.is_websocket_path(request.path):
+        # AMQP over WebSockets authenticates inside the AMQP connection, as AMQP over TCP does; the JSON API
+        # and the console check their own tokens and sessions.
+        own = request.path == "/console" or request.path.startswith(OWN_AUTHORIZATION)
+        if request.path not in UNAUTHENTICATED and not own and not _websocket.is_websocket_path(request.path):
             token = request.headers.get("Authorization") or request.headers.get("ServiceBusAuthorization")
             if not token:
                 raise Unauthorized("the request has no SharedAccessSignature Authorization header")
@@ -281,12 +284,16 @@ async def delete_rule(request: web.Request) -> web.Response:
 
 def application(manager: AdminService, *, keys: _keys.KeyAuthority | None = None,
                 stores: _stores.StoreSwitch | None = None,
-                amqp: _websocket.AmqpEndpoint | None = None) -> web.Application:
-    """The management API; with ``amqp``, also AMQP over WebSockets at ``/$servicebus/websocket``."""
+                amqp: _websocket.AmqpEndpoint | None = None,
+                faces: Callable[[web.Application], None] | None = None) -> web.Application:
+    """The ATOM API; ``faces`` registers more routes (the JSON API, the console) before its catch-alls; with
+    ``amqp``, also AMQP over WebSockets at ``/$servicebus/websocket``."""
     app = web.Application(middlewares=[errors_and_auth], client_max_size=4 * 1024 * 1024)
     app[MANAGER] = manager
     if amqp is not None:
         _websocket.install(app, amqp)
+    if faces is not None:
+        faces(app)
     if stores is not None:  # the outage switch
         _stores.add_routes(app, stores)
     if keys is not None:  # rights-aware authorization and the regenerate-keys routes

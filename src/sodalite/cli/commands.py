@@ -23,6 +23,7 @@ from sodalite.amqp.types import Int, Long
 from sodalite.cli import connection_string
 from sodalite.cli.admin_client import AdminClient, AdminError, Listed
 from sodalite.cli.amqp_client import AmqpClient, ClientError
+from sodalite.cli.api_client import ApiClient, ApiError
 from sodalite.cli.export import export_namespace
 from sodalite.cli.message_codec import OutgoingMessage, describe_message, encode_message
 from sodalite.errors import ConfigurationError, SodaliteError
@@ -120,6 +121,8 @@ def register(commands: Any) -> None:
     regenerate.add_argument("--key", help="the new key (default: 32 random bytes, base64)")
     regenerate.set_defaults(handler=_regenerate_key)
 
+    _register_messages(commands)
+
     for kind in ENTITY_KINDS:
         parser = commands.add_parser(kind, help=f"manage {kind}s through the management API")
         actions = parser.add_subparsers(dest="action", required=True)
@@ -139,6 +142,42 @@ def register(commands: Any) -> None:
                 if kind == "subscription" and action == "create":
                     sub.add_argument("--sql-filter", help="the $Default rule's SQL filter (default: all messages)")
             sub.set_defaults(handler=_entity_command, kind=kind)
+
+
+_SUB_QUEUES: Final = ("active", "deferred", "scheduled", "deadletter", "transferdeadletter")
+
+
+def _register_messages(commands: Any) -> None:
+    """``sodalite messages ...``: the control plane's message operations, through its JSON API."""
+    messages = commands.add_parser("messages", help="purge, resubmit or move messages, cancel scheduled ones, "
+                                                    "list entities with their counts (the JSON API)")
+    actions = messages.add_subparsers(dest="action", required=True)
+    counts = actions.add_parser("counts", help="every entity with its message counts")
+    _admin_options(counts)
+    counts.set_defaults(handler=_messages_command)
+    purge = actions.add_parser("purge", help="delete every unlocked message of a sub-queue; prints the count")
+    _admin_options(purge)
+    purge.add_argument("entity", help="queue, or topic/subscriptions/subscription")
+    purge.add_argument("--sub-queue", choices=_SUB_QUEUES, default="active")
+    purge.set_defaults(handler=_messages_command)
+    for action, text in (("resubmit", "send messages (dead-lettered by default) back to their entity, atomically"),
+                         ("move", "move messages to another queue or subscription, atomically")):
+        sub = actions.add_parser(action, help=text)
+        _admin_options(sub)
+        sub.add_argument("entity", help="the source: queue, or topic/subscriptions/subscription")
+        if action == "move":
+            sub.add_argument("--to", required=True, help="the target queue or subscription")
+        sub.add_argument("--sub-queue", choices=_SUB_QUEUES, default="deadletter")
+        which = sub.add_mutually_exclusive_group(required=True)
+        which.add_argument("--sequence", type=int, nargs="+", help="these sequence numbers")
+        which.add_argument("--filter", help="those a Service Bus SQL filter over their properties selects")
+        which.add_argument("--all", action="store_true", help="every message of the sub-queue")
+        sub.set_defaults(handler=_messages_command)
+    cancel = actions.add_parser("cancel-scheduled", help="cancel scheduled messages by sequence number")
+    _admin_options(cancel)
+    cancel.add_argument("entity")
+    cancel.add_argument("sequence", type=int, nargs="+")
+    cancel.set_defaults(handler=_messages_command)
 
 
 def _rule_options(parser: argparse.ArgumentParser) -> None:
@@ -168,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
     except ClientError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    except AdminError as exc:
+    except (AdminError, ApiError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except (SodaliteError, ValueError) as exc:
@@ -390,6 +429,51 @@ def _export(args: argparse.Namespace) -> None:
     else:
         Path(args.output).write_text(document, encoding="utf-8")
         print(f"wrote {args.output}")
+
+
+def _api(args: argparse.Namespace) -> ApiClient:
+    settings = connection_string.from_environment(args.connection_string)
+    return ApiClient(settings.host, args.admin_port, settings.key_name, settings.key,
+                     context=None if args.http else _tls_context(args), timeout=args.timeout)
+
+
+def _messages_command(args: argparse.Namespace) -> None:
+    api = _api(args)
+    answer: Any
+    if args.action == "counts":
+        answer = api.call("GET", "/entities")
+        if not args.json:
+            for entity in answer:
+                c = entity["counts"]
+                print(f"{entity['path']}  {entity['kind']}  active {c['active']}  dead-letter {c['deadLetter']}  "
+                      f"scheduled {c['scheduled']}  deferred {c['deferred']}  {entity['availability']}")
+            return
+    elif args.action == "purge":
+        answer = api.call("POST", api.entity(args.entity) + "/$purge", {"subQueue": args.sub_queue})
+        if not args.json:
+            print(f"purged {answer['purged']}")
+            return
+    elif args.action == "cancel-scheduled":
+        answer = api.call("POST", api.entity(args.entity) + "/$cancel-scheduled", {"sequenceNumbers": args.sequence})
+        if not args.json:
+            print(f"cancelled {answer['cancelled']}")
+            return
+    else:
+        body: dict[str, Any] = {"subQueue": args.sub_queue}
+        if args.sequence:
+            body["sequenceNumbers"] = args.sequence
+        elif args.filter:
+            body["filter"] = args.filter
+        else:
+            body["all"] = True
+        if args.action == "move":
+            body["target"] = args.to
+        answer = api.call("POST", api.entity(args.entity) + "/$move", body)
+        if not args.json:
+            print(f"moved {answer['moved']} of {answer['selected']}" +
+                  (f" ({answer['skipped']} locked or gone, left in place)" if answer["skipped"] else ""))
+            return
+    print(json.dumps(answer))
 
 
 def _store_command(args: argparse.Namespace) -> None:

@@ -14,12 +14,15 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from sodalite import __version__
+from sodalite.admin import api, console
+from sodalite.admin.control import ControlPlane
 from sodalite.admin.http import application
 from sodalite.admin.tls import ensure_certificate, server_context
 from sodalite.cli import commands as client_commands
 from sodalite.cli import logging_setup
 from sodalite.cli import syphon as syphon_command
 from sodalite.cli.admin_bridge import BrokerAdmin
+from sodalite.cli.control_bridge import BrokerControl
 from sodalite.cli.key_bridge import BrokerKeys
 from sodalite.errors import ConfigurationError
 from sodalite.model.config import NamespaceConfig, default_namespace, load_config_text
@@ -158,8 +161,14 @@ async def _management_runner(args: argparse.Namespace, broker: Broker) -> web.Ap
     """The management API's application, when any port serves it."""
     if args.admin_port < 0 and args.http_port < 0 and not args.management_on_amqp_port:
         return None
-    app = application(BrokerAdmin(broker, datetime.datetime.now(datetime.UTC)),
-                      keys=BrokerKeys(broker, _shown_host(args.host)), stores=broker,
+    admin = BrokerAdmin(broker, datetime.datetime.now(datetime.UTC))
+    control = ControlPlane(BrokerControl(broker), admin)
+
+    def faces(app: web.Application) -> None:
+        api.add_routes(app, control)
+        console.add_routes(app)
+
+    app = application(admin, keys=BrokerKeys(broker, _shown_host(args.host)), stores=broker, faces=faces,
                       amqp=lambda: BrokerConnection(broker))  # AMQP over WebSockets, served as over TCP
     app.middlewares.append(_metrics_middleware(broker.metrics))
     runner = web.AppRunner(app)

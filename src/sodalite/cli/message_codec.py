@@ -64,7 +64,7 @@ def encode_message(message: OutgoingMessage) -> bytes:
     return bytes(out)
 
 
-def _plain(value: Any) -> Any:
+def plain_value(value: Any) -> Any:
     """A JSON-able spelling of a decoded AMQP value."""
     if isinstance(value, Timestamp):
         return datetime.datetime.fromtimestamp(int(value) / 1000, datetime.UTC).isoformat()
@@ -76,11 +76,11 @@ def _plain(value: Any) -> Any:
     if isinstance(value, uuid.UUID):
         return str(value)
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain_value(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [plain_value(v) for v in value]
     if isinstance(value, Described):
-        return _plain(value.value)
+        return plain_value(value.value)
     if isinstance(value, bool | int | float | str) or value is None:
         return value
     return str(value)
@@ -97,20 +97,20 @@ def describe_message(payload: bytes) -> dict[str, Any]:
         elif section.code == amqp_message.MESSAGE_ANNOTATIONS and isinstance(value, dict):
             annotations = {str(k): v for k, v in value.items()}
             shown["sequence_number"] = annotations.pop("x-opt-sequence-number", None)
-            shown["enqueued_time"] = _plain(annotations.pop("x-opt-enqueued-time", None))
+            shown["enqueued_time"] = plain_value(annotations.pop("x-opt-enqueued-time", None))
             state = annotations.pop("x-opt-message-state", None)
             if state is not None:
                 shown["state"] = _STATES.get(int(state), str(state))
             annotations.pop("x-opt-locked-until", None)
             if annotations:
-                shown["annotations"] = _plain(annotations)
+                shown["annotations"] = plain_value(annotations)
         elif section.code == amqp_message.PROPERTIES and isinstance(value, list):
             for name, item in zip(_PROPERTY_NAMES, value, strict=False):
                 if item is not None:
-                    shown[name] = _plain(item)
+                    shown[name] = plain_value(item)
         elif section.code == amqp_message.APPLICATION_PROPERTIES and isinstance(value, dict):
-            shown["application_properties"] = _plain(value)
+            shown["application_properties"] = plain_value(value)
         elif section.code in (amqp_message.DATA, amqp_message.AMQP_VALUE, amqp_message.AMQP_SEQUENCE):
-            bodies.append(_plain(value))
+            bodies.append(plain_value(value))
     shown["body"] = bodies[0] if len(bodies) == 1 else bodies
     return shown

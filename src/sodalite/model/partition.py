@@ -368,6 +368,18 @@ class Partition:
             self._remove(seq)
         return numbers
 
+    def take_unlocked(self, sequence_numbers: Iterable[int],
+                      states: frozenset[MessageState] | None = None) -> list[MessageRecord]:
+        """Remove the named messages that are here, unlocked and (if ``states`` is given) in one of
+        those states; others are skipped. For moves and purges: the caller deletes them in the store."""
+        taken: list[MessageRecord] = []
+        for seq in dict.fromkeys(sequence_numbers):
+            record = self.messages.get(seq)
+            if record is None or seq in self._locked_seq or (states is not None and record.state not in states):
+                continue
+            taken.append(self._remove(seq))
+        return taken
+
     # ---- time ---------------------------------------------------------------------------------
 
     def on_time(self, now: int) -> list[MessageUpdate]:

@@ -45,9 +45,11 @@ from sodalite.store.port import (
     AppendMessages,
     DeleteMessages,
     ForgetMessageIds,
+    ForgetMoveKeys,
     PartitionRef,
     PutSessionState,
     RememberMessageIds,
+    RememberMoveKeys,
     StoreOp,
     UpdateMessages,
 )
@@ -184,6 +186,7 @@ class PartitionActor:
         self.dead_letter_target: PartitionActor | None = None
         self._pending_bytes = 0
         self.dedup: DuplicateDetector | None = None
+        self.move_keys: set[str] = set()  # messages moved in from another store (see server/moves.py)
         self.last_activity = clock()  # for AutoDeleteOnIdle; a restart counts as activity
         # A partition of a partitioned entity: whether its sibling partitions still have messages for a
         # receiver, which is drained only when none has (set by PartitionedActor).
@@ -217,6 +220,7 @@ class PartitionActor:
                 self.sessions.locks = locks  # session locks are volatile but survive a reload of memory
                 window = self.settings.duplicate_detection_window
                 self.dedup = None if window is None else DuplicateDetector(window, snapshot.duplicate_history)
+                self.move_keys = set(snapshot.move_keys)
         self._arm_timer()
 
     @property
@@ -583,6 +587,36 @@ class PartitionActor:
         records = self.queues[sub].take_deferred(sequence_numbers)
         self._batch.ops.append(DeleteMessages(self.refs[sub], tuple(r.sequence_number for r in records)))
         return self._future_in_batch(), records
+
+    # ---- moves and purges (server/moves.py drives these) -------------------------------------------------
+
+    def take_for_move(self, sub: SubQueue, sequence_numbers: Sequence[int],
+                      states: frozenset[MessageState] | None = None) -> list[MessageRecord]:
+        """Take unlocked messages out of memory for a move or purge; the caller commits their delete
+        (``commit_transaction``), and a failed commit rebuilds this actor from the store."""
+        self._touch()
+        self._check_available()
+        return self.queues[sub].take_unlocked(sequence_numbers, states)
+
+    def append_moved(self, drafts: list[MessageDraft], keys: list[str]) -> tuple[asyncio.Future[None], int]:
+        """Messages moved in from another store, each with its move key, appended with their keys in
+        one transaction; a key already here means an earlier attempt appended it: skipped. Returns
+        the future of the commit and how many were appended."""
+        self._check_available()
+        fresh = [(d, k) for d, k in zip(drafts, keys, strict=True) if k not in self.move_keys]
+        if fresh:
+            records = self.accept_forwarded([d for d, _ in fresh])
+            self._batch.ops.append(AppendMessages(self.ref, tuple(records)))
+            self._batch.ops.append(RememberMoveKeys(self.ref, tuple(k for _, k in fresh)))
+            self._batch.published.extend((SubQueue.MAIN, r) for r in records)
+            self.move_keys.update(k for _, k in fresh)
+        return self._future_in_batch(), len(fresh)
+
+    def forget_move_keys(self, keys: list[str]) -> asyncio.Future[None]:
+        """The source copies are gone: their keys are no longer needed."""
+        self.move_keys.difference_update(keys)
+        self._batch.ops.append(ForgetMoveKeys(self.ref, tuple(keys)))
+        return self._future_in_batch()
 
     # ---- consumers ----------------------------------------------------------------------------------
 

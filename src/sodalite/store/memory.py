@@ -35,12 +35,14 @@ from sodalite.store.port import (
     DeleteMessages,
     EntityRecord,
     ForgetMessageIds,
+    ForgetMoveKeys,
     PartitionRef,
     PartitionSnapshot,
     PartitionStats,
     PutEntity,
     PutSessionState,
     RememberMessageIds,
+    RememberMoveKeys,
     StoreOp,
     UpdateMessages,
 )
@@ -102,6 +104,7 @@ class _Partition:
     last_sequence_number: int = 0
     history: dict[str, int] = field(default_factory=dict)  # duplicate detection: message id -> seen at
     session_states: dict[str, tuple[bytes, int]] = field(default_factory=dict)  # id -> (state, updated at)
+    move_keys: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +155,7 @@ class MemoryStore:
                 old = partitions.get(key)
                 partitions[key] = (
                     _Partition(dict(old.messages), old.last_sequence_number, dict(old.history),
-                               dict(old.session_states)) if old else _Partition()
+                               dict(old.session_states), set(old.move_keys)) if old else _Partition()
                 )
                 copied.add(key)
             return partitions[key]
@@ -224,6 +227,16 @@ class MemoryStore:
                     part.session_states.pop(op.session_id, None)
                 else:
                     part.session_states[op.session_id] = (bytes(op.state), op.updated_at)
+            elif isinstance(op, RememberMoveKeys | ForgetMoveKeys):
+                if not op.keys:
+                    continue
+                part = writable(op.ref)
+                for move_key in op.keys:
+                    _check_text(move_key, f"move key of {op.ref.entity!r}")
+                if isinstance(op, RememberMoveKeys):
+                    part.move_keys.update(op.keys)
+                else:
+                    part.move_keys.difference_update(op.keys)
             else:
                 assert_never(op)
 
@@ -241,6 +254,7 @@ class MemoryStore:
         return PartitionSnapshot(
             messages=messages, last_sequence_number=part.last_sequence_number, duplicate_history=history,
             session_states=tuple((sid, state, at) for sid, (state, at) in sorted(part.session_states.items())),
+            move_keys=tuple(sorted(part.move_keys)),
         )
 
     def load_entities(self) -> list[EntityRecord]:

@@ -112,9 +112,32 @@ class PutSessionState:
     updated_at: int
 
 
+@dataclass(frozen=True, slots=True)
+class RememberMoveKeys:
+    """Record, in a move's target partition, the keys of messages moved in from another store.
+
+    A key names the source copy (``<source store>/<source partition's entity>/<partition>/<sequence
+    number>``). The target appends the message and remembers its key in one transaction; the source
+    then deletes its copy. A retry after a crash in between finds the key and does not append again,
+    so a move across stores never doubles a message. Keys are kept apart from the user's
+    duplicate-detection history, which a move does not observe. An upsert: a known key is fine.
+    """
+
+    ref: PartitionRef
+    keys: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetMoveKeys:
+    """Drop move keys once the source copy is gone for good; unknown keys are ignored."""
+
+    ref: PartitionRef
+    keys: tuple[str, ...]
+
+
 StoreOp = (
     AppendMessages | DeleteMessages | UpdateMessages | PutEntity | DeleteEntity | RememberMessageIds
-    | ForgetMessageIds | PutSessionState
+    | ForgetMessageIds | PutSessionState | RememberMoveKeys | ForgetMoveKeys
 )
 
 
@@ -128,6 +151,8 @@ class PartitionSnapshot:
     duplicate_history: tuple[tuple[str, int], ...] = ()
     # (session id, state, updated-at ms), ordered by session id
     session_states: tuple[tuple[str, bytes, int], ...] = ()
+    # keys of messages moved in from another store whose source copy may still exist, sorted
+    move_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ so ``Queue1`` and ``queue1`` name the same entity and the same partitions. Messa
 duplicate-detection history compare exactly.
 
 Schema versions (``PRAGMA user_version``): 1 had ``messages``, ``partitions`` and ``entities``;
-2 adds ``duplicate_history``; 3 adds ``session_states``. ``open`` migrates an older file in place,
+2 adds ``duplicate_history``; 3 adds ``session_states``; 4 adds ``move_keys``. ``open`` migrates an older file in place,
 in one transaction, and refuses a newer one.
 
 Not thread-safe: the caller serializes calls (one worker thread per store). The connection is
@@ -45,17 +45,19 @@ from sodalite.store.port import (
     DeleteMessages,
     EntityRecord,
     ForgetMessageIds,
+    ForgetMoveKeys,
     PartitionRef,
     PartitionSnapshot,
     PartitionStats,
     PutEntity,
     PutSessionState,
     RememberMessageIds,
+    RememberMoveKeys,
     StoreOp,
     UpdateMessages,
 )
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 SYNCHRONOUS_MODES: Final = ("FULL", "EXTRA", "NORMAL")
 _SYNCHRONOUS_CODES: Final = {"NORMAL": 1, "FULL": 2, "EXTRA": 3}
 
@@ -128,9 +130,18 @@ _SCHEMA: Final = (
         PRIMARY KEY (entity, partition, session_id)
     ) WITHOUT ROWID
     """,
+    # Schema version 4.
+    """
+    CREATE TABLE IF NOT EXISTS move_keys (
+        entity    TEXT    NOT NULL COLLATE NOCASE,
+        partition INTEGER NOT NULL,
+        move_key  TEXT    NOT NULL,
+        PRIMARY KEY (entity, partition, move_key)
+    ) WITHOUT ROWID
+    """,
 )
 # The tables that hold what is stored per partition: DeleteEntity empties them for the entity.
-_PARTITION_TABLES: Final = ("messages", "partitions", "duplicate_history", "session_states")
+_PARTITION_TABLES: Final = ("messages", "partitions", "duplicate_history", "session_states", "move_keys")
 
 _MESSAGE_COLUMNS: Final = (
     "sequence_number, enqueued_time, message_id, session_id, partition_key, time_to_live, "
@@ -162,6 +173,9 @@ _PUT_SESSION_STATE: Final = (
     "ON CONFLICT (entity, partition, session_id) DO UPDATE SET state = excluded.state, "
     "updated_at = excluded.updated_at"
 )
+_REMEMBER_MOVE_KEY: Final = "INSERT OR IGNORE INTO move_keys (entity, partition, move_key) VALUES (?, ?, ?)"
+_FORGET_MOVE_KEY: Final = "DELETE FROM move_keys WHERE entity = ? AND partition = ? AND move_key = ?"
+_SELECT_MOVE_KEYS: Final = "SELECT move_key FROM move_keys WHERE entity = ? AND partition = ? ORDER BY move_key"
 _CLEAR_SESSION_STATE: Final = "DELETE FROM session_states WHERE entity = ? AND partition = ? AND session_id = ?"
 _SELECT_SESSION_STATES: Final = (
     "SELECT session_id, state, updated_at FROM session_states WHERE entity = ? AND partition = ? "
@@ -360,6 +374,7 @@ class SqliteStore:
             mark = conn.execute(_SELECT_HIGH_WATER_MARK, key).fetchone()
             history = conn.execute(_SELECT_HISTORY, key).fetchall()
             states = conn.execute(_SELECT_SESSION_STATES, key).fetchall()
+            move_keys = conn.execute(_SELECT_MOVE_KEYS, key).fetchall()
             conn.execute("COMMIT")
         except _DRIVER_ERRORS as exc:
             self._rollback(conn)
@@ -376,6 +391,7 @@ class SqliteStore:
             last_sequence_number=last,
             duplicate_history=tuple((message_id, seen_at) for message_id, seen_at in history),
             session_states=tuple((sid, bytes(state), at) for sid, state, at in states),
+            move_keys=tuple(k for (k,) in move_keys),
         )
 
     def load_entities(self) -> list[EntityRecord]:
@@ -455,6 +471,10 @@ class SqliteStore:
                 conn.execute(_CLEAR_SESSION_STATE, key)
             else:
                 conn.execute(_PUT_SESSION_STATE, (*key, op.state, op.updated_at))
+        elif isinstance(op, RememberMoveKeys):
+            conn.executemany(_REMEMBER_MOVE_KEY, [(op.ref.entity, op.ref.partition, k) for k in op.keys])
+        elif isinstance(op, ForgetMoveKeys):
+            conn.executemany(_FORGET_MOVE_KEY, [(op.ref.entity, op.ref.partition, k) for k in op.keys])
         else:
             assert_never(op)
 

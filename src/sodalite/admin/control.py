@@ -1,0 +1,529 @@
+"""The control plane: one service with typed records, which every face (JSON API, console) translates.
+
+The records are frozen and JSON-able through :func:`to_json`. The service's operations are the
+ones the portal's explorer and Service Bus Explorer users rely on: the namespace with each
+entity's live counts; entities and rules (through the :class:`~sodalite.admin.service.AdminService`
+the ATOM API already uses, so both faces change the same things); peek by sequence number in any
+sub-queue; one message; send; purge; move and resubmit; cancel scheduled; keys; stores.
+
+The broker runtime reaches this layer through :class:`RuntimePort`, which the CLI's composition
+root implements over the broker (the admin layer imports only the model, the store port and the
+errors). Every change writes one audit line to the ``sodalite.audit`` logger: who (the key name
+the caller presented), what, on which entity, and the outcome's count.
+
+Rights (clarifications, issue 17), enforced here so every face enforces the same: peek, purge
+and show need Listen on the entity; send needs Send; a move needs Listen on its source and Send
+on its target; entities, rules, keys, stores and the namespace listing need Manage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import enum
+import logging
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from typing import Any, Protocol
+
+from sodalite.admin.service import AdminService
+from sodalite.errors import ArgumentError, EntityNotFound, Forbidden, SodaliteError
+from sodalite.model.authorization import AccessRights, Authorization
+from sodalite.model.entities import (
+    DEFAULT_RULE_NAME,
+    QueueProperties,
+    RuleDescription,
+    SubscriptionProperties,
+    TopicProperties,
+)
+
+audit_log = logging.getLogger("sodalite.audit")
+
+MAX_PEEK = 100  # messages per page, as the portal's explorer
+
+
+class SubQueueName(enum.StrEnum):
+    """Where messages are browsed: an entity's active, deferred or scheduled messages, or a DLQ."""
+
+    ACTIVE = "active"
+    DEFERRED = "deferred"
+    SCHEDULED = "scheduled"
+    DEAD_LETTER = "deadletter"
+    TRANSFER_DEAD_LETTER = "transferdeadletter"
+
+    @classmethod
+    def parse(cls, text: str) -> SubQueueName:
+        try:
+            return cls(text.lower())
+        except ValueError:
+            raise ArgumentError(f"unknown sub-queue '{text}': use one of "
+                                f"{', '.join(s.value for s in cls)}") from None
+
+
+# ---- records ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EntityCounts:
+    active: int = 0
+    dead_letter: int = 0
+    scheduled: int = 0
+    deferred: int = 0
+    transfer: int = 0
+    transfer_dead_letter: int = 0
+    size_in_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EntityRecord:
+    """A queue, topic or subscription with its runtime counts."""
+
+    path: str  # 'orders', 'events', 'events/subscriptions/audit'
+    kind: str  # queue | topic | subscription
+    counts: EntityCounts
+    availability: str  # Available | Limited
+    topic: str | None = None  # a subscription's topic
+    properties: Mapping[str, Any] = field(default_factory=dict)  # Config.json names (detail views only)
+    messages_in: int = 0  # since the broker started: acknowledged sends (faces turn two readings into a rate)
+    messages_out: int = 0  # since the broker started: completed, or received in ReceiveAndDelete
+
+
+@dataclass(frozen=True, slots=True)
+class RuleRecord:
+    name: str
+    rule: Mapping[str, Any]  # Config.json shape: {"Name", "Properties": {"FilterType", ...}}
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRecord:
+    key_name: str
+    rights: tuple[str, ...]
+    primary_key: str | None
+    secondary_key: str | None
+    entity: str | None = None  # None: a namespace rule
+
+
+@dataclass(frozen=True, slots=True)
+class StoreRecord:
+    name: str
+    online: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceRecord:
+    name: str
+    entities: tuple[EntityRecord, ...]
+    stores: tuple[StoreRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRecord:
+    """A message as the browser shows it: system properties, application properties, body bytes."""
+
+    sequence_number: int
+    sub_queue: str
+    state: str  # Active | Deferred | Scheduled
+    message_id: str | None
+    enqueued_time: int  # ms since the epoch
+    delivery_count: int
+    size: int
+    session_id: str | None = None
+    partition_key: str | None = None
+    content_type: str | None = None
+    subject: str | None = None
+    correlation_id: str | None = None
+    to: str | None = None
+    reply_to: str | None = None
+    time_to_live_ms: int | None = None
+    expires_at: int | None = None
+    scheduled_enqueue_time: int | None = None
+    dead_letter_reason: str | None = None
+    dead_letter_description: str | None = None
+    application_properties: Mapping[str, Any] = field(default_factory=dict)  # JSON-able values
+    body: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class SendRequest:
+    body: bytes
+    content_type: str | None = None
+    message_id: str | None = None
+    session_id: str | None = None
+    partition_key: str | None = None
+    subject: str | None = None
+    correlation_id: str | None = None
+    time_to_live_ms: int | None = None
+    scheduled_enqueue_time: int | None = None  # ms since the epoch
+    application_properties: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """Which messages a move or resubmit takes: named ones, those a SQL filter selects, or all."""
+
+    sequence_numbers: tuple[int, ...] | None = None
+    sql_filter: str | None = None
+
+    @property
+    def everything(self) -> bool:
+        return self.sequence_numbers is None and not self.sql_filter
+
+
+@dataclass(frozen=True, slots=True)
+class MoveOutcome:
+    selected: int
+    moved: int
+    skipped: int  # locked, or gone meanwhile
+
+
+@dataclass(frozen=True, slots=True)
+class OperationRecord:
+    """A move running in the background, for its progress: ``state`` is running, succeeded or failed."""
+
+    id: str
+    kind: str
+    source: str
+    target: str
+    state: str
+    done: int
+    total: int
+    outcome: MoveOutcome | None = None
+    error: str | None = None
+
+
+# ---- the runtime port ---------------------------------------------------------------------------------
+
+
+class RuntimePort(Protocol):
+    """What the control plane needs of the broker runtime beyond the AdminService (entity CRUD)."""
+
+    def entity_records(self) -> list[EntityRecord]: ...
+
+    def entity_record(self, path: str) -> EntityRecord | None:
+        """Any queue, topic or subscription by path (case-insensitive), with its properties."""
+
+    def rules(self, subscription_path: str) -> list[RuleRecord]: ...
+
+    def peek(self, path: str, sub: SubQueueName, from_sequence_number: int, count: int) -> list[MessageRecord]:
+        """Raises EntityNotFound for an unknown entity."""
+
+    async def send(self, path: str, message: SendRequest) -> None: ...
+
+    async def purge(self, path: str, sub: SubQueueName) -> int: ...
+
+    async def move(self, path: str, sub: SubQueueName, selection: Selection, target: str,
+                   dry_run: bool = False, progress: Callable[[int, int], None] | None = None) -> MoveOutcome:
+        """Raises FilterSyntaxError for a filter that does not parse, before anything moves; with
+        ``dry_run`` nothing moves and the outcome says how many messages were selected. ``progress``
+        hears (done, total) after each chunk."""
+
+    async def cancel_scheduled(self, path: str, sequence_numbers: Sequence[int]) -> None: ...
+
+    def keys(self) -> list[KeyRecord]: ...
+
+    async def regenerate_key(self, entity: str | None, key_name: str, key_type: str) -> KeyRecord: ...
+
+    def stores(self) -> list[StoreRecord]: ...
+
+    def set_store_online(self, name: str, online: bool) -> None: ...
+
+    def authorize(self, token: str, path: str) -> Authorization:
+        """What a SAS token grants for ``path`` (raises Unauthorized for a bad or expired token)."""
+
+
+# ---- the service ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who asks: the rights their token grants and the key name, for the audit line."""
+
+    token: str
+    key_name: str
+
+
+def _require(granted: Authorization, path: str, right: AccessRights) -> None:
+    if not granted.covers(path.strip("/")):
+        raise Forbidden(f"the token does not cover '/{path.strip('/')}'")
+    if not granted.allows(right):
+        raise Forbidden(f"Unauthorized access. '{right.value}' claim(s) are required to perform this operation.")
+
+
+MAX_OPERATIONS = 100  # finished background operations remembered for their callers
+
+
+class ControlPlane:
+    def __init__(self, runtime: RuntimePort, admin: AdminService) -> None:
+        self.runtime = runtime
+        self.admin = admin
+        self._operations: dict[str, OperationRecord] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def namespace(self) -> str:
+        return self.admin.namespace
+
+    # ---- authorization -------------------------------------------------------------------------
+
+    def _check(self, caller: Caller, path: str, right: AccessRights) -> None:
+        _require(self.runtime.authorize(caller.token, path.strip("/")), path, right)
+
+    def _audit(self, caller: Caller, action: str, target: str, **details: Any) -> None:
+        audit_log.info("audit %s %s by %s %s", action, target, caller.key_name,
+                       " ".join(f"{k}={v}" for k, v in details.items()),
+                       extra={"audit": True, "action": action, "target": target, "who": caller.key_name, **details})
+
+    def _entity(self, path: str) -> EntityRecord:
+        found = self.runtime.entity_record(path)
+        if found is None:
+            raise EntityNotFound(f"the messaging entity '{path}' could not be found")
+        return found
+
+    # ---- reading ---------------------------------------------------------------------------------
+
+    def namespace_record(self, caller: Caller) -> NamespaceRecord:
+        self._check(caller, "", AccessRights.MANAGE)
+        return NamespaceRecord(self.namespace, tuple(self.runtime.entity_records()), tuple(self.runtime.stores()))
+
+    def entity(self, caller: Caller, path: str) -> EntityRecord:
+        self._check(caller, path, AccessRights.MANAGE)
+        return self._entity(path)
+
+    def rules(self, caller: Caller, path: str) -> list[RuleRecord]:
+        self._check(caller, path, AccessRights.MANAGE)
+        entity = self._entity(path)
+        if entity.kind != "subscription":
+            raise ArgumentError(f"'{path}' is a {entity.kind}: only subscriptions have rules")
+        return self.runtime.rules(entity.path)
+
+    def peek(self, caller: Caller, path: str, sub: SubQueueName, from_sequence_number: int = 0,
+             count: int = 50) -> list[MessageRecord]:
+        self._check(caller, path, AccessRights.LISTEN)
+        if not 1 <= count <= MAX_PEEK:
+            raise ArgumentError(f"count must be between 1 and {MAX_PEEK}, got {count}")
+        if from_sequence_number < 0:
+            raise ArgumentError("fromSequenceNumber must not be negative")
+        self._entity(path)
+        return self.runtime.peek(path, sub, from_sequence_number, count)
+
+    def message(self, caller: Caller, path: str, sub: SubQueueName, sequence_number: int) -> MessageRecord:
+        self._check(caller, path, AccessRights.LISTEN)
+        self._entity(path)
+        found = self.runtime.peek(path, sub, sequence_number, 1)
+        if not found or found[0].sequence_number != sequence_number:
+            raise EntityNotFound(f"no message with sequence number {sequence_number} in '{path}' ({sub.value})")
+        return found[0]
+
+    def keys(self, caller: Caller) -> list[KeyRecord]:
+        self._check(caller, "", AccessRights.MANAGE)
+        return self.runtime.keys()
+
+    def stores(self, caller: Caller) -> list[StoreRecord]:
+        self._check(caller, "", AccessRights.MANAGE)
+        return self.runtime.stores()
+
+    # ---- messages ------------------------------------------------------------------------------------
+
+    async def send(self, caller: Caller, path: str, message: SendRequest) -> None:
+        self._check(caller, path, AccessRights.SEND)
+        entity = self._entity(path)
+        if entity.kind == "subscription":
+            raise ArgumentError(f"'{path}' is a subscription: send to its topic")
+        await self.runtime.send(entity.path, message)
+        self._audit(caller, "send", entity.path, count=1)
+
+    async def purge(self, caller: Caller, path: str, sub: SubQueueName) -> int:
+        self._check(caller, path, AccessRights.LISTEN)
+        entity = self._entity(path)
+        count = await self.runtime.purge(entity.path, sub)
+        self._audit(caller, "purge", entity.path, sub_queue=sub.value, count=count)
+        return count
+
+    async def move(self, caller: Caller, path: str, sub: SubQueueName, selection: Selection,
+                   target: str | None = None, *, dry_run: bool = False) -> MoveOutcome:
+        """Resubmit (``target`` None: back to the message's own entity) or move to another entity;
+        ``dry_run`` counts what would move (for the console's confirmation) and changes nothing."""
+        self._check(caller, path, AccessRights.LISTEN)
+        source = self._entity(path)
+        destination = self._entity(target) if target else source
+        self._check(caller, destination.path, AccessRights.SEND)
+        if destination.kind == "topic":
+            raise ArgumentError(f"'{destination.path}' is a topic: moving into a topic is not supported yet")
+        if selection.sequence_numbers is not None and not selection.sequence_numbers:
+            raise ArgumentError("no sequence numbers were selected")
+        outcome = await self.runtime.move(source.path, sub, selection, destination.path, dry_run)
+        if dry_run:
+            return outcome
+        self._audit(caller, "move", source.path, sub_queue=sub.value, to=destination.path,
+                    selected=outcome.selected, moved=outcome.moved, skipped=outcome.skipped)
+        return outcome
+
+    async def start_move(self, caller: Caller, path: str, sub: SubQueueName, selection: Selection,
+                         target: str | None = None) -> OperationRecord:
+        """A move in the background: checked (rights, entities, filter) and counted now, so a refused
+        request changes nothing; its progress is read with :meth:`operation`."""
+        preview = await self.move(caller, path, sub, selection, target, dry_run=True)
+        source = self._entity(path)
+        destination = self._entity(target) if target else source
+        record = OperationRecord(uuid.uuid4().hex, "move", source.path, destination.path, "running", 0,
+                                 preview.selected)
+        self._remember(record)
+
+        def progress(done: int, total: int) -> None:
+            self._operations[record.id] = replace(self._operations[record.id], done=done, total=total)
+
+        async def run() -> None:
+            try:
+                outcome = await self.runtime.move(source.path, sub, selection, destination.path, False, progress)
+            except SodaliteError as exc:
+                self._operations[record.id] = replace(self._operations[record.id], state="failed",
+                                                      error=exc.description)
+                self._audit(caller, "move-failed", source.path, to=destination.path, error=exc.condition)
+                return
+            self._operations[record.id] = replace(self._operations[record.id], state="succeeded",
+                                                  done=outcome.selected, total=outcome.selected, outcome=outcome)
+            self._audit(caller, "move", source.path, sub_queue=sub.value, to=destination.path,
+                        selected=outcome.selected, moved=outcome.moved, skipped=outcome.skipped)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return record
+
+    def _remember(self, record: OperationRecord) -> None:
+        self._operations[record.id] = record
+        finished = [k for k, v in self._operations.items() if v.state != "running"]
+        for key in finished[: max(0, len(self._operations) - MAX_OPERATIONS)]:
+            del self._operations[key]
+
+    def operation(self, caller: Caller, operation_id: str) -> OperationRecord:
+        record = self._operations.get(operation_id)
+        if record is None:
+            raise EntityNotFound(f"there is no operation '{operation_id}'")
+        self._check(caller, record.source, AccessRights.LISTEN)
+        return record
+
+    async def cancel_scheduled(self, caller: Caller, path: str, sequence_numbers: Sequence[int]) -> None:
+        self._check(caller, path, AccessRights.SEND)  # as the SDK's cancel_scheduled_messages needs
+        entity = self._entity(path)
+        await self.runtime.cancel_scheduled(entity.path, sequence_numbers)
+        self._audit(caller, "cancel-scheduled", entity.path, count=len(sequence_numbers))
+
+    # ---- entities and rules -------------------------------------------------------------------------
+
+    async def create_entity(self, caller: Caller, kind: str, path: str, properties: Mapping[str, Any],
+                            rule: Mapping[str, Any] | None = None) -> EntityRecord:
+        self._check(caller, path, AccessRights.MANAGE)
+        if kind == "queue":
+            await self.admin.create_queue(path, QueueProperties.from_json(properties, path="properties"))
+        elif kind == "topic":
+            await self.admin.create_topic(path, TopicProperties.from_json(properties, path="properties"))
+        elif kind == "subscription":
+            topic, name = _split_subscription(path)
+            first = RuleDescription.from_json(rule, path="rule") if rule else RuleDescription(DEFAULT_RULE_NAME)
+            await self.admin.create_subscription(
+                topic, name, SubscriptionProperties.from_json(properties, path="properties"), first)
+        else:
+            raise ArgumentError(f"kind must be queue, topic or subscription, got {kind!r}")
+        self._audit(caller, f"create-{kind}", path)
+        return self._entity(path)
+
+    async def update_entity(self, caller: Caller, path: str, properties: Mapping[str, Any]) -> EntityRecord:
+        self._check(caller, path, AccessRights.MANAGE)
+        entity = self._entity(path)
+        if entity.kind == "queue":
+            await self.admin.update_queue(entity.path, QueueProperties.from_json(properties, path="properties"))
+        elif entity.kind == "topic":
+            await self.admin.update_topic(entity.path, TopicProperties.from_json(properties, path="properties"))
+        else:
+            topic, name = _split_subscription(entity.path)
+            await self.admin.update_subscription(topic, name,
+                                                 SubscriptionProperties.from_json(properties, path="properties"))
+        self._audit(caller, f"update-{entity.kind}", entity.path)
+        return self._entity(entity.path)
+
+    async def delete_entity(self, caller: Caller, path: str) -> None:
+        self._check(caller, path, AccessRights.MANAGE)
+        entity = self._entity(path)
+        if entity.kind == "queue":
+            await self.admin.delete_queue(entity.path)
+        elif entity.kind == "topic":
+            await self.admin.delete_topic(entity.path)
+        else:
+            await self.admin.delete_subscription(*_split_subscription(entity.path))
+        self._audit(caller, f"delete-{entity.kind}", entity.path)
+
+    async def put_rule(self, caller: Caller, path: str, rule: Mapping[str, Any], *, create: bool) -> RuleRecord:
+        self._check(caller, path, AccessRights.MANAGE)
+        entity = self._entity(path)
+        if entity.kind != "subscription":
+            raise ArgumentError(f"'{path}' is a {entity.kind}: only subscriptions have rules")
+        description = RuleDescription.from_json(rule, path="rule")
+        topic, name = _split_subscription(entity.path)
+        if create:
+            await self.admin.create_rule(topic, name, description)
+        else:
+            await self.admin.update_rule(topic, name, description)
+        self._audit(caller, "create-rule" if create else "update-rule", f"{entity.path}/rules/{description.name}")
+        return RuleRecord(description.name, description.to_json())
+
+    async def delete_rule(self, caller: Caller, path: str, rule_name: str) -> None:
+        self._check(caller, path, AccessRights.MANAGE)
+        entity = self._entity(path)
+        topic, name = _split_subscription(entity.path)
+        if not await self.admin.delete_rule(topic, name, rule_name):
+            raise EntityNotFound(f"the rule '{rule_name}' does not exist on '{entity.path}'")
+        self._audit(caller, "delete-rule", f"{entity.path}/rules/{rule_name}")
+
+    # ---- keys and stores -----------------------------------------------------------------------------
+
+    async def regenerate_key(self, caller: Caller, entity: str | None, key_name: str, key_type: str) -> KeyRecord:
+        self._check(caller, entity or "", AccessRights.MANAGE)
+        if key_type not in ("PrimaryKey", "SecondaryKey"):
+            raise ArgumentError(f"keyType must be PrimaryKey or SecondaryKey, got {key_type!r}")
+        record = await self.runtime.regenerate_key(entity, key_name, key_type)
+        self._audit(caller, "regenerate-key", f"{entity or '$namespace'}/{key_name}", key_type=key_type)
+        return record
+
+    def set_store_online(self, caller: Caller, name: str, online: bool) -> list[StoreRecord]:
+        self._check(caller, "", AccessRights.MANAGE)
+        self.runtime.set_store_online(name, online)
+        self._audit(caller, "store-online" if online else "store-offline", name)
+        return self.runtime.stores()
+
+
+def _split_subscription(path: str) -> tuple[str, str]:
+    topic, marker, name = path.rpartition("/subscriptions/")
+    if not marker or not topic or not name or "/" in name:
+        raise ArgumentError(f"'{path}' is not a subscription path (<topic>/subscriptions/<name>)")
+    return topic, name
+
+
+_PLAIN = (str, int, float, bool, type(None))
+_FIELD_NAMES: dict[type, tuple[tuple[str, str], ...]] = {}  # record class -> (attribute, JSON name) pairs
+
+
+def to_json(value: Any) -> Any:
+    """A record (or a list of them) as JSON values: bodies as base64, enums as their values."""
+    if isinstance(value, _PLAIN) and not isinstance(value, enum.Enum):
+        return value
+    names = _FIELD_NAMES.get(type(value))
+    if names is None and is_dataclass(value) and not isinstance(value, type):
+        names = _FIELD_NAMES[type(value)] = tuple((f.name, _camel(f.name)) for f in fields(value))
+    if names is not None:
+        return {camel: to_json(getattr(value, name)) for name, camel in names}
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dict | Mapping):
+        return {str(k): to_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_json(v) for v in value]
+    return value
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)

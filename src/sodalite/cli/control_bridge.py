@@ -1,0 +1,226 @@
+"""The broker as the control plane's RuntimePort: counts, browsing, sending, purging, moving, keys, stores."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sodalite.admin.control import (
+    EntityCounts,
+    EntityRecord,
+    KeyRecord,
+    MessageRecord,
+    MoveOutcome,
+    RuleRecord,
+    Selection,
+    SendRequest,
+    StoreRecord,
+    SubQueueName,
+)
+from sodalite.amqp import message as amqp_message
+from sodalite.cli.message_codec import OutgoingMessage, encode_message, plain_value
+from sodalite.errors import ArgumentError, EntityNotFound
+from sodalite.model.authorization import Authorization, KeyType, rights_in_order
+from sodalite.model.message import MessageRecord as StoredMessage
+from sodalite.model.message import MessageState
+from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED
+from sodalite.server import moves, wire
+from sodalite.server.broker import Broker
+from sodalite.server.partition_actor import SubQueue
+from sodalite.server.partitioned_actor import each
+from sodalite.server.registry import QUEUE, SUBSCRIPTION, TOPIC, Entity
+
+_SUB_QUEUES: dict[SubQueueName, tuple[SubQueue, frozenset[MessageState] | None]] = {
+    SubQueueName.ACTIVE: (SubQueue.MAIN, frozenset({MessageState.ACTIVE})),
+    SubQueueName.DEFERRED: (SubQueue.MAIN, frozenset({MessageState.DEFERRED})),
+    SubQueueName.SCHEDULED: (SubQueue.MAIN, frozenset({MessageState.SCHEDULED})),
+    SubQueueName.DEAD_LETTER: (SubQueue.DEAD_LETTER, None),
+    SubQueueName.TRANSFER_DEAD_LETTER: (SubQueue.TRANSFER_DEAD_LETTER, None),
+}
+_STATE_NAMES = {MessageState.ACTIVE: "Active", MessageState.DEFERRED: "Deferred", MessageState.SCHEDULED: "Scheduled"}
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value.hex() if isinstance(value, bytes) else str(value)
+
+
+def shown_message(record: StoredMessage, sub: SubQueueName) -> MessageRecord:
+    """A stored message decoded for the browser: its properties and application properties read, its
+    body the data sections' bytes (or an AMQP value's JSON text)."""
+    tail = record.tail
+    fields: list[Any] = []
+    user: dict[str, Any] = {}
+    body = bytearray()
+    for section in amqp_message.split_sections(tail):
+        if section.code == amqp_message.PROPERTIES:
+            value = amqp_message.section_value(tail, section)
+            fields = list(value) if isinstance(value, list) else []
+        elif section.code == amqp_message.APPLICATION_PROPERTIES:
+            value = amqp_message.section_value(tail, section)
+            user = {str(k): plain_value(v) for k, v in value.items()} if isinstance(value, dict) else {}
+        elif section.code == amqp_message.DATA:
+            body += amqp_message.binary_value(tail, section)
+        elif section.code in (amqp_message.AMQP_VALUE, amqp_message.AMQP_SEQUENCE):
+            body += json.dumps(plain_value(amqp_message.section_value(tail, section))).encode()
+    fields += [None] * (13 - len(fields))
+    reason = user.get(wire.DEAD_LETTER_REASON)
+    description = user.get(wire.DEAD_LETTER_DESCRIPTION)
+    return MessageRecord(
+        sequence_number=record.sequence_number, sub_queue=sub.value, state=_STATE_NAMES[record.state],
+        message_id=record.message_id, enqueued_time=record.enqueued_time, delivery_count=record.delivery_count,
+        size=record.size, session_id=record.session_id, partition_key=record.partition_key,
+        content_type=_text(fields[6]), subject=_text(fields[3]), correlation_id=_text(fields[5]),
+        to=_text(fields[2]), reply_to=_text(fields[4]), time_to_live_ms=record.time_to_live,
+        expires_at=record.expires_at, scheduled_enqueue_time=record.scheduled_enqueue_time,
+        dead_letter_reason=str(reason) if reason is not None else None,
+        dead_letter_description=str(description) if description is not None else None,
+        application_properties=user, body=bytes(body))
+
+
+class BrokerControl:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    # ---- entities ----------------------------------------------------------------------------------
+
+    def _entity(self, path: str) -> Entity:
+        entity = self.broker.entity(path.strip("/"))
+        if entity is None:
+            raise EntityNotFound(f"the messaging entity '{path}' could not be found")
+        return entity
+
+    def _totals(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Messages in and out per entity label since the start (the broker's Prometheus counters)."""
+        def totals(counter: Any) -> dict[str, int]:
+            return {sample.labels["entity"]: int(sample.value) for metric in counter.collect()
+                    for sample in metric.samples if sample.name.endswith("_total")}
+
+        metrics = self.broker.metrics
+        return totals(metrics.messages_in), totals(metrics.messages_out)
+
+    def _record(self, entity: Entity, *, detail: bool,
+                totals: tuple[dict[str, int], dict[str, int]] | None = None) -> EntityRecord:
+        partitions = each(entity.actor)
+        counts = entity.actor.counts()
+        deferred = sum(p.partition.count(MessageState.DEFERRED) for p in partitions)
+        size = entity.actor.size_in_bytes()
+        if entity.kind == TOPIC:
+            size += sum(sub.actor.size_in_bytes() for sub in entity.subscriptions.values())
+        properties = entity.properties.to_json() if detail else {}
+        sent, removed = totals if totals is not None else self._totals()
+        return EntityRecord(
+            path=entity.name, kind=entity.kind,
+            counts=EntityCounts(active=counts["active"], dead_letter=counts["dead_letter"],
+                                scheduled=counts["scheduled"], deferred=deferred, transfer=counts["transfer"],
+                                transfer_dead_letter=counts["transfer_dead_letter"], size_in_bytes=size),
+            availability="Available" if entity.actor.available else "Limited",
+            topic=entity.topic.name if entity.topic is not None else None, properties=properties,
+            messages_in=sent.get(entity.name, 0), messages_out=removed.get(entity.name, 0))
+
+    def entity_records(self) -> list[EntityRecord]:
+        kinds = (QUEUE, TOPIC, SUBSCRIPTION)
+        found = [e for e in self.broker.entities.values() if e.kind in kinds]
+        totals = self._totals()
+        return [self._record(e, detail=False, totals=totals) for e in sorted(found, key=lambda e: e.name.lower())]
+
+    def entity_record(self, path: str) -> EntityRecord | None:
+        entity = self.broker.entity(path.strip("/"))
+        return None if entity is None else self._record(entity, detail=True)
+
+    def rules(self, subscription_path: str) -> list[RuleRecord]:
+        entity = self._entity(subscription_path)
+        return [RuleRecord(rule.name, rule.description.to_json()) for rule in entity.rules]
+
+    # ---- messages -------------------------------------------------------------------------------------
+
+    def peek(self, path: str, sub: SubQueueName, from_sequence_number: int, count: int) -> list[MessageRecord]:
+        entity = self._entity(path)
+        queue, states = _SUB_QUEUES[sub]
+        found: list[MessageRecord] = []
+        start = from_sequence_number
+        page = max(count, 100)
+        while len(found) < count:
+            batch = entity.actor.peek(queue, start, page)
+            if not batch:
+                break
+            found += [shown_message(r, sub) for r in batch if states is None or r.state in states][: count - len(found)]
+            start = batch[-1].sequence_number + 1
+        return found
+
+    async def send(self, path: str, message: SendRequest) -> None:
+        entity = self._entity(path)
+        scheduled = (None if message.scheduled_enqueue_time is None else
+                     datetime.datetime.fromtimestamp(message.scheduled_enqueue_time / 1000, datetime.UTC))
+        ttl = None if message.time_to_live_ms is None else datetime.timedelta(milliseconds=message.time_to_live_ms)
+        payload = encode_message(OutgoingMessage(
+            body=message.body, message_id=message.message_id, session_id=message.session_id,
+            partition_key=message.partition_key, subject=message.subject, correlation_id=message.correlation_id,
+            content_type=message.content_type, time_to_live=ttl, scheduled_enqueue_time=scheduled,
+            application_properties=dict(message.application_properties)))
+        drafts = [wire.parse_message(payload, entity.max_message_size)]
+        route = self.broker.route(entity)
+        if route.exceeded:
+            future = route.entity.actor.send_to_transfer_dead_letter(
+                drafts, MAX_TRANSFER_HOP_COUNT_EXCEEDED, f"forwarded {route.hops} times")
+        elif route.entity.kind == TOPIC:
+            future = self.broker.publish(route.entity, drafts)
+        else:
+            future = route.entity.actor.send(drafts)
+        self.broker.metrics.count_in(future, entity.name, len(drafts))
+        await future
+
+    async def purge(self, path: str, sub: SubQueueName) -> int:
+        entity = self._entity(path)
+        queue, states = _SUB_QUEUES[sub]
+        return (await moves.purge(entity, queue, states)).moved
+
+    async def move(self, path: str, sub: SubQueueName, selection: Selection, target: str,
+                   dry_run: bool = False, progress: Callable[[int, int], None] | None = None) -> MoveOutcome:
+        source = self._entity(path)
+        destination = moves.resolve_target(lambda e: self.broker.route(e).entity, self._entity(target))
+        queue, states = _SUB_QUEUES[sub]
+        if selection.sequence_numbers is not None:
+            numbers = list(selection.sequence_numbers)
+        else:
+            numbers = moves.select(source, queue, states, selection.sql_filter)
+        if dry_run:
+            return MoveOutcome(len(numbers), 0, 0)
+        result = await moves.move(source, queue, numbers, destination, store_name=lambda p: p.worker.name,
+                                  states=states, progress=progress)
+        return MoveOutcome(len(numbers), result.moved, result.skipped)
+
+    async def cancel_scheduled(self, path: str, sequence_numbers: Sequence[int]) -> None:
+        entity = self._entity(path)
+        await entity.actor.cancel_scheduled(list(sequence_numbers))
+
+    # ---- keys, stores, tokens ---------------------------------------------------------------------------
+
+    def keys(self) -> list[KeyRecord]:
+        found = [KeyRecord(r.key_name, tuple(x.value for x in rights_in_order(r.rights)), r.primary_key,
+                           r.secondary_key) for r in self.broker.authorization_rules]
+        for entity in sorted(self.broker.entities.values(), key=lambda e: e.name.lower()):
+            for rule in self.broker.entity_rules(entity.name) or ():
+                found.append(KeyRecord(rule.key_name, tuple(x.value for x in rights_in_order(rule.rights)),
+                                       rule.primary_key, rule.secondary_key, entity.name))
+        return found
+
+    async def regenerate_key(self, entity: str | None, key_name: str, key_type: str) -> KeyRecord:
+        if key_type not in ("PrimaryKey", "SecondaryKey"):
+            raise ArgumentError(f"keyType must be PrimaryKey or SecondaryKey, got {key_type!r}")
+        kind: KeyType = "PrimaryKey" if key_type == "PrimaryKey" else "SecondaryKey"
+        rule = await self.broker.regenerate_key(entity, key_name, kind)
+        return KeyRecord(rule.key_name, tuple(x.value for x in rights_in_order(rule.rights)), rule.primary_key,
+                         rule.secondary_key, entity)
+
+    def stores(self) -> list[StoreRecord]:
+        return [StoreRecord(str(s["name"]), bool(s["online"])) for s in self.broker.store_status()]
+
+    def set_store_online(self, name: str, online: bool) -> None:
+        self.broker.set_store_online(name, online)
+
+    def authorize(self, token: str, path: str) -> Authorization:
+        return self.broker.authorize(token, path)

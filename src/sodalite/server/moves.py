@@ -1,0 +1,230 @@
+"""Moving messages between entities (resubmit, move, redrive) and purging them.
+
+Theory of operation. A move takes messages by sequence number out of a source sub-queue (an
+entity's own queue, whatever their state, or its dead-letter queues) and appends them to a target
+queue or subscription. The message keeps its MessageId, its properties and its body; its delivery
+count starts again at 0, the dead-letter reason and description and ``x-opt-deadletter-source``
+are removed, and a scheduled or deferred message arrives active. The target's duplicate detection
+does not apply (a move is not a send). Locked messages are skipped: someone is working on them.
+
+Atomicity, per chunk of messages and per (source partition, target partition) pair:
+
+* **same store** — the target's append and the source's delete are one store transaction, run in
+  the source actor's batch (``commit_transaction``); the new records become visible in the target
+  only after it commits, and a failed commit rebuilds the source from the store, where the
+  messages still are.
+* **across stores** — the target appends the messages together with one *move key* each
+  (``<source store>/<source partition's path>/<partition>/<sequence number>``) in one transaction
+  of its own store; only then does the source delete its copies; then the target forgets the
+  keys. A crash after the target's commit leaves the source copy, and a retry of the move finds
+  its key in the target and deletes the source copy without appending it again: never lost,
+  never doubled.
+
+The messages leave the source's memory before either commit, so no receiver can lock them while
+they move. Purge is the same without a target: a delete per chunk, locked messages skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from sodalite.amqp import message as amqp_message
+from sodalite.amqp.codec import decode
+from sodalite.errors import EntityNotFound, InvalidOperation
+from sodalite.model.entities import SqlFilter
+from sodalite.model.filters import compile_filter
+from sodalite.model.message import MessageRecord, MessageState
+from sodalite.model.partition import MessageDraft
+from sodalite.server import wire
+from sodalite.server.fanout import message_view
+from sodalite.server.partition_actor import PartitionActor, SubQueue
+from sodalite.server.partitioned_actor import PartitionedActor, each, partition_of_sequence_number
+from sodalite.server.registry import TOPIC, Entity
+from sodalite.store.port import AppendMessages, DeleteMessages, StoreOp
+
+log = logging.getLogger(__name__)
+
+CHUNK = 1000  # messages per transaction
+Progress = Callable[[int, int], None]  # (done so far, total)
+_ANNOTATIONS_TO_DROP = frozenset({wire.DEAD_LETTER_SOURCE})
+
+
+@dataclass(frozen=True, slots=True)
+class MoveResult:
+    moved: int  # now in the target (or, for a purge, deleted)
+    skipped: int  # asked for, but locked or not there
+
+
+_DEAD_LETTER_KEYS = (wire.DEAD_LETTER_REASON, wire.DEAD_LETTER_DESCRIPTION)
+_DEAD_LETTER_MARKS = tuple(k.encode() for k in _DEAD_LETTER_KEYS)
+
+
+def moved_draft(record: MessageRecord) -> MessageDraft:
+    """The record as it enters a move's target: every property kept but the dead-letter ones.
+
+    Only the application-properties section is decoded and re-encoded, and only when it may hold a
+    dead-letter property (an application-properties section that held nothing else goes, as the
+    message had none before it was dead-lettered)."""
+    tail = record.tail
+    if any(mark in tail for mark in _DEAD_LETTER_MARKS):
+        section = next((s for s in amqp_message.split_sections(tail)
+                        if s.code == amqp_message.APPLICATION_PROPERTIES), None)
+        value = amqp_message.section_value(tail, section) if section is not None else None
+        if section is not None and isinstance(value, dict) and any(k in value for k in _DEAD_LETTER_KEYS):
+            kept = {k: v for k, v in value.items() if k not in _DEAD_LETTER_KEYS}
+            encoded = amqp_message.encode_section(amqp_message.APPLICATION_PROPERTIES, kept) if kept else b""
+            tail = tail[: section.start] + encoded + tail[section.end :]
+    annotations, count = record.annotations, record.annotation_count
+    if count and wire.DEAD_LETTER_SOURCE.encode() in annotations:
+        current = decode(amqp_message.encode_annotations(annotations, count)[3:])
+        if isinstance(current, dict):
+            kept_annotations = {k: v for k, v in current.items() if str(k) not in _ANNOTATIONS_TO_DROP}
+            annotations, count = amqp_message.map_entries(kept_annotations), len(kept_annotations)
+    return MessageDraft(record.message_id, record.session_id, record.partition_key, record.time_to_live, None,
+                        record.durable, record.priority, annotations, count, tail)
+
+
+def _partition_of(actor: PartitionActor | PartitionedActor, sequence_number: int) -> PartitionActor | None:
+    if not isinstance(actor, PartitionedActor):
+        return actor
+    index = partition_of_sequence_number(sequence_number)
+    return actor.partitions[index] if index < len(actor.partitions) else None
+
+
+def _by_partition(actor: PartitionActor | PartitionedActor,
+                  sequence_numbers: Iterable[int]) -> list[tuple[PartitionActor, list[int]]]:
+    groups: dict[int, tuple[PartitionActor, list[int]]] = {}
+    for number in dict.fromkeys(sequence_numbers):
+        partition = _partition_of(actor, number)
+        if partition is not None:
+            groups.setdefault(id(partition), (partition, []))[1].append(number)
+    return list(groups.values())
+
+
+def select(entity: Entity, sub: SubQueue, states: frozenset[MessageState] | None = None,
+           sql_filter: str | None = None) -> list[int]:
+    """Sequence numbers of the sub-queue's messages (in ``states``, matching ``sql_filter`` over
+    their properties, when given), in order. A filter that does not parse raises FilterSyntaxError."""
+    compiled = compile_filter(SqlFilter(sql_filter)) if sql_filter else None
+    numbers: list[int] = []
+    for partition in each(entity.actor):
+        messages = partition.queues[sub].messages
+        for seq in sorted(messages):
+            record = messages[seq]
+            if states is not None and record.state not in states:
+                continue
+            if compiled is not None and not compiled.matches(message_view(wire.forwarded_draft(record))):
+                continue
+            numbers.append(seq)
+    return numbers
+
+
+def resolve_target(broker_route: Callable[[Entity], Entity], target: Entity) -> Entity:
+    """Where a move into ``target`` lands: past its ForwardTo chain; a topic is refused."""
+    landed = broker_route(target)
+    if landed.kind == TOPIC:
+        raise InvalidOperation(f"'{target.name}' is or forwards to a topic; moving messages into a topic "
+                               "is not supported yet: move them into a queue or a subscription")
+    return landed
+
+
+def _check_target(target: Entity, records: Sequence[MessageRecord]) -> None:
+    if target.requires_session and any(r.session_id is None for r in records):
+        raise InvalidOperation(f"'{target.name}' requires sessions, and a message to move has no SessionId")
+
+
+def _route_drafts(target: Entity, drafts: list[MessageDraft]) -> list[tuple[PartitionActor, list[int]]]:
+    if isinstance(target.actor, PartitionedActor):
+        return target.actor.route(drafts)
+    return [(target.actor, list(range(len(drafts))))]
+
+
+async def move(source: Entity, sub: SubQueue, sequence_numbers: Sequence[int], target: Entity, *,
+               store_name: Callable[[PartitionActor], str], states: frozenset[MessageState] | None = None,
+               chunk: int = CHUNK, progress: Progress | None = None) -> MoveResult:
+    """Move the named messages from ``source``'s ``sub`` (those in ``states``, when given) into
+    ``target`` (a queue or subscription, already resolved past forwarding); see the module docstring
+    for what is kept and how."""
+    groups = _by_partition(source.actor, sequence_numbers)
+    for partition, numbers in groups:  # refuse up front what the target could never take
+        messages = partition.queues[sub].messages
+        _check_target(target, [messages[n] for n in numbers if n in messages])
+    total = sum(len(numbers) for _, numbers in groups)
+    moved = done = 0
+    for partition, numbers in groups:
+        for start in range(0, len(numbers), chunk):
+            part = numbers[start : start + chunk]
+            moved += await _move_chunk(partition, sub, part, target, store_name, states)
+            done += len(part)
+            if progress is not None:
+                progress(done, total)
+    return MoveResult(moved, total - moved)
+
+
+async def _move_chunk(source: PartitionActor, sub: SubQueue, numbers: list[int], target: Entity,
+                      store_name: Callable[[PartitionActor], str], states: frozenset[MessageState] | None) -> int:
+    records = source.take_for_move(sub, numbers, states)
+    if not records:
+        return 0
+    drafts = [moved_draft(r) for r in records]
+    try:
+        routed = _route_drafts(target, drafts)
+    except Exception:
+        source.resynchronise()  # they are still stored: bring them back
+        raise
+    ops: list[StoreOp] = []
+    forwarded: list[tuple[PartitionActor, SubQueue, MessageRecord]] = []
+    elsewhere: list[tuple[PartitionActor, list[int]]] = []
+    for partition, indexes in routed:
+        if partition.worker is source.worker:
+            appended = partition.accept_forwarded([drafts[i] for i in indexes])
+            ops.append(AppendMessages(partition.ref, tuple(appended)))
+            forwarded.extend((partition, SubQueue.MAIN, r) for r in appended)
+        else:
+            elsewhere.append((partition, indexes))
+    source_ref = source.refs[sub]
+    for partition, indexes in elsewhere:
+        keys = [f"{store_name(source)}/{source_ref.entity}/{source_ref.partition}/{records[i].sequence_number}"
+                for i in indexes]
+        try:
+            future, _ = partition.append_moved([drafts[i] for i in indexes], keys)
+            await future
+        except Exception:
+            source.resynchronise()  # the target did not take them: they are still in the source's store
+            raise
+    ops.append(DeleteMessages(source_ref, tuple(r.sequence_number for r in records)))
+    await source.commit_transaction(ops, forwarded)
+    if elsewhere:  # a rebuild of the source while the target committed may have brought copies back
+        source.queues[sub].take_unlocked(r.sequence_number for r in records)
+    for partition, indexes in elsewhere:
+        keys = [f"{store_name(source)}/{source_ref.entity}/{source_ref.partition}/{records[i].sequence_number}"
+                for i in indexes]
+        try:
+            await partition.forget_move_keys(keys)
+        except Exception:  # a key left behind costs a row, never a message
+            log.warning("could not forget %d move keys in %s", len(keys), partition.ref)
+    return len(records)
+
+
+async def purge(entity: Entity, sub: SubQueue, states: frozenset[MessageState] | None = None, *,
+                sequence_numbers: Sequence[int] | None = None, chunk: int = 5000) -> MoveResult:
+    """Delete the sub-queue's unlocked messages (those in ``states``, or named, when given)."""
+    numbers = list(sequence_numbers) if sequence_numbers is not None else select(entity, sub, states)
+    deleted = 0
+    for partition, group in _by_partition(entity.actor, numbers):
+        for start in range(0, len(group), chunk):
+            taken = partition.take_for_move(sub, group[start : start + chunk], states)
+            if taken:
+                await partition.commit_transaction(
+                    [DeleteMessages(partition.refs[sub], tuple(r.sequence_number for r in taken))], [])
+                deleted += len(taken)
+    return MoveResult(deleted, len(numbers) - deleted)
+
+
+def require_entity(found: Entity | None, path: str) -> Entity:
+    if found is None:
+        raise EntityNotFound(f"the messaging entity '{path}' could not be found")
+    return found
+

@@ -1,0 +1,218 @@
+"""Moving messages between entities (resubmit/move/redrive) and purging, in an in-process broker.
+
+Memory stores stand in for durable ones here (the store contract holds them to the same rules);
+a second store and its injected failure show the keyed move across stores never doubling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import timedelta
+
+import pytest
+
+from sodalite.amqp import message as amqp_message
+from sodalite.amqp.codec import encode_value
+from sodalite.amqp.types import Described, ULong
+from sodalite.errors import FilterSyntaxError, InvalidOperation, StoreUnavailable
+from sodalite.model.config import NamespaceConfig, QueueConfig
+from sodalite.model.entities import QueueProperties
+from sodalite.model.message import MessageRecord, MessageState
+from sodalite.model.partition import Lock, MessageDraft
+from sodalite.server import moves, wire
+from sodalite.server.broker import Broker
+from sodalite.server.partition_actor import PartitionActor, SubQueue
+from sodalite.server.registry import Entity
+from sodalite.store.memory import MemoryStore
+from sodalite.store.port import PartitionRef
+
+
+def draft(message_id: str, color: str = "red") -> MessageDraft:
+    out = bytearray()
+    encode_value(Described(ULong(amqp_message.PROPERTIES), [message_id]), out)
+    encode_value(Described(ULong(amqp_message.APPLICATION_PROPERTIES), {"color": color}), out)
+    encode_value(Described(ULong(amqp_message.DATA), b"body-" + message_id.encode()), out)
+    return MessageDraft(message_id, None, None, None, None, True, None, b"", 0, bytes(out))
+
+
+class Taker:
+    """A PeekLock receiver that takes what it is given, up to its credit."""
+
+    peek_lock, sub_queue, session_id, reserved = True, SubQueue.MAIN, None, 0
+
+    def __init__(self, credit: int) -> None:
+        self.left = credit
+        self.got: list[tuple[MessageRecord, Lock]] = []
+
+    def credit(self) -> int:
+        return self.left
+
+    def deliver(self, record: MessageRecord, lock: Lock | None) -> None:
+        assert lock is not None
+        self.left -= 1
+        self.got.append((record, lock))
+
+    def drain_requested(self) -> bool:
+        return False
+
+    def drained(self) -> None:
+        pass
+
+    def session_lost(self) -> None:
+        pass
+
+
+async def dead_letter_all(entity: Entity, ids: list[str]) -> None:
+    actor = entity.actor
+    assert isinstance(actor, PartitionActor)
+    await actor.send([draft(i, "red" if n % 2 == 0 else "blue") for n, i in enumerate(ids)])
+    taker = Taker(len(ids))
+    actor.add_consumer(taker)
+    for _ in range(50):
+        if len(taker.got) == len(ids):
+            break
+        await asyncio.sleep(0.01)
+    for _, lock in taker.got:
+        await actor.dead_letter(lock.token, "Bad", "it was bad")
+    actor.remove_consumer(taker)
+
+
+def stored(store: MemoryStore, path: str) -> list[MessageRecord]:
+    return list(store.load_partition(PartitionRef(path, 0)).messages)
+
+
+def names_on_two_stores(broker: Broker) -> tuple[str, str]:
+    """A queue name kept in the default store and one kept in the other (the name picks the store)."""
+    default = next(f"q{i}" for i in range(100) if broker._home_store(f"q{i}") is broker.workers[0])
+    other = next(f"q{i}" for i in range(100) if broker._home_store(f"q{i}") is broker.workers[1])
+    return default, other
+
+
+def test_resubmit_within_one_store_keeps_the_message_and_resets_it() -> None:
+    async def run() -> None:
+        store = MemoryStore()
+        broker = Broker(NamespaceConfig("ns", queues=(QueueConfig("orders"),
+                                                      QueueConfig("other", QueueProperties(
+                                                          requires_duplicate_detection=True,
+                                                          duplicate_detection_history_time_window=timedelta(
+                                                              minutes=10))))), store)
+        await broker.start("127.0.0.1", 0)
+        try:
+            orders, other = broker.entity("orders"), broker.entity("other")
+            assert orders is not None and other is not None
+            await dead_letter_all(orders, ["m1", "m2", "m3"])
+            assert [m.message_id for m in stored(store, "orders/$deadletterqueue")] == ["m1", "m2", "m3"]
+            await other.actor.send([draft("m2")])  # the target's duplicate detection has seen m2
+
+            blue = moves.select(orders, SubQueue.DEAD_LETTER, sql_filter="color = 'blue'")
+            assert len(blue) == 1
+            result = await moves.move(orders, SubQueue.DEAD_LETTER, blue, other,
+                                      store_name=lambda p: p.worker.name)
+            assert result == moves.MoveResult(1, 0)
+            assert [m.message_id for m in stored(store, "other")] == ["m2", "m2"]  # a move is not a send
+
+            rest = moves.select(orders, SubQueue.DEAD_LETTER)
+            result = await moves.move(orders, SubQueue.DEAD_LETTER, rest, orders, store_name=lambda p: p.worker.name)
+            assert result.moved == 2
+            assert stored(store, "orders/$deadletterqueue") == []
+            back = stored(store, "orders")
+            assert [m.message_id for m in back] == ["m1", "m3"]
+            for record in back:
+                assert record.delivery_count == 0 and record.state is MessageState.ACTIVE
+                props = wire.application_properties(record.tail)
+                assert props == {"color": "red"}  # the dead-letter reason and description are gone
+            counts = orders.actor.counts()
+            assert counts["active"] == 2 and counts["dead_letter"] == 0
+        finally:
+            await broker.stop()
+
+    asyncio.run(run())
+
+
+def test_a_bad_filter_and_a_target_that_needs_sessions_are_refused_before_anything_moves() -> None:
+    async def run() -> None:
+        store = MemoryStore()
+        broker = Broker(NamespaceConfig("ns", queues=(
+            QueueConfig("src"), QueueConfig("sess", QueueProperties(requires_session=True)))), store)
+        await broker.start("127.0.0.1", 0)
+        try:
+            src, sess = broker.entity("src"), broker.entity("sess")
+            assert src is not None and sess is not None
+            await dead_letter_all(src, ["a", "b"])
+            with pytest.raises(FilterSyntaxError):
+                moves.select(src, SubQueue.DEAD_LETTER, sql_filter="color = = 'x'")
+            with pytest.raises(InvalidOperation):
+                await moves.move(src, SubQueue.DEAD_LETTER, moves.select(src, SubQueue.DEAD_LETTER), sess,
+                                 store_name=lambda p: p.worker.name)
+            assert len(stored(store, "src/$deadletterqueue")) == 2
+            assert stored(store, "sess") == []
+        finally:
+            await broker.stop()
+
+    asyncio.run(run())
+
+
+def test_a_move_across_stores_retried_after_a_failure_never_doubles() -> None:
+    async def run() -> None:
+        default, other = MemoryStore(), MemoryStore()
+        probe = Broker(NamespaceConfig("ns"), MemoryStore(), more_stores=[("second", MemoryStore())])
+        source_name, target_name = names_on_two_stores(probe)
+        broker = Broker(NamespaceConfig("ns", queues=(QueueConfig(source_name), QueueConfig(target_name))),
+                        default, more_stores=[("second", other)])
+        await broker.start("127.0.0.1", 0)
+        try:
+            source, target = broker.entity(source_name), broker.entity(target_name)
+            assert source is not None and target is not None
+            assert isinstance(source.actor, PartitionActor) and isinstance(target.actor, PartitionActor)
+            assert source.actor.worker is not target.actor.worker
+            await dead_letter_all(source, [str(uuid.uuid4()) for _ in range(5)])
+            numbers = moves.select(source, SubQueue.DEAD_LETTER)
+
+            # The target commits the messages with their keys; then the source's delete fails.
+            default.fail_next_apply(OSError("disk gone"))
+            with pytest.raises(StoreUnavailable):
+                await moves.move(source, SubQueue.DEAD_LETTER, numbers, target, store_name=lambda p: p.worker.name)
+            assert len(stored(other, target_name)) == 5
+            assert len(other.load_partition(PartitionRef(target_name, 0)).move_keys) == 5
+            for _ in range(100):  # the source rebuilds itself from its store: the copies are back
+                if source.actor.available:
+                    break
+                await asyncio.sleep(0.01)
+            assert len(moves.select(source, SubQueue.DEAD_LETTER)) == 5
+
+            result = await moves.move(source, SubQueue.DEAD_LETTER, moves.select(source, SubQueue.DEAD_LETTER),
+                                      target, store_name=lambda p: p.worker.name)
+            assert result.moved == 5
+            assert len(stored(other, target_name)) == 5  # not 10
+            assert stored(default, f"{source_name}/$deadletterqueue") == []
+            assert other.load_partition(PartitionRef(target_name, 0)).move_keys == ()
+            assert target.actor.counts()["active"] == 5
+        finally:
+            await broker.stop()
+
+    asyncio.run(run())
+
+
+def test_purge_deletes_unlocked_messages_and_counts_them() -> None:
+    async def run() -> None:
+        store = MemoryStore()
+        broker = Broker(NamespaceConfig("ns", queues=(QueueConfig("p"),)), store)
+        await broker.start("127.0.0.1", 0)
+        try:
+            entity = broker.entity("p")
+            assert entity is not None and isinstance(entity.actor, PartitionActor)
+            await entity.actor.send([draft(f"m{i}") for i in range(10)])
+            taker = Taker(1)
+            entity.actor.add_consumer(taker)
+            for _ in range(50):
+                if taker.got:
+                    break
+                await asyncio.sleep(0.01)
+            result = await moves.purge(entity, SubQueue.MAIN)
+            assert result == moves.MoveResult(9, 1)  # the locked one is skipped
+            assert [m.message_id for m in stored(store, "p")] == ["m0"]
+        finally:
+            await broker.stop()
+
+    asyncio.run(run())
