@@ -66,7 +66,7 @@ class Lock:
     token: uuid.UUID
     sequence_number: int
     locked_until: int
-    owner: Any  # whoever received it (a receiver link); its locks go when it goes
+    owner: Any  # whoever received it (a receiver link); the lock outlives it, until it expires
     deferred: bool = False  # a deferred message goes back to deferred, not to the receivable heap
 
 

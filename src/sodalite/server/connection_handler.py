@@ -150,7 +150,6 @@ class BrokerConnection(asyncio.Protocol):
         self.grants: list[Authorization] = []  # from this connection's put-tokens
         self._expiry: asyncio.TimerHandle | None = None
         self.consumers: list[LinkConsumer] = []
-        self.locked_through_management: dict[int, PartitionActor] = {}  # by id(actor)
         self._flush_scheduled = False
         self._heartbeat: asyncio.TimerHandle | None = None
         self.peer = "?"
@@ -175,10 +174,8 @@ class BrokerConnection(asyncio.Protocol):
         return None  # close our side too
 
     def connection_lost(self, exc: Exception | None) -> None:
+        # Locks taken on this connection (by its receivers or by receive-by-sequence-number) outlive it.
         self._handle(self.amqp.connection_lost())
-        for actor in self.locked_through_management.values():
-            actor.drop_owner(self)  # locks taken by receive-by-sequence-number on this connection
-        self.locked_through_management.clear()
         self.transactions.connection_lost()  # its open transactions roll back
         self.broker.connections.discard(self)
         if self._heartbeat is not None:

@@ -592,13 +592,17 @@ class PartitionActor:
         self._dispatch_soon()
 
     def remove_consumer(self, consumer: Consumer) -> None:
+        """A receiver link went away. Its message locks stay until they expire, as in Service Bus: the
+        messages can still be settled by lock token through ``$management``. A session receiver's
+        session is released, and with it the messages it held (they ride on the session lock)."""
         consumers = self.consumers[consumer.sub_queue]
         if consumer in consumers:
             consumers.remove(consumer)
         self.cancel_session_wait(consumer)
-        self.sessions.release(consumer)
-        self.drop_owner(consumer)
+        if self.sessions.release(consumer):
+            self.drop_owner(consumer)
         self._grant_waiters()
+        self._dispatch_soon()
 
     def drop_owner(self, owner: Any) -> None:
         """Whoever held locks is gone: its locks end as expired ones do."""
