@@ -32,6 +32,7 @@ from sodalite.errors import (
     OperationTimeout,
     QuotaExceeded,
     SessionCannotBeLocked,
+    SessionLockLost,
     SodaliteError,
     StoreUnavailable,
 )
@@ -572,7 +573,9 @@ class PartitionActor:
                       owner: Any) -> list[tuple[MessageRecord, Lock]]:
         self._touch()
         self._check_available()
-        taken = self.queues[sub].lock_deferred(sequence_numbers, self.clock(), self.settings.lock_duration, owner)
+        bound = sub is SubQueue.MAIN and self.settings.requires_session
+        taken = self.queues[sub].lock_deferred(sequence_numbers, self.clock(), self.settings.lock_duration, owner,
+                                               self._session_until if bound else None)
         self._arm_timer()
         return taken
 
@@ -599,10 +602,15 @@ class PartitionActor:
         if consumer in consumers:
             consumers.remove(consumer)
         self.cancel_session_wait(consumer)
-        if self.sessions.release(consumer):
-            self.drop_owner(consumer)
+        for session_id in self.sessions.release(consumer):
+            self._drop_session(session_id)
         self._grant_waiters()
         self._dispatch_soon()
+
+    def _drop_session(self, session_id: str) -> None:
+        """The session's lock ended: the messages riding on it are unlocked (the delivery counts)."""
+        self._store_updates(SubQueue.MAIN, self.queues[SubQueue.MAIN].drop_session(session_id))
+        self._drain_outbox(SubQueue.MAIN)
 
     def drop_owner(self, owner: Any) -> None:
         """Whoever held locks is gone: its locks end as expired ones do."""
@@ -676,8 +684,22 @@ class PartitionActor:
     def renew_session_lock(self, session_id: str) -> int:
         self._touch()
         locked_until = self.sessions.renew(session_id, None, self.clock(), self.settings.lock_duration)
+        self.queues[SubQueue.MAIN].extend_session(session_id, locked_until)
         self._arm_timer()
         return locked_until
+
+    def _extend_session(self, session_id: str, holder: Any, now: int) -> int | None:
+        """Delivering from a session extends its lock, and its messages' with it; None if not held."""
+        try:
+            locked_until = self.sessions.renew(session_id, holder, now, self.settings.lock_duration)
+        except SessionLockLost:
+            return None
+        self.queues[SubQueue.MAIN].extend_session(session_id, locked_until)
+        return locked_until
+
+    def _session_until(self, session_id: str) -> int:
+        """The held session's locked-until, for a session message locked by sequence number."""
+        return self.sessions.check(session_id, None, self.clock()).locked_until
 
     def get_session_state(self, session_id: str) -> bytes | None:
         self._touch()
@@ -750,8 +772,13 @@ class PartitionActor:
                 session_id = consumer.session_id if by_session else None
                 if by_session and (session_id is None or not queue.has_available(session_id)):
                     continue
+                session_until = None
+                if by_session and session_id is not None:
+                    session_until = self._extend_session(session_id, consumer, now)
+                    if session_until is None:
+                        continue
                 if consumer.peek_lock:
-                    taken = queue.lock_next(now, self.settings.lock_duration, consumer, session_id)
+                    taken = queue.lock_next(now, self.settings.lock_duration, consumer, session_id, session_until)
                     if taken is None:
                         continue
                     consumer.deliver(taken[0], taken[1])
@@ -856,8 +883,8 @@ class PartitionActor:
             return  # the reload re-arms it
         now = self.clock()
         for lock in self.sessions.expire(now):
-            # The holder lost the session: its message locks go too, and it is told (SessionLockLost).
-            self.drop_owner(lock.owner)
+            # The holder lost the session: its messages' locks go too, and it is told (SessionLockLost).
+            self._drop_session(lock.session_id)
             lost = getattr(lock.owner, "session_lost", None)
             if callable(lost):
                 lost()
