@@ -20,6 +20,12 @@ the caller moves them to the dead-letter sub-queue or deletes them, and stores t
 Every method that changes what a restart must see returns what to store, or puts it in the outbox.
 Locks are volatile, as in Service Bus: they live here only. Time is always an argument (ms).
 
+The delivery count survives a crash: before a locked message is handed out the caller stores
+``claim`` (the count as the end of this lock will make it), so a broker killed while the message
+is locked restarts with the delivery counted, as if the lock had expired. A release (the receiver
+never looked at it) stores the count back. A message whose stored count has reached
+MaxDeliveryCount is dead-lettered when a receive meets it, not handed out again.
+
 Session messages (a session entity's own sub-queue) ride on their session's lock: they have no
 expiry of their own, their locked-until is the session's (``extend_session`` keeps them in step
 when the caller renews the session), ``renew`` refuses them, and they end with the session
@@ -242,6 +248,11 @@ class Partition:
                 self._remove(seq)
                 self.outbox.append(Expired(record))
                 continue
+            if self.max_delivery_count is not None and record.delivery_count >= self.max_delivery_count:
+                self._remove(seq)  # every delivery so far ended without a settlement (a crash, say)
+                self.outbox.append(DeadLettered(record, MAX_DELIVERY_COUNT_EXCEEDED,
+                                                f"delivered {record.delivery_count} times"))
+                continue
             return record
         return None
 
@@ -351,12 +362,17 @@ class Partition:
         return MessageUpdate(record.sequence_number, record.delivery_count, record.state)
 
     def release(self, token: uuid.UUID) -> MessageUpdate | None:
-        """Unlock without counting a delivery (the receiver never looked at the message)."""
+        """Unlock without counting a delivery (the receiver never looked at the message); the update
+        stores the count back to what it was before ``claim``."""
         lock = self.locks.get(token)
         if lock is None:
             return None
-        self._unlock(lock, count_delivery=False, now=None)
-        return None
+        return self._unlock(lock, count_delivery=False, now=None)
+
+    @staticmethod
+    def claim(record: MessageRecord) -> MessageUpdate:
+        """What to store before handing out a locked message: its delivery already counted."""
+        return MessageUpdate(record.sequence_number, record.delivery_count + 1, record.state)
 
     def renew(self, token: uuid.UUID, now: int, lock_duration: int) -> int:
         lock = self._lock(token, now)

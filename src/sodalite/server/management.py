@@ -137,7 +137,8 @@ async def receive_by_sequence_number(ctx: Context, body: dict[str, Any]) -> Resp
     numbers = _array(body, "sequence-numbers", int)
     mode = _int_arg(body, "receiver-settle-mode", PEEK_LOCK)
     if mode == PEEK_LOCK:
-        taken = ctx.actor.lock_deferred(ctx.sub_queue, numbers, ctx.owner)
+        future, taken = ctx.actor.lock_deferred(ctx.sub_queue, numbers, ctx.owner)
+        await future  # their delivery is counted durably before they are handed out
         messages = [{"message": wire.delivery_payload(r, lock.locked_until, with_state=True),
                      "lock-token": lock.token} for r, lock in taken]
     else:

@@ -124,7 +124,8 @@ class _Batch:
     ops: list[StoreOp] = field(default_factory=list)
     futures: list[asyncio.Future[Any]] = field(default_factory=list)
     published: list[tuple[SubQueue, MessageRecord]] = field(default_factory=list)
-    deliveries: list[tuple[Consumer, MessageRecord]] = field(default_factory=list)  # ReceiveAndDelete
+    # Deliveries waiting for their store op: a ReceiveAndDelete's delete, a PeekLock's counted delivery.
+    deliveries: list[tuple[Consumer, MessageRecord, Lock | None]] = field(default_factory=list)
     forwarded: list[tuple[PartitionActor, SubQueue, MessageRecord]] = field(default_factory=list)  # other entities
 
 
@@ -491,9 +492,9 @@ class PartitionActor:
 
     def release(self, token: uuid.UUID) -> None:
         self._touch()
-        for queue in self.queues.values():
+        for sub, queue in self.queues.items():
             if token in queue.locks:
-                queue.release(token)
+                self._store_release(sub, token)  # the claimed delivery did not happen: uncount it
         self._dispatch_soon()
 
     def renew_lock(self, token: uuid.UUID) -> int:
@@ -570,14 +571,19 @@ class PartitionActor:
         return self.queues[sub].peek(from_sequence_number, count, session_id)
 
     def lock_deferred(self, sub: SubQueue, sequence_numbers: list[int],
-                      owner: Any) -> list[tuple[MessageRecord, Lock]]:
+                      owner: Any) -> tuple[asyncio.Future[None], list[tuple[MessageRecord, Lock]]]:
+        """Lock deferred messages by number; hand them out once the future says their delivery is
+        counted durably."""
         self._touch()
         self._check_available()
         bound = sub is SubQueue.MAIN and self.settings.requires_session
-        taken = self.queues[sub].lock_deferred(sequence_numbers, self.clock(), self.settings.lock_duration, owner,
-                                               self._session_until if bound else None)
+        queue = self.queues[sub]
+        taken = queue.lock_deferred(sequence_numbers, self.clock(), self.settings.lock_duration, owner,
+                                    self._session_until if bound else None)
+        if taken:
+            self._batch.ops.append(UpdateMessages(self.refs[sub], tuple(queue.claim(r) for r, _ in taken)))
         self._arm_timer()
-        return taken
+        return self._future_in_batch(), taken
 
     def take_deferred(self, sub: SubQueue,
                       sequence_numbers: list[int]) -> tuple[asyncio.Future[None], list[MessageRecord]]:
@@ -781,14 +787,18 @@ class PartitionActor:
                     taken = queue.lock_next(now, self.settings.lock_duration, consumer, session_id, session_until)
                     if taken is None:
                         continue
-                    consumer.deliver(taken[0], taken[1])
+                    # The delivery counts durably before the message leaves (claims of one turn share a commit).
+                    consumer.reserved += 1
+                    self._batch.ops.append(UpdateMessages(self.refs[sub], (queue.claim(taken[0]),)))
+                    self._batch.deliveries.append((consumer, taken[0], taken[1]))
+                    self._schedule_commit()
                 else:
                     record = queue.take_next(now, session_id)
                     if record is None:
                         continue
                     consumer.reserved += 1
                     self._batch.ops.append(DeleteMessages(self.refs[sub], (record.sequence_number,)))
-                    self._batch.deliveries.append((consumer, record))
+                    self._batch.deliveries.append((consumer, record, None))
                     self._schedule_commit()
                 progress = True
             self._next_consumer = start + 1
@@ -952,9 +962,10 @@ class PartitionActor:
             return
         for sub, record in batch.published:
             self.queues[sub].publish([record])
-        for consumer, record in batch.deliveries:
+        for consumer, record, lock in batch.deliveries:
             consumer.reserved -= 1
-            consumer.deliver(record, None)
+            if lock is None or self._still_held(consumer, lock):
+                consumer.deliver(record, lock)
         for target, sub, record in batch.forwarded:
             target.publish_forwarded([record], sub)
         for future in batch.futures:
@@ -963,12 +974,29 @@ class PartitionActor:
         self._grant_waiters()
         self._dispatch()
 
+    def _still_held(self, consumer: Consumer, lock: Lock) -> bool:
+        """A claimed message whose lock ended while its claim committed (the entity changed, the
+        session went) is not sent; one whose receiver left meanwhile is released for others."""
+        queue = self.queues[consumer.sub_queue]
+        if queue.locks.get(lock.token) is not lock:
+            return False
+        if consumer.credit() <= 0 and consumer not in self.consumers[consumer.sub_queue]:
+            self._store_release(consumer.sub_queue, lock.token)
+            self._dispatch_soon()
+            return False
+        return True
+
+    def _store_release(self, sub: SubQueue, token: uuid.UUID) -> None:
+        update = self.queues[sub].release(token)
+        if update is not None:
+            self._store_updates(sub, [update])
+
     def _fail_batch(self, batch: _Batch, exc: SodaliteError) -> None:
         for future in batch.futures:
             if not future.done():
                 future.set_exception(exc)
-        for consumer, _ in batch.deliveries:
-            consumer.reserved -= 1  # not sent: the delete did not commit, the reload brings it back
+        for consumer, _, _ in batch.deliveries:
+            consumer.reserved -= 1  # not sent: the op did not commit, the reload brings the message back
 
     async def _reload(self) -> None:
         self._reloading = True
