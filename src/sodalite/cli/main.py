@@ -24,6 +24,7 @@ from sodalite.cli.key_bridge import BrokerKeys
 from sodalite.errors import ConfigurationError
 from sodalite.model.config import NamespaceConfig, default_namespace, load_config_text
 from sodalite.server.broker import Broker
+from sodalite.server.limits import AcceptFailureLog, ConnectionLimits
 from sodalite.server.metrics import CONTENT_TYPE, BrokerMetrics
 
 DEFAULT_DATA_DIR = "sodalite-data"
@@ -60,6 +61,17 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--metrics-port", type=int, default=-1,
                        help="also serve Prometheus /metrics over plain HTTP on this port (off by default; "
                             "the management API serves /metrics too)")
+    defaults = ConnectionLimits()
+    serve.add_argument("--handshake-timeout", type=float, default=defaults.handshake_timeout,
+                       help="seconds a new connection has to finish its AMQP/SASL handshake and open "
+                            f"(default {defaults.handshake_timeout:.0f})")
+    serve.add_argument("--max-connections", type=int, default=defaults.max_connections,
+                       help="open connections at most; one more is refused with amqp:resource-limit-exceeded "
+                            f"(default {defaults.max_connections})")
+    serve.add_argument("--max-sessions-per-connection", type=int, default=defaults.max_sessions,
+                       help=f"AMQP sessions one connection may begin (default {defaults.max_sessions})")
+    serve.add_argument("--max-links-per-connection", type=int, default=defaults.max_links,
+                       help=f"links one connection may attach (default {defaults.max_links})")
     serve.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default) or ERROR")
     serve.add_argument("--log-format", choices=logging_setup.FORMATS, default="text",
                        help="text (default) or json: one JSON object per line with time, level, logger, "
@@ -190,6 +202,9 @@ def _print_amqps(args: argparse.Namespace, broker: Broker, cert: Path) -> None:
 
 async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
     broker = Broker.with_sqlite(namespace, args.data_dir, synchronous=args.sync)
+    broker.limits = ConnectionLimits(args.handshake_timeout, args.max_connections,
+                                     args.max_sessions_per_connection, args.max_links_per_connection)
+    asyncio.get_running_loop().set_exception_handler(AcceptFailureLog())
     tls: ssl.SSLContext | None = None
     cert = Path()
     if args.amqps_port >= 0:
