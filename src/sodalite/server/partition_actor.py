@@ -34,6 +34,7 @@ from sodalite.errors import (
     SessionCannotBeLocked,
     SessionLockLost,
     SodaliteError,
+    StoreFull,
     StoreUnavailable,
 )
 from sodalite.model.dedup import DuplicateDetector
@@ -246,6 +247,12 @@ class PartitionActor:
         if self._reloading:
             raise StoreUnavailable("the partition is recovering from a store failure; retry shortly")
 
+    def _check_room(self) -> None:
+        """New messages need room in the store; stored ones can still be received when it is full."""
+        if self.worker.full:
+            raise StoreFull(f"the messaging store '{self.worker.name}' is full: new messages are refused "
+                            "until space is freed (receiving and settling go on)")
+
     # ---- sending and scheduling ---------------------------------------------------------------------
 
     def send(self, drafts: list[MessageDraft]) -> asyncio.Future[None]:
@@ -260,6 +267,7 @@ class PartitionActor:
         """Accept messages; the future (always in the batch, so a duplicate's acknowledgement never
         overtakes its original's commit) resolves once they are durable."""
         self._touch()
+        self._check_room()
         self._check_available()
         if self.settings.requires_session and any(d.session_id is None for d in drafts):
             raise InvalidOperation("the entity requires sessions: every message needs a SessionId")
@@ -336,6 +344,7 @@ class PartitionActor:
                                      description: str) -> asyncio.Future[None]:
         """Messages that could not be forwarded: straight into the transfer dead-letter queue."""
         self._touch()
+        self._check_room()
         self._check_available()
         records = self.partition.accept(drafts, self.clock(), None)
         moved = tuple(wire.dead_lettered(r, reason, description) for r in records)
@@ -372,12 +381,14 @@ class PartitionActor:
     def fan_out(self, targets: list[FanOut]) -> asyncio.Future[None]:
         """A topic's send: every subscription's copies in this actor's batch, so one transaction holds
         them all (all copies or none), acknowledged once that commits."""
+        self._check_room()
         self._check_available()
         self._touch()
         # A target kept in another messaging store cannot share this store's transaction: it commits
         # its copies itself, and the send is acknowledged when both have.
         elsewhere = [t for t in targets if t.actor.worker is not self.worker]
         for target in elsewhere:
+            target.actor._check_room()
             target.actor._check_available()
         self._append_fan_out([t for t in targets if t.actor.worker is self.worker])
         own = self._future_in_batch()
@@ -515,6 +526,7 @@ class PartitionActor:
         """What a send checks before it is accepted, for messages a transaction sends at its commit.
 
         ``stored_here`` False (a topic, a transfer dead-letter route) checks availability only."""
+        self._check_room()
         self._check_available()
         if not stored_here:
             return
