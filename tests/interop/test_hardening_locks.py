@@ -161,6 +161,20 @@ def test_delivering_from_a_session_extends_its_lock(locks_broker: BrokerProcess)
                     second.receive_messages(max_message_count=1, max_wait_time=1)
 
 
+def test_a_receive_and_delete_session_receiver_iterates_past_its_lock_duration(locks_broker: BrokerProcess) -> None:
+    # The case: a 5 s session lock, the iterator waiting 5 s after the last message. The receiver
+    # keeps asking for messages (its credit), so it keeps its session: the iteration ends without
+    # SessionLockLostError, three times over.
+    conn = locks_broker.connection_string
+    for attempt in range(3):
+        session_id = f"iterate-{attempt}"
+        _send_session(conn, "sess-rad", session_id, [f"i{i}" for i in range(10)])
+        with ServiceBusClient.from_connection_string(conn, retry_total=0) as client:
+            with client.get_queue_receiver("sess-rad", session_id=session_id, max_wait_time=5,
+                                           receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as receiver:
+                assert [str(m) for m in receiver] == [f"i{i}" for i in range(10)]
+
+
 def test_closing_a_session_receiver_releases_the_session_and_its_messages(locks_broker: BrokerProcess) -> None:
     conn = locks_broker.connection_string
     _send_session(conn, "sess-close", "c", ["c0", "c1"])

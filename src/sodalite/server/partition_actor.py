@@ -638,7 +638,13 @@ class PartitionActor:
         self._dispatch_soon()
 
     def credit_changed(self, consumer: Consumer) -> None:
+        """The receiver asked for messages. A session holder asking is receiving from its session,
+        which extends the session lock as a delivery does (a receiver waiting on an empty session
+        keeps it while it keeps asking)."""
         self._touch()
+        session_id = consumer.session_id
+        if session_id is not None and consumer.sub_queue is SubQueue.MAIN and self.settings.requires_session:
+            self._extend_session(session_id, consumer, self.clock())
         self._dispatch_soon()
 
     # ---- sessions -----------------------------------------------------------------------------------
