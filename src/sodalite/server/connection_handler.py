@@ -227,14 +227,14 @@ class BrokerConnection(asyncio.Protocol):
     def _handshake_expired(self) -> None:
         """No open within the handshake deadline: the connection goes (it has proved nothing)."""
         self._handshake = None
-        if self.amqp.phase == "opened" or self.transport is None:
-            return
+        if (self.amqp.phase == "opened" and not self.over_limit) or self.transport is None:
+            return  # (a refused connection goes at the deadline even if it never answers our close)
         log.info("closing connection %s: no AMQP open within %.0f s of connecting", self.peer,
                  self.broker.limits.handshake_timeout, extra={"connection": self.peer, "kind": "connection"})
         self.transport.abort()
 
     def _on_opened(self) -> None:
-        if self._handshake is not None:
+        if self._handshake is not None and not self.over_limit:
             self._handshake.cancel()
             self._handshake = None
         if self.over_limit:
