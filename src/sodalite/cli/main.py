@@ -28,6 +28,7 @@ from sodalite.errors import ConfigurationError
 from sodalite.model.config import NamespaceConfig, default_namespace, load_config_text
 from sodalite.server.broker import Broker
 from sodalite.server.connection_handler import BrokerConnection
+from sodalite.server.limits import AcceptFailureLog, ConnectionLimits
 from sodalite.server.metrics import CONTENT_TYPE, BrokerMetrics
 
 DEFAULT_DATA_DIR = "sodalite-data"
@@ -68,6 +69,17 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--metrics-port", type=int, default=-1,
                        help="also serve Prometheus /metrics over plain HTTP on this port (off by default; "
                             "the management API serves /metrics too)")
+    defaults = ConnectionLimits()
+    serve.add_argument("--handshake-timeout", type=float, default=defaults.handshake_timeout,
+                       help="seconds a new connection has to finish its AMQP/SASL handshake and open "
+                            f"(default {defaults.handshake_timeout:.0f})")
+    serve.add_argument("--max-connections", type=int, default=defaults.max_connections,
+                       help="open connections at most; one more is refused with amqp:resource-limit-exceeded "
+                            f"(default {defaults.max_connections})")
+    serve.add_argument("--max-sessions-per-connection", type=int, default=defaults.max_sessions,
+                       help=f"AMQP sessions one connection may begin (default {defaults.max_sessions})")
+    serve.add_argument("--max-links-per-connection", type=int, default=defaults.max_links,
+                       help=f"links one connection may attach (default {defaults.max_links})")
     serve.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default) or ERROR")
     serve.add_argument("--log-format", choices=logging_setup.FORMATS, default="text",
                        help="text (default) or json: one JSON object per line with time, level, logger, "
@@ -212,6 +224,9 @@ def _print_amqps(args: argparse.Namespace, broker: Broker, cert: Path) -> None:
 
 async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
     broker = Broker.with_sqlite(namespace, args.data_dir, synchronous=args.sync)
+    broker.limits = ConnectionLimits(args.handshake_timeout, args.max_connections,
+                                     args.max_sessions_per_connection, args.max_links_per_connection)
+    asyncio.get_running_loop().set_exception_handler(AcceptFailureLog())
     cert, key = certificate(args)  # generated whenever missing, whichever listeners are on
     tls = server_context(cert, key)
     runner = await _management_runner(args, broker)
@@ -221,7 +236,7 @@ async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
                               management=shared.server if shared is not None else None,
                               management_tls=tls if shared is not None else None)
     entities = ", ".join(sorted(e.name for e in broker.entities.values())) or "(none)"
-    listening = f"{args.host}:{port}" + (f", amqps {args.host}:{broker.amqps_port}" if tls is not None else "")
+    listening = f"{args.host}:{port}" + (f", amqps {args.host}:{broker.amqps_port}" if args.amqps_port >= 0 else "")
     print(f"Sodalite {__version__} listening on {listening}, data in {args.data_dir}", flush=True)
     print(f"Entities: {entities}", flush=True)
     await _serve_management(args, runner, broker)

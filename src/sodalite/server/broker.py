@@ -51,6 +51,7 @@ from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDra
 from sodalite.server.addresses import entity_path
 from sodalite.server.connection_handler import BrokerConnection
 from sodalite.server.fanout import CompiledRule, copies_for
+from sodalite.server.limits import ConnectionLimits
 from sodalite.server.listener import ProtocolFactory, SniffingListener
 from sodalite.server.metrics import BrokerMetrics
 from sodalite.server.partition_actor import (
@@ -97,6 +98,7 @@ class Broker:
         self.container_id = f"sodalite-{namespace.name}"
         self.entities: dict[str, Entity] = {}
         self.connections: set[BrokerConnection] = set()
+        self.limits = ConnectionLimits()  # per connection and in all (server/limits.py)
         # The namespace's shared access rules, with keys regenerated at runtime (start() applies stored ones).
         self.authorization_rules: tuple[AuthorizationRule, ...] = namespace.authorization_rules
         self.key_overrides = KeyOverrides()

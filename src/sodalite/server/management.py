@@ -53,7 +53,7 @@ class Response:
 class Context:
     actor: PartitionActor | PartitionedActor
     sub_queue: SubQueue
-    owner: Any  # holds locks taken here (the client connection); they end when it goes
+    owner: Any  # holds locks taken here (the client connection); they outlive it, until they expire
     max_message_size: int
     broker: Any = None  # for rule operations on a subscription
     entity: Any = None
@@ -64,11 +64,6 @@ class Context:
     def metrics(self) -> BrokerMetrics | None:
         metrics = getattr(self.broker, "metrics", None)
         return metrics if isinstance(metrics, BrokerMetrics) else None
-
-    def note_locks(self) -> None:
-        registry = getattr(self.owner, "locked_through_management", None)
-        if isinstance(registry, dict):
-            registry[id(self.actor)] = self.actor
 
 
 Operation = Callable[[Context, dict[str, Any]], Awaitable[Response]]
@@ -142,8 +137,8 @@ async def receive_by_sequence_number(ctx: Context, body: dict[str, Any]) -> Resp
     numbers = _array(body, "sequence-numbers", int)
     mode = _int_arg(body, "receiver-settle-mode", PEEK_LOCK)
     if mode == PEEK_LOCK:
-        taken = ctx.actor.lock_deferred(ctx.sub_queue, numbers, ctx.owner)
-        ctx.note_locks()
+        future, taken = ctx.actor.lock_deferred(ctx.sub_queue, numbers, ctx.owner)
+        await future  # their delivery is counted durably before they are handed out
         messages = [{"message": wire.delivery_payload(r, lock.locked_until, with_state=True),
                      "lock-token": lock.token} for r, lock in taken]
     else:
