@@ -285,7 +285,7 @@ class Broker:
         loop = asyncio.get_running_loop()
         self._idle_sweeper = loop.create_task(self._sweep_idle_forever())
         self._server = await SniffingListener.start(host, port, lambda: BrokerConnection(self), management,
-                                                    management_tls)
+                                                    management_tls, sniff_timeout=self.limits.handshake_timeout)
         if tls is not None and tls_port >= 0:
             self._tls_server = await loop.create_server(lambda: BrokerConnection(self), host, tls_port, ssl=tls)
             self.amqps_port = int(self._tls_server.sockets[0].getsockname()[1])
