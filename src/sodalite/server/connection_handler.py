@@ -116,7 +116,7 @@ class LinkConsumer:
 
     def deliver(self, record: MessageRecord, lock: Lock | None) -> None:
         if lock is not None:
-            payload = wire.delivery_payload(record, lock.locked_until)
+            payload = wire.delivery_payload(record, lock.locked_until, lock_token=lock.token)
             self.link.send_transfer(payload, wire.lock_token_tag(lock.token), settled=False)
         else:
             payload = wire.delivery_payload(record, None)

@@ -144,7 +144,7 @@ async def receive_by_sequence_number(ctx: Context, body: dict[str, Any]) -> Resp
     if mode == PEEK_LOCK:
         taken = ctx.actor.lock_deferred(ctx.sub_queue, numbers, ctx.owner)
         ctx.note_locks()
-        messages = [{"message": wire.delivery_payload(r, lock.locked_until, with_state=True),
+        messages = [{"message": wire.delivery_payload(r, lock.locked_until, with_state=True, lock_token=lock.token),
                      "lock-token": lock.token} for r, lock in taken]
     else:
         future, records = ctx.actor.take_deferred(ctx.sub_queue, numbers)

@@ -1,13 +1,15 @@
 """Service Bus messages on the wire: from a received transfer to drafts, from a record to a delivery.
 
-Inbound, only header, message-annotations and properties are decoded; application-properties,
-body and footer are sliced verbatim into the record's tail, and delivery-annotations are dropped
-(they belong to the hop). Annotations that only the service may set are stripped on input, as the
+Inbound, only header, delivery- and message-annotations and properties are decoded;
+application-properties, body and footer are sliced verbatim into the record's tail. A client's
+delivery-annotations are kept, re-encoded as the first section of the tail (Service Bus delivers
+them with the message). Annotations that only the service may set are stripped on input, as the
 protocol guide says of ``x-opt-enqueued-time`` ("Ignored on input").
 
 Outbound, the delivery is a fresh header (carrying the delivery count, which the SDK reads raw:
-0 on first delivery, sdk-wire-contract.md 4.4), the broker's annotations spliced in front of the
-client's, then the tail unchanged.
+0 on first delivery, sdk-wire-contract.md 4.4), the delivery-annotations (the lock token of a
+PeekLock delivery, ``x-opt-lock-token``, in front of the client's), the broker's message
+annotations spliced in front of the client's, then the rest of the tail unchanged.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from sodalite.amqp import message as amqp_message
-from sodalite.amqp.codec import decode
+from sodalite.amqp.codec import decode, skip_value
 from sodalite.amqp.errors import DecodeError
 from sodalite.amqp.types import Int, Symbol
 from sodalite.errors import ArgumentError, MessageSizeExceeded
@@ -36,6 +38,8 @@ _SEQUENCE_NUMBER = b"x-opt-sequence-number"
 _ENQUEUED_TIME = b"x-opt-enqueued-time"
 _LOCKED_UNTIL = b"x-opt-locked-until"
 _MESSAGE_STATE = "x-opt-message-state"
+_LOCK_TOKEN = b"x-opt-lock-token"
+_DELIVERY_ANNOTATIONS_PREFIX = b"\x00\x53\x71"  # how the tail of a record with them begins
 _UBYTE_MAX = 0xFF
 _UINT_MAX = 0xFFFF_FFFF
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -91,6 +95,7 @@ def parse_message(payload: bytes, max_message_size: int) -> MessageDraft:
     annotation_count = 0
     scheduled: int | None = None
     partition_key: str | None = None
+    delivery_annotations: dict[Any, Any] = {}
     tail: list[bytes] = []
     for s in sections:
         code = s.code
@@ -121,14 +126,52 @@ def parse_message(payload: bytes, max_message_size: int) -> MessageDraft:
             message_id = message_id_text(fields[0])
             session_id = fields[10] if isinstance(fields[10], str) else None
             tail.append(payload[s.start : s.end])
-        elif code != amqp_message.DELIVERY_ANNOTATIONS:
+        elif code == amqp_message.DELIVERY_ANNOTATIONS:
+            value = amqp_message.section_value(payload, s)
+            if not isinstance(value, dict):
+                raise ArgumentError("delivery-annotations is not a map")
+            delivery_annotations.update(
+                (k, v) for k, v in value.items() if str(k) not in SERVICE_OWNED_ANNOTATIONS)
+        else:
             tail.append(payload[s.start : s.end])
+    if delivery_annotations:
+        tail.insert(0, amqp_message.encode_section(amqp_message.DELIVERY_ANNOTATIONS, delivery_annotations))
     return MessageDraft(message_id, session_id, partition_key, ttl, scheduled, durable, priority, annotations,
                         annotation_count, b"".join(tail))
 
 
-def delivery_payload(record: MessageRecord, locked_until: int | None, with_state: bool = False) -> bytes:
-    """The message as a receiver gets it; ``with_state`` adds ``x-opt-message-state`` (peek, deferred)."""
+def _split_delivery_annotations(tail: bytes) -> tuple[dict[Any, Any], bytes]:
+    """The client's delivery-annotations kept at the front of a tail, and the rest of the tail."""
+    if not tail.startswith(_DELIVERY_ANNOTATIONS_PREFIX):
+        return {}, tail
+    end = skip_value(tail, 3)
+    value = decode(tail[3:end])
+    return (dict(value) if isinstance(value, dict) else {}), tail[end:]
+
+
+def _delivery_annotations_section(lock_token: uuid.UUID | None, tail: bytes) -> tuple[bytes, bytes]:
+    """The delivery-annotations section to send (lock token first) and the tail without the stored one."""
+    if lock_token is None and not tail.startswith(_DELIVERY_ANNOTATIONS_PREFIX):
+        return b"", tail
+    client, rest = _split_delivery_annotations(tail)
+    values: dict[Any, Any] = {} if lock_token is None else {Symbol(_LOCK_TOKEN.decode()): lock_token}
+    values.update(client)
+    return amqp_message.encode_section(amqp_message.DELIVERY_ANNOTATIONS, values), rest
+
+
+def properties_position(tail: bytes) -> int:
+    """Where a properties section goes in a tail that has none: after the kept delivery-annotations."""
+    if not tail.startswith(_DELIVERY_ANNOTATIONS_PREFIX):
+        return 0
+    return skip_value(tail, 3)
+
+
+def delivery_payload(record: MessageRecord, locked_until: int | None, with_state: bool = False,
+                     lock_token: uuid.UUID | None = None) -> bytes:
+    """The message as a receiver gets it; ``with_state`` adds ``x-opt-message-state`` (peek, deferred).
+
+    ``lock_token`` (a PeekLock delivery) goes into the delivery-annotations as ``x-opt-lock-token``.
+    """
     entries = [
         amqp_message.annotation_entry_long(_SEQUENCE_NUMBER, record.sequence_number),
         amqp_message.annotation_entry_timestamp(_ENQUEUED_TIME, record.enqueued_time),
@@ -138,11 +181,13 @@ def delivery_payload(record: MessageRecord, locked_until: int | None, with_state
     if with_state:
         entries.append(amqp_message.annotation_entry(_MESSAGE_STATE, Int(int(record.state))))
     entries.append(record.annotations)
+    delivery_annotations, tail = _delivery_annotations_section(lock_token, record.tail)
     return b"".join((
         amqp_message.encode_header(record.durable, record.priority, record.time_to_live, None,
                                    record.delivery_count),
+        delivery_annotations,
         amqp_message.encode_annotations(b"".join(entries), len(entries) - 1 + record.annotation_count),
-        record.tail,
+        tail,
     ))
 
 
@@ -186,7 +231,7 @@ def replace_application_properties(tail: bytes, values: dict[Any, Any]) -> bytes
     existing = next((s for s in sections if s.code == amqp_message.APPLICATION_PROPERTIES), None)
     if existing is not None:
         return tail[: existing.start] + encoded + tail[existing.end :]
-    after = next((s.end for s in sections if s.code == amqp_message.PROPERTIES), 0)
+    after = next((s.end for s in sections if s.code == amqp_message.PROPERTIES), properties_position(tail))
     return tail[:after] + encoded + tail[after:]
 
 

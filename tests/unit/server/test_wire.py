@@ -262,7 +262,7 @@ def test_annotations_that_are_not_a_map() -> None:
 
 
 @pytest.mark.parametrize("where", ["first", "after-body", "after-footer", "twice"])
-def test_delivery_annotations_are_dropped_wherever_they_are(where: str) -> None:
+def test_delivery_annotations_are_kept_in_front_wherever_they_are(where: str) -> None:
     da = section(DELIVERY_ANNOTATIONS, {Symbol("x-opt-lock-token"): uuid.uuid4(), Symbol("hop"): "x"})
     props, app, body = properties("m"), app_properties({"k": "v"}), data(b"payload")
     footer = section(FOOTER, {Symbol("hash"): b"\x00" * 4})
@@ -273,7 +273,8 @@ def test_delivery_annotations_are_dropped_wherever_they_are(where: str) -> None:
         "twice": da + header(ttl=UInt(1)) + props + app + body + footer + da,
     }[where]
     d = parse_one(payload)
-    assert d.tail == props + app + body + footer
+    kept = section(DELIVERY_ANNOTATIONS, {Symbol("hop"): "x"})  # the service's own lock token is dropped
+    assert d.tail == kept + props + app + body + footer
     assert d.message_id == "m" and d.time_to_live == 1
 
 
@@ -526,6 +527,21 @@ def test_delivery_of_an_sdk_message_locked() -> None:
     assert type(ann["x-opt-locked-until"]) is Timestamp
     assert type(ann["x-opt-scheduled-enqueue-time"]) is Timestamp
     assert rest == rec.tail == SDK_PROPERTIES + SDK_APP + SDK_BODY
+
+
+def test_delivery_annotations_carry_the_lock_token_then_the_clients() -> None:
+    token = uuid.uuid4()
+    rec = record_from(properties("m") + data(b"p") + section(DELIVERY_ANNOTATIONS, {Symbol("hop"): "x"}))
+    payload = wire.delivery_payload(rec, T0, lock_token=token)
+    sections = amqp_message.split_sections(payload)
+    assert [s.code for s in sections][:3] == [HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS]
+    assert amqp_message.section_value(payload, sections[1]) == {"x-opt-lock-token": token, "hop": "x"}
+    assert payload[sections[2].end:] == properties("m") + data(b"p")
+    unlocked = wire.delivery_payload(rec, None)
+    assert amqp_message.section_value(unlocked, amqp_message.split_sections(unlocked)[1]) == {"hop": "x"}
+    plain = record_from(properties("m") + data(b"p"))
+    plain_payload = wire.delivery_payload(plain, None)
+    assert [s.code for s in amqp_message.split_sections(plain_payload)][:2] == [HEADER, MESSAGE_ANNOTATIONS]
 
 
 def test_sequence_number_is_encoded_as_a_long() -> None:
