@@ -72,3 +72,54 @@ def test_receive_and_delete_keeps_client_delivery_annotations_without_a_lock_tok
             [message] = receiver.receive_messages(max_message_count=1, max_wait_time=10)
             annotations = message.raw_amqp_message.delivery_annotations or {}
             assert annotations == {b"x-custom": b"rad"}
+
+
+# ---- item 5: every message has a MessageId ---------------------------------------------------------
+
+def test_a_message_sent_without_a_message_id_is_given_one(wire_broker: BrokerProcess) -> None:
+    with _client(wire_broker) as client:
+        with client.get_queue_sender("mid-none") as sender:
+            sender.send_messages(ServiceBusMessage("no id", application_properties={"k": "v"}))
+            sender.send_messages(AmqpAnnotatedMessage(value_body={"no": "properties section"}))
+        with client.get_queue_receiver("mid-none") as receiver:
+            peeked = receiver.peek_messages(max_message_count=2)
+            received = receiver.receive_messages(max_message_count=2, max_wait_time=10)
+            while len(received) < 2:
+                more = receiver.receive_messages(max_message_count=2, max_wait_time=10)
+                assert more, "both messages should arrive"
+                received.extend(more)
+            ids = [m.message_id for m in received]
+            assert all(isinstance(i, str) and i for i in ids) and len(set(ids)) == 2
+            # the id is stored with the message, not made up per delivery
+            assert [m.message_id for m in peeked] == ids
+            assert str(received[0]) == "no id" and received[0].application_properties == {b"k": b"v"}
+            assert received[1].raw_amqp_message.body == {b"no": b"properties section"}
+            for m in received:
+                receiver.complete_message(m)
+
+
+def test_a_message_id_that_was_sent_is_kept(wire_broker: BrokerProcess) -> None:
+    with _client(wire_broker) as client:
+        with client.get_queue_sender("mid-kept") as sender:
+            sender.send_messages(ServiceBusMessage("with id", message_id="mine", subject="s", correlation_id="c"))
+        with client.get_queue_receiver("mid-kept", receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as r:
+            [message] = r.receive_messages(max_message_count=1, max_wait_time=10)
+            assert (message.message_id, message.subject, message.correlation_id) == ("mine", "s", "c")
+
+
+def test_each_message_of_a_batch_without_ids_gets_its_own(wire_broker: BrokerProcess) -> None:
+    with _client(wire_broker) as client:
+        with client.get_queue_sender("mid-batch") as sender:
+            batch = sender.create_message_batch()
+            for i in range(5):
+                batch.add_message(ServiceBusMessage(f"m{i}", subject=f"s{i}"))
+            sender.send_messages(batch)
+        with client.get_queue_receiver("mid-batch", receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as r:
+            received: list[object] = []
+            while len(received) < 5:
+                more = r.receive_messages(max_message_count=5, max_wait_time=10)
+                assert more
+                received.extend(more)
+            assert len({m.message_id for m in received}) == 5  # type: ignore[attr-defined]
+            assert [m.subject for m in received] == [f"s{i}" for i in range(5)]  # type: ignore[attr-defined]
+            assert all(m.message_id for m in received)  # type: ignore[attr-defined]

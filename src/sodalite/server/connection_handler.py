@@ -414,7 +414,7 @@ class BrokerConnection(asyncio.Protocol):
         try:
             if delivery.oversize:
                 raise MessageSizeExceeded(f"the message exceeds the entity limit of {entity.max_message_size} bytes")
-            drafts = wire.parse_transfer(delivery.payload, delivery.message_format, entity.max_message_size)
+            drafts = wire.received_messages(delivery.payload, delivery.message_format, entity.max_message_size)
             route = self.broker.route(entity)
             if route.exceeded:
                 future = route.entity.actor.send_to_transfer_dead_letter(

@@ -123,7 +123,7 @@ async def schedule_message(ctx: Context, body: dict[str, Any]) -> Response:
         encoded = entry.get("message") if isinstance(entry, dict) else None
         if not isinstance(encoded, bytes):
             raise ArgumentError("each scheduled message needs its encoded 'message'")
-        drafts.append(wire.parse_transfer(encoded, 0, ctx.max_message_size)[0])
+        drafts.append(wire.received_messages(encoded, 0, ctx.max_message_size)[0])
     if any(d.scheduled_enqueue_time is None for d in drafts):
         raise ArgumentError("a scheduled message needs x-opt-scheduled-enqueue-time")
     future, numbers = ctx.actor.schedule(drafts)

@@ -140,6 +140,33 @@ def parse_message(payload: bytes, max_message_size: int) -> MessageDraft:
                         annotation_count, b"".join(tail))
 
 
+def with_message_id(draft: MessageDraft) -> MessageDraft:
+    """The draft itself if it has a MessageId; else the draft given a fresh one.
+
+    Service Bus gives every message a MessageId (the JS SDK refuses to settle a message without
+    one). Only the properties section is re-encoded; the body is untouched.
+    """
+    if draft.message_id is not None:
+        return draft
+    message_id = uuid.uuid4().hex
+    tail = draft.tail
+    existing = next((s for s in amqp_message.split_sections(tail) if s.code == amqp_message.PROPERTIES), None)
+    if existing is None:
+        at = properties_position(tail)
+        tail = tail[:at] + amqp_message.encode_section(amqp_message.PROPERTIES, [message_id]) + tail[at:]
+    else:
+        fields = amqp_message.section_value(tail, existing)
+        fields = [message_id, *(fields[1:] if isinstance(fields, list) else [])]
+        tail = tail[: existing.start] + amqp_message.encode_section(amqp_message.PROPERTIES, fields) \
+            + tail[existing.end :]
+    return replace(draft, message_id=message_id, tail=tail)
+
+
+def received_messages(payload: bytes, message_format: int, max_message_size: int) -> list[MessageDraft]:
+    """What a client sent, as the drafts to store: :func:`parse_transfer`, each given a MessageId."""
+    return [with_message_id(d) for d in parse_transfer(payload, message_format, max_message_size)]
+
+
 def _split_delivery_annotations(tail: bytes) -> tuple[dict[Any, Any], bytes]:
     """The client's delivery-annotations kept at the front of a tail, and the rest of the tail."""
     if not tail.startswith(_DELIVERY_ANNOTATIONS_PREFIX):

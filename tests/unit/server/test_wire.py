@@ -646,3 +646,33 @@ def test_lock_token_tag_round_trip(token: uuid.UUID) -> None:
 @pytest.mark.parametrize("tag", [b"", b"\x00" * 4, b"\x00" * 15, b"\x00" * 17])
 def test_tags_of_other_lengths_are_not_lock_tokens(tag: bytes) -> None:
     assert wire.tag_lock_token(tag) is None
+
+
+# ---- a MessageId for every message ---------------------------------------------------------------------
+
+
+def test_a_message_without_properties_is_given_a_message_id_before_its_other_sections() -> None:
+    da = section(DELIVERY_ANNOTATIONS, {Symbol("hop"): "x"})
+    [d] = wire.received_messages(da + app_properties({"k": "v"}) + data(b"p"), 0, LIMIT)
+    assert isinstance(d.message_id, str) and len(d.message_id) == 32
+    codes = [s.code for s in amqp_message.split_sections(d.tail)]
+    assert codes == [DELIVERY_ANNOTATIONS, PROPERTIES, APPLICATION_PROPERTIES, DATA]
+    props = amqp_message.split_sections(d.tail)[1]
+    assert amqp_message.section_value(d.tail, props) == [d.message_id]
+    assert d.tail.endswith(app_properties({"k": "v"}) + data(b"p"))
+
+
+def test_a_null_message_id_is_replaced_and_the_other_properties_kept() -> None:
+    [d] = wire.received_messages(properties(None, "sess", subject="s") + data(b"p"), 0, LIMIT)
+    [again] = wire.received_messages(properties(None, "sess", subject="s") + data(b"p"), 0, LIMIT)
+    assert d.message_id and again.message_id and d.message_id != again.message_id
+    assert d.session_id == "sess"
+    fields = amqp_message.section_value(d.tail, amqp_message.split_sections(d.tail)[0])
+    assert fields[0] == d.message_id and fields[3] == "s" and fields[10] == "sess"
+    assert d.tail.endswith(data(b"p"))
+
+
+def test_a_message_id_that_was_sent_is_kept_byte_for_byte() -> None:
+    payload = properties("mine") + data(b"p")
+    [d] = wire.received_messages(payload, 0, LIMIT)
+    assert d.message_id == "mine" and d.tail == payload
