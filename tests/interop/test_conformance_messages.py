@@ -5,17 +5,26 @@ One broker for this module, started by scripts/serve; each test uses its own que
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
+from decimal import Decimal
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
+from azure.servicebus._pyamqp._encode import encode_decimal128  # the SDK's own encoding, byte for byte
 from azure.servicebus.amqp import AmqpAnnotatedMessage
-from broker_process import BrokerProcess, write_config
+from broker_process import KEY, KEY_NAME, BrokerProcess, write_config
+from raw_client import RawClient
+
+from sodalite.amqp.link import RECEIVER
+from sodalite.amqp.message import APPLICATION_PROPERTIES, section_value, split_sections
+from sodalite.amqp.types import Decimal128
+from sodalite.model.sas import generate_token
 
 pytestmark = pytest.mark.interop
 
-QUEUES = ["da-lock", "da-kept", "da-rad", "mid-none", "mid-kept", "mid-batch", "dec"]
+QUEUES = ["da-lock", "da-kept", "da-rad", "mid-none", "mid-kept", "mid-batch", "dec", "dec-raw"]
 
 
 @pytest.fixture(scope="module")
@@ -123,3 +132,50 @@ def test_each_message_of_a_batch_without_ids_gets_its_own(wire_broker: BrokerPro
             assert len({m.message_id for m in received}) == 5  # type: ignore[attr-defined]
             assert [m.subject for m in received] == [f"s{i}" for i in range(5)]  # type: ignore[attr-defined]
             assert all(m.message_id for m in received)  # type: ignore[attr-defined]
+
+
+# ---- item 9: decimal128 application properties ------------------------------------------------------
+
+def test_decimal_application_properties_come_back_readable(wire_broker: BrokerProcess) -> None:
+    """The SDK encodes a Decimal as AMQP decimal128 but its decoder misreads every non-zero one.
+
+    The broker keeps the value as sent and gives the Python SDK its exact text instead.
+    """
+    values = {"price": Decimal("1.5"), "neg": Decimal("-2.25"), "big": Decimal("12345678901234567890.123"),
+              "zero": Decimal("0"), "plain": 7}
+    with _client(wire_broker) as client:
+        with client.get_queue_sender("dec") as sender:
+            sender.send_messages(ServiceBusMessage("decimals", message_id="d1", application_properties=values))
+        with client.get_queue_receiver("dec") as receiver:
+            [peeked] = receiver.peek_messages(max_message_count=1)
+            [message] = receiver.receive_messages(max_message_count=1, max_wait_time=10)
+            for m in (peeked, message):
+                props = m.application_properties or {}
+                assert {Decimal(props[k.encode()].decode()) for k in ("price", "neg", "big", "zero")} == {
+                    values["price"], values["neg"], values["big"], values["zero"]}
+                assert props[b"price"] == b"1.5" and props[b"plain"] == 7
+            receiver.complete_message(message)
+
+
+def test_other_clients_get_the_decimal128_as_sent(wire_broker: BrokerProcess) -> None:
+    """A client that is not the Python SDK (here Sodalite's own AMQP layer) gets the decimal128 bytes."""
+    sent = Decimal("-12.345")
+    encoded = bytearray()
+    encode_decimal128(encoded, sent)
+    with _client(wire_broker) as client, client.get_queue_sender("dec-raw") as sender:
+        sender.send_messages(ServiceBusMessage("d", application_properties={"amount": sent}))
+    raw = RawClient(wire_broker.port)
+    try:
+        audience = f"sb://localhost:{wire_broker.port}/"
+        expiry = int(time.time()) + 300
+        assert raw.put_token(audience, generate_token(audience, KEY_NAME, KEY, expiry), expiry * 1000) == 202
+        link = raw.attach(f"amqps://localhost:{wire_broker.port}/dec-raw", RECEIVER, snd_settle_mode=1)
+        link.issue_credit(1)
+        raw.flush()
+        payload = raw.receive(link).payload
+        [props] = [s for s in split_sections(payload) if s.code == APPLICATION_PROPERTIES]
+        amount = section_value(payload, props)["amount"]
+        assert isinstance(amount, Decimal128) and bytes(amount) == bytes(encoded[1:])
+        assert amount.to_decimal() == sent
+    finally:
+        raw.close()

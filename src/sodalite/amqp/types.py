@@ -10,6 +10,7 @@ be used as map keys interchangeably with them.
 
 from __future__ import annotations
 
+import decimal
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,6 +103,28 @@ class Decimal128(bytes):
     """AMQP decimal128, kept as its 16 raw IEEE 754 decimal bytes."""
 
     __slots__ = ()
+
+    def to_decimal(self) -> decimal.Decimal:
+        """The value, read as IEEE 754-2008 decimal128 in binary integer decoding (BID).
+
+        Sign bit; then, unless the two bits after it are both set, a 14-bit exponent biased by
+        6176 and a 113-bit significand. ``11`` then ``11`` marks infinity (``0``) or NaN (``1``);
+        ``11`` otherwise means a significand of at least 2**113, beyond 34 digits: non-canonical,
+        read as zero as the standard says.
+        """
+        bits = int.from_bytes(self[:16], "big")
+        sign = bits >> 127
+        if (bits >> 125) & 0b11 == 0b11:
+            if (bits >> 123) & 0b1111 == 0b1111:
+                return decimal.Decimal("NaN") if (bits >> 122) & 1 else decimal.Decimal("-Infinity" if sign
+                                                                                          else "Infinity")
+            exponent, significand = ((bits >> 111) & 0x3FFF) - 6176, 0
+        else:
+            exponent, significand = ((bits >> 113) & 0x3FFF) - 6176, bits & ((1 << 113) - 1)
+            if significand >= 10**34:
+                significand = 0
+        digits = tuple(int(d) for d in str(significand))
+        return decimal.Decimal((sign, digits, exponent))
 
 
 @dataclass(frozen=True, slots=True)

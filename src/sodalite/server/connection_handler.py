@@ -116,10 +116,11 @@ class LinkConsumer:
 
     def deliver(self, record: MessageRecord, lock: Lock | None) -> None:
         if lock is not None:
-            payload = wire.delivery_payload(record, lock.locked_until, lock_token=lock.token)
+            payload = wire.delivery_payload(record, lock.locked_until, lock_token=lock.token,
+                                            decimals_as_text=self.handler.decimals_as_text)
             self.link.send_transfer(payload, wire.lock_token_tag(lock.token), settled=False)
         else:
-            payload = wire.delivery_payload(record, None)
+            payload = wire.delivery_payload(record, None, decimals_as_text=self.handler.decimals_as_text)
             self.link.send_transfer(payload, uuid.uuid4().bytes_le, settled=True)
         self.handler.broker.metrics.delivered(self.actor, self.sub_queue, removed=lock is None)
         self.handler.flush_soon()
@@ -154,6 +155,7 @@ class BrokerConnection(asyncio.Protocol):
         self._flush_scheduled = False
         self._heartbeat: asyncio.TimerHandle | None = None
         self.peer = "?"
+        self.decimals_as_text = False  # the client cannot read decimal128 (wire.decimals_as_text)
         self.transactions = ConnectionTransactions(self)  # AMQP transactions belong to the connection
 
     # ---- asyncio.Protocol ----------------------------------------------------------------------
@@ -238,6 +240,8 @@ class BrokerConnection(asyncio.Protocol):
             consumer = event.link.context
             if isinstance(consumer, LinkConsumer):
                 consumer.actor.credit_changed(consumer)
+        elif isinstance(event, ev.ConnectionOpened):
+            self.decimals_as_text = wire.decimals_as_text(event.remote.properties)
         elif isinstance(event, ev.LinkAttachRequested):
             self._on_attach(event.link)
         elif isinstance(event, ev.LinkDetached):
@@ -591,7 +595,8 @@ class BrokerConnection(asyncio.Protocol):
         mgmt_path = management_entity(control.node) or control.entity.name
         context = management.Context(control.entity.actor, control.sub_queue, self, control.entity.max_message_size,
                                      self.broker, control.entity,
-                                     authorise=lambda right: self.authorise(mgmt_path, right))
+                                     authorise=lambda right: self.authorise(mgmt_path, right),
+                                     decimals_as_text=self.decimals_as_text)
         task = asyncio.get_running_loop().create_task(
             management.execute(context, request.application_properties.get("operation"), request.body))
 

@@ -21,7 +21,7 @@ from typing import Any
 from sodalite.amqp import message as amqp_message
 from sodalite.amqp.codec import decode, skip_value
 from sodalite.amqp.errors import DecodeError
-from sodalite.amqp.types import Int, Symbol
+from sodalite.amqp.types import Decimal128, Int, Symbol
 from sodalite.errors import ArgumentError, MessageSizeExceeded
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import MessageDraft
@@ -194,10 +194,11 @@ def properties_position(tail: bytes) -> int:
 
 
 def delivery_payload(record: MessageRecord, locked_until: int | None, with_state: bool = False,
-                     lock_token: uuid.UUID | None = None) -> bytes:
+                     lock_token: uuid.UUID | None = None, decimals_as_text: bool = False) -> bytes:
     """The message as a receiver gets it; ``with_state`` adds ``x-opt-message-state`` (peek, deferred).
 
     ``lock_token`` (a PeekLock delivery) goes into the delivery-annotations as ``x-opt-lock-token``.
+    ``decimals_as_text`` is for receivers that cannot read decimal128 (:func:`decimals_as_text`).
     """
     entries = [
         amqp_message.annotation_entry_long(_SEQUENCE_NUMBER, record.sequence_number),
@@ -209,6 +210,8 @@ def delivery_payload(record: MessageRecord, locked_until: int | None, with_state
         entries.append(amqp_message.annotation_entry(_MESSAGE_STATE, Int(int(record.state))))
     entries.append(record.annotations)
     delivery_annotations, tail = _delivery_annotations_section(lock_token, record.tail)
+    if decimals_as_text:
+        tail = decimal_properties_as_text(tail)
     return b"".join((
         amqp_message.encode_header(record.durable, record.priority, record.time_to_live, None,
                                    record.delivery_count),
@@ -216,6 +219,35 @@ def delivery_payload(record: MessageRecord, locked_until: int | None, with_state
         amqp_message.encode_annotations(b"".join(entries), len(entries) - 1 + record.annotation_count),
         tail,
     ))
+
+
+PYTHON_SDK_PRODUCT = "azsdk-python-servicebus"
+
+
+def decimals_as_text(open_properties: dict[Any, Any] | None) -> bool:
+    """Whether the client that opened a connection with these properties needs decimals as text.
+
+    The Python SDK (7.x, ``product`` in its open frame) encodes a ``decimal.Decimal`` application
+    property as AMQP decimal128 correctly, but its decoder misplaces the exponent field and fails
+    on every non-zero decimal128 it receives, taking the receive call down with it. Such a
+    receiver is given the value's exact decimal text instead; every other client gets the
+    decimal128 as it was sent.
+    """
+    product = {str(k): v for k, v in (open_properties or {}).items()}.get("product")
+    return product == PYTHON_SDK_PRODUCT
+
+
+def decimal_properties_as_text(tail: bytes) -> bytes:
+    """The tail with each decimal128 application property as its decimal string (``"1.5"``)."""
+    section = next((s for s in amqp_message.split_sections(tail) if s.code == amqp_message.APPLICATION_PROPERTIES),
+                   None)
+    if section is None or b"\x94" not in tail[section.value_start : section.end]:
+        return tail
+    values = amqp_message.section_value(tail, section)
+    if not isinstance(values, dict) or not any(isinstance(v, Decimal128) for v in values.values()):
+        return tail
+    return replace_application_properties(
+        tail, {k: str(v.to_decimal()) if isinstance(v, Decimal128) else v for k, v in values.items()})
 
 
 def lock_token_tag(token: uuid.UUID) -> bytes:

@@ -7,6 +7,7 @@ client would read (sdk-wire-contract.md 3.2, 3.3, 4.2, 4.4).
 
 from __future__ import annotations
 
+import decimal
 import uuid
 from typing import Any
 
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from sodalite.amqp import message as amqp_message
 from sodalite.amqp.codec import decode, encode
 from sodalite.amqp.types import (
+    Decimal128,
     Described,
     Int,
     Long,
@@ -676,3 +678,40 @@ def test_a_message_id_that_was_sent_is_kept_byte_for_byte() -> None:
     payload = properties("mine") + data(b"p")
     [d] = wire.received_messages(payload, 0, LIMIT)
     assert d.message_id == "mine" and d.tail == payload
+
+
+# ---- decimal128 for receivers that cannot read it ----------------------------------------------------
+
+
+def _decimal128(sign: int, exponent: int, significand: int) -> Decimal128:
+    return Decimal128(((sign << 127) | ((exponent + 6176) << 113) | significand).to_bytes(16, "big"))
+
+
+@pytest.mark.parametrize(("sign", "exponent", "significand", "text"), [
+    (0, -1, 15, "1.5"), (1, -2, 225, "-2.25"), (0, 0, 0, "0"), (0, -2, 0, "0.00"),
+    (0, 3, 7, "7E+3"), (0, -6176, 1, "1E-6176"), (0, 0, 10**34 - 1, "9" * 34),
+])
+def test_decimal128_is_read_as_ieee_754_bid(sign: int, exponent: int, significand: int, text: str) -> None:
+    assert str(_decimal128(sign, exponent, significand).to_decimal()) == text
+
+
+def test_decimal128_special_values() -> None:
+    assert Decimal128(bytes([0x78]) + bytes(15)).to_decimal() == decimal.Decimal("Infinity")
+    assert Decimal128(bytes([0xF8]) + bytes(15)).to_decimal() == decimal.Decimal("-Infinity")
+    assert Decimal128(bytes([0x7C]) + bytes(15)).to_decimal().is_nan()
+    assert _decimal128(0, 0, 10**34).to_decimal() == 0  # non-canonical significand
+
+
+def test_decimal_properties_become_text_and_nothing_else_changes() -> None:
+    tail = properties("m") + app_properties({"d": _decimal128(0, -1, 15), "i": Int(3)}) + data(b"p")
+    out = wire.decimal_properties_as_text(tail)
+    assert wire.application_properties(out) == {"d": "1.5", "i": 3}
+    assert out.startswith(properties("m")) and out.endswith(data(b"p"))
+    plain = properties("m") + app_properties({"i": Int(3)}) + data(b"\x94")
+    assert wire.decimal_properties_as_text(plain) is plain
+
+
+def test_only_the_python_sdk_is_given_decimals_as_text() -> None:
+    assert wire.decimals_as_text({Symbol("product"): "azsdk-python-servicebus", Symbol("version"): "7.15.0"})
+    assert not wire.decimals_as_text({Symbol("product"): "MSJSClient"})
+    assert not wire.decimals_as_text(None)
