@@ -75,6 +75,8 @@ DOTNET_EPOCH_TICKS = 621355968000000000  # ticks at the Unix epoch (contract pit
 DEFAULT_SESSION_WAIT_MS = 60_000
 PRODUCER_CREDIT = 1000  # ignored by the Python SDK (contract 1.7), honoured by other clients
 BATCH_ENVELOPE_SLACK = 64 * 1024  # room for the batch envelope around a full-size message
+HANDSHAKE_RECHECK_S = 15.0  # before open no heartbeat is due; the timer looks again this often
+MIN_TICK_S = 0.05
 
 
 class Producer:
@@ -145,6 +147,7 @@ class BrokerConnection(asyncio.Protocol):
         self.amqp = Connection(
             server=True, container_id=broker.container_id, max_frame_size=broker.max_frame_size,
             idle_timeout_ms=broker.idle_timeout_ms, sasl_server=SaslServerConfig(),
+            silence_heartbeat_s=broker.silence_heartbeat_s,
             first_outgoing_id=0x80000000,  # keeps our delivery-ids apart from the SDK's (pitfall 6)
         )
         self.transport: asyncio.Transport | None = None
@@ -207,16 +210,19 @@ class BrokerConnection(asyncio.Protocol):
             transport.close()
 
     def _arm_heartbeat(self) -> None:
-        self._heartbeat = asyncio.get_running_loop().call_later(self._heartbeat_interval(), self._on_heartbeat)
+        """One timer per connection, at the next moment the AMQP layer has a heartbeat or idle check due.
 
-    def _heartbeat_interval(self) -> float:
-        remote = self.amqp.remote_open.idle_time_out if self.amqp.remote_open else None
-        interval = 15.0
-        if remote:
-            interval = min(interval, remote / 4000.0)
-        return max(interval, 0.05)
+        Traffic in between only moves that moment later, so a timer that fires early just re-arms.
+        Before open there is nothing due; the timer looks again after a while.
+        """
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        delay = self.amqp.next_tick(time.monotonic())
+        delay = HANDSHAKE_RECHECK_S if delay is None else max(delay, MIN_TICK_S)
+        self._heartbeat = asyncio.get_running_loop().call_later(delay, self._on_heartbeat)
 
     def _on_heartbeat(self) -> None:
+        self._heartbeat = None
         self._handle(self.amqp.tick(time.monotonic()))
         self.flush()
         if not self.amqp.closed:
@@ -242,6 +248,7 @@ class BrokerConnection(asyncio.Protocol):
                 consumer.actor.credit_changed(consumer)
         elif isinstance(event, ev.ConnectionOpened):
             self.decimals_as_text = wire.decimals_as_text(event.remote.properties)
+            asyncio.get_running_loop().call_soon(self._arm_heartbeat)  # the peer's idle-time-out is known now
         elif isinstance(event, ev.LinkAttachRequested):
             self._on_attach(event.link)
         elif isinstance(event, ev.LinkDetached):
