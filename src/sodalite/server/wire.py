@@ -21,7 +21,7 @@ from typing import Any
 from sodalite.amqp import message as amqp_message
 from sodalite.amqp.codec import decode, skip_value
 from sodalite.amqp.errors import DecodeError
-from sodalite.amqp.types import Decimal128, Int, Symbol
+from sodalite.amqp.types import Decimal32, Decimal64, Decimal128, Int, Symbol
 from sodalite.errors import ArgumentError, MessageSizeExceeded
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import MessageDraft
@@ -237,17 +237,21 @@ def decimals_as_text(open_properties: dict[Any, Any] | None) -> bool:
     return product == PYTHON_SDK_PRODUCT
 
 
+_DECIMALS = (Decimal32, Decimal64, Decimal128)
+_DECIMAL_CODES = (b"\x74", b"\x84", b"\x94")  # their AMQP constructors (the SDK has no decimal32/64 decoder at all)
+
+
 def decimal_properties_as_text(tail: bytes) -> bytes:
-    """The tail with each decimal128 application property as its decimal string (``"1.5"``)."""
+    """The tail with each decimal application property as its decimal string (``"1.5"``)."""
     section = next((s for s in amqp_message.split_sections(tail) if s.code == amqp_message.APPLICATION_PROPERTIES),
                    None)
-    if section is None or b"\x94" not in tail[section.value_start : section.end]:
+    if section is None or not any(code in tail[section.value_start : section.end] for code in _DECIMAL_CODES):
         return tail
     values = amqp_message.section_value(tail, section)
-    if not isinstance(values, dict) or not any(isinstance(v, Decimal128) for v in values.values()):
+    if not isinstance(values, dict) or not any(isinstance(v, _DECIMALS) for v in values.values()):
         return tail
     return replace_application_properties(
-        tail, {k: str(v.to_decimal()) if isinstance(v, Decimal128) else v for k, v in values.items()})
+        tail, {k: str(v.to_decimal()) if isinstance(v, _DECIMALS) else v for k, v in values.items()})
 
 
 def lock_token_tag(token: uuid.UUID) -> bytes:

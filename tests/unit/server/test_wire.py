@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 from sodalite.amqp import message as amqp_message
 from sodalite.amqp.codec import decode, encode
 from sodalite.amqp.types import (
+    Decimal32,
+    Decimal64,
     Decimal128,
     Described,
     Int,
@@ -715,3 +717,11 @@ def test_only_the_python_sdk_is_given_decimals_as_text() -> None:
     assert wire.decimals_as_text({Symbol("product"): "azsdk-python-servicebus", Symbol("version"): "7.15.0"})
     assert not wire.decimals_as_text({Symbol("product"): "MSJSClient"})
     assert not wire.decimals_as_text(None)
+
+
+def test_decimal32_and_decimal64_are_read_as_bid_and_given_as_text() -> None:
+    d64 = Decimal64(((1 << 63) | ((-2 + 398) << 53) | 225).to_bytes(8, "big"))
+    d32 = Decimal32((((3 + 101) << 23) | 7).to_bytes(4, "big"))
+    assert (str(d64.to_decimal()), str(d32.to_decimal())) == ("-2.25", "7E+3")
+    tail = app_properties({"a": d64, "b": d32}) + data(b"p")
+    assert wire.application_properties(wire.decimal_properties_as_text(tail)) == {"a": "-2.25", "b": "7E+3"}
