@@ -35,6 +35,8 @@ class Found:
 
 class AdminService(Protocol):
     namespace: str
+    sku: str  # Basic, Standard or Premium (only Premium lets an entity choose its message size)
+    max_message_size_in_kilobytes: int  # the namespace's message size limit
 
     def sas_keys(self) -> Mapping[str, tuple[str, ...]]: ...
 

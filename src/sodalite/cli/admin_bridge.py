@@ -36,6 +36,8 @@ class BrokerAdmin:
     def __init__(self, broker: Broker, started: datetime.datetime) -> None:
         self.broker = broker
         self.namespace = broker.namespace.name
+        self.sku = broker.namespace.sku
+        self.max_message_size_in_kilobytes = broker.namespace.max_message_size_in_kilobytes
         self._started = started
 
     def sas_keys(self) -> Mapping[str, tuple[str, ...]]:

@@ -57,8 +57,12 @@ class AmqpClient:
                  timeout: float = 30.0) -> None:
         self._host, self._port, self._key_name, self._key = host, port, key_name, key
         self._timeout = timeout
-        raw = socket.create_connection((host, port), timeout=timeout)
-        self._sock: socket.socket = tls.wrap_socket(raw, server_hostname=host) if tls is not None else raw
+        url = f"{'amqps' if tls is not None else 'amqp'}://{host}:{port}"
+        try:
+            raw = socket.create_connection((host, port), timeout=timeout)
+            self._sock: socket.socket = tls.wrap_socket(raw, server_hostname=host) if tls is not None else raw
+        except OSError as exc:
+            raise ConnectionError(f"at {url}: {exc.strerror or exc}") from None
         self._conn = Connection(server=False, container_id=f"sodalite-cli-{uuid.uuid4()}",
                                 sasl_client=SaslClientConfig(), hostname=host)
         self._conn.start()

@@ -86,7 +86,8 @@ def _ms(value: timedelta) -> int | None:
 
 class Broker:
     def __init__(self, namespace: NamespaceConfig, store: MessagingStore, *, max_frame_size: int = 262144,
-                 idle_timeout_ms: int | None = 120_000, clock: Clock = wall_clock_ms,
+                 idle_timeout_ms: int | None = 120_000, silence_heartbeat_s: float | None = 3.0,
+                 clock: Clock = wall_clock_ms,
                  more_stores: Sequence[tuple[str, MessagingStore]] = ()) -> None:
         self.namespace = namespace
         self.clock = clock
@@ -95,6 +96,9 @@ class Broker:
         self.worker = self.workers[0]
         self.max_frame_size = max_frame_size
         self.idle_timeout_ms = idle_timeout_ms
+        # An empty frame after this much of our own silence on a connection whose client asked for
+        # no heartbeats (the Python SDK's sync sender stalls without them; clarifications.md, 13.4).
+        self.silence_heartbeat_s = silence_heartbeat_s
         self.container_id = f"sodalite-{namespace.name}"
         self.entities: dict[str, Entity] = {}
         self.connections: set[BrokerConnection] = set()

@@ -77,6 +77,8 @@ DEFAULT_SESSION_WAIT_MS = 60_000
 PRODUCER_CREDIT = 1000  # ignored by the Python SDK (contract 1.7), honoured by other clients
 BATCH_ENVELOPE_SLACK = 64 * 1024  # room for the batch envelope around a full-size message
 REFUSED_LINKS_SLACK = 100  # refused attaches a peer may leave undetached before it is disconnected
+HANDSHAKE_RECHECK_S = 15.0  # before open no heartbeat is due; the timer looks again this often
+MIN_TICK_S = 0.05
 
 
 class Producer:
@@ -118,10 +120,11 @@ class LinkConsumer:
 
     def deliver(self, record: MessageRecord, lock: Lock | None) -> None:
         if lock is not None:
-            payload = wire.delivery_payload(record, lock.locked_until)
+            payload = wire.delivery_payload(record, lock.locked_until, lock_token=lock.token,
+                                            decimals_as_text=self.handler.decimals_as_text)
             self.link.send_transfer(payload, wire.lock_token_tag(lock.token), settled=False)
         else:
-            payload = wire.delivery_payload(record, None)
+            payload = wire.delivery_payload(record, None, decimals_as_text=self.handler.decimals_as_text)
             self.link.send_transfer(payload, uuid.uuid4().bytes_le, settled=True)
         self.handler.broker.metrics.delivered(self.actor, self.sub_queue, removed=lock is None)
         self.handler.flush_soon()
@@ -148,6 +151,7 @@ class BrokerConnection(asyncio.Protocol):
             server=True, container_id=broker.container_id, max_frame_size=broker.max_frame_size,
             channel_max=max(0, limits.max_sessions - 1),  # one session more closes the connection
             idle_timeout_ms=broker.idle_timeout_ms, sasl_server=SaslServerConfig(),
+            silence_heartbeat_s=broker.silence_heartbeat_s,
             first_outgoing_id=0x80000000,  # keeps our delivery-ids apart from the SDK's (pitfall 6)
         )
         self.transport: asyncio.Transport | None = None
@@ -157,6 +161,7 @@ class BrokerConnection(asyncio.Protocol):
         self._flush_scheduled = False
         self._heartbeat: asyncio.TimerHandle | None = None
         self.peer = "?"
+        self.decimals_as_text = False  # the client cannot read decimal128 (wire.decimals_as_text)
         self.transactions = ConnectionTransactions(self)  # AMQP transactions belong to the connection
         self._handshake: asyncio.TimerHandle | None = None
         self.over_limit = False  # past max_connections: closed with an error once its open arrives
@@ -215,14 +220,16 @@ class BrokerConnection(asyncio.Protocol):
             transport.close()
 
     def _arm_heartbeat(self) -> None:
-        self._heartbeat = asyncio.get_running_loop().call_later(self._heartbeat_interval(), self._on_heartbeat)
+        """One timer per connection, at the next moment the AMQP layer has a heartbeat or idle check due.
 
-    def _heartbeat_interval(self) -> float:
-        remote = self.amqp.remote_open.idle_time_out if self.amqp.remote_open else None
-        interval = 15.0
-        if remote:
-            interval = min(interval, remote / 4000.0)
-        return max(interval, 0.05)
+        Traffic in between only moves that moment later, so a timer that fires early just re-arms.
+        Before open there is nothing due; the timer looks again after a while.
+        """
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        delay = self.amqp.next_tick(time.monotonic())
+        delay = HANDSHAKE_RECHECK_S if delay is None else max(delay, MIN_TICK_S)
+        self._heartbeat = asyncio.get_running_loop().call_later(delay, self._on_heartbeat)
 
     def _handshake_expired(self) -> None:
         """No open within the handshake deadline: the connection goes (it has proved nothing)."""
@@ -244,6 +251,7 @@ class BrokerConnection(asyncio.Protocol):
                 self.broker.metrics, self.peer, None))
 
     def _on_heartbeat(self) -> None:
+        self._heartbeat = None
         self._handle(self.amqp.tick(time.monotonic()))
         self.flush()
         if not self.amqp.closed:
@@ -267,6 +275,9 @@ class BrokerConnection(asyncio.Protocol):
             consumer = event.link.context
             if isinstance(consumer, LinkConsumer):
                 consumer.actor.credit_changed(consumer)
+        elif isinstance(event, ev.ConnectionOpened):
+            self.decimals_as_text = wire.decimals_as_text(event.remote.properties)
+            asyncio.get_running_loop().call_soon(self._arm_heartbeat)  # the peer's idle-time-out is known now
         elif isinstance(event, ev.LinkAttachRequested):
             self._on_attach(event.link)
         elif isinstance(event, ev.LinkDetached):
@@ -462,7 +473,7 @@ class BrokerConnection(asyncio.Protocol):
         try:
             if delivery.oversize:
                 raise MessageSizeExceeded(f"the message exceeds the entity limit of {entity.max_message_size} bytes")
-            drafts = wire.parse_transfer(delivery.payload, delivery.message_format, entity.max_message_size)
+            drafts = wire.received_messages(delivery.payload, delivery.message_format, entity.max_message_size)
             drafts = self._without_pings(entity, drafts)
             route = self.broker.route(entity)
             if not drafts:
@@ -651,7 +662,8 @@ class BrokerConnection(asyncio.Protocol):
         mgmt_path = management_entity(control.node) or control.entity.name
         context = management.Context(control.entity.actor, control.sub_queue, self, control.entity.max_message_size,
                                      self.broker, control.entity,
-                                     authorise=lambda right: self.authorise(mgmt_path, right))
+                                     authorise=lambda right: self.authorise(mgmt_path, right),
+                                     decimals_as_text=self.decimals_as_text)
         task = asyncio.get_running_loop().create_task(
             management.execute(context, request.application_properties.get("operation"), request.body))
 

@@ -59,6 +59,7 @@ class Context:
     entity: Any = None
     # Raises Unauthorized unless the caller's token grants the right (None: no check, e.g. in unit tests).
     authorise: Callable[[AccessRights], None] | None = None
+    decimals_as_text: bool = False  # the client cannot read decimal128 (wire.decimals_as_text)
 
     @property
     def metrics(self) -> BrokerMetrics | None:
@@ -105,7 +106,8 @@ async def peek_message(ctx: Context, body: dict[str, Any]) -> Response:
     if not records:
         return Response(NO_CONTENT, None, "No messages to peek")
     return Response(OK, {"messages": [
-        {"message": wire.delivery_payload(r, None, with_state=True)} for r in records
+        {"message": wire.delivery_payload(r, None, with_state=True, decimals_as_text=ctx.decimals_as_text)}
+        for r in records
     ]})
 
 
@@ -118,7 +120,7 @@ async def schedule_message(ctx: Context, body: dict[str, Any]) -> Response:
         encoded = entry.get("message") if isinstance(entry, dict) else None
         if not isinstance(encoded, bytes):
             raise ArgumentError("each scheduled message needs its encoded 'message'")
-        drafts.append(wire.parse_transfer(encoded, 0, ctx.max_message_size)[0])
+        drafts.append(wire.received_messages(encoded, 0, ctx.max_message_size)[0])
     if any(d.scheduled_enqueue_time is None for d in drafts):
         raise ArgumentError("a scheduled message needs x-opt-scheduled-enqueue-time")
     future, numbers = ctx.actor.schedule(drafts)
@@ -139,14 +141,16 @@ async def receive_by_sequence_number(ctx: Context, body: dict[str, Any]) -> Resp
     if mode == PEEK_LOCK:
         future, taken = ctx.actor.lock_deferred(ctx.sub_queue, numbers, ctx.owner)
         await future  # their delivery is counted durably before they are handed out
-        messages = [{"message": wire.delivery_payload(r, lock.locked_until, with_state=True),
+        messages = [{"message": wire.delivery_payload(r, lock.locked_until, with_state=True, lock_token=lock.token,
+                                                    decimals_as_text=ctx.decimals_as_text),
                      "lock-token": lock.token} for r, lock in taken]
     else:
         future, records = ctx.actor.take_deferred(ctx.sub_queue, numbers)
         if ctx.metrics is not None:
             ctx.metrics.count_out(future, ctx.actor, ctx.sub_queue, len(records))
         await future
-        messages = [{"message": wire.delivery_payload(r, None, with_state=True)} for r in records]
+        messages = [{"message": wire.delivery_payload(r, None, with_state=True, decimals_as_text=ctx.decimals_as_text)}
+                    for r in records]
     return Response(OK, {"messages": messages})
 
 
