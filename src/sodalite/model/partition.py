@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import heapq
 import uuid
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -114,6 +114,8 @@ class Partition:
         records = sorted(messages, key=lambda r: r.sequence_number)
         for record in records:
             self.last_sequence_number = max(self.last_sequence_number, record.sequence_number)
+        # The highest number ever made visible here: everything the store held at load was committed.
+        self.visible_through = self.last_sequence_number
         self.publish(records)
 
     # ---- sending ----------------------------------------------------------------------------
@@ -154,6 +156,8 @@ class Partition:
                 self.size_in_bytes -= previous.size
             self.messages[seq] = record
             self.size_in_bytes += record.size
+            if seq > self.visible_through:
+                self.visible_through = seq
             self._state_counts[record.state] += 1
             key = self._key(record)
             if previous is not None and previous.state == MessageState.ACTIVE and seq not in self._locked_seq:
@@ -220,6 +224,23 @@ class Partition:
                 out.append(record)
             i += 1
         return out
+
+    def first_sequence_number(self) -> int | None:
+        """The lowest sequence number stored here, in any state; None when the partition is empty."""
+        return next((seq for seq in self._order if seq in self.messages), None)
+
+    # ---- completing through a sequence number (a Sodalite extension, docs/spark.md) -----------
+
+    def complete_through(self, sequence_number: int) -> list[int]:
+        """Remove every stored message numbered ``sequence_number`` or lower, in any state, except
+        locked ones (a receiver holds them; they stay theirs to settle). Returns the numbers removed,
+        for the store delete; calling it again removes nothing more."""
+        removed: list[int] = []
+        for seq in self._order[: bisect_right(self._order, sequence_number)]:
+            if seq in self.messages and seq not in self._locked_seq:
+                self._remove(seq)
+                removed.append(seq)
+        return removed
 
     # ---- receiving --------------------------------------------------------------------------
 

@@ -568,6 +568,22 @@ class PartitionActor:
         self._check_available()
         return self.queues[sub].peek(from_sequence_number, count, session_id)
 
+    def complete_through(self, sub: SubQueue, sequence_number: int) -> tuple[asyncio.Future[None], int]:
+        """Remove the unlocked messages numbered ``sequence_number`` or lower (a Sodalite extension,
+        docs/spark.md); the future resolves once the delete is durable. Returns it and the count."""
+        self._touch()
+        self._check_available()
+        removed = self.queues[sub].complete_through(sequence_number)
+        if removed:
+            self._batch.ops.append(DeleteMessages(self.refs[sub], tuple(removed)))
+        return self._after_settlement(sub), len(removed)
+
+    def bounds(self, sub: SubQueue) -> tuple[int | None, int]:
+        """(first stored sequence number or None, the number after the highest ever made visible)."""
+        self._check_available()
+        queue = self.queues[sub]
+        return queue.first_sequence_number(), queue.visible_through + 1
+
     def lock_deferred(self, sub: SubQueue, sequence_numbers: list[int],
                       owner: Any) -> list[tuple[MessageRecord, Lock]]:
         self._touch()
