@@ -19,6 +19,7 @@ from sodalite.admin.http import application
 from sodalite.admin.tls import ensure_certificate, server_context
 from sodalite.cli import commands as client_commands
 from sodalite.cli import logging_setup
+from sodalite.cli import pipeline as pipeline_commands
 from sodalite.cli.admin_bridge import BrokerAdmin
 from sodalite.cli.key_bridge import BrokerKeys
 from sodalite.errors import ConfigurationError
@@ -65,6 +66,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="text (default) or json: one JSON object per line with time, level, logger, "
                             "message and the record's fields (tracking_id, condition, entity, connection)")
     client_commands.register(commands)
+    pipeline_commands.register(commands)
     return parser
 
 
@@ -217,6 +219,8 @@ async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "pipeline":
+        return pipeline_commands.run(args)
     if args.command != "serve":
         return client_commands.run(args)
     logging_setup.configure(args.log_level, args.log_format)
