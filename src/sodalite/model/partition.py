@@ -116,6 +116,8 @@ class Partition:
             self.last_sequence_number = max(self.last_sequence_number, record.sequence_number)
         # The highest number ever made visible here: everything the store held at load was committed.
         self.visible_through = self.last_sequence_number
+        # Numbers accepted here whose records are not published yet (their commit is in flight).
+        self._unpublished: set[int] = set()
         self.publish(records)
 
     # ---- sending ----------------------------------------------------------------------------
@@ -143,6 +145,7 @@ class Partition:
                 d.annotations, d.annotation_count, d.tail,
             ))
         self.last_sequence_number = seq
+        self._unpublished.update(r.sequence_number for r in records)
         return records
 
     def publish(self, records: Iterable[MessageRecord]) -> None:
@@ -158,6 +161,7 @@ class Partition:
             self.size_in_bytes += record.size
             if seq > self.visible_through:
                 self.visible_through = seq
+            self._unpublished.discard(seq)
             self._state_counts[record.state] += 1
             key = self._key(record)
             if previous is not None and previous.state == MessageState.ACTIVE and seq not in self._locked_seq:
@@ -224,6 +228,19 @@ class Partition:
                 out.append(record)
             i += 1
         return out
+
+    def forget_unpublished(self, sequence_numbers: Iterable[int]) -> None:
+        """Numbers accepted here that will never be published here (stored in another sub-queue, or
+        their commit failed)."""
+        self._unpublished.difference_update(sequence_numbers)
+
+    @property
+    def next_visible(self) -> int:
+        """A number such that every message numbered below it that will ever be visible here is
+        visible now: one past the highest visible, or the lowest number still being committed.
+        Commits that land in another actor's batch (transactions, fan-out) can publish out of order,
+        so the lowest unpublished number bounds it."""
+        return min(min(self._unpublished, default=self.visible_through + 1), self.visible_through + 1)
 
     def first_sequence_number(self) -> int | None:
         """The lowest sequence number stored here, in any state; None when the partition is empty."""

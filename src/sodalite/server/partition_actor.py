@@ -336,6 +336,7 @@ class PartitionActor:
         self._touch()
         self._check_available()
         records = self.partition.accept(drafts, self.clock(), None)
+        self.partition.forget_unpublished(r.sequence_number for r in records)  # published in the sub-queue
         moved = tuple(wire.dead_lettered(r, reason, description) for r in records)
         sub = SubQueue.TRANSFER_DEAD_LETTER
         self._batch.ops.append(AppendMessages(self.refs[sub], moved))
@@ -359,6 +360,7 @@ class PartitionActor:
     def accept_dead_lettered(self, drafts: list[tuple[MessageDraft, str, str]]) -> list[MessageRecord]:
         """Numbers for messages another actor puts straight into this entity's dead-letter queue."""
         records = self.partition.accept([d for d, _, _ in drafts], self.clock(), None)
+        self.partition.forget_unpublished(r.sequence_number for r in records)  # published in the sub-queue
         return [wire.dead_lettered(r, reason, description) for r, (_, reason, description) in zip(records, drafts,
                                                                                                  strict=True)]
 
@@ -582,7 +584,7 @@ class PartitionActor:
         """(first stored sequence number or None, the number after the highest ever made visible)."""
         self._check_available()
         queue = self.queues[sub]
-        return queue.first_sequence_number(), queue.visible_through + 1
+        return queue.first_sequence_number(), queue.next_visible
 
     def lock_deferred(self, sub: SubQueue, sequence_numbers: list[int],
                       owner: Any) -> list[tuple[MessageRecord, Lock]]:
@@ -952,6 +954,8 @@ class PartitionActor:
         for future in batch.futures:
             if not future.done():
                 future.set_exception(exc)
+        for target, _, record in batch.forwarded:  # numbers they took that will never be published
+            target.partition.forget_unpublished((record.sequence_number,))
         for consumer, _ in batch.deliveries:
             consumer.reserved -= 1  # not sent: the delete did not commit, the reload brings it back
 

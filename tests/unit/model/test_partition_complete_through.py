@@ -48,3 +48,18 @@ def test_reconstruction_counts_stored_numbers_as_visible() -> None:
     records = send(p, 3)
     rebuilt = Partition(records[:2], 7)
     assert rebuilt.visible_through == 7 and rebuilt.first_sequence_number() == 1
+
+
+def test_next_visible_waits_for_a_lower_number_still_being_committed() -> None:
+    p = Partition([], 0)
+    slow = p.accept([draft("in-a-transaction")], T0, None)  # 1: its commit lands in another batch
+    fast = p.accept([draft("plain")], T0, None)  # 2
+    p.publish(fast)
+    assert p.visible_through == 2 and p.next_visible == 1  # a reader must not pass 1 yet
+    p.publish(slow)
+    assert p.next_visible == 3
+    lost = p.accept([draft("failed")], T0, None)  # 3: its commit fails
+    assert p.next_visible == 3
+    p.forget_unpublished(r.sequence_number for r in lost)
+    p.publish(p.accept([draft("next")], T0, None))  # 4
+    assert p.next_visible == 5
