@@ -1,6 +1,6 @@
 """The command line's client commands: send and peek messages, manage entities of a running broker.
 
-``send`` and ``peek`` speak AMQP (``cli/amqp_client.py``); the entity commands (``queue``,
+``send`` and ``peek`` speak AMQP (``sodalite.amqpclient``); the entity commands (``queue``,
 ``topic``, ``subscription``, ``rule``) are a client of the management REST API, writing and
 reading the same ATOM documents ServiceBusAdministrationClient does. Each command exits 0 on
 success and 1 with the broker's error (its condition or HTTP status, and its description) on
@@ -22,12 +22,11 @@ from typing import Any, Final
 
 from sodalite.admin import atom
 from sodalite.amqp.types import Int, Long
-from sodalite.cli import connection_string
+from sodalite.amqpclient import AmqpClient, ClientError, connection_string
+from sodalite.amqpclient.message_codec import OutgoingMessage, describe_message, encode_message
 from sodalite.cli.admin_client import AdminClient, AdminError, Listed
-from sodalite.cli.amqp_client import AmqpClient, ClientError
 from sodalite.cli.api_client import ApiClient, ApiError
 from sodalite.cli.export import export_namespace
-from sodalite.cli.message_codec import OutgoingMessage, describe_message, encode_message
 from sodalite.errors import ConfigurationError, SodaliteError
 from sodalite.model.entities import (
     DEFAULT_RULE_NAME,

@@ -20,7 +20,7 @@ from sodalite.admin.control import (
     SubQueueName,
 )
 from sodalite.amqp import message as amqp_message
-from sodalite.cli.message_codec import OutgoingMessage, encode_message, plain_value
+from sodalite.amqpclient.message_codec import OutgoingMessage, encode_message, plain_value
 from sodalite.errors import ArgumentError, EntityNotFound
 from sodalite.model.authorization import Authorization, KeyType, rights_in_order
 from sodalite.model.message import MessageRecord as StoredMessage

@@ -20,11 +20,12 @@ from sodalite.admin import api, console
 from sodalite.admin.control import ControlPlane
 from sodalite.admin.http import application
 from sodalite.admin.tls import certificate_host, ensure_certificate, server_context
+from sodalite.amqpclient.connection_string import ENDPOINTS_FILE
 from sodalite.cli import commands as client_commands
 from sodalite.cli import logging_setup
+from sodalite.cli import pipeline as pipeline_commands
 from sodalite.cli import syphon as syphon_command
 from sodalite.cli.admin_bridge import BrokerAdmin
-from sodalite.cli.connection_string import ENDPOINTS_FILE
 from sodalite.cli.control_bridge import BrokerControl
 from sodalite.cli.key_bridge import BrokerKeys
 from sodalite.errors import ConfigurationError
@@ -89,6 +90,7 @@ def _parser() -> argparse.ArgumentParser:
                             "message and the record's fields (tracking_id, condition, entity, connection)")
     client_commands.register(commands)
     syphon_command.register(commands)
+    pipeline_commands.register(commands)
     return parser
 
 
@@ -306,6 +308,8 @@ async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "pipeline":
+        return pipeline_commands.run(args)
     if args.command != "serve":
         return client_commands.run(args)
     logging_setup.configure(args.log_level, args.log_format)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import heapq
 import uuid
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -131,6 +131,10 @@ class Partition:
         records = sorted(messages, key=lambda r: r.sequence_number)
         for record in records:
             self.last_sequence_number = max(self.last_sequence_number, record.sequence_number)
+        # The highest number ever made visible here: everything the store held at load was committed.
+        self.visible_through = self.last_sequence_number
+        # Numbers accepted here whose records are not published yet (their commit is in flight).
+        self._unpublished: set[int] = set()
         self.publish(records)
 
     # ---- sending ----------------------------------------------------------------------------
@@ -158,6 +162,7 @@ class Partition:
                 d.annotations, d.annotation_count, d.tail,
             ))
         self.last_sequence_number = seq
+        self._unpublished.update(r.sequence_number for r in records)
         return records
 
     def publish(self, records: Iterable[MessageRecord]) -> None:
@@ -171,6 +176,9 @@ class Partition:
                 self.size_in_bytes -= previous.size
             self.messages[seq] = record
             self.size_in_bytes += record.size
+            if seq > self.visible_through:
+                self.visible_through = seq
+            self._unpublished.discard(seq)
             self._state_counts[record.state] += 1
             key = self._key(record)
             if previous is not None and previous.state == MessageState.ACTIVE and seq not in self._locked_seq:
@@ -237,6 +245,36 @@ class Partition:
                 out.append(record)
             i += 1
         return out
+
+    def forget_unpublished(self, sequence_numbers: Iterable[int]) -> None:
+        """Numbers accepted here that will never be published here (stored in another sub-queue, or
+        their commit failed)."""
+        self._unpublished.difference_update(sequence_numbers)
+
+    @property
+    def next_visible(self) -> int:
+        """A number such that every message numbered below it that will ever be visible here is
+        visible now: one past the highest visible, or the lowest number still being committed.
+        Commits that land in another actor's batch (transactions, fan-out) can publish out of order,
+        so the lowest unpublished number bounds it."""
+        return min(min(self._unpublished, default=self.visible_through + 1), self.visible_through + 1)
+
+    def first_sequence_number(self) -> int | None:
+        """The lowest sequence number stored here, in any state; None when the partition is empty."""
+        return next((seq for seq in self._order if seq in self.messages), None)
+
+    # ---- completing through a sequence number (a Sodalite extension, docs/spark.md) -----------
+
+    def complete_through(self, sequence_number: int) -> list[int]:
+        """Remove every stored message numbered ``sequence_number`` or lower, in any state, except
+        locked ones (a receiver holds them; they stay theirs to settle). Returns the numbers removed,
+        for the store delete; calling it again removes nothing more."""
+        removed: list[int] = []
+        for seq in self._order[: bisect_right(self._order, sequence_number)]:
+            if seq in self.messages and seq not in self._locked_seq:
+                self._remove(seq)
+                removed.append(seq)
+        return removed
 
     # ---- receiving --------------------------------------------------------------------------
 

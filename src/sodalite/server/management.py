@@ -295,6 +295,55 @@ async def enumerate_rules(ctx: Context, body: dict[str, Any]) -> Response:
     return Response(OK, {"rules": [{"rule-description": rule_to_wire(r)} for r in rules]})
 
 
+# ---- Sodalite extensions (docs/spark.md): what the Spark data source needs; no Service Bus SDK sends them.
+
+COMPLETE_THROUGH = "com.sodalite:complete-through-sequence-number"
+PARTITION_BOUNDS = "com.sodalite:partition-bounds"
+PEEK_PARTITION = "com.sodalite:peek-partition"
+
+
+def _partition(ctx: Context, body: dict[str, Any]) -> PartitionActor:
+    partitions = ctx.actor.partitions if isinstance(ctx.actor, PartitionedActor) else [ctx.actor]
+    index = _int_arg(body, "partition", 0)
+    if not 0 <= index < len(partitions):
+        raise ArgumentError(f"'partition' must be between 0 and {len(partitions) - 1}")
+    return partitions[index]
+
+
+async def complete_through_sequence_number(ctx: Context, body: dict[str, Any]) -> Response:
+    """Remove every unlocked message of one partition numbered ``sequence-number`` or lower; answers
+    ``count`` (how many went) once the delete is durable. Idempotent: a repeat removes nothing more."""
+    partition = _partition(ctx, body)
+    future, count = partition.complete_through(ctx.sub_queue, _int_arg(body, "sequence-number"))
+    if ctx.metrics is not None and count:
+        ctx.metrics.count_out(future, partition, ctx.sub_queue, count)
+    await future
+    return Response(OK, {"count": Long(count)})
+
+
+async def partition_bounds(ctx: Context, body: dict[str, Any]) -> Response:
+    """Per partition: the first stored sequence number (null when empty) and the next one to be made
+    visible; everything numbered below ``next-sequence-number`` that will ever be visible already is."""
+    partitions = ctx.actor.partitions if isinstance(ctx.actor, PartitionedActor) else [ctx.actor]
+    bounds = []
+    for index, partition in enumerate(partitions):
+        first, next_number = partition.bounds(ctx.sub_queue)
+        bounds.append({"partition": index, "first-sequence-number": None if first is None else Long(first),
+                       "next-sequence-number": Long(next_number)})
+    return Response(OK, {"partitions": bounds})
+
+
+async def peek_partition(ctx: Context, body: dict[str, Any]) -> Response:
+    """Peek within one partition only, failing (rather than skipping it) when its store is unavailable."""
+    partition = _partition(ctx, body)
+    start = _int_arg(body, "from-sequence-number", 0)
+    count = max(0, _int_arg(body, "message-count", 1))
+    records = partition.peek(ctx.sub_queue, start, count)
+    return Response(OK, {"messages": [
+        {"message": wire.delivery_payload(r, None, with_state=True)} for r in records
+    ]})
+
+
 OPERATIONS: dict[str, Operation] = {
     "com.microsoft:renew-lock": renew_lock,
     "com.microsoft:peek-message": peek_message,
@@ -309,6 +358,9 @@ OPERATIONS: dict[str, Operation] = {
     "com.microsoft:add-rule": add_rule,
     "com.microsoft:remove-rule": remove_rule,
     "com.microsoft:enumerate-rules": enumerate_rules,
+    COMPLETE_THROUGH: complete_through_sequence_number,
+    PARTITION_BOUNDS: partition_bounds,
+    PEEK_PARTITION: peek_partition,
 }
 
 
@@ -328,6 +380,9 @@ REQUIRED_RIGHTS: dict[str, AccessRights] = {
     "com.microsoft:add-rule": AccessRights.MANAGE,
     "com.microsoft:remove-rule": AccessRights.MANAGE,
     "com.microsoft:enumerate-rules": AccessRights.MANAGE,
+    COMPLETE_THROUGH: AccessRights.LISTEN,
+    PARTITION_BOUNDS: AccessRights.LISTEN,
+    PEEK_PARTITION: AccessRights.LISTEN,
 }
 
 

@@ -351,6 +351,7 @@ class PartitionActor:
         self._check_room()
         self._check_available()
         records = self.partition.accept(drafts, self.clock(), None)
+        self.partition.forget_unpublished(r.sequence_number for r in records)  # published in the sub-queue
         moved = tuple(wire.dead_lettered(r, reason, description) for r in records)
         sub = SubQueue.TRANSFER_DEAD_LETTER
         self._batch.ops.append(AppendMessages(self.refs[sub], moved))
@@ -374,6 +375,7 @@ class PartitionActor:
     def accept_dead_lettered(self, drafts: list[tuple[MessageDraft, str, str]]) -> list[MessageRecord]:
         """Numbers for messages another actor puts straight into this entity's dead-letter queue."""
         records = self.partition.accept([d for d, _, _ in drafts], self.clock(), None)
+        self.partition.forget_unpublished(r.sequence_number for r in records)  # published in the sub-queue
         return [wire.dead_lettered(r, reason, description) for r, (_, reason, description) in zip(records, drafts,
                                                                                                  strict=True)]
 
@@ -585,6 +587,22 @@ class PartitionActor:
         self._touch()
         self._check_available()
         return self.queues[sub].peek(from_sequence_number, count, session_id)
+
+    def complete_through(self, sub: SubQueue, sequence_number: int) -> tuple[asyncio.Future[None], int]:
+        """Remove the unlocked messages numbered ``sequence_number`` or lower (a Sodalite extension,
+        docs/spark.md); the future resolves once the delete is durable. Returns it and the count."""
+        self._touch()
+        self._check_available()
+        removed = self.queues[sub].complete_through(sequence_number)
+        if removed:
+            self._batch.ops.append(DeleteMessages(self.refs[sub], tuple(removed)))
+        return self._after_settlement(sub), len(removed)
+
+    def bounds(self, sub: SubQueue) -> tuple[int | None, int]:
+        """(first stored sequence number or None, the number after the highest ever made visible)."""
+        self._check_available()
+        queue = self.queues[sub]
+        return queue.first_sequence_number(), queue.next_visible
 
     def lock_deferred(self, sub: SubQueue, sequence_numbers: list[int],
                       owner: Any) -> tuple[asyncio.Future[None], list[tuple[MessageRecord, Lock]]]:
@@ -1047,6 +1065,8 @@ class PartitionActor:
         for future in batch.futures:
             if not future.done():
                 future.set_exception(exc)
+        for target, _, record in batch.forwarded:  # numbers they took that will never be published
+            target.partition.forget_unpublished((record.sequence_number,))
         for consumer, _, _ in batch.deliveries:
             consumer.reserved -= 1  # not sent: the op did not commit, the reload brings the message back
 
