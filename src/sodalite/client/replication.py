@@ -47,6 +47,7 @@ from azure.servicebus import (
 )
 from azure.servicebus.exceptions import OperationTimeoutError
 
+from sodalite.client.batch import KeepingMessageBatch
 from sodalite.client.dedup import DuplicateFilter
 from sodalite.client.replication_core import (
     CopyTracker,
@@ -195,7 +196,25 @@ class ReplicatedSender:
         """0 while the primary is the active entity (passive mode), 1 after a role switch."""
         return self._client._roles.active(self._key)
 
-    def send_messages(self, message: ServiceBusMessage | Iterable[ServiceBusMessage], *,
+    def create_message_batch(self, max_size_in_bytes: int | None = None) -> KeepingMessageBatch:
+        """A batch for this sender, as the SDK's: its size limit is the smaller of the two entities'
+        (each namespace's link is asked; one that cannot be reached is left out), and each message
+        gets a MessageId as it is added, so both copies share it."""
+        limits: list[int] = []
+        first_error: Exception | None = None
+        for sender in self._senders:
+            try:
+                limits.append(sender.create_message_batch(max_size_in_bytes).max_size_in_bytes)
+            except Exception as error:
+                if not signals_unavailable(error):
+                    raise
+                first_error = first_error or error
+        if not limits:
+            assert first_error is not None
+            raise first_error
+        return KeepingMessageBatch(min(limits), set_message_ids=True)
+
+    def send_messages(self, message: ServiceBusMessage | Iterable[ServiceBusMessage] | KeepingMessageBatch, *,
                       timeout: float | None = None) -> None:
         batch = messages_of(message)
         if not batch:

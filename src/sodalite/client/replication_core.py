@@ -36,6 +36,7 @@ from azure.servicebus.exceptions import (
     ServiceBusServerBusyError,
 )
 
+from sodalite.client.batch import KeepingMessageBatch
 from sodalite.client.dedup import DuplicateFilter
 from sodalite.errors import ConfigurationError, NotImplementedOperation
 
@@ -110,12 +111,17 @@ def check_pair(primary: object, secondary: object) -> None:
                                  "replication needs two")
 
 
-def messages_of(message: ServiceBusMessage | Iterable[ServiceBusMessage]) -> list[ServiceBusMessage]:
+def messages_of(message: ServiceBusMessage | Iterable[ServiceBusMessage] | ServiceBusMessageBatch,
+                ) -> list[ServiceBusMessage]:
     """The messages of a send, each with a MessageId (a new one where it had none)."""
-    if isinstance(message, ServiceBusMessageBatch):
-        raise TypeError("a replicated sender takes a ServiceBusMessage or a list of them; a ServiceBusMessageBatch "
-                        "belongs to one namespace's sender")
-    batch = [message] if isinstance(message, ServiceBusMessage) else list(message)
+    if isinstance(message, KeepingMessageBatch):
+        batch = message.messages
+    elif isinstance(message, ServiceBusMessageBatch):
+        raise TypeError("a replicated sender sends a batch made by its own create_message_batch() (an SDK "
+                        "ServiceBusMessageBatch made elsewhere cannot be read back to send to both namespaces), "
+                        "a ServiceBusMessage, or a list of them")
+    else:
+        batch = [message] if isinstance(message, ServiceBusMessage) else list(message)
     for each in batch:
         if not isinstance(each, ServiceBusMessage):
             raise TypeError(f"a replicated sender sends ServiceBusMessage objects, not {type(each).__name__}")
