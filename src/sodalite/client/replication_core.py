@@ -205,8 +205,37 @@ class CopyTracker(Generic[S]):
                 del self._held[message_id]
 
 
-def refuse_sessions(kwargs: dict[str, object]) -> None:
-    """Session receivers are not built for replicated receivers: say so instead of half-working."""
-    if kwargs.get("session_id") is not None:
-        raise NotImplementedOperation("replicated receivers do not support sessions (session_id); "
-                                      "use one SDK session receiver per namespace")
+DEFERRED_NOT_BUILT = ("receive_deferred_messages is not built for replicated receivers: a deferred message has a "
+                      "different sequence number in each namespace; use one SDK receiver per namespace")
+
+
+def refuse_sequence_number(sequence_number: int | None) -> None:
+    if sequence_number is not None:
+        raise NotImplementedOperation("a replicated receiver peeks without a sequence_number: sequence numbers "
+                                      "differ between the two namespaces; each peek continues where the last "
+                                      "one stopped")
+
+
+class PeekMemory:
+    """The MessageIds a replicated receiver's peeks returned, so the other namespace's copy is left out
+    (bounded: the oldest are forgotten first); ids the receiver recorded as completed are left out too."""
+
+    def __init__(self, duplicates: DuplicateFilter, limit: int = 100_000) -> None:
+        self._duplicates = duplicates
+        self._limit = limit
+        self._seen: dict[str, None] = {}
+
+    def fresh(self, copies: Iterable[ServiceBusReceivedMessage]) -> list[ServiceBusReceivedMessage]:
+        kept: list[ServiceBusReceivedMessage] = []
+        for copy in copies:
+            if copy.content_type == PING_CONTENT_TYPE:
+                continue
+            message_id = copy.message_id
+            if message_id is not None:
+                if message_id in self._seen or message_id in self._duplicates:
+                    continue
+                self._seen[message_id] = None
+                while len(self._seen) > self._limit:
+                    del self._seen[next(iter(self._seen))]
+            kept.append(copy)
+        return kept
