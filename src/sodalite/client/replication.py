@@ -17,10 +17,15 @@ both, under the same name unless the caller names the secondary's.
   namespace whose receive fails with an availability error is left alone for ``retry_interval``
   and its receiver recreated; copies the application then settles through the lost link are
   recorded anyway (their settlement may fail silently: the copy comes back and is dropped).
+- **Sessions**: a session receiver holds one SDK session receiver per namespace, both on the same
+  session; with NEXT_AVAILABLE_SESSION the session is picked on opening (the primary's next free
+  one, else the secondary's) and the other namespace then locks that one. Copies go through the
+  same ``CopyTracker``. Peeks walk both namespaces, each MessageId once (``PeekMemory``).
 - **Request/reply**: ``get_request_sender`` pairs two request queues with the relay pattern: the
-  client picks one at random as active, sends each request there (the backup and a role switch on
-  an availability error) and waits for the reply, matched by CorrelationId, on its reply queue in
-  the namespace the request went to. ``get_request_receiver`` serves both request queues and
+  client picks one at random as active, sends each request there and waits for the reply, matched
+  by CorrelationId, on its reply queue in the namespace the request went to. The round trip is the
+  operation: a failed send or no reply within the timeout reissues the request to the backup, and
+  its reply switches the roles; both failing leaves them. ``get_request_receiver`` serves both request queues and
   replies into the namespace each request came from.
 """
 
