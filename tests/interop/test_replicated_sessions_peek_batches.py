@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.interop, pytest.mark.timeout(240)]
 PLAIN = {"LockDuration": "PT5S", "MaxDeliveryCount": 50}
 SESSIONS = {**PLAIN, "RequiresSession": True}
 QUEUES = [{"Name": n, "Properties": PLAIN} for n in ("g-batch", "g-peek", "g-req-a", "g-req-b", "g-replies",
-                                                      "ga-batch")]
+                                                      "ga-batch", "ga-req-a", "ga-req-b", "ga-replies")]
 QUEUES += [{"Name": n, "Properties": SESSIONS} for n in ("g-sessions", "g-next", "ga-sessions")]
 TOPICS = [{"Name": "g-news", "Properties": {},
            "Subscriptions": [{"Name": "by-session", "Properties": {"RequiresSession": True}}]}]
@@ -167,14 +167,11 @@ def test_peek_shows_each_message_id_once_and_continues(pair: tuple[BrokerProcess
             assert sorted(_drain(receiver)) == sorted(first + rest)  # peeking consumed nothing
 
 
-def test_request_reply_reissues_to_the_backup_when_no_reply_comes(pair: tuple[BrokerProcess, BrokerProcess]) -> None:
-    """The relay pattern on a reply timeout: the service listens only on the secondary's queue."""
-    stop = threading.Event()
-    served: list[str] = []
-
+def _serve(broker: BrokerProcess, queue: str, stop: threading.Event, served: list[str]) -> threading.Thread:
+    """A plain SDK service answering the requests of one queue until ``stop``."""
     def serve() -> None:
-        with ServiceBusClient.from_connection_string(pair[1].connection_string) as service:
-            with service.get_queue_receiver("g-req-b") as requests:
+        with ServiceBusClient.from_connection_string(broker.connection_string) as service:
+            with service.get_queue_receiver(queue) as requests:
                 while not stop.is_set():
                     for request in requests.receive_messages(max_message_count=5, max_wait_time=1):
                         served.append(str(request.message_id))
@@ -185,6 +182,14 @@ def test_request_reply_reissues_to_the_backup_when_no_reply_comes(pair: tuple[Br
 
     server = threading.Thread(target=serve, daemon=True)
     server.start()
+    return server
+
+
+def test_request_reply_reissues_to_the_backup_when_no_reply_comes(pair: tuple[BrokerProcess, BrokerProcess]) -> None:
+    """The relay pattern on a reply timeout: the service listens only on the secondary's queue."""
+    stop = threading.Event()
+    served: list[str] = []
+    server = _serve(pair[1], "g-req-b", stop, served)
     try:
         with _client(pair, ReplicationMode.PASSIVE) as client:
             with client.get_request_sender("g-req-a", secondary_queue_name="g-req-b",
@@ -251,3 +256,26 @@ def test_aio_batches_sessions_and_peek(pair: tuple[BrokerProcess, BrokerProcess]
     for broker in pair:
         assert _peek_ids(broker, "ga-batch") == []
         assert _peek_ids(broker, "ga-sessions", "as") == []
+
+
+def test_aio_request_reply_reissues_to_the_backup_when_no_reply_comes(
+        pair: tuple[BrokerProcess, BrokerProcess]) -> None:
+    stop = threading.Event()
+    served: list[str] = []
+    server = _serve(pair[1], "ga-req-b", stop, served)
+
+    async def run() -> None:
+        async with client_aio.ReplicatedClient(pair[0].connection_string, pair[1].connection_string,
+                                               mode=ReplicationMode.PASSIVE, **SDK_RETRIES) as client:
+            async with client.get_request_sender("ga-req-a", secondary_queue_name="ga-req-b",
+                                                 reply_queue_name="ga-replies") as requester:
+                requester.active = 0
+                reply = await requester.request(ServiceBusMessage("hello", message_id="areq-1"), timeout=3)
+                assert str(reply) == "re: hello" and requester.active == 1
+
+    try:
+        asyncio.run(asyncio.wait_for(run(), 120))
+    finally:
+        stop.set()
+        server.join(30)
+    assert served == ["areq-1"]
