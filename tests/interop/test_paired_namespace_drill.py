@@ -408,3 +408,15 @@ def test_a_batch_made_by_the_sender_fails_over_and_a_foreign_one_says_why_it_can
         props = {k.decode() if isinstance(k, bytes) else k: v for k, v in (m.application_properties or {}).items()}
         assert props["x-ms-path"] in ("orders", b"orders")
         assert props["x-ms-sessionid"] in ("s", b"s")
+
+
+def test_a_batch_made_while_the_primary_answers_has_the_entitys_limit(pair: Pair) -> None:
+    with ServiceBusClient.from_connection_string(pair.primary.connection_string) as plain:
+        with plain.get_queue_sender("plain") as sender:
+            sdk_limit = sender.create_message_batch().max_size_in_bytes
+    with PairedNamespaceClient(pair.primary.connection_string, pair.options(), **pair.kwargs()) as client:
+        with client.get_queue_sender("plain") as sender:
+            assert sender.create_message_batch().max_size_in_bytes == sdk_limit
+            assert sender.create_message_batch(max_size_in_bytes=1000).max_size_in_bytes == 1000
+            with pytest.raises(ValueError):
+                sender.create_message_batch(max_size_in_bytes=sdk_limit + 1)  # as the SDK refuses it

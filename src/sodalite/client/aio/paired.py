@@ -136,8 +136,19 @@ class PairedSender:
         await self.close()
 
     async def create_message_batch(self, max_size_in_bytes: int | None = None) -> PairedMessageBatch:
-        """As the SDK's (a coroutine): a batch that keeps its messages, so a failover can rewrite them."""
-        return PairedMessageBatch(max_size_in_bytes)
+        """As the SDK's: a ``ServiceBusMessageBatch`` that keeps its messages, so a failover can rewrite
+        them. Its limit is the primary entity's (as the SDK asks its link) while the entity is not
+        failed over and the primary answers, else ``max_size_in_bytes`` or 256 KB."""
+        self._client.check_open()
+        limit = max_size_in_bytes
+        if not self._client.book.failed_over(self.entity_path):
+            try:
+                limit = (await self._primary_sender().create_message_batch(max_size_in_bytes)).max_size_in_bytes
+            except Exception as exc:
+                if not is_failover_error(exc):
+                    raise  # e.g. a max_size_in_bytes above the entity's limit (ValueError)
+                await self._drop_primary()
+        return PairedMessageBatch(limit)
 
     def _primary_sender(self) -> ServiceBusSender:
         if self._primary is None:
