@@ -24,7 +24,7 @@ PLAIN = {"LockDuration": "PT5S", "MaxDeliveryCount": 50}
 SESSIONS = {**PLAIN, "RequiresSession": True}
 QUEUES = [{"Name": n, "Properties": PLAIN} for n in ("g-batch", "g-peek", "g-req-a", "g-req-b", "g-replies",
                                                       "ga-batch", "ga-req-a", "ga-req-b", "ga-replies")]
-QUEUES += [{"Name": n, "Properties": SESSIONS} for n in ("g-sessions", "g-next", "ga-sessions")]
+QUEUES += [{"Name": n, "Properties": SESSIONS} for n in ("g-sessions", "g-next", "ga-sessions", "g-down")]
 TOPICS = [{"Name": "g-news", "Properties": {},
            "Subscriptions": [{"Name": "by-session", "Properties": {"RequiresSession": True}}]}]
 SDK_RETRIES = {"retry_total": 1, "retry_backoff_factor": 0.1, "retry_backoff_max": 0.5}
@@ -279,3 +279,16 @@ def test_aio_request_reply_reissues_to_the_backup_when_no_reply_comes(
         stop.set()
         server.join(30)
     assert served == ["areq-1"]
+
+
+def test_with_the_primary_unreachable_sessions_and_peek_use_the_secondary(
+        pair: tuple[BrokerProcess, BrokerProcess]) -> None:
+    dead = "Endpoint=sb://localhost:1;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true;"
+    with ServiceBusClient.from_connection_string(pair[1].connection_string) as plain:
+        with plain.get_queue_sender("g-down") as sender:
+            sender.send_messages([ServiceBusMessage(f"{i}", message_id=f"down-{i}", session_id="sd") for i in range(2)])
+    with ReplicatedClient(dead, pair[1].connection_string, **SDK_RETRIES) as client:
+        with client.get_queue_receiver("g-down", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=2) as receiver:
+            assert receiver.session.session_id == "sd"
+            assert [str(m.message_id) for m in receiver.peek_messages(max_message_count=5)] == ["down-0", "down-1"]
+            assert _drain(receiver) == ["down-0", "down-1"]
