@@ -121,12 +121,21 @@ async def schedule_message(ctx: Context, body: dict[str, Any]) -> Response:
         if not isinstance(encoded, bytes):
             raise ArgumentError("each scheduled message needs its encoded 'message'")
         drafts.append(wire.received_messages(encoded, 0, ctx.max_message_size)[0])
-    if any(d.scheduled_enqueue_time is None for d in drafts):
+    kept = [d for d in drafts if not d.ping]
+    if any(d.scheduled_enqueue_time is None for d in kept):
         raise ArgumentError("a scheduled message needs x-opt-scheduled-enqueue-time")
-    future, numbers = ctx.actor.schedule(drafts)
-    if ctx.metrics is not None:
-        ctx.metrics.count_in(future, ctx.metrics.entity_label(ctx.actor), len(numbers))
-    await future
+    numbers: list[int] = []
+    if kept:
+        future, numbers = ctx.actor.schedule(kept)
+        if ctx.metrics is not None:
+            ctx.metrics.count_in(future, ctx.metrics.entity_label(ctx.actor), len(numbers))
+        await future
+    if len(kept) < len(drafts):
+        # Pings are never scheduled (clarification 15): dropped as a sent ping is, after the Send right
+        # was checked; each gets sequence number 0, which names no message (cancelling it is refused).
+        ctx.actor.note_activity()
+        given = iter(numbers)
+        numbers = [0 if d.ping else next(given) for d in drafts]
     return Response(OK, {"sequence-numbers": Array("long", tuple(Long(n) for n in numbers))})
 
 
