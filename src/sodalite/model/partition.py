@@ -106,6 +106,11 @@ class DeadLettered:
 Effect = Expired | DeadLettered
 
 
+# The latest expiry a store can hold (a signed 64-bit count of milliseconds): a message scheduled near
+# the end of time with a TTL expires there rather than overflowing the store's column.
+LAST_INSTANT_MS = 2**63 - 1
+
+
 class Partition:
     def __init__(self, messages: Iterable[MessageRecord], last_sequence_number: int,
                  token_factory: TokenFactory = uuid.uuid4, *, max_delivery_count: int | None = None,
@@ -157,7 +162,7 @@ class Partition:
             # message carries the TTL that applies (message-expiration seed).
             records.append(MessageRecord(
                 seq, enqueued, d.message_id, d.session_id, d.partition_key, effective,
-                None if effective is None else enqueued + effective, d.scheduled_enqueue_time, 0,
+                None if effective is None else min(enqueued + effective, LAST_INSTANT_MS), d.scheduled_enqueue_time, 0,
                 MessageState.SCHEDULED if scheduled else MessageState.ACTIVE, d.durable, d.priority,
                 d.annotations, d.annotation_count, d.tail,
             ))

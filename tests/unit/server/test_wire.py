@@ -725,3 +725,9 @@ def test_decimal32_and_decimal64_are_read_as_bid_and_given_as_text() -> None:
     assert (str(d64.to_decimal()), str(d32.to_decimal())) == ("-2.25", "7E+3")
     tail = app_properties({"a": d64, "b": d32}) + data(b"p")
     assert wire.application_properties(wire.decimal_properties_as_text(tail)) == {"a": "-2.25", "b": "7E+3"}
+
+
+def test_a_message_scheduled_at_the_end_of_time_with_a_ttl_keeps_a_storable_expiry() -> None:
+    """Found by test_fuzz_field_values: scheduled at 2**63-1 ms with a TTL overflowed 64 bits."""
+    ann = msg_annotations({Symbol("x-opt-scheduled-enqueue-time"): Timestamp(2**63 - 1)})
+    _check_only_argument_errors(section(HEADER, [True, None, UInt(1)]) + ann + data(b"x"))
