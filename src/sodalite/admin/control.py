@@ -348,8 +348,6 @@ class ControlPlane:
         source = self._entity(path)
         destination = self._entity(target) if target else source
         self._check(caller, destination.path, AccessRights.SEND)
-        if destination.kind == "topic":
-            raise ArgumentError(f"'{destination.path}' is a topic: moving into a topic is not supported yet")
         if selection.sequence_numbers is not None and not selection.sequence_numbers:
             raise ArgumentError("no sequence numbers were selected")
         outcome = await self.runtime.move(source.path, sub, selection, destination.path, dry_run)

@@ -89,7 +89,8 @@ def document(max_peek: int, max_body: int) -> dict[str, Any]:
                     "dryRun": {"type": "boolean", "description": "count what would move; change nothing"},
                     "background": {"type": "boolean",
                                    "description": "answer 202 with an operation to follow at /api/v1/operations/{id}"},
-                    "target": {"type": "string", "description": "default: the source entity (resubmit)"}}},
+                    "target": {"type": "string", "description": "a queue, subscription or topic (a topic fans each "
+                                                          "message out as a send); default: the source (resubmit)"}}},
                 "MoveOutcome": {"type": "object", "properties": {
                     "selected": {"type": "integer"}, "moved": {"type": "integer"}, "skipped": {"type": "integer"}}},
             },

@@ -190,7 +190,7 @@ class BrokerControl:
         if dry_run:
             return MoveOutcome(len(numbers), 0, 0)
         result = await moves.move(source, queue, numbers, destination, store_name=lambda p: p.worker.name,
-                                  states=states, progress=progress)
+                                  states=states, progress=progress, fan_out=self.broker.fan_out_targets)
         return MoveOutcome(len(numbers), result.moved, result.skipped)
 
     async def cancel_scheduled(self, path: str, sequence_numbers: Sequence[int]) -> None:

@@ -488,3 +488,27 @@ def test_a_background_move_reports_its_progress_and_outcome() -> None:
         assert (await client.get("/api/v1/operations/unknown", headers=ADMIN)).status == 404
 
     run(test)
+
+
+def test_resubmitting_a_subscriptions_dead_letters_to_its_topic_fans_them_out_again() -> None:
+    async def test(env: Env) -> None:
+        client = env.client
+        for i in range(3):
+            await send(env, "events", {"body": f"e{i}", "messageId": f"e{i}", "applicationProperties": {"n": i}})
+        await dead_letter_everything(env, "events/subscriptions/audit")
+        response = await client.post("/api/v1/entities/events/subscriptions/audit/$move", headers=bearer("listener"),
+                                     json={"all": True, "subQueue": "deadletter", "target": "events"})
+        assert response.status == 403  # no Send on the topic; nothing moved
+        response = await client.post("/api/v1/entities/events/subscriptions/audit/$move", headers=ADMIN,
+                                     json={"filter": "n >= 1", "subQueue": "deadletter", "target": "events"})
+        assert response.status == 200, await response.text()
+        assert await response.json() == {"selected": 2, "moved": 2, "skipped": 0}
+        active = await (await client.get("/api/v1/entities/events/subscriptions/audit/$messages",
+                                         headers=ADMIN)).json()
+        assert sorted(m["messageId"] for m in active["messages"]) == ["e1", "e2"]  # the topic's send, again
+        assert all(m["deliveryCount"] == 0 and m["deadLetterReason"] is None for m in active["messages"])
+        dlq = await (await client.get("/api/v1/entities/events/subscriptions/audit/$messages?subQueue=deadletter",
+                                      headers=ADMIN)).json()
+        assert [m["messageId"] for m in dlq["messages"]] == ["e0"]
+
+    run(test)
