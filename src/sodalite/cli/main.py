@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 
 from aiohttp import web
@@ -21,7 +21,6 @@ from sodalite.admin.tls import ensure_certificate, server_context
 from sodalite.cli import commands as client_commands
 from sodalite.cli import logging_setup
 from sodalite.cli import syphon as syphon_command
-from sodalite.cli.admin_bridge import BrokerAdmin
 from sodalite.cli.control_bridge import BrokerControl
 from sodalite.cli.key_bridge import BrokerKeys
 from sodalite.errors import ConfigurationError
@@ -161,14 +160,13 @@ async def _management_runner(args: argparse.Namespace, broker: Broker) -> web.Ap
     """The management API's application, when any port serves it."""
     if args.admin_port < 0 and args.http_port < 0 and not args.management_on_amqp_port:
         return None
-    admin = BrokerAdmin(broker, datetime.datetime.now(datetime.UTC))
-    control = ControlPlane(BrokerControl(broker), admin)
+    control = ControlPlane(BrokerControl(broker, int(time.time() * 1000)), broker.namespace.name)
 
     def faces(app: web.Application) -> None:
         api.add_routes(app, control)
         console.add_routes(app)
 
-    app = application(admin, keys=BrokerKeys(broker, _shown_host(args.host)), stores=broker, faces=faces,
+    app = application(control, keys=BrokerKeys(broker, _shown_host(args.host)), stores=broker, faces=faces,
                       amqp=lambda: BrokerConnection(broker))  # AMQP over WebSockets, served as over TCP
     app.middlewares.append(_metrics_middleware(broker.metrics))
     runner = web.AppRunner(app)

@@ -7,7 +7,6 @@ JSON API, console); only the login's clock is a fake one, so an expired login ne
 from __future__ import annotations
 
 import asyncio
-import datetime
 import json
 import logging
 import time
@@ -23,7 +22,6 @@ from aiohttp.test_utils import TestClient, TestServer
 from sodalite.admin import api, console
 from sodalite.admin.control import ControlPlane
 from sodalite.admin.http import application
-from sodalite.cli.admin_bridge import BrokerAdmin
 from sodalite.cli.control_bridge import BrokerControl
 from sodalite.cli.key_bridge import BrokerKeys
 from sodalite.model import sas
@@ -72,14 +70,13 @@ async def running() -> AsyncIterator[Env]:
     broker = Broker(NAMESPACE, MemoryStore())
     await broker.start("127.0.0.1", 0)
     now = [time.time()]
-    admin = BrokerAdmin(broker, datetime.datetime.now(datetime.UTC))
-    control = ControlPlane(BrokerControl(broker), admin)
+    control = ControlPlane(BrokerControl(broker, int(time.time() * 1000)), broker.namespace.name)
 
     def faces(app: web.Application) -> None:
         api.add_routes(app, control, api.Sessions(clock=lambda: now[0]))
         console.add_routes(app)
 
-    app = application(admin, keys=BrokerKeys(broker, "127.0.0.1"), stores=broker, faces=faces)
+    app = application(control, keys=BrokerKeys(broker, "127.0.0.1"), stores=broker, faces=faces)
     client = TestClient(TestServer(app, host="127.0.0.1", port=0))
     await client.start_server()
     try:
