@@ -343,7 +343,15 @@ async def namespace(request: web.Request) -> web.Response:
 
 
 async def list_entities(request: web.Request) -> web.Response:
-    return _ok(request.app[CONTROL].namespace_record(caller_of(request)).entities)
+    """Every entity, or (``?kind=queue|topic|subscription``, ``?topic=<topic>``) those of a kind or topic."""
+    kind, topic = request.query.get("kind"), request.query.get("topic")
+    if kind is None and topic is None:
+        return _ok(request.app[CONTROL].namespace_record(caller_of(request)).entities)
+    if kind is not None and kind not in KINDS:
+        raise ArgumentError(f"kind must be queue, topic or subscription, got {kind!r}")
+    if topic is not None and kind not in (None, "subscription"):
+        raise ArgumentError("a topic lists its subscriptions: kind=subscription, or no kind")
+    return _ok(request.app[CONTROL].entities(caller_of(request), kind or "subscription", topic))
 
 
 async def create_entity(request: web.Request) -> web.Response:
@@ -485,7 +493,8 @@ async def regenerate_key(request: web.Request) -> web.Response:
     key_name, key_type = _opt_str(body, "keyName"), _opt_str(body, "keyType")
     if not key_name or not key_type:
         raise ArgumentError("keyName and keyType are required")
-    return _ok(await request.app[CONTROL].regenerate_key(caller, _opt_str(body, "entity"), key_name, key_type))
+    return _ok(await request.app[CONTROL].regenerate_key(caller, _opt_str(body, "entity"), key_name, key_type,
+                                                         _opt_str(body, "key")))
 
 
 async def stores(request: web.Request) -> web.Response:

@@ -115,6 +115,7 @@ class EntityRecord:
     counts: EntityCounts
     availability: str  # Available | Limited
     times: EntityTimes
+    status: str = "Active"  # Active | Disabled | SendDisabled | ReceiveDisabled (its Status property)
     topic: str | None = None  # a subscription's topic
     properties: EntityProperties | None = None  # detail views only (lists leave it out: cheap counts)
     messages_in: int = 0  # since the broker started: acknowledged sends (faces turn two readings into a rate)
@@ -140,6 +141,8 @@ class KeyRecord:
     primary_key: str | None
     secondary_key: str | None
     entity: str | None = None  # None: a namespace rule
+    primary_connection_string: str | None = None  # for the broker's AMQP listener, with this key
+    secondary_connection_string: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,7 +285,8 @@ class RuntimePort(Protocol):
 
     def keys(self) -> list[KeyRecord]: ...
 
-    async def regenerate_key(self, entity: str | None, key_name: str, key_type: str) -> KeyRecord: ...
+    async def regenerate_key(self, entity: str | None, key_name: str, key_type: str, key: str | None) -> KeyRecord:
+        """Store a new key (``key``, or 32 random bytes): tokens signed with the old one fail from then on."""
 
     def stores(self) -> list[StoreRecord]: ...
 
@@ -568,11 +572,12 @@ class ControlPlane:
 
     # ---- keys and stores -----------------------------------------------------------------------------
 
-    async def regenerate_key(self, caller: Caller, entity: str | None, key_name: str, key_type: str) -> KeyRecord:
+    async def regenerate_key(self, caller: Caller, entity: str | None, key_name: str, key_type: str,
+                             key: str | None = None) -> KeyRecord:
         self._check(caller, entity or "", AccessRights.MANAGE)
         if key_type not in ("PrimaryKey", "SecondaryKey"):
             raise ArgumentError(f"keyType must be PrimaryKey or SecondaryKey, got {key_type!r}")
-        record = await self.runtime.regenerate_key(entity, key_name, key_type)
+        record = await self.runtime.regenerate_key(entity, key_name, key_type, key)
         self._audit(caller, "regenerate-key", f"{entity or '$namespace'}/{key_name}", key_type=key_type)
         return record
 

@@ -25,9 +25,10 @@ from sodalite.admin.control import (
     split_subscription,
 )
 from sodalite.amqp import message as amqp_message
+from sodalite.cli.key_bridge import BrokerKeys
 from sodalite.cli.message_codec import OutgoingMessage, encode_message, plain_value
 from sodalite.errors import ArgumentError, EntityNotFound
-from sodalite.model.authorization import Authorization, KeyType, rights_in_order
+from sodalite.model.authorization import Authorization, AuthorizationRule, KeyType, rights_in_order
 from sodalite.model.entities import CorrelationFilter, QueueProperties, RuleDescription, TopicProperties
 from sodalite.model.message import MessageRecord as StoredMessage
 from sodalite.model.message import MessageState
@@ -90,9 +91,10 @@ def shown_message(record: StoredMessage, sub: SubQueueName) -> MessageRecord:
 class BrokerControl:
     """``started``: the creation time an entity from before the broker kept times reports (ms)."""
 
-    def __init__(self, broker: Broker, started: int) -> None:
+    def __init__(self, broker: Broker, started: int, keys: BrokerKeys) -> None:
         self.broker = broker
         self.started = started
+        self._keys = keys
 
     # ---- entities ----------------------------------------------------------------------------------
 
@@ -140,6 +142,7 @@ class BrokerControl:
                                 scheduled=scheduled, deferred=deferred, transfer=counts["transfer"],
                                 transfer_dead_letter=counts["transfer_dead_letter"], size_in_bytes=size),
             availability="Available" if entity.actor.available else "Limited", times=self._times(entity),
+            status=entity.properties.status,
             topic=entity.topic.name if entity.topic is not None else None,
             properties=properties,
             messages_in=sent.get(entity.name, 0), messages_out=removed.get(entity.name, 0), topic_figures=figures)
@@ -262,22 +265,27 @@ class BrokerControl:
 
     # ---- keys, stores, tokens ---------------------------------------------------------------------------
 
+    def _key_record(self, rule: AuthorizationRule, entity: str | None) -> KeyRecord:
+        def connection_string(key: str | None) -> str | None:
+            return None if key is None else self._keys.connection_string(rule.key_name, key, entity)
+
+        return KeyRecord(rule.key_name, tuple(x.value for x in rights_in_order(rule.rights)), rule.primary_key,
+                         rule.secondary_key, entity, connection_string(rule.primary_key),
+                         connection_string(rule.secondary_key))
+
     def keys(self) -> list[KeyRecord]:
-        found = [KeyRecord(r.key_name, tuple(x.value for x in rights_in_order(r.rights)), r.primary_key,
-                           r.secondary_key) for r in self.broker.authorization_rules]
+        found = [self._key_record(r, None) for r in self.broker.authorization_rules]
         for entity in sorted(self.broker.entities.values(), key=lambda e: e.name.lower()):
             for rule in self.broker.entity_rules(entity.name) or ():
-                found.append(KeyRecord(rule.key_name, tuple(x.value for x in rights_in_order(rule.rights)),
-                                       rule.primary_key, rule.secondary_key, entity.name))
+                found.append(self._key_record(rule, entity.name))
         return found
 
-    async def regenerate_key(self, entity: str | None, key_name: str, key_type: str) -> KeyRecord:
+    async def regenerate_key(self, entity: str | None, key_name: str, key_type: str, key: str | None) -> KeyRecord:
         if key_type not in ("PrimaryKey", "SecondaryKey"):
             raise ArgumentError(f"keyType must be PrimaryKey or SecondaryKey, got {key_type!r}")
         kind: KeyType = "PrimaryKey" if key_type == "PrimaryKey" else "SecondaryKey"
-        rule = await self.broker.regenerate_key(entity, key_name, kind)
-        return KeyRecord(rule.key_name, tuple(x.value for x in rights_in_order(rule.rights)), rule.primary_key,
-                         rule.secondary_key, entity)
+        rule = await self.broker.regenerate_key(entity, key_name, kind, key)
+        return self._key_record(rule, entity)
 
     def stores(self) -> list[StoreRecord]:
         return [StoreRecord(str(s["name"]), bool(s["online"])) for s in self.broker.store_status()]

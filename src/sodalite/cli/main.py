@@ -160,13 +160,14 @@ async def _management_runner(args: argparse.Namespace, broker: Broker) -> web.Ap
     """The management API's application, when any port serves it."""
     if args.admin_port < 0 and args.http_port < 0 and not args.management_on_amqp_port:
         return None
-    control = ControlPlane(BrokerControl(broker, int(time.time() * 1000)), broker.namespace.name)
+    keys = BrokerKeys(broker, _shown_host(args.host))
+    control = ControlPlane(BrokerControl(broker, int(time.time() * 1000), keys), broker.namespace.name)
 
     def faces(app: web.Application) -> None:
         api.add_routes(app, control)
         console.add_routes(app)
 
-    app = application(control, keys=BrokerKeys(broker, _shown_host(args.host)), stores=broker, faces=faces,
+    app = application(control, keys=keys, stores=broker, faces=faces,
                       amqp=lambda: BrokerConnection(broker))  # AMQP over WebSockets, served as over TCP
     app.middlewares.append(_metrics_middleware(broker.metrics))
     runner = web.AppRunner(app)

@@ -70,13 +70,14 @@ async def running() -> AsyncIterator[Env]:
     broker = Broker(NAMESPACE, MemoryStore())
     await broker.start("127.0.0.1", 0)
     now = [time.time()]
-    control = ControlPlane(BrokerControl(broker, int(time.time() * 1000)), broker.namespace.name)
+    keys = BrokerKeys(broker, "127.0.0.1")
+    control = ControlPlane(BrokerControl(broker, int(time.time() * 1000), keys), broker.namespace.name)
 
     def faces(app: web.Application) -> None:
         api.add_routes(app, control, api.Sessions(clock=lambda: now[0]))
         console.add_routes(app)
 
-    app = application(control, keys=BrokerKeys(broker, "127.0.0.1"), stores=broker, faces=faces)
+    app = application(control, keys=keys, stores=broker, faces=faces)
     client = TestClient(TestServer(app, host="127.0.0.1", port=0))
     await client.start_server()
     try:
