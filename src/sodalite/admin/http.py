@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 ENTRY = {"Content-Type": "application/atom+xml;type=entry;charset=utf-8"}
 FEED = {"Content-Type": "application/atom+xml;type=feed;charset=utf-8"}
 CONTROL: web.AppKey[ControlPlane] = web.AppKey("atom-control", ControlPlane)
-CALLER = "sodalite.caller"  # the request's key: who the middleware found the caller to be
+CALLER: web.RequestKey[Caller] = web.RequestKey("caller", Caller)  # who the middleware found the caller to be
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -19,7 +19,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from sodalite.admin import api, console
+from sodalite.admin import api, atom, console
 from sodalite.admin.control import ControlPlane
 from sodalite.admin.http import application
 from sodalite.cli.control_bridge import BrokerControl
@@ -508,5 +508,40 @@ def test_resubmitting_a_subscriptions_dead_letters_to_its_topic_fans_them_out_ag
         dlq = await (await client.get("/api/v1/entities/events/subscriptions/audit/$messages?subQueue=deadletter",
                                       headers=ADMIN)).json()
         assert [m["messageId"] for m in dlq["messages"]] == ["e0"]
+
+    run(test)
+
+
+def test_the_atom_api_and_the_json_api_are_faces_of_one_control_plane(caplog: pytest.LogCaptureFixture) -> None:
+    async def test(env: Env) -> None:
+        client = env.client
+        caplog.set_level(logging.INFO, logger="sodalite.audit")
+        atom_headers = {"Authorization": token("admin"), "Content-Type": "application/atom+xml"}
+        response = await client.put("/atom-made", data=atom.request_entry(QueueProperties(max_delivery_count=6)),
+                                    headers=atom_headers)
+        assert response.status == 201, await response.text()
+        made = await (await client.get("/api/v1/entities/atom-made", headers=ADMIN)).json()
+        assert made["kind"] == "queue" and made["properties"]["MaxDeliveryCount"] == 6
+        audit = [r.getMessage() for r in caplog.records if r.name == "sodalite.audit"]
+        assert any(line.startswith("audit create-queue atom-made by admin") for line in audit)
+
+        listener = {"Authorization": token("listener"), "Content-Type": "application/atom+xml"}
+        response = await client.put("/atom-refused", data=atom.request_entry(QueueProperties()), headers=listener)
+        assert response.status == 401  # the ATOM API's own answer for a key without Manage, as before
+        assert env.broker.entity("atom-refused") is None
+
+        queues = await (await client.get("/api/v1/entities?kind=queue", headers=ADMIN)).json()
+        assert [e["path"] for e in queues] == ["atom-made", "orders", "parking", "sessions"]
+        subscriptions = await (await client.get("/api/v1/entities?topic=events", headers=ADMIN)).json()
+        assert [e["path"] for e in subscriptions] == ["events/subscriptions/audit"]
+        topics = await (await client.get("/api/v1/entities?kind=topic", headers=ADMIN)).json()
+        assert topics[0]["topicFigures"] == {"subscriptionCount": 1, "sqlFilterCount": 1, "correlationFilterCount": 0}
+        response = await client.get("/api/v1/entities?kind=nosuch", headers=ADMIN)
+        assert response.status == 400
+
+        response = await client.delete("/atom-made", headers=atom_headers)
+        assert response.status == 200 and env.broker.entity("atom-made") is None
+        audit = [r.getMessage() for r in caplog.records if r.name == "sodalite.audit"]
+        assert any(line.startswith("audit delete-queue atom-made by admin") for line in audit)
 
     run(test)
