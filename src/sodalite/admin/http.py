@@ -289,8 +289,11 @@ async def delete_rule(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
+def _who(request: web.Request) -> tuple[ControlPlane, Caller]:
+    return request.app[CONTROL], request[CALLER]
+
+
 def application(control: ControlPlane, *, keys: _keys.KeyAuthority | None = None,
-                stores: _stores.StoreSwitch | None = None,
                 amqp: _websocket.AmqpEndpoint | None = None,
                 faces: Callable[[web.Application], None] | None = None) -> web.Application:
     """The ATOM API; ``faces`` registers more routes (the JSON API, the console) before its catch-alls; with
@@ -301,11 +304,10 @@ def application(control: ControlPlane, *, keys: _keys.KeyAuthority | None = None
         _websocket.install(app, amqp)
     if faces is not None:
         faces(app)
-    if stores is not None:  # the outage switch
-        _stores.add_routes(app, stores)
-    if keys is not None:  # rights-aware authorization and the regenerate-keys routes
+    _stores.add_routes(app, _who)  # the outage switch
+    _keys.add_routes(app, _who)  # the regenerate-keys routes
+    if keys is not None:  # rights-aware authorization
         app[_keys.KEYS] = keys
-        _keys.add_routes(app)
     app.router.add_get("/health", health)
     # Paths are case-insensitive, as the service's are: the Python client asks for
     # '/$Resources/queues' and 't/subscriptions/s', the JavaScript one for '/$Resources/Queues' and

@@ -167,7 +167,7 @@ async def _management_runner(args: argparse.Namespace, broker: Broker) -> web.Ap
         api.add_routes(app, control)
         console.add_routes(app)
 
-    app = application(control, keys=keys, stores=broker, faces=faces,
+    app = application(control, keys=keys, faces=faces,
                       amqp=lambda: BrokerConnection(broker))  # AMQP over WebSockets, served as over TCP
     app.middlewares.append(_metrics_middleware(broker.metrics))
     runner = web.AppRunner(app)

@@ -77,7 +77,7 @@ async def running() -> AsyncIterator[Env]:
         api.add_routes(app, control, api.Sessions(clock=lambda: now[0]))
         console.add_routes(app)
 
-    app = application(control, keys=keys, stores=broker, faces=faces)
+    app = application(control, keys=keys, faces=faces)
     client = TestClient(TestServer(app, host="127.0.0.1", port=0))
     await client.start_server()
     try:
