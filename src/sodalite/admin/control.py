@@ -26,7 +26,7 @@ import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass, replace
-from typing import Any, Protocol
+from typing import Protocol
 
 from sodalite.errors import ArgumentError, EntityNotFound, Forbidden, SodaliteError
 from sodalite.model.authorization import AccessRights, Authorization
@@ -181,7 +181,7 @@ class MessageRecord:
     scheduled_enqueue_time: int | None = None
     dead_letter_reason: str | None = None
     dead_letter_description: str | None = None
-    application_properties: Mapping[str, Any] = field(default_factory=dict)  # JSON-able values
+    application_properties: Mapping[str, object] = field(default_factory=dict)  # JSON-able values
     body: bytes = b""
 
 
@@ -196,7 +196,7 @@ class SendRequest:
     correlation_id: str | None = None
     time_to_live_ms: int | None = None
     scheduled_enqueue_time: int | None = None  # ms since the epoch
-    application_properties: Mapping[str, Any] = field(default_factory=dict)
+    application_properties: Mapping[str, object] = field(default_factory=dict)  # JSON-able values
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,7 +337,7 @@ class ControlPlane:
         else:
             _require(self.runtime.authorize(caller.token, path.strip("/")), path, right)
 
-    def _audit(self, caller: Caller, action: str, target: str, **details: Any) -> None:
+    def _audit(self, caller: Caller, action: str, target: str, **details: str | int) -> None:
         audit_log.info("audit %s %s by %s %s", action, target, caller.key_name,
                        " ".join(f"{k}={v}" for k, v in details.items()),
                        extra={"audit": True, "action": action, "target": target, "who": caller.key_name, **details})
@@ -599,7 +599,7 @@ _PLAIN = (str, int, float, bool, type(None))
 _FIELD_NAMES: dict[type, tuple[tuple[str, str], ...]] = {}  # record class -> (attribute, JSON name) pairs
 
 
-def to_json(value: Any) -> Any:
+def to_json(value: object) -> object:
     """A record (or a list of them) as JSON values: bodies as base64, enums as their values."""
     if isinstance(value, _PLAIN) and not isinstance(value, enum.Enum):
         return value

@@ -159,12 +159,13 @@ def _register_messages(commands: Any) -> None:
     purge.add_argument("--sub-queue", choices=_SUB_QUEUES, default="active")
     purge.set_defaults(handler=_messages_command)
     for action, text in (("resubmit", "send messages (dead-lettered by default) back to their entity, atomically"),
-                         ("move", "move messages to another queue or subscription, atomically")):
+                         ("move", "move messages to another queue, subscription or topic, atomically")):
         sub = actions.add_parser(action, help=text)
         _admin_options(sub)
         sub.add_argument("entity", help="the source: queue, or topic/subscriptions/subscription")
         if action == "move":
-            sub.add_argument("--to", required=True, help="the target queue or subscription")
+            sub.add_argument("--to", required=True,
+                             help="the target queue, subscription or topic (a topic fans them out as a send)")
         sub.add_argument("--sub-queue", choices=_SUB_QUEUES, default="deadletter")
         which = sub.add_mutually_exclusive_group(required=True)
         which.add_argument("--sequence", type=int, nargs="+", help="these sequence numbers")

@@ -49,7 +49,7 @@ _SUB_QUEUES: dict[SubQueueName, tuple[SubQueue, frozenset[MessageState] | None]]
 _STATE_NAMES = {MessageState.ACTIVE: "Active", MessageState.DEFERRED: "Deferred", MessageState.SCHEDULED: "Scheduled"}
 
 
-def _text(value: Any) -> str | None:
+def _text(value: object) -> str | None:
     if value is None:
         return None
     return value.hex() if isinstance(value, bytes) else str(value)
