@@ -179,6 +179,11 @@ class StoreUnavailable(ServerBusy):
     """A messaging store cannot be reached; the partitions it holds are unavailable."""
 
 
+class StoreFull(QuotaExceeded):
+    """The messaging store's disk is full: new messages are refused until space is freed; stored
+    ones can still be received and settled."""
+
+
 class TransactionUnknown(SodaliteError):
     """The transaction id is unknown: never declared on this connection, or already discharged.
 

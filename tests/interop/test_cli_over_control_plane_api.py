@@ -76,7 +76,8 @@ def test_rule_show_and_update_and_a_missing_rule(broker: BrokerProcess, tmp_path
     assert wrong_kind.returncode == 1 and "404" in wrong_kind.stderr
     ok(cli(broker, tmp_path, "topic", "delete", "ctl-t"))
     assert "ctl-t" not in {t.name for t in sdk_admin(broker).list_topics()}
-    ok(cli(broker, tmp_path, "topic", "delete", "ctl-t"))  # deleting what is gone succeeds, as in Service Bus
+    gone = cli(broker, tmp_path, "topic", "delete", "ctl-t")  # Service Bus answers a missing one with 404
+    assert gone.returncode == 1 and "404" in gone.stderr
 
 
 def test_store_commands_take_a_store_offline_and_back(broker: BrokerProcess, tmp_path: Path) -> None:

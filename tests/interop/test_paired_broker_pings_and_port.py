@@ -6,7 +6,7 @@ from __future__ import annotations
 import http.client
 import urllib.request
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,7 @@ QUEUES = [
     {"Name": "plain", "Properties": {}},
     {"Name": "sessions", "Properties": {"RequiresSession": True}},
     {"Name": "forwarding", "Properties": {"ForwardTo": "plain"}},
+    {"Name": "scheduling", "Properties": {}},
 ]
 
 
@@ -72,6 +73,26 @@ def test_pings_are_accepted_everywhere_and_never_delivered_peeked_or_counted(bro
         assert (runtime.active_message_count, runtime.scheduled_message_count,
                 runtime.dead_letter_message_count) == (0, 0, 0)
     assert admin.get_subscription_runtime_properties("news", "all").active_message_count == 0
+
+
+def test_a_scheduled_ping_is_dropped_as_a_sent_one(broker: BrokerProcess) -> None:
+    """Pings are never scheduled: schedule-message through $management drops them, keeps the rest."""
+    at = datetime.now(UTC) + timedelta(minutes=10)
+    admin = _admin(broker)
+    with ServiceBusClient.from_connection_string(broker.connection_string) as client:
+        with client.get_queue_sender("sessions") as sender:
+            assert sender.schedule_messages(_ping(), at) == [0]  # no SessionId needed, nothing kept
+        assert admin.get_queue_runtime_properties("sessions").scheduled_message_count == 0
+        with client.get_queue_sender("scheduling") as sender:
+            numbers = sender.schedule_messages([_ping(), ServiceBusMessage("real"), _ping()], at)
+            assert numbers[0] == 0 and numbers[2] == 0 and numbers[1] > 0
+            assert admin.get_queue_runtime_properties("scheduling").scheduled_message_count == 1
+            with client.get_queue_receiver("scheduling") as receiver:
+                assert [str(m) for m in receiver.peek_messages(max_message_count=10)] == ["real"]
+            with pytest.raises(ServiceBusError):
+                sender.cancel_scheduled_messages(0)  # 0 names no message
+            sender.cancel_scheduled_messages(numbers[1])  # the real one's number is its own
+        assert admin.get_queue_runtime_properties("scheduling").scheduled_message_count == 0
 
 
 def test_a_ping_still_needs_the_send_right(broker: BrokerProcess) -> None:

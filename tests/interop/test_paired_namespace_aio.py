@@ -9,13 +9,13 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusMessageBatch
 from azure.servicebus.management import ServiceBusAdministrationClient
 from broker_process import BrokerProcess, write_config
 
 from sodalite.client import backlog as bl
 from sodalite.client.aio import PairedNamespaceClient, PairedNamespaceOptions
-from sodalite.errors import BacklogQueueSetupFailed, PairedClientClosed
+from sodalite.errors import BacklogQueueSetupFailed, FailoverExhausted, PairedClientClosed
 
 pytestmark = pytest.mark.interop
 
@@ -125,3 +125,29 @@ def test_aio_bad_key_and_coordination(brokers: tuple[BrokerProcess, BrokerProces
                 client.get_queue_sender("aorders")
 
     asyncio.run(asyncio.wait_for(run(), 120))
+
+
+def test_aio_a_batch_from_create_message_batch_fails_over(brokers: tuple[BrokerProcess, BrokerProcess]) -> None:
+    _, secondary = brokers
+    dead_primary = "Endpoint=sb://localhost:1;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true;"
+
+    async def run() -> None:
+        options = _options(secondary, primary_namespace="aiobatch", failover_interval=timedelta(0),
+                           enable_syphon=False, backlog_queue_count=1)
+        async with PairedNamespaceClient(dead_primary, options, **_kwargs(secondary)) as client:
+            async with client.get_queue_sender("orders") as sender:
+                batch = await sender.create_message_batch()  # a coroutine, as the SDK's
+                assert isinstance(batch, ServiceBusMessageBatch)
+                for i in range(2):
+                    batch.add_message(ServiceBusMessage(f"b{i}", message_id=f"aio-batch-{i}"))
+                await sender.send_messages(batch)
+                foreign = ServiceBusMessageBatch()
+                foreign.add_message(ServiceBusMessage("made elsewhere"))
+                with pytest.raises(FailoverExhausted, match="create_message_batch"):
+                    await sender.send_messages(foreign)
+
+    asyncio.run(asyncio.wait_for(run(), 120))
+    with ServiceBusClient.from_connection_string(secondary.connection_string) as client:
+        with client.get_queue_receiver(bl.backlog_queue_name("aiobatch", 0)) as receiver:
+            peeked = receiver.peek_messages(max_message_count=10)
+    assert [str(m.message_id) for m in peeked] == ["aio-batch-0", "aio-batch-1"]

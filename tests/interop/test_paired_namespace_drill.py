@@ -14,8 +14,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceivedMessage
-from azure.servicebus.exceptions import MessagingEntityNotFoundError, ServiceBusQuotaExceededError
+from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusMessageBatch, ServiceBusReceivedMessage
+from azure.servicebus.exceptions import (
+    MessageSizeExceededError,
+    MessagingEntityNotFoundError,
+    ServiceBusQuotaExceededError,
+)
 from azure.servicebus.management import ServiceBusAdministrationClient
 from broker_process import BrokerProcess, write_config
 
@@ -354,7 +358,9 @@ def test_a_full_backlog_queue_leaves_the_rotation_and_all_full_is_a_clear_error(
         for i in range(2):
             admin.create_queue(bl.backlog_queue_name("rot", i), max_size_in_megabytes=1)
     _fill(pair, bl.backlog_queue_name("rot", 0))
-    options = pair.options(primary_namespace="rot", backlog_queue_count=2, failover_interval=timedelta(0))
+    # A dropped backlog queue comes back after ping_primary_interval: long here, so it stays out.
+    options = pair.options(primary_namespace="rot", backlog_queue_count=2, failover_interval=timedelta(0),
+                           ping_primary_interval=timedelta(minutes=5))
     with PairedNamespaceClient(dead_primary, options, **pair.kwargs()) as client:
         client.book.rng = random.Random(next(seed for seed in range(100)
                                              if random.Random(seed).choice([0, 1]) == 0))  # picks the full one
@@ -371,3 +377,46 @@ def test_a_full_backlog_queue_leaves_the_rotation_and_all_full_is_a_clear_error(
         with client.get_queue_receiver(bl.backlog_queue_name("rot", 1)) as receiver:
             ids = [str(m.message_id) for m in receiver.peek_messages(max_message_count=20)]
     assert "rot-1" in ids and "rot-2" in ids and "rot-3" not in ids
+
+
+def test_a_batch_made_by_the_sender_fails_over_and_a_foreign_one_says_why_it_cannot(pair: Pair) -> None:
+    """The SDK user's `create_message_batch()` / `send_messages(batch)` also works while failed over."""
+    dead_primary = "Endpoint=sb://localhost:1;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true;"
+    options = pair.options(primary_namespace="batchy", backlog_queue_count=1, failover_interval=timedelta(0))
+    with PairedNamespaceClient(dead_primary, options, **pair.kwargs()) as client:
+        with client.get_queue_sender("orders") as sender:
+            batch = sender.create_message_batch()
+            assert isinstance(batch, ServiceBusMessageBatch)  # what SDK code expects of it
+            for i in range(3):
+                batch.add_message(ServiceBusMessage(f"b{i}", message_id=f"batch-{i}", session_id="s"))
+            assert len(batch) == 3
+            sender.send_messages(batch)
+            assert client.book.failed_over_entities() == ["orders"]
+            foreign = ServiceBusMessageBatch()
+            foreign.add_message(ServiceBusMessage("made elsewhere"))
+            with pytest.raises(FailoverExhausted, match="create_message_batch"):
+                sender.send_messages(foreign)
+            small = sender.create_message_batch(max_size_in_bytes=1000)
+            with pytest.raises(MessageSizeExceededError):
+                small.add_message(ServiceBusMessage(b"x" * 2000))
+            assert len(small) == 0
+    with ServiceBusClient.from_connection_string(pair.secondary.connection_string) as client:
+        with client.get_queue_receiver(bl.backlog_queue_name("batchy", 0)) as receiver:
+            peeked = receiver.peek_messages(max_message_count=20)
+    assert [str(m.message_id) for m in peeked] == ["batch-0", "batch-1", "batch-2"]
+    for m in peeked:
+        props = {k.decode() if isinstance(k, bytes) else k: v for k, v in (m.application_properties or {}).items()}
+        assert props["x-ms-path"] in ("orders", b"orders")
+        assert props["x-ms-sessionid"] in ("s", b"s")
+
+
+def test_a_batch_made_while_the_primary_answers_has_the_entitys_limit(pair: Pair) -> None:
+    with ServiceBusClient.from_connection_string(pair.primary.connection_string) as plain:
+        with plain.get_queue_sender("plain") as sender:
+            sdk_limit = sender.create_message_batch().max_size_in_bytes
+    with PairedNamespaceClient(pair.primary.connection_string, pair.options(), **pair.kwargs()) as client:
+        with client.get_queue_sender("plain") as sender:
+            assert sender.create_message_batch().max_size_in_bytes == sdk_limit
+            assert sender.create_message_batch(max_size_in_bytes=1000).max_size_in_bytes == 1000
+            with pytest.raises(ValueError):
+                sender.create_message_batch(max_size_in_bytes=sdk_limit + 1)  # as the SDK refuses it

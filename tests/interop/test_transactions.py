@@ -22,8 +22,9 @@ from sodalite.model.sas import generate_token
 pytestmark = pytest.mark.interop
 
 QUEUES: list[dict[str, Any]] = [
-    {"Name": name, "Properties": {}} for name in ("tx-a", "tx-b", "tx-roll", "tx-lost", "tx-conn", "tx-unknown")
+    {"Name": name, "Properties": {}} for name in ("tx-a", "tx-b", "tx-roll", "tx-lost", "tx-unknown")
 ] + [
+    {"Name": "tx-conn", "Properties": {"LockDuration": "PT5S"}},  # its lock outlives the connection (13.2)
     {"Name": "tx-part", "Properties": {"EnablePartitioning": True}},
     {"Name": "tx-part-dedup", "Properties": {"EnablePartitioning": True, "RequiresDuplicateDetection": True}},
     {"Name": "tx-part-sess", "Properties": {"EnablePartitioning": True, "RequiresSession": True}},
@@ -195,8 +196,9 @@ def test_connection_loss_rolls_back_its_transactions(tx_broker: BrokerProcess) -
         raw.sock.close()  # no close frame: the connection just goes
 
         with sdk.get_queue_receiver("tx-conn") as sdk_receiver:
-            [again] = sdk_receiver.receive_messages(max_message_count=1, max_wait_time=10)
-            assert str(again) == "held"  # its lock went with the connection, the complete never happened
+            # The complete never happened; the lock outlived the connection (13.2) and expires after 5 s.
+            [again] = sdk_receiver.receive_messages(max_message_count=1, max_wait_time=30)
+            assert str(again) == "held"
             assert _peek(sdk, "tx-conn") == ["held"]  # and "lost" was never sent
             sdk_receiver.complete_message(again)
         other = _raw(tx_broker)

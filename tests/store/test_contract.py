@@ -1154,3 +1154,11 @@ def test_sqlite_session_state_survives_reopen(tmp_path: Path) -> None:
     second.open()
     assert second.load_partition(PartitionRef("q")).session_states == (("s", b"\x00state", 7),)
     second.close()
+
+
+def test_maintain_keeps_everything_and_reports_room(store: MessagingStore) -> None:
+    # Housekeeping (SQLite: WAL checkpoint and truncation, freed pages returned) loses nothing (13.12).
+    store.apply([AppendMessages(Q1, tuple(record(n) for n in range(1, 6)))])
+    store.apply([DeleteMessages(Q1, (1, 2))])
+    assert store.maintain() is True
+    assert seqs(store.load_partition(Q1)) == [3, 4, 5]

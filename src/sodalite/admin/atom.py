@@ -580,11 +580,10 @@ def _parse_action(element: ET.Element, where: str) -> dict[str, Any] | None:
     if action_type == "EmptyRuleAction":
         return None
     parts = dict(_unique_children(element, where))
-    parameters = parts.get("Parameters")
-    if parameters is not None and not _is_nil(parameters) and _children(parameters):
-        # The model's SqlRuleAction has no parameters: refuse rather than drop them silently.
-        raise ArgumentError(f"{where}.Parameters: parameters of a SqlRuleAction are not supported")
-    return {"SqlExpression": _sql_member(parts, where)}
+    action: dict[str, Any] = {"SqlExpression": _sql_member(parts, where)}
+    if "Parameters" in parts and not _is_nil(parts["Parameters"]):
+        action["Parameters"] = _key_values(parts["Parameters"], f"{where}.Parameters")
+    return action
 
 
 def _parse_rule(element: ET.Element, where: str) -> dict[str, Any]:
@@ -773,8 +772,9 @@ def _rule_members(rule: RuleDescription, created_at: datetime | None) -> str:
     if rule.action is None:
         action = '<Action i:type="EmptyRuleAction"/>'
     else:
+        parameters = _key_values_xml("Parameters", rule.action.parameters) if rule.action.parameters else ""
         action = (f'<Action i:type="SqlRuleAction">{_element("SqlExpression", rule.action.expression)}'
-                  f'{_element("CompatibilityLevel", SQL_COMPATIBILITY_LEVEL)}</Action>')
+                  f'{_element("CompatibilityLevel", SQL_COMPATIBILITY_LEVEL)}{parameters}</Action>')
     created = "" if created_at is None else _element("CreatedAt", format_timestamp(created_at))
     return _filter_xml(rule) + action + created + _element("Name", rule.name)
 

@@ -321,9 +321,12 @@ MAX_OPERATIONS = 100  # finished background operations remembered for their call
 
 
 class ControlPlane:
-    def __init__(self, runtime: RuntimePort, namespace: str) -> None:
+    def __init__(self, runtime: RuntimePort, namespace: str, *, sku: str = "Standard",
+                 max_message_size_in_kilobytes: int = 256) -> None:
         self.runtime = runtime
         self.namespace = namespace
+        self.sku = sku  # Basic, Standard or Premium (only Premium lets an entity choose its message size)
+        self.max_message_size_in_kilobytes = max_message_size_in_kilobytes  # the namespace's limit
         self._operations: dict[str, OperationRecord] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 

@@ -177,6 +177,9 @@ async def put_entity(request: web.Request) -> web.Response:
                             f"got {parsed.kind}")
     description = parsed.description()
     updating = _updating(request)
+    if isinstance(description, QueueProperties | TopicProperties):
+        current = (manager.queue(name) or manager.topic(name)) if updating else None
+        _check_message_size(request, manager, description.max_message_size_in_kilobytes, current)
     if isinstance(description, QueueProperties):
         await (manager.update_queue if updating else manager.create_queue)(name, description)
         found = manager.queue(name)
@@ -189,12 +192,38 @@ async def put_entity(request: web.Request) -> web.Response:
     return _entry(request, found.name, found, 200 if updating else 201)
 
 
+OLD_API_VERSION = "2017-04"  # the schema before MaxMessageSizeInKilobytes existed
+
+
+def _check_message_size(request: web.Request, manager: AtomService, requested: int | None,
+                        current: Found | None) -> None:
+    """MaxMessageSizeInKilobytes may be chosen only in a Premium namespace and from api-version 2021-05.
+
+    Elsewhere the value is refused with 400, as Service Bus does, unless it is the one the entity
+    already has (an entity as read back can be written back).
+    """
+    if requested is None:
+        return
+    old_api = request.query.get("api-version") == OLD_API_VERSION
+    if manager.sku == "Premium" and not old_api:
+        return
+    existing = getattr(current.description, "max_message_size_in_kilobytes", None) if current else None
+    if requested == (existing or manager.max_message_size_in_kilobytes):
+        return
+    if old_api:
+        raise ArgumentError(f"MaxMessageSizeInKilobytes is not part of api-version {OLD_API_VERSION}; "
+                            "use api-version 2021-05 or later in a Premium namespace")
+    raise ArgumentError(f"MaxMessageSizeInKilobytes cannot be set in a {manager.sku} namespace: only Premium "
+                        f"namespaces choose their message size (this one allows "
+                        f"{manager.max_message_size_in_kilobytes} KB)")
+
+
 async def delete_entity(request: web.Request) -> web.Response:
-    # DELETE of an unoccupied node is ignored and succeeds (contract 8.3, Service Bus REST overview).
+    # Service Bus answers DELETE of a missing entity with 404 (the SDKs raise ResourceNotFoundError).
     manager = _manager(request)
     name = request.match_info["name"]
-    if not await manager.delete_queue(name):
-        await manager.delete_topic(name)
+    if not await manager.delete_queue(name) and not await manager.delete_topic(name):
+        raise EntityNotFound(f"the messaging entity '{name}' could not be found")
     return web.Response(status=200)
 
 
@@ -238,7 +267,9 @@ async def put_subscription(request: web.Request) -> web.Response:
 
 
 async def delete_subscription(request: web.Request) -> web.Response:
-    await _manager(request).delete_subscription(request.match_info["topic"], request.match_info["subscription"])
+    topic, name = request.match_info["topic"], request.match_info["subscription"]
+    if not await _manager(request).delete_subscription(topic, name):
+        raise EntityNotFound(f"the subscription '{name}' of '{topic}' could not be found")
     return web.Response(status=200)
 
 
@@ -284,8 +315,10 @@ async def put_rule(request: web.Request) -> web.Response:
 
 
 async def delete_rule(request: web.Request) -> web.Response:
-    await _manager(request).delete_rule(request.match_info["topic"], request.match_info["subscription"],
-                                           request.match_info["rule"])
+    topic, subscription, name = (request.match_info["topic"], request.match_info["subscription"],
+                                 request.match_info["rule"])
+    if not await _manager(request).delete_rule(topic, subscription, name):
+        raise EntityNotFound(f"the rule '{name}' of subscription '{subscription}' of '{topic}' could not be found")
     return web.Response(status=200)
 
 

@@ -76,6 +76,14 @@ class AtomService:
     def namespace(self) -> str:
         return self.control.namespace
 
+    @property
+    def sku(self) -> str:
+        return self.control.sku
+
+    @property
+    def max_message_size_in_kilobytes(self) -> int:
+        return self.control.max_message_size_in_kilobytes
+
     def _names(self, kind: str, topic: str | None = None) -> list[str]:
         """Sorted, case-insensitively (the order lists page through)."""
         return [r.name for r in self.control.entities(self.caller, kind, topic)]

@@ -54,6 +54,23 @@ def ensure_certificate(data_dir: Path) -> tuple[Path, Path]:
     return cert, key
 
 
+def certificate_host(cert: Path) -> str | None:
+    """The first DNS name a PEM certificate is for (its subject alternative names, else its common name)."""
+    try:
+        loaded = x509.load_pem_x509_certificate(cert.read_bytes())
+    except (OSError, ValueError):
+        return None
+    try:
+        names = loaded.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        dns = names.get_values_for_type(x509.DNSName)
+        if dns:
+            return str(dns[0])
+    except x509.ExtensionNotFound:
+        pass
+    common = loaded.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    return str(common[0].value) if common else None
+
+
 def server_context(cert: Path, key: Path) -> ssl.SSLContext:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)

@@ -62,7 +62,7 @@ class Connection:
                  sasl_server: SaslServerConfig | None = None, sasl_client: SaslClientConfig | None = None,
                  hostname: str | None = None, properties: dict[Any, Any] | None = None,
                  session_window: int = DEFAULT_WINDOW, first_outgoing_id: int = 0,
-                 handle_max: int = 255) -> None:
+                 handle_max: int = 255, silence_heartbeat_s: float | None = None) -> None:
         self.server = server
         self.container_id = container_id
         self.max_frame_size = max_frame_size
@@ -75,6 +75,7 @@ class Connection:
         self.session_window = session_window
         self.first_outgoing_id = first_outgoing_id
         self.handle_max = handle_max
+        self.silence_heartbeat_s = silence_heartbeat_s
         self.remote_open: Open | None = None
         self.remote_max_frame_size = framing.MIN_MAX_FRAME_SIZE
         self.sasl_mechanism: str | None = None
@@ -127,8 +128,20 @@ class Connection:
         events, self._events = self._events, []
         return events
 
+    def heartbeat_interval(self) -> float | None:
+        """Seconds of our own silence after which we send an empty frame; None: never.
+
+        Half the peer's idle-time-out when it advertised one (2.4.5). A peer that advertised none
+        still gets one after ``silence_heartbeat_s``: the Python SDK advertises none, yet its
+        sync sender blocks in a socket read until some frame arrives (clarifications.md, 13.4).
+        """
+        remote = self.remote_open.idle_time_out if self.remote_open else None
+        if remote:
+            return remote / 2000.0
+        return self.silence_heartbeat_s
+
     def tick(self, now: float) -> list[Event]:
-        """Send a heartbeat if the peer asked for one; close if the peer has gone silent.
+        """Send a heartbeat if one is due; close if the peer has gone silent.
 
         Silence is judged against twice our advertised idle-time-out: the Python SDK only
         checks its heartbeat timer from its keep-alive loop, so its heartbeats come late
@@ -136,12 +149,27 @@ class Connection:
         """
         if self.closed or self.phase != "opened":
             return []
-        remote = self.remote_open.idle_time_out if self.remote_open else None
-        if remote and now - self._last_sent >= remote / 2000.0 and not self._out:
+        interval = self.heartbeat_interval()
+        if interval is not None and now - self._last_sent >= interval and not self._out:
             self._out.append(framing.HEARTBEAT)
         if self.idle_timeout_ms and now - self._last_received > 2 * self.idle_timeout_ms / 1000.0:
             self._fail("amqp:resource-limit-exceeded", "idle timeout: no frames from the peer")
         return self.events()
+
+    def next_tick(self, now: float) -> float | None:
+        """Seconds from ``now`` until :meth:`tick` has something to do (None: nothing to wait for).
+
+        Before open, nothing: the handshake has no timer here.
+        """
+        if self.closed or self.phase != "opened":
+            return None
+        due: list[float] = []
+        interval = self.heartbeat_interval()
+        if interval is not None:
+            due.append(self._last_sent + interval)
+        if self.idle_timeout_ms:
+            due.append(self._last_received + 2 * self.idle_timeout_ms / 1000.0)
+        return max(min(due) - now, 0.0) if due else None
 
     # ---- public API -------------------------------------------------------------------------
 

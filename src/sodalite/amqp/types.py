@@ -10,6 +10,7 @@ be used as map keys interchangeably with them.
 
 from __future__ import annotations
 
+import decimal
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,10 +87,42 @@ class Char(str):
     __slots__ = ()
 
 
+def _bid_decimal(raw: bytes, exponent_bits: int, bias: int) -> decimal.Decimal:
+    """An IEEE 754-2008 decimal in binary integer decoding (BID), of any of the three widths.
+
+    Sign bit; then, unless the two bits after it are both set, an exponent of ``exponent_bits``
+    biased by ``bias`` and the significand in the remaining bits. ``11`` then ``11`` marks infinity
+    (``0``) or NaN (``1``); ``11`` otherwise means a significand too large for the format's digits:
+    non-canonical, read as zero as the standard says.
+    """
+    width = len(raw) * 8
+    bits = int.from_bytes(raw, "big")
+    sign = bits >> (width - 1)
+    significand_bits = width - 1 - exponent_bits
+    digits_max = {32: 7, 64: 16, 128: 34}[width]
+    if (bits >> (width - 3)) & 0b11 == 0b11:
+        if (bits >> (width - 5)) & 0b1111 == 0b1111:
+            if (bits >> (width - 6)) & 1:
+                return decimal.Decimal("NaN")
+            return decimal.Decimal("-Infinity" if sign else "Infinity")
+        exponent = (bits >> (significand_bits - 2)) & ((1 << exponent_bits) - 1)
+        significand = 0
+    else:
+        exponent = (bits >> significand_bits) & ((1 << exponent_bits) - 1)
+        significand = bits & ((1 << significand_bits) - 1)
+        if significand >= 10**digits_max:
+            significand = 0
+    return decimal.Decimal((sign, tuple(int(d) for d in str(significand)), exponent - bias))
+
+
 class Decimal32(bytes):
     """AMQP decimal32, kept as its 4 raw IEEE 754 decimal bytes."""
 
     __slots__ = ()
+
+    def to_decimal(self) -> decimal.Decimal:
+        """The value, read as IEEE 754-2008 decimal32 (BID)."""
+        return _bid_decimal(self[:4], 8, 101)
 
 
 class Decimal64(bytes):
@@ -97,11 +130,19 @@ class Decimal64(bytes):
 
     __slots__ = ()
 
+    def to_decimal(self) -> decimal.Decimal:
+        """The value, read as IEEE 754-2008 decimal64 (BID)."""
+        return _bid_decimal(self[:8], 10, 398)
+
 
 class Decimal128(bytes):
     """AMQP decimal128, kept as its 16 raw IEEE 754 decimal bytes."""
 
     __slots__ = ()
+
+    def to_decimal(self) -> decimal.Decimal:
+        """The value, read as IEEE 754-2008 decimal128 (BID)."""
+        return _bid_decimal(self[:16], 14, 6176)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """The command line's client commands: send and peek messages, manage entities of a running broker.
 
-``send`` and ``peek`` speak AMQP (``cli/amqp_client.py``); the entity, key, store and message
+``send`` and ``peek`` speak AMQP (``sodalite.amqpclient``); the entity, key, store and message
 commands (``queue``, ``topic``, ``subscription``, ``rule``, ``key``, ``store``, ``messages``) are a
 client of the control plane's JSON API (``/api/v1``); ``namespace export`` reads the ATOM API, as
 ServiceBusAdministrationClient does. Each command exits 0 on
@@ -13,20 +13,21 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import ssl
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import quote
 
 from sodalite.amqp.types import Int, Long
-from sodalite.cli import connection_string
+from sodalite.amqpclient import AmqpClient, ClientError, connection_string
+from sodalite.amqpclient.message_codec import OutgoingMessage, describe_message, encode_message
 from sodalite.cli.admin_client import AdminClient, AdminError
-from sodalite.cli.amqp_client import AmqpClient, ClientError
 from sodalite.cli.api_client import ApiClient, ApiError
 from sodalite.cli.export import export_namespace
-from sodalite.cli.message_codec import OutgoingMessage, describe_message, encode_message
 from sodalite.errors import ConfigurationError, SodaliteError
 from sodalite.model.entities import (
     DEFAULT_RULE_NAME,
@@ -35,7 +36,9 @@ from sodalite.model.entities import (
 )
 
 DEFAULT_ADMIN_PORT: Final = 5443
-DEFAULT_CA_FILE: Final = Path("sodalite-data") / "admin-cert.pem"
+DEFAULT_DATA_DIR: Final = Path("sodalite-data")
+DEFAULT_CA_FILE: Final = DEFAULT_DATA_DIR / "admin-cert.pem"
+DEFAULT_HTTP_PORT: Final = 5300
 ENTITY_KINDS: Final = ("queue", "topic", "subscription", "rule")
 _NO_MESSAGES: Final = 204
 
@@ -51,15 +54,20 @@ def _connection_options(parser: argparse.ArgumentParser) -> None:
                              "local broker's emulator string); UseDevelopmentEmulator=true means plain AMQP, "
                              "otherwise AMQP over TLS")
     parser.add_argument("--ca-file", type=Path, default=None,
-                        help=f"certificate to trust for TLS (default ./{DEFAULT_CA_FILE} when it exists, "
-                             "else the system's trust store)")
+                        help="certificate to trust for TLS (default: the one the broker serves, as its "
+                             f"--data-dir/{connection_string.ENDPOINTS_FILE} says, else ./{DEFAULT_CA_FILE} "
+                             "when it exists, else the system's trust store)")
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR,
+                        help=f"the local broker's data directory, where it notes its ports and certificate "
+                             f"(default ./{DEFAULT_DATA_DIR})")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the broker (default 30)")
 
 
 def _admin_options(parser: argparse.ArgumentParser) -> None:
     _connection_options(parser)
-    parser.add_argument("--admin-port", type=int, default=DEFAULT_ADMIN_PORT,
-                        help=f"port of the management API (default {DEFAULT_ADMIN_PORT})")
+    parser.add_argument("--admin-port", type=int, default=None,
+                        help="port of the management API (default: the local broker's, as its data directory "
+                             f"says, else {DEFAULT_ADMIN_PORT})")
     parser.add_argument("--http", action="store_true", help="the management API is plain HTTP (serve --http-port)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -187,8 +195,8 @@ def _rule_options(parser: argparse.ArgumentParser) -> None:
     kinds.add_argument("--correlation", action="append", metavar="FIELD=VALUE",
                        help="a correlation filter field (CorrelationId, MessageId, To, ReplyTo, Label, SessionId, "
                             "ReplyToSessionId, ContentType) or, for any other name, an application property")
-    parser.add_argument("--action", dest="rule_action",  # not 'action': that is the sub-command's
-                        help="a SQL rule action, e.g. SET priority = 'high'")
+    # dest differs from the sub-command's own "action" (create/update), which it would otherwise overwrite
+    parser.add_argument("--action", dest="sql_action", help="a SQL rule action, e.g. SET priority = 'high'")
 
 
 _NAMES: Final[dict[str, tuple[str, ...]]] = {
@@ -214,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {getattr(exc, 'description', exc)}", file=sys.stderr)
         return 1
     except OSError as exc:
-        print(f"error: cannot reach the broker: {exc}", file=sys.stderr)
+        print(f"error: cannot reach the broker {exc}", file=sys.stderr)  # "at <url>: <reason>"
         return 1
     return 0
 
@@ -224,22 +232,55 @@ def run(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------------------
 
 
+def _endpoints(args: argparse.Namespace) -> dict[str, Any]:
+    """What the local broker noted in its data directory (ports, certificate); empty when nothing is there."""
+    path = Path(args.data_dir) / connection_string.ENDPOINTS_FILE
+    try:
+        noted = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return noted if isinstance(noted, dict) else {}
+
+
 def _tls_context(args: argparse.Namespace) -> ssl.SSLContext:
     ca_file: Path | None = args.ca_file
-    if ca_file is None and DEFAULT_CA_FILE.exists():
-        ca_file = DEFAULT_CA_FILE
+    if ca_file is None:
+        noted = _endpoints(args).get("certificate")
+        if isinstance(noted, str) and Path(noted).exists():
+            ca_file = Path(noted)
+        elif (Path(args.data_dir) / DEFAULT_CA_FILE.name).exists():
+            ca_file = Path(args.data_dir) / DEFAULT_CA_FILE.name
     return ssl.create_default_context(cafile=str(ca_file) if ca_file is not None else None)
 
 
-def _amqp(args: argparse.Namespace) -> AmqpClient:
+def _settings_for(args: argparse.Namespace) -> connection_string.ConnectionSettings:
+    """The connection string given, else the local broker's on the AMQP port it noted."""
     settings = connection_string.from_environment(args.connection_string)
+    given = args.connection_string or os.environ.get(connection_string.ENVIRONMENT_VARIABLE)
+    noted = _endpoints(args).get("amqp_port")
+    if not given and isinstance(noted, int):
+        settings = replace(settings, port=noted)
+    return settings
+
+
+def _amqp(args: argparse.Namespace) -> AmqpClient:
+    settings = _settings_for(args)
     return AmqpClient(settings.host, settings.port, settings.key_name, settings.key,
                       tls=_tls_context(args) if settings.tls else None, timeout=args.timeout)
 
 
+def _admin_port(args: argparse.Namespace) -> int:
+    if args.admin_port is not None:
+        return int(args.admin_port)
+    noted = _endpoints(args).get("http_port" if args.http else "admin_port")
+    if isinstance(noted, int):
+        return noted
+    return DEFAULT_HTTP_PORT if args.http else DEFAULT_ADMIN_PORT
+
+
 def _admin(args: argparse.Namespace) -> AdminClient:
-    settings = connection_string.from_environment(args.connection_string)
-    return AdminClient(settings.host, args.admin_port, settings.key_name, settings.key,
+    settings = _settings_for(args)
+    return AdminClient(settings.host, _admin_port(args), settings.key_name, settings.key,
                        context=None if args.http else _tls_context(args), timeout=args.timeout)
 
 
@@ -313,6 +354,7 @@ def _peek(args: argparse.Namespace) -> None:
             print(json.dumps(message, default=str))
         else:
             print(f"#{message.get('sequence_number')} {message.get('enqueued_time')} "
+                  f"expires={message.get('expires_at') or 'never'} "
                   f"id={message.get('message_id')} {json.dumps(message.get('body'), default=str)}")
     if not args.json:
         print(f"({len(shown)} message{'s' if len(shown) != 1 else ''})")
@@ -366,8 +408,8 @@ def _rule(args: argparse.Namespace, name: str) -> RuleDescription:
         properties = {"FilterType": "Correlation", "CorrelationFilter": correlation}
     else:
         properties = {"FilterType": "True"}
-    if args.rule_action is not None:
-        properties["Action"] = {"SqlExpression": args.rule_action}
+    if args.sql_action is not None:
+        properties["Action"] = {"SqlExpression": args.sql_action}
     return RuleDescription.from_json({"Name": name, "Properties": properties}, path="rule")
 
 
@@ -402,7 +444,7 @@ def _entity_command(args: argparse.Namespace) -> None:
         return
     path = _path(kind, args)
     if action == "delete":
-        _delete(api, api.entity(path))
+        api.call("DELETE", api.entity(path))  # a missing one is a 404, as Service Bus answers
         print(f"deleted {kind} {path}")
         return
     if action == "show":
@@ -424,15 +466,6 @@ def _entity_command(args: argparse.Namespace) -> None:
         print(f"{'created' if action == 'create' else 'updated'} {kind} {path}")
 
 
-def _delete(api: ApiClient, route: str) -> None:
-    """Deleting what is not there succeeds, as it does in Service Bus (and did through the ATOM API)."""
-    try:
-        api.call("DELETE", route)
-    except ApiError as exc:
-        if exc.status != 404:
-            raise
-
-
 def _rule_command(api: ApiClient, args: argparse.Namespace) -> None:
     action = args.action
     subscription = _path("rule", args)
@@ -448,7 +481,7 @@ def _rule_command(api: ApiClient, args: argparse.Namespace) -> None:
         return
     path = f"{subscription}/rules/{args.name}"
     if action == "delete":
-        _delete(api, f"{rules_route}/{quote(str(args.name), safe='')}")
+        api.call("DELETE", f"{rules_route}/{quote(str(args.name), safe='')}")
         print(f"deleted rule {path}")
         return
     if action == "show":
@@ -484,8 +517,8 @@ def _export(args: argparse.Namespace) -> None:
 
 
 def _api(args: argparse.Namespace) -> ApiClient:
-    settings = connection_string.from_environment(args.connection_string)
-    return ApiClient(settings.host, args.admin_port, settings.key_name, settings.key,
+    settings = _settings_for(args)
+    return ApiClient(settings.host, _admin_port(args), settings.key_name, settings.key,
                      context=None if args.http else _tls_context(args), timeout=args.timeout)
 
 

@@ -25,8 +25,8 @@ from sodalite.admin.control import (
     split_subscription,
 )
 from sodalite.amqp import message as amqp_message
+from sodalite.amqpclient.message_codec import OutgoingMessage, encode_message, plain_value
 from sodalite.cli.key_bridge import BrokerKeys
-from sodalite.cli.message_codec import OutgoingMessage, encode_message, plain_value
 from sodalite.errors import ArgumentError, EntityNotFound
 from sodalite.model.authorization import Authorization, AuthorizationRule, KeyType, rights_in_order
 from sodalite.model.entities import CorrelationFilter, QueueProperties, RuleDescription, TopicProperties

@@ -53,6 +53,9 @@ class TextFormatter(logging.Formatter):
         return f"{text} [{extra}]" if extra else text
 
 
+ACCESS_LOGGER = "aiohttp.access"  # the management API's access log (aiohttp writes it at INFO)
+
+
 def configure(level: str, log_format: str) -> None:
     """Send every log record to stderr in ``log_format``, at ``level`` and above."""
     handler = logging.StreamHandler(sys.stderr)
@@ -60,3 +63,5 @@ def configure(level: str, log_format: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # One line per management request is noise at INFO; it is there when DEBUG is asked for.
+    logging.getLogger(ACCESS_LOGGER).setLevel(logging.DEBUG if root.level <= logging.DEBUG else logging.WARNING)

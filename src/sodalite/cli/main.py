@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import signal
 import socket
 import sys
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from aiohttp import web
@@ -17,9 +19,11 @@ from sodalite import __version__
 from sodalite.admin import api, console
 from sodalite.admin.control import ControlPlane
 from sodalite.admin.http import application
-from sodalite.admin.tls import ensure_certificate, server_context
+from sodalite.admin.tls import certificate_host, ensure_certificate, server_context
+from sodalite.amqpclient.connection_string import ENDPOINTS_FILE
 from sodalite.cli import commands as client_commands
 from sodalite.cli import logging_setup
+from sodalite.cli import pipeline as pipeline_commands
 from sodalite.cli import syphon as syphon_command
 from sodalite.cli.control_bridge import BrokerControl
 from sodalite.cli.key_bridge import BrokerKeys
@@ -27,6 +31,7 @@ from sodalite.errors import ConfigurationError
 from sodalite.model.config import NamespaceConfig, default_namespace, load_config_text
 from sodalite.server.broker import Broker
 from sodalite.server.connection_handler import BrokerConnection
+from sodalite.server.limits import AcceptFailureLog, ConnectionLimits
 from sodalite.server.metrics import CONTENT_TYPE, BrokerMetrics
 
 DEFAULT_DATA_DIR = "sodalite-data"
@@ -67,12 +72,24 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--metrics-port", type=int, default=-1,
                        help="also serve Prometheus /metrics over plain HTTP on this port (off by default; "
                             "the management API serves /metrics too)")
+    defaults = ConnectionLimits()
+    serve.add_argument("--handshake-timeout", type=float, default=defaults.handshake_timeout,
+                       help="seconds a new connection has to finish its AMQP/SASL handshake and open "
+                            f"(default {defaults.handshake_timeout:.0f})")
+    serve.add_argument("--max-connections", type=int, default=defaults.max_connections,
+                       help="open connections at most; one more is refused with amqp:resource-limit-exceeded "
+                            f"(default {defaults.max_connections})")
+    serve.add_argument("--max-sessions-per-connection", type=int, default=defaults.max_sessions,
+                       help=f"AMQP sessions one connection may begin (default {defaults.max_sessions})")
+    serve.add_argument("--max-links-per-connection", type=int, default=defaults.max_links,
+                       help=f"links one connection may attach (default {defaults.max_links})")
     serve.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default) or ERROR")
     serve.add_argument("--log-format", choices=logging_setup.FORMATS, default="text",
                        help="text (default) or json: one JSON object per line with time, level, logger, "
                             "message and the record's fields (tracking_id, condition, entity, connection)")
     client_commands.register(commands)
     syphon_command.register(commands)
+    pipeline_commands.register(commands)
     return parser
 
 
@@ -156,12 +173,38 @@ async def _serve_metrics(args: argparse.Namespace, broker: Broker) -> web.AppRun
     return runner
 
 
+@dataclass
+class Endpoints:
+    """Where this broker listens, written to ``<data-dir>/endpoints.json`` for the client commands.
+
+    The command line run in the same directory then finds a moved management port and the
+    certificate the broker serves (``--tls-cert`` included) without being told.
+    """
+
+    amqp_port: int = 0
+    amqps_port: int | None = None
+    admin_port: int | None = None
+    http_port: int | None = None
+    certificate: str | None = None
+
+    def write(self, data_dir: Path) -> None:
+        path = data_dir / ENDPOINTS_FILE
+        path.write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
+
+    @staticmethod
+    def remove(data_dir: Path) -> None:
+        """On a clean stop: no stale ports for the next client command to dial."""
+        (data_dir / ENDPOINTS_FILE).unlink(missing_ok=True)
+
+
 async def _management_runner(args: argparse.Namespace, broker: Broker) -> web.AppRunner | None:
     """The management API's application, when any port serves it."""
     if args.admin_port < 0 and args.http_port < 0 and not args.management_on_amqp_port:
         return None
     keys = BrokerKeys(broker, _shown_host(args.host))
-    control = ControlPlane(BrokerControl(broker, int(time.time() * 1000), keys), broker.namespace.name)
+    control = ControlPlane(BrokerControl(broker, int(time.time() * 1000), keys), broker.namespace.name,
+                           sku=broker.namespace.sku,
+                           max_message_size_in_kilobytes=broker.namespace.max_message_size_in_kilobytes)
 
     def faces(app: web.Application) -> None:
         api.add_routes(app, control)
@@ -175,7 +218,8 @@ async def _management_runner(args: argparse.Namespace, broker: Broker) -> web.Ap
     return runner
 
 
-async def _serve_management(args: argparse.Namespace, runner: web.AppRunner | None, broker: Broker) -> None:
+async def _serve_management(args: argparse.Namespace, runner: web.AppRunner | None, broker: Broker,
+                            endpoints: Endpoints) -> None:
     """The management API: HTTPS on --admin-port (and plain HTTP on --http-port, when asked)."""
     if runner is None:
         return
@@ -184,11 +228,13 @@ async def _serve_management(args: argparse.Namespace, runner: web.AppRunner | No
         sock = _listen(args.host, args.admin_port)
         await web.SockSite(runner, sock, ssl_context=server_context(cert, key)).start()
         port = sock.getsockname()[1]
+        endpoints.admin_port, endpoints.certificate = port, str(cert.resolve())
         print(f"Management (HTTPS, trust {cert}): {connection_string(args.host, port, broker.namespace)}",
               flush=True)
     if args.http_port >= 0:
         sock = _listen(args.host, args.http_port)
         await web.SockSite(runner, sock).start()
+        endpoints.http_port = sock.getsockname()[1]
         print(f"Management (HTTP): http://{args.host}:{sock.getsockname()[1]}", flush=True)
 
 
@@ -198,19 +244,36 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _tls_host(args: argparse.Namespace, cert: Path) -> str:
+    """The host a TLS client must name: the operator certificate's first DNS name, else the listen host.
+
+    A client verifies the certificate against the host it dials, so with ``--tls-cert`` for
+    ``broker.example.com`` the banner says ``sb://broker.example.com/`` whatever ``--host`` binds.
+    """
+    if args.tls_cert is not None:
+        name = certificate_host(cert)
+        if name is not None:
+            return name
+    return _shown_host(args.host)
+
+
 def _print_amqps(args: argparse.Namespace, broker: Broker, cert: Path) -> None:
     port = broker.amqps_port
     if port is None:
         return
-    line = f"Connection string (amqps, trust {cert}): {amqps_connection_string(args.host, broker.namespace)}"
+    host = _tls_host(args, cert)
+    line = f"Connection string (amqps, trust {cert}): {amqps_connection_string(host, broker.namespace)}"
     if port != AMQPS_PORT:
-        line += (f" (port {port}: pass custom_endpoint_address=\"sb://{_shown_host(args.host)}:{port}\", "
+        line += (f" (port {port}: pass custom_endpoint_address=\"sb://{host}:{port}\", "
                  "transport_type=TransportType.Amqp)")
     print(line, flush=True)
 
 
 async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
     broker = Broker.with_sqlite(namespace, args.data_dir, synchronous=args.sync)
+    broker.limits = ConnectionLimits(args.handshake_timeout, args.max_connections,
+                                     args.max_sessions_per_connection, args.max_links_per_connection)
+    asyncio.get_running_loop().set_exception_handler(AcceptFailureLog())
     cert, key = certificate(args)  # generated whenever missing, whichever listeners are on
     tls = server_context(cert, key)
     runner = await _management_runner(args, broker)
@@ -220,21 +283,24 @@ async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
                               management=shared.server if shared is not None else None,
                               management_tls=tls if shared is not None else None)
     entities = ", ".join(sorted(e.name for e in broker.entities.values())) or "(none)"
-    listening = f"{args.host}:{port}" + (f", amqps {args.host}:{broker.amqps_port}" if tls is not None else "")
+    listening = f"{args.host}:{port}" + (f", amqps {args.host}:{broker.amqps_port}" if args.amqps_port >= 0 else "")
     print(f"Sodalite {__version__} listening on {listening}, data in {args.data_dir}", flush=True)
     print(f"Entities: {entities}", flush=True)
-    await _serve_management(args, runner, broker)
+    endpoints = Endpoints(amqp_port=port, amqps_port=broker.amqps_port)
+    await _serve_management(args, runner, broker, endpoints)
     if shared is not None:
         print(f"Management (HTTPS or HTTP on the AMQP port, trust {cert}): "
               f"{connection_string(args.host, port, namespace)}", flush=True)
     metrics_runner = await _serve_metrics(args, broker)
     _print_amqps(args, broker, cert)
+    endpoints.write(args.data_dir)
     print(f"Connection string: {connection_string(args.host, port, namespace)}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    Endpoints.remove(args.data_dir)
     for each in (runner, metrics_runner):
         if each is not None:
             await each.cleanup()
@@ -243,6 +309,8 @@ async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "pipeline":
+        return pipeline_commands.run(args)
     if args.command != "serve":
         return client_commands.run(args)
     logging_setup.configure(args.log_level, args.log_format)

@@ -13,7 +13,10 @@ namespace the client keeps one record, shared by all its senders to that entity.
 
 Backlog queues are a rotation shared by the client: each sender picks one at random and keeps it;
 a backlog queue whose send failed with a failover error leaves the rotation for all senders, and
-the sender picks another. With the rotation empty, the send fails. Errors about the message or the
+the sender picks another. With the rotation empty, the send fails. The seed says nothing of a
+dropped queue's return; a secondary namespace recovers too, so a dropped queue comes back into the
+rotation after a back-off (``backlog_retry_after``, doubled each time it is dropped again without a
+success in between, at most 16 times as long); a send that succeeds resets its back-off. Errors about the message or the
 caller never start the timer and never drop a backlog queue; they reach the caller unchanged.
 
 The book is plain data guarded by a lock; time comes from the caller (monotonic seconds).
@@ -23,6 +26,8 @@ from __future__ import annotations
 
 import random
 import threading
+import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -63,8 +68,11 @@ class FailoverBook:
     failover_interval: timedelta
     backlog_count: int
     rng: random.Random = field(default_factory=random.Random)
+    backlog_retry_after: timedelta = timedelta(minutes=1)
+    clock: Callable[[], float] = time.monotonic
     _entities: dict[str, EntityRecord] = field(default_factory=dict)
     _available: set[int] = field(default_factory=set)
+    _dropped: dict[int, tuple[float, int]] = field(default_factory=dict)  # index -> (back until, strikes)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -130,19 +138,41 @@ class FailoverBook:
 
     # ---- backlog rotation ---------------------------------------------------------------------
 
-    def pick_backlog(self, current: int | None) -> int | None:
-        """The sender's backlog queue: ``current`` while it is in the rotation, else a random one."""
+    def _readmit(self) -> None:
+        now = self.clock()
+        for index, (until, _) in self._dropped.items():
+            if until <= now:
+                self._available.add(index)
+
+    def pick_backlog(self, current: int | None, exclude: Collection[int] = ()) -> int | None:
+        """The sender's backlog queue: ``current`` while it is in the rotation, else a random one
+        (never one in ``exclude``: those one send has tried already)."""
         with self._lock:
-            if current is not None and current in self._available:
+            self._readmit()
+            if current is not None and current in self._available and current not in exclude:
                 return current
-            if not self._available:
+            candidates = sorted(self._available.difference(exclude))
+            if not candidates:
                 return None
-            return self.rng.choice(sorted(self._available))
+            return self.rng.choice(candidates)
 
     def drop_backlog(self, index: int) -> None:
+        """A send to it failed over: out of the rotation until its back-off has passed."""
         with self._lock:
+            if index not in self._available:
+                return  # another sender dropped it already; one failure, one strike
             self._available.discard(index)
+            strikes = self._dropped.get(index, (0.0, 0))[1] + 1
+            pause = self.backlog_retry_after.total_seconds() * min(16, 2 ** (strikes - 1))
+            self._dropped[index] = (self.clock() + pause, strikes)
+
+    def backlog_succeeded(self, index: int) -> None:
+        """A send to it succeeded: its next drop starts the back-off afresh."""
+        with self._lock:
+            if index in self._available:
+                self._dropped.pop(index, None)
 
     def available_backlogs(self) -> list[int]:
         with self._lock:
+            self._readmit()
             return sorted(self._available)

@@ -51,6 +51,7 @@ from azure.servicebus.exceptions import (
 from azure.servicebus.management import ServiceBusAdministrationClient
 
 from sodalite.client import backlog
+from sodalite.client.batch import KeepingMessageBatch
 from sodalite.client.failover import FailoverBook, is_failover_error
 from sodalite.client.paired_messages import as_list, ping_message, plan_syphon_batch, refusal, to_backlog_message
 from sodalite.errors import BacklogQueueSetupFailed, FailoverExhausted, PairedClientClosed, SecondaryUnavailable
@@ -166,27 +167,9 @@ def close_sdk_client(client: ServiceBusClient) -> None:
             time.sleep(0.05)
 
 
-class PairedMessageBatch:
-    """A batch for a paired sender: it keeps its messages so a failover can rewrite them."""
-
-    def __init__(self, max_size_in_bytes: int | None = None) -> None:
-        self._sizer = ServiceBusMessageBatch(max_size_in_bytes=max_size_in_bytes or 256 * 1024)
-        self.messages: list[ServiceBusMessage] = []
-
-    def add_message(self, message: ServiceBusMessage) -> None:
-        self._sizer.add_message(message)  # raises MessageSizeExceededError when it does not fit
-        self.messages.append(message)
-
-    @property
-    def max_size_in_bytes(self) -> int:
-        return self._sizer.max_size_in_bytes
-
-    @property
-    def size_in_bytes(self) -> int:
-        return self._sizer.size_in_bytes
-
-    def __len__(self) -> int:
-        return len(self.messages)
+class PairedMessageBatch(KeepingMessageBatch):
+    """What ``PairedSender.create_message_batch`` returns: an SDK ``ServiceBusMessageBatch`` that keeps its
+    messages, so a failover can rewrite them for a backlog queue."""
 
 
 Sendable = ServiceBusMessage | Iterable[ServiceBusMessage] | PairedMessageBatch | ServiceBusMessageBatch
@@ -211,7 +194,20 @@ class PairedSender:
         self.close()
 
     def create_message_batch(self, max_size_in_bytes: int | None = None) -> PairedMessageBatch:
-        return PairedMessageBatch(max_size_in_bytes)
+        """As the SDK's: a ``ServiceBusMessageBatch`` that keeps its messages, so a failover can rewrite
+        them. Its limit is the primary entity's (as the SDK asks its link) while the entity is not
+        failed over and the primary answers, else ``max_size_in_bytes`` or 256 KB."""
+        with self._lock:
+            self._client.check_open()
+            limit = max_size_in_bytes
+            if not self._client.book.failed_over(self.entity_path):
+                try:
+                    limit = self._primary_sender().create_message_batch(max_size_in_bytes).max_size_in_bytes
+                except Exception as exc:
+                    if not is_failover_error(exc):
+                        raise  # e.g. a max_size_in_bytes above the entity's limit (ValueError)
+                    self._drop_primary()
+            return PairedMessageBatch(limit)
 
     def _primary_sender(self) -> ServiceBusSender:
         if self._primary is None:
@@ -232,11 +228,11 @@ class PairedSender:
         """Send to the primary, or, once the entity is failed over, to a backlog queue."""
         with self._lock:
             self._client.check_open()
-            raw_batch = message if isinstance(message, ServiceBusMessageBatch) else None
-            if isinstance(message, ServiceBusMessageBatch):
-                messages: list[ServiceBusMessage] = []
-            elif isinstance(message, PairedMessageBatch):
-                messages = message.messages
+            raw_batch: ServiceBusMessageBatch | None = None
+            if isinstance(message, KeepingMessageBatch):
+                messages: list[ServiceBusMessage] = message.messages
+            elif isinstance(message, ServiceBusMessageBatch):
+                raw_batch, messages = message, []  # made elsewhere: it goes as it is, or not at all
             else:
                 messages = as_list(message)
             if raw_batch is None and not messages:
@@ -261,14 +257,16 @@ class PairedSender:
                             if raw_batch is not None:
                                 raise FailoverExhausted(
                                     "the primary is unavailable and an SDK ServiceBusMessageBatch cannot be "
-                                    "redirected to a backlog queue; use sender.create_message_batch()") from exc
+                                    "redirected to a backlog queue (its messages cannot be read back); "
+                                        "make it with this sender's create_message_batch()") from exc
                             break
                         self._client.check_open()
                         time.sleep(min(pause, max(0.01, book.time_left(self.entity_path, time.monotonic()))))
                         pause = min(pause * 2, RETRY_PAUSE[1])
             elif raw_batch is not None:
                 raise FailoverExhausted("the entity is failed over and an SDK ServiceBusMessageBatch cannot be "
-                                        "redirected to a backlog queue; use sender.create_message_batch()")
+                                        "redirected to a backlog queue (its messages cannot be read back); "
+                                        "make it with this sender's create_message_batch()")
             self._client.start_pinging(self.entity_path)
             self._send_to_backlog(messages, timeout)
 
@@ -276,9 +274,10 @@ class PairedSender:
         rewritten = [to_backlog_message(m, self.entity_path) for m in messages]
         book = self._client.book
         last: BaseException | None = None
+        tried: set[int] = set()
         while True:
             self._client.check_open()
-            index = book.pick_backlog(self._backlog_index)
+            index = book.pick_backlog(self._backlog_index, tried)
             if index is None:
                 raise FailoverExhausted(
                     f"neither the primary entity '{self.entity_path}' nor any backlog queue took the message"
@@ -288,8 +287,10 @@ class PairedSender:
             if sender is None:
                 sender = self._client.secondary.client.get_queue_sender(self._client.backlog_names[index])
                 self._backlog_senders[index] = sender
+            tried.add(index)
             try:
                 sender.send_messages(rewritten, timeout=timeout)
+                book.backlog_succeeded(index)
                 return
             except Exception as exc:
                 if not is_failover_error(exc):
@@ -430,7 +431,8 @@ class PairedNamespaceClient:
         self.options = options
         self.primary_namespace = options.primary_namespace or backlog.namespace_of(primary_connection_string)
         self.backlog_names = backlog.backlog_queue_names(self.primary_namespace, options.backlog_queue_count)
-        self.book = FailoverBook(options.failover_interval, options.backlog_queue_count)
+        self.book = FailoverBook(options.failover_interval, options.backlog_queue_count,
+                                 backlog_retry_after=options.ping_primary_interval)
         self._kwargs = kwargs
         self._primary_connection_string = primary_connection_string
         self._stop = threading.Event()

@@ -17,10 +17,15 @@ both, under the same name unless the caller names the secondary's.
   namespace whose receive fails with an availability error is left alone for ``retry_interval``
   and its receiver recreated; copies the application then settles through the lost link are
   recorded anyway (their settlement may fail silently: the copy comes back and is dropped).
+- **Sessions**: a session receiver holds one SDK session receiver per namespace, both on the same
+  session; with NEXT_AVAILABLE_SESSION the session is picked on opening (the primary's next free
+  one, else the secondary's) and the other namespace then locks that one. Copies go through the
+  same ``CopyTracker``. Peeks walk both namespaces, each MessageId once (``PeekMemory``).
 - **Request/reply**: ``get_request_sender`` pairs two request queues with the relay pattern: the
-  client picks one at random as active, sends each request there (the backup and a role switch on
-  an availability error) and waits for the reply, matched by CorrelationId, on its reply queue in
-  the namespace the request went to. ``get_request_receiver`` serves both request queues and
+  client picks one at random as active, sends each request there and waits for the reply, matched
+  by CorrelationId, on its reply queue in the namespace the request went to. The round trip is the
+  operation: a failed send or no reply within the timeout reissues the request to the backup, and
+  its reply switches the roles; both failing leaves them. ``get_request_receiver`` serves both request queues and
   replies into the namespace each request came from.
 """
 
@@ -33,41 +38,48 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from azure.servicebus import (
+    NEXT_AVAILABLE_SESSION,
     ServiceBusClient,
     ServiceBusMessage,
     ServiceBusReceivedMessage,
     ServiceBusReceiveMode,
     ServiceBusReceiver,
     ServiceBusSender,
+    ServiceBusSessionFilter,
 )
 from azure.servicebus.exceptions import OperationTimeoutError
 
+from sodalite.client.batch import KeepingMessageBatch
 from sodalite.client.dedup import DuplicateFilter
 from sodalite.client.replication_core import (
+    DEFERRED_NOT_BUILT,
     CopyTracker,
     Outcome,
+    PeekMemory,
     ReplicationMode,
     Verdict,
     check_pair,
     messages_of,
-    refuse_sessions,
+    refuse_sequence_number,
     settlement_outcome_is_assured,
     signals_unavailable,
 )
-from sodalite.errors import ConfigurationError
+from sodalite.errors import ConfigurationError, NotImplementedOperation
 
 __all__ = ["ReplicatedClient", "ReplicatedReceiver", "ReplicatedRequestSender", "ReplicatedSender",
-           "ReplicationMode"]
+           "ReplicatedSession", "ReplicatedSessionReceiver", "ReplicationMode"]
 
 _log = logging.getLogger("sodalite.client.replication")
 T = TypeVar("T")
 
 PRIMARY, SECONDARY = 0, 1
+_SessionMakers = tuple[Callable[[str | ServiceBusSessionFilter], ServiceBusReceiver],
+                       Callable[[str | ServiceBusSessionFilter], ServiceBusReceiver]]
 
 
 class _Roles:
@@ -120,8 +132,13 @@ class ReplicatedClient:
     # -- receivers -------------------------------------------------------------------------------
     def get_queue_receiver(self, queue_name: str, *, secondary_queue_name: str | None = None,
                            duplicate_filter: DuplicateFilter | None = None, **kwargs: Any) -> ReplicatedReceiver:
-        refuse_sessions(kwargs)
         names = (queue_name, secondary_queue_name or queue_name)
+        session = kwargs.pop("session_id", None)
+        if session is not None:
+            makers: _SessionMakers = (
+                lambda sid: self._clients[0].get_queue_receiver(names[0], session_id=sid, **kwargs),
+                lambda sid: self._clients[1].get_queue_receiver(names[1], session_id=sid, **kwargs))
+            return self._keep(ReplicatedSessionReceiver(self, makers, session, duplicate_filter, kwargs))
         factories: tuple[Callable[[], ServiceBusReceiver], Callable[[], ServiceBusReceiver]] = (
             lambda: self._clients[0].get_queue_receiver(names[0], **kwargs),
             lambda: self._clients[1].get_queue_receiver(names[1], **kwargs))
@@ -132,8 +149,15 @@ class ReplicatedClient:
                                   secondary_subscription_name: str | None = None,
                                   duplicate_filter: DuplicateFilter | None = None,
                                   **kwargs: Any) -> ReplicatedReceiver:
-        refuse_sessions(kwargs)
         second = (secondary_topic_name or topic_name, secondary_subscription_name or subscription_name)
+        session = kwargs.pop("session_id", None)
+        if session is not None:
+            makers: _SessionMakers = (
+                lambda sid: self._clients[0].get_subscription_receiver(topic_name, subscription_name,
+                                                                       session_id=sid, **kwargs),
+                lambda sid: self._clients[1].get_subscription_receiver(second[0], second[1], session_id=sid,
+                                                                       **kwargs))
+            return self._keep(ReplicatedSessionReceiver(self, makers, session, duplicate_filter, kwargs))
         factories: tuple[Callable[[], ServiceBusReceiver], Callable[[], ServiceBusReceiver]] = (
             lambda: self._clients[0].get_subscription_receiver(topic_name, subscription_name, **kwargs),
             lambda: self._clients[1].get_subscription_receiver(second[0], second[1], **kwargs))
@@ -195,7 +219,25 @@ class ReplicatedSender:
         """0 while the primary is the active entity (passive mode), 1 after a role switch."""
         return self._client._roles.active(self._key)
 
-    def send_messages(self, message: ServiceBusMessage | Iterable[ServiceBusMessage], *,
+    def create_message_batch(self, max_size_in_bytes: int | None = None) -> KeepingMessageBatch:
+        """A batch for this sender, as the SDK's: its size limit is the smaller of the two entities'
+        (each namespace's link is asked; one that cannot be reached is left out), and each message
+        gets a MessageId as it is added, so both copies share it."""
+        limits: list[int] = []
+        first_error: Exception | None = None
+        for sender in self._senders:
+            try:
+                limits.append(sender.create_message_batch(max_size_in_bytes).max_size_in_bytes)
+            except Exception as error:
+                if not signals_unavailable(error):
+                    raise
+                first_error = first_error or error
+        if not limits:
+            assert first_error is not None
+            raise first_error
+        return KeepingMessageBatch(min(limits), set_message_ids=True)
+
+    def send_messages(self, message: ServiceBusMessage | Iterable[ServiceBusMessage] | KeepingMessageBatch, *,
                       timeout: float | None = None) -> None:
         batch = messages_of(message)
         if not batch:
@@ -280,6 +322,7 @@ class ReplicatedReceiver:
             self.duplicate_filter, mode in (ServiceBusReceiveMode.RECEIVE_AND_DELETE, "receiveanddelete"))
         self._max_wait_time: float | None = kwargs.get("max_wait_time")
         self.probe_wait = 0.5  # seconds each namespace is given per turn while the other has nothing
+        self._peeked = PeekMemory(self.duplicate_filter)
 
     def receive_messages(self, max_message_count: int | None = 1,
                          max_wait_time: float | None = None) -> list[ServiceBusReceivedMessage]:
@@ -394,6 +437,41 @@ class ReplicatedReceiver:
     def renew_message_lock(self, message: ServiceBusReceivedMessage, *, timeout: float | None = None) -> Any:
         return self._tracker.source_of(message)[1].renew_message_lock(message, timeout=timeout)
 
+    def peek_messages(self, max_message_count: int = 1, *, sequence_number: int | None = None,
+                      timeout: float | None = None) -> list[ServiceBusReceivedMessage]:
+        """Peek both namespaces, each MessageId once: the primary first, the secondary for what is left
+        of ``max_message_count``. Each namespace's SDK receiver continues where its last peek stopped;
+        a MessageId this receiver peeked before, or whose copy was completed, is left out."""
+        refuse_sequence_number(sequence_number)
+        wanted = max(1, max_message_count)
+        found: list[ServiceBusReceivedMessage] = []
+        errors: list[BaseException] = []
+        for index in (PRIMARY, SECONDARY):
+            if len(found) >= wanted:
+                break
+            try:
+                copies = self._open(index).peek_messages(max_message_count=wanted - len(found), timeout=timeout)
+            except Exception as error:
+                if not signals_unavailable(error):
+                    raise
+                errors.append(error)
+                continue
+            found += self._peeked.fresh(copies)
+        if len(errors) == 2:
+            raise errors[1] from errors[0]
+        return found
+
+    def receive_deferred_messages(self, sequence_numbers: int | list[int], **kwargs: Any) -> NoReturn:
+        """Not built: a deferred message has a different sequence number in each namespace."""
+        raise NotImplementedOperation(DEFERRED_NOT_BUILT)
+
+    def _open(self, index: int) -> ServiceBusReceiver:
+        receiver = self._receivers[index]
+        if not self._opened[index]:
+            receiver.__enter__()
+            self._opened[index] = True
+        return receiver
+
     def reply(self, request: ServiceBusReceivedMessage, reply: ServiceBusMessage) -> None:
         """Send ``reply`` to the request's ReplyTo queue, in the namespace the request came from."""
         if not request.reply_to:
@@ -427,6 +505,133 @@ class ReplicatedReceiver:
         self.close()
 
 
+class ReplicatedSessionReceiver(ReplicatedReceiver):
+    """One session, received from both namespaces; each MessageId reaches the application once.
+
+    With a session id, both namespaces' receivers lock that session. With ``NEXT_AVAILABLE_SESSION``,
+    the session is picked when the receiver opens (``with``, or the first receive): the primary's
+    next available session, else the secondary's (the primary down, or nothing there); the other
+    namespace then locks that same session. Neither having one raises the SDK's OperationTimeoutError.
+    """
+
+    def __init__(self, client: ReplicatedClient, makers: _SessionMakers, session: str | ServiceBusSessionFilter,
+                 duplicate_filter: DuplicateFilter | None, kwargs: dict[str, Any]) -> None:
+        self._makers = makers
+        self._session_id: str | None = None if session == NEXT_AVAILABLE_SESSION else str(session)
+        super().__init__(client, (lambda: makers[0](self._session_or_next()),
+                                  lambda: makers[1](self._session_or_next())), duplicate_filter, kwargs)
+
+    def _session_or_next(self) -> str | ServiceBusSessionFilter:
+        return NEXT_AVAILABLE_SESSION if self._session_id is None else self._session_id
+
+    @property
+    def session_id(self) -> str:
+        self._resolve()
+        assert self._session_id is not None
+        return self._session_id
+
+    @property
+    def session(self) -> ReplicatedSession:
+        """The session in both namespaces: its state, lock and id (``receiver.session`` in the SDK)."""
+        self._resolve()
+        return ReplicatedSession(self)
+
+    def _resolve(self) -> None:
+        """Pick the session of a NEXT_AVAILABLE_SESSION receiver: the first namespace that has one."""
+        if self._session_id is not None:
+            return
+        errors: list[BaseException] = []
+        for index in (PRIMARY, SECONDARY):
+            try:
+                receiver = self._open(index)
+            except Exception as error:
+                if not signals_unavailable(error):  # OperationTimeoutError: no session free there
+                    raise
+                errors.append(error)
+                self._replace(index)
+                continue
+            self._session_id = receiver.session.session_id
+            other = 1 - index
+            self._replace(other)  # its NEXT_AVAILABLE receiver (never opened) becomes this session's
+            if errors:
+                self._down_until[other] = time.monotonic() + self._client.retry_interval.total_seconds()
+            return
+        raise errors[-1] from errors[0]
+
+    def _replace(self, index: int) -> None:
+        old = self._receivers[index]
+        try:
+            old.close()
+        except Exception:
+            _log.debug("closing a session receiver failed", exc_info=True)
+        self._receivers[index] = self._factories[index]()
+        self._opened[index] = False
+
+    def receive_messages(self, max_message_count: int | None = 1,
+                         max_wait_time: float | None = None) -> list[ServiceBusReceivedMessage]:
+        self._resolve()
+        return super().receive_messages(max_message_count, max_wait_time)
+
+    def peek_messages(self, max_message_count: int = 1, **kwargs: Any) -> list[ServiceBusReceivedMessage]:
+        self._resolve()
+        return super().peek_messages(max_message_count, **kwargs)
+
+    def __enter__(self) -> ReplicatedSessionReceiver:
+        self._resolve()
+        return self
+
+
+class ReplicatedSession:
+    """A session in two namespaces: state written to both, read from the first that answers."""
+
+    def __init__(self, receiver: ReplicatedSessionReceiver) -> None:
+        self._receiver = receiver
+        self.session_id = receiver.session_id
+
+    def _each(self, call: Callable[[ServiceBusReceiver], T]) -> list[T]:
+        """``call`` on both namespaces' session; the results of those that answered (both failing raises)."""
+        results: list[T] = []
+        errors: list[BaseException] = []
+        for index in (PRIMARY, SECONDARY):
+            try:
+                results.append(call(self._receiver._open(index)))
+            except Exception as error:
+                if not signals_unavailable(error):
+                    raise
+                errors.append(error)
+        if not results:
+            raise errors[-1] from errors[0]
+        return results
+
+    def get_state(self, *, timeout: float | None = None) -> bytes | None:
+        """The primary's session state, the secondary's when the primary cannot be reached."""
+        errors: list[BaseException] = []
+        for index in (PRIMARY, SECONDARY):
+            try:
+                state: bytes | None = self._receiver._open(index).session.get_state(timeout=timeout)
+                return state
+            except Exception as error:
+                if not signals_unavailable(error):
+                    raise
+                errors.append(error)
+        raise errors[-1] from errors[0]
+
+    def set_state(self, state: str | bytes | bytearray | None, *, timeout: float | None = None) -> None:
+        """Written to both namespaces; succeeds when one of them took it."""
+        self._each(lambda r: r.session.set_state(state, timeout=timeout))
+
+    def renew_lock(self, *, timeout: float | None = None) -> datetime:
+        """Renew the session's lock in both namespaces; the earlier of the new expiry times."""
+        return min(self._each(lambda r: r.session.renew_lock(timeout=timeout)))
+
+    @property
+    def locked_until_utc(self) -> datetime | None:
+        times = [r.session.locked_until_utc for r, opened in zip(self._receiver._receivers, self._receiver._opened,
+                                                                 strict=True) if opened]
+        known = [t for t in times if t is not None]
+        return min(known) if known else None
+
+
 class ReplicatedRequestSender:
     """The relay pattern on a pair of request queues: one active, one backup, roles switch on failure."""
 
@@ -438,37 +643,41 @@ class ReplicatedRequestSender:
         self.active = random.choice((PRIMARY, SECONDARY))  # the seed: the client picks one at random
 
     def request(self, message: ServiceBusMessage, *, timeout: float = 60.0) -> ServiceBusReceivedMessage:
-        """Send ``message`` and return its reply (completed); OperationTimeoutError if none comes in time."""
+        """Send ``message`` and return its reply (completed). The relay pattern: if the active endpoint
+        fails (the send fails with an availability error, or no reply comes within ``timeout``), the
+        request is reissued to the backup (same MessageId) and, when its reply comes, the two switch
+        roles; both failing raises the backup's error (OperationTimeoutError when no reply came) and
+        leaves the roles. So a request takes at most twice ``timeout``."""
         if message.message_id is None:
             message.message_id = str(uuid.uuid4())
-        used = self._send(message)
+        active = self.active
+        try:
+            return self._round_trip(active, message, timeout)
+        except Exception as error:
+            if not signals_unavailable(error):  # OperationTimeoutError (no reply) is one of them
+                raise
+            first_error = error
+        _log.warning("request endpoint %d failed (%s); reissuing the request to the backup", active, first_error)
+        try:
+            reply = self._round_trip(1 - active, message, timeout)
+        except Exception as error:
+            raise error from first_error
+        self.active = 1 - active
+        return reply
+
+    def _round_trip(self, index: int, message: ServiceBusMessage, timeout: float) -> ServiceBusReceivedMessage:
+        message.reply_to = self._reply_names[index]
+        self._requests[index].send_messages(message)
         deadline = time.monotonic() + timeout
-        replies = self._replies[used]
+        replies = self._replies[index]
         while (left := deadline - time.monotonic()) > 0:
             for reply in replies.receive_messages(max_message_count=1, max_wait_time=min(left, 5.0)):
                 replies.complete_message(reply)
                 if reply.correlation_id == message.message_id:
                     return reply
                 _log.info("dropped a reply to an earlier request (%s)", reply.correlation_id)
-        raise OperationTimeoutError(message=f"no reply to request {message.message_id} within {timeout} s")
-
-    def _send(self, message: ServiceBusMessage) -> int:
-        active = self.active
-        message.reply_to = self._reply_names[active]
-        try:
-            self._requests[active].send_messages(message)
-            return active
-        except Exception as error:
-            if not signals_unavailable(error):
-                raise
-            first_error = error
-        message.reply_to = self._reply_names[1 - active]
-        try:
-            self._requests[1 - active].send_messages(message)
-        except Exception as error:
-            raise error from first_error
-        self.active = 1 - active
-        return self.active
+        raise OperationTimeoutError(message=f"no reply to request {message.message_id} within {timeout} s "
+                                            f"from request endpoint {index}")
 
     def close(self) -> None:
         for handler in (*self._requests, *self._replies):

@@ -36,6 +36,7 @@ from azure.servicebus.exceptions import (
     ServiceBusServerBusyError,
 )
 
+from sodalite.client.batch import KeepingMessageBatch
 from sodalite.client.dedup import DuplicateFilter
 from sodalite.errors import ConfigurationError, NotImplementedOperation
 
@@ -110,12 +111,17 @@ def check_pair(primary: object, secondary: object) -> None:
                                  "replication needs two")
 
 
-def messages_of(message: ServiceBusMessage | Iterable[ServiceBusMessage]) -> list[ServiceBusMessage]:
+def messages_of(message: ServiceBusMessage | Iterable[ServiceBusMessage] | ServiceBusMessageBatch,
+                ) -> list[ServiceBusMessage]:
     """The messages of a send, each with a MessageId (a new one where it had none)."""
-    if isinstance(message, ServiceBusMessageBatch):
-        raise TypeError("a replicated sender takes a ServiceBusMessage or a list of them; a ServiceBusMessageBatch "
-                        "belongs to one namespace's sender")
-    batch = [message] if isinstance(message, ServiceBusMessage) else list(message)
+    if isinstance(message, KeepingMessageBatch):
+        batch = message.messages
+    elif isinstance(message, ServiceBusMessageBatch):
+        raise TypeError("a replicated sender sends a batch made by its own create_message_batch() (an SDK "
+                        "ServiceBusMessageBatch made elsewhere cannot be read back to send to both namespaces), "
+                        "a ServiceBusMessage, or a list of them")
+    else:
+        batch = [message] if isinstance(message, ServiceBusMessage) else list(message)
     for each in batch:
         if not isinstance(each, ServiceBusMessage):
             raise TypeError(f"a replicated sender sends ServiceBusMessage objects, not {type(each).__name__}")
@@ -199,8 +205,37 @@ class CopyTracker(Generic[S]):
                 del self._held[message_id]
 
 
-def refuse_sessions(kwargs: dict[str, object]) -> None:
-    """Session receivers are not built for replicated receivers: say so instead of half-working."""
-    if kwargs.get("session_id") is not None:
-        raise NotImplementedOperation("replicated receivers do not support sessions (session_id); "
-                                      "use one SDK session receiver per namespace")
+DEFERRED_NOT_BUILT = ("receive_deferred_messages is not built for replicated receivers: a deferred message has a "
+                      "different sequence number in each namespace; use one SDK receiver per namespace")
+
+
+def refuse_sequence_number(sequence_number: int | None) -> None:
+    if sequence_number is not None:
+        raise NotImplementedOperation("a replicated receiver peeks without a sequence_number: sequence numbers "
+                                      "differ between the two namespaces; each peek continues where the last "
+                                      "one stopped")
+
+
+class PeekMemory:
+    """The MessageIds a replicated receiver's peeks returned, so the other namespace's copy is left out
+    (bounded: the oldest are forgotten first); ids the receiver recorded as completed are left out too."""
+
+    def __init__(self, duplicates: DuplicateFilter, limit: int = 100_000) -> None:
+        self._duplicates = duplicates
+        self._limit = limit
+        self._seen: dict[str, None] = {}
+
+    def fresh(self, copies: Iterable[ServiceBusReceivedMessage]) -> list[ServiceBusReceivedMessage]:
+        kept: list[ServiceBusReceivedMessage] = []
+        for copy in copies:
+            if copy.content_type == PING_CONTENT_TYPE:
+                continue
+            message_id = copy.message_id
+            if message_id is not None:
+                if message_id in self._seen or message_id in self._duplicates:
+                    continue
+                self._seen[message_id] = None
+                while len(self._seen) > self._limit:
+                    del self._seen[next(iter(self._seen))]
+            kept.append(copy)
+        return kept

@@ -274,10 +274,46 @@ class _Object(dict[str, Any]):
             seen.add(key)
 
 
+def without_comments(text: str) -> str:
+    """The text with its ``//`` and ``/* */`` comments blanked out, outside strings.
+
+    The emulator's Config.json is read by .NET with comments allowed and ships with ``//``
+    comments. Each comment character becomes a space (newlines stay), so a JSON error's line and
+    column still point into the user's file.
+    """
+    if "/" not in text:
+        return text
+    out = list(text)
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+            i += 1
+        elif text.startswith("//", i):
+            while i < n and text[i] not in "\r\n":
+                out[i] = " "
+                i += 1
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            if end < 0:
+                line = text.count("\n", 0, i) + 1
+                raise ConfigurationError(f"invalid JSON at line {line}: a /* comment is never closed")
+            for j in range(i, end + 2):
+                if text[j] not in "\r\n":
+                    out[j] = " "
+            i = end + 2
+        else:
+            i += 1
+    return "".join(out)
+
+
 def load_config_text(text: str) -> list[NamespaceConfig]:
-    """Parse a Config.json document; JSON syntax errors report their line and column."""
+    """Parse a Config.json document (comments allowed); JSON syntax errors report their line and column."""
     try:
-        data = json.loads(text.removeprefix("\ufeff"), object_pairs_hook=_Object)
+        data = json.loads(without_comments(text.removeprefix("\ufeff")), object_pairs_hook=_Object)
     except json.JSONDecodeError as exc:
         raise ConfigurationError(
             f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"

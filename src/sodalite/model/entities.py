@@ -17,7 +17,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal, Self
 
 from sodalite.errors import ConfigurationError
@@ -511,18 +511,54 @@ class SubscriptionProperties(_EntityProperties):
 # Rules
 # --------------------------------------------------------------------------------------------------
 
-#: A value of a correlation filter's application property or of a SQL filter parameter.
-ScalarValue = str | int | float | bool
+#: A value of a correlation filter's application property or of a SQL filter or action parameter
+#: (the SDK's ``dateTime`` and ``duration`` values are datetimes and timedeltas).
+ScalarValue = str | int | float | bool | datetime | timedelta
+
+# In JSON (Config.json, the stored rules) a datetime is {"DateTime": "<ISO 8601>"} and a timedelta
+# {"Duration": "<ISO 8601 duration>"}; the other scalars are themselves.
+_JSON_DATETIME: Final = "DateTime"
+_JSON_DURATION: Final = "Duration"
+
+
+def _scalar_to_json(value: ScalarValue) -> object:
+    if isinstance(value, datetime):
+        return {_JSON_DATETIME: value.isoformat()}
+    if isinstance(value, timedelta):
+        return {_JSON_DURATION: format_duration(value)}
+    return value
+
+
+def _scalars_to_json(values: Mapping[str, ScalarValue]) -> dict[str, object]:
+    return {key: _scalar_to_json(value) for key, value in values.items()}
+
+
+def _scalar_from_json(value: object, where: str) -> object:
+    """A datetime or timedelta from its one-key JSON object; anything else as it is."""
+    if isinstance(value, dict) and len(value) == 1:
+        [(tag, text)] = value.items()
+        if tag == _JSON_DATETIME and isinstance(text, str):
+            try:
+                parsed = datetime.fromisoformat(text)
+            except ValueError:
+                raise _error(where, f"{_JSON_DATETIME}: not an ISO 8601 date and time: {text!r}") from None
+            return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+        if tag == _JSON_DURATION and isinstance(text, str):
+            try:
+                return parse_duration(text)
+            except ConfigurationError as exc:
+                raise _error(where, exc.description) from None
+    return value
 
 _MAX_SQL_LENGTH: Final = 1024
 
 
 def _scalar_problem(value: object) -> str | None:
-    if isinstance(value, bool | int | str):
+    if isinstance(value, bool | int | str | datetime | timedelta):
         return None
     if isinstance(value, float):
         return None if math.isfinite(value) else "must be a finite number"
-    return f"must be a string, number or boolean, got {json_type(value)}"
+    return f"must be a string, number or boolean (or a date-time or duration), got {json_type(value)}"
 
 
 def _sql_problem(expression: object) -> str | None:
@@ -615,11 +651,13 @@ class SqlRuleAction:
     """A SQL action applied to messages a rule's filter matches; stored, not evaluated here."""
 
     expression: str
+    parameters: dict[str, ScalarValue] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         problem = _sql_problem(self.expression)
         if problem is not None:
             raise _error("SqlRuleAction.expression", problem)
+        _check_scalars(self.parameters, "SqlRuleAction.parameters")
 
 
 _RULE_KEYS: Final = ("Name", "Properties")
@@ -650,17 +688,22 @@ class RuleDescription:
         flt = self.filter
         if isinstance(flt, SqlFilter):
             props["FilterType"] = "Sql"
-            props["SqlFilter"] = {"SqlExpression": flt.expression, "Parameters": dict(flt.parameters)}
+            props["SqlFilter"] = {"SqlExpression": flt.expression, "Parameters": _scalars_to_json(flt.parameters)}
         elif isinstance(flt, CorrelationFilter):
             props["FilterType"] = "Correlation"
             correlation: dict[str, Any] = {
                 key: getattr(flt, attr) for attr, key in CORRELATION_FIELDS if getattr(flt, attr) is not None
             }
-            correlation["Properties"] = dict(flt.properties)
+            correlation["Properties"] = _scalars_to_json(flt.properties)
             props["CorrelationFilter"] = correlation
         else:
             props["FilterType"] = "True" if isinstance(flt, TrueFilter) else "False"
-        props["Action"] = None if self.action is None else {"SqlExpression": self.action.expression}
+        action: dict[str, Any] | None = None
+        if self.action is not None:
+            action = {"SqlExpression": self.action.expression}
+            if self.action.parameters:
+                action["Parameters"] = _scalars_to_json(self.action.parameters)
+        props["Action"] = action
         return {"Name": self.name, "Properties": props}
 
     @classmethod
@@ -704,8 +747,9 @@ class RuleDescription:
         if raw_action is not None:
             action_path = _join(props_path, "Action")
             action_obj = _expect_object(raw_action, action_path)
-            _check_keys(action_obj, ("SqlExpression",), action_path)
-            action = SqlRuleAction(_sql_expression(action_obj, action_path))
+            _check_keys(action_obj, ("SqlExpression", "Parameters"), action_path)
+            action = SqlRuleAction(_sql_expression(action_obj, action_path),
+                                   _scalars_from_json(action_obj.get("Parameters"), _join(action_path, "Parameters")))
         return cls(name, flt, action)
 
 
@@ -728,9 +772,11 @@ def _scalars_from_json(raw: object, path: str) -> dict[str, ScalarValue]:
         where = _join(path, str(key))
         if not key:
             raise _error(where, "property names must not be empty")
+        value = _scalar_from_json(value, where)
         problem = _scalar_problem(value)
         if problem is not None:
             raise _error(where, problem)
+        assert isinstance(value, str | int | float | bool | datetime | timedelta)
         out[str(key)] = value
     return out
 

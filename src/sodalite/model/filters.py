@@ -1168,9 +1168,10 @@ class CompiledAction:
         return current
 
 
-def compile_sql_action(expression: str, *, new_id: NewId = uuid.uuid4) -> CompiledAction:
+def compile_sql_action(expression: str, parameters: Mapping[str, Any] | None = None, *,
+                       new_id: NewId = uuid.uuid4) -> CompiledAction:
     """Parse a rule action (SET/REMOVE statements); ``FilterSyntaxError`` if it is malformed."""
-    parser = _Parser(expression, {}, new_id)
+    parser = _Parser(expression, parameters or {}, new_id)
     return CompiledAction(expression, parser.parse_action())
 
 
@@ -1178,4 +1179,4 @@ def compile_action(a: SqlRuleAction | None, *, new_id: NewId = uuid.uuid4) -> Co
     """Compile a rule's action, or None when the rule has none."""
     if a is None:
         return None
-    return compile_sql_action(a.expression, new_id=new_id)
+    return compile_sql_action(a.expression, a.parameters, new_id=new_id)

@@ -19,19 +19,30 @@ the caller moves them to the dead-letter sub-queue or deletes them, and stores t
 
 Every method that changes what a restart must see returns what to store, or puts it in the outbox.
 Locks are volatile, as in Service Bus: they live here only. Time is always an argument (ms).
+
+The delivery count survives a crash: before a locked message is handed out the caller stores
+``claim`` (the count as the end of this lock will make it), so a broker killed while the message
+is locked restarts with the delivery counted, as if the lock had expired. A release (the receiver
+never looked at it) stores the count back. A message whose stored count has reached
+MaxDeliveryCount is dead-lettered when a receive meets it, not handed out again.
+
+Session messages (a session entity's own sub-queue) ride on their session's lock: they have no
+expiry of their own, their locked-until is the session's (``extend_session`` keeps them in step
+when the caller renews the session), ``renew`` refuses them, and they end with the session
+(``drop_session``).
 """
 
 from __future__ import annotations
 
 import heapq
 import uuid
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sodalite.errors import MessageLockLost, MessageNotFound
+from sodalite.errors import InvalidOperation, MessageLockLost, MessageNotFound
 from sodalite.model.message import MessageRecord, MessageState, MessageUpdate
 
 TokenFactory = Callable[[], uuid.UUID]
@@ -71,8 +82,9 @@ class Lock:
     token: uuid.UUID
     sequence_number: int
     locked_until: int
-    owner: Any  # whoever received it (a receiver link); its locks go when it goes
+    owner: Any  # whoever received it (a receiver link); the lock outlives it, until it expires
     deferred: bool = False  # a deferred message goes back to deferred, not to the receivable heap
+    session_bound: bool = False  # held under its session's lock: no expiry of its own
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +131,10 @@ class Partition:
         records = sorted(messages, key=lambda r: r.sequence_number)
         for record in records:
             self.last_sequence_number = max(self.last_sequence_number, record.sequence_number)
+        # The highest number ever made visible here: everything the store held at load was committed.
+        self.visible_through = self.last_sequence_number
+        # Numbers accepted here whose records are not published yet (their commit is in flight).
+        self._unpublished: set[int] = set()
         self.publish(records)
 
     # ---- sending ----------------------------------------------------------------------------
@@ -146,6 +162,7 @@ class Partition:
                 d.annotations, d.annotation_count, d.tail,
             ))
         self.last_sequence_number = seq
+        self._unpublished.update(r.sequence_number for r in records)
         return records
 
     def publish(self, records: Iterable[MessageRecord]) -> None:
@@ -159,6 +176,9 @@ class Partition:
                 self.size_in_bytes -= previous.size
             self.messages[seq] = record
             self.size_in_bytes += record.size
+            if seq > self.visible_through:
+                self.visible_through = seq
+            self._unpublished.discard(seq)
             self._state_counts[record.state] += 1
             key = self._key(record)
             if previous is not None and previous.state == MessageState.ACTIVE and seq not in self._locked_seq:
@@ -226,6 +246,36 @@ class Partition:
             i += 1
         return out
 
+    def forget_unpublished(self, sequence_numbers: Iterable[int]) -> None:
+        """Numbers accepted here that will never be published here (stored in another sub-queue, or
+        their commit failed)."""
+        self._unpublished.difference_update(sequence_numbers)
+
+    @property
+    def next_visible(self) -> int:
+        """A number such that every message numbered below it that will ever be visible here is
+        visible now: one past the highest visible, or the lowest number still being committed.
+        Commits that land in another actor's batch (transactions, fan-out) can publish out of order,
+        so the lowest unpublished number bounds it."""
+        return min(min(self._unpublished, default=self.visible_through + 1), self.visible_through + 1)
+
+    def first_sequence_number(self) -> int | None:
+        """The lowest sequence number stored here, in any state; None when the partition is empty."""
+        return next((seq for seq in self._order if seq in self.messages), None)
+
+    # ---- completing through a sequence number (a Sodalite extension, docs/spark.md) -----------
+
+    def complete_through(self, sequence_number: int) -> list[int]:
+        """Remove every stored message numbered ``sequence_number`` or lower, in any state, except
+        locked ones (a receiver holds them; they stay theirs to settle). Returns the numbers removed,
+        for the store delete; calling it again removes nothing more."""
+        removed: list[int] = []
+        for seq in self._order[: bisect_right(self._order, sequence_number)]:
+            if seq in self.messages and seq not in self._locked_seq:
+                self._remove(seq)
+                removed.append(seq)
+        return removed
+
     # ---- receiving --------------------------------------------------------------------------
 
     def _next_receivable(self, now: int | None, session_id: str | None) -> MessageRecord | None:
@@ -241,16 +291,24 @@ class Partition:
                 self._remove(seq)
                 self.outbox.append(Expired(record))
                 continue
+            if self.max_delivery_count is not None and record.delivery_count >= self.max_delivery_count:
+                self._remove(seq)  # every delivery so far ended without a settlement (a crash, say)
+                self.outbox.append(DeadLettered(record, MAX_DELIVERY_COUNT_EXCEEDED,
+                                                f"delivered {record.delivery_count} times"))
+                continue
             return record
         return None
 
-    def lock_next(self, now: int, lock_duration: int, owner: Any,
-                  session_id: str | None = None) -> tuple[MessageRecord, Lock] | None:
-        """PeekLock: lock the first receivable message (of ``session_id`` in a session entity)."""
+    def lock_next(self, now: int, lock_duration: int, owner: Any, session_id: str | None = None,
+                  session_until: int | None = None) -> tuple[MessageRecord, Lock] | None:
+        """PeekLock: lock the first receivable message (of ``session_id`` in a session entity).
+
+        With ``session_until`` (the session's locked-until) the lock rides on the session lock."""
         record = self._next_receivable(now, session_id)
         if record is None:
             return None
-        return record, self._new_lock(record.sequence_number, now, lock_duration, owner, deferred=False)
+        return record, self._new_lock(record.sequence_number, now, lock_duration, owner, deferred=False,
+                                      session_until=session_until)
 
     def take_next(self, now: int | None = None, session_id: str | None = None) -> MessageRecord | None:
         """ReceiveAndDelete: remove the first receivable message (the caller deletes it in the store)."""
@@ -259,13 +317,17 @@ class Partition:
             self._remove(record.sequence_number)
         return record
 
-    def _new_lock(self, seq: int, now: int, lock_duration: int, owner: Any, deferred: bool) -> Lock:
-        lock = Lock(self._new_token(), seq, now + lock_duration, owner, deferred)
+    def _new_lock(self, seq: int, now: int, lock_duration: int, owner: Any, deferred: bool,
+                  session_until: int | None = None) -> Lock:
+        bound = session_until is not None
+        until = session_until if session_until is not None else now + lock_duration
+        lock = Lock(self._new_token(), seq, until, owner, deferred, bound)
         self.locks[lock.token] = lock
         self._locked_seq.add(seq)
         if not deferred:
             self._receivable[self._key(self.messages[seq])] -= 1
-        heapq.heappush(self._expiries, (lock.locked_until, lock.token))
+        if not bound:
+            heapq.heappush(self._expiries, (lock.locked_until, lock.token))
         return lock
 
     def _deferred(self, seq: int) -> MessageRecord:
@@ -274,12 +336,18 @@ class Partition:
             raise MessageNotFound(f"no deferred message with sequence number {seq} is available")
         return record
 
-    def lock_deferred(self, sequence_numbers: Iterable[int], now: int, lock_duration: int,
-                      owner: Any) -> list[tuple[MessageRecord, Lock]]:
-        """Receive deferred messages by sequence number under PeekLock (all or none)."""
+    def lock_deferred(self, sequence_numbers: Iterable[int], now: int, lock_duration: int, owner: Any,
+                      session_until: Callable[[str], int] | None = None) -> list[tuple[MessageRecord, Lock]]:
+        """Receive deferred messages by sequence number under PeekLock (all or none).
+
+        ``session_until`` gives a session's locked-until (raising if the session is not held): a
+        session message's lock rides on it."""
         records = [self._deferred(seq) for seq in dict.fromkeys(sequence_numbers)]
-        return [(r, self._new_lock(r.sequence_number, now, lock_duration, owner, deferred=True))
-                for r in records]
+        untils = [session_until(r.session_id) if session_until is not None and r.session_id is not None else None
+                  for r in records]
+        return [(r, self._new_lock(r.sequence_number, now, lock_duration, owner, deferred=True,
+                                   session_until=until))
+                for r, until in zip(records, untils, strict=True)]
 
     def take_deferred(self, sequence_numbers: Iterable[int]) -> list[MessageRecord]:
         """Receive deferred messages by sequence number, removing them (ReceiveAndDelete)."""
@@ -337,18 +405,38 @@ class Partition:
         return MessageUpdate(record.sequence_number, record.delivery_count, record.state)
 
     def release(self, token: uuid.UUID) -> MessageUpdate | None:
-        """Unlock without counting a delivery (the receiver never looked at the message)."""
+        """Unlock without counting a delivery (the receiver never looked at the message); the update
+        stores the count back to what it was before ``claim``."""
         lock = self.locks.get(token)
         if lock is None:
             return None
-        self._unlock(lock, count_delivery=False, now=None)
-        return None
+        return self._unlock(lock, count_delivery=False, now=None)
+
+    @staticmethod
+    def claim(record: MessageRecord) -> MessageUpdate:
+        """What to store before handing out a locked message: its delivery already counted."""
+        return MessageUpdate(record.sequence_number, record.delivery_count + 1, record.state)
 
     def renew(self, token: uuid.UUID, now: int, lock_duration: int) -> int:
         lock = self._lock(token, now)
+        if lock.session_bound:
+            raise InvalidOperation("a message of a session has no lock of its own to renew; "
+                                   "renew the session lock (renew-session-lock)")
         lock.locked_until = now + lock_duration
         heapq.heappush(self._expiries, (lock.locked_until, lock.token))
         return lock.locked_until
+
+    def extend_session(self, session_id: str, until: int) -> None:
+        """The session's lock now runs to ``until``: so do the locks of its messages."""
+        for lock in self.locks.values():
+            if lock.session_bound and self.messages[lock.sequence_number].session_id == session_id:
+                lock.locked_until = until
+
+    def drop_session(self, session_id: str) -> list[MessageUpdate]:
+        """The session's lock ended (released, lost or expired): its messages' locks end as expired."""
+        gone = [lock for lock in self.locks.values()
+                if lock.session_bound and self.messages[lock.sequence_number].session_id == session_id]
+        return [self._unlock(lock, count_delivery=True, now=None) for lock in gone]
 
     def drop_owner(self, owner: Any) -> list[MessageUpdate]:
         """The receiver went away (link detached, connection lost): its locks end as expired."""

@@ -51,6 +51,7 @@ from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDra
 from sodalite.server.addresses import entity_path
 from sodalite.server.connection_handler import BrokerConnection
 from sodalite.server.fanout import CompiledRule, copies_for
+from sodalite.server.limits import ConnectionLimits
 from sodalite.server.listener import ProtocolFactory, SniffingListener
 from sodalite.server.metrics import BrokerMetrics
 from sodalite.server.partition_actor import (
@@ -85,7 +86,8 @@ def _ms(value: timedelta) -> int | None:
 
 class Broker:
     def __init__(self, namespace: NamespaceConfig, store: MessagingStore, *, max_frame_size: int = 262144,
-                 idle_timeout_ms: int | None = 120_000, clock: Clock = wall_clock_ms,
+                 idle_timeout_ms: int | None = 120_000, silence_heartbeat_s: float | None = 3.0,
+                 clock: Clock = wall_clock_ms,
                  more_stores: Sequence[tuple[str, MessagingStore]] = ()) -> None:
         self.namespace = namespace
         self.clock = clock
@@ -94,9 +96,13 @@ class Broker:
         self.worker = self.workers[0]
         self.max_frame_size = max_frame_size
         self.idle_timeout_ms = idle_timeout_ms
+        # An empty frame after this much of our own silence on a connection whose client asked for
+        # no heartbeats (the Python SDK's sync sender stalls without them; clarifications.md, 13.4).
+        self.silence_heartbeat_s = silence_heartbeat_s
         self.container_id = f"sodalite-{namespace.name}"
         self.entities: dict[str, Entity] = {}
         self.connections: set[BrokerConnection] = set()
+        self.limits = ConnectionLimits()  # per connection and in all (server/limits.py)
         # The namespace's shared access rules, with keys regenerated at runtime (start() applies stored ones).
         self.authorization_rules: tuple[AuthorizationRule, ...] = namespace.authorization_rules
         self.key_overrides = KeyOverrides()
@@ -283,7 +289,7 @@ class Broker:
         loop = asyncio.get_running_loop()
         self._idle_sweeper = loop.create_task(self._sweep_idle_forever())
         self._server = await SniffingListener.start(host, port, lambda: BrokerConnection(self), management,
-                                                    management_tls)
+                                                    management_tls, sniff_timeout=self.limits.handshake_timeout)
         if tls is not None and tls_port >= 0:
             self._tls_server = await loop.create_server(lambda: BrokerConnection(self), host, tls_port, ssl=tls)
             self.amqps_port = int(self._tls_server.sockets[0].getsockname()[1])

@@ -44,6 +44,7 @@ from sodalite.errors import (
     InvalidOperation,
     MessageSizeExceeded,
     NotImplementedOperation,
+    QuotaExceeded,
     SessionLockLost,
     SodaliteError,
     Unauthorized,
@@ -75,6 +76,9 @@ DOTNET_EPOCH_TICKS = 621355968000000000  # ticks at the Unix epoch (contract pit
 DEFAULT_SESSION_WAIT_MS = 60_000
 PRODUCER_CREDIT = 1000  # ignored by the Python SDK (contract 1.7), honoured by other clients
 BATCH_ENVELOPE_SLACK = 64 * 1024  # room for the batch envelope around a full-size message
+REFUSED_LINKS_SLACK = 100  # refused attaches a peer may leave undetached before it is disconnected
+HANDSHAKE_RECHECK_S = 15.0  # before open no heartbeat is due; the timer looks again this often
+MIN_TICK_S = 0.05
 
 
 class Producer:
@@ -116,10 +120,11 @@ class LinkConsumer:
 
     def deliver(self, record: MessageRecord, lock: Lock | None) -> None:
         if lock is not None:
-            payload = wire.delivery_payload(record, lock.locked_until)
+            payload = wire.delivery_payload(record, lock.locked_until, lock_token=lock.token,
+                                            decimals_as_text=self.handler.decimals_as_text)
             self.link.send_transfer(payload, wire.lock_token_tag(lock.token), settled=False)
         else:
-            payload = wire.delivery_payload(record, None)
+            payload = wire.delivery_payload(record, None, decimals_as_text=self.handler.decimals_as_text)
             self.link.send_transfer(payload, uuid.uuid4().bytes_le, settled=True)
         self.handler.broker.metrics.delivered(self.actor, self.sub_queue, removed=lock is None)
         self.handler.flush_soon()
@@ -141,20 +146,25 @@ class LinkConsumer:
 class BrokerConnection(asyncio.Protocol):
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        limits = broker.limits
         self.amqp = Connection(
             server=True, container_id=broker.container_id, max_frame_size=broker.max_frame_size,
+            channel_max=max(0, limits.max_sessions - 1),  # one session more closes the connection
             idle_timeout_ms=broker.idle_timeout_ms, sasl_server=SaslServerConfig(),
+            silence_heartbeat_s=broker.silence_heartbeat_s,
             first_outgoing_id=0x80000000,  # keeps our delivery-ids apart from the SDK's (pitfall 6)
         )
         self.transport: asyncio.Transport | None = None
         self.grants: list[Authorization] = []  # from this connection's put-tokens
         self._expiry: asyncio.TimerHandle | None = None
         self.consumers: list[LinkConsumer] = []
-        self.locked_through_management: dict[int, PartitionActor] = {}  # by id(actor)
         self._flush_scheduled = False
         self._heartbeat: asyncio.TimerHandle | None = None
         self.peer = "?"
+        self.decimals_as_text = False  # the client cannot read decimal128 (wire.decimals_as_text)
         self.transactions = ConnectionTransactions(self)  # AMQP transactions belong to the connection
+        self._handshake: asyncio.TimerHandle | None = None
+        self.over_limit = False  # past max_connections: closed with an error once its open arrives
 
     # ---- asyncio.Protocol ----------------------------------------------------------------------
 
@@ -163,6 +173,11 @@ class BrokerConnection(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        limits = self.broker.limits
+        self._handshake = asyncio.get_running_loop().call_later(limits.handshake_timeout, self._handshake_expired)
+        if len(self.broker.connections) >= limits.max_connections:
+            self.over_limit = True  # not counted: it lives only until its handshake ends
+            return
         self.broker.connections.add(self)
         self.broker.metrics.connection_opened()
         self._arm_heartbeat()
@@ -175,12 +190,12 @@ class BrokerConnection(asyncio.Protocol):
         return None  # close our side too
 
     def connection_lost(self, exc: Exception | None) -> None:
+        # Locks taken on this connection (by its receivers or by receive-by-sequence-number) outlive it.
         self._handle(self.amqp.connection_lost())
-        for actor in self.locked_through_management.values():
-            actor.drop_owner(self)  # locks taken by receive-by-sequence-number on this connection
-        self.locked_through_management.clear()
         self.transactions.connection_lost()  # its open transactions roll back
         self.broker.connections.discard(self)
+        if self._handshake is not None:
+            self._handshake.cancel()
         if self._heartbeat is not None:
             self._heartbeat.cancel()
         if self._expiry is not None:
@@ -205,16 +220,38 @@ class BrokerConnection(asyncio.Protocol):
             transport.close()
 
     def _arm_heartbeat(self) -> None:
-        self._heartbeat = asyncio.get_running_loop().call_later(self._heartbeat_interval(), self._on_heartbeat)
+        """One timer per connection, at the next moment the AMQP layer has a heartbeat or idle check due.
 
-    def _heartbeat_interval(self) -> float:
-        remote = self.amqp.remote_open.idle_time_out if self.amqp.remote_open else None
-        interval = 15.0
-        if remote:
-            interval = min(interval, remote / 4000.0)
-        return max(interval, 0.05)
+        Traffic in between only moves that moment later, so a timer that fires early just re-arms.
+        Before open there is nothing due; the timer looks again after a while.
+        """
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        delay = self.amqp.next_tick(time.monotonic())
+        delay = HANDSHAKE_RECHECK_S if delay is None else max(delay, MIN_TICK_S)
+        self._heartbeat = asyncio.get_running_loop().call_later(delay, self._on_heartbeat)
+
+    def _handshake_expired(self) -> None:
+        """No open within the handshake deadline: the connection goes (it has proved nothing)."""
+        self._handshake = None
+        if (self.amqp.phase == "opened" and not self.over_limit) or self.transport is None:
+            return  # (a refused connection goes at the deadline even if it never answers our close)
+        log.info("closing connection %s: no AMQP open within %.0f s of connecting", self.peer,
+                 self.broker.limits.handshake_timeout, extra={"connection": self.peer, "kind": "connection"})
+        self.transport.abort()
+
+    def _on_opened(self) -> None:
+        if self._handshake is not None and not self.over_limit:
+            self._handshake.cancel()
+            self._handshake = None
+        if self.over_limit:
+            limit = self.broker.limits.max_connections
+            self.amqp.close(client_error(QuotaExceeded(
+                f"the broker has reached its limit of {limit} connections; try again later"),
+                self.broker.metrics, self.peer, None))
 
     def _on_heartbeat(self) -> None:
+        self._heartbeat = None
         self._handle(self.amqp.tick(time.monotonic()))
         self.flush()
         if not self.amqp.closed:
@@ -238,10 +275,15 @@ class BrokerConnection(asyncio.Protocol):
             consumer = event.link.context
             if isinstance(consumer, LinkConsumer):
                 consumer.actor.credit_changed(consumer)
+        elif isinstance(event, ev.ConnectionOpened):
+            self.decimals_as_text = wire.decimals_as_text(event.remote.properties)
+            asyncio.get_running_loop().call_soon(self._arm_heartbeat)  # the peer's idle-time-out is known now
         elif isinstance(event, ev.LinkAttachRequested):
             self._on_attach(event.link)
         elif isinstance(event, ev.LinkDetached):
             self._on_detached(event.link)
+        elif isinstance(event, ev.ConnectionOpened):
+            self._on_opened()
         elif isinstance(event, ev.ConnectionClosed) and event.error is not None and not event.by_peer:
             log.warning("closing connection %s: %s %s", self.peer, event.error.condition, event.error.description,
                         extra={"condition": event.error.condition, "connection": self.peer, "kind": "connection"})
@@ -257,6 +299,8 @@ class BrokerConnection(asyncio.Protocol):
             return
         terminus = remote.target if link.role is RECEIVER else remote.source
         path = entity_path(terminus.address if terminus is not None else None)
+        if self._too_many_links(link, path):
+            return
         try:
             if path == CBS_NODE:
                 link.context = ControlLink(CBS_NODE, None)
@@ -287,6 +331,21 @@ class BrokerConnection(asyncio.Protocol):
             link.accept(max_message_size=limit)
         else:
             self._attach_consumer(link, entity, sub_queue)
+
+    def _too_many_links(self, link: Link, path: str | None) -> bool:
+        """Past max_links on this connection the link is refused; a peer that keeps attaching anyway
+        (each refusal waits for its detach) is disconnected."""
+        limit = self.broker.limits.max_links
+        held = sum(len(session.links) for session in self.amqp.sessions.values())
+        if held <= limit:
+            return False
+        error = client_error(QuotaExceeded(f"a connection may attach at most {limit} links"),
+                             self.broker.metrics, self.peer, path)
+        if held > limit + REFUSED_LINKS_SLACK:
+            self.amqp.close(error)
+        else:
+            link.refuse(error)
+        return True
 
     def _attach_consumer(self, link: Link, entity: Entity, sub_queue: SubQueue) -> None:
         remote = link.remote_attach
@@ -414,7 +473,7 @@ class BrokerConnection(asyncio.Protocol):
         try:
             if delivery.oversize:
                 raise MessageSizeExceeded(f"the message exceeds the entity limit of {entity.max_message_size} bytes")
-            drafts = wire.parse_transfer(delivery.payload, delivery.message_format, entity.max_message_size)
+            drafts = wire.received_messages(delivery.payload, delivery.message_format, entity.max_message_size)
             drafts = self._without_pings(entity, drafts)
             route = self.broker.route(entity)
             if not drafts:
@@ -603,7 +662,8 @@ class BrokerConnection(asyncio.Protocol):
         mgmt_path = management_entity(control.node) or control.entity.name
         context = management.Context(control.entity.actor, control.sub_queue, self, control.entity.max_message_size,
                                      self.broker, control.entity,
-                                     authorise=lambda right: self.authorise(mgmt_path, right))
+                                     authorise=lambda right: self.authorise(mgmt_path, right),
+                                     decimals_as_text=self.decimals_as_text)
         task = asyncio.get_running_loop().create_task(
             management.execute(context, request.application_properties.get("operation"), request.body))
 

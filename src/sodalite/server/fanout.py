@@ -112,7 +112,8 @@ def _replace_properties(tail: bytes, changed: dict[str, Any]) -> bytes:
     encode_value(Described(ULong(amqp_message.PROPERTIES), fields), out)
     if existing is not None:
         return tail[: existing.start] + bytes(out) + tail[existing.end :]
-    return bytes(out) + tail
+    at = wire.properties_position(tail)
+    return tail[:at] + bytes(out) + tail[at:]
 
 
 def copies_for(rules: list[CompiledRule], draft: MessageDraft, dead_letter_on_errors: bool,

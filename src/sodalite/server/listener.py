@@ -14,7 +14,10 @@ socket itself and peeks at its first byte without consuming it (``MSG_PEEK``):
 The peek waits only while the bytes so far could still begin a method (``P``, ``DE``, ...), so an
 AMQP header is decided on its first byte. Since nothing was read, the chosen protocol sees the
 stream from its first byte. Without an HTTP protocol factory the listener is a plain AMQP
-listener. A socket that has not decided within ``SNIFF_TIMEOUT`` seconds is closed.
+listener. A socket that has not decided within the handshake timeout (``SNIFF_TIMEOUT`` unless the
+broker says otherwise) is closed. A failed accept goes to the loop's exception handler (which reports
+running out of descriptors once per interval, ``limits.AcceptFailureLog``) and pauses accepting, a
+second when the process is out of resources.
 """
 
 from __future__ import annotations
@@ -26,13 +29,17 @@ import socket
 import ssl
 from collections.abc import Callable
 
+from sodalite.server.limits import OUT_OF_RESOURCES
+
 log = logging.getLogger(__name__)
 
 TLS_HANDSHAKE = 0x16
 HTTP_METHODS = (b"GET ", b"PUT ", b"POST ", b"DELETE ", b"HEAD ", b"OPTIONS ", b"PATCH ")
 PEEK = max(len(m) for m in HTTP_METHODS)
 PARTIAL_PAUSE = 0.01  # seconds between peeks while the bytes so far are an incomplete method
-SNIFF_TIMEOUT = 60.0
+SNIFF_TIMEOUT = 30.0
+ACCEPT_PAUSE = 0.1  # seconds after a failed accept; OUT_OF_RESOURCES_PAUSE when out of descriptors
+OUT_OF_RESOURCES_PAUSE = 1.0  # as asyncio's own servers do
 
 ProtocolFactory = Callable[[], asyncio.Protocol]
 
@@ -41,8 +48,9 @@ class SniffingListener:
     """Accepts on one socket; each connection goes to AMQP, HTTPS or HTTP by its first byte."""
 
     def __init__(self, sock: socket.socket, amqp: ProtocolFactory, http: ProtocolFactory | None,
-                 tls: ssl.SSLContext | None) -> None:
+                 tls: ssl.SSLContext | None, sniff_timeout: float = SNIFF_TIMEOUT) -> None:
         self.sock = sock
+        self._sniff_timeout = sniff_timeout
         self._amqp = amqp
         self._http = http
         self._tls = tls
@@ -51,10 +59,10 @@ class SniffingListener:
 
     @classmethod
     async def start(cls, host: str, port: int, amqp: ProtocolFactory, http: ProtocolFactory | None = None,
-                    tls: ssl.SSLContext | None = None) -> SniffingListener:
+                    tls: ssl.SSLContext | None = None, sniff_timeout: float = SNIFF_TIMEOUT) -> SniffingListener:
         sock = socket.create_server((host, port), reuse_port=False, backlog=128)
         sock.setblocking(False)
-        listener = cls(sock, amqp, http, tls)
+        listener = cls(sock, amqp, http, tls, sniff_timeout)
         listener._accepting = asyncio.get_running_loop().create_task(listener._accept_forever())
         return listener
 
@@ -74,9 +82,10 @@ class SniffingListener:
         while True:
             try:
                 conn, _ = await loop.sock_accept(self.sock)
-            except OSError as exc:  # out of descriptors, say: keep listening
-                log.warning("accept failed on the AMQP port: %s", exc)
-                await asyncio.sleep(0.1)
+            except OSError as exc:  # out of descriptors, say: report (rate-limited) and keep listening
+                loop.call_exception_handler({"message": "socket.accept() out of system resource on the AMQP port",
+                                             "exception": exc, "socket": self.sock})
+                await asyncio.sleep(OUT_OF_RESOURCES_PAUSE if exc.errno in OUT_OF_RESOURCES else ACCEPT_PAUSE)
                 continue
             conn.setblocking(False)
             if self._http is None:
@@ -88,7 +97,7 @@ class SniffingListener:
 
     async def _route(self, conn: socket.socket) -> None:
         try:
-            kind = await asyncio.wait_for(_sniff(conn), SNIFF_TIMEOUT)
+            kind = await asyncio.wait_for(_sniff(conn), self._sniff_timeout)
         except (TimeoutError, OSError):
             conn.close()
             return

@@ -53,22 +53,18 @@ class Response:
 class Context:
     actor: PartitionActor | PartitionedActor
     sub_queue: SubQueue
-    owner: Any  # holds locks taken here (the client connection); they end when it goes
+    owner: Any  # holds locks taken here (the client connection); they outlive it, until they expire
     max_message_size: int
     broker: Any = None  # for rule operations on a subscription
     entity: Any = None
     # Raises Unauthorized unless the caller's token grants the right (None: no check, e.g. in unit tests).
     authorise: Callable[[AccessRights], None] | None = None
+    decimals_as_text: bool = False  # the client cannot read decimal128 (wire.decimals_as_text)
 
     @property
     def metrics(self) -> BrokerMetrics | None:
         metrics = getattr(self.broker, "metrics", None)
         return metrics if isinstance(metrics, BrokerMetrics) else None
-
-    def note_locks(self) -> None:
-        registry = getattr(self.owner, "locked_through_management", None)
-        if isinstance(registry, dict):
-            registry[id(self.actor)] = self.actor
 
 
 Operation = Callable[[Context, dict[str, Any]], Awaitable[Response]]
@@ -110,7 +106,8 @@ async def peek_message(ctx: Context, body: dict[str, Any]) -> Response:
     if not records:
         return Response(NO_CONTENT, None, "No messages to peek")
     return Response(OK, {"messages": [
-        {"message": wire.delivery_payload(r, None, with_state=True)} for r in records
+        {"message": wire.delivery_payload(r, None, with_state=True, decimals_as_text=ctx.decimals_as_text)}
+        for r in records
     ]})
 
 
@@ -123,13 +120,22 @@ async def schedule_message(ctx: Context, body: dict[str, Any]) -> Response:
         encoded = entry.get("message") if isinstance(entry, dict) else None
         if not isinstance(encoded, bytes):
             raise ArgumentError("each scheduled message needs its encoded 'message'")
-        drafts.append(wire.parse_transfer(encoded, 0, ctx.max_message_size)[0])
-    if any(d.scheduled_enqueue_time is None for d in drafts):
+        drafts.append(wire.received_messages(encoded, 0, ctx.max_message_size)[0])
+    kept = [d for d in drafts if not d.ping]
+    if any(d.scheduled_enqueue_time is None for d in kept):
         raise ArgumentError("a scheduled message needs x-opt-scheduled-enqueue-time")
-    future, numbers = ctx.actor.schedule(drafts)
-    if ctx.metrics is not None:
-        ctx.metrics.count_in(future, ctx.metrics.entity_label(ctx.actor), len(numbers))
-    await future
+    numbers: list[int] = []
+    if kept:
+        future, numbers = ctx.actor.schedule(kept)
+        if ctx.metrics is not None:
+            ctx.metrics.count_in(future, ctx.metrics.entity_label(ctx.actor), len(numbers))
+        await future
+    if len(kept) < len(drafts):
+        # Pings are never scheduled (clarification 15): dropped as a sent ping is, after the Send right
+        # was checked; each gets sequence number 0, which names no message (cancelling it is refused).
+        ctx.actor.note_activity()
+        given = iter(numbers)
+        numbers = [0 if d.ping else next(given) for d in drafts]
     return Response(OK, {"sequence-numbers": Array("long", tuple(Long(n) for n in numbers))})
 
 
@@ -142,16 +148,18 @@ async def receive_by_sequence_number(ctx: Context, body: dict[str, Any]) -> Resp
     numbers = _array(body, "sequence-numbers", int)
     mode = _int_arg(body, "receiver-settle-mode", PEEK_LOCK)
     if mode == PEEK_LOCK:
-        taken = ctx.actor.lock_deferred(ctx.sub_queue, numbers, ctx.owner)
-        ctx.note_locks()
-        messages = [{"message": wire.delivery_payload(r, lock.locked_until, with_state=True),
+        future, taken = ctx.actor.lock_deferred(ctx.sub_queue, numbers, ctx.owner)
+        await future  # their delivery is counted durably before they are handed out
+        messages = [{"message": wire.delivery_payload(r, lock.locked_until, with_state=True, lock_token=lock.token,
+                                                    decimals_as_text=ctx.decimals_as_text),
                      "lock-token": lock.token} for r, lock in taken]
     else:
         future, records = ctx.actor.take_deferred(ctx.sub_queue, numbers)
         if ctx.metrics is not None:
             ctx.metrics.count_out(future, ctx.actor, ctx.sub_queue, len(records))
         await future
-        messages = [{"message": wire.delivery_payload(r, None, with_state=True)} for r in records]
+        messages = [{"message": wire.delivery_payload(r, None, with_state=True, decimals_as_text=ctx.decimals_as_text)}
+                    for r in records]
     return Response(OK, {"messages": messages})
 
 
@@ -296,6 +304,55 @@ async def enumerate_rules(ctx: Context, body: dict[str, Any]) -> Response:
     return Response(OK, {"rules": [{"rule-description": rule_to_wire(r)} for r in rules]})
 
 
+# ---- Sodalite extensions (docs/spark.md): what the Spark data source needs; no Service Bus SDK sends them.
+
+COMPLETE_THROUGH = "com.sodalite:complete-through-sequence-number"
+PARTITION_BOUNDS = "com.sodalite:partition-bounds"
+PEEK_PARTITION = "com.sodalite:peek-partition"
+
+
+def _partition(ctx: Context, body: dict[str, Any]) -> PartitionActor:
+    partitions = ctx.actor.partitions if isinstance(ctx.actor, PartitionedActor) else [ctx.actor]
+    index = _int_arg(body, "partition", 0)
+    if not 0 <= index < len(partitions):
+        raise ArgumentError(f"'partition' must be between 0 and {len(partitions) - 1}")
+    return partitions[index]
+
+
+async def complete_through_sequence_number(ctx: Context, body: dict[str, Any]) -> Response:
+    """Remove every unlocked message of one partition numbered ``sequence-number`` or lower; answers
+    ``count`` (how many went) once the delete is durable. Idempotent: a repeat removes nothing more."""
+    partition = _partition(ctx, body)
+    future, count = partition.complete_through(ctx.sub_queue, _int_arg(body, "sequence-number"))
+    if ctx.metrics is not None and count:
+        ctx.metrics.count_out(future, partition, ctx.sub_queue, count)
+    await future
+    return Response(OK, {"count": Long(count)})
+
+
+async def partition_bounds(ctx: Context, body: dict[str, Any]) -> Response:
+    """Per partition: the first stored sequence number (null when empty) and the next one to be made
+    visible; everything numbered below ``next-sequence-number`` that will ever be visible already is."""
+    partitions = ctx.actor.partitions if isinstance(ctx.actor, PartitionedActor) else [ctx.actor]
+    bounds = []
+    for index, partition in enumerate(partitions):
+        first, next_number = partition.bounds(ctx.sub_queue)
+        bounds.append({"partition": index, "first-sequence-number": None if first is None else Long(first),
+                       "next-sequence-number": Long(next_number)})
+    return Response(OK, {"partitions": bounds})
+
+
+async def peek_partition(ctx: Context, body: dict[str, Any]) -> Response:
+    """Peek within one partition only, failing (rather than skipping it) when its store is unavailable."""
+    partition = _partition(ctx, body)
+    start = _int_arg(body, "from-sequence-number", 0)
+    count = max(0, _int_arg(body, "message-count", 1))
+    records = partition.peek(ctx.sub_queue, start, count)
+    return Response(OK, {"messages": [
+        {"message": wire.delivery_payload(r, None, with_state=True)} for r in records
+    ]})
+
+
 OPERATIONS: dict[str, Operation] = {
     "com.microsoft:renew-lock": renew_lock,
     "com.microsoft:peek-message": peek_message,
@@ -310,6 +367,9 @@ OPERATIONS: dict[str, Operation] = {
     "com.microsoft:add-rule": add_rule,
     "com.microsoft:remove-rule": remove_rule,
     "com.microsoft:enumerate-rules": enumerate_rules,
+    COMPLETE_THROUGH: complete_through_sequence_number,
+    PARTITION_BOUNDS: partition_bounds,
+    PEEK_PARTITION: peek_partition,
 }
 
 
@@ -329,6 +389,9 @@ REQUIRED_RIGHTS: dict[str, AccessRights] = {
     "com.microsoft:add-rule": AccessRights.MANAGE,
     "com.microsoft:remove-rule": AccessRights.MANAGE,
     "com.microsoft:enumerate-rules": AccessRights.MANAGE,
+    COMPLETE_THROUGH: AccessRights.LISTEN,
+    PARTITION_BOUNDS: AccessRights.LISTEN,
+    PEEK_PARTITION: AccessRights.LISTEN,
 }
 
 

@@ -32,7 +32,9 @@ from sodalite.errors import (
     OperationTimeout,
     QuotaExceeded,
     SessionCannotBeLocked,
+    SessionLockLost,
     SodaliteError,
+    StoreFull,
     StoreUnavailable,
 )
 from sodalite.model.dedup import DuplicateDetector
@@ -125,7 +127,8 @@ class _Batch:
     ops: list[StoreOp] = field(default_factory=list)
     futures: list[asyncio.Future[Any]] = field(default_factory=list)
     published: list[tuple[SubQueue, MessageRecord]] = field(default_factory=list)
-    deliveries: list[tuple[Consumer, MessageRecord]] = field(default_factory=list)  # ReceiveAndDelete
+    # Deliveries waiting for their store op: a ReceiveAndDelete's delete, a PeekLock's counted delivery.
+    deliveries: list[tuple[Consumer, MessageRecord, Lock | None]] = field(default_factory=list)
     forwarded: list[tuple[PartitionActor, SubQueue, MessageRecord]] = field(default_factory=list)  # other entities
 
 
@@ -270,6 +273,12 @@ class PartitionActor:
         if self._reloading:
             raise StoreUnavailable("the partition is recovering from a store failure; retry shortly")
 
+    def _check_room(self) -> None:
+        """New messages need room in the store; stored ones can still be received when it is full."""
+        if self.worker.full:
+            raise StoreFull(f"the messaging store '{self.worker.name}' is full: new messages are refused "
+                            "until space is freed (receiving and settling go on)")
+
     # ---- sending and scheduling ---------------------------------------------------------------------
 
     def send(self, drafts: list[MessageDraft]) -> asyncio.Future[None]:
@@ -284,6 +293,7 @@ class PartitionActor:
         """Accept messages; the future (always in the batch, so a duplicate's acknowledgement never
         overtakes its original's commit) resolves once they are durable."""
         self._touch()
+        self._check_room()
         self._check_available()
         if self.settings.requires_session and any(d.session_id is None for d in drafts):
             raise InvalidOperation("the entity requires sessions: every message needs a SessionId")
@@ -360,8 +370,10 @@ class PartitionActor:
                                      description: str) -> asyncio.Future[None]:
         """Messages that could not be forwarded: straight into the transfer dead-letter queue."""
         self._touch()
+        self._check_room()
         self._check_available()
         records = self.partition.accept(drafts, self.clock(), None)
+        self.partition.forget_unpublished(r.sequence_number for r in records)  # published in the sub-queue
         moved = tuple(wire.dead_lettered(r, reason, description) for r in records)
         sub = SubQueue.TRANSFER_DEAD_LETTER
         self._batch.ops.append(AppendMessages(self.refs[sub], moved))
@@ -385,6 +397,7 @@ class PartitionActor:
     def accept_dead_lettered(self, drafts: list[tuple[MessageDraft, str, str]]) -> list[MessageRecord]:
         """Numbers for messages another actor puts straight into this entity's dead-letter queue."""
         records = self.partition.accept([d for d, _, _ in drafts], self.clock(), None)
+        self.partition.forget_unpublished(r.sequence_number for r in records)  # published in the sub-queue
         return [wire.dead_lettered(r, reason, description) for r, (_, reason, description) in zip(records, drafts,
                                                                                                  strict=True)]
 
@@ -396,12 +409,14 @@ class PartitionActor:
     def fan_out(self, targets: list[FanOut]) -> asyncio.Future[None]:
         """A topic's send: every subscription's copies in this actor's batch, so one transaction holds
         them all (all copies or none), acknowledged once that commits."""
+        self._check_room()
         self._check_available()
         self._touch()
         # A target kept in another messaging store cannot share this store's transaction: it commits
         # its copies itself, and the send is acknowledged when both have.
         elsewhere = [t for t in targets if t.actor.worker is not self.worker]
         for target in elsewhere:
+            target.actor._check_room()
             target.actor._check_available()
         self._append_fan_out([t for t in targets if t.actor.worker is self.worker])
         own = self._future_in_batch()
@@ -507,9 +522,9 @@ class PartitionActor:
 
     def release(self, token: uuid.UUID) -> None:
         self._touch()
-        for queue in self.queues.values():
+        for sub, queue in self.queues.items():
             if token in queue.locks:
-                queue.release(token)
+                self._store_release(sub, token)  # the claimed delivery did not happen: uncount it
         self._dispatch_soon()
 
     def renew_lock(self, token: uuid.UUID) -> int:
@@ -530,6 +545,7 @@ class PartitionActor:
         """What a send checks before it is accepted, for messages a transaction sends at its commit.
 
         ``stored_here`` False (a topic, a transfer dead-letter route) checks availability only."""
+        self._check_room()
         self._check_available()
         if not stored_here:
             return
@@ -585,13 +601,36 @@ class PartitionActor:
         self._check_available()
         return self.queues[sub].peek(from_sequence_number, count, session_id)
 
-    def lock_deferred(self, sub: SubQueue, sequence_numbers: list[int],
-                      owner: Any) -> list[tuple[MessageRecord, Lock]]:
+    def complete_through(self, sub: SubQueue, sequence_number: int) -> tuple[asyncio.Future[None], int]:
+        """Remove the unlocked messages numbered ``sequence_number`` or lower (a Sodalite extension,
+        docs/spark.md); the future resolves once the delete is durable. Returns it and the count."""
         self._touch()
         self._check_available()
-        taken = self.queues[sub].lock_deferred(sequence_numbers, self.clock(), self.settings.lock_duration, owner)
+        removed = self.queues[sub].complete_through(sequence_number)
+        if removed:
+            self._batch.ops.append(DeleteMessages(self.refs[sub], tuple(removed)))
+        return self._after_settlement(sub), len(removed)
+
+    def bounds(self, sub: SubQueue) -> tuple[int | None, int]:
+        """(first stored sequence number or None, the number after the highest ever made visible)."""
+        self._check_available()
+        queue = self.queues[sub]
+        return queue.first_sequence_number(), queue.next_visible
+
+    def lock_deferred(self, sub: SubQueue, sequence_numbers: list[int],
+                      owner: Any) -> tuple[asyncio.Future[None], list[tuple[MessageRecord, Lock]]]:
+        """Lock deferred messages by number; hand them out once the future says their delivery is
+        counted durably."""
+        self._touch()
+        self._check_available()
+        bound = sub is SubQueue.MAIN and self.settings.requires_session
+        queue = self.queues[sub]
+        taken = queue.lock_deferred(sequence_numbers, self.clock(), self.settings.lock_duration, owner,
+                                    self._session_until if bound else None)
+        if taken:
+            self._batch.ops.append(UpdateMessages(self.refs[sub], tuple(queue.claim(r) for r, _ in taken)))
         self._arm_timer()
-        return taken
+        return self._future_in_batch(), taken
 
     def take_deferred(self, sub: SubQueue,
                       sequence_numbers: list[int]) -> tuple[asyncio.Future[None], list[MessageRecord]]:
@@ -654,13 +693,22 @@ class PartitionActor:
         self._dispatch_soon()
 
     def remove_consumer(self, consumer: Consumer) -> None:
+        """A receiver link went away. Its message locks stay until they expire, as in Service Bus: the
+        messages can still be settled by lock token through ``$management``. A session receiver's
+        session is released, and with it the messages it held (they ride on the session lock)."""
         consumers = self.consumers[consumer.sub_queue]
         if consumer in consumers:
             consumers.remove(consumer)
         self.cancel_session_wait(consumer)
-        self.sessions.release(consumer)
-        self.drop_owner(consumer)
+        for session_id in self.sessions.release(consumer):
+            self._drop_session(session_id)
         self._grant_waiters()
+        self._dispatch_soon()
+
+    def _drop_session(self, session_id: str) -> None:
+        """The session's lock ended: the messages riding on it are unlocked (the delivery counts)."""
+        self._store_updates(SubQueue.MAIN, self.queues[SubQueue.MAIN].drop_session(session_id))
+        self._drain_outbox(SubQueue.MAIN)
 
     def drop_owner(self, owner: Any) -> None:
         """Whoever held locks is gone: its locks end as expired ones do."""
@@ -670,7 +718,13 @@ class PartitionActor:
         self._dispatch_soon()
 
     def credit_changed(self, consumer: Consumer) -> None:
+        """The receiver asked for messages. A session holder asking is receiving from its session,
+        which extends the session lock as a delivery does (a receiver waiting on an empty session
+        keeps it while it keeps asking)."""
         self._touch()
+        session_id = consumer.session_id
+        if session_id is not None and consumer.sub_queue is SubQueue.MAIN and self.settings.requires_session:
+            self._extend_session(session_id, consumer, self.clock())
         self._dispatch_soon()
 
     # ---- sessions -----------------------------------------------------------------------------------
@@ -734,8 +788,22 @@ class PartitionActor:
     def renew_session_lock(self, session_id: str) -> int:
         self._touch()
         locked_until = self.sessions.renew(session_id, None, self.clock(), self.settings.lock_duration)
+        self.queues[SubQueue.MAIN].extend_session(session_id, locked_until)
         self._arm_timer()
         return locked_until
+
+    def _extend_session(self, session_id: str, holder: Any, now: int) -> int | None:
+        """Delivering from a session extends its lock, and its messages' with it; None if not held."""
+        try:
+            locked_until = self.sessions.renew(session_id, holder, now, self.settings.lock_duration)
+        except SessionLockLost:
+            return None
+        self.queues[SubQueue.MAIN].extend_session(session_id, locked_until)
+        return locked_until
+
+    def _session_until(self, session_id: str) -> int:
+        """The held session's locked-until, for a session message locked by sequence number."""
+        return self.sessions.check(session_id, None, self.clock()).locked_until
 
     def get_session_state(self, session_id: str) -> bytes | None:
         self._touch()
@@ -808,18 +876,27 @@ class PartitionActor:
                 session_id = consumer.session_id if by_session else None
                 if by_session and (session_id is None or not queue.has_available(session_id)):
                     continue
+                session_until = None
+                if by_session and session_id is not None:
+                    session_until = self._extend_session(session_id, consumer, now)
+                    if session_until is None:
+                        continue
                 if consumer.peek_lock:
-                    taken = queue.lock_next(now, self.settings.lock_duration, consumer, session_id)
+                    taken = queue.lock_next(now, self.settings.lock_duration, consumer, session_id, session_until)
                     if taken is None:
                         continue
-                    consumer.deliver(taken[0], taken[1])
+                    # The delivery counts durably before the message leaves (claims of one turn share a commit).
+                    consumer.reserved += 1
+                    self._batch.ops.append(UpdateMessages(self.refs[sub], (queue.claim(taken[0]),)))
+                    self._batch.deliveries.append((consumer, taken[0], taken[1]))
+                    self._schedule_commit()
                 else:
                     record = queue.take_next(now, session_id)
                     if record is None:
                         continue
                     consumer.reserved += 1
                     self._batch.ops.append(DeleteMessages(self.refs[sub], (record.sequence_number,)))
-                    self._batch.deliveries.append((consumer, record))
+                    self._batch.deliveries.append((consumer, record, None))
                     self._schedule_commit()
                 progress = True
             self._next_consumer = start + 1
@@ -914,8 +991,8 @@ class PartitionActor:
             return  # the reload re-arms it
         now = self.clock()
         for lock in self.sessions.expire(now):
-            # The holder lost the session: its message locks go too, and it is told (SessionLockLost).
-            self.drop_owner(lock.owner)
+            # The holder lost the session: its messages' locks go too, and it is told (SessionLockLost).
+            self._drop_session(lock.session_id)
             lost = getattr(lock.owner, "session_lost", None)
             if callable(lost):
                 lost()
@@ -983,9 +1060,10 @@ class PartitionActor:
             return
         for sub, record in batch.published:
             self.queues[sub].publish([record])
-        for consumer, record in batch.deliveries:
+        for consumer, record, lock in batch.deliveries:
             consumer.reserved -= 1
-            consumer.deliver(record, None)
+            if lock is None or self._still_held(consumer, lock):
+                consumer.deliver(record, lock)
         for target, sub, record in batch.forwarded:
             target.publish_forwarded([record], sub)
         for future in batch.futures:
@@ -994,12 +1072,31 @@ class PartitionActor:
         self._grant_waiters()
         self._dispatch()
 
+    def _still_held(self, consumer: Consumer, lock: Lock) -> bool:
+        """A claimed message whose lock ended while its claim committed (the entity changed, the
+        session went) is not sent; one whose receiver left meanwhile is released for others."""
+        queue = self.queues[consumer.sub_queue]
+        if queue.locks.get(lock.token) is not lock:
+            return False
+        if consumer.credit() <= 0 and consumer not in self.consumers[consumer.sub_queue]:
+            self._store_release(consumer.sub_queue, lock.token)
+            self._dispatch_soon()
+            return False
+        return True
+
+    def _store_release(self, sub: SubQueue, token: uuid.UUID) -> None:
+        update = self.queues[sub].release(token)
+        if update is not None:
+            self._store_updates(sub, [update])
+
     def _fail_batch(self, batch: _Batch, exc: SodaliteError) -> None:
         for future in batch.futures:
             if not future.done():
                 future.set_exception(exc)
-        for consumer, _ in batch.deliveries:
-            consumer.reserved -= 1  # not sent: the delete did not commit, the reload brings it back
+        for target, _, record in batch.forwarded:  # numbers they took that will never be published
+            target.partition.forget_unpublished((record.sequence_number,))
+        for consumer, _, _ in batch.deliveries:
+            consumer.reserved -= 1  # not sent: the op did not commit, the reload brings the message back
 
     async def _reload(self) -> None:
         self._reloading = True

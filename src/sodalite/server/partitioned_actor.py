@@ -246,11 +246,14 @@ class PartitionedActor:
             found += partition.peek(sub, start, count - len(found))
         return found
 
-    def lock_deferred(self, sub: SubQueue, sequence_numbers: list[int], owner: Any) -> list[tuple[MessageRecord, Lock]]:
-        taken: list[tuple[MessageRecord, Lock]] = []
+    def lock_deferred(self, sub: SubQueue, sequence_numbers: list[int],
+                      owner: Any) -> tuple[asyncio.Future[None], list[tuple[MessageRecord, Lock]]]:
+        futures, taken = [], []
         for partition, numbers in self._by_sequence_number(sequence_numbers):
-            taken += partition.lock_deferred(sub, numbers, owner)
-        return taken
+            future, locked = partition.lock_deferred(sub, numbers, owner)
+            futures.append(future)
+            taken += locked
+        return all_of(futures), taken
 
     def take_deferred(self, sub: SubQueue,
                       sequence_numbers: list[int]) -> tuple[asyncio.Future[None], list[MessageRecord]]:

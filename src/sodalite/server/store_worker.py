@@ -4,6 +4,11 @@ Store adapters are synchronous and not thread-safe; SQLite's commit waits for fs
 store's calls on its own single thread keeps the event loop free while a commit is in flight and
 serialises the store's calls without locks. ``on_commit`` (the metrics' latency histogram) hears
 how long each ``apply`` took on the store's thread, queueing excluded.
+
+A second after a batch the worker calls the store's ``maintain`` (WAL checkpoint, free pages
+returned). When a batch fails with StoreFull the worker is ``full``: the partitions refuse new
+messages at once, receives go on, and ``maintain`` is tried every second until the store says it
+has room again, with no restart.
 """
 
 from __future__ import annotations
@@ -14,10 +19,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from sodalite.errors import StoreUnavailable
+from sodalite.errors import SodaliteError, StoreFull, StoreUnavailable
 from sodalite.store.port import MessagingStore, PartitionRef, PartitionSnapshot, StoreOp
 
 T = TypeVar("T")
+MAINTENANCE_DELAY = 1.0  # seconds after a batch (and between tries while the store is full)
 
 
 class StoreWorker:
@@ -28,6 +34,9 @@ class StoreWorker:
         self.on_commit: Callable[[float], None] | None = None
         # The operator's outage switch: while set, every call fails as an unreachable store's would.
         self.offline = False
+        self.full = False  # the store's disk is full: sends are refused until maintain() finds room
+        self._maintenance: asyncio.TimerHandle | None = None
+        self._closing = False
 
     async def call(self, fn: Callable[[], T]) -> T:
         if self.offline:
@@ -35,7 +44,13 @@ class StoreWorker:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
 
     async def apply(self, batch: Sequence[StoreOp]) -> None:
-        seconds = await self.call(lambda: self._timed_apply(batch))
+        try:
+            seconds = await self.call(lambda: self._timed_apply(batch))
+        except StoreFull:
+            self.full = True
+            self._schedule_maintenance()
+            raise
+        self._schedule_maintenance()
         if self.on_commit is not None:
             self.on_commit(seconds)
 
@@ -43,6 +58,22 @@ class StoreWorker:
         started = time.perf_counter()
         self.store.apply(batch)
         return time.perf_counter() - started
+
+    def _schedule_maintenance(self) -> None:
+        if self._maintenance is None and not self._closing:
+            loop = asyncio.get_running_loop()
+            self._maintenance = loop.call_later(MAINTENANCE_DELAY, lambda: loop.create_task(self._maintain()))
+
+    async def _maintain(self) -> None:
+        try:
+            room = await self.call(self.store.maintain)
+        except SodaliteError:
+            room = not self.full  # offline or closing: try again later
+        finally:
+            self._maintenance = None
+        self.full = not room
+        if self.full:
+            self._schedule_maintenance()
 
     async def load_partition(self, ref: PartitionRef) -> PartitionSnapshot:
         return await self.call(lambda: self.store.load_partition(ref))
@@ -52,6 +83,9 @@ class StoreWorker:
         await asyncio.get_running_loop().run_in_executor(self._executor, self.store.open)
 
     async def close(self) -> None:
+        self._closing = True
+        if self._maintenance is not None:
+            self._maintenance.cancel()
         # Closing works offline too: the switch simulates an outage, the file is still there.
         await asyncio.get_running_loop().run_in_executor(self._executor, self.store.close)
         self._executor.shutdown(wait=True)

@@ -461,7 +461,7 @@ class ConnectionTransactions:
             txn = self.open.get(state.txn_id, self.broker.clock())
             if delivery.oversize:
                 raise MessageSizeExceeded(f"the message exceeds the entity limit of {entity.max_message_size} bytes")
-            drafts = wire.parse_transfer(delivery.payload, delivery.message_format, entity.max_message_size)
+            drafts = wire.received_messages(delivery.payload, delivery.message_format, entity.max_message_size)
             drafts = [d for d in drafts if not d.ping]  # a ping is never stored (PING_CONTENT_TYPE)
             if drafts:
                 enlist_send(self.broker, txn, entity, drafts)

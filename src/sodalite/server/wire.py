@@ -1,13 +1,15 @@
 """Service Bus messages on the wire: from a received transfer to drafts, from a record to a delivery.
 
-Inbound, only header, message-annotations and properties are decoded; application-properties,
-body and footer are sliced verbatim into the record's tail, and delivery-annotations are dropped
-(they belong to the hop). Annotations that only the service may set are stripped on input, as the
+Inbound, only header, delivery- and message-annotations and properties are decoded;
+application-properties, body and footer are sliced verbatim into the record's tail. A client's
+delivery-annotations are kept, re-encoded as the first section of the tail (Service Bus delivers
+them with the message). Annotations that only the service may set are stripped on input, as the
 protocol guide says of ``x-opt-enqueued-time`` ("Ignored on input").
 
 Outbound, the delivery is a fresh header (carrying the delivery count, which the SDK reads raw:
-0 on first delivery, sdk-wire-contract.md 4.4), the broker's annotations spliced in front of the
-client's, then the tail unchanged.
+0 on first delivery, sdk-wire-contract.md 4.4), the delivery-annotations (the lock token of a
+PeekLock delivery, ``x-opt-lock-token``, in front of the client's), the broker's message
+annotations spliced in front of the client's, then the rest of the tail unchanged.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from dataclasses import replace
 from typing import Any
 
 from sodalite.amqp import message as amqp_message
-from sodalite.amqp.codec import decode
+from sodalite.amqp.codec import decode, skip_value
 from sodalite.amqp.errors import DecodeError
-from sodalite.amqp.types import Int, Symbol
+from sodalite.amqp.types import Decimal32, Decimal64, Decimal128, Int, Symbol
 from sodalite.errors import ArgumentError, MessageSizeExceeded
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import PING_CONTENT_TYPE, MessageDraft
@@ -36,6 +38,8 @@ _SEQUENCE_NUMBER = b"x-opt-sequence-number"
 _ENQUEUED_TIME = b"x-opt-enqueued-time"
 _LOCKED_UNTIL = b"x-opt-locked-until"
 _MESSAGE_STATE = "x-opt-message-state"
+_LOCK_TOKEN = b"x-opt-lock-token"
+_DELIVERY_ANNOTATIONS_PREFIX = b"\x00\x53\x71"  # how the tail of a record with them begins
 _UBYTE_MAX = 0xFF
 _UINT_MAX = 0xFFFF_FFFF
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -91,6 +95,7 @@ def parse_message(payload: bytes, max_message_size: int) -> MessageDraft:
     annotation_count = 0
     scheduled: int | None = None
     partition_key: str | None = None
+    delivery_annotations: dict[Any, Any] = {}
     tail: list[bytes] = []
     ping = False
     for s in sections:
@@ -123,14 +128,80 @@ def parse_message(payload: bytes, max_message_size: int) -> MessageDraft:
             session_id = fields[10] if isinstance(fields[10], str) else None
             ping = fields[6] == PING_CONTENT_TYPE
             tail.append(payload[s.start : s.end])
-        elif code != amqp_message.DELIVERY_ANNOTATIONS:
+        elif code == amqp_message.DELIVERY_ANNOTATIONS:
+            value = amqp_message.section_value(payload, s)
+            if not isinstance(value, dict):
+                raise ArgumentError("delivery-annotations is not a map")
+            delivery_annotations.update(
+                (k, v) for k, v in value.items() if str(k) not in SERVICE_OWNED_ANNOTATIONS)
+        else:
             tail.append(payload[s.start : s.end])
+    if delivery_annotations:
+        tail.insert(0, amqp_message.encode_section(amqp_message.DELIVERY_ANNOTATIONS, delivery_annotations))
     return MessageDraft(message_id, session_id, partition_key, ttl, scheduled, durable, priority, annotations,
                         annotation_count, b"".join(tail), ping)
 
 
-def delivery_payload(record: MessageRecord, locked_until: int | None, with_state: bool = False) -> bytes:
-    """The message as a receiver gets it; ``with_state`` adds ``x-opt-message-state`` (peek, deferred)."""
+def with_message_id(draft: MessageDraft) -> MessageDraft:
+    """The draft itself if it has a MessageId; else the draft given a fresh one.
+
+    Service Bus gives every message a MessageId (the JS SDK refuses to settle a message without
+    one). Only the properties section is re-encoded; the body is untouched.
+    """
+    if draft.message_id is not None:
+        return draft
+    message_id = uuid.uuid4().hex
+    tail = draft.tail
+    existing = next((s for s in amqp_message.split_sections(tail) if s.code == amqp_message.PROPERTIES), None)
+    if existing is None:
+        at = properties_position(tail)
+        tail = tail[:at] + amqp_message.encode_section(amqp_message.PROPERTIES, [message_id]) + tail[at:]
+    else:
+        fields = amqp_message.section_value(tail, existing)
+        fields = [message_id, *(fields[1:] if isinstance(fields, list) else [])]
+        tail = tail[: existing.start] + amqp_message.encode_section(amqp_message.PROPERTIES, fields) \
+            + tail[existing.end :]
+    return replace(draft, message_id=message_id, tail=tail)
+
+
+def received_messages(payload: bytes, message_format: int, max_message_size: int) -> list[MessageDraft]:
+    """What a client sent, as the drafts to store: :func:`parse_transfer`, each given a MessageId."""
+    return [with_message_id(d) for d in parse_transfer(payload, message_format, max_message_size)]
+
+
+def _split_delivery_annotations(tail: bytes) -> tuple[dict[Any, Any], bytes]:
+    """The client's delivery-annotations kept at the front of a tail, and the rest of the tail."""
+    if not tail.startswith(_DELIVERY_ANNOTATIONS_PREFIX):
+        return {}, tail
+    end = skip_value(tail, 3)
+    value = decode(tail[3:end])
+    return (dict(value) if isinstance(value, dict) else {}), tail[end:]
+
+
+def _delivery_annotations_section(lock_token: uuid.UUID | None, tail: bytes) -> tuple[bytes, bytes]:
+    """The delivery-annotations section to send (lock token first) and the tail without the stored one."""
+    if lock_token is None and not tail.startswith(_DELIVERY_ANNOTATIONS_PREFIX):
+        return b"", tail
+    client, rest = _split_delivery_annotations(tail)
+    values: dict[Any, Any] = {} if lock_token is None else {Symbol(_LOCK_TOKEN.decode()): lock_token}
+    values.update(client)
+    return amqp_message.encode_section(amqp_message.DELIVERY_ANNOTATIONS, values), rest
+
+
+def properties_position(tail: bytes) -> int:
+    """Where a properties section goes in a tail that has none: after the kept delivery-annotations."""
+    if not tail.startswith(_DELIVERY_ANNOTATIONS_PREFIX):
+        return 0
+    return skip_value(tail, 3)
+
+
+def delivery_payload(record: MessageRecord, locked_until: int | None, with_state: bool = False,
+                     lock_token: uuid.UUID | None = None, decimals_as_text: bool = False) -> bytes:
+    """The message as a receiver gets it; ``with_state`` adds ``x-opt-message-state`` (peek, deferred).
+
+    ``lock_token`` (a PeekLock delivery) goes into the delivery-annotations as ``x-opt-lock-token``.
+    ``decimals_as_text`` is for receivers that cannot read decimal128 (:func:`decimals_as_text`).
+    """
     entries = [
         amqp_message.annotation_entry_long(_SEQUENCE_NUMBER, record.sequence_number),
         amqp_message.annotation_entry_timestamp(_ENQUEUED_TIME, record.enqueued_time),
@@ -140,12 +211,49 @@ def delivery_payload(record: MessageRecord, locked_until: int | None, with_state
     if with_state:
         entries.append(amqp_message.annotation_entry(_MESSAGE_STATE, Int(int(record.state))))
     entries.append(record.annotations)
+    delivery_annotations, tail = _delivery_annotations_section(lock_token, record.tail)
+    if decimals_as_text:
+        tail = decimal_properties_as_text(tail)
     return b"".join((
         amqp_message.encode_header(record.durable, record.priority, record.time_to_live, None,
                                    record.delivery_count),
+        delivery_annotations,
         amqp_message.encode_annotations(b"".join(entries), len(entries) - 1 + record.annotation_count),
-        record.tail,
+        tail,
     ))
+
+
+PYTHON_SDK_PRODUCT = "azsdk-python-servicebus"
+
+
+def decimals_as_text(open_properties: dict[Any, Any] | None) -> bool:
+    """Whether the client that opened a connection with these properties needs decimals as text.
+
+    The Python SDK (7.x, ``product`` in its open frame) encodes a ``decimal.Decimal`` application
+    property as AMQP decimal128 correctly, but its decoder misplaces the exponent field and fails
+    on every non-zero decimal128 it receives, taking the receive call down with it. Such a
+    receiver is given the value's exact decimal text instead; every other client gets the
+    decimal128 as it was sent.
+    """
+    product = {str(k): v for k, v in (open_properties or {}).items()}.get("product")
+    return product == PYTHON_SDK_PRODUCT
+
+
+_DECIMALS = (Decimal32, Decimal64, Decimal128)
+_DECIMAL_CODES = (b"\x74", b"\x84", b"\x94")  # their AMQP constructors (the SDK has no decimal32/64 decoder at all)
+
+
+def decimal_properties_as_text(tail: bytes) -> bytes:
+    """The tail with each decimal application property as its decimal string (``"1.5"``)."""
+    section = next((s for s in amqp_message.split_sections(tail) if s.code == amqp_message.APPLICATION_PROPERTIES),
+                   None)
+    if section is None or not any(code in tail[section.value_start : section.end] for code in _DECIMAL_CODES):
+        return tail
+    values = amqp_message.section_value(tail, section)
+    if not isinstance(values, dict) or not any(isinstance(v, _DECIMALS) for v in values.values()):
+        return tail
+    return replace_application_properties(
+        tail, {k: str(v.to_decimal()) if isinstance(v, _DECIMALS) else v for k, v in values.items()})
 
 
 def lock_token_tag(token: uuid.UUID) -> bytes:
@@ -188,7 +296,7 @@ def replace_application_properties(tail: bytes, values: dict[Any, Any]) -> bytes
     existing = next((s for s in sections if s.code == amqp_message.APPLICATION_PROPERTIES), None)
     if existing is not None:
         return tail[: existing.start] + encoded + tail[existing.end :]
-    after = next((s.end for s in sections if s.code == amqp_message.PROPERTIES), 0)
+    after = next((s.end for s in sections if s.code == amqp_message.PROPERTIES), properties_position(tail))
     return tail[:after] + encoded + tail[after:]
 
 

@@ -168,7 +168,8 @@ class MessagingStore(Protocol):
         """Create or migrate the schema; idempotent."""
 
     def apply(self, batch: Sequence[StoreOp]) -> None:
-        """Commit every operation in one transaction, durably, or raise StoreUnavailable."""
+        """Commit every operation in one transaction, durably, or raise StoreUnavailable (StoreFull when
+        the disk is full: nothing of the batch was applied)."""
 
     def load_partition(self, ref: PartitionRef) -> PartitionSnapshot:
         """Return the partition's messages, high-water mark and duplicate-detection history (empty if
@@ -179,6 +180,10 @@ class MessagingStore(Protocol):
 
     def stats(self, ref: PartitionRef) -> PartitionStats:
         """Count and total size of the partition's stored messages."""
+
+    def maintain(self) -> bool:
+        """Housekeeping between batches (checkpoint, return free space); True when the store has room
+        for new messages again after a :class:`~sodalite.errors.StoreFull`."""
 
     def close(self) -> None:
         """Release the store; later calls raise StoreUnavailable."""

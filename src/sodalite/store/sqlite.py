@@ -16,6 +16,14 @@ outcome of the batch is unknown (the fsync may have failed after the WAL was wri
 then closes itself, and the caller must open a new ``SqliteStore`` on the file, which recovers
 whatever the disk really holds, and rebuild its partitions from it.
 
+Disk full: a batch that fails for lack of space (``SQLITE_FULL``) was rolled back by SQLite, so
+its outcome is known (nothing applied) and the connection stays usable. The store then deletes its
+reserve file (``<db>.reserve``, kept preallocated beside the database) so that receives, which
+still write (a delete, a delivery count), find room, and raises :class:`~sodalite.errors.StoreFull`.
+:meth:`SqliteStore.maintain` (called between batches) checkpoints the WAL and truncates it, returns
+freed pages to the file system (incremental auto-vacuum on files it creates), and once the disk
+has room for the reserve again recreates it and reports the store as having room.
+
 Entity paths compare case-insensitively (SQLite ``NOCASE``: ASCII letters only) in every table,
 so ``Queue1`` and ``queue1`` name the same entity and the same partitions. Message ids of the
 duplicate-detection history compare exactly.
@@ -37,7 +45,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any, Final, assert_never
 
-from sodalite.errors import ConfigurationError, StoreUnavailable
+from sodalite.errors import ConfigurationError, StoreFull, StoreUnavailable
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.store.port import (
     AppendMessages,
@@ -70,6 +78,11 @@ _DRIVER_ERRORS: Final = (sqlite3.Error, OverflowError, UnicodeError)
 # about 1/16 of a page (~1000 bytes at 4 KiB) to its own overflow page, which halves the throughput
 # of 1 KiB messages and quadruples their size on disk, and larger pages only move the cliff.
 PAGE_SIZE: Final = 16384
+# Preallocated beside the database and given up when the disk fills, so receives still find room.
+RESERVE_BYTES: Final = 4 * 1024 * 1024
+FREE_MARGIN_BYTES: Final = 4 * 1024 * 1024  # room needed beyond the reserve before sends resume
+WAL_AUTOCHECKPOINT_PAGES: Final = 256  # 4 MiB of 16 KiB pages (SQLite's default is 1000)
+VACUUM_PAGES_PER_CALL: Final = 2048  # 32 MiB returned to the file system per maintain() at most
 
 _SCHEMA: Final = (
     """
@@ -211,6 +224,16 @@ def _describe(exc: BaseException) -> str:
     return f"{exc} [{name}]" if name else f"{exc}"
 
 
+def _is_full(exc: BaseException) -> bool:
+    """SQLITE_FULL (or an I/O error for want of space): the disk, or its quota, is full."""
+    if not isinstance(exc, sqlite3.Error):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    text = str(exc)
+    return (isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_FULL) or "disk is full" in text \
+        or "No space left" in text
+
+
 def _message_row(entity: str, partition: int, m: MessageRecord) -> tuple[Any, ...]:
     return (
         entity,
@@ -286,6 +309,8 @@ class SqliteStore:
         self._synchronous = mode
         self._busy_timeout_ms = busy_timeout_ms
         self._conn: sqlite3.Connection | None = None
+        self._reserve = self._path.with_name(self._path.name + ".reserve")
+        self.full = False  # a batch failed for lack of space and no room has come back since
         self._closed = False
         self._closed_reason = "the store was closed"
 
@@ -314,12 +339,15 @@ class SqliteStore:
             )
             conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms:d}")
             conn.execute(f"PRAGMA page_size = {PAGE_SIZE:d}")  # takes effect only on a new file
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # likewise: only a new file
             (journal_mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
             if str(journal_mode).lower() != "wal":
                 raise StoreUnavailable(
                     f"SQLite store {self._path}: cannot switch the journal to WAL (got {journal_mode!r})"
                 )
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+            conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES:d}")
+            conn.execute(f"PRAGMA journal_size_limit = {WAL_AUTOCHECKPOINT_PAGES * PAGE_SIZE:d}")
             (sync_code,) = conn.execute("PRAGMA synchronous").fetchone()
             if sync_code != _SYNCHRONOUS_CODES[self._synchronous]:
                 raise StoreUnavailable(
@@ -334,6 +362,7 @@ class SqliteStore:
             raise
         self._sync_directory()
         self._conn = conn
+        self.full = not self._make_reserve()
 
     def apply(self, batch: Sequence[StoreOp]) -> None:
         conn = self._require()
@@ -348,6 +377,8 @@ class SqliteStore:
                 self._apply_one(conn, op)
         except BaseException as exc:
             self._rollback(conn)
+            if _is_full(exc):
+                raise self._now_full(exc) from exc
             if isinstance(exc, _DRIVER_ERRORS):
                 raise StoreUnavailable(
                     f"SQLite store {self._path}: batch rolled back, nothing applied: {_describe(exc)}"
@@ -356,6 +387,9 @@ class SqliteStore:
         try:
             conn.execute("COMMIT")
         except BaseException as exc:
+            if _is_full(exc):  # SQLite rolled the transaction back: nothing of it is on disk
+                self._rollback(conn)
+                raise self._now_full(exc) from exc
             # The batch may or may not be on disk. Do not keep using a connection whose view of
             # the file is in doubt: close it, so that the caller reopens and reloads.
             self._rollback(conn)
@@ -424,8 +458,57 @@ class SqliteStore:
             ) from exc
         return PartitionStats(message_count=count, size_in_bytes=size)
 
+    def maintain(self) -> bool:
+        conn = self._require()
+        try:
+            # The driver's execute() steps this pragma once (one page); executescript runs it through.
+            # Then the checkpoint shrinks the file and empties the WAL.
+            conn.executescript(f"PRAGMA incremental_vacuum({VACUUM_PAGES_PER_CALL:d});")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except _DRIVER_ERRORS:
+            self._rollback(conn)  # housekeeping only: the next call tries again
+        if self.full and self._has_room() and self._make_reserve():
+            self.full = False
+        return not self.full
+
     def close(self) -> None:
         self._abandon("the store was closed")
+
+    # -- disk full --------------------------------------------------------------------------------
+
+    def _now_full(self, exc: BaseException) -> StoreFull:
+        self.full = True
+        try:
+            self._reserve.unlink(missing_ok=True)  # room for receives: deletes and counts still write
+        except OSError:
+            pass
+        return StoreFull(f"the messaging store's disk is full ({self._path.parent}): new messages are "
+                         f"refused until space is freed; nothing of this batch was stored ({_describe(exc)})")
+
+    def _has_room(self) -> bool:
+        try:
+            stat = os.statvfs(self._path.parent)
+        except OSError:
+            return False
+        return stat.f_bavail * stat.f_frsize >= RESERVE_BYTES + FREE_MARGIN_BYTES
+
+    def _make_reserve(self) -> bool:
+        """Preallocate the reserve file (kept if it is already whole); False if the disk has no room."""
+        try:
+            if self._reserve.exists() and self._reserve.stat().st_size >= RESERVE_BYTES:
+                return True
+            fd = os.open(self._reserve, os.O_WRONLY | os.O_CREAT, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, RESERVE_BYTES)
+            finally:
+                os.close(fd)
+            return True
+        except OSError:
+            try:
+                self._reserve.unlink(missing_ok=True)
+            except OSError:
+                pass
+            return False
 
     # -- internals --------------------------------------------------------------------------------
 

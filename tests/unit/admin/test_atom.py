@@ -916,9 +916,12 @@ def test_the_sdk_create_rule_body_with_every_value_type() -> None:
     assert parsed.properties["Properties"]["CorrelationFilter"]["Properties"] == {
         "s": "text", "i": 5, "l": 2**40, "b": True, "d": 0.5,
         "t": datetime(2024, 5, 1, 12, 0, tzinfo=UTC), "span": timedelta(minutes=90)}
-    # The model's filters hold strings, numbers and booleans only: the others are refused by name.
-    with pytest.raises(ConfigurationError, match=r"CorrelationFilter\.Properties\.t: must be"):
-        parsed.description()
+    # The model's filters hold every type the SDK sends, date-times and durations included (issue 13.7).
+    rule = parsed.description("typed")
+    assert isinstance(rule, RuleDescription) and isinstance(rule.filter, CorrelationFilter)
+    assert rule.filter.properties["t"] == datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+    assert rule.filter.properties["span"] == timedelta(minutes=90)
+    assert RuleDescription.from_json(rule.to_json()) == rule  # as stored and read back
 
 
 def test_topics_and_subscriptions_survive_both_round_trips() -> None:
@@ -1009,10 +1012,10 @@ def _rule_body(inner: str) -> bytes:
         (_rule_body('<Filter i:type="CorrelationFilter"><Properties><KeyValueOfstringanyType><Key>k</Key>'
                     "</KeyValueOfstringanyType></Properties></Filter>"),
          "RuleDescription.Filter.Properties[0]: needs a Key and a Value"),
-        (_rule_body('<Filter i:type="TrueFilter"/><Action i:type="SqlRuleAction"><SqlExpression>SET a = 1'
-                    "</SqlExpression><Parameters><KeyValueOfstringanyType><Key>@a</Key><Value>1</Value>"
-                    "</KeyValueOfstringanyType></Parameters></Action>"),
-         "RuleDescription.Action.Parameters: parameters of a SqlRuleAction are not supported"),
+        (_rule_body('<Filter i:type="TrueFilter"/><Action i:type="SqlRuleAction"><SqlExpression>SET a = @a'
+                    "</SqlExpression><Parameters><KeyValueOfstringanyType><Key>@a</Key><Value i:type=\"d6p1:int\" "
+                    f'xmlns:d6p1="{atom.XSD_NS}">five</Value></KeyValueOfstringanyType></Parameters></Action>'),
+         "RuleDescription.Action.Parameters['@a']: must be an integer"),
         (b"<TopicDescription><MaxSizeInMegabytes>big</MaxSizeInMegabytes></TopicDescription>",
          "TopicDescription.MaxSizeInMegabytes: must be an integer"),
         (b"<SubscriptionDescription><DefaultRuleDescription><Filter i:type='Nope' "

@@ -71,7 +71,9 @@ async def running() -> AsyncIterator[Env]:
     await broker.start("127.0.0.1", 0)
     now = [time.time()]
     keys = BrokerKeys(broker, "127.0.0.1")
-    control = ControlPlane(BrokerControl(broker, int(time.time() * 1000), keys), broker.namespace.name)
+    control = ControlPlane(BrokerControl(broker, int(time.time() * 1000), keys), broker.namespace.name,
+                           sku=broker.namespace.sku,
+                           max_message_size_in_kilobytes=broker.namespace.max_message_size_in_kilobytes)
 
     def faces(app: web.Application) -> None:
         api.add_routes(app, control, api.Sessions(clock=lambda: now[0]))

@@ -1379,3 +1379,23 @@ def test_source_and_target_are_encoded_with_all_their_fields() -> None:
     attach = next(f for n, f, _ in performatives(bytes(pair.s2c)) if n == "attach")
     assert attach[5].descriptor == 0x28 and len(attach[5].value) == 11
     assert attach[6].descriptor == 0x29 and len(attach[6].value) == 7
+
+
+def test_a_peer_that_asked_for_no_heartbeats_gets_one_after_our_own_silence() -> None:
+    pair = opened_pair(server={"silence_heartbeat_s": 3.0})
+    assert pair.server.remote_open is not None and pair.server.remote_open.idle_time_out is None
+    assert pair.server.next_tick(1.0) == pytest.approx(2.0)  # the open went out at 0
+    assert pair.server.tick(2.9) == [] and pair.server.data_to_send(2.9) == b""
+    pair.server.tick(3.0)
+    assert pair.server.data_to_send(3.0) == framing.HEARTBEAT
+    assert pair.server.next_tick(3.0) == pytest.approx(3.0)
+
+
+def test_next_tick_is_the_earlier_of_heartbeat_and_idle_check() -> None:
+    pair = opened_pair(client={"idle_timeout_ms": 10_000}, server={"idle_timeout_ms": 1000})
+    pair.server.data_to_send(0.0)
+    pair.server.receive_data(framing.HEARTBEAT, 0.0)
+    assert pair.server.next_tick(0.0) == pytest.approx(2.0)  # the idle check, twice our own timeout
+    pair.server.receive_data(framing.HEARTBEAT, 4.0)
+    assert pair.server.next_tick(4.0) == pytest.approx(1.0)  # the heartbeat at half of the peer's 10 s
+    assert Connection(server=True, container_id="s").next_tick(0.0) is None  # not open: nothing due

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sodalite.cli.connection_string import DEFAULT, ConnectionSettings, parse
+from sodalite.amqpclient.connection_string import DEFAULT, ConnectionSettings, parse
 from sodalite.errors import ConfigurationError
 
 

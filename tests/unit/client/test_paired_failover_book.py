@@ -67,6 +67,53 @@ def test_backlog_rotation_is_shared_and_a_sender_keeps_its_queue() -> None:
     assert book.available_backlogs() == []
 
 
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_dropped_backlog_queue_comes_back_after_a_doubling_back_off() -> None:
+    clock = FakeClock()
+    book = FailoverBook(timedelta(0), 2, backlog_retry_after=timedelta(seconds=10), clock=clock)
+    book.drop_backlog(0)
+    assert book.available_backlogs() == [1]
+    clock.now += 9.9
+    assert book.pick_backlog(None, exclude={1}) is None  # 0 is still backing off
+    clock.now += 0.1
+    assert book.available_backlogs() == [0, 1]
+    assert book.pick_backlog(None, exclude={1}) == 0
+    book.drop_backlog(0)  # dropped again with no success in between: twice as long
+    clock.now += 19.9
+    assert book.available_backlogs() == [1]
+    clock.now += 0.1
+    assert book.available_backlogs() == [0, 1]
+    book.drop_backlog(0)
+    book.drop_backlog(0)  # a second sender seeing the same failure adds no strike
+    clock.now += 40
+    assert book.available_backlogs() == [0, 1]
+    for _ in range(6):  # the back-off stops growing at 16 times the first
+        book.drop_backlog(0)
+        clock.now += 160
+        assert book.available_backlogs() == [0, 1]
+    book.backlog_succeeded(0)  # a success resets it
+    book.drop_backlog(0)
+    clock.now += 10
+    assert book.available_backlogs() == [0, 1]
+
+
+def test_a_send_tries_each_backlog_queue_once_even_with_no_back_off() -> None:
+    book = FailoverBook(timedelta(0), 2, backlog_retry_after=timedelta(0), clock=FakeClock())
+    tried: set[int] = set()
+    while (index := book.pick_backlog(None, tried)) is not None:
+        tried.add(index)
+        book.drop_backlog(index)
+    assert tried == {0, 1}
+    assert book.available_backlogs() == [0, 1]  # back at once for the next send
+
+
 @pytest.mark.parametrize(("error", "fails_over"), [
     (ServiceBusConnectionError(message="down"), True),
     (OperationTimeoutError(message="slow"), True),

@@ -234,20 +234,46 @@ def test_settling_a_message_this_receiver_did_not_hand_out_is_refused() -> None:
 
 
 def test_what_is_not_built_says_so_before_anything_connects() -> None:
-    from azure.servicebus import ServiceBusMessageBatch
+    from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusMessageBatch
 
+    from sodalite.client.batch import KeepingMessageBatch
+    from sodalite.client.replication import ReplicatedSessionReceiver
     from sodalite.client.replication_core import messages_of
     from sodalite.errors import NotImplementedOperation
 
     with ReplicatedClient(GOOD, OTHER) as client:
-        with pytest.raises(NotImplementedOperation, match="sessions"):
-            client.get_queue_receiver("q", session_id="s")
-        with pytest.raises(NotImplementedOperation, match="sessions"):
-            client.get_subscription_receiver("t", "s", session_id="s")
-    with pytest.raises(TypeError, match="ServiceBusMessageBatch"):
-        messages_of(ServiceBusMessageBatch())
+        assert isinstance(client.get_queue_receiver("q", session_id="s"), ReplicatedSessionReceiver)
+        assert isinstance(client.get_subscription_receiver("t", "s", session_id=NEXT_AVAILABLE_SESSION),
+                          ReplicatedSessionReceiver)
+        receiver = client.get_queue_receiver("q")
+        with pytest.raises(NotImplementedOperation, match="sequence number in each namespace"):
+            receiver.receive_deferred_messages([1])
+        with pytest.raises(NotImplementedOperation, match="sequence_number"):
+            receiver.peek_messages(5, sequence_number=3)
+    with pytest.raises(TypeError, match="create_message_batch"):
+        messages_of(ServiceBusMessageBatch())  # made elsewhere: its messages cannot be read back
+    batch = KeepingMessageBatch(set_message_ids=True)
+    batch.add_message(ServiceBusMessage("a", message_id="kept"))
+    batch.add_message(ServiceBusMessage("b"))
+    first, second = messages_of(batch)
+    assert first.message_id == "kept" and uuid.UUID(str(second.message_id))
+    with pytest.raises(TypeError, match="ServiceBusMessage objects"):
+        batch.add_message({"body": "a mapping"})
     with pytest.raises(TypeError, match="ServiceBusMessage objects"):
         messages_of(["not a message"])  # type: ignore[list-item]
     message = ServiceBusMessage("x")
     [same] = messages_of(message)
     assert same is message and uuid.UUID(str(message.message_id))  # a MessageId where there was none
+
+
+def test_peek_memory_leaves_out_ids_seen_or_completed_and_pings() -> None:
+    from sodalite.client.replication_core import PeekMemory
+
+    duplicates = DuplicateFilter(clock=FakeClock())
+    duplicates.record("done")
+    memory = PeekMemory(duplicates, limit=2)
+    first = memory.fresh([Copy("a"), Copy("done"), Copy(None), Copy("p", PING_CONTENT_TYPE)])  # type: ignore[list-item]
+    assert [c.message_id for c in first] == ["a", None]
+    assert [c.message_id for c in memory.fresh([Copy("a"), Copy("b")])] == ["b"]  # type: ignore[list-item]
+    memory.fresh([Copy("c")])  # type: ignore[list-item]
+    assert [c.message_id for c in memory.fresh([Copy("a")])] == ["a"]  # bounded: the oldest was forgotten

@@ -221,7 +221,7 @@ def test_release_puts_the_message_back_without_counting_a_delivery() -> None:
     send(p, 2)
     _, first = lock(p)
     lock(p)
-    assert p.release(first.token) is None  # nothing for the store to keep
+    assert p.release(first.token) == MessageUpdate(1, 0, MessageState.ACTIVE)  # the claim undone (13.11)
     assert first.token not in p.locks
     rec, _ = lock(p)
     assert (rec.sequence_number, rec.delivery_count) == (1, 0)
@@ -684,8 +684,12 @@ class PartitionMachine(RuleBasedStateMachine):
         # release() takes no time: a lock past its expiry that the sweep has not reached yet is
         # released as it stands (uncounted), which is what the current model does.
         token = self.tokens[index % len(self.tokens)]
-        self.locks.pop(token, None)
-        assert self.partition.release(token) is None
+        entry = self.locks.pop(token, None)
+        update = self.partition.release(token)
+        if entry is None:
+            assert update is None
+        else:  # the claimed delivery is undone in the store: the count stored back as it was (13.11)
+            assert update == MessageUpdate(entry[0], self.counts[entry[0]], MessageState.ACTIVE)
 
     @precondition(lambda self: self.tokens)
     @rule(index=st.integers(0, 10**6), duration=st.integers(1, MAX_LOCK))

@@ -19,6 +19,7 @@ EXPECTED: dict[type[errors.SodaliteError], type[Exception]] = {
     errors.Forbidden: sb.ServiceBusAuthorizationError,
     errors.MessageSizeExceeded: sb.MessageSizeExceededError,
     errors.QuotaExceeded: sb.ServiceBusQuotaExceededError,
+    errors.StoreFull: sb.ServiceBusQuotaExceededError,
     errors.ServerBusy: sb.ServiceBusServerBusyError,
     errors.StoreUnavailable: sb.ServiceBusServerBusyError,
     errors.OperationTimeout: sb.OperationTimeoutError,

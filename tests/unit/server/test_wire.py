@@ -7,6 +7,7 @@ client would read (sdk-wire-contract.md 3.2, 3.3, 4.2, 4.4).
 
 from __future__ import annotations
 
+import decimal
 import uuid
 from typing import Any
 
@@ -17,6 +18,9 @@ from hypothesis import strategies as st
 from sodalite.amqp import message as amqp_message
 from sodalite.amqp.codec import decode, encode
 from sodalite.amqp.types import (
+    Decimal32,
+    Decimal64,
+    Decimal128,
     Described,
     Int,
     Long,
@@ -262,7 +266,7 @@ def test_annotations_that_are_not_a_map() -> None:
 
 
 @pytest.mark.parametrize("where", ["first", "after-body", "after-footer", "twice"])
-def test_delivery_annotations_are_dropped_wherever_they_are(where: str) -> None:
+def test_delivery_annotations_are_kept_in_front_wherever_they_are(where: str) -> None:
     da = section(DELIVERY_ANNOTATIONS, {Symbol("x-opt-lock-token"): uuid.uuid4(), Symbol("hop"): "x"})
     props, app, body = properties("m"), app_properties({"k": "v"}), data(b"payload")
     footer = section(FOOTER, {Symbol("hash"): b"\x00" * 4})
@@ -273,7 +277,8 @@ def test_delivery_annotations_are_dropped_wherever_they_are(where: str) -> None:
         "twice": da + header(ttl=UInt(1)) + props + app + body + footer + da,
     }[where]
     d = parse_one(payload)
-    assert d.tail == props + app + body + footer
+    kept = section(DELIVERY_ANNOTATIONS, {Symbol("hop"): "x"})  # the service's own lock token is dropped
+    assert d.tail == kept + props + app + body + footer
     assert d.message_id == "m" and d.time_to_live == 1
 
 
@@ -528,6 +533,21 @@ def test_delivery_of_an_sdk_message_locked() -> None:
     assert rest == rec.tail == SDK_PROPERTIES + SDK_APP + SDK_BODY
 
 
+def test_delivery_annotations_carry_the_lock_token_then_the_clients() -> None:
+    token = uuid.uuid4()
+    rec = record_from(properties("m") + data(b"p") + section(DELIVERY_ANNOTATIONS, {Symbol("hop"): "x"}))
+    payload = wire.delivery_payload(rec, T0, lock_token=token)
+    sections = amqp_message.split_sections(payload)
+    assert [s.code for s in sections][:3] == [HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS]
+    assert amqp_message.section_value(payload, sections[1]) == {"x-opt-lock-token": token, "hop": "x"}
+    assert payload[sections[2].end:] == properties("m") + data(b"p")
+    unlocked = wire.delivery_payload(rec, None)
+    assert amqp_message.section_value(unlocked, amqp_message.split_sections(unlocked)[1]) == {"hop": "x"}
+    plain = record_from(properties("m") + data(b"p"))
+    plain_payload = wire.delivery_payload(plain, None)
+    assert [s.code for s in amqp_message.split_sections(plain_payload)][:2] == [HEADER, MESSAGE_ANNOTATIONS]
+
+
 def test_sequence_number_is_encoded_as_a_long() -> None:
     rec = record_from(properties("m") + data(b"x"), seq=3)
     payload = wire.delivery_payload(rec, None)
@@ -630,3 +650,78 @@ def test_lock_token_tag_round_trip(token: uuid.UUID) -> None:
 @pytest.mark.parametrize("tag", [b"", b"\x00" * 4, b"\x00" * 15, b"\x00" * 17])
 def test_tags_of_other_lengths_are_not_lock_tokens(tag: bytes) -> None:
     assert wire.tag_lock_token(tag) is None
+
+
+# ---- a MessageId for every message ---------------------------------------------------------------------
+
+
+def test_a_message_without_properties_is_given_a_message_id_before_its_other_sections() -> None:
+    da = section(DELIVERY_ANNOTATIONS, {Symbol("hop"): "x"})
+    [d] = wire.received_messages(da + app_properties({"k": "v"}) + data(b"p"), 0, LIMIT)
+    assert isinstance(d.message_id, str) and len(d.message_id) == 32
+    codes = [s.code for s in amqp_message.split_sections(d.tail)]
+    assert codes == [DELIVERY_ANNOTATIONS, PROPERTIES, APPLICATION_PROPERTIES, DATA]
+    props = amqp_message.split_sections(d.tail)[1]
+    assert amqp_message.section_value(d.tail, props) == [d.message_id]
+    assert d.tail.endswith(app_properties({"k": "v"}) + data(b"p"))
+
+
+def test_a_null_message_id_is_replaced_and_the_other_properties_kept() -> None:
+    [d] = wire.received_messages(properties(None, "sess", subject="s") + data(b"p"), 0, LIMIT)
+    [again] = wire.received_messages(properties(None, "sess", subject="s") + data(b"p"), 0, LIMIT)
+    assert d.message_id and again.message_id and d.message_id != again.message_id
+    assert d.session_id == "sess"
+    fields = amqp_message.section_value(d.tail, amqp_message.split_sections(d.tail)[0])
+    assert fields[0] == d.message_id and fields[3] == "s" and fields[10] == "sess"
+    assert d.tail.endswith(data(b"p"))
+
+
+def test_a_message_id_that_was_sent_is_kept_byte_for_byte() -> None:
+    payload = properties("mine") + data(b"p")
+    [d] = wire.received_messages(payload, 0, LIMIT)
+    assert d.message_id == "mine" and d.tail == payload
+
+
+# ---- decimal128 for receivers that cannot read it ----------------------------------------------------
+
+
+def _decimal128(sign: int, exponent: int, significand: int) -> Decimal128:
+    return Decimal128(((sign << 127) | ((exponent + 6176) << 113) | significand).to_bytes(16, "big"))
+
+
+@pytest.mark.parametrize(("sign", "exponent", "significand", "text"), [
+    (0, -1, 15, "1.5"), (1, -2, 225, "-2.25"), (0, 0, 0, "0"), (0, -2, 0, "0.00"),
+    (0, 3, 7, "7E+3"), (0, -6176, 1, "1E-6176"), (0, 0, 10**34 - 1, "9" * 34),
+])
+def test_decimal128_is_read_as_ieee_754_bid(sign: int, exponent: int, significand: int, text: str) -> None:
+    assert str(_decimal128(sign, exponent, significand).to_decimal()) == text
+
+
+def test_decimal128_special_values() -> None:
+    assert Decimal128(bytes([0x78]) + bytes(15)).to_decimal() == decimal.Decimal("Infinity")
+    assert Decimal128(bytes([0xF8]) + bytes(15)).to_decimal() == decimal.Decimal("-Infinity")
+    assert Decimal128(bytes([0x7C]) + bytes(15)).to_decimal().is_nan()
+    assert _decimal128(0, 0, 10**34).to_decimal() == 0  # non-canonical significand
+
+
+def test_decimal_properties_become_text_and_nothing_else_changes() -> None:
+    tail = properties("m") + app_properties({"d": _decimal128(0, -1, 15), "i": Int(3)}) + data(b"p")
+    out = wire.decimal_properties_as_text(tail)
+    assert wire.application_properties(out) == {"d": "1.5", "i": 3}
+    assert out.startswith(properties("m")) and out.endswith(data(b"p"))
+    plain = properties("m") + app_properties({"i": Int(3)}) + data(b"\x94")
+    assert wire.decimal_properties_as_text(plain) is plain
+
+
+def test_only_the_python_sdk_is_given_decimals_as_text() -> None:
+    assert wire.decimals_as_text({Symbol("product"): "azsdk-python-servicebus", Symbol("version"): "7.15.0"})
+    assert not wire.decimals_as_text({Symbol("product"): "MSJSClient"})
+    assert not wire.decimals_as_text(None)
+
+
+def test_decimal32_and_decimal64_are_read_as_bid_and_given_as_text() -> None:
+    d64 = Decimal64(((1 << 63) | ((-2 + 398) << 53) | 225).to_bytes(8, "big"))
+    d32 = Decimal32((((3 + 101) << 23) | 7).to_bytes(4, "big"))
+    assert (str(d64.to_decimal()), str(d32.to_decimal())) == ("-2.25", "7E+3")
+    tail = app_properties({"a": d64, "b": d32}) + data(b"p")
+    assert wire.application_properties(wire.decimal_properties_as_text(tail)) == {"a": "-2.25", "b": "7E+3"}

@@ -31,6 +31,7 @@ from azure.servicebus.aio.management import ServiceBusAdministrationClient
 from azure.servicebus.exceptions import ServiceBusAuthenticationError
 
 from sodalite.client import backlog
+from sodalite.client.batch import KeepingMessageBatch
 from sodalite.client.failover import FailoverBook, is_failover_error
 from sodalite.client.paired import (
     RETRY_PAUSE,
@@ -134,8 +135,20 @@ class PairedSender:
     async def __aexit__(self, *_: object) -> None:
         await self.close()
 
-    def create_message_batch(self, max_size_in_bytes: int | None = None) -> PairedMessageBatch:
-        return PairedMessageBatch(max_size_in_bytes)
+    async def create_message_batch(self, max_size_in_bytes: int | None = None) -> PairedMessageBatch:
+        """As the SDK's: a ``ServiceBusMessageBatch`` that keeps its messages, so a failover can rewrite
+        them. Its limit is the primary entity's (as the SDK asks its link) while the entity is not
+        failed over and the primary answers, else ``max_size_in_bytes`` or 256 KB."""
+        self._client.check_open()
+        limit = max_size_in_bytes
+        if not self._client.book.failed_over(self.entity_path):
+            try:
+                limit = (await self._primary_sender().create_message_batch(max_size_in_bytes)).max_size_in_bytes
+            except Exception as exc:
+                if not is_failover_error(exc):
+                    raise  # e.g. a max_size_in_bytes above the entity's limit (ValueError)
+                await self._drop_primary()
+        return PairedMessageBatch(limit)
 
     def _primary_sender(self) -> ServiceBusSender:
         if self._primary is None:
@@ -157,11 +170,11 @@ class PairedSender:
         async with self._lock:
             await self._client.open()
             self._client.check_open()
-            raw_batch = message if isinstance(message, ServiceBusMessageBatch) else None
-            if isinstance(message, ServiceBusMessageBatch):
-                messages: list[ServiceBusMessage] = []
-            elif isinstance(message, PairedMessageBatch):
-                messages = message.messages
+            raw_batch: ServiceBusMessageBatch | None = None
+            if isinstance(message, KeepingMessageBatch):
+                messages: list[ServiceBusMessage] = message.messages
+            elif isinstance(message, ServiceBusMessageBatch):
+                raw_batch, messages = message, []  # made elsewhere: it goes as it is, or not at all
             else:
                 messages = as_list(message)
             if raw_batch is None and not messages:
@@ -186,14 +199,16 @@ class PairedSender:
                             if raw_batch is not None:
                                 raise FailoverExhausted(
                                     "the primary is unavailable and an SDK ServiceBusMessageBatch cannot be "
-                                    "redirected to a backlog queue; use sender.create_message_batch()") from exc
+                                    "redirected to a backlog queue (its messages cannot be read back); "
+                                        "make it with this sender's create_message_batch()") from exc
                             break
                         self._client.check_open()
                         await asyncio.sleep(min(pause, max(0.01, book.time_left(self.entity_path, time.monotonic()))))
                         pause = min(pause * 2, RETRY_PAUSE[1])
             elif raw_batch is not None:
                 raise FailoverExhausted("the entity is failed over and an SDK ServiceBusMessageBatch cannot be "
-                                        "redirected to a backlog queue; use sender.create_message_batch()")
+                                        "redirected to a backlog queue (its messages cannot be read back); "
+                                        "make it with this sender's create_message_batch()")
             self._client.start_pinging(self.entity_path)
             await self._send_to_backlog(messages, timeout)
 
@@ -201,9 +216,10 @@ class PairedSender:
         rewritten = [to_backlog_message(m, self.entity_path) for m in messages]
         book = self._client.book
         last: BaseException | None = None
+        tried: set[int] = set()
         while True:
             self._client.check_open()
-            index = book.pick_backlog(self._backlog_index)
+            index = book.pick_backlog(self._backlog_index, tried)
             if index is None:
                 raise FailoverExhausted(
                     f"neither the primary entity '{self.entity_path}' nor any backlog queue took the message"
@@ -213,8 +229,10 @@ class PairedSender:
             if sender is None:
                 sender = self._client.secondary.client.get_queue_sender(self._client.backlog_names[index])
                 self._backlog_senders[index] = sender
+            tried.add(index)
             try:
                 await sender.send_messages(rewritten, timeout=timeout)
+                book.backlog_succeeded(index)
                 return
             except Exception as exc:
                 if not is_failover_error(exc):
@@ -329,7 +347,8 @@ class PairedNamespaceClient:
         self.options = options
         self.primary_namespace = options.primary_namespace or backlog.namespace_of(primary_connection_string)
         self.backlog_names = backlog.backlog_queue_names(self.primary_namespace, options.backlog_queue_count)
-        self.book = FailoverBook(options.failover_interval, options.backlog_queue_count)
+        self.book = FailoverBook(options.failover_interval, options.backlog_queue_count,
+                                 backlog_retry_after=options.ping_primary_interval)
         self._kwargs = kwargs
         self._stop = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()

@@ -14,35 +14,46 @@ import random
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
-from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusReceiveMode
+from azure.servicebus import (
+    NEXT_AVAILABLE_SESSION,
+    ServiceBusMessage,
+    ServiceBusReceivedMessage,
+    ServiceBusReceiveMode,
+    ServiceBusSessionFilter,
+)
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver, ServiceBusSender
 from azure.servicebus.exceptions import OperationTimeoutError
 
+from sodalite.client.batch import KeepingMessageBatch
 from sodalite.client.dedup import DuplicateFilter
 from sodalite.client.replication_core import (
+    DEFERRED_NOT_BUILT,
     CopyTracker,
     Outcome,
+    PeekMemory,
     ReplicationMode,
     Verdict,
     check_pair,
     messages_of,
-    refuse_sessions,
+    refuse_sequence_number,
     settlement_outcome_is_assured,
     signals_unavailable,
 )
-from sodalite.errors import ConfigurationError
+from sodalite.errors import ConfigurationError, NotImplementedOperation
 
 __all__ = ["ReplicatedClient", "ReplicatedReceiver", "ReplicatedRequestSender", "ReplicatedSender",
-           "ReplicationMode"]
+           "ReplicatedSession", "ReplicatedSessionReceiver", "ReplicationMode"]
 
 _log = logging.getLogger("sodalite.client.aio.replication")
 T = TypeVar("T")
 PRIMARY, SECONDARY = 0, 1
 _Factories = tuple[Callable[[], ServiceBusReceiver], Callable[[], ServiceBusReceiver]]
+_SessionMakers = tuple[Callable[[str | ServiceBusSessionFilter], ServiceBusReceiver],
+                       Callable[[str | ServiceBusSessionFilter], ServiceBusReceiver]]
 
 
 class _Roles:
@@ -90,8 +101,13 @@ class ReplicatedClient:
 
     def get_queue_receiver(self, queue_name: str, *, secondary_queue_name: str | None = None,
                            duplicate_filter: DuplicateFilter | None = None, **kwargs: Any) -> ReplicatedReceiver:
-        refuse_sessions(kwargs)
         names = (queue_name, secondary_queue_name or queue_name)
+        session = kwargs.pop("session_id", None)
+        if session is not None:
+            makers: _SessionMakers = (
+                lambda sid: self._clients[0].get_queue_receiver(names[0], session_id=sid, **kwargs),
+                lambda sid: self._clients[1].get_queue_receiver(names[1], session_id=sid, **kwargs))
+            return self._keep(ReplicatedSessionReceiver(self, makers, session, duplicate_filter, kwargs))
         factories: _Factories = (lambda: self._clients[0].get_queue_receiver(names[0], **kwargs),
                                  lambda: self._clients[1].get_queue_receiver(names[1], **kwargs))
         return self._keep(ReplicatedReceiver(self, factories, duplicate_filter, kwargs))
@@ -101,8 +117,15 @@ class ReplicatedClient:
                                   secondary_subscription_name: str | None = None,
                                   duplicate_filter: DuplicateFilter | None = None,
                                   **kwargs: Any) -> ReplicatedReceiver:
-        refuse_sessions(kwargs)
         second = (secondary_topic_name or topic_name, secondary_subscription_name or subscription_name)
+        session = kwargs.pop("session_id", None)
+        if session is not None:
+            makers: _SessionMakers = (
+                lambda sid: self._clients[0].get_subscription_receiver(topic_name, subscription_name,
+                                                                       session_id=sid, **kwargs),
+                lambda sid: self._clients[1].get_subscription_receiver(second[0], second[1], session_id=sid,
+                                                                       **kwargs))
+            return self._keep(ReplicatedSessionReceiver(self, makers, session, duplicate_filter, kwargs))
         factories: _Factories = (
             lambda: self._clients[0].get_subscription_receiver(topic_name, subscription_name, **kwargs),
             lambda: self._clients[1].get_subscription_receiver(second[0], second[1], **kwargs))
@@ -157,8 +180,26 @@ class ReplicatedSender:
     def active_namespace(self) -> int:
         return self._client._roles.active(self._key)
 
-    async def send_messages(self, message: ServiceBusMessage | Iterable[ServiceBusMessage], *,
-                            timeout: float | None = None) -> None:
+    async def create_message_batch(self, max_size_in_bytes: int | None = None) -> KeepingMessageBatch:
+        """A batch for this sender, as the SDK's (a coroutine): its size limit is the smaller of the two
+        entities' (a namespace that cannot be reached is left out), and each message gets a MessageId
+        as it is added, so both copies share it."""
+        limits: list[int] = []
+        first_error: Exception | None = None
+        for sender in self._senders:
+            try:
+                limits.append((await sender.create_message_batch(max_size_in_bytes)).max_size_in_bytes)
+            except Exception as error:
+                if not signals_unavailable(error):
+                    raise
+                first_error = first_error or error
+        if not limits:
+            assert first_error is not None
+            raise first_error
+        return KeepingMessageBatch(min(limits), set_message_ids=True)
+
+    async def send_messages(self, message: ServiceBusMessage | Iterable[ServiceBusMessage] | KeepingMessageBatch,
+                            *, timeout: float | None = None) -> None:
         batch = messages_of(message)
         if not batch:
             return
@@ -222,6 +263,7 @@ class ReplicatedReceiver:
             self.duplicate_filter, mode in (ServiceBusReceiveMode.RECEIVE_AND_DELETE, "receiveanddelete"))
         self._max_wait_time: float | None = kwargs.get("max_wait_time")
         self.probe_wait = 0.5
+        self._peeked = PeekMemory(self.duplicate_filter)
 
     async def receive_messages(self, max_message_count: int | None = 1,
                                max_wait_time: float | None = None) -> list[ServiceBusReceivedMessage]:
@@ -326,6 +368,40 @@ class ReplicatedReceiver:
     async def renew_message_lock(self, message: ServiceBusReceivedMessage, *, timeout: float | None = None) -> Any:
         return await self._tracker.source_of(message)[1].renew_message_lock(message, timeout=timeout)
 
+    async def peek_messages(self, max_message_count: int = 1, *, sequence_number: int | None = None,
+                            timeout: float | None = None) -> list[ServiceBusReceivedMessage]:
+        """Peek both namespaces, each MessageId once (as the sync receiver's ``peek_messages``)."""
+        refuse_sequence_number(sequence_number)
+        wanted = max(1, max_message_count)
+        found: list[ServiceBusReceivedMessage] = []
+        errors: list[BaseException] = []
+        for index in (PRIMARY, SECONDARY):
+            if len(found) >= wanted:
+                break
+            try:
+                receiver = await self._open(index)
+                copies = await receiver.peek_messages(max_message_count=wanted - len(found), timeout=timeout)
+            except Exception as error:
+                if not signals_unavailable(error):
+                    raise
+                errors.append(error)
+                continue
+            found += self._peeked.fresh(copies)
+        if len(errors) == 2:
+            raise errors[1] from errors[0]
+        return found
+
+    async def receive_deferred_messages(self, sequence_numbers: int | list[int], **kwargs: Any) -> NoReturn:
+        """Not built: a deferred message has a different sequence number in each namespace."""
+        raise NotImplementedOperation(DEFERRED_NOT_BUILT)
+
+    async def _open(self, index: int) -> ServiceBusReceiver:
+        receiver = self._receivers[index]
+        if not self._opened[index]:
+            await receiver.__aenter__()
+            self._opened[index] = True
+        return receiver
+
     async def reply(self, request: ServiceBusReceivedMessage, reply: ServiceBusMessage) -> None:
         if not request.reply_to:
             raise ConfigurationError("the request has no ReplyTo; there is nowhere to send the reply")
@@ -362,6 +438,132 @@ class ReplicatedReceiver:
         await self.close()
 
 
+class ReplicatedSessionReceiver(ReplicatedReceiver):
+    """One session, received from both namespaces (as the sync ``ReplicatedSessionReceiver``)."""
+
+    def __init__(self, client: ReplicatedClient, makers: _SessionMakers, session: str | ServiceBusSessionFilter,
+                 duplicate_filter: DuplicateFilter | None, kwargs: dict[str, Any]) -> None:
+        self._makers = makers
+        self._session_id: str | None = None if session == NEXT_AVAILABLE_SESSION else str(session)
+        super().__init__(client, (lambda: makers[0](self._session_or_next()),
+                                  lambda: makers[1](self._session_or_next())), duplicate_filter, kwargs)
+
+    def _session_or_next(self) -> str | ServiceBusSessionFilter:
+        return NEXT_AVAILABLE_SESSION if self._session_id is None else self._session_id
+
+    @property
+    def session_id(self) -> str | None:
+        """The session's id; None until a NEXT_AVAILABLE_SESSION receiver has opened."""
+        return self._session_id
+
+    @property
+    def session(self) -> ReplicatedSession:
+        """The session in both namespaces (open the receiver first: ``async with``)."""
+        if self._session_id is None:
+            raise ValueError("the receiver has not picked its session yet; open it first (async with)")
+        return ReplicatedSession(self)
+
+    async def _resolve(self) -> None:
+        if self._session_id is not None:
+            return
+        errors: list[BaseException] = []
+        for index in (PRIMARY, SECONDARY):
+            try:
+                receiver = await self._open(index)
+            except Exception as error:
+                if not signals_unavailable(error):  # OperationTimeoutError: no session free there
+                    raise
+                errors.append(error)
+                await self._replace(index)
+                continue
+            self._session_id = receiver.session.session_id
+            other = 1 - index
+            await self._replace(other)
+            if errors:
+                self._down_until[other] = time.monotonic() + self._client.retry_interval.total_seconds()
+            return
+        raise errors[-1] from errors[0]
+
+    async def _replace(self, index: int) -> None:
+        old = self._receivers[index]
+        try:
+            await old.close()
+        except Exception:
+            _log.debug("closing a session receiver failed", exc_info=True)
+        self._receivers[index] = self._factories[index]()
+        self._opened[index] = False
+
+    async def receive_messages(self, max_message_count: int | None = 1,
+                               max_wait_time: float | None = None) -> list[ServiceBusReceivedMessage]:
+        await self._resolve()
+        return await super().receive_messages(max_message_count, max_wait_time)
+
+    async def peek_messages(self, max_message_count: int = 1, *, sequence_number: int | None = None,
+                            timeout: float | None = None) -> list[ServiceBusReceivedMessage]:
+        await self._resolve()
+        return await super().peek_messages(max_message_count, sequence_number=sequence_number, timeout=timeout)
+
+    async def __aenter__(self) -> ReplicatedSessionReceiver:
+        await self._resolve()
+        return self
+
+
+class ReplicatedSession:
+    """A session in two namespaces: state written to both, read from the first that answers."""
+
+    def __init__(self, receiver: ReplicatedSessionReceiver) -> None:
+        self._receiver = receiver
+        self.session_id = receiver._session_id
+
+    async def get_state(self, *, timeout: float | None = None) -> bytes | None:
+        errors: list[BaseException] = []
+        for index in (PRIMARY, SECONDARY):
+            try:
+                receiver = await self._receiver._open(index)
+                state: bytes | None = await receiver.session.get_state(timeout=timeout)
+                return state
+            except Exception as error:
+                if not signals_unavailable(error):
+                    raise
+                errors.append(error)
+        raise errors[-1] from errors[0]
+
+    async def set_state(self, state: str | bytes | bytearray | None, *, timeout: float | None = None) -> None:
+        errors: list[BaseException] = []
+        for index in (PRIMARY, SECONDARY):
+            try:
+                receiver = await self._receiver._open(index)
+                await receiver.session.set_state(state, timeout=timeout)
+            except Exception as error:
+                if not signals_unavailable(error):
+                    raise
+                errors.append(error)
+        if len(errors) == 2:
+            raise errors[1] from errors[0]
+
+    async def renew_lock(self, *, timeout: float | None = None) -> datetime:
+        times: list[datetime] = []
+        errors: list[BaseException] = []
+        for index in (PRIMARY, SECONDARY):
+            try:
+                receiver = await self._receiver._open(index)
+                times.append(await receiver.session.renew_lock(timeout=timeout))
+            except Exception as error:
+                if not signals_unavailable(error):
+                    raise
+                errors.append(error)
+        if not times:
+            raise errors[1] from errors[0]
+        return min(times)
+
+    @property
+    def locked_until_utc(self) -> datetime | None:
+        known = [r.session.locked_until_utc for r, opened in zip(self._receiver._receivers, self._receiver._opened,
+                                                                 strict=True) if opened]
+        times = [t for t in known if t is not None]
+        return min(times) if times else None
+
+
 class ReplicatedRequestSender:
     def __init__(self, requests: tuple[ServiceBusSender, ServiceBusSender],
                  replies: tuple[ServiceBusReceiver, ServiceBusReceiver], reply_names: tuple[str, str]) -> None:
@@ -371,35 +573,41 @@ class ReplicatedRequestSender:
         self.active = random.choice((PRIMARY, SECONDARY))
 
     async def request(self, message: ServiceBusMessage, *, timeout: float = 60.0) -> ServiceBusReceivedMessage:
+        """Send ``message`` and return its reply (completed). The relay pattern: if the active endpoint
+        fails (the send fails with an availability error, or no reply comes within ``timeout``), the
+        request is reissued to the backup (same MessageId) and, when its reply comes, the two switch
+        roles; both failing raises the backup's error (OperationTimeoutError when no reply came) and
+        leaves the roles. So a request takes at most twice ``timeout``."""
         if message.message_id is None:
             message.message_id = str(uuid.uuid4())
-        used = await self._send(message)
+        active = self.active
+        try:
+            return await self._round_trip(active, message, timeout)
+        except Exception as error:
+            if not signals_unavailable(error):  # OperationTimeoutError (no reply) is one of them
+                raise
+            first_error = error
+        _log.warning("request endpoint %d failed (%s); reissuing the request to the backup", active, first_error)
+        try:
+            reply = await self._round_trip(1 - active, message, timeout)
+        except Exception as error:
+            raise error from first_error
+        self.active = 1 - active
+        return reply
+
+    async def _round_trip(self, index: int, message: ServiceBusMessage, timeout: float) -> ServiceBusReceivedMessage:
+        message.reply_to = self._reply_names[index]
+        await self._requests[index].send_messages(message)
         deadline = time.monotonic() + timeout
-        replies = self._replies[used]
+        replies = self._replies[index]
         while (left := deadline - time.monotonic()) > 0:
             for reply in await replies.receive_messages(max_message_count=1, max_wait_time=min(left, 5.0)):
                 await replies.complete_message(reply)
                 if reply.correlation_id == message.message_id:
                     return reply
-        raise OperationTimeoutError(message=f"no reply to request {message.message_id} within {timeout} s")
-
-    async def _send(self, message: ServiceBusMessage) -> int:
-        active = self.active
-        message.reply_to = self._reply_names[active]
-        try:
-            await self._requests[active].send_messages(message)
-            return active
-        except Exception as error:
-            if not signals_unavailable(error):
-                raise
-            first_error = error
-        message.reply_to = self._reply_names[1 - active]
-        try:
-            await self._requests[1 - active].send_messages(message)
-        except Exception as error:
-            raise error from first_error
-        self.active = 1 - active
-        return self.active
+                _log.info("dropped a reply to an earlier request (%s)", reply.correlation_id)
+        raise OperationTimeoutError(message=f"no reply to request {message.message_id} within {timeout} s "
+                                            f"from request endpoint {index}")
 
     async def close(self) -> None:
         for handler in (*self._requests, *self._replies):

@@ -90,10 +90,12 @@ def describe_message(payload: bytes) -> dict[str, Any]:
     """Every section of an encoded message as plain values, with the broker's annotations named."""
     shown: dict[str, Any] = {}
     bodies: list[Any] = []
+    ttl: Any = None
     for section in amqp_message.split_sections(payload):
         value = amqp_message.section_value(payload, section)
         if section.code == amqp_message.HEADER and isinstance(value, list) and len(value) > 4:
             shown["delivery_count"] = value[4]
+            ttl = value[2]
         elif section.code == amqp_message.MESSAGE_ANNOTATIONS and isinstance(value, dict):
             annotations = {str(k): v for k, v in value.items()}
             shown["sequence_number"] = annotations.pop("x-opt-sequence-number", None)
@@ -113,4 +115,16 @@ def describe_message(payload: bytes) -> dict[str, Any]:
         elif section.code in (amqp_message.DATA, amqp_message.AMQP_VALUE, amqp_message.AMQP_SEQUENCE):
             bodies.append(plain_value(value))
     shown["body"] = bodies[0] if len(bodies) == 1 else bodies
+    shown["expires_at"] = _expiry(shown.get("enqueued_time"), ttl)
     return shown
+
+
+def _expiry(enqueued: Any, ttl: Any) -> str | None:
+    """When the message expires: enqueued time plus time-to-live; None when it never does.
+
+    A time-to-live at the header's maximum (about 49.7 days, what a longer one is shown as) counts as
+    never: the broker writes that for TimeSpan.MaxValue and for anything longer than a uint holds.
+    """
+    if not isinstance(ttl, int) or ttl >= 0xFFFFFFFF or not isinstance(enqueued, str):
+        return None
+    return (datetime.datetime.fromisoformat(enqueued) + datetime.timedelta(milliseconds=ttl)).isoformat()

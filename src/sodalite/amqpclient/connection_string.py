@@ -18,6 +18,8 @@ ENVIRONMENT_VARIABLE: Final = "SODALITE_CONNECTION_STRING"
 #: What `sodalite serve` prints for its defaults (the emulator's key).
 DEFAULT: Final = ("Endpoint=sb://localhost;SharedAccessKeyName=RootManageSharedAccessKey;"
                   "SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;")
+#: Where `sodalite serve` writes its ports and certificate, in its data directory (cli/main.py Endpoints).
+ENDPOINTS_FILE: Final = "endpoints.json"
 AMQP_PORT: Final = 5672
 AMQPS_PORT: Final = 5671
 

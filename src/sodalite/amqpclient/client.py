@@ -1,6 +1,7 @@
-"""A small blocking AMQP client on Sodalite's own sans-IO layer, for ``sodalite send`` and ``peek``.
+"""A small blocking AMQP client on Sodalite's own sans-IO layer (``sodalite send``/``peek``, the Spark source).
 
-The official SDK is a development dependency only, so the command line speaks AMQP itself: one
+The official SDK is a development dependency only, so the command line and the Spark data source
+speak AMQP themselves: one
 socket (plain, or TLS-on-connect for amqps), one session, a SAS token put to ``$cbs`` per
 entity, unsettled sends that wait for the broker's outcome, and ``$management`` requests.
 """
@@ -24,7 +25,6 @@ from sodalite.amqp.performatives import Accepted, Error, Source, Target
 from sodalite.amqp.sasl import SaslClientConfig
 from sodalite.amqp.types import Described, Timestamp, ULong
 from sodalite.model import sas
-from sodalite.server.messages import decode_request
 
 TOKEN_LIFETIME_S = 3600
 
@@ -32,10 +32,11 @@ TOKEN_LIFETIME_S = 3600
 class ClientError(Exception):
     """The broker refused something; ``condition`` is the AMQP error condition when it sent one."""
 
-    def __init__(self, condition: str | None, description: str) -> None:
+    def __init__(self, condition: str | None, description: str, index: int | None = None) -> None:
         super().__init__(f"{condition}: {description}" if condition else description)
         self.condition = condition
         self.description = description
+        self.index = index  # in a send, the position of the message the broker refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,14 +53,32 @@ def _error_of(error: Error | None, fallback: str) -> ClientError:
     return ClientError(str(error.condition), str(error.description or fallback))
 
 
+def _decode_reply(payload: bytes) -> tuple[dict[str, Any], Any]:
+    """A ``$cbs``/``$management`` reply's application properties and body, decoded whole."""
+    properties: dict[str, Any] = {}
+    body: Any = None
+    for s in amqp_message.split_sections(payload):
+        if s.code == amqp_message.APPLICATION_PROPERTIES:
+            value = amqp_message.section_value(payload, s)
+            if isinstance(value, dict):
+                properties = {str(k): v for k, v in value.items()}
+        elif s.code in (amqp_message.AMQP_VALUE, amqp_message.DATA):
+            body = amqp_message.section_value(payload, s)
+    return properties, body
+
+
 class AmqpClient:
     def __init__(self, host: str, port: int, key_name: str, key: str, *, tls: ssl.SSLContext | None = None,
                  timeout: float = 30.0) -> None:
         self._host, self._port, self._key_name, self._key = host, port, key_name, key
         self._timeout = timeout
-        raw = socket.create_connection((host, port), timeout=timeout)
-        self._sock: socket.socket = tls.wrap_socket(raw, server_hostname=host) if tls is not None else raw
-        self._conn = Connection(server=False, container_id=f"sodalite-cli-{uuid.uuid4()}",
+        url = f"{'amqps' if tls is not None else 'amqp'}://{host}:{port}"
+        try:
+            raw = socket.create_connection((host, port), timeout=timeout)
+            self._sock: socket.socket = tls.wrap_socket(raw, server_hostname=host) if tls is not None else raw
+        except OSError as exc:
+            raise ConnectionError(f"at {url}: {exc.strerror or exc}") from None
+        self._conn = Connection(server=False, container_id=f"sodalite-client-{uuid.uuid4()}",
                                 sasl_client=SaslClientConfig(), hostname=host)
         self._conn.start()
         self._session = self._conn.begin()
@@ -138,8 +157,7 @@ class AmqpClient:
         got = self._wait(lambda e: isinstance(e, ev.TransferReceived) and e.link is response)
         assert isinstance(got, ev.TransferReceived)
         response.issue_credit(1)
-        reply = decode_request(got.delivery.payload)  # the same decoding the broker does
-        return reply.application_properties, reply.body
+        return _decode_reply(got.delivery.payload)
 
     def _pair(self, node: str) -> tuple[Link, Link]:
         response = self._attach(node, RECEIVER)
@@ -182,14 +200,23 @@ class AmqpClient:
                 if isinstance(event, ev.LinkDetached):
                     raise _error_of(event.error, f"the broker detached the link to '{entity}'")
                 assert isinstance(event, ev.DeliveryUpdated)
-                pending.pop(event.delivery_id, None)
+                position = pending.pop(event.delivery_id, -1)
                 if not isinstance(event.state, Accepted):
                     error = getattr(event.state, "error", None)
-                    raise _error_of(error if isinstance(error, Error) else None,
-                                    f"the broker did not accept the message ({type(event.state).__name__})")
+                    refused = _error_of(error if isinstance(error, Error) else None,
+                                        f"the broker did not accept the message ({type(event.state).__name__})")
+                    refused.index = None if position == -1 else position
+                    raise refused
         finally:
             link.detach()
             self._flush()
+
+    def check_sender(self, entity: str) -> None:
+        """Raise ClientError unless the broker lets this client send to ``entity`` (it exists, the key has Send)."""
+        self.authorise(entity)
+        link = self._attach(entity, SENDER)
+        link.detach()
+        self._flush()
 
     def management(self, entity: str, operation: str, body: dict[str, Any]) -> ManagementReply:
         """One ``$management`` request to ``entity`` (which may name a sub-queue)."""

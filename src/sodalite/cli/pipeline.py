@@ -1,0 +1,140 @@
+"""``sodalite pipeline export|replicate``: the Spark pipelines (docs/spark.md) from the command line.
+
+Each starts a Spark session (``--master``, default ``local[*]``), starts the pipeline's streaming
+query with a checkpoint directory, prints progress (messages moved, rate, lag per partition) every
+few seconds, and stops cleanly on Ctrl-C: the query stops, the session stops, and a later run with
+the same checkpoint carries on where it left off. ``--available-now`` reads what is there and ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any
+
+from sodalite.amqpclient import connection_string
+from sodalite.errors import SodaliteError
+
+PROGRESS_EVERY_S = 5.0
+
+
+def register(commands: Any) -> None:
+    pipeline = commands.add_parser("pipeline", help="data pipelines on Spark (needs the sodalite[spark] extra)")
+    actions = pipeline.add_subparsers(dest="action", required=True)
+
+    export = actions.add_parser("export", help="an entity or its dead-letter queue to Parquet (or another "
+                                               "Spark file format), partitioned by date")
+    export.add_argument("entity", help="queue name, or topic/subscriptions/subscription")
+    export.add_argument("--path", required=True, help="output directory")
+    export.add_argument("--dead-letter", action="store_true", help="export the dead-letter queue")
+    export.add_argument("--consume", action="store_true", help="remove what has been exported")
+    export.add_argument("--format", default="parquet", help="Spark file format (default parquet)")
+    _common(export)
+    export.set_defaults(handler=_export)
+
+    replicate = actions.add_parser("replicate", help="entities of one namespace to another, MessageIds kept")
+    replicate.add_argument("entities", nargs="+", help="queues, or topic/subscriptions/s (sent to the topic)")
+    replicate.add_argument("--target-connection-string", required=True, help="namespace B")
+    replicate.add_argument("--consume", action="store_true", help="move rather than copy")
+    _common(replicate)
+    replicate.set_defaults(handler=_replicate)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--connection-string", default=None,
+                        help=f"the source namespace (default ${connection_string.ENVIRONMENT_VARIABLE}, "
+                             "else the local broker)")
+    parser.add_argument("--checkpoint", required=True, help="Spark checkpoint directory (resume from it)")
+    parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    parser.add_argument("--available-now", action="store_true", help="read what is there now, then stop")
+    parser.add_argument("--trigger", default="10 seconds", help="micro-batch interval (default '10 seconds')")
+    parser.add_argument("--max-messages-per-trigger", type=int, default=10_000,
+                        help="messages per micro-batch at most (default 10000)")
+    parser.add_argument("--starting-position", default="earliest", help="earliest (default), latest or JSON")
+
+
+def _source_connection(args: argparse.Namespace) -> str:
+    text = args.connection_string or os.environ.get(connection_string.ENVIRONMENT_VARIABLE) \
+        or connection_string.DEFAULT
+    connection_string.parse(text)
+    return str(text)
+
+
+def _session(master: str, name: str) -> Any:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    return (SparkSession.builder.master(master).appName(name).config("spark.ui.showConsoleProgress", "false")
+            .getOrCreate())
+
+
+def _export(args: argparse.Namespace) -> int:
+    from sodalite.spark import pipelines
+
+    spark = _session(args.master, "sodalite-export")
+    query = pipelines.export(spark, _source_connection(args), args.entity, args.path, args.checkpoint,
+                             dead_letter=args.dead_letter, consume=args.consume, file_format=args.format,
+                             max_messages_per_trigger=args.max_messages_per_trigger,
+                             available_now=args.available_now, processing_time=args.trigger,
+                             starting_position=args.starting_position)
+    return _watch(spark, query)
+
+
+def _replicate(args: argparse.Namespace) -> int:
+    from sodalite.spark import pipelines
+
+    spark = _session(args.master, "sodalite-replicate")
+    connection_string.parse(args.target_connection_string)
+    query = pipelines.replicate(spark, _source_connection(args), args.target_connection_string, args.entities,
+                                args.checkpoint, consume=args.consume,
+                                max_messages_per_trigger=args.max_messages_per_trigger,
+                                available_now=args.available_now, processing_time=args.trigger,
+                                starting_position=args.starting_position)
+    return _watch(spark, query)
+
+
+def _print(progress: Any) -> None:
+    lag = ", ".join(f"{k}={v}" for k, v in sorted(progress.lag.items()) if v) or "0"
+    print(f"moved {progress.moved} messages, {progress.rate:.0f} msg/s, lag {lag}", flush=True)
+
+
+def _watch(spark: Any, query: Any) -> int:
+    from sodalite.spark import pipelines
+
+    seen: dict[int, int] = {}
+    try:
+        while query.isActive:
+            query.awaitTermination(PROGRESS_EVERY_S)
+            _print(pipelines.progress(query, seen))
+        failure = query.exception()
+        if failure is not None:
+            print(f"error: the pipeline failed: {failure}", file=sys.stderr)
+            return 1
+        return 0
+    except KeyboardInterrupt:
+        print("stopping (Ctrl-C): the checkpoint keeps the position", flush=True)
+        query.stop()
+        _print(pipelines.progress(query, seen))
+        return 130
+    finally:
+        spark.stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        print("error: the Spark pipelines need the sodalite[spark] extra (pip install 'sodalite[spark]')",
+              file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    try:
+        code: int = args.handler(args)
+    except SodaliteError as exc:
+        print(f"error: {getattr(exc, 'description', exc)}", file=sys.stderr)
+        return 1
+    print(f"done in {time.monotonic() - started:.0f} s", flush=True)
+    return code

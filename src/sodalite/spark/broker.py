@@ -1,0 +1,163 @@
+"""What the data source asks of the broker, over Sodalite's own AMQP client.
+
+Peeks, partition bounds and complete-through are ``$management`` requests (the last two and the
+per-partition peek are Sodalite extensions, docs/spark.md); sends are unsettled transfers that
+each wait for the broker's acceptance, i.e. until the message is durable. A failed request raises
+:class:`BrokerRequestError` naming the entity and the broker's reason.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+from sodalite.amqpclient import AmqpClient, ClientError, connection_string
+from sodalite.errors import ConfigurationError, SodaliteError
+from sodalite.spark.rows import COLUMNS, row_from_peeked
+
+COMPLETE_THROUGH: Final = "com.sodalite:complete-through-sequence-number"
+PARTITION_BOUNDS: Final = "com.sodalite:partition-bounds"
+PEEK_PARTITION: Final = "com.sodalite:peek-partition"
+PEEK_PAGE: Final = 500
+SEND_CHUNK: Final = 500
+DEAD_LETTER_SUFFIX: Final = "/$deadletterqueue"
+SEQUENCE_NUMBER: Final = COLUMNS.index("sequenceNumber")
+
+
+class BrokerRequestError(SodaliteError):
+    """The broker refused or failed a request the data source made; ``remote_condition`` is the AMQP
+    condition the broker answered with (the message includes it)."""
+
+    condition = "amqp:internal-error"
+    http_status = 500
+
+    def __init__(self, message: str, condition: str | None = None, index: int | None = None) -> None:
+        super().__init__(f"{message} [{condition}]" if condition else message)
+        self.remote_condition = condition
+        self.index = index  # in a send, the position of the message the broker refused
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    partition: int
+    first: int | None  # lowest stored sequence number, None when the partition is empty
+    next: int  # every number below it that will ever be visible is visible
+
+
+def _explain(entity: str, exc: ClientError) -> BrokerRequestError:
+    condition = exc.condition
+    if condition == "amqp:not-found":
+        return BrokerRequestError(f"entity '{entity}' does not exist: {exc.description}", condition)
+    if condition == "amqp:unauthorized-access":
+        return BrokerRequestError(
+            f"the connection string's key is not authorised for '{entity}' (wrong key, or a right missing): "
+            f"{exc.description}", condition)
+    return BrokerRequestError(f"'{entity}': {exc.description}", condition)
+
+
+class Broker:
+    """One lazily opened connection to the broker a connection string names; picklable (it reconnects)."""
+
+    def __init__(self, conn: str, timeout: float = 60.0) -> None:
+        try:
+            self.settings = connection_string.parse(conn)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"option 'connectionString': {exc}") from None
+        self._conn = conn
+        self._timeout = timeout
+        self._client: AmqpClient | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"conn": self._conn, "timeout": self._timeout}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["conn"], state["timeout"])  # type: ignore[misc]
+
+    def client(self) -> AmqpClient:
+        if self._client is None:
+            s = self.settings
+            try:
+                self._client = AmqpClient(s.host, s.port, s.key_name, s.key,
+                                          tls=ssl.create_default_context() if s.tls else None, timeout=self._timeout)
+            except OSError as exc:
+                raise BrokerRequestError(f"cannot connect to {s.host}:{s.port}: {exc}",
+                                         "amqp:connection:forced") from None
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            except OSError:
+                pass
+            self._client = None
+
+    def _management(self, entity: str, operation: str, body: dict[str, Any]) -> Any:
+        try:
+            reply = self.client().management(entity, operation, body)
+        except ClientError as exc:
+            self.close()
+            raise _explain(entity, exc) from None
+        except (OSError, TimeoutError) as exc:
+            self.close()
+            raise BrokerRequestError(f"'{entity}': the broker connection failed: {exc}",
+                                     "amqp:connection:forced") from None
+        if reply.status == 204:
+            return None
+        if reply.status != 200:
+            raise _explain(entity, ClientError(reply.condition, reply.description or f"status {reply.status}"))
+        return reply.body
+
+    def bounds(self, entity: str) -> list[Bounds]:
+        body = self._management(entity, PARTITION_BOUNDS, {})
+        return [Bounds(int(b["partition"]), None if b["first-sequence-number"] is None
+                       else int(b["first-sequence-number"]), int(b["next-sequence-number"]))
+                for b in body["partitions"]]
+
+    def peek_range(self, entity: str, partition: int, start: int, end: int) -> Iterator[tuple[Any, ...]]:
+        """A row (rows.COLUMNS) for every message of ``partition`` numbered in [start, end), in order."""
+        cursor = start
+        while cursor < end:
+            body = self._management(entity, PEEK_PARTITION, {
+                "partition": partition, "from-sequence-number": cursor,
+                "message-count": min(PEEK_PAGE, end - cursor)})
+            messages = [] if body is None else body.get("messages") or []
+            if not messages:
+                return
+            for entry in messages:
+                row = row_from_peeked(bytes(entry["message"]))
+                number = row[SEQUENCE_NUMBER]
+                if number is None or number >= end:
+                    return
+                yield row
+                cursor = number + 1
+
+    def complete_through(self, entity: str, partition: int, sequence_number: int) -> int:
+        body = self._management(entity, COMPLETE_THROUGH, {"partition": partition,
+                                                           "sequence-number": sequence_number})
+        return int(body["count"])
+
+    def check_sender(self, entity: str) -> None:
+        try:
+            self.client().check_sender(entity)
+        except ClientError as exc:
+            self.close()
+            raise _explain(entity, exc) from None
+
+    def send(self, entity: str, payloads: list[bytes]) -> None:
+        """Send and wait until each message is durable; a refusal names the index of the message."""
+        for offset in range(0, len(payloads), SEND_CHUNK):
+            try:
+                self.client().send(entity, payloads[offset : offset + SEND_CHUNK])
+            except ClientError as exc:
+                self.close()
+                error = _explain(entity, exc)
+                error.index = None if exc.index is None else offset + exc.index
+                raise error from None
+            except (OSError, TimeoutError) as exc:
+                self.close()
+                raise BrokerRequestError(f"'{entity}': the broker connection failed: {exc}",
+                                         "amqp:connection:forced") from None
+
