@@ -1,1 +1,1 @@
-"""Management plane: the AdminService and its HTTP (ATOM/XML) face."""
+"""Management plane: the control-plane service (control.py) and its faces: ATOM/XML, the JSON API, the console."""

@@ -35,9 +35,11 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from sodalite.admin.control import (
+    KINDS,
     MAX_PEEK,
     Caller,
     ControlPlane,
+    EntityProperties,
     Selection,
     SendRequest,
     SubQueueName,
@@ -54,6 +56,7 @@ from sodalite.errors import (
     Unauthorized,
 )
 from sodalite.model import sas
+from sodalite.model.entities import RuleDescription
 
 log = logging.getLogger(__name__)
 
@@ -340,7 +343,15 @@ async def namespace(request: web.Request) -> web.Response:
 
 
 async def list_entities(request: web.Request) -> web.Response:
-    return _ok(request.app[CONTROL].namespace_record(caller_of(request)).entities)
+    """Every entity, or (``?kind=queue|topic|subscription``, ``?topic=<topic>``) those of a kind or topic."""
+    kind, topic = request.query.get("kind"), request.query.get("topic")
+    if kind is None and topic is None:
+        return _ok(request.app[CONTROL].namespace_record(caller_of(request)).entities)
+    if kind is not None and kind not in KINDS:
+        raise ArgumentError(f"kind must be queue, topic or subscription, got {kind!r}")
+    if topic is not None and kind not in (None, "subscription"):
+        raise ArgumentError("a topic lists its subscriptions: kind=subscription, or no kind")
+    return _ok(request.app[CONTROL].entities(caller_of(request), kind or "subscription", topic))
 
 
 async def create_entity(request: web.Request) -> web.Response:
@@ -352,9 +363,17 @@ async def create_entity(request: web.Request) -> web.Response:
     rule = body.get("rule")
     if rule is not None and not isinstance(rule, dict):
         raise ArgumentError("rule must be a JSON object")
-    record = await request.app[CONTROL].create_entity(caller, kind, path.strip("/"), _object(body, "properties"),
-                                                      rule)
+    if kind not in KINDS:
+        raise ArgumentError(f"kind must be queue, topic or subscription, got {kind!r}")
+    properties = _properties(kind, _object(body, "properties"))
+    first = RuleDescription.from_json(rule, path="rule") if rule else None
+    record = await request.app[CONTROL].create_entity(caller, path.strip("/"), properties, first)
     return _ok(record, 201)
+
+
+def _properties(kind: str, given: Mapping[str, Any]) -> EntityProperties:
+    """Config.json's names for a queue's, topic's or subscription's properties, checked."""
+    return KINDS[kind].from_json(given, path="properties")
 
 
 async def get_entity(request: web.Request) -> web.Response:
@@ -364,7 +383,10 @@ async def get_entity(request: web.Request) -> web.Response:
 async def update_entity(request: web.Request) -> web.Response:
     caller = caller_of(request)
     body = await _body(request)
-    return _ok(await request.app[CONTROL].update_entity(caller, _path(request), _object(body, "properties")))
+    control = request.app[CONTROL]
+    entity = control.entity(caller, _path(request))
+    properties = _properties(entity.kind, _object(body, "properties"))
+    return _ok(await control.update_entity(caller, entity.path, properties))
 
 
 async def delete_entity(request: web.Request) -> web.Response:
@@ -447,7 +469,12 @@ async def put_rule(request: web.Request) -> web.Response:
     name = request.match_info.get("rule")
     if name is not None:
         rule = {**rule, "Name": name}
-    record = await request.app[CONTROL].put_rule(caller, _path(request), rule, create=name is None)
+    description = RuleDescription.from_json(rule, path="rule")
+    control = request.app[CONTROL]
+    entity = control.entity(caller, _path(request))
+    if entity.kind != "subscription":
+        raise ArgumentError(f"'{entity.path}' is a {entity.kind}: only subscriptions have rules")
+    record = await control.put_rule(caller, entity.path, description, create=name is None)
     return _ok(record, 201 if name is None else 200)
 
 
@@ -466,7 +493,8 @@ async def regenerate_key(request: web.Request) -> web.Response:
     key_name, key_type = _opt_str(body, "keyName"), _opt_str(body, "keyType")
     if not key_name or not key_type:
         raise ArgumentError("keyName and keyType are required")
-    return _ok(await request.app[CONTROL].regenerate_key(caller, _opt_str(body, "entity"), key_name, key_type))
+    return _ok(await request.app[CONTROL].regenerate_key(caller, _opt_str(body, "entity"), key_name, key_type,
+                                                         _opt_str(body, "key")))
 
 
 async def stores(request: web.Request) -> web.Response:

@@ -2,13 +2,14 @@
 
 The records are frozen and JSON-able through :func:`to_json`. The service's operations are the
 ones the portal's explorer and Service Bus Explorer users rely on: the namespace with each
-entity's live counts; entities and rules (through the :class:`~sodalite.admin.service.AdminService`
-the ATOM API already uses, so both faces change the same things); peek by sequence number in any
-sub-queue; one message; send; purge; move and resubmit; cancel scheduled; keys; stores.
+entity's live counts; entities and rules; peek by sequence number in any sub-queue; one message;
+send; purge; move and resubmit; cancel scheduled; keys; stores. Every face is a translation of
+these: the ATOM API (``admin.service``, records to XML), the JSON API (``admin.api``), the console
+(which calls the JSON API) and the CLI (which calls the JSON API too).
 
 The broker runtime reaches this layer through :class:`RuntimePort`, which the CLI's composition
-root implements over the broker (the admin layer imports only the model, the store port and the
-errors). Every change writes one audit line to the ``sodalite.audit`` logger: who (the key name
+root implements once over the broker (the admin layer imports only the model, the store port and
+the errors). Every change writes one audit line to the ``sodalite.audit`` logger: who (the key name
 the caller presented), what, on which entity, and the outcome's count.
 
 Rights (clarifications, issue 17), enforced here so every face enforces the same: peek, purge
@@ -25,9 +26,8 @@ import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass, replace
-from typing import Any, Protocol
+from typing import Protocol
 
-from sodalite.admin.service import AdminService
 from sodalite.errors import ArgumentError, EntityNotFound, Forbidden, SodaliteError
 from sodalite.model.authorization import AccessRights, Authorization
 from sodalite.model.entities import (
@@ -75,24 +75,63 @@ class EntityCounts:
     size_in_bytes: int = 0
 
 
+EntityProperties = QueueProperties | TopicProperties | SubscriptionProperties
+KINDS: dict[str, type[EntityProperties]] = {
+    "queue": QueueProperties, "topic": TopicProperties, "subscription": SubscriptionProperties}
+
+
+def kind_of(properties: EntityProperties) -> str:
+    return next(kind for kind, cls in KINDS.items() if isinstance(properties, cls))
+
+
+@dataclass(frozen=True, slots=True)
+class EntityTimes:
+    """Milliseconds since the epoch: created and last updated (as the broker keeps them), last used."""
+
+    created_at: int
+    updated_at: int
+    accessed_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicFigures:
+    """What a topic's figures add: its subscriptions and their filters (True/False filters count as SQL)."""
+
+    subscription_count: int
+    sql_filter_count: int
+    correlation_filter_count: int
+
+
 @dataclass(frozen=True, slots=True)
 class EntityRecord:
-    """A queue, topic or subscription with its runtime counts."""
+    """A queue, topic or subscription with its runtime counts.
+
+    A topic's counts are its subscriptions' view of it: its size is every subscription's stored
+    bytes (its quota covers them), and its scheduled count the largest subscription's plus what the
+    topic holds itself."""
 
     path: str  # 'orders', 'events', 'events/subscriptions/audit'
     kind: str  # queue | topic | subscription
     counts: EntityCounts
     availability: str  # Available | Limited
+    times: EntityTimes
+    status: str = "Active"  # Active | Disabled | SendDisabled | ReceiveDisabled (its Status property)
     topic: str | None = None  # a subscription's topic
-    properties: Mapping[str, Any] = field(default_factory=dict)  # Config.json names (detail views only)
+    properties: EntityProperties | None = None  # detail views only (lists leave it out: cheap counts)
     messages_in: int = 0  # since the broker started: acknowledged sends (faces turn two readings into a rate)
     messages_out: int = 0  # since the broker started: completed, or received in ReceiveAndDelete
+    topic_figures: TopicFigures | None = None  # topics only
+
+    @property
+    def name(self) -> str:
+        """Its own name: a subscription's without its topic."""
+        return self.path.rpartition("/subscriptions/")[2] if self.kind == "subscription" else self.path
 
 
 @dataclass(frozen=True, slots=True)
 class RuleRecord:
     name: str
-    rule: Mapping[str, Any]  # Config.json shape: {"Name", "Properties": {"FilterType", ...}}
+    rule: RuleDescription  # as JSON, Config.json's shape: {"Name", "Properties": {"FilterType", ...}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +141,8 @@ class KeyRecord:
     primary_key: str | None
     secondary_key: str | None
     entity: str | None = None  # None: a namespace rule
+    primary_connection_string: str | None = None  # for the broker's AMQP listener, with this key
+    secondary_connection_string: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +181,7 @@ class MessageRecord:
     scheduled_enqueue_time: int | None = None
     dead_letter_reason: str | None = None
     dead_letter_description: str | None = None
-    application_properties: Mapping[str, Any] = field(default_factory=dict)  # JSON-able values
+    application_properties: Mapping[str, object] = field(default_factory=dict)  # JSON-able values
     body: bytes = b""
 
 
@@ -155,7 +196,7 @@ class SendRequest:
     correlation_id: str | None = None
     time_to_live_ms: int | None = None
     scheduled_enqueue_time: int | None = None  # ms since the epoch
-    application_properties: Mapping[str, Any] = field(default_factory=dict)
+    application_properties: Mapping[str, object] = field(default_factory=dict)  # JSON-able values
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,14 +237,36 @@ class OperationRecord:
 
 
 class RuntimePort(Protocol):
-    """What the control plane needs of the broker runtime beyond the AdminService (entity CRUD)."""
+    """What the control plane needs of the broker runtime: one narrow port, implemented once (cli/).
 
-    def entity_records(self) -> list[EntityRecord]: ...
+    Lookups are case-insensitive; changes raise ``EntityNotFound`` for a missing parent or target and
+    ``EntityAlreadyExists`` for a name in use."""
+
+    def entity_records(self, kind: str | None = None, topic: str | None = None) -> list[EntityRecord]:
+        """Every queue, topic and subscription (of ``kind``; a topic's subscriptions), by path, without
+        their properties (their counts are cheap: what the runtime keeps as it goes)."""
 
     def entity_record(self, path: str) -> EntityRecord | None:
         """Any queue, topic or subscription by path (case-insensitive), with its properties."""
 
-    def rules(self, subscription_path: str) -> list[RuleRecord]: ...
+    def rules(self, subscription_path: str) -> list[RuleRecord]:
+        """In the order the subscription evaluates them."""
+
+    async def create_entity(self, path: str, properties: EntityProperties, rule: RuleDescription | None) -> None:
+        """A queue, topic or subscription (by the properties' type); a subscription starts with ``rule``."""
+
+    async def update_entity(self, path: str, properties: EntityProperties) -> None:
+        """A subscription keeps its rules."""
+
+    async def delete_entity(self, path: str) -> None:
+        """A topic takes its subscriptions with it."""
+
+    async def create_rule(self, subscription_path: str, rule: RuleDescription) -> None: ...
+
+    async def update_rule(self, subscription_path: str, rule: RuleDescription) -> None:
+        """Raises EntityNotFound when the subscription has no rule of that name."""
+
+    async def delete_rule(self, subscription_path: str, name: str) -> None: ...
 
     def peek(self, path: str, sub: SubQueueName, from_sequence_number: int, count: int) -> list[MessageRecord]:
         """Raises EntityNotFound for an unknown entity."""
@@ -222,7 +285,8 @@ class RuntimePort(Protocol):
 
     def keys(self) -> list[KeyRecord]: ...
 
-    async def regenerate_key(self, entity: str | None, key_name: str, key_type: str) -> KeyRecord: ...
+    async def regenerate_key(self, entity: str | None, key_name: str, key_type: str, key: str | None) -> KeyRecord:
+        """Store a new key (``key``, or 32 random bytes): tokens signed with the old one fail from then on."""
 
     def stores(self) -> list[StoreRecord]: ...
 
@@ -237,10 +301,13 @@ class RuntimePort(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """Who asks: the rights their token grants and the key name, for the audit line."""
+    """Who asks: their token and key name (for the audit line). ``granted`` is what a face's own
+    authorization already made of the token for the request's path (the ATOM API's middleware); the
+    key's rights and entity are checked against it all the same."""
 
     token: str
     key_name: str
+    granted: Authorization | None = None
 
 
 def _require(granted: Authorization, path: str, right: AccessRights) -> None:
@@ -254,22 +321,26 @@ MAX_OPERATIONS = 100  # finished background operations remembered for their call
 
 
 class ControlPlane:
-    def __init__(self, runtime: RuntimePort, admin: AdminService) -> None:
+    def __init__(self, runtime: RuntimePort, namespace: str, *, sku: str = "Standard",
+                 max_message_size_in_kilobytes: int = 256) -> None:
         self.runtime = runtime
-        self.admin = admin
+        self.namespace = namespace
+        self.sku = sku  # Basic, Standard or Premium (only Premium lets an entity choose its message size)
+        self.max_message_size_in_kilobytes = max_message_size_in_kilobytes  # the namespace's limit
         self._operations: dict[str, OperationRecord] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-
-    @property
-    def namespace(self) -> str:
-        return self.admin.namespace
 
     # ---- authorization -------------------------------------------------------------------------
 
     def _check(self, caller: Caller, path: str, right: AccessRights) -> None:
-        _require(self.runtime.authorize(caller.token, path.strip("/")), path, right)
+        if caller.granted is not None:
+            # The face matched the token's audience to its own request's path (an SDK signs a token
+            # for each entity it manages); the key's rights and its entity still apply here.
+            _require(replace(caller.granted, audience_path=""), path, right)
+        else:
+            _require(self.runtime.authorize(caller.token, path.strip("/")), path, right)
 
-    def _audit(self, caller: Caller, action: str, target: str, **details: Any) -> None:
+    def _audit(self, caller: Caller, action: str, target: str, **details: str | int) -> None:
         audit_log.info("audit %s %s by %s %s", action, target, caller.key_name,
                        " ".join(f"{k}={v}" for k, v in details.items()),
                        extra={"audit": True, "action": action, "target": target, "who": caller.key_name, **details})
@@ -289,6 +360,25 @@ class ControlPlane:
     def entity(self, caller: Caller, path: str) -> EntityRecord:
         self._check(caller, path, AccessRights.MANAGE)
         return self._entity(path)
+
+    def entities(self, caller: Caller, kind: str, topic: str | None = None) -> list[EntityRecord]:
+        """The queues, topics or a topic's subscriptions (none for an unknown topic), by path."""
+        self._check(caller, topic or "", AccessRights.MANAGE)
+        return self.runtime.entity_records(kind, topic)
+
+    def find(self, caller: Caller, path: str, kind: str) -> EntityRecord | None:
+        """The ``kind`` of entity at ``path`` with its properties, or None."""
+        self._check(caller, path, AccessRights.MANAGE)
+        found = self.runtime.entity_record(path)
+        return found if found is not None and found.kind == kind else None
+
+    def find_rule(self, caller: Caller, path: str, name: str) -> RuleRecord | None:
+        """A subscription's rule by name (case-insensitive), or None."""
+        self._check(caller, path, AccessRights.MANAGE)
+        found = self.runtime.entity_record(path)
+        if found is None or found.kind != "subscription":
+            return None
+        return next((r for r in self.runtime.rules(found.path) if r.name.lower() == name.lower()), None)
 
     def rules(self, caller: Caller, path: str) -> list[RuleRecord]:
         self._check(caller, path, AccessRights.MANAGE)
@@ -348,8 +438,6 @@ class ControlPlane:
         source = self._entity(path)
         destination = self._entity(target) if target else source
         self._check(caller, destination.path, AccessRights.SEND)
-        if destination.kind == "topic":
-            raise ArgumentError(f"'{destination.path}' is a topic: moving into a topic is not supported yet")
         if selection.sequence_numbers is not None and not selection.sequence_numbers:
             raise ArgumentError("no sequence numbers were selected")
         outcome = await self.runtime.move(source.path, sub, selection, destination.path, dry_run)
@@ -412,77 +500,87 @@ class ControlPlane:
 
     # ---- entities and rules -------------------------------------------------------------------------
 
-    async def create_entity(self, caller: Caller, kind: str, path: str, properties: Mapping[str, Any],
-                            rule: Mapping[str, Any] | None = None) -> EntityRecord:
+    def _of_kind(self, path: str, kind: str) -> EntityRecord:
+        found = self.runtime.entity_record(path)
+        if found is None or found.kind != kind:
+            raise EntityNotFound(f"the {kind} '{path}' does not exist")
+        return found
+
+    async def create_entity(self, caller: Caller, path: str, properties: EntityProperties,
+                            rule: RuleDescription | None = None) -> EntityRecord:
+        """A queue, topic or subscription (``<topic>/subscriptions/<name>``, first rule ``rule`` or
+        ``$Default``), by the properties' type."""
         self._check(caller, path, AccessRights.MANAGE)
-        if kind == "queue":
-            await self.admin.create_queue(path, QueueProperties.from_json(properties, path="properties"))
-        elif kind == "topic":
-            await self.admin.create_topic(path, TopicProperties.from_json(properties, path="properties"))
-        elif kind == "subscription":
-            topic, name = _split_subscription(path)
-            first = RuleDescription.from_json(rule, path="rule") if rule else RuleDescription(DEFAULT_RULE_NAME)
-            await self.admin.create_subscription(
-                topic, name, SubscriptionProperties.from_json(properties, path="properties"), first)
-        else:
-            raise ArgumentError(f"kind must be queue, topic or subscription, got {kind!r}")
+        kind = kind_of(properties)
+        if kind == "subscription":
+            topic, _ = split_subscription(path)
+            self._of_kind(topic, "topic")
+            rule = rule or RuleDescription(DEFAULT_RULE_NAME)
+        elif rule is not None:
+            raise ArgumentError(f"a {kind} has no rules: only subscriptions do")
+        await self.runtime.create_entity(path, properties, rule)
         self._audit(caller, f"create-{kind}", path)
         return self._entity(path)
 
-    async def update_entity(self, caller: Caller, path: str, properties: Mapping[str, Any]) -> EntityRecord:
+    async def update_entity(self, caller: Caller, path: str, properties: EntityProperties) -> EntityRecord:
+        """Raises EntityNotFound unless ``path`` is an entity of the properties' kind."""
         self._check(caller, path, AccessRights.MANAGE)
-        entity = self._entity(path)
-        if entity.kind == "queue":
-            await self.admin.update_queue(entity.path, QueueProperties.from_json(properties, path="properties"))
-        elif entity.kind == "topic":
-            await self.admin.update_topic(entity.path, TopicProperties.from_json(properties, path="properties"))
-        else:
-            topic, name = _split_subscription(entity.path)
-            await self.admin.update_subscription(topic, name,
-                                                 SubscriptionProperties.from_json(properties, path="properties"))
-        self._audit(caller, f"update-{entity.kind}", entity.path)
+        kind = kind_of(properties)
+        if kind == "subscription":
+            self._of_kind(split_subscription(path)[0], "topic")
+        entity = self._of_kind(path, kind)
+        await self.runtime.update_entity(entity.path, properties)
+        self._audit(caller, f"update-{kind}", entity.path)
         return self._entity(entity.path)
 
-    async def delete_entity(self, caller: Caller, path: str) -> None:
+    async def delete_entity(self, caller: Caller, path: str, kind: str | None = None, *,
+                            missing_ok: bool = False) -> bool:
+        """Delete the entity at ``path`` (only if it is a ``kind``, when given); True if it existed.
+        Raises EntityNotFound for none unless ``missing_ok``."""
         self._check(caller, path, AccessRights.MANAGE)
-        entity = self._entity(path)
-        if entity.kind == "queue":
-            await self.admin.delete_queue(entity.path)
-        elif entity.kind == "topic":
-            await self.admin.delete_topic(entity.path)
-        else:
-            await self.admin.delete_subscription(*_split_subscription(entity.path))
+        entity = self.runtime.entity_record(path)
+        if entity is None or (kind is not None and entity.kind != kind):
+            if missing_ok:
+                return False
+            raise EntityNotFound(f"the messaging entity '{path}' could not be found")
+        await self.runtime.delete_entity(entity.path)
         self._audit(caller, f"delete-{entity.kind}", entity.path)
+        return True
 
-    async def put_rule(self, caller: Caller, path: str, rule: Mapping[str, Any], *, create: bool) -> RuleRecord:
+    async def put_rule(self, caller: Caller, path: str, rule: RuleDescription, *, create: bool) -> RuleRecord:
         self._check(caller, path, AccessRights.MANAGE)
-        entity = self._entity(path)
-        if entity.kind != "subscription":
-            raise ArgumentError(f"'{path}' is a {entity.kind}: only subscriptions have rules")
-        description = RuleDescription.from_json(rule, path="rule")
-        topic, name = _split_subscription(entity.path)
+        self._of_kind(split_subscription(path)[0], "topic")
+        entity = self._of_kind(path, "subscription")
         if create:
-            await self.admin.create_rule(topic, name, description)
+            await self.runtime.create_rule(entity.path, rule)
         else:
-            await self.admin.update_rule(topic, name, description)
-        self._audit(caller, "create-rule" if create else "update-rule", f"{entity.path}/rules/{description.name}")
-        return RuleRecord(description.name, description.to_json())
+            await self.runtime.update_rule(entity.path, rule)
+        self._audit(caller, "create-rule" if create else "update-rule", f"{entity.path}/rules/{rule.name}")
+        found = self.find_rule(caller, entity.path, rule.name)
+        if found is None:  # deleted between the change and the read-back
+            raise EntityNotFound(f"the rule '{rule.name}' could not be found")
+        return found
 
-    async def delete_rule(self, caller: Caller, path: str, rule_name: str) -> None:
+    async def delete_rule(self, caller: Caller, path: str, rule_name: str, *, missing_ok: bool = False) -> bool:
+        """True if it existed; raises EntityNotFound for none unless ``missing_ok``."""
         self._check(caller, path, AccessRights.MANAGE)
+        if self.find_rule(caller, path, rule_name) is None:
+            if missing_ok:
+                return False
+            raise EntityNotFound(f"the rule '{rule_name}' does not exist on '{path}'")
         entity = self._entity(path)
-        topic, name = _split_subscription(entity.path)
-        if not await self.admin.delete_rule(topic, name, rule_name):
-            raise EntityNotFound(f"the rule '{rule_name}' does not exist on '{entity.path}'")
+        await self.runtime.delete_rule(entity.path, rule_name)
         self._audit(caller, "delete-rule", f"{entity.path}/rules/{rule_name}")
+        return True
 
     # ---- keys and stores -----------------------------------------------------------------------------
 
-    async def regenerate_key(self, caller: Caller, entity: str | None, key_name: str, key_type: str) -> KeyRecord:
+    async def regenerate_key(self, caller: Caller, entity: str | None, key_name: str, key_type: str,
+                             key: str | None = None) -> KeyRecord:
         self._check(caller, entity or "", AccessRights.MANAGE)
         if key_type not in ("PrimaryKey", "SecondaryKey"):
             raise ArgumentError(f"keyType must be PrimaryKey or SecondaryKey, got {key_type!r}")
-        record = await self.runtime.regenerate_key(entity, key_name, key_type)
+        record = await self.runtime.regenerate_key(entity, key_name, key_type, key)
         self._audit(caller, "regenerate-key", f"{entity or '$namespace'}/{key_name}", key_type=key_type)
         return record
 
@@ -493,7 +591,7 @@ class ControlPlane:
         return self.runtime.stores()
 
 
-def _split_subscription(path: str) -> tuple[str, str]:
+def split_subscription(path: str) -> tuple[str, str]:
     topic, marker, name = path.rpartition("/subscriptions/")
     if not marker or not topic or not name or "/" in name:
         raise ArgumentError(f"'{path}' is not a subscription path (<topic>/subscriptions/<name>)")
@@ -504,10 +602,13 @@ _PLAIN = (str, int, float, bool, type(None))
 _FIELD_NAMES: dict[type, tuple[tuple[str, str], ...]] = {}  # record class -> (attribute, JSON name) pairs
 
 
-def to_json(value: Any) -> Any:
+def to_json(value: object) -> object:
     """A record (or a list of them) as JSON values: bodies as base64, enums as their values."""
     if isinstance(value, _PLAIN) and not isinstance(value, enum.Enum):
         return value
+    to_config_json = getattr(value, "to_json", None)  # entity properties and rules: Config.json's shape
+    if callable(to_config_json):
+        return to_config_json()
     names = _FIELD_NAMES.get(type(value))
     if names is None and is_dataclass(value) and not isinstance(value, type):
         names = _FIELD_NAMES[type(value)] = tuple((f.name, _camel(f.name)) for f in fields(value))

@@ -1,7 +1,8 @@
 """The Service Bus management REST API (ATOM/XML) over HTTP(S), for ServiceBusAdministrationClient.
 
 Theory of operation: an aiohttp application maps the SDK's requests (sdk-wire-contract.md 8.2) to
-the AdminService and answers with the entries and feeds it can parse (8.3). Every request but
+the control plane, through :class:`~sodalite.admin.service.AtomService` (records to ATOM
+descriptions), and answers with the entries and feeds it can parse (8.3). Every request but
 ``GET /health`` carries a SAS token for the ``https://host[:port]`` audience, checked against the
 namespace's keys. Errors are Sodalite errors translated here, at the edge, to their HTTP status
 and a ``<Error><Code/><Detail/></Error>`` body.
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from urllib.parse import quote
@@ -22,7 +22,8 @@ from sodalite.admin import atom
 from sodalite.admin import keys as _keys
 from sodalite.admin import stores as _stores
 from sodalite.admin import websocket as _websocket
-from sodalite.admin.service import AdminService, Found
+from sodalite.admin.control import Caller, ControlPlane
+from sodalite.admin.service import AtomService, Found
 from sodalite.errors import ArgumentError, EntityNotFound, InternalError, SodaliteError, Unauthorized
 from sodalite.model import sas
 from sodalite.model.entities import QueueProperties, RuleDescription, SubscriptionProperties, TopicProperties
@@ -31,7 +32,8 @@ log = logging.getLogger(__name__)
 
 ENTRY = {"Content-Type": "application/atom+xml;type=entry;charset=utf-8"}
 FEED = {"Content-Type": "application/atom+xml;type=feed;charset=utf-8"}
-MANAGER: web.AppKey[AdminService] = web.AppKey("manager", AdminService)
+CONTROL: web.AppKey[ControlPlane] = web.AppKey("atom-control", ControlPlane)
+CALLER: web.RequestKey[Caller] = web.RequestKey("caller", Caller)  # who the middleware found the caller to be
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -73,9 +75,10 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
                 raise Unauthorized("the request has no SharedAccessSignature Authorization header")
             authority = request.app.get(_keys.KEYS)
             if authority is not None:
-                _keys.authorize_request(authority, token, request.path)  # Manage, namespace- or entity-wide
-            else:
-                sas.validate_token(token, request.app[MANAGER].sas_keys(), time.time())
+                granted = _keys.authorize_request(authority, token, request.path)  # Manage, namespace- or entity-wide
+                request[CALLER] = Caller(token, granted.key_name, granted)
+            else:  # the control plane authorizes the token itself
+                request[CALLER] = Caller(token, sas.parse_token(token).key_name)
         return await handler(request)
     except SodaliteError as exc:
         return _error(exc)  # logged there, once, with its tracking id
@@ -86,12 +89,16 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
         return _error(InternalError(f"internal error: {exc}"))
 
 
+def _manager(request: web.Request) -> AtomService:
+    return AtomService(request.app[CONTROL], request[CALLER])
+
+
 async def health(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
 async def namespace_info(request: web.Request) -> web.Response:
-    manager = request.app[MANAGER]
+    manager = _manager(request)
     # The JavaScript client reads every entry's <id>; the service writes one here too.
     body = atom.namespace_info_entry(manager.namespace, _now(), base_url=_base(request))
     return web.Response(body=body, headers=ENTRY)
@@ -145,24 +152,24 @@ def _created(what: str, found: Found | None) -> Found:
 
 
 async def list_queues(request: web.Request) -> web.Response:
-    manager = request.app[MANAGER]
+    manager = _manager(request)
     return _page(request, manager.queue_names(), manager.queue, lambda name: name, "$Resources/Queues", "Queues")
 
 
 async def list_topics(request: web.Request) -> web.Response:
-    manager = request.app[MANAGER]
+    manager = _manager(request)
     return _page(request, manager.topic_names(), manager.topic, lambda name: name, "$Resources/Topics", "Topics")
 
 
 async def get_entity(request: web.Request) -> web.Response:
-    manager = request.app[MANAGER]
+    manager = _manager(request)
     name = request.match_info["name"]
     found = manager.queue(name) or manager.topic(name)
     return _entry(request, found.name if found else name, found)
 
 
 async def put_entity(request: web.Request) -> web.Response:
-    manager = request.app[MANAGER]
+    manager = _manager(request)
     name = request.match_info["name"]
     parsed = atom.parse_description(await request.read())
     if parsed.kind not in ("QueueDescription", "TopicDescription"):
@@ -188,7 +195,7 @@ async def put_entity(request: web.Request) -> web.Response:
 OLD_API_VERSION = "2017-04"  # the schema before MaxMessageSizeInKilobytes existed
 
 
-def _check_message_size(request: web.Request, manager: AdminService, requested: int | None,
+def _check_message_size(request: web.Request, manager: AtomService, requested: int | None,
                         current: Found | None) -> None:
     """MaxMessageSizeInKilobytes may be chosen only in a Premium namespace and from api-version 2021-05.
 
@@ -213,7 +220,7 @@ def _check_message_size(request: web.Request, manager: AdminService, requested: 
 
 async def delete_entity(request: web.Request) -> web.Response:
     # Service Bus answers DELETE of a missing entity with 404 (the SDKs raise ResourceNotFoundError).
-    manager = request.app[MANAGER]
+    manager = _manager(request)
     name = request.match_info["name"]
     if not await manager.delete_queue(name) and not await manager.delete_topic(name):
         raise EntityNotFound(f"the messaging entity '{name}' could not be found")
@@ -230,7 +237,7 @@ def _subscription_path(topic: str, name: str) -> str:
 
 
 async def list_subscriptions(request: web.Request) -> web.Response:
-    manager = request.app[MANAGER]
+    manager = _manager(request)
     topic = request.match_info["topic"]
     return _page(request, manager.subscription_names(topic), lambda name: manager.subscription(topic, name),
                  lambda name: _subscription_path(topic, name), f"{topic}/Subscriptions", "Subscriptions")
@@ -238,12 +245,12 @@ async def list_subscriptions(request: web.Request) -> web.Response:
 
 async def get_subscription(request: web.Request) -> web.Response:
     topic, name = request.match_info["topic"], request.match_info["subscription"]
-    found = request.app[MANAGER].subscription(topic, name)
+    found = _manager(request).subscription(topic, name)
     return _entry(request, _subscription_path(topic, found.name if found else name), found)
 
 
 async def put_subscription(request: web.Request) -> web.Response:
-    manager = request.app[MANAGER]
+    manager = _manager(request)
     topic, name = request.match_info["topic"], request.match_info["subscription"]
     parsed = atom.parse_description(await request.read())
     if parsed.kind != "SubscriptionDescription":
@@ -261,7 +268,7 @@ async def put_subscription(request: web.Request) -> web.Response:
 
 async def delete_subscription(request: web.Request) -> web.Response:
     topic, name = request.match_info["topic"], request.match_info["subscription"]
-    if not await request.app[MANAGER].delete_subscription(topic, name):
+    if not await _manager(request).delete_subscription(topic, name):
         raise EntityNotFound(f"the subscription '{name}' of '{topic}' could not be found")
     return web.Response(status=200)
 
@@ -274,7 +281,7 @@ def _rule_path(topic: str, subscription: str, name: str) -> str:
 
 
 async def list_rules(request: web.Request) -> web.Response:
-    manager = request.app[MANAGER]
+    manager = _manager(request)
     topic, subscription = request.match_info["topic"], request.match_info["subscription"]
     return _page(request, manager.rule_names(topic, subscription),
                  lambda name: manager.rule(topic, subscription, name),
@@ -285,12 +292,12 @@ async def list_rules(request: web.Request) -> web.Response:
 async def get_rule(request: web.Request) -> web.Response:
     topic, subscription = request.match_info["topic"], request.match_info["subscription"]
     name = request.match_info["rule"]
-    found = request.app[MANAGER].rule(topic, subscription, name)
+    found = _manager(request).rule(topic, subscription, name)
     return _entry(request, _rule_path(topic, subscription, found.name if found else name), found)
 
 
 async def put_rule(request: web.Request) -> web.Response:
-    manager = request.app[MANAGER]
+    manager = _manager(request)
     topic, subscription = request.match_info["topic"], request.match_info["subscription"]
     name = request.match_info["rule"]
     parsed = atom.parse_description(await request.read())
@@ -310,28 +317,30 @@ async def put_rule(request: web.Request) -> web.Response:
 async def delete_rule(request: web.Request) -> web.Response:
     topic, subscription, name = (request.match_info["topic"], request.match_info["subscription"],
                                  request.match_info["rule"])
-    if not await request.app[MANAGER].delete_rule(topic, subscription, name):
+    if not await _manager(request).delete_rule(topic, subscription, name):
         raise EntityNotFound(f"the rule '{name}' of subscription '{subscription}' of '{topic}' could not be found")
     return web.Response(status=200)
 
 
-def application(manager: AdminService, *, keys: _keys.KeyAuthority | None = None,
-                stores: _stores.StoreSwitch | None = None,
+def _who(request: web.Request) -> tuple[ControlPlane, Caller]:
+    return request.app[CONTROL], request[CALLER]
+
+
+def application(control: ControlPlane, *, keys: _keys.KeyAuthority | None = None,
                 amqp: _websocket.AmqpEndpoint | None = None,
                 faces: Callable[[web.Application], None] | None = None) -> web.Application:
     """The ATOM API; ``faces`` registers more routes (the JSON API, the console) before its catch-alls; with
     ``amqp``, also AMQP over WebSockets at ``/$servicebus/websocket``."""
     app = web.Application(middlewares=[errors_and_auth], client_max_size=4 * 1024 * 1024)
-    app[MANAGER] = manager
+    app[CONTROL] = control
     if amqp is not None:
         _websocket.install(app, amqp)
     if faces is not None:
         faces(app)
-    if stores is not None:  # the outage switch
-        _stores.add_routes(app, stores)
-    if keys is not None:  # rights-aware authorization and the regenerate-keys routes
+    _stores.add_routes(app, _who)  # the outage switch
+    _keys.add_routes(app, _who)  # the regenerate-keys routes
+    if keys is not None:  # rights-aware authorization
         app[_keys.KEYS] = keys
-        _keys.add_routes(app)
     app.router.add_get("/health", health)
     # Paths are case-insensitive, as the service's are: the Python client asks for
     # '/$Resources/queues' and 't/subscriptions/s', the JavaScript one for '/$Resources/Queues' and

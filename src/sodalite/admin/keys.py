@@ -16,18 +16,18 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from aiohttp import web
 
+from sodalite.admin.control import Caller, ControlPlane, KeyRecord
 from sodalite.errors import ArgumentError, Unauthorized
 from sodalite.model.authorization import (
     KEY_TYPES,
     AccessRights,
     Authorization,
     AuthorizationRule,
-    KeyType,
     authorize,
     missing_right,
 )
@@ -36,19 +36,12 @@ RULES_SEGMENT = "$authorizationrules"
 
 
 class KeyAuthority(Protocol):
-    """What the management plane needs from the broker to authorize requests and regenerate keys."""
+    """What the ATOM API needs to authorize its requests: the namespace's and entities' rules."""
 
     def namespace_rules(self) -> Sequence[AuthorizationRule]: ...
 
     def entity_rules(self, path: str) -> Sequence[AuthorizationRule] | None:
         """A queue's or topic's own rules (by lower-cased path); None when ``path`` is neither."""
-
-    def connection_string(self, key_name: str, key: str, entity: str | None) -> str:
-        """A connection string for the broker's AMQP listener with this key (and ``EntityPath``)."""
-
-    async def regenerate_key(self, entity: str | None, key_name: str, key_type: KeyType,
-                             key: str | None) -> AuthorizationRule:
-        """Replace and store the key; raises EntityNotFound for an unknown entity or rule."""
 
 
 KEYS: web.AppKey[KeyAuthority] = web.AppKey("keys", KeyAuthority)
@@ -65,22 +58,23 @@ def authorize_request(keys: KeyAuthority, token: str, path: str) -> Authorizatio
     return granted
 
 
-def access_keys(keys: KeyAuthority, rule: AuthorizationRule, entity: str | None) -> dict[str, str | None]:
-    """ARM's ``AccessKeys`` for ``rule``."""
-    def connection_string(key: str | None) -> str | None:
-        return None if key is None else keys.connection_string(rule.key_name, key, entity)
-
+def access_keys(record: KeyRecord) -> dict[str, str | None]:
+    """ARM's ``AccessKeys`` for a key record."""
     return {
-        "keyName": rule.key_name,
-        "primaryKey": rule.primary_key,
-        "secondaryKey": rule.secondary_key,
-        "primaryConnectionString": connection_string(rule.primary_key),
-        "secondaryConnectionString": connection_string(rule.secondary_key),
+        "keyName": record.key_name,
+        "primaryKey": record.primary_key,
+        "secondaryKey": record.secondary_key,
+        "primaryConnectionString": record.primary_connection_string,
+        "secondaryConnectionString": record.secondary_connection_string,
     }
 
 
+Who = Callable[[web.Request], tuple[ControlPlane, Caller]]
+WHO: web.AppKey[Who] = web.AppKey("keys-who")
+
+
 async def _regenerate(request: web.Request) -> web.Response:
-    keys = request.app[KEYS]
+    control, caller = request.app[WHO](request)
     entity = request.match_info.get("entity")
     try:
         body = json.loads(await request.read() or b"{}")
@@ -94,11 +88,13 @@ async def _regenerate(request: web.Request) -> web.Response:
     key = body.get("key")
     if key is not None and not isinstance(key, str):
         raise ArgumentError("key must be a string")
-    rule = await keys.regenerate_key(entity, request.match_info["rule"], key_type, key)
-    return web.json_response(access_keys(keys, rule, entity))
+    record = await control.regenerate_key(caller, entity, request.match_info["rule"], key_type, key)
+    return web.json_response(access_keys(record))
 
 
-def add_routes(app: web.Application) -> None:
-    """Register the regenerate-keys routes (POST; the ATOM API has no POST routes they could shadow)."""
+def add_routes(app: web.Application, who: Who) -> None:
+    """Register the regenerate-keys routes (POST; the ATOM API has no POST routes they could shadow);
+    ``who`` gives the control plane, which regenerates the key, and the request's caller."""
+    app[WHO] = who
     app.router.add_post(f"/{RULES_SEGMENT}/{{rule}}/regeneratekeys", _regenerate)
     app.router.add_post(f"/{{entity:.+}}/{RULES_SEGMENT}/{{rule}}/regeneratekeys", _regenerate)

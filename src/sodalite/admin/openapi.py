@@ -65,7 +65,10 @@ def document(max_peek: int, max_body: int) -> dict[str, Any]:
                 "Entity": {"type": "object", "properties": {
                     "path": {"type": "string"}, "kind": {"type": "string", "enum": ["queue", "topic", "subscription"]},
                     "counts": _ref("Counts"), "availability": {"type": "string"},
-                    "topic": {"type": ["string", "null"]}, "properties": obj}},
+                    "topic": {"type": ["string", "null"]}, "status": {"type": "string"},
+                    "properties": {"type": ["object", "null"], "description": "detail views only"},
+                    "times": obj, "topicFigures": {"type": ["object", "null"]},
+                    "messagesIn": {"type": "integer"}, "messagesOut": {"type": "integer"}}},
                 "Message": {"type": "object", "properties": {
                     "sequenceNumber": {"type": "integer"}, "subQueue": {"type": "string"},
                     "state": {"type": "string"}, "messageId": {"type": ["string", "null"]},
@@ -89,7 +92,8 @@ def document(max_peek: int, max_body: int) -> dict[str, Any]:
                     "dryRun": {"type": "boolean", "description": "count what would move; change nothing"},
                     "background": {"type": "boolean",
                                    "description": "answer 202 with an operation to follow at /api/v1/operations/{id}"},
-                    "target": {"type": "string", "description": "default: the source entity (resubmit)"}}},
+                    "target": {"type": "string", "description": "a queue, subscription or topic (a topic fans each "
+                                                          "message out as a send); default: the source (resubmit)"}}},
                 "MoveOutcome": {"type": "object", "properties": {
                     "selected": {"type": "integer"}, "moved": {"type": "integer"}, "skipped": {"type": "integer"}}},
             },
@@ -103,7 +107,11 @@ def document(max_peek: int, max_body: int) -> dict[str, Any]:
             "/api/v1/namespace": {"get": _op("The namespace, every entity with its counts, and the stores",
                                              "Manage", obj)},
             "/api/v1/entities": {
-                "get": _op("Every entity with its counts", "Manage", {"type": "array", "items": _ref("Entity")}),
+                "get": _op("Every entity with its counts (or those of a kind, or a topic's subscriptions)", "Manage",
+                           {"type": "array", "items": _ref("Entity")}, params=[
+                               {"name": "kind", "in": "query", "schema": {
+                                   "type": "string", "enum": ["queue", "topic", "subscription"]}},
+                               {"name": "topic", "in": "query", "schema": {"type": "string"}}]),
                 "post": _op("Create a queue, topic or subscription", "Manage", _ref("Entity"), {
                     "type": "object", "required": ["kind", "path"], "properties": {
                         "kind": {"type": "string"}, "path": {"type": "string"},
@@ -141,7 +149,9 @@ def document(max_peek: int, max_body: int) -> dict[str, Any]:
             "/api/v1/keys/regenerate": {"post": _op("Regenerate a rule's primary or secondary key", "Manage", obj, {
                 "type": "object", "properties": {"entity": {"type": "string"}, "keyName": {"type": "string"},
                                                  "keyType": {"type": "string",
-                                                             "enum": ["PrimaryKey", "SecondaryKey"]}}})},
+                                                             "enum": ["PrimaryKey", "SecondaryKey"]},
+                                                 "key": {"type": "string",
+                                                         "description": "the new key (default: 32 random bytes)"}}})},
             "/api/v1/stores": {"get": _op("Messaging stores and whether each is online", "Manage", obj)},
             "/api/v1/stores/{name}/{state}": {"post": _op("Take a store offline or bring it online", "Manage", obj)},
         },

@@ -1,7 +1,9 @@
-"""What the management plane needs from the broker, as an interface the broker's owner implements.
+"""The ATOM API's view of the control plane: its records as the descriptions and figures ATOM writes.
 
-The admin layer imports only the model, the store port and errors (architecture.md), so it
-cannot reach the server; the CLI hands it an object with these methods, backed by the broker.
+The ATOM routes (``admin.http``) ask one :class:`AtomService` per request, bound to the caller the
+middleware authorized; it calls the :class:`~sodalite.admin.control.ControlPlane` (which checks the
+caller's rights again, as for every face, and writes the audit line) and translates its records to
+:class:`Found` entries and back. It composes no operation of its own.
 
 Queues and topics share one name space (a topic cannot take a queue's name); subscriptions live
 under their topic and rules under their subscription. Lookups answer None for what does not exist
@@ -11,11 +13,11 @@ missing parent or target and ``EntityAlreadyExists`` for a name in use.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Protocol
+import datetime
+from dataclasses import dataclass, replace
 
 from sodalite.admin.atom import Description, EntityRuntime
+from sodalite.admin.control import Caller, ControlPlane, EntityRecord, RuleRecord
 from sodalite.model.entities import (
     QueueProperties,
     RuleDescription,
@@ -33,70 +35,140 @@ class Found:
     runtime: EntityRuntime
 
 
-class AdminService(Protocol):
-    namespace: str
-    sku: str  # Basic, Standard or Premium (only Premium lets an entity choose its message size)
-    max_message_size_in_kilobytes: int  # the namespace's message size limit
+def _time(ms: int) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
 
-    def sas_keys(self) -> Mapping[str, tuple[str, ...]]: ...
 
-    # ---- queues ----------------------------------------------------------------------------------
+def runtime_of(record: EntityRecord) -> EntityRuntime:
+    """The figures ATOM shows: a queue's or subscription's counts (locked messages count as active,
+    as in Service Bus); a topic's size, scheduled count and subscription and filter counts."""
+    counts, times = record.counts, record.times
+    when = EntityRuntime(created_at=_time(times.created_at), updated_at=_time(times.updated_at),
+                         accessed_at=_time(times.accessed_at), availability=record.availability)
+    figures = record.topic_figures
+    if record.kind == "topic" and figures is not None:
+        return replace(when, scheduled=counts.scheduled, size_in_bytes=counts.size_in_bytes,
+                       subscription_count=figures.subscription_count, sql_filter_count=figures.sql_filter_count,
+                       correlation_filter_count=figures.correlation_filter_count)
+    return replace(when, active=counts.active, dead_letter=counts.dead_letter, scheduled=counts.scheduled,
+                   transfer=counts.transfer, transfer_dead_letter=counts.transfer_dead_letter,
+                   size_in_bytes=counts.size_in_bytes)
+
+
+def _found(record: EntityRecord | None) -> Found | None:
+    if record is None or record.properties is None:
+        return None
+    return Found(record.name, record.properties, runtime_of(record))
+
+
+def subscription_path(topic: str, name: str) -> str:
+    return f"{topic}/subscriptions/{name}"
+
+
+class AtomService:
+    """The control plane for one ATOM request's caller, in ATOM's terms."""
+
+    def __init__(self, control: ControlPlane, caller: Caller) -> None:
+        self.control = control
+        self.caller = caller
+
+    @property
+    def namespace(self) -> str:
+        return self.control.namespace
+
+    @property
+    def sku(self) -> str:
+        return self.control.sku
+
+    @property
+    def max_message_size_in_kilobytes(self) -> int:
+        return self.control.max_message_size_in_kilobytes
+
+    def _names(self, kind: str, topic: str | None = None) -> list[str]:
+        """Sorted, case-insensitively (the order lists page through)."""
+        return [r.name for r in self.control.entities(self.caller, kind, topic)]
+
+    # ---- queues and topics ---------------------------------------------------------------------------
 
     def queue_names(self) -> list[str]:
-        """Every queue's name, sorted (the order lists page through)."""
+        return self._names("queue")
 
-    def queue(self, name: str) -> Found | None: ...
+    def queue(self, name: str) -> Found | None:
+        return _found(self.control.find(self.caller, name, "queue"))
 
     async def create_queue(self, name: str, properties: QueueProperties) -> None:
-        """Raises EntityAlreadyExists when a queue or topic of that name exists."""
+        await self.control.create_entity(self.caller, name, properties)
 
     async def update_queue(self, name: str, properties: QueueProperties) -> None:
-        """Raises EntityNotFound for an unknown queue."""
+        await self.control.update_entity(self.caller, name, properties)
 
     async def delete_queue(self, name: str) -> bool:
-        """True if it existed."""
+        return await self.control.delete_entity(self.caller, name, "queue", missing_ok=True)
 
-    # ---- topics ----------------------------------------------------------------------------------
+    def topic_names(self) -> list[str]:
+        return self._names("topic")
 
-    def topic_names(self) -> list[str]: ...
-
-    def topic(self, name: str) -> Found | None: ...
+    def topic(self, name: str) -> Found | None:
+        return _found(self.control.find(self.caller, name, "topic"))
 
     async def create_topic(self, name: str, properties: TopicProperties) -> None:
-        """Raises EntityAlreadyExists when a queue or topic of that name exists."""
+        await self.control.create_entity(self.caller, name, properties)
 
     async def update_topic(self, name: str, properties: TopicProperties) -> None:
-        """Raises EntityNotFound for an unknown topic."""
+        await self.control.update_entity(self.caller, name, properties)
 
     async def delete_topic(self, name: str) -> bool:
-        """Deletes its subscriptions with it; True if it existed."""
+        return await self.control.delete_entity(self.caller, name, "topic", missing_ok=True)
 
-    # ---- subscriptions ---------------------------------------------------------------------------
+    # ---- subscriptions ---------------------------------------------------------------------------------
 
     def subscription_names(self, topic: str) -> list[str]:
         """The topic's subscriptions, sorted; none for an unknown topic."""
+        return self._names("subscription", topic)
 
-    def subscription(self, topic: str, name: str) -> Found | None: ...
+    def subscription(self, topic: str, name: str) -> Found | None:
+        return _found(self.control.find(self.caller, subscription_path(topic, name), "subscription"))
 
     async def create_subscription(self, topic: str, name: str, properties: SubscriptionProperties,
                                   default_rule: RuleDescription | None) -> None:
         """Create it with ``default_rule``, or with ``$Default`` (a TrueFilter) when that is None."""
+        await self.control.create_entity(self.caller, subscription_path(topic, name), properties, default_rule)
 
     async def update_subscription(self, topic: str, name: str, properties: SubscriptionProperties) -> None:
-        """Its rules are kept. Raises EntityNotFound for an unknown topic or subscription."""
+        await self.control.update_entity(self.caller, subscription_path(topic, name), properties)
 
-    async def delete_subscription(self, topic: str, name: str) -> bool: ...
+    async def delete_subscription(self, topic: str, name: str) -> bool:
+        return await self.control.delete_entity(self.caller, subscription_path(topic, name), "subscription",
+                                                missing_ok=True)
 
-    # ---- rules -----------------------------------------------------------------------------------
+    # ---- rules -----------------------------------------------------------------------------------------
+
+    def _subscription_record(self, topic: str, subscription: str) -> EntityRecord | None:
+        return self.control.find(self.caller, subscription_path(topic, subscription), "subscription")
 
     def rule_names(self, topic: str, subscription: str) -> list[str]:
         """The subscription's rules in the order it evaluates them; none for an unknown subscription."""
+        found = self._subscription_record(topic, subscription)
+        return [] if found is None else [r.name for r in self.control.rules(self.caller, found.path)]
 
-    def rule(self, topic: str, subscription: str, name: str) -> Found | None: ...
+    def rule(self, topic: str, subscription: str, name: str) -> Found | None:
+        """A rule reports its subscription's times: rules keep none of their own."""
+        owner = self._subscription_record(topic, subscription)
+        found: RuleRecord | None = None
+        if owner is not None:
+            found = self.control.find_rule(self.caller, owner.path, name)
+        if owner is None or found is None:
+            return None
+        runtime = EntityRuntime(created_at=_time(owner.times.created_at), updated_at=_time(owner.times.updated_at))
+        return Found(found.name, found.rule, runtime)
 
-    async def create_rule(self, topic: str, subscription: str, rule: RuleDescription) -> None: ...
+    async def create_rule(self, topic: str, subscription: str, rule: RuleDescription) -> None:
+        await self.control.put_rule(self.caller, subscription_path(topic, subscription), rule, create=True)
 
     async def update_rule(self, topic: str, subscription: str, rule: RuleDescription) -> None:
         """Replaces the rule of that name. Raises EntityNotFound when there is none."""
+        await self.control.put_rule(self.caller, subscription_path(topic, subscription), rule, create=False)
 
-    async def delete_rule(self, topic: str, subscription: str, name: str) -> bool: ...
+    async def delete_rule(self, topic: str, subscription: str, name: str) -> bool:
+        return await self.control.delete_rule(self.caller, subscription_path(topic, subscription), name,
+                                              missing_ok=True)

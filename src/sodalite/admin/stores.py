@@ -4,39 +4,37 @@
 ``POST /$stores/{name}/online`` take one out of service and bring it back (Manage, as every call of
 this API). Offline, the store's partitions refuse work with a retryable server-busy error and a
 partitioned entity's keyless sends go to its other partitions (outages seed); back online, every
-acknowledged message is there again. Sodalite's own API: Service Bus has no such call.
+acknowledged message is there again. Sodalite's own API: Service Bus has no such call. The routes
+are a face of the control plane (``admin.control``), as ``/api/v1/stores`` is.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Callable
 
 from aiohttp import web
 
+from sodalite.admin.control import Caller, ControlPlane, StoreRecord
 
-class StoreSwitch(Protocol):
-    def store_status(self) -> list[dict[str, Any]]:
-        """``[{"name": ..., "online": bool}]``, the default store first."""
-
-    def set_store_online(self, name: str, online: bool) -> None:
-        """Raises EntityNotFound for an unknown store."""
+Who = Callable[[web.Request], tuple[ControlPlane, Caller]]
 
 
-STORES: web.AppKey[StoreSwitch] = web.AppKey("stores", StoreSwitch)
+def _answer(stores: list[StoreRecord]) -> web.Response:
+    return web.json_response({"stores": [{"name": s.name, "online": s.online} for s in stores]})
 
 
-async def _status(request: web.Request) -> web.Response:
-    return web.json_response({"stores": request.app[STORES].store_status()})
+def add_routes(app: web.Application, who: Who) -> None:
+    """Register before the catch-all entity routes (``GET /{name}`` would take ``/$stores``); ``who``
+    gives the control plane and the request's caller."""
 
+    async def status(request: web.Request) -> web.Response:
+        control, caller = who(request)
+        return _answer(control.stores(caller))
 
-async def _switch(request: web.Request) -> web.Response:
-    stores = request.app[STORES]
-    stores.set_store_online(request.match_info["name"], request.match_info["state"] == "online")
-    return web.json_response({"stores": stores.store_status()})
+    async def switch(request: web.Request) -> web.Response:
+        control, caller = who(request)
+        online = request.match_info["state"] == "online"
+        return _answer(control.set_store_online(caller, request.match_info["name"], online))
 
-
-def add_routes(app: web.Application, stores: StoreSwitch) -> None:
-    """Register before the catch-all entity routes (``GET /{name}`` would take ``/$stores``)."""
-    app[STORES] = stores
-    app.router.add_get("/$stores", _status)
-    app.router.add_post("/$stores/{name}/{state:offline|online}", _switch)
+    app.router.add_get("/$stores", status)
+    app.router.add_post("/$stores/{name}/{state:offline|online}", switch)

@@ -1,8 +1,9 @@
 """The command line's client commands: send and peek messages, manage entities of a running broker.
 
-``send`` and ``peek`` speak AMQP (``sodalite.amqpclient``); the entity commands (``queue``,
-``topic``, ``subscription``, ``rule``) are a client of the management REST API, writing and
-reading the same ATOM documents ServiceBusAdministrationClient does. Each command exits 0 on
+``send`` and ``peek`` speak AMQP (``sodalite.amqpclient``); the entity, key, store and message
+commands (``queue``, ``topic``, ``subscription``, ``rule``, ``key``, ``store``, ``messages``) are a
+client of the control plane's JSON API (``/api/v1``); ``namespace export`` reads the ATOM API, as
+ServiceBusAdministrationClient does. Each command exits 0 on
 success and 1 with the broker's error (its condition or HTTP status, and its description) on
 stderr otherwise.
 """
@@ -19,21 +20,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import quote
 
-from sodalite.admin import atom
 from sodalite.amqp.types import Int, Long
 from sodalite.amqpclient import AmqpClient, ClientError, connection_string
 from sodalite.amqpclient.message_codec import OutgoingMessage, describe_message, encode_message
-from sodalite.cli.admin_client import AdminClient, AdminError, Listed
+from sodalite.cli.admin_client import AdminClient, AdminError
 from sodalite.cli.api_client import ApiClient, ApiError
 from sodalite.cli.export import export_namespace
 from sodalite.errors import ConfigurationError, SodaliteError
 from sodalite.model.entities import (
     DEFAULT_RULE_NAME,
-    QueueProperties,
     RuleDescription,
-    SubscriptionProperties,
-    TopicProperties,
     parse_duration,
 )
 
@@ -169,12 +167,13 @@ def _register_messages(commands: Any) -> None:
     purge.add_argument("--sub-queue", choices=_SUB_QUEUES, default="active")
     purge.set_defaults(handler=_messages_command)
     for action, text in (("resubmit", "send messages (dead-lettered by default) back to their entity, atomically"),
-                         ("move", "move messages to another queue or subscription, atomically")):
+                         ("move", "move messages to another queue, subscription or topic, atomically")):
         sub = actions.add_parser(action, help=text)
         _admin_options(sub)
         sub.add_argument("entity", help="the source: queue, or topic/subscriptions/subscription")
         if action == "move":
-            sub.add_argument("--to", required=True, help="the target queue or subscription")
+            sub.add_argument("--to", required=True,
+                             help="the target queue, subscription or topic (a topic fans them out as a send)")
         sub.add_argument("--sub-queue", choices=_SUB_QUEUES, default="deadletter")
         which = sub.add_mutually_exclusive_group(required=True)
         which.add_argument("--sequence", type=int, nargs="+", help="these sequence numbers")
@@ -366,14 +365,11 @@ def _peek(args: argparse.Namespace) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def _path(kind: str, args: argparse.Namespace, *, collection: bool = False) -> str:
+def _path(kind: str, args: argparse.Namespace) -> str:
+    """The entity's path (a rule's: its subscription's), as the JSON API names it."""
     if kind in ("queue", "topic"):
-        return f"$Resources/{kind}s" if collection else str(args.name)
-    subscriptions = f"{args.topic}/subscriptions"
-    if kind == "subscription":
-        return subscriptions if collection else f"{subscriptions}/{args.name}"
-    rules = f"{subscriptions}/{args.subscription}/rules"
-    return rules if collection else f"{rules}/{args.name}"
+        return str(args.name)
+    return f"{args.topic}/subscriptions/{args.name if kind == 'subscription' else args.subscription}"
 
 
 def _value(text: str) -> Any:
@@ -392,10 +388,6 @@ def _settings(pairs: Sequence[str]) -> dict[str, Any]:
             raise ConfigurationError(f"--set '{pair}': expected PROPERTY=VALUE")
         settings[key] = _value(value)
     return settings
-
-
-_MODELS: Final[dict[str, type[QueueProperties] | type[TopicProperties] | type[SubscriptionProperties]]] = {
-    "queue": QueueProperties, "topic": TopicProperties, "subscription": SubscriptionProperties}
 
 
 def _rule(args: argparse.Namespace, name: str) -> RuleDescription:
@@ -421,48 +413,98 @@ def _rule(args: argparse.Namespace, name: str) -> RuleDescription:
     return RuleDescription.from_json({"Name": name, "Properties": properties}, path="rule")
 
 
-def _request(kind: str, args: argparse.Namespace, existing: Listed | None) -> bytes:
-    if kind == "rule":
-        return atom.request_entry(_rule(args, args.name))
-    current = dict(existing.parsed.properties) if existing is not None else {}
-    current.update(_settings(args.set))
-    description = _MODELS[kind].from_json(current, path=kind)
-    default_rule = None
-    if kind == "subscription" and existing is None and args.sql_filter is not None:
-        default_rule = RuleDescription.from_json(
-            {"Name": DEFAULT_RULE_NAME, "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpression":
-                                                                                           args.sql_filter}}},
-            path="--sql-filter")
-    return atom.request_entry(description, default_rule=default_rule)
+def _entity_record(api: ApiClient, kind: str, path: str) -> dict[str, Any]:
+    """The entity of ``kind`` at ``path``, with its properties; a 404 when there is none of that kind."""
+    try:
+        record: dict[str, Any] = api.call("GET", api.entity(path))
+    except ApiError as exc:
+        if exc.status == 404:
+            raise ApiError(404, exc.code, f"the {kind} '{path}' does not exist") from None
+        raise
+    if record["kind"] != kind:
+        raise ApiError(404, "MessagingEntityNotFound", f"the {kind} '{path}' does not exist")
+    return record
+
+
+def _own_name(record: dict[str, Any]) -> str:
+    path = str(record["path"])
+    return path.rpartition("/subscriptions/")[2] if record["kind"] == "subscription" else path
 
 
 def _entity_command(args: argparse.Namespace) -> None:
     kind, action = args.kind, args.action
-    client = _admin(args)
+    api = _api(args)
+    if kind == "rule":
+        _rule_command(api, args)
+        return
     if action == "list":
-        _print_list(kind, client.list(_path(kind, args, collection=True)), as_json=args.json)
+        query = f"?kind=subscription&topic={quote(str(args.topic))}" if kind == "subscription" else f"?kind={kind}"
+        _print_list(kind, [_summary(kind, record) for record in api.call("GET", "/entities" + query)],
+                    as_json=args.json)
         return
     path = _path(kind, args)
     if action == "delete":
-        client.delete(path)
+        api.call("DELETE", api.entity(path))  # a missing one is a 404, as Service Bus answers
         print(f"deleted {kind} {path}")
         return
     if action == "show":
-        found = client.get(path)
-        if found is None:
-            raise AdminError(404, f"the {kind} '{path}' does not exist")
-        _print_one(found, as_json=args.json)
+        _print_one(_shown(_entity_record(api, kind, path)), as_json=args.json)
         return
-    existing = None
-    if action == "update":
-        existing = client.get(path)
-        if existing is None:
-            raise AdminError(404, f"the {kind} '{path}' does not exist")
-    result = client.put(path, _request(kind, args, existing), update=action == "update")
+    if action == "create":
+        body: dict[str, Any] = {"kind": kind, "path": path, "properties": _settings(args.set)}
+        if kind == "subscription" and args.sql_filter is not None:
+            body["rule"] = {"Name": DEFAULT_RULE_NAME,
+                            "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpression": args.sql_filter}}}
+        result = api.call("POST", "/entities", body)
+    else:
+        existing = _entity_record(api, kind, path)
+        properties = {**(existing.get("properties") or {}), **_settings(args.set)}
+        result = api.call("PUT", api.entity(path), {"properties": properties})
     if args.json:
-        _print_one(result, as_json=True)
+        _print_one(_shown(result), as_json=True)
     else:
         print(f"{'created' if action == 'create' else 'updated'} {kind} {path}")
+
+
+def _rule_command(api: ApiClient, args: argparse.Namespace) -> None:
+    action = args.action
+    subscription = _path("rule", args)
+    rules_route = api.entity(subscription) + "/$rules"
+    if action == "list":
+        try:
+            rules: list[dict[str, Any]] = api.call("GET", rules_route)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            rules = []  # an unknown subscription has no rules
+        _print_list("rule", [_rule_summary(r) for r in rules], as_json=args.json)
+        return
+    path = f"{subscription}/rules/{args.name}"
+    if action == "delete":
+        api.call("DELETE", f"{rules_route}/{quote(str(args.name), safe='')}")
+        print(f"deleted rule {path}")
+        return
+    if action == "show":
+        try:
+            rules = api.call("GET", rules_route)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            rules = []
+        found = next((r for r in rules if str(r["name"]).lower() == str(args.name).lower()), None)
+        if found is None:
+            raise ApiError(404, "MessagingEntityNotFound", f"the rule '{path}' does not exist")
+        _print_one({"Name": found["name"], **found["rule"]}, as_json=args.json)
+        return
+    rule = {"rule": _rule(args, args.name).to_json()}
+    if action == "create":
+        result = api.call("POST", rules_route, rule)
+    else:
+        result = api.call("PUT", f"{rules_route}/{quote(str(args.name), safe='')}", rule)
+    if args.json:
+        _print_one({"Name": result["name"], **result["rule"]}, as_json=True)
+    else:
+        print(f"{'created' if action == 'create' else 'updated'} rule {path}")
 
 
 def _export(args: argparse.Namespace) -> None:
@@ -475,8 +517,8 @@ def _export(args: argparse.Namespace) -> None:
 
 
 def _api(args: argparse.Namespace) -> ApiClient:
-    settings = connection_string.from_environment(args.connection_string)
-    return ApiClient(settings.host, args.admin_port, settings.key_name, settings.key,
+    settings = _settings_for(args)
+    return ApiClient(settings.host, _admin_port(args), settings.key_name, settings.key,
                      context=None if args.http else _tls_context(args), timeout=args.timeout)
 
 
@@ -520,12 +562,12 @@ def _messages_command(args: argparse.Namespace) -> None:
 
 
 def _store_command(args: argparse.Namespace) -> None:
-    client = _admin(args)
+    api = _api(args)
     if args.action == "list":
-        answer = json.loads(client.raw_get("$stores"))
+        stores: list[dict[str, Any]] = api.call("GET", "/stores")
     else:
-        answer = client.post_json(f"$stores/{args.name}/{args.action}", {})
-    rows = [{"name": s["name"], "state": "online" if s["online"] else "offline"} for s in answer["stores"]]
+        stores = api.call("POST", f"/stores/{quote(str(args.name), safe='')}/{args.action}")
+    rows = [{"name": s["name"], "state": "online" if s["online"] else "offline"} for s in stores]
     if args.json:
         print(json.dumps(rows))
         return
@@ -534,34 +576,39 @@ def _store_command(args: argparse.Namespace) -> None:
 
 
 def _regenerate_key(args: argparse.Namespace) -> None:
-    prefix = f"{args.entity}/" if args.entity else ""
-    payload: dict[str, Any] = {"keyType": "SecondaryKey" if args.secondary else "PrimaryKey"}
+    payload: dict[str, Any] = {"keyName": args.rule, "keyType": "SecondaryKey" if args.secondary else "PrimaryKey"}
+    if args.entity:
+        payload["entity"] = args.entity
     if args.key is not None:
         payload["key"] = args.key
-    keys = _admin(args).post_json(f"{prefix}$authorizationrules/{args.rule}/regeneratekeys", payload)
+    record = _api(args).call("POST", "/keys/regenerate", payload)
+    keys = {name: record.get(name) for name in ("keyName", "primaryKey", "secondaryKey", "primaryConnectionString",
+                                                 "secondaryConnectionString")}
     if args.json:
         print(json.dumps(keys))
         return
-    for name in ("keyName", "primaryKey", "secondaryKey", "primaryConnectionString", "secondaryConnectionString"):
-        if keys.get(name) is not None:
-            print(f"{name}: {keys[name]}")
+    for name, value in keys.items():
+        if value is not None:
+            print(f"{name}: {value}")
 
 
-def _summary(kind: str, listed: Listed) -> dict[str, Any]:
-    runtime = listed.parsed.runtime or atom.EntityRuntime()
-    if kind == "rule":
-        rule = listed.parsed.properties["Properties"]
-        shown = rule.get("SqlFilter", {}).get("SqlExpression") if rule["FilterType"] == "Sql" else rule["FilterType"]
-        return {"name": listed.title, "filter": shown}
+def _summary(kind: str, record: dict[str, Any]) -> dict[str, Any]:
+    counts = record["counts"]
     if kind == "topic":
-        return {"name": listed.title, "subscriptions": runtime.subscription_count,
-                "scheduled": runtime.scheduled, "size_in_bytes": runtime.size_in_bytes}
-    return {"name": listed.title, "active": runtime.active, "dead_letter": runtime.dead_letter,
-            "scheduled": runtime.scheduled, "status": listed.parsed.properties.get("Status", "Active")}
+        figures = record.get("topicFigures") or {}
+        return {"name": _own_name(record), "subscriptions": figures.get("subscriptionCount", 0),
+                "scheduled": counts["scheduled"], "size_in_bytes": counts["sizeInBytes"]}
+    return {"name": _own_name(record), "active": counts["active"], "dead_letter": counts["deadLetter"],
+            "scheduled": counts["scheduled"], "status": record.get("status", "Active")}
 
 
-def _print_list(kind: str, listed: list[Listed], *, as_json: bool) -> None:
-    rows = [_summary(kind, item) for item in listed]
+def _rule_summary(rule: dict[str, Any]) -> dict[str, Any]:
+    properties = rule["rule"]["Properties"]
+    sql = properties.get("SqlFilter", {}).get("SqlExpression")
+    return {"name": rule["name"], "filter": sql if properties["FilterType"] == "Sql" else properties["FilterType"]}
+
+
+def _print_list(kind: str, rows: list[dict[str, Any]], *, as_json: bool) -> None:
     if as_json:
         print(json.dumps(rows, default=str))
         return
@@ -575,13 +622,17 @@ def _print_list(kind: str, listed: list[Listed], *, as_json: bool) -> None:
         print("  ".join(str(row[c]).ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
 
 
-def _print_one(listed: Listed, *, as_json: bool) -> None:
-    runtime = listed.parsed.runtime
-    shown: dict[str, Any] = {"Name": listed.title, **listed.parsed.properties}
-    if runtime is not None and listed.parsed.kind != "RuleDescription":
-        shown["Runtime"] = {"ActiveMessageCount": runtime.active, "DeadLetterMessageCount": runtime.dead_letter,
-                            "ScheduledMessageCount": runtime.scheduled, "SizeInBytes": runtime.size_in_bytes,
-                            "SubscriptionCount": runtime.subscription_count}
+def _shown(record: dict[str, Any]) -> dict[str, Any]:
+    """An entity as ``show`` prints it: its name, its properties, and its runtime figures."""
+    counts = record["counts"]
+    figures = record.get("topicFigures") or {}
+    return {"Name": _own_name(record), **(record.get("properties") or {}),
+            "Runtime": {"ActiveMessageCount": counts["active"], "DeadLetterMessageCount": counts["deadLetter"],
+                        "ScheduledMessageCount": counts["scheduled"], "SizeInBytes": counts["sizeInBytes"],
+                        "SubscriptionCount": figures.get("subscriptionCount", 0)}}
+
+
+def _print_one(shown: dict[str, Any], *, as_json: bool) -> None:
     if as_json:
         print(json.dumps(shown, default=str))
         return

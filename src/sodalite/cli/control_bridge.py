@@ -1,4 +1,5 @@
-"""The broker as the control plane's RuntimePort: counts, browsing, sending, purging, moving, keys, stores."""
+"""The broker as the control plane's RuntimePort, the one place the control plane meets the runtime:
+entities and rules, counts, browsing, sending, purging, moving, keys, stores."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from typing import Any
 
 from sodalite.admin.control import (
     EntityCounts,
+    EntityProperties,
     EntityRecord,
+    EntityTimes,
     KeyRecord,
     MessageRecord,
     MoveOutcome,
@@ -18,11 +21,15 @@ from sodalite.admin.control import (
     SendRequest,
     StoreRecord,
     SubQueueName,
+    TopicFigures,
+    split_subscription,
 )
 from sodalite.amqp import message as amqp_message
 from sodalite.amqpclient.message_codec import OutgoingMessage, encode_message, plain_value
+from sodalite.cli.key_bridge import BrokerKeys
 from sodalite.errors import ArgumentError, EntityNotFound
-from sodalite.model.authorization import Authorization, KeyType, rights_in_order
+from sodalite.model.authorization import Authorization, AuthorizationRule, KeyType, rights_in_order
+from sodalite.model.entities import CorrelationFilter, QueueProperties, RuleDescription, TopicProperties
 from sodalite.model.message import MessageRecord as StoredMessage
 from sodalite.model.message import MessageState
 from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED
@@ -42,7 +49,7 @@ _SUB_QUEUES: dict[SubQueueName, tuple[SubQueue, frozenset[MessageState] | None]]
 _STATE_NAMES = {MessageState.ACTIVE: "Active", MessageState.DEFERRED: "Deferred", MessageState.SCHEDULED: "Scheduled"}
 
 
-def _text(value: Any) -> str | None:
+def _text(value: object) -> str | None:
     if value is None:
         return None
     return value.hex() if isinstance(value, bytes) else str(value)
@@ -82,8 +89,12 @@ def shown_message(record: StoredMessage, sub: SubQueueName) -> MessageRecord:
 
 
 class BrokerControl:
-    def __init__(self, broker: Broker) -> None:
+    """``started``: the creation time an entity from before the broker kept times reports (ms)."""
+
+    def __init__(self, broker: Broker, started: int, keys: BrokerKeys) -> None:
         self.broker = broker
+        self.started = started
+        self._keys = keys
 
     # ---- entities ----------------------------------------------------------------------------------
 
@@ -102,28 +113,47 @@ class BrokerControl:
         metrics = self.broker.metrics
         return totals(metrics.messages_in), totals(metrics.messages_out)
 
+    def _times(self, entity: Entity) -> EntityTimes:
+        times = self.broker.times_of(entity)
+        created, updated = times if times is not None else (self.started, self.started)
+        return EntityTimes(created, updated, entity.actor.last_activity)
+
     def _record(self, entity: Entity, *, detail: bool,
                 totals: tuple[dict[str, int], dict[str, int]] | None = None) -> EntityRecord:
         partitions = each(entity.actor)
         counts = entity.actor.counts()
         deferred = sum(p.partition.count(MessageState.DEFERRED) for p in partitions)
         size = entity.actor.size_in_bytes()
+        scheduled = counts["scheduled"]
+        figures = None
         if entity.kind == TOPIC:
-            size += sum(sub.actor.size_in_bytes() for sub in entity.subscriptions.values())
-        properties = entity.properties.to_json() if detail else {}
+            subscriptions = list(entity.subscriptions.values())
+            size += sum(sub.actor.size_in_bytes() for sub in subscriptions)
+            # A message scheduled on the topic is copied into each subscription it matches.
+            scheduled += max((sub.actor.counts()["scheduled"] for sub in subscriptions), default=0)
+            rules = [rule.description for sub in subscriptions for rule in sub.rules]
+            correlation = sum(isinstance(rule.filter, CorrelationFilter) for rule in rules)
+            figures = TopicFigures(len(subscriptions), len(rules) - correlation, correlation)
+        properties = entity.properties if detail else None
         sent, removed = totals if totals is not None else self._totals()
         return EntityRecord(
             path=entity.name, kind=entity.kind,
             counts=EntityCounts(active=counts["active"], dead_letter=counts["dead_letter"],
-                                scheduled=counts["scheduled"], deferred=deferred, transfer=counts["transfer"],
+                                scheduled=scheduled, deferred=deferred, transfer=counts["transfer"],
                                 transfer_dead_letter=counts["transfer_dead_letter"], size_in_bytes=size),
-            availability="Available" if entity.actor.available else "Limited",
-            topic=entity.topic.name if entity.topic is not None else None, properties=properties,
-            messages_in=sent.get(entity.name, 0), messages_out=removed.get(entity.name, 0))
+            availability="Available" if entity.actor.available else "Limited", times=self._times(entity),
+            status=entity.properties.status,
+            topic=entity.topic.name if entity.topic is not None else None,
+            properties=properties,
+            messages_in=sent.get(entity.name, 0), messages_out=removed.get(entity.name, 0), topic_figures=figures)
 
-    def entity_records(self) -> list[EntityRecord]:
-        kinds = (QUEUE, TOPIC, SUBSCRIPTION)
-        found = [e for e in self.broker.entities.values() if e.kind in kinds]
+    def entity_records(self, kind: str | None = None, topic: str | None = None) -> list[EntityRecord]:
+        if topic is not None:
+            owner = self.broker.entity(topic.strip("/"))
+            found = list(owner.subscriptions.values()) if owner is not None and owner.kind == TOPIC else []
+        else:
+            kinds = (kind,) if kind is not None else (QUEUE, TOPIC, SUBSCRIPTION)
+            found = [e for e in self.broker.entities.values() if e.kind in kinds]
         totals = self._totals()
         return [self._record(e, detail=False, totals=totals) for e in sorted(found, key=lambda e: e.name.lower())]
 
@@ -133,7 +163,43 @@ class BrokerControl:
 
     def rules(self, subscription_path: str) -> list[RuleRecord]:
         entity = self._entity(subscription_path)
-        return [RuleRecord(rule.name, rule.description.to_json()) for rule in entity.rules]
+        return [RuleRecord(rule.name, rule.description) for rule in entity.rules]
+
+    async def create_entity(self, path: str, properties: EntityProperties, rule: RuleDescription | None) -> None:
+        if isinstance(properties, QueueProperties):
+            await self.broker.create_queue(path, properties)
+        elif isinstance(properties, TopicProperties):
+            await self.broker.create_topic(path, properties)
+        else:
+            topic, name = split_subscription(path)
+            await self.broker.create_subscription(self._of_kind(topic, TOPIC), name, properties,
+                                                  [rule] if rule is not None else [])
+
+    def _of_kind(self, path: str, kind: str) -> Entity:
+        entity = self.broker.entity(path.strip("/"))
+        if entity is None or entity.kind != kind:
+            raise EntityNotFound(f"the {kind} '{path}' does not exist")
+        return entity
+
+    async def update_entity(self, path: str, properties: EntityProperties) -> None:
+        if isinstance(properties, QueueProperties):
+            await self.broker.update_queue(self._of_kind(path, QUEUE), properties)
+        elif isinstance(properties, TopicProperties):
+            await self.broker.update_topic(self._of_kind(path, TOPIC), properties)
+        else:
+            await self.broker.update_subscription(self._of_kind(path, SUBSCRIPTION), properties)
+
+    async def delete_entity(self, path: str) -> None:
+        await self.broker.delete_entity(self._entity(path))
+
+    async def create_rule(self, subscription_path: str, rule: RuleDescription) -> None:
+        await self.broker.add_rule(self._of_kind(subscription_path, SUBSCRIPTION), rule)
+
+    async def update_rule(self, subscription_path: str, rule: RuleDescription) -> None:
+        await self.broker.replace_rule(self._of_kind(subscription_path, SUBSCRIPTION), rule)
+
+    async def delete_rule(self, subscription_path: str, name: str) -> None:
+        await self.broker.remove_rule(self._of_kind(subscription_path, SUBSCRIPTION), name)
 
     # ---- messages -------------------------------------------------------------------------------------
 
@@ -190,7 +256,7 @@ class BrokerControl:
         if dry_run:
             return MoveOutcome(len(numbers), 0, 0)
         result = await moves.move(source, queue, numbers, destination, store_name=lambda p: p.worker.name,
-                                  states=states, progress=progress)
+                                  states=states, progress=progress, fan_out=self.broker.fan_out_targets)
         return MoveOutcome(len(numbers), result.moved, result.skipped)
 
     async def cancel_scheduled(self, path: str, sequence_numbers: Sequence[int]) -> None:
@@ -199,22 +265,27 @@ class BrokerControl:
 
     # ---- keys, stores, tokens ---------------------------------------------------------------------------
 
+    def _key_record(self, rule: AuthorizationRule, entity: str | None) -> KeyRecord:
+        def connection_string(key: str | None) -> str | None:
+            return None if key is None else self._keys.connection_string(rule.key_name, key, entity)
+
+        return KeyRecord(rule.key_name, tuple(x.value for x in rights_in_order(rule.rights)), rule.primary_key,
+                         rule.secondary_key, entity, connection_string(rule.primary_key),
+                         connection_string(rule.secondary_key))
+
     def keys(self) -> list[KeyRecord]:
-        found = [KeyRecord(r.key_name, tuple(x.value for x in rights_in_order(r.rights)), r.primary_key,
-                           r.secondary_key) for r in self.broker.authorization_rules]
+        found = [self._key_record(r, None) for r in self.broker.authorization_rules]
         for entity in sorted(self.broker.entities.values(), key=lambda e: e.name.lower()):
             for rule in self.broker.entity_rules(entity.name) or ():
-                found.append(KeyRecord(rule.key_name, tuple(x.value for x in rights_in_order(rule.rights)),
-                                       rule.primary_key, rule.secondary_key, entity.name))
+                found.append(self._key_record(rule, entity.name))
         return found
 
-    async def regenerate_key(self, entity: str | None, key_name: str, key_type: str) -> KeyRecord:
+    async def regenerate_key(self, entity: str | None, key_name: str, key_type: str, key: str | None) -> KeyRecord:
         if key_type not in ("PrimaryKey", "SecondaryKey"):
             raise ArgumentError(f"keyType must be PrimaryKey or SecondaryKey, got {key_type!r}")
         kind: KeyType = "PrimaryKey" if key_type == "PrimaryKey" else "SecondaryKey"
-        rule = await self.broker.regenerate_key(entity, key_name, kind)
-        return KeyRecord(rule.key_name, tuple(x.value for x in rights_in_order(rule.rights)), rule.primary_key,
-                         rule.secondary_key, entity)
+        rule = await self.broker.regenerate_key(entity, key_name, kind, key)
+        return self._key_record(rule, entity)
 
     def stores(self) -> list[StoreRecord]:
         return [StoreRecord(str(s["name"]), bool(s["online"])) for s in self.broker.store_status()]

@@ -1,10 +1,10 @@
-"""The broker as the management plane's KeyAuthority: shared access rules and key regeneration."""
+"""The broker as the ATOM API's KeyAuthority (its shared access rules), and connection strings for its keys."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sodalite.model.authorization import AuthorizationRule, KeyType
+from sodalite.model.authorization import AuthorizationRule
 from sodalite.server.broker import Broker
 
 
@@ -23,7 +23,3 @@ class BrokerKeys:
         entity_part = f"EntityPath={entity};" if entity is not None else ""
         return (f"Endpoint=sb://{self.host}:{self.broker.port};SharedAccessKeyName={key_name};SharedAccessKey={key};"
                 f"{entity_part}UseDevelopmentEmulator=true;")
-
-    async def regenerate_key(self, entity: str | None, key_name: str, key_type: KeyType,
-                             key: str | None) -> AuthorizationRule:
-        return await self.broker.regenerate_key(entity, key_name, key_type, key)

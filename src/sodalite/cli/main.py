@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import json
 import signal
 import socket
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -25,7 +25,6 @@ from sodalite.cli import commands as client_commands
 from sodalite.cli import logging_setup
 from sodalite.cli import pipeline as pipeline_commands
 from sodalite.cli import syphon as syphon_command
-from sodalite.cli.admin_bridge import BrokerAdmin
 from sodalite.cli.control_bridge import BrokerControl
 from sodalite.cli.key_bridge import BrokerKeys
 from sodalite.errors import ConfigurationError
@@ -202,14 +201,16 @@ async def _management_runner(args: argparse.Namespace, broker: Broker) -> web.Ap
     """The management API's application, when any port serves it."""
     if args.admin_port < 0 and args.http_port < 0 and not args.management_on_amqp_port:
         return None
-    admin = BrokerAdmin(broker, datetime.datetime.now(datetime.UTC))
-    control = ControlPlane(BrokerControl(broker), admin)
+    keys = BrokerKeys(broker, _shown_host(args.host))
+    control = ControlPlane(BrokerControl(broker, int(time.time() * 1000), keys), broker.namespace.name,
+                           sku=broker.namespace.sku,
+                           max_message_size_in_kilobytes=broker.namespace.max_message_size_in_kilobytes)
 
     def faces(app: web.Application) -> None:
         api.add_routes(app, control)
         console.add_routes(app)
 
-    app = application(admin, keys=BrokerKeys(broker, _shown_host(args.host)), stores=broker, faces=faces,
+    app = application(control, keys=keys, faces=faces,
                       amqp=lambda: BrokerConnection(broker))  # AMQP over WebSockets, served as over TCP
     app.middlewares.append(_metrics_middleware(broker.metrics))
     runner = web.AppRunner(app)

@@ -404,6 +404,12 @@ class Broker:
             return all_of(futures)
         return topic.actor.fan_out(self._fan_out(topic, topic.actor.deduplicate(drafts), hops=0))
 
+    def fan_out_targets(self, topic: Entity, drafts: list[MessageDraft], index: int | None) -> list[FanOut]:
+        """Every subscription's copies of ``drafts`` (rules applied, forwarding followed) as a send to
+        ``topic`` (its partition ``index``, when partitioned) would make them, without duplicate
+        detection and without storing anything: a move into a topic stores them itself."""
+        return self._fan_out(topic, drafts, hops=0, index=index)
+
     def _fan_out(self, topic: Entity, drafts: list[MessageDraft], hops: int,
                  index: int | None = None) -> list[FanOut]:
         """Every subscription's copies; a subscription that forwards passes its copies on (to a queue,

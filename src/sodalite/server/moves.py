@@ -2,10 +2,11 @@
 
 Theory of operation. A move takes messages by sequence number out of a source sub-queue (an
 entity's own queue, whatever their state, or its dead-letter queues) and appends them to a target
-queue or subscription. The message keeps its MessageId, its properties and its body; its delivery
-count starts again at 0, the dead-letter reason and description and ``x-opt-deadletter-source``
-are removed, and a scheduled or deferred message arrives active. The target's duplicate detection
-does not apply (a move is not a send). Locked messages are skipped: someone is working on them.
+queue or subscription, or fans them out into a topic. The message keeps its MessageId, its
+properties and its body; its delivery count starts again at 0, the dead-letter reason and
+description and ``x-opt-deadletter-source`` are removed, and a scheduled or deferred message
+arrives active. The target's duplicate detection does not apply (a move is not a send). Locked
+messages are skipped: someone is working on them.
 
 Atomicity, per chunk of messages and per (source partition, target partition) pair:
 
@@ -19,6 +20,12 @@ Atomicity, per chunk of messages and per (source partition, target partition) pa
   keys. A crash after the target's commit leaves the source copy, and a retry of the move finds
   its key in the target and deletes the source copy without appending it again: never lost,
   never doubled.
+* **into a topic** — each message fans out as a send to the topic would (every subscription's
+  rules applied, actions, forwarding and filter dead-lettering included; the topic's duplicate
+  detection not applied). The copies for actors in the source's store join the source's delete
+  in one transaction; each actor in another store commits its copies with the source message's
+  move key first, as above. A message no subscription takes leaves the source and goes nowhere,
+  as a send would.
 
 The messages leave the source's memory before either commit, so no receiver can lock them while
 they move. Purge is the same without a target: a delete per chunk, locked messages skipped.
@@ -39,7 +46,7 @@ from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import MessageDraft
 from sodalite.server import wire
 from sodalite.server.fanout import message_view
-from sodalite.server.partition_actor import PartitionActor, SubQueue
+from sodalite.server.partition_actor import FanOut, PartitionActor, SubQueue, fan_out_ops
 from sodalite.server.partitioned_actor import PartitionedActor, each, partition_of_sequence_number
 from sodalite.server.registry import TOPIC, Entity
 from sodalite.store.port import AppendMessages, DeleteMessages, StoreOp
@@ -49,6 +56,8 @@ log = logging.getLogger(__name__)
 CHUNK = 1000  # messages per transaction
 Progress = Callable[[int, int], None]  # (done so far, total)
 _ANNOTATIONS_TO_DROP = frozenset({wire.DEAD_LETTER_SOURCE})
+# The broker's plan of a topic send's copies: (topic, drafts, topic partition index) -> copies per actor.
+FanOutPlan = Callable[[Entity, list[MessageDraft], int | None], list[FanOut]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,12 +131,8 @@ def select(entity: Entity, sub: SubQueue, states: frozenset[MessageState] | None
 
 
 def resolve_target(broker_route: Callable[[Entity], Entity], target: Entity) -> Entity:
-    """Where a move into ``target`` lands: past its ForwardTo chain; a topic is refused."""
-    landed = broker_route(target)
-    if landed.kind == TOPIC:
-        raise InvalidOperation(f"'{target.name}' is or forwards to a topic; moving messages into a topic "
-                               "is not supported yet: move them into a queue or a subscription")
-    return landed
+    """Where a move into ``target`` lands: past its ForwardTo chain (a queue, subscription or topic)."""
+    return broker_route(target)
 
 
 def _check_target(target: Entity, records: Sequence[MessageRecord]) -> None:
@@ -143,10 +148,12 @@ def _route_drafts(target: Entity, drafts: list[MessageDraft]) -> list[tuple[Part
 
 async def move(source: Entity, sub: SubQueue, sequence_numbers: Sequence[int], target: Entity, *,
                store_name: Callable[[PartitionActor], str], states: frozenset[MessageState] | None = None,
-               chunk: int = CHUNK, progress: Progress | None = None) -> MoveResult:
+               chunk: int = CHUNK, progress: Progress | None = None, fan_out: FanOutPlan | None = None) -> MoveResult:
     """Move the named messages from ``source``'s ``sub`` (those in ``states``, when given) into
-    ``target`` (a queue or subscription, already resolved past forwarding); see the module docstring
-    for what is kept and how."""
+    ``target`` (a queue, subscription or topic, already resolved past forwarding); see the module
+    docstring for what is kept and how. A topic needs ``fan_out``, the broker's plan of a send's copies."""
+    if target.kind == TOPIC and fan_out is None:
+        raise InvalidOperation(f"'{target.name}' is a topic, and this move has no way to fan out into it")
     groups = _by_partition(source.actor, sequence_numbers)
     for partition, numbers in groups:  # refuse up front what the target could never take
         messages = partition.queues[sub].messages
@@ -156,7 +163,11 @@ async def move(source: Entity, sub: SubQueue, sequence_numbers: Sequence[int], t
     for partition, numbers in groups:
         for start in range(0, len(numbers), chunk):
             part = numbers[start : start + chunk]
-            moved += await _move_chunk(partition, sub, part, target, store_name, states)
+            if target.kind == TOPIC:
+                assert fan_out is not None
+                moved += await _move_chunk_to_topic(partition, sub, part, target, fan_out, store_name, states)
+            else:
+                moved += await _move_chunk(partition, sub, part, target, store_name, states)
             done += len(part)
             if progress is not None:
                 progress(done, total)
@@ -205,6 +216,57 @@ async def _move_chunk(source: PartitionActor, sub: SubQueue, numbers: list[int],
             await partition.forget_move_keys(keys)
         except Exception:  # a key left behind costs a row, never a message
             log.warning("could not forget %d move keys in %s", len(keys), partition.ref)
+    return len(records)
+
+
+def _move_key(store_name: Callable[[PartitionActor], str], source: PartitionActor, sub: SubQueue,
+              sequence_number: int) -> str:
+    ref = source.refs[sub]
+    return f"{store_name(source)}/{ref.entity}/{ref.partition}/{sequence_number}"
+
+
+async def _move_chunk_to_topic(source: PartitionActor, sub: SubQueue, numbers: list[int], topic: Entity,
+                               fan_out: FanOutPlan, store_name: Callable[[PartitionActor], str],
+                               states: frozenset[MessageState] | None) -> int:
+    """A chunk into a topic: each message's copies as a send would make them (rules applied, no
+    duplicate detection). Copies for actors in the source's store join the source's delete in one
+    transaction; each actor in another store first commits its copies under the source message's
+    move key (one key per message and actor), as a move into a queue does."""
+    records = source.take_for_move(sub, numbers, states)
+    if not records:
+        return 0
+    drafts = [moved_draft(r) for r in records]
+    partitioned = isinstance(topic.actor, PartitionedActor)
+    here: list[FanOut] = []
+    elsewhere: dict[int, tuple[PartitionActor, list[tuple[str, FanOut]]]] = {}
+    try:
+        ttl_cap = each(topic.actor)[0].settings.default_ttl
+        for topic_partition, indexes in _route_drafts(topic, drafts):
+            topic_partition.check_transactional_send([], stored_here=False)  # available, or refuse now
+            index = topic_partition.ref.partition if partitioned else None
+            for i in indexes:
+                key = _move_key(store_name, source, sub, records[i].sequence_number)
+                for target in fan_out(topic, [drafts[i]], index):
+                    target.actor.check_transactional_send([], stored_here=False)
+                    if target.actor.worker is source.worker:
+                        here.append(target)
+                    else:
+                        elsewhere.setdefault(id(target.actor), (target.actor, []))[1].append((key, target))
+        for actor, copies in elsewhere.values():
+            await actor.append_moved_copies(copies, ttl_cap)
+        ops, forwarded = fan_out_ops(here, ttl_cap)
+    except Exception:
+        source.resynchronise()  # they are still stored: bring them back
+        raise
+    ops.append(DeleteMessages(source.refs[sub], tuple(r.sequence_number for r in records)))
+    await source.commit_transaction(ops, forwarded)
+    if elsewhere:  # a rebuild of the source while the targets committed may have brought copies back
+        source.queues[sub].take_unlocked(r.sequence_number for r in records)
+    for actor, copies in elsewhere.values():
+        try:
+            await actor.forget_move_keys(list(dict.fromkeys(key for key, _ in copies)))
+        except Exception:  # a key left behind costs a row, never a message
+            log.warning("could not forget %d move keys in %s", len(copies), actor.ref)
     return len(records)
 
 

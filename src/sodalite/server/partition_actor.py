@@ -142,6 +142,28 @@ class FanOut:
     dead_letter_queue: SubQueue = SubQueue.DEAD_LETTER
     counts_as_use: bool = True  # False for a subscription's own copies (arrivals are not use of it)
 
+
+Forwarded = tuple["PartitionActor", SubQueue, MessageRecord]  # a record another actor publishes after a commit
+
+
+def fan_out_ops(targets: Sequence[FanOut], ttl_cap: int | None) -> tuple[list[StoreOp], list[Forwarded]]:
+    """The store ops that put a topic send's copies into their subscriptions (numbered now), and the
+    records each target publishes once they commit. ``ttl_cap`` is the topic's DefaultMessageTimeToLive."""
+    ops: list[StoreOp] = []
+    forwarded: list[Forwarded] = []
+    for target in targets:
+        if target.drafts:
+            records = target.actor.accept_forwarded(target.drafts, ttl_cap, target.counts_as_use)
+            ops.append(AppendMessages(target.actor.ref, tuple(records)))
+            forwarded.extend((target.actor, SubQueue.MAIN, r) for r in records)
+        if target.dead_letters:
+            dead = target.actor.accept_dead_lettered(target.dead_letters)
+            queue = target.dead_letter_queue
+            ops.append(AppendMessages(target.actor.refs[queue], tuple(dead)))
+            forwarded.extend((target.actor, queue, r) for r in dead)
+    return ops, forwarded
+
+
 @dataclass(frozen=True, slots=True)
 class EntitySettings:
     """What the actor needs of its entity's properties, in milliseconds and bytes."""
@@ -409,18 +431,9 @@ class PartitionActor:
         return self._future_in_batch()
 
     def _append_fan_out(self, targets: list[FanOut]) -> None:
-        batch = self._batch
-        for target in targets:
-            if target.drafts:
-                records = target.actor.accept_forwarded(target.drafts, self.settings.default_ttl,
-                                                        target.counts_as_use)
-                batch.ops.append(AppendMessages(target.actor.ref, tuple(records)))
-                batch.forwarded.extend((target.actor, SubQueue.MAIN, r) for r in records)
-            if target.dead_letters:
-                dead = target.actor.accept_dead_lettered(target.dead_letters)
-                queue = target.dead_letter_queue
-                batch.ops.append(AppendMessages(target.actor.refs[queue], tuple(dead)))
-                batch.forwarded.extend((target.actor, queue, r) for r in dead)
+        ops, forwarded = fan_out_ops(targets, self.settings.default_ttl)
+        self._batch.ops.extend(ops)
+        self._batch.forwarded.extend(forwarded)
 
     def deduplicate(self, drafts: list[MessageDraft]) -> list[MessageDraft]:
         """Drop drafts whose MessageId was seen inside the window (for a topic's send)."""
@@ -650,6 +663,21 @@ class PartitionActor:
             self._batch.published.extend((SubQueue.MAIN, r) for r in records)
             self.move_keys.update(k for _, k in fresh)
         return self._future_in_batch(), len(fresh)
+
+    def append_moved_copies(self, copies: Sequence[tuple[str, FanOut]], ttl_cap: int | None) -> asyncio.Future[None]:
+        """A topic's copies of messages moved in from another store, for this actor (``FanOut.actor``
+        is this actor), each group under its source message's move key, appended with their keys in one
+        transaction; a group whose key is already here was appended by an earlier attempt: skipped."""
+        self._check_available()
+        fresh = [(key, target) for key, target in copies if key not in self.move_keys]
+        if fresh:
+            ops, forwarded = fan_out_ops([target for _, target in fresh], ttl_cap)
+            keys = tuple(dict.fromkeys(key for key, _ in fresh))
+            self._batch.ops.extend(ops)
+            self._batch.ops.append(RememberMoveKeys(self.ref, keys))
+            self._batch.forwarded.extend(forwarded)
+            self.move_keys.update(keys)
+        return self._future_in_batch()
 
     def forget_move_keys(self, keys: list[str]) -> asyncio.Future[None]:
         """The source copies are gone: their keys are no longer needed."""

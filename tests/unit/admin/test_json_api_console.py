@@ -7,7 +7,6 @@ JSON API, console); only the login's clock is a fake one, so an expired login ne
 from __future__ import annotations
 
 import asyncio
-import datetime
 import json
 import logging
 import time
@@ -20,10 +19,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from sodalite.admin import api, console
+from sodalite.admin import api, atom, console
 from sodalite.admin.control import ControlPlane
 from sodalite.admin.http import application
-from sodalite.cli.admin_bridge import BrokerAdmin
 from sodalite.cli.control_bridge import BrokerControl
 from sodalite.cli.key_bridge import BrokerKeys
 from sodalite.model import sas
@@ -72,14 +70,16 @@ async def running() -> AsyncIterator[Env]:
     broker = Broker(NAMESPACE, MemoryStore())
     await broker.start("127.0.0.1", 0)
     now = [time.time()]
-    admin = BrokerAdmin(broker, datetime.datetime.now(datetime.UTC))
-    control = ControlPlane(BrokerControl(broker), admin)
+    keys = BrokerKeys(broker, "127.0.0.1")
+    control = ControlPlane(BrokerControl(broker, int(time.time() * 1000), keys), broker.namespace.name,
+                           sku=broker.namespace.sku,
+                           max_message_size_in_kilobytes=broker.namespace.max_message_size_in_kilobytes)
 
     def faces(app: web.Application) -> None:
         api.add_routes(app, control, api.Sessions(clock=lambda: now[0]))
         console.add_routes(app)
 
-    app = application(admin, keys=BrokerKeys(broker, "127.0.0.1"), stores=broker, faces=faces)
+    app = application(control, keys=keys, faces=faces)
     client = TestClient(TestServer(app, host="127.0.0.1", port=0))
     await client.start_server()
     try:
@@ -486,5 +486,64 @@ def test_a_background_move_reports_its_progress_and_outcome() -> None:
         response = await client.get(f"/api/v1/operations/{operation['id']}", headers=bearer("sender"))
         assert response.status == 403  # following it needs Listen on its source
         assert (await client.get("/api/v1/operations/unknown", headers=ADMIN)).status == 404
+
+    run(test)
+
+
+def test_resubmitting_a_subscriptions_dead_letters_to_its_topic_fans_them_out_again() -> None:
+    async def test(env: Env) -> None:
+        client = env.client
+        for i in range(3):
+            await send(env, "events", {"body": f"e{i}", "messageId": f"e{i}", "applicationProperties": {"n": i}})
+        await dead_letter_everything(env, "events/subscriptions/audit")
+        response = await client.post("/api/v1/entities/events/subscriptions/audit/$move", headers=bearer("listener"),
+                                     json={"all": True, "subQueue": "deadletter", "target": "events"})
+        assert response.status == 403  # no Send on the topic; nothing moved
+        response = await client.post("/api/v1/entities/events/subscriptions/audit/$move", headers=ADMIN,
+                                     json={"filter": "n >= 1", "subQueue": "deadletter", "target": "events"})
+        assert response.status == 200, await response.text()
+        assert await response.json() == {"selected": 2, "moved": 2, "skipped": 0}
+        active = await (await client.get("/api/v1/entities/events/subscriptions/audit/$messages",
+                                         headers=ADMIN)).json()
+        assert sorted(m["messageId"] for m in active["messages"]) == ["e1", "e2"]  # the topic's send, again
+        assert all(m["deliveryCount"] == 0 and m["deadLetterReason"] is None for m in active["messages"])
+        dlq = await (await client.get("/api/v1/entities/events/subscriptions/audit/$messages?subQueue=deadletter",
+                                      headers=ADMIN)).json()
+        assert [m["messageId"] for m in dlq["messages"]] == ["e0"]
+
+    run(test)
+
+
+def test_the_atom_api_and_the_json_api_are_faces_of_one_control_plane(caplog: pytest.LogCaptureFixture) -> None:
+    async def test(env: Env) -> None:
+        client = env.client
+        caplog.set_level(logging.INFO, logger="sodalite.audit")
+        atom_headers = {"Authorization": token("admin"), "Content-Type": "application/atom+xml"}
+        response = await client.put("/atom-made", data=atom.request_entry(QueueProperties(max_delivery_count=6)),
+                                    headers=atom_headers)
+        assert response.status == 201, await response.text()
+        made = await (await client.get("/api/v1/entities/atom-made", headers=ADMIN)).json()
+        assert made["kind"] == "queue" and made["properties"]["MaxDeliveryCount"] == 6
+        audit = [r.getMessage() for r in caplog.records if r.name == "sodalite.audit"]
+        assert any(line.startswith("audit create-queue atom-made by admin") for line in audit)
+
+        listener = {"Authorization": token("listener"), "Content-Type": "application/atom+xml"}
+        response = await client.put("/atom-refused", data=atom.request_entry(QueueProperties()), headers=listener)
+        assert response.status == 401  # the ATOM API's own answer for a key without Manage, as before
+        assert env.broker.entity("atom-refused") is None
+
+        queues = await (await client.get("/api/v1/entities?kind=queue", headers=ADMIN)).json()
+        assert [e["path"] for e in queues] == ["atom-made", "orders", "parking", "sessions"]
+        subscriptions = await (await client.get("/api/v1/entities?topic=events", headers=ADMIN)).json()
+        assert [e["path"] for e in subscriptions] == ["events/subscriptions/audit"]
+        topics = await (await client.get("/api/v1/entities?kind=topic", headers=ADMIN)).json()
+        assert topics[0]["topicFigures"] == {"subscriptionCount": 1, "sqlFilterCount": 1, "correlationFilterCount": 0}
+        response = await client.get("/api/v1/entities?kind=nosuch", headers=ADMIN)
+        assert response.status == 400
+
+        response = await client.delete("/atom-made", headers=atom_headers)
+        assert response.status == 200 and env.broker.entity("atom-made") is None
+        audit = [r.getMessage() for r in caplog.records if r.name == "sodalite.audit"]
+        assert any(line.startswith("audit delete-queue atom-made by admin") for line in audit)
 
     run(test)

@@ -16,8 +16,8 @@ from sodalite.amqp import message as amqp_message
 from sodalite.amqp.codec import encode_value
 from sodalite.amqp.types import Described, ULong
 from sodalite.errors import FilterSyntaxError, InvalidOperation, StoreUnavailable
-from sodalite.model.config import NamespaceConfig, QueueConfig
-from sodalite.model.entities import QueueProperties
+from sodalite.model.config import NamespaceConfig, QueueConfig, SubscriptionConfig, TopicConfig
+from sodalite.model.entities import QueueProperties, RuleDescription, SqlFilter, SqlRuleAction, TopicProperties
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import Lock, MessageDraft
 from sodalite.server import moves, wire
@@ -212,6 +212,126 @@ def test_purge_deletes_unlocked_messages_and_counts_them() -> None:
             result = await moves.purge(entity, SubQueue.MAIN)
             assert result == moves.MoveResult(9, 1)  # the locked one is skipped
             assert [m.message_id for m in stored(store, "p")] == ["m0"]
+        finally:
+            await broker.stop()
+
+    asyncio.run(run())
+
+
+def _topic_namespace(queue: str, topic: str) -> NamespaceConfig:
+    """A queue, and a topic whose duplicate detection has a window and whose subscriptions filter:
+    'all' takes everything, 'red' only red messages, 'tagged' red ones with an action."""
+    return NamespaceConfig("ns", queues=(QueueConfig(queue),), topics=(TopicConfig(
+        topic, TopicProperties(requires_duplicate_detection=True,
+                               duplicate_detection_history_time_window=timedelta(minutes=10)),
+        subscriptions=(SubscriptionConfig("all"),
+                       SubscriptionConfig("red", rules=(RuleDescription("red", SqlFilter("color = 'red'")),)),
+                       SubscriptionConfig("tagged", rules=(RuleDescription(
+                           "tag", SqlFilter("color = 'red'"), SqlRuleAction("SET tagged = 'yes'")),)))),))
+
+
+def _ids(store: MemoryStore, path: str) -> list[str | None]:
+    return sorted(m.message_id for m in stored(store, path))
+
+
+def test_a_move_into_a_topic_fans_out_as_a_send_and_removes_the_source_in_one_transaction() -> None:
+    async def run() -> None:
+        store = MemoryStore()
+        broker = Broker(_topic_namespace("orders", "events"), store)
+        await broker.start("127.0.0.1", 0)
+        try:
+            orders, events = broker.entity("orders"), broker.entity("events")
+            assert orders is not None and events is not None
+            await dead_letter_all(orders, ["m0", "m1", "m2", "m3"])  # m0, m2 red; m1, m3 blue
+            await broker.publish(events, [draft("m0")])  # the topic's duplicate detection has seen m0
+
+            numbers = moves.select(orders, SubQueue.DEAD_LETTER)
+            result = await moves.move(orders, SubQueue.DEAD_LETTER, numbers, events,
+                                      store_name=lambda p: p.worker.name, fan_out=broker.fan_out_targets)
+            assert result == moves.MoveResult(4, 0)
+            assert stored(store, "orders/$deadletterqueue") == []
+            assert _ids(store, "events/subscriptions/all") == ["m0", "m0", "m1", "m2", "m3"]  # not deduplicated
+            assert _ids(store, "events/subscriptions/red") == ["m0", "m0", "m2"]
+            tagged = [m for m in stored(store, "events/subscriptions/tagged")]
+            assert sorted(m.message_id for m in tagged) == ["m0", "m0", "m2"]
+            for record in tagged:
+                props = wire.application_properties(record.tail)
+                assert props["tagged"] == "yes" and props["RuleName"] == "tag"
+                assert wire.DEAD_LETTER_REASON not in props
+            for record in stored(store, "events/subscriptions/all"):
+                assert record.delivery_count == 0 and record.state is MessageState.ACTIVE
+                assert wire.DEAD_LETTER_REASON not in wire.application_properties(record.tail)
+            all_sub = broker.entity("events/subscriptions/all")
+            assert all_sub is not None and all_sub.actor.counts()["active"] == 5  # published after the commit
+        finally:
+            await broker.stop()
+
+    asyncio.run(run())
+
+
+def test_a_failed_move_into_a_topic_in_the_same_store_changes_nothing() -> None:
+    async def run() -> None:
+        store = MemoryStore()
+        broker = Broker(_topic_namespace("orders", "events"), store)
+        await broker.start("127.0.0.1", 0)
+        try:
+            orders, events = broker.entity("orders"), broker.entity("events")
+            assert orders is not None and events is not None and isinstance(orders.actor, PartitionActor)
+            await dead_letter_all(orders, ["a", "b"])
+            store.fail_next_apply(OSError("disk gone"))
+            with pytest.raises(StoreUnavailable):
+                await moves.move(orders, SubQueue.DEAD_LETTER, moves.select(orders, SubQueue.DEAD_LETTER), events,
+                                 store_name=lambda p: p.worker.name, fan_out=broker.fan_out_targets)
+            assert _ids(store, "orders/$deadletterqueue") == ["a", "b"]
+            assert stored(store, "events/subscriptions/all") == []  # one transaction: nothing half-done
+            for _ in range(100):
+                if orders.actor.available:
+                    break
+                await asyncio.sleep(0.01)
+            result = await moves.move(orders, SubQueue.DEAD_LETTER, moves.select(orders, SubQueue.DEAD_LETTER),
+                                      events, store_name=lambda p: p.worker.name, fan_out=broker.fan_out_targets)
+            assert result.moved == 2
+            assert _ids(store, "events/subscriptions/all") == ["a", "b"]
+        finally:
+            await broker.stop()
+
+    asyncio.run(run())
+
+
+def test_a_move_into_a_topic_in_another_store_retried_after_a_failure_never_doubles() -> None:
+    async def run() -> None:
+        default, other = MemoryStore(), MemoryStore()
+        probe = Broker(NamespaceConfig("ns"), MemoryStore(), more_stores=[("second", MemoryStore())])
+        queue_name, topic_name = names_on_two_stores(probe)
+        broker = Broker(_topic_namespace(queue_name, topic_name), default, more_stores=[("second", other)])
+        await broker.start("127.0.0.1", 0)
+        try:
+            source, topic = broker.entity(queue_name), broker.entity(topic_name)
+            assert source is not None and topic is not None and isinstance(source.actor, PartitionActor)
+            assert isinstance(topic.actor, PartitionActor) and source.actor.worker is not topic.actor.worker
+            await dead_letter_all(source, ["r0", "b1", "r2", "b3", "r4"])
+
+            default.fail_next_apply(OSError("disk gone"))  # the subscriptions commit; the source's delete fails
+            with pytest.raises(StoreUnavailable):
+                await moves.move(source, SubQueue.DEAD_LETTER, moves.select(source, SubQueue.DEAD_LETTER), topic,
+                                 store_name=lambda p: p.worker.name, fan_out=broker.fan_out_targets)
+            assert len(stored(other, f"{topic_name}/subscriptions/all")) == 5
+            assert len(other.load_partition(PartitionRef(f"{topic_name}/subscriptions/red", 0)).move_keys) == 3
+            for _ in range(100):
+                if source.actor.available:
+                    break
+                await asyncio.sleep(0.01)
+            assert len(moves.select(source, SubQueue.DEAD_LETTER)) == 5  # still in the source
+
+            result = await moves.move(source, SubQueue.DEAD_LETTER, moves.select(source, SubQueue.DEAD_LETTER),
+                                      topic, store_name=lambda p: p.worker.name, fan_out=broker.fan_out_targets)
+            assert result.moved == 5
+            assert _ids(other, f"{topic_name}/subscriptions/all") == ["b1", "b3", "r0", "r2", "r4"]  # not 10
+            assert _ids(other, f"{topic_name}/subscriptions/red") == ["r0", "r2", "r4"]
+            assert _ids(other, f"{topic_name}/subscriptions/tagged") == ["r0", "r2", "r4"]
+            assert stored(default, f"{queue_name}/$deadletterqueue") == []
+            for name in ("all", "red", "tagged"):
+                assert other.load_partition(PartitionRef(f"{topic_name}/subscriptions/{name}", 0)).move_keys == ()
         finally:
             await broker.stop()
 
