@@ -17,6 +17,7 @@ teardown stay outside the measured span: the SDK spends about 50 ms per frame wh
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import threading
 import time
 from collections.abc import Callable
@@ -67,40 +68,40 @@ def sdk_send(meter: Meter, connection_string: str, queue: str, count: int, size:
     return latencies
 
 
+def _fill_worker(connection_string: str, queue: str, count: int, size: int, sent: Any) -> None:
+    body = b"x" * size
+    with ServiceBusClient.from_connection_string(connection_string) as client, \
+            client.get_queue_sender(queue) as sender:
+        for start in range(0, count, 2000):
+            take = min(2000, count - start)
+            for batch in _sdk_batches(sender, take, body, None):
+                sender.send_messages(batch)
+            with sent.get_lock():
+                sent.value += take
+
+
 def sdk_fill(connection_string: str, queue: str, count: int, size: int = 1024, senders: int = 2,
              progress: Callable[[int], None] | None = None) -> None:
-    """Batch-send ``count`` messages from ``senders`` threads (a backlog; not timed here)."""
-    body = b"x" * size
-    lock = threading.Lock()
-    state = {"left": count, "sent": 0}
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            with ServiceBusClient.from_connection_string(connection_string) as client, \
-                    client.get_queue_sender(queue) as sender:
-                while True:
-                    with lock:
-                        take = min(2000, state["left"])
-                        state["left"] -= take
-                    if not take:
-                        return
-                    for batch in _sdk_batches(sender, take, body, None):
-                        sender.send_messages(batch)
-                    with lock:
-                        state["sent"] += take
-                        if progress:
-                            progress(state["sent"])
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, daemon=True) for _ in range(senders)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+    """Batch-send ``count`` messages from ``senders`` processes (the SDK's client work is CPU-bound)."""
+    ctx = multiprocessing.get_context("spawn")
+    sent = ctx.Value("q", 0)
+    share = [count // senders + (1 if i < count % senders else 0) for i in range(senders)]
+    procs = [ctx.Process(target=_fill_worker, args=(connection_string, queue, n, size, sent), daemon=True)
+             for n in share]
+    for p in procs:
+        p.start()
+    try:
+        while any(p.is_alive() for p in procs):
+            time.sleep(0.5)
+            if progress:
+                progress(int(sent.value))
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+            p.join(10)
+    if sent.value != count or any(p.exitcode for p in procs):
+        raise RuntimeError(f"the fill stopped after {sent.value} of {count} messages")
 
 
 def sdk_aio_send(meter: Meter, connection_string: str, queue: str, count: int, size: int = 1024) -> list[float]:
