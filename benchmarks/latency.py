@@ -32,6 +32,7 @@ import workloads
 from harness import Broker, Cleanup
 
 QUEUE = "latency"
+MAX_PER_SEND = 100  # a sender that fell behind catches up in batches of at most this many
 BACKLOG = "backlog"
 
 
@@ -44,16 +45,17 @@ def stamp(start_at: float, k: int, rate: float) -> int:
     return int((start_at + k / rate) * 1e6)
 
 
-def sdk_sender(connection_string: str, count: int, rate: float, start_at: float) -> None:
+def sdk_sender(connection_string: str, count: int, rate: float, started: Any) -> None:
     from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
     body = b"x" * 1024
     with ServiceBusClient.from_connection_string(connection_string) as client, \
             client.get_queue_sender(QUEUE) as sender:
+        start_at = started.value = time.time()  # the link is open: the schedule starts now
         i = 0
         while i < count:
             now = time.time()
-            due = min(count, int((now - start_at) * rate) + 1)
+            due = min(count, int((now - start_at) * rate) + 1, i + MAX_PER_SEND)
             if due <= i:
                 time.sleep(max(0.0, start_at + i / rate - now))
                 continue
@@ -81,12 +83,13 @@ def sdk_receiver(connection_string: str, total: int, received: Any, out: Any, de
     out.put(samples)
 
 
-def pika_sender(port: int, count: int, rate: float, start_at: float) -> None:
+def pika_sender(port: int, count: int, rate: float, started: Any) -> None:
     import pika
 
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port, heartbeat=0))
     ch = conn.channel()
     body = b"x" * 1024
+    start_at = started.value = time.time()
     i = 0
     while i < count:
         now = time.time()
@@ -145,8 +148,8 @@ def run_phase(label: str, broker: Broker, kind: str, args: argparse.Namespace) -
     for p in receivers:
         p.start()
     time.sleep(8)  # the receivers open their links (the SDK takes seconds per handler on a loaded machine)
-    start_at = time.time() + 1
-    sender = ctx.Process(target=send_fn, args=(target, count, args.rate, start_at), daemon=True)
+    started = ctx.Value("d", 0.0)
+    sender = ctx.Process(target=send_fn, args=(target, count, args.rate, started), daemon=True)
     sender.start()
     cpu0 = harness.cpu_seconds(broker.measured_pid)
     samples: list[float] = []
@@ -165,7 +168,7 @@ def run_phase(label: str, broker: Broker, kind: str, args: argparse.Namespace) -
             if p.is_alive():
                 p.kill()
             p.join(5)
-    elapsed = time.time() - start_at
+    elapsed = time.time() - started.value
     cpu = harness.cpu_seconds(broker.measured_pid) - cpu0
     ordered = sorted(samples)
     if not ordered:
