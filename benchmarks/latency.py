@@ -1,0 +1,255 @@
+"""Latency benchmark: send-to-receive latency at a fixed rate, on an empty queue and beside a backlog.
+
+A paced sender process sends ``--rate`` messages per second (default 1,000) of 1 KB for ``--seconds``;
+message i is stamped (application property ``t``) with the time it was *due*, so a sender that falls
+behind shows up in the latency instead of hiding it. Receiver processes (``--receivers``, default 4,
+each with its own connection) take the messages in PeekLock one at a time (prefetch 50; a larger
+receive call would wait up to 0.2 s for more), note ``now - t`` on arrival, and complete
+(ack) them. Printed: p50, p99, p99.9 and max, and the rate achieved.
+
+Two phases per broker, in one run: the queue alone (an empty broker), then the same with a backlog of
+``--backlog`` messages (default 1,000,000) held in another queue of the same broker, in the same store,
+so the backlog's memory, collector and timer costs are present. Brokers: Sodalite (``--sync FULL``,
+official sync SDK, batches of whatever is due) and a RabbitMQ quorum queue (pika; persistent messages,
+published without waiting for confirms). Not part of the test run:
+
+    .venv/bin/python benchmarks/latency.py [--rate 1000] [--seconds 30] [--backlog 1000000]
+        [--targets sodalite,rabbit]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import queue
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import harness
+import workloads
+from harness import Broker, Cleanup
+
+QUEUE = "latency"
+MAX_PER_SEND = 100  # a sender that fell behind catches up in batches of at most this many
+BACKLOG = "backlog"
+
+
+# ---- processes (spawned) -------------------------------------------------------------------------
+
+
+def stamp(start_at: float, k: int, rate: float) -> int:
+    """When message ``k`` is due, in microseconds since the epoch (pika encodes no floats; the SDK no
+    64-bit ints in application properties, so it sends seconds as a double)."""
+    return int((start_at + k / rate) * 1e6)
+
+
+def sdk_sender(connection_string: str, count: int, rate: float, started: Any, sent: Any) -> None:
+    from azure.servicebus import ServiceBusClient, ServiceBusMessage
+
+    body = b"x" * 1024
+    with ServiceBusClient.from_connection_string(connection_string) as client, \
+            client.get_queue_sender(QUEUE) as sender:
+        start_at = started.value = time.time()  # the link is open: the schedule starts now
+        i = 0
+        while i < count:
+            now = time.time()
+            due = min(count, int((now - start_at) * rate) + 1, i + MAX_PER_SEND)
+            if due <= i:
+                time.sleep(max(0.0, start_at + i / rate - now))
+                continue
+            sender.send_messages([ServiceBusMessage(body, application_properties={"t": start_at + k / rate})
+                                  for k in range(i, due)])
+            i = due
+        sent.value = time.time() - start_at
+
+
+def sdk_receiver(connection_string: str, total: int, received: Any, out: Any, deadline: float) -> None:
+    from azure.servicebus import ServiceBusClient
+
+    samples: list[float] = []
+    last = [0.0]
+    with ServiceBusClient.from_connection_string(connection_string) as client, \
+            client.get_queue_receiver(QUEUE, prefetch_count=50) as receiver:
+        while received.value < total and time.time() < deadline:
+            for m in receiver.receive_messages(max_message_count=1, max_wait_time=0.5):
+                now = time.time()
+                props = m.application_properties or {}
+                stamp = props.get(b"t", props.get("t"))
+                if isinstance(stamp, float):
+                    samples.append(now - stamp)
+                    last[0] = now
+                receiver.complete_message(m)
+                with received.get_lock():
+                    received.value += 1
+    out.put((samples, last[0]))
+
+
+def pika_sender(port: int, count: int, rate: float, started: Any, sent: Any) -> None:
+    import pika
+
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port, heartbeat=0))
+    ch = conn.channel()
+    body = b"x" * 1024
+    start_at = started.value = time.time()
+    i = 0
+    while i < count:
+        now = time.time()
+        due = min(count, int((now - start_at) * rate) + 1)
+        if due <= i:
+            conn.sleep(max(0.0, start_at + i / rate - now))
+            continue
+        for k in range(i, due):
+            ch.basic_publish("", QUEUE, body, pika.BasicProperties(delivery_mode=2,
+                                                                   headers={"t": stamp(start_at, k, rate)}))
+        i = due
+    sent.value = time.time() - start_at
+    conn.close()
+
+
+def pika_receiver(port: int, total: int, received: Any, out: Any, deadline: float) -> None:
+    import pika
+
+    samples: list[float] = []
+    last = [0.0]
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port, heartbeat=0))
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=50)
+
+    def handle(channel: Any, method: Any, properties: Any, _body: bytes) -> None:
+        now = time.time()
+        stamp = (properties.headers or {}).get("t")
+        if isinstance(stamp, int):
+            samples.append(now - stamp / 1e6)
+            last[0] = now
+        channel.basic_ack(method.delivery_tag)
+        with received.get_lock():
+            received.value += 1
+
+    ch.basic_consume(QUEUE, handle, auto_ack=False)
+    while received.value < total and time.time() < deadline:
+        conn.process_data_events(time_limit=0.2)
+    conn.close()
+    out.put((samples, last[0]))
+
+
+# ---- one phase ----------------------------------------------------------------------------------
+
+
+def run_phase(label: str, broker: Broker, kind: str, args: argparse.Namespace) -> dict[str, float]:
+    ctx = multiprocessing.get_context("spawn")
+    count = int(args.rate * args.seconds)
+    received = ctx.Value("q", 0)
+    out = ctx.Queue()
+    deadline = time.time() + args.seconds + 120
+    if kind == "rabbit":
+        target: Any = broker.amqp_port
+        recv_fn: Any = pika_receiver
+        send_fn: Any = pika_sender
+    else:
+        target, recv_fn, send_fn = broker.connection_string, sdk_receiver, sdk_sender
+    receivers = [ctx.Process(target=recv_fn, args=(target, count, received, out, deadline), daemon=True)
+                 for _ in range(args.receivers)]
+    for p in receivers:
+        p.start()
+    time.sleep(8)  # the receivers open their links (the SDK takes seconds per handler on a loaded machine)
+    started = ctx.Value("d", 0.0)  # when the sender's schedule began
+    sent = ctx.Value("d", 0.0)  # how long the sender took to send everything (== --seconds if it kept pace)
+    sender = ctx.Process(target=send_fn, args=(target, count, args.rate, started, sent), daemon=True)
+    sender.start()
+    cpu0 = harness.cpu_seconds(broker.measured_pid)
+    samples: list[float] = []
+    try:
+        pending = len(receivers)
+        last_arrival = 0.0
+        while pending:
+            try:
+                got, at = out.get(timeout=1)
+                samples += got
+                last_arrival = max(last_arrival, at)
+                pending -= 1
+            except queue.Empty:
+                if sender.exitcode or time.time() > deadline + 30:
+                    raise RuntimeError(f"{label}: the sender failed or the phase overran") from None
+        sender.join(30)
+    finally:
+        for p in [sender, *receivers]:
+            if p.is_alive():
+                p.kill()
+            p.join(5)
+    elapsed = max(1e-3, last_arrival - started.value)  # from the first due time to the last arrival
+    cpu = harness.cpu_seconds(broker.measured_pid) - cpu0
+    ordered = sorted(samples)
+    if not ordered:
+        raise RuntimeError(f"{label}: no message received")
+    r = {"p50": harness.pick(ordered, 0.5), "p99": harness.pick(ordered, 0.99),
+         "p999": harness.pick(ordered, 0.999), "max": ordered[-1], "n": len(ordered),
+         "rate": len(ordered) / elapsed, "cpu_us": cpu * 1e6 / max(1, len(ordered)),
+         "rss": harness.rss_bytes(broker.measured_pid), "send_s": sent.value}
+    print(f"  {label}: {len(ordered):,} of {count:,} messages, {r['rate']:,.0f} msg/s received "
+          f"(the sender needed {sent.value:.1f} s for its {args.seconds:.0f} s schedule); latency p50 "
+          f"{r['p50'] * 1000:.1f} ms, p99 {r['p99'] * 1000:.1f} ms, p99.9 {r['p999'] * 1000:.1f} ms, max "
+          f"{r['max'] * 1000:.1f} ms; broker CPU {r['cpu_us']:.0f} µs/msg, RSS {harness.mb(r['rss'])}", flush=True)
+    return r
+
+
+def run_target(kind: str, cleanup: Cleanup, tmp: Path, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    print(f"\n## {kind}", flush=True)
+    if kind == "rabbit":
+        broker = harness.start_rabbitmq(cleanup, tmp / "rabbit")
+        harness.declare_quorum(broker, QUEUE, BACKLOG)
+    else:
+        broker = harness.start_sodalite(cleanup, tmp / "sodalite", args.sync, [QUEUE, BACKLOG])
+    results = {"empty": run_phase("empty broker", broker, kind, args)}
+    if args.backlog:
+        t0 = time.perf_counter()
+        if kind == "rabbit":
+            workloads.pika_fill(harness.rabbit_params(broker), BACKLOG, args.backlog)
+        else:
+            workloads.sdk_fill(broker.connection_string, BACKLOG, args.backlog)
+        print(f"  backlog of {args.backlog:,} in '{BACKLOG}' filled in {time.perf_counter() - t0:.0f} s; "
+              f"RSS {harness.mb(harness.rss_bytes(broker.measured_pid))}", flush=True)
+        results["backlog"] = run_phase(f"beside a backlog of {args.backlog:,}", broker, kind, args)
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rate", type=float, default=1000, help="messages per second (default 1,000)")
+    parser.add_argument("--seconds", type=float, default=30, help="seconds per phase (default 30)")
+    parser.add_argument("--backlog", type=int, default=1_000_000, help="backlog in another queue (default 1M; 0: none)")
+    parser.add_argument("--receivers", type=int, default=4, help="receiver processes (default 4)")
+    parser.add_argument("--sync", choices=("FULL", "NORMAL"), default="FULL", help="Sodalite's --sync (default FULL)")
+    parser.add_argument("--targets", default="sodalite,rabbit", help="sodalite,rabbit (default both)")
+    parser.add_argument("--max-seconds", type=float, default=3600, help="run-time bound (default 3600)")
+    args = parser.parse_args()
+    targets = [t for t in args.targets.split(",") if t]
+    if any(t not in ("sodalite", "rabbit") for t in targets):
+        parser.error("targets are sodalite and rabbit")
+    print(f"# Latency benchmark: {args.rate:,.0f} msg/s of 1 KB for {args.seconds:.0f} s per phase, "
+          f"{args.receivers} receivers, backlog {args.backlog:,}; {harness.version_line()}", flush=True)
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    with harness.bounded_run(args.max_seconds) as cleanup:
+        for t in targets:
+            tmp = harness.temp_dir(cleanup, f"sodalite-latency-{t}-")
+            step = Cleanup()
+            try:
+                results[t] = run_target(t, step, tmp, args)
+            finally:
+                step.run()
+    names = {"sodalite": f"Sodalite {args.sync}", "rabbit": "RabbitMQ quorum"}
+    print(f"\n## Summary: send-to-receive latency at {args.rate:,.0f} msg/s\n")
+    print("| broker | queue | sender s | received msg/s | p50 | p99 | p99.9 | max | broker CPU µs/msg | RSS |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for t, phases in results.items():
+        for phase, r in phases.items():
+            where = "empty broker" if phase == "empty" else f"beside {args.backlog:,} backlog"
+            print(f"| {names[t]} | {where} | {r['send_s']:.1f} | {r['rate']:,.0f} | {r['p50'] * 1000:.1f} ms "
+                  f"| {r['p99'] * 1000:.1f} ms | {r['p999'] * 1000:.1f} ms | {r['max'] * 1000:.1f} ms "
+                  f"| {r['cpu_us']:.0f} | {harness.mb(r['rss'])} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,372 @@
+"""The client side of the benchmarks: the official SDK (sync and aio) and pika, doing the same work.
+
+Each function times its phase from its first message to its last with a :class:`harness.Meter`
+(broker CPU over the same span) and returns per-operation latencies in seconds. Handler setup and
+teardown stay outside the measured span: the SDK spends about 50 ms per frame while it opens a link.
+
+- SDK send: messages of ``size`` bytes in batches (``create_message_batch``, as large as the broker
+  allows, about 250 messages of 1 KB); one latency sample per batch.
+- SDK receive + complete, sync: ``receivers`` threads, each with its own client and PeekLock receiver,
+  each completing one message at a time (the sync SDK waits for every settlement's echo).
+- SDK receive + complete, aio: one receiver; each received batch is completed concurrently.
+- pika: a quorum queue; publisher confirms, a batch of ``batch`` messages published and then waited
+  for (as the SDK waits for a batch's disposition); ``receivers`` consumer threads with manual acks and
+  a prefetch of ``prefetch``. AMQP 0-9-1 acks are not confirmed, so there is no per-ack latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
+from azure.servicebus.aio import ServiceBusClient as AsyncServiceBusClient
+
+from harness import Meter
+
+STALL_SECONDS = 60.0  # a phase that makes no progress this long fails instead of hanging
+
+
+class Stalled(RuntimeError):
+    pass
+
+
+# ---- official SDK -------------------------------------------------------------------------------
+
+
+def _sdk_batches(sender: Any, count: int, body: bytes, make: Callable[[int], ServiceBusMessage] | None) -> list[Any]:
+    batches, remaining, i = [], count, 0
+    while remaining:
+        batch = sender.create_message_batch()
+        while remaining:
+            try:
+                batch.add_message(make(i) if make else ServiceBusMessage(body))
+            except ValueError:
+                break
+            remaining -= 1
+            i += 1
+        batches.append(batch)
+    return batches
+
+
+def sdk_send(meter: Meter, connection_string: str, queue: str, count: int, size: int = 1024) -> list[float]:
+    body = b"x" * size
+    latencies: list[float] = []
+    with ServiceBusClient.from_connection_string(connection_string) as client, \
+            client.get_queue_sender(queue) as sender:
+        batches = _sdk_batches(sender, count, body, None)
+        meter.start()
+        for batch in batches:
+            t = time.perf_counter()
+            sender.send_messages(batch)
+            latencies.append(time.perf_counter() - t)
+        meter.stop()
+    return latencies
+
+
+def _fill_worker(connection_string: str, queue: str, count: int, size: int, sent: Any) -> None:
+    body = b"x" * size
+    with ServiceBusClient.from_connection_string(connection_string) as client, \
+            client.get_queue_sender(queue) as sender:
+        for start in range(0, count, 2000):
+            take = min(2000, count - start)
+            for batch in _sdk_batches(sender, take, body, None):
+                sender.send_messages(batch)
+            with sent.get_lock():
+                sent.value += take
+
+
+def sdk_fill(connection_string: str, queue: str, count: int, size: int = 1024, senders: int = 2,
+             progress: Callable[[int], None] | None = None) -> None:
+    """Batch-send ``count`` messages from ``senders`` processes (the SDK's client work is CPU-bound)."""
+    ctx = multiprocessing.get_context("spawn")
+    sent = ctx.Value("q", 0)
+    share = [count // senders + (1 if i < count % senders else 0) for i in range(senders)]
+    procs = [ctx.Process(target=_fill_worker, args=(connection_string, queue, n, size, sent), daemon=True)
+             for n in share]
+    for p in procs:
+        p.start()
+    try:
+        while any(p.is_alive() for p in procs):
+            time.sleep(0.5)
+            if progress:
+                progress(int(sent.value))
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+            p.join(10)
+    if sent.value != count or any(p.exitcode for p in procs):
+        raise RuntimeError(f"the fill stopped after {sent.value} of {count} messages")
+
+
+def sdk_aio_send(meter: Meter, connection_string: str, queue: str, count: int, size: int = 1024) -> list[float]:
+    return asyncio.run(_aio_send(meter, connection_string, queue, count, size))
+
+
+async def _aio_send(meter: Meter, connection_string: str, queue: str, count: int, size: int) -> list[float]:
+    body = b"x" * size
+    latencies: list[float] = []
+    async with AsyncServiceBusClient.from_connection_string(connection_string) as client, \
+            client.get_queue_sender(queue) as sender:
+        batches, remaining = [], count
+        while remaining:
+            batch = await sender.create_message_batch()
+            while remaining:
+                try:
+                    batch.add_message(ServiceBusMessage(body))
+                except ValueError:
+                    break
+                remaining -= 1
+            batches.append(batch)
+        meter.start()
+        for batch in batches:
+            t = time.perf_counter()
+            await sender.send_messages(batch)
+            latencies.append(time.perf_counter() - t)
+        meter.stop()
+    return latencies
+
+
+def sdk_receive_threads(meter: Meter | None, connection_string: str, queue: str, count: int, receivers: int = 4,
+                        prefetch: int = 100, on_message: Callable[[Any], None] | None = None,
+                        first: list[float] | None = None) -> list[float]:
+    """``receivers`` sync receivers in threads, PeekLock, completing one message at a time."""
+    lock = threading.Lock()
+    done = [0]
+    finished = threading.Event()
+    latencies: list[float] = []
+    errors: list[BaseException] = []
+    ready = threading.Barrier(receivers + 1)
+    last_progress = [time.monotonic()]
+
+    def run() -> None:
+        try:
+            with ServiceBusClient.from_connection_string(connection_string) as client, \
+                    client.get_queue_receiver(queue, receive_mode=ServiceBusReceiveMode.PEEK_LOCK,
+                                              prefetch_count=prefetch) as receiver:
+                ready.wait(120)
+                while not finished.is_set():
+                    batch = receiver.receive_messages(max_message_count=prefetch, max_wait_time=1)
+                    if not batch and time.monotonic() - last_progress[0] > STALL_SECONDS:
+                        raise Stalled(f"only {done[0]} of {count} messages came back")
+                    for m in batch:
+                        if first is not None and not first:
+                            first.append(time.perf_counter())
+                        if on_message:
+                            on_message(m)
+                        t = time.perf_counter()
+                        receiver.complete_message(m)
+                        lat = time.perf_counter() - t
+                        with lock:
+                            latencies.append(lat)
+                            done[0] += 1
+                            last_progress[0] = time.monotonic()
+                            if done[0] >= count:
+                                finished.set()
+        except BaseException as exc:
+            errors.append(exc)
+            finished.set()
+            ready.abort()
+
+    threads = [threading.Thread(target=run, daemon=True) for _ in range(receivers)]
+    for t in threads:
+        t.start()
+    try:
+        ready.wait(120)
+    except threading.BrokenBarrierError:
+        pass
+    if meter:
+        meter.start()
+    finished.wait()
+    if meter:
+        meter.stop()
+    for t in threads:
+        t.join(30)
+    if errors:
+        raise errors[0]
+    return latencies
+
+
+def sdk_aio_receive(meter: Meter, connection_string: str, queue: str, count: int, prefetch: int = 300) -> list[float]:
+    return asyncio.run(_aio_receive(meter, connection_string, queue, count, prefetch))
+
+
+async def _aio_receive(meter: Meter, connection_string: str, queue: str, count: int, prefetch: int) -> list[float]:
+    latencies: list[float] = []
+
+    async def complete(receiver: Any, message: Any) -> None:
+        t = time.perf_counter()
+        await receiver.complete_message(message)
+        latencies.append(time.perf_counter() - t)
+
+    done = 0
+    async with AsyncServiceBusClient.from_connection_string(connection_string) as client, \
+            client.get_queue_receiver(queue, prefetch_count=prefetch) as receiver:
+        meter.start()
+        last = time.monotonic()
+        while done < count:
+            batch = await receiver.receive_messages(max_message_count=prefetch, max_wait_time=1)
+            if not batch:
+                if time.monotonic() - last > STALL_SECONDS:
+                    raise Stalled(f"only {done} of {count} messages came back")
+                continue
+            last = time.monotonic()
+            await asyncio.gather(*(complete(receiver, m) for m in batch))
+            done += len(batch)
+        meter.stop()
+    return latencies
+
+
+# ---- RabbitMQ (pika) ---------------------------------------------------------------------------
+
+
+def pika_publish(meter: Meter | None, params: Any, queue: str, count: int, size: int = 1024, batch: int = 250,
+                 headers: Callable[[], dict[str, Any]] | None = None) -> list[float]:
+    """Publish ``count`` persistent messages with publisher confirms, ``batch`` at a time."""
+    import pika
+
+    body = b"x" * size
+    latencies: list[float] = []
+    state: dict[str, Any] = {"published": 0, "confirmed": 0, "t": 0.0, "error": None}
+    props = pika.BasicProperties(delivery_mode=2)
+
+    def publish_batch(ch: Any) -> None:
+        k = min(batch, count - state["published"])
+        state["t"] = time.perf_counter()
+        for _ in range(k):
+            p = pika.BasicProperties(delivery_mode=2, headers=headers()) if headers else props
+            ch.basic_publish("", queue, body, p)
+        state["published"] += k
+
+    def on_confirm(frame: Any) -> None:
+        method = frame.method
+        if isinstance(method, pika.spec.Basic.Nack):
+            state["error"] = RuntimeError("RabbitMQ nacked a publish")
+            conn.close()
+            return
+        state["confirmed"] = method.delivery_tag if method.multiple else state["confirmed"] + 1
+        if state["confirmed"] >= state["published"]:
+            latencies.append(time.perf_counter() - state["t"])
+            if state["published"] < count:
+                publish_batch(frame_channel[0])
+            else:
+                if meter:
+                    meter.stop()
+                conn.close()
+
+    frame_channel: list[Any] = []
+
+    def on_channel(ch: Any) -> None:
+        frame_channel.append(ch)
+
+        def confirmed_mode(_frame: Any) -> None:
+            if meter:
+                meter.start()
+            publish_batch(ch)
+
+        ch.confirm_delivery(on_confirm, callback=confirmed_mode)
+
+    def on_open(c: Any) -> None:
+        c.channel(on_open_callback=on_channel)
+
+    def on_error(_c: Any, exc: Any) -> None:
+        state["error"] = RuntimeError(f"pika: {exc}")
+        conn.ioloop.stop()
+
+    conn = pika.SelectConnection(params, on_open_callback=on_open, on_open_error_callback=on_error,
+                                 on_close_callback=lambda _c, _r: conn.ioloop.stop())
+    conn.ioloop.start()
+    if state["error"]:
+        raise state["error"]
+    return latencies
+
+
+def pika_fill(params: Any, queue: str, count: int, size: int = 1024, publishers: int = 2,
+              progress: Callable[[int], None] | None = None) -> None:
+    share = [count // publishers + (1 if i < count % publishers else 0) for i in range(publishers)]
+    errors: list[BaseException] = []
+
+    def run(n: int) -> None:
+        try:
+            step = 20_000
+            for start in range(0, n, step):
+                pika_publish(None, params, queue, min(step, n - start), size, batch=1000)
+                if progress:
+                    progress(min(step, n - start))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in share]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def pika_consume_threads(meter: Meter | None, params: Any, queue: str, count: int, receivers: int = 4,
+                         prefetch: int = 100, on_message: Callable[[Any, float], None] | None = None,
+                         first: list[float] | None = None) -> None:
+    """``receivers`` consumer threads, manual ack of each message."""
+    import pika
+
+    lock = threading.Lock()
+    done = [0]
+    finished = threading.Event()
+    errors: list[BaseException] = []
+    ready = threading.Barrier(receivers + 1)
+    last_progress = [time.monotonic()]
+
+    def run() -> None:
+        try:
+            conn = pika.BlockingConnection(params)
+            ch = conn.channel()
+            ch.basic_qos(prefetch_count=prefetch)
+
+            def handle(channel: Any, method: Any, properties: Any, _body: bytes) -> None:
+                now = time.time()
+                if first is not None and not first:
+                    first.append(time.perf_counter())
+                if on_message:
+                    on_message(properties, now)
+                channel.basic_ack(method.delivery_tag)
+                with lock:
+                    done[0] += 1
+                    last_progress[0] = time.monotonic()
+                    if done[0] >= count:
+                        finished.set()
+
+            ready.wait(120)
+            ch.basic_consume(queue, handle, auto_ack=False)
+            while not finished.is_set():
+                conn.process_data_events(time_limit=0.2)
+                if time.monotonic() - last_progress[0] > STALL_SECONDS:
+                    raise Stalled(f"only {done[0]} of {count} messages came back")
+            conn.close()
+        except BaseException as exc:
+            errors.append(exc)
+            finished.set()
+            ready.abort()
+
+    threads = [threading.Thread(target=run, daemon=True) for _ in range(receivers)]
+    for t in threads:
+        t.start()
+    try:
+        ready.wait(120)
+    except threading.BrokenBarrierError:
+        pass
+    if meter:
+        meter.start()
+    finished.wait()
+    if meter:
+        meter.stop()
+    for t in threads:
+        t.join(30)
+    if errors:
+        raise errors[0]
