@@ -119,6 +119,9 @@ class Broker:
         data_dir.mkdir(parents=True, exist_ok=True)
         more = []
         for configured in namespace.messaging_stores:
+            if configured.url is not None:
+                raise ConfigurationError(f"messaging store '{configured.name}' is a PostgreSQL database: "
+                                         "build the broker with sodalite.cli.stores.build_broker")
             path = data_dir / configured.path
             path.parent.mkdir(parents=True, exist_ok=True)
             more.append((configured.name, SqliteStore(path, synchronous=synchronous)))
