@@ -454,7 +454,9 @@ class PostgresStore:
             self._url, min_size=1, max_size=1, open=False, timeout=self._timeout,
             kwargs={"autocommit": True, "connect_timeout": max(1, int(self._timeout)),
                     "application_name": self._application_name},
-            reconnect_timeout=0,  # keep trying for ever while the database is away
+            # A failed reconnection is not retried in the background: the next call asks for a connection
+            # and so tries again (the partitions' reload loop makes those calls while the database is away).
+            reconnect_timeout=0,
             name=f"sodalite-{self._shown}",
         )
         try:
