@@ -18,6 +18,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -25,6 +26,32 @@ import uuid
 from pathlib import Path
 
 _lock = threading.Lock()
+# Polls the test process; once it is gone, stops the server's process group (fast shutdown) and
+# removes its directory. Exits by itself when the server is already gone.
+_WATCHDOG = """
+import os, shutil, signal, sys, time
+parent, server, base = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+while alive(parent) and alive(server):
+    time.sleep(1)
+if alive(server):
+    try:
+        os.killpg(server, signal.SIGINT)
+    except ProcessLookupError:
+        pass
+    for _ in range(30):
+        if not alive(server):
+            break
+        time.sleep(1)
+shutil.rmtree(base, ignore_errors=True)
+"""
 _shared: PgServer | None = None
 
 
@@ -120,6 +147,15 @@ class PgServer:
         with psycopg.connect(self.url(), autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # type: ignore[arg-type]
 
+    def watch_parent(self) -> None:
+        """Stop the server and remove its directory if this process dies without running atexit
+        (killed by a timeout, or by its xdist controller): a small watchdog process does it."""
+        if self.proc is None:
+            return
+        subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(self.proc.pid), str(self.base)],
+                         start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+
     def halt(self) -> None:
         """Stop the server (fast shutdown) but keep its data: :meth:`resume` starts it again."""
         self._stop_process()
@@ -157,5 +193,6 @@ def shared_server() -> PgServer:
                                    "Debian postgresql package, or apt-get install postgresql")
             server = PgServer(bin_dir).start()
             atexit.register(server.stop)
+            server.watch_parent()
             _shared = server
         return _shared
