@@ -5,7 +5,8 @@ high-water mark, duplicate-detection history, session state, move keys, entity r
 prefixed ``sodalite_`` in the first schema of the connection's ``search_path``, so it can share a
 database the operator already runs and backs up. One ``apply`` is one transaction sent as one
 pipeline (``BEGIN``, the batch's statements, each kind of operation as one ``executemany``,
-``COMMIT``, then one sync): one network round trip per batch, not one per message. ``apply``
+``COMMIT``, then one sync): one network round trip per batch, not one per message. Reads
+(``load_partition`` and the others) are likewise one pipelined read-only snapshot each. ``apply``
 returns only after PostgreSQL acknowledged the ``COMMIT``; with the server's default
 ``synchronous_commit = on`` that means the WAL is flushed (and replicated, if the server requires
 synchronous standbys).
@@ -480,9 +481,19 @@ class PostgresStore:
         if not grouped:
             return
         try:
-            with pool.connection() as conn, conn.pipeline(), conn.transaction(), conn.cursor() as cur:
-                for statement, rows in grouped:
-                    cur.executemany(statement, rows)
+            with pool.connection() as conn:
+                # BEGIN, the statements and COMMIT go out together, and one sync brings every result
+                # back: one round trip. A statement that fails makes the server skip the rest up to
+                # the sync (the COMMIT included), so nothing of the batch is applied.
+                try:
+                    with conn.pipeline(), conn.cursor() as cur:
+                        cur.execute("BEGIN")
+                        for statement, rows in grouped:
+                            cur.executemany(statement, rows)
+                        cur.execute("COMMIT")
+                except BaseException:
+                    self._rollback(conn)
+                    raise
         except (psycopg.Error, PoolTimeout) as exc:
             if isinstance(exc, psycopg.errors.DiskFull):
                 raise StoreFull(
@@ -544,17 +555,27 @@ class PostgresStore:
         pool = self._require()
         try:
             with pool.connection() as conn:
-                results: list[list[tuple[Any, ...]]] = []
-                with conn.transaction():
-                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                    cursors = []
+                try:
                     with conn.pipeline():
-                        for statement, params in queries:
-                            cursors.append(conn.execute(statement, params))
-                    results = [cur.fetchall() for cur in cursors]
-                return results
+                        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                        cursors = [conn.execute(statement, params) for statement, params in queries]
+                        conn.execute("COMMIT")
+                except BaseException:
+                    self._rollback(conn)
+                    raise
+                return [cur.fetchall() for cur in cursors]
         except (psycopg.Error, PoolTimeout, UnicodeDecodeError) as exc:
             raise StoreUnavailable(f"PostgreSQL store {self._shown}: cannot {what}: {_describe(exc)}") from exc
+
+    @staticmethod
+    def _rollback(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        """End a failed transaction so the pooled connection is clean; a broken one the pool discards."""
+        if conn.broken or conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            return
+        try:
+            conn.execute("ROLLBACK")
+        except psycopg.Error:
+            pass
 
     def _migrate(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
         with conn.transaction():
