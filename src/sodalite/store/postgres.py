@@ -77,7 +77,10 @@ _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
 # Any constant shared by every Sodalite: the advisory lock that serializes migrations.
 MIGRATION_LOCK_KEY: Final = 0x50D4_117E_0001
-DEFAULT_CONNECT_TIMEOUT: Final = 5.0  # seconds to wait for a connection before a call fails
+DEFAULT_CONNECT_TIMEOUT: Final = 5.0  # seconds open() waits for the database at start
+# Seconds a call waits for the pooled connection while it is being re-established: short, because
+# the store's one worker thread waits meanwhile, and the partitions retry their reload anyway.
+CALL_WAIT: Final = 2.0
 
 # Migration n brings a database from schema version n-1 to n. Never edit one that has shipped:
 # add the next. Version 1 is the SQLite store's version 4 (messages, partition counters, entities,
@@ -452,7 +455,7 @@ class PostgresStore:
         if self._pool is not None:
             return
         pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]] = ConnectionPool(
-            self._url, min_size=1, max_size=1, open=False, timeout=self._timeout,
+            self._url, min_size=1, max_size=1, open=False, timeout=min(self._timeout, CALL_WAIT),
             kwargs={"autocommit": True, "connect_timeout": max(1, int(self._timeout)),
                     "application_name": self._application_name},
             # A failed reconnection is not retried in the background: the next call asks for a connection
