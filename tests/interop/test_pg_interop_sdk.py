@@ -164,3 +164,11 @@ def test_an_unreachable_database_at_start_says_what_to_check(tmp_path: Path) -> 
     assert code == 1, err
     assert "cannot connect" in err and "check that the server is running and reachable" in err
     assert "secret" not in err and "Traceback" not in err
+
+
+def test_a_store_url_without_a_database_names_the_store(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "Config.json", [], MessagingStores=[{"Name": "pg2", "Url": "postgresql://h:5432"}])
+    code, err = _serve_fails(tmp_path, "--config", str(config))
+    assert code == 2 and "MessagingStores 'pg2'" in err and "name the database" in err
+    code, err = _serve_fails(tmp_path, "--store", "postgresql://u:secret@h:notaport/db")
+    assert code == 2 and "--store: PostgreSQL store URL" in err and "secret" not in err

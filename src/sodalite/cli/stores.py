@@ -36,7 +36,10 @@ def _postgres(url: str, node_id: str) -> MessagingStore:
 
 def _one(configured: MessagingStoreConfig, data_dir: Path, synchronous: str, node_id: str) -> MessagingStore:
     if configured.url is not None:
-        return _postgres(configured.url, node_id)
+        try:
+            return _postgres(configured.url, node_id)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"MessagingStores '{configured.name}': {exc.description}") from None
     path = data_dir / configured.path
     path.parent.mkdir(parents=True, exist_ok=True)
     return SqliteStore(path, synchronous=synchronous)
@@ -51,7 +54,10 @@ def build_broker(namespace: NamespaceConfig, data_dir: Path, *, synchronous: str
             raise ConfigurationError(
                 "--store: must be a PostgreSQL URL, postgresql://user:password@host:5432/database "
                 "(leave it out for the SQLite store in the data directory)")
-        default = _postgres(store_url, node_id)
+        try:
+            default = _postgres(store_url, node_id)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"--store: {exc.description}") from None
     else:
         default = SqliteStore(data_dir / "messages.db", synchronous=synchronous)
     more = [(c.name, _one(c, data_dir, synchronous, node_id)) for c in namespace.messaging_stores]
