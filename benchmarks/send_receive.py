@@ -6,7 +6,9 @@ system time read from /proc/<pid>/stat) and latency percentiles for each phase. 
 test run:
 
     .venv/bin/python benchmarks/send_receive.py [--messages 10000] [--size 1024] [--sync FULL|NORMAL]
-        [--partitioned] [--stores N]
+        [--partitioned] [--stores N] [--store postgresql://...]
+
+``--store`` puts the default messaging store in that PostgreSQL database (docs/postgresql.md).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def percentiles(samples: list[float]) -> str:
 
 
 def start_broker(data_dir: Path, sync_mode: str, partitioned: bool = False,
-                 stores: int = 1) -> tuple[subprocess.Popen[str], str]:
+                 stores: int = 1, store_url: str | None = None) -> tuple[subprocess.Popen[str], str]:
     config = data_dir / "Config.json"
     namespace = {"Name": "bench", "Queues": [
         {"Name": QUEUE, "Properties": {"LockDuration": "PT5M", "EnablePartitioning": partitioned}}],
@@ -57,7 +59,8 @@ def start_broker(data_dir: Path, sync_mode: str, partitioned: bool = False,
     config.write_text(json.dumps({"UserConfig": {"Namespaces": [namespace]}}))
     proc = subprocess.Popen(
         [str(ROOT / "scripts" / "serve"), "--port", "0", "--data-dir", str(data_dir / "data"), "--config",
-         str(config), "--sync", sync_mode, "--admin-port", "-1", "--http-port", "-1", "--amqps-port", "-1"],
+         str(config), "--sync", sync_mode, "--admin-port", "-1", "--http-port", "-1", "--amqps-port", "-1",
+         *(["--store", store_url] if store_url else [])],
         stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -164,11 +167,13 @@ def main() -> int:
     parser.add_argument("--sync", choices=("FULL", "NORMAL"), default="FULL")
     parser.add_argument("--partitioned", action="store_true", help="a partitioned queue (16 partitions)")
     parser.add_argument("--stores", type=int, default=1, help="messaging stores the partitions spread over")
+    parser.add_argument("--store", default=None, help="a PostgreSQL URL for the default messaging store")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sodalite-bench-") as tmp:
-        proc, connection_string = start_broker(Path(tmp), args.sync, args.partitioned, args.stores)
+        proc, connection_string = start_broker(Path(tmp), args.sync, args.partitioned, args.stores, args.store)
         try:
-            print(f"Sodalite benchmark: {args.messages} messages of {args.size} bytes, SQLite synchronous={args.sync}, "
+            where = "PostgreSQL" if args.store else f"SQLite synchronous={args.sync}"
+            print(f"Sodalite benchmark: {args.messages} messages of {args.size} bytes, {where}, "
                   f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
             n, size = args.messages, args.size
             phase("send (batches, sync SDK)", proc.pid, n, lambda m: send_phase(m, connection_string, n, size))

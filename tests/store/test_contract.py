@@ -4,6 +4,10 @@ The ``harness`` fixture yields one adapter at a time; the tests speak only the p
 adapter (PostgreSQL), add a parameter to ``harness``. Adapter-specific tests (fault injection of
 the memory store, SQLite pragmas and crash durability) follow the contract, and a property test
 compares each durable adapter with the memory store on random batches.
+
+The PostgreSQL adapter runs against a real server this process starts (``tests/pg_server.py``):
+one database for this module, and a schema of its own for each test (the connection URL's
+``search_path``), so every test starts empty.
 """
 
 from __future__ import annotations
@@ -44,6 +48,12 @@ from sodalite.store.port import (
     UpdateMessages,
 )
 from sodalite.store.sqlite import SqliteStore
+
+try:
+    import pg_server
+    from sodalite.store.postgres import PostgresStore
+except ImportError:  # pragma: no cover - the postgresql extra is part of the dev install
+    pg_server = None  # type: ignore[assignment]
 
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
@@ -105,7 +115,33 @@ class Harness:
         return self.store
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(scope="module")
+def pg_database() -> Iterator[str]:
+    """A fresh PostgreSQL database for this module, on this process's test server."""
+    if pg_server is None:
+        pytest.skip("psycopg is not installed (pip install -e '.[dev]')")
+    try:
+        server = pg_server.shared_server()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    url = server.create_database("contract")
+    yield url
+    server.drop_database(url)
+
+
+def pg_schema_url(database_url: str) -> str:
+    """A new empty schema in the database, as a URL whose search_path puts it first."""
+    import uuid
+
+    import psycopg
+
+    schema = f"s_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")  # type: ignore[arg-type]
+    return f"{database_url}?options=-csearch_path%3D{schema}"
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
 def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
     make: Callable[[], MessagingStore]
     if request.param == "memory":
@@ -115,6 +151,13 @@ def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]
 
         def make() -> MessagingStore:
             return SqliteStore(db)
+
+        persistent = True
+    elif request.param == "postgresql":
+        url = pg_schema_url(request.getfixturevalue("pg_database"))
+
+        def make() -> MessagingStore:
+            return PostgresStore(url)
 
         persistent = True
     else:  # pragma: no cover
@@ -1101,18 +1144,22 @@ def _outcome(store: MessagingStore, batch: list[StoreOp]) -> str:
 
 
 # NORMAL only to keep the examples fast; the semantics do not depend on it.
-_DURABLE: dict[str, Callable[[Path], MessagingStore]] = {
-    "sqlite": lambda tmp: SqliteStore(tmp / "p.db", synchronous="NORMAL"),
+# PostgreSQL: a new schema of the module's database for each example.
+_DURABLE: dict[str, Callable[[Path, pytest.FixtureRequest], MessagingStore]] = {
+    "sqlite": lambda tmp, _: SqliteStore(tmp / "p.db", synchronous="NORMAL"),
+    "postgresql": lambda _, request: PostgresStore(pg_schema_url(request.getfixturevalue("pg_database"))),
 }
 
 
 @pytest.mark.parametrize("adapter", _DURABLE)
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=50, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(batches=_BATCHES)
-def test_durable_adapter_matches_the_memory_store(adapter: str, batches: list[list[StoreOp]]) -> None:
+def test_durable_adapter_matches_the_memory_store(adapter: str, batches: list[list[StoreOp]],
+                                                  request: pytest.FixtureRequest) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         reference = MemoryStore()
-        durable = _DURABLE[adapter](Path(tmp))
+        durable = _DURABLE[adapter](Path(tmp), request)
         reference.open()
         durable.open()
         try:

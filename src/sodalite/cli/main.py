@@ -27,7 +27,8 @@ from sodalite.cli import pipeline as pipeline_commands
 from sodalite.cli import syphon as syphon_command
 from sodalite.cli.control_bridge import BrokerControl
 from sodalite.cli.key_bridge import BrokerKeys
-from sodalite.errors import ConfigurationError
+from sodalite.cli.stores import build_broker, default_node_id, redact_url
+from sodalite.errors import ConfigurationError, StoreUnavailable
 from sodalite.model.config import NamespaceConfig, default_namespace, load_config_text
 from sodalite.server.broker import Broker
 from sodalite.server.connection_handler import BrokerConnection
@@ -53,6 +54,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--sync", choices=("FULL", "NORMAL"), default="FULL",
                        help="SQLite synchronous mode: FULL fsyncs every commit (default); NORMAL may lose "
                             "the last commits on power loss, never on a process crash")
+    serve.add_argument("--store", default=None, metavar="postgresql://...",
+                       help="keep the default messaging store in this PostgreSQL database instead of the data "
+                            "directory's SQLite file (docs/postgresql.md)")
+    serve.add_argument("--node-id", default=None,
+                       help="this node's name, recorded in the log and in PostgreSQL's application_name "
+                            "(default: host name and AMQP port); several nodes on one database are not built yet")
     serve.add_argument("--admin-port", type=int, default=5443,
                        help="HTTPS port of the management API for ServiceBusAdministrationClient (default 5443; "
                             "0 picks a free one; -1 turns it off)")
@@ -270,7 +277,8 @@ def _print_amqps(args: argparse.Namespace, broker: Broker, cert: Path) -> None:
 
 
 async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
-    broker = Broker.with_sqlite(namespace, args.data_dir, synchronous=args.sync)
+    node_id = args.node_id or default_node_id(args.port)
+    broker = build_broker(namespace, args.data_dir, synchronous=args.sync, store_url=args.store, node_id=node_id)
     broker.limits = ConnectionLimits(args.handshake_timeout, args.max_connections,
                                      args.max_sessions_per_connection, args.max_links_per_connection)
     asyncio.get_running_loop().set_exception_handler(AcceptFailureLog())
@@ -284,7 +292,8 @@ async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
                               management_tls=tls if shared is not None else None)
     entities = ", ".join(sorted(e.name for e in broker.entities.values())) or "(none)"
     listening = f"{args.host}:{port}" + (f", amqps {args.host}:{broker.amqps_port}" if args.amqps_port >= 0 else "")
-    print(f"Sodalite {__version__} listening on {listening}, data in {args.data_dir}", flush=True)
+    where = f"data in {args.data_dir}" if args.store is None else f"messages in {redact_url(args.store)}"
+    print(f"Sodalite {__version__} node {node_id} listening on {listening}, {where}", flush=True)
     print(f"Entities: {entities}", flush=True)
     endpoints = Endpoints(amqp_port=port, amqps_port=broker.amqps_port)
     await _serve_management(args, runner, broker, endpoints)
@@ -320,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigurationError as exc:
         print(f"sodalite: invalid configuration: {exc.description}", file=sys.stderr)
         return 2
+    except StoreUnavailable as exc:
+        print(f"sodalite: a messaging store cannot be used: {exc.description}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(f"sodalite: {exc}", file=sys.stderr)
         return 1

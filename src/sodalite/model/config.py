@@ -41,7 +41,9 @@ Sodalite's extensions, on a namespace object:
     How many partitions a partitioned entity (``EnablePartitioning``) has, 1..1024, default 16.
 ``MessagingStores``
     ``[{"Name": "disk2", "Path": "/mnt/disk2/sodalite.db"}]``: more SQLite messaging stores besides
-    the default one in the data directory (a relative ``Path`` is under it). ``"Offline": true``
+    the default one in the data directory (a relative ``Path`` is under it). ``"Url":
+    "postgresql://user:password@host:5432/database"`` instead of ``Path`` makes the store a
+    PostgreSQL database (docs/postgresql.md); one entry has a ``Path`` or a ``Url``, not both. ``"Offline": true``
     starts one out of service (the outage switch, which ``sodalite store online`` turns back). Partition ``i`` of a
     partitioned entity lives in store ``i mod n`` (the default store first, then these in order); a
     non-partitioned queue or topic lives in the store its name hashes to, its subscriptions with
@@ -101,6 +103,14 @@ DEFAULT_MAX_PARTITIONED_ENTITY_COUNT: Final = 100
 _MAX_QUOTA: Final = 1_000_000
 SKUS: Final = ("Basic", "Standard", "Premium")
 DEFAULT_STORE_NAME: Final = "default"
+POSTGRESQL_URL_PREFIXES: Final = ("postgresql://", "postgres://")
+
+
+def _scheme_only(url: object) -> str:
+    """Enough of a URL to say what is wrong without showing a password."""
+    return url.split("://", 1)[0] + "://..." if isinstance(url, str) and "://" in url else str(url)[:40]
+
+
 _STORE_NAME_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", re.ASCII)
 
 _NAMESPACE_NAME_RE: Final = re.compile(r"[A-Za-z](?:[A-Za-z0-9-]{0,48}[A-Za-z0-9])?", re.ASCII)
@@ -174,11 +184,13 @@ class TopicConfig:
 
 @dataclass(frozen=True, slots=True)
 class MessagingStoreConfig:
-    """A messaging store besides the default one: a name (for the outage switch) and a file path."""
+    """A messaging store besides the default one: a name (for the outage switch) and either a SQLite
+    file path or a PostgreSQL URL (``path`` empty then)."""
 
     name: str
     path: str
     offline: bool = False  # start with the store out of service (the outage switch's initial position)
+    url: str | None = None  # postgresql://...: a PostgreSQL database instead of a SQLite file
 
     def __post_init__(self) -> None:
         if not isinstance(self.offline, bool):
@@ -188,8 +200,15 @@ class MessagingStoreConfig:
                 f"MessagingStore.name: {self.name!r} must be 1 to 64 letters, digits, '.', '_' or '-'")
         if self.name.lower() == DEFAULT_STORE_NAME:
             raise ConfigurationError(f"MessagingStore.name: '{DEFAULT_STORE_NAME}' is the data directory's store")
-        if not isinstance(self.path, str) or not self.path.strip():
-            raise ConfigurationError("MessagingStore.path: must be a non-empty string")
+        if self.url is not None:
+            if self.path:
+                raise ConfigurationError("MessagingStore: give a Path (SQLite) or a Url (PostgreSQL), not both")
+            if not isinstance(self.url, str) or not self.url.startswith(POSTGRESQL_URL_PREFIXES):
+                raise ConfigurationError(
+                    f"MessagingStore.url: must be a PostgreSQL URL starting with postgresql://, got "
+                    f"{_scheme_only(self.url)!r}")
+        elif not isinstance(self.path, str) or not self.path.strip():
+            raise ConfigurationError("MessagingStore.path: must be a non-empty string (or give a Url)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,8 +426,13 @@ def _namespace(raw: object, path: str) -> NamespaceConfig:
 
 def _messaging_store(raw: object, path: str) -> MessagingStoreConfig:
     obj = _expect_object(raw, path)
-    _check_keys(obj, ("Name", "Path", "Offline"), path)
+    _check_keys(obj, ("Name", "Path", "Url", "Offline"), path)
     try:
+        if "Url" in obj:
+            if "Path" in obj:
+                raise _error(path, "give a Path (a SQLite file) or a Url (a PostgreSQL database), not both")
+            return MessagingStoreConfig(_require(obj, "Name", path), "", obj.get("Offline", False),
+                                        url=_require(obj, "Url", path))
         return MessagingStoreConfig(_require(obj, "Name", path), _require(obj, "Path", path),
                                     obj.get("Offline", False))
     except ConfigurationError as exc:

@@ -17,7 +17,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from sodalite.errors import (
@@ -67,7 +66,6 @@ from sodalite.server.partitioned_actor import PartitionedActor, at_index, each, 
 from sodalite.server.registry import QUEUE, SUBSCRIPTION, TOPIC, Entity, Route, named_subscription_path
 from sodalite.server.store_worker import StoreWorker
 from sodalite.store.port import DeleteEntity, EntityRecord, MessagingStore, PartitionRef, PutEntity
-from sodalite.store.sqlite import SqliteStore
 
 log = logging.getLogger(__name__)
 
@@ -115,21 +113,6 @@ class Broker:
         for worker in self.workers[1:]:
             self.metrics.watch(worker)
         self._idle_sweeper: asyncio.Task[None] | None = None
-
-    @classmethod
-    def with_sqlite(cls, namespace: NamespaceConfig, data_dir: Path, synchronous: str = "FULL") -> Broker:
-        """SQLite stores: ``messages.db`` in the data directory, then the namespace's MessagingStores
-        (relative paths are under the data directory)."""
-        data_dir.mkdir(parents=True, exist_ok=True)
-        more = []
-        for configured in namespace.messaging_stores:
-            path = data_dir / configured.path
-            path.parent.mkdir(parents=True, exist_ok=True)
-            more.append((configured.name, SqliteStore(path, synchronous=synchronous)))
-        broker = cls(namespace, SqliteStore(data_dir / "messages.db", synchronous=synchronous), more_stores=more)
-        for worker, configured in zip(broker.workers[1:], namespace.messaging_stores, strict=True):
-            worker.offline = configured.offline  # starts out of service: its partitions wait for it
-        return broker
 
     def entity(self, path: str) -> Entity | None:
         return self.entities.get(path.lower())

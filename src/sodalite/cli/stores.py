@@ -1,0 +1,77 @@
+"""The composition root of the messaging stores: the only place that names concrete adapters.
+
+``serve`` keeps its default store in the data directory (``messages.db``, SQLite) unless
+``--store postgresql://...`` names a PostgreSQL database; each namespace ``MessagingStores`` entry
+is a SQLite file (``Path``) or a PostgreSQL database (``Url``). The broker sees only the port.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+from sodalite.errors import ConfigurationError
+from sodalite.model.config import POSTGRESQL_URL_PREFIXES, MessagingStoreConfig, NamespaceConfig
+from sodalite.server.broker import Broker
+from sodalite.store.port import MessagingStore
+from sodalite.store.sqlite import SqliteStore
+
+
+def default_node_id(port: int) -> str:
+    """This node's name when ``--node-id`` is not given: host name and AMQP port (the process id when
+    the port is picked at random, 0)."""
+    return f"{socket.gethostname()}:{port if port else f'pid{os.getpid()}'}"
+
+
+def _postgres(url: str, node_id: str) -> MessagingStore:
+    try:
+        from sodalite.store.postgres import PostgresStore
+    except ImportError as exc:  # psycopg is the `postgresql` extra
+        raise ConfigurationError(
+            f"a PostgreSQL store needs psycopg: pip install 'sodalite[postgresql]' ({exc})") from None
+    # The node id goes into application_name, so pg_stat_activity shows which node holds a connection.
+    return PostgresStore(url, application_name=f"sodalite {node_id}"[:63])
+
+
+def _one(configured: MessagingStoreConfig, data_dir: Path, synchronous: str, node_id: str) -> MessagingStore:
+    if configured.url is not None:
+        try:
+            return _postgres(configured.url, node_id)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"MessagingStores '{configured.name}': {exc.description}") from None
+    path = data_dir / configured.path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return SqliteStore(path, synchronous=synchronous)
+
+
+def build_broker(namespace: NamespaceConfig, data_dir: Path, *, synchronous: str = "FULL",
+                 store_url: str | None = None, node_id: str = "") -> Broker:
+    """A broker on its messaging stores: the default one, then the namespace's in order."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if store_url is not None:
+        if not store_url.startswith(POSTGRESQL_URL_PREFIXES):
+            raise ConfigurationError(
+                "--store: must be a PostgreSQL URL, postgresql://user:password@host:5432/database "
+                "(leave it out for the SQLite store in the data directory)")
+        try:
+            default = _postgres(store_url, node_id)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"--store: {exc.description}") from None
+    else:
+        default = SqliteStore(data_dir / "messages.db", synchronous=synchronous)
+    more = [(c.name, _one(c, data_dir, synchronous, node_id)) for c in namespace.messaging_stores]
+    broker = Broker(namespace, default, more_stores=more)
+    for worker, configured in zip(broker.workers[1:], namespace.messaging_stores, strict=True):
+        worker.offline = configured.offline  # starts out of service: its partitions wait for it
+    return broker
+
+
+def redact_url(url: str) -> str:
+    """A store URL fit to print: the password replaced."""
+    head, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    credentials, at, host = rest.rpartition("@")
+    user = credentials.split(":", 1)[0]
+    return f"{head}://{user}{':***' if ':' in credentials else ''}{at}{host}"
