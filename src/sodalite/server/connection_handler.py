@@ -278,12 +278,11 @@ class BrokerConnection(asyncio.Protocol):
         elif isinstance(event, ev.ConnectionOpened):
             self.decimals_as_text = wire.decimals_as_text(event.remote.properties)
             asyncio.get_running_loop().call_soon(self._arm_heartbeat)  # the peer's idle-time-out is known now
+            self._on_opened()  # the handshake deadline ends; past max-connections, the refusal
         elif isinstance(event, ev.LinkAttachRequested):
             self._on_attach(event.link)
         elif isinstance(event, ev.LinkDetached):
             self._on_detached(event.link)
-        elif isinstance(event, ev.ConnectionOpened):
-            self._on_opened()
         elif isinstance(event, ev.ConnectionClosed) and event.error is not None and not event.by_peer:
             log.warning("closing connection %s: %s %s", self.peer, event.error.condition, event.error.description,
                         extra={"condition": event.error.condition, "connection": self.peer, "kind": "connection"})
