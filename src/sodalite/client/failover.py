@@ -45,7 +45,7 @@ FAILOVER_ERRORS: tuple[type[Exception], ...] = (
     ServiceBusQuotaExceededError, TimeoutError,
 )
 # The SDK keeps an error's AMQP condition private but writes it into the message, its public text.
-INTERNAL_ERROR_TEXT = "Error condition: amqp:internal-error"
+INTERNAL_ERROR_TEXT = "amqp:internal-error"
 
 
 def is_failover_error(exc: BaseException) -> bool:

@@ -25,25 +25,13 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch, ServiceBusReceivedMessage
-from azure.servicebus.exceptions import (
-    MessageAlreadySettled,
-    MessageLockLostError,
-    OperationTimeoutError,
-    ServiceBusCommunicationError,
-    ServiceBusConnectionError,
-    ServiceBusError,
-    ServiceBusQuotaExceededError,
-    ServiceBusServerBusyError,
-)
+from azure.servicebus.exceptions import MessageAlreadySettled, MessageLockLostError
 
+from sodalite.client.backlog import PING_CONTENT_TYPE
 from sodalite.client.batch import KeepingMessageBatch
 from sodalite.client.dedup import DuplicateFilter
+from sodalite.client.failover import is_failover_error
 from sodalite.errors import ConfigurationError, NotImplementedOperation
-
-PING_CONTENT_TYPE = "application/vnd.ms-servicebus-ping"
-
-_UNAVAILABLE = (ServiceBusConnectionError, ServiceBusCommunicationError, OperationTimeoutError,
-                ServiceBusServerBusyError, ServiceBusQuotaExceededError)
 
 
 class ReplicationMode(enum.Enum):
@@ -54,13 +42,9 @@ class ReplicationMode(enum.Enum):
 
 
 def signals_unavailable(error: BaseException) -> bool:
-    """True for the errors after which the namespace may be down (clarification 15's failover list)."""
-    if isinstance(error, _UNAVAILABLE):
-        return True
-    if isinstance(error, ServiceBusError):
-        text = str(error)
-        return "amqp:internal-error" in text or "InternalError" in text
-    return False
+    """True for the errors after which the namespace may be down: the paired client's failover list
+    (clarification 15), shared so both modes agree."""
+    return is_failover_error(error)
 
 
 def settlement_outcome_is_assured(error: BaseException) -> bool:
