@@ -1,4 +1,4 @@
-"""``sodalite pipeline export|replicate``: the Spark pipelines (docs/spark.md) from the command line.
+"""``sodalite pipeline export|replicate|syphon|redrive``: the Spark pipelines (docs/spark.md) from the command line.
 
 Each starts a Spark session (``--master``, default ``local[*]``), starts the pipeline's streaming
 query with a checkpoint directory, prints progress (messages moved, rate, lag per partition) every
@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from sodalite.amqpclient import connection_string
-from sodalite.errors import SodaliteError
+from sodalite.errors import ConfigurationError, SodaliteError
 
 PROGRESS_EVERY_S = 5.0
 
@@ -41,18 +41,31 @@ def register(commands: Any) -> None:
     _common(replicate)
     replicate.set_defaults(handler=_replicate)
 
+    syphon = actions.add_parser("syphon", help="the backlog queues of a paired secondary namespace into their "
+                                               "entities in the primary")
+    syphon.add_argument("--primary", required=True, help="connection string of the primary namespace")
+    syphon.add_argument("--secondary", required=True, help="connection string of the secondary namespace")
+    syphon.add_argument("--primary-namespace", default=None,
+                        help="the name in the backlog queues' paths (default: from the primary's endpoint)")
+    syphon.add_argument("--backlog-queue-count", type=int, default=10,
+                        help="backlog queues <namespace>/x-servicebus-transfer/0..N-1 (default 10, as the client)")
+    _common(syphon, source=False)
+    syphon.set_defaults(handler=_syphon)
 
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--connection-string", default=None,
-                        help=f"the source namespace (default ${connection_string.ENVIRONMENT_VARIABLE}, "
-                             "else the local broker)")
+
+def _common(parser: argparse.ArgumentParser, *, source: bool = True) -> None:
+    if source:
+        parser.add_argument("--connection-string", default=None,
+                            help=f"the source namespace (default ${connection_string.ENVIRONMENT_VARIABLE}, "
+                                 "else the local broker)")
     parser.add_argument("--checkpoint", required=True, help="Spark checkpoint directory (resume from it)")
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     parser.add_argument("--available-now", action="store_true", help="read what is there now, then stop")
     parser.add_argument("--trigger", default="10 seconds", help="micro-batch interval (default '10 seconds')")
     parser.add_argument("--max-messages-per-trigger", type=int, default=10_000,
                         help="messages per micro-batch at most (default 10000)")
-    parser.add_argument("--starting-position", default="earliest", help="earliest (default), latest or JSON")
+    if source:
+        parser.add_argument("--starting-position", default="earliest", help="earliest (default), latest or JSON")
 
 
 def _source_connection(args: argparse.Namespace) -> str:
@@ -93,6 +106,25 @@ def _replicate(args: argparse.Namespace) -> int:
                                 max_messages_per_trigger=args.max_messages_per_trigger,
                                 available_now=args.available_now, processing_time=args.trigger,
                                 starting_position=args.starting_position)
+    return _watch(spark, query)
+
+
+def _syphon(args: argparse.Namespace) -> int:
+    from sodalite.client import backlog
+    from sodalite.spark import pipelines
+
+    connection_string.parse(args.primary)
+    connection_string.parse(args.secondary)
+    try:
+        namespace = args.primary_namespace or backlog.namespace_of(args.primary)
+        names = backlog.backlog_queue_names(namespace, args.backlog_queue_count)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
+    print(f"syphon: draining {names[0]} .. {names[-1]} into the primary", flush=True)
+    spark = _session(args.master, "sodalite-syphon")
+    query = pipelines.syphon(spark, args.primary, args.secondary, names, args.checkpoint,
+                             max_messages_per_trigger=args.max_messages_per_trigger,
+                             available_now=args.available_now, processing_time=args.trigger)
     return _watch(spark, query)
 
 
