@@ -1,4 +1,4 @@
-"""`sodalite pipeline syphon` end to end between two `sodalite serve` brokers, each run as a user runs it
+"""`sodalite pipeline syphon` and `redrive` end to end between two `sodalite serve` brokers, each run as a user runs it
 (its own process, its own Spark on local[2]); the backlog is filled, and the primary read, with the
 official SDK. The backlog copies are written with sodalite.client.backlog, as the paired client writes them.
 """
@@ -25,7 +25,8 @@ pytestmark = pytest.mark.interop
 
 DEDUP = {"RequiresDuplicateDetection": True, "DuplicateDetectionHistoryTimeWindow": "PT10M"}
 PRIMARY_QUEUES = [{"Name": "sy-orders", "Properties": {"RequiresSession": True, **DEDUP}},
-                  {"Name": "sy-plain", "Properties": DEDUP}]
+                  {"Name": "sy-plain", "Properties": DEDUP},
+                  {"Name": "rd-work", "Properties": DEDUP}, {"Name": "rd-parking", "Properties": {}}]
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +39,10 @@ def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerPr
     secondary.stop()
 
 
-def pipeline(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+def pipeline(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "sodalite.cli.main", "pipeline", *args, "--master", "local[2]"],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=400)
+                          cwd=cwd, env={**os.environ, "PYSPARK_PYTHON": sys.executable, **(env or {})},
+                          capture_output=True, text=True, timeout=400)
 
 
 def backlog_copy(message_id: str, routing: backlog.Routing, properties: dict[str, object]) -> ServiceBusMessage:
@@ -99,3 +100,51 @@ def test_syphon_restores_backlog_messages_into_their_entities(brokers: tuple[Bro
         scheduled = next(m for m in peeked if m.message_id == "sched")
         assert scheduled.scheduled_enqueue_time_utc == later
         assert all(m.application_properties in (None, {}, {b"k": b"v"}) for m in peeked)  # no x-ms-* left
+
+
+def test_redrive_moves_filtered_dead_letters_once_with_delivery_count_reset(
+        brokers: tuple[BrokerProcess, BrokerProcess], tmp_path: Path) -> None:
+    primary, _ = brokers
+    with ServiceBusClient.from_connection_string(primary.connection_string) as sb:
+        with sb.get_queue_sender("rd-work") as sender:
+            sender.send_messages([ServiceBusMessage(f"d{i}", message_id=f"d{i}", application_properties={"n": i})
+                                  for i in range(8)])
+        with sb.get_queue_receiver("rd-work", max_wait_time=5) as receiver:
+            first = receiver.receive_messages(max_message_count=8, max_wait_time=10)
+            for message in first:
+                receiver.abandon_message(message)  # a delivery count to reset
+            got = receiver.receive_messages(max_message_count=8, max_wait_time=10)
+            assert len(got) == len(first) == 8
+            for message in got:
+                n = int(str(message).removeprefix("d"))
+                reason = "MaxDeliveryCountExceeded" if n % 2 == 0 else "Poison"
+                receiver.dead_letter_message(message, reason=reason, error_description=f"why {n}")
+    env = {"SODALITE_CONNECTION_STRING": primary.connection_string}
+    api = f"http://127.0.0.1:{primary.http_port}"
+    args = ["redrive", "rd-work", "--api-url", api, "--filter", "deadLetterReason = 'MaxDeliveryCountExceeded'"]
+    result = pipeline(tmp_path, *args, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "selected 4, moved 4, skipped 0" in result.stdout
+    again = pipeline(tmp_path, *args, env=env)  # nothing left to match: nothing doubled
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "selected 0, moved 0, skipped 0" in again.stdout
+    parked = pipeline(tmp_path, "redrive", "rd-work", "--api-url", api, "--filter",
+                      "applicationProperties['n'] = '3' OR deadLetterErrorDescription = 'why 5'", "--to", "rd-parking",
+                      env=env)
+    assert parked.returncode == 0, parked.stderr[-3000:]
+    assert "moved 2" in parked.stdout
+    refused = pipeline(tmp_path, "redrive", "rd-work", "--api-url", api, "--to", "rd-none", env=env)
+    assert refused.returncode != 0 and "rd-none" in refused.stderr
+
+    with ServiceBusClient.from_connection_string(primary.connection_string) as sb:
+        with sb.get_queue_receiver("rd-work") as receiver:
+            back = receiver.peek_messages(max_message_count=50)
+        assert sorted(m.message_id for m in back) == ["d0", "d2", "d4", "d6"]
+        assert all(m.delivery_count == 0 and m.dead_letter_reason is None for m in back)
+        assert [m.application_properties[b"n"] for m in sorted(back, key=lambda m: str(m.message_id))] == [0, 2, 4, 6]
+        with sb.get_queue_receiver("rd-parking") as receiver:
+            assert sorted(m.message_id for m in receiver.peek_messages(max_message_count=50)) == ["d3", "d5"]
+        with sb.get_queue_receiver("rd-work", sub_queue="deadletter") as receiver:
+            left = receiver.peek_messages(max_message_count=50)
+        assert sorted(m.message_id for m in left) == ["d1", "d7"]
+        assert {m.dead_letter_reason for m in left} == {"Poison"}

@@ -52,6 +52,22 @@ def register(commands: Any) -> None:
     _common(syphon, source=False)
     syphon.set_defaults(handler=_syphon)
 
+    redrive = actions.add_parser("redrive", help="dead-lettered messages matching a filter back to their entity "
+                                                 "(or another), with the broker's move operation")
+    redrive.add_argument("entity", help="queue name, or topic/subscriptions/subscription")
+    redrive.add_argument("--api-url", required=True,
+                         help="the broker's management API, e.g. http://127.0.0.1:5300 (serve --http-port)")
+    redrive.add_argument("--filter", default=None,
+                         help="Spark SQL over the schema's columns, "
+                              "e.g. \"deadLetterReason = 'MaxDeliveryCountExceeded'\"")
+    redrive.add_argument("--to", default=None, help="target queue or subscription (default: the entity itself)")
+    redrive.add_argument("--ca-file", default=None, help="certificate to trust for an https API")
+    redrive.add_argument("--connection-string", default=None,
+                         help=f"the namespace (default ${connection_string.ENVIRONMENT_VARIABLE}, "
+                              "else the local broker)")
+    redrive.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    redrive.set_defaults(handler=_redrive)
+
 
 def _common(parser: argparse.ArgumentParser, *, source: bool = True) -> None:
     if source:
@@ -126,6 +142,20 @@ def _syphon(args: argparse.Namespace) -> int:
                              max_messages_per_trigger=args.max_messages_per_trigger,
                              available_now=args.available_now, processing_time=args.trigger)
     return _watch(spark, query)
+
+
+def _redrive(args: argparse.Namespace) -> int:
+    from sodalite.spark import pipelines
+
+    spark = _session(args.master, "sodalite-redrive")
+    try:
+        outcome = pipelines.redrive(spark, _source_connection(args), args.entity, args.api_url,
+                                    condition=args.filter, target=args.to, ca_file=args.ca_file)
+    finally:
+        spark.stop()
+    print(f"selected {outcome.selected}, moved {outcome.moved}, skipped {outcome.skipped} (locked or gone)",
+          flush=True)
+    return 0
 
 
 def _print(progress: Any) -> None:

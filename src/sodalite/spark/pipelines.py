@@ -7,6 +7,8 @@
   (``amqpMessage``), so MessageIds, sessions and typed properties are kept; optionally consuming.
 * :func:`syphon`: the backlog queues of a secondary namespace into their ``x-ms-path`` entities in the
   primary, restored as the paired client restores them (:mod:`sodalite.spark.syphon`), consuming.
+* :func:`redrive`: a dead-letter queue's messages that match a Spark SQL filter back to their entity
+  (or to another), with the broker's move operation (:mod:`sodalite.spark.redrive`); a batch job.
 
 :func:`progress` summarises a query's progress: messages moved, rate and lag per partition.
 """
@@ -126,6 +128,32 @@ def syphon(spark: SparkSession, primary_connection_string: str, secondary_connec
               .option("sourceEntity", "syphon").option("checkpointLocation", checkpoint)
               .queryName("sodalite-syphon"))
     return _trigger(writer, available_now, processing_time)
+
+
+@dataclass(frozen=True, slots=True)
+class Redriven:
+    selected: int  # sequence numbers sent to the broker's move operation
+    moved: int
+    skipped: int  # locked by a receiver, or gone meanwhile
+
+
+def redrive(spark: SparkSession, connection_string: str, entity: str, api_url: str, *,
+            condition: str | None = None, target: str | None = None, ca_file: str | None = None) -> Redriven:
+    """Move the dead-lettered messages of ``entity`` that match ``condition`` (Spark SQL over the schema's
+    columns, e.g. ``deadLetterReason = 'MaxDeliveryCountExceeded'``; None for all) to ``target`` (None:
+    back to ``entity``). Spark picks the sequence numbers from a batch read of the dead-letter queue; the
+    broker moves them, each once, delivery count reset; a message that is gone by then is skipped."""
+    from sodalite.spark.redrive import MoveApi, move_rows
+
+    api = MoveApi.of(api_url, connection_string, ca_file)
+    register(spark)
+    df = (spark.read.format("sodalite").option("connectionString", connection_string).option("entity", entity)
+          .option("subQueue", "deadletter").load())
+    if condition:
+        df = df.where(condition)
+    chosen = df.select("sequenceNumber")
+    outcomes = chosen.rdd.mapPartitions(lambda rows: move_rows(api, entity, target, rows)).collect()
+    return Redriven(sum(o[0] for o in outcomes), sum(o[1] for o in outcomes), sum(o[2] for o in outcomes))
 
 
 @dataclass(frozen=True, slots=True)
