@@ -1,4 +1,4 @@
-"""``sodalite pipeline export|replicate``: the Spark pipelines (docs/spark.md) from the command line.
+"""``sodalite pipeline export|replicate|syphon|redrive``: the Spark pipelines (docs/spark.md) from the command line.
 
 Each starts a Spark session (``--master``, default ``local[*]``), starts the pipeline's streaming
 query with a checkpoint directory, prints progress (messages moved, rate, lag per partition) every
@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from sodalite.amqpclient import connection_string
-from sodalite.errors import SodaliteError
+from sodalite.errors import ConfigurationError, SodaliteError
 
 PROGRESS_EVERY_S = 5.0
 
@@ -41,18 +41,47 @@ def register(commands: Any) -> None:
     _common(replicate)
     replicate.set_defaults(handler=_replicate)
 
+    syphon = actions.add_parser("syphon", help="the backlog queues of a paired secondary namespace into their "
+                                               "entities in the primary")
+    syphon.add_argument("--primary", required=True, help="connection string of the primary namespace")
+    syphon.add_argument("--secondary", required=True, help="connection string of the secondary namespace")
+    syphon.add_argument("--primary-namespace", default=None,
+                        help="the name in the backlog queues' paths (default: from the primary's endpoint)")
+    syphon.add_argument("--backlog-queue-count", type=int, default=10,
+                        help="backlog queues <namespace>/x-servicebus-transfer/0..N-1 (default 10, as the client)")
+    _common(syphon, source=False)
+    syphon.set_defaults(handler=_syphon)
 
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--connection-string", default=None,
-                        help=f"the source namespace (default ${connection_string.ENVIRONMENT_VARIABLE}, "
-                             "else the local broker)")
+    redrive = actions.add_parser("redrive", help="dead-lettered messages matching a filter back to their entity "
+                                                 "(or another), with the broker's move operation")
+    redrive.add_argument("entity", help="queue name, or topic/subscriptions/subscription")
+    redrive.add_argument("--api-url", required=True,
+                         help="the broker's management API, e.g. http://127.0.0.1:5300 (serve --http-port)")
+    redrive.add_argument("--filter", default=None,
+                         help="Spark SQL over the schema's columns, "
+                              "e.g. \"deadLetterReason = 'MaxDeliveryCountExceeded'\"")
+    redrive.add_argument("--to", default=None, help="target queue or subscription (default: the entity itself)")
+    redrive.add_argument("--ca-file", default=None, help="certificate to trust for an https API")
+    redrive.add_argument("--connection-string", default=None,
+                         help=f"the namespace (default ${connection_string.ENVIRONMENT_VARIABLE}, "
+                              "else the local broker)")
+    redrive.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    redrive.set_defaults(handler=_redrive)
+
+
+def _common(parser: argparse.ArgumentParser, *, source: bool = True) -> None:
+    if source:
+        parser.add_argument("--connection-string", default=None,
+                            help=f"the source namespace (default ${connection_string.ENVIRONMENT_VARIABLE}, "
+                                 "else the local broker)")
     parser.add_argument("--checkpoint", required=True, help="Spark checkpoint directory (resume from it)")
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     parser.add_argument("--available-now", action="store_true", help="read what is there now, then stop")
     parser.add_argument("--trigger", default="10 seconds", help="micro-batch interval (default '10 seconds')")
     parser.add_argument("--max-messages-per-trigger", type=int, default=10_000,
                         help="messages per micro-batch at most (default 10000)")
-    parser.add_argument("--starting-position", default="earliest", help="earliest (default), latest or JSON")
+    if source:
+        parser.add_argument("--starting-position", default="earliest", help="earliest (default), latest or JSON")
 
 
 def _source_connection(args: argparse.Namespace) -> str:
@@ -94,6 +123,39 @@ def _replicate(args: argparse.Namespace) -> int:
                                 available_now=args.available_now, processing_time=args.trigger,
                                 starting_position=args.starting_position)
     return _watch(spark, query)
+
+
+def _syphon(args: argparse.Namespace) -> int:
+    from sodalite.client import backlog
+    from sodalite.spark import pipelines
+
+    connection_string.parse(args.primary)
+    connection_string.parse(args.secondary)
+    try:
+        namespace = args.primary_namespace or backlog.namespace_of(args.primary)
+        names = backlog.backlog_queue_names(namespace, args.backlog_queue_count)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
+    print(f"syphon: draining {names[0]} .. {names[-1]} into the primary", flush=True)
+    spark = _session(args.master, "sodalite-syphon")
+    query = pipelines.syphon(spark, args.primary, args.secondary, names, args.checkpoint,
+                             max_messages_per_trigger=args.max_messages_per_trigger,
+                             available_now=args.available_now, processing_time=args.trigger)
+    return _watch(spark, query)
+
+
+def _redrive(args: argparse.Namespace) -> int:
+    from sodalite.spark import pipelines
+
+    spark = _session(args.master, "sodalite-redrive")
+    try:
+        outcome = pipelines.redrive(spark, _source_connection(args), args.entity, args.api_url,
+                                    condition=args.filter, target=args.to, ca_file=args.ca_file)
+    finally:
+        spark.stop()
+    print(f"selected {outcome.selected}, moved {outcome.moved}, skipped {outcome.skipped} (locked or gone)",
+          flush=True)
+    return 0
 
 
 def _print(progress: Any) -> None:

@@ -5,6 +5,10 @@
 * :func:`replicate`: entities of namespace A to namespace B (queue to the queue of the same name,
   subscription ``t/subscriptions/s`` to topic ``t``), each message sent as its sender encoded it
   (``amqpMessage``), so MessageIds, sessions and typed properties are kept; optionally consuming.
+* :func:`syphon`: the backlog queues of a secondary namespace into their ``x-ms-path`` entities in the
+  primary, restored as the paired client restores them (:mod:`sodalite.spark.syphon`), consuming.
+* :func:`redrive`: a dead-letter queue's messages that match a Spark SQL filter back to their entity
+  (or to another), with the broker's move operation (:mod:`sodalite.spark.redrive`); a batch job.
 
 :func:`progress` summarises a query's progress: messages moved, rate and lag per partition.
 """
@@ -93,6 +97,63 @@ def replicate(spark: SparkSession, source_connection_string: str, target_connect
               .option("sourceEntity", ",".join(entities)).option("checkpointLocation", checkpoint)
               .queryName("sodalite-replicate"))
     return _trigger(writer, available_now, processing_time)
+
+
+def syphon(spark: SparkSession, primary_connection_string: str, secondary_connection_string: str,
+           backlog_queues: Sequence[str], checkpoint: str, *, max_messages_per_trigger: int | None = 10_000,
+           available_now: bool = False, processing_time: str = "10 seconds") -> StreamingQuery:
+    """Drain ``backlog_queues`` of the secondary into the primary, each message to its ``x-ms-path``.
+
+    Each message gets back its SessionId, scheduled time and remaining time-to-live; pings and messages
+    whose time-to-live ran out are removed without being sent; a message that is not a backlog message
+    fails the query, naming it. The sink is at-least-once: give the primary's entities duplicate
+    detection (MessageIds are kept) and a replay after a crash is harmless."""
+    from sodalite.spark.syphon import restore_row
+
+    if not backlog_queues:
+        raise ConfigurationError("syphon: name at least one backlog queue")
+    restore = F.udf(restore_row, returnType="struct<amqpMessage:binary,entity:string>")
+    frames = []
+    for queue in backlog_queues:
+        df = _source(spark, secondary_connection_string, queue, dead_letter=False, consume=True,
+                     max_messages_per_trigger=max_messages_per_trigger, starting_position="earliest")
+        frames.append(df.select(restore("amqpMessage", F.unix_millis("enqueuedTime")).alias("restored"),
+                                "sequenceNumber", "partition"))
+    union = frames[0]
+    for frame in frames[1:]:
+        union = union.unionByName(frame)
+    routed = union.where("restored IS NOT NULL").select("restored.amqpMessage", "restored.entity",
+                                                         "sequenceNumber", "partition")
+    writer = (routed.writeStream.format("sodalite").option("connectionString", primary_connection_string)
+              .option("sourceEntity", "syphon").option("checkpointLocation", checkpoint)
+              .queryName("sodalite-syphon"))
+    return _trigger(writer, available_now, processing_time)
+
+
+@dataclass(frozen=True, slots=True)
+class Redriven:
+    selected: int  # sequence numbers sent to the broker's move operation
+    moved: int
+    skipped: int  # locked by a receiver, or gone meanwhile
+
+
+def redrive(spark: SparkSession, connection_string: str, entity: str, api_url: str, *,
+            condition: str | None = None, target: str | None = None, ca_file: str | None = None) -> Redriven:
+    """Move the dead-lettered messages of ``entity`` that match ``condition`` (Spark SQL over the schema's
+    columns, e.g. ``deadLetterReason = 'MaxDeliveryCountExceeded'``; None for all) to ``target`` (None:
+    back to ``entity``). Spark picks the sequence numbers from a batch read of the dead-letter queue; the
+    broker moves them, each once, delivery count reset; a message that is gone by then is skipped."""
+    from sodalite.spark.redrive import MoveApi, move_rows
+
+    api = MoveApi.of(api_url, connection_string, ca_file)
+    register(spark)
+    df = (spark.read.format("sodalite").option("connectionString", connection_string).option("entity", entity)
+          .option("subQueue", "deadletter").load())
+    if condition:
+        df = df.where(condition)
+    chosen = df.select("sequenceNumber")
+    outcomes = chosen.rdd.mapPartitions(lambda rows: move_rows(api, entity, target, rows)).collect()
+    return Redriven(sum(o[0] for o in outcomes), sum(o[1] for o in outcomes), sum(o[2] for o in outcomes))
 
 
 @dataclass(frozen=True, slots=True)

@@ -180,6 +180,44 @@ def row_from_peeked(payload: bytes) -> tuple[Any, ...]:
     )
 
 
+_ARROW_TYPES: Final = {"binary": "binary", "string": "string", "long": "int64", "int": "int32",
+                       "timestamp": "timestamp", "map<string,string>": "map"}
+
+
+def arrow_schema() -> Any:
+    """SCHEMA as a pyarrow schema (timestamps in microseconds, UTC)."""
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    fields = []
+    for part in SCHEMA.split(", "):
+        name, kind = part.strip().split(" ", 1)
+        arrow = _ARROW_TYPES[kind]
+        if arrow == "timestamp":
+            fields.append(pa.field(name, pa.timestamp("us", tz="UTC")))
+        elif arrow == "map":
+            fields.append(pa.field(name, pa.map_(pa.string(), pa.string())))
+        else:
+            fields.append(pa.field(name, pa.type_for_alias(arrow)))
+    return pa.schema(fields)
+
+
+_MAP_COLUMN: Final = COLUMNS.index("applicationProperties")
+_schema_cache: list[Any] = []
+
+
+def record_batch(batch: list[tuple[Any, ...]]) -> Any:
+    """Rows (COLUMNS order) as one pyarrow RecordBatch of :func:`arrow_schema`."""
+    import pyarrow as pa
+
+    if not _schema_cache:
+        _schema_cache.append(arrow_schema())
+    schema = _schema_cache[0]
+    columns = list(zip(*batch, strict=True))
+    columns[_MAP_COLUMN] = tuple(None if m is None else list(m.items()) for m in columns[_MAP_COLUMN])
+    return pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)],
+                                      schema=schema)
+
+
 # ---- writing ----------------------------------------------------------------------------------
 
 

@@ -1,0 +1,104 @@
+"""The syphon's message rewriting on encoded AMQP messages (a backlog copy in, the primary's message out).
+
+A message in a backlog queue ``<primary namespace>/x-servicebus-transfer/<i>`` of the secondary
+namespace carries its real destination and the properties the backlog queue must not act on as
+``x-ms-*`` application properties (:mod:`sodalite.client.backlog`). :func:`restore` reads them with
+that module's own functions (``from_backlog``, ``remaining_time_to_live``), so the Spark syphon and
+the paired client restore a message identically: the SessionId and the scheduled enqueue time as
+they were, the time-to-live less the time already spent, the ``x-ms-*`` properties removed, and
+everything else (MessageId, typed application properties, body) byte for byte as the sender wrote it.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sodalite.amqp import message as amqp_message
+from sodalite.amqp.codec import encode_value
+from sodalite.amqp.types import Described, Symbol, Timestamp, UInt, ULong
+from sodalite.client import backlog
+from sodalite.spark.rows import SCHEDULED_ENQUEUE_TIME, SERVICE_OWNED
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_SESSION_ID, _CONTENT_TYPE, _MESSAGE_ID = 10, 6, 0
+UINT_MAX = 0xFFFFFFFF
+
+
+def _ms(value: timedelta) -> int:
+    return value.days * 86_400_000 + value.seconds * 1000 + value.microseconds // 1000
+
+
+def restore(payload: bytes, enqueued_ms: int, now: datetime) -> tuple[bytes, str] | None:
+    """The message to send to the primary and its entity path, from a backlog copy (``amqpMessage``)
+    enqueued in the backlog queue at ``enqueued_ms``; None for a ping or a message whose time-to-live
+    ran out in the backlog.
+
+    Raises ``backlog.NotABacklogMessage`` (a ValueError) naming the message when it has no ``x-ms-path``
+    or a malformed ``x-ms-*`` property.
+    """
+    header: list[Any] = [None, None, None]
+    annotations: dict[Any, Any] = {}
+    properties: list[Any] = [None] * 13
+    application: dict[Any, Any] = {}
+    rest: list[bytes] = []
+    for s in amqp_message.split_sections(payload):
+        if s.code == amqp_message.HEADER:
+            value = amqp_message.section_value(payload, s)
+            if isinstance(value, list):
+                header = (list(value) + [None] * 3)[:3]
+        elif s.code == amqp_message.MESSAGE_ANNOTATIONS:
+            value = amqp_message.section_value(payload, s)
+            if isinstance(value, dict):
+                annotations = {k: v for k, v in value.items() if str(k) not in SERVICE_OWNED}
+        elif s.code == amqp_message.PROPERTIES:
+            value = amqp_message.section_value(payload, s)
+            if isinstance(value, list):
+                properties = (list(value) + [None] * 13)[:13]
+        elif s.code == amqp_message.APPLICATION_PROPERTIES:
+            value = amqp_message.section_value(payload, s)
+            if isinstance(value, dict):
+                application = dict(value)
+        elif s.code != amqp_message.DELIVERY_ANNOTATIONS:
+            rest.append(payload[s.start : s.end])
+    if str(properties[_CONTENT_TYPE]) == backlog.PING_CONTENT_TYPE:
+        return None
+    try:
+        kept, routing = backlog.from_backlog(application)
+    except backlog.NotABacklogMessage as exc:
+        raise backlog.NotABacklogMessage(f"backlog message {properties[_MESSAGE_ID]!r}: {exc}") from None
+    enqueued = _EPOCH + timedelta(milliseconds=enqueued_ms)
+    remaining = backlog.remaining_time_to_live(routing, enqueued, now)
+    if remaining is not None and remaining <= timedelta(0):
+        return None
+    # from_backlog gives keys as text; keep the original key objects of what it kept
+    application = {k: v for k, v in application.items()
+                   if (k.decode("utf-8") if isinstance(k, bytes) else str(k)) in kept}
+    header[2] = None if remaining is None else UInt(min(max(1, _ms(remaining)), UINT_MAX))
+    properties[_SESSION_ID] = routing.session_id
+    annotations = {k: v for k, v in annotations.items() if str(k) != SCHEDULED_ENQUEUE_TIME}
+    if routing.scheduled_enqueue_time_utc is not None:
+        annotations[Symbol(SCHEDULED_ENQUEUE_TIME)] = Timestamp(
+            _ms(routing.scheduled_enqueue_time_utc - _EPOCH))
+    out = bytearray()
+    if any(v is not None for v in header):
+        out += amqp_message.encode_section(amqp_message.HEADER, header)
+    if annotations:
+        out += amqp_message.encode_annotations(amqp_message.map_entries(annotations), len(annotations))
+    end = len(properties)
+    while end and properties[end - 1] is None:
+        end -= 1
+    encode_value(Described(ULong(amqp_message.PROPERTIES), properties[:end]), out)
+    if application:
+        encode_value(Described(ULong(amqp_message.APPLICATION_PROPERTIES), application), out)
+    out += b"".join(rest)
+    return bytes(out), routing.path
+
+
+def restore_row(payload: bytes | bytearray | None, enqueued_ms: int | None) -> tuple[bytes, str] | None:
+    """:func:`restore` as the syphon pipeline's Spark UDF calls it (now is the task's clock)."""
+    if payload is None:
+        return None
+    now = datetime.now(UTC)
+    enqueued = int(now.timestamp() * 1000) if enqueued_ms is None else int(enqueued_ms)
+    return restore(bytes(payload), enqueued, now)
