@@ -101,7 +101,7 @@ def test_peek_shows_when_a_message_expires(cli_broker: BrokerProcess, home: Path
 def test_an_unreachable_broker_error_names_the_url(home: Path, tmp_path: Path) -> None:
     result = cli(tmp_path, "queue", "list", "--admin-port", "9")  # nothing listens on the discard port
     assert result.returncode == 1
-    assert "https://localhost:9/$Resources/queues" in result.stderr
+    assert "https://localhost:9/api/v1/entities" in result.stderr  # the entity commands call the JSON API
     result = cli(tmp_path, "send", "orders", "--body", "x", "--connection-string",
                  "Endpoint=sb://localhost:9;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true")
     assert result.returncode == 1 and "amqp://localhost:9" in result.stderr

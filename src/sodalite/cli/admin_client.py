@@ -53,7 +53,7 @@ def _detail(body: bytes) -> str:
     return (found.text or "").strip() if found is not None else body.decode("utf-8", "replace").strip()
 
 
-def _reason(reason: object) -> str:
+def reason_text(reason: object) -> str:
     """Why a request did not reach the broker, with a hint for a certificate it does not trust."""
     if isinstance(reason, ssl.SSLCertVerificationError):
         return (f"{reason.verify_message or reason} (trust the broker's certificate with --ca-file, or run "
@@ -102,9 +102,9 @@ class AdminClient:
         except urllib.error.HTTPError as exc:
             raise AdminError(exc.code, _detail(exc.read())) from None
         except urllib.error.URLError as exc:
-            raise ConnectionError(f"at {method} {url}: {_reason(exc.reason)}") from None
+            raise ConnectionError(f"at {method} {url}: {reason_text(exc.reason)}") from None
         except OSError as exc:  # a timeout or a reset while reading the answer
-            raise ConnectionError(f"at {method} {url}: {_reason(exc)}") from None
+            raise ConnectionError(f"at {method} {url}: {reason_text(exc)}") from None
 
     def _url(self, path: str, query: str = "") -> str:
         return f"{self.base_url}/{quote(path, safe='/$')}?api-version={API_VERSION}{query}"

@@ -10,6 +10,7 @@ import urllib.request
 from typing import Any, Final
 from urllib.parse import quote
 
+from sodalite.cli.admin_client import reason_text
 from sodalite.model import sas
 
 TOKEN_LIFETIME_S: Final = 600
@@ -49,6 +50,10 @@ class ApiClient:
                 raise ApiError(exc.code, str(error["code"]), str(error["message"])) from None
             except (ValueError, KeyError, TypeError):
                 raise ApiError(exc.code, "Error", raw.decode("utf-8", "replace")) from None
+        except urllib.error.URLError as exc:  # it never reached the broker: say where it tried (issue 13.14)
+            raise ConnectionError(f"at {method} {request.full_url}: {reason_text(exc.reason)}") from None
+        except OSError as exc:  # a timeout or a reset while reading the answer
+            raise ConnectionError(f"at {method} {request.full_url}: {reason_text(exc)}") from None
 
     @staticmethod
     def entity(path: str) -> str:
