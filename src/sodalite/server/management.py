@@ -27,7 +27,8 @@ from sodalite.model.entities import (
     SqlRuleAction,
     TrueFilter,
 )
-from sodalite.server import wire
+from sodalite.model.settlement import from_disposition_status
+from sodalite.server import outcomes, wire
 from sodalite.server.amqp_errors import report
 from sodalite.server.metrics import BrokerMetrics
 from sodalite.server.partition_actor import PartitionActor, SubQueue
@@ -36,10 +37,6 @@ from sodalite.server.partitioned_actor import PartitionedActor
 OK = 200
 NO_CONTENT = 204
 PEEK_LOCK = 1  # receiver-settle-mode in receive-by-sequence-number (the SDK sends a uint)
-
-# update-disposition's statuses, as the SDK spells them (contract 6.7: "defered" with one r).
-COMPLETED, ABANDONED, DEFERRED, SUSPENDED = "completed", "abandoned", "defered", "suspended"
-
 
 @dataclass(frozen=True, slots=True)
 class Response:
@@ -164,24 +161,22 @@ async def receive_by_sequence_number(ctx: Context, body: dict[str, Any]) -> Resp
 
 
 async def update_disposition(ctx: Context, body: dict[str, Any]) -> Response:
-    status = body.get("disposition-status")
+    tokens = _array(body, "lock-tokens", uuid.UUID)
+    if not tokens:
+        return Response(OK, {})
+    settlement = from_disposition_status(body.get("disposition-status"),
+                                         deadletter_reason=body.get("deadletter-reason"),
+                                         deadletter_description=body.get("deadletter-description"),
+                                         properties_to_modify=body.get("properties-to-modify"))
     actor = ctx.actor
     futures: list[asyncio.Future[None]] = []
-    for token in _array(body, "lock-tokens", uuid.UUID):
-        if status == COMPLETED:
-            futures.append(actor.complete(token))
-            if ctx.metrics is not None:
-                ctx.metrics.count_out(futures[-1], actor, ctx.sub_queue)
-        elif status == ABANDONED:
-            futures.append(actor.abandon(token))
-        elif status == DEFERRED:
-            futures.append(actor.defer(token))
-        elif status == SUSPENDED:
-            reason, description = body.get("deadletter-reason"), body.get("deadletter-description")
-            futures.append(actor.dead_letter(token, reason if isinstance(reason, str) else None,
-                                             description if isinstance(description, str) else None))
-        else:
-            raise ArgumentError(f"unknown disposition-status {status!r}")
+    for token in tokens:
+        future = outcomes.carry_out(actor, token, settlement)
+        if future is None:
+            continue  # (no disposition-status names a release)
+        futures.append(future)
+        if settlement.removes and ctx.metrics is not None:
+            ctx.metrics.count_out(future, actor, ctx.sub_queue)
     await asyncio.gather(*futures)
     return Response(OK, {})
 

@@ -43,9 +43,7 @@ from sodalite.amqp.performatives import (
     Declare,
     Declared,
     Discharge,
-    Modified,
     Rejected,
-    Released,
     TransactionalState,
     lift,
 )
@@ -61,8 +59,9 @@ from sodalite.errors import (
     TransactionUnknown,
 )
 from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDraft
-from sodalite.server import wire
+from sodalite.server import outcomes, wire
 from sodalite.server.amqp_errors import client_error
+from sodalite.server.endpoint import ConnectionPort, Endpoint
 from sodalite.server.messages import decode_request
 from sodalite.server.partition_actor import FanOut, PartitionActor, SubQueue
 from sodalite.server.partitioned_actor import each, partition_key
@@ -71,7 +70,7 @@ from sodalite.server.registry import TOPIC, Entity
 if TYPE_CHECKING:
     from sodalite.amqp import events as ev
     from sodalite.server.broker import Broker
-    from sodalite.server.connection_handler import BrokerConnection, LinkConsumer
+    from sodalite.server.links import LinkConsumer
     from sodalite.server.store_worker import StoreWorker
 
 log = logging.getLogger(__name__)
@@ -368,21 +367,10 @@ def commit(broker: Broker, txn: Transaction) -> asyncio.Future[None]:
 
 def settlement_command(actor: PartitionActor, token: uuid.UUID, outcome: Any) -> Command:
     """The settlement an outcome asks for, as the non-transactional disposition path maps it."""
-    if isinstance(outcome, Accepted):
-        return lambda: actor.complete(token)
-    if isinstance(outcome, Released):
-        return lambda: actor.release(token)
-    if isinstance(outcome, Modified):
-        annotations = outcome.message_annotations
-        if outcome.undeliverable_here:
-            return lambda: actor.defer(token, annotations)
-        return lambda: actor.abandon(token, annotations)
-    if isinstance(outcome, Rejected):
-        from sodalite.server.connection_handler import _dead_letter_details  # one reading of the error's info
-
-        reason, description = _dead_letter_details(outcome.error)
-        return lambda: actor.dead_letter(token, reason, description)
-    raise NotImplementedOperation(f"unsupported transactional outcome {type(outcome).__name__}")
+    if outcome is None:
+        raise NotImplementedOperation("unsupported transactional outcome NoneType")
+    settlement = outcomes.settlement_of(outcome)
+    return lambda: outcomes.carry_out(actor, token, settlement)
 
 
 # ---- the connection's side: coordinator link, hooks for sends and settlements ---------------------------
@@ -396,16 +384,22 @@ def _control_body(payload: bytes) -> Any:
         raise ArgumentError(f"malformed coordinator message: {exc}") from None
 
 
-class CoordinatorLink:
-    """The context of a link whose target is the Coordinator."""
+class CoordinatorLink(Endpoint):
+    """The endpoint of a link whose target is the Coordinator."""
 
-    __slots__ = ()
+    __slots__ = ("transactions",)
+
+    def __init__(self, transactions: ConnectionTransactions) -> None:
+        self.transactions = transactions
+
+    def on_transfer(self, link: Link, delivery: ev.Delivery) -> None:
+        self.transactions.on_coordinator_transfer(link, delivery)
 
 
 class ConnectionTransactions:
     """One connection's transactions on the wire: the coordinator link and the enlisting hooks."""
 
-    def __init__(self, connection: BrokerConnection) -> None:
+    def __init__(self, connection: ConnectionPort) -> None:
         self.connection = connection
         self.open = Transactions()
 
@@ -417,7 +411,7 @@ class ConnectionTransactions:
         return Rejected(client_error(exc, self.broker.metrics, self.connection.peer, entity, "rejected"))
 
     def attach_coordinator(self, link: Link) -> None:
-        link.context = CoordinatorLink()
+        link.context = CoordinatorLink(self)
         link.auto_credit = COORDINATOR_CREDIT
         link.accept()
 

@@ -1,0 +1,103 @@
+"""What a link endpoint is, and what it may ask of its connection.
+
+Theory of operation. Every link the broker accepts gets one endpoint object as its
+``Link.context``: a producer or a consumer on an entity (``server/links.py``), a ``$cbs`` or
+``$management`` node (``server/auth.py``, ``server/management_link.py``), or the transaction
+coordinator (``server/transactions.py``). The connection driver (``server/connection_handler.py``)
+hands each link event to the link's endpoint through the methods of :class:`Endpoint` and knows
+nothing of what the endpoint does; the router (``server/router.py``) chooses the endpoint at attach.
+
+Endpoints reach their connection only through :class:`ConnectionPort`, so no endpoint module
+imports the driver, and the import graph runs one way: driver → router → endpoints → actors.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING, Protocol
+
+from sodalite.amqp import events as ev
+from sodalite.amqp.link import SENDER, Link
+
+if TYPE_CHECKING:
+    from sodalite.model.authorization import AccessRights
+    from sodalite.server.broker import Broker
+    from sodalite.server.registry import Entity
+    from sodalite.server.transactions import ConnectionTransactions
+
+log = logging.getLogger(__name__)
+
+
+class ConnectionPort(Protocol):
+    """The connection as its endpoints see it."""
+
+    broker: Broker
+    peer: str
+    decimals_as_text: bool  # the client cannot read decimal128 (wire.decimals_as_text)
+    transactions: ConnectionTransactions
+
+    def flush_soon(self) -> None: ...
+
+    def authorise(self, path: str, right: AccessRights | None) -> None:
+        """Raise Unauthorized unless a live token on this connection covers ``path`` with ``right``."""
+        ...
+
+    def links(self) -> list[Link]:
+        """Every link of the connection, over all its sessions."""
+        ...
+
+
+class Endpoint:
+    """A link's endpoint. Every hook does nothing unless the endpoint overrides it."""
+
+    __slots__ = ()
+
+    def on_transfer(self, link: Link, delivery: ev.Delivery) -> None:
+        """A complete delivery arrived on the link (the client sends)."""
+
+    def on_delivery_updated(self, event: ev.DeliveryUpdated) -> None:
+        """The client settled or updated a delivery the broker sent on the link."""
+
+    def on_credit(self) -> None:
+        """The client changed the link's credit or drain flag."""
+
+    def on_detached(self) -> None:
+        """The link is gone (detached by either side, or its session or connection ended)."""
+
+    def needs(self) -> tuple[str, AccessRights | None] | None:
+        """The entity path the link works on and the right it needs while attached; None: no token needed."""
+        return None
+
+    def serves(self, entity: Entity) -> bool:
+        """Whether the link works on ``entity`` (and so goes when the entity is deleted)."""
+        return False
+
+
+class ControlLink(Endpoint):
+    """A request or response link of a request/response node (``$cbs``, an entity's ``$management``)."""
+
+    __slots__ = ("connection", "node")
+
+    def __init__(self, connection: ConnectionPort, node: str) -> None:
+        self.connection = connection
+        self.node = node
+
+    def respond(self, request_link: Link, payload: bytes) -> None:
+        """Send a response on the node's response link: the client's receiver on the same session
+        whose address is the node itself (sdk-wire-contract.md 6.1)."""
+        for link in request_link.session.links.values():
+            ctx = link.context
+            if link.role is SENDER and isinstance(ctx, ControlLink) and ctx.node == self.node and link.attached:
+                link.send_transfer(payload, uuid.uuid4().bytes, settled=True)
+                return
+        log.warning("no response link for %s on %s", self.node, self.connection.peer)
+
+
+def accept_control(link: Link) -> None:
+    """Accept a control link: requests flow freely, responses start at delivery-count 0."""
+    if link.role is SENDER:
+        link.accept(initial_delivery_count=0)
+    else:
+        link.auto_credit = 100
+        link.accept()

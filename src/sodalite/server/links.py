@@ -1,0 +1,299 @@
+"""The entity link endpoints: a client's sender (a :class:`Producer`) and receiver (a :class:`LinkConsumer`).
+
+Theory of operation. The router (``server/router.py``) has checked the address and the token and
+calls :func:`attach_producer` or :func:`attach_consumer`.
+
+* A producer takes each complete transfer, decodes its message or batch, and hands it to the
+  entity's partition actor (or the topic's fan-out, or the transfer dead-letter queue when the
+  forwarding chain is too long). The transfer is answered ``accepted`` only once the store has it,
+  ``rejected`` with the Service Bus error otherwise. Transfers in a transaction go to the
+  connection's transactions.
+* A consumer is what the partition actor delivers to. In PeekLock each delivery's tag is its lock
+  token; the client's disposition is read by ``server/outcomes.py`` and carried out by the actor,
+  and the broker echoes the outcome only once it is durable (sdk-wire-contract.md 5.1). A session
+  receiver's attach is answered only when the actor grants it a session, which may take up to the
+  client's timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from sodalite.amqp import events as ev
+from sodalite.amqp.link import Link
+from sodalite.amqp.performatives import Accepted, Rejected, Released, Source, TransactionalState
+from sodalite.amqp.types import Long, Symbol
+from sodalite.errors import InvalidOperation, MessageSizeExceeded, SessionLockLost, SodaliteError
+from sodalite.model.authorization import AccessRights
+from sodalite.model.message import MessageRecord
+from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, Lock, MessageDraft
+from sodalite.server import outcomes, wire
+from sodalite.server.amqp_errors import client_error
+from sodalite.server.endpoint import ConnectionPort, Endpoint
+from sodalite.server.partition_actor import SubQueue
+from sodalite.server.registry import TOPIC, Entity
+
+if TYPE_CHECKING:
+    from sodalite.server.partition_actor import PartitionActor
+    from sodalite.server.partitioned_actor import PartitionedActor
+
+RECEIVE_AND_DELETE = 1  # snd-settle-mode "settled": the client receives pre-settled messages
+SESSION_FILTER = "com.microsoft:session-filter"  # plain str id, or null for the next available (4.3)
+SESSION_TIMEOUT = "com.microsoft:timeout"  # uint ms a next-available session receiver waits
+LOCKED_UNTIL_UTC = "com.microsoft:locked-until-utc"  # .NET ticks, on the session attach reply
+DOTNET_EPOCH_TICKS = 621355968000000000  # ticks at the Unix epoch (contract pitfall 5)
+DEFAULT_SESSION_WAIT_MS = 60_000
+PRODUCER_CREDIT = 1000  # ignored by the Python SDK (contract 1.7), honoured by other clients
+BATCH_ENVELOPE_SLACK = 64 * 1024  # room for the batch envelope around a full-size message
+
+
+# ---- the client's sender ---------------------------------------------------------------------------
+
+
+class Producer(Endpoint):
+    """A client sender link on an entity: the broker receives."""
+
+    __slots__ = ("connection", "entity")
+
+    def __init__(self, connection: ConnectionPort, entity: Entity) -> None:
+        self.connection = connection
+        self.entity = entity
+
+    def needs(self) -> tuple[str, AccessRights | None]:
+        return self.entity.name.lower(), AccessRights.SEND
+
+    def serves(self, entity: Entity) -> bool:
+        return self.entity is entity
+
+    def on_transfer(self, link: Link, delivery: ev.Delivery) -> None:
+        entity, conn = self.entity, self.connection
+        broker = conn.broker
+        if isinstance(delivery.state, TransactionalState):
+            conn.transactions.on_send(link, entity, delivery)
+            return
+        try:
+            if delivery.oversize:
+                raise MessageSizeExceeded(f"the message exceeds the entity limit of {entity.max_message_size} bytes")
+            drafts = wire.received_messages(delivery.payload, delivery.message_format, entity.max_message_size)
+            drafts = _without_pings(entity, drafts)
+            route = broker.route(entity)
+            if not drafts:
+                future = _done()
+            elif route.exceeded:
+                future = route.entity.actor.send_to_transfer_dead_letter(
+                    drafts, MAX_TRANSFER_HOP_COUNT_EXCEEDED, f"forwarded {route.hops} times")
+            elif route.entity.kind == TOPIC:
+                future = broker.publish(route.entity, drafts)
+            else:
+                future = route.entity.actor.send(drafts)
+        except SodaliteError as exc:
+            if not delivery.settled:
+                link.settle(delivery.delivery_id, Rejected(client_error(exc, broker.metrics, conn.peer,
+                                                                        entity.name, "rejected")))
+            return
+        broker.metrics.count_in(future, entity.name, len(drafts))
+        if delivery.settled:
+            return
+        delivery_id = delivery.delivery_id
+
+        def acknowledge(f: asyncio.Future[None]) -> None:
+            if not link.attached:
+                return
+            exc = f.exception()
+            if exc is None:
+                link.settle(delivery_id, Accepted())
+            else:
+                link.settle(delivery_id, Rejected(client_error(exc, broker.metrics, conn.peer, entity.name,
+                                                               "rejected")))
+            conn.flush_soon()
+
+        future.add_done_callback(acknowledge)
+
+
+def attach_producer(connection: ConnectionPort, link: Link, entity: Entity) -> None:
+    link.context = Producer(connection, entity)
+    limit = entity.max_message_size
+    link.auto_credit = PRODUCER_CREDIT
+    link.max_message_size = limit + BATCH_ENVELOPE_SLACK
+    link.accept(max_message_size=limit)
+
+
+def _without_pings(entity: Entity, drafts: list[MessageDraft]) -> list[MessageDraft]:
+    """The drafts less any paired-namespace pings, which end here: the link's Send right has been
+    checked, the entity counts as used (AutoDeleteOnIdle), and nothing is stored or routed."""
+    if not any(d.ping for d in drafts):
+        return drafts
+    entity.actor.note_activity()
+    return [d for d in drafts if not d.ping]
+
+
+def _done() -> asyncio.Future[None]:
+    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    future.set_result(None)
+    return future
+
+
+# ---- the client's receiver -------------------------------------------------------------------------
+
+
+class LinkConsumer(Endpoint):
+    """A client receiver link, as the partition actor sees it (``partition_actor.Consumer``)."""
+
+    __slots__ = ("actor", "connection", "link", "peek_lock", "reserved", "session_id", "sub_queue")
+
+    def __init__(self, connection: ConnectionPort, link: Link, actor: PartitionActor | PartitionedActor,
+                 sub_queue: SubQueue, peek_lock: bool) -> None:
+        self.connection = connection
+        self.link = link
+        self.actor = actor
+        self.sub_queue = sub_queue
+        self.session_id: str | None = None
+        self.peek_lock = peek_lock
+        self.reserved = 0
+
+    # -- as the actor sees it
+
+    def credit(self) -> int:
+        return self.link.link_credit if self.link.attached else 0
+
+    def deliver(self, record: MessageRecord, lock: Lock | None) -> None:
+        decimals_as_text = self.connection.decimals_as_text
+        if lock is not None:
+            payload = wire.delivery_payload(record, lock.locked_until, lock_token=lock.token,
+                                            decimals_as_text=decimals_as_text)
+            self.link.send_transfer(payload, wire.lock_token_tag(lock.token), settled=False)
+        else:
+            payload = wire.delivery_payload(record, None, decimals_as_text=decimals_as_text)
+            self.link.send_transfer(payload, uuid.uuid4().bytes_le, settled=True)
+        self.connection.broker.metrics.delivered(self.actor, self.sub_queue, removed=lock is None)
+        self.connection.flush_soon()
+
+    def drain_requested(self) -> bool:
+        return self.link.attached and self.link.drain and self.link.link_credit > 0
+
+    def drained(self) -> None:
+        self.link.drained()
+        self.connection.flush_soon()
+
+    def session_lost(self) -> None:
+        """The session lock expired: the SDK raises SessionLockLostError and drops the receiver (4.3)."""
+        conn = self.connection
+        self.link.detach(client_error(SessionLockLost(f"the lock on session '{self.session_id}' expired"),
+                                      conn.broker.metrics, conn.peer, self.actor.ref.entity))
+        conn.flush_soon()
+
+    # -- as the connection sees it
+
+    def needs(self) -> tuple[str, AccessRights | None]:
+        return self.actor.ref.entity, AccessRights.LISTEN
+
+    def serves(self, entity: Entity) -> bool:
+        return self.actor is entity.actor
+
+    def on_credit(self) -> None:
+        self.actor.credit_changed(self)
+
+    def on_detached(self) -> None:
+        self.actor.remove_consumer(self)  # also ends a session wait or a session lock
+
+    def on_delivery_updated(self, event: ev.DeliveryUpdated) -> None:
+        if not self.peek_lock:
+            return
+        token = wire.tag_lock_token(event.delivery_tag)
+        if token is None:
+            return
+        conn, actor = self.connection, self.actor
+        metrics = conn.broker.metrics
+        state: Any = event.state
+        link, delivery_id = event.link, event.delivery_id
+        if isinstance(state, TransactionalState):
+            conn.transactions.on_settlement(event, self, token)
+            return
+        try:
+            settlement = outcomes.settlement_of(state)
+            future = outcomes.carry_out(actor, token, settlement)
+            if future is None:  # a release: done at once, confirmed only if the client asked
+                if not event.settled:
+                    link.settle(delivery_id, Released())
+                return
+            if settlement.removes:
+                metrics.count_out(future, actor, self.sub_queue)
+            echo = outcomes.echo_of(state)
+        except SodaliteError as exc:
+            if not event.settled:
+                link.settle(delivery_id, Rejected(client_error(exc, metrics, conn.peer, actor.ref.entity,
+                                                               "rejected")))
+            return
+        if event.settled:
+            return
+
+        def confirm(f: asyncio.Future[None]) -> None:
+            if not link.attached:
+                return
+            exc = f.exception()
+            if exc is None:
+                link.settle(delivery_id, echo)  # the SDK waits for this exact outcome (contract 5.1)
+            elif isinstance(exc, SodaliteError):
+                link.settle(delivery_id, Rejected(client_error(exc, metrics, conn.peer, actor.ref.entity,
+                                                               "rejected")))
+            conn.flush_soon()
+
+        future.add_done_callback(confirm)
+
+
+def attach_consumer(connection: ConnectionPort, link: Link, entity: Entity, sub_queue: SubQueue) -> None:
+    """Accept a receiver on ``entity``; a session receiver waits for the actor to grant a session."""
+    remote = link.remote_attach
+    assert remote is not None
+    metrics, peer = connection.broker.metrics, connection.peer
+    source = remote.source if remote.source is not None else Source(None)
+    consumer = LinkConsumer(connection, link, entity.actor, sub_queue,
+                            peek_lock=remote.snd_settle_mode != RECEIVE_AND_DELETE)
+    link.context = consumer
+    filters = {str(k): v for k, v in (source.filter or {}).items()}
+    wants_session = SESSION_FILTER in filters
+    sessionful = entity.requires_session and sub_queue is SubQueue.MAIN
+    if wants_session != sessionful:
+        link.refuse(client_error(InvalidOperation(
+            "the entity requires sessions: use a session receiver" if sessionful
+            else "the entity does not support sessions"), metrics, peer, entity.name))
+        return
+    if not sessionful:
+        link.accept(source=source, initial_delivery_count=0, max_message_size=0)
+        consumer.actor.add_consumer(consumer)
+        return
+    requested = filters[SESSION_FILTER]
+    properties = {str(k): v for k, v in (remote.properties or {}).items()}
+    timeout = properties.get(SESSION_TIMEOUT)
+    timeout_ms = int(timeout) if isinstance(timeout, int) and timeout > 0 else DEFAULT_SESSION_WAIT_MS
+    try:
+        granted = entity.actor.accept_session(consumer, requested if isinstance(requested, str) else None,
+                                              timeout_ms)
+    except SodaliteError as exc:
+        link.refuse(client_error(exc, metrics, peer, entity.name))
+        return
+
+    def on_granted(future: asyncio.Future[tuple[str, int]]) -> None:
+        if future.cancelled():
+            return
+        if link.state != "attach-received":
+            if future.exception() is None:
+                entity.actor.sessions.release(consumer)  # the receiver left while it waited
+            return
+        exc = future.exception()
+        if exc is not None:
+            link.refuse(client_error(exc, metrics, peer, entity.name))
+        else:
+            session_id, locked_until = future.result()
+            consumer.session_id = session_id
+            link.accept(
+                source=replace(source, filter={Symbol(SESSION_FILTER): session_id}),
+                properties={Symbol(LOCKED_UNTIL_UTC): Long(DOTNET_EPOCH_TICKS + locked_until * 10_000)},
+                initial_delivery_count=0, max_message_size=0)
+            consumer.actor.add_consumer(consumer)
+        connection.flush_soon()
+
+    granted.add_done_callback(on_granted)

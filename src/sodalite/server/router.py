@@ -1,0 +1,88 @@
+"""The router: which endpoint a link the client attaches is for.
+
+Theory of operation. Every attach the client asks for comes here once, and leaves either accepted
+with an endpoint object as its ``Link.context`` or refused with a Service Bus error (an attach
+with null terminus and a closing detach, sdk-wire-contract.md 1.6). The address decides:
+
+========================================  ==========================================================
+terminus                                  endpoint
+========================================  ==========================================================
+target is a ``Coordinator``               the connection's transactions (``server/transactions.py``)
+``$cbs``                                  :class:`~sodalite.server.auth.CbsLink` (no token needed)
+``<entity>[/<sub-queue>]/$management``    :class:`~sodalite.server.management_link.ManagementLink`
+                                          (a token covering the entity; rights per operation)
+``<entity>`` (client sender)              :class:`~sodalite.server.links.Producer` (Send right)
+``<entity>[/<sub-queue>]`` (receiver)     :class:`~sodalite.server.links.LinkConsumer` (Listen right)
+========================================  ==========================================================
+
+A client cannot send to a sub-queue or a subscription, nor receive from a topic. Past the
+connection's link limit an attach is refused, and a peer that keeps attaching regardless (each
+refusal waits for its detach) loses the connection.
+"""
+
+from __future__ import annotations
+
+from sodalite.amqp.link import RECEIVER, Link
+from sodalite.amqp.performatives import Coordinator, Error
+from sodalite.errors import InvalidOperation, QuotaExceeded, SodaliteError
+from sodalite.model.authorization import AccessRights
+from sodalite.server import links
+from sodalite.server.addresses import CBS_NODE, entity_path, management_entity
+from sodalite.server.amqp_errors import client_error
+from sodalite.server.auth import CbsLink, ConnectionAuth
+from sodalite.server.endpoint import ConnectionPort, accept_control
+from sodalite.server.management_link import ManagementLink
+from sodalite.server.partition_actor import SubQueue
+from sodalite.server.registry import SUBSCRIPTION, TOPIC
+
+REFUSED_LINKS_SLACK = 100  # refused attaches a peer may leave undetached before it is disconnected
+
+
+def route_attach(connection: ConnectionPort, auth: ConnectionAuth, link: Link, links_held: int,
+                 hostname: str) -> Error | None:
+    """Give the peer's attach its endpoint, or refuse it. Returns the error to close the whole
+    connection with when the peer is so far past the link limit that refusing is not enough."""
+    remote = link.remote_attach
+    assert remote is not None
+    if isinstance(remote.target, Coordinator):
+        connection.transactions.attach_coordinator(link)
+        return None
+    terminus = remote.target if link.role is RECEIVER else remote.source
+    path = entity_path(terminus.address if terminus is not None else None)
+    broker = connection.broker
+    limit = broker.limits.max_links
+    if links_held > limit:
+        error = client_error(QuotaExceeded(f"a connection may attach at most {limit} links"),
+                             broker.metrics, connection.peer, path)
+        if links_held > limit + REFUSED_LINKS_SLACK:
+            return error
+        link.refuse(error)
+        return None
+    try:
+        if path == CBS_NODE:
+            link.context = CbsLink(connection, CBS_NODE, auth, hostname)
+            accept_control(link)
+            return None
+        mgmt = management_entity(path)
+        if mgmt is not None:
+            entity, sub_queue = auth.authorised_entity(mgmt, None)  # each operation checks its right
+            link.context = ManagementLink(connection, path, mgmt, entity, sub_queue)
+            accept_control(link)
+            return None
+        entity, sub_queue = auth.authorised_entity(
+            path, AccessRights.SEND if link.role is RECEIVER else AccessRights.LISTEN)
+        if link.role is RECEIVER and sub_queue is not SubQueue.MAIN:
+            raise InvalidOperation("messages cannot be sent to a dead-letter queue")
+        if link.role is RECEIVER and entity.kind == SUBSCRIPTION:
+            raise InvalidOperation("messages cannot be sent to a subscription; send to its topic")
+        if link.role is not RECEIVER and entity.kind == TOPIC:
+            raise InvalidOperation("messages cannot be received from a topic; receive from a subscription")
+    except SodaliteError as exc:
+        link.refuse(client_error(exc, broker.metrics, connection.peer, path))
+        return None
+    if link.role is RECEIVER:
+        links.attach_producer(connection, link, entity)
+    else:
+        links.attach_consumer(connection, link, entity, sub_queue)
+    return None
+
