@@ -14,6 +14,11 @@ Any protocol violation closes the connection with the matching AMQP error (an op
 first if this side had not sent one, as 2.4.1 requires). Frames for unknown channels or handles
 are ignored: after a detach or end crosses one of the peer's frames on the wire, the peer's frame
 is harmless and a close would only cost the client a reconnect.
+
+The connection's phase changes only through ``states.CONNECTION_TRANSITIONS`` (one table per role);
+sessions and links keep their own tables there. This module imports the session module, which
+imports the link module, and neither imports back: each names what it needs of its owner as a
+small protocol.
 """
 
 from __future__ import annotations
@@ -51,6 +56,17 @@ from sodalite.amqp.performatives import (
 )
 from sodalite.amqp.sasl import SASL_AUTH, SASL_OK, SaslClientConfig, SaslServerConfig, parse_plain
 from sodalite.amqp.session import DEFAULT_WINDOW, Session
+from sodalite.amqp.states import (
+    CONNECTION_TRANSITIONS,
+    HEADER_STATES,
+    SASL_STATES,
+    ConnectionEvent,
+    ConnectionState,
+    Role,
+    SessionEvent,
+    SessionState,
+    advance,
+)
 from sodalite.amqp.types import Array, Symbol
 
 _DECODE_FAILURES = (DecodeError, IndexError, ValueError, TypeError, RecursionError, OverflowError)
@@ -91,9 +107,12 @@ class Connection:
         self.closed = False
         self._last_received = 0.0
         self._last_sent = 0.0
-        # server: "header" -> ("sasl-init" -> "amqp-header") -> "open" -> "opened"
-        # client: "start" -> ("sasl-header" -> "sasl-mechanisms" -> "sasl-outcome") -> "amqp-header" ...
-        self.phase = "header" if server else "start"
+        self.role = Role.SERVER if server else Role.CLIENT
+        self.phase = ConnectionState.HEADER if server else ConnectionState.START  # states.CONNECTION_TRANSITIONS
+
+    def _advance(self, event: ConnectionEvent) -> None:
+        """Move to the phase ``event`` leads to; IllegalTransition if the role's table forbids it."""
+        self.phase = advance(f"{self.role.value} connection", CONNECTION_TRANSITIONS[self.role], self.phase, event)
 
     # ---- I/O boundary -----------------------------------------------------------------------
 
@@ -147,7 +166,7 @@ class Connection:
         checks its heartbeat timer from its keep-alive loop, so its heartbeats come late
         (sdk-wire-contract.md 1.4).
         """
-        if self.closed or self.phase != "opened":
+        if self.closed or self.phase is not ConnectionState.OPENED:
             return []
         interval = self.heartbeat_interval()
         if interval is not None and now - self._last_sent >= interval and not self._out:
@@ -161,7 +180,7 @@ class Connection:
 
         Before open, nothing: the handshake has no timer here.
         """
-        if self.closed or self.phase != "opened":
+        if self.closed or self.phase is not ConnectionState.OPENED:
             return None
         due: list[float] = []
         interval = self.heartbeat_interval()
@@ -175,22 +194,20 @@ class Connection:
 
     def start(self) -> None:
         """Client: send the first protocol header (and, without SASL, open)."""
-        assert not self.server and self.phase == "start"
         if self.sasl_client is not None:
+            self._advance(ConnectionEvent.SASL_HEADER_SENT)
             self._out.append(framing.SASL_HEADER)
-            self.phase = "sasl-header"
         else:
+            self._advance(ConnectionEvent.AMQP_HEADER_SENT)
             self._out.append(framing.AMQP_HEADER)
             self._send_open()
-            self.phase = "amqp-header"
 
     def begin(self) -> Session:
         """Client style: begin a session; ``SessionBegun`` follows the peer's reply."""
         session = Session(self, self._allocate_channel(), self.first_outgoing_id, self.session_window,
                           self.handle_max)
         self.sessions[session.channel] = session
-        session._send_performative(Begin(None, session.next_outgoing_id, session.incoming_window,
-                                         session.outgoing_window, session.handle_max))
+        session._begin_sent()
         return session
 
     def close(self, error: Error | None = None) -> None:
@@ -236,16 +253,16 @@ class Connection:
     def _fail(self, condition: str, description: str) -> None:
         """Close after a protocol error; only this connection is affected."""
         error = Error(condition, description[:512], None)
-        if self.phase in ("open", "opened", "amqp-header") or self._open_sent:
+        if self.phase in (ConnectionState.OPEN, ConnectionState.OPENED, ConnectionState.AMQP_HEADER) or self._open_sent:
             self.close(error)
         self._teardown(error, by_peer=False)
 
     def _teardown(self, error: Error | None, by_peer: bool) -> None:
         self.closed = True
-        self.phase = "closed"
+        self._advance(ConnectionEvent.TORN_DOWN)
         for session in list(self.sessions.values()):
             session._end_all_links(error)
-            session.state = "ended"
+            session._advance(SessionEvent.TORN_DOWN)
             self._emit(SessionEnded(session, error))
         self.sessions.clear()
         self.remote_sessions.clear()
@@ -255,7 +272,7 @@ class Connection:
         reader = self._reader
         while not self.closed:
             phase = self.phase
-            if phase in ("header", "sasl-header", "amqp-header-expected", "amqp-header"):
+            if phase in HEADER_STATES:
                 header = reader.take(8)
                 if header is None:
                     return
@@ -268,11 +285,11 @@ class Connection:
             if not body:
                 continue  # heartbeat
             if ftype == framing.FRAME_SASL:
-                if not phase.startswith("sasl"):
+                if phase not in SASL_STATES:
                     raise FramingError("SASL frame outside the SASL exchange")
                 self._on_sasl_frame(body)
             elif ftype == framing.FRAME_AMQP:
-                if phase.startswith("sasl"):
+                if phase in SASL_STATES:
                     raise FramingError("AMQP frame during the SASL exchange")
                 self._on_amqp_frame(channel, body)
             else:
@@ -280,17 +297,18 @@ class Connection:
 
     def _on_protocol_header(self, header: bytes) -> None:
         if self.server:
-            if self.phase == "header" and header == framing.SASL_HEADER and self.sasl_server is not None:
+            if self.phase is ConnectionState.HEADER and header == framing.SASL_HEADER and self.sasl_server is not None:
+                self._advance(ConnectionEvent.SASL_HEADER_RECEIVED)
                 self._out.append(framing.SASL_HEADER)
                 self._send_frame(framing.FRAME_SASL, 0, SaslMechanisms(
                     Array("symbol", tuple(Symbol(m) for m in self.sasl_server.mechanisms))).encode())
-                self.phase = "sasl-init"
             elif header == framing.AMQP_HEADER and (
-                self.phase == "amqp-header-expected"
-                or (self.phase == "header" and (self.sasl_server is None or not self.sasl_server.require_sasl))
+                self.phase is ConnectionState.AMQP_HEADER_EXPECTED
+                or (self.phase is ConnectionState.HEADER
+                    and (self.sasl_server is None or not self.sasl_server.require_sasl))
             ):
+                self._advance(ConnectionEvent.AMQP_HEADER_RECEIVED)
                 self._out.append(framing.AMQP_HEADER)
-                self.phase = "open"
             else:
                 # 2.2: answer with the header we do support, then give up.
                 supported = framing.SASL_HEADER if self.sasl_server is not None else framing.AMQP_HEADER
@@ -298,18 +316,18 @@ class Connection:
                 self._teardown(Error("amqp:not-implemented", f"unsupported protocol header {header!r}",
                                      None), by_peer=False)
             return
-        expected = framing.SASL_HEADER if self.phase == "sasl-header" else framing.AMQP_HEADER
-        if header != expected:
+        sasl = self.phase is ConnectionState.SASL_HEADER
+        if header != (framing.SASL_HEADER if sasl else framing.AMQP_HEADER):
             self._teardown(Error("amqp:not-implemented", f"unexpected protocol header {header!r}", None),
                            by_peer=False)
             return
-        self.phase = "sasl-mechanisms" if self.phase == "sasl-header" else "open"
+        self._advance(ConnectionEvent.SASL_HEADER_RECEIVED if sasl else ConnectionEvent.AMQP_HEADER_RECEIVED)
 
     def _on_sasl_frame(self, body: bytes) -> None:
         value, _ = decode_value(body, 0)
         frame = lift_performative(value, SASL_CODES)
         if self.server:
-            if not isinstance(frame, SaslInit) or self.phase != "sasl-init" or self.sasl_server is None:
+            if not isinstance(frame, SaslInit) or self.sasl_server is None:
                 raise IllegalState(f"unexpected SASL frame {type(frame).__name__}")
             mechanism = str(frame.mechanism)
             ok = mechanism in self.sasl_server.mechanisms
@@ -323,33 +341,33 @@ class Connection:
             self._emit(SaslCompleted(mechanism, username, ok))
             if ok:
                 self.sasl_mechanism, self.sasl_username = mechanism, username
-                self.phase = "amqp-header-expected"
+                self._advance(ConnectionEvent.SASL_INIT_RECEIVED)
             else:
                 self._teardown(Error("amqp:unauthorized-access", "SASL authentication failed", None),
                                by_peer=False)
             return
         client = self.sasl_client
         assert client is not None
-        if isinstance(frame, SaslMechanisms) and self.phase == "sasl-mechanisms":
+        if isinstance(frame, SaslMechanisms) and self.phase is ConnectionState.SASL_MECHANISMS:
             offered = frame.sasl_server_mechanisms
             names = {str(m) for m in (offered if isinstance(offered, Array | list) else [offered])}
             if client.mechanism not in names:
                 self._teardown(Error("amqp:not-implemented", f"server does not offer {client.mechanism}",
                                      None), by_peer=False)
                 return
+            self._advance(ConnectionEvent.SASL_INIT_SENT)
             self._send_frame(framing.FRAME_SASL, 0, SaslInit(
                 Symbol(client.mechanism), client.initial_response(), client.hostname).encode())
-            self.phase = "sasl-outcome"
-        elif isinstance(frame, SaslOutcome) and self.phase == "sasl-outcome":
+        elif isinstance(frame, SaslOutcome) and self.phase is ConnectionState.SASL_OUTCOME:
             ok = frame.code == SASL_OK
             self._emit(SaslCompleted(client.mechanism, client.username, ok))
             if not ok:
                 self._teardown(Error("amqp:unauthorized-access", "SASL authentication failed", None),
                                by_peer=False)
                 return
+            self._advance(ConnectionEvent.SASL_OUTCOME_RECEIVED)
             self._out.append(framing.AMQP_HEADER)
             self._send_open()
-            self.phase = "amqp-header"
         else:
             raise IllegalState(f"unexpected SASL frame {type(frame).__name__}")
 
@@ -374,7 +392,7 @@ class Connection:
         if isinstance(perf, Open):
             self._on_open(perf)
             return
-        if self.phase != "opened":
+        if self.phase is not ConnectionState.OPENED:
             raise IllegalState(f"{type(perf).__name__} before open")
         if isinstance(perf, Begin):
             self._on_begin(channel, perf)
@@ -392,15 +410,13 @@ class Connection:
             self._on_close(perf)
 
     def _on_open(self, open_: Open) -> None:
-        if self.phase != "open":
-            raise IllegalState("open received twice or out of order")
+        self._advance(ConnectionEvent.OPEN_RECEIVED)  # a second open, or one too early, is illegal
         if open_.max_frame_size < framing.MIN_MAX_FRAME_SIZE:
             raise ProtocolError("max-frame-size below 512", "amqp:invalid-field")
         self.remote_open = open_
         self.remote_max_frame_size = min(open_.max_frame_size, 2**31)
         if not self._open_sent:
             self._send_open()
-        self.phase = "opened"
         self._emit(ConnectionOpened(open_))
 
     def _on_begin(self, channel: int, begin: Begin) -> None:
@@ -408,26 +424,25 @@ class Connection:
             raise IllegalState(f"channel {channel} already in use")
         if begin.remote_channel is not None:
             session = self.sessions.get(begin.remote_channel)
-            if session is None or session.state != "begin-sent":
+            if session is None:
                 raise IllegalState("begin answers no session of ours")
         else:
             session = Session(self, self._allocate_channel(), self.first_outgoing_id, self.session_window,
                               self.handle_max)
             self.sessions[session.channel] = session
-            session._send_performative(Begin(channel, session.next_outgoing_id, session.incoming_window,
-                                             session.outgoing_window, session.handle_max))
+            session.remote_channel = channel
+            session._begin_sent()
+        session._on_begin_reply(begin)  # a second answer to our begin is illegal
         session.remote_channel = channel
         self.remote_sessions[channel] = session
-        session._on_begin_reply(begin)
         self._emit(SessionBegun(session))
 
     def _on_end(self, channel: int, end: End) -> None:
         session = self.remote_sessions.pop(channel, None)
         if session is None:
             return
-        if session.state != "end-sent":
+        if session._advance(SessionEvent.END_RECEIVED) is not SessionState.END_SENT:
             session._send_performative(End(None))
-        session.state = "ended"
         self.sessions.pop(session.channel, None)
         session._end_all_links(end.error)
         self._emit(SessionEnded(session, end.error))

@@ -12,21 +12,51 @@ where this side receives, ``auto_credit`` keeps the peer's credit topped up with
 help, which is what a broker wants for producer links. Incoming deliveries may span many frames
 and are reassembled here; one larger than ``max_message_size`` is consumed but not buffered, and
 reported with ``oversize=True`` so the caller can reject it.
+
+The link's state changes only through the transition table ``states.LINK_TRANSITIONS``. A link
+knows its session only as the :class:`LinkSession` protocol below, so this module imports neither
+the session nor the connection.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sodalite.amqp import framing
-from sodalite.amqp.events import CreditChanged, Delivery, TransferReceived
-from sodalite.amqp.performatives import Attach, Coordinator, Detach, Error, Flow, Source, Target, Transfer
-
-if TYPE_CHECKING:
-    from sodalite.amqp.session import Session
+from sodalite.amqp.events import CreditChanged, Delivery, Event, TransferReceived
+from sodalite.amqp.performatives import Attach, Composite, Coordinator, Detach, Error, Flow, Source, Target, Transfer
+from sodalite.amqp.states import LINK_TRANSITIONS, LinkEvent, LinkState, advance
 
 SENDER = False  # AMQP role values
 RECEIVER = True
+
+
+class LinkSession(Protocol):
+    """What a link needs of its session (``session.Session`` is the one implementation)."""
+
+    channel: int
+    links: dict[int, Link]
+    outgoing_unsettled: dict[int, tuple[Link, bytes]]
+    incoming_unsettled: dict[int, tuple[Link, bytes]]
+    next_incoming_id: int
+    incoming_window: int
+    next_outgoing_id: int
+    outgoing_window: int
+
+    @property
+    def remote_max_frame_size(self) -> int: ...
+
+    def disposition(self, role: bool, first: int, last: int | None, settled: bool, state: Any) -> None: ...
+
+    def _emit(self, event: Event) -> None: ...
+
+    def _write(self, data: bytes) -> None: ...
+
+    def _send_performative(self, performative: Composite) -> None: ...
+
+    def _send_transfer_frame(self, data: bytes) -> None: ...
+
+    def _allocate_delivery_id(self) -> int: ...
 
 
 class Link:
@@ -37,7 +67,7 @@ class Link:
         "source", "state", "target",
     )
 
-    def __init__(self, session: Session, name: str, handle: int, role: bool) -> None:
+    def __init__(self, session: LinkSession, name: str, handle: int, role: bool) -> None:
         self.session = session
         self.name = name
         self.handle = handle
@@ -55,7 +85,7 @@ class Link:
         self.link_credit = 0
         self.drain = False
         self.auto_credit: int | None = None
-        self.state = "detached"  # attach-sent | attach-received | attached | detached
+        self.state = LinkState.DETACHED
         self.context: Any = None  # for the owner (the broker's consumer/producer object)
         self._partial: list[bytes] = []
         self._partial_head: Transfer | None = None
@@ -67,7 +97,13 @@ class Link:
 
     @property
     def attached(self) -> bool:
-        return self.state == "attached"
+        return self.state is LinkState.ATTACHED
+
+    def _advance(self, event: LinkEvent) -> LinkState:
+        """Move to the state ``event`` leads to (``states.LINK_TRANSITIONS``) and return the old one."""
+        old = self.state
+        self.state = advance(f"link {self.name!r}", LINK_TRANSITIONS, old, event)
+        return old
 
     # ---- attach / detach --------------------------------------------------------------------
 
@@ -80,10 +116,10 @@ class Link:
         A no-op if the link is already gone: the peer's detach, end or close may come in the same
         batch of events as its attach.
         """
-        if self.state == "detached":
+        if self._advance(LinkEvent.ACCEPTED) is LinkState.DETACHED:
             return
         remote = self.remote_attach
-        assert remote is not None and self.state == "attach-received"
+        assert remote is not None
         self.source = source if source is not None else remote.source
         self.target = target if target is not None else remote.target
         self.properties = properties
@@ -94,7 +130,6 @@ class Link:
         if max_message_size is not None:
             self.max_message_size = max_message_size
         self.delivery_count = initial_delivery_count
-        self.state = "attached"
         self.session._send_performative(Attach(
             self.name, self.handle, self.role, self.snd_settle_mode, self.rcv_settle_mode, self.source,
             self.target, None, False, initial_delivery_count if self.role is SENDER else None,
@@ -105,11 +140,9 @@ class Link:
 
     def refuse(self, error: Error) -> None:
         """Refuse the peer's attach: null terminus attach, then a closing detach with ``error``."""
-        if self.state == "detached":
+        if self._advance(LinkEvent.REFUSED) is LinkState.DETACHED:
             return  # already gone, as for accept
-        assert self.state == "attach-received"
         self._send_null_attach()
-        self.state = "detach-sent"
         self.session._send_performative(Detach(self.handle, True, error))
 
     def _send_null_attach(self) -> None:
@@ -121,9 +154,8 @@ class Link:
 
     def detach(self, error: Error | None = None, closed: bool = True) -> None:
         """Detach this link; the peer's answering detach completes it."""
-        if self.state in ("detached", "detach-sent"):
+        if self._advance(LinkEvent.DETACH_SENT) in (LinkState.DETACHED, LinkState.DETACH_SENT):
             return
-        self.state = "detach-sent"
         self.session._send_performative(Detach(self.handle, closed, error))
 
     # ---- sending ----------------------------------------------------------------------------
@@ -138,7 +170,7 @@ class Link:
         if not settled:
             session.outgoing_unsettled[delivery_id] = (self, delivery_tag)
         channel = session.channel
-        max_frame = session.connection.remote_max_frame_size
+        max_frame = session.remote_max_frame_size
         if 8 + 64 + len(delivery_tag) + len(payload) <= max_frame:
             session._send_transfer_frame(framing.encode_transfer(
                 channel, self.handle, delivery_id, delivery_tag, message_format, settled, False, payload))
@@ -186,7 +218,7 @@ class Link:
                 self.link_credit = max(0, (peer_dc + flow.link_credit - self.delivery_count + 2**31) % 2**32
                                        - 2**31)
             self.drain = flow.drain
-            self.session.connection._emit(CreditChanged(self))
+            self.session._emit(CreditChanged(self))
         elif flow.delivery_count is not None:
             # The sender advanced its delivery-count (drain): our credit shrinks by as much.
             advanced = (flow.delivery_count - self.delivery_count) % 2**32
@@ -223,7 +255,7 @@ class Link:
             self.link_credit -= 1
         if self.auto_credit and self.link_credit <= self.auto_credit // 2:
             self.issue_credit(self.auto_credit)
-        self.session.connection._emit(TransferReceived(self, Delivery(
+        self.session._emit(TransferReceived(self, Delivery(
             delivery_id, head.delivery_tag or b"", b"" if oversize else body, settled,
             head.message_format or 0, t.state if t.state is not None else head.state, oversize)))
 

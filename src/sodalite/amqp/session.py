@@ -10,15 +10,19 @@ transfer frames wait in a queue while the peer's incoming window is closed.
 Deliveries in flight are tracked per direction (``outgoing_unsettled`` for deliveries this side
 sent, ``incoming_unsettled`` for deliveries it received), because delivery-ids are only unique per
 direction and a disposition's role says which space it addresses.
+
+The session's state, and the state of each of its links, change only through the transition
+tables of ``states``. A session knows its connection only as the :class:`SessionConnection`
+protocol below, so this module does not import the connection.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sodalite.amqp import framing
-from sodalite.amqp.events import DeliveryUpdated, LinkAttached, LinkAttachRequested, LinkDetached
+from sodalite.amqp.events import DeliveryUpdated, Event, LinkAttached, LinkAttachRequested, LinkDetached
 from sodalite.amqp.link import RECEIVER, SENDER, Link
 from sodalite.amqp.performatives import (
     Attach,
@@ -34,11 +38,19 @@ from sodalite.amqp.performatives import (
     Target,
     Transfer,
 )
-
-if TYPE_CHECKING:
-    from sodalite.amqp.connection import Connection
+from sodalite.amqp.states import SESSION_TRANSITIONS, LinkEvent, LinkState, SessionEvent, SessionState, advance
 
 DEFAULT_WINDOW = 5000
+
+
+class SessionConnection(Protocol):
+    """What a session needs of its connection (``connection.Connection`` is the one implementation)."""
+
+    remote_max_frame_size: int
+
+    def _emit(self, event: Event) -> None: ...
+
+    def _write(self, data: bytes) -> None: ...
 
 
 class Session:
@@ -49,7 +61,7 @@ class Session:
         "remote_incoming_window", "remote_links", "remote_outgoing_window", "state",
     )
 
-    def __init__(self, connection: Connection, channel: int, next_outgoing_id: int,
+    def __init__(self, connection: SessionConnection, channel: int, next_outgoing_id: int,
                  window: int = DEFAULT_WINDOW, handle_max: int = 255) -> None:
         self.connection = connection
         self.channel = channel
@@ -69,7 +81,22 @@ class Session:
         self.outgoing_unsettled: dict[int, tuple[Link, bytes]] = {}
         self.incoming_unsettled: dict[int, tuple[Link, bytes]] = {}
         self._blocked: deque[bytes] = deque()
-        self.state = "begin-sent"
+        self.state = SessionState.UNMAPPED
+
+    def _advance(self, event: SessionEvent) -> SessionState:
+        """Move to the state ``event`` leads to (``states.SESSION_TRANSITIONS``) and return the old one."""
+        old = self.state
+        self.state = advance(f"session {self.channel}", SESSION_TRANSITIONS, old, event)
+        return old
+
+    # ---- for its links (link.LinkSession) -------------------------------------------------------
+
+    @property
+    def remote_max_frame_size(self) -> int:
+        return self.connection.remote_max_frame_size
+
+    def _emit(self, event: Event) -> None:
+        self.connection._emit(event)
 
     # ---- public API -------------------------------------------------------------------------
 
@@ -83,7 +110,7 @@ class Session:
         link.max_message_size = max_message_size
         link.delivery_count = initial_delivery_count
         link.properties = properties
-        link.state = "attach-sent"
+        link._advance(LinkEvent.ATTACH_SENT)
         self.links[link.handle] = link
         self._send_performative(Attach(
             name, link.handle, role, snd_settle_mode, rcv_settle_mode, source, target, None, False,
@@ -99,9 +126,8 @@ class Session:
         self._write(framing.encode_disposition(self.channel, role, first, last, settled, state))
 
     def end(self, error: Error | None = None) -> None:
-        if self.state in ("end-sent", "ended"):
+        if self._advance(SessionEvent.END_SENT) in (SessionState.END_SENT, SessionState.ENDED):
             return
-        self.state = "end-sent"
         self._send_performative(End(error))
 
     # ---- frame output -------------------------------------------------------------------------
@@ -142,8 +168,13 @@ class Session:
 
     # ---- frame input --------------------------------------------------------------------------
 
+    def _begin_sent(self) -> None:
+        self._advance(SessionEvent.BEGIN_SENT)
+        self._send_performative(Begin(self.remote_channel, self.next_outgoing_id, self.incoming_window,
+                                      self.outgoing_window, self.handle_max))
+
     def _on_begin_reply(self, begin: Begin) -> None:
-        self.state = "mapped"
+        self._advance(SessionEvent.BEGIN_RECEIVED)
         self.next_incoming_id = begin.next_outgoing_id
         self.remote_incoming_window = begin.incoming_window
         self.remote_outgoing_window = begin.outgoing_window
@@ -155,19 +186,17 @@ class Session:
             self._forget(self.remote_links[attach.handle], None, True)
         for link in self.links.values():
             if (link.name == attach.name and link.remote_handle is None and link.role is not attach.role
-                    and link.state in ("attach-sent", "detach-sent")):
+                    and link.state in (LinkState.ATTACH_SENT, LinkState.DETACH_SENT)):
                 link.remote_handle = attach.handle
                 link.remote_attach = attach
                 link.remote_max_message_size = attach.max_message_size or 0
                 self.remote_links[attach.handle] = link
-                if link.state == "detach-sent":
+                refused = attach.source is None and attach.target is None  # a closing detach follows
+                if link._advance(LinkEvent.ATTACH_REFUSED_BY_PEER if refused else LinkEvent.ATTACH_RECEIVED) \
+                        is LinkState.DETACH_SENT:
                     return  # detached before the answer came: the peer's detach follows
-                if attach.source is None and attach.target is None:
-                    link.state = "refused"  # a closing detach with the reason follows
-                else:
-                    link.state = "attached"
-                    if link.role is RECEIVER and attach.initial_delivery_count is not None:
-                        link.delivery_count = attach.initial_delivery_count
+                if not refused and link.role is RECEIVER and attach.initial_delivery_count is not None:
+                    link.delivery_count = attach.initial_delivery_count
                 self.connection._emit(LinkAttached(link))
                 return
         link = Link(self, attach.name, self._allocate_handle(), not attach.role)
@@ -178,7 +207,7 @@ class Session:
         link.remote_max_message_size = attach.max_message_size or 0
         if link.role is RECEIVER and attach.initial_delivery_count is not None:
             link.delivery_count = attach.initial_delivery_count
-        link.state = "attach-received"
+        link._advance(LinkEvent.ATTACH_RECEIVED)
         self.links[link.handle] = link
         self.remote_links[attach.handle] = link
         self.connection._emit(LinkAttachRequested(link))
@@ -223,17 +252,17 @@ class Session:
         link = self.remote_links.get(detach.handle)
         if link is None:
             return
-        if link.state not in ("detach-sent",):
-            if link.state == "attach-received":
+        old = link._advance(LinkEvent.DETACH_RECEIVED)
+        if old is not LinkState.DETACH_SENT:
+            if old is LinkState.ATTACH_RECEIVED:
                 # Never answered: a detach alone would name a handle the peer has not seen (2.6.4);
                 # the SDK closes the connection with session:unattached-handle for that.
                 link._send_null_attach()
-            link.state = "detach-sent"
             self._send_performative(Detach(link.handle, detach.closed, None))
         self._forget(link, detach.error, detach.closed)
 
     def _forget(self, link: Link, error: Error | None, closed: bool) -> None:
-        link.state = "detached"
+        link._advance(LinkEvent.FORGOTTEN)
         self.links.pop(link.handle, None)
         if link.remote_handle is not None:
             self.remote_links.pop(link.remote_handle, None)

@@ -23,6 +23,7 @@ from sodalite.amqp import events as ev
 from sodalite.amqp.connection import Connection
 from sodalite.amqp.link import Link
 from sodalite.amqp.sasl import SaslServerConfig
+from sodalite.amqp.states import ConnectionState
 from sodalite.errors import EntityNotFound, QuotaExceeded
 from sodalite.model.authorization import AccessRights
 from sodalite.server import wire
@@ -130,7 +131,7 @@ class BrokerConnection(asyncio.Protocol):
     def _handshake_expired(self) -> None:
         """No open within the handshake deadline: the connection goes (it has proved nothing)."""
         self._handshake = None
-        if (self.amqp.phase == "opened" and not self.over_limit) or self.transport is None:
+        if (self.amqp.phase is ConnectionState.OPENED and not self.over_limit) or self.transport is None:
             return  # (a refused connection goes at the deadline even if it never answers our close)
         log.info("closing connection %s: no AMQP open within %.0f s of connecting", self.peer,
                  self.broker.limits.handshake_timeout, extra={"connection": self.peer, "kind": "connection"})

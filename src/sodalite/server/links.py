@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from sodalite.amqp import events as ev
 from sodalite.amqp.link import Link
 from sodalite.amqp.performatives import Accepted, Rejected, Released, Source, TransactionalState
+from sodalite.amqp.states import LinkState
 from sodalite.amqp.types import Long, Symbol
 from sodalite.errors import InvalidOperation, MessageSizeExceeded, SessionLockLost, SodaliteError
 from sodalite.model.authorization import AccessRights
@@ -279,7 +280,7 @@ def attach_consumer(connection: ConnectionPort, link: Link, entity: Entity, sub_
     def on_granted(future: asyncio.Future[tuple[str, int]]) -> None:
         if future.cancelled():
             return
-        if link.state != "attach-received":
+        if link.state is not LinkState.ATTACH_RECEIVED:
             if future.exception() is None:
                 entity.actor.sessions.release(consumer)  # the receiver left while it waited
             return
