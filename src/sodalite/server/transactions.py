@@ -59,6 +59,7 @@ from sodalite.errors import (
     TransactionUnknown,
 )
 from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDraft
+from sodalite.model.settlement import Settlement
 from sodalite.server import outcomes, wire
 from sodalite.server.amqp_errors import client_error
 from sodalite.server.endpoint import ConnectionPort, Endpoint
@@ -365,11 +366,16 @@ def commit(broker: Broker, txn: Transaction) -> asyncio.Future[None]:
     return result
 
 
-def settlement_command(actor: PartitionActor, token: uuid.UUID, outcome: Any) -> Command:
-    """The settlement an outcome asks for, as the non-transactional disposition path maps it."""
+def transactional_settlement(outcome: object) -> Settlement:
+    """The settlement a transactional disposition's outcome asks for, read as the plain disposition path
+    reads it (``server/outcomes.py``); a transactional state must carry an outcome."""
     if outcome is None:
         raise NotImplementedOperation("unsupported transactional outcome NoneType")
-    settlement = outcomes.settlement_of(outcome)
+    return outcomes.settlement_of(outcome)
+
+
+def settlement_command(actor: PartitionActor, token: uuid.UUID, settlement: Settlement) -> Command:
+    """The settlement, to be run on the actor holding the lock when the transaction commits."""
     return lambda: outcomes.carry_out(actor, token, settlement)
 
 
@@ -476,9 +482,9 @@ class ConnectionTransactions:
             txn = self.open.get(state.txn_id, self.broker.clock())
             actor = lock_holder(consumer.actor, token)
             actor.check_transactional_lock(token)
-            command = settlement_command(actor, token, state.outcome)
-            txn.enlist_settlement(EnlistedSettlement(actor, token, command, consumer.sub_queue,
-                                                     isinstance(state.outcome, Accepted)))
+            settlement = transactional_settlement(state.outcome)
+            txn.enlist_settlement(EnlistedSettlement(actor, token, settlement_command(actor, token, settlement),
+                                                     consumer.sub_queue, settlement.removes))
         except SodaliteError as exc:
             if not event.settled:
                 event.link.settle(event.delivery_id, self._rejected(exc, consumer.actor.ref.entity))
