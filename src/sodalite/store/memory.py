@@ -28,14 +28,18 @@ from dataclasses import dataclass, field, replace
 from typing import assert_never
 
 from sodalite.errors import StoreUnavailable
-from sodalite.model.message import MessageRecord
+from sodalite.model.message import MessageRecord, MessageState
 from sodalite.store.port import (
     AppendMessages,
     DeleteEntity,
     DeleteMessages,
+    Done,
     EntityRecord,
     ForgetMessageIds,
     ForgetMoveKeys,
+    OpResult,
+    PartitionCounts,
+    PartitionMeta,
     PartitionRef,
     PartitionSnapshot,
     PartitionStats,
@@ -43,7 +47,9 @@ from sodalite.store.port import (
     PutSessionState,
     RememberMessageIds,
     RememberMoveKeys,
+    StoredMessage,
     StoreOp,
+    StoreOpV1,
     UpdateMessages,
 )
 
@@ -137,7 +143,7 @@ class MemoryStore:
             raise StoreUnavailable("the memory store is closed")
         self._opened = True
 
-    def apply(self, batch: Sequence[StoreOp]) -> None:
+    def apply(self, batch: Sequence[StoreOp]) -> tuple[OpResult, ...]:
         self._require_open()
         if self._fail_next is not None:
             exc, self._fail_next = self._fail_next, None
@@ -161,6 +167,8 @@ class MemoryStore:
             return partitions[key]
 
         for op in batch:
+            if not isinstance(op, StoreOpV1):
+                raise NotImplementedError(f"store port v2: {type(op).__name__}")
             if isinstance(op, AppendMessages):
                 if not op.messages:
                     continue
@@ -243,6 +251,7 @@ class MemoryStore:
         # Every operation succeeded: publish the new state in one step.
         self._partitions = partitions
         self._entities = entities
+        return tuple(Done() for _ in batch)
 
     def load_partition(self, ref: PartitionRef) -> PartitionSnapshot:
         self._require_open()
@@ -273,6 +282,25 @@ class MemoryStore:
             message_count=len(part.messages),
             size_in_bytes=sum(m.size for m in part.messages.values()),
         )
+
+    # -- version 2 reads (not yet built in this adapter) ------------------------------------------
+
+    def peek(self, ref: PartitionRef, from_sequence_number: int, count: int,
+             states: frozenset[MessageState] | None = None,
+             session_id: str | None = None) -> tuple[StoredMessage, ...]:
+        raise NotImplementedError("store port v2: peek")
+
+    def fetch(self, ref: PartitionRef, sequence_numbers: Sequence[int]) -> tuple[StoredMessage, ...]:
+        raise NotImplementedError("store port v2: fetch")
+
+    def counts(self, ref: PartitionRef) -> PartitionCounts:
+        raise NotImplementedError("store port v2: counts")
+
+    def next_due(self, ref: PartitionRef, now: int) -> int | None:
+        raise NotImplementedError("store port v2: next_due")
+
+    def partition_meta(self, ref: PartitionRef) -> PartitionMeta:
+        raise NotImplementedError("store port v2: partition_meta")
 
     def maintain(self) -> bool:
         return True  # memory is never full here

@@ -51,9 +51,13 @@ from sodalite.store.port import (
     AppendMessages,
     DeleteEntity,
     DeleteMessages,
+    Done,
     EntityRecord,
     ForgetMessageIds,
     ForgetMoveKeys,
+    OpResult,
+    PartitionCounts,
+    PartitionMeta,
     PartitionRef,
     PartitionSnapshot,
     PartitionStats,
@@ -61,7 +65,9 @@ from sodalite.store.port import (
     PutSessionState,
     RememberMessageIds,
     RememberMoveKeys,
+    StoredMessage,
     StoreOp,
+    StoreOpV1,
     UpdateMessages,
 )
 
@@ -364,7 +370,7 @@ class SqliteStore:
         self._conn = conn
         self.full = not self._make_reserve()
 
-    def apply(self, batch: Sequence[StoreOp]) -> None:
+    def apply(self, batch: Sequence[StoreOp]) -> tuple[OpResult, ...]:
         conn = self._require()
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -374,6 +380,8 @@ class SqliteStore:
             ) from exc
         try:
             for op in batch:
+                if not isinstance(op, StoreOpV1):
+                    raise NotImplementedError(f"store port v2: {type(op).__name__}")
                 self._apply_one(conn, op)
         except BaseException as exc:
             self._rollback(conn)
@@ -398,6 +406,7 @@ class SqliteStore:
             if isinstance(exc, _DRIVER_ERRORS):
                 raise StoreUnavailable(f"SQLite store {self._path}: {reason}") from exc
             raise
+        return tuple(Done() for _ in batch)
 
     def load_partition(self, ref: PartitionRef) -> PartitionSnapshot:
         conn = self._require()
@@ -458,6 +467,25 @@ class SqliteStore:
             ) from exc
         return PartitionStats(message_count=count, size_in_bytes=size)
 
+    # -- version 2 reads (not yet built in this adapter) ------------------------------------------
+
+    def peek(self, ref: PartitionRef, from_sequence_number: int, count: int,
+             states: frozenset[MessageState] | None = None,
+             session_id: str | None = None) -> tuple[StoredMessage, ...]:
+        raise NotImplementedError("store port v2: peek")
+
+    def fetch(self, ref: PartitionRef, sequence_numbers: Sequence[int]) -> tuple[StoredMessage, ...]:
+        raise NotImplementedError("store port v2: fetch")
+
+    def counts(self, ref: PartitionRef) -> PartitionCounts:
+        raise NotImplementedError("store port v2: counts")
+
+    def next_due(self, ref: PartitionRef, now: int) -> int | None:
+        raise NotImplementedError("store port v2: next_due")
+
+    def partition_meta(self, ref: PartitionRef) -> PartitionMeta:
+        raise NotImplementedError("store port v2: partition_meta")
+
     def maintain(self) -> bool:
         conn = self._require()
         try:
@@ -513,7 +541,7 @@ class SqliteStore:
     # -- internals --------------------------------------------------------------------------------
 
     @staticmethod
-    def _apply_one(conn: sqlite3.Connection, op: StoreOp) -> None:
+    def _apply_one(conn: sqlite3.Connection, op: StoreOpV1) -> None:
         if isinstance(op, AppendMessages):
             messages = op.messages
             if not messages:
