@@ -211,40 +211,6 @@ _SCHEMA_V5: Final = (
     "CREATE INDEX IF NOT EXISTS messages_locks ON messages (entity, partition, locked_until) "
     "WHERE locked_until IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS session_locks_due ON session_locks (entity, partition, locked_until)",
-    # The counters row of a partition follows every change of a message's state or size, whatever
-    # operation made it (v1 or v2), in the same transaction.
-    """
-    CREATE TRIGGER IF NOT EXISTS messages_counted_insert AFTER INSERT ON messages BEGIN
-        INSERT INTO partitions (entity, partition, last_sequence_number, active, scheduled, deferred,
-                                size_in_bytes)
-        VALUES (new.entity, new.partition, 0, new.state = 0, new.state = 2, new.state = 1,
-                length(new.annotations) + length(new.tail))
-        ON CONFLICT (entity, partition) DO UPDATE SET
-            active = active + excluded.active, scheduled = scheduled + excluded.scheduled,
-            deferred = deferred + excluded.deferred, size_in_bytes = size_in_bytes + excluded.size_in_bytes;
-    END
-    """,
-    """
-    CREATE TRIGGER IF NOT EXISTS messages_counted_delete AFTER DELETE ON messages BEGIN
-        UPDATE partitions SET
-            active = active - (old.state = 0), scheduled = scheduled - (old.state = 2),
-            deferred = deferred - (old.state = 1),
-            size_in_bytes = size_in_bytes - (length(old.annotations) + length(old.tail))
-        WHERE entity = old.entity AND partition = old.partition;
-    END
-    """,
-    """
-    CREATE TRIGGER IF NOT EXISTS messages_counted_update AFTER UPDATE OF state, annotations, tail ON messages
-    BEGIN
-        UPDATE partitions SET
-            active = active + (new.state = 0) - (old.state = 0),
-            scheduled = scheduled + (new.state = 2) - (old.state = 2),
-            deferred = deferred + (new.state = 1) - (old.state = 1),
-            size_in_bytes = size_in_bytes + (length(new.annotations) + length(new.tail))
-                - (length(old.annotations) + length(old.tail))
-        WHERE entity = old.entity AND partition = old.partition;
-    END
-    """,
 )
 _V5_COLUMNS: Final = {
     "messages": ("lock_token BLOB", "locked_until INTEGER", "lock_owner TEXT"),
@@ -283,7 +249,6 @@ _RAISE_HIGH_WATER_MARK: Final = (
     "ON CONFLICT (entity, partition) DO UPDATE "
     "SET last_sequence_number = max(last_sequence_number, excluded.last_sequence_number)"
 )
-_DELETE_MESSAGE: Final = "DELETE FROM messages WHERE entity = ? AND partition = ? AND sequence_number = ?"
 _UPDATE_MESSAGE: Final = (
     "UPDATE messages SET delivery_count = ?, state = ? "
     "WHERE entity = ? AND partition = ? AND sequence_number = ?"
@@ -419,7 +384,23 @@ _SETTLE: Final = {
 _SET_ANNOTATIONS: Final = (
     f"UPDATE messages SET annotations = ?, annotation_count = ? WHERE {_KEY} AND sequence_number = ?"
 )
-_SELECT_LOCKS: Final = f"SELECT sequence_number, lock_token, locked_until FROM messages WHERE {_KEY} AND {_IN_JSON}"
+# What a settlement needs to know of each row: its lock, and its state and sizes for the counters
+# (length() of a blob is read from the record header, without the blob).
+_SELECT_LOCKS: Final = (
+    "SELECT sequence_number, lock_token, locked_until, state, length(annotations), length(tail) "
+    f"FROM messages WHERE {_KEY} AND {_IN_JSON}"
+)
+_SELECT_STATES: Final = f"SELECT sequence_number, state FROM messages WHERE {_KEY} AND {_IN_JSON}"
+_DELETE_RETURNING: Final = (
+    f"DELETE FROM messages WHERE {_KEY} AND {_IN_JSON} RETURNING state, length(annotations) + length(tail)"
+)
+# The counters row moves by deltas the operation computed, once per operation and partition.
+_BUMP_COUNTERS: Final = (
+    "INSERT INTO partitions (entity, partition, last_sequence_number, active, scheduled, deferred, size_in_bytes) "
+    "VALUES (?, ?, 0, ?, ?, ?, ?) ON CONFLICT (entity, partition) DO UPDATE SET "
+    "active = active + excluded.active, scheduled = scheduled + excluded.scheduled, "
+    "deferred = deferred + excluded.deferred, size_in_bytes = size_in_bytes + excluded.size_in_bytes"
+)
 _RENEW_LOCK: Final = f"UPDATE messages SET locked_until = ? WHERE {_KEY} AND sequence_number = ?"
 _ACTIVATE: Final = (
     f"WITH picked AS (SELECT sequence_number FROM messages WHERE {_KEY} AND state = {int(MessageState.SCHEDULED):d} "
@@ -427,7 +408,10 @@ _ACTIVATE: Final = (
     f"UPDATE messages SET state = {int(MessageState.ACTIVE):d} "
     f"WHERE {_KEY} AND sequence_number IN picked RETURNING {_STORED_COLUMNS}"
 )
-_PURGE: Final = f"DELETE FROM messages WHERE {_KEY} AND sequence_number <= ? AND {_NOT_LOCKED}"
+_PURGE: Final = (
+    f"DELETE FROM messages WHERE {_KEY} AND sequence_number <= ? AND {_NOT_LOCKED} "
+    "RETURNING state, length(annotations) + length(tail)"
+)
 _TAKE_SESSION: Final = (
     "INSERT INTO session_locks (entity, partition, session_id, token, locked_until, owner) "
     "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (entity, partition, session_id) DO UPDATE "
@@ -496,8 +480,47 @@ def _stored_from_row(row: tuple[Any, ...]) -> StoredMessage:
     return StoredMessage(record, None if token is None else uuid.UUID(bytes=bytes(token)), until, owner)
 
 
+class _Counts:
+    """Changes to one partition's counters, written in one statement (:meth:`write`)."""
+
+    __slots__ = ("by_state", "size")
+
+    def __init__(self) -> None:
+        self.by_state = [0, 0, 0]  # indexed by MessageState: active, deferred, scheduled
+        self.size = 0
+
+    def add(self, state: int, size: int, sign: int = 1) -> None:
+        self.by_state[state] += sign
+        self.size += sign * size
+
+    def move(self, old_state: int, new_state: int) -> None:
+        self.by_state[old_state] -= 1
+        self.by_state[new_state] += 1
+
+    def write(self, conn: sqlite3.Connection, ref: PartitionRef) -> None:
+        active, deferred, scheduled = self.by_state
+        if active or deferred or scheduled or self.size:
+            conn.execute(_BUMP_COUNTERS, (ref.entity, ref.partition, active, scheduled, deferred, self.size))
+
+
+def _count_records(conn: sqlite3.Connection, ref: PartitionRef, records: Sequence[MessageRecord]) -> None:
+    counts = _Counts()
+    for m in records:
+        counts.add(int(m.state), m.size)
+    counts.write(conn, ref)
+
+
+def _delete_counted(conn: sqlite3.Connection, ref: PartitionRef, numbers: Sequence[int]) -> None:
+    """Delete rows by number (one statement) and take them off the counters."""
+    rows = conn.execute(_DELETE_RETURNING, (ref.entity, ref.partition, json.dumps(list(numbers)))).fetchall()
+    counts = _Counts()
+    for state, size in rows:
+        counts.add(state, size, -1)
+    counts.write(conn, ref)
+
+
 def _append(conn: sqlite3.Connection, ref: PartitionRef, records: Sequence[MessageRecord]) -> list[int]:
-    """Insert records with the partition's next numbers; the numbers, in order."""
+    """Insert records with the partition's next numbers, counted; the numbers, in order."""
     if not records:
         return []
     (last,) = conn.execute(_TAKE_NUMBERS, (ref.entity, ref.partition, len(records))).fetchone()
@@ -507,13 +530,16 @@ def _append(conn: sqlite3.Connection, ref: PartitionRef, records: Sequence[Messa
         _message_row(ref.entity, ref.partition, replace(m, sequence_number=n))
         for n, m in zip(numbers, records, strict=True)
     ])
+    _count_records(conn, ref, records)
     return numbers
 
 
 def _select_locks(conn: sqlite3.Connection, ref: PartitionRef,
-                  numbers: Sequence[int]) -> dict[int, tuple[Any, int | None]]:
+                  numbers: Sequence[int]) -> dict[int, tuple[Any, int | None, int, int, int]]:
+    """Per existing number: (token bytes, locked_until, state, annotations length, tail length)."""
     rows = conn.execute(_SELECT_LOCKS, (ref.entity, ref.partition, json.dumps(list(numbers)))).fetchall()
-    return {n: (None if token is None else bytes(token), until) for n, token, until in rows}
+    return {n: (None if token is None else bytes(token), until, state, annotations, tail)
+            for n, token, until, state, annotations, tail in rows}
 
 
 def _select_rows(conn: sqlite3.Connection, ref: PartitionRef,
@@ -538,9 +564,10 @@ def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2) -> OpResult:
         by_outcome: dict[Outcome, list[tuple[Any, ...]]] = {}
         annotate: list[tuple[Any, ...]] = []
         dead: list[SettleItem] = []
+        counts = _Counts()
         for item in op.items:
             n = item.sequence_number
-            token, until = locks.get(n, (None, None))
+            token, until, state, annotations_size, tail_size = locks.get(n, (None, None, 0, 0, 0))
             ok = token == item.lock_token.bytes and until is not None and until > op.now
             applied.append(ok)
             if not ok:
@@ -548,13 +575,20 @@ def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2) -> OpResult:
             del locks[n]  # settled: a second item for it finds no lock
             if item.annotations is not None:
                 annotate.append((item.annotations, item.annotation_count, *key, n))
+                counts.size += len(item.annotations) - annotations_size
+                annotations_size = len(item.annotations)
             by_outcome.setdefault(item.outcome, []).append((*key, n))
+            if item.outcome in (Outcome.COMPLETE, Outcome.DEAD_LETTER):
+                counts.add(state, annotations_size + tail_size, -1)
+            elif item.outcome is Outcome.DEFER:
+                counts.move(state, int(MessageState.DEFERRED))
             if item.outcome is Outcome.DEAD_LETTER:
                 dead.append(item)
         conn.executemany(_SET_ANNOTATIONS, annotate)
         dying = _select_rows(conn, ref, [item.sequence_number for item in dead]) if dead else {}
         for outcome, params in by_outcome.items():
             conn.executemany(_SETTLE[outcome], params)
+        counts.write(conn, ref)
         for item in dead:
             assert item.dead_letter_to is not None
             record = replace(dying[item.sequence_number].record, state=MessageState.ACTIVE)
@@ -564,11 +598,11 @@ def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2) -> OpResult:
         locks = _select_locks(conn, ref, [n for n, _ in op.items])
         renewed: list[bool] = []
         for n, token in op.items:
-            held, until = locks.get(n, (None, None))
+            held, until, *rest = locks.get(n, (None, None, 0, 0, 0))
             ok = held == token.bytes and until is not None and until > op.now
             renewed.append(ok)
             if ok:
-                locks[n] = (held, op.locked_until)
+                locks[n] = (held, op.locked_until, *rest)
         conn.executemany(_RENEW_LOCK, [(op.locked_until, *key, n)
                                        for (n, _), ok in zip(op.items, renewed, strict=True) if ok])
         return Renewed(tuple(renewed))
@@ -587,7 +621,8 @@ def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2) -> OpResult:
                 record = replace(record, annotations=move.annotations, annotation_count=move.annotation_count)
             leaving.append(replace(record, state=MessageState.ACTIVE,
                                    delivery_count=0 if move.reset_delivery_count else record.delivery_count))
-        conn.executemany(_SETTLE[Outcome.COMPLETE], [(*key, m.sequence_number) for m in leaving])
+        if leaving:
+            _delete_counted(conn, ref, [m.sequence_number for m in leaving])
         if op.target is None:
             return Moved(tuple(moved))
         numbers = iter(_append(conn, op.target, leaving))
@@ -597,11 +632,20 @@ def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2) -> OpResult:
             return Activated(())
         rows = conn.execute(_ACTIVATE, (*key, op.now, op.limit, *key)).fetchall()
         stored_rows = [_stored_from_row(r) for r in rows]
+        counts = _Counts()
+        for _ in stored_rows:
+            counts.move(int(MessageState.SCHEDULED), int(MessageState.ACTIVE))
+        counts.write(conn, ref)
         stored_rows.sort(key=lambda s: (s.record.scheduled_enqueue_time or 0, s.record.sequence_number))
         return Activated(tuple(stored_rows))
     if isinstance(op, Purge):
         through = _INT64_MAX if op.through_sequence_number is None else op.through_sequence_number
-        return Purged(conn.execute(_PURGE, (*key, through, op.now)).rowcount)
+        counts = _Counts()
+        purged = conn.execute(_PURGE, (*key, through, op.now)).fetchall()
+        for state, size in purged:
+            counts.add(state, size, -1)
+        counts.write(conn, ref)
+        return Purged(len(purged))
     if isinstance(op, ClaimSession):
         session_id = op.session_id
         if session_id is None:
@@ -936,13 +980,24 @@ class SqliteStore:
                 return
             entity, partition = op.ref.entity, op.ref.partition
             conn.executemany(_INSERT_MESSAGE, [_message_row(entity, partition, m) for m in messages])
+            _count_records(conn, op.ref, messages)
             top = max(m.sequence_number for m in messages)
             conn.execute(_RAISE_HIGH_WATER_MARK, (entity, partition, top if top > 0 else 0))
         elif isinstance(op, DeleteMessages):
-            entity, partition = op.ref.entity, op.ref.partition
-            conn.executemany(_DELETE_MESSAGE, [(entity, partition, n) for n in op.sequence_numbers])
+            if op.sequence_numbers:
+                _delete_counted(conn, op.ref, op.sequence_numbers)
         elif isinstance(op, UpdateMessages):
+            if not op.updates:
+                return
             entity, partition = op.ref.entity, op.ref.partition
+            states: dict[int, int] = dict(conn.execute(_SELECT_STATES, (
+                entity, partition, json.dumps([u.sequence_number for u in op.updates]))).fetchall())
+            counts = _Counts()
+            for u in op.updates:
+                if u.sequence_number in states:
+                    counts.move(states[u.sequence_number], int(u.state))
+                    states[u.sequence_number] = int(u.state)
+            counts.write(conn, op.ref)
             conn.executemany(
                 _UPDATE_MESSAGE,
                 [(u.delivery_count, int(u.state), entity, partition, u.sequence_number) for u in op.updates],
