@@ -16,6 +16,11 @@ adapter to one behaviour:
   entity definitions and for the partitions that hold their messages and duplicate-detection
   history; deleting an entity also deletes its sub-queues' partitions (``<path>/$...``).
 
+* the store port v2 operations and reads are plain loops over these dictionaries, written to be
+  obviously right rather than fast: this adapter is the reference the contract suite's
+  differential test holds the durable adapters to (counts and next-due times are recomputed
+  from the messages on every read).
+
 Nothing survives the process, of course: a new ``MemoryStore`` starts empty.
 """
 

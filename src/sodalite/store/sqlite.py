@@ -29,8 +29,22 @@ so ``Queue1`` and ``queue1`` name the same entity and the same partitions. Messa
 duplicate-detection history compare exactly.
 
 Schema versions (``PRAGMA user_version``): 1 had ``messages``, ``partitions`` and ``entities``;
-2 adds ``duplicate_history``; 3 adds ``session_states``; 4 adds ``move_keys``. ``open`` migrates an older file in place,
-in one transaction, and refuses a newer one.
+2 adds ``duplicate_history``; 3 adds ``session_states``; 4 adds ``move_keys``; 5 (store port v2)
+adds the lock columns of ``messages`` (``lock_token``, ``locked_until``, ``lock_owner``; a lock is
+cleared by setting all three NULL, so ``locked_until > now`` alone says "locked"), the counters
+of the ``partitions`` row (``active``, ``scheduled``, ``deferred``, ``size_in_bytes``), the
+``session_locks`` table, and the indexes of the ready, session and due scans. ``open`` migrates
+an older file in place, in one transaction (a version-4 file gets its counters computed once from
+its rows), and refuses a newer one.
+
+Store port v2: every operation moves the counters of the partitions it touches by the deltas it
+computed, with one upsert per operation and partition in the same transaction (cheaper than row
+triggers, measured); deletes are one ``DELETE .. RETURNING`` so the rows' states and sizes are
+known. A claim is one ``UPDATE .. FROM .. RETURNING`` whose candidates come from a ``LIMIT``-ed
+range scan of the ready (or session) index, the i-th row getting the i-th 16-byte slice of the
+tokens passed as one blob. Settlements read the locks of their rows once and apply each outcome
+with ``executemany``. The reads ``counts`` and ``next_due`` are index probes (``counts``: the
+counters row and ``min(sequence_number)`` from the primary key).
 
 Not thread-safe: the caller serializes calls (one worker thread per store). The connection is
 opened with ``check_same_thread=False`` so that thread need not be the one that created it.
@@ -312,11 +326,11 @@ def _is_full(exc: BaseException) -> bool:
         or "No space left" in text
 
 
-def _message_row(entity: str, partition: int, m: MessageRecord) -> tuple[Any, ...]:
+def _message_row(entity: str, partition: int, m: MessageRecord, number: int | None = None) -> tuple[Any, ...]:
     return (
         entity,
         partition,
-        m.sequence_number,
+        m.sequence_number if number is None else number,
         m.enqueued_time,
         m.message_id,
         m.session_id,
@@ -527,8 +541,7 @@ def _append(conn: sqlite3.Connection, ref: PartitionRef, records: Sequence[Messa
     first = last - len(records) + 1
     numbers = list(range(first, last + 1))
     conn.executemany(_INSERT_MESSAGE, [
-        _message_row(ref.entity, ref.partition, replace(m, sequence_number=n))
-        for n, m in zip(numbers, records, strict=True)
+        _message_row(ref.entity, ref.partition, m, n) for n, m in zip(numbers, records, strict=True)
     ])
     _count_records(conn, ref, records)
     return numbers
