@@ -6,17 +6,30 @@ transaction (group commit): either every operation in the batch is durable when 
 returns, or none is and it raises :class:`~sodalite.errors.StoreUnavailable`. New needs become new
 operation kinds, not new methods. No driver type or driver exception crosses the port.
 
+Version 2 of the port (``/work/wt/PORT2.md``, issue 14) makes the store the truth about message
+state: the store assigns sequence numbers (:class:`Append`), claims ready messages under a lock
+token (:class:`Claim`), settles them fenced by that token (:class:`Settle`), and keeps counters and
+the next due time readable without loading a partition's messages (:meth:`MessagingStore.counts`,
+:meth:`MessagingStore.next_due`). ``apply`` returns one :data:`OpResult` per operation. The
+version-1 operations stay (they return :class:`Done`) until the partition actor runs on v2.
+
+Times are milliseconds since the epoch, always passed in (``now``): no adapter reads a clock. Lock
+tokens are chosen by the caller, so a run is deterministic. A message is *locked at now* when it
+carries a lock token and ``locked_until > now``; a lapsed lock is as good as none.
+
 Adapters are not thread-safe: the server gives each store one worker thread and calls it only
 from there.
 """
 
 from __future__ import annotations
 
+import enum
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sodalite.model.message import MessageRecord, MessageUpdate
+from sodalite.model.message import MessageRecord, MessageState, MessageUpdate
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,10 +148,327 @@ class ForgetMoveKeys:
     keys: tuple[str, ...]
 
 
-StoreOp = (
+StoreOpV1 = (
     AppendMessages | DeleteMessages | UpdateMessages | PutEntity | DeleteEntity | RememberMessageIds
     | ForgetMessageIds | PutSessionState | RememberMoveKeys | ForgetMoveKeys
 )
+
+
+# ---- version 2: the store is the truth about message state ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A stored message with its lock as the store holds it now.
+
+    ``record.delivery_count`` is the count as stored (a claim has already incremented it). The lock
+    fields are all None when the message was never claimed or its lock was cleared; a lapsed lock
+    (``locked_until <= now``) may still be shown here, and is as good as no lock.
+    """
+
+    record: MessageRecord
+    lock_token: uuid.UUID | None
+    locked_until: int | None
+    lock_owner: str | None
+
+    def locked_at(self, now: int) -> bool:
+        """True when the message carries a lock that has not lapsed at ``now``."""
+        return self.lock_token is not None and self.locked_until is not None and self.locked_until > now
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """Append messages with sequence numbers the store assigns: last+1, last+2, ... in order.
+
+    The numbers come from the partition's high-water mark (the one :class:`AppendMessages` raises),
+    in the same transaction, so they are strictly increasing per partition and never reused, also
+    after deletes and restarts. Each record's own ``sequence_number`` is ignored (pass 0); its lock
+    starts cleared. Result: :class:`Appended`.
+    """
+
+    ref: PartitionRef
+    messages: tuple[MessageRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """The numbers :class:`Append` assigned, one per message, in order."""
+
+    sequence_numbers: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """Lock the next ready messages of a partition for a receiver.
+
+    Takes at most ``len(tokens)`` rows, in sequence-number order, that are of ``state``, not locked
+    at ``now`` and not expired (``expires_at is None or expires_at > now``). With ``session_id``,
+    only that session's rows; None means rows whatever their session (for non-session entities:
+    the caller holds the session lock, see :class:`ClaimSession`). With ``sequence_numbers``, only
+    those rows (deferred receive by number): missing, locked, expired or other-state ones are
+    skipped, not errors. The i-th taken row gets ``tokens[i]``, ``locked_until``,
+    ``lock_owner = owner`` and ``delivery_count + 1`` (a lapsed lock is taken over, and its count
+    already counted the lapsed delivery). ``state`` must be ACTIVE or DEFERRED: scheduled messages
+    are never claimed (see :class:`Activate`). Result: :class:`Claimed`.
+    """
+
+    ref: PartitionRef
+    now: int
+    locked_until: int
+    owner: str
+    tokens: tuple[uuid.UUID, ...]
+    session_id: str | None = None
+    sequence_numbers: tuple[int, ...] | None = None
+    state: MessageState = MessageState.ACTIVE
+
+    def __post_init__(self) -> None:
+        if self.state == MessageState.SCHEDULED:
+            raise ValueError("Claim: scheduled messages are never claimed; activate them first")
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """The rows a :class:`Claim` took, in sequence-number order, with their new lock and count."""
+
+    messages: tuple[StoredMessage, ...]
+
+
+class Outcome(enum.Enum):
+    """How a :class:`SettleItem` ends a locked message's delivery."""
+
+    COMPLETE = "complete"  # delete the message
+    ABANDON = "abandon"  # clear the lock; the delivery still counts
+    RELEASE = "release"  # clear the lock and give the delivery back (count - 1, not below 0)
+    DEFER = "defer"  # clear the lock; the message becomes DEFERRED
+    DEAD_LETTER = "dead_letter"  # delete here, append to ``dead_letter_to`` with a new number
+
+
+@dataclass(frozen=True, slots=True)
+class SettleItem:
+    """One settlement: the message, the lock token it must carry, and what to do.
+
+    ``annotations`` (with ``annotation_count``), when not None, replaces the message's annotations
+    before the outcome (properties to modify, the dead-letter reason). ``dead_letter_to`` names the
+    dead-letter partition (in the same store) and is required for DEAD_LETTER.
+    """
+
+    sequence_number: int
+    lock_token: uuid.UUID
+    outcome: Outcome
+    annotations: bytes | None = None
+    annotation_count: int = 0
+    dead_letter_to: PartitionRef | None = None
+
+    def __post_init__(self) -> None:
+        if self.outcome is Outcome.DEAD_LETTER and self.dead_letter_to is None:
+            raise ValueError("SettleItem: DEAD_LETTER needs dead_letter_to")
+
+
+@dataclass(frozen=True, slots=True)
+class Settle:
+    """Settle locked messages, each fenced by its lock token.
+
+    An item applies only when its row exists, carries exactly ``lock_token`` and
+    ``locked_until > now``; otherwise it changes nothing and its flag is False (a stale token, a
+    lapsed lock, a message already settled: the caller answers "lock lost"). Items apply in order,
+    so a second item for the same message finds it settled (False). A dead-lettered message is
+    appended to ``dead_letter_to`` with the next number of that partition, unlocked, state ACTIVE,
+    with its delivery count. Result: :class:`Settled`.
+    """
+
+    ref: PartitionRef
+    now: int
+    items: tuple[SettleItem, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """Per :class:`SettleItem`, in order: True when it applied."""
+
+    applied: tuple[bool, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RenewLocks:
+    """Extend message locks: each (sequence number, token) item is fenced as in :class:`Settle`
+    and, when it applies, gets ``locked_until``. Result: :class:`Renewed`."""
+
+    ref: PartitionRef
+    now: int
+    locked_until: int
+    items: tuple[tuple[int, uuid.UUID], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Renewed:
+    """Per item, in order: True when the lock was held and is now renewed (or released)."""
+
+    applied: tuple[bool, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MoveItem:
+    """One message to move: replacement annotations (when not None) and whether the moved copy's
+    delivery count starts again at 0."""
+
+    sequence_number: int
+    annotations: bytes | None = None
+    annotation_count: int = 0
+    reset_delivery_count: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MoveMessages:
+    """Move unlocked messages to another partition of the same store, or delete them.
+
+    For each item whose row exists and is not locked at ``now``: delete it here and, with a
+    ``target``, append it there with the target's next number (state ACTIVE, lock cleared, count
+    reset if asked). Used for expiry (to the dead-letter queue, or just gone), MaxDeliveryCount
+    dead-lettering of an unlocked message, redrive and resubmit. Result: :class:`Moved`.
+    """
+
+    ref: PartitionRef
+    now: int
+    items: tuple[MoveItem, ...]
+    target: PartitionRef | None
+
+
+@dataclass(frozen=True, slots=True)
+class Moved:
+    """Per :class:`MoveItem`: the number in the target (the old number when there is no target),
+    or None when the message was gone or locked."""
+
+    sequence_numbers: tuple[int | None, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Activate:
+    """Make due scheduled messages ACTIVE: rows of state SCHEDULED with ``scheduled_enqueue_time <=
+    now``, at most ``limit``, in order of that time then sequence number. They keep their number
+    (assigned at schedule time). Result: :class:`Activated`, so a topic can fan them out."""
+
+    ref: PartitionRef
+    now: int
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class Activated:
+    """The activated messages, in order of scheduled time then sequence number, as now stored."""
+
+    messages: tuple[StoredMessage, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Purge:
+    """Delete every message numbered <= ``through_sequence_number`` (every one when None), in any
+    state, except those locked at ``now``. Result: :class:`Purged`."""
+
+    ref: PartitionRef
+    now: int
+    through_sequence_number: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Purged:
+    """How many messages :class:`Purge` deleted."""
+
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimSession:
+    """Take a session lock (one per entity, partition and session id).
+
+    With ``session_id``: take that session's lock unless someone holds it at ``now`` (the session
+    need not have messages). With None: take the session, not locked at ``now``, that has the
+    lowest-numbered ACTIVE, unlocked, unexpired message; nothing when there is none. The lock gets
+    ``token``, ``locked_until`` and ``owner``. Result: :class:`SessionClaimed`.
+    """
+
+    ref: PartitionRef
+    now: int
+    token: uuid.UUID
+    locked_until: int
+    owner: str
+    session_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionClaimed:
+    """The session now locked by :class:`ClaimSession`, or None when it took nothing."""
+
+    session_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RenewSession:
+    """Extend a session lock held with ``token`` and not lapsed at ``now``. Result:
+    :class:`Renewed` with one flag."""
+
+    ref: PartitionRef
+    now: int
+    session_id: str
+    token: uuid.UUID
+    locked_until: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseSession:
+    """Drop a session lock held with ``token`` (fenced by the token only: releasing a lapsed lock
+    that nobody took over is fine). Result: :class:`Renewed` with one flag."""
+
+    ref: PartitionRef
+    session_id: str
+    token: uuid.UUID
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """The result of an operation that returns nothing (every version-1 operation)."""
+
+
+StoreOpV2 = (
+    Append | Claim | Settle | RenewLocks | MoveMessages | Activate | Purge | ClaimSession | RenewSession
+    | ReleaseSession
+)
+StoreOp = StoreOpV1 | StoreOpV2
+OpResult = Done | Appended | Claimed | Settled | Renewed | Moved | Activated | Purged | SessionClaimed
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionCounts:
+    """Counters of a partition, kept by the store in the same transactions as the messages.
+
+    ``active`` counts ACTIVE messages, locked ones included (as Service Bus's ActiveMessageCount
+    does); ``size_in_bytes`` sums :attr:`MessageRecord.size` over every stored message;
+    ``last_sequence_number`` is the high-water mark (0 when none was ever assigned);
+    ``first_sequence_number`` the lowest stored number, None when the partition holds nothing.
+    """
+
+    active: int
+    scheduled: int
+    deferred: int
+    size_in_bytes: int
+    last_sequence_number: int
+    first_sequence_number: int | None
+
+    @property
+    def message_count(self) -> int:
+        return self.active + self.scheduled + self.deferred
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMeta:
+    """What a partition needs at start, none of it messages (replaces ``load_partition``)."""
+
+    counts: PartitionCounts
+    # (message id, seen-at ms) pairs, ordered by seen-at then id
+    duplicate_history: tuple[tuple[str, int], ...]
+    # (session id, state, updated-at ms), ordered by session id
+    session_states: tuple[tuple[str, bytes, int], ...]
+    # keys of messages moved in from another store whose source copy may still exist, sorted
+    move_keys: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,9 +497,33 @@ class MessagingStore(Protocol):
     def open(self) -> None:
         """Create or migrate the schema; idempotent."""
 
-    def apply(self, batch: Sequence[StoreOp]) -> None:
+    def apply(self, batch: Sequence[StoreOp]) -> tuple[OpResult, ...]:
         """Commit every operation in one transaction, durably, or raise StoreUnavailable (StoreFull when
-        the disk is full: nothing of the batch was applied)."""
+        the disk is full: nothing of the batch was applied). Returns one result per operation, in
+        order (:class:`Done` for the version-1 operations)."""
+
+    def peek(self, ref: PartitionRef, from_sequence_number: int, count: int,
+             states: frozenset[MessageState] | None = None,
+             session_id: str | None = None) -> tuple[StoredMessage, ...]:
+        """At most ``count`` messages numbered >= ``from_sequence_number``, in sequence-number order,
+        locked or not; only of ``states`` when given, only of ``session_id`` when given."""
+
+    def fetch(self, ref: PartitionRef, sequence_numbers: Sequence[int]) -> tuple[StoredMessage, ...]:
+        """The messages with these numbers, in sequence-number order, each once; missing ones are
+        omitted."""
+
+    def counts(self, ref: PartitionRef) -> PartitionCounts:
+        """The partition's counters (zeros for a partition never written); never a backlog scan."""
+
+    def next_due(self, ref: PartitionRef, now: int) -> int | None:
+        """The earliest time something in the partition falls due, None when nothing will: the
+        ``scheduled_enqueue_time`` of SCHEDULED messages, the ``expires_at`` of messages (any state)
+        not locked at ``now``, the ``locked_until`` of messages locked at ``now``, and the
+        ``locked_until`` of session locks held at ``now``. May be <= now (something is due already).
+        Served from indexes."""
+
+    def partition_meta(self, ref: PartitionRef) -> PartitionMeta:
+        """Counters, duplicate-detection history, session states and move keys, read together."""
 
     def load_partition(self, ref: PartitionRef) -> PartitionSnapshot:
         """Return the partition's messages, high-water mark and duplicate-detection history (empty if

@@ -57,9 +57,13 @@ from sodalite.store.port import (
     AppendMessages,
     DeleteEntity,
     DeleteMessages,
+    Done,
     EntityRecord,
     ForgetMessageIds,
     ForgetMoveKeys,
+    OpResult,
+    PartitionCounts,
+    PartitionMeta,
     PartitionRef,
     PartitionSnapshot,
     PartitionStats,
@@ -67,7 +71,9 @@ from sodalite.store.port import (
     PutSessionState,
     RememberMessageIds,
     RememberMoveKeys,
+    StoredMessage,
     StoreOp,
+    StoreOpV1,
     UpdateMessages,
 )
 
@@ -365,7 +371,7 @@ def _key(ref: PartitionRef) -> tuple[bytes, int]:
 _Statements = dict[str, list[tuple[Any, ...]]]
 
 
-def _statements(op: StoreOp) -> Iterable[tuple[str, list[tuple[Any, ...]]]]:
+def _statements(op: StoreOpV1) -> Iterable[tuple[str, list[tuple[Any, ...]]]]:
     """The statements one operation becomes, each with its parameter rows (run with executemany)."""
     if isinstance(op, AppendMessages):
         if not op.messages:
@@ -476,13 +482,16 @@ class PostgresStore:
         pool.open(wait=False)
         self._pool = pool
 
-    def apply(self, batch: Sequence[StoreOp]) -> None:
+    def apply(self, batch: Sequence[StoreOp]) -> tuple[OpResult, ...]:
         pool = self._require()
         grouped: list[tuple[str, list[tuple[Any, ...]]]] = []
         for op in batch:  # validate and encode everything before touching the database
+            if not isinstance(op, StoreOpV1):
+                raise NotImplementedError(f"store port v2: {type(op).__name__} (PostgreSQL: not built yet)")
             grouped.extend(_statements(op))
+        done = tuple(Done() for _ in batch)
         if not grouped:
-            return
+            return done
         try:
             with pool.connection() as conn:
                 # BEGIN, the statements and COMMIT go out together, and one sync brings every result
@@ -504,6 +513,7 @@ class PostgresStore:
                     f"until space is freed; nothing of this batch was stored ({_describe(exc)})") from exc
             raise StoreUnavailable(
                 f"PostgreSQL store {self._shown}: batch not applied: {_describe(exc)}") from exc
+        return done
 
     def load_partition(self, ref: PartitionRef) -> PartitionSnapshot:
         key = _key(ref)
@@ -540,6 +550,25 @@ class PostgresStore:
                              [(_SELECT_STATS, _key(ref))])
         count, size = rows[0]
         return PartitionStats(message_count=int(count), size_in_bytes=int(size))
+
+    # -- version 2 reads (not yet built in this adapter) ------------------------------------------
+
+    def peek(self, ref: PartitionRef, from_sequence_number: int, count: int,
+             states: frozenset[MessageState] | None = None,
+             session_id: str | None = None) -> tuple[StoredMessage, ...]:
+        raise NotImplementedError("store port v2: peek")
+
+    def fetch(self, ref: PartitionRef, sequence_numbers: Sequence[int]) -> tuple[StoredMessage, ...]:
+        raise NotImplementedError("store port v2: fetch")
+
+    def counts(self, ref: PartitionRef) -> PartitionCounts:
+        raise NotImplementedError("store port v2: counts")
+
+    def next_due(self, ref: PartitionRef, now: int) -> int | None:
+        raise NotImplementedError("store port v2: next_due")
+
+    def partition_meta(self, ref: PartitionRef) -> PartitionMeta:
+        raise NotImplementedError("store port v2: partition_meta")
 
     def maintain(self) -> bool:
         self._require()
