@@ -144,7 +144,7 @@ DEFAULT_CONNECT_TIMEOUT: Final = 5.0  # seconds open() waits for the database at
 CALL_WAIT: Final = 2.0
 GENERATIONS: Final = 4  # tables in the ring of message tables
 # The current generation's table is left for the next once it is this large (and the next is empty).
-DEFAULT_ROTATE_BYTES: Final = 8 * 1024 * 1024
+DEFAULT_ROTATE_BYTES: Final = 2 * 1024 * 1024
 MOVE_LIMIT: Final = 1000  # a generation holding at most this many live rows is moved on and truncated
 LOCK_TIMEOUT_MS: Final = 100  # how long the maintenance waits for the lock TRUNCATE needs
 
@@ -365,6 +365,8 @@ def _qualified(alias: str) -> str:
 _CURRENT_GENERATION: Final = "(SELECT generation FROM sodalite_ring)"
 _PARTITION: Final = "m.entity = %(e)s AND m.partition = %(p)s"
 _UNLOCKED: Final = "(m.lock_token IS NULL OR m.locked_until <= %(now)s)"
+# The rows an item array names: an index condition on the numbers, then the join to the items.
+_ITEM_ROWS: Final = "m.sequence_number = ANY(%(seq)s::bigint[]) AND m.sequence_number = i.seq"
 _FENCED: Final = "m.lock_token = i.tok AND m.locked_until > %(now)s"
 _SIZE: Final = "length(m.annotations) + length(m.tail)"
 # Per removed row: what it takes off the partition's counters.
@@ -434,9 +436,10 @@ _UPDATE_NUMBERED: Final = (
     "WITH i AS (SELECT * FROM unnest(%(seq)s::bigint[], %(dc)s::bigint[], %(st)s::smallint[]) AS i(seq, dc, st)), "
     "old AS (SELECT m.sequence_number, m.state, i.dc, i.st FROM sodalite_messages m "
     "JOIN i ON m.sequence_number = i.seq "
-    f"WHERE {_PARTITION} FOR UPDATE OF m), "
+    f"WHERE {_PARTITION} AND m.sequence_number = ANY(%(seq)s::bigint[]) FOR UPDATE OF m), "
     "upd AS (UPDATE sodalite_messages m SET delivery_count = old.dc, state = old.st FROM old "
-    f"WHERE {_PARTITION} AND m.sequence_number = old.sequence_number RETURNING "
+    f"WHERE {_PARTITION} AND m.sequence_number = ANY(%(seq)s::bigint[]) AND m.sequence_number = old.sequence_number "
+    "RETURNING "
     "(m.state = 0)::int - (old.state = 0)::int AS da, (m.state = 2)::int - (old.state = 2)::int AS ds, "
     "(m.state = 1)::int - (old.state = 1)::int AS dd, 0 AS dz) "
     f"{_adjust('upd')}"
@@ -456,7 +459,8 @@ def _claim_sql(by_session: bool, by_numbers: bool) -> str:
         "tok AS (SELECT t, ord FROM unnest(%(tokens)s::uuid[]) WITH ORDINALITY AS x(t, ord)) "
         "UPDATE sodalite_messages m SET lock_token = tok.t, locked_until = %(until)s, lock_owner = %(owner)s, "
         "delivery_count = m.delivery_count + 1 FROM picked JOIN tok USING (ord) "
-        f"WHERE {_PARTITION} AND m.sequence_number = picked.sequence_number RETURNING {_qualified('m')}"
+        f"WHERE {_PARTITION} AND m.sequence_number = ANY(ARRAY(SELECT sequence_number FROM picked)) "
+        f"AND m.sequence_number = picked.sequence_number RETURNING {_qualified('m')}"
     )
 
 
@@ -468,19 +472,21 @@ _SETTLE_ITEMS: Final = (
 _CODE: Final = {Outcome.ABANDON: 0, Outcome.RELEASE: 1, Outcome.DEFER: 2, Outcome.COMPLETE: 3, Outcome.DEAD_LETTER: 4}
 _COMPLETE: Final = (
     f"WITH {_SETTLE_ITEMS}, d AS (DELETE FROM sodalite_messages m USING i WHERE {_PARTITION} "
-    f"AND m.sequence_number = i.seq AND {_FENCED} RETURNING m.sequence_number, {_GONE}), "
+    f"AND {_ITEM_ROWS} AND {_FENCED} RETURNING m.sequence_number, {_GONE}), "
     f"adj AS ({_adjust('d')}) SELECT sequence_number FROM d"
 )
 # ABANDON, RELEASE and DEFER clear the lock; RELEASE gives the delivery back, DEFER defers.
 _UNLOCK: Final = (
     f"WITH {_SETTLE_ITEMS}, old AS (SELECT m.sequence_number, m.state, {_SIZE} AS size, i.code, i.ann, i.annc "
-    f"FROM sodalite_messages m JOIN i ON m.sequence_number = i.seq WHERE {_PARTITION} AND {_FENCED} "
+    f"FROM sodalite_messages m JOIN i ON m.sequence_number = i.seq WHERE {_PARTITION} "
+    f"AND m.sequence_number = ANY(%(seq)s::bigint[]) AND {_FENCED} "
     "FOR UPDATE OF m), "
     "upd AS (UPDATE sodalite_messages m SET lock_token = NULL, locked_until = NULL, lock_owner = NULL, "
     "delivery_count = CASE WHEN old.code = 1 THEN GREATEST(m.delivery_count - 1, 0) ELSE m.delivery_count END, "
     "state = CASE WHEN old.code = 2 THEN 1 ELSE m.state END, annotations = coalesce(old.ann, m.annotations), "
     "annotation_count = CASE WHEN old.ann IS NULL THEN m.annotation_count ELSE old.annc END FROM old "
-    f"WHERE {_PARTITION} AND m.sequence_number = old.sequence_number RETURNING m.sequence_number, "
+    f"WHERE {_PARTITION} AND m.sequence_number = ANY(%(seq)s::bigint[]) AND m.sequence_number = old.sequence_number "
+    "RETURNING m.sequence_number, "
     "(m.state = 0)::int - (old.state = 0)::int AS da, (m.state = 2)::int - (old.state = 2)::int AS ds, "
     f"(m.state = 1)::int - (old.state = 1)::int AS dd, {_SIZE} - old.size AS dz), "
     f"adj AS ({_adjust('upd')}) SELECT sequence_number FROM upd"
@@ -499,7 +505,7 @@ def _transfer_sql(fence: str) -> str:
         for n in _FIELD_NAMES if n != "state")
     return (
         f"WITH {_SETTLE_ITEMS}, d AS (DELETE FROM sodalite_messages m USING i WHERE {_PARTITION} "
-        f"AND m.sequence_number = i.seq AND {fence} RETURNING i.ord, m.sequence_number AS old_seq, {copied}, "
+        f"AND {_ITEM_ROWS} AND {fence} RETURNING i.ord, m.sequence_number AS old_seq, {copied}, "
         f"{_GONE}), "
         f"src AS ({_adjust('d')}), "
         f"hw AS (INSERT INTO sodalite_partitions AS c ({_COUNTER_COLUMNS}) "
@@ -517,20 +523,21 @@ _DEAD_LETTER: Final = _transfer_sql(_FENCED)
 _MOVE_TO: Final = _transfer_sql(_UNLOCKED)
 _MOVE_AWAY: Final = (
     f"WITH {_SETTLE_ITEMS}, d AS (DELETE FROM sodalite_messages m USING i WHERE {_PARTITION} "
-    f"AND m.sequence_number = i.seq AND {_UNLOCKED} RETURNING m.sequence_number, {_GONE}), "
+    f"AND {_ITEM_ROWS} AND {_UNLOCKED} RETURNING m.sequence_number, {_GONE}), "
     f"adj AS ({_adjust('d')}) SELECT sequence_number, sequence_number FROM d"
 )
 _RENEW: Final = (
     "UPDATE sodalite_messages m SET locked_until = %(until)s "
     "FROM unnest(%(seq)s::bigint[], %(tok)s::uuid[]) AS i(seq, tok) "
-    f"WHERE {_PARTITION} AND m.sequence_number = i.seq AND {_FENCED} RETURNING m.sequence_number"
+    f"WHERE {_PARTITION} AND {_ITEM_ROWS} AND {_FENCED} RETURNING m.sequence_number"
 )
 _ACTIVATE: Final = (
     "WITH due AS (SELECT m.sequence_number FROM sodalite_messages m WHERE "
     f"{_PARTITION} AND m.state = 2 AND m.scheduled_enqueue_time <= %(now)s "
     "ORDER BY m.scheduled_enqueue_time, m.sequence_number LIMIT %(n)s FOR UPDATE SKIP LOCKED), "
     "upd AS (UPDATE sodalite_messages m SET state = 0 FROM due "
-    f"WHERE {_PARTITION} AND m.sequence_number = due.sequence_number RETURNING {_qualified('m')}), "
+    f"WHERE {_PARTITION} AND m.sequence_number = ANY(ARRAY(SELECT sequence_number FROM due)) "
+    f"AND m.sequence_number = due.sequence_number RETURNING {_qualified('m')}), "
     "adj AS (UPDATE sodalite_partitions c SET scheduled = c.scheduled - (SELECT count(*) FROM upd), "
     "active = c.active + (SELECT count(*) FROM upd) "
     "WHERE c.entity = %(e)s AND c.partition = %(p)s AND EXISTS (SELECT 1 FROM upd)) "
