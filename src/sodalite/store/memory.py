@@ -23,33 +23,54 @@ from __future__ import annotations
 
 import json
 import string
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import assert_never
 
 from sodalite.errors import StoreUnavailable
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.store.port import (
+    Activate,
+    Activated,
+    Append,
+    Appended,
     AppendMessages,
+    Claim,
+    Claimed,
+    ClaimSession,
     DeleteEntity,
     DeleteMessages,
     Done,
     EntityRecord,
     ForgetMessageIds,
     ForgetMoveKeys,
+    Moved,
+    MoveMessages,
     OpResult,
+    Outcome,
     PartitionCounts,
     PartitionMeta,
     PartitionRef,
     PartitionSnapshot,
     PartitionStats,
+    Purge,
+    Purged,
     PutEntity,
     PutSessionState,
+    ReleaseSession,
     RememberMessageIds,
     RememberMoveKeys,
+    Renewed,
+    RenewLocks,
+    RenewSession,
+    SessionClaimed,
+    Settle,
+    Settled,
     StoredMessage,
     StoreOp,
     StoreOpV1,
+    StoreOpV2,
     UpdateMessages,
 )
 
@@ -87,6 +108,10 @@ def _check_text(value: str, what: str) -> None:
         raise StoreUnavailable(f"{what} {value!r} cannot be stored as UTF-8 text ({exc})") from exc
 
 
+def _expired(m: MessageRecord, now: int) -> bool:
+    return m.expires_at is not None and m.expires_at <= now
+
+
 def _key(ref: PartitionRef) -> _PartitionKey:
     _check_int64(ref.partition, f"partition number of {ref.entity!r}")
     return (_fold(ref.entity), ref.partition)
@@ -111,6 +136,46 @@ class _Partition:
     history: dict[str, int] = field(default_factory=dict)  # duplicate detection: message id -> seen at
     session_states: dict[str, tuple[bytes, int]] = field(default_factory=dict)  # id -> (state, updated at)
     move_keys: set[str] = field(default_factory=set)
+    locks: dict[int, _Lock] = field(default_factory=dict)  # sequence number -> lock (lapsed ones too)
+    session_locks: dict[str, _Lock] = field(default_factory=dict)  # session id -> lock
+
+    def copy(self) -> _Partition:
+        return _Partition(dict(self.messages), self.last_sequence_number, dict(self.history),
+                          dict(self.session_states), set(self.move_keys), dict(self.locks),
+                          dict(self.session_locks))
+
+    def stored(self, n: int) -> StoredMessage:
+        lock = self.locks.get(n)
+        if lock is None:
+            return StoredMessage(self.messages[n], None, None, None)
+        return StoredMessage(self.messages[n], lock.token, lock.until, lock.owner)
+
+    def locked(self, n: int, now: int) -> bool:
+        lock = self.locks.get(n)
+        return lock is not None and lock.until > now
+
+    def holds(self, n: int, token: uuid.UUID, now: int) -> bool:
+        """The fencing rule: the row exists, carries ``token``, and its lock has not lapsed."""
+        lock = self.locks.get(n)
+        return n in self.messages and lock is not None and lock.token == token and lock.until > now
+
+    def append(self, m: MessageRecord) -> int:
+        n = self.last_sequence_number + 1
+        self.messages[n] = replace(m, sequence_number=n)
+        self.locks.pop(n, None)
+        self.last_sequence_number = n
+        return n
+
+    def delete(self, n: int) -> MessageRecord | None:
+        self.locks.pop(n, None)
+        return self.messages.pop(n, None)
+
+
+@dataclass(frozen=True, slots=True)
+class _Lock:
+    token: uuid.UUID
+    until: int
+    owner: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,16 +224,16 @@ class MemoryStore:
             key = _key(ref)
             if key not in copied:
                 old = partitions.get(key)
-                partitions[key] = (
-                    _Partition(dict(old.messages), old.last_sequence_number, dict(old.history),
-                               dict(old.session_states), set(old.move_keys)) if old else _Partition()
-                )
+                partitions[key] = old.copy() if old else _Partition()
                 copied.add(key)
             return partitions[key]
 
+        results: list[OpResult] = []
         for op in batch:
             if not isinstance(op, StoreOpV1):
-                raise NotImplementedError(f"store port v2: {type(op).__name__}")
+                results.append(self._apply_v2(op, writable))
+                continue
+            results.append(Done())
             if isinstance(op, AppendMessages):
                 if not op.messages:
                     continue
@@ -189,7 +254,7 @@ class MemoryStore:
                 part = writable(op.ref)
                 for n in op.sequence_numbers:
                     _check_int64(n, f"sequence number of {op.ref.entity!r}")
-                    part.messages.pop(n, None)
+                    part.delete(n)
             elif isinstance(op, UpdateMessages):
                 if not op.updates:
                     continue
@@ -251,7 +316,144 @@ class MemoryStore:
         # Every operation succeeded: publish the new state in one step.
         self._partitions = partitions
         self._entities = entities
-        return tuple(Done() for _ in batch)
+        return tuple(results)
+
+    @staticmethod
+    def _apply_v2(op: StoreOpV2, writable: Callable[[PartitionRef], _Partition]) -> OpResult:
+        if isinstance(op, Append):
+            part = writable(op.ref)
+            numbers = []
+            for m in op.messages:
+                _check_record(op.ref, replace(m, sequence_number=0))
+                numbers.append(part.append(m))
+            _check_int64(part.last_sequence_number, f"last sequence number of {op.ref.entity!r}")
+            return Appended(tuple(numbers))
+        if isinstance(op, Claim):
+            part = writable(op.ref)
+            wanted = None if op.sequence_numbers is None else set(op.sequence_numbers)
+            taken: list[StoredMessage] = []
+            for n in sorted(part.messages):
+                if len(taken) == len(op.tokens):
+                    break
+                m = part.messages[n]
+                if (m.state != op.state or part.locked(n, op.now) or _expired(m, op.now)
+                        or (op.session_id is not None and m.session_id != op.session_id)
+                        or (wanted is not None and n not in wanted)):
+                    continue
+                part.messages[n] = replace(m, delivery_count=m.delivery_count + 1)
+                part.locks[n] = _Lock(op.tokens[len(taken)], op.locked_until, op.owner)
+                taken.append(part.stored(n))
+            return Claimed(tuple(taken))
+        if isinstance(op, Settle):
+            part = writable(op.ref)
+            applied: list[bool] = []
+            for item in op.items:
+                n = item.sequence_number
+                if not part.holds(n, item.lock_token, op.now):
+                    applied.append(False)
+                    continue
+                applied.append(True)
+                m = part.messages[n]
+                if item.annotations is not None:
+                    m = replace(m, annotations=item.annotations, annotation_count=item.annotation_count)
+                del part.locks[n]
+                if item.outcome is Outcome.COMPLETE:
+                    part.delete(n)
+                elif item.outcome is Outcome.ABANDON:
+                    part.messages[n] = m
+                elif item.outcome is Outcome.RELEASE:
+                    part.messages[n] = replace(m, delivery_count=max(0, m.delivery_count - 1))
+                elif item.outcome is Outcome.DEFER:
+                    part.messages[n] = replace(m, state=MessageState.DEFERRED)
+                elif item.outcome is Outcome.DEAD_LETTER:
+                    assert item.dead_letter_to is not None
+                    part.delete(n)
+                    writable(item.dead_letter_to).append(replace(m, state=MessageState.ACTIVE))
+                else:
+                    assert_never(item.outcome)
+            return Settled(tuple(applied))
+        if isinstance(op, RenewLocks):
+            part = writable(op.ref)
+            renewed: list[bool] = []
+            for n, token in op.items:
+                ok = part.holds(n, token, op.now)
+                if ok:
+                    part.locks[n] = replace(part.locks[n], until=op.locked_until)
+                renewed.append(ok)
+            return Renewed(tuple(renewed))
+        if isinstance(op, MoveMessages):
+            part = writable(op.ref)
+            moved: list[int | None] = []
+            for move in op.items:
+                n = move.sequence_number
+                if n not in part.messages or part.locked(n, op.now):
+                    moved.append(None)
+                    continue
+                gone = part.delete(n)
+                assert gone is not None
+                if op.target is None:
+                    moved.append(n)
+                    continue
+                if move.annotations is not None:
+                    gone = replace(gone, annotations=move.annotations, annotation_count=move.annotation_count)
+                gone = replace(gone, state=MessageState.ACTIVE,
+                               delivery_count=0 if move.reset_delivery_count else gone.delivery_count)
+                moved.append(writable(op.target).append(gone))
+            return Moved(tuple(moved))
+        if isinstance(op, Activate):
+            part = writable(op.ref)
+            due = sorted(
+                (m.scheduled_enqueue_time, n) for n, m in part.messages.items()
+                if m.state == MessageState.SCHEDULED and m.scheduled_enqueue_time is not None
+                and m.scheduled_enqueue_time <= op.now
+            )[:max(op.limit, 0)]
+            for _, n in due:
+                part.messages[n] = replace(part.messages[n], state=MessageState.ACTIVE)
+            return Activated(tuple(part.stored(n) for _, n in due))
+        if isinstance(op, Purge):
+            part = writable(op.ref)
+            through = op.through_sequence_number
+            doomed = [n for n in part.messages
+                      if (through is None or n <= through) and not part.locked(n, op.now)]
+            for n in doomed:
+                part.delete(n)
+            return Purged(len(doomed))
+        if isinstance(op, ClaimSession):
+            part = writable(op.ref)
+
+            def free(sid: str) -> bool:
+                lock = part.session_locks.get(sid)
+                return lock is None or lock.until <= op.now
+
+            chosen = op.session_id
+            if chosen is None:
+                for n in sorted(part.messages):
+                    m = part.messages[n]
+                    if (m.session_id is not None and m.state == MessageState.ACTIVE
+                            and not part.locked(n, op.now) and not _expired(m, op.now) and free(m.session_id)):
+                        chosen = m.session_id
+                        break
+            if chosen is None or not free(chosen):
+                return SessionClaimed(None)
+            _check_text(chosen, f"session id of {op.ref.entity!r}")
+            part.session_locks[chosen] = _Lock(op.token, op.locked_until, op.owner)
+            return SessionClaimed(chosen)
+        if isinstance(op, RenewSession):
+            part = writable(op.ref)
+            lock = part.session_locks.get(op.session_id)
+            ok = lock is not None and lock.token == op.token and lock.until > op.now
+            if ok:
+                assert lock is not None
+                part.session_locks[op.session_id] = replace(lock, until=op.locked_until)
+            return Renewed((ok,))
+        if isinstance(op, ReleaseSession):
+            part = writable(op.ref)
+            lock = part.session_locks.get(op.session_id)
+            ok = lock is not None and lock.token == op.token
+            if ok:
+                del part.session_locks[op.session_id]
+            return Renewed((ok,))
+        assert_never(op)
 
     def load_partition(self, ref: PartitionRef) -> PartitionSnapshot:
         self._require_open()
@@ -283,24 +485,64 @@ class MemoryStore:
             size_in_bytes=sum(m.size for m in part.messages.values()),
         )
 
-    # -- version 2 reads (not yet built in this adapter) ------------------------------------------
+    # -- version 2 reads: plain scans, the reference the durable adapters are held to -------------
 
     def peek(self, ref: PartitionRef, from_sequence_number: int, count: int,
              states: frozenset[MessageState] | None = None,
              session_id: str | None = None) -> tuple[StoredMessage, ...]:
-        raise NotImplementedError("store port v2: peek")
+        part = self._read(ref)
+        found: list[StoredMessage] = []
+        for n in sorted(part.messages):
+            if len(found) >= count:
+                break
+            m = part.messages[n]
+            if (n >= from_sequence_number and (states is None or m.state in states)
+                    and (session_id is None or m.session_id == session_id)):
+                found.append(part.stored(n))
+        return tuple(found)
 
     def fetch(self, ref: PartitionRef, sequence_numbers: Sequence[int]) -> tuple[StoredMessage, ...]:
-        raise NotImplementedError("store port v2: fetch")
+        part = self._read(ref)
+        return tuple(part.stored(n) for n in sorted(set(sequence_numbers)) if n in part.messages)
 
     def counts(self, ref: PartitionRef) -> PartitionCounts:
-        raise NotImplementedError("store port v2: counts")
+        part = self._read(ref)
+        states = [m.state for m in part.messages.values()]
+        return PartitionCounts(
+            active=states.count(MessageState.ACTIVE),
+            scheduled=states.count(MessageState.SCHEDULED),
+            deferred=states.count(MessageState.DEFERRED),
+            size_in_bytes=sum(m.size for m in part.messages.values()),
+            last_sequence_number=part.last_sequence_number,
+            first_sequence_number=min(part.messages, default=None),
+        )
 
     def next_due(self, ref: PartitionRef, now: int) -> int | None:
-        raise NotImplementedError("store port v2: next_due")
+        part = self._read(ref)
+        times: list[int] = []
+        for n, m in part.messages.items():
+            if m.state == MessageState.SCHEDULED and m.scheduled_enqueue_time is not None:
+                times.append(m.scheduled_enqueue_time)
+            lock = part.locks.get(n)
+            if lock is not None and lock.until > now:
+                times.append(lock.until)
+            elif m.expires_at is not None:
+                times.append(m.expires_at)
+        times.extend(lock.until for lock in part.session_locks.values() if lock.until > now)
+        return min(times, default=None)
 
     def partition_meta(self, ref: PartitionRef) -> PartitionMeta:
-        raise NotImplementedError("store port v2: partition_meta")
+        part = self._read(ref)
+        return PartitionMeta(
+            counts=self.counts(ref),
+            duplicate_history=tuple(sorted(part.history.items(), key=lambda item: (item[1], item[0]))),
+            session_states=tuple((sid, state, at) for sid, (state, at) in sorted(part.session_states.items())),
+            move_keys=tuple(sorted(part.move_keys)),
+        )
+
+    def _read(self, ref: PartitionRef) -> _Partition:
+        self._require_open()
+        return self._partitions.get(_key(ref)) or _Partition()
 
     def maintain(self) -> bool:
         return True  # memory is never full here

@@ -42,37 +42,62 @@ import json
 import os
 import pathlib
 import sqlite3
+import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Final, assert_never
 
 from sodalite.errors import ConfigurationError, StoreFull, StoreUnavailable
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.store.port import (
+    Activate,
+    Activated,
+    Append,
+    Appended,
     AppendMessages,
+    Claim,
+    Claimed,
+    ClaimSession,
     DeleteEntity,
     DeleteMessages,
     Done,
     EntityRecord,
     ForgetMessageIds,
     ForgetMoveKeys,
+    Moved,
+    MoveMessages,
     OpResult,
+    Outcome,
     PartitionCounts,
     PartitionMeta,
     PartitionRef,
     PartitionSnapshot,
     PartitionStats,
+    Purge,
+    Purged,
     PutEntity,
     PutSessionState,
+    ReleaseSession,
     RememberMessageIds,
     RememberMoveKeys,
+    Renewed,
+    RenewLocks,
+    RenewSession,
+    SessionClaimed,
+    Settle,
+    Settled,
+    SettleItem,
     StoredMessage,
     StoreOp,
     StoreOpV1,
+    StoreOpV2,
     UpdateMessages,
 )
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
+MIN_SQLITE_VERSION: Final = (3, 35, 0)  # UPDATE .. FROM (3.33) and RETURNING (3.35)
 SYNCHRONOUS_MODES: Final = ("FULL", "EXTRA", "NORMAL")
+_INT64_MAX: Final = 2**63 - 1
 _SYNCHRONOUS_CODES: Final = {"NORMAL": 1, "FULL": 2, "EXTRA": 3}
 
 # Errors that binding or executing a statement may raise besides sqlite3.Error: an int that does
@@ -159,8 +184,90 @@ _SCHEMA: Final = (
     ) WITHOUT ROWID
     """,
 )
+# Schema version 5 (store port v2). A version-4 file gets the lock columns by ALTER TABLE (see
+# _create_schema); these statements are idempotent.
+_SCHEMA_V5: Final = (
+    """
+    CREATE TABLE IF NOT EXISTS session_locks (
+        entity       TEXT    NOT NULL COLLATE NOCASE,
+        partition    INTEGER NOT NULL,
+        session_id   TEXT    NOT NULL,
+        token        BLOB    NOT NULL,
+        locked_until INTEGER NOT NULL,
+        owner        TEXT    NOT NULL,
+        PRIMARY KEY (entity, partition, session_id)
+    ) WITHOUT ROWID
+    """,
+    # Ready scan (claims): the next unlocked rows of a state in sequence-number order.
+    "CREATE INDEX IF NOT EXISTS messages_ready ON messages (entity, partition, state, sequence_number)",
+    # Session scan: one session's rows in order.
+    "CREATE INDEX IF NOT EXISTS messages_session ON messages (entity, partition, session_id, sequence_number) "
+    "WHERE session_id IS NOT NULL",
+    # Due scans: scheduled time (also Activate's order), expiry (covering the lock test), lock expiry.
+    "CREATE INDEX IF NOT EXISTS messages_scheduled ON messages "
+    "(entity, partition, scheduled_enqueue_time, sequence_number) WHERE state = 2",
+    "CREATE INDEX IF NOT EXISTS messages_expiry ON messages (entity, partition, expires_at, locked_until) "
+    "WHERE expires_at IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS messages_locks ON messages (entity, partition, locked_until) "
+    "WHERE locked_until IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS session_locks_due ON session_locks (entity, partition, locked_until)",
+    # The counters row of a partition follows every change of a message's state or size, whatever
+    # operation made it (v1 or v2), in the same transaction.
+    """
+    CREATE TRIGGER IF NOT EXISTS messages_counted_insert AFTER INSERT ON messages BEGIN
+        INSERT INTO partitions (entity, partition, last_sequence_number, active, scheduled, deferred,
+                                size_in_bytes)
+        VALUES (new.entity, new.partition, 0, new.state = 0, new.state = 2, new.state = 1,
+                length(new.annotations) + length(new.tail))
+        ON CONFLICT (entity, partition) DO UPDATE SET
+            active = active + excluded.active, scheduled = scheduled + excluded.scheduled,
+            deferred = deferred + excluded.deferred, size_in_bytes = size_in_bytes + excluded.size_in_bytes;
+    END
+    """,
+    """
+    CREATE TRIGGER IF NOT EXISTS messages_counted_delete AFTER DELETE ON messages BEGIN
+        UPDATE partitions SET
+            active = active - (old.state = 0), scheduled = scheduled - (old.state = 2),
+            deferred = deferred - (old.state = 1),
+            size_in_bytes = size_in_bytes - (length(old.annotations) + length(old.tail))
+        WHERE entity = old.entity AND partition = old.partition;
+    END
+    """,
+    """
+    CREATE TRIGGER IF NOT EXISTS messages_counted_update AFTER UPDATE OF state, annotations, tail ON messages
+    BEGIN
+        UPDATE partitions SET
+            active = active + (new.state = 0) - (old.state = 0),
+            scheduled = scheduled + (new.state = 2) - (old.state = 2),
+            deferred = deferred + (new.state = 1) - (old.state = 1),
+            size_in_bytes = size_in_bytes + (length(new.annotations) + length(new.tail))
+                - (length(old.annotations) + length(old.tail))
+        WHERE entity = old.entity AND partition = old.partition;
+    END
+    """,
+)
+_V5_COLUMNS: Final = {
+    "messages": ("lock_token BLOB", "locked_until INTEGER", "lock_owner TEXT"),
+    "partitions": ("active INTEGER NOT NULL DEFAULT 0", "scheduled INTEGER NOT NULL DEFAULT 0",
+                   "deferred INTEGER NOT NULL DEFAULT 0", "size_in_bytes INTEGER NOT NULL DEFAULT 0"),
+}
+# Counters computed once from the rows, when a version-4 file is migrated.
+_COUNT_EXISTING: Final = (
+    "INSERT INTO partitions (entity, partition, last_sequence_number) "
+    "SELECT entity, partition, max(sequence_number) FROM messages WHERE true GROUP BY entity, partition "
+    "ON CONFLICT (entity, partition) DO UPDATE "
+    "SET last_sequence_number = max(last_sequence_number, excluded.last_sequence_number)",
+    """
+    UPDATE partitions SET (active, scheduled, deferred, size_in_bytes) = (
+        SELECT coalesce(sum(m.state = 0), 0), coalesce(sum(m.state = 2), 0), coalesce(sum(m.state = 1), 0),
+               coalesce(sum(length(m.annotations) + length(m.tail)), 0)
+        FROM messages m WHERE m.entity = partitions.entity AND m.partition = partitions.partition)
+    """,
+)
 # The tables that hold what is stored per partition: DeleteEntity empties them for the entity.
-_PARTITION_TABLES: Final = ("messages", "partitions", "duplicate_history", "session_states", "move_keys")
+_PARTITION_TABLES: Final = (
+    "messages", "partitions", "duplicate_history", "session_states", "move_keys", "session_locks"
+)
 
 _MESSAGE_COLUMNS: Final = (
     "sequence_number, enqueued_time, message_id, session_id, partition_key, time_to_live, "
@@ -284,6 +391,236 @@ def _message_from_row(row: tuple[Any, ...]) -> MessageRecord:
     )
 
 
+# ---- version 2 -------------------------------------------------------------------------------------------
+
+_STORED_COLUMNS: Final = f"{_MESSAGE_COLUMNS}, lock_token, locked_until, lock_owner"
+_KEY: Final = "entity = ? AND partition = ?"
+_IN_JSON: Final = "sequence_number IN (SELECT value FROM json_each(?))"
+_FETCH: Final = f"SELECT {_STORED_COLUMNS} FROM messages WHERE {_KEY} AND {_IN_JSON} ORDER BY sequence_number"
+_NOT_LOCKED: Final = "(locked_until IS NULL OR locked_until <= ?)"  # locked_until is NULL iff lock_token is
+_NOT_EXPIRED: Final = "(expires_at IS NULL OR expires_at > ?)"
+# Assign the next numbers: the counter row goes up by n and says where it ended.
+_TAKE_NUMBERS: Final = (
+    "INSERT INTO partitions (entity, partition, last_sequence_number) VALUES (?, ?, ?) "
+    "ON CONFLICT (entity, partition) DO UPDATE "
+    "SET last_sequence_number = last_sequence_number + excluded.last_sequence_number "
+    "RETURNING last_sequence_number"
+)
+_CLEAR_LOCK: Final = "lock_token = NULL, locked_until = NULL, lock_owner = NULL"
+_SETTLE: Final = {
+    Outcome.COMPLETE: f"DELETE FROM messages WHERE {_KEY} AND sequence_number = ?",
+    Outcome.ABANDON: f"UPDATE messages SET {_CLEAR_LOCK} WHERE {_KEY} AND sequence_number = ?",
+    Outcome.RELEASE: (f"UPDATE messages SET {_CLEAR_LOCK}, delivery_count = max(delivery_count - 1, 0) "
+                      f"WHERE {_KEY} AND sequence_number = ?"),
+    Outcome.DEFER: (f"UPDATE messages SET {_CLEAR_LOCK}, state = {int(MessageState.DEFERRED):d} "
+                    f"WHERE {_KEY} AND sequence_number = ?"),
+    Outcome.DEAD_LETTER: f"DELETE FROM messages WHERE {_KEY} AND sequence_number = ?",
+}
+_SET_ANNOTATIONS: Final = (
+    f"UPDATE messages SET annotations = ?, annotation_count = ? WHERE {_KEY} AND sequence_number = ?"
+)
+_SELECT_LOCKS: Final = f"SELECT sequence_number, lock_token, locked_until FROM messages WHERE {_KEY} AND {_IN_JSON}"
+_RENEW_LOCK: Final = f"UPDATE messages SET locked_until = ? WHERE {_KEY} AND sequence_number = ?"
+_ACTIVATE: Final = (
+    f"WITH picked AS (SELECT sequence_number FROM messages WHERE {_KEY} AND state = {int(MessageState.SCHEDULED):d} "
+    "AND scheduled_enqueue_time <= ? ORDER BY scheduled_enqueue_time, sequence_number LIMIT ?) "
+    f"UPDATE messages SET state = {int(MessageState.ACTIVE):d} "
+    f"WHERE {_KEY} AND sequence_number IN picked RETURNING {_STORED_COLUMNS}"
+)
+_PURGE: Final = f"DELETE FROM messages WHERE {_KEY} AND sequence_number <= ? AND {_NOT_LOCKED}"
+_TAKE_SESSION: Final = (
+    "INSERT INTO session_locks (entity, partition, session_id, token, locked_until, owner) "
+    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (entity, partition, session_id) DO UPDATE "
+    "SET token = excluded.token, locked_until = excluded.locked_until, owner = excluded.owner "
+    "WHERE session_locks.locked_until <= ? RETURNING session_id"
+)
+_NEXT_FREE_SESSION: Final = (
+    f"SELECT m.session_id FROM messages m WHERE m.entity = ?2 AND m.partition = ?3 "
+    f"AND m.state = {int(MessageState.ACTIVE):d} AND m.session_id IS NOT NULL "
+    "AND (m.locked_until IS NULL OR m.locked_until <= ?1) AND (m.expires_at IS NULL OR m.expires_at > ?1) "
+    "AND NOT EXISTS (SELECT 1 FROM session_locks s WHERE s.entity = m.entity AND s.partition = m.partition "
+    "AND s.session_id = m.session_id AND s.locked_until > ?1) ORDER BY m.sequence_number LIMIT 1"
+)
+_RENEW_SESSION: Final = (
+    f"UPDATE session_locks SET locked_until = ? WHERE {_KEY} AND session_id = ? AND token = ? AND locked_until > ?"
+)
+_RELEASE_SESSION: Final = f"DELETE FROM session_locks WHERE {_KEY} AND session_id = ? AND token = ?"
+_SELECT_COUNTS: Final = (
+    "SELECT coalesce(p.active, 0), coalesce(p.scheduled, 0), coalesce(p.deferred, 0), "
+    "coalesce(p.size_in_bytes, 0), coalesce(p.last_sequence_number, 0), "
+    "(SELECT min(sequence_number) FROM messages WHERE entity = ?1 AND partition = ?2) "
+    "FROM (SELECT 1) LEFT JOIN partitions p ON p.entity = ?1 AND p.partition = ?2"
+)
+# Each branch is one index probe: scheduled (partial index), the first expiry of an unlocked row
+# (the expiry index covers the lock test, and the walk skips only rows locked now), the first lock
+# to lapse, the first session lock to lapse.
+_SELECT_NEXT_DUE: Final = (
+    "SELECT min(t) FROM ("
+    f"SELECT min(scheduled_enqueue_time) AS t FROM messages WHERE entity = ?1 AND partition = ?2 "
+    f"AND state = {int(MessageState.SCHEDULED):d} "
+    "UNION ALL SELECT (SELECT expires_at FROM messages WHERE entity = ?1 AND partition = ?2 "
+    "AND expires_at IS NOT NULL AND (locked_until IS NULL OR locked_until <= ?3) ORDER BY expires_at LIMIT 1) "
+    "UNION ALL SELECT min(locked_until) FROM messages WHERE entity = ?1 AND partition = ?2 AND locked_until > ?3 "
+    "UNION ALL SELECT min(locked_until) FROM session_locks WHERE entity = ?1 AND partition = ?2 "
+    "AND locked_until > ?3)"
+)
+
+
+def _claim_statement(op: Claim) -> tuple[str, tuple[Any, ...]]:
+    """One UPDATE .. FROM .. RETURNING: pick the rows in order (bounded by LIMIT), number them, and
+    give the i-th the i-th token (the tokens travel as one blob of 16-byte slices)."""
+    where = f"entity = ?1 AND partition = ?2 AND state = ?3 AND {_NOT_LOCKED.replace('?', '?4')} " \
+            f"AND {_NOT_EXPIRED.replace('?', '?4')}"
+    params: list[Any] = [op.ref.entity, op.ref.partition, int(op.state), op.now, len(op.tokens),
+                         b"".join(t.bytes for t in op.tokens), op.locked_until, op.owner]
+    if op.session_id is not None:
+        params.append(op.session_id)
+        where += f" AND session_id = ?{len(params)}"
+    if op.sequence_numbers is not None:
+        params.append(json.dumps(list(op.sequence_numbers)))
+        where += f" AND sequence_number IN (SELECT value FROM json_each(?{len(params)}))"
+    sql = (
+        f"WITH cand AS (SELECT sequence_number FROM messages WHERE {where} ORDER BY sequence_number LIMIT ?5), "
+        "picked AS (SELECT sequence_number AS seq, row_number() OVER (ORDER BY sequence_number) AS rn FROM cand) "
+        "UPDATE messages SET lock_token = substr(?6, (picked.rn - 1) * 16 + 1, 16), locked_until = ?7, "
+        "lock_owner = ?8, delivery_count = delivery_count + 1 "
+        "FROM picked WHERE messages.entity = ?1 AND messages.partition = ?2 AND messages.sequence_number = picked.seq "
+        f"RETURNING {_STORED_COLUMNS}"
+    )
+    return sql, tuple(params)
+
+
+def _stored_from_row(row: tuple[Any, ...]) -> StoredMessage:
+    record = _message_from_row(row[:15])
+    token, until, owner = row[15:]
+    return StoredMessage(record, None if token is None else uuid.UUID(bytes=bytes(token)), until, owner)
+
+
+def _append(conn: sqlite3.Connection, ref: PartitionRef, records: Sequence[MessageRecord]) -> list[int]:
+    """Insert records with the partition's next numbers; the numbers, in order."""
+    if not records:
+        return []
+    (last,) = conn.execute(_TAKE_NUMBERS, (ref.entity, ref.partition, len(records))).fetchone()
+    first = last - len(records) + 1
+    numbers = list(range(first, last + 1))
+    conn.executemany(_INSERT_MESSAGE, [
+        _message_row(ref.entity, ref.partition, replace(m, sequence_number=n))
+        for n, m in zip(numbers, records, strict=True)
+    ])
+    return numbers
+
+
+def _select_locks(conn: sqlite3.Connection, ref: PartitionRef,
+                  numbers: Sequence[int]) -> dict[int, tuple[Any, int | None]]:
+    rows = conn.execute(_SELECT_LOCKS, (ref.entity, ref.partition, json.dumps(list(numbers)))).fetchall()
+    return {n: (None if token is None else bytes(token), until) for n, token, until in rows}
+
+
+def _select_rows(conn: sqlite3.Connection, ref: PartitionRef,
+                 numbers: Sequence[int]) -> dict[int, StoredMessage]:
+    rows = conn.execute(_FETCH, (ref.entity, ref.partition, json.dumps(list(numbers)))).fetchall()
+    return {r[0]: _stored_from_row(r) for r in rows}
+
+
+def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2) -> OpResult:
+    ref = op.ref
+    key = (ref.entity, ref.partition)
+    if isinstance(op, Append):
+        return Appended(tuple(_append(conn, ref, op.messages)))
+    if isinstance(op, Claim):
+        if not op.tokens:
+            return Claimed(())
+        rows = conn.execute(*_claim_statement(op)).fetchall()
+        return Claimed(tuple(sorted((_stored_from_row(r) for r in rows), key=lambda s: s.record.sequence_number)))
+    if isinstance(op, Settle):
+        locks = _select_locks(conn, ref, [item.sequence_number for item in op.items])
+        applied: list[bool] = []
+        by_outcome: dict[Outcome, list[tuple[Any, ...]]] = {}
+        annotate: list[tuple[Any, ...]] = []
+        dead: list[SettleItem] = []
+        for item in op.items:
+            n = item.sequence_number
+            token, until = locks.get(n, (None, None))
+            ok = token == item.lock_token.bytes and until is not None and until > op.now
+            applied.append(ok)
+            if not ok:
+                continue
+            del locks[n]  # settled: a second item for it finds no lock
+            if item.annotations is not None:
+                annotate.append((item.annotations, item.annotation_count, *key, n))
+            by_outcome.setdefault(item.outcome, []).append((*key, n))
+            if item.outcome is Outcome.DEAD_LETTER:
+                dead.append(item)
+        conn.executemany(_SET_ANNOTATIONS, annotate)
+        dying = _select_rows(conn, ref, [item.sequence_number for item in dead]) if dead else {}
+        for outcome, params in by_outcome.items():
+            conn.executemany(_SETTLE[outcome], params)
+        for item in dead:
+            assert item.dead_letter_to is not None
+            record = replace(dying[item.sequence_number].record, state=MessageState.ACTIVE)
+            _append(conn, item.dead_letter_to, [record])
+        return Settled(tuple(applied))
+    if isinstance(op, RenewLocks):
+        locks = _select_locks(conn, ref, [n for n, _ in op.items])
+        renewed: list[bool] = []
+        for n, token in op.items:
+            held, until = locks.get(n, (None, None))
+            ok = held == token.bytes and until is not None and until > op.now
+            renewed.append(ok)
+            if ok:
+                locks[n] = (held, op.locked_until)
+        conn.executemany(_RENEW_LOCK, [(op.locked_until, *key, n)
+                                       for (n, _), ok in zip(op.items, renewed, strict=True) if ok])
+        return Renewed(tuple(renewed))
+    if isinstance(op, MoveMessages):
+        present = _select_rows(conn, ref, [item.sequence_number for item in op.items])
+        moved: list[int | None] = []
+        leaving: list[MessageRecord] = []
+        for move in op.items:
+            stored = present.pop(move.sequence_number, None)
+            if stored is None or stored.locked_at(op.now):
+                moved.append(None)
+                continue
+            moved.append(move.sequence_number)
+            record = stored.record
+            if move.annotations is not None:
+                record = replace(record, annotations=move.annotations, annotation_count=move.annotation_count)
+            leaving.append(replace(record, state=MessageState.ACTIVE,
+                                   delivery_count=0 if move.reset_delivery_count else record.delivery_count))
+        conn.executemany(_SETTLE[Outcome.COMPLETE], [(*key, m.sequence_number) for m in leaving])
+        if op.target is None:
+            return Moved(tuple(moved))
+        numbers = iter(_append(conn, op.target, leaving))
+        return Moved(tuple(None if n is None else next(numbers) for n in moved))
+    if isinstance(op, Activate):
+        if op.limit <= 0:
+            return Activated(())
+        rows = conn.execute(_ACTIVATE, (*key, op.now, op.limit, *key)).fetchall()
+        stored_rows = [_stored_from_row(r) for r in rows]
+        stored_rows.sort(key=lambda s: (s.record.scheduled_enqueue_time or 0, s.record.sequence_number))
+        return Activated(tuple(stored_rows))
+    if isinstance(op, Purge):
+        through = _INT64_MAX if op.through_sequence_number is None else op.through_sequence_number
+        return Purged(conn.execute(_PURGE, (*key, through, op.now)).rowcount)
+    if isinstance(op, ClaimSession):
+        session_id = op.session_id
+        if session_id is None:
+            row = conn.execute(_NEXT_FREE_SESSION, (op.now, *key)).fetchone()
+            if row is None:
+                return SessionClaimed(None)
+            session_id = row[0]
+        taken = conn.execute(_TAKE_SESSION, (*key, session_id, op.token.bytes, op.locked_until, op.owner,
+                                             op.now)).fetchone()
+        return SessionClaimed(session_id if taken is not None else None)
+    if isinstance(op, RenewSession):
+        cur = conn.execute(_RENEW_SESSION, (op.locked_until, *key, op.session_id, op.token.bytes, op.now))
+        return Renewed((cur.rowcount == 1,))
+    if isinstance(op, ReleaseSession):
+        cur = conn.execute(_RELEASE_SESSION, (*key, op.session_id, op.token.bytes))
+        return Renewed((cur.rowcount == 1,))
+    assert_never(op)
+
+
 def _encode_properties(entity: EntityRecord) -> str:
     try:
         return json.dumps(entity.properties, separators=(",", ":"), allow_nan=False)
@@ -359,6 +696,11 @@ class SqliteStore:
                 raise StoreUnavailable(
                     f"SQLite store {self._path}: PRAGMA synchronous={self._synchronous} did not take"
                 )
+            if sqlite3.sqlite_version_info < MIN_SQLITE_VERSION:
+                raise StoreUnavailable(
+                    f"SQLite store {self._path}: SQLite {sqlite3.sqlite_version} is too old; the store needs "
+                    f"{'.'.join(map(str, MIN_SQLITE_VERSION))} or newer (UPDATE .. RETURNING)"
+                )
             self._create_schema(conn)
         except BaseException as exc:
             if conn is not None:
@@ -379,10 +721,13 @@ class SqliteStore:
                 f"SQLite store {self._path}: cannot begin a write transaction: {_describe(exc)}"
             ) from exc
         try:
+            results: list[OpResult] = []
             for op in batch:
-                if not isinstance(op, StoreOpV1):
-                    raise NotImplementedError(f"store port v2: {type(op).__name__}")
-                self._apply_one(conn, op)
+                if isinstance(op, StoreOpV1):
+                    self._apply_one(conn, op)
+                    results.append(Done())
+                else:
+                    results.append(_apply_v2(conn, op))
         except BaseException as exc:
             self._rollback(conn)
             if _is_full(exc):
@@ -406,7 +751,7 @@ class SqliteStore:
             if isinstance(exc, _DRIVER_ERRORS):
                 raise StoreUnavailable(f"SQLite store {self._path}: {reason}") from exc
             raise
-        return tuple(Done() for _ in batch)
+        return tuple(results)
 
     def load_partition(self, ref: PartitionRef) -> PartitionSnapshot:
         conn = self._require()
@@ -467,24 +812,67 @@ class SqliteStore:
             ) from exc
         return PartitionStats(message_count=count, size_in_bytes=size)
 
-    # -- version 2 reads (not yet built in this adapter) ------------------------------------------
+    # -- version 2 reads ----------------------------------------------------------------------------
 
     def peek(self, ref: PartitionRef, from_sequence_number: int, count: int,
              states: frozenset[MessageState] | None = None,
              session_id: str | None = None) -> tuple[StoredMessage, ...]:
-        raise NotImplementedError("store port v2: peek")
+        if count <= 0:
+            return ()
+        sql = f"SELECT {_STORED_COLUMNS} FROM messages WHERE entity = ? AND partition = ? AND sequence_number >= ?"
+        params: list[Any] = [ref.entity, ref.partition, from_sequence_number]
+        if states is not None:
+            sql += f" AND state IN ({', '.join(str(int(state)) for state in sorted(states)) or 'NULL'})"
+        if session_id is not None:
+            sql += " AND session_id = ?"
+            params.append(session_id)
+        sql += " ORDER BY sequence_number LIMIT ?"
+        params.append(count)
+        (rows,) = self._read(f"peek {ref.entity!r} partition {ref.partition}", [(sql, tuple(params))])
+        return tuple(_stored_from_row(r) for r in rows)
 
     def fetch(self, ref: PartitionRef, sequence_numbers: Sequence[int]) -> tuple[StoredMessage, ...]:
-        raise NotImplementedError("store port v2: fetch")
+        (rows,) = self._read(f"fetch from {ref.entity!r} partition {ref.partition}",
+                             [(_FETCH, (ref.entity, ref.partition, json.dumps(list(sequence_numbers))))])
+        return tuple(_stored_from_row(r) for r in rows)
 
     def counts(self, ref: PartitionRef) -> PartitionCounts:
-        raise NotImplementedError("store port v2: counts")
+        (rows,) = self._read(f"count {ref.entity!r} partition {ref.partition}",
+                             [(_SELECT_COUNTS, (ref.entity, ref.partition))])
+        return PartitionCounts(*rows[0])
 
     def next_due(self, ref: PartitionRef, now: int) -> int | None:
-        raise NotImplementedError("store port v2: next_due")
+        (rows,) = self._read(f"read the next due time of {ref.entity!r} partition {ref.partition}",
+                             [(_SELECT_NEXT_DUE, (ref.entity, ref.partition, now))])
+        due: int | None = rows[0][0]
+        return due
 
     def partition_meta(self, ref: PartitionRef) -> PartitionMeta:
-        raise NotImplementedError("store port v2: partition_meta")
+        key = (ref.entity, ref.partition)
+        counts, history, states, move_keys = self._read(
+            f"read {ref.entity!r} partition {ref.partition}",
+            [(_SELECT_COUNTS, key), (_SELECT_HISTORY, key), (_SELECT_SESSION_STATES, key), (_SELECT_MOVE_KEYS, key)])
+        return PartitionMeta(
+            counts=PartitionCounts(*counts[0]),
+            duplicate_history=tuple((message_id, seen_at) for message_id, seen_at in history),
+            session_states=tuple((sid, bytes(state), at) for sid, state, at in states),
+            move_keys=tuple(k for (k,) in move_keys),
+        )
+
+    def _read(self, what: str, queries: Sequence[tuple[str, tuple[Any, ...]]]) -> list[list[tuple[Any, ...]]]:
+        """Run read queries in one snapshot; their rows in order."""
+        conn = self._require()
+        try:
+            if len(queries) == 1:
+                sql, params = queries[0]
+                return [conn.execute(sql, params).fetchall()]
+            conn.execute("BEGIN")
+            results = [conn.execute(sql, params).fetchall() for sql, params in queries]
+            conn.execute("COMMIT")
+            return results
+        except _DRIVER_ERRORS as exc:
+            self._rollback(conn)
+            raise StoreUnavailable(f"SQLite store {self._path}: cannot {what}: {_describe(exc)}") from exc
 
     def maintain(self) -> bool:
         conn = self._require()
@@ -600,6 +988,16 @@ class SqliteStore:
                 )
             for statement in _SCHEMA:
                 conn.execute(statement)
+            for table, columns in _V5_COLUMNS.items():
+                have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+                for column in columns:
+                    if column.split()[0] not in have:
+                        conn.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
+            for statement in _SCHEMA_V5:
+                conn.execute(statement)
+            if version < 5:  # a new file counts nothing; an older one gets its counters once
+                for statement in _COUNT_EXISTING:
+                    conn.execute(statement)
             if version != SCHEMA_VERSION:
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION:d}")
             conn.execute("COMMIT")
