@@ -507,9 +507,12 @@ def _transfer_sql(fence: str) -> str:
         f"WITH {_SETTLE_ITEMS}, d AS (DELETE FROM sodalite_messages m USING i WHERE {_PARTITION} "
         f"AND {_ITEM_ROWS} AND {fence} RETURNING i.ord, m.sequence_number AS old_seq, {copied}, "
         f"{_GONE}), "
-        f"src AS ({_adjust('d')}), "
+        f"src AS ({_adjust('d')} AND NOT %(same)s), "
         f"hw AS (INSERT INTO sodalite_partitions AS c ({_COUNTER_COLUMNS}) "
-        "SELECT %(te)s, %(tp)s, count(*), count(*), 0, 0, coalesce(sum(length(annotations) + length(tail)), 0) "
+        # Into the partition it came from (a resubmit): the removal's deltas go into this one update.
+        "SELECT %(te)s, %(tp)s, count(*), count(*) + CASE WHEN %(same)s THEN sum(da) ELSE 0 END, "
+        "CASE WHEN %(same)s THEN sum(ds) ELSE 0 END, CASE WHEN %(same)s THEN sum(dd) ELSE 0 END, "
+        "coalesce(sum(length(annotations) + length(tail)), 0) + CASE WHEN %(same)s THEN sum(dz) ELSE 0 END "
         f"FROM d HAVING count(*) > 0 {_BUMP_COUNTERS} RETURNING c.last_sequence_number AS top), "
         "nums AS (SELECT d.*, hw.top - (SELECT count(*) FROM d) + row_number() OVER (ORDER BY d.ord) AS new_seq "
         "FROM d, hw), "
@@ -910,7 +913,7 @@ def _settle_plan(op: Settle) -> _Plan:
             sql = _UNLOCK
         else:
             sql = _DEAD_LETTER
-            params |= {"te": group_key[1], "tp": group_key[2]}
+            params |= {"te": group_key[1], "tp": group_key[2], "same": group_key[1:] == _key(op.ref)}
         steps.append(_Step(sql, params, rows=True))
         groups.append(indexes)
     return _Plan(steps, lambda rows: Settled(_flags(numbers, groups, rows)))
@@ -934,6 +937,7 @@ def _move_plan(op: MoveMessages) -> _Plan:
     base = {**_partition_params(op.ref), "now": _time(op.now, "now")}
     if op.target is not None:
         base["te"], base["tp"] = _key(op.target)
+        base["same"] = _key(op.target) == _key(op.ref)
     numbers = [item.sequence_number for item in op.items]
     steps: list[_Step] = []
     groups: list[list[int]] = []
