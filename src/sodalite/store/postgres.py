@@ -878,10 +878,10 @@ def _flags(items_numbers: Sequence[int], groups: list[list[int]], rows: list[_Ro
     return tuple(applied)
 
 
-def _batches(keys: Sequence[Any], numbers: Sequence[int]) -> list[tuple[Any, list[int]]]:
+def _batches(keys: Sequence[Any], numbers: Sequence[int], one_by_one: bool = False) -> list[tuple[Any, list[int]]]:
     """Item indexes grouped by key into one statement each when every number appears once; else
-    one statement per item, in order (a second item for a number sees what the first did)."""
-    if not _unique(numbers):
+    (or when asked) one statement per item, in order (a later item sees what an earlier one did)."""
+    if one_by_one or not _unique(numbers):
         return [(key, [index]) for index, key in enumerate(keys)]
     grouped: dict[Any, list[int]] = {}
     for index, key in enumerate(keys):
@@ -941,7 +941,9 @@ def _move_plan(op: MoveMessages) -> _Plan:
     numbers = [item.sequence_number for item in op.items]
     steps: list[_Step] = []
     groups: list[list[int]] = []
-    for _, indexes in _batches([()] * len(op.items), numbers):
+    # Into the partition it came from, a moved message gets a new number that a later item may name.
+    same = op.target is not None and _key(op.target) == _key(op.ref)
+    for _, indexes in _batches([()] * len(op.items), numbers, one_by_one=same):
         items: list[MoveItem] = [op.items[i] for i in indexes]
         params = {**base, **_item_arrays([(it.sequence_number, None, 0, it.annotations, it.annotation_count,
                                            it.reset_delivery_count) for it in items])}
