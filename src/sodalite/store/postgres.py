@@ -146,6 +146,7 @@ GENERATIONS: Final = 4  # tables in the ring of message tables
 # The current generation's table is left for the next once it is this large (and the next is empty).
 DEFAULT_ROTATE_BYTES: Final = 2 * 1024 * 1024
 MOVE_LIMIT: Final = 1000  # a generation holding at most this many live rows is moved on and truncated
+ANALYZE_AFTER: Final = 1000  # rows changed in the current generation before maintain() re-analyzes it
 LOCK_TIMEOUT_MS: Final = 100  # how long the maintenance waits for the lock TRUNCATE needs
 
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
@@ -1305,11 +1306,28 @@ class PostgresStore:
             generation = (current + step) % GENERATIONS
             if sizes[generation] > 0 and self._retire(conn, generation, current):
                 sizes[generation] = 0
+        self._analyze(conn, current)
         following = (current + 1) % GENERATIONS
         if sizes[current] >= self._rotate_bytes and sizes[following] == 0:
             conn.execute("UPDATE sodalite_ring SET generation = %s WHERE generation = %s", (following, current))
             self.round_trips += 1
             self.ring_switches += 1
+
+    def _analyze(self, conn: psycopg.Connection[tuple[Any, ...]], generation: int) -> None:
+        """Refresh the planner's statistics of the current generation once it has changed enough.
+
+        The statements find messages by (entity, partition, sequence numbers); a planner that
+        believes a partition holds one row (a table never analyzed, or an entity newer than its
+        statistics) may scan the partition's rows instead of looking the numbers up. Autovacuum's
+        ANALYZE comes at most once a minute and not at all for the ring's parent table.
+        """
+        table = f"sodalite_messages_g{generation}"
+        row = conn.execute("SELECT n_mod_since_analyze, n_live_tup FROM pg_stat_user_tables "
+                           "WHERE relid = %s::regclass", (table,)).fetchone()
+        self.round_trips += 1
+        if row is not None and int(row[0]) >= ANALYZE_AFTER and int(row[1]) > 0:
+            conn.execute(f"ANALYZE {table}")
+            self.round_trips += 1
 
     def _retire(self, conn: psycopg.Connection[tuple[Any, ...]], generation: int, current: int) -> bool:
         """Empty a generation that is not current, if it is drained: copy its live rows into the
