@@ -47,6 +47,9 @@ short ``lock_timeout`` (:data:`LOCK_TIMEOUT_MS`) and tries again at the next cal
 queue behind a reader of Sodalite's tables (and block every operation queued behind itself). The
 counter rows are updated in place (HOT updates of a few hot rows); how they fare while a long
 transaction is open is measured by ``benchmarks/pg_long_transaction.py`` (docs/postgresql.md).
+The maintenance also re-analyzes the current generation after :data:`ANALYZE_AFTER` changes: a
+planner without statistics takes a partition for one row and scans all of its rows to find the
+numbers a statement names, where an index condition on them is what keeps a batch O(batch).
 
 Schema. Numbered migrations (:data:`MIGRATIONS`), recorded in ``sodalite_schema_version``, run by
 ``open`` in one transaction under a transaction-scoped advisory lock, so several brokers starting on
