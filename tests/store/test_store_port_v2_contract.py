@@ -23,10 +23,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import pg_server
 from sodalite.model.message import MessageRecord, MessageState, MessageUpdate
 from sodalite.store.memory import MemoryStore
 from sodalite.store.port import (
@@ -69,10 +71,11 @@ from sodalite.store.port import (
     StoreOp,
     UpdateMessages,
 )
+from sodalite.store.postgres import PostgresStore
 from sodalite.store.sqlite import SqliteStore
 
 # The adapters held to the v2 contract; pgport2 adds "postgresql" here (and in make_adapter).
-V2_ADAPTERS = ["memory", "sqlite"]
+V2_ADAPTERS = ["memory", "sqlite", "postgresql"]
 
 Q = PartitionRef("queue1", 0)
 DLQ = PartitionRef("queue1/$deadletterqueue", 0)
@@ -129,7 +132,27 @@ def make_adapter(name: str, directory: Path,
     if name == "sqlite":
         db = directory / "v2.db"
         return (lambda: SqliteStore(db)), True
+    if name == "postgresql":
+        url = _pg_schema_url()
+        return (lambda: PostgresStore(url)), True
     raise AssertionError(f"no such adapter: {name}")
+
+
+_pg_database: list[str] = []  # this module's database on this process's server, made on first use
+
+
+def _pg_schema_url() -> str:
+    """A new empty schema (a fresh store) in this module's PostgreSQL database, as a URL."""
+    try:
+        server = pg_server.shared_server()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    if not _pg_database:
+        _pg_database.append(server.create_database("v2contract"))
+    schema = f"s_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(_pg_database[0], autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")  # type: ignore[arg-type]  # the name is ours
+    return f"{_pg_database[0]}?options=-csearch_path%3D{schema}"
 
 
 @pytest.fixture(params=V2_ADAPTERS)

@@ -1,26 +1,62 @@
 """The PostgreSQL messaging store: one database, one transaction per ``apply``, on psycopg 3.
 
-Theory of operation. The store keeps what the SQLite store keeps (messages, each partition's
-high-water mark, duplicate-detection history, session state, move keys, entity records), in tables
-prefixed ``sodalite_`` in the first schema of the connection's ``search_path``, so it can share a
-database the operator already runs and backs up. One ``apply`` is one transaction sent as one
-pipeline (``BEGIN``, the batch's statements, each kind of operation as one ``executemany``,
-``COMMIT``, then one sync): one network round trip per batch, not one per message. Reads
-(``load_partition`` and the others) are likewise one pipelined read-only snapshot each. ``apply``
-returns only after PostgreSQL acknowledged the ``COMMIT``; with the server's default
-``synchronous_commit = on`` that means the WAL is flushed (and replicated, if the server requires
-synchronous standbys).
+Theory of operation. The store keeps what the SQLite store keeps (messages with their locks, each
+partition's counters, duplicate-detection history, session state and session locks, move keys,
+entity records), in tables prefixed ``sodalite_`` in the first schema of the connection's
+``search_path``, so it can share a database the operator already runs and backs up. One ``apply``
+is one transaction sent as one pipeline (``BEGIN``, one statement per operation, or a few for a
+mixed settlement, ``COMMIT``, then one sync): one network round trip per batch whatever its size,
+because every operation is one set-based statement over arrays (``unnest``), not one statement per
+message. Reads are likewise one pipelined read-only snapshot each. ``apply`` returns only after
+PostgreSQL acknowledged the ``COMMIT``; with the default ``synchronous_commit = on`` the WAL is
+flushed (and replicated, if the server requires synchronous standbys).
 
-Sequence numbers. The partition actor assigns them today (one writer per partition); the append
-transaction raises the partition's counter row (``sodalite_partitions.last_sequence_number``,
-``GREATEST``), which takes that row's lock until the commit. This row, not a ``SEQUENCE`` (whose
-numbers can commit out of order), is what the several-node store of issue 14/18 will draw numbers
-from, so a higher number never becomes visible before a lower one.
+Sequence numbers and counters. Each partition has a counter row (``sodalite_partitions``): the
+high-water mark and the active, scheduled and deferred counts and total size. An :class:`Append`
+is one statement that raises the high-water mark by the batch's size (``INSERT … ON CONFLICT DO
+UPDATE … RETURNING``) and inserts the messages numbered from it, so the row stays locked until the
+commit and a higher number never becomes visible before a lower one, whichever node appends (not a
+``SEQUENCE``, whose numbers can commit out of order). Every statement that adds, removes or
+changes the state or size of messages adjusts the counter row in the same statement (a
+data-modifying ``WITH``), so :meth:`PostgresStore.counts` is one row read.
+
+Claims and fencing. A :class:`Claim` is one ``UPDATE … FROM (SELECT … ORDER BY sequence_number
+LIMIT n FOR UPDATE SKIP LOCKED)`` over the ready index (entity, partition, state, sequence
+number): two transactions never take the same row, and one never waits for another's rows.
+Settlements and renewals are set-based statements joined to ``unnest`` arrays of (sequence number,
+token), with the fence (the row carries the token and ``locked_until > now``) in the ``WHERE``
+clause; the rows they return say which items applied. Session locks are rows of
+``sodalite_session_locks`` taken with an upsert that only replaces a lapsed lock.
+
+Bloat and long transactions (the failure mode of queues on PostgreSQL). A queue inserts, updates
+(claims) and deletes every message, so its table and indexes fill with dead row versions that only
+VACUUM reclaims, and VACUUM cannot reclaim any version that a still-open transaction might see: a
+report or backup holding a snapshot for ten minutes makes every claim walk ten minutes' worth of
+dead index entries at the head of the queue. So the messages live in a ring of
+:data:`GENERATIONS` tables (``sodalite_messages`` is list-partitioned by ``generation``;
+``sodalite_ring`` names the one new rows go to). :meth:`PostgresStore.maintain` (called between
+batches) rotates the ring: when the current generation's table has grown past ``rotate_bytes`` and
+the next one is empty, new rows go to the next one; a generation that is not current and holds at
+most :data:`MOVE_LIMIT` live rows (drained: a queue consumes in order) has them copied into the
+current one and is then emptied with ``TRUNCATE``, which drops its dead versions at once, whatever
+snapshot is open, instead of waiting for VACUUM. The dead rows any claim can meet are then bounded
+by ``rotate_bytes``, and the tables' size stays bounded while the long transaction lasts. While
+VACUUM works (no long transaction), the current table never reaches ``rotate_bytes`` and the ring
+does not turn. ``TRUNCATE`` needs an ``ACCESS EXCLUSIVE`` lock: the maintenance takes it with a
+short ``lock_timeout`` (:data:`LOCK_TIMEOUT_MS`) and tries again at the next call rather than
+queue behind a reader of Sodalite's tables (and block every operation queued behind itself). The
+counter rows are updated in place (HOT updates of a few hot rows); how they fare while a long
+transaction is open is measured by ``benchmarks/pg_long_transaction.py`` (docs/postgresql.md).
+The maintenance also re-analyzes the current generation after :data:`ANALYZE_AFTER` changes: a
+planner without statistics takes a partition for one row and scans all of its rows to find the
+numbers a statement names, where an index condition on them is what keeps a batch O(batch).
 
 Schema. Numbered migrations (:data:`MIGRATIONS`), recorded in ``sodalite_schema_version``, run by
 ``open`` in one transaction under a transaction-scoped advisory lock, so several brokers starting on
 one database migrate it once. A database whose schema is newer than this code knows makes ``open``
 raise StoreUnavailable naming what to do (upgrade Sodalite, or point it at another database).
+Version 2 (store port v2) moves the messages into the ring in place, adds the lock columns, the
+counters (computed once from the rows), the session locks and the indexes.
 
 Values. Entity paths compare case-insensitively (ASCII letters, like SQLite's NOCASE): every table
 keys a partition by the folded path as UTF-8 bytes (``bytea``), so ranges and order are bytewise,
@@ -43,7 +79,9 @@ from __future__ import annotations
 
 import json
 import string
-from collections.abc import Iterable, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final, assert_never
 from urllib.parse import urlsplit
 
@@ -54,26 +92,46 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from sodalite.errors import ConfigurationError, StoreFull, StoreUnavailable
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.store.port import (
+    Activate,
+    Activated,
+    Append,
+    Appended,
     AppendMessages,
+    Claim,
+    Claimed,
+    ClaimSession,
     DeleteEntity,
     DeleteMessages,
     Done,
     EntityRecord,
     ForgetMessageIds,
     ForgetMoveKeys,
+    Moved,
+    MoveItem,
+    MoveMessages,
     OpResult,
+    Outcome,
     PartitionCounts,
     PartitionMeta,
     PartitionRef,
     PartitionSnapshot,
     PartitionStats,
+    Purge,
+    Purged,
     PutEntity,
     PutSessionState,
+    ReleaseSession,
     RememberMessageIds,
     RememberMoveKeys,
+    Renewed,
+    RenewLocks,
+    RenewSession,
+    SessionClaimed,
+    Settle,
+    Settled,
+    SettleItem,
     StoredMessage,
     StoreOp,
-    StoreOpV1,
     UpdateMessages,
 )
 
@@ -87,10 +145,13 @@ DEFAULT_CONNECT_TIMEOUT: Final = 5.0  # seconds open() waits for the database at
 # Seconds a call waits for the pooled connection while it is being re-established: short, because
 # the store's one worker thread waits meanwhile, and the partitions retry their reload anyway.
 CALL_WAIT: Final = 2.0
+GENERATIONS: Final = 4  # tables in the ring of message tables
+# The current generation's table is left for the next once it is this large (and the next is empty).
+DEFAULT_ROTATE_BYTES: Final = 2 * 1024 * 1024
+MOVE_LIMIT: Final = 1000  # a generation holding at most this many live rows is moved on and truncated
+ANALYZE_AFTER: Final = 1000  # rows changed in the current generation before maintain() re-analyzes it
+LOCK_TIMEOUT_MS: Final = 100  # how long the maintenance waits for the lock TRUNCATE needs
 
-# Migration n brings a database from schema version n-1 to n. Never edit one that has shipped:
-# add the next. Version 1 is the SQLite store's version 4 (messages, partition counters, entities,
-# duplicate history, session states, move keys).
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     (
         """
@@ -164,6 +225,118 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
                                            autovacuum_vacuum_insert_scale_factor = 0.05)
         """,
     ),
+    # Version 2 (store port v2): the messages move into a ring of generation tables (see the module
+    # docstring), with lock columns; counters, session locks and the indexes the v2 reads use.
+    (
+        "ALTER TABLE sodalite_messages RENAME TO sodalite_messages_v1",
+        "ALTER INDEX sodalite_messages_pkey RENAME TO sodalite_messages_v1_pkey",
+        """
+        CREATE TABLE sodalite_ring (
+            singleton  boolean  PRIMARY KEY DEFAULT true CHECK (singleton),
+            generation smallint NOT NULL
+        )
+        """,
+        "INSERT INTO sodalite_ring (generation) VALUES (0)",
+        """
+        CREATE TABLE sodalite_messages (
+            generation             smallint NOT NULL,
+            entity                 bytea    NOT NULL,
+            partition              bigint   NOT NULL,
+            sequence_number        bigint   NOT NULL,
+            enqueued_time          bigint   NOT NULL,
+            message_id             bytea,
+            session_id             bytea,
+            partition_key          bytea,
+            time_to_live           bigint,
+            expires_at             bigint,
+            scheduled_enqueue_time bigint,
+            delivery_count         bigint   NOT NULL,
+            state                  smallint NOT NULL,
+            durable                boolean,
+            priority               bigint,
+            annotations            bytea    NOT NULL,
+            annotation_count       bigint   NOT NULL,
+            tail                   bytea    NOT NULL,
+            lock_token             uuid,
+            locked_until           bigint,
+            lock_owner             text,
+            PRIMARY KEY (entity, partition, sequence_number, generation)
+        ) PARTITION BY LIST (generation)
+        """,
+        *(f"""
+        CREATE TABLE sodalite_messages_g{g} PARTITION OF sodalite_messages FOR VALUES IN ({g})
+            WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_insert_scale_factor = 0.05)
+        """ for g in range(GENERATIONS)),
+        # The ready scan of a claim; the session scan; the due scans of next_due and Activate.
+        "CREATE INDEX sodalite_messages_ready ON sodalite_messages (entity, partition, state, sequence_number)",
+        """
+        CREATE INDEX sodalite_messages_session ON sodalite_messages (entity, partition, session_id, sequence_number)
+            WHERE session_id IS NOT NULL
+        """,
+        """
+        CREATE INDEX sodalite_messages_scheduled
+            ON sodalite_messages (entity, partition, scheduled_enqueue_time, sequence_number) WHERE state = 2
+        """,
+        "CREATE INDEX sodalite_messages_expires ON sodalite_messages (entity, partition, expires_at) "
+        "WHERE expires_at IS NOT NULL",
+        "CREATE INDEX sodalite_messages_locked ON sodalite_messages (entity, partition, locked_until) "
+        "WHERE locked_until IS NOT NULL",
+        """
+        INSERT INTO sodalite_messages (generation, entity, partition, sequence_number, enqueued_time, message_id,
+            session_id, partition_key, time_to_live, expires_at, scheduled_enqueue_time, delivery_count, state,
+            durable, priority, annotations, annotation_count, tail)
+        SELECT 0, entity, partition, sequence_number, enqueued_time, message_id, session_id, partition_key,
+            time_to_live, expires_at, scheduled_enqueue_time, delivery_count, state, durable, priority,
+            annotations, annotation_count, tail
+        FROM sodalite_messages_v1
+        """,
+        "DROP TABLE sodalite_messages_v1",
+        """
+        ALTER TABLE sodalite_partitions
+            ADD COLUMN active        bigint NOT NULL DEFAULT 0,
+            ADD COLUMN scheduled     bigint NOT NULL DEFAULT 0,
+            ADD COLUMN deferred      bigint NOT NULL DEFAULT 0,
+            ADD COLUMN size_in_bytes bigint NOT NULL DEFAULT 0
+        """,
+        # Room on each page for the next version of a counter row, so its updates stay HOT.
+        "ALTER TABLE sodalite_partitions SET (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.0, "
+        "autovacuum_vacuum_threshold = 1000)",
+        # The counters, computed once from the rows (a partition with messages always had its row).
+        """
+        INSERT INTO sodalite_partitions AS p (entity, partition, last_sequence_number, active, scheduled, deferred,
+                                              size_in_bytes)
+        SELECT entity, partition, max(sequence_number), count(*) FILTER (WHERE state = 0),
+               count(*) FILTER (WHERE state = 2), count(*) FILTER (WHERE state = 1),
+               sum(length(annotations) + length(tail))
+        FROM sodalite_messages GROUP BY entity, partition
+        ON CONFLICT (entity, partition) DO UPDATE SET
+            last_sequence_number = GREATEST(p.last_sequence_number, excluded.last_sequence_number),
+            active = excluded.active, scheduled = excluded.scheduled, deferred = excluded.deferred,
+            size_in_bytes = excluded.size_in_bytes
+        """,
+        """
+        CREATE TABLE sodalite_session_locks (
+            entity       bytea  NOT NULL,
+            partition    bigint NOT NULL,
+            session_id   bytea  NOT NULL,
+            token        uuid   NOT NULL,
+            locked_until bigint NOT NULL,
+            owner        text   NOT NULL,
+            PRIMARY KEY (entity, partition, session_id)
+        )
+        """,
+        "CREATE INDEX sodalite_session_locks_due ON sodalite_session_locks (entity, partition, locked_until)",
+        # Raised by a caller-numbered append whose number another generation already holds (the
+        # primary key, which must include the generation, only sees its own generation).
+        """
+        CREATE FUNCTION sodalite_duplicate_sequence_number(n bigint) RETURNS void LANGUAGE plpgsql AS $$
+        BEGIN
+            RAISE EXCEPTION 'sequence number % is already stored in this partition', n
+                USING ERRCODE = 'unique_violation';
+        END
+        $$
+        """,
+    ),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
@@ -174,27 +347,244 @@ _CREATE_VERSION_TABLE: Final = """
     )
 """
 _PARTITION_TABLES: Final = ("sodalite_messages", "sodalite_partitions", "sodalite_duplicate_history",
-                            "sodalite_session_states", "sodalite_move_keys")
-_MESSAGE_COLUMNS: Final = (
-    "sequence_number, enqueued_time, message_id, session_id, partition_key, time_to_live, "
-    "expires_at, scheduled_enqueue_time, delivery_count, state, durable, priority, annotations, "
-    "annotation_count, tail"
+                            "sodalite_session_states", "sodalite_move_keys", "sodalite_session_locks")
+# The message fields after the sequence number, with their column types (for unnest arrays).
+_FIELDS: Final = (
+    ("enqueued_time", "bigint"), ("message_id", "bytea"), ("session_id", "bytea"), ("partition_key", "bytea"),
+    ("time_to_live", "bigint"), ("expires_at", "bigint"), ("scheduled_enqueue_time", "bigint"),
+    ("delivery_count", "bigint"), ("state", "smallint"), ("durable", "boolean"), ("priority", "bigint"),
+    ("annotations", "bytea"), ("annotation_count", "bigint"), ("tail", "bytea"),
 )
-_INSERT_MESSAGE: Final = (
-    f"INSERT INTO sodalite_messages (entity, partition, {_MESSAGE_COLUMNS}) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+_FIELD_NAMES: Final = tuple(name for name, _ in _FIELDS)
+_MESSAGE_COLUMNS: Final = "sequence_number, " + ", ".join(_FIELD_NAMES)
+_LOCK_COLUMNS: Final = ("lock_token", "locked_until", "lock_owner")
+_STORED_COLUMNS: Final = _MESSAGE_COLUMNS + ", " + ", ".join(_LOCK_COLUMNS)
+_ALL_COLUMNS: Final = "generation, entity, partition, " + _STORED_COLUMNS
+
+
+def _qualified(alias: str) -> str:
+    return ", ".join(f"{alias}.{c}" for c in _STORED_COLUMNS.split(", "))
+
+
+_CURRENT_GENERATION: Final = "(SELECT generation FROM sodalite_ring)"
+_PARTITION: Final = "m.entity = %(e)s AND m.partition = %(p)s"
+_UNLOCKED: Final = "(m.lock_token IS NULL OR m.locked_until <= %(now)s)"
+# The rows an item array names: an index condition on the numbers, then the join to the items.
+_ITEM_ROWS: Final = "m.sequence_number = ANY(%(seq)s::bigint[]) AND m.sequence_number = i.seq"
+_FENCED: Final = "m.lock_token = i.tok AND m.locked_until > %(now)s"
+_SIZE: Final = "length(m.annotations) + length(m.tail)"
+# Per removed row: what it takes off the partition's counters.
+_GONE: Final = (f"-(m.state = 0)::int AS da, -(m.state = 2)::int AS ds, -(m.state = 1)::int AS dd, "
+                f"-({_SIZE}) AS dz")
+
+
+def _adjust(source: str) -> str:
+    """A data-modifying CTE body adding the per-row deltas (da, ds, dd, dz) of ``source`` to the
+    partition's counter row; writes nothing when they sum to zero."""
+    return (
+        "UPDATE sodalite_partitions c SET active = c.active + x.a, scheduled = c.scheduled + x.s, "
+        "deferred = c.deferred + x.d, size_in_bytes = c.size_in_bytes + x.z "
+        "FROM (SELECT coalesce(sum(da), 0) AS a, coalesce(sum(ds), 0) AS s, coalesce(sum(dd), 0) AS d, "
+        f"coalesce(sum(dz), 0) AS z FROM {source}) x "
+        "WHERE c.entity = %(e)s AND c.partition = %(p)s AND (x.a <> 0 OR x.s <> 0 OR x.d <> 0 OR x.z <> 0)"
+    )
+
+
+_UNNEST_MESSAGES: Final = (
+    "unnest(%(seq)s::bigint[], " + ", ".join(f"%({n})s::{t}[]" for n, t in _FIELDS) + ") WITH ORDINALITY "
+    f"AS m(sequence_number, {', '.join(_FIELD_NAMES)}, ord)"
 )
-_RAISE_COUNTER: Final = (
-    "INSERT INTO sodalite_partitions AS p (entity, partition, last_sequence_number) VALUES (%s, %s, %s) "
-    "ON CONFLICT (entity, partition) DO UPDATE "
-    "SET last_sequence_number = GREATEST(p.last_sequence_number, excluded.last_sequence_number)"
+_COUNTS_OF_NEW: Final = (
+    "count(*) FILTER (WHERE state = 0), count(*) FILTER (WHERE state = 2), count(*) FILTER (WHERE state = 1), "
+    "coalesce(sum(length(annotations) + length(tail)), 0)"
 )
-_DELETE_MESSAGE: Final = (
-    "DELETE FROM sodalite_messages WHERE entity = %s AND partition = %s AND sequence_number = %s"
+_BUMP_COUNTERS: Final = (
+    "ON CONFLICT (entity, partition) DO UPDATE SET "
+    "last_sequence_number = c.last_sequence_number + excluded.last_sequence_number, "
+    "active = c.active + excluded.active, scheduled = c.scheduled + excluded.scheduled, "
+    "deferred = c.deferred + excluded.deferred, size_in_bytes = c.size_in_bytes + excluded.size_in_bytes"
 )
-_UPDATE_MESSAGE: Final = (
-    "UPDATE sodalite_messages SET delivery_count = %s, state = %s "
-    "WHERE entity = %s AND partition = %s AND sequence_number = %s"
+_COUNTER_COLUMNS: Final = "entity, partition, last_sequence_number, active, scheduled, deferred, size_in_bytes"
+# v2 append: the numbers come from the counter row, raised by the batch's size in this statement.
+_APPEND: Final = (
+    f"WITH hw AS (INSERT INTO sodalite_partitions AS c ({_COUNTER_COLUMNS}) "
+    "VALUES (%(e)s, %(p)s, %(n)s, %(da)s, %(ds)s, %(dd)s, %(dz)s) "
+    f"{_BUMP_COUNTERS} RETURNING c.last_sequence_number - %(n)s AS base) "
+    f"INSERT INTO sodalite_messages ({_ALL_COLUMNS}) "
+    f"SELECT {_CURRENT_GENERATION}, %(e)s, %(p)s, hw.base + m.ord, "
+    + ", ".join(f"m.{n}" for n in _FIELD_NAMES) + ", NULL, NULL, NULL "
+    f"FROM hw, {_UNNEST_MESSAGES} RETURNING sequence_number"
+)
+# v1 append (caller-numbered): the numbers must be new in every generation, not only the current one.
+_CHECK_NEW_NUMBERS: Final = (
+    "SELECT sodalite_duplicate_sequence_number(m.sequence_number) FROM sodalite_messages m "
+    f"WHERE {_PARTITION} AND m.sequence_number = ANY(%(seq)s::bigint[]) LIMIT 1"
+)
+_APPEND_NUMBERED: Final = (
+    f"WITH ins AS (INSERT INTO sodalite_messages ({_ALL_COLUMNS}) "
+    f"SELECT {_CURRENT_GENERATION}, %(e)s, %(p)s, m.sequence_number, "
+    + ", ".join(f"m.{n}" for n in _FIELD_NAMES) + ", NULL, NULL, NULL "
+    f"FROM {_UNNEST_MESSAGES} RETURNING sequence_number, state, annotations, tail) "
+    f"INSERT INTO sodalite_partitions AS c ({_COUNTER_COLUMNS}) "
+    f"SELECT %(e)s, %(p)s, GREATEST(max(sequence_number), 0), {_COUNTS_OF_NEW} FROM ins "
+    "ON CONFLICT (entity, partition) DO UPDATE SET "
+    "last_sequence_number = GREATEST(c.last_sequence_number, excluded.last_sequence_number), "
+    "active = c.active + excluded.active, scheduled = c.scheduled + excluded.scheduled, "
+    "deferred = c.deferred + excluded.deferred, size_in_bytes = c.size_in_bytes + excluded.size_in_bytes"
+)
+_DELETE_NUMBERED: Final = (
+    f"WITH d AS (DELETE FROM sodalite_messages m WHERE {_PARTITION} AND m.sequence_number = ANY(%(seq)s::bigint[]) "
+    f"RETURNING {_GONE}) {_adjust('d')}"
+)
+_UPDATE_NUMBERED: Final = (
+    "WITH i AS (SELECT * FROM unnest(%(seq)s::bigint[], %(dc)s::bigint[], %(st)s::smallint[]) AS i(seq, dc, st)), "
+    "old AS (SELECT m.sequence_number, m.state, i.dc, i.st FROM sodalite_messages m "
+    "JOIN i ON m.sequence_number = i.seq "
+    f"WHERE {_PARTITION} AND m.sequence_number = ANY(%(seq)s::bigint[]) FOR UPDATE OF m), "
+    "upd AS (UPDATE sodalite_messages m SET delivery_count = old.dc, state = old.st FROM old "
+    f"WHERE {_PARTITION} AND m.sequence_number = ANY(%(seq)s::bigint[]) AND m.sequence_number = old.sequence_number "
+    "RETURNING "
+    "(m.state = 0)::int - (old.state = 0)::int AS da, (m.state = 2)::int - (old.state = 2)::int AS ds, "
+    "(m.state = 1)::int - (old.state = 1)::int AS dd, 0 AS dz) "
+    f"{_adjust('upd')}"
+)
+
+
+def _claim_sql(by_session: bool, by_numbers: bool) -> str:
+    where = [_PARTITION, "m.state = %(state)s", _UNLOCKED, "(m.expires_at IS NULL OR m.expires_at > %(now)s)"]
+    if by_session:
+        where.append("m.session_id = %(sid)s")
+    if by_numbers:
+        where.append("m.sequence_number = ANY(%(seqs)s::bigint[])")
+    return (
+        "WITH picked AS (SELECT sequence_number, row_number() OVER (ORDER BY sequence_number) AS ord FROM ("
+        f"SELECT m.sequence_number FROM sodalite_messages m WHERE {' AND '.join(where)} "
+        "ORDER BY m.sequence_number LIMIT %(n)s FOR UPDATE SKIP LOCKED) s), "
+        "tok AS (SELECT t, ord FROM unnest(%(tokens)s::uuid[]) WITH ORDINALITY AS x(t, ord)) "
+        "UPDATE sodalite_messages m SET lock_token = tok.t, locked_until = %(until)s, lock_owner = %(owner)s, "
+        "delivery_count = m.delivery_count + 1 FROM picked JOIN tok USING (ord) "
+        f"WHERE {_PARTITION} AND m.sequence_number = ANY(ARRAY(SELECT sequence_number FROM picked)) "
+        f"AND m.sequence_number = picked.sequence_number RETURNING {_qualified('m')}"
+    )
+
+
+_CLAIM_SQL: Final = {(s, n): _claim_sql(s, n) for s in (False, True) for n in (False, True)}
+_SETTLE_ITEMS: Final = (
+    "i AS (SELECT * FROM unnest(%(seq)s::bigint[], %(tok)s::uuid[], %(code)s::smallint[], %(ann)s::bytea[], "
+    "%(annc)s::bigint[], %(reset)s::boolean[]) WITH ORDINALITY AS i(seq, tok, code, ann, annc, reset, ord))"
+)
+_CODE: Final = {Outcome.ABANDON: 0, Outcome.RELEASE: 1, Outcome.DEFER: 2, Outcome.COMPLETE: 3, Outcome.DEAD_LETTER: 4}
+_COMPLETE: Final = (
+    f"WITH {_SETTLE_ITEMS}, d AS (DELETE FROM sodalite_messages m USING i WHERE {_PARTITION} "
+    f"AND {_ITEM_ROWS} AND {_FENCED} RETURNING m.sequence_number, {_GONE}), "
+    f"adj AS ({_adjust('d')}) SELECT sequence_number FROM d"
+)
+# ABANDON, RELEASE and DEFER clear the lock; RELEASE gives the delivery back, DEFER defers.
+_UNLOCK: Final = (
+    f"WITH {_SETTLE_ITEMS}, old AS (SELECT m.sequence_number, m.state, {_SIZE} AS size, i.code, i.ann, i.annc "
+    f"FROM sodalite_messages m JOIN i ON m.sequence_number = i.seq WHERE {_PARTITION} "
+    f"AND m.sequence_number = ANY(%(seq)s::bigint[]) AND {_FENCED} "
+    "FOR UPDATE OF m), "
+    "upd AS (UPDATE sodalite_messages m SET lock_token = NULL, locked_until = NULL, lock_owner = NULL, "
+    "delivery_count = CASE WHEN old.code = 1 THEN GREATEST(m.delivery_count - 1, 0) ELSE m.delivery_count END, "
+    "state = CASE WHEN old.code = 2 THEN 1 ELSE m.state END, annotations = coalesce(old.ann, m.annotations), "
+    "annotation_count = CASE WHEN old.ann IS NULL THEN m.annotation_count ELSE old.annc END FROM old "
+    f"WHERE {_PARTITION} AND m.sequence_number = ANY(%(seq)s::bigint[]) AND m.sequence_number = old.sequence_number "
+    "RETURNING m.sequence_number, "
+    "(m.state = 0)::int - (old.state = 0)::int AS da, (m.state = 2)::int - (old.state = 2)::int AS ds, "
+    f"(m.state = 1)::int - (old.state = 1)::int AS dd, {_SIZE} - old.size AS dz), "
+    f"adj AS ({_adjust('upd')}) SELECT sequence_number FROM upd"
+)
+
+
+def _transfer_sql(fence: str) -> str:
+    """Delete the fenced rows named by the items here and append them to the target partition
+    (%(te)s, %(tp)s) with its next numbers, in item order: unlocked, ACTIVE, annotations replaced
+    and delivery count reset as each item says. Returns (old number, new number) per moved row."""
+    copied = ", ".join(
+        f"CASE WHEN i.reset THEN 0 ELSE m.{n} END AS {n}" if n == "delivery_count"
+        else f"coalesce(i.ann, m.{n}) AS {n}" if n == "annotations"
+        else f"CASE WHEN i.ann IS NULL THEN m.{n} ELSE i.annc END AS {n}" if n == "annotation_count"
+        else f"m.{n}"
+        for n in _FIELD_NAMES if n != "state")
+    return (
+        f"WITH {_SETTLE_ITEMS}, d AS (DELETE FROM sodalite_messages m USING i WHERE {_PARTITION} "
+        f"AND {_ITEM_ROWS} AND {fence} RETURNING i.ord, m.sequence_number AS old_seq, {copied}, "
+        f"{_GONE}), "
+        f"src AS ({_adjust('d')} AND NOT %(same)s), "
+        f"hw AS (INSERT INTO sodalite_partitions AS c ({_COUNTER_COLUMNS}) "
+        # Into the partition it came from (a resubmit): the removal's deltas go into this one update.
+        "SELECT %(te)s, %(tp)s, count(*), count(*) + CASE WHEN %(same)s THEN sum(da) ELSE 0 END, "
+        "CASE WHEN %(same)s THEN sum(ds) ELSE 0 END, CASE WHEN %(same)s THEN sum(dd) ELSE 0 END, "
+        "coalesce(sum(length(annotations) + length(tail)), 0) + CASE WHEN %(same)s THEN sum(dz) ELSE 0 END "
+        f"FROM d HAVING count(*) > 0 {_BUMP_COUNTERS} RETURNING c.last_sequence_number AS top), "
+        "nums AS (SELECT d.*, hw.top - (SELECT count(*) FROM d) + row_number() OVER (ORDER BY d.ord) AS new_seq "
+        "FROM d, hw), "
+        f"ins AS (INSERT INTO sodalite_messages ({_ALL_COLUMNS}) SELECT {_CURRENT_GENERATION}, %(te)s, %(tp)s, "
+        "new_seq, " + ", ".join("0" if n == "state" else n for n in _FIELD_NAMES) + ", NULL, NULL, NULL FROM nums) "
+        "SELECT old_seq, new_seq FROM nums"
+    )
+
+
+_DEAD_LETTER: Final = _transfer_sql(_FENCED)
+_MOVE_TO: Final = _transfer_sql(_UNLOCKED)
+_MOVE_AWAY: Final = (
+    f"WITH {_SETTLE_ITEMS}, d AS (DELETE FROM sodalite_messages m USING i WHERE {_PARTITION} "
+    f"AND {_ITEM_ROWS} AND {_UNLOCKED} RETURNING m.sequence_number, {_GONE}), "
+    f"adj AS ({_adjust('d')}) SELECT sequence_number, sequence_number FROM d"
+)
+_RENEW: Final = (
+    "UPDATE sodalite_messages m SET locked_until = %(until)s "
+    "FROM unnest(%(seq)s::bigint[], %(tok)s::uuid[]) AS i(seq, tok) "
+    f"WHERE {_PARTITION} AND {_ITEM_ROWS} AND {_FENCED} RETURNING m.sequence_number"
+)
+_ACTIVATE: Final = (
+    "WITH due AS (SELECT m.sequence_number FROM sodalite_messages m WHERE "
+    f"{_PARTITION} AND m.state = 2 AND m.scheduled_enqueue_time <= %(now)s "
+    "ORDER BY m.scheduled_enqueue_time, m.sequence_number LIMIT %(n)s FOR UPDATE SKIP LOCKED), "
+    "upd AS (UPDATE sodalite_messages m SET state = 0 FROM due "
+    f"WHERE {_PARTITION} AND m.sequence_number = ANY(ARRAY(SELECT sequence_number FROM due)) "
+    f"AND m.sequence_number = due.sequence_number RETURNING {_qualified('m')}), "
+    "adj AS (UPDATE sodalite_partitions c SET scheduled = c.scheduled - (SELECT count(*) FROM upd), "
+    "active = c.active + (SELECT count(*) FROM upd) "
+    "WHERE c.entity = %(e)s AND c.partition = %(p)s AND EXISTS (SELECT 1 FROM upd)) "
+    "SELECT * FROM upd"
+)
+_PURGE: Final = {
+    bounded: (
+        f"WITH d AS (DELETE FROM sodalite_messages m WHERE {_PARTITION} AND {_UNLOCKED}"
+        + (" AND m.sequence_number <= %(through)s" if bounded else "")
+        + f" RETURNING {_GONE}), adj AS ({_adjust('d')}) SELECT count(*) FROM d"
+    )
+    for bounded in (False, True)
+}
+_CLAIM_NAMED_SESSION: Final = (
+    "INSERT INTO sodalite_session_locks AS s (entity, partition, session_id, token, locked_until, owner) "
+    "VALUES (%(e)s, %(p)s, %(sid)s, %(tok)s, %(until)s, %(owner)s) "
+    "ON CONFLICT (entity, partition, session_id) DO UPDATE SET token = excluded.token, "
+    "locked_until = excluded.locked_until, owner = excluded.owner WHERE s.locked_until <= %(now)s "
+    "RETURNING s.session_id"
+)
+# The session, not locked, of the lowest-numbered ACTIVE, unlocked, unexpired message.
+_CLAIM_NEXT_SESSION: Final = (
+    "WITH cand AS (SELECT m.session_id FROM sodalite_messages m "
+    f"WHERE {_PARTITION} AND m.state = 0 AND m.session_id IS NOT NULL AND {_UNLOCKED} "
+    "AND (m.expires_at IS NULL OR m.expires_at > %(now)s) AND NOT EXISTS (SELECT 1 FROM sodalite_session_locks s "
+    "WHERE s.entity = m.entity AND s.partition = m.partition AND s.session_id = m.session_id "
+    "AND s.locked_until > %(now)s) ORDER BY m.sequence_number LIMIT 1) "
+    "INSERT INTO sodalite_session_locks AS s (entity, partition, session_id, token, locked_until, owner) "
+    "SELECT %(e)s, %(p)s, cand.session_id, %(tok)s, %(until)s, %(owner)s FROM cand "
+    "ON CONFLICT (entity, partition, session_id) DO UPDATE SET token = excluded.token, "
+    "locked_until = excluded.locked_until, owner = excluded.owner WHERE s.locked_until <= %(now)s "
+    "RETURNING s.session_id"
+)
+_RENEW_SESSION: Final = (
+    "UPDATE sodalite_session_locks SET locked_until = %(until)s WHERE entity = %(e)s AND partition = %(p)s "
+    "AND session_id = %(sid)s AND token = %(tok)s AND locked_until > %(now)s RETURNING 1"
+)
+_RELEASE_SESSION: Final = (
+    "DELETE FROM sodalite_session_locks WHERE entity = %(e)s AND partition = %(p)s AND session_id = %(sid)s "
+    "AND token = %(tok)s RETURNING 1"
 )
 _PUT_ENTITY: Final = (
     "INSERT INTO sodalite_entities (path_key, path, kind, properties) VALUES (%s, %s, %s, %s) "
@@ -244,11 +634,32 @@ _SELECT_SESSION_STATES: Final = (
 _SELECT_MOVE_KEYS: Final = (
     "SELECT move_key FROM sodalite_move_keys WHERE entity = %s AND partition = %s ORDER BY move_key"
 )
-_SELECT_STATS: Final = (
-    "SELECT count(*), coalesce(sum(length(annotations) + length(tail)), 0) "
-    "FROM sodalite_messages WHERE entity = %s AND partition = %s"
+_SELECT_COUNTS: Final = (
+    "SELECT active, scheduled, deferred, size_in_bytes, last_sequence_number, "
+    "(SELECT min(sequence_number) FROM sodalite_messages WHERE entity = %(e)s AND partition = %(p)s) "
+    "FROM sodalite_partitions WHERE entity = %(e)s AND partition = %(p)s"
+)
+_SELECT_FETCH: Final = (
+    f"SELECT {_STORED_COLUMNS} FROM sodalite_messages WHERE entity = %(e)s AND partition = %(p)s "
+    "AND sequence_number = ANY(%(seq)s::bigint[]) ORDER BY sequence_number"
+)
+_SELECT_NEXT_DUE: Final = (
+    "SELECT LEAST("
+    "(SELECT min(scheduled_enqueue_time) FROM sodalite_messages m WHERE "
+    f"{_PARTITION} AND m.state = 2), "
+    "(SELECT min(expires_at) FROM sodalite_messages m WHERE "
+    f"{_PARTITION} AND m.expires_at IS NOT NULL AND {_UNLOCKED}), "
+    "(SELECT min(locked_until) FROM sodalite_messages m WHERE "
+    f"{_PARTITION} AND m.locked_until > %(now)s AND m.lock_token IS NOT NULL), "
+    "(SELECT min(locked_until) FROM sodalite_session_locks m WHERE "
+    f"{_PARTITION} AND m.locked_until > %(now)s))"
 )
 _SELECT_ENTITIES: Final = "SELECT path, kind, properties FROM sodalite_entities ORDER BY path_key"
+_SELECT_RING: Final = (
+    "SELECT generation, " + ", ".join(f"pg_relation_size('sodalite_messages_g{g}')" for g in range(GENERATIONS))
+    + " FROM sodalite_ring"
+)
+
 
 
 def check_url(url: str) -> str:
@@ -308,29 +719,6 @@ def _text(value: bytes | memoryview | None) -> str | None:
     return None if value is None else bytes(value).decode("utf-8")
 
 
-def _message_row(entity: bytes, ref: PartitionRef, m: MessageRecord) -> tuple[Any, ...]:
-    where = f"message {m.sequence_number} of {ref.entity!r} partition {ref.partition}:"
-    return (
-        entity,
-        ref.partition,
-        _int64(m.sequence_number, f"{where} sequence_number"),
-        _int64(m.enqueued_time, f"{where} enqueued_time"),
-        _opt_utf8(m.message_id, f"{where} message_id"),
-        _opt_utf8(m.session_id, f"{where} session_id"),
-        _opt_utf8(m.partition_key, f"{where} partition_key"),
-        _int64(m.time_to_live, f"{where} time_to_live"),
-        _int64(m.expires_at, f"{where} expires_at"),
-        _int64(m.scheduled_enqueue_time, f"{where} scheduled_enqueue_time"),
-        _int64(m.delivery_count, f"{where} delivery_count"),
-        int(m.state),
-        m.durable,
-        _int64(m.priority, f"{where} priority"),
-        bytes(m.annotations),
-        _int64(m.annotation_count, f"{where} annotation_count"),
-        bytes(m.tail),
-    )
-
-
 def _message_from_row(row: tuple[Any, ...]) -> MessageRecord:
     (seq, enqueued, message_id, session_id, partition_key, ttl, expires_at, scheduled,
      delivery_count, state, durable, priority, annotations, annotation_count, tail) = row  # fmt: skip
@@ -368,31 +756,277 @@ def _key(ref: PartitionRef) -> tuple[bytes, int]:
     return _fold(ref.entity), partition
 
 
-_Statements = dict[str, list[tuple[Any, ...]]]
+def _describe(exc: BaseException) -> str:
+    sqlstate = getattr(exc, "sqlstate", None)
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"{text} [{sqlstate}]" if sqlstate else text
 
 
-def _statements(op: StoreOpV1) -> Iterable[tuple[str, list[tuple[Any, ...]]]]:
-    """The statements one operation becomes, each with its parameter rows (run with executemany)."""
+
+
+_Rows = list[tuple[Any, ...]]
+
+
+def _done(_: list[_Rows]) -> OpResult:
+    return Done()
+
+
+@dataclass(slots=True)
+class _Step:
+    """One statement of a batch: run once with ``params``, or with ``executemany`` over ``many``."""
+
+    sql: str
+    params: Mapping[str, Any] | None = None
+    many: list[tuple[Any, ...]] | None = None
+    rows: bool = False  # keep the rows it returns for the operation's result
+
+
+@dataclass(slots=True)
+class _Plan:
+    """What one operation becomes: its statements, and how their rows make its result."""
+
+    steps: list[_Step] = field(default_factory=list)
+    finish: Callable[[list[_Rows]], OpResult] = _done
+
+
+def _stored_from_row(row: tuple[Any, ...]) -> StoredMessage:
+    *message, token, until, owner = row
+    return StoredMessage(record=_message_from_row(tuple(message)), lock_token=token, locked_until=until,
+                         lock_owner=owner)
+
+
+def _partition_params(ref: PartitionRef) -> dict[str, Any]:
+    entity, partition = _key(ref)
+    return {"e": entity, "p": partition}
+
+
+def _time(value: int, what: str) -> int:
+    checked = _int64(value, what)
+    assert checked is not None
+    return checked
+
+
+def _message_arrays(ref: PartitionRef, messages: Sequence[MessageRecord], numbered: bool) -> dict[str, Any]:
+    """The messages as one array per column (for ``unnest``), each value checked."""
+    arrays: dict[str, list[Any]] = {"seq": [], **{name: [] for name in _FIELD_NAMES}}
+    for m in messages:
+        where = f"message {m.sequence_number} of {ref.entity!r} partition {ref.partition}:"
+        arrays["seq"].append(_int64(m.sequence_number, f"{where} sequence_number") if numbered else 0)
+        arrays["enqueued_time"].append(_int64(m.enqueued_time, f"{where} enqueued_time"))
+        arrays["message_id"].append(_opt_utf8(m.message_id, f"{where} message_id"))
+        arrays["session_id"].append(_opt_utf8(m.session_id, f"{where} session_id"))
+        arrays["partition_key"].append(_opt_utf8(m.partition_key, f"{where} partition_key"))
+        arrays["time_to_live"].append(_int64(m.time_to_live, f"{where} time_to_live"))
+        arrays["expires_at"].append(_int64(m.expires_at, f"{where} expires_at"))
+        arrays["scheduled_enqueue_time"].append(_int64(m.scheduled_enqueue_time, f"{where} scheduled_enqueue_time"))
+        arrays["delivery_count"].append(_int64(m.delivery_count, f"{where} delivery_count"))
+        arrays["state"].append(int(m.state))
+        arrays["durable"].append(m.durable)
+        arrays["priority"].append(_int64(m.priority, f"{where} priority"))
+        arrays["annotations"].append(bytes(m.annotations))
+        arrays["annotation_count"].append(_int64(m.annotation_count, f"{where} annotation_count"))
+        arrays["tail"].append(bytes(m.tail))
+    return arrays
+
+
+def _item_arrays(items: Sequence[tuple[int, uuid.UUID | None, int, bytes | None, int, bool]]) -> dict[str, Any]:
+    """Settle and move items as arrays: (number, token, outcome code, annotations, count, reset)."""
+    return {
+        "seq": [_int64(seq, "sequence number") for seq, *_ in items],
+        "tok": [tok for _, tok, *_ in items],
+        "code": [code for _, _, code, *_ in items],
+        "ann": [None if ann is None else bytes(ann) for _, _, _, ann, _, _ in items],
+        "annc": [_int64(count, "annotation count") for *_, count, _ in items],
+        "reset": [reset for *_, reset in items],
+    }
+
+
+def _unique(numbers: Sequence[int]) -> bool:
+    return len(set(numbers)) == len(numbers)
+
+
+def _append_plan(op: Append) -> _Plan:
+    if not op.messages:
+        return _Plan(finish=lambda _: Appended(()))
+    params = {**_partition_params(op.ref), **_message_arrays(op.ref, op.messages, numbered=False),
+              "n": len(op.messages),
+              "da": sum(1 for m in op.messages if m.state == MessageState.ACTIVE),
+              "ds": sum(1 for m in op.messages if m.state == MessageState.SCHEDULED),
+              "dd": sum(1 for m in op.messages if m.state == MessageState.DEFERRED),
+              "dz": sum(m.size for m in op.messages)}
+    return _Plan([_Step(_APPEND, params, rows=True)],
+                 lambda rows: Appended(tuple(sorted(int(r[0]) for r in rows[0]))))
+
+
+def _claim_plan(op: Claim) -> _Plan:
+    if not op.tokens or (op.sequence_numbers is not None and not op.sequence_numbers):
+        return _Plan(finish=lambda _: Claimed(()))
+    params = {**_partition_params(op.ref), "state": int(op.state), "now": _time(op.now, "now"),
+              "n": len(op.tokens), "tokens": list(op.tokens), "until": _time(op.locked_until, "locked_until"),
+              "owner": op.owner,
+              "sid": None if op.session_id is None else _utf8(op.session_id, "session id"),
+              "seqs": None if op.sequence_numbers is None else [_int64(n, "sequence number")
+                                                                 for n in op.sequence_numbers]}
+    sql = _CLAIM_SQL[(op.session_id is not None, op.sequence_numbers is not None)]
+    return _Plan([_Step(sql, params, rows=True)], lambda rows: Claimed(
+        tuple(sorted((_stored_from_row(r) for r in rows[0]), key=lambda s: s.record.sequence_number))))
+
+
+def _flags(items_numbers: Sequence[int], groups: list[list[int]], rows: list[_Rows]) -> tuple[bool, ...]:
+    """Per item: did the statement that carried it return its number?"""
+    applied = [False] * len(items_numbers)
+    for indexes, returned in zip(groups, rows, strict=True):
+        numbers = {int(r[0]) for r in returned}
+        for index in indexes:
+            applied[index] = items_numbers[index] in numbers
+    return tuple(applied)
+
+
+def _batches(keys: Sequence[Any], numbers: Sequence[int], one_by_one: bool = False) -> list[tuple[Any, list[int]]]:
+    """Item indexes grouped by key into one statement each when every number appears once; else
+    (or when asked) one statement per item, in order (a later item sees what an earlier one did)."""
+    if one_by_one or not _unique(numbers):
+        return [(key, [index]) for index, key in enumerate(keys)]
+    grouped: dict[Any, list[int]] = {}
+    for index, key in enumerate(keys):
+        grouped.setdefault(key, []).append(index)
+    return list(grouped.items())
+
+
+def _settle_plan(op: Settle) -> _Plan:
+    base = {**_partition_params(op.ref), "now": _time(op.now, "now")}
+    numbers = [item.sequence_number for item in op.items]
+
+    def key(item: SettleItem) -> Any:
+        if item.outcome is Outcome.COMPLETE:
+            return ("complete",)
+        if item.outcome is Outcome.DEAD_LETTER:
+            assert item.dead_letter_to is not None
+            return ("dead-letter", *_key(item.dead_letter_to))
+        return ("unlock",)
+
+    steps: list[_Step] = []
+    groups: list[list[int]] = []
+    for group_key, indexes in _batches([key(item) for item in op.items], numbers):
+        items = [op.items[i] for i in indexes]
+        params = {**base, **_item_arrays([(it.sequence_number, it.lock_token, _CODE[it.outcome], it.annotations,
+                                           it.annotation_count, False) for it in items])}
+        if group_key[0] == "complete":
+            sql = _COMPLETE
+        elif group_key[0] == "unlock":
+            sql = _UNLOCK
+        else:
+            sql = _DEAD_LETTER
+            params |= {"te": group_key[1], "tp": group_key[2], "same": group_key[1:] == _key(op.ref)}
+        steps.append(_Step(sql, params, rows=True))
+        groups.append(indexes)
+    return _Plan(steps, lambda rows: Settled(_flags(numbers, groups, rows)))
+
+
+def _renew_plan(op: RenewLocks) -> _Plan:
+    base = {**_partition_params(op.ref), "now": _time(op.now, "now"),
+            "until": _time(op.locked_until, "locked_until")}
+    numbers = [seq for seq, _ in op.items]
+    steps: list[_Step] = []
+    groups: list[list[int]] = []
+    for _, indexes in _batches([()] * len(op.items), numbers):
+        items = [op.items[i] for i in indexes]
+        steps.append(_Step(_RENEW, {**base, "seq": [_int64(s, "sequence number") for s, _ in items],
+                                    "tok": [t for _, t in items]}, rows=True))
+        groups.append(indexes)
+    return _Plan(steps, lambda rows: Renewed(_flags(numbers, groups, rows)))
+
+
+def _move_plan(op: MoveMessages) -> _Plan:
+    base = {**_partition_params(op.ref), "now": _time(op.now, "now")}
+    if op.target is not None:
+        base["te"], base["tp"] = _key(op.target)
+        base["same"] = _key(op.target) == _key(op.ref)
+    numbers = [item.sequence_number for item in op.items]
+    steps: list[_Step] = []
+    groups: list[list[int]] = []
+    # Into the partition it came from, a moved message gets a new number that a later item may name.
+    same = op.target is not None and _key(op.target) == _key(op.ref)
+    for _, indexes in _batches([()] * len(op.items), numbers, one_by_one=same):
+        items: list[MoveItem] = [op.items[i] for i in indexes]
+        params = {**base, **_item_arrays([(it.sequence_number, None, 0, it.annotations, it.annotation_count,
+                                           it.reset_delivery_count) for it in items])}
+        steps.append(_Step(_MOVE_AWAY if op.target is None else _MOVE_TO, params, rows=True))
+        groups.append(indexes)
+
+    def finish(rows: list[_Rows]) -> OpResult:
+        moved: list[int | None] = [None] * len(numbers)
+        for indexes, returned in zip(groups, rows, strict=True):
+            new = {int(old): int(seq) for old, seq in returned}
+            for index in indexes:
+                moved[index] = new.get(numbers[index])
+        return Moved(tuple(moved))
+
+    return _Plan(steps, finish)
+
+
+def _activate_plan(op: Activate) -> _Plan:
+    if op.limit <= 0:
+        return _Plan(finish=lambda _: Activated(()))
+    params = {**_partition_params(op.ref), "now": _time(op.now, "now"), "n": _time(op.limit, "limit")}
+    return _Plan([_Step(_ACTIVATE, params, rows=True)], lambda rows: Activated(tuple(sorted(
+        (_stored_from_row(r) for r in rows[0]),
+        key=lambda s: (s.record.scheduled_enqueue_time or 0, s.record.sequence_number)))))
+
+
+def _purge_plan(op: Purge) -> _Plan:
+    params = {**_partition_params(op.ref), "now": _time(op.now, "now"),
+              "through": _int64(op.through_sequence_number, "through_sequence_number")}
+    return _Plan([_Step(_PURGE[op.through_sequence_number is not None], params, rows=True)],
+                 lambda rows: Purged(int(rows[0][0][0])))
+
+
+def _session_plan(op: ClaimSession | RenewSession | ReleaseSession) -> _Plan:
+    params: dict[str, Any] = {**_partition_params(op.ref), "tok": op.token}
+    if isinstance(op, ClaimSession):
+        params |= {"now": _time(op.now, "now"), "until": _time(op.locked_until, "locked_until"),
+                   "owner": op.owner,
+                   "sid": None if op.session_id is None else _utf8(op.session_id, "session id")}
+        sql = _CLAIM_NEXT_SESSION if op.session_id is None else _CLAIM_NAMED_SESSION
+        return _Plan([_Step(sql, params, rows=True)],
+                     lambda rows: SessionClaimed(_text(rows[0][0][0]) if rows[0] else None))
+    params["sid"] = _utf8(op.session_id, "session id")
+    if isinstance(op, RenewSession):
+        params |= {"now": _time(op.now, "now"), "until": _time(op.locked_until, "locked_until")}
+        sql = _RENEW_SESSION
+    else:
+        sql = _RELEASE_SESSION
+    return _Plan([_Step(sql, params, rows=True)], lambda rows: Renewed((bool(rows[0]),)))
+
+
+def _v1_plan(op: StoreOp) -> _Plan:
+    """The version-1 operations (results: Done)."""
+    steps: list[_Step] = []
     if isinstance(op, AppendMessages):
-        if not op.messages:
-            return
-        entity, partition = _key(op.ref)
-        yield _INSERT_MESSAGE, [_message_row(entity, op.ref, m) for m in op.messages]
-        top = max(m.sequence_number for m in op.messages)
-        yield _RAISE_COUNTER, [(entity, partition, max(top, 0))]
+        if op.messages:
+            params = {**_partition_params(op.ref), **_message_arrays(op.ref, op.messages, numbered=True)}
+            steps += [_Step(_CHECK_NEW_NUMBERS, params), _Step(_APPEND_NUMBERED, params)]
     elif isinstance(op, DeleteMessages):
         if op.sequence_numbers:
-            entity, partition = _key(op.ref)
-            yield _DELETE_MESSAGE, [(entity, partition, _int64(n, "sequence number")) for n in op.sequence_numbers]
+            steps.append(_Step(_DELETE_NUMBERED, {**_partition_params(op.ref), "seq": [
+                _int64(n, "sequence number") for n in op.sequence_numbers]}))
     elif isinstance(op, UpdateMessages):
         if op.updates:
-            entity, partition = _key(op.ref)
-            yield _UPDATE_MESSAGE, [
-                (_int64(u.delivery_count, f"delivery_count of message {u.sequence_number}"), int(u.state),
-                 entity, partition, _int64(u.sequence_number, "sequence number"))
-                for u in op.updates
-            ]
-    elif isinstance(op, PutEntity):
+            last = {u.sequence_number: u for u in op.updates}  # the last update of a number wins
+            steps.append(_Step(_UPDATE_NUMBERED, {
+                **_partition_params(op.ref),
+                "seq": [_int64(u.sequence_number, "sequence number") for u in last.values()],
+                "dc": [_int64(u.delivery_count, f"delivery_count of message {u.sequence_number}")
+                       for u in last.values()],
+                "st": [int(u.state) for u in last.values()]}))
+    else:
+        steps.extend(_Step(sql, many=rows) for sql, rows in _v1_statements(op))
+    return _Plan(steps)
+
+
+def _v1_statements(op: StoreOp) -> Iterable[tuple[str, list[tuple[Any, ...]]]]:
+    """The statements of the v1 operations that do not touch messages, each with its parameter rows."""
+    if isinstance(op, PutEntity):
         e = op.entity
         yield _PUT_ENTITY, [(_fold(e.path), e.path, e.kind, _encode_properties(e))]
     elif isinstance(op, DeleteEntity):
@@ -425,28 +1059,57 @@ def _statements(op: StoreOpV1) -> Iterable[tuple[str, list[tuple[Any, ...]]]]:
             rows: list[tuple[Any, ...]] = [(entity, partition, _utf8(k, "move key")) for k in op.keys]
             yield (_REMEMBER_MOVE_KEY if isinstance(op, RememberMoveKeys) else _FORGET_MOVE_KEY), rows
     else:
-        assert_never(op)
+        raise AssertionError(f"not a version-1 operation without messages: {type(op).__name__}")
 
 
-def _describe(exc: BaseException) -> str:
-    sqlstate = getattr(exc, "sqlstate", None)
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return f"{text} [{sqlstate}]" if sqlstate else text
+def _plan(op: StoreOp) -> _Plan:
+    if isinstance(op, Append):
+        return _append_plan(op)
+    if isinstance(op, Claim):
+        return _claim_plan(op)
+    if isinstance(op, Settle):
+        return _settle_plan(op)
+    if isinstance(op, RenewLocks):
+        return _renew_plan(op)
+    if isinstance(op, MoveMessages):
+        return _move_plan(op)
+    if isinstance(op, Activate):
+        return _activate_plan(op)
+    if isinstance(op, Purge):
+        return _purge_plan(op)
+    if isinstance(op, ClaimSession | RenewSession | ReleaseSession):
+        return _session_plan(op)
+    if isinstance(op, AppendMessages | DeleteMessages | UpdateMessages | PutEntity | DeleteEntity
+                  | RememberMessageIds | ForgetMessageIds | PutSessionState | RememberMoveKeys
+                  | ForgetMoveKeys):
+        return _v1_plan(op)
+    assert_never(op)
 
 
 class PostgresStore:
     """The store port over one PostgreSQL database (see the module docstring)."""
 
     def __init__(self, url: str, *, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-                 application_name: str = "sodalite") -> None:
+                 application_name: str = "sodalite", rotate_bytes: int = DEFAULT_ROTATE_BYTES) -> None:
         self._url = check_url(url)
         self._shown = redact(url)
         if connect_timeout <= 0:
             raise ConfigurationError(f"connect_timeout: must be > 0, got {connect_timeout}")
+        if rotate_bytes <= 0:
+            raise ConfigurationError(f"rotate_bytes: must be > 0, got {rotate_bytes}")
         self._timeout = connect_timeout
         self._application_name = application_name
+        self._rotate_bytes = rotate_bytes
         self._pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]] | None = None
         self._closed = False
+        # Diagnostics (the drill reads them): network round trips (pipeline syncs and single
+        # statements) and statements sent; ring switches, generations truncated, and truncations
+        # put off because a lock was not granted within LOCK_TIMEOUT_MS.
+        self.round_trips = 0
+        self.statements = 0
+        self.ring_switches = 0
+        self.truncations = 0
+        self.lock_timeouts = 0
 
     @property
     def url(self) -> str:
@@ -484,36 +1147,49 @@ class PostgresStore:
 
     def apply(self, batch: Sequence[StoreOp]) -> tuple[OpResult, ...]:
         pool = self._require()
-        grouped: list[tuple[str, list[tuple[Any, ...]]]] = []
-        for op in batch:  # validate and encode everything before touching the database
-            if not isinstance(op, StoreOpV1):
-                raise NotImplementedError(f"store port v2: {type(op).__name__} (PostgreSQL: not built yet)")
-            grouped.extend(_statements(op))
-        done = tuple(Done() for _ in batch)
-        if not grouped:
-            return done
-        try:
-            with pool.connection() as conn:
-                # BEGIN, the statements and COMMIT go out together, and one sync brings every result
-                # back: one round trip. A statement that fails makes the server skip the rest up to
-                # the sync (the COMMIT included), so nothing of the batch is applied.
-                try:
-                    with conn.pipeline(), conn.cursor() as cur:
-                        cur.execute("BEGIN")
-                        for statement, rows in grouped:
-                            cur.executemany(statement, rows)
-                        cur.execute("COMMIT")
-                except BaseException:
-                    self._rollback(conn)
-                    raise
-        except (psycopg.Error, PoolTimeout) as exc:
-            if isinstance(exc, psycopg.errors.DiskFull):
-                raise StoreFull(
-                    f"PostgreSQL store {self._shown}: the database's disk is full: new messages are refused "
-                    f"until space is freed; nothing of this batch was stored ({_describe(exc)})") from exc
-            raise StoreUnavailable(
-                f"PostgreSQL store {self._shown}: batch not applied: {_describe(exc)}") from exc
-        return done
+        plans = [_plan(op) for op in batch]  # validate and encode everything before touching the database
+        steps = [step for plan in plans for step in plan.steps]
+        fetched: list[_Rows] = []
+        if steps:
+            try:
+                with pool.connection() as conn:
+                    # BEGIN, the statements and COMMIT go out together, and one sync brings every result
+                    # back: one round trip. A statement that fails makes the server skip the rest up to
+                    # the sync (the COMMIT included), so nothing of the batch is applied.
+                    try:
+                        cursors = []
+                        with conn.pipeline():
+                            conn.execute("BEGIN")
+                            for step in steps:
+                                cur = conn.cursor()
+                                if step.many is not None:
+                                    cur.executemany(step.sql, step.many)
+                                else:
+                                    cur.execute(step.sql, step.params)
+                                cursors.append(cur)
+                            conn.execute("COMMIT")
+                        fetched = [cur.fetchall() if step.rows else [] for step, cur in zip(steps, cursors,
+                                                                                            strict=True)]
+                    except BaseException:
+                        self._rollback(conn)
+                        raise
+                    finally:
+                        self.round_trips += 1
+                        self.statements += 2 + sum(len(s.many) if s.many is not None else 1 for s in steps)
+            except (psycopg.Error, PoolTimeout) as exc:
+                if isinstance(exc, psycopg.errors.DiskFull):
+                    raise StoreFull(
+                        f"PostgreSQL store {self._shown}: the database's disk is full: new messages are refused "
+                        f"until space is freed; nothing of this batch was stored ({_describe(exc)})") from exc
+                raise StoreUnavailable(
+                    f"PostgreSQL store {self._shown}: batch not applied: {_describe(exc)}") from exc
+        results: list[OpResult] = []
+        position = 0
+        for plan in plans:
+            mine = fetched[position:position + len(plan.steps)]
+            position += len(plan.steps)
+            results.append(plan.finish(mine))
+        return tuple(results)
 
     def load_partition(self, ref: PartitionRef) -> PartitionSnapshot:
         key = _key(ref)
@@ -546,33 +1222,138 @@ class PostgresStore:
         return records
 
     def stats(self, ref: PartitionRef) -> PartitionStats:
-        (rows,) = self._read(f"read statistics of {ref.entity!r} partition {ref.partition}",
-                             [(_SELECT_STATS, _key(ref))])
-        count, size = rows[0]
-        return PartitionStats(message_count=int(count), size_in_bytes=int(size))
+        counts = self.counts(ref)
+        return PartitionStats(message_count=counts.message_count, size_in_bytes=counts.size_in_bytes)
 
-    # -- version 2 reads (not yet built in this adapter) ------------------------------------------
+    # -- version 2 reads --------------------------------------------------------------------------
 
     def peek(self, ref: PartitionRef, from_sequence_number: int, count: int,
              states: frozenset[MessageState] | None = None,
              session_id: str | None = None) -> tuple[StoredMessage, ...]:
-        raise NotImplementedError("store port v2: peek")
+        if count <= 0:
+            return ()
+        params = {**_partition_params(ref), "from": _time(from_sequence_number, "from_sequence_number"),
+                  "n": _time(count, "count")}
+        sql = (f"SELECT {_STORED_COLUMNS} FROM sodalite_messages WHERE entity = %(e)s AND partition = %(p)s "
+               "AND sequence_number >= %(from)s")
+        if states is not None:
+            sql += " AND state = ANY(%(states)s::smallint[])"
+            params["states"] = sorted(int(s) for s in states)
+        if session_id is not None:
+            sql += " AND session_id = %(sid)s"
+            params["sid"] = _utf8(session_id, "session id")
+        sql += " ORDER BY sequence_number LIMIT %(n)s"
+        (rows,) = self._read(f"peek {ref.entity!r} partition {ref.partition}", [(sql, params)])
+        return tuple(_stored_from_row(r) for r in rows)
 
     def fetch(self, ref: PartitionRef, sequence_numbers: Sequence[int]) -> tuple[StoredMessage, ...]:
-        raise NotImplementedError("store port v2: fetch")
+        if not sequence_numbers:
+            return ()
+        params = {**_partition_params(ref), "seq": [_int64(n, "sequence number") for n in sequence_numbers]}
+        (rows,) = self._read(f"fetch from {ref.entity!r} partition {ref.partition}", [(_SELECT_FETCH, params)])
+        return tuple(_stored_from_row(r) for r in rows)
 
     def counts(self, ref: PartitionRef) -> PartitionCounts:
-        raise NotImplementedError("store port v2: counts")
+        (rows,) = self._read(f"read the counters of {ref.entity!r} partition {ref.partition}",
+                             [(_SELECT_COUNTS, _partition_params(ref))])
+        return self._counts(rows)
 
     def next_due(self, ref: PartitionRef, now: int) -> int | None:
-        raise NotImplementedError("store port v2: next_due")
+        (rows,) = self._read(f"read what falls due in {ref.entity!r} partition {ref.partition}",
+                             [(_SELECT_NEXT_DUE, {**_partition_params(ref), "now": _time(now, "now")})])
+        due = rows[0][0]
+        return None if due is None else int(due)
 
     def partition_meta(self, ref: PartitionRef) -> PartitionMeta:
-        raise NotImplementedError("store port v2: partition_meta")
+        key = _key(ref)
+        counters, history, states, move_keys = self._read(
+            f"read {ref.entity!r} partition {ref.partition}",
+            [(_SELECT_COUNTS, _partition_params(ref)), (_SELECT_HISTORY, key), (_SELECT_SESSION_STATES, key),
+             (_SELECT_MOVE_KEYS, key)])
+        return PartitionMeta(
+            counts=self._counts(counters),
+            duplicate_history=tuple((bytes(mid).decode("utf-8"), at) for mid, at in history),
+            session_states=tuple((bytes(sid).decode("utf-8"), bytes(state), at) for sid, state, at in states),
+            move_keys=tuple(bytes(k).decode("utf-8") for (k,) in move_keys),
+        )
+
+    @staticmethod
+    def _counts(rows: _Rows) -> PartitionCounts:
+        if not rows:
+            return PartitionCounts(active=0, scheduled=0, deferred=0, size_in_bytes=0, last_sequence_number=0,
+                                   first_sequence_number=None)
+        active, scheduled, deferred, size, last, first = rows[0]
+        return PartitionCounts(active=int(active), scheduled=int(scheduled), deferred=int(deferred),
+                               size_in_bytes=int(size), last_sequence_number=int(last),
+                               first_sequence_number=None if first is None else int(first))
+
+    # -- housekeeping -----------------------------------------------------------------------------
 
     def maintain(self) -> bool:
-        self._require()
-        return True  # autovacuum does the housekeeping; disk-full recovery is the server's
+        pool = self._require()
+        try:
+            with pool.connection() as conn:
+                self._turn_ring(conn)
+        except (psycopg.Error, PoolTimeout):
+            pass  # housekeeping only: the next call tries again
+        return True  # disk-full recovery is the server's
+
+    def _turn_ring(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        """Truncate drained generations (moving their few live rows on), then switch the current
+        generation to the next one once the current table has grown past ``rotate_bytes``."""
+        row = conn.execute(_SELECT_RING).fetchone()
+        self.round_trips += 1
+        assert row is not None
+        current, sizes = int(row[0]), [int(size) for size in row[1:]]
+        for step in range(1, GENERATIONS):  # oldest first
+            generation = (current + step) % GENERATIONS
+            if sizes[generation] > 0 and self._retire(conn, generation, current):
+                sizes[generation] = 0
+        self._analyze(conn, current)
+        following = (current + 1) % GENERATIONS
+        if sizes[current] >= self._rotate_bytes and sizes[following] == 0:
+            conn.execute("UPDATE sodalite_ring SET generation = %s WHERE generation = %s", (following, current))
+            self.round_trips += 1
+            self.ring_switches += 1
+
+    def _analyze(self, conn: psycopg.Connection[tuple[Any, ...]], generation: int) -> None:
+        """Refresh the planner's statistics of the current generation once it has changed enough.
+
+        The statements find messages by (entity, partition, sequence numbers); a planner that
+        believes a partition holds one row (a table never analyzed, or an entity newer than its
+        statistics) may scan the partition's rows instead of looking the numbers up. Autovacuum's
+        ANALYZE comes at most once a minute and not at all for the ring's parent table.
+        """
+        table = f"sodalite_messages_g{generation}"
+        row = conn.execute("SELECT n_mod_since_analyze, n_live_tup FROM pg_stat_user_tables "
+                           "WHERE relid = %s::regclass", (table,)).fetchone()
+        self.round_trips += 1
+        if row is not None and int(row[0]) >= ANALYZE_AFTER and int(row[1]) > 0:
+            conn.execute(f"ANALYZE {table}")
+            self.round_trips += 1
+
+    def _retire(self, conn: psycopg.Connection[tuple[Any, ...]], generation: int, current: int) -> bool:
+        """Empty a generation that is not current, if it is drained: copy its live rows into the
+        current one and TRUNCATE it, under a lock taken with a short timeout. True when done."""
+        table = f"sodalite_messages_g{generation}"
+        live = conn.execute(f"SELECT count(*) FROM (SELECT 1 FROM {table} LIMIT {MOVE_LIMIT + 1}) s").fetchone()
+        self.round_trips += 1
+        if live is None or int(live[0]) > MOVE_LIMIT:
+            return False
+        try:
+            with conn.transaction():
+                conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'")
+                conn.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+                conn.execute(f"INSERT INTO sodalite_messages ({_ALL_COLUMNS}) "
+                             f"SELECT {current:d}, entity, partition, {_STORED_COLUMNS} FROM {table}")
+                conn.execute(f"TRUNCATE {table}")
+        except psycopg.errors.LockNotAvailable:
+            self.lock_timeouts += 1
+            return False
+        finally:
+            self.round_trips += 6
+        self.truncations += 1
+        return True
 
     def close(self) -> None:
         self._closed = True
@@ -582,7 +1363,7 @@ class PostgresStore:
 
     # -- internals --------------------------------------------------------------------------------
 
-    def _read(self, what: str, queries: Sequence[tuple[str, tuple[Any, ...]]]) -> list[list[tuple[Any, ...]]]:
+    def _read(self, what: str, queries: Sequence[tuple[str, Mapping[str, Any] | tuple[Any, ...]]]) -> list[_Rows]:
         """Run read queries in one snapshot (one pipeline); their rows in order."""
         pool = self._require()
         try:
@@ -595,6 +1376,9 @@ class PostgresStore:
                 except BaseException:
                     self._rollback(conn)
                     raise
+                finally:
+                    self.round_trips += 1
+                    self.statements += 2 + len(queries)
                 return [cur.fetchall() for cur in cursors]
         except (psycopg.Error, PoolTimeout, UnicodeDecodeError) as exc:
             raise StoreUnavailable(f"PostgreSQL store {self._shown}: cannot {what}: {_describe(exc)}") from exc

@@ -1,0 +1,185 @@
+"""The long-transaction drill (issue 18 item 7): the store cycle on PostgreSQL, with and without a
+transaction that holds back VACUUM.
+
+It starts its own PostgreSQL (``tests/pg_server.py``: ``initdb`` and ``postgres`` as the
+``postgres`` user in a temporary directory, on a free port of 127.0.0.1), opens the PostgreSQL
+store and drives the store port directly, one partition, the cycle: ``Append`` a batch of
+``--batch`` messages of ``--size`` bytes, ``Claim`` them, ``Settle`` them COMPLETE, calling
+``maintain()`` once a second as the broker's store worker does. Two phases of the same workload:
+
+1. ``--seconds`` without any other transaction;
+2. ``--hold-seconds`` while another connection holds ``BEGIN ISOLATION LEVEL REPEATABLE READ``
+   after reading a table of its own (``report_data``, the user's table, not Sodalite's): a report
+   or a backup. Its snapshot keeps VACUUM from removing any row version deleted after it began.
+
+Every ``--interval`` seconds it prints the throughput, the size of the message ring and of the
+counter table (with indexes), the dead row versions PostgreSQL counts in them, the ring's switches
+and truncations so far, and the database round trips per message (counted by the adapter: one per
+pipeline sync or single statement, maintenance included). A summary compares the phases. With
+``--rotate-bytes 0`` the ring never turns (the design without rotation, for comparison).
+
+    .venv/bin/python benchmarks/pg_long_transaction.py [--seconds 60] [--hold-seconds 600]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from pg_server import PgServer, find_bin_dir
+from sodalite.model.message import MessageRecord, MessageState
+from sodalite.store.port import Append, Appended, Claim, Claimed, Outcome, PartitionRef, Settle, SettleItem
+from sodalite.store.postgres import GENERATIONS, PostgresStore
+
+REF = PartitionRef("drill", 0)
+NEVER = 2**62  # rotate_bytes that the ring never reaches
+SIZES = (
+    "SELECT (SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c WHERE c.relname LIKE 'sodalite_messages_g%%'),"
+    " pg_total_relation_size('sodalite_partitions'),"
+    " (SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables WHERE relname LIKE 'sodalite_messages_g%%'),"
+    " (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'sodalite_partitions')"
+)
+
+
+@dataclass
+class Interval:
+    rate: float
+    ring_bytes: int
+    counter_bytes: int
+    dead_ring: int
+    dead_counters: int
+    trips_per_message: float
+
+
+@dataclass
+class Phase:
+    name: str
+    intervals: list[Interval] = field(default_factory=list)
+    messages: int = 0
+    seconds: float = 0.0
+
+
+def record(size: int) -> MessageRecord:
+    return MessageRecord(sequence_number=0, enqueued_time=1_700_000_000_000, message_id=None, session_id=None,
+                         partition_key=None, time_to_live=None, expires_at=None, scheduled_enqueue_time=None,
+                         delivery_count=0, state=MessageState.ACTIVE, durable=True, priority=None,
+                         annotations=b"", annotation_count=0, tail=b"x" * size)
+
+
+def run_phase(store: PostgresStore, monitor: psycopg.Connection[tuple[object, ...]], name: str, seconds: float,
+              args: argparse.Namespace) -> Phase:
+    phase = Phase(name)
+    batch = tuple(record(args.size) for _ in range(args.batch))
+    now = 1_700_000_000_000
+    started = time.monotonic()
+    mark, mark_messages, mark_trips = started, 0, store.round_trips
+    last_maintain = started
+    print(f"\n== {name}: {seconds:.0f} s")
+    print(f"{'t (s)':>6} {'msg/s':>8} {'ring MiB':>9} {'counter KiB':>12} {'dead (ring)':>12} "
+          f"{'dead (ctr)':>11} {'switches':>9} {'truncated':>10} {'put off':>8} {'trips/msg':>10}")
+    while True:
+        elapsed = time.monotonic() - started
+        if elapsed >= seconds:
+            break
+        now += 10
+        (appended,) = store.apply([Append(REF, batch)])
+        assert isinstance(appended, Appended) and len(appended.sequence_numbers) == args.batch
+        tokens = tuple(uuid.uuid4() for _ in range(args.batch))
+        (claimed,) = store.apply([Claim(REF, now=now, locked_until=now + 60_000, owner="drill", tokens=tokens)])
+        assert isinstance(claimed, Claimed)
+        items = tuple(SettleItem(m.record.sequence_number, m.lock_token, Outcome.COMPLETE)  # type: ignore[arg-type]
+                      for m in claimed.messages)
+        store.apply([Settle(REF, now=now, items=items)])
+        phase.messages += len(claimed.messages)
+        current = time.monotonic()
+        if current - last_maintain >= 1.0:
+            store.maintain()
+            last_maintain = current
+        if current - mark >= args.interval:
+            ring, counters, dead_ring, dead_counters = monitor.execute(SIZES).fetchone()  # type: ignore[misc]
+            done = phase.messages - mark_messages
+            interval = Interval(rate=done / (current - mark), ring_bytes=int(ring or 0),
+                                counter_bytes=int(counters or 0), dead_ring=int(dead_ring or 0),
+                                dead_counters=int(dead_counters or 0),
+                                trips_per_message=(store.round_trips - mark_trips) / max(done, 1))
+            phase.intervals.append(interval)
+            print(f"{current - started:6.0f} {interval.rate:8.0f} {interval.ring_bytes / 2**20:9.1f} "
+                  f"{interval.counter_bytes / 1024:12.0f} {interval.dead_ring:12d} {interval.dead_counters:11d} "
+                  f"{store.ring_switches:9d} {store.truncations:10d} {store.lock_timeouts:8d} "
+                  f"{interval.trips_per_message:10.4f}", flush=True)
+            mark, mark_messages, mark_trips = current, phase.messages, store.round_trips
+    phase.seconds = time.monotonic() - started
+    return phase
+
+
+def summary(phases: list[Phase]) -> None:
+    print("\n== summary")
+    base = phases[0].messages / phases[0].seconds
+    for phase in phases:
+        rate = phase.messages / phase.seconds
+        rates = [i.rate for i in phase.intervals] or [rate]
+        sizes = [i.ring_bytes for i in phase.intervals] or [0]
+        trips = [i.trips_per_message for i in phase.intervals] or [0.0]
+        first = phase.intervals[0].rate if phase.intervals else rate
+        last = phase.intervals[-1].rate if phase.intervals else rate
+        print(f"{phase.name}: {phase.messages} messages in {phase.seconds:.0f} s = {rate:.0f} msg/s "
+              f"({rate / base:.0%} of the first phase); per interval min {min(rates):.0f}, median "
+              f"{statistics.median(rates):.0f}, first {first:.0f}, last {last:.0f}; ring size min "
+              f"{min(sizes) / 2**20:.1f} MiB, max {max(sizes) / 2**20:.1f} MiB, last {sizes[-1] / 2**20:.1f} MiB; "
+              f"round trips per message {statistics.median(trips):.4f} (median)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=60.0, help="the phase without the long transaction")
+    parser.add_argument("--hold-seconds", type=float, default=600.0, help="how long the transaction is held")
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--size", type=int, default=1024, help="message body bytes")
+    parser.add_argument("--interval", type=float, default=10.0, help="seconds between report lines")
+    parser.add_argument("--rotate-bytes", type=int, default=None,
+                        help="the store's rotate_bytes (default: the store's default); 0: never rotate")
+    args = parser.parse_args()
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        sys.exit("PostgreSQL is not installed (apt-get install postgresql)")
+    server = PgServer(bin_dir).start()
+    try:
+        url = server.create_database("drill")
+        kwargs = {} if args.rotate_bytes is None else {"rotate_bytes": args.rotate_bytes or NEVER}
+        store = PostgresStore(url, application_name="sodalite-drill", **kwargs)
+        store.open()
+        with psycopg.connect(url, autocommit=True) as monitor, psycopg.connect(url) as reporter:
+            version = monitor.execute("SHOW server_version").fetchone()
+            print(f"PostgreSQL {version[0] if version else '?'}, synchronous_commit on, ring of {GENERATIONS} tables, "
+                  f"rotate_bytes {'never' if args.rotate_bytes == 0 else args.rotate_bytes or 'default'}, "
+                  f"batch {args.batch}, {args.size} B per message")
+            monitor.execute("CREATE TABLE report_data (id int PRIMARY KEY, amount numeric)")
+            monitor.execute("INSERT INTO report_data SELECT g, g * 1.5 FROM generate_series(1, 10000) g")
+            phases = [run_phase(store, monitor, "without a long transaction", args.seconds, args)]
+            # The report: a snapshot taken by reading the user's own table, then held open.
+            reporter.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            total = reporter.execute("SELECT sum(amount) FROM report_data").fetchone()
+            held = monitor.execute("SELECT backend_xmin FROM pg_stat_activity WHERE backend_xmin IS NOT NULL "
+                                   "AND pid = %s", (reporter.info.backend_pid,)).fetchone()
+            print(f"\nreport transaction open (sum {total[0] if total else '?'}), "
+                  f"holding xmin {held[0] if held else '?'}")
+            phases.append(run_phase(store, monitor, "with a REPEATABLE READ transaction held open", args.hold_seconds,
+                                    args))
+            reporter.rollback()
+        summary(phases)
+        store.close()
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
