@@ -53,6 +53,7 @@ class Row:
     locked_until: int | None = None
     lock_owner: str | None = None
     edit: AnnotationEdit | None = None
+    origin: int = 0  # in the dead-letter queue: the number it had in the partition
 
     def locked_at(self, now: int) -> bool:
         return self.lock_token is not None and self.locked_until is not None and self.locked_until > now
@@ -72,6 +73,7 @@ class FakeStore:
         self.dead_last = 0
         self.message_ids: dict[str, int] = {}
         self.applied_batches = 0
+        self.gone: dict[int, str] = {}  # numbers deleted from the partition, and how
 
     def apply(self, ops: tuple[StoreOp, ...]) -> tuple[OpResult, ...]:
         self.applied_batches += 1
@@ -80,7 +82,7 @@ class FakeStore:
     def _dead_letter(self, row: Row, edit: AnnotationEdit | None) -> int:
         self.dead_last += 1
         self.dead[self.dead_last] = Row(replace(row.record, sequence_number=self.dead_last, state=MessageState.ACTIVE),
-                                        edit=edit)
+                                        edit=edit, origin=row.record.sequence_number)
         return self.dead_last
 
     def _one(self, op: StoreOp) -> OpResult:
@@ -123,6 +125,7 @@ class FakeStore:
                         row.edit = item.edit
                     if item.outcome is Outcome.COMPLETE:
                         del self.rows[item.sequence_number]
+                        self.gone[item.sequence_number] = "complete"
                     elif item.outcome is Outcome.RELEASE:
                         row.record = row.record.with_delivery_count(max(row.record.delivery_count - 1, 0))
                     elif item.outcome is Outcome.DEFER:
@@ -148,6 +151,8 @@ class FakeStore:
                         moved.append(None)
                         continue
                     del self.rows[item.sequence_number]
+                    if not op.to_dead_letter:
+                        self.gone[item.sequence_number] = "dropped"
                     moved.append(self._dead_letter(row, item.edit) if op.to_dead_letter else item.sequence_number)
                 return Moved(tuple(moved))
             case Activate():
@@ -216,9 +221,11 @@ class Harness:
 
     def drain(self) -> list[Reply]:
         out: list[Reply] = []
-        while self.effects:
+        for _ in range(2_000):
+            if not self.effects:
+                return out
             out.extend(self.step())
-        return out
+        raise AssertionError("the core keeps asking for more effects: a loop")
 
     def at(self, now: int) -> None:
         assert now >= self.now

@@ -31,8 +31,9 @@ this core has not claimed is in it. Below half its cap (and not ``at_tail``) the
 read of the next rows after ``cursor``; a short read means the window reached the end of the
 queue (``at_tail``), after which committed appends enter the window directly. A message that comes
 back (abandon, release, lapsed lock, activation) is inserted by number, so it is the next one
-delivered, as Service Bus does. Over the cap, the highest numbers are evicted and ``cursor`` moves
-below them. Claims name sequence numbers and the store fences them (a row gone or locked by someone
+delivered, as Service Bus does; over the cap, the highest numbers are evicted and ``cursor`` moves
+below them. A read stops adding rows once the window is full (so the window may pass its cap by
+less than one message, and a message larger than the cap still gets through alone). Claims name sequence numbers and the store fences them (a row gone or locked by someone
 else is skipped), so a stale window can never deliver a message twice.
 
 Service Bus rules kept (as model/partition.py states them for the in-memory broker):
@@ -662,8 +663,9 @@ def _on_renew(turn: _Turn, command: RenewLock) -> None:
 # ---- the window ---------------------------------------------------------------------------------------
 
 
-def _admit(turn: _Turn, record: MessageRecord) -> None:
-    """A ready message this core knows of: it leaves if expired or out of deliveries, else joins the window."""
+def _admit(turn: _Turn, record: MessageRecord, *, evict: bool = True) -> None:
+    """A ready message this core knows of: it leaves if expired or out of deliveries, else joins the
+    window; over the cap (``evict``), the highest numbers leave the window and are read again later."""
     view, now = turn.view, turn.now
     seq = record.sequence_number
     if seq in view.window or seq in view.locked_seqs or seq in view.claiming:
@@ -680,7 +682,7 @@ def _admit(turn: _Turn, record: MessageRecord) -> None:
     view.window_size += record.size
     if record.expires_at is not None:
         heapq.heappush(view.expiry_heap, (record.expires_at, seq))
-    while view.window_size > view.settings.window_bytes and len(view.window_order) > 1:
+    while evict and view.window_size > view.settings.window_bytes and len(view.window_order) > 1:
         evicted = view.window_order.pop()
         view.window_size -= view.window.pop(evicted).size
         view.cursor = min(view.cursor, evicted - 1)
@@ -721,6 +723,8 @@ def _on_window_read(turn: _Turn, command: WindowRead) -> None:
         seq = record.sequence_number
         if seq <= view.cursor:
             continue  # the window already knows this far
+        if view.window_size >= view.settings.window_bytes:
+            return  # full: the rest is read again later
         view.cursor = seq
         if record.state is not MessageState.ACTIVE:
             continue
@@ -728,9 +732,7 @@ def _on_window_read(turn: _Turn, command: WindowRead) -> None:
             until = row.locked_until if row.locked_until is not None else now
             view.rescan_at = until if view.rescan_at is None else min(view.rescan_at, until)
             continue
-        _admit(turn, record)
-        if view.cursor < seq:  # the window is full: the rest is read again later
-            return
+        _admit(turn, record, evict=False)  # a read never evicts (it would read the same rows again)
     if len(command.rows) < asked:
         # A short read: nothing ready after cursor, and every append whose result came before this
         # read was committed before it (the caller keeps order), so the window reaches the end.
@@ -971,8 +973,13 @@ def _claimed(turn: _Turn, ctx: _ClaimCtx, result: Claimed) -> None:
     taken = {row.record.sequence_number for row in result.messages}
     for record in ctx.records:
         view.claiming.discard(record.sequence_number)
+    missed = len(ctx.records) - len(taken)
     for row in result.messages:
         assert row.lock_token is not None and row.locked_until is not None
+        if row.locked_until <= turn.now:  # the claim came back too late: its lock has already lapsed
+            missed += 1
+            _admit(turn, row.record)
+            continue
         lock = HeldLock(row.lock_token, row.record, row.locked_until, ctx.consumer, row.record.state)
         view.locks[lock.token] = lock
         view.locked_seqs[row.record.sequence_number] = lock.token
@@ -983,7 +990,6 @@ def _claimed(turn: _Turn, ctx: _ClaimCtx, result: Claimed) -> None:
             lock.settling = True
             turn.settles.append((SettleItem(row.record.sequence_number, lock.token, Outcome.RELEASE),
                                  (_NO_REPLY, lock.token, Outcome.RELEASE, Outcome.RELEASE)))
-    missed = len(ctx.records) - len(taken)
     credit = view.credit.get(ctx.consumer)
     if missed and credit is not None:
         credit.count += missed
