@@ -33,7 +33,8 @@ queue (``at_tail``), after which committed appends enter the window directly. A 
 back (abandon, release, lapsed lock, activation) is inserted by number, so it is the next one
 delivered, as Service Bus does; over the cap, the highest numbers are evicted and ``cursor`` moves
 below them. A read stops adding rows once the window is full (so the window may pass its cap by
-less than one message, and a message larger than the cap still gets through alone). Claims name sequence numbers and the store fences them (a row gone or locked by someone
+less than one message, and a message larger than the cap still gets through alone).
+Claims name sequence numbers and the store fences them (a row gone or locked by someone
 else is skipped), so a stale window can never deliver a message twice.
 
 Service Bus rules kept (as model/partition.py states them for the in-memory broker):
