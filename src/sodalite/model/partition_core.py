@@ -1,0 +1,1149 @@
+"""The pure partition core of a non-session queue: ``decide(view, command, now) -> Decision``.
+
+Theory of operation (storage-and-scale.md sections 1-3, the rabbit_fifo model in style.md). The
+store holds every message and every lock; this core decides, and its caller does the I/O. Each call
+takes the partition's :class:`View`, one command and the time, and returns a :class:`Decision`:
+the store operations to apply as ONE transaction (``store_ops``, named by ``batch_id``), at most one
+read to run (``read``), the replies to send now, and ``next_due``, the time at which the caller
+must call again with :class:`Tick` (``None``: no timer). Nothing here reads a clock or does I/O;
+the caller answers a batch with :class:`StoreResults` (the port's results, one per op) or
+:class:`StoreFailed`, and a read with :class:`WindowRead`.
+
+The caller's contract: it applies batches and runs reads one at a time in the order decisions
+emitted them (a decision's batch before its read), and feeds their answers back in that order.
+The view belongs to ``decide``: it is updated in place and returned (copying a window per command
+would cost O(window)); keep no reference to an earlier view.
+
+Durability before replies: a reply that says something happened waits in the batch that makes it
+durable and is released by that batch's :class:`StoreResults`: a send's acceptance (with its
+sequence numbers, which the store assigns) after its ``Append`` committed, a delivery after its
+``Claim`` committed (ReceiveAndDelete: after the delete committed too, so a crash never delivers
+twice), a settlement echo or a renewal after its fenced ``Settle``/``RenewLocks`` applied. A fenced
+operation the store refused becomes :class:`LockLost`, a reply value, never an exception. A failed
+batch changes nothing in the store; its replies become :class:`ServerBusy` and its messages are
+found again by the next window read.
+
+Memory is bounded, not the backlog: the view keeps a window of the next ready messages (capped in
+bytes), the locks it granted (token -> message), the consumers' credit, duplicate-detection history
+within its time window, a bounded list of scheduled activation times, counters and a few ints. The
+window is complete up to ``cursor``: every ready, unlocked message numbered at most ``cursor`` that
+this core has not claimed is in it. Below half its cap (and not ``at_tail``) the core asks for a
+read of the next rows after ``cursor``; a short read means the window reached the end of the
+queue (``at_tail``), after which committed appends enter the window directly. A message that comes
+back (abandon, release, lapsed lock, activation) is inserted by number, so it is the next one
+delivered, as Service Bus does; over the cap, the highest numbers are evicted and ``cursor`` moves
+below them. A read stops adding rows once the window is full (so the window may pass its cap by
+less than one message, and a message larger than the cap still gets through alone).
+Claims name sequence numbers and the store fences them (a row gone or locked by someone
+else is skipped), so a stale window can never deliver a message twice.
+
+Service Bus rules kept (as model/partition.py states them for the in-memory broker):
+- expiry (message-expiration seed): a message past ``expires_at`` is never handed out. It leaves
+  when a receive meets it in the window, when its expiry time comes while it is in the window (a
+  ``Tick``), or when the lock it was under ends (lapse, abandon, release); to the dead-letter queue
+  with reason ``TTLExpiredException`` when the entity dead-letters on expiration, else dropped. A
+  locked message is unaffected until its lock ends.
+- MaxDeliveryCount: the store counts a delivery when it claims (before hand-out, issue 13.11), so a
+  crash counts it as a lapsed delivery. A message whose count has reached the maximum is
+  dead-lettered (``MaxDeliveryCountExceeded``) when its lock ends by abandon or lapse, and when a
+  receive meets it; never handed out again.
+- release (AMQP ``released``: the receiver never saw it) gives the delivery back; abandon keeps it.
+- defer parks the message (state DEFERRED); it is not in the window.
+- pings (ContentType application/vnd.ms-servicebus-ping) are accepted and never stored.
+- duplicate detection: a MessageId seen within the window is acknowledged and dropped; the history
+  is stored with the append (``RememberMessageIds``) and pruned by ``Tick`` (``ForgetMessageIds``).
+- scheduled messages are appended SCHEDULED with their number (returned to ScheduleMessage) and
+  activated by ``Activate`` when their time comes; cancelling claims and completes them (only a
+  SCHEDULED row can be taken that way, so a cancel never deletes an active message).
+- AutoDeleteOnIdle: with no send, receive, settlement or management for the idle time, no
+  receiver attached and nothing scheduled, the core replies :class:`IdleExpired` once.
+
+Not here yet (they stay in server/partition_actor.py): sessions, topics and forwarding,
+transactions, peek and receive-deferred-by-number, quotas.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import uuid
+from bisect import insort
+from collections.abc import Hashable
+from dataclasses import dataclass, field, replace
+
+from sodalite.model.dedup import DuplicateDetector
+from sodalite.model.message import MessageRecord, MessageState
+from sodalite.model.partition import LAST_INSTANT_MS, MAX_DELIVERY_COUNT_EXCEEDED, TTL_EXPIRED, MessageDraft
+from sodalite.model.store_ops import (
+    Activate,
+    Activated,
+    AnnotationEdit,
+    Append,
+    Appended,
+    Claim,
+    Claimed,
+    ForgetMessageIds,
+    Moved,
+    MoveItem,
+    MoveMessages,
+    OpResult,
+    Outcome,
+    RememberMessageIds,
+    Renewed,
+    RenewLocks,
+    Settled,
+    SettleItem,
+    StoredMessage,
+    StoreOp,
+)
+from sodalite.model.store_ops import Settle as SettleOp
+
+Consumer = Hashable  # whoever receives: a receiver link's id, opaque to the core
+ReplyTo = Hashable  # what a reply answers: a delivery tag, a management request id, ...
+_NO_REPLY: ReplyTo = ("sodalite.partition_core", "no reply")  # a settlement the core made itself
+
+
+class ReceiveMode(enum.Enum):
+    PEEK_LOCK = "peek_lock"
+    RECEIVE_AND_DELETE = "receive_and_delete"
+
+
+@dataclass(frozen=True, slots=True)
+class CoreSettings:
+    """The entity's settings as the core needs them (all times in ms)."""
+
+    lock_duration: int = 60_000
+    default_ttl: int | None = None
+    max_delivery_count: int = 10
+    dead_letter_on_expiration: bool = False
+    duplicate_window: int | None = None  # None: no duplicate detection
+    auto_delete_on_idle: int | None = None
+    owner: str = "node"  # this node's id, written with every lock
+    window_bytes: int = 1 << 20  # cap of the ready-message window
+    read_count: int = 256  # rows asked for by one window read
+    activate_limit: int = 256  # rows one Activate may turn ACTIVE
+    scheduled_tracked: int = 4096  # activation times kept in memory; beyond, poll
+    scheduled_poll: int = 1_000  # how often to try Activate for times not kept in memory
+
+
+# ---- commands ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    drafts: tuple[MessageDraft, ...]
+    reply_to: ReplyTo
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """ScheduleMessage: drafts carry ``scheduled_enqueue_time``; the reply carries their numbers."""
+
+    drafts: tuple[MessageDraft, ...]
+    reply_to: ReplyTo
+
+
+@dataclass(frozen=True, slots=True)
+class CancelScheduled:
+    sequence_numbers: tuple[int, ...]
+    reply_to: ReplyTo
+
+
+@dataclass(frozen=True, slots=True)
+class Receive:
+    """Give ``consumer`` ``count`` more credit (attach it if new)."""
+
+    consumer: Consumer
+    count: int
+    mode: ReceiveMode = ReceiveMode.PEEK_LOCK
+
+
+@dataclass(frozen=True, slots=True)
+class CloseConsumer:
+    """The consumer detached: no more deliveries to it; its locks live until they end."""
+
+    consumer: Consumer
+
+
+@dataclass(frozen=True, slots=True)
+class Settle:
+    token: uuid.UUID
+    outcome: Outcome
+    reply_to: ReplyTo = None
+    properties_to_modify: tuple[tuple[str, object], ...] = ()
+    reason: str | None = None  # dead-letter reason (DEAD_LETTER only)
+    description: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RenewLock:
+    token: uuid.UUID
+    reply_to: ReplyTo = None
+
+
+@dataclass(frozen=True, slots=True)
+class Touch:
+    """Something outside counts as use of the entity (management, a rule change)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """A timer: the caller's ``next_due`` came."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoreResults:
+    batch_id: int
+    results: tuple[OpResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreFailed:
+    batch_id: int
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoreAvailable:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class StoreUnavailable:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class WindowRead:
+    """The answer to a :class:`ReadWindow`: ``peek(from, count, states={ACTIVE})``; ``None`` if it failed."""
+
+    rows: tuple[StoredMessage, ...] | None
+
+
+Command = (Send | Schedule | CancelScheduled | Receive | CloseConsumer | Settle | RenewLock | Touch | Tick
+           | StoreResults | StoreFailed | StoreAvailable | StoreUnavailable | WindowRead)
+
+
+# ---- replies and effects ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """Hand ``message`` to ``consumer``; ``lock_token`` None for ReceiveAndDelete."""
+
+    consumer: Consumer
+    message: MessageRecord
+    lock_token: uuid.UUID | None
+    locked_until: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class SendAccepted:
+    """The send (or schedule) is durable; ``sequence_numbers`` of the messages stored (no duplicate
+    or ping has one)."""
+
+    reply_to: ReplyTo
+    sequence_numbers: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SettlementDone:
+    reply_to: ReplyTo
+    token: uuid.UUID
+    outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class LockLost:
+    reply_to: ReplyTo
+    token: uuid.UUID
+
+
+@dataclass(frozen=True, slots=True)
+class LockRenewed:
+    reply_to: ReplyTo
+    token: uuid.UUID
+    locked_until: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledCancelled:
+    reply_to: ReplyTo
+    sequence_numbers: tuple[int, ...]  # the ones that were still scheduled and are now gone
+
+
+@dataclass(frozen=True, slots=True)
+class ServerBusy:
+    """The store is unavailable or the batch failed: nothing of this request happened."""
+
+    reply_to: ReplyTo
+
+
+@dataclass(frozen=True, slots=True)
+class IdleExpired:
+    """AutoDeleteOnIdle came: the caller deletes the entity."""
+
+
+Reply = (Delivered | SendAccepted | SettlementDone | LockLost | LockRenewed | ScheduledCancelled | ServerBusy
+         | IdleExpired)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadWindow:
+    """Read ``count`` ACTIVE rows numbered from ``from_sequence_number`` on and answer with WindowRead."""
+
+    from_sequence_number: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    view: View
+    store_ops: tuple[StoreOp, ...]
+    batch_id: int | None  # names store_ops in StoreResults / StoreFailed; None when there are none
+    read: ReadWindow | None
+    replies: tuple[Reply, ...]
+    next_due: int | None
+
+
+# ---- the view ---------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Counts:
+    """This partition's counts as the store keeps them (active includes locked)."""
+
+    active: int = 0
+    scheduled: int = 0
+    deferred: int = 0
+
+
+@dataclass(slots=True)
+class HeldLock:
+    token: uuid.UUID
+    record: MessageRecord  # as claimed: delivery count already raised
+    locked_until: int
+    consumer: Consumer
+    state: MessageState
+    settling: bool = False  # a settlement of it is in a batch not yet answered
+    renewing: bool = False  # a renewal of it is in a batch not yet answered
+
+    @property
+    def busy(self) -> bool:
+        return self.settling or self.renewing
+
+
+@dataclass(slots=True)
+class _Credit:
+    count: int
+    mode: ReceiveMode
+
+
+# Per-op context kept with a batch to read its results (one per op, same order).
+@dataclass(frozen=True, slots=True)
+class _AppendCtx:
+    reply_to: ReplyTo
+    records: tuple[MessageRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _ClaimCtx:
+    consumer: Consumer
+    records: tuple[MessageRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _QuietCtx:
+    """An op whose result needs nothing (a ReceiveAndDelete or cancel claim, its settle reads it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _TakeCtx:
+    """The COMPLETE that follows per-message claims: ReceiveAndDelete deliveries or a cancel."""
+
+    consumer: Consumer | None  # None: a cancel
+    reply_to: ReplyTo
+    records: tuple[MessageRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _SettleCtx:
+    entries: tuple[tuple[ReplyTo, uuid.UUID, Outcome, Outcome], ...]  # reply_to, token, asked, applied
+
+
+@dataclass(frozen=True, slots=True)
+class _RenewCtx:
+    entries: tuple[tuple[ReplyTo, uuid.UUID, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _MoveCtx:
+    records: tuple[MessageRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _ActivateCtx:
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class _DedupCtx:
+    message_ids: tuple[str, ...]
+
+
+_Ctx = _AppendCtx | _ClaimCtx | _QuietCtx | _TakeCtx | _SettleCtx | _RenewCtx | _MoveCtx | _ActivateCtx | _DedupCtx
+
+
+@dataclass(slots=True)
+class View:
+    """What one partition knows. Build it with :func:`new_view`."""
+
+    settings: CoreSettings
+    counts: Counts
+    token_seed: int
+    last_activity: int
+    dedup: DuplicateDetector | None
+    available: bool = True
+    window: dict[int, MessageRecord] = field(default_factory=dict)
+    window_order: list[int] = field(default_factory=list)  # the window's numbers, ascending
+    window_size: int = 0  # bytes
+    expiry_heap: list[tuple[int, int]] = field(default_factory=list)  # (expires_at, seq), lazy
+    cursor: int = 0
+    at_tail: bool = False
+    last_appended: int = 0
+    read_in_flight: int | None = None  # the count asked for
+    rescan_at: int | None = None  # a row skipped as locked by someone: read again from the start then
+    locks: dict[uuid.UUID, HeldLock] = field(default_factory=dict)
+    locked_seqs: dict[int, uuid.UUID] = field(default_factory=dict)
+    lock_heap: list[tuple[int, uuid.UUID]] = field(default_factory=list)  # (locked_until, token), lazy
+    claiming: set[int] = field(default_factory=set)
+    credit: dict[Consumer, _Credit] = field(default_factory=dict)
+    scheduled_heap: list[tuple[int, int]] = field(default_factory=list)  # (activation time, seq)
+    scheduled_untracked: bool = False
+    scheduled_poll_at: int | None = None
+    activate_in_flight: bool = False
+    activate_again: bool = False
+    idle_reported: bool = False
+    token_counter: int = 0
+    next_batch_id: int = 1
+    pending: dict[int, tuple[tuple[_Ctx, ...], tuple[Reply, ...]]] = field(default_factory=dict)
+
+
+def new_view(settings: CoreSettings, now: int, *, token_seed: int, active: int = 0, scheduled: int = 0,
+             deferred: int = 0, last_sequence_number: int = 0,
+             duplicate_history: tuple[tuple[str, int], ...] = ()) -> View:
+    """A partition as it starts: counters and metadata from the store, no messages."""
+    dedup = None if settings.duplicate_window is None else DuplicateDetector(settings.duplicate_window,
+                                                                             duplicate_history)
+    view = View(settings, Counts(active, scheduled, deferred), token_seed & ((1 << 64) - 1), now, dedup)
+    view.last_appended = last_sequence_number
+    if active == 0:  # nothing ready: the window is complete and at the end
+        view.at_tail, view.cursor = True, last_sequence_number
+    if scheduled:  # their times are in the store, not here: poll until they are gone
+        view.scheduled_untracked, view.scheduled_poll_at = True, now
+    return view
+
+
+# ---- decide -----------------------------------------------------------------------------------------
+
+
+class _Turn:
+    """What one call of decide collects."""
+
+    __slots__ = (
+        "claims",
+        "ctxs",
+        "dead_letter_moves",
+        "drop_moves",
+        "now",
+        "ops",
+        "renews",
+        "replies",
+        "settles",
+        "tail_ctxs",
+        "tail_ops",
+        "view",
+    )
+
+    def __init__(self, view: View, now: int) -> None:
+        self.view, self.now = view, now
+        self.ops: list[StoreOp] = []
+        self.ctxs: list[_Ctx] = []
+        self.replies: list[Reply] = []
+        self.settles: list[tuple[SettleItem, tuple[ReplyTo, uuid.UUID, Outcome, Outcome]]] = []
+        self.renews: list[tuple[tuple[int, uuid.UUID], tuple[ReplyTo, uuid.UUID, int]]] = []
+        self.dead_letter_moves: list[tuple[MoveItem, MessageRecord]] = []
+        self.drop_moves: list[tuple[MoveItem, MessageRecord]] = []
+        self.claims: list[tuple[StoreOp, _Ctx]] = []
+        self.tail_ops: list[StoreOp] = []
+        self.tail_ctxs: list[_Ctx] = []
+
+    def op(self, op: StoreOp, ctx: _Ctx) -> None:
+        self.ops.append(op)
+        self.ctxs.append(ctx)
+
+
+def decide(view: View, command: Command, now: int) -> Decision:
+    """Decide what ``command`` at ``now`` does to the partition (see the module docstring)."""
+    turn = _Turn(view, now)
+    match command:
+        case StoreResults():
+            _on_results(turn, command)
+        case StoreFailed():
+            _on_failed(turn, command)
+        case WindowRead():
+            _on_window_read(turn, command)
+        case StoreAvailable():
+            view.available = True
+        case StoreUnavailable():
+            view.available = False
+        case Tick():
+            pass
+        case _:
+            _touch(view, now)
+            match command:
+                case Send() | Schedule():
+                    _on_send(turn, command.drafts, command.reply_to)
+                case CancelScheduled():
+                    _on_cancel(turn, command)
+                case Receive():
+                    credit = view.credit.get(command.consumer)
+                    if credit is None:
+                        view.credit[command.consumer] = _Credit(max(command.count, 0), command.mode)
+                    else:
+                        credit.count += max(command.count, 0)
+                        credit.mode = command.mode
+                case CloseConsumer():
+                    view.credit.pop(command.consumer, None)
+                case Settle():
+                    _on_settle(turn, command)
+                case RenewLock():
+                    _on_renew(turn, command)
+                case Touch():
+                    pass
+    _due(turn)
+    _pump(turn)
+    return _finish(turn)
+
+
+def _touch(view: View, now: int) -> None:
+    view.last_activity = now
+    view.idle_reported = False
+
+
+def _next_token(view: View) -> uuid.UUID:
+    view.token_counter += 1
+    return uuid.UUID(int=(view.token_seed << 64) | (view.token_counter & ((1 << 64) - 1)))
+
+
+def _expired(record: MessageRecord, now: int) -> bool:
+    return record.expires_at is not None and record.expires_at <= now
+
+
+# ---- sends and schedules ------------------------------------------------------------------------------
+
+
+def _on_send(turn: _Turn, drafts: tuple[MessageDraft, ...], reply_to: ReplyTo) -> None:
+    view, now = turn.view, turn.now
+    if not view.available:
+        turn.replies.append(ServerBusy(reply_to))
+        return
+    default_ttl = view.settings.default_ttl
+    records: list[MessageRecord] = []
+    remembered: list[str] = []
+    for d in drafts:
+        if d.ping:
+            continue
+        if view.dedup is not None and d.message_id is not None:
+            if view.dedup.is_duplicate(d.message_id, now):
+                continue
+            view.dedup.remember(d.message_id, now)
+            remembered.append(d.message_id)
+        ttl = d.time_to_live
+        effective = default_ttl if ttl is None else (ttl if default_ttl is None else min(ttl, default_ttl))
+        scheduled = d.scheduled_enqueue_time is not None and d.scheduled_enqueue_time > now
+        enqueued = d.scheduled_enqueue_time if scheduled and d.scheduled_enqueue_time is not None else now
+        records.append(MessageRecord(
+            0, enqueued, d.message_id, d.session_id, d.partition_key, effective,
+            None if effective is None else min(enqueued + effective, LAST_INSTANT_MS), d.scheduled_enqueue_time,
+            0, MessageState.SCHEDULED if scheduled else MessageState.ACTIVE, d.durable, d.priority,
+            d.annotations, d.annotation_count, d.tail))
+    if not records:  # only duplicates and pings: nothing to make durable
+        turn.replies.append(SendAccepted(reply_to, ()))
+        return
+    turn.op(Append(tuple(records)), _AppendCtx(reply_to, tuple(records)))
+    if remembered:
+        turn.op(RememberMessageIds(tuple((mid, now) for mid in remembered)), _DedupCtx(tuple(remembered)))
+
+
+def _on_cancel(turn: _Turn, command: CancelScheduled) -> None:
+    view, now = turn.view, turn.now
+    if not view.available:
+        turn.replies.append(ServerBusy(command.reply_to))
+        return
+    items: list[SettleItem] = []
+    for seq in dict.fromkeys(command.sequence_numbers):
+        token = _next_token(view)
+        # Only a SCHEDULED row can be claimed with state=SCHEDULED: a cancel never removes anything else.
+        turn.op(Claim(now, now + view.settings.lock_duration, view.settings.owner, (token,), (seq,),
+                      MessageState.SCHEDULED), _QuietCtx())
+        items.append(SettleItem(seq, token, Outcome.COMPLETE))
+    if not items:
+        turn.replies.append(ScheduledCancelled(command.reply_to, ()))
+        return
+    records = tuple(_placeholder(i.sequence_number) for i in items)
+    turn.op(SettleOp(now, tuple(items)), _TakeCtx(None, command.reply_to, records))
+
+
+def _placeholder(seq: int) -> MessageRecord:
+    return MessageRecord(seq, 0, None, None, None, None, None, None, 0, MessageState.SCHEDULED, None, None,
+                         b"", 0, b"")
+
+
+# ---- settlement and renewal ---------------------------------------------------------------------------
+
+
+def _usable_lock(turn: _Turn, token: uuid.UUID, reply_to: ReplyTo, *, renewal: bool) -> HeldLock | None:
+    """The lock ``token`` names if a settlement or renewal may use it now, else a reply says why not.
+
+    A settlement may follow a renewal still in flight (it was sent while the lock held, and the
+    batches apply in order); nothing may follow a settlement."""
+    lock = turn.view.locks.get(token)
+    if lock is None or lock.settling or (renewal and lock.renewing) or lock.locked_until <= turn.now:
+        turn.replies.append(LockLost(reply_to, token))
+        return None
+    if not turn.view.available:
+        turn.replies.append(ServerBusy(reply_to))
+        return None
+    return lock
+
+
+def _on_settle(turn: _Turn, command: Settle) -> None:
+    lock = _usable_lock(turn, command.token, command.reply_to, renewal=False)
+    if lock is None:
+        return
+    view, now = turn.view, turn.now
+    record = lock.record
+    asked = command.outcome
+    applied = asked
+    edit: AnnotationEdit | None = None
+    if command.properties_to_modify or asked is Outcome.DEAD_LETTER:
+        edit = AnnotationEdit(record.annotations, record.annotation_count, command.properties_to_modify,
+                              command.reason if asked is Outcome.DEAD_LETTER else None,
+                              command.description if asked is Outcome.DEAD_LETTER else None)
+    if asked in (Outcome.ABANDON, Outcome.RELEASE) and lock.state is MessageState.ACTIVE:
+        # The lock ends here: an expired message leaves now, and one whose deliveries are used up too.
+        if _expired(record, now):
+            if view.settings.dead_letter_on_expiration:
+                applied, edit = Outcome.DEAD_LETTER, _service_edit(record, TTL_EXPIRED, "the message expired")
+            else:
+                applied, edit = Outcome.COMPLETE, None
+        elif asked is Outcome.ABANDON and record.delivery_count >= view.settings.max_delivery_count:
+            applied = Outcome.DEAD_LETTER
+            edit = _service_edit(record, MAX_DELIVERY_COUNT_EXCEEDED,
+                                 f"delivered {record.delivery_count} times", command.properties_to_modify)
+    lock.settling = True
+    turn.settles.append((SettleItem(record.sequence_number, lock.token, applied, edit),
+                         (command.reply_to, lock.token, asked, applied)))
+
+
+def _service_edit(record: MessageRecord, reason: str, description: str,
+                  properties: tuple[tuple[str, object], ...] = ()) -> AnnotationEdit:
+    return AnnotationEdit(record.annotations, record.annotation_count, properties, reason, description)
+
+
+def _on_renew(turn: _Turn, command: RenewLock) -> None:
+    lock = _usable_lock(turn, command.token, command.reply_to, renewal=True)
+    if lock is None:
+        return
+    until = turn.now + turn.view.settings.lock_duration
+    lock.renewing = True
+    turn.renews.append(((lock.record.sequence_number, lock.token), (command.reply_to, lock.token, until)))
+
+
+# ---- the window ---------------------------------------------------------------------------------------
+
+
+def _admit(turn: _Turn, record: MessageRecord, *, evict: bool = True) -> None:
+    """A ready message this core knows of: it leaves if expired or out of deliveries, else joins the
+    window; over the cap (``evict``), the highest numbers leave the window and are read again later."""
+    view, now = turn.view, turn.now
+    seq = record.sequence_number
+    if seq in view.window or seq in view.locked_seqs or seq in view.claiming:
+        return
+    if _expired(record, now):
+        _leave_expired(turn, record)
+        return
+    if record.delivery_count >= view.settings.max_delivery_count:
+        turn.dead_letter_moves.append((MoveItem(seq, _service_edit(
+            record, MAX_DELIVERY_COUNT_EXCEEDED, f"delivered {record.delivery_count} times")), record))
+        return
+    view.window[seq] = record
+    insort(view.window_order, seq)
+    view.window_size += record.size
+    if record.expires_at is not None:
+        heapq.heappush(view.expiry_heap, (record.expires_at, seq))
+    while evict and view.window_size > view.settings.window_bytes and len(view.window_order) > 1:
+        evicted = view.window_order.pop()
+        view.window_size -= view.window.pop(evicted).size
+        view.cursor = min(view.cursor, evicted - 1)
+        view.at_tail = False
+
+
+def _leave_expired(turn: _Turn, record: MessageRecord) -> None:
+    if turn.view.settings.dead_letter_on_expiration:
+        turn.dead_letter_moves.append(
+            (MoveItem(record.sequence_number, _service_edit(record, TTL_EXPIRED, "the message expired")), record))
+    else:
+        turn.drop_moves.append((MoveItem(record.sequence_number), record))
+
+
+def _take_from_window(view: View) -> MessageRecord:
+    seq = view.window_order.pop(0)
+    record = view.window.pop(seq)
+    view.window_size -= record.size
+    return record
+
+
+def _forget(view: View, records: tuple[MessageRecord, ...]) -> None:
+    """These rows are unchanged in the store but no longer known here: the next read finds them."""
+    for record in records:
+        if record.state is MessageState.ACTIVE:
+            view.cursor = min(view.cursor, record.sequence_number - 1)
+            view.at_tail = False
+
+
+def _on_window_read(turn: _Turn, command: WindowRead) -> None:
+    view, now = turn.view, turn.now
+    asked = view.read_in_flight
+    view.read_in_flight = None
+    if command.rows is None or asked is None:
+        return
+    for row in command.rows:
+        record = row.record
+        seq = record.sequence_number
+        if seq <= view.cursor:
+            continue  # the window already knows this far
+        if view.window_size >= view.settings.window_bytes:
+            return  # full: the rest is read again later
+        view.cursor = seq
+        if record.state is not MessageState.ACTIVE:
+            continue
+        if row.locked_at(now) and seq not in view.locked_seqs:
+            until = row.locked_until if row.locked_until is not None else now
+            view.rescan_at = until if view.rescan_at is None else min(view.rescan_at, until)
+            continue
+        _admit(turn, record, evict=False)  # a read never evicts (it would read the same rows again)
+    if len(command.rows) < asked:
+        # A short read: nothing ready after cursor, and every append whose result came before this
+        # read was committed before it (the caller keeps order), so the window reaches the end.
+        view.at_tail = True
+        view.cursor = max(view.cursor, view.last_appended)
+
+
+# ---- delivering -----------------------------------------------------------------------------------------
+
+
+def _pump(turn: _Turn) -> None:
+    view, now = turn.view, turn.now
+    if not view.available:
+        return
+    lock_duration = view.settings.lock_duration
+    for consumer, credit in view.credit.items():
+        taken: list[MessageRecord] = []
+        while credit.count > len(taken) and view.window_order:
+            record = _take_from_window(view)
+            if _expired(record, now) or record.delivery_count >= view.settings.max_delivery_count:
+                _admit(turn, record)  # not back into the window: it leaves
+                continue
+            taken.append(record)
+        if not taken:
+            continue
+        credit.count -= len(taken)
+        view.claiming.update(r.sequence_number for r in taken)
+        if credit.mode is ReceiveMode.PEEK_LOCK:
+            tokens = tuple(_next_token(view) for _ in taken)
+            turn.claims.append((Claim(now, now + lock_duration, view.settings.owner, tokens,
+                                      tuple(r.sequence_number for r in taken)), _ClaimCtx(consumer, tuple(taken))))
+        else:
+            # One claim per message so each token is known to go with its number; the deletes follow
+            # in the same transaction, and the deliveries wait for it (at most once, even after a crash).
+            items: list[SettleItem] = []
+            for record in taken:
+                token = _next_token(view)
+                turn.claims.append((Claim(now, now + lock_duration, view.settings.owner, (token,),
+                                          (record.sequence_number,)), _QuietCtx()))
+                items.append(SettleItem(record.sequence_number, token, Outcome.COMPLETE))
+            turn.claims.append((SettleOp(now, tuple(items)), _TakeCtx(consumer, None, tuple(taken))))
+
+
+# ---- timers ---------------------------------------------------------------------------------------------
+
+
+def _due(turn: _Turn) -> None:
+    """Everything whose time has come by ``now``: run on every command, so a late Tick changes nothing."""
+    view, now = turn.view, turn.now
+    settings = view.settings
+    idle = settings.auto_delete_on_idle
+    if (idle is not None and not view.idle_reported and now >= view.last_activity + idle and not view.credit
+            and view.counts.scheduled == 0):
+        view.idle_reported = True
+        turn.replies.append(IdleExpired())
+    if not view.available:
+        return
+    # Locks that lapsed: the message is ready again (or leaves), its delivery already counted.
+    heap = view.lock_heap
+    while heap and heap[0][0] <= now:
+        until, token = heapq.heappop(heap)
+        lock = view.locks.get(token)
+        if lock is None or lock.locked_until != until or lock.busy:
+            continue  # settled, renewed, or its batch will say (and push it again)
+        _lapse(turn, lock)
+    # Window messages that expired.
+    eheap = view.expiry_heap
+    while eheap and eheap[0][0] <= now:
+        expires_at, seq = heapq.heappop(eheap)
+        record = view.window.get(seq)
+        if record is None or record.expires_at != expires_at:
+            continue
+        view.window_order.remove(seq)
+        del view.window[seq]
+        view.window_size -= record.size
+        _leave_expired(turn, record)
+    # Scheduled messages whose time came.
+    if not view.activate_in_flight:
+        due = view.activate_again or bool(view.scheduled_heap and view.scheduled_heap[0][0] <= now)
+        if not due and view.scheduled_untracked and view.scheduled_poll_at is not None:
+            due = view.scheduled_poll_at <= now
+        if due:
+            view.activate_again = False
+            view.activate_in_flight = True
+            if view.scheduled_untracked:
+                view.scheduled_poll_at = now + settings.scheduled_poll
+            turn.tail_ops.append(Activate(now, settings.activate_limit))
+            turn.tail_ctxs.append(_ActivateCtx(settings.activate_limit))
+    # Duplicate-detection history past its window.
+    if view.dedup is not None:
+        gone = view.dedup.prune(now)
+        if gone:
+            turn.tail_ops.append(ForgetMessageIds(tuple(gone)))
+            turn.tail_ctxs.append(_QuietCtx())
+    if view.rescan_at is not None and view.rescan_at <= now:
+        view.rescan_at = None
+        view.cursor = 0
+        view.at_tail = False
+
+
+def _lapse(turn: _Turn, lock: HeldLock) -> None:
+    view = turn.view
+    del view.locks[lock.token]
+    view.locked_seqs.pop(lock.record.sequence_number, None)
+    if lock.state is MessageState.ACTIVE:
+        _admit(turn, lock.record)
+
+
+def _next_due(view: View, now: int) -> int | None:
+    candidates: list[int] = []
+    settings = view.settings
+    idle = settings.auto_delete_on_idle
+    if idle is not None and not view.idle_reported and not view.credit and view.counts.scheduled == 0:
+        candidates.append(view.last_activity + idle)
+    if view.available:
+        heap = view.lock_heap
+        while heap:
+            until, token = heap[0]
+            lock = view.locks.get(token)
+            if lock is None or lock.locked_until != until or lock.busy:
+                heapq.heappop(heap)  # a busy lock is pushed again when its batch answers
+                continue
+            candidates.append(until)
+            break
+        eheap = view.expiry_heap
+        while eheap:
+            expires_at, seq = eheap[0]
+            record = view.window.get(seq)
+            if record is None or record.expires_at != expires_at:
+                heapq.heappop(eheap)
+                continue
+            candidates.append(expires_at)
+            break
+        if not view.activate_in_flight:
+            if view.activate_again:
+                candidates.append(now)
+            if view.scheduled_heap:
+                candidates.append(view.scheduled_heap[0][0])
+            if view.scheduled_untracked and view.scheduled_poll_at is not None:
+                candidates.append(view.scheduled_poll_at)
+        if view.dedup is not None:
+            expiry = view.dedup.next_expiry()
+            if expiry is not None:
+                candidates.append(expiry)
+        if view.rescan_at is not None:
+            candidates.append(view.rescan_at)
+    return min(candidates) if candidates else None
+
+
+def _finish(turn: _Turn) -> Decision:
+    view, now = turn.view, turn.now
+    for op, ctx in turn.claims:
+        turn.op(op, ctx)
+    if turn.settles:
+        turn.op(SettleOp(now, tuple(item for item, _ in turn.settles)),
+                _SettleCtx(tuple(entry for _, entry in turn.settles)))
+    if turn.renews:
+        turn.op(RenewLocks(now, turn.renews[0][1][2], tuple(item for item, _ in turn.renews)),
+                _RenewCtx(tuple(entry for _, entry in turn.renews)))
+    if turn.dead_letter_moves:
+        turn.op(MoveMessages(now, tuple(i for i, _ in turn.dead_letter_moves), True),
+                _MoveCtx(tuple(r for _, r in turn.dead_letter_moves)))
+    if turn.drop_moves:
+        turn.op(MoveMessages(now, tuple(i for i, _ in turn.drop_moves), False),
+                _MoveCtx(tuple(r for _, r in turn.drop_moves)))
+    for op, ctx in zip(turn.tail_ops, turn.tail_ctxs, strict=True):
+        turn.op(op, ctx)
+    batch_id: int | None = None
+    if turn.ops:
+        batch_id = view.next_batch_id
+        view.next_batch_id += 1
+        view.pending[batch_id] = (tuple(turn.ctxs), ())
+    read: ReadWindow | None = None
+    if (view.available and view.read_in_flight is None and not view.at_tail
+            and view.window_size < view.settings.window_bytes // 2):
+        read = ReadWindow(view.cursor + 1, view.settings.read_count)
+        view.read_in_flight = view.settings.read_count
+    return Decision(view, tuple(turn.ops), batch_id, read, tuple(turn.replies), _next_due(view, now))
+
+
+# ---- the store's answers -----------------------------------------------------------------------------
+
+
+def _on_results(turn: _Turn, command: StoreResults) -> None:
+    view = turn.view
+    entry = view.pending.pop(command.batch_id, None)
+    if entry is None:
+        return
+    ctxs, _ = entry
+    for ctx, result in zip(ctxs, command.results, strict=True):
+        match ctx, result:
+            case _AppendCtx(), Appended():
+                _appended(turn, ctx, result)
+            case _ClaimCtx(), Claimed():
+                _claimed(turn, ctx, result)
+            case _TakeCtx(), Settled():
+                _taken(turn, ctx, result)
+            case _SettleCtx(), Settled():
+                _settled(turn, ctx, result)
+            case _RenewCtx(), Renewed():
+                _renewed(turn, ctx, result)
+            case _MoveCtx(), Moved():
+                for record, new in zip(ctx.records, result.sequence_numbers, strict=True):
+                    if new is not None:
+                        view.counts.active -= 1
+                    else:
+                        _forget(view, (record,))
+            case _ActivateCtx(), Activated():
+                _activated(turn, ctx, result)
+            case _:
+                pass  # claims read by the settle after them, dedup history
+
+
+def _appended(turn: _Turn, ctx: _AppendCtx, result: Appended) -> None:
+    view = turn.view
+    settings = view.settings
+    for record, seq in zip(ctx.records, result.sequence_numbers, strict=True):
+        numbered = replace(record, sequence_number=seq)
+        view.last_appended = max(view.last_appended, seq)
+        if record.state is MessageState.SCHEDULED:
+            view.counts.scheduled += 1
+            if len(view.scheduled_heap) < settings.scheduled_tracked:
+                heapq.heappush(view.scheduled_heap, (record.scheduled_enqueue_time or 0, seq))
+            else:
+                view.scheduled_untracked = True
+                if view.scheduled_poll_at is None:
+                    view.scheduled_poll_at = turn.now
+            continue
+        view.counts.active += 1
+        if view.at_tail and seq > view.cursor:
+            view.cursor = seq
+            _admit(turn, numbered)
+    turn.replies.append(SendAccepted(ctx.reply_to, result.sequence_numbers))
+
+
+def _claimed(turn: _Turn, ctx: _ClaimCtx, result: Claimed) -> None:
+    view = turn.view
+    taken = {row.record.sequence_number for row in result.messages}
+    for record in ctx.records:
+        view.claiming.discard(record.sequence_number)
+    missed = len(ctx.records) - len(taken)
+    for row in result.messages:
+        assert row.lock_token is not None and row.locked_until is not None
+        if row.locked_until <= turn.now:  # the claim came back too late: its lock has already lapsed
+            missed += 1
+            _admit(turn, row.record)
+            continue
+        lock = HeldLock(row.lock_token, row.record, row.locked_until, ctx.consumer, row.record.state)
+        view.locks[lock.token] = lock
+        view.locked_seqs[row.record.sequence_number] = lock.token
+        heapq.heappush(view.lock_heap, (lock.locked_until, lock.token))
+        if ctx.consumer in view.credit:
+            turn.replies.append(Delivered(ctx.consumer, row.record, lock.token, lock.locked_until))
+        else:  # the consumer left while the claim was in flight: give the delivery back at once
+            lock.settling = True
+            turn.settles.append((SettleItem(row.record.sequence_number, lock.token, Outcome.RELEASE),
+                                 (_NO_REPLY, lock.token, Outcome.RELEASE, Outcome.RELEASE)))
+    credit = view.credit.get(ctx.consumer)
+    if missed and credit is not None:
+        credit.count += missed
+
+
+def _taken(turn: _Turn, ctx: _TakeCtx, result: Settled) -> None:
+    view = turn.view
+    done: list[int] = []
+    for record, ok in zip(ctx.records, result.applied, strict=True):
+        view.claiming.discard(record.sequence_number)
+        if not ok:
+            continue
+        done.append(record.sequence_number)
+        if ctx.consumer is None:
+            view.counts.scheduled -= 1
+        else:
+            view.counts.active -= 1
+            turn.replies.append(Delivered(ctx.consumer, record, None, None))
+    if ctx.consumer is None:
+        turn.replies.append(ScheduledCancelled(ctx.reply_to, tuple(done)))
+    else:
+        credit = view.credit.get(ctx.consumer)
+        if credit is not None:
+            credit.count += len(ctx.records) - len(done)
+
+
+def _settled(turn: _Turn, ctx: _SettleCtx, result: Settled) -> None:
+    view = turn.view
+    counts = view.counts
+    for (reply_to, token, asked, applied), ok in zip(ctx.entries, result.applied, strict=True):
+        lock = view.locks.pop(token, None)
+        if lock is None:  # cannot happen: a settling lock is only removed here
+            continue
+        view.locked_seqs.pop(lock.record.sequence_number, None)
+        if not ok:
+            if reply_to is not _NO_REPLY:
+                turn.replies.append(LockLost(reply_to, token))
+            _forget(view, (lock.record,))
+            continue
+        was_active = lock.state is MessageState.ACTIVE
+        if applied in (Outcome.COMPLETE, Outcome.DEAD_LETTER):
+            if was_active:
+                counts.active -= 1
+            else:
+                counts.deferred -= 1
+        elif applied is Outcome.DEFER:
+            if was_active:
+                counts.active -= 1
+                counts.deferred += 1
+        elif was_active:  # abandon or release: ready again, first in line
+            record = lock.record
+            if applied is Outcome.RELEASE:
+                record = record.with_delivery_count(max(record.delivery_count - 1, 0))
+            _admit(turn, record)
+        if reply_to is not _NO_REPLY:
+            turn.replies.append(SettlementDone(reply_to, token, asked))
+
+
+def _renewed(turn: _Turn, ctx: _RenewCtx, result: Renewed) -> None:
+    view = turn.view
+    for (reply_to, token, until), ok in zip(ctx.entries, result.applied, strict=True):
+        lock = view.locks.get(token)
+        if lock is None:
+            turn.replies.append(LockLost(reply_to, token))
+            continue
+        lock.renewing = False
+        if ok:
+            lock.locked_until = until
+            heapq.heappush(view.lock_heap, (until, token))
+            turn.replies.append(LockRenewed(reply_to, token, until))
+        else:
+            del view.locks[token]
+            view.locked_seqs.pop(lock.record.sequence_number, None)
+            _forget(view, (lock.record,))
+            turn.replies.append(LockLost(reply_to, token))
+
+
+def _activated(turn: _Turn, ctx: _ActivateCtx, result: Activated) -> None:
+    view = turn.view
+    view.activate_in_flight = False
+    rows = result.messages
+    view.counts.scheduled -= len(rows)
+    view.counts.active += len(rows)
+    activated = {row.record.sequence_number for row in rows}
+    if len(rows) >= ctx.limit:
+        view.activate_again = True
+    else:  # every tracked time up to the op's now is done
+        heap = view.scheduled_heap
+        while heap and heap[0][0] <= turn.now:
+            heapq.heappop(heap)
+    if activated and view.scheduled_heap:
+        kept = [entry for entry in view.scheduled_heap if entry[1] not in activated]
+        if len(kept) != len(view.scheduled_heap):
+            heapq.heapify(kept)
+            view.scheduled_heap = kept
+    if view.counts.scheduled <= 0:
+        view.scheduled_untracked = False
+        view.scheduled_poll_at = None
+        view.scheduled_heap.clear()
+    for row in rows:
+        record = row.record
+        if view.at_tail or record.sequence_number <= view.cursor:
+            _admit(turn, record)
+
+
+def _on_failed(turn: _Turn, command: StoreFailed) -> None:
+    """Nothing of the batch happened: say so, and let reads find its messages again."""
+    view = turn.view
+    entry = view.pending.pop(command.batch_id, None)
+    if entry is None:
+        return
+    ctxs, _ = entry
+    for ctx in ctxs:
+        match ctx:
+            case _AppendCtx():
+                turn.replies.append(ServerBusy(ctx.reply_to))
+            case _DedupCtx():
+                if view.dedup is not None:
+                    dropped = set(ctx.message_ids)
+                    view.dedup = DuplicateDetector(view.dedup.window_ms,
+                                                   [h for h in view.dedup.history() if h[0] not in dropped])
+            case _ClaimCtx() | _TakeCtx():
+                for record in ctx.records:
+                    view.claiming.discard(record.sequence_number)
+                _forget(view, ctx.records)
+                if isinstance(ctx, _TakeCtx) and ctx.consumer is None:
+                    turn.replies.append(ServerBusy(ctx.reply_to))
+                else:
+                    credit = view.credit.get(ctx.consumer)
+                    if credit is not None:
+                        credit.count += len(ctx.records)
+            case _SettleCtx():
+                for reply_to, token, _asked, _applied in ctx.entries:
+                    _unbusy(view, token, settling=True)
+                    if reply_to is not _NO_REPLY:
+                        turn.replies.append(ServerBusy(reply_to))
+            case _RenewCtx():
+                for reply_to, token, _until in ctx.entries:
+                    _unbusy(view, token, settling=False)
+                    turn.replies.append(ServerBusy(reply_to))
+            case _MoveCtx():
+                _forget(view, ctx.records)
+            case _ActivateCtx():
+                view.activate_in_flight = False
+            case _:
+                pass
+
+
+def _unbusy(view: View, token: uuid.UUID, *, settling: bool) -> None:
+    lock = view.locks.get(token)
+    if lock is not None:
+        if settling:
+            lock.settling = False
+        else:
+            lock.renewing = False
+        heapq.heappush(view.lock_heap, (lock.locked_until, token))

@@ -1,0 +1,182 @@
+"""The store operations the pure partition core emits, and the store's answers. Data only.
+
+These are the store port v2 operations of ``PORT2.md`` (issue 14 item 1) as the partition core
+(``model/partition_core.py``) speaks them. They live in ``model`` because the layer contract puts
+``sodalite.store`` above ``sodalite.model``: the model may not import the store. Each class maps
+1:1 onto the port operation of the same name; the differences are only what the core cannot or
+need not know:
+
+- no ``ref``: a core decides for one partition, and the caller adds its ``PartitionRef``;
+- the dead-letter target is a flag (``to_dead_letter``): the caller names the entity's
+  ``$deadletterqueue`` partition;
+- annotations are an :class:`AnnotationEdit` (the row's current annotations plus what to set):
+  encoding an AMQP map is the server's business, so the caller encodes the edit into the port's
+  ``annotations`` bytes and ``annotation_count``.
+
+Results mirror the port's results one per operation, in order.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass
+
+from sodalite.model.message import MessageRecord, MessageState
+
+
+class Outcome(enum.Enum):
+    """How a settlement ends a lock (Service Bus's Complete, Abandon, DeadLetter, Defer; and the
+    AMQP ``released`` the SDK sends for a message it never looked at)."""
+
+    COMPLETE = "complete"
+    ABANDON = "abandon"
+    RELEASE = "release"
+    DEFER = "defer"
+    DEAD_LETTER = "dead_letter"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A stored row as a read or a claim returns it (the port's ``StoredMessage``)."""
+
+    record: MessageRecord
+    lock_token: uuid.UUID | None = None
+    locked_until: int | None = None
+    lock_owner: str | None = None
+
+    def locked_at(self, now: int) -> bool:
+        return self.lock_token is not None and self.locked_until is not None and self.locked_until > now
+
+
+@dataclass(frozen=True, slots=True)
+class AnnotationEdit:
+    """Annotations to write: ``base`` (the row's encoded client annotations, ``base_count`` entries)
+    with ``properties`` set (properties-to-modify, opaque to the core) and, when given, the
+    dead-letter reason and description the service or the client set."""
+
+    base: bytes
+    base_count: int
+    properties: tuple[tuple[str, object], ...] = ()
+    dead_letter_reason: str | None = None
+    dead_letter_description: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """Store ``messages``; the store numbers them (their own ``sequence_number`` is ignored)."""
+
+    messages: tuple[MessageRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """Lock up to ``len(tokens)`` rows of ``state`` not locked and not expired at ``now``, in
+    sequence-number order (only ``sequence_numbers`` when given); the i-th row taken gets ``tokens[i]``."""
+
+    now: int
+    locked_until: int
+    owner: str
+    tokens: tuple[uuid.UUID, ...]
+    sequence_numbers: tuple[int, ...] | None = None
+    state: MessageState = MessageState.ACTIVE
+    session_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SettleItem:
+    sequence_number: int
+    lock_token: uuid.UUID
+    outcome: Outcome
+    edit: AnnotationEdit | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settle:
+    """Settle locked rows, each fenced by its token and ``locked_until > now``; DEAD_LETTER goes to
+    the entity's dead-letter queue."""
+
+    now: int
+    items: tuple[SettleItem, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RenewLocks:
+    now: int
+    locked_until: int
+    items: tuple[tuple[int, uuid.UUID], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MoveItem:
+    sequence_number: int
+    edit: AnnotationEdit | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MoveMessages:
+    """Delete rows not locked at ``now``; with ``to_dead_letter`` append them to the dead-letter queue."""
+
+    now: int
+    items: tuple[MoveItem, ...]
+    to_dead_letter: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Activate:
+    """Make up to ``limit`` SCHEDULED rows whose time has come ACTIVE (time, then number, order)."""
+
+    now: int
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class RememberMessageIds:
+    entries: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetMessageIds:
+    message_ids: tuple[str, ...]
+
+
+StoreOp = (Append | Claim | Settle | RenewLocks | MoveMessages | Activate | RememberMessageIds
+           | ForgetMessageIds)
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    sequence_numbers: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    messages: tuple[StoredMessage, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    applied: tuple[bool, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Renewed:
+    applied: tuple[bool, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Moved:
+    sequence_numbers: tuple[int | None, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Activated:
+    messages: tuple[StoredMessage, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    pass
+
+
+OpResult = Appended | Claimed | Settled | Renewed | Moved | Activated | Done

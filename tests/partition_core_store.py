@@ -1,0 +1,237 @@
+"""Test-only: a tiny in-memory application of the store ops of model/store_ops.py (PORT2.md), and a
+harness that runs the pure partition core against it the way the actor will (batches and reads one
+at a time, answers fed back in order). Not a store adapter: the real reference adapter is
+store/memory.py (port v2); this exists so the core's tests do not wait for it."""
+
+from __future__ import annotations
+
+import uuid
+from collections import deque
+from dataclasses import dataclass, replace
+
+from sodalite.model.message import MessageRecord, MessageState
+from sodalite.model.partition import MessageDraft
+from sodalite.model.partition_core import (
+    Command,
+    Decision,
+    ReadWindow,
+    Reply,
+    StoreFailed,
+    StoreResults,
+    View,
+    WindowRead,
+    decide,
+)
+from sodalite.model.store_ops import (
+    Activate,
+    Activated,
+    AnnotationEdit,
+    Append,
+    Appended,
+    Claim,
+    Claimed,
+    Done,
+    ForgetMessageIds,
+    Moved,
+    MoveMessages,
+    OpResult,
+    Outcome,
+    RememberMessageIds,
+    Renewed,
+    RenewLocks,
+    Settle,
+    Settled,
+    StoredMessage,
+    StoreOp,
+)
+
+
+@dataclass
+class Row:
+    record: MessageRecord
+    lock_token: uuid.UUID | None = None
+    locked_until: int | None = None
+    lock_owner: str | None = None
+    edit: AnnotationEdit | None = None
+    origin: int = 0  # in the dead-letter queue: the number it had in the partition
+
+    def locked_at(self, now: int) -> bool:
+        return self.lock_token is not None and self.locked_until is not None and self.locked_until > now
+
+    def stored(self) -> StoredMessage:
+        return StoredMessage(self.record, self.lock_token, self.locked_until, self.lock_owner)
+
+
+class FakeStore:
+    """One partition and its dead-letter queue; every apply is all-or-nothing (it cannot fail
+    half-way here: ``fail_next`` makes the next apply fail before it changes anything)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[int, Row] = {}
+        self.dead: dict[int, Row] = {}
+        self.last = 0
+        self.dead_last = 0
+        self.message_ids: dict[str, int] = {}
+        self.applied_batches = 0
+        self.gone: dict[int, str] = {}  # numbers deleted from the partition, and how
+
+    def apply(self, ops: tuple[StoreOp, ...]) -> tuple[OpResult, ...]:
+        self.applied_batches += 1
+        return tuple(self._one(op) for op in ops)
+
+    def _dead_letter(self, row: Row, edit: AnnotationEdit | None) -> int:
+        self.dead_last += 1
+        self.dead[self.dead_last] = Row(replace(row.record, sequence_number=self.dead_last, state=MessageState.ACTIVE),
+                                        edit=edit, origin=row.record.sequence_number)
+        return self.dead_last
+
+    def _one(self, op: StoreOp) -> OpResult:
+        match op:
+            case Append():
+                seqs = []
+                for record in op.messages:
+                    self.last += 1
+                    self.rows[self.last] = Row(replace(record, sequence_number=self.last))
+                    seqs.append(self.last)
+                return Appended(tuple(seqs))
+            case Claim():
+                wanted = None if op.sequence_numbers is None else set(op.sequence_numbers)
+                taken: list[StoredMessage] = []
+                for seq in sorted(self.rows):
+                    if len(taken) == len(op.tokens):
+                        break
+                    row = self.rows[seq]
+                    r = row.record
+                    if (r.state != op.state or row.locked_at(op.now) or (wanted is not None and seq not in wanted)
+                            or (r.expires_at is not None and r.expires_at <= op.now)):
+                        continue
+                    if op.state == MessageState.ACTIVE and r.state == MessageState.SCHEDULED:
+                        continue
+                    row.lock_token = op.tokens[len(taken)]
+                    row.locked_until, row.lock_owner = op.locked_until, op.owner
+                    row.record = r.with_delivery_count(r.delivery_count + 1)
+                    taken.append(row.stored())
+                return Claimed(tuple(taken))
+            case Settle():
+                flags = []
+                for item in op.items:
+                    row = self.rows.get(item.sequence_number)
+                    ok = row is not None and row.lock_token == item.lock_token and row.locked_at(op.now)
+                    flags.append(ok)
+                    if not ok or row is None:
+                        continue
+                    row.lock_token = row.locked_until = row.lock_owner = None
+                    if item.edit is not None:
+                        row.edit = item.edit
+                    if item.outcome is Outcome.COMPLETE:
+                        del self.rows[item.sequence_number]
+                        self.gone[item.sequence_number] = "complete"
+                    elif item.outcome is Outcome.RELEASE:
+                        row.record = row.record.with_delivery_count(max(row.record.delivery_count - 1, 0))
+                    elif item.outcome is Outcome.DEFER:
+                        row.record = replace(row.record, state=MessageState.DEFERRED)
+                    elif item.outcome is Outcome.DEAD_LETTER:
+                        del self.rows[item.sequence_number]
+                        self._dead_letter(row, item.edit)
+                return Settled(tuple(flags))
+            case RenewLocks():
+                flags = []
+                for seq, token in op.items:
+                    row = self.rows.get(seq)
+                    ok = row is not None and row.lock_token == token and row.locked_at(op.now)
+                    flags.append(ok)
+                    if ok and row is not None:
+                        row.locked_until = op.locked_until
+                return Renewed(tuple(flags))
+            case MoveMessages():
+                moved: list[int | None] = []
+                for item in op.items:
+                    row = self.rows.get(item.sequence_number)
+                    if row is None or row.locked_at(op.now):
+                        moved.append(None)
+                        continue
+                    del self.rows[item.sequence_number]
+                    if not op.to_dead_letter:
+                        self.gone[item.sequence_number] = "dropped"
+                    moved.append(self._dead_letter(row, item.edit) if op.to_dead_letter else item.sequence_number)
+                return Moved(tuple(moved))
+            case Activate():
+                due = sorted((row.record.scheduled_enqueue_time or 0, seq) for seq, row in self.rows.items()
+                             if row.record.state == MessageState.SCHEDULED
+                             and (row.record.scheduled_enqueue_time or 0) <= op.now)[:op.limit]
+                out = []
+                for _, seq in due:
+                    row = self.rows[seq]
+                    row.record = replace(row.record, state=MessageState.ACTIVE)
+                    out.append(row.stored())
+                return Activated(tuple(out))
+            case RememberMessageIds():
+                self.message_ids.update(op.entries)
+                return Done()
+            case ForgetMessageIds():
+                for mid in op.message_ids:
+                    self.message_ids.pop(mid, None)
+                return Done()
+        raise AssertionError(op)
+
+    def peek(self, from_seq: int, count: int) -> tuple[StoredMessage, ...]:
+        seqs = sorted(s for s, row in self.rows.items() if s >= from_seq and row.record.state == MessageState.ACTIVE)
+        return tuple(self.rows[s].stored() for s in seqs[:count])
+
+    def count(self, state: MessageState) -> int:
+        return sum(1 for row in self.rows.values() if row.record.state == state)
+
+
+class Harness:
+    """Runs decide like the actor: effects queue in order; ``pump`` carries them out one by one."""
+
+    def __init__(self, view: View, store: FakeStore | None = None, now: int = 0) -> None:
+        self.view = view
+        self.store = store or FakeStore()
+        self.now = now
+        self.effects: deque[tuple[int, tuple[StoreOp, ...]] | ReadWindow] = deque()
+        self.replies: list[Reply] = []
+        self.ops: list[StoreOp] = []  # every op emitted, in order
+        self.next_due: int | None = None
+
+    def run(self, command: Command) -> list[Reply]:
+        decision: Decision = decide(self.view, command, self.now)
+        self.view = decision.view
+        if decision.batch_id is not None:
+            self.effects.append((decision.batch_id, decision.store_ops))
+            self.ops.extend(decision.store_ops)
+        else:
+            assert decision.store_ops == ()
+        if decision.read is not None:
+            self.effects.append(decision.read)
+        self.next_due = decision.next_due
+        self.replies.extend(decision.replies)
+        return list(decision.replies)
+
+    def step(self, *, fail: bool = False) -> list[Reply]:
+        """Carry out the oldest effect (``fail``: the batch fails, nothing of it applied)."""
+        effect = self.effects.popleft()
+        if isinstance(effect, ReadWindow):
+            rows = None if fail else self.store.peek(effect.from_sequence_number, effect.count)
+            return self.run(WindowRead(rows))
+        batch_id, ops = effect
+        if fail:
+            return self.run(StoreFailed(batch_id, "injected"))
+        return self.run(StoreResults(batch_id, self.store.apply(ops)))
+
+    def drain(self) -> list[Reply]:
+        out: list[Reply] = []
+        for _ in range(2_000):
+            if not self.effects:
+                return out
+            out.extend(self.step())
+        raise AssertionError("the core keeps asking for more effects: a loop")
+
+    def at(self, now: int) -> None:
+        assert now >= self.now
+        self.now = now
+
+
+def draft(message_id: str | None = None, *, ttl: int | None = None, scheduled: int | None = None,
+          body: bytes = b"x", ping: bool = False) -> MessageDraft:
+    return MessageDraft(message_id, None, None, ttl, scheduled, None, None, b"", 0, body, ping)
