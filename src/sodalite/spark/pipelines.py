@@ -176,10 +176,19 @@ def progress(query: StreamingQuery, seen: dict[int, int]) -> Progress:
             latest, end = _offset(source.get("latestOffset")), _offset(source.get("endOffset"))
             if latest is None or end is None:
                 continue
-            for partition, number in latest.get("partitions", {}).items():
-                behind = int(number) - int(end.get("partitions", {}).get(partition, number))
-                lag[f"{latest.get('entity')}#{partition}"] = max(0, behind)
+            for entity, partitions in _by_entity(latest).items():
+                ends = _by_entity(end).get(entity, {})
+                for partition, number in partitions.items():
+                    lag[f"{entity}#{partition}"] = max(0, int(number) - int(ends.get(partition, number)))
     return Progress(sum(seen.values()), rate, lag)
+
+
+def _by_entity(offset: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """An offset's partitions per entity: one entity (option 'entity') or several ('entities')."""
+    if isinstance(offset.get("entities"), dict):
+        return {str(e): p for e, p in offset["entities"].items() if isinstance(p, dict)}
+    partitions = offset.get("partitions")
+    return {str(offset.get("entity")): partitions} if isinstance(partitions, dict) else {}
 
 
 def _offset(text: Any) -> dict[str, Any] | None:
