@@ -23,6 +23,8 @@ SERVICE_OWNED: Final = frozenset({
     "x-opt-deadletter-source", "x-opt-enqueue-sequence-number", "x-opt-message-state", "x-opt-partition-id",
 })
 _u32u32 = struct.Struct(">II")
+_i64 = struct.Struct(">q")
+_i8 = struct.Struct(">b")
 _BODY_CODES: Final = (amqp_message.DATA, amqp_message.AMQP_VALUE, amqp_message.AMQP_SEQUENCE)
 
 
@@ -77,6 +79,19 @@ def _annotations(payload: bytes, start: int, walked: Walked) -> int:
     client = walked.client_annotations
     entries: list[bytes] = []
     for _ in range(count // 2):
+        if payload[pos] == 0xA3:  # the usual sym8 key; the broker's own values are plain numbers
+            middle = pos + 2 + payload[pos + 1]
+            text = payload[pos + 2 : middle].decode("ascii")
+            if text in SERVICE_OWNED:
+                code = payload[middle]
+                if code == 0x81 or code == 0x83:
+                    annotations[text] = _i64.unpack_from(payload, middle + 1)[0]
+                    pos = middle + 9
+                    continue
+                if code == 0x54 or code == 0x55:
+                    annotations[text] = _i8.unpack_from(payload, middle + 1)[0]
+                    pos = middle + 2
+                    continue
         key, middle = decode_value(payload, pos)
         value, after = decode_value(payload, middle)
         text = key if isinstance(key, str) else str(key)
