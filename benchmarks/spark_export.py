@@ -180,3 +180,7 @@ def replicate(spark: Any, pipelines: Any, conn: str, target_conn: str, source_pi
             lines.append(f"{'':<44}  lag did not reach 0 in 300 s: {state.lag}, {left} left in A")
     finally:
         query.stop()
+
+
+if __name__ == "__main__":
+    main()
