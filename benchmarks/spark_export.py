@@ -1,12 +1,16 @@
-"""Benchmark: a batch export of N messages from a broker to Parquet with the `sodalite` Spark data source,
-beside the same Spark job reading the same rows from a Parquet file (the ceiling for Spark itself here).
+"""Benchmark: the `sodalite` Spark data source on this machine, beside Spark's own ceiling.
 
-Starts a broker with scripts/serve on a free loopback port (a partitioned queue, so Spark reads 16
-partitions in parallel), fills it with the project's own AMQP client, then times on local[2]:
+Starts two brokers with scripts/serve on free loopback ports (a partitioned queue in each, so Spark
+reads 16 partitions in parallel), fills broker A with N messages of S bytes with the project's own
+AMQP client, then times on local[2]:
 
-* export: spark.read.format("sodalite") -> write.parquet (browse: nothing removed), with the broker's
-  CPU seconds per message over the same span;
-* ceiling: spark.read.parquet(the export) -> write.parquet elsewhere.
+* export: spark.read.format("sodalite") -> write.parquet (browse: nothing removed), all columns, then
+  with a narrow schema (``.schema("body binary, messageId string, sequenceNumber long, enqueuedTime
+  timestamp")``: the reader decodes only what those columns need), with broker CPU per message;
+* ceiling: spark.read.parquet(the export) -> write.parquet elsewhere (Spark itself on this machine);
+* replicate: the streaming replicate pipeline A -> B (consuming A, processing-time trigger), end to end
+  until B holds every message, with both brokers' CPU per message, then the lag per partition that
+  the pipeline's progress reports, until every partition's lag is 0 and A is drained.
 
 Not part of the test run:
 
@@ -24,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from sodalite.amqpclient import AmqpClient, connection_string
 from sodalite.amqpclient.message_codec import OutgoingMessage, encode_message
@@ -38,6 +43,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def start_broker(base: Path) -> tuple[subprocess.Popen[str], str]:
+    base.mkdir(parents=True, exist_ok=True)
     config = base / "Config.json"
     namespace = {"Name": "bench", "Queues": [{"Name": QUEUE, "Properties": {
         "EnablePartitioning": True, "MaxSizeInMegabytes": 81920}}]}
@@ -51,6 +57,20 @@ def start_broker(base: Path) -> tuple[subprocess.Popen[str], str]:
         if match:
             return proc, match.group(1)
     raise RuntimeError("the broker did not start")
+
+
+def stored(conn: str) -> tuple[int, int]:
+    """(messages made visible so far, messages still stored) in QUEUE, from the partition bounds."""
+    from sodalite.spark.broker import Broker
+
+    broker = Broker(conn)
+    try:
+        bounds = broker.bounds(QUEUE)
+    finally:
+        broker.close()
+    made = sum(b.next - (b.partition << 48) for b in bounds)
+    left = sum(b.next - b.first for b in bounds if b.first is not None)
+    return made, left
 
 
 def fill(conn: str, count: int, size: int) -> float:
@@ -69,45 +89,97 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--no-replicate", action="store_true")
+    parser.add_argument("--max-per-trigger", type=int, default=50_000)
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    n = args.messages
 
     from pyspark.sql import SparkSession
 
-    from sodalite.spark import register
+    from sodalite.spark import pipelines, register
 
+    lines: list[str] = []
     with tempfile.TemporaryDirectory(prefix="sodalite-spark-bench-") as tmp:
         base = Path(tmp)
-        proc, conn = start_broker(base)
+        proc, conn = start_broker(base / "a")
+        target, target_conn = start_broker(base / "b")
         try:
-            took = fill(conn, args.messages, args.size)
-            print(f"filled {args.messages} messages of {args.size} B in {took:.1f} s "
-                  f"({args.messages / took:,.0f} msg/s, own AMQP client)")
+            took = fill(conn, n, args.size)
+            print(f"filled {n} messages of {args.size} B in {took:.1f} s ({n / took:,.0f} msg/s, own AMQP client)")
             spark = (SparkSession.builder.master(args.master).config("spark.ui.enabled", "false")
                      .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+            spark.sparkContext.setLogLevel("ERROR")
             register(spark)
             # A warm-up on a tiny read, so the session's first-job costs are not counted.
             spark.read.format("sodalite").option("connectionString", conn).option("entity", QUEUE).load() \
                 .limit(10).collect()
 
-            cpu0, t0 = cpu_seconds(proc.pid), time.perf_counter()
-            df = spark.read.format("sodalite").option("connectionString", conn).option("entity", QUEUE).load()
-            df.write.mode("overwrite").parquet(str(base / "export"))
-            export_s, broker_cpu = time.perf_counter() - t0, cpu_seconds(proc.pid) - cpu0
-            exported = spark.read.parquet(str(base / "export")).count()
-            assert exported == args.messages, f"exported {exported} of {args.messages}"
+            def export(label: str, schema: str | None, out: str) -> None:
+                cpu0, t0 = cpu_seconds(proc.pid), time.perf_counter()
+                reader = spark.read.format("sodalite")
+                if schema:
+                    reader = reader.schema(schema)
+                reader.option("connectionString", conn).option("entity", QUEUE).load() \
+                    .write.mode("overwrite").parquet(str(base / out))
+                took, cpu = time.perf_counter() - t0, cpu_seconds(proc.pid) - cpu0
+                exported = spark.read.parquet(str(base / out)).count()
+                assert exported == n, f"exported {exported} of {n}"
+                lines.append(f"{label:<44}: {n / took:>9,.0f} rows/s ({took:6.1f} s), "
+                             f"broker CPU {cpu / n * 1e6:.0f} us/msg")
 
+            export("export broker -> Parquet, all columns", None, "export")
+            export("export broker -> Parquet, 4 columns", "body binary, messageId string, sequenceNumber long, "
+                   "enqueuedTime timestamp", "narrow")
             t0 = time.perf_counter()
             spark.read.parquet(str(base / "export")).write.mode("overwrite").parquet(str(base / "copy"))
-            ceiling_s = time.perf_counter() - t0
+            took = time.perf_counter() - t0
+            lines.append(f"{'Parquet -> Parquet (the ceiling)':<44}: {n / took:>9,.0f} rows/s ({took:6.1f} s)")
+            for line in lines:
+                print(line, flush=True)
+
+            if not args.no_replicate:
+                replicate(spark, pipelines, conn, target_conn, proc.pid, target.pid, n, base, args.max_per_trigger,
+                          lines)
             spark.stop()
         finally:
-            proc.terminate()
-            proc.wait(30)
-    print(f"export broker -> Parquet : {args.messages / export_s:>10,.0f} rows/s ({export_s:.1f} s), "
-          f"broker CPU {broker_cpu / args.messages * 1e6:.0f} us/msg")
-    print(f"Parquet -> Parquet       : {args.messages / ceiling_s:>10,.0f} rows/s ({ceiling_s:.1f} s), "
-          "the ceiling for Spark on this machine")
+            for p in (proc, target):
+                p.terminate()
+                p.wait(30)
+    print("\n".join(lines))
+
+
+def replicate(spark: Any, pipelines: Any, conn: str, target_conn: str, source_pid: int, target_pid: int, n: int,
+              base: Path, per_trigger: int, lines: list[str]) -> None:
+    cpu_a, cpu_b, t0 = cpu_seconds(source_pid), cpu_seconds(target_pid), time.perf_counter()
+    query = pipelines.replicate(spark, conn, target_conn, [QUEUE], str(base / "checkpoint"), consume=True,
+                                max_messages_per_trigger=per_trigger, processing_time="0 seconds")
+    seen: dict[int, int] = {}
+    try:
+        while stored(target_conn)[0] < n:
+            if query.exception() is not None:
+                raise RuntimeError(f"replicate failed: {query.exception()}")
+            time.sleep(0.5)
+        took = time.perf_counter() - t0
+        used_a, used_b = cpu_seconds(source_pid) - cpu_a, cpu_seconds(target_pid) - cpu_b
+        lines.append(f"{'replicate A -> B, streaming, consuming A':<44}: {n / took:>9,.0f} msg/s ({took:6.1f} s), "
+                     f"broker CPU {used_a / n * 1e6:.0f} us/msg (A) + {used_b / n * 1e6:.0f} us/msg (B)")
+        print(lines[-1], flush=True)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            state = pipelines.progress(query, seen)
+            left = stored(conn)[1]
+            print(f"  progress: moved {state.moved}, lag {sum(state.lag.values())} over {len(state.lag)} "
+                  f"partitions, {left} left in A", flush=True)
+            if state.lag and not any(state.lag.values()) and left == 0:
+                lines.append(f"{'':<44}  lag 0 in all {len(state.lag)} partitions, A drained "
+                             f"{time.perf_counter() - t0 - took:.1f} s after B held every message")
+                break
+            time.sleep(2)
+        else:
+            lines.append(f"{'':<44}  lag did not reach 0 in 300 s: {state.lag}, {left} left in A")
+    finally:
+        query.stop()
 
 
 if __name__ == "__main__":

@@ -15,15 +15,22 @@ from typing import Any, Final
 
 from sodalite.amqpclient import AmqpClient, ClientError, connection_string
 from sodalite.errors import ConfigurationError, SodaliteError
-from sodalite.spark.rows import COLUMNS, row_from_peeked
+from sodalite.spark import sections
 
 COMPLETE_THROUGH: Final = "com.sodalite:complete-through-sequence-number"
 PARTITION_BOUNDS: Final = "com.sodalite:partition-bounds"
 PEEK_PARTITION: Final = "com.sodalite:peek-partition"
-PEEK_PAGE: Final = 500
+PEEK_PAGE: Final = 1000
 SEND_CHUNK: Final = 500
 DEAD_LETTER_SUFFIX: Final = "/$deadletterqueue"
-SEQUENCE_NUMBER: Final = COLUMNS.index("sequenceNumber")
+
+
+def sequence_number(payload: bytes) -> int:
+    """A peeked message's sequence number."""
+    number = sections.walk(payload, application=False).annotations.get("x-opt-sequence-number")
+    if number is None:
+        raise BrokerRequestError("the broker peeked a message without a sequence number", "amqp:internal-error")
+    return int(number)
 
 
 class BrokerRequestError(SodaliteError):
@@ -116,23 +123,28 @@ class Broker:
                        else int(b["first-sequence-number"]), int(b["next-sequence-number"]))
                 for b in body["partitions"]]
 
-    def peek_range(self, entity: str, partition: int, start: int, end: int) -> Iterator[tuple[Any, ...]]:
-        """A row (rows.COLUMNS) for every message of ``partition`` numbered in [start, end), in order."""
+    def peek_pages(self, entity: str, partition: int, start: int, end: int,
+                   page: int = PEEK_PAGE) -> Iterator[list[bytes]]:
+        """The messages of ``partition`` numbered in [start, end), in order, as peek returns them (encoded),
+        a page (one ``$management`` request of up to ``page`` messages) at a time."""
         cursor = start
         while cursor < end:
             body = self._management(entity, PEEK_PARTITION, {
-                "partition": partition, "from-sequence-number": cursor,
-                "message-count": min(PEEK_PAGE, end - cursor)})
+                "partition": partition, "from-sequence-number": cursor, "message-count": min(page, end - cursor)})
             messages = [] if body is None else body.get("messages") or []
             if not messages:
                 return
-            for entry in messages:
-                row = row_from_peeked(bytes(entry["message"]))
-                number = row[SEQUENCE_NUMBER]
-                if number is None or number >= end:
-                    return
-                yield row
-                cursor = number + 1
+            payloads = [entry["message"] for entry in messages]
+            last = sequence_number(payloads[-1])
+            if last < end:
+                yield payloads
+                cursor = last + 1
+                continue
+            while payloads and sequence_number(payloads[-1]) >= end:
+                payloads.pop()
+            if payloads:
+                yield payloads
+            return
 
     def complete_through(self, entity: str, partition: int, sequence_number: int) -> int:
         body = self._management(entity, COMPLETE_THROUGH, {"partition": partition,

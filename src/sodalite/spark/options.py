@@ -21,16 +21,29 @@ DEAD_LETTER: Final = "/$deadletterqueue"
 @dataclass(frozen=True, slots=True)
 class SourceOptions:
     connection_string: str
-    entity: str  # as the user named it
+    entities: tuple[str, ...]  # as the user named them: one from 'entity', one or more from 'entities'
     dead_letter: bool
     starting_position: str  # "earliest", "latest", or JSON (checked: see starting_positions)
     max_messages_per_trigger: int | None
     consume: bool
+    max_bytes_per_trigger: int | None = None
+    several: bool = False  # given as 'entities': rows carry a sourceEntity column, offsets name each entity
+
+    @property
+    def entity(self) -> str:
+        return self.entities[0]
 
     @property
     def path(self) -> str:
-        """The address on the broker: the entity, or its dead-letter queue."""
-        return self.entity + DEAD_LETTER if self.dead_letter else self.entity
+        """The address on the broker of the (first) entity: the entity, or its dead-letter queue."""
+        return self.path_of(self.entities[0])
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return tuple(self.path_of(e) for e in self.entities)
+
+    def path_of(self, entity: str) -> str:
+        return entity + DEAD_LETTER if self.dead_letter else entity
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,23 +111,75 @@ def starting_positions(text: str, partitions: int) -> dict[int, int]:
     return positions
 
 
+def _positive(options: Mapping[str, str], name: str) -> int | None:
+    text = options.get(name.lower())
+    if text is None:
+        return None
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ConfigurationError(f"option '{name}': '{text}' is not a positive integer")
+    return value
+
+
+def _entities(options: Mapping[str, str]) -> tuple[tuple[str, ...], bool]:
+    one = (options.get("entity") or "").strip()
+    several = (options.get("entities") or "").strip()
+    if one and several:
+        raise ConfigurationError("options 'entity' and 'entities' exclude each other: give one entity in 'entity' "
+                                 "or a comma-separated list in 'entities'")
+    if one:
+        return (_entity(one, "entity"),), False
+    if not several:
+        raise ConfigurationError("option 'entity' (or 'entities', a comma-separated list) is required")
+    names = tuple(_entity(part.strip(), "entities") for part in several.split(","))
+    if any(not name for name in names):
+        raise ConfigurationError(f"option 'entities': '{several}' has an empty entity name")
+    if len(set(names)) != len(names):
+        raise ConfigurationError(f"option 'entities': '{several}' names an entity twice")
+    return names, True
+
+
+def entity_starting_positions(text: str, entities: tuple[str, ...]) -> dict[str, str]:
+    """With several entities, startingPosition per entity (as text for :func:`starting_positions`):
+    earliest or latest for all, or JSON mapping entity names to earliest, latest or per-partition objects;
+    entities it leaves out start at the earliest."""
+    word = text.strip().lower()
+    if word in ("earliest", "latest"):
+        return dict.fromkeys(entities, word)
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise ConfigurationError(
+            f"option 'startingPosition': '{text}' is not earliest, latest or a JSON object of entity names, such as "
+            '{"orders": "latest", "invoices": {"0": 1234}}')
+    out = dict.fromkeys(entities, "earliest")
+    for name, value in parsed.items():
+        if name not in out:
+            raise ConfigurationError(f"option 'startingPosition': '{name}' is not one of the entities read "
+                                     f"({', '.join(entities)})")
+        out[name] = value if isinstance(value, str) else json.dumps(value)
+        starting_positions(out[name], 1 << 16)
+    return out
+
+
 def source_options(options: Mapping[str, str]) -> SourceOptions:
     conn = _connection(options)
-    entity = _entity(_required(options, "entity"), "entity")
+    entities, several = _entities(options)
     sub_queue = (options.get("subqueue") or "").strip().lower()
     if sub_queue not in ("", "deadletter"):
         raise ConfigurationError(f"option 'subQueue': '{sub_queue}' is not 'deadletter' (or empty for the entity)")
     starting = (options.get("startingposition") or "earliest").strip()
-    starting_positions(starting, 1 << 16)  # the shape now; partition numbers again once the count is known
-    limit_text = options.get("maxmessagespertrigger")
-    limit: int | None = None
-    if limit_text is not None:
-        try:
-            limit = int(str(limit_text).strip())
-        except ValueError:
-            limit = 0
-        if limit <= 0:
-            raise ConfigurationError(f"option 'maxMessagesPerTrigger': '{limit_text}' is not a positive integer")
+    if several:
+        entity_starting_positions(starting, entities)
+    else:
+        starting_positions(starting, 1 << 16)  # the shape now; partition numbers again once the count is known
+    limit = _positive(options, "maxMessagesPerTrigger")
+    max_bytes = _positive(options, "maxBytesPerTrigger")
     consume = (options.get("consume") or "none").strip().lower()
     if consume not in ("none", "complete"):
         raise ConfigurationError(f"option 'consume': '{consume}' is not 'none' or 'complete'")
@@ -123,7 +188,8 @@ def source_options(options: Mapping[str, str]) -> SourceOptions:
             "option 'consume': 'complete' is not supported with subQueue=deadletter: dead-lettered messages keep "
             "their original sequence numbers, so one can arrive below the reader's position and would be "
             "removed unread")
-    return SourceOptions(conn, entity, sub_queue == "deadletter", starting, limit, consume == "complete")
+    return SourceOptions(conn, entities, sub_queue == "deadletter", starting, limit, consume == "complete",
+                         max_bytes, several)
 
 
 def sink_options(options: Mapping[str, str]) -> SinkOptions:

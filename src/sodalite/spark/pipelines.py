@@ -30,9 +30,13 @@ from sodalite.spark import register
 
 
 def _source(spark: SparkSession, conn: str, entity: str, *, dead_letter: bool, consume: bool,
-            max_messages_per_trigger: int | None, starting_position: str) -> DataFrame:
+            max_messages_per_trigger: int | None, starting_position: str, schema: str | None = None) -> DataFrame:
+    """The streaming source; ``schema`` names the only columns a pipeline reads, so nothing else is decoded."""
     register(spark)
-    reader = (spark.readStream.format("sodalite").option("connectionString", conn).option("entity", entity)
+    reader = spark.readStream.format("sodalite")
+    if schema is not None:
+        reader = reader.schema(schema)
+    reader = (reader.option("connectionString", conn).option("entity", entity)
               .option("consume", "complete" if consume else "none").option("startingPosition", starting_position))
     if dead_letter:
         reader = reader.option("subQueue", "deadletter")
@@ -87,7 +91,8 @@ def replicate(spark: SparkSession, source_connection_string: str, target_connect
     frames = []
     for entity in entities:
         df = _source(spark, source_connection_string, entity, dead_letter=False, consume=consume,
-                     max_messages_per_trigger=max_messages_per_trigger, starting_position=starting_position)
+                     max_messages_per_trigger=max_messages_per_trigger, starting_position=starting_position,
+                     schema="amqpMessage binary, sequenceNumber long, partition int")
         frames.append(df.select("amqpMessage", "sequenceNumber", "partition",
                                 F.lit(replication_target(entity)).alias("entity")))
     union = frames[0]
@@ -116,7 +121,8 @@ def syphon(spark: SparkSession, primary_connection_string: str, secondary_connec
     frames = []
     for queue in backlog_queues:
         df = _source(spark, secondary_connection_string, queue, dead_letter=False, consume=True,
-                     max_messages_per_trigger=max_messages_per_trigger, starting_position="earliest")
+                     max_messages_per_trigger=max_messages_per_trigger, starting_position="earliest",
+                     schema="amqpMessage binary, enqueuedTime timestamp, sequenceNumber long, partition int")
         frames.append(df.select(restore("amqpMessage", F.unix_millis("enqueuedTime")).alias("restored"),
                                 "sequenceNumber", "partition"))
     union = frames[0]
@@ -176,10 +182,19 @@ def progress(query: StreamingQuery, seen: dict[int, int]) -> Progress:
             latest, end = _offset(source.get("latestOffset")), _offset(source.get("endOffset"))
             if latest is None or end is None:
                 continue
-            for partition, number in latest.get("partitions", {}).items():
-                behind = int(number) - int(end.get("partitions", {}).get(partition, number))
-                lag[f"{latest.get('entity')}#{partition}"] = max(0, behind)
+            for entity, partitions in _by_entity(latest).items():
+                ends = _by_entity(end).get(entity, {})
+                for partition, number in partitions.items():
+                    lag[f"{entity}#{partition}"] = max(0, int(number) - int(ends.get(partition, number)))
     return Progress(sum(seen.values()), rate, lag)
+
+
+def _by_entity(offset: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """An offset's partitions per entity: one entity (option 'entity') or several ('entities')."""
+    if isinstance(offset.get("entities"), dict):
+        return {str(e): p for e, p in offset["entities"].items() if isinstance(p, dict)}
+    partitions = offset.get("partitions")
+    return {str(offset.get("entity")): partitions} if isinstance(partitions, dict) else {}
 
 
 def _offset(text: Any) -> dict[str, Any] | None:

@@ -20,8 +20,8 @@ import uuid
 from typing import Any, Final
 
 from sodalite.amqp import message as amqp_message
-from sodalite.amqp.codec import encode_value
-from sodalite.amqp.types import Described, Symbol, Timestamp, UInt, ULong
+from sodalite.amqp.types import Symbol, Timestamp, UInt
+from sodalite.spark import sections
 
 SCHEMA: Final = (
     "body binary, messageId string, sessionId string, partitionKey string, correlationId string, "
@@ -34,10 +34,6 @@ SCHEMA: Final = (
 COLUMNS: Final = tuple(part.strip().split(" ")[0] for part in SCHEMA.split(", "))
 
 PARTITION_SHIFT: Final = 48  # a sequence number's upper 16 bits name its partition
-SERVICE_OWNED: Final = frozenset({
-    "x-opt-sequence-number", "x-opt-enqueued-time", "x-opt-locked-until", "x-opt-lock-token",
-    "x-opt-deadletter-source", "x-opt-enqueue-sequence-number", "x-opt-message-state", "x-opt-partition-id",
-})
 PARTITION_KEY: Final = "x-opt-partition-key"
 SCHEDULED_ENQUEUE_TIME: Final = "x-opt-scheduled-enqueue-time"
 DEAD_LETTER_SOURCE: Final = "x-opt-deadletter-source"
@@ -111,54 +107,35 @@ def _body(payload: bytes, sections: list[amqp_message.Section]) -> bytes:
     return b"".join(parts)
 
 
-def row_from_peeked(payload: bytes) -> tuple[Any, ...]:
-    """One row (in COLUMNS order) from a message as ``$management`` peek returns it."""
-    sections = amqp_message.split_sections(payload)
-    header: list[Any] = []
-    annotations: dict[str, Any] = {}
-    properties: list[Any] = []
-    application: dict[str, Any] = {}
-    kept: list[bytes] = []
-    client_annotations: dict[Any, Any] = {}
-    for s in sections:
-        if s.code == amqp_message.HEADER:
-            value = amqp_message.section_value(payload, s)
-            header = list(value) if isinstance(value, list) else []
-        elif s.code == amqp_message.MESSAGE_ANNOTATIONS:
-            value = amqp_message.section_value(payload, s)
-            if isinstance(value, dict):
-                annotations = {str(k): v for k, v in value.items()}
-                client_annotations = {k: v for k, v in value.items() if str(k) not in SERVICE_OWNED}
-        elif s.code == amqp_message.DELIVERY_ANNOTATIONS:
-            continue
-        else:
-            if s.code == amqp_message.PROPERTIES:
-                value = amqp_message.section_value(payload, s)
-                properties = list(value) if isinstance(value, list) else []
-            elif s.code == amqp_message.APPLICATION_PROPERTIES:
-                value = amqp_message.section_value(payload, s)
-                if isinstance(value, dict):
-                    application = {str(k): v for k, v in value.items()}
-            kept.append(payload[s.start : s.end])
-    header += [None] * (5 - len(header))
-    properties += [None] * (13 - len(properties))
-    original = bytearray()
-    if any(v is not None for v in header[:3]):
-        original += amqp_message.encode_section(amqp_message.HEADER, [header[0], header[1],
-                                                                      None if header[2] is None else UInt(header[2])])
-    if client_annotations:
-        original += amqp_message.encode_annotations(amqp_message.map_entries(client_annotations),
-                                                    len(client_annotations))
-    original += b"".join(kept)
+def _row(payload: bytes, application: bool, original: bool) -> tuple[Any, ...]:
+    """One row in COLUMNS order, timestamps as integer microseconds; ``applicationProperties`` is
+    None unless ``application``, ``amqpMessage`` None unless ``original`` (decoding only what is read)."""
+    w = sections.walk(payload, application)
+    header, properties, annotations = w.header, w.properties, w.annotations
+    if len(w.bodies) == 1 and w.bodies[0].code == amqp_message.DATA:
+        body = amqp_message.binary_value(payload, w.bodies[0])
+    else:
+        body = _body(payload, w.bodies)
     sequence_number = annotations.get("x-opt-sequence-number")
     state = annotations.get("x-opt-message-state")
-    reason = application.get(DEAD_LETTER_REASON)
-    description = application.get(DEAD_LETTER_DESCRIPTION)
+    scheduled = annotations.get(SCHEDULED_ENQUEUE_TIME)
+    enqueued = annotations.get("x-opt-enqueued-time")
+    partition_key = annotations.get(PARTITION_KEY)
+    dead_letter_source = annotations.get(DEAD_LETTER_SOURCE)
+    props = {}
+    reason = description = None
+    if application:
+        app = w.application
+        if app:
+            props = {k if isinstance(k, str) else str(k): v if v is None or isinstance(v, str) else render(v)
+                     for k, v in app.items()}
+            reason = props.get(DEAD_LETTER_REASON)
+            description = props.get(DEAD_LETTER_DESCRIPTION)
     return (
-        _body(payload, sections),
+        body,
         _text(properties[_MESSAGE_ID]),
         _text(properties[_SESSION_ID]),
-        _text(annotations.get(PARTITION_KEY)),
+        None if partition_key is None else _text(partition_key),
         _text(properties[_CORRELATION_ID]),
         _text(properties[_SUBJECT]),
         _text(properties[_CONTENT_TYPE]),
@@ -166,56 +143,116 @@ def row_from_peeked(payload: bytes) -> tuple[Any, ...]:
         _text(properties[_REPLY_TO]),
         _text(properties[_REPLY_TO_SESSION_ID]),
         None if header[2] is None else int(header[2]),
-        _moment(annotations.get(SCHEDULED_ENQUEUE_TIME)),
-        _moment(annotations.get("x-opt-enqueued-time")),
+        None if scheduled is None else int(scheduled) * 1000,
+        None if enqueued is None else int(enqueued) * 1000,
         None if sequence_number is None else int(sequence_number),
         None if sequence_number is None else int(sequence_number) >> PARTITION_SHIFT,
         int(header[4] or 0),
-        _text(annotations.get(DEAD_LETTER_SOURCE)),
-        None if reason is None else str(reason),
-        None if description is None else str(description),
-        {k: render(v) for k, v in application.items()},
+        None if dead_letter_source is None else _text(dead_letter_source),
+        reason,
+        description,
+        props if application else None,
         STATES.get(int(state), str(state)) if state is not None else "active",
-        bytes(original),
+        w.original() if original else None,
     )
+
+
+_TIMESTAMP_COLUMNS: Final = (COLUMNS.index("scheduledEnqueueTime"), COLUMNS.index("enqueuedTime"))
+
+
+def row_from_peeked(payload: bytes) -> tuple[Any, ...]:
+    """One row (in COLUMNS order, timestamps as datetimes) from a message as ``$management`` peek returns it."""
+    row = list(_row(payload, True, True))
+    for index in _TIMESTAMP_COLUMNS:
+        if row[index] is not None:
+            row[index] = datetime.datetime.fromtimestamp(row[index] / 1_000_000, datetime.UTC)
+    return tuple(row)
 
 
 _ARROW_TYPES: Final = {"binary": "binary", "string": "string", "long": "int64", "int": "int32",
                        "timestamp": "timestamp", "map<string,string>": "map"}
 
 
-def arrow_schema() -> Any:
-    """SCHEMA as a pyarrow schema (timestamps in microseconds, UTC)."""
+def _arrow_type(kind: str) -> Any:
     import pyarrow as pa  # type: ignore[import-untyped]
 
-    fields = []
-    for part in SCHEMA.split(", "):
-        name, kind = part.strip().split(" ", 1)
-        arrow = _ARROW_TYPES[kind]
-        if arrow == "timestamp":
-            fields.append(pa.field(name, pa.timestamp("us", tz="UTC")))
-        elif arrow == "map":
-            fields.append(pa.field(name, pa.map_(pa.string(), pa.string())))
-        else:
-            fields.append(pa.field(name, pa.type_for_alias(arrow)))
-    return pa.schema(fields)
+    arrow = _ARROW_TYPES[kind]
+    if arrow == "timestamp":
+        return pa.timestamp("us", tz="UTC")
+    if arrow == "map":
+        return pa.map_(pa.string(), pa.string())
+    return pa.type_for_alias(arrow)
+
+
+KINDS: Final = {part.strip().split(" ", 1)[0]: part.strip().split(" ", 1)[1] for part in SCHEMA.split(", ")}
+
+
+def arrow_schema(names: tuple[str, ...] = COLUMNS) -> Any:
+    """The columns ``names`` of SCHEMA as a pyarrow schema (timestamps in microseconds, UTC)."""
+    import pyarrow as pa
+
+    return pa.schema([pa.field(name, _arrow_type(KINDS[name])) for name in names])
 
 
 _MAP_COLUMN: Final = COLUMNS.index("applicationProperties")
-_schema_cache: list[Any] = []
+_ORIGINAL_COLUMN: Final = COLUMNS.index("amqpMessage")
+_schemas: dict[tuple[str, ...], Any] = {}
+
+
+def _arrow_column(values: tuple[Any, ...], kind: Any, is_map: bool) -> Any:
+    import pyarrow as pa
+
+    if not is_map:
+        return pa.array(values, type=kind)
+    offsets = [0]
+    keys: list[str] = []
+    items: list[str | None] = []
+    for m in values:
+        keys.extend(m)
+        items.extend(m.values())
+        offsets.append(len(keys))
+    return pa.MapArray.from_arrays(pa.array(offsets, type=pa.int32()), pa.array(keys, type=pa.string()),
+                                   pa.array(items, type=pa.string()))
+
+
+def peeked_batch(payloads: list[bytes], names: tuple[str, ...] = COLUMNS, extra: dict[str, Any] | None = None) -> Any:
+    """Peeked messages as one pyarrow RecordBatch of the columns ``names`` (SCHEMA's, in any order, plus
+    any in ``extra``: a column name to the value every row takes), built column by column and
+    decoding only what those columns need."""
+    import pyarrow as pa
+
+    key = names
+    schema = _schemas.get(key)
+    if schema is None:
+        fields = [pa.field(n, pa.string() if extra and n in extra else _arrow_type(KINDS[n])) for n in names]
+        schema = _schemas[key] = pa.schema(fields)
+    application = "applicationProperties" in names or "deadLetterReason" in names \
+        or "deadLetterErrorDescription" in names
+    original = "amqpMessage" in names
+    columns = list(zip(*[_row(p, application, original) for p in payloads], strict=True)) if payloads \
+        else [()] * len(COLUMNS)
+    arrays = []
+    for name, field in zip(names, schema, strict=True):
+        if extra and name in extra:
+            arrays.append(pa.array([extra[name]] * len(payloads), type=field.type))
+        else:
+            index = _INDEX[name]
+            arrays.append(_arrow_column(columns[index], field.type, index == _MAP_COLUMN))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+_INDEX: Final = {name: i for i, name in enumerate(COLUMNS)}
 
 
 def record_batch(batch: list[tuple[Any, ...]]) -> Any:
-    """Rows (COLUMNS order) as one pyarrow RecordBatch of :func:`arrow_schema`."""
+    """Rows (COLUMNS order, as :func:`row_from_peeked` gives them) as one pyarrow RecordBatch."""
     import pyarrow as pa
 
-    if not _schema_cache:
-        _schema_cache.append(arrow_schema())
-    schema = _schema_cache[0]
+    schema = arrow_schema()
     columns = list(zip(*batch, strict=True))
-    columns[_MAP_COLUMN] = tuple(None if m is None else list(m.items()) for m in columns[_MAP_COLUMN])
-    return pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)],
-                                      schema=schema)
+    return pa.RecordBatch.from_arrays(
+        [_arrow_column(c, f.type, i == _MAP_COLUMN) for i, (c, f) in enumerate(zip(columns, schema, strict=True))],
+        schema=schema)
 
 
 # ---- writing ----------------------------------------------------------------------------------
@@ -262,28 +299,13 @@ def message_from_row(row: dict[str, Any], source: str) -> bytes:
     bodies: list[bytes] = []
     footer: list[bytes] = []
     if original is not None:
-        payload = _as_bytes(original, "amqpMessage")
-        for s in amqp_message.split_sections(payload):
-            if s.code == amqp_message.HEADER:
-                value = amqp_message.section_value(payload, s)
-                if isinstance(value, list):
-                    header = (list(value) + [None] * 3)[:3]
-            elif s.code == amqp_message.MESSAGE_ANNOTATIONS:
-                value = amqp_message.section_value(payload, s)
-                if isinstance(value, dict):
-                    annotations = {k: v for k, v in value.items() if str(k) not in SERVICE_OWNED}
-            elif s.code == amqp_message.PROPERTIES:
-                value = amqp_message.section_value(payload, s)
-                if isinstance(value, list):
-                    properties = (list(value) + [None] * 13)[:13]
-            elif s.code == amqp_message.APPLICATION_PROPERTIES:
-                value = amqp_message.section_value(payload, s)
-                if isinstance(value, dict):
-                    application = dict(value)
-            elif s.code in (amqp_message.DATA, amqp_message.AMQP_VALUE, amqp_message.AMQP_SEQUENCE):
-                bodies.append(payload[s.start : s.end])
-            elif s.code == amqp_message.FOOTER:
-                footer.append(payload[s.start : s.end])
+        w = sections.walk(_as_bytes(original, "amqpMessage"))
+        header = w.header[:3]
+        annotations = w.client_annotations
+        properties = list(w.properties)
+        application = dict(w.application)
+        bodies = w.body_bytes()
+        footer = [w.footer] if w.footer else []
     if body is not None:
         new_body = _as_bytes(body, "body")
         if original is None or _body_of(bodies) != new_body:
@@ -303,25 +325,9 @@ def message_from_row(row: dict[str, Any], source: str) -> bytes:
     for key, value in (row.get("applicationProperties") or {}).items():
         if render(application.get(key)) != value:
             application[key] = value
-    out = bytearray()
-    if any(v is not None for v in header):
-        out += amqp_message.encode_section(amqp_message.HEADER, header)
-    if annotations:
-        out += amqp_message.encode_annotations(amqp_message.map_entries(annotations), len(annotations))
-    encode_value(Described(ULong(amqp_message.PROPERTIES), _trimmed(properties)), out)
-    if application:
-        encode_value(Described(ULong(amqp_message.APPLICATION_PROPERTIES), application), out)
-    out += b"".join(bodies) + b"".join(footer)
-    return bytes(out)
+    return sections.assemble(header, annotations, properties, application, b"".join(bodies) + b"".join(footer))
 
 
 def _body_of(sections: list[bytes]) -> bytes:
     joined = b"".join(sections)
     return _body(joined, amqp_message.split_sections(joined)) if joined else b""
-
-
-def _trimmed(fields: list[Any]) -> list[Any]:
-    end = len(fields)
-    while end and fields[end - 1] is None:
-        end -= 1
-    return fields[:end]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -36,23 +36,32 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
 from sodalite.errors import ConfigurationError
 from sodalite.spark import rows
-from sodalite.spark.broker import Bounds, Broker, BrokerRequestError
+from sodalite.spark.broker import Bounds, Broker, BrokerRequestError, sequence_number
 from sodalite.spark.options import (
     EARLIEST,
     LATEST,
     SinkOptions,
     SourceOptions,
+    entity_starting_positions,
     sink_options,
     source_options,
     starting_positions,
 )
 
 Offset = dict[str, Any]
+Key = tuple[str, int]  # (entity path, partition)
+SOURCE_ENTITY: Final = "sourceEntity"
 
 
 @dataclass(frozen=True)
@@ -62,11 +71,37 @@ class SequenceRange(InputPartition):
     partition: int
     start: int
     end: int
+    entity: str = ""  # the entity's path on the broker; "" in ranges planned before several entities
 
 
 @dataclass(frozen=True)
 class Written(WriterCommitMessage):
     messages: int
+
+
+def _schema(several: bool) -> str:
+    return rows.SCHEMA + (f", {SOURCE_ENTITY} string" if several else "")
+
+
+_SIMPLE: Final = {"long": "bigint"}  # the schema's type names as Spark prints them
+
+
+def _columns(options: SourceOptions, schema: StructType) -> tuple[str, ...]:
+    """The columns the reader builds: those of ``schema`` (the user's, through ``.schema(...)``, or the
+    full one), checked against the source's own, so a narrower schema decodes less."""
+    names = []
+    for field in schema.fields:
+        kind = rows.KINDS.get(field.name) if field.name != SOURCE_ENTITY or not options.several else "string"
+        if kind is None:
+            raise ConfigurationError(
+                f"schema: '{field.name}' is not a column of the sodalite source (columns: {', '.join(rows.COLUMNS)}"
+                f"{', ' + SOURCE_ENTITY if options.several else ''})")
+        if field.dataType.simpleString() != _SIMPLE.get(kind, kind):
+            raise ConfigurationError(f"schema: column '{field.name}' is {kind}, not {field.dataType.simpleString()}")
+        names.append(field.name)
+    if not names:
+        raise ConfigurationError("schema: give at least one column")
+    return tuple(names)
 
 
 class SodaliteDataSource(DataSource):
@@ -77,13 +112,15 @@ class SodaliteDataSource(DataSource):
         return "sodalite"
 
     def schema(self) -> str:
-        return rows.SCHEMA
+        return _schema(bool((self.options.get("entities") or "").strip()))  # a sink has no source options
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return BatchReader(source_options(self.options))
+        options = source_options(self.options)
+        return BatchReader(options, _columns(options, schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return StreamReader(source_options(self.options))
+        options = source_options(self.options)
+        return StreamReader(options, _columns(options, schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return BatchWriter(sink_options(self.options), schema)
@@ -92,149 +129,199 @@ class SodaliteDataSource(DataSource):
         return StreamWriter(sink_options(self.options), schema)
 
 
-ARROW_BATCH_ROWS = 2000
-
-
-def _read(broker: Broker, path: str, part: SequenceRange) -> Iterator[Any]:
-    """The range's rows as Arrow record batches: Spark takes them without converting row by row."""
+def _read(broker: Broker, options: SourceOptions, columns: tuple[str, ...], part: SequenceRange) -> Iterator[Any]:
+    """The range's rows as Arrow record batches, one per peeked page, built column by column."""
+    path = part.entity or options.path
+    extra = {SOURCE_ENTITY: path} if options.several else None
     try:
-        pending: list[tuple[Any, ...]] = []
-        for row in broker.peek_range(path, part.partition, part.start, part.end):
-            pending.append(row)
-            if len(pending) == ARROW_BATCH_ROWS:
-                yield rows.record_batch(pending)
-                pending = []
-        if pending:
-            yield rows.record_batch(pending)
+        for page in broker.peek_pages(path, part.partition, part.start, part.end):
+            yield rows.peeked_batch(page, columns, extra)
     finally:
         broker.close()
-
-
-class BatchReader(DataSourceReader):
-    """Browse every message stored now, one task per non-empty partition."""
-
-    def __init__(self, options: SourceOptions) -> None:
-        self.options = options
-        self.broker = Broker(options.connection_string)
-
-    def partitions(self) -> list[SequenceRange]:
-        try:
-            bounds = self.broker.bounds(self.options.path)
-        finally:
-            self.broker.close()
-        ranges = [SequenceRange(b.partition, b.first, b.next) for b in bounds if b.first is not None]
-        return ranges or [SequenceRange(0, 0, 0)]
-
-    def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, SequenceRange)
-        return _read(self.broker, self.options.path, partition)
 
 
 def _partition_base(partition: int) -> int:
     return partition << rows.PARTITION_SHIFT
 
 
-class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options: SourceOptions) -> None:
+class BatchReader(DataSourceReader):
+    """Browse every message stored now, one task per non-empty partition of each entity."""
+
+    def __init__(self, options: SourceOptions, columns: tuple[str, ...] = rows.COLUMNS) -> None:
         self.options = options
+        self.columns = columns
         self.broker = Broker(options.connection_string)
-        self._bounds = self._fetch_bounds()  # checks the entity and the key on the driver, now
-        self._available_now: dict[int, int] | None = None
-        self._completed: dict[int, int] = {}
-        starting_positions(options.starting_position, len(self._bounds))
+
+    def partitions(self) -> list[SequenceRange]:
+        ranges = []
+        try:
+            for path in self.options.paths:
+                ranges += [SequenceRange(b.partition, b.first, b.next, path)
+                           for b in self.broker.bounds(path) if b.first is not None]
+        finally:
+            self.broker.close()
+        return ranges or [SequenceRange(0, 0, 0, self.options.path)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, SequenceRange)
+        return _read(self.broker, self.options, self.columns, partition)
+
+
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: SourceOptions, columns: tuple[str, ...] = rows.COLUMNS) -> None:
+        self.options = options
+        self.columns = columns
+        self.broker = Broker(options.connection_string)
+        self._bounds = self._fetch_bounds()  # checks each entity and the key on the driver, now
+        self._available_now: dict[Key, int] | None = None
+        self._completed: dict[Key, int] = {}
+        self._wanted()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"options": self.options, "broker": self.broker, "_bounds": self._bounds,
+        return {"options": self.options, "columns": self.columns, "broker": self.broker, "_bounds": self._bounds,
                 "_available_now": self._available_now, "_completed": dict(self._completed)}
 
-    def _fetch_bounds(self) -> list[Bounds]:
-        return self.broker.bounds(self.options.path)
+    def _fetch_bounds(self) -> dict[str, list[Bounds]]:
+        return {path: self.broker.bounds(path) for path in self.options.paths}
 
-    def _offset(self, positions: dict[int, int]) -> Offset:
-        return {"entity": self.options.path, "partitions": {str(p): n for p, n in sorted(positions.items())}}
+    def _wanted(self) -> dict[Key, int]:
+        """Each partition's starting position (EARLIEST, LATEST or a sequence number)."""
+        o = self.options
+        if o.several:
+            texts = entity_starting_positions(o.starting_position, o.entities)
+            per_path = {o.path_of(e): texts[e] for e in o.entities}
+        else:
+            per_path = {o.path: o.starting_position}
+        return {(path, p): n for path, bounds in self._bounds.items()
+                for p, n in starting_positions(per_path[path], len(bounds)).items()}
 
-    def _positions(self, offset: Offset) -> dict[int, int]:
+    def _offset(self, positions: dict[Key, int]) -> Offset:
+        if not self.options.several:
+            return {"entity": self.options.path,
+                    "partitions": {str(p): n for (_, p), n in sorted(positions.items())}}
+        entities: dict[str, dict[str, int]] = {path: {} for path in self.options.paths}
+        for (path, p), n in sorted(positions.items()):
+            entities[path][str(p)] = n
+        return {"entities": entities}
+
+    def _positions(self, offset: Offset) -> dict[Key, int]:
+        if self.options.several:
+            entities = offset.get("entities")
+            held = sorted(entities) if isinstance(entities, dict) else [offset.get("entity")]
+            if held != sorted(self.options.paths):
+                raise ConfigurationError(
+                    f"the checkpoint holds offsets of entities {held}, but this query reads "
+                    f"{sorted(self.options.paths)}: use a new checkpointLocation for a different set of entities")
+            assert isinstance(entities, dict)
+            try:
+                return {(path, int(p)): int(n) for path, parts in entities.items() for p, n in parts.items()}
+            except (AttributeError, TypeError, ValueError):
+                raise ConfigurationError(f"the checkpoint's offset {offset!r} is not a Sodalite offset") from None
         entity = offset.get("entity")
         if entity != self.options.path:
+            held_text = f"entities {sorted(offset['entities'])}" if "entities" in offset else f"entity '{entity}'"
             raise ConfigurationError(
-                f"the checkpoint holds offsets of entity '{entity}', but this query reads '{self.options.path}': "
+                f"the checkpoint holds offsets of {held_text}, but this query reads '{self.options.path}': "
                 "use a new checkpointLocation for a different entity")
         partitions = offset.get("partitions")
         if not isinstance(partitions, dict):
             raise ConfigurationError(f"the checkpoint's offset {offset!r} is not a Sodalite offset")
-        return {int(p): int(n) for p, n in partitions.items()}
+        return {(entity, int(p)): int(n) for p, n in partitions.items()}
 
     # ---- the offset contract ------------------------------------------------------------------------
 
     def initialOffset(self) -> Offset:
-        bounds = self._fetch_bounds()
-        self._bounds = bounds
-        wanted = starting_positions(self.options.starting_position, len(bounds))
+        self._bounds = self._fetch_bounds()
+        wanted = self._wanted()
         positions = {}
-        for b in bounds:
-            start = wanted.get(b.partition, EARLIEST)
-            if start == EARLIEST:
-                positions[b.partition] = _partition_base(b.partition)
-            elif start == LATEST:
-                positions[b.partition] = b.next
-            else:
-                positions[b.partition] = start
+        for path, bounds in self._bounds.items():
+            for b in bounds:
+                start = wanted.get((path, b.partition), EARLIEST)
+                if start == EARLIEST:
+                    positions[path, b.partition] = _partition_base(b.partition)
+                elif start == LATEST:
+                    positions[path, b.partition] = b.next
+                else:
+                    positions[path, b.partition] = start
         return self._offset(positions)
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        limit = self.options.max_messages_per_trigger
-        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+        if self.options.max_messages_per_trigger is not None:
+            return ReadMaxRows(self.options.max_messages_per_trigger)
+        if self.options.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(self.options.max_bytes_per_trigger)
+        return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._available_now = {b.partition: b.next for b in self._fetch_bounds()}
+        self._available_now = {(path, b.partition): b.next
+                               for path, bounds in self._fetch_bounds().items() for b in bounds}
 
     def latestOffset(self, start: Offset, limit: ReadLimit) -> Offset:
         positions = self._positions(start)
         if self.options.consume:
             self._complete_below(positions)  # everything below start has been committed by now
-        bounds = self._fetch_bounds()
-        self._bounds = bounds
-        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        low: dict[int, int] = {}
-        high: dict[int, int] = {}
-        for b in bounds:
-            begin = positions.get(b.partition, _partition_base(b.partition))
-            top = b.next if self._available_now is None else min(b.next, self._available_now.get(b.partition, b.next))
-            top = max(top, begin)
-            first = top if b.first is None else min(max(b.first, begin), top)
-            low[b.partition], high[b.partition] = max(begin, first), top
-        take = {p: 0 for p in low}
-        if budget is None:
-            take = {p: high[p] - low[p] for p in low}
-        else:
-            remaining = budget
-            while remaining > 0:
-                active = [p for p in low if take[p] < high[p] - low[p]]
-                if not active:
-                    break
-                share = max(1, remaining // len(active))
-                for p in active:
-                    step = min(share, high[p] - low[p] - take[p], remaining)
-                    take[p] += step
-                    remaining -= step
-                    if remaining == 0:
-                        break
+        self._bounds = self._fetch_bounds()
+        low: dict[Key, int] = {}
+        high: dict[Key, int] = {}
+        for path, bounds in self._bounds.items():
+            for b in bounds:
+                key = (path, b.partition)
+                begin = positions.get(key, _partition_base(b.partition))
+                cap = b.next if self._available_now is None else min(b.next, self._available_now.get(key, b.next))
+                top = max(cap, begin)
+                first = top if b.first is None else min(max(b.first, begin), top)
+                low[key], high[key] = max(begin, first), top
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else self.options.max_messages_per_trigger
+        max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else self.options.max_bytes_per_trigger
+        if isinstance(limit, ReadAllAvailable):
+            max_rows = max_bytes = None
+        take = _share(low, high, max_rows)
+        if max_bytes is not None:
+            take = self._within_bytes(low, take, max_bytes)
         end = dict(positions)
-        for p in low:
-            end[p] = max(positions.get(p, _partition_base(p)), low[p] + take[p])
+        for key in low:
+            end[key] = max(positions.get(key, _partition_base(key[1])), low[key] + take[key])
         return self._offset(end)
 
+    def _within_bytes(self, low: dict[Key, int], take: dict[Key, int], budget: int) -> dict[Key, int]:
+        """Cut ``take`` so the admitted messages' sizes (as stored, peeked on the driver) total at most
+        ``budget``, one message from each partition in turn; at least one message when any is waiting."""
+        pages = {key: self.broker.peek_pages(key[0], key[1], low[key], low[key] + n, page=100)
+                 for key, n in take.items() if n > 0}
+        waiting: dict[Key, list[bytes]] = {key: [] for key in pages}
+        admitted = dict.fromkeys(take, 0)
+        used = 0
+        active = list(pages)
+        while active:
+            for key in list(active):
+                if not waiting[key]:
+                    page = next(pages[key], None)
+                    if page is None:  # every message of the span admitted
+                        admitted[key] = take[key]
+                        active.remove(key)
+                        continue
+                    waiting[key] = page[::-1]
+                payload = waiting[key][-1]
+                if used + len(payload) > budget and used > 0:
+                    return admitted
+                waiting[key].pop()
+                used += len(payload)
+                admitted[key] = sequence_number(payload) + 1 - low[key]
+        return admitted
+
     def reportLatestOffset(self) -> Offset | None:
-        return self._offset({b.partition: b.next for b in self._bounds}) if self._bounds else None
+        if not self._bounds:
+            return None
+        return self._offset({(path, b.partition): b.next for path, bounds in self._bounds.items() for b in bounds})
 
     def partitions(self, start: Offset, end: Offset) -> list[SequenceRange]:
         begin, finish = self._positions(start), self._positions(end)
-        return [SequenceRange(p, begin.get(p, _partition_base(p)), n) for p, n in sorted(finish.items())
-                if n > begin.get(p, _partition_base(p))]
+        return [SequenceRange(p, begin.get((path, p), _partition_base(p)), n, path)
+                for (path, p), n in sorted(finish.items()) if n > begin.get((path, p), _partition_base(p))]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, SequenceRange)
-        return _read(self.broker, self.options.path, partition)
+        return _read(self.broker, self.options, self.columns, partition)
 
     def commit(self, end: Offset) -> None:
         if self.options.consume:
@@ -243,12 +330,33 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def stop(self) -> None:
         self.broker.close()
 
-    def _complete_below(self, positions: dict[int, int]) -> None:
-        for partition, next_number in positions.items():
+    def _complete_below(self, positions: dict[Key, int]) -> None:
+        for (path, partition), next_number in positions.items():
             through = next_number - 1
-            if through >= _partition_base(partition) and through > self._completed.get(partition, -1):
-                self.broker.complete_through(self.options.path, partition, through)
-                self._completed[partition] = through
+            if through >= _partition_base(partition) and through > self._completed.get((path, partition), -1):
+                self.broker.complete_through(path, partition, through)
+                self._completed[path, partition] = through
+
+
+def _share(low: dict[Key, int], high: dict[Key, int], budget: int | None) -> dict[Key, int]:
+    """How many sequence numbers to admit from each partition: all of them, or ``budget`` shared evenly
+    in sequence-number spans (which never undercount messages)."""
+    if budget is None:
+        return {key: high[key] - low[key] for key in low}
+    take = dict.fromkeys(low, 0)
+    remaining = budget
+    while remaining > 0:
+        active = [key for key in low if take[key] < high[key] - low[key]]
+        if not active:
+            break
+        share = max(1, remaining // len(active))
+        for key in active:
+            step = min(share, high[key] - low[key] - take[key], remaining)
+            take[key] += step
+            remaining -= step
+            if remaining == 0:
+                break
+    return take
 
 
 # ---- the sink -------------------------------------------------------------------------------------

@@ -12,13 +12,11 @@ everything else (MessageId, typed application properties, body) byte for byte as
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
-from sodalite.amqp import message as amqp_message
-from sodalite.amqp.codec import encode_value
-from sodalite.amqp.types import Described, Symbol, Timestamp, UInt, ULong
+from sodalite.amqp.types import Symbol, Timestamp, UInt
 from sodalite.client import backlog
-from sodalite.spark.rows import SCHEDULED_ENQUEUE_TIME, SERVICE_OWNED
+from sodalite.spark import sections
+from sodalite.spark.rows import SCHEDULED_ENQUEUE_TIME
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _SESSION_ID, _CONTENT_TYPE, _MESSAGE_ID = 10, 6, 0
@@ -37,30 +35,11 @@ def restore(payload: bytes, enqueued_ms: int, now: datetime) -> tuple[bytes, str
     Raises ``backlog.NotABacklogMessage`` (a ValueError) naming the message when it has no ``x-ms-path``
     or a malformed ``x-ms-*`` property.
     """
-    header: list[Any] = [None, None, None]
-    annotations: dict[Any, Any] = {}
-    properties: list[Any] = [None] * 13
-    application: dict[Any, Any] = {}
-    rest: list[bytes] = []
-    for s in amqp_message.split_sections(payload):
-        if s.code == amqp_message.HEADER:
-            value = amqp_message.section_value(payload, s)
-            if isinstance(value, list):
-                header = (list(value) + [None] * 3)[:3]
-        elif s.code == amqp_message.MESSAGE_ANNOTATIONS:
-            value = amqp_message.section_value(payload, s)
-            if isinstance(value, dict):
-                annotations = {k: v for k, v in value.items() if str(k) not in SERVICE_OWNED}
-        elif s.code == amqp_message.PROPERTIES:
-            value = amqp_message.section_value(payload, s)
-            if isinstance(value, list):
-                properties = (list(value) + [None] * 13)[:13]
-        elif s.code == amqp_message.APPLICATION_PROPERTIES:
-            value = amqp_message.section_value(payload, s)
-            if isinstance(value, dict):
-                application = dict(value)
-        elif s.code != amqp_message.DELIVERY_ANNOTATIONS:
-            rest.append(payload[s.start : s.end])
+    w = sections.walk(payload)
+    header = w.header[:3]
+    annotations = dict(w.client_annotations)
+    properties = list(w.properties)
+    application = w.application
     if str(properties[_CONTENT_TYPE]) == backlog.PING_CONTENT_TYPE:
         return None
     try:
@@ -80,19 +59,8 @@ def restore(payload: bytes, enqueued_ms: int, now: datetime) -> tuple[bytes, str
     if routing.scheduled_enqueue_time_utc is not None:
         annotations[Symbol(SCHEDULED_ENQUEUE_TIME)] = Timestamp(
             _ms(routing.scheduled_enqueue_time_utc - _EPOCH))
-    out = bytearray()
-    if any(v is not None for v in header):
-        out += amqp_message.encode_section(amqp_message.HEADER, header)
-    if annotations:
-        out += amqp_message.encode_annotations(amqp_message.map_entries(annotations), len(annotations))
-    end = len(properties)
-    while end and properties[end - 1] is None:
-        end -= 1
-    encode_value(Described(ULong(amqp_message.PROPERTIES), properties[:end]), out)
-    if application:
-        encode_value(Described(ULong(amqp_message.APPLICATION_PROPERTIES), application), out)
-    out += b"".join(rest)
-    return bytes(out), routing.path
+    tail = b"".join(w.body_bytes()) + w.footer
+    return sections.assemble(header, annotations, properties, application, tail), routing.path
 
 
 def restore_row(payload: bytes | bytearray | None, enqueued_ms: int | None) -> tuple[bytes, str] | None:
