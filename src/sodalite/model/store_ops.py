@@ -1,6 +1,6 @@
 """The store operations the pure partition core emits, and the store's answers. Data only.
 
-These are the store port v2 operations of ``PORT2.md`` (issue 14 item 1) as the partition core
+These are the store port v2 operations (``docs/store-port.md``, issue 14 item 1) as the partition core
 (``model/partition_core.py``) speaks them. They live in ``model`` because the layer contract puts
 ``sodalite.store`` above ``sodalite.model``: the model may not import the store. Each class maps
 1:1 onto the port operation of the same name; the differences are only what the core cannot or

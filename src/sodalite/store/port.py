@@ -6,7 +6,7 @@ transaction (group commit): either every operation in the batch is durable when 
 returns, or none is and it raises :class:`~sodalite.errors.StoreUnavailable`. New needs become new
 operation kinds, not new methods. No driver type or driver exception crosses the port.
 
-Version 2 of the port (``/work/wt/PORT2.md``, issue 14) makes the store the truth about message
+Version 2 of the port (``docs/store-port.md``, issue 14) makes the store the truth about message
 state: the store assigns sequence numbers (:class:`Append`), claims ready messages under a lock
 token (:class:`Claim`), settles them fenced by that token (:class:`Settle`), and keeps counters and
 the next due time readable without loading a partition's messages (:meth:`MessagingStore.counts`,
