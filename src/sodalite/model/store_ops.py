@@ -26,19 +26,23 @@ from sodalite.model.message import MessageRecord, MessageState
 
 
 class Outcome(enum.Enum):
-    """How a settlement ends a lock (Service Bus's Complete, Abandon, DeadLetter, Defer; and the
-    AMQP ``released`` the SDK sends for a message it never looked at)."""
+    """How a :class:`SettleItem` ends a locked message's delivery."""
 
-    COMPLETE = "complete"
-    ABANDON = "abandon"
-    RELEASE = "release"
-    DEFER = "defer"
-    DEAD_LETTER = "dead_letter"
+    COMPLETE = "complete"  # delete the message
+    ABANDON = "abandon"  # clear the lock; the delivery still counts
+    RELEASE = "release"  # clear the lock and give the delivery back (count - 1, not below 0)
+    DEFER = "defer"  # clear the lock; the message becomes DEFERRED
+    DEAD_LETTER = "dead_letter"  # delete here, append to ``dead_letter_to`` with a new number
 
 
 @dataclass(frozen=True, slots=True)
 class StoredMessage:
-    """A stored row as a read or a claim returns it (the port's ``StoredMessage``)."""
+    """A stored message with its lock as the store holds it now.
+
+    ``record.delivery_count`` is the count as stored (a claim has already incremented it). The lock
+    fields are all None when the message was never claimed or its lock was cleared; a lapsed lock
+    (``locked_until <= now``) may still be shown here, and is as good as no lock.
+    """
 
     record: MessageRecord
     lock_token: uuid.UUID | None = None
@@ -146,37 +150,50 @@ StoreOp = (Append | Claim | Settle | RenewLocks | MoveMessages | Activate | Reme
 
 @dataclass(frozen=True, slots=True)
 class Appended:
+    """The numbers :class:`Append` assigned, one per message, in order."""
+
     sequence_numbers: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Claimed:
+    """The rows a :class:`Claim` took, in sequence-number order, with their new lock and count."""
+
     messages: tuple[StoredMessage, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Settled:
+    """Per :class:`SettleItem`, in order: True when it applied."""
+
     applied: tuple[bool, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Renewed:
+    """Per item, in order: True when the lock was held and is now renewed (or released)."""
+
     applied: tuple[bool, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Moved:
+    """Per :class:`MoveItem`: the number in the target (the old number when there is no target),
+    or None when the message was gone or locked."""
+
     sequence_numbers: tuple[int | None, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Activated:
+    """The activated messages, in order of scheduled time then sequence number, as now stored."""
+
     messages: tuple[StoredMessage, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Done:
-    pass
+    """The result of an operation that returns nothing (every version-1 operation)."""
 
 
 OpResult = Appended | Claimed | Settled | Renewed | Moved | Activated | Done

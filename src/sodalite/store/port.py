@@ -23,13 +23,24 @@ from there.
 
 from __future__ import annotations
 
-import enum
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sodalite.model import store_ops as _shared
 from sodalite.model.message import MessageRecord, MessageState, MessageUpdate
+
+# Defined once in the model, where the pure partition core reads them; the port's own names.
+Activated = _shared.Activated
+Appended = _shared.Appended
+Claimed = _shared.Claimed
+Done = _shared.Done
+Moved = _shared.Moved
+Outcome = _shared.Outcome
+Renewed = _shared.Renewed
+Settled = _shared.Settled
+StoredMessage = _shared.StoredMessage
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,25 +169,6 @@ StoreOpV1 = (
 
 
 @dataclass(frozen=True, slots=True)
-class StoredMessage:
-    """A stored message with its lock as the store holds it now.
-
-    ``record.delivery_count`` is the count as stored (a claim has already incremented it). The lock
-    fields are all None when the message was never claimed or its lock was cleared; a lapsed lock
-    (``locked_until <= now``) may still be shown here, and is as good as no lock.
-    """
-
-    record: MessageRecord
-    lock_token: uuid.UUID | None
-    locked_until: int | None
-    lock_owner: str | None
-
-    def locked_at(self, now: int) -> bool:
-        """True when the message carries a lock that has not lapsed at ``now``."""
-        return self.lock_token is not None and self.locked_until is not None and self.locked_until > now
-
-
-@dataclass(frozen=True, slots=True)
 class Append:
     """Append messages with sequence numbers the store assigns: last+1, last+2, ... in order.
 
@@ -188,13 +180,6 @@ class Append:
 
     ref: PartitionRef
     messages: tuple[MessageRecord, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Appended:
-    """The numbers :class:`Append` assigned, one per message, in order."""
-
-    sequence_numbers: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,23 +209,6 @@ class Claim:
     def __post_init__(self) -> None:
         if self.state == MessageState.SCHEDULED:
             raise ValueError("Claim: scheduled messages are never claimed; activate them first")
-
-
-@dataclass(frozen=True, slots=True)
-class Claimed:
-    """The rows a :class:`Claim` took, in sequence-number order, with their new lock and count."""
-
-    messages: tuple[StoredMessage, ...]
-
-
-class Outcome(enum.Enum):
-    """How a :class:`SettleItem` ends a locked message's delivery."""
-
-    COMPLETE = "complete"  # delete the message
-    ABANDON = "abandon"  # clear the lock; the delivery still counts
-    RELEASE = "release"  # clear the lock and give the delivery back (count - 1, not below 0)
-    DEFER = "defer"  # clear the lock; the message becomes DEFERRED
-    DEAD_LETTER = "dead_letter"  # delete here, append to ``dead_letter_to`` with a new number
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,13 +250,6 @@ class Settle:
 
 
 @dataclass(frozen=True, slots=True)
-class Settled:
-    """Per :class:`SettleItem`, in order: True when it applied."""
-
-    applied: tuple[bool, ...]
-
-
-@dataclass(frozen=True, slots=True)
 class RenewLocks:
     """Extend message locks: each (sequence number, token) item is fenced as in :class:`Settle`
     and, when it applies, gets ``locked_until``. Result: :class:`Renewed`."""
@@ -297,13 +258,6 @@ class RenewLocks:
     now: int
     locked_until: int
     items: tuple[tuple[int, uuid.UUID], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Renewed:
-    """Per item, in order: True when the lock was held and is now renewed (or released)."""
-
-    applied: tuple[bool, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,14 +288,6 @@ class MoveMessages:
 
 
 @dataclass(frozen=True, slots=True)
-class Moved:
-    """Per :class:`MoveItem`: the number in the target (the old number when there is no target),
-    or None when the message was gone or locked."""
-
-    sequence_numbers: tuple[int | None, ...]
-
-
-@dataclass(frozen=True, slots=True)
 class Activate:
     """Make due scheduled messages ACTIVE: rows of state SCHEDULED with ``scheduled_enqueue_time <=
     now``, at most ``limit``, in order of that time then sequence number. They keep their number
@@ -350,13 +296,6 @@ class Activate:
     ref: PartitionRef
     now: int
     limit: int
-
-
-@dataclass(frozen=True, slots=True)
-class Activated:
-    """The activated messages, in order of scheduled time then sequence number, as now stored."""
-
-    messages: tuple[StoredMessage, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -421,11 +360,6 @@ class ReleaseSession:
     ref: PartitionRef
     session_id: str
     token: uuid.UUID
-
-
-@dataclass(frozen=True, slots=True)
-class Done:
-    """The result of an operation that returns nothing (every version-1 operation)."""
 
 
 StoreOpV2 = (
