@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from broker_process import KEY, KEY_NAME, BrokerProcess, write_config
 
@@ -26,7 +27,8 @@ TOTAL = 10_000
 SOURCE, TARGET = "kill-source", "kill-target"
 QUEUES = [{"Name": SOURCE, "Properties": {"MaxDeliveryCount": 1, "LockDuration": "PT5S"}},
           {"Name": TARGET, "Properties": {}}]
-BOUND = 120.0  # seconds: a generous bound for each phase, not a timing claim
+BOUND = 240.0  # seconds: a generous bound for each phase, not a timing claim (the receive of 10,000
+# took over 120 s while Spark JVMs shared the 2 cores in the full suite; alone it takes about 20 s)
 
 
 def call(broker: BrokerProcess, method: str, path: str, body: dict[str, Any] | None = None,
@@ -93,6 +95,7 @@ def assert_each_exactly_once(broker: BrokerProcess) -> tuple[int, int]:
     return len(dead), len(moved)
 
 
+@pytest.mark.timeout(900)  # several phases, each bounded by BOUND
 def test_a_resubmit_killed_midway_loses_and_doubles_nothing(tmp_path: Path) -> None:
     broker = BrokerProcess(tmp_path / "data", write_config(tmp_path / "Config.json", QUEUES)).start()
     try:
