@@ -35,7 +35,9 @@ delivered, as Service Bus does; over the cap, the highest numbers are evicted an
 below them. A read stops adding rows once the window is full (so the window may pass its cap by
 less than one message, and a message larger than the cap still gets through alone).
 Claims name sequence numbers and the store fences them (a row gone or locked by someone
-else is skipped), so a stale window can never deliver a message twice.
+else is skipped), so a stale window can never deliver a message twice. A read's answer counts only if ``cursor`` is
+still where the read began: a failed batch, an eviction or a rescan that moved ``cursor`` below it
+while it was in flight makes it stale (it would skip the rows between), and it is dropped.
 
 Service Bus rules kept (as model/partition.py states them for the in-memory broker):
 - expiry (message-expiration seed): a message past ``expires_at`` is never handed out. It leaves
@@ -412,6 +414,7 @@ class View:
     at_tail: bool = False
     last_appended: int = 0
     read_in_flight: int | None = None  # the count asked for
+    read_from: int = 0  # the number the read in flight starts at
     rescan_at: int | None = None  # a row skipped as locked by someone: read again from the start then
     locks: dict[uuid.UUID, HeldLock] = field(default_factory=dict)
     locked_seqs: dict[int, uuid.UUID] = field(default_factory=dict)
@@ -719,6 +722,12 @@ def _on_window_read(turn: _Turn, command: WindowRead) -> None:
     view.read_in_flight = None
     if command.rows is None or asked is None:
         return
+    if view.cursor < view.read_from - 1:
+        # While the read was in flight the cursor moved below where it started (a failed batch gave
+        # rows back, the window evicted, a rescan began): the read does not cover the rows between,
+        # so neither its rows nor its shortness say anything about them. Drop it; the next read
+        # starts at the cursor.
+        return
     for row in command.rows:
         record = row.record
         seq = record.sequence_number
@@ -911,6 +920,7 @@ def _finish(turn: _Turn) -> Decision:
             and view.window_size < view.settings.window_bytes // 2):
         read = ReadWindow(view.cursor + 1, view.settings.read_count)
         view.read_in_flight = view.settings.read_count
+        view.read_from = read.from_sequence_number
     return Decision(view, tuple(turn.ops), batch_id, read, tuple(turn.replies), _next_due(view, now))
 
 
