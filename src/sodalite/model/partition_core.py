@@ -69,9 +69,11 @@ the free session with the lowest ready message). Waiting accepts are asked for o
 only after something became ready (a send committed, a message came back, a session was let go),
 and answered :class:`NoSessionAvailable` at their ``wait_until``. The reply comes after the session
 lock is in the store. Only the holder gets the session's messages: it claims them from the store
-(``Claim(session_id=...)``, sequence order) with one claim in flight per session, so a failed batch
-cannot let a later message overtake an earlier one; the global window still reads every ready row,
-but only to drop expired ones and dead-letter used-up ones at their time. A message's lock rides on
+(``Claim(session_id=...)``), which takes the lowest ready rows; batches apply in order, so the rows
+of a failed claim are the first the next claim takes and nothing overtakes them. One claim per
+session is in flight at a time (credit given meanwhile joins the next one). The global window
+still reads every ready row, but only to drop expired ones and dead-letter used-up ones at their
+time. A message's lock rides on
 its session's: it ends when the session's does, and renewing the session (:class:`RenewSessionLock`,
 or the holder asking for more messages, as the old path does) renews them in the same batch; a
 session's message has no lock of its own to renew (:class:`Refused`). The session lock is a timer:
@@ -1594,6 +1596,13 @@ def _session_claimed(turn: _Turn, ctx: _AcceptCtx, result: SessionClaimed) -> No
         else:
             view.waiters.insert(0, waiter)  # nothing free with a ready message: wait for one
         return
+    if ctx.locked_until <= turn.now:  # the claim came back too late: the lock has lapsed already
+        view.sessions_maybe_ready = True
+        if ctx.session_id is None:
+            view.waiters.insert(0, waiter)  # ask again
+        else:
+            turn.replies.append(ServerBusy(waiter.reply_to))
+        return
     if waiter.consumer not in view.credit or waiter.consumer in view.consumer_sessions:
         # The receiver left (or took another session) while the claim was in flight: give it back.
         turn.tail_ops.append(ReleaseSession(sid, ctx.token))
@@ -1610,8 +1619,8 @@ def _session_claimed(turn: _Turn, ctx: _AcceptCtx, result: SessionClaimed) -> No
 
 
 def _pump_sessions(turn: _Turn) -> None:
-    """Each session holder claims its session's next messages from the store, in order: one claim
-    per session in flight, so a failed batch can never let a later message overtake an earlier one."""
+    """Each session holder claims its session's next messages from the store (the lowest ready rows,
+    so in sequence order), one claim per session in flight."""
     view, now = turn.view, turn.now
     for consumer, credit in view.credit.items():
         held = _session_of(view, consumer)

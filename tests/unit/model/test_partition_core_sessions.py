@@ -158,7 +158,7 @@ def test_only_the_holder_gets_its_sessions_messages_and_in_order() -> None:
     assert [r for r in h.drain() if isinstance(r, Delivered)] == []
 
 
-def test_a_failed_claim_never_lets_a_later_message_overtake() -> None:
+def test_one_claim_per_session_is_in_flight_and_a_failed_one_lets_nothing_overtake() -> None:
     h = harness()
     send(h, "a", "a")
     accept(h, "r", "a")
@@ -360,3 +360,18 @@ def test_settling_an_unknown_token_is_still_lock_lost() -> None:
     h = harness()
     token = uuid.uuid4()
     assert h.run(Settle(token, Outcome.COMPLETE, "t")) == [LockLost("t", token)]
+
+
+def test_a_session_claim_answered_after_its_lock_lapsed_holds_nothing() -> None:
+    h = harness()
+    send(h, "a")
+    h.run(Receive("r1", 0))
+    h.run(AcceptSession("r1", "a", "named"))
+    h.run(Receive("r2", 0))
+    h.run(AcceptSession("r2", None, "next"))
+    h.at(LOCK)  # both claims come back when their locks have already lapsed
+    replies = h.step()
+    assert replies == [ServerBusy("named")] and h.view.sessions == {}
+    replies = h.step() + h.drain()  # the next-available one is asked for again
+    assert accepted(replies) == [("r2", "a")]
+    assert h.view.sessions["a"].locked_until == 2 * LOCK
