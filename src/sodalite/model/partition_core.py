@@ -1464,8 +1464,9 @@ def _on_failed(turn: _Turn, command: StoreFailed) -> None:
             case _ActivateCtx():
                 view.activate_in_flight = False
             case _AcceptCtx():
-                if ctx.session_id is None:
+                if ctx.session_id is None:  # the claim never looked: the next one must
                     view.accept_in_flight = False
+                    view.sessions_maybe_ready = True
                 turn.replies.append(ServerBusy(ctx.waiter.reply_to))
             case _SessionClaimCtx():
                 held = view.sessions.get(ctx.session_id)
@@ -1654,12 +1655,16 @@ def _session_messages_claimed(turn: _Turn, ctx: _SessionClaimCtx, result: Claime
         if seq in view.window:  # a read had seen it ready: it is locked now
             view.window_order.remove(seq)
             view.window_size -= view.window.pop(seq).size
+        if row.locked_until <= turn.now:  # the claim came back too late: its lock has already lapsed
+            missed += 1
+            _admit(turn, record)
+            continue
         lock = HeldLock(row.lock_token, record, row.locked_until, ctx.consumer, record.state,
                         session_token=ctx.session_token)
         view.locks[lock.token] = lock
         view.locked_seqs[seq] = lock.token
         heapq.heappush(view.lock_heap, (lock.locked_until, lock.token))
-        if not current or credit is None or row.locked_until <= turn.now:
+        if not current or credit is None:
             # The session or its receiver is gone: hand the message back, its delivery not counted.
             lock.settling = True
             turn.settles.append((SettleItem(seq, lock.token, Outcome.RELEASE),

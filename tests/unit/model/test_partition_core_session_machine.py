@@ -1,4 +1,4 @@
-"""A Hypothesis state machine for a session-enabled partition core: random sends to a few sessions,
+"""A Hypothesis state machine for a session-enabled partition core: random sends and schedules to a few sessions,
 accepts by id and next available, receives in both modes, settlements, session renewals, state
 changes, receivers closing, time passing and batches that commit or fail, all against the
 test-only store of tests/partition_core_store.py. After every step: no message lost or doubled,
@@ -26,6 +26,7 @@ from sodalite.model.partition_core import (
     ReceiveMode,
     RenewSessionLock,
     Reply,
+    Schedule,
     Send,
     SendAccepted,
     SessionAccepted,
@@ -74,7 +75,8 @@ class SessionCoreMachine(RuleBasedStateMachine):
                 max_delivery=st.integers(1, 3))
     def start(self, dead_letter: bool, window: int, read_count: int, max_delivery: int) -> None:
         core = CoreSettings(lock_duration=LOCK, max_delivery_count=max_delivery, dead_letter_on_expiration=dead_letter,
-                            window_bytes=window, read_count=read_count, requires_session=True)
+                            window_bytes=window, read_count=read_count, requires_session=True, scheduled_tracked=2,
+                            scheduled_poll=500)
         self.h = Harness(new_view(core, 0, token_seed=5))
 
     @property
@@ -120,6 +122,10 @@ class SessionCoreMachine(RuleBasedStateMachine):
           ttl=st.sampled_from([None, 1, 700, 3_000]))
     def send(self, sessions: list[str], ttl: int | None) -> None:
         self._run(Send(tuple(draft(None, ttl=ttl, session=s) for s in sessions), "s"))
+
+    @rule(session=st.sampled_from(SESSIONS), delay=st.sampled_from([0, 1, 600, 2_500]))
+    def schedule(self, session: str, delay: int) -> None:
+        self._run(Schedule((draft(None, scheduled=self.harness.now + delay, session=session),), "sch"))
 
     @rule(consumer=st.sampled_from(CONSUMERS), session=st.sampled_from([None, *SESSIONS]),
           wait=st.sampled_from([None, 0, 500, 5_000]))

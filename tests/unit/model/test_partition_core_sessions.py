@@ -23,6 +23,7 @@ from sodalite.model.partition_core import (
     Refused,
     RenewLock,
     RenewSessionLock,
+    Schedule,
     Send,
     SendAccepted,
     ServerBusy,
@@ -375,3 +376,40 @@ def test_a_session_claim_answered_after_its_lock_lapsed_holds_nothing() -> None:
     replies = h.step() + h.drain()  # the next-available one is asked for again
     assert accepted(replies) == [("r2", "a")]
     assert h.view.sessions["a"].locked_until == 2 * LOCK
+
+
+def test_a_scheduled_message_of_a_held_session_reaches_its_holder_at_its_time() -> None:
+    h = harness()
+    first = h.run(Schedule((draft(None, scheduled=5_000, session="a"),), "sch")) + h.drain()
+    assert [r.sequence_numbers for r in first if isinstance(r, SendAccepted)] == [(1,)]
+    accept(h, "r", "a")
+    assert receive(h, "r", 1) == []
+    assert h.next_due == 5_000
+    h.at(5_000)
+    got = [r for r in h.run(Tick()) + h.drain() if isinstance(r, Delivered)]
+    assert seqs(got) == [1] and got[0].consumer == "r"
+
+
+def test_a_failed_next_available_claim_answers_server_busy_and_the_next_accept_asks_again() -> None:
+    h = harness()
+    send(h, "a")
+    h.run(Receive("r1", 0))
+    h.run(AcceptSession("r1", None, "first"))
+    assert h.step(fail=True) == [ServerBusy("first")]
+    assert accepted(accept(h, "r2", None)) == [("r2", "a")]
+
+
+def test_a_message_claim_answered_after_its_lock_lapsed_delivers_nothing_and_the_message_comes_back() -> None:
+    h = harness()
+    send(h, "a")
+    accept(h, "r1", "a")
+    h.run(Receive("r1", 1))  # the claim (and the session's renewal) wait in a batch
+    h.at(LOCK)
+    replies = h.step()
+    assert [r for r in replies if isinstance(r, Delivered)] == []
+    assert h.view.locks == {} and 1 in h.view.window  # held by no one, ready again at once
+    h.drain()
+    assert SessionLost("r1", "a") in h.replies
+    assert accepted(accept(h, "r2", "a")) == [("r2", "a")]
+    (d,) = receive(h, "r2")
+    assert (d.message.sequence_number, d.message.delivery_count) == (1, 2)
