@@ -30,15 +30,20 @@ from sodalite.model.store_ops import (
     Appended,
     Claim,
     Claimed,
+    ClaimSession,
     Done,
     ForgetMessageIds,
     Moved,
     MoveMessages,
     OpResult,
     Outcome,
+    PutSessionState,
+    ReleaseSession,
     RememberMessageIds,
     Renewed,
     RenewLocks,
+    RenewSession,
+    SessionClaimed,
     Settle,
     Settled,
     StoredMessage,
@@ -74,6 +79,12 @@ class FakeStore:
         self.message_ids: dict[str, int] = {}
         self.applied_batches = 0
         self.gone: dict[int, str] = {}  # numbers deleted from the partition, and how
+        self.session_locks: dict[str, tuple[uuid.UUID, int, str]] = {}  # id -> (token, until, owner)
+        self.session_states: dict[str, tuple[bytes, int]] = {}
+
+    def session_free(self, session_id: str, now: int) -> bool:
+        lock = self.session_locks.get(session_id)
+        return lock is None or lock[1] <= now
 
     def apply(self, ops: tuple[StoreOp, ...]) -> tuple[OpResult, ...]:
         self.applied_batches += 1
@@ -103,7 +114,8 @@ class FakeStore:
                     row = self.rows[seq]
                     r = row.record
                     if (r.state != op.state or row.locked_at(op.now) or (wanted is not None and seq not in wanted)
-                            or (r.expires_at is not None and r.expires_at <= op.now)):
+                            or (r.expires_at is not None and r.expires_at <= op.now)
+                            or (op.session_id is not None and r.session_id != op.session_id)):
                         continue
                     if op.state == MessageState.ACTIVE and r.state == MessageState.SCHEDULED:
                         continue
@@ -172,6 +184,39 @@ class FakeStore:
                 for mid in op.message_ids:
                     self.message_ids.pop(mid, None)
                 return Done()
+            case ClaimSession():
+                chosen = op.session_id
+                if chosen is None:
+                    for seq in sorted(self.rows):
+                        row = self.rows[seq]
+                        r = row.record
+                        if (r.session_id is not None and r.state == MessageState.ACTIVE and not row.locked_at(op.now)
+                                and not (r.expires_at is not None and r.expires_at <= op.now)
+                                and self.session_free(r.session_id, op.now)):
+                            chosen = r.session_id
+                            break
+                if chosen is None or not self.session_free(chosen, op.now):
+                    return SessionClaimed(None)
+                self.session_locks[chosen] = (op.token, op.locked_until, op.owner)
+                return SessionClaimed(chosen)
+            case RenewSession():
+                lock = self.session_locks.get(op.session_id)
+                ok = lock is not None and lock[0] == op.token and lock[1] > op.now
+                if ok and lock is not None:
+                    self.session_locks[op.session_id] = (lock[0], op.locked_until, lock[2])
+                return Renewed((ok,))
+            case ReleaseSession():
+                lock = self.session_locks.get(op.session_id)
+                ok = lock is not None and lock[0] == op.token
+                if ok:
+                    del self.session_locks[op.session_id]
+                return Renewed((ok,))
+            case PutSessionState():
+                if op.state is None:
+                    self.session_states.pop(op.session_id, None)
+                else:
+                    self.session_states[op.session_id] = (op.state, op.updated_at)
+                return Done()
         raise AssertionError(op)
 
     def peek(self, from_seq: int, count: int) -> tuple[StoredMessage, ...]:
@@ -233,5 +278,5 @@ class Harness:
 
 
 def draft(message_id: str | None = None, *, ttl: int | None = None, scheduled: int | None = None,
-          body: bytes = b"x", ping: bool = False) -> MessageDraft:
-    return MessageDraft(message_id, None, None, ttl, scheduled, None, None, b"", 0, body, ping)
+          body: bytes = b"x", ping: bool = False, session: str | None = None) -> MessageDraft:
+    return MessageDraft(message_id, session, None, ttl, scheduled, None, None, b"", 0, body, ping)

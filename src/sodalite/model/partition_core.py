@@ -1,4 +1,4 @@
-"""The pure partition core of a non-session queue: ``decide(view, command, now) -> Decision``.
+"""The pure partition core of a queue, sessions included: ``decide(view, command, now) -> Decision``.
 
 Theory of operation (storage-and-scale.md sections 1-3, the rabbit_fifo model in style.md). The
 store holds every message and every lock; this core decides, and its caller does the I/O. Each call
@@ -35,7 +35,9 @@ delivered, as Service Bus does; over the cap, the highest numbers are evicted an
 below them. A read stops adding rows once the window is full (so the window may pass its cap by
 less than one message, and a message larger than the cap still gets through alone).
 Claims name sequence numbers and the store fences them (a row gone or locked by someone
-else is skipped), so a stale window can never deliver a message twice.
+else is skipped), so a stale window can never deliver a message twice. A read's answer counts only if ``cursor`` is
+still where the read began: a failed batch, an eviction or a rescan that moved ``cursor`` below it
+while it was in flight makes it stale (it would skip the rows between), and it is dropped.
 
 Service Bus rules kept (as model/partition.py states them for the in-memory broker):
 - expiry (message-expiration seed): a message past ``expires_at`` is never handed out. It leaves
@@ -58,8 +60,34 @@ Service Bus rules kept (as model/partition.py states them for the in-memory brok
 - AutoDeleteOnIdle: with no send, receive, settlement or management for the idle time, no
   receiver attached and nothing scheduled, the core replies :class:`IdleExpired` once.
 
-Not here yet (they stay in server/partition_actor.py): sessions, topics and forwarding,
-transactions, peek and receive-deferred-by-number, quotas.
+Sessions (``CoreSettings.requires_session``; transfers-locks-settlement seed, sdk-wire-contract.md
+section 4.3, the old path in server/partition_actor.py). Every stored message needs a SessionId (a
+send without one is :class:`Refused`; pings need none). A receiver takes a session with
+:class:`AcceptSession`: by id (``ClaimSession`` of that id; held elsewhere:
+:class:`SessionCannotBeLocked`) or the next available one (``ClaimSession(None)``: the store picks
+the free session with the lowest ready message). Waiting accepts are asked for one at a time and
+only after something became ready (a send committed, a message came back, a session was let go),
+and answered :class:`NoSessionAvailable` at their ``wait_until``. The reply comes after the session
+lock is in the store. Only the holder gets the session's messages: it claims them from the store
+(``Claim(session_id=...)``), which takes the lowest ready rows; batches apply in order, so the rows
+of a failed claim are the first the next claim takes and nothing overtakes them. One claim per
+session is in flight at a time (credit given meanwhile joins the next one). The global window
+still reads every ready row, but only to drop expired ones and dead-letter used-up ones at their
+time. A message's lock rides on
+its session's: it ends when the session's does, and renewing the session (:class:`RenewSessionLock`,
+or the holder asking for more messages, as the old path does) renews them in the same batch; a
+session's message has no lock of its own to renew (:class:`Refused`). The session lock is a timer:
+at its time the holder gets :class:`SessionLost` and its messages' locks lapse (their deliveries
+count); a settlement after that is :class:`SessionLockLost`. Closing the receiver releases the
+session (``ReleaseSession``) and abandons its messages. Session state is read from the view (the
+store's states at start, then every committed change) and set with ``PutSessionState``
+(:class:`SessionStateSet` after it commits); both need the session held. MaxDeliveryCount, TTL and
+deferral apply as for queues; a row that a session claim finds already at the maximum is
+dead-lettered by a fenced Settle instead of being delivered (its stored count then includes that
+claim).
+
+Not here yet (they stay in server/partition_actor.py): topics and forwarding, transactions, peek,
+receive-deferred-by-number, list-sessions, quotas.
 """
 
 from __future__ import annotations
@@ -82,15 +110,20 @@ from sodalite.model.store_ops import (
     Appended,
     Claim,
     Claimed,
+    ClaimSession,
     ForgetMessageIds,
     Moved,
     MoveItem,
     MoveMessages,
     OpResult,
     Outcome,
+    PutSessionState,
+    ReleaseSession,
     RememberMessageIds,
     Renewed,
     RenewLocks,
+    RenewSession,
+    SessionClaimed,
     Settled,
     SettleItem,
     StoredMessage,
@@ -124,6 +157,7 @@ class CoreSettings:
     activate_limit: int = 256  # rows one Activate may turn ACTIVE
     scheduled_tracked: int = 4096  # activation times kept in memory; beyond, poll
     scheduled_poll: int = 1_000  # how often to try Activate for times not kept in memory
+    requires_session: bool = False  # a session-enabled entity (see "Sessions" in the module docstring)
 
 
 # ---- commands ---------------------------------------------------------------------------------------
@@ -182,6 +216,36 @@ class RenewLock:
 
 
 @dataclass(frozen=True, slots=True)
+class AcceptSession:
+    """``consumer`` (a session receiver) asks for the lock of ``session_id``, or with None for the
+    next session with a ready message, waiting until ``wait_until`` (None: answer at once)."""
+
+    consumer: Consumer
+    session_id: str | None
+    reply_to: ReplyTo
+    wait_until: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RenewSessionLock:
+    session_id: str
+    reply_to: ReplyTo = None
+
+
+@dataclass(frozen=True, slots=True)
+class GetSessionState:
+    session_id: str
+    reply_to: ReplyTo = None
+
+
+@dataclass(frozen=True, slots=True)
+class SetSessionState:
+    session_id: str
+    state: bytes | None  # None clears it
+    reply_to: ReplyTo = None
+
+
+@dataclass(frozen=True, slots=True)
 class Touch:
     """Something outside counts as use of the entity (management, a rule change)."""
 
@@ -221,7 +285,8 @@ class WindowRead:
 
 
 Command = (Send | Schedule | CancelScheduled | Receive | CloseConsumer | Settle | RenewLock | Touch | Tick
-           | StoreResults | StoreFailed | StoreAvailable | StoreUnavailable | WindowRead)
+           | StoreResults | StoreFailed | StoreAvailable | StoreUnavailable | WindowRead | AcceptSession
+           | RenewSessionLock | GetSessionState | SetSessionState)
 
 
 # ---- replies and effects ----------------------------------------------------------------------------
@@ -284,8 +349,83 @@ class IdleExpired:
     """AutoDeleteOnIdle came: the caller deletes the entity."""
 
 
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The request is not valid here (InvalidOperation): nothing of it happened."""
+
+    reply_to: ReplyTo
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SessionAccepted:
+    """``consumer`` holds ``session_id`` until ``locked_until`` (the lock is durable)."""
+
+    reply_to: ReplyTo
+    consumer: Consumer
+    session_id: str
+    locked_until: int
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCannotBeLocked:
+    """The named session is locked by another receiver (com.microsoft:session-cannot-be-locked)."""
+
+    reply_to: ReplyTo
+    session_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class NoSessionAvailable:
+    """No session with a ready message came before ``wait_until`` (com.microsoft:timeout)."""
+
+    reply_to: ReplyTo
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLockLost:
+    """A request needed a session lock that is not held (com.microsoft:session-lock-lost); ``token``
+    names the message of a refused settlement."""
+
+    reply_to: ReplyTo
+    session_id: str
+    token: uuid.UUID | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLost:
+    """``consumer`` lost its session (the lock lapsed or the store refused a renewal): the caller
+    detaches it with com.microsoft:session-lock-lost."""
+
+    consumer: Consumer
+    session_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRenewed:
+    reply_to: ReplyTo
+    session_id: str
+    locked_until: int
+
+
+@dataclass(frozen=True, slots=True)
+class SessionState:
+    reply_to: ReplyTo
+    session_id: str
+    state: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStateSet:
+    """The new state is durable."""
+
+    reply_to: ReplyTo
+    session_id: str
+
+
 Reply = (Delivered | SendAccepted | SettlementDone | LockLost | LockRenewed | ScheduledCancelled | ServerBusy
-         | IdleExpired)
+         | IdleExpired | Refused | SessionAccepted | SessionCannotBeLocked | NoSessionAvailable | SessionLockLost
+         | SessionLost | SessionRenewed | SessionState | SessionStateSet)
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,6 +467,7 @@ class HeldLock:
     state: MessageState
     settling: bool = False  # a settlement of it is in a batch not yet answered
     renewing: bool = False  # a renewal of it is in a batch not yet answered
+    session_token: uuid.UUID | None = None  # a session's message: the session lock it rides on
 
     @property
     def busy(self) -> bool:
@@ -337,6 +478,35 @@ class HeldLock:
 class _Credit:
     count: int
     mode: ReceiveMode
+
+
+@dataclass(slots=True)
+class HeldSession:
+    """A session lock this core holds for one consumer."""
+
+    session_id: str
+    token: uuid.UUID
+    locked_until: int
+    consumer: Consumer
+    claiming: bool = False  # a Claim of its messages is in a batch not yet answered
+    renewing: bool = False  # a RenewSession is in a batch not yet answered
+    renew_until: int = 0  # the time that renewal asks for: claims made meanwhile lock their messages to it
+    more: bool = True  # it may have ready messages: False after a claim came back short
+
+
+@dataclass(frozen=True, slots=True)
+class _Waiter:
+    consumer: Consumer
+    reply_to: ReplyTo
+    wait_until: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class _DeliverTo:
+    """A settle entry's ``reply_to`` for a ReceiveAndDelete of a session's message: deliver when it applies."""
+
+    consumer: Consumer
+    session_id: str
 
 
 # Per-op context kept with a batch to read its results (one per op, same order).
@@ -391,7 +561,41 @@ class _DedupCtx:
     message_ids: tuple[str, ...]
 
 
-_Ctx = _AppendCtx | _ClaimCtx | _QuietCtx | _TakeCtx | _SettleCtx | _RenewCtx | _MoveCtx | _ActivateCtx | _DedupCtx
+@dataclass(frozen=True, slots=True)
+class _AcceptCtx:
+    waiter: _Waiter
+    session_id: str | None  # None: next available
+    token: uuid.UUID
+    locked_until: int
+
+
+@dataclass(frozen=True, slots=True)
+class _SessionClaimCtx:
+    consumer: Consumer
+    session_id: str
+    session_token: uuid.UUID
+    count: int
+    mode: ReceiveMode
+
+
+@dataclass(frozen=True, slots=True)
+class _SessionRenewCtx:
+    session_id: str
+    token: uuid.UUID
+    locked_until: int
+    reply_to: ReplyTo
+
+
+@dataclass(frozen=True, slots=True)
+class _StateCtx:
+    session_id: str
+    state: bytes | None
+    updated_at: int
+    reply_to: ReplyTo
+
+
+_Ctx = (_AppendCtx | _ClaimCtx | _QuietCtx | _TakeCtx | _SettleCtx | _RenewCtx | _MoveCtx | _ActivateCtx | _DedupCtx
+        | _AcceptCtx | _SessionClaimCtx | _SessionRenewCtx | _StateCtx)
 
 
 @dataclass(slots=True)
@@ -412,6 +616,7 @@ class View:
     at_tail: bool = False
     last_appended: int = 0
     read_in_flight: int | None = None  # the count asked for
+    read_from: int = 0  # the number the read in flight starts at
     rescan_at: int | None = None  # a row skipped as locked by someone: read again from the start then
     locks: dict[uuid.UUID, HeldLock] = field(default_factory=dict)
     locked_seqs: dict[int, uuid.UUID] = field(default_factory=dict)
@@ -427,16 +632,30 @@ class View:
     token_counter: int = 0
     next_batch_id: int = 1
     pending: dict[int, tuple[tuple[_Ctx, ...], tuple[Reply, ...]]] = field(default_factory=dict)
+    sessions: dict[str, HeldSession] = field(default_factory=dict)  # the session locks held here
+    consumer_sessions: dict[Consumer, str] = field(default_factory=dict)
+    session_heap: list[tuple[int, str]] = field(default_factory=list)  # (locked_until, session id), lazy
+    session_states: dict[str, tuple[bytes, int]] = field(default_factory=dict)  # id -> (state, updated at)
+    waiters: list[_Waiter] = field(default_factory=list)  # next-available accepts not yet answered
+    accept_in_flight: bool = False  # a next-available ClaimSession is in a batch not yet answered
+    sessions_maybe_ready: bool = True  # something became ready since a next-available claim found nothing
+    # Tokens of messages whose session lock was lost (the newest _LOST_TOKENS): a settlement names the session.
+    lost_tokens: dict[uuid.UUID, str] = field(default_factory=dict)
+
+
+_LOST_TOKENS = 1024
 
 
 def new_view(settings: CoreSettings, now: int, *, token_seed: int, active: int = 0, scheduled: int = 0,
              deferred: int = 0, last_sequence_number: int = 0,
-             duplicate_history: tuple[tuple[str, int], ...] = ()) -> View:
+             duplicate_history: tuple[tuple[str, int], ...] = (),
+             session_states: tuple[tuple[str, bytes, int], ...] = ()) -> View:
     """A partition as it starts: counters and metadata from the store, no messages."""
     dedup = None if settings.duplicate_window is None else DuplicateDetector(settings.duplicate_window,
                                                                              duplicate_history)
     view = View(settings, Counts(active, scheduled, deferred), token_seed & ((1 << 64) - 1), now, dedup)
     view.last_appended = last_sequence_number
+    view.session_states = {sid: (state, at) for sid, state, at in session_states}
     if active == 0:  # nothing ready: the window is complete and at the end
         view.at_tail, view.cursor = True, last_sequence_number
     if scheduled:  # their times are in the store, not here: poll until they are gone
@@ -513,8 +732,26 @@ def decide(view: View, command: Command, now: int) -> Decision:
                     else:
                         credit.count += max(command.count, 0)
                         credit.mode = command.mode
+                    held = _session_of(view, command.consumer)
+                    if held is not None and command.count > 0 and not held.renewing and held.locked_until > now:
+                        _on_renew_session(turn, held.session_id, _NO_REPLY)  # receiving extends the session
                 case CloseConsumer():
                     view.credit.pop(command.consumer, None)
+                    view.waiters = [w for w in view.waiters if w.consumer != command.consumer]
+                    sid = view.consumer_sessions.get(command.consumer)
+                    if sid is not None:
+                        _release_session(turn, view.sessions[sid])
+                case AcceptSession():
+                    _on_accept(turn, command)
+                case RenewSessionLock():
+                    _on_renew_session(turn, command.session_id, command.reply_to)
+                case GetSessionState():
+                    if _held_session(turn, command.session_id, command.reply_to) is not None:
+                        entry = view.session_states.get(command.session_id)
+                        turn.replies.append(SessionState(command.reply_to, command.session_id,
+                                                         None if entry is None else entry[0]))
+                case SetSessionState():
+                    _on_set_state(turn, command)
                 case Settle():
                     _on_settle(turn, command)
                 case RenewLock():
@@ -523,6 +760,8 @@ def decide(view: View, command: Command, now: int) -> Decision:
                     pass
     _due(turn)
     _pump(turn)
+    if view.settings.requires_session:
+        _grant_waiters(turn)
     return _finish(turn)
 
 
@@ -547,6 +786,9 @@ def _on_send(turn: _Turn, drafts: tuple[MessageDraft, ...], reply_to: ReplyTo) -
     view, now = turn.view, turn.now
     if not view.available:
         turn.replies.append(ServerBusy(reply_to))
+        return
+    if view.settings.requires_session and any(d.session_id is None and not d.ping for d in drafts):
+        turn.replies.append(Refused(reply_to, "the entity requires sessions: every message needs a SessionId"))
         return
     default_ttl = view.settings.default_ttl
     records: list[MessageRecord] = []
@@ -609,6 +851,20 @@ def _usable_lock(turn: _Turn, token: uuid.UUID, reply_to: ReplyTo, *, renewal: b
     A settlement may follow a renewal still in flight (it was sent while the lock held, and the
     batches apply in order); nothing may follow a settlement."""
     lock = turn.view.locks.get(token)
+    lost = turn.view.lost_tokens.get(token)
+    if lock is None and lost is not None:
+        turn.replies.append(SessionLockLost(reply_to, lost, token))
+        return None
+    if lock is not None and lock.session_token is not None:
+        sid = lock.record.session_id or ""
+        held = turn.view.sessions.get(sid)
+        if held is None or held.token != lock.session_token or held.locked_until <= turn.now:
+            turn.replies.append(SessionLockLost(reply_to, sid, token))
+            return None
+        if renewal:
+            turn.replies.append(Refused(reply_to, "a message of a session has no lock of its own to renew; "
+                                                  "renew the session lock"))
+            return None
     if lock is None or lock.settling or (renewal and lock.renewing) or lock.locked_until <= turn.now:
         turn.replies.append(LockLost(reply_to, token))
         return None
@@ -622,15 +878,21 @@ def _on_settle(turn: _Turn, command: Settle) -> None:
     lock = _usable_lock(turn, command.token, command.reply_to, renewal=False)
     if lock is None:
         return
+    _settle_lock(turn, lock, command.outcome, command.reply_to, command.properties_to_modify, command.reason,
+                 command.description)
+
+
+def _settle_lock(turn: _Turn, lock: HeldLock, asked: Outcome, reply_to: ReplyTo,
+                 properties_to_modify: tuple[tuple[str, object], ...] = (), reason: str | None = None,
+                 description: str | None = None) -> None:
     view, now = turn.view, turn.now
     record = lock.record
-    asked = command.outcome
     applied = asked
     edit: AnnotationEdit | None = None
-    if command.properties_to_modify or asked is Outcome.DEAD_LETTER:
-        edit = AnnotationEdit(record.annotations, record.annotation_count, command.properties_to_modify,
-                              command.reason if asked is Outcome.DEAD_LETTER else None,
-                              command.description if asked is Outcome.DEAD_LETTER else None)
+    if properties_to_modify or asked is Outcome.DEAD_LETTER:
+        edit = AnnotationEdit(record.annotations, record.annotation_count, properties_to_modify,
+                              reason if asked is Outcome.DEAD_LETTER else None,
+                              description if asked is Outcome.DEAD_LETTER else None)
     if asked in (Outcome.ABANDON, Outcome.RELEASE) and lock.state is MessageState.ACTIVE:
         # The lock ends here: an expired message leaves now, and one whose deliveries are used up too.
         if _expired(record, now):
@@ -641,10 +903,10 @@ def _on_settle(turn: _Turn, command: Settle) -> None:
         elif asked is Outcome.ABANDON and record.delivery_count >= view.settings.max_delivery_count:
             applied = Outcome.DEAD_LETTER
             edit = _service_edit(record, MAX_DELIVERY_COUNT_EXCEEDED,
-                                 f"delivered {record.delivery_count} times", command.properties_to_modify)
+                                 f"delivered {record.delivery_count} times", properties_to_modify)
     lock.settling = True
     turn.settles.append((SettleItem(record.sequence_number, lock.token, applied, edit),
-                         (command.reply_to, lock.token, asked, applied)))
+                         (reply_to, lock.token, asked, applied)))
 
 
 def _service_edit(record: MessageRecord, reason: str, description: str,
@@ -678,6 +940,11 @@ def _admit(turn: _Turn, record: MessageRecord, *, evict: bool = True) -> None:
         turn.dead_letter_moves.append((MoveItem(seq, _service_edit(
             record, MAX_DELIVERY_COUNT_EXCEEDED, f"delivered {record.delivery_count} times")), record))
         return
+    if record.session_id is not None and view.settings.requires_session:
+        view.sessions_maybe_ready = True
+        held = view.sessions.get(record.session_id)
+        if held is not None:
+            held.more = True
     view.window[seq] = record
     insort(view.window_order, seq)
     view.window_size += record.size
@@ -719,6 +986,12 @@ def _on_window_read(turn: _Turn, command: WindowRead) -> None:
     view.read_in_flight = None
     if command.rows is None or asked is None:
         return
+    if view.cursor < view.read_from - 1:
+        # While the read was in flight the cursor moved below where it started (a failed batch gave
+        # rows back, the window evicted, a rescan began): the read does not cover the rows between,
+        # so neither its rows nor its shortness say anything about them. Drop it; the next read
+        # starts at the cursor.
+        return
     for row in command.rows:
         record = row.record
         seq = record.sequence_number
@@ -747,6 +1020,9 @@ def _on_window_read(turn: _Turn, command: WindowRead) -> None:
 def _pump(turn: _Turn) -> None:
     view, now = turn.view, turn.now
     if not view.available:
+        return
+    if view.settings.requires_session:
+        _pump_sessions(turn)
         return
     lock_duration = view.settings.lock_duration
     for consumer, credit in view.credit.items():
@@ -789,6 +1065,7 @@ def _due(turn: _Turn) -> None:
             and view.counts.scheduled == 0):
         view.idle_reported = True
         turn.replies.append(IdleExpired())
+    _due_sessions(turn)
     if not view.available:
         return
     # Locks that lapsed: the message is ready again (or leaves), its delivery already counted.
@@ -837,6 +1114,10 @@ def _due(turn: _Turn) -> None:
 def _lapse(turn: _Turn, lock: HeldLock) -> None:
     view = turn.view
     del view.locks[lock.token]
+    if lock.session_token is not None and lock.record.session_id is not None:
+        view.lost_tokens[lock.token] = lock.record.session_id
+        if len(view.lost_tokens) > _LOST_TOKENS:
+            del view.lost_tokens[next(iter(view.lost_tokens))]
     view.locked_seqs.pop(lock.record.sequence_number, None)
     if lock.state is MessageState.ACTIVE:
         _admit(turn, lock.record)
@@ -848,6 +1129,16 @@ def _next_due(view: View, now: int) -> int | None:
     idle = settings.auto_delete_on_idle
     if idle is not None and not view.idle_reported and not view.credit and view.counts.scheduled == 0:
         candidates.append(view.last_activity + idle)
+    sheap = view.session_heap
+    while sheap:
+        until, sid = sheap[0]
+        held = view.sessions.get(sid)
+        if held is None or held.locked_until != until or held.renewing:
+            heapq.heappop(sheap)  # a renewing session is pushed again when its batch answers
+            continue
+        candidates.append(until)
+        break
+    candidates.extend(w.wait_until for w in view.waiters if w.wait_until is not None)
     if view.available:
         heap = view.lock_heap
         while heap:
@@ -911,6 +1202,7 @@ def _finish(turn: _Turn) -> Decision:
             and view.window_size < view.settings.window_bytes // 2):
         read = ReadWindow(view.cursor + 1, view.settings.read_count)
         view.read_in_flight = view.settings.read_count
+        view.read_from = read.from_sequence_number
     return Decision(view, tuple(turn.ops), batch_id, read, tuple(turn.replies), _next_due(view, now))
 
 
@@ -943,8 +1235,20 @@ def _on_results(turn: _Turn, command: StoreResults) -> None:
                         _forget(view, (record,))
             case _ActivateCtx(), Activated():
                 _activated(turn, ctx, result)
+            case _AcceptCtx(), SessionClaimed():
+                _session_claimed(turn, ctx, result)
+            case _SessionClaimCtx(), Claimed():
+                _session_messages_claimed(turn, ctx, result)
+            case _SessionRenewCtx(), Renewed():
+                _session_renewed(turn, ctx, result)
+            case _StateCtx(), _:
+                if ctx.state is None:
+                    view.session_states.pop(ctx.session_id, None)
+                else:
+                    view.session_states[ctx.session_id] = (ctx.state, ctx.updated_at)
+                turn.replies.append(SessionStateSet(ctx.reply_to, ctx.session_id))
             case _:
-                pass  # claims read by the settle after them, dedup history
+                pass  # claims read by the settle after them, dedup history, session releases
 
 
 def _appended(turn: _Turn, ctx: _AppendCtx, result: Appended) -> None:
@@ -963,6 +1267,7 @@ def _appended(turn: _Turn, ctx: _AppendCtx, result: Appended) -> None:
                     view.scheduled_poll_at = turn.now
             continue
         view.counts.active += 1
+        _session_ready(view, record.session_id)
         if view.at_tail and seq > view.cursor:
             view.cursor = seq
             _admit(turn, numbered)
@@ -1025,6 +1330,14 @@ def _settled(turn: _Turn, ctx: _SettleCtx, result: Settled) -> None:
         if lock is None:  # cannot happen: a settling lock is only removed here
             continue
         view.locked_seqs.pop(lock.record.sequence_number, None)
+        if isinstance(reply_to, _DeliverTo):  # a session's ReceiveAndDelete: delivered once deleted
+            if ok:
+                counts.active -= 1
+                turn.replies.append(Delivered(reply_to.consumer, lock.record, None, None))
+            else:
+                _session_ready(view, reply_to.session_id)
+                _forget(view, (lock.record,))
+            continue
         if not ok:
             if reply_to is not _NO_REPLY:
                 turn.replies.append(LockLost(reply_to, token))
@@ -1052,20 +1365,27 @@ def _settled(turn: _Turn, ctx: _SettleCtx, result: Settled) -> None:
 def _renewed(turn: _Turn, ctx: _RenewCtx, result: Renewed) -> None:
     view = turn.view
     for (reply_to, token, until), ok in zip(ctx.entries, result.applied, strict=True):
+        quiet = reply_to is _NO_REPLY  # a session message's lock, renewed with its session
         lock = view.locks.get(token)
         if lock is None:
-            turn.replies.append(LockLost(reply_to, token))
+            if not quiet:
+                turn.replies.append(LockLost(reply_to, token))
             continue
         lock.renewing = False
         if ok:
             lock.locked_until = until
             heapq.heappush(view.lock_heap, (until, token))
-            turn.replies.append(LockRenewed(reply_to, token, until))
+            if not quiet:
+                turn.replies.append(LockRenewed(reply_to, token, until))
+        elif lock.settling:  # the settlement behind it will say what happened (and answer its sender)
+            if not quiet:
+                turn.replies.append(LockLost(reply_to, token))
         else:
             del view.locks[token]
             view.locked_seqs.pop(lock.record.sequence_number, None)
             _forget(view, (lock.record,))
-            turn.replies.append(LockLost(reply_to, token))
+            if not quiet:
+                turn.replies.append(LockLost(reply_to, token))
 
 
 def _activated(turn: _Turn, ctx: _ActivateCtx, result: Activated) -> None:
@@ -1092,6 +1412,7 @@ def _activated(turn: _Turn, ctx: _ActivateCtx, result: Activated) -> None:
         view.scheduled_heap.clear()
     for row in rows:
         record = row.record
+        _session_ready(view, record.session_id)
         if view.at_tail or record.sequence_number <= view.cursor:
             _admit(turn, record)
 
@@ -1124,17 +1445,47 @@ def _on_failed(turn: _Turn, command: StoreFailed) -> None:
                         credit.count += len(ctx.records)
             case _SettleCtx():
                 for reply_to, token, _asked, _applied in ctx.entries:
+                    if isinstance(reply_to, _DeliverTo):  # not deleted: its lock lapses, the credit is back
+                        _unbusy(view, token, settling=True)
+                        credit = view.credit.get(reply_to.consumer)
+                        if credit is not None:
+                            credit.count += 1
+                        continue
                     _unbusy(view, token, settling=True)
                     if reply_to is not _NO_REPLY:
                         turn.replies.append(ServerBusy(reply_to))
             case _RenewCtx():
                 for reply_to, token, _until in ctx.entries:
                     _unbusy(view, token, settling=False)
-                    turn.replies.append(ServerBusy(reply_to))
+                    if reply_to is not _NO_REPLY:
+                        turn.replies.append(ServerBusy(reply_to))
             case _MoveCtx():
                 _forget(view, ctx.records)
             case _ActivateCtx():
                 view.activate_in_flight = False
+            case _AcceptCtx():
+                if ctx.session_id is None:  # the claim never looked: the next one must
+                    view.accept_in_flight = False
+                    view.sessions_maybe_ready = True
+                turn.replies.append(ServerBusy(ctx.waiter.reply_to))
+            case _SessionClaimCtx():
+                held = view.sessions.get(ctx.session_id)
+                if held is not None and held.token == ctx.session_token:
+                    held.claiming = False
+                credit = view.credit.get(ctx.consumer)
+                if credit is not None:
+                    credit.count += ctx.count
+            case _SessionRenewCtx():
+                held = view.sessions.get(ctx.session_id)
+                if held is not None and held.token == ctx.token:
+                    held.renewing = False
+                    heapq.heappush(view.session_heap, (held.locked_until, held.session_id))
+                    for lock in _session_locks(view, held):
+                        _unbusy(view, lock.token, settling=False)
+                if ctx.reply_to is not _NO_REPLY:
+                    turn.replies.append(ServerBusy(ctx.reply_to))
+            case _StateCtx():
+                turn.replies.append(ServerBusy(ctx.reply_to))
             case _:
                 pass
 
@@ -1147,3 +1498,279 @@ def _unbusy(view: View, token: uuid.UUID, *, settling: bool) -> None:
         else:
             lock.renewing = False
         heapq.heappush(view.lock_heap, (lock.locked_until, token))
+
+
+# ---- sessions -------------------------------------------------------------------------------------------
+
+
+def _session_of(view: View, consumer: Consumer) -> HeldSession | None:
+    sid = view.consumer_sessions.get(consumer)
+    return None if sid is None else view.sessions.get(sid)
+
+
+def _session_ready(view: View, session_id: str | None) -> None:
+    """A message of ``session_id`` may be ready now: its holder may claim, a waiter may find it."""
+    if session_id is None or not view.settings.requires_session:
+        return
+    view.sessions_maybe_ready = True
+    held = view.sessions.get(session_id)
+    if held is not None:
+        held.more = True
+
+
+def _session_locks(view: View, held: HeldSession) -> list[HeldLock]:
+    return [lock for lock in view.locks.values() if lock.session_token == held.token]
+
+
+def _held_session(turn: _Turn, session_id: str, reply_to: ReplyTo) -> HeldSession | None:
+    """The live session lock this core holds for ``session_id``, else a reply says why not."""
+    view = turn.view
+    if not view.settings.requires_session:
+        turn.replies.append(Refused(reply_to, "the entity does not require sessions"))
+        return None
+    held = view.sessions.get(session_id)
+    if held is None or held.locked_until <= turn.now:
+        turn.replies.append(SessionLockLost(reply_to, session_id))
+        return None
+    if not view.available:
+        turn.replies.append(ServerBusy(reply_to))
+        return None
+    return held
+
+
+def _on_accept(turn: _Turn, command: AcceptSession) -> None:
+    view, now = turn.view, turn.now
+    if not view.settings.requires_session:
+        turn.replies.append(Refused(command.reply_to, "the entity does not require sessions"))
+        return
+    if command.consumer in view.consumer_sessions:
+        turn.replies.append(Refused(command.reply_to, "this receiver holds a session already"))
+        return
+    if not view.available:
+        turn.replies.append(ServerBusy(command.reply_to))
+        return
+    waiter = _Waiter(command.consumer, command.reply_to, command.wait_until)
+    if command.session_id is None:
+        view.waiters.append(waiter)  # _grant_waiters asks the store
+        return
+    held = view.sessions.get(command.session_id)
+    if held is not None and held.locked_until > now:
+        turn.replies.append(SessionCannotBeLocked(command.reply_to, command.session_id))
+        return
+    token = _next_token(view)
+    until = now + view.settings.lock_duration
+    turn.op(ClaimSession(now, token, until, view.settings.owner, command.session_id),
+            _AcceptCtx(waiter, command.session_id, token, until))
+
+
+def _grant_waiters(turn: _Turn) -> None:
+    """One next-available ClaimSession at a time, and only when something may have become ready."""
+    view, now = turn.view, turn.now
+    if view.waiters:  # the ones whose time came are answered
+        kept: list[_Waiter] = []
+        for waiter in view.waiters:
+            if waiter.wait_until is not None and waiter.wait_until <= now:
+                turn.replies.append(NoSessionAvailable(waiter.reply_to))
+            else:
+                kept.append(waiter)
+        view.waiters = kept
+    if not view.waiters or view.accept_in_flight or not view.sessions_maybe_ready or not view.available:
+        return
+    waiter = view.waiters.pop(0)
+    view.accept_in_flight = True
+    view.sessions_maybe_ready = False
+    token = _next_token(view)
+    until = now + view.settings.lock_duration
+    turn.tail_ops.append(ClaimSession(now, token, until, view.settings.owner, None))
+    turn.tail_ctxs.append(_AcceptCtx(waiter, None, token, until))
+
+
+def _session_claimed(turn: _Turn, ctx: _AcceptCtx, result: SessionClaimed) -> None:
+    view = turn.view
+    waiter = ctx.waiter
+    if ctx.session_id is None:
+        view.accept_in_flight = False
+    sid = result.session_id
+    if sid is None:
+        if ctx.session_id is not None:
+            turn.replies.append(SessionCannotBeLocked(waiter.reply_to, ctx.session_id))
+        else:
+            view.waiters.insert(0, waiter)  # nothing free with a ready message: wait for one
+        return
+    if ctx.locked_until <= turn.now:  # the claim came back too late: the lock has lapsed already
+        view.sessions_maybe_ready = True
+        if ctx.session_id is None:
+            view.waiters.insert(0, waiter)  # ask again
+        else:
+            turn.replies.append(ServerBusy(waiter.reply_to))
+        return
+    if waiter.consumer not in view.credit or waiter.consumer in view.consumer_sessions:
+        # The receiver left (or took another session) while the claim was in flight: give it back.
+        turn.tail_ops.append(ReleaseSession(sid, ctx.token))
+        turn.tail_ctxs.append(_QuietCtx())
+        view.sessions_maybe_ready = True
+        return
+    held = HeldSession(sid, ctx.token, ctx.locked_until, waiter.consumer)
+    view.sessions[sid] = held
+    view.consumer_sessions[waiter.consumer] = sid
+    heapq.heappush(view.session_heap, (held.locked_until, sid))
+    if ctx.session_id is None:
+        view.sessions_maybe_ready = True  # the next waiter may find another session
+    turn.replies.append(SessionAccepted(waiter.reply_to, waiter.consumer, sid, held.locked_until))
+
+
+def _pump_sessions(turn: _Turn) -> None:
+    """Each session holder claims its session's next messages from the store (the lowest ready rows,
+    so in sequence order), one claim per session in flight."""
+    view, now = turn.view, turn.now
+    for consumer, credit in view.credit.items():
+        held = _session_of(view, consumer)
+        if held is None or credit.count <= 0 or held.claiming or not held.more or held.locked_until <= now:
+            continue
+        until = held.renew_until if held.renewing else held.locked_until
+        count = credit.count
+        credit.count = 0
+        held.claiming = True
+        tokens = tuple(_next_token(view) for _ in range(count))
+        turn.claims.append((Claim(now, until, view.settings.owner, tokens, None, MessageState.ACTIVE,
+                                  held.session_id),
+                            _SessionClaimCtx(consumer, held.session_id, held.token, count, credit.mode)))
+
+
+def _session_messages_claimed(turn: _Turn, ctx: _SessionClaimCtx, result: Claimed) -> None:
+    view = turn.view
+    held = view.sessions.get(ctx.session_id)
+    current = held is not None and held.token == ctx.session_token
+    if held is not None and current:
+        held.claiming = False
+        if len(result.messages) < ctx.count:
+            held.more = False  # the session has nothing more ready now; a send or a return says when
+    credit = view.credit.get(ctx.consumer)
+    missed = ctx.count - len(result.messages)
+    max_count = view.settings.max_delivery_count
+    for row in result.messages:
+        assert row.lock_token is not None and row.locked_until is not None
+        record = row.record
+        seq = record.sequence_number
+        if seq in view.window:  # a read had seen it ready: it is locked now
+            view.window_order.remove(seq)
+            view.window_size -= view.window.pop(seq).size
+        if row.locked_until <= turn.now:  # the claim came back too late: its lock has already lapsed
+            missed += 1
+            _admit(turn, record)
+            continue
+        lock = HeldLock(row.lock_token, record, row.locked_until, ctx.consumer, record.state,
+                        session_token=ctx.session_token)
+        view.locks[lock.token] = lock
+        view.locked_seqs[seq] = lock.token
+        heapq.heappush(view.lock_heap, (lock.locked_until, lock.token))
+        if not current or credit is None:
+            # The session or its receiver is gone: hand the message back, its delivery not counted.
+            lock.settling = True
+            turn.settles.append((SettleItem(seq, lock.token, Outcome.RELEASE),
+                                 (_NO_REPLY, lock.token, Outcome.RELEASE, Outcome.RELEASE)))
+            missed += 1
+        elif record.delivery_count > max_count:  # the claim counted one delivery past the maximum
+            lock.settling = True
+            edit = _service_edit(record, MAX_DELIVERY_COUNT_EXCEEDED, f"delivered {record.delivery_count - 1} times")
+            turn.settles.append((SettleItem(seq, lock.token, Outcome.DEAD_LETTER, edit),
+                                 (_NO_REPLY, lock.token, Outcome.DEAD_LETTER, Outcome.DEAD_LETTER)))
+            missed += 1
+            if held is not None and current:
+                held.more = True  # it may have more behind this one
+        elif ctx.mode is ReceiveMode.RECEIVE_AND_DELETE:
+            lock.settling = True
+            turn.settles.append((SettleItem(seq, lock.token, Outcome.COMPLETE),
+                                 (_DeliverTo(ctx.consumer, ctx.session_id), lock.token, Outcome.COMPLETE,
+                                  Outcome.COMPLETE)))
+        else:
+            turn.replies.append(Delivered(ctx.consumer, record, lock.token, lock.locked_until))
+    if missed and credit is not None:
+        credit.count += missed
+
+
+def _on_renew_session(turn: _Turn, session_id: str, reply_to: ReplyTo) -> None:
+    quiet = reply_to is _NO_REPLY
+    view, now = turn.view, turn.now
+    held = view.sessions.get(session_id)
+    if held is None or held.locked_until <= now or held.renewing:
+        if not quiet:
+            turn.replies.append(SessionLockLost(reply_to, session_id))
+        return
+    if not view.available:
+        if not quiet:
+            turn.replies.append(ServerBusy(reply_to))
+        return
+    until = now + view.settings.lock_duration
+    held.renewing = True
+    held.renew_until = until
+    turn.tail_ops.append(RenewSession(now, session_id, held.token, until))
+    turn.tail_ctxs.append(_SessionRenewCtx(session_id, held.token, until, reply_to))
+    for lock in _session_locks(view, held):  # its messages' locks ride on it
+        if not lock.busy:
+            lock.renewing = True
+            turn.renews.append(((lock.record.sequence_number, lock.token), (_NO_REPLY, lock.token, until)))
+
+
+def _session_renewed(turn: _Turn, ctx: _SessionRenewCtx, result: Renewed) -> None:
+    view = turn.view
+    held = view.sessions.get(ctx.session_id)
+    if held is None or held.token != ctx.token:
+        if ctx.reply_to is not _NO_REPLY:
+            turn.replies.append(SessionLockLost(ctx.reply_to, ctx.session_id))
+        return
+    held.renewing = False
+    if result.applied and result.applied[0]:
+        held.locked_until = ctx.locked_until
+        heapq.heappush(view.session_heap, (held.locked_until, held.session_id))
+        if ctx.reply_to is not _NO_REPLY:
+            turn.replies.append(SessionRenewed(ctx.reply_to, ctx.session_id, held.locked_until))
+        return
+    if ctx.reply_to is not _NO_REPLY:
+        turn.replies.append(SessionLockLost(ctx.reply_to, ctx.session_id))
+    _end_session(turn, held)  # the store says it is not ours
+
+
+def _end_session(turn: _Turn, held: HeldSession) -> None:
+    """The session is no longer held here: its receiver is told; its messages' locks lapse on their own."""
+    view = turn.view
+    view.sessions.pop(held.session_id, None)
+    view.consumer_sessions.pop(held.consumer, None)
+    view.sessions_maybe_ready = True
+    turn.replies.append(SessionLost(held.consumer, held.session_id))
+
+
+def _release_session(turn: _Turn, held: HeldSession) -> None:
+    """The receiver closed: its session is released and the messages it held are abandoned (their
+    deliveries count, as when a lock lapses)."""
+    view = turn.view
+    view.sessions.pop(held.session_id, None)
+    view.consumer_sessions.pop(held.consumer, None)
+    view.sessions_maybe_ready = True
+    if not view.available:
+        return  # both locks lapse on their own
+    for lock in _session_locks(view, held):
+        if not lock.settling and lock.locked_until > turn.now:
+            _settle_lock(turn, lock, Outcome.ABANDON, _NO_REPLY)
+    turn.tail_ops.append(ReleaseSession(held.session_id, held.token))
+    turn.tail_ctxs.append(_QuietCtx())
+
+
+def _on_set_state(turn: _Turn, command: SetSessionState) -> None:
+    held = _held_session(turn, command.session_id, command.reply_to)
+    if held is None:
+        return
+    turn.tail_ops.append(PutSessionState(command.session_id, command.state, turn.now))
+    turn.tail_ctxs.append(_StateCtx(command.session_id, command.state, turn.now, command.reply_to))
+
+
+def _due_sessions(turn: _Turn) -> None:
+    """Session locks that lapsed: their holders lost them."""
+    view, now = turn.view, turn.now
+    heap = view.session_heap
+    while heap and heap[0][0] <= now:
+        until, sid = heapq.heappop(heap)
+        held = view.sessions.get(sid)
+        if held is None or held.locked_until != until or held.renewing:
+            continue
+        _end_session(turn, held)

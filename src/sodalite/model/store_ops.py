@@ -144,8 +144,47 @@ class ForgetMessageIds:
     message_ids: tuple[str, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimSession:
+    """Take the lock of session ``session_id`` unless someone holds it at ``now``; with None, the free
+    session with the lowest-numbered ready message (nothing when there is none)."""
+
+    now: int
+    token: uuid.UUID
+    locked_until: int
+    owner: str
+    session_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RenewSession:
+    """Extend a session lock held with ``token`` and not lapsed at ``now``; answered by :class:`Renewed`."""
+
+    now: int
+    session_id: str
+    token: uuid.UUID
+    locked_until: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseSession:
+    """Drop a session lock held with ``token``; answered by :class:`Renewed`."""
+
+    session_id: str
+    token: uuid.UUID
+
+
+@dataclass(frozen=True, slots=True)
+class PutSessionState:
+    """Set a session's state (with the time it changed) or clear it (``state`` None); answered by :class:`Done`."""
+
+    session_id: str
+    state: bytes | None
+    updated_at: int
+
+
 StoreOp = (Append | Claim | Settle | RenewLocks | MoveMessages | Activate | RememberMessageIds
-           | ForgetMessageIds)
+           | ForgetMessageIds | ClaimSession | RenewSession | ReleaseSession | PutSessionState)
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,8 +231,15 @@ class Activated:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionClaimed:
+    """The session now locked by :class:`ClaimSession`, or None when it took nothing."""
+
+    session_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Done:
     """The result of an operation that returns nothing (every version-1 operation)."""
 
 
-OpResult = Appended | Claimed | Settled | Renewed | Moved | Activated | Done
+OpResult = Appended | Claimed | Settled | Renewed | Moved | Activated | SessionClaimed | Done

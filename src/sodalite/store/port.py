@@ -39,6 +39,7 @@ Done = _shared.Done
 Moved = _shared.Moved
 Outcome = _shared.Outcome
 Renewed = _shared.Renewed
+SessionClaimed = _shared.SessionClaimed
 Settled = _shared.Settled
 StoredMessage = _shared.StoredMessage
 
@@ -330,13 +331,6 @@ class ClaimSession:
     token: uuid.UUID
     locked_until: int
     owner: str
-    session_id: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class SessionClaimed:
-    """The session now locked by :class:`ClaimSession`, or None when it took nothing."""
-
     session_id: str | None
 
 

@@ -306,6 +306,22 @@ def test_a_failed_receive_and_delete_delivers_nothing_and_loses_nothing() -> Non
     assert h.store.rows == {}
 
 
+
+def test_a_read_in_flight_when_a_claim_fails_does_not_skip_the_message_the_claim_gave_back() -> None:
+    """The failed claim forgets its message (cursor moves below it) while a read from above it is in
+    flight; that read's short answer must not declare the window complete past the message."""
+    h = harness(window_bytes=60, read_count=1, max_delivery_count=1)
+    h.run(Receive("c", 1))
+    h.run(Send((draft(None),), "s"))
+    h.step()  # the append commits; the message goes straight to the waiting receiver: a claim
+    assert deliveries(h.step(fail=True)) == []  # the claim fails; a read from 1 is asked for
+    h.step()  # the read finds message 1 again: a new claim, and a read of what follows (from 2)
+    assert [type(e).__name__ for e in h.effects] == ["tuple", "ReadWindow"]
+    assert deliveries(h.step(fail=True)) == []  # that claim fails too, with the read from 2 in flight
+    got = deliveries(h.drain())
+    assert [(d.message.sequence_number, d.message.delivery_count) for d in got] == [(1, 1)]
+    assert h.store.rows[1].lock_token == got[0].lock_token
+
 # ---- MaxDeliveryCount -----------------------------------------------------------------------------------
 
 
