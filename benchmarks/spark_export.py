@@ -14,7 +14,8 @@ AMQP client, then times on local[2]:
 
 Not part of the test run:
 
-    .venv/bin/python benchmarks/spark_export.py [--messages 100000] [--size 1024] [--master local[2]]
+    .venv/bin/python benchmarks/spark_export.py [--messages 100000] [--replicate-messages N] [--size 1024]
+        [--master local[2]]
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from sodalite.amqpclient import AmqpClient, connection_string
 from sodalite.amqpclient.message_codec import OutgoingMessage, encode_message
 
 ROOT = Path(__file__).resolve().parents[1]
-QUEUE = "bench"
+QUEUE = "bench"  # exported
+REPLICATED = "bench-replicate"  # replicated (its own, usually smaller, fill)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -45,8 +47,8 @@ def cpu_seconds(pid: int) -> float:
 def start_broker(base: Path) -> tuple[subprocess.Popen[str], str]:
     base.mkdir(parents=True, exist_ok=True)
     config = base / "Config.json"
-    namespace = {"Name": "bench", "Queues": [{"Name": QUEUE, "Properties": {
-        "EnablePartitioning": True, "MaxSizeInMegabytes": 81920}}]}
+    namespace = {"Name": "bench", "Queues": [{"Name": name, "Properties": {
+        "EnablePartitioning": True, "MaxSizeInMegabytes": 81920}} for name in (QUEUE, REPLICATED)]}
     config.write_text(json.dumps({"UserConfig": {"Namespaces": [namespace]}}))
     proc = subprocess.Popen(
         [str(ROOT / "scripts" / "serve"), "--port", "0", "--data-dir", str(base / "data"), "--config", str(config),
@@ -59,13 +61,13 @@ def start_broker(base: Path) -> tuple[subprocess.Popen[str], str]:
     raise RuntimeError("the broker did not start")
 
 
-def stored(conn: str) -> tuple[int, int]:
-    """(messages made visible so far, messages still stored) in QUEUE, from the partition bounds."""
+def stored(conn: str, queue: str) -> tuple[int, int]:
+    """(messages made visible so far, messages still stored) in ``queue``, from the partition bounds."""
     from sodalite.spark.broker import Broker
 
     broker = Broker(conn)
     try:
-        bounds = broker.bounds(QUEUE)
+        bounds = broker.bounds(queue)
     finally:
         broker.close()
     made = sum(b.next - (b.partition << 48) for b in bounds)
@@ -73,13 +75,13 @@ def stored(conn: str) -> tuple[int, int]:
     return made, left
 
 
-def fill(conn: str, count: int, size: int) -> float:
+def fill(conn: str, queue: str, count: int, size: int) -> float:
     settings = connection_string.parse(conn)
     body = b"x" * size
     started = time.perf_counter()
     with AmqpClient(settings.host, settings.port, settings.key_name, settings.key, timeout=120) as client:
         for offset in range(0, count, 1000):
-            client.send(QUEUE, [encode_message(OutgoingMessage(body, message_id=f"m{i}", partition_key=f"k{i % 64}"))
+            client.send(queue, [encode_message(OutgoingMessage(body, message_id=f"m{i}", partition_key=f"k{i % 64}"))
                                 for i in range(offset, min(count, offset + 1000))])
     return time.perf_counter() - started
 
@@ -90,6 +92,8 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--no-replicate", action="store_true")
+    parser.add_argument("--replicate-messages", type=int, default=None,
+                        help="messages for the replicate (a queue of their own; default: --messages)")
     parser.add_argument("--max-per-trigger", type=int, default=50_000)
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -105,8 +109,12 @@ def main() -> None:
         proc, conn = start_broker(base / "a")
         target, target_conn = start_broker(base / "b")
         try:
-            took = fill(conn, n, args.size)
+            took = fill(conn, QUEUE, n, args.size)
             print(f"filled {n} messages of {args.size} B in {took:.1f} s ({n / took:,.0f} msg/s, own AMQP client)")
+            lines.append(f"{'fill A (own AMQP client, durable sends)':<44}: {n / took:>9,.0f} msg/s ({took:6.1f} s)")
+            n_repl = n if args.replicate_messages is None else args.replicate_messages
+            if not args.no_replicate:
+                fill(conn, REPLICATED, n_repl, args.size)
             spark = (SparkSession.builder.master(args.master).config("spark.ui.enabled", "false")
                      .config("spark.ui.showConsoleProgress", "false").getOrCreate())
             spark.sparkContext.setLogLevel("ERROR")
@@ -139,7 +147,7 @@ def main() -> None:
                 print(line, flush=True)
 
             if not args.no_replicate:
-                replicate(spark, pipelines, conn, target_conn, proc.pid, target.pid, n, base, args.max_per_trigger,
+                replicate(spark, pipelines, conn, target_conn, proc.pid, target.pid, n_repl, base, args.max_per_trigger,
                           lines)
             spark.stop()
         finally:
@@ -152,23 +160,24 @@ def main() -> None:
 def replicate(spark: Any, pipelines: Any, conn: str, target_conn: str, source_pid: int, target_pid: int, n: int,
               base: Path, per_trigger: int, lines: list[str]) -> None:
     cpu_a, cpu_b, t0 = cpu_seconds(source_pid), cpu_seconds(target_pid), time.perf_counter()
-    query = pipelines.replicate(spark, conn, target_conn, [QUEUE], str(base / "checkpoint"), consume=True,
+    query = pipelines.replicate(spark, conn, target_conn, [REPLICATED], str(base / "checkpoint"), consume=True,
                                 max_messages_per_trigger=per_trigger, processing_time="0 seconds")
     seen: dict[int, int] = {}
     try:
-        while stored(target_conn)[0] < n:
+        while stored(target_conn, REPLICATED)[0] < n:
             if query.exception() is not None:
                 raise RuntimeError(f"replicate failed: {query.exception()}")
             time.sleep(0.5)
         took = time.perf_counter() - t0
         used_a, used_b = cpu_seconds(source_pid) - cpu_a, cpu_seconds(target_pid) - cpu_b
-        lines.append(f"{'replicate A -> B, streaming, consuming A':<44}: {n / took:>9,.0f} msg/s ({took:6.1f} s), "
+        label = f"replicate A -> B of {n:,}, streaming, consuming"
+        lines.append(f"{label:<44}: {n / took:>9,.0f} msg/s ({took:6.1f} s), "
                      f"broker CPU {used_a / n * 1e6:.0f} us/msg (A) + {used_b / n * 1e6:.0f} us/msg (B)")
         print(lines[-1], flush=True)
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             state = pipelines.progress(query, seen)
-            left = stored(conn)[1]
+            left = stored(conn, REPLICATED)[1]
             print(f"  progress: moved {state.moved}, lag {sum(state.lag.values())} over {len(state.lag)} "
                   f"partitions, {left} left in A", flush=True)
             if state.lag and not any(state.lag.values()) and left == 0:

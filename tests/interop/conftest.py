@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from broker_process import BrokerProcess, write_config
@@ -44,6 +45,16 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     process = BrokerProcess(base / "data", write_config(base / "Config.json", QUEUES)).start()
     yield process
     process.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One local[2] Spark session for every Spark test module (they run on one worker: tests/conftest.py),
+    with the `sodalite` data source registered."""
+    pytest.importorskip("pyspark")
+    from spark_local import local_session
+
+    yield from local_session(tmp_path_factory.mktemp("spark-warehouse"), "sodalite-tests")
 
 
 @pytest.fixture

@@ -7,8 +7,6 @@ entities of its own. Messages are sent and checked with the official SDK.
 from __future__ import annotations
 
 import datetime
-import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,8 +19,6 @@ from broker_process import BrokerProcess, write_config
 pyspark = pytest.importorskip("pyspark")
 from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType  # noqa: E402
-
-from sodalite.spark import register  # noqa: E402
 
 pytestmark = pytest.mark.interop
 
@@ -42,21 +38,6 @@ def sp_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProces
     process = BrokerProcess(base / "data", write_config(base / "Config.json", QUEUES)).start()
     yield process
     process.stop()
-
-
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers must run this venv's python
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    warehouse = tmp_path_factory.mktemp("spark-warehouse")
-    session = (SparkSession.builder.master("local[2]").appName("sodalite-tests")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.warehouse.dir", str(warehouse))
-               .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-               .getOrCreate())
-    register(session)
-    yield session
-    session.stop()
 
 
 def send(broker: BrokerProcess, queue: str, messages: list[ServiceBusMessage]) -> None:

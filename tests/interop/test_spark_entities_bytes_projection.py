@@ -7,8 +7,6 @@ Messages are sent with the official SDK; each test uses queues of its own.
 from __future__ import annotations
 
 import json
-import os
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,8 +17,6 @@ from broker_process import BrokerProcess, write_config
 
 pyspark = pytest.importorskip("pyspark")
 from pyspark.sql import SparkSession  # noqa: E402
-
-from sodalite.spark import register  # noqa: E402
 
 pytestmark = pytest.mark.interop
 
@@ -38,20 +34,6 @@ def eb_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProces
     process = BrokerProcess(base / "data", write_config(base / "Config.json", QUEUES)).start()
     yield process
     process.stop()
-
-
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    session = (SparkSession.builder.master("local[2]").appName("sodalite-entities-bytes")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("eb-warehouse")))
-               .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-               .getOrCreate())
-    register(session)
-    yield session
-    session.stop()
 
 
 def send(broker: BrokerProcess, queue: str, ids: list[str], size: int = BODY) -> None:

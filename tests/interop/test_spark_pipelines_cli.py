@@ -1,11 +1,13 @@
-"""`sodalite pipeline export|replicate` end to end: each run as a user runs it (its own process, its own Spark
-on local[2]) between two `sodalite serve` brokers; what it did is checked with the official SDK and pyarrow.
+"""`sodalite pipeline export|replicate` end to end between two `sodalite serve` brokers; what each run did is
+checked with the official SDK and pyarrow. The CLI is run as a user runs it (its own process, its own Spark
+on local[2]) once per pipeline kind: export's first run, and replicate's Ctrl-C run. The other runs (a resume
+from the checkpoint, the replicate of queues and subscriptions) call `sodalite.spark.pipelines` with the
+suite's Spark session: the same pipeline code, without a JVM start per run.
 """
 
 from __future__ import annotations
 
 import datetime
-import os
 import signal
 import subprocess
 import sys
@@ -20,6 +22,10 @@ from broker_process import BrokerProcess, write_config
 
 pq = pytest.importorskip("pyarrow.parquet")
 pytest.importorskip("pyspark")
+from pyspark.sql import SparkSession  # noqa: E402
+from spark_local import cli_env, run_to_end  # noqa: E402
+
+from sodalite.spark import pipelines  # noqa: E402
 
 pytestmark = pytest.mark.interop
 
@@ -43,7 +49,7 @@ def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerPr
 
 
 def pipeline(source: BrokerProcess, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "SODALITE_CONNECTION_STRING": source.connection_string, "PYSPARK_PYTHON": sys.executable}
+    env = cli_env(SODALITE_CONNECTION_STRING=source.connection_string)
     return subprocess.run([sys.executable, "-m", "sodalite.cli.main", "pipeline", *args, "--master", "local[2]"],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=400)
 
@@ -57,8 +63,9 @@ def peek_count(broker: BrokerProcess, queue: str | None = None, topic: str | Non
             return len(receiver.peek_messages(max_message_count=1000))
 
 
+@pytest.mark.timeout(900)  # a stall guard: a CLI run starts a JVM of its own
 def test_export_writes_parquet_partitioned_by_date(brokers: tuple[BrokerProcess, BrokerProcess],
-                                                   tmp_path: Path) -> None:
+                                                   spark: SparkSession, tmp_path: Path) -> None:
     source, _ = brokers
     with ServiceBusClient.from_connection_string(source.connection_string) as sb:
         with sb.get_queue_sender("pl-export") as sender:
@@ -73,15 +80,15 @@ def test_export_writes_parquet_partitioned_by_date(brokers: tuple[BrokerProcess,
     table = pq.read_table(out / f"date={today}")
     assert sorted(table.column("messageId").to_pylist()) == sorted(f"e{i}" for i in range(40))
     assert peek_count(source, "pl-export") <= 15  # consumed, but for the last batch, which the next run completes
-    again = pipeline(source, tmp_path, "export", "pl-export", "--path", str(out), "--checkpoint",
-                     str(tmp_path / "c"), "--available-now", "--consume")
-    assert again.returncode == 0, again.stderr[-3000:]
+    # The resume from the CLI run's checkpoint, in-process (CLI defaults: no per-trigger limit given).
+    run_to_end(pipelines.export(spark, source.connection_string, "pl-export", str(out), str(tmp_path / "c"),
+                                consume=True, available_now=True))
     assert peek_count(source, "pl-export") == 0
     assert pq.read_table(out / f"date={today}").num_rows == 40  # nothing exported twice
 
 
 def test_replicate_moves_queues_and_subscriptions_keeping_ids_and_order(
-        brokers: tuple[BrokerProcess, BrokerProcess], tmp_path: Path) -> None:
+        brokers: tuple[BrokerProcess, BrokerProcess], spark: SparkSession, tmp_path: Path) -> None:
     source, target = brokers
     with ServiceBusClient.from_connection_string(source.connection_string) as sb:
         with sb.get_queue_sender("pl-orders") as sender:
@@ -91,12 +98,10 @@ def test_replicate_moves_queues_and_subscriptions_keeping_ids_and_order(
                                       for i in range(10)])
         with sb.get_topic_sender("pl-news") as sender:
             sender.send_messages([ServiceBusMessage(f"n{i}", message_id=f"n{i}") for i in range(5)])
-    args = ["replicate", "pl-orders", "pl-news/subscriptions/repl", "--target-connection-string",
-            target.connection_string, "--checkpoint", str(tmp_path / "c"), "--available-now", "--consume"]
-    result = pipeline(source, tmp_path, *args)
-    assert result.returncode == 0, result.stderr[-3000:]
-    result = pipeline(source, tmp_path, *args)  # the second run completes the first run's last batch
-    assert result.returncode == 0, result.stderr[-3000:]
+    for _ in range(2):  # the second run completes the first run's last batch
+        run_to_end(pipelines.replicate(spark, source.connection_string, target.connection_string,
+                                       ["pl-orders", "pl-news/subscriptions/repl"], str(tmp_path / "c"),
+                                       consume=True, available_now=True))
     assert peek_count(source, "pl-orders", session_id="s1") == peek_count(source, "pl-orders", session_id="s2") == 0
     assert peek_count(source, topic="pl-news", subscription="repl") == 0
     with ServiceBusClient.from_connection_string(target.connection_string) as sb:
@@ -110,13 +115,14 @@ def test_replicate_moves_queues_and_subscriptions_keeping_ids_and_order(
             assert sorted(m.message_id for m in got) == [f"n{i}" for i in range(5)]
 
 
+@pytest.mark.timeout(900)  # a stall guard: a CLI run starts a JVM of its own
 def test_replicate_stops_cleanly_on_ctrl_c_and_resumes(brokers: tuple[BrokerProcess, BrokerProcess],
-                                                       tmp_path: Path) -> None:
+                                                       spark: SparkSession, tmp_path: Path) -> None:
     source, target = brokers
     with ServiceBusClient.from_connection_string(source.connection_string) as sb:
         with sb.get_queue_sender("pl-live") as sender:
             sender.send_messages([ServiceBusMessage(f"l{i}", message_id=f"l{i}") for i in range(20)])
-    env = {**os.environ, "SODALITE_CONNECTION_STRING": source.connection_string, "PYSPARK_PYTHON": sys.executable}
+    env = cli_env(SODALITE_CONNECTION_STRING=source.connection_string)
     args = [sys.executable, "-m", "sodalite.cli.main", "pipeline", "replicate", "pl-live",
             "--target-connection-string", target.connection_string, "--checkpoint", str(tmp_path / "c"),
             "--master", "local[2]", "--trigger", "1 second"]
@@ -147,9 +153,9 @@ def test_replicate_stops_cleanly_on_ctrl_c_and_resumes(brokers: tuple[BrokerProc
     with ServiceBusClient.from_connection_string(source.connection_string) as sb:
         with sb.get_queue_sender("pl-live") as sender:
             sender.send_messages([ServiceBusMessage("l-late", message_id="l-late")])
-    result = subprocess.run([*args[:-2], "--available-now"], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=400)
-    assert result.returncode == 0, result.stderr[-3000:]
+    # The resume from the CLI run's checkpoint, in-process.
+    run_to_end(pipelines.replicate(spark, source.connection_string, target.connection_string, ["pl-live"],
+                                   str(tmp_path / "c"), available_now=True))
     ids: list[Any] = []
     with ServiceBusClient.from_connection_string(target.connection_string) as sb:
         with sb.get_queue_receiver("pl-live") as receiver:

@@ -1,7 +1,9 @@
 """kill -9 of the Spark driver mid-run of `sodalite pipeline replicate --consume` and of `syphon`, then a
 restart from the checkpoint: the target (with duplicate detection) holds every source message exactly
-once, and the consumed source is empty. Each pipeline runs as a user runs it, in its own process group,
-and the whole group (driver JVM and Python workers) is killed with SIGKILL.
+once, and the consumed source is empty. The killed pipeline runs as a user runs it, in its own process
+group, and the whole group (driver JVM and Python workers) is killed with SIGKILL; the restarts call
+`sodalite.spark.pipelines` from the killed run's checkpoint with the suite's Spark session (the same
+pipeline code, without a JVM start per run).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,11 @@ from sodalite.client import backlog
 from sodalite.client.paired import ensure_backlog_queues
 
 pytest.importorskip("pyspark")
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+from spark_local import cli_env, run_to_end
+
+from sodalite.spark import pipelines
 
 pytestmark = pytest.mark.interop
 
@@ -45,7 +52,7 @@ def command(*args: str) -> list[str]:
 
 def kill_mid_run(args: list[str], cwd: Path) -> str:
     """Start the pipeline in its own process group; SIGKILL the group once it reports moving messages."""
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    env = cli_env()
     proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             start_new_session=True)
     seen = ""
@@ -62,12 +69,10 @@ def kill_mid_run(args: list[str], cwd: Path) -> str:
     return seen
 
 
-def finish(args: list[str], cwd: Path) -> None:
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+def finish(start: Callable[[], StreamingQuery]) -> None:
+    """Restart from the killed run's checkpoint until done (available-now, in-process)."""
     for _ in range(2):  # the second run removes the first one's last batch from the source
-        result = subprocess.run([*args, "--available-now"], cwd=cwd, env=env, capture_output=True, text=True,
-                                timeout=400)
-        assert result.returncode == 0, result.stderr[-3000:]
+        run_to_end(start())
 
 
 def ids(broker: BrokerProcess, queue: str) -> list[str]:
@@ -76,8 +81,9 @@ def ids(broker: BrokerProcess, queue: str) -> list[str]:
             return [str(m.message_id) for m in receiver.peek_messages(max_message_count=COUNT * 2)]
 
 
+@pytest.mark.timeout(900)  # a stall guard: a CLI run starts a JVM of its own
 def test_replicate_killed_mid_run_resumes_exactly_once(brokers: tuple[BrokerProcess, BrokerProcess],
-                                                        tmp_path: Path) -> None:
+                                                        spark: SparkSession, tmp_path: Path) -> None:
     source, target = brokers
     with ServiceBusClient.from_connection_string(source.connection_string) as sb:
         with sb.get_queue_sender("k9-src") as sender:
@@ -86,14 +92,17 @@ def test_replicate_killed_mid_run_resumes_exactly_once(brokers: tuple[BrokerProc
                    "--target-connection-string", target.connection_string, "--checkpoint", str(tmp_path / "c"),
                    "--consume", "--max-messages-per-trigger", "10")
     kill_mid_run([*args, "--trigger", "1 second"], tmp_path)
-    finish(args, tmp_path)
+    finish(lambda: pipelines.replicate(spark, source.connection_string, target.connection_string, ["k9-src"],
+                                       str(tmp_path / "c"), consume=True, max_messages_per_trigger=10,
+                                       available_now=True))
     got = ids(target, "k9-src")
     assert sorted(got) == sorted(f"r{i}" for i in range(COUNT))  # each exactly once
     assert ids(source, "k9-src") == []
 
 
+@pytest.mark.timeout(900)  # a stall guard: a CLI run starts a JVM of its own
 def test_syphon_killed_mid_run_resumes_exactly_once(brokers: tuple[BrokerProcess, BrokerProcess],
-                                                     tmp_path: Path) -> None:
+                                                     spark: SparkSession, tmp_path: Path) -> None:
     secondary, primary = brokers
     names = backlog.backlog_queue_names(backlog.namespace_of(primary.connection_string), 1)
     ensure_backlog_queues(secondary.admin_connection_string, names, connection_verify=secondary.admin_certificate)
@@ -106,6 +115,7 @@ def test_syphon_killed_mid_run_resumes_exactly_once(brokers: tuple[BrokerProcess
                    "--backlog-queue-count", "1", "--checkpoint", str(tmp_path / "c"),
                    "--max-messages-per-trigger", "10")
     kill_mid_run([*args, "--trigger", "1 second"], tmp_path)
-    finish(args, tmp_path)
+    finish(lambda: pipelines.syphon(spark, primary.connection_string, secondary.connection_string, names,
+                                    str(tmp_path / "c"), max_messages_per_trigger=10, available_now=True))
     assert sorted(ids(primary, "k9-restored")) == sorted(f"b{i}" for i in range(COUNT))
     assert ids(secondary, names[0]) == []

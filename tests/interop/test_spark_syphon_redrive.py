@@ -1,12 +1,13 @@
-"""`sodalite pipeline syphon` and `redrive` end to end between two `sodalite serve` brokers, each run as a user runs it
-(its own process, its own Spark on local[2]); the backlog is filled, and the primary read, with the
-official SDK. The backlog copies are written with sodalite.client.backlog, as the paired client writes them.
+"""The syphon and redrive pipelines end to end between two `sodalite serve` brokers; the backlog is filled, and
+the primary read, with the official SDK. The backlog copies are written with sodalite.client.backlog, as the
+paired client writes them. Redrive's first run is `sodalite pipeline redrive` as a user runs it (its own process,
+its own Spark on local[2]); the other runs call `sodalite.spark.pipelines` with the suite's Spark session (the same
+pipeline code, without a JVM start per run). The syphon CLI runs in test_spark_pipelines_kill9.py.
 """
 
 from __future__ import annotations
 
 import datetime
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +21,10 @@ from sodalite.client import backlog
 from sodalite.client.paired import ensure_backlog_queues
 
 pytest.importorskip("pyspark")
+from pyspark.sql import SparkSession
+from spark_local import cli_env, run_to_end
+
+from sodalite.spark import pipelines
 
 pytestmark = pytest.mark.interop
 
@@ -41,7 +46,7 @@ def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerPr
 
 def pipeline(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "sodalite.cli.main", "pipeline", *args, "--master", "local[2]"],
-                          cwd=cwd, env={**os.environ, "PYSPARK_PYTHON": sys.executable, **(env or {})},
+                          cwd=cwd, env=cli_env(**(env or {})),
                           capture_output=True, text=True, timeout=400)
 
 
@@ -51,7 +56,7 @@ def backlog_copy(message_id: str, routing: backlog.Routing, properties: dict[str
 
 
 def test_syphon_restores_backlog_messages_into_their_entities(brokers: tuple[BrokerProcess, BrokerProcess],
-                                                              tmp_path: Path) -> None:
+                                                              spark: SparkSession, tmp_path: Path) -> None:
     primary, secondary = brokers
     namespace = backlog.namespace_of(primary.connection_string)
     names = backlog.backlog_queue_names(namespace, 2)
@@ -70,13 +75,9 @@ def test_syphon_restores_backlog_messages_into_their_entities(brokers: tuple[Bro
             sender.send_messages(backlog_copy("sched", backlog.Routing("sy-plain", scheduled_enqueue_time_utc=later),
                                               {}))
             sender.send_messages(backlog_copy("o8", backlog.Routing("sy-orders", session_id="s1"), {"n": 8}))
-    args = ["syphon", "--primary", primary.connection_string, "--secondary", secondary.connection_string,
-            "--backlog-queue-count", "2", "--checkpoint", str(tmp_path / "c"), "--available-now",
-            "--max-messages-per-trigger", "4"]
-    result = pipeline(tmp_path, *args)
-    assert result.returncode == 0, result.stderr[-3000:]
-    again = pipeline(tmp_path, *args)  # the second run removes the first run's last batch from the backlog
-    assert again.returncode == 0, again.stderr[-3000:]
+    for _ in range(2):  # the second run removes the first run's last batch from the backlog
+        run_to_end(pipelines.syphon(spark, primary.connection_string, secondary.connection_string, names,
+                                    str(tmp_path / "c"), max_messages_per_trigger=4, available_now=True))
 
     with ServiceBusClient.from_connection_string(secondary.connection_string) as sb:
         for name in names:
@@ -102,8 +103,9 @@ def test_syphon_restores_backlog_messages_into_their_entities(brokers: tuple[Bro
         assert all(m.application_properties in (None, {}, {b"k": b"v"}) for m in peeked)  # no x-ms-* left
 
 
+@pytest.mark.timeout(900)  # a stall guard: a CLI run starts a JVM of its own
 def test_redrive_moves_filtered_dead_letters_once_with_delivery_count_reset(
-        brokers: tuple[BrokerProcess, BrokerProcess], tmp_path: Path) -> None:
+        brokers: tuple[BrokerProcess, BrokerProcess], spark: SparkSession, tmp_path: Path) -> None:
     primary, _ = brokers
     with ServiceBusClient.from_connection_string(primary.connection_string) as sb:
         with sb.get_queue_sender("rd-work") as sender:
@@ -121,20 +123,20 @@ def test_redrive_moves_filtered_dead_letters_once_with_delivery_count_reset(
                 receiver.dead_letter_message(message, reason=reason, error_description=f"why {n}")
     env = {"SODALITE_CONNECTION_STRING": primary.connection_string}
     api = f"http://127.0.0.1:{primary.http_port}"
-    args = ["redrive", "rd-work", "--api-url", api, "--filter", "deadLetterReason = 'MaxDeliveryCountExceeded'"]
-    result = pipeline(tmp_path, *args, env=env)
+    condition = "deadLetterReason = 'MaxDeliveryCountExceeded'"
+    result = pipeline(tmp_path, "redrive", "rd-work", "--api-url", api, "--filter", condition, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "selected 4, moved 4, skipped 0" in result.stdout
-    again = pipeline(tmp_path, *args, env=env)  # nothing left to match: nothing doubled
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "selected 0, moved 0, skipped 0" in again.stdout
-    parked = pipeline(tmp_path, "redrive", "rd-work", "--api-url", api, "--filter",
-                      "applicationProperties['n'] = '3' OR deadLetterErrorDescription = 'why 5'", "--to", "rd-parking",
-                      env=env)
-    assert parked.returncode == 0, parked.stderr[-3000:]
-    assert "moved 2" in parked.stdout
-    refused = pipeline(tmp_path, "redrive", "rd-work", "--api-url", api, "--to", "rd-none", env=env)
-    assert refused.returncode != 0 and "rd-none" in refused.stderr
+    # The runs after the CLI's, in-process.
+    conn = primary.connection_string
+    again = pipelines.redrive(spark, conn, "rd-work", api, condition=condition)  # nothing left to match
+    assert (again.selected, again.moved, again.skipped) == (0, 0, 0)  # nothing doubled
+    parked = pipelines.redrive(spark, conn, "rd-work", api, target="rd-parking",
+                               condition="applicationProperties['n'] = '3' OR deadLetterErrorDescription = 'why 5'")
+    assert parked.moved == 2
+    with pytest.raises(Exception) as refused:
+        pipelines.redrive(spark, conn, "rd-work", api, target="rd-none")
+    assert "rd-none" in str(refused.value)
 
     with ServiceBusClient.from_connection_string(primary.connection_string) as sb:
         with sb.get_queue_receiver("rd-work") as receiver:
