@@ -5,6 +5,12 @@ queue with MaxDeliveryCount 1), then resubmitted to another queue through the JS
 is killed with SIGKILL while the resubmit runs; after a restart every MessageId is counted in the
 dead-letter queue and in the target, and each is found exactly once. A second resubmit then
 finishes the job, again without a loss or a double.
+
+Why the messages are dead-lettered by delivery, not by expiry: a message dead-lettered for its
+time-to-live keeps that time-to-live, and a resubmitted copy carries it into the target, where it
+would expire again while the test counts it. Every message is delivered exactly once (a lock runs
+from the transfer, so none lapses unseen while its claim commits), and the claims of a receive are
+stored together, so the receive of 10,000 is a matter of seconds.
 """
 
 from __future__ import annotations
