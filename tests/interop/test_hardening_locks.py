@@ -107,7 +107,7 @@ def test_session_messages_ride_on_the_session_lock(locks_broker: BrokerProcess) 
     with ServiceBusClient.from_connection_string(conn, retry_total=0) as client:
         with client.get_queue_receiver("sess", session_id="ride") as receiver:
             [first] = _receive(receiver, 1)
-            for _ in range(4):  # 8 s, the session renewed every 2 s: its messages stay locked with it
+            for _ in range(3):  # 6 s (past the 5 s), the session renewed every 2 s: its messages stay locked with it
                 time.sleep(2)
                 receiver.session.renew_lock()
             receiver.complete_message(first)

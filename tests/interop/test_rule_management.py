@@ -46,8 +46,11 @@ def _bodies(broker: BrokerProcess) -> list[tuple[str, dict[bytes, object]]]:
     got = []
     with ServiceBusClient.from_connection_string(broker.connection_string) as sb, \
             sb.get_subscription_receiver("events", "audit") as receiver:
-        while batch := receiver.receive_messages(max_message_count=20, max_wait_time=2):
-            for m in batch:
+        # Until a peek finds the subscription empty: every copy is stored before its send is
+        # acknowledged, so nothing more is on its way.
+        deadline = time.monotonic() + 60
+        while receiver.peek_messages(max_message_count=1, sequence_number=1) and time.monotonic() < deadline:
+            for m in receiver.receive_messages(max_message_count=20, max_wait_time=5):
                 got.append((str(m), dict(m.application_properties or {})))
                 receiver.complete_message(m)
     return got

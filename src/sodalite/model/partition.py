@@ -26,6 +26,13 @@ is locked restarts with the delivery counted, as if the lock had expired. A rele
 never looked at it) stores the count back. A message whose stored count has reached
 MaxDeliveryCount is dead-lettered when a receive meets it, not handed out again.
 
+A lock taken for a transfer (``lock_next(..., in_flight=True)``) is in flight until the caller says
+the message has left (``sent``): its claim may still be committing. An in-flight lock has no expiry
+(its clock starts when the message leaves, so a slow commit cannot make it lapse before the
+receiver could see it), and if it ends before the message left (the receiver went, the session
+ended, the entity changed) the delivery does not count: a message never transferred is never
+dead-lettered for MaxDeliveryCount.
+
 Session messages (a session entity's own sub-queue) ride on their session's lock: they have no
 expiry of their own, their locked-until is the session's (``extend_session`` keeps them in step
 when the caller renews the session), ``renew`` refuses them, and they end with the session
@@ -85,6 +92,7 @@ class Lock:
     owner: Any  # whoever received it (a receiver link); the lock outlives it, until it expires
     deferred: bool = False  # a deferred message goes back to deferred, not to the receivable heap
     session_bound: bool = False  # held under its session's lock: no expiry of its own
+    in_flight: bool = False  # taken for a transfer not yet sent: no expiry, and its end counts no delivery
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,15 +313,29 @@ class Partition:
         return None
 
     def lock_next(self, now: int, lock_duration: int, owner: Any, session_id: str | None = None,
-                  session_until: int | None = None) -> tuple[MessageRecord, Lock] | None:
+                  session_until: int | None = None, in_flight: bool = False) -> tuple[MessageRecord, Lock] | None:
         """PeekLock: lock the first receivable message (of ``session_id`` in a session entity).
 
-        With ``session_until`` (the session's locked-until) the lock rides on the session lock."""
+        With ``session_until`` (the session's locked-until) the lock rides on the session lock. With
+        ``in_flight`` the lock's clock starts only at ``sent`` (see the module docstring)."""
         record = self._next_receivable(now, session_id)
         if record is None:
             return None
         return record, self._new_lock(record.sequence_number, now, lock_duration, owner, deferred=False,
-                                      session_until=session_until)
+                                      session_until=session_until, in_flight=in_flight)
+
+    def sent(self, token: uuid.UUID, now: int, lock_duration: int) -> Lock | None:
+        """The in-flight lock's message leaves now: its lock runs from here (a session message's
+        still rides on its session). None if the lock ended while in flight."""
+        lock = self.locks.get(token)
+        if lock is None:
+            return None
+        if lock.in_flight:
+            lock.in_flight = False
+            if not lock.session_bound:
+                lock.locked_until = now + lock_duration
+                heapq.heappush(self._expiries, (lock.locked_until, lock.token))
+        return lock
 
     def take_next(self, now: int | None = None, session_id: str | None = None) -> MessageRecord | None:
         """ReceiveAndDelete: remove the first receivable message (the caller deletes it in the store)."""
@@ -323,15 +345,15 @@ class Partition:
         return record
 
     def _new_lock(self, seq: int, now: int, lock_duration: int, owner: Any, deferred: bool,
-                  session_until: int | None = None) -> Lock:
+                  session_until: int | None = None, in_flight: bool = False) -> Lock:
         bound = session_until is not None
         until = session_until if session_until is not None else now + lock_duration
-        lock = Lock(self._new_token(), seq, until, owner, deferred, bound)
+        lock = Lock(self._new_token(), seq, until, owner, deferred, bound, in_flight)
         self.locks[lock.token] = lock
         self._locked_seq.add(seq)
         if not deferred:
             self._receivable[self._key(self.messages[seq])] -= 1
-        if not bound:
+        if not bound and not in_flight:
             heapq.heappush(self._expiries, (lock.locked_until, lock.token))
         return lock
 
@@ -441,12 +463,12 @@ class Partition:
         """The session's lock ended (released, lost or expired): its messages' locks end as expired."""
         gone = [lock for lock in self.locks.values()
                 if lock.session_bound and self.messages[lock.sequence_number].session_id == session_id]
-        return [self._unlock(lock, count_delivery=True, now=None) for lock in gone]
+        return [self._unlock(lock, count_delivery=not lock.in_flight, now=None) for lock in gone]
 
     def drop_owner(self, owner: Any) -> list[MessageUpdate]:
         """The receiver went away (link detached, connection lost): its locks end as expired."""
         gone = [lock for lock in self.locks.values() if lock.owner is owner]
-        return [self._unlock(lock, count_delivery=True, now=None) for lock in gone]
+        return [self._unlock(lock, count_delivery=not lock.in_flight, now=None) for lock in gone]
 
     # ---- scheduling ---------------------------------------------------------------------------
 

@@ -866,6 +866,9 @@ class PartitionActor:
         queue = self.queues[sub]
         by_session = queue.sessions
         now = self.clock()
+        # One store op each for the round's claims and ReceiveAndDelete removals, not one per message.
+        claims: list[MessageUpdate] = []
+        removals: list[int] = []
         progress = True
         while progress and queue.has_available():
             progress = False
@@ -882,24 +885,30 @@ class PartitionActor:
                     if session_until is None:
                         continue
                 if consumer.peek_lock:
-                    taken = queue.lock_next(now, self.settings.lock_duration, consumer, session_id, session_until)
+                    taken = queue.lock_next(now, self.settings.lock_duration, consumer, session_id, session_until,
+                                            in_flight=True)
                     if taken is None:
                         continue
-                    # The delivery counts durably before the message leaves (claims of one turn share a commit).
+                    # The delivery counts durably before the message leaves (claims of one turn share a commit);
+                    # the lock is in flight until then: it cannot lapse, and if it ends the delivery does not count.
                     consumer.reserved += 1
-                    self._batch.ops.append(UpdateMessages(self.refs[sub], (queue.claim(taken[0]),)))
+                    claims.append(queue.claim(taken[0]))
                     self._batch.deliveries.append((consumer, taken[0], taken[1]))
-                    self._schedule_commit()
                 else:
                     record = queue.take_next(now, session_id)
                     if record is None:
                         continue
                     consumer.reserved += 1
-                    self._batch.ops.append(DeleteMessages(self.refs[sub], (record.sequence_number,)))
+                    removals.append(record.sequence_number)
                     self._batch.deliveries.append((consumer, record, None))
-                    self._schedule_commit()
                 progress = True
             self._next_consumer = start + 1
+        if claims:
+            self._batch.ops.append(UpdateMessages(self.refs[sub], tuple(claims)))
+            self._schedule_commit()
+        if removals:
+            self._batch.ops.append(DeleteMessages(self.refs[sub], tuple(removals)))
+            self._schedule_commit()
         self._drain_outbox(sub)
         for consumer in consumers:
             session_id = consumer.session_id if by_session else None
@@ -1074,7 +1083,8 @@ class PartitionActor:
 
     def _still_held(self, consumer: Consumer, lock: Lock) -> bool:
         """A claimed message whose lock ended while its claim committed (the entity changed, the
-        session went) is not sent; one whose receiver left meanwhile is released for others."""
+        session went) is not sent; one whose receiver left meanwhile is released for others. One that
+        is sent leaves now, and its lock runs from now (it could not lapse while its claim committed)."""
         queue = self.queues[consumer.sub_queue]
         if queue.locks.get(lock.token) is not lock:
             return False
@@ -1082,6 +1092,7 @@ class PartitionActor:
             self._store_release(consumer.sub_queue, lock.token)
             self._dispatch_soon()
             return False
+        queue.sent(lock.token, self.clock(), self.settings.lock_duration)
         return True
 
     def _store_release(self, sub: SubQueue, token: uuid.UUID) -> None:
