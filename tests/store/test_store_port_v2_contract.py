@@ -780,10 +780,15 @@ def test_sqlite_claims_and_due_reads_use_indexes(tmp_path: Path) -> None:
             (adapter._NEXT_FREE_SESSION, (T0, Q.entity, Q.partition)),
             (adapter._SELECT_COUNTS, (Q.entity, Q.partition)),
         ]
+        by_numbers = [adapter._SELECT_STATES, adapter._FETCH, adapter._SELECT_LOCKS, adapter._DELETE_RETURNING]
+        queries += [(sql, (Q.entity, Q.partition, "[1, 2]")) for sql in by_numbers]
         for sql, params in queries:
             plan = [row[3] for row in raw.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
             scans = [step for step in plan if step.startswith("SCAN") and "messages" in step.split()[1:2]
                      and "USING" not in step]
+            if sql in by_numbers:  # a lookup by a list of numbers seeks each one, not the whole partition
+                scans += [step for step in plan if step.startswith("SEARCH") and "messages" in step.split()[1:2]
+                          and "(entity=? AND partition=?)" in step]
             assert scans == [], (sql, plan)
     finally:
         raw.close()
