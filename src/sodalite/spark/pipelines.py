@@ -30,9 +30,13 @@ from sodalite.spark import register
 
 
 def _source(spark: SparkSession, conn: str, entity: str, *, dead_letter: bool, consume: bool,
-            max_messages_per_trigger: int | None, starting_position: str) -> DataFrame:
+            max_messages_per_trigger: int | None, starting_position: str, schema: str | None = None) -> DataFrame:
+    """The streaming source; ``schema`` names the only columns a pipeline reads, so nothing else is decoded."""
     register(spark)
-    reader = (spark.readStream.format("sodalite").option("connectionString", conn).option("entity", entity)
+    reader = spark.readStream.format("sodalite")
+    if schema is not None:
+        reader = reader.schema(schema)
+    reader = (reader.option("connectionString", conn).option("entity", entity)
               .option("consume", "complete" if consume else "none").option("startingPosition", starting_position))
     if dead_letter:
         reader = reader.option("subQueue", "deadletter")
@@ -87,7 +91,8 @@ def replicate(spark: SparkSession, source_connection_string: str, target_connect
     frames = []
     for entity in entities:
         df = _source(spark, source_connection_string, entity, dead_letter=False, consume=consume,
-                     max_messages_per_trigger=max_messages_per_trigger, starting_position=starting_position)
+                     max_messages_per_trigger=max_messages_per_trigger, starting_position=starting_position,
+                     schema="amqpMessage binary, sequenceNumber long, partition int")
         frames.append(df.select("amqpMessage", "sequenceNumber", "partition",
                                 F.lit(replication_target(entity)).alias("entity")))
     union = frames[0]
@@ -116,7 +121,8 @@ def syphon(spark: SparkSession, primary_connection_string: str, secondary_connec
     frames = []
     for queue in backlog_queues:
         df = _source(spark, secondary_connection_string, queue, dead_letter=False, consume=True,
-                     max_messages_per_trigger=max_messages_per_trigger, starting_position="earliest")
+                     max_messages_per_trigger=max_messages_per_trigger, starting_position="earliest",
+                     schema="amqpMessage binary, enqueuedTime timestamp, sequenceNumber long, partition int")
         frames.append(df.select(restore("amqpMessage", F.unix_millis("enqueuedTime")).alias("restored"),
                                 "sequenceNumber", "partition"))
     union = frames[0]
