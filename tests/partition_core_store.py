@@ -1,13 +1,17 @@
-"""Test-only: a tiny in-memory application of the store ops of model/store_ops.py (PORT2.md), and a
-harness that runs the pure partition core against it the way the actor will (batches and reads one
-at a time, answers fed back in order). Not a store adapter: the real reference adapter is
-store/memory.py (port v2); this exists so the core's tests do not wait for it."""
+"""Test-only: a tiny in-memory application of the store ops of model/store_ops.py (docs/store-port.md),
+a harness that runs the pure partition core against it the way the actor will (batches and reads one
+at a time, answers fed back in order), and the base of the core's Hypothesis state machines. Not a
+store adapter: the real reference adapter is store/memory.py (port v2); this exists so the core's
+tests do not wait for it."""
 
 from __future__ import annotations
 
 import uuid
 from collections import deque
 from dataclasses import dataclass, replace
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import MessageDraft
@@ -16,8 +20,11 @@ from sodalite.model.partition_core import (
     Decision,
     ReadWindow,
     Reply,
+    StoreAvailable,
     StoreFailed,
     StoreResults,
+    StoreUnavailable,
+    Tick,
     View,
     WindowRead,
     decide,
@@ -280,3 +287,92 @@ class Harness:
 def draft(message_id: str | None = None, *, ttl: int | None = None, scheduled: int | None = None,
           body: bytes = b"x", ping: bool = False, session: str | None = None) -> MessageDraft:
     return MessageDraft(message_id, session, None, ttl, scheduled, None, None, b"", 0, body, ping)
+
+
+class CoreMachine(RuleBasedStateMachine):
+    """What the queue and session state machines share: the harness, time passing, batches that
+    commit or fail, the store going down and up, and the invariants that hold for both (nothing
+    lost or doubled, counts equal the store's). Each machine says how it reads replies (``_observe``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.h: Harness | None = None
+        self.accepted: set[int] = set()
+        self.completed: set[int] = set()  # settled COMPLETE by a client or received-and-deleted
+        self.delivered_tokens: list[uuid.UUID] = []
+
+    @property
+    def harness(self) -> Harness:
+        assert self.h is not None
+        return self.h
+
+    def _observe(self, replies: list[Reply]) -> None:
+        raise NotImplementedError
+
+    def _run(self, command: Command) -> None:
+        self._observe(self.harness.run(command))
+
+    @rule(ms=st.sampled_from([1, 250, 999, 1_000, 4_000]))
+    def advance(self, ms: int) -> None:
+        self.harness.at(self.harness.now + ms)
+        self._run(Tick())
+
+    @precondition(lambda self: self.h is not None and self.h.next_due is not None)
+    @rule()
+    def until_due(self) -> None:
+        h = self.harness
+        assert h.next_due is not None
+        h.at(max(h.now, h.next_due))
+        self._run(Tick())
+
+    @precondition(lambda self: self.h is not None and bool(self.h.effects))
+    @rule(fail=st.booleans())
+    def carry_out(self, fail: bool) -> None:
+        self._observe(self.harness.step(fail=fail))
+
+    @rule(up=st.booleans())
+    def availability(self, up: bool) -> None:
+        self._run(StoreAvailable() if up else StoreUnavailable())
+
+    @invariant()
+    def nothing_lost_or_doubled(self) -> None:
+        if self.h is None:
+            return
+        store = self.harness.store
+        places: dict[int, int] = {}
+        for seq in [*store.rows, *(row.origin for row in store.dead.values()), *store.gone]:
+            places[seq] = places.get(seq, 0) + 1
+        assert all(count == 1 for count in places.values()), places
+        assert set(store.rows) <= self.accepted  # nothing stored that no one was told about
+        assert self.accepted <= set(places)
+
+    @invariant()
+    def counts_are_the_stores(self) -> None:
+        if self.h is None:
+            return
+        counts, store = self.harness.view.counts, self.harness.store
+        assert (counts.active, counts.scheduled, counts.deferred) == (
+            store.count(MessageState.ACTIVE), store.count(MessageState.SCHEDULED), store.count(MessageState.DEFERRED))
+
+    def settle_down(self, lock_duration: int) -> None:
+        """The store up, every batch carried out and time moved past every lock, until nothing is left to do."""
+        h = self.harness
+        self._run(StoreAvailable())
+        for _ in range(200):
+            self._observe(h.drain())
+            h.at(h.now + 10 * lock_duration)
+            self._run(Tick())
+            if not h.effects:
+                break
+
+    def carry_out_all(self) -> None:
+        for _ in range(200):
+            if not self.harness.effects:
+                break
+            self._observe(self.harness.step())
+
+    def ready(self) -> set[int]:
+        """The stored messages a receiver could get now: active and not expired."""
+        h = self.harness
+        return {seq for seq, row in h.store.rows.items() if row.record.state == MessageState.ACTIVE
+                and not (row.record.expires_at is not None and row.record.expires_at <= h.now)}

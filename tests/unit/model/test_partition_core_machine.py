@@ -6,14 +6,11 @@ message can still be delivered (nothing is stuck outside the window)."""
 
 from __future__ import annotations
 
-import uuid
-
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import initialize, invariant, precondition, rule
 
-from partition_core_store import Harness, draft
-from sodalite.model.message import MessageState
+from partition_core_store import CoreMachine, Harness, draft
 from sodalite.model.partition_core import (
     CancelScheduled,
     CloseConsumer,
@@ -28,9 +25,6 @@ from sodalite.model.partition_core import (
     SendAccepted,
     Settle,
     SettlementDone,
-    StoreAvailable,
-    StoreUnavailable,
-    Tick,
     new_view,
 )
 from sodalite.model.store_ops import Outcome
@@ -39,14 +33,7 @@ LOCK = 1_000
 CONSUMERS = ("c1", "c2")
 
 
-class PartitionCoreMachine(RuleBasedStateMachine):
-    def __init__(self) -> None:
-        super().__init__()
-        self.h: Harness | None = None
-        self.accepted: set[int] = set()
-        self.completed: set[int] = set()  # settled COMPLETE by a client or received-and-deleted
-        self.delivered_tokens: list[uuid.UUID] = []
-
+class PartitionCoreMachine(CoreMachine):
     @initialize(dead_letter=st.booleans(), dedup=st.booleans(), window=st.sampled_from([60, 250, 1 << 20]),
                 read_count=st.sampled_from([1, 2, 5]), max_delivery=st.integers(1, 3))
     def start(self, dead_letter: bool, dedup: bool, window: int, read_count: int, max_delivery: int) -> None:
@@ -54,11 +41,6 @@ class PartitionCoreMachine(RuleBasedStateMachine):
                             duplicate_window=5_000 if dedup else None, window_bytes=window, read_count=read_count,
                             scheduled_poll=500, scheduled_tracked=2)
         self.h = Harness(new_view(core, 0, token_seed=3))
-
-    @property
-    def harness(self) -> Harness:
-        assert self.h is not None
-        return self.h
 
     # ---- commands ----
 
@@ -82,9 +64,6 @@ class PartitionCoreMachine(RuleBasedStateMachine):
             elif isinstance(reply, SettlementDone) and reply.outcome is Outcome.COMPLETE:
                 seq = next(s for s, r in h.store.gone.items() if r == "complete" and s not in self.completed)
                 self.completed.add(seq)
-
-    def _run(self, command: object) -> None:
-        self._observe(self.harness.run(command))  # type: ignore[arg-type]
 
     @rule(n=st.integers(1, 3), ttl=st.sampled_from([None, 1, 700, 3_000]), mid=st.sampled_from([None, "a", "b", "c"]),
           size=st.sampled_from([1, 40, 120]))
@@ -120,43 +99,7 @@ class PartitionCoreMachine(RuleBasedStateMachine):
     def renew(self, data: st.DataObject) -> None:
         self._run(RenewLock(data.draw(st.sampled_from(self.delivered_tokens)), "r"))
 
-    @rule(ms=st.sampled_from([1, 250, 999, 1_000, 4_000]))
-    def advance(self, ms: int) -> None:
-        self.harness.at(self.harness.now + ms)
-        self._run(Tick())
-
-    @precondition(lambda self: self.h is not None and self.h.next_due is not None)
-    @rule()
-    def until_due(self) -> None:
-        h = self.harness
-        assert h.next_due is not None
-        h.at(max(h.now, h.next_due))
-        self._run(Tick())
-
-    @precondition(lambda self: self.h is not None and bool(self.h.effects))
-    @rule(fail=st.booleans())
-    def carry_out(self, fail: bool) -> None:
-        self._observe(self.harness.step(fail=fail))
-
-    @rule(up=st.booleans())
-    def availability(self, up: bool) -> None:
-        self._run(StoreAvailable() if up else StoreUnavailable())
-
     # ---- invariants ----
-
-    @invariant()
-    def nothing_lost_or_doubled(self) -> None:
-        if self.h is None:
-            return
-        store = self.harness.store
-        dead_origins = [row.origin for row in store.dead.values()]
-        assert len(dead_origins) == len(set(dead_origins))
-        places: dict[int, int] = {}
-        for seq in [*store.rows, *dead_origins, *store.gone]:
-            places[seq] = places.get(seq, 0) + 1
-        assert all(count == 1 for count in places.values()), places
-        assert set(store.rows) <= self.accepted  # nothing stored that no one was told about
-        assert self.accepted <= set(places)
 
     @invariant()
     def one_lock_per_message_and_the_store_holds_it(self) -> None:
@@ -176,35 +119,16 @@ class PartitionCoreMachine(RuleBasedStateMachine):
         assert view.window_size == sum(r.size for r in view.window.values())
         assert len(view.window) <= 1 or view.window_size < view.settings.window_bytes + 120  # + one message
 
-    @invariant()
-    def counts_are_the_stores(self) -> None:
-        if self.h is None:
-            return
-        counts, store = self.harness.view.counts, self.harness.store
-        assert (counts.active, counts.scheduled, counts.deferred) == (
-            store.count(MessageState.ACTIVE), store.count(MessageState.SCHEDULED), store.count(MessageState.DEFERRED))
-
     def teardown(self) -> None:
         """Liveness: with the store up and time moved past every lock, every ready, unexpired message
         is delivered to a receiver with enough credit."""
         if self.h is None:
             return
-        h = self.harness
-        self._run(StoreAvailable())
-        for _ in range(200):
-            self._observe(h.drain())
-            h.at(h.now + 10 * LOCK)
-            self._run(Tick())
-            if not h.effects:
-                break
+        self.settle_down(LOCK)
         self._run(Receive("final", 10_000, ReceiveMode.PEEK_LOCK))
-        for _ in range(200):
-            if not h.effects:
-                break
-            self._observe(h.step())
-        ready = {seq for seq, row in h.store.rows.items() if row.record.state == MessageState.ACTIVE
-                 and not (row.record.expires_at is not None and row.record.expires_at <= h.now)}
-        held = {lock.record.sequence_number for lock in h.view.locks.values() if lock.consumer == "final"}
+        self.carry_out_all()
+        held = {lock.record.sequence_number for lock in self.harness.view.locks.values() if lock.consumer == "final"}
+        ready = self.ready()
         assert ready <= held, f"stuck: {sorted(ready - held)}"
 
 

@@ -13,10 +13,9 @@ import uuid
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import initialize, invariant, precondition, rule
 
-from partition_core_store import Harness, draft
-from sodalite.model.message import MessageState
+from partition_core_store import CoreMachine, Harness, draft
 from sodalite.model.partition_core import (
     AcceptSession,
     CloseConsumer,
@@ -36,8 +35,6 @@ from sodalite.model.partition_core import (
     Settle,
     SettlementDone,
     StoreAvailable,
-    StoreUnavailable,
-    Tick,
     new_view,
 )
 from sodalite.model.store_ops import Outcome
@@ -47,13 +44,9 @@ CONSUMERS = ("r1", "r2", "r3")
 SESSIONS = ("a", "b", "c")
 
 
-class SessionCoreMachine(RuleBasedStateMachine):
+class SessionCoreMachine(CoreMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.h: Harness | None = None
-        self.accepted: set[int] = set()
-        self.completed: set[int] = set()
-        self.delivered_tokens: list[uuid.UUID] = []
         self.states: dict[str, bytes | None] = {}  # the state each SessionStateSet confirmed
         self.asked_states: dict[object, tuple[str, bytes | None]] = {}
         self.ever_delivered: set[int] = set()
@@ -78,11 +71,6 @@ class SessionCoreMachine(RuleBasedStateMachine):
                             window_bytes=window, read_count=read_count, requires_session=True, scheduled_tracked=2,
                             scheduled_poll=500)
         self.h = Harness(new_view(core, 0, token_seed=5))
-
-    @property
-    def harness(self) -> Harness:
-        assert self.h is not None
-        return self.h
 
     def _observe(self, replies: list[Reply]) -> None:
         h = self.harness
@@ -114,9 +102,6 @@ class SessionCoreMachine(RuleBasedStateMachine):
                 self.states[reply.session_id] = self.asked_states[reply.reply_to][1]
             elif isinstance(reply, SessionState):
                 assert reply.state == self.states.get(reply.session_id)
-
-    def _run(self, command: object) -> None:
-        self._observe(self.harness.run(command))  # type: ignore[arg-type]
 
     @rule(sessions=st.lists(st.sampled_from(SESSIONS), min_size=1, max_size=3),
           ttl=st.sampled_from([None, 1, 700, 3_000]))
@@ -157,42 +142,7 @@ class SessionCoreMachine(RuleBasedStateMachine):
         self.asked_states[key] = (session, state)
         self._run(SetSessionState(session, state, key))
 
-    @rule(ms=st.sampled_from([1, 250, 999, 1_000, 4_000]))
-    def advance(self, ms: int) -> None:
-        self.harness.at(self.harness.now + ms)
-        self._run(Tick())
-
-    @precondition(lambda self: self.h is not None and self.h.next_due is not None)
-    @rule()
-    def until_due(self) -> None:
-        h = self.harness
-        assert h.next_due is not None
-        h.at(max(h.now, h.next_due))
-        self._run(Tick())
-
-    @precondition(lambda self: self.h is not None and bool(self.h.effects))
-    @rule(fail=st.booleans())
-    def carry_out(self, fail: bool) -> None:
-        self._observe(self.harness.step(fail=fail))
-
-    @rule(up=st.booleans())
-    def availability(self, up: bool) -> None:
-        self._run(StoreAvailable() if up else StoreUnavailable())
-
     # ---- invariants ----
-
-    @invariant()
-    def nothing_lost_or_doubled(self) -> None:
-        if self.h is None:
-            return
-        store = self.harness.store
-        dead_origins = [row.origin for row in store.dead.values()]
-        places: dict[int, int] = {}
-        for seq in [*store.rows, *dead_origins, *store.gone]:
-            places[seq] = places.get(seq, 0) + 1
-        assert all(count == 1 for count in places.values()), places
-        assert set(store.rows) <= self.accepted
-        assert self.accepted <= set(places)
 
     @invariant()
     def locks_are_the_stores(self) -> None:
@@ -211,14 +161,6 @@ class SessionCoreMachine(RuleBasedStateMachine):
             assert view.consumer_sessions[held.consumer] == sid
         assert len(view.consumer_sessions) == len(set(view.consumer_sessions.values())) == len(view.sessions)
 
-    @invariant()
-    def counts_are_the_stores(self) -> None:
-        if self.h is None:
-            return
-        counts, store = self.harness.view.counts, self.harness.store
-        assert (counts.active, counts.scheduled, counts.deferred) == (
-            store.count(MessageState.ACTIVE), store.count(MessageState.SCHEDULED), store.count(MessageState.DEFERRED))
-
     def teardown(self) -> None:
         """Liveness: every receiver gone and time past every lock, a new receiver accepting the next
         available session again and again gets every ready, unexpired message."""
@@ -228,24 +170,15 @@ class SessionCoreMachine(RuleBasedStateMachine):
         self._run(StoreAvailable())
         for consumer in CONSUMERS:
             self._run(CloseConsumer(consumer))
-        for _ in range(200):
-            self._observe(h.drain())
-            h.at(h.now + 10 * LOCK)
-            self._run(Tick())
-            if not h.effects:
-                break
+        self.settle_down(LOCK)
         got: set[int] = set()
         for i in range(len(SESSIONS) + 1):
             final = f"final{i}"
             self._run(Receive(final, 10_000, ReceiveMode.PEEK_LOCK))
             self._run(AcceptSession(final, None, ("accept", final), None))
-            for _ in range(200):
-                if not h.effects:
-                    break
-                self._observe(h.step())
+            self.carry_out_all()
             got |= {lock.record.sequence_number for lock in h.view.locks.values() if lock.consumer == final}
-        ready = {seq for seq, row in h.store.rows.items() if row.record.state == MessageState.ACTIVE
-                 and not (row.record.expires_at is not None and row.record.expires_at <= h.now)}
+        ready = self.ready()
         assert ready <= got, f"stuck: {sorted(ready - got)}"
 
 
