@@ -18,7 +18,6 @@ import pytest
 import test_transactions
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from broker_process import BrokerProcess, write_config
-from conftest import QUEUES
 
 # The scenarios (imported names are collected here, with this module's fixtures).
 from test_sdk_management import (  # noqa: F401
@@ -51,6 +50,7 @@ from test_transactions import (  # noqa: F401
     test_rollback_leaves_no_send_and_the_message_locked_as_it_was,
 )
 
+from conftest import QUEUES
 from pg_server import shared_server
 
 pytestmark = pytest.mark.interop
