@@ -371,3 +371,24 @@ def test_core_ops_map_to_port_ops_of_the_partition() -> None:
     assert move == port.MoveMessages(REF, 10, (port.MoveItem(5),), DLQ)
     drop = to_port_op(CoreMoveMessages(10, (CoreMoveItem(5),), to_dead_letter=False), REF, DLQ, encode)
     assert drop == port.MoveMessages(REF, 10, (port.MoveItem(5),), None)
+
+
+@STORES
+def test_dead_letter_goes_to_the_dead_letter_partition_with_modified_annotations(kind: str,
+                                                                               tmp_path: pathlib.Path) -> None:
+    async def body(s: Setup) -> None:
+        s.runner.submit(Send((draft(b"bad"), draft(b"good")), reply_to="send"))
+        s.runner.submit(Receive("consumer", 1))
+        await s.runner.drained()
+        (d,) = s.of(Delivered)
+        assert isinstance(d, Delivered) and d.lock_token is not None
+        s.runner.submit(Settle(d.lock_token, Outcome.DEAD_LETTER, reply_to="dl",
+                               properties_to_modify=(("x-opt-note", 5),), reason="Bad", description="bad body"))
+        await s.runner.drained()
+        assert s.of(SettlementDone) == [SettlementDone("dl", d.lock_token, Outcome.DEAD_LETTER)]
+        assert [r.record.tail[-4:] for r in await s.rows()] == [b"good"]
+        dead = await s.worker.call(lambda: s.store.inner.peek(DLQ, 0, 10))
+        assert [(r.record.sequence_number, r.record.tail[-3:], r.record.annotation_count) for r in dead] == [
+            (1, b"bad", 1)]
+        assert b"x-opt-note" in dead[0].record.annotations
+    run(kind, tmp_path, body)
