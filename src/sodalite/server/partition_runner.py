@@ -273,8 +273,12 @@ class PartitionRunner:
             at += len(batch.ops)
 
     def _answer(self, command: Command) -> None:
-        if not self._closed:
+        if self._closed:
+            return
+        try:
             self.submit(command)
+        except Exception:  # a reply callback's bug must not stop the partition's effects
+            log.exception("partition %s: answering %s raised", self.ref, type(command).__name__)
 
     def _log_failure(self, what: str, error: Exception) -> None:
         if isinstance(error, SodaliteError):

@@ -18,6 +18,7 @@ from sodalite.errors import StoreUnavailable
 from sodalite.model.message import MessageState
 from sodalite.model.partition import MessageDraft
 from sodalite.model.partition_core import (
+    AcceptSession,
     CoreSettings,
     Delivered,
     Receive,
@@ -25,6 +26,9 @@ from sodalite.model.partition_core import (
     Send,
     SendAccepted,
     ServerBusy,
+    SessionAccepted,
+    SessionStateSet,
+    SetSessionState,
     Settle,
     SettlementDone,
 )
@@ -171,7 +175,8 @@ def _make_store(kind: str, tmp_path: pathlib.Path) -> port.MessagingStore:
 
 
 async def _setup(inner: port.MessagingStore, clock: FakeClock | None = None,
-                 on_reply: Callable[[Reply, CountingStore], None] | None = None) -> Setup:
+                 on_reply: Callable[[Reply, CountingStore], None] | None = None,
+                 settings: CoreSettings = SETTINGS) -> Setup:
     store = CountingStore(inner)
     worker = StoreWorker(store, "runner-test")
     await worker.open()
@@ -183,7 +188,7 @@ async def _setup(inner: port.MessagingStore, clock: FakeClock | None = None,
             on_reply(reply, store)
         replies.append(reply)
 
-    runner = await PartitionRunner.start(REF, SETTINGS, worker, clock, hear, token_seed=7)
+    runner = await PartitionRunner.start(REF, settings, worker, clock, hear, token_seed=7)
     await runner.drained()
     return Setup(store, worker, runner, clock, replies)
 
@@ -203,9 +208,9 @@ def run(kind: str, tmp_path: pathlib.Path, body: Callable[[Setup], Awaitable[Non
     asyncio.run(main())
 
 
-def draft(body: bytes, message_id: str | None = None) -> MessageDraft:
+def draft(body: bytes, message_id: str | None = None, session: str | None = None) -> MessageDraft:
     data_section = b"\x00Su\xa0" + bytes([len(body)]) + body
-    return MessageDraft(message_id, None, None, None, None, None, None, b"", 0, data_section)
+    return MessageDraft(message_id, session, None, None, None, None, None, b"", 0, data_section)
 
 
 STORES = pytest.mark.parametrize("kind", ["memory", "sqlite"])
@@ -392,3 +397,36 @@ def test_dead_letter_goes_to_the_dead_letter_partition_with_modified_annotations
             (1, b"bad", 1)]
         assert b"x-opt-note" in dead[0].record.annotations
     run(kind, tmp_path, body)
+
+
+@STORES
+def test_a_session_receiver_gets_only_its_sessions_messages_and_its_state_is_stored(kind: str,
+                                                                                   tmp_path: pathlib.Path) -> None:
+    async def main() -> None:
+        settings = CoreSettings(lock_duration=LOCK, owner="test-node", requires_session=True)
+        s = await _setup(_make_store(kind, tmp_path), settings=settings)
+        try:
+            s.runner.submit(Send((draft(b"a1", session="a"), draft(b"b1", session="b"), draft(b"a2", session="a")),
+                                 reply_to="send"))
+            await s.runner.drained()
+            s.runner.submit(Receive("consumer", 5))  # the receiver attaches with credit, then asks for a session
+            s.runner.submit(AcceptSession("consumer", None, reply_to="accept"))
+            await s.runner.drained()
+            (accepted,) = s.of(SessionAccepted)
+            assert isinstance(accepted, SessionAccepted) and accepted.session_id == "a"
+            s.runner.submit(SetSessionState("a", b"state-a", reply_to="state"))
+            await s.runner.drained()
+            got = [r for r in s.of(Delivered) if isinstance(r, Delivered)]
+            assert [(m.message.sequence_number, m.message.session_id) for m in got] == [(1, "a"), (3, "a")]
+            assert s.of(SessionStateSet) == [SessionStateSet("state", "a")]
+            for i, d in enumerate(got):
+                assert d.lock_token is not None
+                s.runner.submit(Settle(d.lock_token, Outcome.COMPLETE, reply_to=i))
+            await s.runner.drained()
+            assert len(s.of(SettlementDone)) == 2
+            assert [(r.record.sequence_number, r.record.session_id) for r in await s.rows()] == [(2, "b")]
+            meta = await s.worker.call(lambda: s.store.inner.partition_meta(REF))
+            assert [(sid, state) for sid, state, _ in meta.session_states] == [("a", b"state-a")]
+        finally:
+            await _teardown(s)
+    asyncio.run(main())
