@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from sodalite.errors import SodaliteError, StoreFull, StoreUnavailable
-from sodalite.store.port import MessagingStore, PartitionRef, PartitionSnapshot, StoreOp
+from sodalite.store.port import MessagingStore, OpResult, PartitionRef, PartitionSnapshot, StoreOp
 
 T = TypeVar("T")
 MAINTENANCE_DELAY = 1.0  # seconds after a batch (and between tries while the store is full)
@@ -43,9 +43,10 @@ class StoreWorker:
             raise StoreUnavailable(f"the messaging store '{self.name}' is offline; retry shortly")
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
 
-    async def apply(self, batch: Sequence[StoreOp]) -> None:
+    async def apply(self, batch: Sequence[StoreOp]) -> tuple[OpResult, ...]:
+        """Commit ``batch`` as one transaction on the store's thread; the port's results, one per op."""
         try:
-            seconds = await self.call(lambda: self._timed_apply(batch))
+            seconds, results = await self.call(lambda: self._timed_apply(batch))
         except StoreFull:
             self.full = True
             self._schedule_maintenance()
@@ -53,11 +54,12 @@ class StoreWorker:
         self._schedule_maintenance()
         if self.on_commit is not None:
             self.on_commit(seconds)
+        return results
 
-    def _timed_apply(self, batch: Sequence[StoreOp]) -> float:
+    def _timed_apply(self, batch: Sequence[StoreOp]) -> tuple[float, tuple[OpResult, ...]]:
         started = time.perf_counter()
-        self.store.apply(batch)
-        return time.perf_counter() - started
+        results = self.store.apply(batch)
+        return time.perf_counter() - started, results
 
     def _schedule_maintenance(self) -> None:
         if self._maintenance is None and not self._closing:

@@ -332,9 +332,14 @@ def merged_annotations(record: MessageRecord, updates: dict[Any, Any]) -> tuple[
 
     Service-owned annotations cannot be set this way, as on input.
     """
+    return merged_annotation_entries(record.annotations, record.annotation_count, updates)
+
+
+def merged_annotation_entries(entries: bytes, count: int, updates: dict[Any, Any]) -> tuple[bytes, int]:
+    """Encoded annotation ``entries`` (``count`` of them) with ``updates`` merged in, as for
+    :func:`merged_annotations`."""
     # Decode the stored entries as the map they are (past the section's 00 53 72 descriptor).
-    current = decode(amqp_message.encode_annotations(record.annotations, record.annotation_count)[3:]) \
-        if record.annotation_count else {}
+    current = decode(amqp_message.encode_annotations(entries, count)[3:]) if count else {}
     merged = dict(current) if isinstance(current, dict) else {}
     for key, value in updates.items():
         if str(key) not in SERVICE_OWNED_ANNOTATIONS:

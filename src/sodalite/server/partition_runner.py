@@ -1,0 +1,303 @@
+"""The I/O shell around the pure partition core: one partition's view, its store effects and timers.
+
+Theory of operation. The core (``model/partition_core.py``) decides and does no I/O; this runner
+is the caller its module docstring describes. It owns one partition's :class:`View` and nothing
+else keeps a reference to it. :meth:`PartitionRunner.submit` runs ``decide(view, command, now)``
+with ``now`` from the injected :class:`Clock` (milliseconds since the epoch, as the core and the
+store port count time), then, in this order: appends the decision's store batch (mapped to port
+operations for this partition by :func:`~sodalite.store.ops_mapping.to_port_op`) and its window
+read to the effect queue, re-arms the timer at ``next_due``, and hands every reply to the
+``on_reply`` callback. ``submit`` is synchronous and must be called on the event loop's thread;
+decide is cheap and bounded, and the replies it releases at once (refusals, settlements of locks
+it no longer holds, ...) need no I/O.
+
+One worker task carries out the effect queue strictly in order, one effect (or one group) at a
+time, and feeds each answer back through ``submit``, so answers reach the core in the order the
+decisions emitted them (the core's contract):
+
+- a window read runs ``store.peek(ref, from, count, {ACTIVE})`` and is answered with
+  :class:`WindowRead` (``None`` when the read failed);
+- store batches are group-committed: the batches queued back to back at the head of the queue
+  (no read between them; at most ``max_group`` of them) go to the store as ONE ``apply`` call,
+  one transaction. The results come back one per operation, in order, and are split per batch:
+  each batch gets its own :class:`StoreResults` under its ``batch_id``, in order. When the
+  transaction raises, nothing of it was applied, and every batch of the group gets
+  :class:`StoreFailed` (the core answers their requests :class:`ServerBusy` and finds their
+  messages again by its next read). A batch whose operations cannot be expressed on the port
+  fails alone, without touching the store.
+
+Store I/O runs on the store's one worker thread (:class:`~sodalite.server.store_worker.StoreWorker`),
+so the event loop never waits for a commit, and commits that queue up while one is in flight
+leave together in the next transaction: the busier the partition, the fewer transactions per
+send. A send's acceptance is released only by its batch's results, i.e. after the commit.
+
+Timers: a timer is just a :class:`Tick` submitted at its time. After each decision the runner
+asks the clock for a callback at ``next_due`` (cancelling the one armed before, if the time
+changed); :class:`LoopClock` uses the event loop, a test's clock fires callbacks when the test
+moves time on, so tests need no sleeps.
+
+:meth:`drained` waits until the effect queue is empty and the worker idle. :meth:`close` stops the
+worker and the timer; an effect in flight then has an outcome nobody hears of, as after a crash
+(the store stays the truth: the next runner on the same store starts from what it holds).
+The runner does not own the store worker: whoever made it closes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from sodalite.errors import SodaliteError
+from sodalite.model import store_ops as core_ops
+from sodalite.model.message import MessageState
+from sodalite.model.partition_core import (
+    Command,
+    CoreSettings,
+    ReadWindow,
+    Reply,
+    StoreFailed,
+    StoreResults,
+    Tick,
+    View,
+    WindowRead,
+    decide,
+    new_view,
+)
+from sodalite.server import wire
+from sodalite.server.store_worker import StoreWorker
+from sodalite.store.ops_mapping import EditEncoder, to_port_op
+from sodalite.store.port import OpResult, PartitionRef, Purged, StoreOp
+
+log = logging.getLogger(__name__)
+
+DEAD_LETTER_SUFFIX = "/$deadletterqueue"  # as server/partition_actor.py's SubQueue.DEAD_LETTER names it
+ACTIVE_ONLY = frozenset({MessageState.ACTIVE})
+
+
+class Timer(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Clock(Protocol):
+    """Time for the core: ``now()`` in milliseconds since the epoch, and a callback at such a time."""
+
+    def now(self) -> int: ...
+
+    def call_at(self, when: int, callback: Callable[[], None]) -> Timer: ...
+
+
+class LoopClock:
+    """The wall clock in milliseconds; callbacks run on the running event loop."""
+
+    def now(self) -> int:
+        return int(time.time() * 1000)
+
+    def call_at(self, when: int, callback: Callable[[], None]) -> Timer:
+        delay = max(when - self.now(), 0) / 1000
+        return asyncio.get_running_loop().call_later(delay, callback)
+
+
+def encode_edit(edit: core_ops.AnnotationEdit) -> tuple[bytes, int]:
+    """The edited annotations as the port stores them: ``base`` with ``properties`` merged in.
+
+    The dead-letter reason and description are not written: Service Bus carries them as
+    application properties (in the message's tail), which the port's Settle and MoveMessages
+    cannot change (they replace annotations only)."""
+    if not edit.properties:
+        return edit.base, edit.base_count
+    return wire.merged_annotation_entries(edit.base, edit.base_count, dict(edit.properties))
+
+
+def _core_results(results: tuple[OpResult, ...], expected: int) -> tuple[core_ops.OpResult, ...]:
+    """The port's results as the core reads them (the core emits no op answered otherwise)."""
+    if len(results) != expected:
+        raise RuntimeError(f"the store answered {len(results)} results for {expected} operations")
+    out: list[core_ops.OpResult] = []
+    for result in results:
+        if isinstance(result, Purged):
+            raise RuntimeError("the store answered Purged to an operation the core emitted")
+        out.append(result)
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    batch_id: int
+    ops: tuple[StoreOp, ...]
+    error: str | None = None  # the core's ops could not be mapped to the port: fail it alone
+
+
+class PartitionRunner:
+    """Runs one partition's core against its store (see the module docstring)."""
+
+    def __init__(self, ref: PartitionRef, view: View, worker: StoreWorker, clock: Clock,
+                 on_reply: Callable[[Reply], None], *, dead_letter: PartitionRef | None = None,
+                 edit_encoder: EditEncoder = encode_edit, max_group: int = 64) -> None:
+        self.ref = ref
+        self.dead_letter = dead_letter or PartitionRef(ref.entity + DEAD_LETTER_SUFFIX, ref.partition)
+        self._view = view
+        self._worker = worker
+        self._clock = clock
+        self._on_reply = on_reply
+        self._encode = edit_encoder
+        self._max_group = max(max_group, 1)
+        self._effects: deque[_Batch | ReadWindow] = deque()
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._timer: Timer | None = None
+        self._timer_at: int | None = None
+        self._closed = False
+        self._task = asyncio.get_running_loop().create_task(self._work(), name=f"partition-runner {ref}")
+
+    @classmethod
+    async def start(cls, ref: PartitionRef, settings: CoreSettings, worker: StoreWorker, clock: Clock,
+                    on_reply: Callable[[Reply], None], *, token_seed: int | None = None,
+                    dead_letter: PartitionRef | None = None, max_group: int = 64) -> PartitionRunner:
+        """A runner for ``ref`` as the store holds it now: counters and metadata, no messages."""
+        meta = await worker.call(lambda: worker.store.partition_meta(ref))
+        counts = meta.counts
+        view = new_view(settings, clock.now(), token_seed=secrets.randbits(64) if token_seed is None else token_seed,
+                        active=counts.active, scheduled=counts.scheduled, deferred=counts.deferred,
+                        last_sequence_number=counts.last_sequence_number,
+                        duplicate_history=meta.duplicate_history, session_states=meta.session_states)
+        runner = cls(ref, view, worker, clock, on_reply, dead_letter=dead_letter, max_group=max_group)
+        runner.submit(Tick())  # anything already due (lapsed locks, activations, a first read)
+        return runner
+
+    @property
+    def next_due(self) -> int | None:
+        """When the armed timer fires (None: no timer)."""
+        return self._timer_at
+
+    def submit(self, command: Command) -> None:
+        """Decide ``command`` now; queue its effects, arm its timer and hand out its replies."""
+        if self._closed:
+            raise RuntimeError(f"the partition runner of {self.ref} is closed")
+        decision = decide(self._view, command, self._clock.now())
+        self._view = decision.view
+        if decision.batch_id is not None:
+            self._effects.append(self._mapped(decision.batch_id, decision.store_ops))
+        if decision.read is not None:
+            self._effects.append(decision.read)
+        if self._effects:
+            self._idle.clear()
+            self._wake.set()
+        self._arm(decision.next_due)
+        for reply in decision.replies:
+            self._on_reply(reply)
+
+    async def drained(self) -> None:
+        """Wait until every queued effect was carried out and answered."""
+        while not self._idle.is_set():
+            if self._task.done():
+                self._task.result()  # the worker died: raise its error here
+                raise RuntimeError(f"the partition runner of {self.ref} stopped")
+            idle = asyncio.ensure_future(self._idle.wait())
+            try:
+                await asyncio.wait({self._task, idle}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                idle.cancel()
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = self._timer_at = None
+        self._task.cancel()
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass
+
+    # ---- effects ------------------------------------------------------------------------------------
+
+    def _mapped(self, batch_id: int, ops: tuple[core_ops.StoreOp, ...]) -> _Batch:
+        try:
+            return _Batch(batch_id, tuple(to_port_op(op, self.ref, self.dead_letter, self._encode) for op in ops))
+        except ValueError as error:  # an op the port refuses to express
+            log.error("partition %s: batch %d cannot go to the store: %s", self.ref, batch_id, error)
+            return _Batch(batch_id, (), f"not expressible on the store port: {error}")
+
+    async def _work(self) -> None:
+        while True:
+            if not self._effects:
+                self._idle.set()
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            effect = self._effects.popleft()
+            if isinstance(effect, ReadWindow):
+                await self._read(effect)
+                continue
+            group = [effect]
+            if effect.error is None:
+                while (len(group) < self._max_group and self._effects and isinstance(self._effects[0], _Batch)
+                       and self._effects[0].error is None):
+                    head = self._effects.popleft()
+                    assert isinstance(head, _Batch)
+                    group.append(head)
+            await self._commit(group)
+
+    async def _read(self, read: ReadWindow) -> None:
+        ref, worker = self.ref, self._worker
+        try:
+            rows = await worker.call(lambda: worker.store.peek(ref, read.from_sequence_number, read.count, ACTIVE_ONLY))
+        except Exception as error:  # any failed read is answered None; the core reads again
+            self._log_failure("window read", error)
+            self._answer(WindowRead(None))
+        else:
+            self._answer(WindowRead(rows))
+
+    async def _commit(self, group: list[_Batch]) -> None:
+        if group[0].error is not None:
+            self._answer(StoreFailed(group[0].batch_id, group[0].error))
+            return
+        ops = [op for batch in group for op in batch.ops]
+        try:
+            results = _core_results(await self._worker.apply(ops), len(ops))
+        except Exception as error:  # a transaction that raised applied nothing
+            self._log_failure(f"transaction of {len(group)} batch(es)", error)
+            for batch in group:
+                self._answer(StoreFailed(batch.batch_id, str(error)))
+            return
+        at = 0
+        for batch in group:
+            self._answer(StoreResults(batch.batch_id, results[at:at + len(batch.ops)]))
+            at += len(batch.ops)
+
+    def _answer(self, command: Command) -> None:
+        if self._closed:
+            return
+        try:
+            self.submit(command)
+        except Exception:  # a reply callback's bug must not stop the partition's effects
+            log.exception("partition %s: answering %s raised", self.ref, type(command).__name__)
+
+    def _log_failure(self, what: str, error: Exception) -> None:
+        if isinstance(error, SodaliteError):
+            log.warning("partition %s: %s failed: %s", self.ref, what, error)
+        else:
+            log.error("partition %s: %s failed unexpectedly", self.ref, what, exc_info=error)
+
+    # ---- timers -------------------------------------------------------------------------------------
+
+    def _arm(self, due: int | None) -> None:
+        if due == self._timer_at and (due is None or self._timer is not None):
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer, self._timer_at = None, due
+        if due is not None:
+            self._timer = self._clock.call_at(due, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = self._timer_at = None
+        if not self._closed:
+            self.submit(Tick())

@@ -1,0 +1,69 @@
+"""From the partition core's store operations (``model/store_ops.py``) to the port's (``store/port.py``).
+
+The shapes match 1:1 (``model/store_ops.py`` says why they are two modules); what the mapping adds
+is only what the core does not know:
+
+- the :class:`~sodalite.store.port.PartitionRef` of the partition it decides for, on every op;
+- the dead-letter partition a ``Settle`` DEAD_LETTER item or a ``MoveMessages(to_dead_letter=True)``
+  goes to (the caller names the entity's ``$deadletterqueue`` partition);
+- the annotations of an :class:`~sodalite.model.store_ops.AnnotationEdit`, encoded by ``encode_edit``
+  (encoding an AMQP map is the server's business; this layer may not import the AMQP codec).
+
+Results need no mapping: the port's result classes are the model's (``port.Appended is
+store_ops.Appended``, and so on).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sodalite.model import store_ops as core
+from sodalite.store import port
+
+EditEncoder = Callable[[core.AnnotationEdit], tuple[bytes, int]]
+"""An edit's annotations as the port stores them: (encoded map entries, entry count)."""
+
+
+def to_port_op(op: core.StoreOp, ref: port.PartitionRef, dead_letter: port.PartitionRef,
+               encode_edit: EditEncoder) -> port.StoreOp:
+    """The port operation for the core's ``op`` on partition ``ref``."""
+
+    def encoded(edit: core.AnnotationEdit | None) -> tuple[bytes | None, int]:
+        return (None, 0) if edit is None else encode_edit(edit)
+
+    match op:
+        case core.Append():
+            return port.Append(ref, op.messages)
+        case core.Claim():
+            return port.Claim(ref, op.now, op.locked_until, op.owner, op.tokens, session_id=op.session_id,
+                              sequence_numbers=op.sequence_numbers, state=op.state)
+        case core.Settle():
+            items = []
+            for item in op.items:
+                annotations, count = encoded(item.edit)
+                items.append(port.SettleItem(
+                    item.sequence_number, item.lock_token, item.outcome, annotations, count,
+                    dead_letter if item.outcome is core.Outcome.DEAD_LETTER else None))
+            return port.Settle(ref, op.now, tuple(items))
+        case core.RenewLocks():
+            return port.RenewLocks(ref, op.now, op.locked_until, op.items)
+        case core.MoveMessages():
+            moves = []
+            for move in op.items:
+                annotations, count = encoded(move.edit)
+                moves.append(port.MoveItem(move.sequence_number, annotations, count))
+            return port.MoveMessages(ref, op.now, tuple(moves), dead_letter if op.to_dead_letter else None)
+        case core.Activate():
+            return port.Activate(ref, op.now, op.limit)
+        case core.RememberMessageIds():
+            return port.RememberMessageIds(ref, op.entries)
+        case core.ForgetMessageIds():
+            return port.ForgetMessageIds(ref, op.message_ids)
+        case core.ClaimSession():
+            return port.ClaimSession(ref, op.now, op.token, op.locked_until, op.owner, op.session_id)
+        case core.RenewSession():
+            return port.RenewSession(ref, op.now, op.session_id, op.token, op.locked_until)
+        case core.ReleaseSession():
+            return port.ReleaseSession(ref, op.session_id, op.token)
+        case core.PutSessionState():
+            return port.PutSessionState(ref, op.session_id, op.state, op.updated_at)

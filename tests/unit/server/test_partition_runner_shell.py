@@ -1,0 +1,432 @@
+"""The partition runner (server/partition_runner.py) against the real MemoryStore and SqliteStore.
+
+Port v2 only (apply, peek, partition_meta), a fake clock that fires timers when a test moves time
+on (no sleeps), and a thin wrapper around the real store that counts ``apply`` calls, records what
+each committed transaction appended, and can make the next transaction raise."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+import pytest
+
+from sodalite.errors import StoreUnavailable
+from sodalite.model.message import MessageState
+from sodalite.model.partition import MessageDraft
+from sodalite.model.partition_core import (
+    AcceptSession,
+    CoreSettings,
+    Delivered,
+    Receive,
+    Reply,
+    Send,
+    SendAccepted,
+    ServerBusy,
+    SessionAccepted,
+    SessionStateSet,
+    SetSessionState,
+    Settle,
+    SettlementDone,
+)
+from sodalite.model.store_ops import AnnotationEdit, Outcome
+from sodalite.model.store_ops import MoveItem as CoreMoveItem
+from sodalite.model.store_ops import MoveMessages as CoreMoveMessages
+from sodalite.model.store_ops import Settle as CoreSettle
+from sodalite.model.store_ops import SettleItem as CoreSettleItem
+from sodalite.server.partition_runner import PartitionRunner, Timer
+from sodalite.server.store_worker import StoreWorker
+from sodalite.store import port
+from sodalite.store.memory import MemoryStore
+from sodalite.store.ops_mapping import to_port_op
+from sodalite.store.sqlite import SqliteStore
+
+REF = port.PartitionRef("runnerq", 0)
+DLQ = port.PartitionRef("runnerq/$deadletterqueue", 0)
+START = 1_700_000_000_000  # ms since the epoch
+LOCK = 30_000
+SETTINGS = CoreSettings(lock_duration=LOCK, owner="test-node")
+
+
+# ---- a fake clock -------------------------------------------------------------------------------------
+
+
+@dataclass
+class _FakeTimer:
+    when: int
+    callback: Callable[[], None]
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+@dataclass
+class FakeClock:
+    """Time stands still until ``advance``, which fires the timers whose time came, in time order."""
+
+    now_ms: int = START
+    timers: list[_FakeTimer] = field(default_factory=list)
+
+    def now(self) -> int:
+        return self.now_ms
+
+    def call_at(self, when: int, callback: Callable[[], None]) -> Timer:
+        timer = _FakeTimer(when, callback)
+        if when <= self.now_ms:  # already due: soon, never inside the caller
+            asyncio.get_running_loop().call_soon(lambda: None if timer.cancelled else timer.callback())
+        else:
+            self.timers.append(timer)
+        return timer
+
+    def advance(self, ms: int) -> None:
+        self.now_ms += ms
+        due = sorted((t for t in self.timers if t.when <= self.now_ms and not t.cancelled), key=lambda t: t.when)
+        self.timers = [t for t in self.timers if t.when > self.now_ms and not t.cancelled]
+        for timer in due:
+            if not timer.cancelled:
+                timer.callback()
+
+
+# ---- a thin wrapper around the real store ---------------------------------------------------------------
+
+
+class CountingStore:
+    """Delegates to ``inner``; counts applies, remembers committed appends, fails on demand."""
+
+    def __init__(self, inner: port.MessagingStore) -> None:
+        self.inner = inner
+        self.apply_calls = 0
+        self.batch_sizes: list[int] = []
+        self.committed: set[int] = set()  # sequence numbers whose Append committed
+        self.fail_next = False
+
+    def open(self) -> None:
+        self.inner.open()
+
+    def apply(self, batch: Sequence[port.StoreOp]) -> tuple[port.OpResult, ...]:
+        self.apply_calls += 1
+        self.batch_sizes.append(len(batch))
+        if self.fail_next:
+            self.fail_next = False
+            raise StoreUnavailable("injected: the transaction failed")
+        results = self.inner.apply(batch)
+        for op, result in zip(batch, results, strict=True):
+            if isinstance(op, port.Append) and isinstance(result, port.Appended):
+                self.committed.update(result.sequence_numbers)
+        return results
+
+    def peek(self, ref: port.PartitionRef, from_sequence_number: int, count: int,
+             states: frozenset[MessageState] | None = None,
+             session_id: str | None = None) -> tuple[port.StoredMessage, ...]:
+        return self.inner.peek(ref, from_sequence_number, count, states, session_id)
+
+    def fetch(self, ref: port.PartitionRef, sequence_numbers: Sequence[int]) -> tuple[port.StoredMessage, ...]:
+        return self.inner.fetch(ref, sequence_numbers)
+
+    def counts(self, ref: port.PartitionRef) -> port.PartitionCounts:
+        return self.inner.counts(ref)
+
+    def next_due(self, ref: port.PartitionRef, now: int) -> int | None:
+        return self.inner.next_due(ref, now)
+
+    def partition_meta(self, ref: port.PartitionRef) -> port.PartitionMeta:
+        return self.inner.partition_meta(ref)
+
+    def load_partition(self, ref: port.PartitionRef) -> port.PartitionSnapshot:
+        return self.inner.load_partition(ref)
+
+    def load_entities(self) -> list[port.EntityRecord]:
+        return self.inner.load_entities()
+
+    def stats(self, ref: port.PartitionRef) -> port.PartitionStats:
+        return self.inner.stats(ref)
+
+    def maintain(self) -> bool:
+        return self.inner.maintain()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+# ---- the fixture: one runner over a real store -------------------------------------------------------------
+
+
+@dataclass
+class Setup:
+    store: CountingStore
+    worker: StoreWorker
+    runner: PartitionRunner
+    clock: FakeClock
+    replies: list[Reply]
+
+    async def rows(self) -> tuple[port.StoredMessage, ...]:
+        return await self.worker.call(lambda: self.store.inner.peek(REF, 0, 1000))
+
+    def of(self, kind: type[Reply]) -> list[Reply]:
+        return [r for r in self.replies if isinstance(r, kind)]
+
+
+def _make_store(kind: str, tmp_path: pathlib.Path) -> port.MessagingStore:
+    return MemoryStore() if kind == "memory" else SqliteStore(tmp_path / "runner.db", "NORMAL")
+
+
+async def _setup(inner: port.MessagingStore, clock: FakeClock | None = None,
+                 on_reply: Callable[[Reply, CountingStore], None] | None = None,
+                 settings: CoreSettings = SETTINGS) -> Setup:
+    store = CountingStore(inner)
+    worker = StoreWorker(store, "runner-test")
+    await worker.open()
+    clock = clock or FakeClock()
+    replies: list[Reply] = []
+
+    def hear(reply: Reply) -> None:
+        if on_reply is not None:
+            on_reply(reply, store)
+        replies.append(reply)
+
+    runner = await PartitionRunner.start(REF, settings, worker, clock, hear, token_seed=7)
+    await runner.drained()
+    return Setup(store, worker, runner, clock, replies)
+
+
+async def _teardown(s: Setup) -> None:
+    await s.runner.close()
+    await s.worker.close()
+
+
+def run(kind: str, tmp_path: pathlib.Path, body: Callable[[Setup], Awaitable[None]]) -> None:
+    async def main() -> None:
+        s = await _setup(_make_store(kind, tmp_path))
+        try:
+            await body(s)
+        finally:
+            await _teardown(s)
+    asyncio.run(main())
+
+
+def draft(body: bytes, message_id: str | None = None, session: str | None = None) -> MessageDraft:
+    data_section = b"\x00Su\xa0" + bytes([len(body)]) + body
+    return MessageDraft(message_id, session, None, None, None, None, None, b"", 0, data_section)
+
+
+STORES = pytest.mark.parametrize("kind", ["memory", "sqlite"])
+
+
+# ---- tests ------------------------------------------------------------------------------------------------------
+
+
+@STORES
+def test_a_send_is_accepted_only_once_its_append_is_committed(kind: str, tmp_path: pathlib.Path) -> None:
+    seen_committed: list[bool] = []
+
+    def check(reply: Reply, store: CountingStore) -> None:
+        if isinstance(reply, SendAccepted):
+            seen_committed.append(set(reply.sequence_numbers) <= store.committed)
+
+    async def main() -> None:
+        s = await _setup(_make_store(kind, tmp_path), on_reply=check)
+        try:
+            s.runner.submit(Send((draft(b"one"), draft(b"two")), reply_to="send-1"))
+            assert s.of(SendAccepted) == []  # nothing is acknowledged before the worker committed
+            await s.runner.drained()
+            assert s.of(SendAccepted) == [SendAccepted("send-1", (1, 2))]
+            assert seen_committed == [True]
+            rows = await s.rows()
+            assert [r.record.sequence_number for r in rows] == [1, 2]
+            assert rows[0].record.tail.endswith(b"one")
+        finally:
+            await _teardown(s)
+    asyncio.run(main())
+
+
+@STORES
+def test_send_receive_complete_leaves_nothing_in_the_store(kind: str, tmp_path: pathlib.Path) -> None:
+    async def body(s: Setup) -> None:
+        s.runner.submit(Send((draft(b"hello"),), reply_to="send"))
+        await s.runner.drained()
+        s.runner.submit(Receive("consumer", 1))
+        await s.runner.drained()
+        delivered = s.of(Delivered)
+        assert len(delivered) == 1
+        d = delivered[0]
+        assert isinstance(d, Delivered) and d.lock_token is not None
+        assert d.message.sequence_number == 1 and d.message.delivery_count == 1
+        (row,) = await s.rows()
+        assert row.lock_token == d.lock_token  # the lock is in the store
+        s.runner.submit(Settle(d.lock_token, Outcome.COMPLETE, reply_to="tag-1"))
+        await s.runner.drained()
+        assert s.of(SettlementDone) == [SettlementDone("tag-1", d.lock_token, Outcome.COMPLETE)]
+        assert await s.rows() == ()
+        counts = await s.worker.call(lambda: s.store.inner.counts(REF))
+        assert counts.message_count == 0
+    run(kind, tmp_path, body)
+
+
+@STORES
+def test_sends_submitted_together_share_one_transaction(kind: str, tmp_path: pathlib.Path) -> None:
+    async def body(s: Setup) -> None:
+        before = s.store.apply_calls
+        for i in range(20):  # all in one loop turn: the worker has not run yet
+            s.runner.submit(Send((draft(f"m{i}".encode()), draft(f"n{i}".encode())), reply_to=i))
+        await s.runner.drained()
+        assert s.store.apply_calls - before == 1 < 20
+        assert s.of(SendAccepted) == [SendAccepted(i, (2 * i + 1, 2 * i + 2)) for i in range(20)]
+        rows = await s.rows()
+        assert [r.record.sequence_number for r in rows] == list(range(1, 41))
+        assert rows[5].record.tail.endswith(b"n2")
+    run(kind, tmp_path, body)
+
+
+@STORES
+def test_a_failed_group_commit_busies_every_send_and_stores_nothing(kind: str, tmp_path: pathlib.Path) -> None:
+    async def body(s: Setup) -> None:
+        s.store.fail_next = True
+        for i in range(5):
+            s.runner.submit(Send((draft(f"m{i}".encode()),), reply_to=i))
+        await s.runner.drained()
+        assert s.of(ServerBusy) == [ServerBusy(i) for i in range(5)]
+        assert s.of(SendAccepted) == []
+        assert await s.rows() == ()
+        s.runner.submit(Send((draft(b"again"),), reply_to="after"))
+        await s.runner.drained()
+        assert s.of(SendAccepted) == [SendAccepted("after", (1,))]
+        assert [r.record.tail[-5:] for r in await s.rows()] == [b"again"]
+    run(kind, tmp_path, body)
+
+
+@STORES
+def test_a_lapsed_lock_redelivers_with_delivery_count_two(kind: str, tmp_path: pathlib.Path) -> None:
+    async def body(s: Setup) -> None:
+        s.runner.submit(Send((draft(b"x"),), reply_to="send"))
+        s.runner.submit(Receive("consumer", 2))
+        await s.runner.drained()
+        first = s.of(Delivered)
+        assert len(first) == 1 and isinstance(first[0], Delivered)
+        assert first[0].message.delivery_count == 1
+        assert s.runner.next_due == START + LOCK  # the lock's end is the timer
+        s.clock.advance(LOCK - 1)
+        await s.runner.drained()
+        assert len(s.of(Delivered)) == 1  # not yet
+        s.clock.advance(1)
+        await s.runner.drained()
+        second = s.of(Delivered)[1]
+        assert isinstance(second, Delivered)
+        assert second.message.sequence_number == 1 and second.message.delivery_count == 2
+        assert second.lock_token != first[0].lock_token
+        (row,) = await s.rows()
+        assert row.record.delivery_count == 2 and row.lock_token == second.lock_token
+        # the first token no longer settles; the second does
+        assert first[0].lock_token is not None and second.lock_token is not None
+        s.runner.submit(Settle(first[0].lock_token, Outcome.COMPLETE, reply_to="stale"))
+        s.runner.submit(Settle(second.lock_token, Outcome.COMPLETE, reply_to="fresh"))
+        await s.runner.drained()
+        assert [r for r in s.replies if getattr(r, "reply_to", None) == "fresh"] == [
+            SettlementDone("fresh", second.lock_token, Outcome.COMPLETE)]
+        assert not any(isinstance(r, SettlementDone) and r.reply_to == "stale" for r in s.replies)
+        assert await s.rows() == ()
+    run(kind, tmp_path, body)
+
+
+def test_a_new_runner_on_the_same_sqlite_file_finds_the_messages(tmp_path: pathlib.Path) -> None:
+    async def main() -> None:
+        s = await _setup(SqliteStore(tmp_path / "restart.db", "NORMAL"))
+        s.runner.submit(Send(tuple(draft(f"r{i}".encode()) for i in range(3)), reply_to="send"))
+        s.runner.submit(Receive("old-consumer", 1))
+        await s.runner.drained()
+        assert s.of(SendAccepted) == [SendAccepted("send", (1, 2, 3))]
+        assert len(s.of(Delivered)) == 1  # message 1 is locked when the node goes away
+        await _teardown(s)
+
+        clock = FakeClock(START + 1)
+        t = await _setup(SqliteStore(tmp_path / "restart.db", "NORMAL"), clock)
+        try:
+            t.runner.submit(Receive("new-consumer", 3))
+            await t.runner.drained()
+            got = [r.message for r in t.of(Delivered) if isinstance(r, Delivered)]
+            assert [(m.sequence_number, m.tail[-2:], m.delivery_count) for m in got] == [(2, b"r1", 1), (3, b"r2", 1)]
+            # message 1's lock from before the restart lapses (at START + LOCK); 2 and 3 stay locked
+            clock.advance(LOCK - 1)
+            await t.runner.drained()
+            got = [r.message for r in t.of(Delivered) if isinstance(r, Delivered)]
+            assert [(m.sequence_number, m.delivery_count) for m in got[2:]] == [(1, 2)]
+            t.runner.submit(Send((draft(b"r3"),), reply_to="after"))
+            await t.runner.drained()
+            assert t.of(SendAccepted) == [SendAccepted("after", (4,))]  # numbers are never reused
+        finally:
+            await _teardown(t)
+    asyncio.run(main())
+
+
+def test_core_ops_map_to_port_ops_of_the_partition() -> None:
+    token = uuid.uuid4()
+    edit = AnnotationEdit(b"", 0, (("x-opt-custom", 5),), "Reason", "why")
+
+    def encode(e: AnnotationEdit) -> tuple[bytes, int]:
+        return b"enc:" + str(len(e.properties)).encode(), len(e.properties)
+
+    settle = to_port_op(CoreSettle(10, (CoreSettleItem(3, token, Outcome.DEAD_LETTER, edit),
+                                        CoreSettleItem(4, token, Outcome.COMPLETE))), REF, DLQ, encode)
+    assert settle == port.Settle(REF, 10, (port.SettleItem(3, token, Outcome.DEAD_LETTER, b"enc:1", 1, DLQ),
+                                           port.SettleItem(4, token, Outcome.COMPLETE)))
+    move = to_port_op(CoreMoveMessages(10, (CoreMoveItem(5),), to_dead_letter=True), REF, DLQ, encode)
+    assert move == port.MoveMessages(REF, 10, (port.MoveItem(5),), DLQ)
+    drop = to_port_op(CoreMoveMessages(10, (CoreMoveItem(5),), to_dead_letter=False), REF, DLQ, encode)
+    assert drop == port.MoveMessages(REF, 10, (port.MoveItem(5),), None)
+
+
+@STORES
+def test_dead_letter_goes_to_the_dead_letter_partition_with_modified_annotations(kind: str,
+                                                                               tmp_path: pathlib.Path) -> None:
+    async def body(s: Setup) -> None:
+        s.runner.submit(Send((draft(b"bad"), draft(b"good")), reply_to="send"))
+        s.runner.submit(Receive("consumer", 1))
+        await s.runner.drained()
+        (d,) = s.of(Delivered)
+        assert isinstance(d, Delivered) and d.lock_token is not None
+        s.runner.submit(Settle(d.lock_token, Outcome.DEAD_LETTER, reply_to="dl",
+                               properties_to_modify=(("x-opt-note", 5),), reason="Bad", description="bad body"))
+        await s.runner.drained()
+        assert s.of(SettlementDone) == [SettlementDone("dl", d.lock_token, Outcome.DEAD_LETTER)]
+        assert [r.record.tail[-4:] for r in await s.rows()] == [b"good"]
+        dead = await s.worker.call(lambda: s.store.inner.peek(DLQ, 0, 10))
+        assert [(r.record.sequence_number, r.record.tail[-3:], r.record.annotation_count) for r in dead] == [
+            (1, b"bad", 1)]
+        assert b"x-opt-note" in dead[0].record.annotations
+    run(kind, tmp_path, body)
+
+
+@STORES
+def test_a_session_receiver_gets_only_its_sessions_messages_and_its_state_is_stored(kind: str,
+                                                                                   tmp_path: pathlib.Path) -> None:
+    async def main() -> None:
+        settings = CoreSettings(lock_duration=LOCK, owner="test-node", requires_session=True)
+        s = await _setup(_make_store(kind, tmp_path), settings=settings)
+        try:
+            s.runner.submit(Send((draft(b"a1", session="a"), draft(b"b1", session="b"), draft(b"a2", session="a")),
+                                 reply_to="send"))
+            await s.runner.drained()
+            s.runner.submit(Receive("consumer", 5))  # the receiver attaches with credit, then asks for a session
+            s.runner.submit(AcceptSession("consumer", None, reply_to="accept"))
+            await s.runner.drained()
+            (accepted,) = s.of(SessionAccepted)
+            assert isinstance(accepted, SessionAccepted) and accepted.session_id == "a"
+            s.runner.submit(SetSessionState("a", b"state-a", reply_to="state"))
+            await s.runner.drained()
+            got = [r for r in s.of(Delivered) if isinstance(r, Delivered)]
+            assert [(m.message.sequence_number, m.message.session_id) for m in got] == [(1, "a"), (3, "a")]
+            assert s.of(SessionStateSet) == [SessionStateSet("state", "a")]
+            for i, d in enumerate(got):
+                assert d.lock_token is not None
+                s.runner.submit(Settle(d.lock_token, Outcome.COMPLETE, reply_to=i))
+            await s.runner.drained()
+            assert len(s.of(SettlementDone)) == 2
+            assert [(r.record.sequence_number, r.record.session_id) for r in await s.rows()] == [(2, "b")]
+            meta = await s.worker.call(lambda: s.store.inner.partition_meta(REF))
+            assert [(sid, state) for sid, state, _ in meta.session_states] == [("a", b"state-a")]
+        finally:
+            await _teardown(s)
+    asyncio.run(main())
