@@ -327,6 +327,28 @@ def test_claim_by_sequence_numbers_takes_deferred_messages(store: MessagingStore
     assert store.counts(Q).deferred == 4
 
 
+def test_a_scheduled_message_is_claimed_by_number_and_completed_to_cancel_it(store: MessagingStore) -> None:
+    scheduled, active = append(store, msg(state=MessageState.SCHEDULED, scheduled_enqueue_time=T0 + 60_000),
+                               msg())
+    before = store.counts(Q)
+    assert (before.scheduled, before.active) == (1, 1)
+    untouched = stored(store, active)
+    # a SCHEDULED claim naming the active message takes nothing: a cancel never removes an active one
+    assert claim(store, T0, tok(1), sequence_numbers=(active,), state=MessageState.SCHEDULED) == ()
+    (got,) = claim(store, T0, tok(2), tok(3), sequence_numbers=(scheduled, active), state=MessageState.SCHEDULED)
+    assert (got.record.sequence_number, got.record.state, got.lock_token) == (
+        scheduled, MessageState.SCHEDULED, tok(2))
+    assert settle(store, T0 + 1, SettleItem(scheduled, tok(2), Outcome.COMPLETE)) == (True,)
+    assert stored(store, scheduled) is None
+    after = store.counts(Q)
+    assert (after.scheduled, after.active) == (0, 1)
+    assert after.size_in_bytes == before.size_in_bytes - msg().size
+    assert stored(store, active) == untouched
+    assert store.next_due(Q, T0 + 1) is None  # its scheduled time no longer counts
+    with pytest.raises(ValueError, match="by sequence number"):
+        Claim(Q, T0, T0 + 1, OWNER, toks(4), state=MessageState.SCHEDULED)
+
+
 # -- settle ----------------------------------------------------------------------------------------
 
 
@@ -811,7 +833,7 @@ APPEND = st.tuples(st.just("append"), st.sampled_from((Q, Q, Q, DLQ)), st.lists(
     min_size=1, max_size=4))
 HOLD = st.sampled_from([1, 30, 100, 200, 1000])
 CLAIM = st.tuples(st.just("claim"), st.integers(1, 5), HOLD, MAYBE_SESSION,
-                  st.sampled_from([False, False, False, True]),
+                  st.sampled_from([MessageState.ACTIVE] * 3 + [MessageState.DEFERRED, MessageState.SCHEDULED]),
                   st.sampled_from([None, None, None, (2, 4), (1, 3, 5, 7), (11, 12)]))
 SETTLE = st.tuples(st.just("settle"), st.lists(st.tuples(
     PICK, st.sampled_from([True] * 5 + [False]), st.sampled_from(list(Outcome)),
@@ -891,8 +913,9 @@ class Differential:
                     annotations=annotations, delivery_count=count)
                 for sid, state, ttl, delay, annotations, count in items)))
         elif kind == "claim":
-            n, hold, session, deferred, numbers = args
-            state = MessageState.DEFERRED if deferred else MessageState.ACTIVE
+            n, hold, session, state, numbers = args
+            if state == MessageState.SCHEDULED and numbers is None:  # scheduled: by number only (cancel)
+                state = MessageState.ACTIVE
             self.both(Claim(Q, self.now, self.now + hold, OWNER, self.tokens(n), session,
                             None if numbers is None else tuple(numbers), state))
         elif kind == "settle":
@@ -980,10 +1003,10 @@ def test_durable_adapters_match_the_memory_reference(adapter: str, request: pyte
 # One fixed tour through the same comparison that makes every kind of operation take effect.
 TOUR: list[tuple[Any, ...]] = [
     ("append", Q, [(None, MessageState.ACTIVE, None, 0, b"x", 0)]),
-    ("claim", 3, 100, None, False, None),
+    ("claim", 3, 100, None, MessageState.ACTIVE, None),
     ("renew", [(0, True), (2, True)], 200),
     ("settle", [(0, True, Outcome.DEAD_LETTER, b"why"), (2, True, Outcome.DEFER, None)]),
-    ("claim", 2, 100, None, True, (2, 4)),
+    ("claim", 2, 100, None, MessageState.DEFERRED, (2, 4)),
     ("settle", [(0, True, Outcome.RELEASE, None), (1, True, Outcome.COMPLETE, None)]),
     ("claim_session", None, 100),
     ("session_lock", 0, True, False, 300),

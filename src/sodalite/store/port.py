@@ -194,8 +194,12 @@ class Claim:
     those rows (deferred receive by number): missing, locked, expired or other-state ones are
     skipped, not errors. The i-th taken row gets ``tokens[i]``, ``locked_until``,
     ``lock_owner = owner`` and ``delivery_count + 1`` (a lapsed lock is taken over, and its count
-    already counted the lapsed delivery). ``state`` must be ACTIVE or DEFERRED: scheduled messages
-    are never claimed (see :class:`Activate`). Result: :class:`Claimed`.
+    already counted the lapsed delivery). ``state`` is ACTIVE, DEFERRED, or SCHEDULED together
+    with ``sequence_numbers``: a claim of scheduled messages by number, which a cancel of scheduled
+    messages follows with a :class:`Settle` COMPLETE (only a SCHEDULED row can be taken that way,
+    so a cancel never removes an active message; the row leaves the scheduled count). Scheduled
+    messages are never claimed for delivery: a SCHEDULED claim without numbers is refused
+    (ValueError); due ones become ACTIVE through :class:`Activate`. Result: :class:`Claimed`.
     """
 
     ref: PartitionRef
@@ -208,8 +212,9 @@ class Claim:
     state: MessageState = MessageState.ACTIVE
 
     def __post_init__(self) -> None:
-        if self.state == MessageState.SCHEDULED:
-            raise ValueError("Claim: scheduled messages are never claimed; activate them first")
+        if self.state == MessageState.SCHEDULED and self.sequence_numbers is None:
+            raise ValueError("Claim: scheduled messages are claimed only by sequence number (to cancel "
+                             "them); activate due ones instead")
 
 
 @dataclass(frozen=True, slots=True)

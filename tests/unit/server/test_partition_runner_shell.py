@@ -10,7 +10,7 @@ import asyncio
 import pathlib
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -19,10 +19,13 @@ from sodalite.model.message import MessageState
 from sodalite.model.partition import MessageDraft
 from sodalite.model.partition_core import (
     AcceptSession,
+    CancelScheduled,
     CoreSettings,
     Delivered,
     Receive,
     Reply,
+    Schedule,
+    ScheduledCancelled,
     Send,
     SendAccepted,
     ServerBusy,
@@ -263,6 +266,35 @@ def test_send_receive_complete_leaves_nothing_in_the_store(kind: str, tmp_path: 
         assert await s.rows() == ()
         counts = await s.worker.call(lambda: s.store.inner.counts(REF))
         assert counts.message_count == 0
+    run(kind, tmp_path, body)
+
+
+@STORES
+def test_a_cancelled_scheduled_message_leaves_the_store(kind: str, tmp_path: pathlib.Path) -> None:
+    async def body(s: Setup) -> None:
+        later = replace(draft(b"later"), scheduled_enqueue_time=START + 60_000)
+        s.runner.submit(Schedule((later,), reply_to="schedule"))
+        s.runner.submit(Send((draft(b"now"),), reply_to="send"))
+        await s.runner.drained()
+        assert s.of(SendAccepted) == [SendAccepted("schedule", (1,)), SendAccepted("send", (2,))]
+        assert [(r.record.sequence_number, r.record.state) for r in await s.rows()] == [
+            (1, MessageState.SCHEDULED), (2, MessageState.ACTIVE)]
+        # naming the active message too: a cancel takes only scheduled rows
+        s.runner.submit(CancelScheduled((1, 2), reply_to="cancel"))
+        await s.runner.drained()
+        assert s.of(ScheduledCancelled) == [ScheduledCancelled("cancel", (1,))]
+        assert s.of(ServerBusy) == []
+        (row,) = await s.rows()
+        assert (row.record.sequence_number, row.record.state, row.lock_token) == (2, MessageState.ACTIVE, None)
+        counts = await s.worker.call(lambda: s.store.inner.counts(REF))
+        assert (counts.scheduled, counts.active) == (0, 1)
+        # cancelling it again finds nothing; the time it was due passes without a delivery
+        s.runner.submit(CancelScheduled((1,), reply_to="again"))
+        await s.runner.drained()
+        assert s.of(ScheduledCancelled)[-1] == ScheduledCancelled("again", ())
+        s.clock.advance(120_000)
+        await s.runner.drained()
+        assert [r.record.sequence_number for r in await s.rows()] == [2]
     run(kind, tmp_path, body)
 
 
