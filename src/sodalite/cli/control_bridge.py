@@ -35,8 +35,9 @@ from sodalite.model.message import MessageState
 from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED
 from sodalite.server import moves, wire
 from sodalite.server.broker import Broker
+from sodalite.server.core_actor import CoreActor
 from sodalite.server.partition_actor import SubQueue
-from sodalite.server.partitioned_actor import each
+from sodalite.server.partitioned_actor import each, v1_only
 from sodalite.server.registry import QUEUE, SUBSCRIPTION, TOPIC, Entity
 
 _SUB_QUEUES: dict[SubQueueName, tuple[SubQueue, frozenset[MessageState] | None]] = {
@@ -122,7 +123,8 @@ class BrokerControl:
                 totals: tuple[dict[str, int], dict[str, int]] | None = None) -> EntityRecord:
         partitions = each(entity.actor)
         counts = entity.actor.counts()
-        deferred = sum(p.partition.count(MessageState.DEFERRED) for p in partitions)
+        deferred = sum(p.deferred_count() if isinstance(p, CoreActor) else p.partition.count(MessageState.DEFERRED)
+                       for p in partitions)
         size = entity.actor.size_in_bytes()
         scheduled = counts["scheduled"]
         figures = None
@@ -209,8 +211,9 @@ class BrokerControl:
         found: list[MessageRecord] = []
         start = from_sequence_number
         page = max(count, 100)
+        actor = v1_only(entity.actor, "browsing messages in the console")
         while len(found) < count:
-            batch = entity.actor.peek(queue, start, page)
+            batch = actor.peek(queue, start, page)
             if not batch:
                 break
             found += [shown_message(r, sub) for r in batch if states is None or r.state in states][: count - len(found)]

@@ -57,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--store", default=None, metavar="postgresql://...",
                        help="keep the default messaging store in this PostgreSQL database instead of the data "
                             "directory's SQLite file (docs/postgresql.md)")
+    serve.add_argument("--core", choices=("v1", "v2"), default="v1",
+                       help="v2: run plain queues (not partitioned, not forwarding) on the partition core and store "
+                            "port v2, which keep no messages in memory (being built; README)")
     serve.add_argument("--node-id", default=None,
                        help="this node's name, recorded in the log and in PostgreSQL's application_name "
                             "(default: host name and AMQP port); several nodes on one database are not built yet")
@@ -278,7 +281,8 @@ def _print_amqps(args: argparse.Namespace, broker: Broker, cert: Path) -> None:
 
 async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
     node_id = args.node_id or default_node_id(args.port)
-    broker = build_broker(namespace, args.data_dir, synchronous=args.sync, store_url=args.store, node_id=node_id)
+    broker = build_broker(namespace, args.data_dir, synchronous=args.sync, store_url=args.store, node_id=node_id,
+                          core=args.core)
     broker.limits = ConnectionLimits(args.handshake_timeout, args.max_connections,
                                      args.max_sessions_per_connection, args.max_links_per_connection)
     asyncio.get_running_loop().set_exception_handler(AcceptFailureLog())

@@ -46,7 +46,7 @@ def _one(configured: MessagingStoreConfig, data_dir: Path, synchronous: str, nod
 
 
 def build_broker(namespace: NamespaceConfig, data_dir: Path, *, synchronous: str = "FULL",
-                 store_url: str | None = None, node_id: str = "") -> Broker:
+                 store_url: str | None = None, node_id: str = "", core: str = "v1") -> Broker:
     """A broker on its messaging stores: the default one, then the namespace's in order."""
     data_dir.mkdir(parents=True, exist_ok=True)
     if store_url is not None:
@@ -61,7 +61,7 @@ def build_broker(namespace: NamespaceConfig, data_dir: Path, *, synchronous: str
     else:
         default = SqliteStore(data_dir / "messages.db", synchronous=synchronous)
     more = [(c.name, _one(c, data_dir, synchronous, node_id)) for c in namespace.messaging_stores]
-    broker = Broker(namespace, default, more_stores=more)
+    broker = Broker(namespace, default, more_stores=more, core=core, node_id=node_id or "node")
     for worker, configured in zip(broker.workers[1:], namespace.messaging_stores, strict=True):
         worker.offline = configured.offline  # starts out of service: its partitions wait for it
     return broker

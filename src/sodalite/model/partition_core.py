@@ -284,9 +284,18 @@ class WindowRead:
     rows: tuple[StoredMessage, ...] | None
 
 
+@dataclass(frozen=True, slots=True)
+class Arrived:
+    """``count`` ready messages were stored in this partition by someone else (a move into the
+    dead-letter queue decided by the entity's own core, another node's send): read the window from
+    the cursor again. ``Arrived(0)`` just asks for that read (the store came back)."""
+
+    count: int
+
+
 Command = (Send | Schedule | CancelScheduled | Receive | CloseConsumer | Settle | RenewLock | Touch | Tick
            | StoreResults | StoreFailed | StoreAvailable | StoreUnavailable | WindowRead | AcceptSession
-           | RenewSessionLock | GetSessionState | SetSessionState)
+           | RenewSessionLock | GetSessionState | SetSessionState | Arrived)
 
 
 # ---- replies and effects ----------------------------------------------------------------------------
@@ -716,6 +725,10 @@ def decide(view: View, command: Command, now: int) -> Decision:
             view.available = True
         case StoreUnavailable():
             view.available = False
+        case Arrived():
+            view.counts.active += max(command.count, 0)
+            view.at_tail = False
+            view.sessions_maybe_ready = True
         case Tick():
             pass
         case _:

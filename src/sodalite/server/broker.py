@@ -49,6 +49,7 @@ from sodalite.model.entities import (
 from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDraft
 from sodalite.server.addresses import entity_path
 from sodalite.server.connection_handler import BrokerConnection
+from sodalite.server.core_actor import CoreActor
 from sodalite.server.fanout import CompiledRule, copies_for
 from sodalite.server.limits import ConnectionLimits
 from sodalite.server.listener import ProtocolFactory, SniffingListener
@@ -62,7 +63,7 @@ from sodalite.server.partition_actor import (
     all_of,
     wall_clock_ms,
 )
-from sodalite.server.partitioned_actor import PartitionedActor, at_index, each, partition_index
+from sodalite.server.partitioned_actor import PartitionedActor, at_index, each, partition_index, v1_only
 from sodalite.server.registry import QUEUE, SUBSCRIPTION, TOPIC, Entity, Route, named_subscription_path
 from sodalite.server.store_worker import StoreWorker
 from sodalite.store.port import DeleteEntity, EntityRecord, MessagingStore, PartitionRef, PutEntity
@@ -78,6 +79,23 @@ ENTITY_TIMES_PATH, ENTITY_TIMES_KIND = "$entitytimes", "entity-times"
 DEFAULT_STORE = "default"  # the store in the data directory, which also keeps the entity records
 PREMIUM_PARTITIONED_MESSAGE_SIZE = 1024 * 1024  # partitioned entities of a Premium-like namespace (seed)
 
+def _forwards(properties: Any) -> bool:
+    return bool(getattr(properties, "forward_to", None) or getattr(properties, "forward_dead_lettered_messages_to", None))
+
+
+def _forwarding_targets(records: Sequence[EntityRecord]) -> set[str]:
+    """The lower-cased paths that some stored entity forwards into (ForwardTo, or its dead letters)."""
+    targets: set[str] = set()
+    for record in records:
+        properties = record.properties.get("Properties", record.properties) if record.kind == SUBSCRIPTION \
+            else record.properties
+        for key in ("ForwardTo", "ForwardDeadLetteredMessagesTo"):
+            value = properties.get(key) if isinstance(properties, dict) else None
+            if isinstance(value, str) and value:
+                targets.add(entity_path(value).lower())
+    return targets
+
+
 def _ms(value: timedelta) -> int | None:
     return None if value >= TIMESPAN_MAX else int(value.total_seconds() * 1000)
 
@@ -86,9 +104,14 @@ class Broker:
     def __init__(self, namespace: NamespaceConfig, store: MessagingStore, *, max_frame_size: int = 262144,
                  idle_timeout_ms: int | None = 120_000, silence_heartbeat_s: float | None = 3.0,
                  clock: Clock = wall_clock_ms,
-                 more_stores: Sequence[tuple[str, MessagingStore]] = ()) -> None:
+                 more_stores: Sequence[tuple[str, MessagingStore]] = (), core: str = "v1",
+                 node_id: str = "node") -> None:
         self.namespace = namespace
         self.clock = clock
+        # "v2": plain queues run on the partition core and store port v2 (server/core_actor.py).
+        self.core = core
+        self.node_id = node_id
+        self._forwarded_into: set[str] = set()  # lower-cased paths some entity forwards into (they stay v1)
         # The messaging stores, each served by its own thread. The first also keeps the entity records.
         self.workers = [StoreWorker(store, DEFAULT_STORE), *(StoreWorker(s, name) for name, s in more_stores)]
         self.worker = self.workers[0]
@@ -264,6 +287,7 @@ class Broker:
         configured.append(self._times_record())
         await self.worker.apply(configured)
         records = await self.worker.call(self.worker.store.load_entities)
+        self._forwarded_into = _forwarding_targets(records)
         for kind in (QUEUE, TOPIC, SUBSCRIPTION):  # a subscription needs its topic loaded first
             for record in records:
                 if record.kind == kind:
@@ -327,6 +351,12 @@ class Broker:
             settings = replace(settings, max_message_size=max_bytes)
         return settings, max_bytes
 
+    def _on_core(self, path: str, kind: str, properties: Any, partitioned: bool) -> bool:
+        """Whether an entity runs on the version-2 core: with ``--core v2``, queues that are not
+        partitioned and do not forward (what the core does not do yet stays on version 1)."""
+        return (self.core == "v2" and kind == QUEUE and not partitioned and not _forwards(properties)
+                and path not in self._forwarded_into)
+
     async def _load(self, record: EntityRecord) -> None:
         path = record.path.lower()
         try:
@@ -352,8 +382,10 @@ class Broker:
         partitioned = (topic.partitioned if topic is not None
                        else bool(getattr(properties, "enable_partitioning", False)))
         settings, max_message_size = self._settings(properties, partitioned)
-        actor: PartitionActor | PartitionedActor
-        if partitioned:
+        actor: PartitionActor | PartitionedActor | CoreActor
+        if self._on_core(path, record.kind, properties, partitioned):
+            actor = CoreActor(PartitionRef(path, 0), settings, self._home_store(path), node_id=self.node_id)
+        elif partitioned:
             count = self.namespace.partition_count
             actor = PartitionedActor([
                 PartitionActor(PartitionRef(path, i), settings, self.workers[i % len(self.workers)], clock=self.clock)
@@ -373,7 +405,8 @@ class Broker:
         if topic is not None:
             topic.subscriptions[path] = entity
         if record.kind == TOPIC:
-            for partition in each(actor):
+            for partition in each(v1_only(actor, "a topic")):
+                assert isinstance(partition, PartitionActor)
                 index = partition.ref.partition if partitioned else None
                 partition.on_activated = lambda drafts, i=index: self._fan_out(entity, drafts, hops=0, index=i)
 
@@ -385,7 +418,9 @@ class Broker:
                 group = partition.deduplicate([drafts[i] for i in indexes])
                 futures.append(partition.fan_out(self._fan_out(topic, group, hops=0, index=partition.ref.partition)))
             return all_of(futures)
-        return topic.actor.fan_out(self._fan_out(topic, topic.actor.deduplicate(drafts), hops=0))
+        actor = v1_only(topic.actor, "a topic")
+        assert isinstance(actor, PartitionActor)
+        return actor.fan_out(self._fan_out(topic, actor.deduplicate(drafts), hops=0))
 
     def fan_out_targets(self, topic: Entity, drafts: list[MessageDraft], index: int | None) -> list[FanOut]:
         """Every subscription's copies of ``drafts`` (rules applied, forwarding followed) as a send to
@@ -513,6 +548,8 @@ class Broker:
         changed = [name for name in fixed if getattr(properties, name) != getattr(entity.properties, name)]
         if changed:
             raise InvalidOperation(f"{', '.join(changed)} cannot be changed on an existing queue")
+        if isinstance(entity.actor, CoreActor) and _forwards(properties):
+            v1_only(entity.actor, "auto-forwarding")
         await self.worker.apply([PutEntity(EntityRecord(entity.name, QUEUE, properties.to_json())),
                                  self._touched(entity.name)])
         settings, max_message_size = self._settings(properties, entity.partitioned)
@@ -522,8 +559,12 @@ class Broker:
 
     def _check_forward_targets(self, properties: QueueProperties | SubscriptionProperties) -> None:
         for target in (properties.forward_to, properties.forward_dead_lettered_messages_to):
-            if target and self.entity(entity_path(target)) is None:
+            if not target:
+                continue
+            found = self.entity(entity_path(target))
+            if found is None:
                 raise EntityNotFound(f"the forwarding target '{target}' does not exist")
+            v1_only(found.actor, "auto-forwarding into it")
 
     async def create_topic(self, name: str, properties: TopicProperties) -> Entity:
         """Create and store a topic at runtime (the management API's PUT)."""
@@ -648,6 +689,10 @@ class Broker:
         worker.offline = not online
         log.warning("messaging store %s is now %s", worker.name, "online" if online else "offline")
         if online:
+            for entity in self.entities.values():
+                for partition in each(entity.actor):
+                    if partition.worker is worker and isinstance(partition, CoreActor):
+                        partition.resume()
             return
         for entity in self.entities.values():
             for partition in each(entity.actor):

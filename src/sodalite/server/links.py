@@ -38,6 +38,7 @@ from sodalite.server.partition_actor import SubQueue
 from sodalite.server.registry import TOPIC, Entity
 
 if TYPE_CHECKING:
+    from sodalite.server.core_actor import CoreActor
     from sodalite.server.partition_actor import PartitionActor
     from sodalite.server.partitioned_actor import PartitionedActor
 
@@ -145,7 +146,7 @@ class LinkConsumer(Endpoint):
 
     __slots__ = ("actor", "connection", "link", "peek_lock", "reserved", "session_id", "sub_queue")
 
-    def __init__(self, connection: ConnectionPort, link: Link, actor: PartitionActor | PartitionedActor,
+    def __init__(self, connection: ConnectionPort, link: Link, actor: PartitionActor | PartitionedActor | CoreActor,
                  sub_queue: SubQueue, peek_lock: bool) -> None:
         self.connection = connection
         self.link = link

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Union
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -25,6 +25,9 @@ from sodalite.server.store_worker import StoreWorker
 
 if TYPE_CHECKING:
     from sodalite.server.broker import Broker
+    from sodalite.server.core_actor import CoreActor
+
+AnyActor = Union["PartitionActor", "PartitionedActor", "CoreActor"]
 
 # How a sub-queue is spelled in an entity label: the SDK's path suffixes (sdk-wire-contract.md 1.2).
 SUB_QUEUE_SUFFIX = {
@@ -65,7 +68,7 @@ class BrokerMetrics:
         """The Prometheus text exposition of every metric."""
         return generate_latest(self.registry)
 
-    def entity_label(self, actor: PartitionActor | PartitionedActor, sub_queue: SubQueue = SubQueue.MAIN) -> str:
+    def entity_label(self, actor: AnyActor, sub_queue: SubQueue = SubQueue.MAIN) -> str:
         entity = self.broker.entity(actor.ref.entity)
         name = entity.name if entity is not None else actor.ref.entity
         return name + SUB_QUEUE_SUFFIX[sub_queue]
@@ -80,14 +83,14 @@ class BrokerMetrics:
         sent.add_done_callback(lambda f: None if f.cancelled() or f.exception() is not None
                                else self.messages_in.labels(entity).inc(messages))
 
-    def count_out(self, settled: asyncio.Future[None], actor: PartitionActor | PartitionedActor, sub_queue: SubQueue,
+    def count_out(self, settled: asyncio.Future[None], actor: AnyActor, sub_queue: SubQueue,
                   messages: int = 1) -> None:
         """Count messages removed by a receiver once the removal (``settled``) has committed."""
         label = self.entity_label(actor, sub_queue)
         settled.add_done_callback(lambda f: None if f.cancelled() or f.exception() is not None
                                   else self.messages_out.labels(label).inc(messages))
 
-    def delivered(self, actor: PartitionActor | PartitionedActor, sub_queue: SubQueue, removed: bool) -> None:
+    def delivered(self, actor: AnyActor, sub_queue: SubQueue, removed: bool) -> None:
         """A transfer to a receiver; ``removed`` when it was received in ReceiveAndDelete (already committed)."""
         label = self.entity_label(actor, sub_queue)
         self.deliveries.labels(label).inc()

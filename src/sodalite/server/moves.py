@@ -47,7 +47,7 @@ from sodalite.model.partition import MessageDraft
 from sodalite.server import wire
 from sodalite.server.fanout import message_view
 from sodalite.server.partition_actor import FanOut, PartitionActor, SubQueue, fan_out_ops
-from sodalite.server.partitioned_actor import PartitionedActor, each, partition_of_sequence_number
+from sodalite.server.partitioned_actor import PartitionedActor, each, partition_of_sequence_number, v1_only
 from sodalite.server.registry import TOPIC, Entity
 from sodalite.store.port import AppendMessages, DeleteMessages, StoreOp
 
@@ -118,7 +118,8 @@ def select(entity: Entity, sub: SubQueue, states: frozenset[MessageState] | None
     their properties, when given), in order. A filter that does not parse raises FilterSyntaxError."""
     compiled = compile_filter(SqlFilter(sql_filter)) if sql_filter else None
     numbers: list[int] = []
-    for partition in each(entity.actor):
+    for partition in each(v1_only(entity.actor, "selecting messages")):
+        assert isinstance(partition, PartitionActor)
         messages = partition.queues[sub].messages
         for seq in sorted(messages):
             record = messages[seq]
@@ -141,9 +142,10 @@ def _check_target(target: Entity, records: Sequence[MessageRecord]) -> None:
 
 
 def _route_drafts(target: Entity, drafts: list[MessageDraft]) -> list[tuple[PartitionActor, list[int]]]:
-    if isinstance(target.actor, PartitionedActor):
-        return target.actor.route(drafts)
-    return [(target.actor, list(range(len(drafts))))]
+    actor = v1_only(target.actor, "moving messages into it")
+    if isinstance(actor, PartitionedActor):
+        return actor.route(drafts)
+    return [(actor, list(range(len(drafts))))]
 
 
 async def move(source: Entity, sub: SubQueue, sequence_numbers: Sequence[int], target: Entity, *,
@@ -154,7 +156,7 @@ async def move(source: Entity, sub: SubQueue, sequence_numbers: Sequence[int], t
     docstring for what is kept and how. A topic needs ``fan_out``, the broker's plan of a send's copies."""
     if target.kind == TOPIC and fan_out is None:
         raise InvalidOperation(f"'{target.name}' is a topic, and this move has no way to fan out into it")
-    groups = _by_partition(source.actor, sequence_numbers)
+    groups = _by_partition(v1_only(source.actor, "moving messages"), sequence_numbers)
     for partition, numbers in groups:  # refuse up front what the target could never take
         messages = partition.queues[sub].messages
         _check_target(target, [messages[n] for n in numbers if n in messages])
@@ -275,7 +277,7 @@ async def purge(entity: Entity, sub: SubQueue, states: frozenset[MessageState] |
     """Delete the sub-queue's unlocked messages (those in ``states``, or named, when given)."""
     numbers = list(sequence_numbers) if sequence_numbers is not None else select(entity, sub, states)
     deleted = 0
-    for partition, group in _by_partition(entity.actor, numbers):
+    for partition, group in _by_partition(v1_only(entity.actor, "purging"), numbers):
         for start in range(0, len(group), chunk):
             taken = partition.take_for_move(sub, group[start : start + chunk], states)
             if taken:

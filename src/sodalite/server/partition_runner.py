@@ -72,7 +72,17 @@ from sodalite.model.partition_core import (
 from sodalite.server import wire
 from sodalite.server.store_worker import StoreWorker
 from sodalite.store.ops_mapping import EditEncoder, to_port_op
-from sodalite.store.port import OpResult, PartitionRef, Purged, StoreOp
+from sodalite.store.port import (
+    Moved,
+    MoveMessages,
+    OpResult,
+    Outcome,
+    PartitionRef,
+    Purged,
+    Settle,
+    Settled,
+    StoreOp,
+)
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +164,11 @@ class PartitionRunner:
         self._timer: Timer | None = None
         self._timer_at: int | None = None
         self._closed = False
+        # Told after a commit that moved rows into another partition (dead-lettering): (target, count).
+        self.on_moved: Callable[[PartitionRef, int], None] | None = None
+        self.size_in_bytes = 0  # the partition's bytes as the store last counted them (refreshed after commits)
+        self._size_read_at = 0.0
+        self._size_task: asyncio.Task[None] | None = None
         self._task = asyncio.get_running_loop().create_task(self._work(), name=f"partition-runner {ref}")
 
     @classmethod
@@ -168,8 +183,14 @@ class PartitionRunner:
                         last_sequence_number=counts.last_sequence_number,
                         duplicate_history=meta.duplicate_history, session_states=meta.session_states)
         runner = cls(ref, view, worker, clock, on_reply, dead_letter=dead_letter, max_group=max_group)
+        runner.size_in_bytes = counts.size_in_bytes
         runner.submit(Tick())  # anything already due (lapsed locks, activations, a first read)
         return runner
+
+    @property
+    def view(self) -> View:
+        """The core's view, to read (counts, session states); only ``decide`` changes it."""
+        return self._view
 
     @property
     def next_due(self) -> int | None:
@@ -271,6 +292,44 @@ class PartitionRunner:
         for batch in group:
             self._answer(StoreResults(batch.batch_id, results[at:at + len(batch.ops)]))
             at += len(batch.ops)
+        self._report_moves(ops, results)
+        self._refresh_size()
+
+    def _report_moves(self, ops: list[StoreOp], results: tuple[core_ops.OpResult, ...]) -> None:
+        if self.on_moved is None:
+            return
+        moved: dict[PartitionRef, int] = {}
+        for op, result in zip(ops, results, strict=True):
+            if isinstance(op, Settle) and isinstance(result, Settled):
+                for item, applied in zip(op.items, result.applied, strict=True):
+                    if applied and item.outcome is Outcome.DEAD_LETTER and item.dead_letter_to is not None:
+                        moved[item.dead_letter_to] = moved.get(item.dead_letter_to, 0) + 1
+            elif (isinstance(op, MoveMessages) and op.target is not None and isinstance(result, Moved)
+                  and result.sequence_numbers):
+                moved[op.target] = moved.get(op.target, 0) + len(result.sequence_numbers)
+        for target, count in moved.items():
+            try:
+                self.on_moved(target, count)
+            except Exception:
+                log.exception("partition %s: reporting a move to %s raised", self.ref, target)
+
+    def _refresh_size(self) -> None:
+        """Read the partition's byte count again, at most every 200 ms (quotas and runtime info)."""
+        now = time.monotonic()
+        if self._size_task is not None or now - self._size_read_at < 0.2 or self._closed:
+            return
+        self._size_read_at = now
+        self._size_task = asyncio.get_running_loop().create_task(self._read_size())
+
+    async def _read_size(self) -> None:
+        ref, worker = self.ref, self._worker
+        try:
+            counts = await worker.call(lambda: worker.store.counts(ref))
+            self.size_in_bytes = counts.size_in_bytes
+        except Exception as error:  # a missed refresh is harmless: the next commit tries again
+            log.debug("partition %s: counting bytes failed: %s", self.ref, error)
+        finally:
+            self._size_task = None
 
     def _answer(self, command: Command) -> None:
         if self._closed:

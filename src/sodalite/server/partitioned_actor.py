@@ -22,13 +22,16 @@ import asyncio
 import uuid
 import zlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sodalite.errors import InvalidOperation, MessageLockLost, SodaliteError, StoreUnavailable
+from sodalite.errors import InvalidOperation, MessageLockLost, NotImplementedOperation, SodaliteError, StoreUnavailable
 from sodalite.model.message import MessageRecord
 from sodalite.model.partition import Lock, MessageDraft
 from sodalite.server.partition_actor import PARTITION_SHIFT, Consumer, EntitySettings, PartitionActor, SubQueue, all_of
 from sodalite.store.port import PartitionRef
+
+if TYPE_CHECKING:
+    from sodalite.server.core_actor import CoreActor
 
 
 def partition_index(key: str, count: int) -> int:
@@ -345,15 +348,26 @@ class PartitionedActor:
         return sorted({s for p in self.partitions if p.available for s in p.list_sessions(updated_after)})
 
 
-def each(actor: PartitionActor | PartitionedActor) -> list[PartitionActor]:
+def v1_only(actor: PartitionActor | PartitionedActor | CoreActor, what: str) -> PartitionActor | PartitionedActor:
+    """``actor`` when it runs on the version-1 path; a queue on the version-2 core does not do
+    ``what`` yet, and says so (amqp:not-implemented) instead of pretending."""
+    if isinstance(actor, PartitionActor | PartitionedActor):
+        return actor
+    raise NotImplementedOperation(f"{what} is not available on a queue run by the version-2 core yet "
+                                  "(serve with --core v1)")
+
+
+def each(actor: PartitionActor | PartitionedActor | CoreActor) -> list[PartitionActor | CoreActor]:
     """The partition actors behind an entity's actor."""
-    return actor.partitions if isinstance(actor, PartitionedActor) else [actor]
+    return list(actor.partitions) if isinstance(actor, PartitionedActor) else [actor]
 
 
-def at_index(actor: PartitionActor | PartitionedActor, index: int | None,
+def at_index(any_actor: PartitionActor | PartitionedActor | CoreActor, index: int | None,
              pick: Callable[[PartitionedActor], PartitionActor] | None = None) -> PartitionActor:
     """The partition ``index`` of a partitioned actor (modulo its count), or ``pick``'s choice when
-    there is no index; a non-partitioned actor is its own single partition."""
+    there is no index; a non-partitioned actor is its own single partition. A queue on the
+    version-2 core takes no forwarded or fanned-out copies yet (NotImplementedOperation)."""
+    actor = v1_only(any_actor, "auto-forwarding into it")
     if not isinstance(actor, PartitionedActor):
         return actor
     if index is not None:

@@ -65,7 +65,7 @@ from sodalite.server.amqp_errors import client_error
 from sodalite.server.endpoint import ConnectionPort, Endpoint
 from sodalite.server.messages import decode_request
 from sodalite.server.partition_actor import FanOut, PartitionActor, SubQueue
-from sodalite.server.partitioned_actor import each, partition_key
+from sodalite.server.partitioned_actor import each, partition_key, v1_only
 from sodalite.server.registry import TOPIC, Entity
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ Command = Callable[[], object]
 
 def target_actor(entity: Entity, draft: MessageDraft) -> PartitionActor:
     """The partition actor a transactional message sent to ``entity`` (after ForwardTo) goes to."""
-    actor = entity.actor
+    actor = v1_only(entity.actor, "a transaction")
     if isinstance(actor, PartitionActor):
         return actor
     return actor.route([draft])[0][0]
@@ -95,7 +95,8 @@ def target_actor(entity: Entity, draft: MessageDraft) -> PartitionActor:
 
 def lock_holder(actor: Any, token: uuid.UUID) -> PartitionActor:
     """The partition actor holding ``token``, among those behind a receiver link's actor."""
-    for partition in each(actor):
+    for partition in each(v1_only(actor, "a transaction")):
+        assert isinstance(partition, PartitionActor)
         if any(token in queue.locks for queue in partition.queues.values()):
             return partition
     raise MessageLockLost("the lock token is unknown or the lock was lost")

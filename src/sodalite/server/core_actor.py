@@ -1,0 +1,511 @@
+"""A queue run on the partition core and the store port v2 (``sodalite serve --core v2``).
+
+Theory of operation (storage-and-scale.md sections 1-3). The store holds every message and every
+lock; the pure core (``model/partition_core.py``) decides; one :class:`PartitionRunner` per
+sub-queue (the queue, its dead-letter queue, its transfer dead-letter queue) carries out the core's
+store batches in order on the store's worker thread, group-committing batches queued back to back,
+and arms the core's timers. This class is only the adapter between the broker's endpoints and the
+runners: it turns calls from links and ``$management`` into core commands, keyed by a request
+number, and the core's replies back into the futures and deliveries the endpoints wait for. A reply
+that says something happened comes only after its batch committed (the core's rule), so a send is
+acknowledged, a settlement echoed and a renewal answered once it is durable.
+
+Credit: a receiver link's credit is handed to the core as ``Receive`` commands (the difference
+between the link's credit and what the core was given). A delivery the link can no longer take (its
+credit was lowered, or it detached) is released back at once, which gives the delivery count back.
+A drain is answered once the runner's effects are done: whatever was ready was delivered by then.
+
+Moves between sub-queues (dead-lettering) are one store transaction of the source runner; the
+runner reports them (``on_moved``) and the target runner is told ``Arrived``, so it reads them.
+
+What this actor does not do yet, answered with ``amqp:not-implemented`` rather than faked:
+transactions, auto-forwarding, moves and resubmits, the console's browsing. The broker runs
+only non-partitioned queues without forwarding on it; everything else stays on the version-1
+actor (``server/partition_actor.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+import logging
+import uuid
+from collections.abc import Hashable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from sodalite.errors import (
+    InvalidOperation,
+    MessageLockLost,
+    NotImplementedOperation,
+    OperationTimeout,
+    QuotaExceeded,
+    SessionCannotBeLocked,
+    SessionLockLost,
+    SodaliteError,
+    StoreFull,
+    StoreUnavailable,
+)
+from sodalite.model import partition_core as core
+from sodalite.model.message import MessageRecord, MessageState
+from sodalite.model.partition import Lock, MessageDraft
+from sodalite.model.store_ops import Outcome
+from sodalite.server.partition_actor import EntitySettings, SubQueue, wall_clock_ms
+from sodalite.server.partition_runner import Clock, LoopClock, PartitionRunner
+from sodalite.server.store_worker import StoreWorker
+from sodalite.store.port import PartitionRef
+
+log = logging.getLogger(__name__)
+
+ALL_STATES = frozenset(MessageState)
+Taken = tuple[MessageRecord, uuid.UUID | None, int | None]  # a message received by number: record, lock token, until
+_UNSUPPORTED = "is not available on a queue run by the version-2 core yet (serve with --core v1)"
+
+
+def core_settings(settings: EntitySettings, sub: SubQueue, owner: str) -> core.CoreSettings:
+    """The core's settings for one sub-queue of an entity. A dead-letter queue observes no
+    time-to-live, never dead-letters and keeps no duplicate history (Service Bus DLQ overview)."""
+    if sub is not SubQueue.MAIN:
+        return core.CoreSettings(lock_duration=settings.lock_duration, default_ttl=None,
+                                 max_delivery_count=1 << 30, dead_letter_on_expiration=False,
+                                 owner=owner)
+    return core.CoreSettings(
+        lock_duration=settings.lock_duration, default_ttl=settings.default_ttl,
+        max_delivery_count=settings.max_delivery_count if settings.max_delivery_count is not None else 1 << 30,
+        dead_letter_on_expiration=settings.dead_lettering_on_message_expiration,
+        duplicate_window=settings.duplicate_detection_window,
+        requires_session=settings.requires_session, owner=owner)
+
+
+def as_delivered(record: MessageRecord) -> MessageRecord:
+    """The record as a receiver is shown it: the store counted this delivery when it claimed the
+    message (issue 13.11), while the header's delivery-count is the number of earlier ones."""
+    if record.delivery_count <= 0:
+        return record
+    return replace(record, delivery_count=record.delivery_count - 1)
+
+
+class _Sessions:
+    """What links.py does to an actor's session registry: release a late grant."""
+
+    def __init__(self, actor: CoreActor) -> None:
+        self._actor = actor
+
+    def release(self, owner: Any) -> None:
+        self._actor.remove_consumer(owner)
+
+
+class CoreActor:
+    """One non-partitioned queue on the core (see the module docstring)."""
+
+    partitions: list[CoreActor]
+
+    def __init__(self, ref: PartitionRef, settings: EntitySettings, worker: StoreWorker,
+                 clock: Clock | None = None, node_id: str = "node") -> None:
+        self.ref = ref
+        self.settings = settings
+        self.worker = worker
+        self.clock: Clock = clock if clock is not None else LoopClock()
+        self.node_id = node_id
+        self.refs = {sub: PartitionRef(ref.entity + sub.value, ref.partition) for sub in SubQueue}
+        self.runners: dict[SubQueue, PartitionRunner] = {}
+        self.sessions = _Sessions(self)
+        self.dead_letter_target: Any = None  # ForwardDeadLetteredMessagesTo is not served here
+        self.last_activity = wall_clock_ms()
+        self._requests = itertools.count(1)
+        self._futures: dict[Hashable, asyncio.Future[Any]] = {}
+        self._given: dict[Any, int] = {}  # credit handed to the core, per receiver (a links.LinkConsumer)
+        self._consumers: set[Any] = set()
+        self._holders: dict[uuid.UUID, SubQueue] = {}  # lock token -> the sub-queue whose core holds it
+        self._draining: set[Any] = set()
+        self._available = True
+        self._closed = False
+
+    # ---- life -------------------------------------------------------------------------------------
+
+    async def load(self) -> None:
+        """Start a runner per sub-queue from the store's counters and metadata (no messages)."""
+        for sub in SubQueue:
+            target = self.refs[SubQueue.DEAD_LETTER] if sub is SubQueue.MAIN else self.refs[sub]
+            runner = await PartitionRunner.start(
+                self.refs[sub], core_settings(self.settings, sub, self.node_id), self.worker, self.clock,
+                functools.partial(self._on_reply, sub), dead_letter=target)
+            runner.on_moved = self._on_moved
+            self.runners[sub] = runner
+        self._available = True
+
+    def suspend(self) -> None:
+        """The store went offline (or is at start): the cores answer ServerBusy until it is back."""
+        self._available = False
+        for runner in self.runners.values():
+            runner.submit(core.StoreUnavailable())
+
+    def resume(self) -> None:
+        """The store is back: serve again (start the runners if the store was offline at start)."""
+        if not self.runners:
+            asyncio.get_running_loop().create_task(self.load())
+            return
+        self._available = True
+        for runner in self.runners.values():
+            runner.submit(core.StoreAvailable())
+            runner.submit(core.Arrived(0))  # read the window again: the store is the truth
+
+    async def close(self) -> None:
+        self._closed = True
+        for runner in self.runners.values():
+            try:
+                await asyncio.wait_for(runner.drained(), 5)
+            except Exception:  # closing regardless: the store stays the truth
+                log.warning("queue %s: closing with store work in flight", self.ref.entity)
+            await runner.close()
+        for future in self._futures.values():
+            if not future.done():
+                future.set_exception(StoreUnavailable("the queue is closing; retry"))
+        self._futures.clear()
+
+    @property
+    def available(self) -> bool:
+        return self._available and not self.worker.offline
+
+    # ---- requests and replies ---------------------------------------------------------------------
+
+    def _runner(self, sub: SubQueue = SubQueue.MAIN) -> PartitionRunner:
+        if not self.available or sub not in self.runners:
+            raise StoreUnavailable(f"the messaging store '{self.worker.name}' is unavailable; retry shortly")
+        return self.runners[sub]
+
+    def _request(self, sub: SubQueue, make: Any) -> asyncio.Future[Any]:
+        """Submit ``make(reply_to)`` to ``sub``'s core; the future its reply resolves."""
+        runner = self._runner(sub)
+        key = next(self._requests)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._futures[key] = future
+        runner.submit(make(key))
+        return future
+
+    def _resolve(self, key: Hashable, value: Any = None, error: SodaliteError | None = None) -> None:
+        future = self._futures.pop(key, None)
+        if future is None or future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+
+    def _on_reply(self, sub: SubQueue, reply: core.Reply) -> None:
+        match reply:
+            case core.Delivered():
+                self._deliver(sub, reply)
+            case core.SendAccepted():
+                self._resolve(reply.reply_to, list(reply.sequence_numbers))
+            case core.SettlementDone():
+                self._holders.pop(reply.token, None)
+                self._resolve(reply.reply_to)
+            case core.LockLost():
+                self._holders.pop(reply.token, None)
+                self._resolve(reply.reply_to, error=MessageLockLost(
+                    "the lock supplied is invalid: it expired, or the message was settled or received elsewhere"))
+            case core.LockRenewed():
+                self._resolve(reply.reply_to, reply.locked_until)
+            case core.ScheduledCancelled():
+                self._resolve(reply.reply_to, list(reply.sequence_numbers))
+            case core.ServerBusy():
+                self._resolve(reply.reply_to, error=StoreUnavailable(
+                    f"the messaging store '{self.worker.name}' did not take the request; retry shortly"))
+            case core.Refused():
+                self._resolve(reply.reply_to, error=InvalidOperation(reply.reason))
+            case core.IdleExpired():
+                pass  # the broker's idle sweep asks is_idle()
+            case core.SessionAccepted():
+                self._resolve(reply.reply_to, (reply.session_id, reply.locked_until))
+            case core.SessionCannotBeLocked():
+                self._resolve(reply.reply_to, error=SessionCannotBeLocked(
+                    f"the session '{reply.session_id}' is locked by another receiver"))
+            case core.NoSessionAvailable():
+                self._resolve(reply.reply_to, error=OperationTimeout("no session became available in time"))
+            case core.SessionLockLost():
+                if reply.token is not None:
+                    self._holders.pop(reply.token, None)
+                self._resolve(reply.reply_to, error=SessionLockLost(
+                    f"the lock on session '{reply.session_id}' was lost"))
+            case core.SessionLost():
+                lost: Any = reply.consumer
+                lost.session_lost()
+            case core.SessionRenewed():
+                self._resolve(reply.reply_to, reply.locked_until)
+            case core.SessionState():
+                self._resolve(reply.reply_to, reply.state)
+            case core.SessionStateSet():
+                self._resolve(reply.reply_to)
+
+    def _deliver(self, sub: SubQueue, reply: core.Delivered) -> None:
+        consumer: Any = reply.consumer
+        given = self._given.get(consumer)
+        if given is not None:
+            self._given[consumer] = max(given - 1, 0)
+        token = reply.lock_token
+        if consumer not in self._consumers or consumer.credit() <= 0:
+            # The link can no longer take it: give it back (a release returns the delivery count).
+            if token is not None:
+                self.runners[sub].submit(core.Settle(token, Outcome.RELEASE))
+            else:
+                log.warning("queue %s: a ReceiveAndDelete message for a receiver that left was dropped: %d",
+                            self.ref.entity, reply.message.sequence_number)
+            return
+        message = as_delivered(reply.message)
+        if token is None:
+            consumer.deliver(message, None)
+            return
+        self._holders[token] = sub
+        locked_until = reply.locked_until if reply.locked_until is not None else 0
+        consumer.deliver(message, Lock(token, message.sequence_number, locked_until, consumer))
+
+    def _on_moved(self, target: PartitionRef, count: int) -> None:
+        for sub, ref in self.refs.items():
+            if ref == target and sub in self.runners:
+                self.runners[sub].submit(core.Arrived(count))
+
+    # ---- sending ----------------------------------------------------------------------------------
+
+    def _check_send(self, drafts: Sequence[MessageDraft]) -> None:
+        self.last_activity = wall_clock_ms()
+        if self.worker.full:
+            raise StoreFull(f"the messaging store '{self.worker.name}' is full: new messages are refused "
+                            "until space is freed (receiving and settling go on)")
+        limit = self.settings.max_size_in_bytes
+        if limit is not None and self._size + sum(d.size for d in drafts) > limit:
+            raise QuotaExceeded(f"the entity '{self.ref.entity}' is full: its MaxSizeInMegabytes is reached")
+
+    def send(self, drafts: list[MessageDraft]) -> asyncio.Future[None]:
+        self._check_send(drafts)
+        future = self._request(SubQueue.MAIN, lambda key: core.Send(tuple(drafts), key))
+        return _without_value(future)
+
+    def schedule(self, drafts: list[MessageDraft]) -> asyncio.Future[list[int]]:
+        """ScheduleMessage: the future gives the sequence numbers once the messages are durable."""
+        self._check_send(drafts)
+        return self._request(SubQueue.MAIN, lambda key: core.Schedule(tuple(drafts), key))
+
+    def cancel_scheduled(self, sequence_numbers: list[int]) -> asyncio.Future[None]:
+        future = self._request(SubQueue.MAIN, lambda key: core.CancelScheduled(tuple(sequence_numbers), key))
+        return _without_value(future)
+
+    def note_activity(self) -> None:
+        self.last_activity = wall_clock_ms()
+        if self.available and SubQueue.MAIN in self.runners:
+            self.runners[SubQueue.MAIN].submit(core.Touch())
+
+    def deduplicate(self, drafts: list[MessageDraft]) -> list[MessageDraft]:
+        return drafts  # the core detects duplicates itself
+
+    # ---- settling ---------------------------------------------------------------------------------
+
+    def holds(self, token: uuid.UUID) -> bool:
+        return token in self._holders
+
+    def _settle(self, token: uuid.UUID, outcome: Outcome, properties: dict[Any, Any] | None = None,
+                reason: str | None = None, description: str | None = None) -> asyncio.Future[None]:
+        sub = self._holders.get(token)
+        if sub is None:
+            raise MessageLockLost("the lock supplied is invalid: it expired, or the message was settled or "
+                                  "received elsewhere")
+        edits = tuple((str(k), v) for k, v in (properties or {}).items())
+        return self._request(sub, lambda key: core.Settle(token, outcome, key, edits, reason, description))
+
+    def complete(self, token: uuid.UUID) -> asyncio.Future[None]:
+        return self._settle(token, Outcome.COMPLETE)
+
+    def abandon(self, token: uuid.UUID, properties_to_modify: dict[Any, Any] | None = None) -> asyncio.Future[None]:
+        return self._settle(token, Outcome.ABANDON, properties_to_modify)
+
+    def defer(self, token: uuid.UUID, properties_to_modify: dict[Any, Any] | None = None) -> asyncio.Future[None]:
+        return self._settle(token, Outcome.DEFER, properties_to_modify)
+
+    def dead_letter(self, token: uuid.UUID, reason: str | None, description: str | None) -> asyncio.Future[None]:
+        return self._settle(token, Outcome.DEAD_LETTER, None, reason, description)
+
+    def release(self, token: uuid.UUID) -> None:
+        sub = self._holders.get(token)
+        if sub is not None and self.available:
+            self.runners[sub].submit(core.Settle(token, Outcome.RELEASE))
+
+    def renew_lock(self, token: uuid.UUID) -> asyncio.Future[int]:
+        sub = self._holders.get(token)
+        if sub is None:
+            raise MessageLockLost("the lock supplied is invalid: it expired, or the message was settled or "
+                                  "received elsewhere")
+        return self._request(sub, lambda key: core.RenewLock(token, key))
+
+    def drop_owner(self, owner: Any) -> None:
+        """Whoever held locks is gone; on the core its locks simply run out (they are in the store)."""
+
+    # ---- by sequence number -------------------------------------------------------------------------
+
+    async def peek(self, sub: SubQueue, from_sequence_number: int, count: int,
+                   session_id: str | None = None) -> list[MessageRecord]:
+        """Messages in any state from a number on, read from the store (locks as the store has them)."""
+        self.note_activity()
+        self._runner(sub)
+        ref, worker = self.refs[sub], self.worker
+        rows = await worker.call(lambda: worker.store.peek(ref, from_sequence_number, count, ALL_STATES,
+                                                           session_id))
+        return [row.record for row in rows]
+
+    def receive_deferred(self, sub: SubQueue, sequence_numbers: list[int], peek_lock: bool,
+                         session_id: str | None) -> asyncio.Future[list[Taken]]:
+        """Receive deferred messages by number: (record, lock token, locked until) for each taken."""
+        raise self._unsupported("receiving deferred messages")
+
+    def complete_through(self, sub: SubQueue, sequence_number: int) -> asyncio.Future[int]:
+        raise self._unsupported("complete-through")
+
+    async def bounds(self, sub: SubQueue) -> tuple[int | None, int]:
+        """(first stored number or None, the number after the highest made visible)."""
+        self._runner(sub)
+        ref, worker = self.refs[sub], self.worker
+        counts = await worker.call(lambda: worker.store.counts(ref))
+        return counts.first_sequence_number, counts.last_sequence_number + 1
+
+    # ---- consumers --------------------------------------------------------------------------------
+
+    def add_consumer(self, consumer: Any) -> None:
+        self.last_activity = wall_clock_ms()
+        self._consumers.add(consumer)
+        self._given.setdefault(consumer, 0)
+        self.credit_changed(consumer)
+
+    def remove_consumer(self, consumer: Any) -> None:
+        """A receiver left: its credit ends; its locks live on in the store until they expire (a
+        session receiver's session is released, and the messages riding on it with it)."""
+        self._consumers.discard(consumer)
+        self._given.pop(consumer, None)
+        self._draining.discard(consumer)
+        runner = self.runners.get(consumer.sub_queue if hasattr(consumer, "sub_queue") else SubQueue.MAIN)
+        if runner is not None and self.available:
+            runner.submit(core.CloseConsumer(consumer))
+
+    def credit_changed(self, consumer: Any) -> None:
+        self.last_activity = wall_clock_ms()
+        if consumer not in self._consumers or not self.available:
+            return
+        runner = self.runners[consumer.sub_queue]
+        given = self._given.get(consumer, 0)
+        more = consumer.credit() - given
+        mode = core.ReceiveMode.PEEK_LOCK if consumer.peek_lock else core.ReceiveMode.RECEIVE_AND_DELETE
+        if more > 0:
+            self._given[consumer] = given + more
+            runner.submit(core.Receive(consumer, more, mode))
+        elif consumer.session_id is not None:
+            runner.submit(core.Receive(consumer, 0, mode))  # asking renews the session
+        if consumer.drain_requested() and consumer not in self._draining:
+            self._draining.add(consumer)
+            asyncio.get_running_loop().create_task(self._drain(consumer, runner))
+
+    async def _drain(self, consumer: Any, runner: PartitionRunner) -> None:
+        """Answer a drain once everything ready was delivered: the rest of the credit is spent."""
+        try:
+            await runner.drained()
+        finally:
+            self._draining.discard(consumer)
+        if consumer in self._consumers and consumer.drain_requested():
+            self._given[consumer] = 0
+            if consumer.session_id is None:
+                runner.submit(core.CloseConsumer(consumer))  # no credit left with the core
+            consumer.drained()
+
+    # ---- sessions ---------------------------------------------------------------------------------
+
+    def accept_session(self, owner: Any, session_id: str | None, timeout_ms: int) -> asyncio.Future[tuple[str, int]]:
+        self.last_activity = wall_clock_ms()
+        wait_until = self.clock.now() + timeout_ms if session_id is None else None
+        return self._request(SubQueue.MAIN, lambda key: core.AcceptSession(owner, session_id, key, wait_until))
+
+    def renew_session_lock(self, session_id: str) -> asyncio.Future[int]:
+        return self._request(SubQueue.MAIN, lambda key: core.RenewSessionLock(session_id, key))
+
+    def get_session_state(self, session_id: str) -> asyncio.Future[bytes | None]:
+        return self._request(SubQueue.MAIN, lambda key: core.GetSessionState(session_id, key))
+
+    def set_session_state(self, session_id: str, state: bytes | None) -> asyncio.Future[None]:
+        return _without_value(self._request(SubQueue.MAIN, lambda key: core.SetSessionState(session_id, state, key)))
+
+    def list_sessions(self, updated_after: int | None) -> list[str]:
+        """Sessions with state (after ``updated_after`` when given), as the core keeps them."""
+        runner = self._runner(SubQueue.MAIN)
+        states = runner.view.session_states
+        return sorted(sid for sid, (_, at) in states.items() if updated_after is None or at > updated_after)
+
+    # ---- what the broker reads --------------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        """Counts as Service Bus reports them (locked messages count as active), from the cores' views,
+        which follow the store's counters batch by batch."""
+        def view(sub: SubQueue) -> core.Counts:
+            runner = self.runners.get(sub)
+            return runner.view.counts if runner is not None else core.Counts()
+
+        main = view(SubQueue.MAIN)
+        return {"active": main.active + main.deferred, "scheduled": main.scheduled,
+                "dead_letter": view(SubQueue.DEAD_LETTER).active + view(SubQueue.DEAD_LETTER).deferred,
+                "transfer_dead_letter": view(SubQueue.TRANSFER_DEAD_LETTER).active, "transfer": 0}
+
+    def deferred_count(self) -> int:
+        runner = self.runners.get(SubQueue.MAIN)
+        return runner.view.counts.deferred if runner is not None else 0
+
+    @property
+    def _size(self) -> int:
+        return sum(runner.size_in_bytes for runner in self.runners.values())
+
+    def size_in_bytes(self) -> int:
+        return self._size
+
+    def is_idle(self, now: int, idle_for: int) -> bool:
+        runner = self.runners.get(SubQueue.MAIN)
+        if runner is None or self._consumers:
+            return False
+        last = max(self.last_activity, runner.view.last_activity)
+        return now - last >= idle_for and runner.view.counts.scheduled == 0
+
+    def update_settings(self, settings: EntitySettings) -> None:
+        """New properties apply to what comes next; locks already granted keep their time."""
+        self.settings = settings
+        for sub, runner in self.runners.items():
+            runner.view.settings = core_settings(settings, sub, self.node_id)
+
+    # ---- not on the core yet ----------------------------------------------------------------------
+
+    def _unsupported(self, what: str) -> NotImplementedOperation:
+        return NotImplementedOperation(f"{what} {_UNSUPPORTED}")
+
+    def check_transactional_send(self, drafts: list[MessageDraft], stored_here: bool = True) -> None:
+        raise self._unsupported("a transaction")
+
+    def check_transactional_lock(self, token: uuid.UUID) -> None:
+        raise self._unsupported("a transaction")
+
+    def send_to_transfer_dead_letter(self, drafts: list[MessageDraft], reason: str,
+                                     description: str) -> asyncio.Future[None]:
+        raise self._unsupported("auto-forwarding")
+
+    def take_for_move(self, *args: Any, **kwargs: Any) -> Any:
+        raise self._unsupported("moving or resubmitting messages")
+
+
+def _without_value(future: asyncio.Future[Any]) -> asyncio.Future[None]:
+    out: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def done(f: asyncio.Future[Any]) -> None:
+        if out.done():
+            return
+        if f.cancelled():
+            out.cancel()
+        elif f.exception() is not None:
+            out.set_exception(f.exception())  # type: ignore[arg-type]
+        else:
+            out.set_result(None)
+
+    future.add_done_callback(done)
+    return out
+
