@@ -429,6 +429,62 @@ def test_annotations_replaced_before_abandon_and_defer(store: MessagingStore) ->
     assert (second.record.annotations, second.record.annotation_count) == (b"", 0)
 
 
+def test_dead_letter_with_a_new_tail_carries_it_into_the_dead_letter_partition(store: MessagingStore) -> None:
+    append(store, msg(), msg(), msg())
+    claim(store, T0, *toks(1, 2, 3))
+    reason_tail = msg().tail + b" and a dead-letter reason"  # opaque to the store; longer than msg()'s
+    assert settle(store, T0, SettleItem(1, tok(1), Outcome.DEAD_LETTER, dead_letter_to=DLQ, tail=reason_tail),
+                  SettleItem(2, tok(2), Outcome.DEAD_LETTER, annotations=b"\xa3\x01r", annotation_count=3,
+                             dead_letter_to=DLQ, tail=b"t"),
+                  SettleItem(3, tok(3), Outcome.DEAD_LETTER, dead_letter_to=DLQ, tail=b"")) == (True, True, True)
+    assert everything(store, Q) == ()
+    dead = [s.record for s in everything(store, DLQ)]
+    assert dead == [replace(msg(), sequence_number=1, delivery_count=1, tail=reason_tail),
+                    replace(msg(), sequence_number=2, delivery_count=1, annotations=b"\xa3\x01r", annotation_count=3,
+                            tail=b"t"),
+                    replace(msg(), sequence_number=3, delivery_count=1, tail=b"")]
+    annotations = len(msg().annotations)
+    assert store.counts(Q) == PartitionCounts(0, 0, 0, 0, 3, None)
+    assert store.counts(DLQ) == PartitionCounts(
+        3, 0, 0, annotations + len(reason_tail) + 3 + 1 + annotations, 3, 1)
+
+
+def test_tail_replaced_before_abandon_and_defer_and_counted_at_its_new_size(store: MessagingStore) -> None:
+    append(store, msg(), msg(), msg())
+    claim(store, T0, *toks(1, 2, 3))
+    assert settle(store, T0, SettleItem(1, tok(1), Outcome.ABANDON, tail=b"a much longer tail than before"),
+                  SettleItem(2, tok(2), Outcome.DEFER, annotations=b"", annotation_count=0, tail=b"x"),
+                  SettleItem(3, tok(3), Outcome.ABANDON)) == (True, True, True)
+    first, second, third = (s.record for s in everything(store, Q))
+    assert (first.annotations, first.tail, first.state) == (msg().annotations, b"a much longer tail than before",
+                                                            MessageState.ACTIVE)
+    assert (second.annotations, second.annotation_count, second.tail, second.state) == (
+        b"", 0, b"x", MessageState.DEFERRED)
+    assert third == replace(msg(), sequence_number=3, delivery_count=1)  # no tail given: kept
+    assert store.counts(Q) == PartitionCounts(
+        2, 0, 1, len(msg().annotations) + 30 + 1 + msg().size, 3, 1)
+    # a stale token changes nothing, tail included
+    assert settle(store, T0, SettleItem(3, tok(9), Outcome.ABANDON, tail=b"never")) == (False,)
+    assert stored(store, 3).record.tail == msg().tail  # type: ignore[union-attr]
+
+
+def test_move_with_a_new_tail(store: MessagingStore) -> None:
+    append(store, msg(), msg(), msg())
+    claim(store, T0, tok(1), until=T0 + 10)  # 1 locked: it stays, tail untouched
+    result = one(store, MoveMessages(Q, T0, (MoveItem(1, tail=b"no"), MoveItem(2, tail=b"dead-lettered tail"),
+                                             MoveItem(3, annotations=b"r", annotation_count=1, tail=b"")), DLQ))
+    assert result == Moved((None, 1, 2))
+    assert stored(store, 1).record.tail == msg().tail  # type: ignore[union-attr]
+    dead = [s.record for s in everything(store, DLQ)]
+    assert dead == [replace(msg(), sequence_number=1, tail=b"dead-lettered tail"),
+                    replace(msg(), sequence_number=2, annotations=b"r", annotation_count=1, tail=b"")]
+    assert store.counts(Q).size_in_bytes == msg().size
+    assert store.counts(DLQ) == PartitionCounts(2, 0, 0, len(msg().annotations) + 18 + 1, 2, 1)
+    # without a target, a tail changes nothing (the message is gone)
+    assert one(store, MoveMessages(Q, T0 + 10, (MoveItem(1, tail=b"gone"),), None)) == Moved((1,))
+    assert store.counts(Q) == PartitionCounts(0, 0, 0, 0, 3, None)
+
+
 def test_renew_locks(store: MessagingStore) -> None:
     append(store, msg(), msg())
     claim(store, T0, tok(1), tok(2), until=T0 + 10)
@@ -835,13 +891,14 @@ HOLD = st.sampled_from([1, 30, 100, 200, 1000])
 CLAIM = st.tuples(st.just("claim"), st.integers(1, 5), HOLD, MAYBE_SESSION,
                   st.sampled_from([MessageState.ACTIVE] * 3 + [MessageState.DEFERRED, MessageState.SCHEDULED]),
                   st.sampled_from([None, None, None, (2, 4), (1, 3, 5, 7), (11, 12)]))
+TAIL = st.one_of(st.none(), st.none(), st.binary(max_size=24))  # a replacement tail, shorter or longer
 SETTLE = st.tuples(st.just("settle"), st.lists(st.tuples(
     PICK, st.sampled_from([True] * 5 + [False]), st.sampled_from(list(Outcome)),
-    st.one_of(st.none(), st.binary(max_size=6))), min_size=1, max_size=4))
+    st.one_of(st.none(), st.binary(max_size=6)), TAIL), min_size=1, max_size=4))
 RENEW = st.tuples(st.just("renew"), st.lists(st.tuples(PICK, st.sampled_from([True] * 5 + [False])), max_size=3),
                   st.integers(1, 200))
 MOVE = st.tuples(st.just("move"), st.lists(st.integers(1, 20), max_size=4), st.sampled_from((None, DLQ, OTHER)),
-                 st.booleans(), st.one_of(st.none(), st.binary(max_size=4)))
+                 st.booleans(), st.one_of(st.none(), st.binary(max_size=4)), TAIL)
 ACTIVATE = st.tuples(st.just("activate"), st.integers(0, 3))
 PURGE = st.tuples(st.just("purge"), st.sampled_from([None, 2, 5, 8, 12]))
 CLAIM_SESSION = st.tuples(st.just("claim_session"), st.sampled_from(SESSIONS), st.integers(1, 200))
@@ -920,18 +977,18 @@ class Differential:
                             None if numbers is None else tuple(numbers), state))
         elif kind == "settle":
             items = []
-            for pick, true_token, outcome, annotations in args[0]:
+            for pick, true_token, outcome, annotations, tail in args[0]:
                 n, token = self.lock(pick, true_token)
                 items.append(SettleItem(n, token, outcome, annotations, len(annotations or b""),
-                                        DLQ if outcome is Outcome.DEAD_LETTER else None))
+                                        DLQ if outcome is Outcome.DEAD_LETTER else None, tail))
             self.both(Settle(Q, self.now, tuple(items)))
         elif kind == "renew":
             picks, hold = args
             self.both(RenewLocks(Q, self.now, self.now + hold, tuple(self.lock(p, t) for p, t in picks)))
         elif kind == "move":
-            numbers, target, reset, annotations = args
+            numbers, target, reset, annotations, tail = args
             self.both(MoveMessages(Q, self.now, tuple(
-                MoveItem(n, annotations, 2, reset_delivery_count=reset) for n in numbers), target))
+                MoveItem(n, annotations, 2, reset_delivery_count=reset, tail=tail) for n in numbers), target))
         elif kind == "activate":
             self.both(Activate(Q, self.now, args[0]))
         elif kind == "purge":
@@ -1005,18 +1062,21 @@ TOUR: list[tuple[Any, ...]] = [
     ("append", Q, [(None, MessageState.ACTIVE, None, 0, b"x", 0)]),
     ("claim", 3, 100, None, MessageState.ACTIVE, None),
     ("renew", [(0, True), (2, True)], 200),
-    ("settle", [(0, True, Outcome.DEAD_LETTER, b"why"), (2, True, Outcome.DEFER, None)]),
+    ("settle", [(0, True, Outcome.DEAD_LETTER, b"why", b"a dead-letter reason in a longer tail"),
+                (2, True, Outcome.DEFER, None, b"short")]),
     ("claim", 2, 100, None, MessageState.DEFERRED, (2, 4)),
-    ("settle", [(0, True, Outcome.RELEASE, None), (1, True, Outcome.COMPLETE, None)]),
+    ("settle", [(0, True, Outcome.RELEASE, None, b"released"), (1, True, Outcome.COMPLETE, None, b"gone")]),
+    ("claim", 1, 100, None, MessageState.ACTIVE, None),
+    ("settle", [(0, True, Outcome.ABANDON, None, b"")]),
     ("claim_session", None, 100),
     ("session_lock", 0, True, False, 300),
     ("session_lock", 0, True, True, 0),
     ("tick", 60),
     ("activate", 3),
-    ("move", [6, 7, 8], DLQ, True, b"moved"),
+    ("move", [6, 7, 8], DLQ, True, b"moved", b"expired: the reason in the tail"),
     ("purge", 9),
     ("tick", 400),
-    ("move", [10, 11], None, False, None),
+    ("move", [10, 11], None, False, None, None),
 ]
 
 

@@ -905,12 +905,14 @@ def _settle_lock(turn: _Turn, lock: HeldLock, asked: Outcome, reply_to: ReplyTo,
     if properties_to_modify or asked is Outcome.DEAD_LETTER:
         edit = AnnotationEdit(record.annotations, record.annotation_count, properties_to_modify,
                               reason if asked is Outcome.DEAD_LETTER else None,
-                              description if asked is Outcome.DEAD_LETTER else None)
+                              description if asked is Outcome.DEAD_LETTER else None, base_tail=record.tail)
     if asked in (Outcome.ABANDON, Outcome.RELEASE) and lock.state is MessageState.ACTIVE:
         # The lock ends here: an expired message leaves now, and one whose deliveries are used up too.
         if _expired(record, now):
             if view.settings.dead_letter_on_expiration:
-                applied, edit = Outcome.DEAD_LETTER, _service_edit(record, TTL_EXPIRED, "the message expired")
+                # properties to modify stay, as v1 stores them before the abandon finds it expired
+                applied, edit = Outcome.DEAD_LETTER, _service_edit(record, TTL_EXPIRED, "the message expired",
+                                                                   properties_to_modify)
             else:
                 applied, edit = Outcome.COMPLETE, None
         elif asked is Outcome.ABANDON and record.delivery_count >= view.settings.max_delivery_count:
@@ -924,7 +926,8 @@ def _settle_lock(turn: _Turn, lock: HeldLock, asked: Outcome, reply_to: ReplyTo,
 
 def _service_edit(record: MessageRecord, reason: str, description: str,
                   properties: tuple[tuple[str, object], ...] = ()) -> AnnotationEdit:
-    return AnnotationEdit(record.annotations, record.annotation_count, properties, reason, description)
+    return AnnotationEdit(record.annotations, record.annotation_count, properties, reason, description,
+                          base_tail=record.tail)
 
 
 def _on_renew(turn: _Turn, command: RenewLock) -> None:

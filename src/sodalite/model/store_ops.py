@@ -9,9 +9,9 @@ need not know:
 - no ``ref``: a core decides for one partition, and the caller adds its ``PartitionRef``;
 - the dead-letter target is a flag (``to_dead_letter``): the caller names the entity's
   ``$deadletterqueue`` partition;
-- annotations are an :class:`AnnotationEdit` (the row's current annotations plus what to set):
-  encoding an AMQP map is the server's business, so the caller encodes the edit into the port's
-  ``annotations`` bytes and ``annotation_count``.
+- annotations are an :class:`AnnotationEdit` (the row's current annotations and tail plus what to
+  set): encoding AMQP is the server's business, so the caller encodes the edit into the port's
+  ``annotations`` bytes and ``annotation_count`` and, for a dead-letter reason, a new ``tail``.
 
 Results mirror the port's results one per operation, in order.
 """
@@ -55,15 +55,19 @@ class StoredMessage:
 
 @dataclass(frozen=True, slots=True)
 class AnnotationEdit:
-    """Annotations to write: ``base`` (the row's encoded client annotations, ``base_count`` entries)
-    with ``properties`` set (properties-to-modify, opaque to the core) and, when given, the
-    dead-letter reason and description the service or the client set."""
+    """What to write over a row: ``base`` (the row's encoded client annotations, ``base_count``
+    entries) with ``properties`` set (properties-to-modify, opaque to the core: message annotations,
+    as the broker has always kept them) and, when given, the dead-letter reason and description the
+    service or the client set. Service Bus carries those two as application properties, which live
+    in the row's tail: ``base_tail`` is that tail as the core read it, for the caller to write them
+    into (an edit with a reason or description and no ``base_tail`` cannot be written)."""
 
     base: bytes
     base_count: int
     properties: tuple[tuple[str, object], ...] = ()
     dead_letter_reason: str | None = None
     dead_letter_description: str | None = None
+    base_tail: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)

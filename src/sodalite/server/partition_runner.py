@@ -113,15 +113,25 @@ class LoopClock:
         return asyncio.get_running_loop().call_later(delay, callback)
 
 
-def encode_edit(edit: core_ops.AnnotationEdit) -> tuple[bytes, int]:
-    """The edited annotations as the port stores them: ``base`` with ``properties`` merged in.
+def encode_edit(edit: core_ops.AnnotationEdit) -> tuple[bytes, int, bytes | None]:
+    """The edit as the port stores it: the annotations (``base`` with ``properties`` merged in, as v1
+    merges properties-to-modify: message annotations), their count, and the new tail when the edit
+    sets a dead-letter reason or description, else None (the row keeps its tail).
 
-    The dead-letter reason and description are not written: Service Bus carries them as
-    application properties (in the message's tail), which the port's Settle and MoveMessages
-    cannot change (they replace annotations only)."""
-    if not edit.properties:
-        return edit.base, edit.base_count
-    return wire.merged_annotation_entries(edit.base, edit.base_count, dict(edit.properties))
+    Service Bus carries ``DeadLetterReason`` and ``DeadLetterErrorDescription`` as application
+    properties; they are written into ``base_tail`` exactly as v1 writes them
+    (:func:`~sodalite.server.wire.dead_letter_tail`). An edit with either and no ``base_tail``
+    raises ValueError: its batch cannot go to the store (the reason would be lost)."""
+    if edit.properties:
+        annotations, count = wire.merged_annotation_entries(edit.base, edit.base_count, dict(edit.properties))
+    else:
+        annotations, count = edit.base, edit.base_count
+    reason, description = edit.dead_letter_reason, edit.dead_letter_description
+    if reason is None and description is None:
+        return annotations, count, None
+    if edit.base_tail is None:
+        raise ValueError("an edit sets a dead-letter reason or description but carries no message tail")
+    return annotations, count, wire.dead_letter_tail(edit.base_tail, reason, description)
 
 
 def _core_results(results: tuple[OpResult, ...], expected: int) -> tuple[core_ops.OpResult, ...]:

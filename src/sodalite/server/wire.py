@@ -305,13 +305,19 @@ def dead_lettered(record: MessageRecord, reason: str | None, description: str | 
 
     Time-to-live is not observed in a dead-letter queue (Service Bus DLQ overview).
     """
+    return replace(record, tail=dead_letter_tail(record.tail, reason, description), expires_at=None,
+                   state=MessageState.ACTIVE)
+
+
+def dead_letter_tail(tail: bytes, reason: str | None, description: str | None) -> bytes:
+    """The tail with ``DeadLetterReason`` and ``DeadLetterErrorDescription`` set as application
+    properties (each only when given; the tail itself when neither is)."""
     updates: dict[str, Any] = {}
     if reason is not None:
         updates[DEAD_LETTER_REASON] = reason
     if description is not None:
         updates[DEAD_LETTER_DESCRIPTION] = description
-    tail = with_application_properties(record.tail, updates) if updates else record.tail
-    return replace(record, tail=tail, expires_at=None, state=MessageState.ACTIVE)
+    return with_application_properties(tail, updates) if updates else tail
 
 
 DEAD_LETTER_SOURCE = "x-opt-deadletter-source"

@@ -361,6 +361,8 @@ class MemoryStore:
                 m = part.messages[n]
                 if item.annotations is not None:
                     m = replace(m, annotations=item.annotations, annotation_count=item.annotation_count)
+                if item.tail is not None:
+                    m = replace(m, tail=item.tail)
                 del part.locks[n]
                 if item.outcome is Outcome.COMPLETE:
                     part.delete(n)
@@ -401,6 +403,8 @@ class MemoryStore:
                     continue
                 if move.annotations is not None:
                     gone = replace(gone, annotations=move.annotations, annotation_count=move.annotation_count)
+                if move.tail is not None:
+                    gone = replace(gone, tail=move.tail)
                 gone = replace(gone, state=MessageState.ACTIVE,
                                delivery_count=0 if move.reset_delivery_count else gone.delivery_count)
                 moved.append(writable(op.target).append(gone))

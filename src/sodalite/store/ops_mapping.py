@@ -6,8 +6,9 @@ is only what the core does not know:
 - the :class:`~sodalite.store.port.PartitionRef` of the partition it decides for, on every op;
 - the dead-letter partition a ``Settle`` DEAD_LETTER item or a ``MoveMessages(to_dead_letter=True)``
   goes to (the caller names the entity's ``$deadletterqueue`` partition);
-- the annotations of an :class:`~sodalite.model.store_ops.AnnotationEdit`, encoded by ``encode_edit``
-  (encoding an AMQP map is the server's business; this layer may not import the AMQP codec).
+- the annotations and, for a dead-letter reason, the tail of an
+  :class:`~sodalite.model.store_ops.AnnotationEdit`, encoded by ``encode_edit`` (encoding AMQP is
+  the server's business; this layer may not import the AMQP codec).
 
 Results need no mapping: the port's result classes are the model's (``port.Appended is
 store_ops.Appended``, and so on).
@@ -20,16 +21,17 @@ from collections.abc import Callable
 from sodalite.model import store_ops as core
 from sodalite.store import port
 
-EditEncoder = Callable[[core.AnnotationEdit], tuple[bytes, int]]
-"""An edit's annotations as the port stores them: (encoded map entries, entry count)."""
+EditEncoder = Callable[[core.AnnotationEdit], tuple[bytes, int, bytes | None]]
+"""An edit as the port stores it: (encoded annotation map entries, entry count, the new tail or None
+to keep the row's)."""
 
 
 def to_port_op(op: core.StoreOp, ref: port.PartitionRef, dead_letter: port.PartitionRef,
                encode_edit: EditEncoder) -> port.StoreOp:
     """The port operation for the core's ``op`` on partition ``ref``."""
 
-    def encoded(edit: core.AnnotationEdit | None) -> tuple[bytes | None, int]:
-        return (None, 0) if edit is None else encode_edit(edit)
+    def encoded(edit: core.AnnotationEdit | None) -> tuple[bytes | None, int, bytes | None]:
+        return (None, 0, None) if edit is None else encode_edit(edit)
 
     match op:
         case core.Append():
@@ -40,18 +42,18 @@ def to_port_op(op: core.StoreOp, ref: port.PartitionRef, dead_letter: port.Parti
         case core.Settle():
             items = []
             for item in op.items:
-                annotations, count = encoded(item.edit)
+                annotations, count, tail = encoded(item.edit)
                 items.append(port.SettleItem(
                     item.sequence_number, item.lock_token, item.outcome, annotations, count,
-                    dead_letter if item.outcome is core.Outcome.DEAD_LETTER else None))
+                    dead_letter if item.outcome is core.Outcome.DEAD_LETTER else None, tail))
             return port.Settle(ref, op.now, tuple(items))
         case core.RenewLocks():
             return port.RenewLocks(ref, op.now, op.locked_until, op.items)
         case core.MoveMessages():
             moves = []
             for move in op.items:
-                annotations, count = encoded(move.edit)
-                moves.append(port.MoveItem(move.sequence_number, annotations, count))
+                annotations, count, tail = encoded(move.edit)
+                moves.append(port.MoveItem(move.sequence_number, annotations, count, tail=tail))
             return port.MoveMessages(ref, op.now, tuple(moves), dead_letter if op.to_dead_letter else None)
         case core.Activate():
             return port.Activate(ref, op.now, op.limit)

@@ -222,8 +222,11 @@ class SettleItem:
     """One settlement: the message, the lock token it must carry, and what to do.
 
     ``annotations`` (with ``annotation_count``), when not None, replaces the message's annotations
-    before the outcome (properties to modify, the dead-letter reason). ``dead_letter_to`` names the
-    dead-letter partition (in the same store) and is required for DEAD_LETTER.
+    before the outcome (properties to modify); ``tail``, when not None, replaces its tail
+    (properties .. footer: the dead-letter reason and description are application properties).
+    The partition's ``size_in_bytes`` follows the new size; a dead-lettered message enters
+    ``dead_letter_to`` with its new annotations and tail. ``dead_letter_to`` names the dead-letter
+    partition (in the same store) and is required for DEAD_LETTER.
     """
 
     sequence_number: int
@@ -232,6 +235,7 @@ class SettleItem:
     annotations: bytes | None = None
     annotation_count: int = 0
     dead_letter_to: PartitionRef | None = None
+    tail: bytes | None = None
 
     def __post_init__(self) -> None:
         if self.outcome is Outcome.DEAD_LETTER and self.dead_letter_to is None:
@@ -268,13 +272,15 @@ class RenewLocks:
 
 @dataclass(frozen=True, slots=True)
 class MoveItem:
-    """One message to move: replacement annotations (when not None) and whether the moved copy's
-    delivery count starts again at 0."""
+    """One message to move: replacement annotations and tail (each when not None; they apply to the
+    copy in the target, counted at its new size) and whether the moved copy's delivery count starts
+    again at 0."""
 
     sequence_number: int
     annotations: bytes | None = None
     annotation_count: int = 0
     reset_delivery_count: bool = False
+    tail: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -471,7 +471,8 @@ def _claim_sql(by_session: bool, by_numbers: bool) -> str:
 _CLAIM_SQL: Final = {(s, n): _claim_sql(s, n) for s in (False, True) for n in (False, True)}
 _SETTLE_ITEMS: Final = (
     "i AS (SELECT * FROM unnest(%(seq)s::bigint[], %(tok)s::uuid[], %(code)s::smallint[], %(ann)s::bytea[], "
-    "%(annc)s::bigint[], %(reset)s::boolean[]) WITH ORDINALITY AS i(seq, tok, code, ann, annc, reset, ord))"
+    "%(annc)s::bigint[], %(tl)s::bytea[], %(reset)s::boolean[]) WITH ORDINALITY "
+    "AS i(seq, tok, code, ann, annc, tl, reset, ord))"
 )
 _CODE: Final = {Outcome.ABANDON: 0, Outcome.RELEASE: 1, Outcome.DEFER: 2, Outcome.COMPLETE: 3, Outcome.DEAD_LETTER: 4}
 _COMPLETE: Final = (
@@ -481,14 +482,15 @@ _COMPLETE: Final = (
 )
 # ABANDON, RELEASE and DEFER clear the lock; RELEASE gives the delivery back, DEFER defers.
 _UNLOCK: Final = (
-    f"WITH {_SETTLE_ITEMS}, old AS (SELECT m.sequence_number, m.state, {_SIZE} AS size, i.code, i.ann, i.annc "
+    f"WITH {_SETTLE_ITEMS}, old AS (SELECT m.sequence_number, m.state, {_SIZE} AS size, i.code, i.ann, i.annc, i.tl "
     f"FROM sodalite_messages m JOIN i ON m.sequence_number = i.seq WHERE {_PARTITION} "
     f"AND m.sequence_number = ANY(%(seq)s::bigint[]) AND {_FENCED} "
     "FOR UPDATE OF m), "
     "upd AS (UPDATE sodalite_messages m SET lock_token = NULL, locked_until = NULL, lock_owner = NULL, "
     "delivery_count = CASE WHEN old.code = 1 THEN GREATEST(m.delivery_count - 1, 0) ELSE m.delivery_count END, "
     "state = CASE WHEN old.code = 2 THEN 1 ELSE m.state END, annotations = coalesce(old.ann, m.annotations), "
-    "annotation_count = CASE WHEN old.ann IS NULL THEN m.annotation_count ELSE old.annc END FROM old "
+    "annotation_count = CASE WHEN old.ann IS NULL THEN m.annotation_count ELSE old.annc END, "
+    "tail = coalesce(old.tl, m.tail) FROM old "
     f"WHERE {_PARTITION} AND m.sequence_number = ANY(%(seq)s::bigint[]) AND m.sequence_number = old.sequence_number "
     "RETURNING m.sequence_number, "
     "(m.state = 0)::int - (old.state = 0)::int AS da, (m.state = 2)::int - (old.state = 2)::int AS ds, "
@@ -499,12 +501,13 @@ _UNLOCK: Final = (
 
 def _transfer_sql(fence: str) -> str:
     """Delete the fenced rows named by the items here and append them to the target partition
-    (%(te)s, %(tp)s) with its next numbers, in item order: unlocked, ACTIVE, annotations replaced
-    and delivery count reset as each item says. Returns (old number, new number) per moved row."""
+    (%(te)s, %(tp)s) with its next numbers, in item order: unlocked, ACTIVE, annotations and tail
+    replaced and delivery count reset as each item says. Returns (old number, new number) per moved row."""
     copied = ", ".join(
         f"CASE WHEN i.reset THEN 0 ELSE m.{n} END AS {n}" if n == "delivery_count"
         else f"coalesce(i.ann, m.{n}) AS {n}" if n == "annotations"
         else f"CASE WHEN i.ann IS NULL THEN m.{n} ELSE i.annc END AS {n}" if n == "annotation_count"
+        else f"coalesce(i.tl, m.{n}) AS {n}" if n == "tail"
         else f"m.{n}"
         for n in _FIELD_NAMES if n != "state")
     return (
@@ -829,14 +832,16 @@ def _message_arrays(ref: PartitionRef, messages: Sequence[MessageRecord], number
     return arrays
 
 
-def _item_arrays(items: Sequence[tuple[int, uuid.UUID | None, int, bytes | None, int, bool]]) -> dict[str, Any]:
-    """Settle and move items as arrays: (number, token, outcome code, annotations, count, reset)."""
+def _item_arrays(items: Sequence[tuple[int, uuid.UUID | None, int, bytes | None, int, bytes | None, bool]],
+                 ) -> dict[str, Any]:
+    """Settle and move items as arrays: (number, token, outcome code, annotations, count, tail, reset)."""
     return {
         "seq": [_int64(seq, "sequence number") for seq, *_ in items],
         "tok": [tok for _, tok, *_ in items],
         "code": [code for _, _, code, *_ in items],
-        "ann": [None if ann is None else bytes(ann) for _, _, _, ann, _, _ in items],
-        "annc": [_int64(count, "annotation count") for *_, count, _ in items],
+        "ann": [None if ann is None else bytes(ann) for _, _, _, ann, _, _, _ in items],
+        "annc": [_int64(count, "annotation count") for *_, count, _, _ in items],
+        "tl": [None if tail is None else bytes(tail) for *_, tail, _ in items],
         "reset": [reset for *_, reset in items],
     }
 
@@ -910,7 +915,7 @@ def _settle_plan(op: Settle) -> _Plan:
     for group_key, indexes in _batches([key(item) for item in op.items], numbers):
         items = [op.items[i] for i in indexes]
         params = {**base, **_item_arrays([(it.sequence_number, it.lock_token, _CODE[it.outcome], it.annotations,
-                                           it.annotation_count, False) for it in items])}
+                                           it.annotation_count, it.tail, False) for it in items])}
         if group_key[0] == "complete":
             sql = _COMPLETE
         elif group_key[0] == "unlock":
@@ -950,7 +955,7 @@ def _move_plan(op: MoveMessages) -> _Plan:
     for _, indexes in _batches([()] * len(op.items), numbers, one_by_one=same):
         items: list[MoveItem] = [op.items[i] for i in indexes]
         params = {**base, **_item_arrays([(it.sequence_number, None, 0, it.annotations, it.annotation_count,
-                                           it.reset_delivery_count) for it in items])}
+                                           it.tail, it.reset_delivery_count) for it in items])}
         steps.append(_Step(_MOVE_AWAY if op.target is None else _MOVE_TO, params, rows=True))
         groups.append(indexes)
 

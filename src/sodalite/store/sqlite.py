@@ -395,8 +395,10 @@ _SETTLE: Final = {
                     f"WHERE {_KEY} AND sequence_number = ?"),
     Outcome.DEAD_LETTER: f"DELETE FROM messages WHERE {_KEY} AND sequence_number = ?",
 }
-_SET_ANNOTATIONS: Final = (
-    f"UPDATE messages SET annotations = ?, annotation_count = ? WHERE {_KEY} AND sequence_number = ?"
+# A settlement's replacements, each kept as it is when NULL (annotations and their count go together).
+_SET_PARTS: Final = (
+    "UPDATE messages SET annotations = coalesce(?1, annotations), annotation_count = coalesce(?2, annotation_count), "
+    "tail = coalesce(?3, tail) WHERE entity = ?4 AND partition = ?5 AND sequence_number = ?6"
 )
 # What a settlement needs to know of each row: its lock, and its state and sizes for the counters
 # (length() of a blob is read from the record header, without the blob).
@@ -566,6 +568,16 @@ def _select_rows(conn: sqlite3.Connection, ref: PartitionRef,
     return {r[0]: _stored_from_row(r) for r in rows}
 
 
+def _replaced(record: MessageRecord, annotations: bytes | None, annotation_count: int,
+              tail: bytes | None) -> MessageRecord:
+    """The record with a settle or move item's replacements (each when not None)."""
+    if annotations is not None:
+        record = replace(record, annotations=annotations, annotation_count=annotation_count)
+    if tail is not None:
+        record = replace(record, tail=tail)
+    return record
+
+
 def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2) -> OpResult:
     ref = op.ref
     key = (ref.entity, ref.partition)
@@ -591,26 +603,31 @@ def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2) -> OpResult:
             if not ok:
                 continue
             del locks[n]  # settled: a second item for it finds no lock
-            if item.annotations is not None:
-                annotate.append((item.annotations, item.annotation_count, *key, n))
-                counts.size += len(item.annotations) - annotations_size
-                annotations_size = len(item.annotations)
             by_outcome.setdefault(item.outcome, []).append((*key, n))
             if item.outcome in (Outcome.COMPLETE, Outcome.DEAD_LETTER):
+                # the row leaves as it is; a dead-lettered copy takes the replacements (below)
                 counts.add(state, annotations_size + tail_size, -1)
-            elif item.outcome is Outcome.DEFER:
+            elif item.annotations is not None or item.tail is not None:
+                annotate.append((item.annotations, None if item.annotations is None else item.annotation_count,
+                                 item.tail, *key, n))
+                if item.annotations is not None:
+                    counts.size += len(item.annotations) - annotations_size
+                if item.tail is not None:
+                    counts.size += len(item.tail) - tail_size
+            if item.outcome is Outcome.DEFER:
                 counts.move(state, int(MessageState.DEFERRED))
             if item.outcome is Outcome.DEAD_LETTER:
                 dead.append(item)
-        conn.executemany(_SET_ANNOTATIONS, annotate)
+        conn.executemany(_SET_PARTS, annotate)
         dying = _select_rows(conn, ref, [item.sequence_number for item in dead]) if dead else {}
         for outcome, params in by_outcome.items():
             conn.executemany(_SETTLE[outcome], params)
         counts.write(conn, ref)
         for item in dead:
             assert item.dead_letter_to is not None
-            record = replace(dying[item.sequence_number].record, state=MessageState.ACTIVE)
-            _append(conn, item.dead_letter_to, [record])
+            record = _replaced(dying[item.sequence_number].record, item.annotations, item.annotation_count,
+                               item.tail)
+            _append(conn, item.dead_letter_to, [replace(record, state=MessageState.ACTIVE)])
         return Settled(tuple(applied))
     if isinstance(op, RenewLocks):
         locks = _select_locks(conn, ref, [n for n, _ in op.items])
@@ -634,9 +651,7 @@ def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2) -> OpResult:
                 moved.append(None)
                 continue
             moved.append(move.sequence_number)
-            record = stored.record
-            if move.annotations is not None:
-                record = replace(record, annotations=move.annotations, annotation_count=move.annotation_count)
+            record = _replaced(stored.record, move.annotations, move.annotation_count, move.tail)
             leaving.append(replace(record, state=MessageState.ACTIVE,
                                    delivery_count=0 if move.reset_delivery_count else record.delivery_count))
         if leaving:

@@ -14,8 +14,10 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
+from sodalite.amqp import message as amqp_message
+from sodalite.amqp.codec import decode
 from sodalite.errors import StoreUnavailable
-from sodalite.model.message import MessageState
+from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import MessageDraft
 from sodalite.model.partition_core import (
     AcceptSession,
@@ -40,7 +42,8 @@ from sodalite.model.store_ops import MoveItem as CoreMoveItem
 from sodalite.model.store_ops import MoveMessages as CoreMoveMessages
 from sodalite.model.store_ops import Settle as CoreSettle
 from sodalite.model.store_ops import SettleItem as CoreSettleItem
-from sodalite.server.partition_runner import PartitionRunner, Timer
+from sodalite.server import wire
+from sodalite.server.partition_runner import PartitionRunner, Timer, encode_edit
 from sodalite.server.store_worker import StoreWorker
 from sodalite.store import port
 from sodalite.store.memory import MemoryStore
@@ -395,17 +398,20 @@ def test_a_new_runner_on_the_same_sqlite_file_finds_the_messages(tmp_path: pathl
 
 def test_core_ops_map_to_port_ops_of_the_partition() -> None:
     token = uuid.uuid4()
-    edit = AnnotationEdit(b"", 0, (("x-opt-custom", 5),), "Reason", "why")
+    edit = AnnotationEdit(b"", 0, (("x-opt-custom", 5),), "Reason", "why", base_tail=b"tail")
 
-    def encode(e: AnnotationEdit) -> tuple[bytes, int]:
-        return b"enc:" + str(len(e.properties)).encode(), len(e.properties)
+    def encode(e: AnnotationEdit) -> tuple[bytes, int, bytes | None]:
+        return b"enc:" + str(len(e.properties)).encode(), len(e.properties), (e.base_tail or b"") + b"+reason"
 
     settle = to_port_op(CoreSettle(10, (CoreSettleItem(3, token, Outcome.DEAD_LETTER, edit),
                                         CoreSettleItem(4, token, Outcome.COMPLETE))), REF, DLQ, encode)
-    assert settle == port.Settle(REF, 10, (port.SettleItem(3, token, Outcome.DEAD_LETTER, b"enc:1", 1, DLQ),
+    assert settle == port.Settle(REF, 10, (port.SettleItem(3, token, Outcome.DEAD_LETTER, b"enc:1", 1, DLQ,
+                                                           tail=b"tail+reason"),
                                            port.SettleItem(4, token, Outcome.COMPLETE)))
     move = to_port_op(CoreMoveMessages(10, (CoreMoveItem(5),), to_dead_letter=True), REF, DLQ, encode)
     assert move == port.MoveMessages(REF, 10, (port.MoveItem(5),), DLQ)
+    moved = to_port_op(CoreMoveMessages(10, (CoreMoveItem(6, edit),), to_dead_letter=True), REF, DLQ, encode)
+    assert moved == port.MoveMessages(REF, 10, (port.MoveItem(6, b"enc:1", 1, tail=b"tail+reason"),), DLQ)
     drop = to_port_op(CoreMoveMessages(10, (CoreMoveItem(5),), to_dead_letter=False), REF, DLQ, encode)
     assert drop == port.MoveMessages(REF, 10, (port.MoveItem(5),), None)
 
@@ -428,7 +434,153 @@ def test_dead_letter_goes_to_the_dead_letter_partition_with_modified_annotations
         assert [(r.record.sequence_number, r.record.tail[-3:], r.record.annotation_count) for r in dead] == [
             (1, b"bad", 1)]
         assert b"x-opt-note" in dead[0].record.annotations
+        assert wire.application_properties(dead[0].record.tail) == {
+            "DeadLetterReason": "Bad", "DeadLetterErrorDescription": "bad body"}
     run(kind, tmp_path, body)
+
+
+# ---- dead-letter reasons: application properties of the stored tail (as v1's wire.dead_lettered writes them)
+
+
+def rich_draft(body: bytes, ttl: int | None = None) -> MessageDraft:
+    """A message with properties, application properties and a body, as a client sends it."""
+    tail = b"".join((amqp_message.encode_section(amqp_message.PROPERTIES, ["id-" + body.decode()]),
+                     amqp_message.encode_section(amqp_message.APPLICATION_PROPERTIES, {"color": "red", "n": 7}),
+                     amqp_message.encode_section(amqp_message.DATA, body)))
+    return MessageDraft("id-" + body.decode(), None, None, ttl, None, None, None, b"", 0, tail)
+
+
+def annotations_of(record: MessageRecord) -> dict[str, object]:
+    if not record.annotation_count:
+        return {}
+    value = decode(amqp_message.encode_annotations(record.annotations, record.annotation_count)[3:])
+    assert isinstance(value, dict)
+    return {str(k): v for k, v in value.items()}
+
+
+async def _dead_letters(s: Setup) -> list[MessageRecord]:
+    """The dead-letter partition's rows, checked whole: the message untouched but for its application
+    properties, and the partition's byte count exact."""
+    rows = [r.record for r in await s.worker.call(lambda: s.store.inner.peek(DLQ, 0, 100))]
+    counts = await s.worker.call(lambda: s.store.inner.counts(DLQ))
+    assert counts.size_in_bytes == sum(r.size for r in rows) and counts.active == len(rows)
+    for record in rows:
+        sections = amqp_message.split_sections(record.tail)
+        assert [x.code for x in sections] == [amqp_message.PROPERTIES, amqp_message.APPLICATION_PROPERTIES,
+                                              amqp_message.DATA]
+        assert amqp_message.section_value(record.tail, sections[0]) == [record.message_id]
+    return rows
+
+
+def dead_letter_properties(record: MessageRecord) -> tuple[object, object]:
+    props = wire.application_properties(record.tail)
+    assert (props["color"], props["n"]) == ("red", 7)  # the client's own stay
+    return props.get("DeadLetterReason"), props.get("DeadLetterErrorDescription")
+
+
+@STORES
+def test_a_client_dead_letter_keeps_reason_and_description_as_application_properties(
+        kind: str, tmp_path: pathlib.Path) -> None:
+    async def body(s: Setup) -> None:
+        s.runner.submit(Send((rich_draft(b"one"), rich_draft(b"two"), rich_draft(b"three")), reply_to="send"))
+        s.runner.submit(Receive("consumer", 3))
+        await s.runner.drained()
+        one, two, three = (d for d in s.of(Delivered) if isinstance(d, Delivered))
+        assert one.lock_token and two.lock_token and three.lock_token
+        s.runner.submit(Settle(one.lock_token, Outcome.DEAD_LETTER, reply_to=1, reason="Bad", description="bad body"))
+        s.runner.submit(Settle(two.lock_token, Outcome.DEAD_LETTER, reply_to=2, reason="OnlyAReason"))
+        s.runner.submit(Settle(three.lock_token, Outcome.DEAD_LETTER, reply_to=3))
+        await s.runner.drained()
+        assert len(s.of(SettlementDone)) == 3
+        first, second, third = await _dead_letters(s)
+        assert dead_letter_properties(first) == ("Bad", "bad body")
+        assert dead_letter_properties(second) == ("OnlyAReason", None)
+        assert dead_letter_properties(third) == (None, None)
+        assert third.tail == rich_draft(b"three").tail  # nothing to write: the tail as sent
+        assert (await s.worker.call(lambda: s.store.inner.counts(REF))).size_in_bytes == 0
+    run(kind, tmp_path, body)
+
+
+@STORES
+def test_an_expired_message_is_dead_lettered_with_ttl_expired(kind: str, tmp_path: pathlib.Path) -> None:
+    async def main() -> None:
+        settings = replace(SETTINGS, dead_letter_on_expiration=True)
+        s = await _setup(_make_store(kind, tmp_path), settings=settings)
+        try:
+            s.runner.submit(Send((rich_draft(b"short", ttl=5_000), rich_draft(b"long")), reply_to="send"))
+            await s.runner.drained()
+            s.clock.advance(5_001)
+            s.runner.submit(Receive("consumer", 2))  # a receive meets it if its timer did not
+            await s.runner.drained()
+            assert [d.message.message_id for d in s.of(Delivered) if isinstance(d, Delivered)] == ["id-long"]
+            (dead,) = await _dead_letters(s)
+            assert dead.message_id == "id-short"
+            assert dead_letter_properties(dead) == ("TTLExpiredException", "the message expired")
+        finally:
+            await _teardown(s)
+    asyncio.run(main())
+
+
+@STORES
+def test_the_last_allowed_delivery_dead_letters_with_max_delivery_count_exceeded(
+        kind: str, tmp_path: pathlib.Path) -> None:
+    async def main() -> None:
+        s = await _setup(_make_store(kind, tmp_path), settings=replace(SETTINGS, max_delivery_count=1))
+        try:
+            s.runner.submit(Send((rich_draft(b"abandoned"), rich_draft(b"lapsed")), reply_to="send"))
+            s.runner.submit(Receive("consumer", 2))
+            await s.runner.drained()
+            first, _ = (d for d in s.of(Delivered) if isinstance(d, Delivered))
+            assert first.lock_token is not None
+            # an abandon ends the last delivery (a Settle DEAD_LETTER); properties to modify stay annotations
+            s.runner.submit(Settle(first.lock_token, Outcome.ABANDON, reply_to="abandon",
+                                   properties_to_modify=(("x-opt-note", 5),)))
+            await s.runner.drained()
+            s.clock.advance(LOCK)  # the other lock lapses (a MoveMessages to the dead-letter queue)
+            await s.runner.drained()
+            abandoned, lapsed = await _dead_letters(s)
+            assert (abandoned.message_id, lapsed.message_id) == ("id-abandoned", "id-lapsed")
+            assert dead_letter_properties(abandoned) == ("MaxDeliveryCountExceeded", "delivered 1 times")
+            assert annotations_of(abandoned) == {"x-opt-note": 5}
+            assert dead_letter_properties(lapsed)[0] == "MaxDeliveryCountExceeded"
+            assert await s.rows() == ()
+        finally:
+            await _teardown(s)
+    asyncio.run(main())
+
+
+@STORES
+def test_an_abandon_that_finds_the_message_expired_dead_letters_it_with_its_properties_to_modify(
+        kind: str, tmp_path: pathlib.Path) -> None:
+    async def main() -> None:
+        settings = replace(SETTINGS, dead_letter_on_expiration=True)
+        s = await _setup(_make_store(kind, tmp_path), settings=settings)
+        try:
+            s.runner.submit(Send((rich_draft(b"late", ttl=1_000),), reply_to="send"))
+            s.runner.submit(Receive("consumer", 1))
+            await s.runner.drained()
+            (d,) = (d for d in s.of(Delivered) if isinstance(d, Delivered))
+            assert d.lock_token is not None
+            s.clock.advance(2_000)  # expired under its lock: it stays until the lock ends
+            s.runner.submit(Settle(d.lock_token, Outcome.ABANDON, reply_to="abandon",
+                                   properties_to_modify=(("x-opt-note", "kept"),)))
+            await s.runner.drained()
+            (dead,) = await _dead_letters(s)
+            assert dead_letter_properties(dead) == ("TTLExpiredException", "the message expired")
+            assert annotations_of(dead) == {"x-opt-note": "kept"}  # as v1 keeps them
+        finally:
+            await _teardown(s)
+    asyncio.run(main())
+
+
+def test_an_edit_with_a_reason_and_no_tail_cannot_be_encoded() -> None:
+    with pytest.raises(ValueError):
+        encode_edit(AnnotationEdit(b"", 0, dead_letter_reason="lost"))
+    assert encode_edit(AnnotationEdit(b"", 0, (("k", 1),))) == (*wire.merged_annotation_entries(b"", 0, {"k": 1}),
+                                                                None)
+    tail = rich_draft(b"x").tail
+    assert encode_edit(AnnotationEdit(b"", 0, dead_letter_description="why", base_tail=tail)) == (
+        b"", 0, wire.dead_letter_tail(tail, None, "why"))
 
 
 @STORES
