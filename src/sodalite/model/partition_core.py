@@ -86,8 +86,37 @@ deferral apply as for queues; a row that a session claim finds already at the ma
 dead-lettered by a fenced Settle instead of being delivered (its stored count then includes that
 claim).
 
+Deferred messages by number (:class:`ReceiveDeferred`, $management receive-by-sequence-number):
+one ``Claim(state=DEFERRED, sequence_numbers=...)``. All or none, as the version-1 path
+(model/partition.py ``lock_deferred``) and Service Bus answer: if the claim did not take every
+number asked (gone, not deferred, locked), the rows it took are released (their delivery given
+back) and the reply is :class:`MessageNotFound` naming the missing ones. PeekLock answers
+:class:`DeferredReceived` once the claim committed; its locks are :class:`HeldLock` s like any
+other (settle, renew, lapse), but a deferred message whose lock ends without a settlement
+(abandon, release, lapse) stays deferred and never enters the window. ReceiveAndDelete completes
+the rows in the next batch, once the claim took them all, and answers after that delete
+committed (a delete that applied only in part still hands out what it deleted). On a session
+entity ``session_id`` must name a session held here (any receiver of this core; else
+:class:`SessionLockLost`, none named: :class:`Refused`): the claim takes only that session's rows
+and their locks ride on the session's lock. Known differences from the version-1 path: a
+deferred message is never dead-lettered for MaxDeliveryCount or TTL when its lock ends (the
+version-1 path does both on abandon and lapse), and the store never claims an expired deferred
+row (so it is not found).
+
+Complete-through (:class:`CompleteThrough`, a Sodalite extension for the Spark reader): one
+``Purge(through)``, the port's semantics and the version-1 ``complete_through``'s (every row
+numbered <= N in any state, except rows locked at ``now``); :class:`CompletedThrough` with the
+store's count after it commits. The window forgets its rows <= N, and moves ``cursor`` below them,
+when the purge is decided and again when it commits (a lock that kept a row, and lapsed in
+between, put it back; the read finds it again). ``Purged`` is one total, so once a purge with a
+count committed the core asks for :class:`ReadCounts` (a read like :class:`ReadWindow`, at most
+one per decision, taking precedence) and replaces its counts with the :class:`CountsRead`
+answer: the read runs after every batch decided before it and its answer comes before the
+results of any decided after it, so the replacement is exact. Until it comes,
+``View.counts_stale_after`` says the counts may be off by what the purge took.
+
 Not here yet (they stay in server/partition_actor.py): topics and forwarding, transactions, peek,
-receive-deferred-by-number, list-sessions, quotas.
+list-sessions, quotas.
 """
 
 from __future__ import annotations
