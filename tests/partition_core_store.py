@@ -17,7 +17,9 @@ from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import MessageDraft
 from sodalite.model.partition_core import (
     Command,
+    CountsRead,
     Decision,
+    ReadCounts,
     ReadWindow,
     Reply,
     StoreAvailable,
@@ -44,6 +46,8 @@ from sodalite.model.store_ops import (
     MoveMessages,
     OpResult,
     Outcome,
+    Purge,
+    Purged,
     PutSessionState,
     ReleaseSession,
     RememberMessageIds,
@@ -224,6 +228,13 @@ class FakeStore:
                 else:
                     self.session_states[op.session_id] = (op.state, op.updated_at)
                 return Done()
+            case Purge():
+                doomed = [seq for seq, row in self.rows.items()
+                          if seq <= op.through_sequence_number and not row.locked_at(op.now)]
+                for seq in doomed:
+                    del self.rows[seq]
+                    self.gone[seq] = "purged"
+                return Purged(len(doomed))
         raise AssertionError(op)
 
     def peek(self, from_seq: int, count: int) -> tuple[StoredMessage, ...]:
@@ -233,6 +244,9 @@ class FakeStore:
     def count(self, state: MessageState) -> int:
         return sum(1 for row in self.rows.values() if row.record.state == state)
 
+    def counts(self) -> tuple[int, int, int]:
+        return self.count(MessageState.ACTIVE), self.count(MessageState.SCHEDULED), self.count(MessageState.DEFERRED)
+
 
 class Harness:
     """Runs decide like the actor: effects queue in order; ``pump`` carries them out one by one."""
@@ -241,7 +255,7 @@ class Harness:
         self.view = view
         self.store = store or FakeStore()
         self.now = now
-        self.effects: deque[tuple[int, tuple[StoreOp, ...]] | ReadWindow] = deque()
+        self.effects: deque[tuple[int, tuple[StoreOp, ...]] | ReadWindow | ReadCounts] = deque()
         self.replies: list[Reply] = []
         self.ops: list[StoreOp] = []  # every op emitted, in order
         self.next_due: int | None = None
@@ -266,6 +280,8 @@ class Harness:
         if isinstance(effect, ReadWindow):
             rows = None if fail else self.store.peek(effect.from_sequence_number, effect.count)
             return self.run(WindowRead(rows))
+        if isinstance(effect, ReadCounts):
+            return self.run(CountsRead(None if fail else self.store.counts()))
         batch_id, ops = effect
         if fail:
             return self.run(StoreFailed(batch_id, "injected"))
@@ -348,11 +364,15 @@ class CoreMachine(RuleBasedStateMachine):
 
     @invariant()
     def counts_are_the_stores(self) -> None:
+        """Always, except between a committed Purge (one total) and the ReadCounts it asks for."""
         if self.h is None:
             return
-        counts, store = self.harness.view.counts, self.harness.store
-        assert (counts.active, counts.scheduled, counts.deferred) == (
-            store.count(MessageState.ACTIVE), store.count(MessageState.SCHEDULED), store.count(MessageState.DEFERRED))
+        view, store = self.harness.view, self.harness.store
+        counts = view.counts
+        if view.counts_stale_after:
+            assert view.counts_read_after is not None or not view.available, "counts stale, no read of them asked for"
+            return
+        assert (counts.active, counts.scheduled, counts.deferred) == store.counts()
 
     def settle_down(self, lock_duration: int) -> None:
         """The store up, every batch carried out and time moved past every lock, until nothing is left to do."""

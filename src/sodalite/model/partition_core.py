@@ -86,8 +86,37 @@ deferral apply as for queues; a row that a session claim finds already at the ma
 dead-lettered by a fenced Settle instead of being delivered (its stored count then includes that
 claim).
 
+Deferred messages by number (:class:`ReceiveDeferred`, $management receive-by-sequence-number):
+one ``Claim(state=DEFERRED, sequence_numbers=...)``. All or none, as the version-1 path
+(model/partition.py ``lock_deferred``) and Service Bus answer: if the claim did not take every
+number asked (gone, not deferred, locked), the rows it took are released (their delivery given
+back) and the reply is :class:`MessageNotFound` naming the missing ones. PeekLock answers
+:class:`DeferredReceived` once the claim committed; its locks are :class:`HeldLock` s like any
+other (settle, renew, lapse), but a deferred message whose lock ends without a settlement
+(abandon, release, lapse) stays deferred and never enters the window. ReceiveAndDelete completes
+the rows in the next batch, once the claim took them all, and answers after that delete
+committed (a delete that applied only in part still hands out what it deleted). On a session
+entity ``session_id`` must name a session held here (any receiver of this core; else
+:class:`SessionLockLost`, none named: :class:`Refused`): the claim takes only that session's rows
+and their locks ride on the session's lock. Known differences from the version-1 path: a
+deferred message is never dead-lettered for MaxDeliveryCount or TTL when its lock ends (the
+version-1 path does both on abandon and lapse), and the store never claims an expired deferred
+row (so it is not found).
+
+Complete-through (:class:`CompleteThrough`, a Sodalite extension for the Spark reader): one
+``Purge(through)``, the port's semantics and the version-1 ``complete_through``'s (every row
+numbered <= N in any state, except rows locked at ``now``); :class:`CompletedThrough` with the
+store's count after it commits. The window forgets its rows <= N, and moves ``cursor`` below them,
+when the purge is decided and again when it commits (a lock that kept a row, and lapsed in
+between, put it back; the read finds it again). ``Purged`` is one total, so once a purge with a
+count committed the core asks for :class:`ReadCounts` (a read like :class:`ReadWindow`, at most
+one per decision, taking precedence) and replaces its counts with the :class:`CountsRead`
+answer: the read runs after every batch decided before it and its answer comes before the
+results of any decided after it, so the replacement is exact. Until it comes,
+``View.counts_stale_after`` says the counts may be off by what the purge took.
+
 Not here yet (they stay in server/partition_actor.py): topics and forwarding, transactions, peek,
-receive-deferred-by-number, list-sessions, quotas.
+list-sessions, quotas.
 """
 
 from __future__ import annotations
@@ -95,7 +124,7 @@ from __future__ import annotations
 import enum
 import heapq
 import uuid
-from bisect import insort
+from bisect import bisect_right, insort
 from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
 
@@ -117,6 +146,8 @@ from sodalite.model.store_ops import (
     MoveMessages,
     OpResult,
     Outcome,
+    Purge,
+    Purged,
     PutSessionState,
     ReleaseSession,
     RememberMessageIds,
@@ -293,9 +324,41 @@ class Arrived:
     count: int
 
 
+@dataclass(frozen=True, slots=True)
+class ReceiveDeferred:
+    """Receive deferred messages by sequence number ($management com.microsoft:receive-by-sequence-number):
+    all of them or none (:class:`MessageNotFound`). PeekLock locks them for ``consumer``;
+    ReceiveAndDelete removes them. On a session entity ``session_id`` names the session, which must
+    be held here, and the locks ride on its lock (see "Deferred messages" in the module docstring)."""
+
+    sequence_numbers: tuple[int, ...]
+    reply_to: ReplyTo
+    mode: ReceiveMode = ReceiveMode.PEEK_LOCK
+    session_id: str | None = None
+    consumer: Consumer = None
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteThrough:
+    """Remove every message numbered ``sequence_number`` or lower, in any state, except locked ones
+    (a Sodalite extension for the Spark reader, docs/spark.md); answered by :class:`CompletedThrough`."""
+
+    sequence_number: int
+    reply_to: ReplyTo
+
+
+@dataclass(frozen=True, slots=True)
+class CountsRead:
+    """The answer to a :class:`ReadCounts`: (active, scheduled, deferred) as ``store.counts(ref)``
+    gives them; ``None`` if the read failed."""
+
+    counts: tuple[int, int, int] | None
+
+
 Command = (Send | Schedule | CancelScheduled | Receive | CloseConsumer | Settle | RenewLock | Touch | Tick
            | StoreResults | StoreFailed | StoreAvailable | StoreUnavailable | WindowRead | AcceptSession
-           | RenewSessionLock | GetSessionState | SetSessionState | Arrived)
+           | RenewSessionLock | GetSessionState | SetSessionState
+           | ReceiveDeferred | CompleteThrough | CountsRead | Arrived)
 
 
 # ---- replies and effects ----------------------------------------------------------------------------
@@ -432,9 +495,46 @@ class SessionStateSet:
     session_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class DeferredMessage:
+    """One message of a :class:`DeferredReceived`: PeekLock gives its lock (``lock_token``,
+    ``locked_until``), ReceiveAndDelete None for both (it is deleted already)."""
+
+    message: MessageRecord
+    lock_token: uuid.UUID | None
+    locked_until: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeferredReceived:
+    """The answer to :class:`ReceiveDeferred`, in the order asked (each number once): the locks are
+    durable (PeekLock), or the messages are deleted (ReceiveAndDelete)."""
+
+    reply_to: ReplyTo
+    messages: tuple[DeferredMessage, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MessageNotFound:
+    """``sequence_numbers`` name no deferred message that is free to take (gone, not deferred, or
+    locked): nothing of the :class:`ReceiveDeferred` happened (com.microsoft:message-not-found)."""
+
+    reply_to: ReplyTo
+    sequence_numbers: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedThrough:
+    """The :class:`CompleteThrough` is durable: ``count`` messages went (all states together)."""
+
+    reply_to: ReplyTo
+    count: int
+
+
 Reply = (Delivered | SendAccepted | SettlementDone | LockLost | LockRenewed | ScheduledCancelled | ServerBusy
          | IdleExpired | Refused | SessionAccepted | SessionCannotBeLocked | NoSessionAvailable | SessionLockLost
-         | SessionLost | SessionRenewed | SessionState | SessionStateSet)
+         | SessionLost | SessionRenewed | SessionState | SessionStateSet
+         | DeferredReceived | MessageNotFound | CompletedThrough)
 
 
 @dataclass(frozen=True, slots=True)
@@ -446,11 +546,19 @@ class ReadWindow:
 
 
 @dataclass(frozen=True, slots=True)
+class ReadCounts:
+    """Read the partition's counters (``store.counts(ref)``) and answer with :class:`CountsRead`. Asked
+    for after a :class:`~sodalite.model.store_ops.Purge` committed: its result is one total, so the
+    counts per state are read back (the read runs after every batch decided before it, and its
+    answer comes before any decided after it, so it replaces the view's counts exactly)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     view: View
     store_ops: tuple[StoreOp, ...]
     batch_id: int | None  # names store_ops in StoreResults / StoreFailed; None when there are none
-    read: ReadWindow | None
+    read: ReadWindow | ReadCounts | None  # at most one read
     replies: tuple[Reply, ...]
     next_due: int | None
 
@@ -603,8 +711,33 @@ class _StateCtx:
     reply_to: ReplyTo
 
 
+@dataclass(frozen=True, slots=True)
+class _DeferredClaimCtx:
+    reply_to: ReplyTo
+    numbers: tuple[int, ...]  # as asked, each once
+    mode: ReceiveMode
+    consumer: Consumer
+    session_id: str | None
+    session_token: uuid.UUID | None  # the session lock the locks ride on
+
+
+@dataclass(frozen=True, slots=True)
+class _DeferredTakeCtx:
+    """The COMPLETE of a ReceiveAndDelete by number, after its claim took every number asked."""
+
+    reply_to: ReplyTo
+    tokens: tuple[uuid.UUID, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _PurgeCtx:
+    reply_to: ReplyTo
+    through: int
+
+
 _Ctx = (_AppendCtx | _ClaimCtx | _QuietCtx | _TakeCtx | _SettleCtx | _RenewCtx | _MoveCtx | _ActivateCtx | _DedupCtx
-        | _AcceptCtx | _SessionClaimCtx | _SessionRenewCtx | _StateCtx)
+        | _AcceptCtx | _SessionClaimCtx | _SessionRenewCtx | _StateCtx
+        | _DeferredClaimCtx | _DeferredTakeCtx | _PurgeCtx)
 
 
 @dataclass(slots=True)
@@ -650,6 +783,10 @@ class View:
     sessions_maybe_ready: bool = True  # something became ready since a next-available claim found nothing
     # Tokens of messages whose session lock was lost (the newest _LOST_TOKENS): a settlement names the session.
     lost_tokens: dict[uuid.UUID, str] = field(default_factory=dict)
+    # Counts after a Purge: the highest batch id of a committed Purge whose counts were not read back
+    # yet (0: the counts are the store's), and the last batch id the ReadCounts in flight comes after.
+    counts_stale_after: int = 0
+    counts_read_after: int | None = None
 
 
 _LOST_TOKENS = 1024
@@ -715,6 +852,8 @@ def decide(view: View, command: Command, now: int) -> Decision:
     """Decide what ``command`` at ``now`` does to the partition (see the module docstring)."""
     turn = _Turn(view, now)
     match command:
+        case CountsRead():
+            _on_counts_read(turn, command)
         case StoreResults():
             _on_results(turn, command)
         case StoreFailed():
@@ -769,6 +908,10 @@ def decide(view: View, command: Command, now: int) -> Decision:
                     _on_settle(turn, command)
                 case RenewLock():
                     _on_renew(turn, command)
+                case ReceiveDeferred():
+                    _on_receive_deferred(turn, command)
+                case CompleteThrough():
+                    _on_complete_through(turn, command)
                 case Touch():
                     pass
     _due(turn)
@@ -1213,8 +1356,8 @@ def _finish(turn: _Turn) -> Decision:
         batch_id = view.next_batch_id
         view.next_batch_id += 1
         view.pending[batch_id] = (tuple(turn.ctxs), ())
-    read: ReadWindow | None = None
-    if (view.available and view.read_in_flight is None and not view.at_tail
+    read: ReadWindow | ReadCounts | None = _counts_read(view, batch_id)
+    if (read is None and view.available and view.read_in_flight is None and not view.at_tail
             and view.window_size < view.settings.window_bytes // 2):
         read = ReadWindow(view.cursor + 1, view.settings.read_count)
         view.read_in_flight = view.settings.read_count
@@ -1263,6 +1406,12 @@ def _on_results(turn: _Turn, command: StoreResults) -> None:
                 else:
                     view.session_states[ctx.session_id] = (ctx.state, ctx.updated_at)
                 turn.replies.append(SessionStateSet(ctx.reply_to, ctx.session_id))
+            case _DeferredClaimCtx(), Claimed():
+                _deferred_claimed(turn, ctx, result)
+            case _DeferredTakeCtx(), Settled():
+                _deferred_taken(turn, ctx, result)
+            case _PurgeCtx(), Purged():
+                _purged(turn, ctx, result, command.batch_id)
             case _:
                 pass  # claims read by the settle after them, dedup history, session releases
 
@@ -1501,6 +1650,12 @@ def _on_failed(turn: _Turn, command: StoreFailed) -> None:
                 if ctx.reply_to is not _NO_REPLY:
                     turn.replies.append(ServerBusy(ctx.reply_to))
             case _StateCtx():
+                turn.replies.append(ServerBusy(ctx.reply_to))
+            case _DeferredClaimCtx() | _PurgeCtx():
+                turn.replies.append(ServerBusy(ctx.reply_to))
+            case _DeferredTakeCtx():
+                for token in ctx.tokens:  # not deleted: the locks lapse and the messages stay deferred
+                    _unbusy(view, token, settling=True)
                 turn.replies.append(ServerBusy(ctx.reply_to))
             case _:
                 pass
@@ -1790,3 +1945,162 @@ def _due_sessions(turn: _Turn) -> None:
         if held is None or held.locked_until != until or held.renewing:
             continue
         _end_session(turn, held)
+
+
+# ---- deferred messages by number, complete-through, counts read back -------------------------------------
+
+
+def _on_receive_deferred(turn: _Turn, command: ReceiveDeferred) -> None:
+    """One Claim(state=DEFERRED) of the numbers asked; :func:`_deferred_claimed` reads it."""
+    view, now = turn.view, turn.now
+    session_token: uuid.UUID | None = None
+    until = now + view.settings.lock_duration
+    if command.session_id is not None or view.settings.requires_session:
+        if command.session_id is None:
+            turn.replies.append(Refused(command.reply_to, "a session's deferred messages are received by the "
+                                                          "holder of the session: name it"))
+            return
+        held = _held_session(turn, command.session_id, command.reply_to)
+        if held is None:
+            return
+        session_token = held.token
+        until = held.renew_until if held.renewing else held.locked_until  # the locks ride on the session's
+    elif not view.available:
+        turn.replies.append(ServerBusy(command.reply_to))
+        return
+    numbers = tuple(dict.fromkeys(command.sequence_numbers))
+    if not numbers:
+        turn.replies.append(DeferredReceived(command.reply_to, ()))
+        return
+    tokens = tuple(_next_token(view) for _ in numbers)
+    turn.op(Claim(now, until, view.settings.owner, tokens, numbers, MessageState.DEFERRED, command.session_id),
+            _DeferredClaimCtx(command.reply_to, numbers, command.mode, command.consumer, command.session_id,
+                              session_token))
+
+
+def _deferred_claimed(turn: _Turn, ctx: _DeferredClaimCtx, result: Claimed) -> None:
+    """All taken: PeekLock answers now (the locks are durable), ReceiveAndDelete completes them first.
+    Any missing (or the session lost, or the claim back too late): the ones taken are released
+    (their deliveries given back) and nothing was received."""
+    view, now = turn.view, turn.now
+    rows = {row.record.sequence_number: row for row in result.messages}
+    missing = tuple(n for n in ctx.numbers if n not in rows)
+    session_lost = False
+    if ctx.session_token is not None:
+        held = view.sessions.get(ctx.session_id or "")
+        session_lost = held is None or held.token != ctx.session_token or held.locked_until <= now
+    late = False
+    locks: list[HeldLock] = []
+    for row in result.messages:
+        assert row.lock_token is not None and row.locked_until is not None
+        if row.locked_until <= now:  # its lock lapsed already: it stays deferred, nothing to hold
+            late = True
+            continue
+        lock = HeldLock(row.lock_token, row.record, row.locked_until, ctx.consumer, row.record.state,
+                        session_token=ctx.session_token)
+        view.locks[lock.token] = lock
+        view.locked_seqs[row.record.sequence_number] = lock.token
+        heapq.heappush(view.lock_heap, (lock.locked_until, lock.token))
+        locks.append(lock)
+    if missing or late or session_lost:
+        for lock in locks:
+            lock.settling = True
+            turn.settles.append((SettleItem(lock.record.sequence_number, lock.token, Outcome.RELEASE),
+                                 (_NO_REPLY, lock.token, Outcome.RELEASE, Outcome.RELEASE)))
+        if session_lost:
+            turn.replies.append(SessionLockLost(ctx.reply_to, ctx.session_id or ""))
+        elif missing:
+            turn.replies.append(MessageNotFound(ctx.reply_to, missing))
+        else:
+            turn.replies.append(ServerBusy(ctx.reply_to))
+        return
+    ordered = [rows[n] for n in ctx.numbers]
+    if ctx.mode is ReceiveMode.PEEK_LOCK:
+        turn.replies.append(DeferredReceived(ctx.reply_to, tuple(
+            DeferredMessage(row.record, row.lock_token, row.locked_until) for row in ordered)))
+        return
+    items: list[SettleItem] = []
+    for row in ordered:
+        assert row.lock_token is not None
+        view.locks[row.lock_token].settling = True
+        items.append(SettleItem(row.record.sequence_number, row.lock_token, Outcome.COMPLETE))
+    turn.tail_ops.append(SettleOp(now, tuple(items)))
+    turn.tail_ctxs.append(_DeferredTakeCtx(ctx.reply_to, tuple(item.lock_token for item in items)))
+
+
+def _deferred_taken(turn: _Turn, ctx: _DeferredTakeCtx, result: Settled) -> None:
+    """A ReceiveAndDelete by number: every message deleted is handed out (it exists nowhere else)."""
+    view = turn.view
+    out: list[DeferredMessage] = []
+    for token, ok in zip(ctx.tokens, result.applied, strict=True):
+        lock = view.locks.pop(token, None)
+        if lock is None:  # cannot happen: a settling lock is only removed here
+            continue
+        view.locked_seqs.pop(lock.record.sequence_number, None)
+        if ok:
+            view.counts.deferred -= 1
+            out.append(DeferredMessage(lock.record, None, None))
+    if out or not ctx.tokens:
+        turn.replies.append(DeferredReceived(ctx.reply_to, tuple(out)))
+    else:  # none deleted (their locks lapsed first): they are still deferred
+        turn.replies.append(ServerBusy(ctx.reply_to))
+
+
+def _on_complete_through(turn: _Turn, command: CompleteThrough) -> None:
+    view = turn.view
+    if not view.available:
+        turn.replies.append(ServerBusy(command.reply_to))
+        return
+    _forget_window_through(view, command.sequence_number)
+    turn.op(Purge(turn.now, command.sequence_number), _PurgeCtx(command.reply_to, command.sequence_number))
+
+
+def _forget_window_through(view: View, through: int) -> None:
+    """The window's rows numbered <= ``through`` may be gone: they leave it, and the cursor moves
+    below them, so the next read finds whichever are still there (a lock kept them)."""
+    order = view.window_order
+    if not order or order[0] > through:
+        return
+    cut = bisect_right(order, through)
+    for seq in order[:cut]:
+        view.window_size -= view.window.pop(seq).size
+    view.cursor = min(view.cursor, order[0] - 1)
+    view.at_tail = False
+    del order[:cut]
+
+
+def _purged(turn: _Turn, ctx: _PurgeCtx, result: Purged, batch_id: int) -> None:
+    view = turn.view
+    _forget_window_through(view, ctx.through)  # rows that came back to it while the purge was in flight
+    if view.scheduled_heap:
+        kept = [entry for entry in view.scheduled_heap if entry[1] > ctx.through]
+        if len(kept) != len(view.scheduled_heap):
+            heapq.heapify(kept)
+            view.scheduled_heap = kept
+    if result.count:
+        view.counts_stale_after = max(view.counts_stale_after, batch_id)
+    turn.replies.append(CompletedThrough(ctx.reply_to, result.count))
+
+
+def _counts_read(view: View, batch_id: int | None) -> ReadCounts | None:
+    """A ReadCounts when a committed Purge left the counts unknown and none is in flight."""
+    if not view.counts_stale_after or view.counts_read_after is not None or not view.available:
+        return None
+    view.counts_read_after = batch_id if batch_id is not None else view.next_batch_id - 1
+    return ReadCounts()
+
+
+def _on_counts_read(turn: _Turn, command: CountsRead) -> None:
+    view = turn.view
+    after = view.counts_read_after
+    view.counts_read_after = None
+    if command.counts is None or after is None:
+        return  # asked again by the next decision
+    counts = view.counts
+    counts.active, counts.scheduled, counts.deferred = command.counts
+    if after >= view.counts_stale_after:
+        view.counts_stale_after = 0
+    if counts.scheduled <= 0:
+        view.scheduled_untracked = False
+        view.scheduled_poll_at = None
+        view.scheduled_heap.clear()

@@ -139,6 +139,15 @@ class Activate:
 
 
 @dataclass(frozen=True, slots=True)
+class Purge:
+    """Delete every row numbered <= ``through_sequence_number``, in any state, except those locked at
+    ``now`` (complete-through); answered by :class:`Purged`."""
+
+    now: int
+    through_sequence_number: int
+
+
+@dataclass(frozen=True, slots=True)
 class RememberMessageIds:
     entries: tuple[tuple[str, int], ...]
 
@@ -188,7 +197,7 @@ class PutSessionState:
 
 
 StoreOp = (Append | Claim | Settle | RenewLocks | MoveMessages | Activate | RememberMessageIds
-           | ForgetMessageIds | ClaimSession | RenewSession | ReleaseSession | PutSessionState)
+           | ForgetMessageIds | ClaimSession | RenewSession | ReleaseSession | PutSessionState | Purge)
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,8 +251,15 @@ class SessionClaimed:
 
 
 @dataclass(frozen=True, slots=True)
+class Purged:
+    """How many rows :class:`Purge` deleted (all states together: the port says no more)."""
+
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
 class Done:
     """The result of an operation that returns nothing (every version-1 operation)."""
 
 
-OpResult = Appended | Claimed | Settled | Renewed | Moved | Activated | SessionClaimed | Done
+OpResult = Appended | Claimed | Settled | Renewed | Moved | Activated | SessionClaimed | Done | Purged

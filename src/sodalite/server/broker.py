@@ -80,7 +80,8 @@ DEFAULT_STORE = "default"  # the store in the data directory, which also keeps t
 PREMIUM_PARTITIONED_MESSAGE_SIZE = 1024 * 1024  # partitioned entities of a Premium-like namespace (seed)
 
 def _forwards(properties: Any) -> bool:
-    return bool(getattr(properties, "forward_to", None) or getattr(properties, "forward_dead_lettered_messages_to", None))
+    return bool(getattr(properties, "forward_to", None)
+                or getattr(properties, "forward_dead_lettered_messages_to", None))
 
 
 def _forwarding_targets(records: Sequence[EntityRecord]) -> set[str]:

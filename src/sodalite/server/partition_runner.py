@@ -17,6 +17,8 @@ decisions emitted them (the core's contract):
 
 - a window read runs ``store.peek(ref, from, count, {ACTIVE})`` and is answered with
   :class:`WindowRead` (``None`` when the read failed);
+- a counts read (asked for after a complete-through's ``Purge`` committed: its result is one
+  total) runs ``store.counts(ref)`` and is answered with :class:`CountsRead` (``None`` when it failed);
 - store batches are group-committed: the batches queued back to back at the head of the queue
   (no read between them; at most ``max_group`` of them) go to the store as ONE ``apply`` call,
   one transaction. The results come back one per operation, in order, and are split per batch:
@@ -59,6 +61,8 @@ from sodalite.model.message import MessageState
 from sodalite.model.partition_core import (
     Command,
     CoreSettings,
+    CountsRead,
+    ReadCounts,
     ReadWindow,
     Reply,
     StoreFailed,
@@ -71,14 +75,13 @@ from sodalite.model.partition_core import (
 )
 from sodalite.server import wire
 from sodalite.server.store_worker import StoreWorker
-from sodalite.store.ops_mapping import EditEncoder, to_port_op
+from sodalite.store.ops_mapping import EditEncoder, to_core_result, to_port_op
 from sodalite.store.port import (
     Moved,
     MoveMessages,
     OpResult,
     Outcome,
     PartitionRef,
-    Purged,
     Settle,
     Settled,
     StoreOp,
@@ -138,12 +141,7 @@ def _core_results(results: tuple[OpResult, ...], expected: int) -> tuple[core_op
     """The port's results as the core reads them (the core emits no op answered otherwise)."""
     if len(results) != expected:
         raise RuntimeError(f"the store answered {len(results)} results for {expected} operations")
-    out: list[core_ops.OpResult] = []
-    for result in results:
-        if isinstance(result, Purged):
-            raise RuntimeError("the store answered Purged to an operation the core emitted")
-        out.append(result)
-    return tuple(out)
+    return tuple(to_core_result(result) for result in results)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +165,7 @@ class PartitionRunner:
         self._on_reply = on_reply
         self._encode = edit_encoder
         self._max_group = max(max_group, 1)
-        self._effects: deque[_Batch | ReadWindow] = deque()
+        self._effects: deque[_Batch | ReadWindow | ReadCounts] = deque()
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -267,6 +265,9 @@ class PartitionRunner:
             if isinstance(effect, ReadWindow):
                 await self._read(effect)
                 continue
+            if isinstance(effect, ReadCounts):
+                await self._read_counts()
+                continue
             group = [effect]
             if effect.error is None:
                 while (len(group) < self._max_group and self._effects and isinstance(self._effects[0], _Batch)
@@ -285,6 +286,16 @@ class PartitionRunner:
             self._answer(WindowRead(None))
         else:
             self._answer(WindowRead(rows))
+
+    async def _read_counts(self) -> None:
+        ref, worker = self.ref, self._worker
+        try:
+            counts = await worker.call(lambda: worker.store.counts(ref))
+        except Exception as error:  # the core asks again
+            self._log_failure("counts read", error)
+            self._answer(CountsRead(None))
+        else:
+            self._answer(CountsRead((counts.active, counts.scheduled, counts.deferred)))
 
     async def _commit(self, group: list[_Batch]) -> None:
         if group[0].error is not None:

@@ -11,7 +11,8 @@ is only what the core does not know:
   the server's business; this layer may not import the AMQP codec).
 
 Results need no mapping: the port's result classes are the model's (``port.Appended is
-store_ops.Appended``, and so on).
+store_ops.Appended``, and so on), except ``Purged``, which the port defines for itself (its v1
+callers use it): :func:`to_core_result` turns the port's into the model's.
 """
 
 from __future__ import annotations
@@ -69,3 +70,12 @@ def to_port_op(op: core.StoreOp, ref: port.PartitionRef, dead_letter: port.Parti
             return port.ReleaseSession(ref, op.session_id, op.token)
         case core.PutSessionState():
             return port.PutSessionState(ref, op.session_id, op.state, op.updated_at)
+        case core.Purge():
+            return port.Purge(ref, op.now, op.through_sequence_number)
+
+
+def to_core_result(result: port.OpResult) -> core.OpResult:
+    """The port's result as the core reads it (only ``Purged`` is a class of its own in the port)."""
+    if isinstance(result, port.Purged):
+        return core.Purged(result.count)
+    return result

@@ -1,5 +1,6 @@
 """A Hypothesis state machine for a session-enabled partition core: random sends and schedules to a few sessions,
-accepts by id and next available, receives in both modes, settlements, session renewals, state
+accepts by id and next available, receives in both modes, deferred receives by number (by a
+session's holder), complete-through, settlements, session renewals, state
 changes, receivers closing, time passing and batches that commit or fail, all against the
 test-only store of tests/partition_core_store.py. After every step: no message lost or doubled,
 every message lock and session lock the core holds is the store's, a delivery goes only to the
@@ -16,12 +17,16 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
 from partition_core_store import CoreMachine, Harness, draft
+from sodalite.model.message import MessageState
 from sodalite.model.partition_core import (
     AcceptSession,
     CloseConsumer,
+    CompleteThrough,
     CoreSettings,
+    DeferredReceived,
     Delivered,
     Receive,
+    ReceiveDeferred,
     ReceiveMode,
     RenewSessionLock,
     Reply,
@@ -51,6 +56,7 @@ class SessionCoreMachine(CoreMachine):
         self.asked_states: dict[object, tuple[str, bytes | None]] = {}
         self.ever_delivered: set[int] = set()
         self.last_first: dict[tuple[object, uuid.UUID], int] = {}  # (consumer, session lock) -> number
+        self.deferred_asks: dict[object, str] = {}  # a ReceiveDeferred's reply_to -> the session it named
 
     def _in_order(self, reply: Delivered) -> None:
         """A holder gets its session's messages first time in sequence order (redeliveries aside)."""
@@ -60,6 +66,8 @@ class SessionCoreMachine(CoreMachine):
         held = self.harness.view.sessions.get(reply.message.session_id or "")
         if not first or held is None or held.consumer != reply.consumer:
             return
+        if reply.message.scheduled_enqueue_time is not None:
+            return  # ready only once activated: a higher number sent meanwhile may rightly come first
         key = (reply.consumer, held.token)
         assert self.last_first.get(key, 0) < seq, f"{seq} delivered after {self.last_first[key]}"
         self.last_first[key] = seq
@@ -102,6 +110,28 @@ class SessionCoreMachine(CoreMachine):
                 self.states[reply.session_id] = self.asked_states[reply.reply_to][1]
             elif isinstance(reply, SessionState):
                 assert reply.state == self.states.get(reply.session_id)
+            elif isinstance(reply, DeferredReceived):
+                self._observe_deferred(reply)
+
+    def _observe_deferred(self, reply: DeferredReceived) -> None:
+        """Received by number: only the asked session's messages, only while this core holds it; a
+        PeekLock lock is the store's and rides on the session lock."""
+        h = self.harness
+        session = self.deferred_asks[reply.reply_to]
+        held = h.view.sessions.get(session)
+        for m in reply.messages:
+            seq = m.message.sequence_number
+            assert m.message.session_id == session and m.message.state is MessageState.DEFERRED
+            if m.lock_token is None:
+                assert seq not in h.store.rows and h.store.gone.get(seq) == "complete"
+                self.completed.add(seq)
+            else:
+                assert held is not None, "a deferred message locked for a session not held here"
+                assert seq not in self.completed
+                row = h.store.rows[seq]
+                assert row.lock_token == m.lock_token and row.locked_at(h.now)
+                assert h.view.locks[m.lock_token].session_token == held.token
+                self.delivered_tokens.append(m.lock_token)
 
     @rule(sessions=st.lists(st.sampled_from(SESSIONS), min_size=1, max_size=3),
           ttl=st.sampled_from([None, 1, 700, 3_000]))
@@ -131,6 +161,57 @@ class SessionCoreMachine(CoreMachine):
     @rule(data=st.data(), outcome=st.sampled_from(list(Outcome)))
     def settle(self, data: st.DataObject, outcome: Outcome) -> None:
         self._run(Settle(data.draw(st.sampled_from(self.delivered_tokens)), outcome, "t"))
+
+    @rule(data=st.data(), session=st.sampled_from(SESSIONS), mode=st.sampled_from(list(ReceiveMode)),
+          stray=st.sampled_from([False, False, False, True]))
+    def receive_deferred(self, data: st.DataObject, session: str, mode: ReceiveMode, stray: bool) -> None:
+        held = sorted(self.harness.view.sessions)
+        if held and data.draw(st.booleans()):  # mostly a session held here: its holder asks
+            session = data.draw(st.sampled_from(held))
+        h = self.harness
+        store = h.store
+        free = sorted(seq for seq, row in store.rows.items()
+                      if row.record.state is MessageState.DEFERRED and not row.locked_at(h.now)
+                      and row.record.session_id == session)
+        numbers = data.draw(st.lists(st.sampled_from(free), min_size=1, max_size=3, unique=True)) if free else []
+        if stray or not numbers:  # gone, active, of another session, or locked
+            numbers.append(data.draw(st.integers(1, store.last + 1)))
+        key = ("rd", len(self.deferred_asks))
+        self.deferred_asks[key] = session
+        self._run(ReceiveDeferred(tuple(numbers), key, mode, session_id=session, consumer="mgmt"))
+
+    @rule(session=st.sampled_from(SESSIONS), then=st.sampled_from([None, *ReceiveMode]))
+    def defer_one(self, session: str, then: ReceiveMode | None) -> None:
+        """Send to ``session``, take it, receive and defer a message, every batch committing (see the
+        queue machine's rule of the same name)."""
+        h = self.harness
+        self._run(Send((draft(None, session=session),), "s"))
+        self.carry_out_all()
+        holder = next((c for c, sid in h.view.consumer_sessions.items() if sid == session), None)
+        if holder is None:  # a receiver of its own takes the session (and keeps it: receive_deferred needs a holder)
+            holder = f"deferrer{len(self.deferred_asks)}-{session}"
+            self._run(Receive(holder, 0))
+            self._run(AcceptSession(holder, session, ("accept", holder)))
+            self.carry_out_all()
+        before = len(self.delivered_tokens)
+        self._run(Receive(holder, 1))
+        self.carry_out_all()
+        for token in self.delivered_tokens[before:]:
+            lock = h.view.locks.get(token)
+            if lock is not None and lock.consumer == holder:
+                self._run(Settle(token, Outcome.DEFER, "defer"))
+        self.carry_out_all()
+        held = h.view.consumer_sessions.get(holder)
+        if then is not None and held is not None:  # its holder asks for them by number (answers left to the rules)
+            numbers = tuple(seq for seq, row in h.store.rows.items() if row.record.state is MessageState.DEFERRED
+                            and row.record.session_id == held and not row.locked_at(h.now))
+            key = ("rd", len(self.deferred_asks))
+            self.deferred_asks[key] = held
+            self._run(ReceiveDeferred(numbers, key, then, session_id=held, consumer="mgmt"))
+
+    @rule(data=st.data())
+    def complete_through(self, data: st.DataObject) -> None:
+        self._run(CompleteThrough(data.draw(st.integers(0, self.harness.store.last + 1)), "ct"))
 
     @rule(session=st.sampled_from(SESSIONS))
     def renew_session(self, session: str) -> None:
@@ -168,7 +249,7 @@ class SessionCoreMachine(CoreMachine):
             return
         h = self.harness
         self._run(StoreAvailable())
-        for consumer in CONSUMERS:
+        for consumer in [*CONSUMERS, *h.view.credit]:
             self._run(CloseConsumer(consumer))
         self.settle_down(LOCK)
         got: set[int] = set()

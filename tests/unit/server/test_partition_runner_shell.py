@@ -22,9 +22,16 @@ from sodalite.model.partition import MessageDraft
 from sodalite.model.partition_core import (
     AcceptSession,
     CancelScheduled,
+    CloseConsumer,
+    CompletedThrough,
+    CompleteThrough,
     CoreSettings,
+    DeferredReceived,
     Delivered,
+    MessageNotFound,
     Receive,
+    ReceiveDeferred,
+    ReceiveMode,
     Reply,
     Schedule,
     ScheduledCancelled,
@@ -40,6 +47,8 @@ from sodalite.model.partition_core import (
 from sodalite.model.store_ops import AnnotationEdit, Outcome
 from sodalite.model.store_ops import MoveItem as CoreMoveItem
 from sodalite.model.store_ops import MoveMessages as CoreMoveMessages
+from sodalite.model.store_ops import Purge as CorePurge
+from sodalite.model.store_ops import Purged as CorePurged
 from sodalite.model.store_ops import Settle as CoreSettle
 from sodalite.model.store_ops import SettleItem as CoreSettleItem
 from sodalite.server import wire
@@ -47,7 +56,7 @@ from sodalite.server.partition_runner import PartitionRunner, Timer, encode_edit
 from sodalite.server.store_worker import StoreWorker
 from sodalite.store import port
 from sodalite.store.memory import MemoryStore
-from sodalite.store.ops_mapping import to_port_op
+from sodalite.store.ops_mapping import to_core_result, to_port_op
 from sodalite.store.sqlite import SqliteStore
 
 REF = port.PartitionRef("runnerq", 0)
@@ -414,6 +423,9 @@ def test_core_ops_map_to_port_ops_of_the_partition() -> None:
     assert moved == port.MoveMessages(REF, 10, (port.MoveItem(6, b"enc:1", 1, tail=b"tail+reason"),), DLQ)
     drop = to_port_op(CoreMoveMessages(10, (CoreMoveItem(5),), to_dead_letter=False), REF, DLQ, encode)
     assert drop == port.MoveMessages(REF, 10, (port.MoveItem(5),), None)
+    assert to_port_op(CorePurge(10, 7), REF, DLQ, encode) == port.Purge(REF, 10, 7)
+    assert to_core_result(port.Purged(3)) == CorePurged(3)
+    assert to_core_result(port.Settled((True,))) == port.Settled((True,))
 
 
 @STORES
@@ -614,3 +626,100 @@ def test_a_session_receiver_gets_only_its_sessions_messages_and_its_state_is_sto
         finally:
             await _teardown(s)
     asyncio.run(main())
+
+
+async def _defer_all(s: Setup, consumer: str = "consumer") -> list[int]:
+    """Receive every delivered-to-be message and defer it; their numbers."""
+    s.runner.submit(Receive(consumer, 100))
+    await s.runner.drained()
+    got = [r for r in s.of(Delivered) if isinstance(r, Delivered)]
+    for d in got:
+        assert d.lock_token is not None
+        s.runner.submit(Settle(d.lock_token, Outcome.DEFER, reply_to=("defer", d.message.sequence_number)))
+    await s.runner.drained()
+    return [d.message.sequence_number for d in got]
+
+
+async def _view_counts_are_the_stores(s: Setup) -> tuple[int, int, int]:
+    stored = await s.worker.call(lambda: s.store.inner.counts(REF))
+    c = s.runner._view.counts  # the view's cached counters must be the store's
+    assert (c.active, c.scheduled, c.deferred) == (stored.active, stored.scheduled, stored.deferred)
+    return stored.active, stored.scheduled, stored.deferred
+
+
+@STORES
+def test_deferred_messages_are_received_by_number_locked_then_deleted(kind: str, tmp_path: pathlib.Path) -> None:
+    async def body(s: Setup) -> None:
+        s.runner.submit(Send((draft(b"d1"), draft(b"d2"), draft(b"d3")), reply_to="send"))
+        await s.runner.drained()
+        assert await _defer_all(s) == [1, 2, 3]
+        s.runner.submit(CloseConsumer("consumer"))
+        assert await _view_counts_are_the_stores(s) == (0, 0, 3)
+        # PeekLock: the locks are in the store when the answer comes
+        s.runner.submit(ReceiveDeferred((3, 1), reply_to="peek-lock", consumer="mgmt"))
+        assert s.of(DeferredReceived) == []
+        await s.runner.drained()
+        (got,) = s.of(DeferredReceived)
+        assert isinstance(got, DeferredReceived)
+        assert [(m.message.sequence_number, m.message.tail[-2:]) for m in got.messages] == [(3, b"d3"), (1, b"d1")]
+        rows = {r.record.sequence_number: r for r in await s.rows()}
+        for m in got.messages:
+            assert m.lock_token is not None and rows[m.message.sequence_number].lock_token == m.lock_token
+            s.runner.submit(Settle(m.lock_token, Outcome.COMPLETE, reply_to=("done", m.message.sequence_number)))
+        await s.runner.drained()
+        assert len([r for r in s.of(SettlementDone) if isinstance(r, SettlementDone)
+                    and r.reply_to[0] == "done"]) == 2
+        assert await _view_counts_are_the_stores(s) == (0, 0, 1)
+        # a number not deferred (gone) fails the request: the other one stays deferred, unlocked
+        s.runner.submit(ReceiveDeferred((2, 3), reply_to="missing", mode=ReceiveMode.RECEIVE_AND_DELETE))
+        await s.runner.drained()
+        assert s.of(MessageNotFound) == [MessageNotFound("missing", (3,))]
+        (row,) = await s.rows()
+        assert (row.record.sequence_number, row.record.state, row.lock_token) == (2, MessageState.DEFERRED, None)
+        assert row.record.delivery_count == 1  # the claim's delivery was given back
+        # ReceiveAndDelete: answered once the delete committed
+        s.runner.submit(ReceiveDeferred((2,), reply_to="take", mode=ReceiveMode.RECEIVE_AND_DELETE))
+        await s.runner.drained()
+        taken = [r for r in s.of(DeferredReceived) if isinstance(r, DeferredReceived) and r.reply_to == "take"]
+        assert [(m.message.sequence_number, m.lock_token) for m in taken[0].messages] == [(2, None)]
+        assert await s.rows() == ()
+        assert await _view_counts_are_the_stores(s) == (0, 0, 0)
+    run(kind, tmp_path, body)
+
+
+@STORES
+def test_complete_through_purges_up_to_n_except_locked_and_the_counts_follow(kind: str,
+                                                                             tmp_path: pathlib.Path) -> None:
+    async def body(s: Setup) -> None:
+        s.runner.submit(Send((draft(b"deferred"),), reply_to="send"))
+        await s.runner.drained()
+        await _defer_all(s, "first")  # 1 deferred
+        s.runner.submit(CloseConsumer("first"))
+        later = replace(draft(b"later"), scheduled_enqueue_time=START + 600_000)
+        s.runner.submit(Schedule((later,), reply_to="schedule"))  # 2 scheduled
+        s.runner.submit(Send(tuple(draft(f"a{i}".encode()) for i in range(4)), reply_to="send"))  # 3..6 active
+        await s.runner.drained()
+        s.runner.submit(Receive("consumer", 1))  # 3 locked
+        await s.runner.drained()
+        (locked,) = [r for r in s.of(Delivered) if isinstance(r, Delivered) and r.message.sequence_number == 3]
+        assert await _view_counts_are_the_stores(s) == (4, 1, 1)
+        s.runner.submit(CompleteThrough(5, reply_to="ct"))
+        assert s.of(CompletedThrough) == []
+        await s.runner.drained()
+        assert s.of(CompletedThrough) == [CompletedThrough("ct", 4)]  # 1, 2, 4, 5
+        assert [r.record.sequence_number for r in await s.rows()] == [3, 6]
+        assert await _view_counts_are_the_stores(s) == (2, 0, 0)
+        # the locked one stays its holder's; the next receive gets 6, not a purged one
+        s.runner.submit(Receive("consumer", 5))
+        await s.runner.drained()
+        later_deliveries = [r.message.sequence_number for r in s.of(Delivered) if isinstance(r, Delivered)]
+        assert later_deliveries[-1] == 6 and 4 not in later_deliveries and 5 not in later_deliveries
+        assert locked.lock_token is not None
+        s.runner.submit(Settle(locked.lock_token, Outcome.COMPLETE, reply_to="c3"))
+        await s.runner.drained()
+        assert [r.record.sequence_number for r in await s.rows()] == [6]
+        s.runner.submit(CompleteThrough(5, reply_to="again"))
+        await s.runner.drained()
+        assert s.of(CompletedThrough)[-1] == CompletedThrough("again", 0)
+        assert await _view_counts_are_the_stores(s) == (1, 0, 0)
+    run(kind, tmp_path, body)
