@@ -151,6 +151,9 @@ DEFAULT_ROTATE_BYTES: Final = 2 * 1024 * 1024
 MOVE_LIMIT: Final = 1000  # a generation holding at most this many live rows is moved on and truncated
 ANALYZE_AFTER: Final = 1000  # rows changed in the current generation before maintain() re-analyzes it
 LOCK_TIMEOUT_MS: Final = 100  # how long the maintenance waits for the lock TRUNCATE needs
+# The current generation is also left for the next once its counter table is this large: a run of
+# settlements that only delete (a backlog drained under a long transaction) grows it, not the messages.
+COUNTER_ROTATE_BYTES: Final = 64 * 1024
 
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     (
@@ -337,6 +340,29 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         $$
         """,
     ),
+    # Version 3: the counters move into the ring too (see "Counters in the ring" in the module
+    # docstring). The rows of sodalite_partitions stay as they are: the base values, locked by
+    # every numbering statement and no longer updated; what changes goes into sodalite_counters.
+    (
+        """
+        CREATE TABLE sodalite_counters (
+            generation           smallint NOT NULL,
+            entity               bytea    NOT NULL,
+            partition            bigint   NOT NULL,
+            last_sequence_number bigint   NOT NULL,
+            active               bigint   NOT NULL,
+            scheduled            bigint   NOT NULL,
+            deferred             bigint   NOT NULL,
+            size_in_bytes        bigint   NOT NULL,
+            PRIMARY KEY (entity, partition, generation)
+        ) PARTITION BY LIST (generation)
+        """,
+        # Room on each page for the next version of a row, so its updates stay HOT while VACUUM works.
+        *(f"""
+        CREATE TABLE sodalite_counters_g{g} PARTITION OF sodalite_counters FOR VALUES IN ({g})
+            WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 1000)
+        """ for g in range(GENERATIONS)),
+    ),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
@@ -346,8 +372,9 @@ _CREATE_VERSION_TABLE: Final = """
         version   integer NOT NULL
     )
 """
-_PARTITION_TABLES: Final = ("sodalite_messages", "sodalite_partitions", "sodalite_duplicate_history",
-                            "sodalite_session_states", "sodalite_move_keys", "sodalite_session_locks")
+_PARTITION_TABLES: Final = ("sodalite_messages", "sodalite_partitions", "sodalite_counters",
+                            "sodalite_duplicate_history", "sodalite_session_states", "sodalite_move_keys",
+                            "sodalite_session_locks")
 # The message fields after the sequence number, with their column types (for unnest arrays).
 _FIELDS: Final = (
     ("enqueued_time", "bigint"), ("message_id", "bytea"), ("session_id", "bytea"), ("partition_key", "bytea"),
@@ -378,16 +405,55 @@ _GONE: Final = (f"-(m.state = 0)::int AS da, -(m.state = 2)::int AS ds, -(m.stat
                 f"-({_SIZE}) AS dz")
 
 
-def _adjust(source: str) -> str:
+_COUNTER_COLUMNS: Final = (
+    "generation, entity, partition, last_sequence_number, active, scheduled, deferred, size_in_bytes"
+)
+# Adds the inserted values to the partition's counter row of that generation, if there is one.
+_ADD_COUNTERS: Final = (
+    "ON CONFLICT (entity, partition, generation) DO UPDATE SET "
+    "last_sequence_number = GREATEST(c.last_sequence_number, excluded.last_sequence_number), "
+    "active = c.active + excluded.active, scheduled = c.scheduled + excluded.scheduled, "
+    "deferred = c.deferred + excluded.deferred, size_in_bytes = c.size_in_bytes + excluded.size_in_bytes"
+)
+
+
+def _adjust(source: str, condition: str = "") -> str:
     """A data-modifying CTE body adding the per-row deltas (da, ds, dd, dz) of ``source`` to the
-    partition's counter row; writes nothing when they sum to zero."""
+    partition's counter row of the current generation; writes nothing when they sum to zero (or
+    when the extra SQL ``condition`` is false)."""
     return (
-        "UPDATE sodalite_partitions c SET active = c.active + x.a, scheduled = c.scheduled + x.s, "
-        "deferred = c.deferred + x.d, size_in_bytes = c.size_in_bytes + x.z "
+        f"INSERT INTO sodalite_counters AS c ({_COUNTER_COLUMNS}) "
+        f"SELECT {_CURRENT_GENERATION}, %(e)s, %(p)s, 0, x.a, x.s, x.d, x.z "
         "FROM (SELECT coalesce(sum(da), 0) AS a, coalesce(sum(ds), 0) AS s, coalesce(sum(dd), 0) AS d, "
         f"coalesce(sum(dz), 0) AS z FROM {source}) x "
-        "WHERE c.entity = %(e)s AND c.partition = %(p)s AND (x.a <> 0 OR x.s <> 0 OR x.d <> 0 OR x.z <> 0)"
+        f"WHERE (x.a <> 0 OR x.s <> 0 OR x.d <> 0 OR x.z <> 0){condition} {_ADD_COUNTERS}"
     )
+
+
+def _counter_rows(columns: str, e: str = "e", p: str = "p") -> str:
+    """The partition's base row and its counter rows of every generation (``columns`` of each)."""
+    return (f"SELECT {columns} FROM sodalite_partitions WHERE entity = %({e})s AND partition = %({p})s "
+            f"UNION ALL SELECT {columns} FROM sodalite_counters WHERE entity = %({e})s AND partition = %({p})s")
+
+
+def _high_water(e: str = "e", p: str = "p") -> str:
+    """One row, ``top``: the highest sequence number the partition has given."""
+    return (f"SELECT coalesce(max(last_sequence_number), 0) AS top "
+            f"FROM ({_counter_rows('last_sequence_number', e, p)}) h")
+
+
+def _take_partition(e: str = "e", p: str = "p") -> str:
+    """Lock the partition's base row (creating it the first time) without writing a new version of
+    it: ON CONFLICT DO UPDATE locks the row it finds even when its WHERE clause updates nothing.
+    Every statement that numbers messages of the partition runs after this one, in its own
+    statement, so its snapshot (READ COMMITTED) sees what the previous holder committed."""
+    return (f"INSERT INTO sodalite_partitions AS c (entity, partition, last_sequence_number) "
+            f"VALUES (%({e})s, %({p})s, 0) ON CONFLICT (entity, partition) "
+            "DO UPDATE SET last_sequence_number = c.last_sequence_number WHERE false")
+
+
+_TAKE_PARTITION: Final = _take_partition()
+_TAKE_TARGET: Final = _take_partition("te", "tp")
 
 
 _UNNEST_MESSAGES: Final = (
@@ -398,20 +464,15 @@ _COUNTS_OF_NEW: Final = (
     "count(*) FILTER (WHERE state = 0), count(*) FILTER (WHERE state = 2), count(*) FILTER (WHERE state = 1), "
     "coalesce(sum(length(annotations) + length(tail)), 0)"
 )
-_BUMP_COUNTERS: Final = (
-    "ON CONFLICT (entity, partition) DO UPDATE SET "
-    "last_sequence_number = c.last_sequence_number + excluded.last_sequence_number, "
-    "active = c.active + excluded.active, scheduled = c.scheduled + excluded.scheduled, "
-    "deferred = c.deferred + excluded.deferred, size_in_bytes = c.size_in_bytes + excluded.size_in_bytes"
-)
-_COUNTER_COLUMNS: Final = "entity, partition, last_sequence_number, active, scheduled, deferred, size_in_bytes"
-# v2 append: the numbers come from the counter row, raised by the batch's size in this statement.
+# v2 append, after _TAKE_PARTITION: numbered above the partition's high-water mark, which the
+# current generation's counter row raises by the batch's size in the same statement.
 _APPEND: Final = (
-    f"WITH hw AS (INSERT INTO sodalite_partitions AS c ({_COUNTER_COLUMNS}) "
-    "VALUES (%(e)s, %(p)s, %(n)s, %(da)s, %(ds)s, %(dd)s, %(dz)s) "
-    f"{_BUMP_COUNTERS} RETURNING c.last_sequence_number - %(n)s AS base) "
+    f"WITH hw AS ({_high_water()}), "
+    f"bump AS (INSERT INTO sodalite_counters AS c ({_COUNTER_COLUMNS}) "
+    f"SELECT {_CURRENT_GENERATION}, %(e)s, %(p)s, hw.top + %(n)s, %(da)s, %(ds)s, %(dd)s, %(dz)s FROM hw "
+    f"{_ADD_COUNTERS}) "
     f"INSERT INTO sodalite_messages ({_ALL_COLUMNS}) "
-    f"SELECT {_CURRENT_GENERATION}, %(e)s, %(p)s, hw.base + m.ord, "
+    f"SELECT {_CURRENT_GENERATION}, %(e)s, %(p)s, hw.top + m.ord, "
     + ", ".join(f"m.{n}" for n in _FIELD_NAMES) + ", NULL, NULL, NULL "
     f"FROM hw, {_UNNEST_MESSAGES} RETURNING sequence_number"
 )
@@ -425,12 +486,9 @@ _APPEND_NUMBERED: Final = (
     f"SELECT {_CURRENT_GENERATION}, %(e)s, %(p)s, m.sequence_number, "
     + ", ".join(f"m.{n}" for n in _FIELD_NAMES) + ", NULL, NULL, NULL "
     f"FROM {_UNNEST_MESSAGES} RETURNING sequence_number, state, annotations, tail) "
-    f"INSERT INTO sodalite_partitions AS c ({_COUNTER_COLUMNS}) "
-    f"SELECT %(e)s, %(p)s, GREATEST(max(sequence_number), 0), {_COUNTS_OF_NEW} FROM ins "
-    "ON CONFLICT (entity, partition) DO UPDATE SET "
-    "last_sequence_number = GREATEST(c.last_sequence_number, excluded.last_sequence_number), "
-    "active = c.active + excluded.active, scheduled = c.scheduled + excluded.scheduled, "
-    "deferred = c.deferred + excluded.deferred, size_in_bytes = c.size_in_bytes + excluded.size_in_bytes"
+    f"INSERT INTO sodalite_counters AS c ({_COUNTER_COLUMNS}) "
+    f"SELECT {_CURRENT_GENERATION}, %(e)s, %(p)s, GREATEST(max(sequence_number), 0), {_COUNTS_OF_NEW} FROM ins "
+    f"{_ADD_COUNTERS}"
 )
 _DELETE_NUMBERED: Final = (
     f"WITH d AS (DELETE FROM sodalite_messages m WHERE {_PARTITION} AND m.sequence_number = ANY(%(seq)s::bigint[]) "
@@ -499,8 +557,9 @@ _UNLOCK: Final = (
 
 def _transfer_sql(fence: str) -> str:
     """Delete the fenced rows named by the items here and append them to the target partition
-    (%(te)s, %(tp)s) with its next numbers, in item order: unlocked, ACTIVE, annotations replaced
-    and delivery count reset as each item says. Returns (old number, new number) per moved row."""
+    (%(te)s, %(tp)s, taken by _TAKE_TARGET before) with its next numbers, in item order: unlocked,
+    ACTIVE, annotations replaced and delivery count reset as each item says. Returns (old number,
+    new number) per moved row."""
     copied = ", ".join(
         f"CASE WHEN i.reset THEN 0 ELSE m.{n} END AS {n}" if n == "delivery_count"
         else f"coalesce(i.ann, m.{n}) AS {n}" if n == "annotations"
@@ -511,15 +570,16 @@ def _transfer_sql(fence: str) -> str:
         f"WITH {_SETTLE_ITEMS}, d AS (DELETE FROM sodalite_messages m USING i WHERE {_PARTITION} "
         f"AND {_ITEM_ROWS} AND {fence} RETURNING i.ord, m.sequence_number AS old_seq, {copied}, "
         f"{_GONE}), "
-        f"src AS ({_adjust('d')} AND NOT %(same)s), "
-        f"hw AS (INSERT INTO sodalite_partitions AS c ({_COUNTER_COLUMNS}) "
-        # Into the partition it came from (a resubmit): the removal's deltas go into this one update.
-        "SELECT %(te)s, %(tp)s, count(*), count(*) + CASE WHEN %(same)s THEN sum(da) ELSE 0 END, "
+        f"src AS ({_adjust('d', ' AND NOT %(same)s')}), "
+        f"hw AS ({_high_water('te', 'tp')}), "
+        "nums AS (SELECT d.*, hw.top + row_number() OVER (ORDER BY d.ord) AS new_seq FROM d, hw), "
+        f"tgt AS (INSERT INTO sodalite_counters AS c ({_COUNTER_COLUMNS}) "
+        # Into the partition it came from (a resubmit): the removal's deltas go into this one row.
+        f"SELECT {_CURRENT_GENERATION}, %(te)s, %(tp)s, max(new_seq), "
+        "count(*) + CASE WHEN %(same)s THEN sum(da) ELSE 0 END, "
         "CASE WHEN %(same)s THEN sum(ds) ELSE 0 END, CASE WHEN %(same)s THEN sum(dd) ELSE 0 END, "
         "coalesce(sum(length(annotations) + length(tail)), 0) + CASE WHEN %(same)s THEN sum(dz) ELSE 0 END "
-        f"FROM d HAVING count(*) > 0 {_BUMP_COUNTERS} RETURNING c.last_sequence_number AS top), "
-        "nums AS (SELECT d.*, hw.top - (SELECT count(*) FROM d) + row_number() OVER (ORDER BY d.ord) AS new_seq "
-        "FROM d, hw), "
+        f"FROM nums HAVING count(*) > 0 {_ADD_COUNTERS}), "
         f"ins AS (INSERT INTO sodalite_messages ({_ALL_COLUMNS}) SELECT {_CURRENT_GENERATION}, %(te)s, %(tp)s, "
         "new_seq, " + ", ".join("0" if n == "state" else n for n in _FIELD_NAMES) + ", NULL, NULL, NULL FROM nums) "
         "SELECT old_seq, new_seq FROM nums"
@@ -545,9 +605,9 @@ _ACTIVATE: Final = (
     "upd AS (UPDATE sodalite_messages m SET state = 0 FROM due "
     f"WHERE {_PARTITION} AND m.sequence_number = ANY(ARRAY(SELECT sequence_number FROM due)) "
     f"AND m.sequence_number = due.sequence_number RETURNING {_qualified('m')}), "
-    "adj AS (UPDATE sodalite_partitions c SET scheduled = c.scheduled - (SELECT count(*) FROM upd), "
-    "active = c.active + (SELECT count(*) FROM upd) "
-    "WHERE c.entity = %(e)s AND c.partition = %(p)s AND EXISTS (SELECT 1 FROM upd)) "
+    f"adj AS (INSERT INTO sodalite_counters AS c ({_COUNTER_COLUMNS}) "
+    f"SELECT {_CURRENT_GENERATION}, %(e)s, %(p)s, 0, count(*), -count(*), 0, 0 FROM upd HAVING count(*) > 0 "
+    f"{_ADD_COUNTERS}) "
     "SELECT * FROM upd"
 )
 _PURGE: Final = {
@@ -620,9 +680,7 @@ _SELECT_MESSAGES: Final = (
     f"SELECT {_MESSAGE_COLUMNS} FROM sodalite_messages WHERE entity = %s AND partition = %s "
     "ORDER BY sequence_number"
 )
-_SELECT_COUNTER: Final = (
-    "SELECT last_sequence_number FROM sodalite_partitions WHERE entity = %s AND partition = %s"
-)
+_SELECT_COUNTER: Final = _high_water()
 _SELECT_HISTORY: Final = (
     "SELECT message_id, seen_at FROM sodalite_duplicate_history WHERE entity = %s AND partition = %s "
     "ORDER BY seen_at, message_id"
@@ -635,9 +693,10 @@ _SELECT_MOVE_KEYS: Final = (
     "SELECT move_key FROM sodalite_move_keys WHERE entity = %s AND partition = %s ORDER BY move_key"
 )
 _SELECT_COUNTS: Final = (
-    "SELECT active, scheduled, deferred, size_in_bytes, last_sequence_number, "
+    "SELECT coalesce(sum(active), 0), coalesce(sum(scheduled), 0), coalesce(sum(deferred), 0), "
+    "coalesce(sum(size_in_bytes), 0), coalesce(max(last_sequence_number), 0), "
     "(SELECT min(sequence_number) FROM sodalite_messages WHERE entity = %(e)s AND partition = %(p)s) "
-    "FROM sodalite_partitions WHERE entity = %(e)s AND partition = %(p)s"
+    f"FROM ({_counter_rows('active, scheduled, deferred, size_in_bytes, last_sequence_number')}) c"
 )
 _SELECT_FETCH: Final = (
     f"SELECT {_STORED_COLUMNS} FROM sodalite_messages WHERE entity = %(e)s AND partition = %(p)s "
@@ -657,6 +716,7 @@ _SELECT_NEXT_DUE: Final = (
 _SELECT_ENTITIES: Final = "SELECT path, kind, properties FROM sodalite_entities ORDER BY path_key"
 _SELECT_RING: Final = (
     "SELECT generation, " + ", ".join(f"pg_relation_size('sodalite_messages_g{g}')" for g in range(GENERATIONS))
+    + ", " + ", ".join(f"pg_relation_size('sodalite_counters_g{g}')" for g in range(GENERATIONS))
     + " FROM sodalite_ring"
 )
 
@@ -786,6 +846,7 @@ class _Plan:
     """What one operation becomes: its statements, and how their rows make its result."""
 
     steps: list[_Step] = field(default_factory=list)
+    # Called with the rows of the steps that keep theirs (``rows=True``), in order.
     finish: Callable[[list[_Rows]], OpResult] = _done
 
 
@@ -854,7 +915,7 @@ def _append_plan(op: Append) -> _Plan:
               "ds": sum(1 for m in op.messages if m.state == MessageState.SCHEDULED),
               "dd": sum(1 for m in op.messages if m.state == MessageState.DEFERRED),
               "dz": sum(m.size for m in op.messages)}
-    return _Plan([_Step(_APPEND, params, rows=True)],
+    return _Plan([_Step(_TAKE_PARTITION, params), _Step(_APPEND, params, rows=True)],
                  lambda rows: Appended(tuple(sorted(int(r[0]) for r in rows[0]))))
 
 
@@ -918,6 +979,7 @@ def _settle_plan(op: Settle) -> _Plan:
         else:
             sql = _DEAD_LETTER
             params |= {"te": group_key[1], "tp": group_key[2], "same": group_key[1:] == _key(op.ref)}
+            steps.append(_Step(_TAKE_TARGET, params))
         steps.append(_Step(sql, params, rows=True))
         groups.append(indexes)
     return _Plan(steps, lambda rows: Settled(_flags(numbers, groups, rows)))
@@ -951,6 +1013,8 @@ def _move_plan(op: MoveMessages) -> _Plan:
         items: list[MoveItem] = [op.items[i] for i in indexes]
         params = {**base, **_item_arrays([(it.sequence_number, None, 0, it.annotations, it.annotation_count,
                                            it.reset_delivery_count) for it in items])}
+        if op.target is not None:
+            steps.append(_Step(_TAKE_TARGET, params))
         steps.append(_Step(_MOVE_AWAY if op.target is None else _MOVE_TO, params, rows=True))
         groups.append(indexes)
 
@@ -1159,7 +1223,9 @@ class PostgresStore:
                     try:
                         cursors = []
                         with conn.pipeline():
-                            conn.execute("BEGIN")
+                            # READ COMMITTED: a statement after _TAKE_PARTITION sees what the
+                            # partition's previous holder committed.
+                            conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
                             for step in steps:
                                 cur = conn.cursor()
                                 if step.many is not None:
@@ -1186,7 +1252,8 @@ class PostgresStore:
         results: list[OpResult] = []
         position = 0
         for plan in plans:
-            mine = fetched[position:position + len(plan.steps)]
+            mine = [rows for step, rows in zip(plan.steps, fetched[position:position + len(plan.steps)], strict=True)
+                    if step.rows]
             position += len(plan.steps)
             results.append(plan.finish(mine))
         return tuple(results)
@@ -1195,7 +1262,7 @@ class PostgresStore:
         key = _key(ref)
         rows, mark, history, states, move_keys = self._read(
             f"load {ref.entity!r} partition {ref.partition}",
-            [(_SELECT_MESSAGES, key), (_SELECT_COUNTER, key), (_SELECT_HISTORY, key),
+            [(_SELECT_MESSAGES, key), (_SELECT_COUNTER, _partition_params(ref)), (_SELECT_HISTORY, key),
              (_SELECT_SESSION_STATES, key), (_SELECT_MOVE_KEYS, key)])
         messages = tuple(_message_from_row(r) for r in rows)
         last = mark[0][0] if mark else 0
@@ -1304,14 +1371,18 @@ class PostgresStore:
         row = conn.execute(_SELECT_RING).fetchone()
         self.round_trips += 1
         assert row is not None
-        current, sizes = int(row[0]), [int(size) for size in row[1:]]
+        current = int(row[0])
+        messages = [int(size) for size in row[1:1 + GENERATIONS]]
+        counters = [int(size) for size in row[1 + GENERATIONS:]]
+        sizes = [m + c for m, c in zip(messages, counters, strict=True)]
         for step in range(1, GENERATIONS):  # oldest first
             generation = (current + step) % GENERATIONS
             if sizes[generation] > 0 and self._retire(conn, generation, current):
                 sizes[generation] = 0
         self._analyze(conn, current)
         following = (current + 1) % GENERATIONS
-        if sizes[current] >= self._rotate_bytes and sizes[following] == 0:
+        grown = messages[current] >= self._rotate_bytes or counters[current] >= COUNTER_ROTATE_BYTES
+        if grown and sizes[following] == 0:
             conn.execute("UPDATE sodalite_ring SET generation = %s WHERE generation = %s", (following, current))
             self.round_trips += 1
             self.ring_switches += 1
@@ -1334,8 +1405,10 @@ class PostgresStore:
 
     def _retire(self, conn: psycopg.Connection[tuple[Any, ...]], generation: int, current: int) -> bool:
         """Empty a generation that is not current, if it is drained: copy its live rows into the
-        current one and TRUNCATE it, under a lock taken with a short timeout. True when done."""
+        current one, add its counter rows to the current one's, and TRUNCATE both tables, under a
+        lock taken with a short timeout. True when done."""
         table = f"sodalite_messages_g{generation}"
+        counters = f"sodalite_counters_g{generation}"
         live = conn.execute(f"SELECT count(*) FROM (SELECT 1 FROM {table} LIMIT {MOVE_LIMIT + 1}) s").fetchone()
         self.round_trips += 1
         if live is None or int(live[0]) > MOVE_LIMIT:
@@ -1343,15 +1416,18 @@ class PostgresStore:
         try:
             with conn.transaction():
                 conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'")
-                conn.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+                conn.execute(f"LOCK TABLE {table}, {counters} IN ACCESS EXCLUSIVE MODE")
                 conn.execute(f"INSERT INTO sodalite_messages ({_ALL_COLUMNS}) "
                              f"SELECT {current:d}, entity, partition, {_STORED_COLUMNS} FROM {table}")
-                conn.execute(f"TRUNCATE {table}")
+                conn.execute(f"INSERT INTO sodalite_counters AS c ({_COUNTER_COLUMNS}) "
+                             f"SELECT {current:d}, entity, partition, last_sequence_number, active, scheduled, "
+                             f"deferred, size_in_bytes FROM {counters} {_ADD_COUNTERS}")
+                conn.execute(f"TRUNCATE {table}, {counters}")
         except psycopg.errors.LockNotAvailable:
             self.lock_timeouts += 1
             return False
         finally:
-            self.round_trips += 6
+            self.round_trips += 7
         self.truncations += 1
         return True
 
