@@ -11,14 +11,18 @@ message. Reads are likewise one pipelined read-only snapshot each. ``apply`` ret
 PostgreSQL acknowledged the ``COMMIT``; with the default ``synchronous_commit = on`` the WAL is
 flushed (and replicated, if the server requires synchronous standbys).
 
-Sequence numbers and counters. Each partition has a counter row (``sodalite_partitions``): the
-high-water mark and the active, scheduled and deferred counts and total size. An :class:`Append`
-is one statement that raises the high-water mark by the batch's size (``INSERT … ON CONFLICT DO
-UPDATE … RETURNING``) and inserts the messages numbered from it, so the row stays locked until the
-commit and a higher number never becomes visible before a lower one, whichever node appends (not a
-``SEQUENCE``, whose numbers can commit out of order). Every statement that adds, removes or
-changes the state or size of messages adjusts the counter row in the same statement (a
-data-modifying ``WITH``), so :meth:`PostgresStore.counts` is one row read.
+Sequence numbers and counters. A partition's counters (the high-water mark, the active, scheduled
+and deferred counts and the total size) are the sum of its base row (``sodalite_partitions``) and
+of its row in each generation of ``sodalite_counters`` (the high-water mark: their maximum), so
+:meth:`PostgresStore.counts` reads at most five rows. An :class:`Append` first takes the base row
+(a statement of its own that locks it without writing it: ``ON CONFLICT DO UPDATE … WHERE
+false``), then, in the next statement, whose snapshot sees what the previous holder committed,
+numbers the messages above the high-water mark and raises its current generation's row by the
+batch (``INSERT … ON CONFLICT DO UPDATE``): the lock is held until the commit, so a higher number
+never becomes visible before a lower one, whichever node appends (not a ``SEQUENCE``, whose numbers
+can commit out of order). Dead-letters and moves take their target's base row the same way. Every
+statement that adds, removes or changes the state or size of messages adds its changes to the
+partition's row of the current generation in the same statement (a data-modifying ``WITH``).
 
 Claims and fencing. A :class:`Claim` is one ``UPDATE … FROM (SELECT … ORDER BY sequence_number
 LIMIT n FOR UPDATE SKIP LOCKED)`` over the ready index (entity, partition, state, sequence
@@ -44,19 +48,31 @@ by ``rotate_bytes``, and the tables' size stays bounded while the long transacti
 VACUUM works (no long transaction), the current table never reaches ``rotate_bytes`` and the ring
 does not turn. ``TRUNCATE`` needs an ``ACCESS EXCLUSIVE`` lock: the maintenance takes it with a
 short ``lock_timeout`` (:data:`LOCK_TIMEOUT_MS`) and tries again at the next call rather than
-queue behind a reader of Sodalite's tables (and block every operation queued behind itself). The
-counter rows are updated in place (HOT updates of a few hot rows); how they fare while a long
-transaction is open is measured by ``benchmarks/pg_long_transaction.py`` (docs/postgresql.md).
+queue behind a reader of Sodalite's tables (and block every operation queued behind itself).
 The maintenance also re-analyzes the current generation after :data:`ANALYZE_AFTER` changes: a
 planner without statistics takes a partition for one row and scans all of its rows to find the
 numbers a statement names, where an index condition on them is what keeps a batch O(batch).
+
+Counters in the ring. A counter row updated by every batch would leave one version per batch that
+a held snapshot keeps VACUUM from removing, and every lookup of the row would walk them. So the
+base rows are never updated by a batch (only locked), and what batches change goes into the
+partition's row of the current generation of ``sodalite_counters``, list-partitioned like the
+messages: retiring a generation adds its counter rows to the current generation's, in the same
+transaction as the messages' move, and truncates both tables. The versions a counter row can leave
+are then bounded by the batches between two switches; the ring also switches once the current
+counter table reaches :data:`COUNTER_ROTATE_BYTES` (a drain that deletes messages grows the
+counters, not the message table). Not in the ring: the duplicate-detection history, session state
+and move keys, and ``sodalite_ring`` itself (one version per switch). The drill
+``benchmarks/pg_long_transaction.py`` measures the tables while a long transaction is open
+(docs/postgresql.md).
 
 Schema. Numbered migrations (:data:`MIGRATIONS`), recorded in ``sodalite_schema_version``, run by
 ``open`` in one transaction under a transaction-scoped advisory lock, so several brokers starting on
 one database migrate it once. A database whose schema is newer than this code knows makes ``open``
 raise StoreUnavailable naming what to do (upgrade Sodalite, or point it at another database).
 Version 2 (store port v2) moves the messages into the ring in place, adds the lock columns, the
-counters (computed once from the rows), the session locks and the indexes.
+counters (computed once from the rows), the session locks and the indexes. Version 3 adds the
+counters' ring (``sodalite_counters``); the version-2 counter rows stay, as the base rows.
 
 Values. Entity paths compare case-insensitively (ASCII letters, like SQLite's NOCASE): every table
 keys a partition by the folded path as UTF-8 bytes (``bytea``), so ranges and order are bytewise,
@@ -442,18 +458,16 @@ def _high_water(e: str = "e", p: str = "p") -> str:
             f"FROM ({_counter_rows('last_sequence_number', e, p)}) h")
 
 
-def _take_partition(e: str = "e", p: str = "p") -> str:
-    """Lock the partition's base row (creating it the first time) without writing a new version of
-    it: ON CONFLICT DO UPDATE locks the row it finds even when its WHERE clause updates nothing.
-    Every statement that numbers messages of the partition runs after this one, in its own
-    statement, so its snapshot (READ COMMITTED) sees what the previous holder committed."""
-    return (f"INSERT INTO sodalite_partitions AS c (entity, partition, last_sequence_number) "
-            f"VALUES (%({e})s, %({p})s, 0) ON CONFLICT (entity, partition) "
-            "DO UPDATE SET last_sequence_number = c.last_sequence_number WHERE false")
-
-
-_TAKE_PARTITION: Final = _take_partition()
-_TAKE_TARGET: Final = _take_partition("te", "tp")
+# Lock a partition's base row (creating it the first time) without writing a new version of it: ON
+# CONFLICT DO UPDATE locks the row it finds even when its WHERE clause updates nothing. A batch takes
+# the rows of every partition it numbers in first statements of their own, in one global order (no
+# deadlock between two batches, nor with a counter row of the current generation that an earlier
+# statement of the batch changed), so the statements that number see, each with its own READ
+# COMMITTED snapshot, what the previous holder committed.
+_TAKE_PARTITION: Final = (
+    "INSERT INTO sodalite_partitions AS c (entity, partition, last_sequence_number) VALUES (%(e)s, %(p)s, 0) "
+    "ON CONFLICT (entity, partition) DO UPDATE SET last_sequence_number = c.last_sequence_number WHERE false"
+)
 
 
 _UNNEST_MESSAGES: Final = (
@@ -557,7 +571,7 @@ _UNLOCK: Final = (
 
 def _transfer_sql(fence: str) -> str:
     """Delete the fenced rows named by the items here and append them to the target partition
-    (%(te)s, %(tp)s, taken by _TAKE_TARGET before) with its next numbers, in item order: unlocked,
+    (%(te)s, %(tp)s, taken by _TAKE_PARTITION before) with its next numbers, in item order: unlocked,
     ACTIVE, annotations replaced and delivery count reset as each item says. Returns (old number,
     new number) per moved row."""
     copied = ", ".join(
@@ -848,6 +862,8 @@ class _Plan:
     steps: list[_Step] = field(default_factory=list)
     # Called with the rows of the steps that keep theirs (``rows=True``), in order.
     finish: Callable[[list[_Rows]], OpResult] = _done
+    # The partitions it numbers messages of, whose base rows the batch takes first (_TAKE_PARTITION).
+    takes: set[tuple[bytes, int]] = field(default_factory=set)
 
 
 def _stored_from_row(row: tuple[Any, ...]) -> StoredMessage:
@@ -915,8 +931,8 @@ def _append_plan(op: Append) -> _Plan:
               "ds": sum(1 for m in op.messages if m.state == MessageState.SCHEDULED),
               "dd": sum(1 for m in op.messages if m.state == MessageState.DEFERRED),
               "dz": sum(m.size for m in op.messages)}
-    return _Plan([_Step(_TAKE_PARTITION, params), _Step(_APPEND, params, rows=True)],
-                 lambda rows: Appended(tuple(sorted(int(r[0]) for r in rows[0]))))
+    return _Plan([_Step(_APPEND, params, rows=True)],
+                 lambda rows: Appended(tuple(sorted(int(r[0]) for r in rows[0]))), takes={_key(op.ref)})
 
 
 def _claim_plan(op: Claim) -> _Plan:
@@ -968,6 +984,7 @@ def _settle_plan(op: Settle) -> _Plan:
 
     steps: list[_Step] = []
     groups: list[list[int]] = []
+    takes: set[tuple[bytes, int]] = set()
     for group_key, indexes in _batches([key(item) for item in op.items], numbers):
         items = [op.items[i] for i in indexes]
         params = {**base, **_item_arrays([(it.sequence_number, it.lock_token, _CODE[it.outcome], it.annotations,
@@ -979,10 +996,10 @@ def _settle_plan(op: Settle) -> _Plan:
         else:
             sql = _DEAD_LETTER
             params |= {"te": group_key[1], "tp": group_key[2], "same": group_key[1:] == _key(op.ref)}
-            steps.append(_Step(_TAKE_TARGET, params))
+            takes.add(group_key[1:])
         steps.append(_Step(sql, params, rows=True))
         groups.append(indexes)
-    return _Plan(steps, lambda rows: Settled(_flags(numbers, groups, rows)))
+    return _Plan(steps, lambda rows: Settled(_flags(numbers, groups, rows)), takes)
 
 
 def _renew_plan(op: RenewLocks) -> _Plan:
@@ -1013,8 +1030,6 @@ def _move_plan(op: MoveMessages) -> _Plan:
         items: list[MoveItem] = [op.items[i] for i in indexes]
         params = {**base, **_item_arrays([(it.sequence_number, None, 0, it.annotations, it.annotation_count,
                                            it.reset_delivery_count) for it in items])}
-        if op.target is not None:
-            steps.append(_Step(_TAKE_TARGET, params))
         steps.append(_Step(_MOVE_AWAY if op.target is None else _MOVE_TO, params, rows=True))
         groups.append(indexes)
 
@@ -1026,7 +1041,7 @@ def _move_plan(op: MoveMessages) -> _Plan:
                 moved[index] = new.get(numbers[index])
         return Moved(tuple(moved))
 
-    return _Plan(steps, finish)
+    return _Plan(steps, finish, set() if op.target is None else {_key(op.target)})
 
 
 def _activate_plan(op: Activate) -> _Plan:
@@ -1212,7 +1227,9 @@ class PostgresStore:
     def apply(self, batch: Sequence[StoreOp]) -> tuple[OpResult, ...]:
         pool = self._require()
         plans = [_plan(op) for op in batch]  # validate and encode everything before touching the database
-        steps = [step for plan in plans for step in plan.steps]
+        takes = sorted({key for plan in plans for key in plan.takes})
+        steps = [_Step(_TAKE_PARTITION, {"e": e, "p": p}) for e, p in takes]
+        steps += [step for plan in plans for step in plan.steps]
         fetched: list[_Rows] = []
         if steps:
             try:
@@ -1250,7 +1267,7 @@ class PostgresStore:
                 raise StoreUnavailable(
                     f"PostgreSQL store {self._shown}: batch not applied: {_describe(exc)}") from exc
         results: list[OpResult] = []
-        position = 0
+        position = len(takes)
         for plan in plans:
             mine = [rows for step, rows in zip(plan.steps, fetched[position:position + len(plan.steps)], strict=True)
                     if step.rows]
