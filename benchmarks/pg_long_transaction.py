@@ -13,9 +13,11 @@ store and drives the store port directly, one partition, the cycle: ``Append`` a
    or a backup. Its snapshot keeps VACUUM from removing any row version deleted after it began.
 
 Every ``--interval`` seconds it prints the throughput, the size of the message ring and of the
-counter table (with indexes), the dead row versions PostgreSQL counts in them, the ring's switches
-and truncations so far, and the database round trips per message (counted by the adapter: one per
-pipeline sync or single statement, maintenance included). A summary compares the phases. With
+counter tables (with indexes: ``sodalite_partitions`` and, from schema 3, ``sodalite_counters_g*``),
+the dead row versions PostgreSQL counts in them, the size of ``sodalite_ring`` (its one row is
+updated at each switch), the ring's switches and truncations so far, and the database round trips
+per message (counted by the adapter: one per pipeline sync or single statement, maintenance
+included). A summary compares the phases. With
 ``--rotate-bytes 0`` the ring never turns (the design without rotation, for comparison).
 
     .venv/bin/python benchmarks/pg_long_transaction.py [--seconds 60] [--hold-seconds 600]
@@ -42,11 +44,15 @@ from sodalite.store.postgres import GENERATIONS, PostgresStore
 
 REF = PartitionRef("drill", 0)
 NEVER = 2**62  # rotate_bytes that the ring never reaches
+# The counters: sodalite_partitions (schema 2: the counter rows; schema 3: the base rows) and, from
+# schema 3, the ring's counter tables sodalite_counters_g*.
+_COUNTERS = "(relname = 'sodalite_partitions' OR relname LIKE 'sodalite_counters_g%%')"
 SIZES = (
     "SELECT (SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c WHERE c.relname LIKE 'sodalite_messages_g%%'),"
-    " pg_total_relation_size('sodalite_partitions'),"
+    f" (SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c WHERE c.relkind = 'r' AND {_COUNTERS}),"
     " (SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables WHERE relname LIKE 'sodalite_messages_g%%'),"
-    " (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'sodalite_partitions')"
+    f" (SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables WHERE {_COUNTERS}),"
+    " pg_total_relation_size('sodalite_ring')"
 )
 
 
@@ -57,6 +63,7 @@ class Interval:
     counter_bytes: int
     dead_ring: int
     dead_counters: int
+    ring_row_bytes: int
     trips_per_message: float
 
 
@@ -85,7 +92,8 @@ def run_phase(store: PostgresStore, monitor: psycopg.Connection[tuple[object, ..
     last_maintain = started
     print(f"\n== {name}: {seconds:.0f} s")
     print(f"{'t (s)':>6} {'msg/s':>8} {'ring MiB':>9} {'counter KiB':>12} {'dead (ring)':>12} "
-          f"{'dead (ctr)':>11} {'switches':>9} {'truncated':>10} {'put off':>8} {'trips/msg':>10}")
+          f"{'dead (ctr)':>11} {'ring row KiB':>13} {'switches':>9} {'truncated':>10} {'put off':>8} "
+          f"{'trips/msg':>10}")
     while True:
         elapsed = time.monotonic() - started
         if elapsed >= seconds:
@@ -105,15 +113,16 @@ def run_phase(store: PostgresStore, monitor: psycopg.Connection[tuple[object, ..
             store.maintain()
             last_maintain = current
         if current - mark >= args.interval:
-            ring, counters, dead_ring, dead_counters = monitor.execute(SIZES).fetchone()  # type: ignore[misc]
+            ring, counters, dead_ring, dead_counters, ring_row = monitor.execute(SIZES).fetchone()  # type: ignore[misc]
             done = phase.messages - mark_messages
             interval = Interval(rate=done / (current - mark), ring_bytes=int(ring or 0),
                                 counter_bytes=int(counters or 0), dead_ring=int(dead_ring or 0),
-                                dead_counters=int(dead_counters or 0),
+                                dead_counters=int(dead_counters or 0), ring_row_bytes=int(ring_row or 0),
                                 trips_per_message=(store.round_trips - mark_trips) / max(done, 1))
             phase.intervals.append(interval)
             print(f"{current - started:6.0f} {interval.rate:8.0f} {interval.ring_bytes / 2**20:9.1f} "
                   f"{interval.counter_bytes / 1024:12.0f} {interval.dead_ring:12d} {interval.dead_counters:11d} "
+                  f"{interval.ring_row_bytes / 1024:13.0f} "
                   f"{store.ring_switches:9d} {store.truncations:10d} {store.lock_timeouts:8d} "
                   f"{interval.trips_per_message:10.4f}", flush=True)
             mark, mark_messages, mark_trips = current, phase.messages, store.round_trips
@@ -128,6 +137,7 @@ def summary(phases: list[Phase]) -> None:
         rate = phase.messages / phase.seconds
         rates = [i.rate for i in phase.intervals] or [rate]
         sizes = [i.ring_bytes for i in phase.intervals] or [0]
+        counters = [i.counter_bytes for i in phase.intervals] or [0]
         trips = [i.trips_per_message for i in phase.intervals] or [0.0]
         first = phase.intervals[0].rate if phase.intervals else rate
         last = phase.intervals[-1].rate if phase.intervals else rate
@@ -135,6 +145,8 @@ def summary(phases: list[Phase]) -> None:
               f"({rate / base:.0%} of the first phase); per interval min {min(rates):.0f}, median "
               f"{statistics.median(rates):.0f}, first {first:.0f}, last {last:.0f}; ring size min "
               f"{min(sizes) / 2**20:.1f} MiB, max {max(sizes) / 2**20:.1f} MiB, last {sizes[-1] / 2**20:.1f} MiB; "
+              f"counter tables min {min(counters) / 1024:.0f} KiB, max {max(counters) / 1024:.0f} KiB, "
+              f"last {counters[-1] / 1024:.0f} KiB; "
               f"round trips per message {statistics.median(trips):.4f} (median)")
 
 

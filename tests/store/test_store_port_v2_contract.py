@@ -411,9 +411,12 @@ def test_dead_letter_appends_to_the_dead_letter_partition_with_its_numbers(store
     dead = everything(store, DLQ)
     assert numbers(dead) == [1, 2, 3]
     assert dead[1] == StoredMessage(replace(msg(), sequence_number=2, delivery_count=1), None, None, None)
+    # A dead-lettered message has no expiry time: a dead-letter queue observes no time-to-live.
     assert dead[2] == StoredMessage(
-        replace(msg(session_id="s", expires_at=T0 + 500), sequence_number=3, delivery_count=1,
+        replace(msg(session_id="s", expires_at=None), sequence_number=3, delivery_count=1,
                 annotations=b"\xa3\x01r", annotation_count=3), None, None, None)
+    taken = one(store, Claim(DLQ, T0 + 1000, T0 + 31_000, OWNER, toks(7, 8, 9)))  # past its old expiry
+    assert isinstance(taken, Claimed) and numbers(taken.messages) == [1, 2, 3]
     assert store.counts(DLQ).last_sequence_number == 3
     with pytest.raises(ValueError):
         SettleItem(1, tok(1), Outcome.DEAD_LETTER)
@@ -500,7 +503,7 @@ def test_renew_locks(store: MessagingStore) -> None:
 
 
 def test_move_to_a_target_and_delete_without_one(store: MessagingStore) -> None:
-    append(store, msg(), msg(), msg(), msg(state=MessageState.DEFERRED, delivery_count=4))
+    append(store, msg(), msg(expires_at=T0 + 5), msg(), msg(state=MessageState.DEFERRED, delivery_count=4))
     append(store, msg(), ref=OTHER)
     claim(store, T0, tok(1), until=T0 + 10)  # 1 locked
     result = one(store, MoveMessages(Q, T0, (MoveItem(1), MoveItem(2), MoveItem(9),
@@ -511,7 +514,7 @@ def test_move_to_a_target_and_delete_without_one(store: MessagingStore) -> None:
     moved = everything(store, OTHER)
     assert moved[-1].record == replace(msg(), sequence_number=3, delivery_count=0, state=MessageState.ACTIVE,
                                        annotations=b"r", annotation_count=1)
-    assert moved[-2].record == replace(msg(), sequence_number=2)
+    assert moved[-2].record == replace(msg(), sequence_number=2)  # moved, it has no expiry time any more
     assert one(store, MoveMessages(Q, T0, (MoveItem(3), MoveItem(3)), None)) == Moved((3, None))
     assert one(store, MoveMessages(Q, T0 + 10, (MoveItem(1),), None)) == Moved((1,))  # the lock lapsed
     assert everything(store, Q) == ()

@@ -38,6 +38,7 @@ from typing import Any
 from sodalite.errors import (
     InvalidOperation,
     MessageLockLost,
+    MessageNotFound,
     NotImplementedOperation,
     OperationTimeout,
     QuotaExceeded,
@@ -238,6 +239,19 @@ class CoreActor:
                 self._resolve(reply.reply_to, reply.state)
             case core.SessionStateSet():
                 self._resolve(reply.reply_to)
+            case core.DeferredReceived():
+                taken: list[Taken] = []
+                for item in reply.messages:
+                    if item.lock_token is not None:
+                        self._holders[item.lock_token] = sub
+                    taken.append((as_delivered(item.message), item.lock_token, item.locked_until))
+                self._resolve(reply.reply_to, taken)
+            case core.MessageNotFound():
+                self._resolve(reply.reply_to, error=MessageNotFound(
+                    "no deferred message with the sequence number(s) "
+                    f"{', '.join(str(n) for n in reply.sequence_numbers)}"))
+            case core.CompletedThrough():
+                self._resolve(reply.reply_to, reply.count)
 
     def _deliver(self, sub: SubQueue, reply: core.Delivered) -> None:
         consumer: Any = reply.consumer
@@ -354,11 +368,16 @@ class CoreActor:
 
     def receive_deferred(self, sub: SubQueue, sequence_numbers: list[int], peek_lock: bool,
                          session_id: str | None) -> asyncio.Future[list[Taken]]:
-        """Receive deferred messages by number: (record, lock token, locked until) for each taken."""
-        raise self._unsupported("receiving deferred messages")
+        """Receive deferred messages by number, all or none: (record, lock token, locked until) each."""
+        self.note_activity()
+        mode = core.ReceiveMode.PEEK_LOCK if peek_lock else core.ReceiveMode.RECEIVE_AND_DELETE
+        return self._request(sub, lambda key: core.ReceiveDeferred(tuple(sequence_numbers), key, mode, session_id))
 
     def complete_through(self, sub: SubQueue, sequence_number: int) -> asyncio.Future[int]:
-        raise self._unsupported("complete-through")
+        """Remove the unlocked messages numbered ``sequence_number`` or lower (docs/spark.md); the
+        future gives how many went, once that is durable."""
+        self.note_activity()
+        return self._request(sub, lambda key: core.CompleteThrough(sequence_number, key))
 
     async def bounds(self, sub: SubQueue) -> tuple[int | None, int]:
         """(first stored number or None, the number after the highest made visible)."""

@@ -375,7 +375,7 @@ class MemoryStore:
                 elif item.outcome is Outcome.DEAD_LETTER:
                     assert item.dead_letter_to is not None
                     part.delete(n)
-                    writable(item.dead_letter_to).append(replace(m, state=MessageState.ACTIVE))
+                    writable(item.dead_letter_to).append(replace(m, state=MessageState.ACTIVE, expires_at=None))
                 else:
                     assert_never(item.outcome)
             return Settled(tuple(applied))
@@ -405,7 +405,7 @@ class MemoryStore:
                     gone = replace(gone, annotations=move.annotations, annotation_count=move.annotation_count)
                 if move.tail is not None:
                     gone = replace(gone, tail=move.tail)
-                gone = replace(gone, state=MessageState.ACTIVE,
+                gone = replace(gone, state=MessageState.ACTIVE, expires_at=None,
                                delivery_count=0 if move.reset_delivery_count else gone.delivery_count)
                 moved.append(writable(op.target).append(gone))
             return Moved(tuple(moved))

@@ -11,14 +11,18 @@ message. Reads are likewise one pipelined read-only snapshot each. ``apply`` ret
 PostgreSQL acknowledged the ``COMMIT``; with the default ``synchronous_commit = on`` the WAL is
 flushed (and replicated, if the server requires synchronous standbys).
 
-Sequence numbers and counters. Each partition has a counter row (``sodalite_partitions``): the
-high-water mark and the active, scheduled and deferred counts and total size. An :class:`Append`
-is one statement that raises the high-water mark by the batch's size (``INSERT … ON CONFLICT DO
-UPDATE … RETURNING``) and inserts the messages numbered from it, so the row stays locked until the
-commit and a higher number never becomes visible before a lower one, whichever node appends (not a
-``SEQUENCE``, whose numbers can commit out of order). Every statement that adds, removes or
-changes the state or size of messages adjusts the counter row in the same statement (a
-data-modifying ``WITH``), so :meth:`PostgresStore.counts` is one row read.
+Sequence numbers and counters. A partition's counters (the high-water mark, the active, scheduled
+and deferred counts and the total size) are the sum of its base row (``sodalite_partitions``) and
+of its row in each generation of ``sodalite_counters`` (the high-water mark: their maximum), so
+:meth:`PostgresStore.counts` reads at most five rows. An :class:`Append` first takes the base row
+(a statement of its own that locks it without writing it: ``ON CONFLICT DO UPDATE … WHERE
+false``), then, in the next statement, whose snapshot sees what the previous holder committed,
+numbers the messages above the high-water mark and raises its current generation's row by the
+batch (``INSERT … ON CONFLICT DO UPDATE``): the lock is held until the commit, so a higher number
+never becomes visible before a lower one, whichever node appends (not a ``SEQUENCE``, whose numbers
+can commit out of order). Dead-letters and moves take their target's base row the same way. Every
+statement that adds, removes or changes the state or size of messages adds its changes to the
+partition's row of the current generation in the same statement (a data-modifying ``WITH``).
 
 Claims and fencing. A :class:`Claim` is one ``UPDATE … FROM (SELECT … ORDER BY sequence_number
 LIMIT n FOR UPDATE SKIP LOCKED)`` over the ready index (entity, partition, state, sequence
@@ -44,19 +48,31 @@ by ``rotate_bytes``, and the tables' size stays bounded while the long transacti
 VACUUM works (no long transaction), the current table never reaches ``rotate_bytes`` and the ring
 does not turn. ``TRUNCATE`` needs an ``ACCESS EXCLUSIVE`` lock: the maintenance takes it with a
 short ``lock_timeout`` (:data:`LOCK_TIMEOUT_MS`) and tries again at the next call rather than
-queue behind a reader of Sodalite's tables (and block every operation queued behind itself). The
-counter rows are updated in place (HOT updates of a few hot rows); how they fare while a long
-transaction is open is measured by ``benchmarks/pg_long_transaction.py`` (docs/postgresql.md).
+queue behind a reader of Sodalite's tables (and block every operation queued behind itself).
 The maintenance also re-analyzes the current generation after :data:`ANALYZE_AFTER` changes: a
 planner without statistics takes a partition for one row and scans all of its rows to find the
 numbers a statement names, where an index condition on them is what keeps a batch O(batch).
+
+Counters in the ring. A counter row updated by every batch would leave one version per batch that
+a held snapshot keeps VACUUM from removing, and every lookup of the row would walk them. So the
+base rows are never updated by a batch (only locked), and what batches change goes into the
+partition's row of the current generation of ``sodalite_counters``, list-partitioned like the
+messages: retiring a generation adds its counter rows to the current generation's, in the same
+transaction as the messages' move, and truncates both tables. The versions a counter row can leave
+are then bounded by the batches between two switches; the ring also switches once the current
+counter table reaches :data:`COUNTER_ROTATE_BYTES` (a drain that deletes messages grows the
+counters, not the message table). Not in the ring: the duplicate-detection history, session state
+and move keys, and ``sodalite_ring`` itself (one version per switch). The drill
+``benchmarks/pg_long_transaction.py`` measures the tables while a long transaction is open
+(docs/postgresql.md).
 
 Schema. Numbered migrations (:data:`MIGRATIONS`), recorded in ``sodalite_schema_version``, run by
 ``open`` in one transaction under a transaction-scoped advisory lock, so several brokers starting on
 one database migrate it once. A database whose schema is newer than this code knows makes ``open``
 raise StoreUnavailable naming what to do (upgrade Sodalite, or point it at another database).
 Version 2 (store port v2) moves the messages into the ring in place, adds the lock columns, the
-counters (computed once from the rows), the session locks and the indexes.
+counters (computed once from the rows), the session locks and the indexes. Version 3 adds the
+counters' ring (``sodalite_counters``); the version-2 counter rows stay, as the base rows.
 
 Values. Entity paths compare case-insensitively (ASCII letters, like SQLite's NOCASE): every table
 keys a partition by the folded path as UTF-8 bytes (``bytea``), so ranges and order are bytewise,
@@ -151,6 +167,9 @@ DEFAULT_ROTATE_BYTES: Final = 2 * 1024 * 1024
 MOVE_LIMIT: Final = 1000  # a generation holding at most this many live rows is moved on and truncated
 ANALYZE_AFTER: Final = 1000  # rows changed in the current generation before maintain() re-analyzes it
 LOCK_TIMEOUT_MS: Final = 100  # how long the maintenance waits for the lock TRUNCATE needs
+# The current generation is also left for the next once its counter table is this large: a run of
+# settlements that only delete (a backlog drained under a long transaction) grows it, not the messages.
+COUNTER_ROTATE_BYTES: Final = 64 * 1024
 
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     (
@@ -337,6 +356,29 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         $$
         """,
     ),
+    # Version 3: the counters move into the ring too (see "Counters in the ring" in the module
+    # docstring). The rows of sodalite_partitions stay as they are: the base values, locked by
+    # every numbering statement and no longer updated; what changes goes into sodalite_counters.
+    (
+        """
+        CREATE TABLE sodalite_counters (
+            generation           smallint NOT NULL,
+            entity               bytea    NOT NULL,
+            partition            bigint   NOT NULL,
+            last_sequence_number bigint   NOT NULL,
+            active               bigint   NOT NULL,
+            scheduled            bigint   NOT NULL,
+            deferred             bigint   NOT NULL,
+            size_in_bytes        bigint   NOT NULL,
+            PRIMARY KEY (entity, partition, generation)
+        ) PARTITION BY LIST (generation)
+        """,
+        # Room on each page for the next version of a row, so its updates stay HOT while VACUUM works.
+        *(f"""
+        CREATE TABLE sodalite_counters_g{g} PARTITION OF sodalite_counters FOR VALUES IN ({g})
+            WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 1000)
+        """ for g in range(GENERATIONS)),
+    ),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
@@ -346,8 +388,9 @@ _CREATE_VERSION_TABLE: Final = """
         version   integer NOT NULL
     )
 """
-_PARTITION_TABLES: Final = ("sodalite_messages", "sodalite_partitions", "sodalite_duplicate_history",
-                            "sodalite_session_states", "sodalite_move_keys", "sodalite_session_locks")
+_PARTITION_TABLES: Final = ("sodalite_messages", "sodalite_partitions", "sodalite_counters",
+                            "sodalite_duplicate_history", "sodalite_session_states", "sodalite_move_keys",
+                            "sodalite_session_locks")
 # The message fields after the sequence number, with their column types (for unnest arrays).
 _FIELDS: Final = (
     ("enqueued_time", "bigint"), ("message_id", "bytea"), ("session_id", "bytea"), ("partition_key", "bytea"),
@@ -378,16 +421,53 @@ _GONE: Final = (f"-(m.state = 0)::int AS da, -(m.state = 2)::int AS ds, -(m.stat
                 f"-({_SIZE}) AS dz")
 
 
-def _adjust(source: str) -> str:
+_COUNTER_COLUMNS: Final = (
+    "generation, entity, partition, last_sequence_number, active, scheduled, deferred, size_in_bytes"
+)
+# Adds the inserted values to the partition's counter row of that generation, if there is one.
+_ADD_COUNTERS: Final = (
+    "ON CONFLICT (entity, partition, generation) DO UPDATE SET "
+    "last_sequence_number = GREATEST(c.last_sequence_number, excluded.last_sequence_number), "
+    "active = c.active + excluded.active, scheduled = c.scheduled + excluded.scheduled, "
+    "deferred = c.deferred + excluded.deferred, size_in_bytes = c.size_in_bytes + excluded.size_in_bytes"
+)
+
+
+def _adjust(source: str, condition: str = "") -> str:
     """A data-modifying CTE body adding the per-row deltas (da, ds, dd, dz) of ``source`` to the
-    partition's counter row; writes nothing when they sum to zero."""
+    partition's counter row of the current generation; writes nothing when they sum to zero (or
+    when the extra SQL ``condition`` is false)."""
     return (
-        "UPDATE sodalite_partitions c SET active = c.active + x.a, scheduled = c.scheduled + x.s, "
-        "deferred = c.deferred + x.d, size_in_bytes = c.size_in_bytes + x.z "
+        f"INSERT INTO sodalite_counters AS c ({_COUNTER_COLUMNS}) "
+        f"SELECT {_CURRENT_GENERATION}, %(e)s, %(p)s, 0, x.a, x.s, x.d, x.z "
         "FROM (SELECT coalesce(sum(da), 0) AS a, coalesce(sum(ds), 0) AS s, coalesce(sum(dd), 0) AS d, "
         f"coalesce(sum(dz), 0) AS z FROM {source}) x "
-        "WHERE c.entity = %(e)s AND c.partition = %(p)s AND (x.a <> 0 OR x.s <> 0 OR x.d <> 0 OR x.z <> 0)"
+        f"WHERE (x.a <> 0 OR x.s <> 0 OR x.d <> 0 OR x.z <> 0){condition} {_ADD_COUNTERS}"
     )
+
+
+def _counter_rows(columns: str, e: str = "e", p: str = "p") -> str:
+    """The partition's base row and its counter rows of every generation (``columns`` of each)."""
+    return (f"SELECT {columns} FROM sodalite_partitions WHERE entity = %({e})s AND partition = %({p})s "
+            f"UNION ALL SELECT {columns} FROM sodalite_counters WHERE entity = %({e})s AND partition = %({p})s")
+
+
+def _high_water(e: str = "e", p: str = "p") -> str:
+    """One row, ``top``: the highest sequence number the partition has given."""
+    return (f"SELECT coalesce(max(last_sequence_number), 0) AS top "
+            f"FROM ({_counter_rows('last_sequence_number', e, p)}) h")
+
+
+# Lock a partition's base row (creating it the first time) without writing a new version of it: ON
+# CONFLICT DO UPDATE locks the row it finds even when its WHERE clause updates nothing. A batch takes
+# the rows of every partition it numbers in first statements of their own, in one global order (no
+# deadlock between two batches, nor with a counter row of the current generation that an earlier
+# statement of the batch changed), so the statements that number see, each with its own READ
+# COMMITTED snapshot, what the previous holder committed.
+_TAKE_PARTITION: Final = (
+    "INSERT INTO sodalite_partitions AS c (entity, partition, last_sequence_number) VALUES (%(e)s, %(p)s, 0) "
+    "ON CONFLICT (entity, partition) DO UPDATE SET last_sequence_number = c.last_sequence_number WHERE false"
+)
 
 
 _UNNEST_MESSAGES: Final = (
@@ -398,20 +478,15 @@ _COUNTS_OF_NEW: Final = (
     "count(*) FILTER (WHERE state = 0), count(*) FILTER (WHERE state = 2), count(*) FILTER (WHERE state = 1), "
     "coalesce(sum(length(annotations) + length(tail)), 0)"
 )
-_BUMP_COUNTERS: Final = (
-    "ON CONFLICT (entity, partition) DO UPDATE SET "
-    "last_sequence_number = c.last_sequence_number + excluded.last_sequence_number, "
-    "active = c.active + excluded.active, scheduled = c.scheduled + excluded.scheduled, "
-    "deferred = c.deferred + excluded.deferred, size_in_bytes = c.size_in_bytes + excluded.size_in_bytes"
-)
-_COUNTER_COLUMNS: Final = "entity, partition, last_sequence_number, active, scheduled, deferred, size_in_bytes"
-# v2 append: the numbers come from the counter row, raised by the batch's size in this statement.
+# v2 append, after _TAKE_PARTITION: numbered above the partition's high-water mark, which the
+# current generation's counter row raises by the batch's size in the same statement.
 _APPEND: Final = (
-    f"WITH hw AS (INSERT INTO sodalite_partitions AS c ({_COUNTER_COLUMNS}) "
-    "VALUES (%(e)s, %(p)s, %(n)s, %(da)s, %(ds)s, %(dd)s, %(dz)s) "
-    f"{_BUMP_COUNTERS} RETURNING c.last_sequence_number - %(n)s AS base) "
+    f"WITH hw AS ({_high_water()}), "
+    f"bump AS (INSERT INTO sodalite_counters AS c ({_COUNTER_COLUMNS}) "
+    f"SELECT {_CURRENT_GENERATION}, %(e)s, %(p)s, hw.top + %(n)s, %(da)s, %(ds)s, %(dd)s, %(dz)s FROM hw "
+    f"{_ADD_COUNTERS}) "
     f"INSERT INTO sodalite_messages ({_ALL_COLUMNS}) "
-    f"SELECT {_CURRENT_GENERATION}, %(e)s, %(p)s, hw.base + m.ord, "
+    f"SELECT {_CURRENT_GENERATION}, %(e)s, %(p)s, hw.top + m.ord, "
     + ", ".join(f"m.{n}" for n in _FIELD_NAMES) + ", NULL, NULL, NULL "
     f"FROM hw, {_UNNEST_MESSAGES} RETURNING sequence_number"
 )
@@ -425,12 +500,9 @@ _APPEND_NUMBERED: Final = (
     f"SELECT {_CURRENT_GENERATION}, %(e)s, %(p)s, m.sequence_number, "
     + ", ".join(f"m.{n}" for n in _FIELD_NAMES) + ", NULL, NULL, NULL "
     f"FROM {_UNNEST_MESSAGES} RETURNING sequence_number, state, annotations, tail) "
-    f"INSERT INTO sodalite_partitions AS c ({_COUNTER_COLUMNS}) "
-    f"SELECT %(e)s, %(p)s, GREATEST(max(sequence_number), 0), {_COUNTS_OF_NEW} FROM ins "
-    "ON CONFLICT (entity, partition) DO UPDATE SET "
-    "last_sequence_number = GREATEST(c.last_sequence_number, excluded.last_sequence_number), "
-    "active = c.active + excluded.active, scheduled = c.scheduled + excluded.scheduled, "
-    "deferred = c.deferred + excluded.deferred, size_in_bytes = c.size_in_bytes + excluded.size_in_bytes"
+    f"INSERT INTO sodalite_counters AS c ({_COUNTER_COLUMNS}) "
+    f"SELECT {_CURRENT_GENERATION}, %(e)s, %(p)s, GREATEST(max(sequence_number), 0), {_COUNTS_OF_NEW} FROM ins "
+    f"{_ADD_COUNTERS}"
 )
 _DELETE_NUMBERED: Final = (
     f"WITH d AS (DELETE FROM sodalite_messages m WHERE {_PARTITION} AND m.sequence_number = ANY(%(seq)s::bigint[]) "
@@ -501,28 +573,32 @@ _UNLOCK: Final = (
 
 def _transfer_sql(fence: str) -> str:
     """Delete the fenced rows named by the items here and append them to the target partition
-    (%(te)s, %(tp)s) with its next numbers, in item order: unlocked, ACTIVE, annotations and tail
-    replaced and delivery count reset as each item says. Returns (old number, new number) per moved row."""
+    (%(te)s, %(tp)s, taken by _TAKE_PARTITION before) with its next numbers, in item order: unlocked,
+    ACTIVE, without an expiry time (it lands in a dead-letter queue, where no time-to-live is
+    observed), annotations and tail replaced and delivery count reset as each item says. Returns
+    (old number, new number) per moved row."""
     copied = ", ".join(
         f"CASE WHEN i.reset THEN 0 ELSE m.{n} END AS {n}" if n == "delivery_count"
         else f"coalesce(i.ann, m.{n}) AS {n}" if n == "annotations"
         else f"CASE WHEN i.ann IS NULL THEN m.{n} ELSE i.annc END AS {n}" if n == "annotation_count"
         else f"coalesce(i.tl, m.{n}) AS {n}" if n == "tail"
+        else f"NULL::bigint AS {n}" if n == "expires_at"
         else f"m.{n}"
         for n in _FIELD_NAMES if n != "state")
     return (
         f"WITH {_SETTLE_ITEMS}, d AS (DELETE FROM sodalite_messages m USING i WHERE {_PARTITION} "
         f"AND {_ITEM_ROWS} AND {fence} RETURNING i.ord, m.sequence_number AS old_seq, {copied}, "
         f"{_GONE}), "
-        f"src AS ({_adjust('d')} AND NOT %(same)s), "
-        f"hw AS (INSERT INTO sodalite_partitions AS c ({_COUNTER_COLUMNS}) "
-        # Into the partition it came from (a resubmit): the removal's deltas go into this one update.
-        "SELECT %(te)s, %(tp)s, count(*), count(*) + CASE WHEN %(same)s THEN sum(da) ELSE 0 END, "
+        f"src AS ({_adjust('d', ' AND NOT %(same)s')}), "
+        f"hw AS ({_high_water('te', 'tp')}), "
+        "nums AS (SELECT d.*, hw.top + row_number() OVER (ORDER BY d.ord) AS new_seq FROM d, hw), "
+        f"tgt AS (INSERT INTO sodalite_counters AS c ({_COUNTER_COLUMNS}) "
+        # Into the partition it came from (a resubmit): the removal's deltas go into this one row.
+        f"SELECT {_CURRENT_GENERATION}, %(te)s, %(tp)s, max(new_seq), "
+        "count(*) + CASE WHEN %(same)s THEN sum(da) ELSE 0 END, "
         "CASE WHEN %(same)s THEN sum(ds) ELSE 0 END, CASE WHEN %(same)s THEN sum(dd) ELSE 0 END, "
         "coalesce(sum(length(annotations) + length(tail)), 0) + CASE WHEN %(same)s THEN sum(dz) ELSE 0 END "
-        f"FROM d HAVING count(*) > 0 {_BUMP_COUNTERS} RETURNING c.last_sequence_number AS top), "
-        "nums AS (SELECT d.*, hw.top - (SELECT count(*) FROM d) + row_number() OVER (ORDER BY d.ord) AS new_seq "
-        "FROM d, hw), "
+        f"FROM nums HAVING count(*) > 0 {_ADD_COUNTERS}), "
         f"ins AS (INSERT INTO sodalite_messages ({_ALL_COLUMNS}) SELECT {_CURRENT_GENERATION}, %(te)s, %(tp)s, "
         "new_seq, " + ", ".join("0" if n == "state" else n for n in _FIELD_NAMES) + ", NULL, NULL, NULL FROM nums) "
         "SELECT old_seq, new_seq FROM nums"
@@ -548,9 +624,9 @@ _ACTIVATE: Final = (
     "upd AS (UPDATE sodalite_messages m SET state = 0 FROM due "
     f"WHERE {_PARTITION} AND m.sequence_number = ANY(ARRAY(SELECT sequence_number FROM due)) "
     f"AND m.sequence_number = due.sequence_number RETURNING {_qualified('m')}), "
-    "adj AS (UPDATE sodalite_partitions c SET scheduled = c.scheduled - (SELECT count(*) FROM upd), "
-    "active = c.active + (SELECT count(*) FROM upd) "
-    "WHERE c.entity = %(e)s AND c.partition = %(p)s AND EXISTS (SELECT 1 FROM upd)) "
+    f"adj AS (INSERT INTO sodalite_counters AS c ({_COUNTER_COLUMNS}) "
+    f"SELECT {_CURRENT_GENERATION}, %(e)s, %(p)s, 0, count(*), -count(*), 0, 0 FROM upd HAVING count(*) > 0 "
+    f"{_ADD_COUNTERS}) "
     "SELECT * FROM upd"
 )
 _PURGE: Final = {
@@ -623,9 +699,7 @@ _SELECT_MESSAGES: Final = (
     f"SELECT {_MESSAGE_COLUMNS} FROM sodalite_messages WHERE entity = %s AND partition = %s "
     "ORDER BY sequence_number"
 )
-_SELECT_COUNTER: Final = (
-    "SELECT last_sequence_number FROM sodalite_partitions WHERE entity = %s AND partition = %s"
-)
+_SELECT_COUNTER: Final = _high_water()
 _SELECT_HISTORY: Final = (
     "SELECT message_id, seen_at FROM sodalite_duplicate_history WHERE entity = %s AND partition = %s "
     "ORDER BY seen_at, message_id"
@@ -638,9 +712,10 @@ _SELECT_MOVE_KEYS: Final = (
     "SELECT move_key FROM sodalite_move_keys WHERE entity = %s AND partition = %s ORDER BY move_key"
 )
 _SELECT_COUNTS: Final = (
-    "SELECT active, scheduled, deferred, size_in_bytes, last_sequence_number, "
+    "SELECT coalesce(sum(active), 0), coalesce(sum(scheduled), 0), coalesce(sum(deferred), 0), "
+    "coalesce(sum(size_in_bytes), 0), coalesce(max(last_sequence_number), 0), "
     "(SELECT min(sequence_number) FROM sodalite_messages WHERE entity = %(e)s AND partition = %(p)s) "
-    "FROM sodalite_partitions WHERE entity = %(e)s AND partition = %(p)s"
+    f"FROM ({_counter_rows('active, scheduled, deferred, size_in_bytes, last_sequence_number')}) c"
 )
 _SELECT_FETCH: Final = (
     f"SELECT {_STORED_COLUMNS} FROM sodalite_messages WHERE entity = %(e)s AND partition = %(p)s "
@@ -660,6 +735,7 @@ _SELECT_NEXT_DUE: Final = (
 _SELECT_ENTITIES: Final = "SELECT path, kind, properties FROM sodalite_entities ORDER BY path_key"
 _SELECT_RING: Final = (
     "SELECT generation, " + ", ".join(f"pg_relation_size('sodalite_messages_g{g}')" for g in range(GENERATIONS))
+    + ", " + ", ".join(f"pg_relation_size('sodalite_counters_g{g}')" for g in range(GENERATIONS))
     + " FROM sodalite_ring"
 )
 
@@ -789,7 +865,10 @@ class _Plan:
     """What one operation becomes: its statements, and how their rows make its result."""
 
     steps: list[_Step] = field(default_factory=list)
+    # Called with the rows of the steps that keep theirs (``rows=True``), in order.
     finish: Callable[[list[_Rows]], OpResult] = _done
+    # The partitions it numbers messages of, whose base rows the batch takes first (_TAKE_PARTITION).
+    takes: set[tuple[bytes, int]] = field(default_factory=set)
 
 
 def _stored_from_row(row: tuple[Any, ...]) -> StoredMessage:
@@ -860,7 +939,7 @@ def _append_plan(op: Append) -> _Plan:
               "dd": sum(1 for m in op.messages if m.state == MessageState.DEFERRED),
               "dz": sum(m.size for m in op.messages)}
     return _Plan([_Step(_APPEND, params, rows=True)],
-                 lambda rows: Appended(tuple(sorted(int(r[0]) for r in rows[0]))))
+                 lambda rows: Appended(tuple(sorted(int(r[0]) for r in rows[0]))), takes={_key(op.ref)})
 
 
 def _claim_plan(op: Claim) -> _Plan:
@@ -912,6 +991,7 @@ def _settle_plan(op: Settle) -> _Plan:
 
     steps: list[_Step] = []
     groups: list[list[int]] = []
+    takes: set[tuple[bytes, int]] = set()
     for group_key, indexes in _batches([key(item) for item in op.items], numbers):
         items = [op.items[i] for i in indexes]
         params = {**base, **_item_arrays([(it.sequence_number, it.lock_token, _CODE[it.outcome], it.annotations,
@@ -923,9 +1003,10 @@ def _settle_plan(op: Settle) -> _Plan:
         else:
             sql = _DEAD_LETTER
             params |= {"te": group_key[1], "tp": group_key[2], "same": group_key[1:] == _key(op.ref)}
+            takes.add(group_key[1:])
         steps.append(_Step(sql, params, rows=True))
         groups.append(indexes)
-    return _Plan(steps, lambda rows: Settled(_flags(numbers, groups, rows)))
+    return _Plan(steps, lambda rows: Settled(_flags(numbers, groups, rows)), takes)
 
 
 def _renew_plan(op: RenewLocks) -> _Plan:
@@ -967,7 +1048,7 @@ def _move_plan(op: MoveMessages) -> _Plan:
                 moved[index] = new.get(numbers[index])
         return Moved(tuple(moved))
 
-    return _Plan(steps, finish)
+    return _Plan(steps, finish, set() if op.target is None else {_key(op.target)})
 
 
 def _activate_plan(op: Activate) -> _Plan:
@@ -1153,7 +1234,9 @@ class PostgresStore:
     def apply(self, batch: Sequence[StoreOp]) -> tuple[OpResult, ...]:
         pool = self._require()
         plans = [_plan(op) for op in batch]  # validate and encode everything before touching the database
-        steps = [step for plan in plans for step in plan.steps]
+        takes = sorted({key for plan in plans for key in plan.takes})
+        steps = [_Step(_TAKE_PARTITION, {"e": e, "p": p}) for e, p in takes]
+        steps += [step for plan in plans for step in plan.steps]
         fetched: list[_Rows] = []
         if steps:
             try:
@@ -1164,7 +1247,9 @@ class PostgresStore:
                     try:
                         cursors = []
                         with conn.pipeline():
-                            conn.execute("BEGIN")
+                            # READ COMMITTED: a statement after _TAKE_PARTITION sees what the
+                            # partition's previous holder committed.
+                            conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
                             for step in steps:
                                 cur = conn.cursor()
                                 if step.many is not None:
@@ -1189,9 +1274,10 @@ class PostgresStore:
                 raise StoreUnavailable(
                     f"PostgreSQL store {self._shown}: batch not applied: {_describe(exc)}") from exc
         results: list[OpResult] = []
-        position = 0
+        position = len(takes)
         for plan in plans:
-            mine = fetched[position:position + len(plan.steps)]
+            mine = [rows for step, rows in zip(plan.steps, fetched[position:position + len(plan.steps)], strict=True)
+                    if step.rows]
             position += len(plan.steps)
             results.append(plan.finish(mine))
         return tuple(results)
@@ -1200,7 +1286,7 @@ class PostgresStore:
         key = _key(ref)
         rows, mark, history, states, move_keys = self._read(
             f"load {ref.entity!r} partition {ref.partition}",
-            [(_SELECT_MESSAGES, key), (_SELECT_COUNTER, key), (_SELECT_HISTORY, key),
+            [(_SELECT_MESSAGES, key), (_SELECT_COUNTER, _partition_params(ref)), (_SELECT_HISTORY, key),
              (_SELECT_SESSION_STATES, key), (_SELECT_MOVE_KEYS, key)])
         messages = tuple(_message_from_row(r) for r in rows)
         last = mark[0][0] if mark else 0
@@ -1309,14 +1395,18 @@ class PostgresStore:
         row = conn.execute(_SELECT_RING).fetchone()
         self.round_trips += 1
         assert row is not None
-        current, sizes = int(row[0]), [int(size) for size in row[1:]]
+        current = int(row[0])
+        messages = [int(size) for size in row[1:1 + GENERATIONS]]
+        counters = [int(size) for size in row[1 + GENERATIONS:]]
+        sizes = [m + c for m, c in zip(messages, counters, strict=True)]
         for step in range(1, GENERATIONS):  # oldest first
             generation = (current + step) % GENERATIONS
             if sizes[generation] > 0 and self._retire(conn, generation, current):
                 sizes[generation] = 0
         self._analyze(conn, current)
         following = (current + 1) % GENERATIONS
-        if sizes[current] >= self._rotate_bytes and sizes[following] == 0:
+        grown = messages[current] >= self._rotate_bytes or counters[current] >= COUNTER_ROTATE_BYTES
+        if grown and sizes[following] == 0:
             conn.execute("UPDATE sodalite_ring SET generation = %s WHERE generation = %s", (following, current))
             self.round_trips += 1
             self.ring_switches += 1
@@ -1339,8 +1429,10 @@ class PostgresStore:
 
     def _retire(self, conn: psycopg.Connection[tuple[Any, ...]], generation: int, current: int) -> bool:
         """Empty a generation that is not current, if it is drained: copy its live rows into the
-        current one and TRUNCATE it, under a lock taken with a short timeout. True when done."""
+        current one, add its counter rows to the current one's, and TRUNCATE both tables, under a
+        lock taken with a short timeout. True when done."""
         table = f"sodalite_messages_g{generation}"
+        counters = f"sodalite_counters_g{generation}"
         live = conn.execute(f"SELECT count(*) FROM (SELECT 1 FROM {table} LIMIT {MOVE_LIMIT + 1}) s").fetchone()
         self.round_trips += 1
         if live is None or int(live[0]) > MOVE_LIMIT:
@@ -1348,15 +1440,18 @@ class PostgresStore:
         try:
             with conn.transaction():
                 conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'")
-                conn.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+                conn.execute(f"LOCK TABLE {table}, {counters} IN ACCESS EXCLUSIVE MODE")
                 conn.execute(f"INSERT INTO sodalite_messages ({_ALL_COLUMNS}) "
                              f"SELECT {current:d}, entity, partition, {_STORED_COLUMNS} FROM {table}")
-                conn.execute(f"TRUNCATE {table}")
+                conn.execute(f"INSERT INTO sodalite_counters AS c ({_COUNTER_COLUMNS}) "
+                             f"SELECT {current:d}, entity, partition, last_sequence_number, active, scheduled, "
+                             f"deferred, size_in_bytes FROM {counters} {_ADD_COUNTERS}")
+                conn.execute(f"TRUNCATE {table}, {counters}")
         except psycopg.errors.LockNotAvailable:
             self.lock_timeouts += 1
             return False
         finally:
-            self.round_trips += 6
+            self.round_trips += 7
         self.truncations += 1
         return True
 

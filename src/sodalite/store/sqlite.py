@@ -627,7 +627,7 @@ def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2) -> OpResult:
             assert item.dead_letter_to is not None
             record = _replaced(dying[item.sequence_number].record, item.annotations, item.annotation_count,
                                item.tail)
-            _append(conn, item.dead_letter_to, [replace(record, state=MessageState.ACTIVE)])
+            _append(conn, item.dead_letter_to, [replace(record, state=MessageState.ACTIVE, expires_at=None)])
         return Settled(tuple(applied))
     if isinstance(op, RenewLocks):
         locks = _select_locks(conn, ref, [n for n, _ in op.items])
@@ -653,6 +653,7 @@ def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2) -> OpResult:
             moved.append(move.sequence_number)
             record = _replaced(stored.record, move.annotations, move.annotation_count, move.tail)
             leaving.append(replace(record, state=MessageState.ACTIVE,
+                                   expires_at=None if op.target is not None else record.expires_at,
                                    delivery_count=0 if move.reset_delivery_count else record.delivery_count))
         if leaving:
             _delete_counted(conn, ref, [m.sequence_number for m in leaving])
