@@ -3,7 +3,8 @@
 Side by side in one run, in interleaved rounds (every target once per round, so drift on a shared
 machine hits all of them alike):
 
-- Sodalite with ``--sync FULL`` and with ``--sync NORMAL`` (``scripts/serve``), official SDK;
+- Sodalite with ``--sync FULL`` and with ``--sync NORMAL`` (``scripts/serve``), official SDK; with
+  ``--targets v2full,v2normal`` also Sodalite ``--core v2`` (the partition core, store port v2);
 - the null peer (``benchmarks/null_peer.py``: answers without storing), the same SDK client;
 - RabbitMQ, a quorum queue (``x-queue-type: quorum``), driven with pika: publisher confirms per
   batch, 4 consumers with manual acks and a prefetch.
@@ -32,7 +33,8 @@ import workloads
 from harness import Broker, Meter
 
 QUEUE = "bench"
-TARGETS = {"full": "Sodalite FULL", "normal": "Sodalite NORMAL", "null": "null peer", "rabbit": "RabbitMQ quorum"}
+TARGETS = {"full": "Sodalite FULL", "normal": "Sodalite NORMAL", "v2full": "Sodalite v2 FULL",
+           "v2normal": "Sodalite v2 NORMAL", "null": "null peer", "rabbit": "RabbitMQ quorum"}
 
 
 @dataclass
@@ -119,9 +121,11 @@ def summary(results: list[tuple[int, Cycle]], n: int) -> None:
     print("| Sodalite | vs | client | send msg/s | recv+complete msg/s | cycle msg/s | send CPU | "
           "recv+complete CPU | cycle CPU |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for name in (TARGETS["full"], TARGETS["normal"]):
+    for name in (TARGETS["full"], TARGETS["normal"], TARGETS["v2full"], TARGETS["v2normal"]):
         for mode in ("sync", "aio"):
-            for other, other_mode in ((TARGETS["rabbit"], "pika"), (TARGETS["null"], mode)):
+            for other, other_mode in ((TARGETS["rabbit"], "pika"), (TARGETS["null"], mode), (TARGETS["full"], mode)):
+                if other == name:
+                    continue
                 pairs = [(rs[(name, mode)], rs[(other, other_mode)]) for rs in rounds.values()
                          if (name, mode) in rs and (other, other_mode) in rs]
                 if not pairs:
@@ -146,7 +150,8 @@ def main() -> int:
     parser.add_argument("--receivers", type=int, default=4, help="concurrent sync receivers / consumers (default 4)")
     parser.add_argument("--prefetch", type=int, default=100, help="prefetch per receiver (default 100)")
     parser.add_argument("--targets", default="full,normal,null,rabbit",
-                        help="comma-separated subset of full,normal,null,rabbit (default all)")
+                        help="comma-separated subset of full,normal,v2full,v2normal,null,rabbit (default: "
+                             "full,normal,null,rabbit; v2*: `serve --core v2`, the partition core)")
     parser.add_argument("--modes", default="sync,aio", help="SDK client modes: sync,aio (default both)")
     parser.add_argument("--max-seconds", type=float, default=1800, help="run-time bound (default 1800)")
     args = parser.parse_args()
@@ -163,6 +168,9 @@ def main() -> int:
         for t in targets:
             if t in ("full", "normal"):
                 brokers[t] = harness.start_sodalite(cleanup, tmp / t, t.upper(), [QUEUE], TARGETS[t])
+            elif t in ("v2full", "v2normal"):
+                brokers[t] = harness.start_sodalite(cleanup, tmp / t, t[2:].upper(), [QUEUE], TARGETS[t],
+                                                    extra_args=["--core", "v2"])
             elif t == "null":
                 brokers[t] = harness.start_null_peer(cleanup)
             else:

@@ -256,7 +256,7 @@ def sodalite_config(path: Path, queues: Sequence[str], lock_duration: str = "PT5
 
 
 def start_sodalite(cleanup: Cleanup, data_dir: Path, sync_mode: str, queues: Sequence[str],
-                   name: str | None = None) -> Broker:
+                   name: str | None = None, extra_args: Sequence[str] = ()) -> Broker:
     """``scripts/serve`` on a free port; a data directory that already holds a store is reopened."""
     data_dir.mkdir(parents=True, exist_ok=True)
     config = data_dir / "Config.json"
@@ -265,7 +265,7 @@ def start_sodalite(cleanup: Cleanup, data_dir: Path, sync_mode: str, queues: Seq
     proc = subprocess.Popen(
         [str(ROOT / "scripts" / "serve"), "--host", "127.0.0.1", "--port", "0", "--data-dir", str(data_dir / "data"),
          "--config", str(config), "--sync", sync_mode, "--admin-port", "-1", "--http-port", "-1",
-         "--amqps-port", "-1"],
+         "--amqps-port", "-1", *extra_args],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     broker = Broker(name or f"Sodalite {sync_mode}", proc, data_dir)
     cleanup.push(lambda: stop_process(proc))

@@ -885,8 +885,8 @@ def decide(view: View, command: Command, now: int) -> Decision:
                         credit.count += max(command.count, 0)
                         credit.mode = command.mode
                     held = _session_of(view, command.consumer)
-                    if held is not None and command.count > 0 and not held.renewing and held.locked_until > now:
-                        _on_renew_session(turn, held.session_id, _NO_REPLY)  # receiving extends the session
+                    if held is not None and not held.renewing and held.locked_until > now:
+                        _on_renew_session(turn, held.session_id, _NO_REPLY)  # asking (any flow) extends the session
                 case CloseConsumer():
                     view.credit.pop(command.consumer, None)
                     view.waiters = [w for w in view.waiters if w.consumer != command.consumer]

@@ -354,9 +354,10 @@ class Broker:
 
     def _on_core(self, path: str, kind: str, properties: Any, partitioned: bool) -> bool:
         """Whether an entity runs on the version-2 core: with ``--core v2``, queues that are not
-        partitioned and do not forward (what the core does not do yet stays on version 1)."""
+        partitioned, not session-enabled and do not forward (what is not wired to the core yet stays
+        on version 1)."""
         return (self.core == "v2" and kind == QUEUE and not partitioned and not _forwards(properties)
-                and path not in self._forwarded_into)
+                and not getattr(properties, "requires_session", False) and path not in self._forwarded_into)
 
     async def _load(self, record: EntityRecord) -> None:
         path = record.path.lower()

@@ -77,6 +77,7 @@ from sodalite.server import wire
 from sodalite.server.store_worker import StoreWorker
 from sodalite.store.ops_mapping import EditEncoder, to_core_result, to_port_op
 from sodalite.store.port import (
+    Append,
     Moved,
     MoveMessages,
     OpResult,
@@ -174,9 +175,11 @@ class PartitionRunner:
         self._closed = False
         # Told after a commit that moved rows into another partition (dead-lettering): (target, count).
         self.on_moved: Callable[[PartitionRef, int], None] | None = None
-        self.size_in_bytes = 0  # the partition's bytes as the store last counted them (refreshed after commits)
+        self._size_read = 0  # the partition's bytes as the store last counted them (read again after commits)
+        self._size_appended = 0  # bytes appended since that read began (a removal shows at the next read)
         self._size_read_at = 0.0
         self._size_task: asyncio.Task[None] | None = None
+        self._size_timer: asyncio.TimerHandle | None = None
         self._task = asyncio.get_running_loop().create_task(self._work(), name=f"partition-runner {ref}")
 
     @classmethod
@@ -191,9 +194,16 @@ class PartitionRunner:
                         last_sequence_number=counts.last_sequence_number,
                         duplicate_history=meta.duplicate_history, session_states=meta.session_states)
         runner = cls(ref, view, worker, clock, on_reply, dead_letter=dead_letter, max_group=max_group)
-        runner.size_in_bytes = counts.size_in_bytes
+        runner._size_read = counts.size_in_bytes
         runner.submit(Tick())  # anything already due (lapsed locks, activations, a first read)
         return runner
+
+    @property
+    def size_in_bytes(self) -> int:
+        """The partition's bytes (quotas, runtime information): the store's count, read again at most
+        every 200 ms after commits, plus what was appended since. It may run above the truth for up to
+        a read's time after a removal, never below it, so a quota is never passed."""
+        return self._size_read + self._size_appended
 
     @property
     def view(self) -> View:
@@ -236,6 +246,9 @@ class PartitionRunner:
 
     async def close(self) -> None:
         self._closed = True
+        if self._size_timer is not None:
+            self._size_timer.cancel()
+            self._size_timer = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = self._timer_at = None
@@ -314,6 +327,7 @@ class PartitionRunner:
             self._answer(StoreResults(batch.batch_id, results[at:at + len(batch.ops)]))
             at += len(batch.ops)
         self._report_moves(ops, results)
+        self._size_appended += sum(m.size for op in ops if isinstance(op, Append) for m in op.messages)
         self._refresh_size()
 
     def _report_moves(self, ops: list[StoreOp], results: tuple[core_ops.OpResult, ...]) -> None:
@@ -335,19 +349,31 @@ class PartitionRunner:
                 log.exception("partition %s: reporting a move to %s raised", self.ref, target)
 
     def _refresh_size(self) -> None:
-        """Read the partition's byte count again, at most every 200 ms (quotas and runtime info)."""
-        now = time.monotonic()
-        if self._size_task is not None or now - self._size_read_at < 0.2 or self._closed:
+        """Read the partition's byte count again: at once, or at the end of the 200 ms since the last read."""
+        if self._size_task is not None or self._size_timer is not None or self._closed:
             return
-        self._size_read_at = now
-        self._size_task = asyncio.get_running_loop().create_task(self._read_size())
+        loop = asyncio.get_running_loop()
+        wait = self._size_read_at + 0.2 - time.monotonic()
+        if wait > 0:
+            self._size_timer = loop.call_later(wait, self._start_size_read)
+        else:
+            self._start_size_read()
 
-    async def _read_size(self) -> None:
+    def _start_size_read(self) -> None:
+        self._size_timer = None
+        if self._closed:
+            return
+        self._size_read_at = time.monotonic()
+        appended, self._size_appended = self._size_appended, 0
+        self._size_task = asyncio.get_running_loop().create_task(self._read_size(appended))
+
+    async def _read_size(self, appended: int) -> None:
         ref, worker = self.ref, self._worker
         try:
             counts = await worker.call(lambda: worker.store.counts(ref))
-            self.size_in_bytes = counts.size_in_bytes
-        except Exception as error:  # a missed refresh is harmless: the next commit tries again
+            self._size_read = counts.size_in_bytes
+        except Exception as error:  # the read failed: keep counting what was appended; the next commit reads
+            self._size_appended += appended
             log.debug("partition %s: counting bytes failed: %s", self.ref, error)
         finally:
             self._size_task = None
