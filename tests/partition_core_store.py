@@ -152,7 +152,8 @@ class FakeStore:
                     elif item.outcome is Outcome.RELEASE:
                         row.record = row.record.with_delivery_count(max(row.record.delivery_count - 1, 0))
                     elif item.outcome is Outcome.DEFER:
-                        row.record = replace(row.record, state=MessageState.DEFERRED)
+                        row.record = replace(row.record, state=MessageState.DEFERRED,
+                                             delivery_count=max(row.record.delivery_count - 1, 0))
                     elif item.outcome is Outcome.DEAD_LETTER:
                         del self.rows[item.sequence_number]
                         self._dead_letter(row, item.edit)

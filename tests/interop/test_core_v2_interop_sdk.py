@@ -20,6 +20,7 @@ import test_hardening_locks
 from broker_process import BrokerProcess, write_config
 from test_aio_semantics import (  # noqa: F401
     test_aio_dead_letter_with_reason_and_receive_from_the_dead_letter_queue,
+    test_aio_defer_receive_deferred_and_complete,
     test_aio_lock_expiry_and_renew_message_lock,
     test_aio_schedule_cancel_and_scheduled_delivery,
 )
@@ -36,6 +37,7 @@ from test_conformance_messages import (  # noqa: F401
 from test_dedup_and_quota import (  # noqa: F401
     test_a_duplicate_message_id_is_accepted_and_dropped,
     test_a_full_entity_refuses_sends_with_a_quota_error,
+    test_duplicate_history_and_session_state_survive_kill_9,
 )
 from test_durability import (  # noqa: F401
     test_group_committed_sends_survive_kill_9,
@@ -43,7 +45,12 @@ from test_durability import (  # noqa: F401
 )
 from test_hardening_locks import (  # noqa: F401
     test_a_closed_receivers_lock_still_holds_on_the_same_connection,
+    test_a_receive_and_delete_session_receiver_iterates_past_its_lock_duration,
+    test_closing_a_session_receiver_releases_the_session_and_its_messages,
+    test_delivering_from_a_session_extends_its_lock,
     test_locks_outlive_the_receiving_connection_and_settle_by_token,
+    test_session_expiry_takes_its_messages_locks,
+    test_session_messages_ride_on_the_session_lock,
 )
 from test_locks import (  # noqa: F401
     test_closing_a_receiver_keeps_its_locks_until_they_expire,
@@ -69,6 +76,15 @@ from test_sdk_sync import (  # noqa: F401
     test_receive_and_delete,
     test_send_one_and_receive_it,
     test_unknown_queue_raises_entity_not_found,
+)
+from test_sessions import (  # noqa: F401
+    test_a_locked_session_cannot_be_taken_by_a_second_receiver,
+    test_a_named_session_gets_only_its_messages_in_order,
+    test_aio_sessions,
+    test_messages_without_a_session_id_are_refused,
+    test_next_available_times_out_when_no_session_has_messages,
+    test_session_lock_renewal_and_expiry,
+    test_session_state_round_trips_and_sessions_are_listed,
 )
 from test_settlement import (  # noqa: F401
     test_dead_letter_with_reason_then_receive_it_from_the_dead_letter_queue,

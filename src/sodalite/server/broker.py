@@ -357,7 +357,7 @@ class Broker:
         partitioned, not session-enabled and do not forward (what is not wired to the core yet stays
         on version 1)."""
         return (self.core == "v2" and kind == QUEUE and not partitioned and not _forwards(properties)
-                and not getattr(properties, "requires_session", False) and path not in self._forwarded_into)
+                and path not in self._forwarded_into)
 
     async def _load(self, record: EntityRecord) -> None:
         path = record.path.lower()

@@ -438,6 +438,10 @@ class CoreActor:
     def accept_session(self, owner: Any, session_id: str | None, timeout_ms: int) -> asyncio.Future[tuple[str, int]]:
         self.last_activity = wall_clock_ms()
         wait_until = self.clock.now() + timeout_ms if session_id is None else None
+        # The core grants sessions to receivers it knows: register this one (no credit yet).
+        peek_lock = getattr(owner, "peek_lock", True)
+        mode = core.ReceiveMode.PEEK_LOCK if peek_lock else core.ReceiveMode.RECEIVE_AND_DELETE
+        self._runner(SubQueue.MAIN).submit(core.Receive(owner, 0, mode))
         return self._request(SubQueue.MAIN, lambda key: core.AcceptSession(owner, session_id, key, wait_until))
 
     def renew_session_lock(self, session_id: str) -> asyncio.Future[int]:

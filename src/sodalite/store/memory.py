@@ -371,7 +371,9 @@ class MemoryStore:
                 elif item.outcome is Outcome.RELEASE:
                     part.messages[n] = replace(m, delivery_count=max(0, m.delivery_count - 1))
                 elif item.outcome is Outcome.DEFER:
-                    part.messages[n] = replace(m, state=MessageState.DEFERRED)
+                    # a deferral is not a delivery attempt: the claim's count is given back, as by RELEASE
+                    part.messages[n] = replace(m, state=MessageState.DEFERRED,
+                                               delivery_count=max(0, m.delivery_count - 1))
                 elif item.outcome is Outcome.DEAD_LETTER:
                     assert item.dead_letter_to is not None
                     part.delete(n)

@@ -559,7 +559,7 @@ _UNLOCK: Final = (
     f"AND m.sequence_number = ANY(%(seq)s::bigint[]) AND {_FENCED} "
     "FOR UPDATE OF m), "
     "upd AS (UPDATE sodalite_messages m SET lock_token = NULL, locked_until = NULL, lock_owner = NULL, "
-    "delivery_count = CASE WHEN old.code = 1 THEN GREATEST(m.delivery_count - 1, 0) ELSE m.delivery_count END, "
+    "delivery_count = CASE WHEN old.code IN (1, 2) THEN GREATEST(m.delivery_count - 1, 0) ELSE m.delivery_count END, "
     "state = CASE WHEN old.code = 2 THEN 1 ELSE m.state END, annotations = coalesce(old.ann, m.annotations), "
     "annotation_count = CASE WHEN old.ann IS NULL THEN m.annotation_count ELSE old.annc END, "
     "tail = coalesce(old.tl, m.tail) FROM old "

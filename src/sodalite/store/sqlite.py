@@ -391,8 +391,8 @@ _SETTLE: Final = {
     Outcome.ABANDON: f"UPDATE messages SET {_CLEAR_LOCK} WHERE {_KEY} AND sequence_number = ?",
     Outcome.RELEASE: (f"UPDATE messages SET {_CLEAR_LOCK}, delivery_count = max(delivery_count - 1, 0) "
                       f"WHERE {_KEY} AND sequence_number = ?"),
-    Outcome.DEFER: (f"UPDATE messages SET {_CLEAR_LOCK}, state = {int(MessageState.DEFERRED):d} "
-                    f"WHERE {_KEY} AND sequence_number = ?"),
+    Outcome.DEFER: (f"UPDATE messages SET {_CLEAR_LOCK}, state = {int(MessageState.DEFERRED):d}, "
+                    f"delivery_count = max(delivery_count - 1, 0) WHERE {_KEY} AND sequence_number = ?"),
     Outcome.DEAD_LETTER: f"DELETE FROM messages WHERE {_KEY} AND sequence_number = ?",
 }
 # A settlement's replacements, each kept as it is when NULL (annotations and their count go together).

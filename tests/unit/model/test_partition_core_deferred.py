@@ -106,7 +106,8 @@ def test_peek_lock_claims_the_deferred_numbers_in_one_claim_and_answers_after_it
     for m in got.messages:
         row = h.store.rows[m.message.sequence_number]
         assert row.lock_token == m.lock_token and row.locked_until == m.locked_until == LOCK
-        assert m.message.state is MessageState.DEFERRED and m.message.delivery_count == 2
+        # the deferral gave its delivery back (not a delivery attempt); this claim counts one
+        assert m.message.state is MessageState.DEFERRED and m.message.delivery_count == 1
         assert h.view.locks[m.lock_token].consumer == "m"
     assert h.store.rows[s2].lock_token is None
     assert counts(h) == (0, 0, 3)  # still deferred while locked
@@ -133,8 +134,9 @@ def test_an_abandoned_deferred_message_stays_deferred_and_out_of_the_window() ->
     assert h.store.rows[s1].record.state is MessageState.DEFERRED and h.store.rows[s1].lock_token is None
     assert receive(h, 5) == [] and s1 not in h.view.window
     assert counts(h) == (0, 0, 1)
+    # the deferral gave one delivery back
     again = only(h.run(ReceiveDeferred((s1,), "rd2")) + h.drain(), DeferredReceived)
-    assert isinstance(again, DeferredReceived) and again.messages[0].message.delivery_count == 3
+    assert isinstance(again, DeferredReceived) and again.messages[0].message.delivery_count == 2
 
 
 def test_a_lapsed_lock_of_a_deferred_message_leaves_it_deferred_not_ready() -> None:
@@ -183,7 +185,7 @@ def test_a_number_not_deferred_and_free_fails_the_whole_request_and_the_others_a
     assert nf == MessageNotFound("rd", (active, s2, 999))
     assert not any(isinstance(r, DeferredReceived) for r in replies)
     row = h.store.rows[s1]  # claimed, then released: unlocked, its delivery given back
-    assert row.lock_token is None and row.record.delivery_count == 1 and row.record.state is MessageState.DEFERRED
+    assert row.lock_token is None and row.record.delivery_count == 0 and row.record.state is MessageState.DEFERRED
     assert h.store.rows[s2].lock_token == locked.messages[0].lock_token  # the other holder keeps its lock
     assert h.store.rows[active].lock_token is None
     assert set(h.view.locked_seqs) == {s2}
@@ -230,7 +232,7 @@ def test_receive_and_delete_with_a_missing_number_deletes_nothing() -> None:
     (s1,) = deferred(h, "a")
     replies = h.run(ReceiveDeferred((s1, 77), "rd", ReceiveMode.RECEIVE_AND_DELETE)) + h.drain()
     assert only(replies, MessageNotFound) == MessageNotFound("rd", (77,))
-    assert h.store.rows[s1].lock_token is None and h.store.rows[s1].record.delivery_count == 1
+    assert h.store.rows[s1].lock_token is None and h.store.rows[s1].record.delivery_count == 0
     assert counts(h) == (0, 0, 1)
 
 
