@@ -176,13 +176,32 @@ def _watch(spark: Any, query: Any) -> int:
             print(f"error: the pipeline failed: {failure}", file=sys.stderr)
             return 1
         return 0
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Exception) as exc:
+        if not _interrupted(exc):
+            raise
         print("stopping (Ctrl-C): the checkpoint keeps the position", flush=True)
-        query.stop()
-        _print(pipelines.progress(query, seen))
+        try:
+            query.stop()
+            _print(pipelines.progress(query, seen))
+        except Exception as error:  # the gateway went with the interrupt: the checkpoint still holds
+            print(f"stopped without a last progress report ({type(error).__name__})", flush=True)
         return 130
     finally:
-        spark.stop()
+        try:
+            spark.stop()
+        except Exception as error:  # the outcome above stands; say that Spark did not stop cleanly
+            print(f"warning: Spark did not stop cleanly: {type(error).__name__}: {error}", file=sys.stderr)
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Ctrl-C, or what py4j raises when Ctrl-C lands inside one of its calls (it tries to cancel the
+    command and fails with a Py4JError whose context is the KeyboardInterrupt)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__context__
+    return False
 
 
 def run(args: argparse.Namespace) -> int:

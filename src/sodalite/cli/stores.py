@@ -62,9 +62,17 @@ def build_broker(namespace: NamespaceConfig, data_dir: Path, *, synchronous: str
         default = SqliteStore(data_dir / "messages.db", synchronous=synchronous)
     more = [(c.name, _one(c, data_dir, synchronous, node_id)) for c in namespace.messaging_stores]
     broker = Broker(namespace, default, more_stores=more, core=core, node_id=node_id or "node")
+    for worker in broker.workers:
+        worker.shared = _is_postgres(worker.store)
     for worker, configured in zip(broker.workers[1:], namespace.messaging_stores, strict=True):
         worker.offline = configured.offline  # starts out of service: its partitions wait for it
     return broker
+
+
+def _is_postgres(store: MessagingStore) -> bool:
+    from sodalite.store.postgres import PostgresStore  # only when PostgreSQL stores are in use
+
+    return isinstance(store, PostgresStore)
 
 
 def redact_url(url: str) -> str:

@@ -318,8 +318,8 @@ class WindowRead:
 @dataclass(frozen=True, slots=True)
 class Arrived:
     """``count`` ready messages were stored in this partition by someone else (a move into the
-    dead-letter queue decided by the entity's own core, another node's send): read the window from
-    the cursor again. ``Arrived(0)`` just asks for that read (the store came back)."""
+    dead-letter queue decided by the entity's own core, another node's send): read the window again
+    from the start. ``Arrived(0)`` just asks for that read (the store came back, a poll)."""
 
     count: int
 
@@ -865,7 +865,12 @@ def decide(view: View, command: Command, now: int) -> Decision:
         case StoreUnavailable():
             view.available = False
         case Arrived():
+            # Their numbers may lie below this core's cursor (another node appended while this one's
+            # own appends moved the cursor on): read again from the start, as a rescan does. Rows
+            # already in the window, locked here or being claimed are not taken twice (_admit), and
+            # claims are fenced by the store.
             view.counts.active += max(command.count, 0)
+            view.cursor = 0
             view.at_tail = False
             view.sessions_maybe_ready = True
         case Tick():

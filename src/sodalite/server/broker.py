@@ -79,6 +79,9 @@ ENTITY_TIMES_PATH, ENTITY_TIMES_KIND = "$entitytimes", "entity-times"
 DEFAULT_STORE = "default"  # the store in the data directory, which also keeps the entity records
 PREMIUM_PARTITIONED_MESSAGE_SIZE = 1024 * 1024  # partitioned entities of a Premium-like namespace (seed)
 
+ENTITY_FOLLOW_SECONDS = 1.0  # how often a node on a shared store looks for other nodes' entity changes
+
+
 def _forwards(properties: Any) -> bool:
     return bool(getattr(properties, "forward_to", None)
                 or getattr(properties, "forward_dead_lettered_messages_to", None))
@@ -137,6 +140,8 @@ class Broker:
         for worker in self.workers[1:]:
             self.metrics.watch(worker)
         self._idle_sweeper: asyncio.Task[None] | None = None
+        self._entity_follower: asyncio.Task[None] | None = None
+        self._entities_lock = asyncio.Lock()  # entity creation and deletion against the follower
 
     def entity(self, path: str) -> Entity | None:
         return self.entities.get(path.lower())
@@ -296,6 +301,8 @@ class Broker:
         self._link_dead_letter_forwarding()
         loop = asyncio.get_running_loop()
         self._idle_sweeper = loop.create_task(self._sweep_idle_forever())
+        if self.worker.shared:  # other nodes change entities in this store too
+            self._entity_follower = loop.create_task(self._follow_entities_forever())
         self._server = await SniffingListener.start(host, port, lambda: BrokerConnection(self), management,
                                                     management_tls, sniff_timeout=self.limits.handshake_timeout)
         if tls is not None and tls_port >= 0:
@@ -524,6 +531,10 @@ class Broker:
                                 f"its quota (MaxPartitionedEntityCount {self.namespace.max_partitioned_entity_count})")
 
     async def create_queue(self, name: str, properties: QueueProperties) -> Entity:
+        async with self._entities_lock:
+            return await self._create_queue(name, properties)
+
+    async def _create_queue(self, name: str, properties: QueueProperties) -> Entity:
         """Create and store a queue at runtime (the management API's PUT)."""
         validate_entity_name(name, "queue")
         if self.entity(name) is not None:
@@ -569,6 +580,10 @@ class Broker:
             v1_only(found.actor, "auto-forwarding into it")
 
     async def create_topic(self, name: str, properties: TopicProperties) -> Entity:
+        async with self._entities_lock:
+            return await self._create_topic(name, properties)
+
+    async def _create_topic(self, name: str, properties: TopicProperties) -> Entity:
         """Create and store a topic at runtime (the management API's PUT)."""
         validate_entity_name(name, "topic")
         if self.entity(name) is not None:
@@ -595,6 +610,11 @@ class Broker:
 
     async def create_subscription(self, topic: Entity, name: str, properties: SubscriptionProperties,
                                   rules: list[RuleDescription]) -> Entity:
+        async with self._entities_lock:
+            return await self._create_subscription(topic, name, properties, rules)
+
+    async def _create_subscription(self, topic: Entity, name: str, properties: SubscriptionProperties,
+                                   rules: list[RuleDescription]) -> Entity:
         """Create and store a subscription of ``topic`` at runtime, with its first rules."""
         validate_entity_name(name, "subscription")
         path = named_subscription_path(topic.name, name)
@@ -626,6 +646,58 @@ class Broker:
         self._link_dead_letter_forwarding()
 
     # ---- AutoDeleteOnIdle ----------------------------------------------------------------------------
+
+    async def _follow_entities_forever(self) -> None:
+        """Several nodes on one store: every ENTITY_FOLLOW_SECONDS, take up the entities another node
+        created, drop those it deleted and apply the properties it changed (issue 18.3: seen by every
+        node within a second or so)."""
+        while True:
+            await asyncio.sleep(ENTITY_FOLLOW_SECONDS)
+            try:
+                await self.follow_entities()
+            except SodaliteError as exc:
+                log.warning("following the store's entities failed: %s", exc)
+            except Exception:
+                log.exception("following the store's entities failed")
+
+    async def follow_entities(self) -> None:
+        async with self._entities_lock:  # not while this node creates or deletes one itself
+            await self._follow_entities()
+
+    async def _follow_entities(self) -> None:
+        records = {r.path.lower(): r for r in await self.worker.call(self.worker.store.load_entities)
+                   if r.kind in (QUEUE, TOPIC, SUBSCRIPTION)}
+        for path, entity in list(self.entities.items()):
+            if path not in records and path in self.entities:
+                await self._drop_locally(entity)
+        for kind in (QUEUE, TOPIC, SUBSCRIPTION):  # a subscription needs its topic first
+            for path, record in records.items():
+                if record.kind != kind:
+                    continue
+                known = self.entities.get(path)
+                if known is None:
+                    await self._load(record)
+                    log.info("took up %s, created through another node", record.path)
+                elif kind in (QUEUE, TOPIC):
+                    properties = (QueueProperties.from_json(record.properties) if kind == QUEUE
+                                  else TopicProperties.from_json(record.properties))
+                    if properties != known.properties:
+                        settings, max_message_size = self._settings(properties, known.partitioned)
+                        known.properties, known.max_message_size = properties, max_message_size
+                        known.actor.update_settings(settings)
+        self._link_dead_letter_forwarding()
+
+    async def _drop_locally(self, entity: Entity) -> None:
+        """Another node deleted ``entity`` (from the store): stop serving it here; links are detached."""
+        self.entities.pop(entity.name.lower(), None)
+        if entity.topic is not None:
+            entity.topic.subscriptions.pop(entity.name.lower(), None)
+        for sub in list(entity.subscriptions.values()):
+            await self._drop_locally(sub)
+        for connection in list(self.connections):
+            connection.entity_deleted(entity)
+        await entity.actor.close()
+        log.info("dropped %s, deleted through another node", entity.name)
 
     async def _sweep_idle_forever(self) -> None:
         while True:
@@ -659,11 +731,15 @@ class Broker:
 
     async def delete_entity(self, entity: Entity) -> None:
         """Remove the entity, its messages and sub-queues; links on it are detached with amqp:not-found."""
+        async with self._entities_lock:
+            await self._delete_entity(entity)
+
+    async def _delete_entity(self, entity: Entity) -> None:
         self.entities.pop(entity.name.lower(), None)
         if entity.topic is not None:
             entity.topic.subscriptions.pop(entity.name.lower(), None)
         for sub in list(entity.subscriptions.values()):
-            await self.delete_entity(sub)
+            await self._delete_entity(sub)
         for connection in list(self.connections):
             connection.entity_deleted(entity)
         await entity.actor.close()
@@ -707,6 +783,8 @@ class Broker:
     async def stop(self) -> None:
         if self._idle_sweeper is not None:
             self._idle_sweeper.cancel()
+        if self._entity_follower is not None:
+            self._entity_follower.cancel()
         if self._server is not None:
             self._server.close()
         if self._tls_server is not None:

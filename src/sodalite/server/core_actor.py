@@ -18,6 +18,12 @@ A drain is answered once the runner's effects are done: whatever was ready was d
 Moves between sub-queues (dead-lettering) are one store transaction of the source runner; the
 runner reports them (``on_moved``) and the target runner is told ``Arrived``, so it reads them.
 
+Several nodes (a store other nodes write, ``StoreWorker.shared``: PostgreSQL): rows another node
+appended are not in this node's window. While a receiver here waits with credit, each sub-queue's
+core is told ``Arrived(0)`` every ``SHARED_POLL_SECONDS``, so it reads the store from its cursor on;
+claims and session locks are fenced by the store (``FOR UPDATE SKIP LOCKED``), so two nodes never
+lock the same message or session, and a lock another node held is read again when it lapses.
+
 What this actor does not do yet, answered with ``amqp:not-implemented`` rather than faked:
 transactions, auto-forwarding, moves and resubmits, the console's browsing. The broker runs
 only non-partitioned queues without forwarding on it; everything else stays on the version-1
@@ -60,6 +66,7 @@ from sodalite.store.port import PartitionRef
 log = logging.getLogger(__name__)
 
 ALL_STATES = frozenset(MessageState)
+SHARED_POLL_SECONDS = 0.25  # how often a waiting receiver's core looks for other nodes' rows
 Taken = tuple[MessageRecord, uuid.UUID | None, int | None]  # a message received by number: record, lock token, until
 _UNSUPPORTED = "is not available on a queue run by the version-2 core yet (serve with --core v1)"
 
@@ -122,6 +129,7 @@ class CoreActor:
         self._draining: set[Any] = set()
         self._available = True
         self._closed = False
+        self._poller: asyncio.Task[None] | None = None
 
     # ---- life -------------------------------------------------------------------------------------
 
@@ -135,6 +143,9 @@ class CoreActor:
             runner.on_moved = self._on_moved
             self.runners[sub] = runner
         self._available = True
+        if self.worker.shared and self._poller is None:
+            self._poller = asyncio.get_running_loop().create_task(self._poll_shared(),
+                                                                  name=f"shared-store poll {self.ref.entity}")
 
     def suspend(self) -> None:
         """The store went offline (or is at start): the cores answer ServerBusy until it is back."""
@@ -154,6 +165,8 @@ class CoreActor:
 
     async def close(self) -> None:
         self._closed = True
+        if self._poller is not None:
+            self._poller.cancel()
         for runner in self.runners.values():
             try:
                 await asyncio.wait_for(runner.drained(), 5)
@@ -275,6 +288,20 @@ class CoreActor:
         locked_until = reply.locked_until if reply.locked_until is not None else 0
         consumer.deliver(message, Lock(token, message.sequence_number, locked_until, consumer))
 
+    async def _poll_shared(self) -> None:
+        """Other nodes append to this store: while a receiver here waits, read from the cursor on."""
+        while not self._closed:
+            await asyncio.sleep(SHARED_POLL_SECONDS)
+            if not self.available:
+                continue
+            waiting = {c.sub_queue for c in self._consumers if self._given.get(c, 0) > 0}
+            if self.settings.requires_session and (self._consumers or self._futures):
+                waiting.add(SubQueue.MAIN)  # session holders, and accepts waiting for a session
+            for sub in waiting:
+                runner = self.runners.get(sub)
+                if runner is not None:
+                    runner.submit(core.Arrived(0))
+
     def _on_moved(self, target: PartitionRef, count: int) -> None:
         for sub, ref in self.refs.items():
             if ref == target and sub in self.runners:
@@ -364,7 +391,9 @@ class CoreActor:
         ref, worker = self.refs[sub], self.worker
         rows = await worker.call(lambda: worker.store.peek(ref, from_sequence_number, count, ALL_STATES,
                                                            session_id))
-        return [row.record for row in rows]
+        now = self.clock.now()
+        # A message out on a delivery shows the count of earlier deliveries, as its receiver sees it.
+        return [as_delivered(row.record) if row.locked_at(now) else row.record for row in rows]
 
     def receive_deferred(self, sub: SubQueue, sequence_numbers: list[int], peek_lock: bool,
                          session_id: str | None) -> asyncio.Future[list[Taken]]:

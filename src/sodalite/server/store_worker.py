@@ -34,6 +34,9 @@ class StoreWorker:
         self.on_commit: Callable[[float], None] | None = None
         # The operator's outage switch: while set, every call fails as an unreachable store's would.
         self.offline = False
+        # Other broker nodes may write this store (PostgreSQL): partitions on the version-2 core look
+        # for rows they did not append themselves (server/core_actor.py).
+        self.shared = False
         self.full = False  # the store's disk is full: sends are refused until maintain() finds room
         self._maintenance: asyncio.TimerHandle | None = None
         self._closing = False

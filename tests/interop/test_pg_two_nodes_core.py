@@ -1,0 +1,171 @@
+"""Two broker nodes on one PostgreSQL database, plain queues on the version-2 core (issue 18, item 3).
+
+Both nodes are started as users start them (``scripts/serve --store postgresql://... --core v2
+--node-id ...``) with the same configuration, on a database of this module's own on the PostgreSQL
+server this test process starts (``tests/pg_server.py``). The store is the coordinator: sequence
+numbers come from the partition's counter row, claims are ``FOR UPDATE SKIP LOCKED``, session locks
+are rows, and each node's core looks for rows the other node appended while a receiver waits.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from broker_process import BrokerProcess, write_config
+
+from pg_server import shared_server
+
+pytestmark = pytest.mark.interop
+
+QUEUES = [
+    {"Name": "shared", "Properties": {}},
+    {"Name": "compete", "Properties": {}},
+    {"Name": "dies", "Properties": {"LockDuration": "PT5S"}},
+    {"Name": "sess", "Properties": {"RequiresSession": True}},
+]
+
+
+def _node(base: Path, url: str, name: str) -> BrokerProcess:
+    return BrokerProcess(base / name, write_config(base / "Config.json", QUEUES),
+                         extra_args=["--store", url, "--core", "v2", "--node-id", name])
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
+    try:
+        url = shared_server().create_database("twonodes")
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    base = tmp_path_factory.mktemp("two-nodes")
+    a, b = _node(base, url, "node-a").start(), _node(base, url, "node-b").start()
+    yield a, b
+    a.stop()
+    b.stop()
+
+
+def _send(node: BrokerProcess, queue: str, bodies: list[str], session_id: str | None = None) -> None:
+    with ServiceBusClient.from_connection_string(node.connection_string) as client, \
+            client.get_queue_sender(queue) as sender:
+        for start in range(0, len(bodies), 100):
+            sender.send_messages([ServiceBusMessage(b, session_id=session_id) for b in bodies[start:start + 100]])
+
+
+def _drain(node: BrokerProcess, queue: str, want: int, seconds: float = 30) -> list[tuple[str, int, int]]:
+    """Receive and complete until ``want`` messages came or ``seconds`` passed: (body, sequence number,
+    delivery count) of each."""
+    got: list[tuple[str, int, int]] = []
+    deadline = time.monotonic() + seconds
+    with ServiceBusClient.from_connection_string(node.connection_string) as client, \
+            client.get_queue_receiver(queue, max_wait_time=2) as receiver:
+        while len(got) < want and time.monotonic() < deadline:
+            for m in receiver.receive_messages(max_message_count=50, max_wait_time=2):
+                got.append((str(m), int(m.sequence_number or 0), m.delivery_count or 0))
+                receiver.complete_message(m)
+    return got
+
+
+def test_a_message_sent_through_one_node_is_received_through_the_other(
+        nodes: tuple[BrokerProcess, BrokerProcess]) -> None:
+    a, b = nodes
+    _send(a, "shared", [f"a{i}" for i in range(150)])
+    _send(b, "shared", [f"b{i}" for i in range(150)])
+    got = _drain(b, "shared", 300)
+    assert sorted(body for body, _, _ in got) == sorted([f"a{i}" for i in range(150)] + [f"b{i}" for i in range(150)])
+    numbers = [seq for _, seq, _ in got]
+    assert len(set(numbers)) == 300  # one sequence number per message, whichever node sent it
+    # numbers strictly increase in the order each node sent its own messages
+    by_body = {body: seq for body, seq, _ in got}
+    for prefix in "ab":
+        seqs = [by_body[f"{prefix}{i}"] for i in range(150)]
+        assert seqs == sorted(seqs)
+    assert _drain(a, "shared", 1, seconds=3) == []
+
+
+def test_receivers_on_both_nodes_never_get_the_same_message(nodes: tuple[BrokerProcess, BrokerProcess]) -> None:
+    a, b = nodes
+    bodies = [f"c{i}" for i in range(400)]
+    results: dict[str, list[tuple[str, int, int]]] = {}
+
+    def receive(node: BrokerProcess, name: str) -> None:
+        results[name] = _drain(node, "compete", 400, seconds=25)
+
+    threads = [threading.Thread(target=receive, args=(node, name)) for node, name in ((a, "a"), (b, "b"))]
+    for t in threads:
+        t.start()
+    _send(a, "compete", bodies[:200])
+    _send(b, "compete", bodies[200:])
+    for t in threads:
+        t.join()
+    received = [body for got in results.values() for body, _, _ in got]
+    assert sorted(received) == sorted(bodies)  # every message once: none lost, none locked by both nodes
+
+
+def test_a_node_killed_holding_locks_loses_nothing(nodes: tuple[BrokerProcess, BrokerProcess],
+                                                   tmp_path: Path) -> None:
+    a, b = nodes
+    _send(a, "dies", [f"d{i}" for i in range(5)])
+    with ServiceBusClient.from_connection_string(a.connection_string) as client, \
+            client.get_queue_receiver("dies", max_wait_time=5) as receiver:
+        held: list[str] = []
+        deadline = time.monotonic() + 20
+        while len(held) < 5 and time.monotonic() < deadline:
+            held += [str(m) for m in receiver.receive_messages(max_message_count=5, max_wait_time=2)]
+        assert sorted(held) == [f"d{i}" for i in range(5)]
+        a.kill()  # node a dies holding the five locks (LockDuration 5 s)
+    try:
+        got = _drain(b, "dies", 5, seconds=30)  # back after their locks lapse, through node b
+        assert sorted(body for body, _, _ in got) == [f"d{i}" for i in range(5)]
+        assert all(count == 1 for _, _, count in got)  # the dead node's delivery counted
+    finally:
+        a.start()
+
+
+def test_a_session_is_held_by_one_node_at_a_time(nodes: tuple[BrokerProcess, BrokerProcess]) -> None:
+    from azure.servicebus.exceptions import SessionCannotBeLockedError
+
+    a, b = nodes
+    _send(b, "sess", ["s0", "s1"], session_id="one")
+    with ServiceBusClient.from_connection_string(a.connection_string, retry_total=0) as ca, \
+            ca.get_queue_receiver("sess", session_id="one", max_wait_time=5) as holder:
+        with ServiceBusClient.from_connection_string(b.connection_string, retry_total=0) as cb, \
+                pytest.raises(SessionCannotBeLockedError), \
+                cb.get_queue_receiver("sess", session_id="one", max_wait_time=2) as rival:
+            rival.receive_messages(max_message_count=1, max_wait_time=2)
+        got: list[str] = []
+        deadline = time.monotonic() + 20
+        while len(got) < 2 and time.monotonic() < deadline:
+            for m in holder.receive_messages(max_message_count=2, max_wait_time=2):
+                got.append(str(m))
+                holder.complete_message(m)
+        assert got == ["s0", "s1"]
+
+
+def test_a_queue_created_or_deleted_through_one_node_is_seen_by_the_other(
+        nodes: tuple[BrokerProcess, BrokerProcess]) -> None:
+    from azure.servicebus.exceptions import MessagingEntityNotFoundError
+    from azure.servicebus.management import ServiceBusAdministrationClient
+
+    a, b = nodes
+    admin = ServiceBusAdministrationClient.from_connection_string(a.admin_connection_string,
+                                                                  connection_verify=a.admin_certificate)
+    admin.create_queue("made-on-a", lock_duration="PT10S")
+    deadline = time.monotonic() + 30  # the promise is about a second; the bound is generous
+    while True:
+        try:
+            _send(b, "made-on-a", ["hello from b"])
+            break
+        except MessagingEntityNotFoundError:
+            assert time.monotonic() < deadline, "node b never saw the queue created through node a"
+            time.sleep(0.5)
+    assert [body for body, _, _ in _drain(a, "made-on-a", 1)] == ["hello from b"]
+    admin.delete_queue("made-on-a")
+    deadline = time.monotonic() + 30
+    with pytest.raises(MessagingEntityNotFoundError):
+        while time.monotonic() < deadline:
+            _send(b, "made-on-a", ["too late"])
+            time.sleep(0.5)
