@@ -23,6 +23,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 _lock = threading.Lock()
@@ -196,3 +197,27 @@ def shared_server() -> PgServer:
             server.watch_parent()
             _shared = server
         return _shared
+
+
+def module_database(prefix: str) -> Iterator[str]:
+    """A database of the caller's own on this process's server, dropped afterwards (for a module
+    fixture: ``yield from module_database("name")``); the test is skipped when PostgreSQL is missing."""
+    import pytest
+
+    try:
+        server = shared_server()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    url = server.create_database(prefix)
+    yield url
+    server.drop_database(url)
+
+
+def fresh_schema_url(database: str) -> str:
+    """``database``'s URL with a new, empty schema of its own first on the search path."""
+    import psycopg
+
+    schema = f"s_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")  # type: ignore[arg-type]
+    return f"{database}?options=-csearch_path%3D{schema}"

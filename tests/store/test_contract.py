@@ -131,14 +131,8 @@ def pg_database() -> Iterator[str]:
 
 def pg_schema_url(database_url: str) -> str:
     """A new empty schema in the database, as a URL whose search_path puts it first."""
-    import uuid
-
-    import psycopg
-
-    schema = f"s_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")  # type: ignore[arg-type]
-    return f"{database_url}?options=-csearch_path%3D{schema}"
+    assert pg_server is not None
+    return pg_server.fresh_schema_url(database_url)
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgresql"])

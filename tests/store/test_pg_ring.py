@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from pg_server import shared_server
+from pg_server import fresh_schema_url, module_database
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.store.port import (
     Append,
@@ -46,21 +46,12 @@ def _record(seq: int = 0, **changes: object) -> MessageRecord:
 
 @pytest.fixture(scope="module")
 def database() -> Iterator[str]:
-    try:
-        server = shared_server()
-    except RuntimeError as exc:
-        pytest.skip(str(exc))
-    url = server.create_database("ring")
-    yield url
-    server.drop_database(url)
+    yield from module_database("ring")
 
 
 @pytest.fixture
 def url(database: str) -> str:
-    schema = f"s_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(database, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")  # type: ignore[arg-type]
-    return f"{database}?options=-csearch_path%3D{schema}"
+    return fresh_schema_url(database)
 
 
 _V1_INSERT = (

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from pg_server import PgServer, find_bin_dir, shared_server
+from pg_server import PgServer, find_bin_dir, module_database
 from sodalite.errors import ConfigurationError, StoreUnavailable
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.store.port import AppendMessages, PartitionRef
@@ -33,13 +33,7 @@ def _record(seq: int) -> MessageRecord:
 
 @pytest.fixture(scope="module")
 def database() -> Iterator[str]:
-    try:
-        server = shared_server()
-    except RuntimeError as exc:
-        pytest.skip(str(exc))
-    url = server.create_database("adapter")
-    yield url
-    server.drop_database(url)
+    yield from module_database("adapter")
 
 
 def _schema(database: str) -> str:

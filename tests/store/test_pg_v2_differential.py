@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from pg_server import shared_server
+from pg_server import module_database
 from sodalite.model.message import MessageRecord, MessageState, MessageUpdate
 from sodalite.store.memory import MemoryStore
 from sodalite.store.port import (
@@ -51,13 +51,7 @@ SESSIONS = (None, "a", "b", "c")
 
 @pytest.fixture(scope="module")
 def database() -> Iterator[str]:
-    try:
-        server = shared_server()
-    except RuntimeError as exc:
-        pytest.skip(str(exc))
-    url = server.create_database("diff")
-    yield url
-    server.drop_database(url)
+    yield from module_database("diff")
 
 
 class _Run:

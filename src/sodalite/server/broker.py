@@ -689,15 +689,19 @@ class Broker:
 
     async def _drop_locally(self, entity: Entity) -> None:
         """Another node deleted ``entity`` (from the store): stop serving it here; links are detached."""
+        for sub in list(entity.subscriptions.values()):
+            await self._drop_locally(sub)
+        await self._stop_serving(entity)
+        log.info("dropped %s, deleted through another node", entity.name)
+
+    async def _stop_serving(self, entity: Entity) -> None:
+        """Forget ``entity`` here (not in the store): detach its links, close its actor."""
         self.entities.pop(entity.name.lower(), None)
         if entity.topic is not None:
             entity.topic.subscriptions.pop(entity.name.lower(), None)
-        for sub in list(entity.subscriptions.values()):
-            await self._drop_locally(sub)
         for connection in list(self.connections):
             connection.entity_deleted(entity)
         await entity.actor.close()
-        log.info("dropped %s, deleted through another node", entity.name)
 
     async def _sweep_idle_forever(self) -> None:
         while True:
@@ -735,14 +739,10 @@ class Broker:
             await self._delete_entity(entity)
 
     async def _delete_entity(self, entity: Entity) -> None:
-        self.entities.pop(entity.name.lower(), None)
-        if entity.topic is not None:
-            entity.topic.subscriptions.pop(entity.name.lower(), None)
+        self.entities.pop(entity.name.lower(), None)  # at once: nothing new reaches it meanwhile
         for sub in list(entity.subscriptions.values()):
             await self._delete_entity(sub)
-        for connection in list(self.connections):
-            connection.entity_deleted(entity)
-        await entity.actor.close()
+        await self._stop_serving(entity)
         for worker in {id(p.worker): p.worker for p in each(entity.actor)}.values():
             if worker is not self.worker:
                 await worker.apply([DeleteEntity(entity.name)])  # its partitions kept there
