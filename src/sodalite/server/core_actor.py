@@ -337,9 +337,6 @@ class CoreActor:
         if self.available and SubQueue.MAIN in self.runners:
             self.runners[SubQueue.MAIN].submit(core.Touch())
 
-    def deduplicate(self, drafts: list[MessageDraft]) -> list[MessageDraft]:
-        return drafts  # the core detects duplicates itself
-
     # ---- settling ---------------------------------------------------------------------------------
 
     def holds(self, token: uuid.UUID) -> bool:
@@ -377,9 +374,6 @@ class CoreActor:
             raise MessageLockLost("the lock supplied is invalid: it expired, or the message was settled or "
                                   "received elsewhere")
         return self._request(sub, lambda key: core.RenewLock(token, key))
-
-    def drop_owner(self, owner: Any) -> None:
-        """Whoever held locks is gone; on the core its locks simply run out (they are in the store)."""
 
     # ---- by sequence number -------------------------------------------------------------------------
 
@@ -531,18 +525,10 @@ class CoreActor:
     def _unsupported(self, what: str) -> NotImplementedOperation:
         return NotImplementedOperation(f"{what} {_UNSUPPORTED}")
 
-    def check_transactional_send(self, drafts: list[MessageDraft], stored_here: bool = True) -> None:
-        raise self._unsupported("a transaction")
-
-    def check_transactional_lock(self, token: uuid.UUID) -> None:
-        raise self._unsupported("a transaction")
-
     def send_to_transfer_dead_letter(self, drafts: list[MessageDraft], reason: str,
                                      description: str) -> asyncio.Future[None]:
         raise self._unsupported("auto-forwarding")
 
-    def take_for_move(self, *args: Any, **kwargs: Any) -> Any:
-        raise self._unsupported("moving or resubmitting messages")
 
 
 def _without_value(future: asyncio.Future[Any]) -> asyncio.Future[None]:
