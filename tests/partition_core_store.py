@@ -37,6 +37,7 @@ from sodalite.model.store_ops import (
     AnnotationEdit,
     Append,
     Appended,
+    AppendTo,
     Claim,
     Claimed,
     ClaimSession,
@@ -92,6 +93,10 @@ class FakeStore:
         self.gone: dict[int, str] = {}  # numbers deleted from the partition, and how
         self.session_locks: dict[str, tuple[uuid.UUID, int, str]] = {}  # id -> (token, until, owner)
         self.session_states: dict[str, tuple[bytes, int]] = {}
+        self.others: dict[object, FakeStore] = {}  # partitions an AppendTo names (a topic's subscriptions)
+
+    def other(self, target: object) -> FakeStore:
+        return self.others.setdefault(target, FakeStore())
 
     def session_free(self, session_id: str, now: int) -> bool:
         lock = self.session_locks.get(session_id)
@@ -116,6 +121,8 @@ class FakeStore:
                     self.rows[self.last] = Row(replace(record, sequence_number=self.last))
                     seqs.append(self.last)
                 return Appended(tuple(seqs))
+            case AppendTo():
+                return self.other(op.target)._one(Append(op.messages))
             case Claim():
                 wanted = None if op.sequence_numbers is None else set(op.sequence_numbers)
                 taken: list[StoredMessage] = []

@@ -115,7 +115,17 @@ answer: the read runs after every batch decided before it and its answer comes b
 results of any decided after it, so the replacement is exact. Until it comes,
 ``View.counts_stale_after`` says the counts may be off by what the purge took.
 
-Not here yet (they stay in server/partition_actor.py): topics and forwarding, transactions, peek,
+Topics (:class:`Publish`, :class:`Landed`): a topic's core stores nothing of a plain send; the
+caller plans each message's copies (rules and actions are the server's), this core applies the
+topic's duplicate detection and puts every copy in ONE batch (``AppendTo`` each subscription's
+partition, with the history), and :class:`Published` answers after that commit. A scheduled
+message waits in the topic's own partition; once due and handed to the caller's activator (an
+ordinary PeekLock delivery), ``Publish(complete=token)`` stores its copies and completes it in one
+batch. A subscription's core learns of its copies by :class:`Landed` (numbered, committed rows),
+taken in like its own appends; a read in flight that may have run before their commit does not
+let the core conclude it reached the tail.
+
+Not here yet (they stay in server/partition_actor.py): forwarding, transactions, peek,
 list-sessions, quotas.
 """
 
@@ -137,6 +147,7 @@ from sodalite.model.store_ops import (
     AnnotationEdit,
     Append,
     Appended,
+    AppendTo,
     Claim,
     Claimed,
     ClaimSession,
@@ -325,6 +336,49 @@ class Arrived:
 
 
 @dataclass(frozen=True, slots=True)
+class Landed:
+    """Rows another core's batch stored in this partition, numbered and committed (a topic's copies
+    for this subscription): counted and, where the window reaches them, taken into it, as this
+    core's own appends are. No reply; arrivals are no use of the entity (AutoDeleteOnIdle)."""
+
+    records: tuple[MessageRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PublishCopy:
+    """One copy of a topic's message for one partition (``target``: a subscription, or its
+    dead-letter queue, in the caller's names), as the caller made it (rules and actions are the
+    server's business); unnumbered."""
+
+    target: Hashable
+    record: MessageRecord
+
+
+@dataclass(frozen=True, slots=True)
+class PublishEntry:
+    """One message sent to the topic: its MessageId (for duplicate detection) and its copies
+    (none when no subscription takes it)."""
+
+    message_id: str | None
+    copies: tuple[PublishCopy, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    """A send to the topic this core runs: the entries that are not duplicates within the topic's
+    window have their copies appended to their partitions (``AppendTo``), all in ONE batch with
+    the duplicate history, and :class:`Published` answers once that committed. With ``complete``
+    (the lock of this core's own message being published: a scheduled message that came due),
+    that message is completed in the same batch, and duplicate detection does not apply (it did
+    when the message was scheduled); if the lock is no longer usable, nothing is published
+    (:class:`LockLost`)."""
+
+    entries: tuple[PublishEntry, ...]
+    reply_to: ReplyTo
+    complete: uuid.UUID | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ReceiveDeferred:
     """Receive deferred messages by sequence number ($management com.microsoft:receive-by-sequence-number):
     all of them or none (:class:`MessageNotFound`). PeekLock locks them for ``consumer``;
@@ -358,7 +412,7 @@ class CountsRead:
 Command = (Send | Schedule | CancelScheduled | Receive | CloseConsumer | Settle | RenewLock | Touch | Tick
            | StoreResults | StoreFailed | StoreAvailable | StoreUnavailable | WindowRead | AcceptSession
            | RenewSessionLock | GetSessionState | SetSessionState
-           | ReceiveDeferred | CompleteThrough | CountsRead | Arrived)
+           | ReceiveDeferred | CompleteThrough | CountsRead | Arrived | Landed | Publish)
 
 
 # ---- replies and effects ----------------------------------------------------------------------------
@@ -381,6 +435,15 @@ class SendAccepted:
 
     reply_to: ReplyTo
     sequence_numbers: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """A :class:`Publish` is durable: per target, its copies as the store numbered them
+    (duplicates left out; empty when nothing was stored)."""
+
+    reply_to: ReplyTo
+    stored: tuple[tuple[Hashable, tuple[MessageRecord, ...]], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -534,7 +597,7 @@ class CompletedThrough:
 Reply = (Delivered | SendAccepted | SettlementDone | LockLost | LockRenewed | ScheduledCancelled | ServerBusy
          | IdleExpired | Refused | SessionAccepted | SessionCannotBeLocked | NoSessionAvailable | SessionLockLost
          | SessionLost | SessionRenewed | SessionState | SessionStateSet
-         | DeferredReceived | MessageNotFound | CompletedThrough)
+         | DeferredReceived | MessageNotFound | CompletedThrough | Published)
 
 
 @dataclass(frozen=True, slots=True)
@@ -631,6 +694,21 @@ class _DeliverTo:
 class _AppendCtx:
     reply_to: ReplyTo
     records: tuple[MessageRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _PublishCtx:
+    """One op of a Publish: an ``AppendTo`` (``target``), or the history op of a publish that stores
+    no copy (``target`` None, ``forget``: the ids to drop from the detector if it fails). The
+    publish's ops share ``stored``; the ``first`` answers a failure, the ``last`` the success."""
+
+    reply_to: ReplyTo
+    target: Hashable | None
+    records: tuple[MessageRecord, ...]
+    stored: list[tuple[Hashable, tuple[MessageRecord, ...]]]
+    first: bool
+    last: bool
+    forget: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -737,7 +815,7 @@ class _PurgeCtx:
 
 _Ctx = (_AppendCtx | _ClaimCtx | _QuietCtx | _TakeCtx | _SettleCtx | _RenewCtx | _MoveCtx | _ActivateCtx | _DedupCtx
         | _AcceptCtx | _SessionClaimCtx | _SessionRenewCtx | _StateCtx
-        | _DeferredClaimCtx | _DeferredTakeCtx | _PurgeCtx)
+        | _DeferredClaimCtx | _DeferredTakeCtx | _PurgeCtx | _PublishCtx)
 
 
 @dataclass(slots=True)
@@ -757,6 +835,7 @@ class View:
     cursor: int = 0
     at_tail: bool = False
     last_appended: int = 0
+    landed_beyond: int = 0  # the highest landed number left for a read (past the cursor, not at the tail)
     read_in_flight: int | None = None  # the count asked for
     read_from: int = 0  # the number the read in flight starts at
     rescan_at: int | None = None  # a row skipped as locked by someone: read again from the start then
@@ -873,6 +952,8 @@ def decide(view: View, command: Command, now: int) -> Decision:
             view.cursor = 0
             view.at_tail = False
             view.sessions_maybe_ready = True
+        case Landed():
+            _on_landed(turn, command.records)
         case Tick():
             pass
         case _:
@@ -880,6 +961,8 @@ def decide(view: View, command: Command, now: int) -> Decision:
             match command:
                 case Send() | Schedule():
                     _on_send(turn, command.drafts, command.reply_to)
+                case Publish():
+                    _on_publish(turn, command)
                 case CancelScheduled():
                     _on_cancel(turn, command)
                 case Receive():
@@ -943,6 +1026,22 @@ def _expired(record: MessageRecord, now: int) -> bool:
 # ---- sends and schedules ------------------------------------------------------------------------------
 
 
+def record_for(draft: MessageDraft, now: int, default_ttl: int | None) -> MessageRecord:
+    """The unnumbered record a send stores for ``draft`` at ``now``. The entity's default
+    time-to-live is also the ceiling (a longer one is reduced, and the message carries the one that
+    applies); a message scheduled for later is enqueued, and its time-to-live counts, from its
+    scheduled time (message-expiration seed)."""
+    ttl = draft.time_to_live
+    effective = default_ttl if ttl is None else (ttl if default_ttl is None else min(ttl, default_ttl))
+    scheduled = draft.scheduled_enqueue_time is not None and draft.scheduled_enqueue_time > now
+    enqueued = draft.scheduled_enqueue_time if scheduled and draft.scheduled_enqueue_time is not None else now
+    return MessageRecord(
+        0, enqueued, draft.message_id, draft.session_id, draft.partition_key, effective,
+        None if effective is None else min(enqueued + effective, LAST_INSTANT_MS), draft.scheduled_enqueue_time,
+        0, MessageState.SCHEDULED if scheduled else MessageState.ACTIVE, draft.durable, draft.priority,
+        draft.annotations, draft.annotation_count, draft.tail)
+
+
 def _on_send(turn: _Turn, drafts: tuple[MessageDraft, ...], reply_to: ReplyTo) -> None:
     view, now = turn.view, turn.now
     if not view.available:
@@ -962,15 +1061,7 @@ def _on_send(turn: _Turn, drafts: tuple[MessageDraft, ...], reply_to: ReplyTo) -
                 continue
             view.dedup.remember(d.message_id, now)
             remembered.append(d.message_id)
-        ttl = d.time_to_live
-        effective = default_ttl if ttl is None else (ttl if default_ttl is None else min(ttl, default_ttl))
-        scheduled = d.scheduled_enqueue_time is not None and d.scheduled_enqueue_time > now
-        enqueued = d.scheduled_enqueue_time if scheduled and d.scheduled_enqueue_time is not None else now
-        records.append(MessageRecord(
-            0, enqueued, d.message_id, d.session_id, d.partition_key, effective,
-            None if effective is None else min(enqueued + effective, LAST_INSTANT_MS), d.scheduled_enqueue_time,
-            0, MessageState.SCHEDULED if scheduled else MessageState.ACTIVE, d.durable, d.priority,
-            d.annotations, d.annotation_count, d.tail))
+        records.append(record_for(d, now, default_ttl))
     if not records:  # only duplicates and pings: nothing to make durable
         turn.replies.append(SendAccepted(reply_to, ()))
         return
@@ -996,6 +1087,74 @@ def _on_cancel(turn: _Turn, command: CancelScheduled) -> None:
         return
     records = tuple(_placeholder(i.sequence_number) for i in items)
     turn.op(SettleOp(now, tuple(items)), _TakeCtx(None, command.reply_to, records))
+
+
+def _on_publish(turn: _Turn, command: Publish) -> None:
+    view, now = turn.view, turn.now
+    if not view.available:
+        turn.replies.append(ServerBusy(command.reply_to))
+        return
+    by_target: dict[Hashable, list[MessageRecord]] = {}
+    remembered: list[str] = []
+    for entry in command.entries:
+        mid = entry.message_id
+        if command.complete is None and view.dedup is not None and mid is not None:
+            if view.dedup.is_duplicate(mid, now):
+                continue
+            view.dedup.remember(mid, now)
+            remembered.append(mid)
+        for copy in entry.copies:
+            by_target.setdefault(copy.target, []).append(copy.record)
+    if command.complete is not None:
+        lock = _usable_lock(turn, command.complete, command.reply_to, renewal=False)
+        if lock is None:
+            return
+        # No copies: the settlement's own echo answers (after its commit).
+        _settle_lock(turn, lock, Outcome.COMPLETE, _NO_REPLY if by_target else command.reply_to)
+        if not by_target:
+            return
+    stored: list[tuple[Hashable, tuple[MessageRecord, ...]]] = []
+    parts = list(by_target.items())
+    for i, (target, records) in enumerate(parts):
+        turn.op(AppendTo(target, tuple(records)),
+                _PublishCtx(command.reply_to, target, tuple(records), stored, i == 0, i == len(parts) - 1))
+    if remembered:
+        entries = tuple((mid, now) for mid in remembered)
+        if parts:
+            turn.op(RememberMessageIds(entries), _DedupCtx(tuple(remembered)))
+        else:  # nothing to store but the history: it answers
+            turn.op(RememberMessageIds(entries),
+                    _PublishCtx(command.reply_to, None, (), stored, True, True, tuple(remembered)))
+    elif not parts:
+        turn.replies.append(Published(command.reply_to, ()))
+
+
+def _on_landed(turn: _Turn, records: tuple[MessageRecord, ...]) -> None:
+    """Another core's committed rows in this partition: counted, and where the window is complete
+    (at the tail, or at or below the cursor) taken in; past the cursor a read finds them."""
+    view, settings = turn.view, turn.view.settings
+    for record in records:
+        seq = record.sequence_number
+        if record.state is MessageState.SCHEDULED:
+            view.counts.scheduled += 1
+            if len(view.scheduled_heap) < settings.scheduled_tracked:
+                heapq.heappush(view.scheduled_heap, (record.scheduled_enqueue_time or 0, seq))
+            else:
+                view.scheduled_untracked = True
+                if view.scheduled_poll_at is None:
+                    view.scheduled_poll_at = turn.now
+            continue
+        if record.state is MessageState.DEFERRED:
+            view.counts.deferred += 1
+            continue
+        view.counts.active += 1
+        _session_ready(view, record.session_id)
+        if view.at_tail or seq <= view.cursor:
+            if view.at_tail and seq > view.cursor:
+                view.cursor = seq
+            _admit(turn, record)
+        else:
+            view.landed_beyond = max(view.landed_beyond, seq)
 
 
 def _placeholder(seq: int) -> MessageRecord:
@@ -1176,6 +1335,11 @@ def _on_window_read(turn: _Turn, command: WindowRead) -> None:
         # read was committed before it (the caller keeps order), so the window reaches the end.
         view.at_tail = True
         view.cursor = max(view.cursor, view.last_appended)
+        if view.landed_beyond > view.cursor:
+            # Rows another core stored landed past the cursor while this read was in flight; it may
+            # have run before their commit: read once more (it starts after they committed).
+            view.at_tail = False
+        view.landed_beyond = 0
 
 
 # ---- delivering -----------------------------------------------------------------------------------------
@@ -1417,6 +1581,12 @@ def _on_results(turn: _Turn, command: StoreResults) -> None:
                 _deferred_taken(turn, ctx, result)
             case _PurgeCtx(), Purged():
                 _purged(turn, ctx, result, command.batch_id)
+            case _PublishCtx(), _:
+                if isinstance(result, Appended) and ctx.target is not None:
+                    ctx.stored.append((ctx.target, tuple(replace(r, sequence_number=n) for r, n in
+                                                         zip(ctx.records, result.sequence_numbers, strict=True))))
+                if ctx.last:
+                    turn.replies.append(Published(ctx.reply_to, tuple(ctx.stored)))
             case _:
                 pass  # claims read by the settle after them, dedup history, session releases
 
@@ -1598,6 +1768,13 @@ def _on_failed(turn: _Turn, command: StoreFailed) -> None:
         match ctx:
             case _AppendCtx():
                 turn.replies.append(ServerBusy(ctx.reply_to))
+            case _PublishCtx():
+                if ctx.first:
+                    turn.replies.append(ServerBusy(ctx.reply_to))
+                if ctx.forget and view.dedup is not None:
+                    dropped = set(ctx.forget)
+                    view.dedup = DuplicateDetector(view.dedup.window_ms,
+                                                   [h for h in view.dedup.history() if h[0] not in dropped])
             case _DedupCtx():
                 if view.dedup is not None:
                     dropped = set(ctx.message_ids)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import enum
 import uuid
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 from sodalite.model.message import MessageRecord, MessageState
@@ -74,6 +75,16 @@ class AnnotationEdit:
 class Append:
     """Store ``messages``; the store numbers them (their own ``sequence_number`` is ignored)."""
 
+    messages: tuple[MessageRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendTo:
+    """Store ``messages`` in another partition, numbered there: a topic's copies for its
+    subscriptions, in the topic's transaction. ``target`` is the caller's name for that partition
+    (the server's ``PartitionRef``), opaque here. Answered by :class:`Appended`."""
+
+    target: Hashable
     messages: tuple[MessageRecord, ...]
 
 
@@ -196,7 +207,7 @@ class PutSessionState:
     updated_at: int
 
 
-StoreOp = (Append | Claim | Settle | RenewLocks | MoveMessages | Activate | RememberMessageIds
+StoreOp = (Append | AppendTo | Claim | Settle | RenewLocks | MoveMessages | Activate | RememberMessageIds
            | ForgetMessageIds | ClaimSession | RenewSession | ReleaseSession | PutSessionState | Purge)
 
 

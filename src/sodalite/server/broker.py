@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import logging
 import secrets
 import ssl
@@ -24,6 +25,7 @@ from sodalite.errors import (
     EntityAlreadyExists,
     EntityNotFound,
     InvalidOperation,
+    NotImplementedOperation,
     QuotaExceeded,
     SodaliteError,
 )
@@ -47,6 +49,8 @@ from sodalite.model.entities import (
     validate_entity_name,
 )
 from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDraft
+from sodalite.model.partition_core import record_for as core_record
+from sodalite.server import wire
 from sodalite.server.addresses import entity_path
 from sodalite.server.connection_handler import BrokerConnection
 from sodalite.server.core_actor import CoreActor
@@ -66,6 +70,7 @@ from sodalite.server.partition_actor import (
 from sodalite.server.partitioned_actor import PartitionedActor, at_index, each, partition_index, v1_only
 from sodalite.server.registry import QUEUE, SUBSCRIPTION, TOPIC, Entity, Route, named_subscription_path
 from sodalite.server.store_worker import StoreWorker
+from sodalite.server.topic_actor import Copy, TopicActor
 from sodalite.store.port import DeleteEntity, EntityRecord, MessagingStore, PartitionRef, PutEntity
 
 log = logging.getLogger(__name__)
@@ -100,6 +105,19 @@ def _forwarding_targets(records: Sequence[EntityRecord]) -> set[str]:
     return targets
 
 
+def _topics_with_forwarding(records: Sequence[EntityRecord]) -> set[str]:
+    """The lower-cased paths of the topics with a subscription that forwards (they stay v1)."""
+    topics: set[str] = set()
+    for record in records:
+        if record.kind != SUBSCRIPTION:
+            continue
+        properties = record.properties.get("Properties", {})
+        if isinstance(properties, dict) and (properties.get("ForwardTo") or
+                                             properties.get("ForwardDeadLetteredMessagesTo")):
+            topics.add(record.path.lower().split("/subscriptions/")[0])
+    return topics
+
+
 def _ms(value: timedelta) -> int | None:
     return None if value >= TIMESPAN_MAX else int(value.total_seconds() * 1000)
 
@@ -116,6 +134,7 @@ class Broker:
         self.core = core
         self.node_id = node_id
         self._forwarded_into: set[str] = set()  # lower-cased paths some entity forwards into (they stay v1)
+        self._forwarding_topics: set[str] = set()  # lower-cased topics with a forwarding subscription (v1)
         # The messaging stores, each served by its own thread. The first also keeps the entity records.
         self.workers = [StoreWorker(store, DEFAULT_STORE), *(StoreWorker(s, name) for name, s in more_stores)]
         self.worker = self.workers[0]
@@ -226,6 +245,13 @@ class Broker:
             current, hops = target, hops + 1
         return Route(current, hops, exceeded=False)
 
+    def _start_activations(self) -> None:
+        """Topics on the core publish their due scheduled messages only once their subscriptions are
+        loaded (those loaded after them at start, or taken up from another node)."""
+        for entity in self.entities.values():
+            if isinstance(entity.actor, TopicActor):
+                entity.actor.start_activation()
+
     def _link_dead_letter_forwarding(self) -> None:
         """Point each entity with ForwardDeadLetteredMessagesTo at where those messages end up."""
         for entity in self.entities.values():
@@ -294,11 +320,13 @@ class Broker:
         await self.worker.apply(configured)
         records = await self.worker.call(self.worker.store.load_entities)
         self._forwarded_into = _forwarding_targets(records)
+        self._forwarding_topics = _topics_with_forwarding(records)
         for kind in (QUEUE, TOPIC, SUBSCRIPTION):  # a subscription needs its topic loaded first
             for record in records:
                 if record.kind == kind:
                     await self._load(record)
         self._link_dead_letter_forwarding()
+        self._start_activations()
         loop = asyncio.get_running_loop()
         self._idle_sweeper = loop.create_task(self._sweep_idle_forever())
         if self.worker.shared:  # other nodes change entities in this store too
@@ -359,12 +387,16 @@ class Broker:
             settings = replace(settings, max_message_size=max_bytes)
         return settings, max_bytes
 
-    def _on_core(self, path: str, kind: str, properties: Any, partitioned: bool) -> bool:
-        """Whether an entity runs on the version-2 core: with ``--core v2``, queues that are not
-        partitioned, not session-enabled and do not forward (what is not wired to the core yet stays
-        on version 1)."""
-        return (self.core == "v2" and kind == QUEUE and not partitioned and not _forwards(properties)
-                and path not in self._forwarded_into)
+    def _on_core(self, path: str, kind: str, properties: Any, partitioned: bool, topic: Entity | None) -> bool:
+        """Whether an entity runs on the version-2 core: with ``--core v2``, queues and topics that
+        are not partitioned, do not forward and are not forwarded into, topics none of whose
+        subscriptions forward, and the subscriptions of a topic on the core (what is not wired to the
+        core yet stays on version 1)."""
+        if self.core != "v2" or partitioned or _forwards(properties) or path in self._forwarded_into:
+            return False
+        if kind == SUBSCRIPTION:
+            return topic is not None and isinstance(topic.actor, TopicActor)
+        return kind == QUEUE or (kind == TOPIC and path not in self._forwarding_topics)
 
     async def _load(self, record: EntityRecord) -> None:
         path = record.path.lower()
@@ -392,8 +424,11 @@ class Broker:
                        else bool(getattr(properties, "enable_partitioning", False)))
         settings, max_message_size = self._settings(properties, partitioned)
         actor: PartitionActor | PartitionedActor | CoreActor
-        if self._on_core(path, record.kind, properties, partitioned):
-            actor = CoreActor(PartitionRef(path, 0), settings, self._home_store(path), node_id=self.node_id)
+        if self._on_core(path, record.kind, properties, partitioned, topic):
+            # A subscription lives with its topic, so a send's copies commit in one transaction.
+            worker = self._home_store(topic.name if topic is not None else path)
+            kind_of_actor = TopicActor if record.kind == TOPIC else CoreActor
+            actor = kind_of_actor(PartitionRef(path, 0), settings, worker, node_id=self.node_id)
         elif partitioned:
             count = self.namespace.partition_count
             actor = PartitionedActor([
@@ -413,7 +448,9 @@ class Broker:
         self.entities[path] = entity
         if topic is not None:
             topic.subscriptions[path] = entity
-        if record.kind == TOPIC:
+        if isinstance(actor, TopicActor):
+            actor.plan = functools.partial(self._core_copies, entity)
+        elif record.kind == TOPIC:
             for partition in each(v1_only(actor, "a topic")):
                 assert isinstance(partition, PartitionActor)
                 index = partition.ref.partition if partitioned else None
@@ -421,6 +458,8 @@ class Broker:
 
     def publish(self, topic: Entity, drafts: list[MessageDraft]) -> asyncio.Future[None]:
         """A send to a topic: each subscription's copies, committed together (all or none)."""
+        if isinstance(topic.actor, TopicActor):
+            return topic.actor.publish(drafts)
         if isinstance(topic.actor, PartitionedActor):
             futures = []
             for partition, indexes in topic.actor.route(drafts):
@@ -430,6 +469,35 @@ class Broker:
         actor = v1_only(topic.actor, "a topic")
         assert isinstance(actor, PartitionActor)
         return actor.fan_out(self._fan_out(topic, actor.deduplicate(drafts), hops=0))
+
+    def _core_copies(self, topic: Entity, drafts: Sequence[MessageDraft], now: int) -> list[list[Copy]]:
+        """Per draft, the copies a topic on the core stores (its subscriptions are on the core and do
+        not forward): each subscription's rules and actions applied, filter errors and copies without
+        a SessionId for a session-enabled subscription to its dead-letter queue. A copy's
+        time-to-live is capped by the subscription's default and the topic's."""
+        cap = topic.actor.settings.default_ttl
+        subscriptions = []
+        for sub in topic.subscriptions.values():
+            actor = sub.actor
+            if not isinstance(actor, CoreActor):
+                raise NotImplementedOperation(f"the subscription '{sub.name}' is not on the version-2 core")
+            own = actor.settings.default_ttl
+            ttl = cap if own is None else (own if cap is None else min(own, cap))
+            dead_letter_on_errors = bool(getattr(sub.properties, "dead_lettering_on_filter_evaluation_exceptions",
+                                                 True))
+            subscriptions.append((sub, actor, ttl, dead_letter_on_errors))
+        planned: list[list[Copy]] = []
+        for draft in drafts:
+            copies: list[Copy] = []
+            for sub, actor, ttl, dead_letter_on_errors in subscriptions:
+                for copy in copies_for(sub.rules, draft, dead_letter_on_errors, sub.requires_session):
+                    if copy.dead_letter is None:
+                        copies.append((actor, SubQueue.MAIN, core_record(copy.draft, now, ttl)))
+                    else:
+                        dead = wire.dead_lettered(core_record(copy.draft, now, None), *copy.dead_letter)
+                        copies.append((actor, SubQueue.DEAD_LETTER, dead))
+            planned.append(copies)
+        return planned
 
     def fan_out_targets(self, topic: Entity, drafts: list[MessageDraft], index: int | None) -> list[FanOut]:
         """Every subscription's copies of ``drafts`` (rules applied, forwarding followed) as a send to
@@ -579,6 +647,14 @@ class Broker:
                 raise EntityNotFound(f"the forwarding target '{target}' does not exist")
             v1_only(found.actor, "auto-forwarding into it")
 
+    @staticmethod
+    def _check_core_subscription(topic: Entity, properties: SubscriptionProperties) -> None:
+        """A topic on the version-2 core fans out into subscriptions on the core only: auto-forwarding
+        from a subscription is not wired there yet."""
+        if isinstance(topic.actor, TopicActor) and _forwards(properties):
+            raise NotImplementedOperation("auto-forwarding from a subscription is not available on a topic run by "
+                                          "the version-2 core yet (serve with --core v1)")
+
     async def create_topic(self, name: str, properties: TopicProperties) -> Entity:
         async with self._entities_lock:
             return await self._create_topic(name, properties)
@@ -592,6 +668,7 @@ class Broker:
         record = EntityRecord(name, TOPIC, properties.to_json())
         await self.worker.apply([PutEntity(record), self._touched(record.path, created=True)])
         await self._load(record)
+        self._start_activations()
         entity = self.entity(name)
         assert entity is not None
         return entity
@@ -621,6 +698,7 @@ class Broker:
         if self.entity(path) is not None:
             raise EntityAlreadyExists(f"the subscription '{name}' already exists on '{topic.name}'")
         self._check_forward_targets(properties)
+        self._check_core_subscription(topic, properties)
         for rule in rules:
             self._compile_rule(rule)  # refuse a bad filter before anything is stored
         record = EntityRecord(path, SUBSCRIPTION,
@@ -637,6 +715,8 @@ class Broker:
         if properties.requires_session != entity.requires_session:
             raise InvalidOperation("requires_session cannot be changed on an existing subscription")
         self._check_forward_targets(properties)
+        if entity.topic is not None:
+            self._check_core_subscription(entity.topic, properties)
         record = {"Properties": properties.to_json(), "Rules": [r.description.to_json() for r in entity.rules]}
         await self.worker.apply([PutEntity(EntityRecord(entity.name, SUBSCRIPTION, record)),
                                  self._touched(entity.name)])
@@ -686,6 +766,7 @@ class Broker:
                         known.properties, known.max_message_size = properties, max_message_size
                         known.actor.update_settings(settings)
         self._link_dead_letter_forwarding()
+        self._start_activations()
 
     async def _drop_locally(self, entity: Entity) -> None:
         """Another node deleted ``entity`` (from the store): stop serving it here; links are detached."""

@@ -302,6 +302,16 @@ class CoreActor:
                 if runner is not None:
                     runner.submit(core.Arrived(0))
 
+    def land(self, sub: SubQueue, records: tuple[MessageRecord, ...]) -> None:
+        """Rows a topic's committed batch stored in ``sub`` (its copies for this subscription): the
+        sub-queue's core takes them in. Closed or offline, nothing to do: the store is the truth,
+        and the window is read again when the runners start or the store is back."""
+        runner = self.runners.get(sub)
+        if runner is None or self._closed or not self._available:
+            return
+        runner.submit(core.Landed(records))
+        runner.note_landed(sum(r.size for r in records))
+
     def _on_moved(self, target: PartitionRef, count: int) -> None:
         for sub, ref in self.refs.items():
             if ref == target and sub in self.runners:

@@ -327,7 +327,13 @@ class PartitionRunner:
             self._answer(StoreResults(batch.batch_id, results[at:at + len(batch.ops)]))
             at += len(batch.ops)
         self._report_moves(ops, results)
-        self._size_appended += sum(m.size for op in ops if isinstance(op, Append) for m in op.messages)
+        self._size_appended += sum(m.size for op in ops if isinstance(op, Append) and op.ref == self.ref
+                                   for m in op.messages)
+        self._refresh_size()
+
+    def note_landed(self, size: int) -> None:
+        """Another runner's batch stored ``size`` bytes in this partition (a topic's copies)."""
+        self._size_appended += size
         self._refresh_size()
 
     def _report_moves(self, ops: list[StoreOp], results: tuple[core_ops.OpResult, ...]) -> None:

@@ -3,7 +3,8 @@
 The shapes match 1:1 (``model/store_ops.py`` says why they are two modules); what the mapping adds
 is only what the core does not know:
 
-- the :class:`~sodalite.store.port.PartitionRef` of the partition it decides for, on every op;
+- the :class:`~sodalite.store.port.PartitionRef` of the partition it decides for, on every op (an
+  ``AppendTo`` names its own: a topic's copies for a subscription);
 - the dead-letter partition a ``Settle`` DEAD_LETTER item or a ``MoveMessages(to_dead_letter=True)``
   goes to (the caller names the entity's ``$deadletterqueue`` partition);
 - the annotations and, for a dead-letter reason, the tail of an
@@ -37,6 +38,10 @@ def to_port_op(op: core.StoreOp, ref: port.PartitionRef, dead_letter: port.Parti
     match op:
         case core.Append():
             return port.Append(ref, op.messages)
+        case core.AppendTo():
+            if not isinstance(op.target, port.PartitionRef):
+                raise TypeError(f"an AppendTo names its partition by a PartitionRef, not {op.target!r}")
+            return port.Append(op.target, op.messages)
         case core.Claim():
             return port.Claim(ref, op.now, op.locked_until, op.owner, op.tokens, session_id=op.session_id,
                               sequence_numbers=op.sequence_numbers, state=op.state)
