@@ -423,6 +423,14 @@ def test_core_ops_map_to_port_ops_of_the_partition() -> None:
     assert moved == port.MoveMessages(REF, 10, (port.MoveItem(6, b"enc:1", 1, tail=b"tail+reason"),), DLQ)
     drop = to_port_op(CoreMoveMessages(10, (CoreMoveItem(5),), to_dead_letter=False), REF, DLQ, encode)
     assert drop == port.MoveMessages(REF, 10, (port.MoveItem(5),), None)
+    # a move into another queue (resubmit, move): the target named, the server's bytes and times kept
+    item = CoreMoveItem(8, annotations=b"a", annotation_count=1, tail=b"t", reset_delivery_count=True,
+                        enqueued_time=20, expires_at=90)
+    into = to_port_op(CoreMoveMessages(10, (item,), to_dead_letter=False, target=("orders", 2)), REF, DLQ, encode)
+    assert into == port.MoveMessages(REF, 10, (port.MoveItem(8, b"a", 1, True, b"t", 20, 90),),
+                                     port.PartitionRef("orders", 2))
+    with pytest.raises(ValueError):
+        to_port_op(CoreMoveMessages(10, (item,), to_dead_letter=True, target=("orders", 2)), REF, DLQ, encode)
     assert to_port_op(CorePurge(10, 7), REF, DLQ, encode) == port.Purge(REF, 10, 7)
     assert to_core_result(port.Purged(3)) == CorePurged(3)
     assert to_core_result(port.Settled((True,))) == port.Settled((True,))
