@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 import test_console_cli
 import test_console_resubmit_kill9
-from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
+from azure.servicebus import ServiceBusClient, ServiceBusSubQueue
 from broker_process import KEY, KEY_NAME, BrokerProcess, write_config
 from raw_client import RawClient, message
 
