@@ -19,8 +19,8 @@ import pytest
 from broker_process import BrokerProcess, write_config
 
 pytest.importorskip("pyspark")
-import test_spark_syphon_redrive  # noqa: E402
-from test_spark_syphon_redrive import (  # noqa: E402, F401
+import test_spark_syphon_redrive
+from test_spark_syphon_redrive import (  # noqa: F401
     test_redrive_moves_filtered_dead_letters_once_with_delivery_count_reset,
 )
 
