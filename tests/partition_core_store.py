@@ -44,6 +44,7 @@ from sodalite.model.store_ops import (
     Done,
     ForgetMessageIds,
     Moved,
+    MoveItem,
     MoveMessages,
     OpResult,
     Outcome,
@@ -91,6 +92,8 @@ class FakeStore:
         self.message_ids: dict[str, int] = {}
         self.applied_batches = 0
         self.gone: dict[int, str] = {}  # numbers deleted from the partition, and how
+        # rows moved into another partition: (target, the row as it left, the move item); number = index + 1
+        self.moved_out: list[tuple[tuple[str, int], MessageRecord, MoveItem]] = []
         self.session_locks: dict[str, tuple[uuid.UUID, int, str]] = {}  # id -> (token, until, owner)
         self.session_states: dict[str, tuple[bytes, int]] = {}
         self.others: dict[object, FakeStore] = {}  # partitions an AppendTo names (a topic's subscriptions)
@@ -182,6 +185,11 @@ class FakeStore:
                         moved.append(None)
                         continue
                     del self.rows[item.sequence_number]
+                    if op.target is not None:  # into another partition (a resubmit or move): it left this one
+                        self.gone[item.sequence_number] = "moved"
+                        self.moved_out.append((op.target, row.record, item))
+                        moved.append(len(self.moved_out))
+                        continue
                     if not op.to_dead_letter:
                         self.gone[item.sequence_number] = "dropped"
                     moved.append(self._dead_letter(row, item.edit) if op.to_dead_letter else item.sequence_number)

@@ -520,6 +520,25 @@ def test_move_to_a_target_and_delete_without_one(store: MessagingStore) -> None:
     assert everything(store, Q) == ()
 
 
+def test_a_move_into_another_queue_restamps_the_copy_when_asked(store: MessagingStore) -> None:
+    """A resubmit or move into a queue (not a dead-letter queue): the copy gets the item's enqueued
+    time and expiry time, its count reset, state ACTIVE, in the same transaction as the delete."""
+    append(store, msg(state=MessageState.DEFERRED, delivery_count=3),
+           msg(state=MessageState.SCHEDULED, scheduled_enqueue_time=T0 + 99), msg(expires_at=T0 + 7))
+    result = one(store, MoveMessages(Q, T0 + 20, (
+        MoveItem(1, reset_delivery_count=True, enqueued_time=T0 + 20, expires_at=T0 + 80),
+        MoveItem(2, reset_delivery_count=True, enqueued_time=T0 + 20),
+        MoveItem(3, tail=b"t")), OTHER))
+    assert result == Moved((1, 2, 3))
+    first, second, third = (s.record for s in everything(store, OTHER))
+    assert first == replace(msg(), sequence_number=1, enqueued_time=T0 + 20, expires_at=T0 + 80)
+    assert second == replace(msg(), sequence_number=2, enqueued_time=T0 + 20, scheduled_enqueue_time=T0 + 99)
+    assert third == replace(msg(), sequence_number=3, tail=b"t")  # no times given: enqueued kept, no expiry
+    assert store.counts(Q) == PartitionCounts(0, 0, 0, 0, 3, None)
+    assert store.counts(OTHER) == PartitionCounts(3, 0, 0, 2 * msg().size + len(msg().annotations) + 1, 3, 1)
+    assert store.next_due(OTHER, T0 + 20) == T0 + 80
+
+
 def test_activate_due_scheduled_messages_in_time_order(store: MessagingStore) -> None:
     scheduled = MessageState.SCHEDULED
     append(store, msg(state=scheduled, scheduled_enqueue_time=T0 + 30),
@@ -901,7 +920,8 @@ SETTLE = st.tuples(st.just("settle"), st.lists(st.tuples(
 RENEW = st.tuples(st.just("renew"), st.lists(st.tuples(PICK, st.sampled_from([True] * 5 + [False])), max_size=3),
                   st.integers(1, 200))
 MOVE = st.tuples(st.just("move"), st.lists(st.integers(1, 20), max_size=4), st.sampled_from((None, DLQ, OTHER)),
-                 st.booleans(), st.one_of(st.none(), st.binary(max_size=4)), TAIL)
+                 st.booleans(), st.one_of(st.none(), st.binary(max_size=4)), TAIL,
+                 st.one_of(st.none(), st.integers(0, 100)), st.one_of(st.none(), st.integers(0, 300)))
 ACTIVATE = st.tuples(st.just("activate"), st.integers(0, 3))
 PURGE = st.tuples(st.just("purge"), st.sampled_from([None, 2, 5, 8, 12]))
 CLAIM_SESSION = st.tuples(st.just("claim_session"), st.sampled_from(SESSIONS), st.integers(1, 200))
@@ -989,9 +1009,12 @@ class Differential:
             picks, hold = args
             self.both(RenewLocks(Q, self.now, self.now + hold, tuple(self.lock(p, t) for p, t in picks)))
         elif kind == "move":
-            numbers, target, reset, annotations, tail = args
+            numbers, target, reset, annotations, tail, *times = args
+            enqueued, ttl = times if times else (None, None)
             self.both(MoveMessages(Q, self.now, tuple(
-                MoveItem(n, annotations, 2, reset_delivery_count=reset, tail=tail) for n in numbers), target))
+                MoveItem(n, annotations, 2, reset_delivery_count=reset, tail=tail,
+                         enqueued_time=None if enqueued is None else self.now - enqueued,
+                         expires_at=None if ttl is None else self.now + ttl) for n in numbers), target))
         elif kind == "activate":
             self.both(Activate(Q, self.now, args[0]))
         elif kind == "purge":
@@ -1080,6 +1103,7 @@ TOUR: list[tuple[Any, ...]] = [
     ("purge", 9),
     ("tick", 400),
     ("move", [10, 11], None, False, None, None),
+    ("move", [12, 13], OTHER, True, None, None, 5, 50),
 ]
 
 

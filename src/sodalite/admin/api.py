@@ -399,7 +399,7 @@ async def peek(request: web.Request) -> web.Response:
     sub = _sub_queue(request.query.get("subQueue"))
     start = _int_query(request, "fromSequenceNumber", 0)
     count = _int_query(request, "count", 50)
-    found = request.app[CONTROL].peek(caller, _path(request), sub, start, count)
+    found = await request.app[CONTROL].peek(caller, _path(request), sub, start, count)
     following = found[-1].sequence_number + 1 if len(found) == count else None
     return _ok({"messages": found, "nextSequenceNumber": following})
 
@@ -411,7 +411,7 @@ async def show_message(request: web.Request) -> web.Response:
         seq = int(request.match_info["seq"])
     except ValueError:
         raise ArgumentError("the sequence number must be an integer") from None
-    return _ok(request.app[CONTROL].message(caller, _path(request), sub, seq))
+    return _ok(await request.app[CONTROL].message(caller, _path(request), sub, seq))
 
 
 async def send(request: web.Request) -> web.Response:

@@ -268,8 +268,8 @@ class RuntimePort(Protocol):
 
     async def delete_rule(self, subscription_path: str, name: str) -> None: ...
 
-    def peek(self, path: str, sub: SubQueueName, from_sequence_number: int, count: int) -> list[MessageRecord]:
-        """Raises EntityNotFound for an unknown entity."""
+    async def peek(self, path: str, sub: SubQueueName, from_sequence_number: int, count: int) -> list[MessageRecord]:
+        """Raises EntityNotFound for an unknown entity. A queue on the version-2 core is read from its store."""
 
     async def send(self, path: str, message: SendRequest) -> None: ...
 
@@ -387,20 +387,20 @@ class ControlPlane:
             raise ArgumentError(f"'{path}' is a {entity.kind}: only subscriptions have rules")
         return self.runtime.rules(entity.path)
 
-    def peek(self, caller: Caller, path: str, sub: SubQueueName, from_sequence_number: int = 0,
-             count: int = 50) -> list[MessageRecord]:
+    async def peek(self, caller: Caller, path: str, sub: SubQueueName, from_sequence_number: int = 0,
+                   count: int = 50) -> list[MessageRecord]:
         self._check(caller, path, AccessRights.LISTEN)
         if not 1 <= count <= MAX_PEEK:
             raise ArgumentError(f"count must be between 1 and {MAX_PEEK}, got {count}")
         if from_sequence_number < 0:
             raise ArgumentError("fromSequenceNumber must not be negative")
         self._entity(path)
-        return self.runtime.peek(path, sub, from_sequence_number, count)
+        return await self.runtime.peek(path, sub, from_sequence_number, count)
 
-    def message(self, caller: Caller, path: str, sub: SubQueueName, sequence_number: int) -> MessageRecord:
+    async def message(self, caller: Caller, path: str, sub: SubQueueName, sequence_number: int) -> MessageRecord:
         self._check(caller, path, AccessRights.LISTEN)
         self._entity(path)
-        found = self.runtime.peek(path, sub, sequence_number, 1)
+        found = await self.runtime.peek(path, sub, sequence_number, 1)
         if not found or found[0].sequence_number != sequence_number:
             raise EntityNotFound(f"no message with sequence number {sequence_number} in '{path}' ({sub.value})")
         return found[0]

@@ -35,9 +35,9 @@ from sodalite.model.message import MessageState
 from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED
 from sodalite.server import moves, wire
 from sodalite.server.broker import Broker
-from sodalite.server.core_actor import CoreActor
+from sodalite.server.core_actor import ALL_STATES, CoreActor
 from sodalite.server.partition_actor import SubQueue
-from sodalite.server.partitioned_actor import each, v1_only
+from sodalite.server.partitioned_actor import each
 from sodalite.server.registry import QUEUE, SUBSCRIPTION, TOPIC, Entity
 
 _SUB_QUEUES: dict[SubQueueName, tuple[SubQueue, frozenset[MessageState] | None]] = {
@@ -205,15 +205,18 @@ class BrokerControl:
 
     # ---- messages -------------------------------------------------------------------------------------
 
-    def peek(self, path: str, sub: SubQueueName, from_sequence_number: int, count: int) -> list[MessageRecord]:
+    async def peek(self, path: str, sub: SubQueueName, from_sequence_number: int, count: int) -> list[MessageRecord]:
         entity = self._entity(path)
         queue, states = _SUB_QUEUES[sub]
         found: list[MessageRecord] = []
         start = from_sequence_number
         page = max(count, 100)
-        actor = v1_only(entity.actor, "browsing messages in the console")
+        actor = entity.actor
         while len(found) < count:
-            batch = actor.peek(queue, start, page)
+            if isinstance(actor, CoreActor):  # the store is the truth: read it, not memory
+                batch = await actor.peek(queue, start, page, states=states if states is not None else ALL_STATES)
+            else:
+                batch = actor.peek(queue, start, page)
             if not batch:
                 break
             found += [shown_message(r, sub) for r in batch if states is None or r.state in states][: count - len(found)]
@@ -255,7 +258,7 @@ class BrokerControl:
         if selection.sequence_numbers is not None:
             numbers = list(selection.sequence_numbers)
         else:
-            numbers = moves.select(source, queue, states, selection.sql_filter)
+            numbers = await moves.select_messages(source, queue, states, selection.sql_filter)
         if dry_run:
             return MoveOutcome(len(numbers), 0, 0)
         result = await moves.move(source, queue, numbers, destination, store_name=lambda p: p.worker.name,

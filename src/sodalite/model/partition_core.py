@@ -125,6 +125,18 @@ batch. A subscription's core learns of its copies by :class:`Landed` (numbered, 
 taken in like its own appends; a read in flight that may have run before their commit does not
 let the core conclude it reached the tail.
 
+Moving rows out (:class:`MoveOut`: the console's and the CLI's resubmit, move and purge by number,
+server/moves.py): one ``MoveMessages`` of the named rows, whatever their state, fenced by the
+store (a row locked at ``now`` stays), to another partition of the same store (``target``, with the
+edits the server encoded into each item: dead-letter properties removed, count reset, new times)
+or deleted. Rows this core holds locked or is claiming are not sent (someone is working on them);
+the others leave the window when the move is decided, so nothing claims them meanwhile, and again
+when it commits (a read in flight may have brought one back). A row the store did not move moves
+the cursor below it (if it is still there, a read finds it). :class:`MovedOut` answers after the
+commit, per item its number in the target or None; the counts are read back as after a
+complete-through (the rows' states are the store's). The target's core is told ``Arrived`` by the
+caller after the commit; the target's duplicate detection does not see a move.
+
 Not here yet (they stay in server/partition_actor.py): forwarding, transactions, peek,
 list-sessions, quotas.
 """
@@ -402,6 +414,19 @@ class CompleteThrough:
 
 
 @dataclass(frozen=True, slots=True)
+class MoveOut:
+    """Take the named rows out of this partition, whatever their state, except those locked at
+    ``now`` (or locked or being claimed here): appended to ``target`` (entity path, partition: a
+    partition of the same store) with each item's edits, or deleted when ``target`` is None (a
+    purge by number). One fenced ``MoveMessages``, so the copy exists exactly when the row left;
+    answered by :class:`MovedOut` once it committed (resubmit, move, purge: server/moves.py)."""
+
+    items: tuple[MoveItem, ...]
+    reply_to: ReplyTo
+    target: tuple[str, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class CountsRead:
     """The answer to a :class:`ReadCounts`: (active, scheduled, deferred) as ``store.counts(ref)``
     gives them; ``None`` if the read failed."""
@@ -412,7 +437,7 @@ class CountsRead:
 Command = (Send | Schedule | CancelScheduled | Receive | CloseConsumer | Settle | RenewLock | Touch | Tick
            | StoreResults | StoreFailed | StoreAvailable | StoreUnavailable | WindowRead | AcceptSession
            | RenewSessionLock | GetSessionState | SetSessionState
-           | ReceiveDeferred | CompleteThrough | CountsRead | Arrived | Landed | Publish)
+           | ReceiveDeferred | CompleteThrough | CountsRead | Arrived | Landed | Publish | MoveOut)
 
 
 # ---- replies and effects ----------------------------------------------------------------------------
@@ -594,10 +619,19 @@ class CompletedThrough:
     count: int
 
 
+@dataclass(frozen=True, slots=True)
+class MovedOut:
+    """The :class:`MoveOut` is durable: per item, in order, the message's number in the target (its
+    old number when deleted), or None when it was not taken (gone, locked, or named twice)."""
+
+    reply_to: ReplyTo
+    sequence_numbers: tuple[int | None, ...]
+
+
 Reply = (Delivered | SendAccepted | SettlementDone | LockLost | LockRenewed | ScheduledCancelled | ServerBusy
          | IdleExpired | Refused | SessionAccepted | SessionCannotBeLocked | NoSessionAvailable | SessionLockLost
          | SessionLost | SessionRenewed | SessionState | SessionStateSet
-         | DeferredReceived | MessageNotFound | CompletedThrough | Published)
+         | DeferredReceived | MessageNotFound | CompletedThrough | Published | MovedOut)
 
 
 @dataclass(frozen=True, slots=True)
@@ -813,9 +847,16 @@ class _PurgeCtx:
     through: int
 
 
+@dataclass(frozen=True, slots=True)
+class _MoveOutCtx:
+    reply_to: ReplyTo
+    asked: tuple[int, ...]  # every item's number, in order
+    sent: tuple[int, ...]  # the numbers in the MoveMessages (each once, none held here)
+
+
 _Ctx = (_AppendCtx | _ClaimCtx | _QuietCtx | _TakeCtx | _SettleCtx | _RenewCtx | _MoveCtx | _ActivateCtx | _DedupCtx
         | _AcceptCtx | _SessionClaimCtx | _SessionRenewCtx | _StateCtx
-        | _DeferredClaimCtx | _DeferredTakeCtx | _PurgeCtx | _PublishCtx)
+        | _DeferredClaimCtx | _DeferredTakeCtx | _PurgeCtx | _PublishCtx | _MoveOutCtx)
 
 
 @dataclass(slots=True)
@@ -1000,6 +1041,8 @@ def decide(view: View, command: Command, now: int) -> Decision:
                     _on_receive_deferred(turn, command)
                 case CompleteThrough():
                     _on_complete_through(turn, command)
+                case MoveOut():
+                    _on_move_out(turn, command)
                 case Touch():
                     pass
     _due(turn)
@@ -1587,6 +1630,8 @@ def _on_results(turn: _Turn, command: StoreResults) -> None:
                                                          zip(ctx.records, result.sequence_numbers, strict=True))))
                 if ctx.last:
                     turn.replies.append(Published(ctx.reply_to, tuple(ctx.stored)))
+            case _MoveOutCtx(), Moved():
+                _moved_out(turn, ctx, result, command.batch_id)
             case _:
                 pass  # claims read by the settle after them, dedup history, session releases
 
@@ -1834,6 +1879,11 @@ def _on_failed(turn: _Turn, command: StoreFailed) -> None:
             case _StateCtx():
                 turn.replies.append(ServerBusy(ctx.reply_to))
             case _DeferredClaimCtx() | _PurgeCtx():
+                turn.replies.append(ServerBusy(ctx.reply_to))
+            case _MoveOutCtx():  # nothing moved: the rows taken out of the window are read again
+                if ctx.sent:
+                    view.cursor = min(view.cursor, min(ctx.sent) - 1)
+                    view.at_tail = False
                 turn.replies.append(ServerBusy(ctx.reply_to))
             case _DeferredTakeCtx():
                 for token in ctx.tokens:  # not deleted: the locks lapse and the messages stay deferred
@@ -2286,3 +2336,66 @@ def _on_counts_read(turn: _Turn, command: CountsRead) -> None:
         view.scheduled_untracked = False
         view.scheduled_poll_at = None
         view.scheduled_heap.clear()
+
+
+# ---- moving rows out (resubmit, move, purge by number) ----------------------------------------------
+
+
+def _on_move_out(turn: _Turn, command: MoveOut) -> None:
+    """One fenced MoveMessages of the named rows; rows locked or being claimed here are skipped (the
+    store would skip a locked one; a claim decided earlier is applied first), the others leave the
+    window now, so no receive in this turn or later claims them while the move is in flight."""
+    view = turn.view
+    if not view.available:
+        turn.replies.append(ServerBusy(command.reply_to))
+        return
+    sent: list[MoveItem] = []
+    seen: set[int] = set()
+    for item in command.items:
+        seq = item.sequence_number
+        if seq in seen or seq in view.locked_seqs or seq in view.claiming:
+            continue
+        seen.add(seq)
+        sent.append(item)
+        _drop_from_window(view, seq)
+    asked = tuple(item.sequence_number for item in command.items)
+    if not sent:
+        turn.replies.append(MovedOut(command.reply_to, (None,) * len(asked)))
+        return
+    turn.op(MoveMessages(turn.now, tuple(sent), False, command.target),
+            _MoveOutCtx(command.reply_to, asked, tuple(item.sequence_number for item in sent)))
+
+
+def _drop_from_window(view: View, seq: int) -> None:
+    record = view.window.pop(seq, None)
+    if record is None:
+        return
+    order = view.window_order
+    del order[bisect_right(order, seq) - 1]
+    view.window_size -= record.size
+
+
+def _moved_out(turn: _Turn, ctx: _MoveOutCtx, result: Moved, batch_id: int) -> None:
+    view = turn.view
+    outcome = dict(zip(ctx.sent, result.sequence_numbers, strict=True))
+    moved = {seq for seq, new in outcome.items() if new is not None}
+    for seq, new in outcome.items():
+        if new is None:  # locked elsewhere, or gone: if it is still there, a read finds it again
+            view.cursor = min(view.cursor, seq - 1)
+            view.at_tail = False
+        else:
+            _drop_from_window(view, seq)  # a read in flight may have brought it back
+    if moved:
+        if view.scheduled_heap:
+            kept = [entry for entry in view.scheduled_heap if entry[1] not in moved]
+            if len(kept) != len(view.scheduled_heap):
+                heapq.heapify(kept)
+                view.scheduled_heap = kept
+        # The rows' states are the store's (scheduled, deferred, active): read the counts back.
+        view.counts_stale_after = max(view.counts_stale_after, batch_id)
+    replies: list[int | None] = []
+    answered: set[int] = set()
+    for seq in ctx.asked:
+        replies.append(None if seq in answered else outcome.get(seq))
+        answered.add(seq)
+    turn.replies.append(MovedOut(ctx.reply_to, tuple(replies)))

@@ -8,7 +8,8 @@ need not know:
 
 - no ``ref``: a core decides for one partition, and the caller adds its ``PartitionRef``;
 - the dead-letter target is a flag (``to_dead_letter``): the caller names the entity's
-  ``$deadletterqueue`` partition;
+  ``$deadletterqueue`` partition; another target (a move into another queue) is named by
+  (entity path, partition), which the caller makes a ``PartitionRef``;
 - annotations are an :class:`AnnotationEdit` (the row's current annotations and tail plus what to
   set): encoding AMQP is the server's business, so the caller encodes the edit into the port's
   ``annotations`` bytes and ``annotation_count`` and, for a dead-letter reason, a new ``tail``.
@@ -128,17 +129,31 @@ class RenewLocks:
 
 @dataclass(frozen=True, slots=True)
 class MoveItem:
+    """One row to move: ``edit`` when the core writes a dead-letter reason (the caller encodes it),
+    or, for a move the server prepared (resubmit, move into another queue), the copy's replacement
+    ``annotations`` (with ``annotation_count``) and ``tail`` already encoded, each None to keep the
+    row's, whether its delivery count starts again at 0, and its ``enqueued_time`` (None: the row's)
+    and ``expires_at`` in the target (the port's :class:`MoveItem`)."""
+
     sequence_number: int
     edit: AnnotationEdit | None = None
+    annotations: bytes | None = None
+    annotation_count: int = 0
+    tail: bytes | None = None
+    reset_delivery_count: bool = False
+    enqueued_time: int | None = None
+    expires_at: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class MoveMessages:
-    """Delete rows not locked at ``now``; with ``to_dead_letter`` append them to the dead-letter queue."""
+    """Delete rows not locked at ``now``; with ``to_dead_letter`` append them to the dead-letter queue,
+    with ``target`` (entity path, partition: another partition of the same store) append them there."""
 
     now: int
     items: tuple[MoveItem, ...]
     to_dead_letter: bool
+    target: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

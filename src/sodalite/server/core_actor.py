@@ -17,6 +17,10 @@ A drain is answered once the runner's effects are done: whatever was ready was d
 
 Moves between sub-queues (dead-lettering) are one store transaction of the source runner; the
 runner reports them (``on_moved``) and the target runner is told ``Arrived``, so it reads them.
+Resubmits, moves and purges (``server/moves.py``) select rows from the store (:meth:`peek`,
+:meth:`fetch`: never from memory) and hand them to the source sub-queue's core as ``MoveOut``
+(:meth:`move_out`), one fenced ``MoveMessages`` into a queue of the same store or a delete;
+after it committed the target queue is told ``Arrived`` (:meth:`arrived`).
 
 Several nodes (a store other nodes write, ``StoreWorker.shared``: PostgreSQL): rows another node
 appended are not in this node's window. While a receiver here waits with credit, each sub-queue's
@@ -25,7 +29,7 @@ claims and session locks are fenced by the store (``FOR UPDATE SKIP LOCKED``), s
 lock the same message or session, and a lock another node held is read again when it lapses.
 
 What this actor does not do yet, answered with ``amqp:not-implemented`` rather than faked:
-transactions, auto-forwarding, moves and resubmits, the console's browsing. The broker runs
+transactions, auto-forwarding, moves into a topic, a version-1 entity or another store. The broker runs
 only non-partitioned queues without forwarding on it; everything else stays on the version-1
 actor (``server/partition_actor.py``).
 """
@@ -57,7 +61,7 @@ from sodalite.errors import (
 from sodalite.model import partition_core as core
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import Lock, MessageDraft
-from sodalite.model.store_ops import Outcome
+from sodalite.model.store_ops import MoveItem, Outcome, StoredMessage
 from sodalite.server.partition_actor import EntitySettings, SubQueue, wall_clock_ms
 from sodalite.server.partition_runner import Clock, LoopClock, PartitionRunner
 from sodalite.server.store_worker import StoreWorker
@@ -265,6 +269,8 @@ class CoreActor:
                     f"{', '.join(str(n) for n in reply.sequence_numbers)}"))
             case core.CompletedThrough():
                 self._resolve(reply.reply_to, reply.count)
+            case core.MovedOut():
+                self._resolve(reply.reply_to, reply.sequence_numbers)
 
     def _deliver(self, sub: SubQueue, reply: core.Delivered) -> None:
         consumer: Any = reply.consumer
@@ -388,13 +394,12 @@ class CoreActor:
     # ---- by sequence number -------------------------------------------------------------------------
 
     async def peek(self, sub: SubQueue, from_sequence_number: int, count: int,
-                   session_id: str | None = None) -> list[MessageRecord]:
-        """Messages in any state from a number on, read from the store (locks as the store has them)."""
+                   session_id: str | None = None, states: frozenset[MessageState] = ALL_STATES) -> list[MessageRecord]:
+        """Messages (of ``states``) from a number on, read from the store (locks as the store has them)."""
         self.note_activity()
         self._runner(sub)
         ref, worker = self.refs[sub], self.worker
-        rows = await worker.call(lambda: worker.store.peek(ref, from_sequence_number, count, ALL_STATES,
-                                                           session_id))
+        rows = await worker.call(lambda: worker.store.peek(ref, from_sequence_number, count, states, session_id))
         now = self.clock.now()
         # A message out on a delivery shows the count of earlier deliveries, as its receiver sees it.
         return [as_delivered(row.record) if row.locked_at(now) else row.record for row in rows]
@@ -418,6 +423,26 @@ class CoreActor:
         ref, worker = self.refs[sub], self.worker
         counts = await worker.call(lambda: worker.store.counts(ref))
         return counts.first_sequence_number, counts.last_sequence_number + 1
+
+    # ---- moving rows out: resubmit, move, purge (server/moves.py) -----------------------------------
+
+    async def fetch(self, sub: SubQueue, sequence_numbers: Sequence[int]) -> tuple[StoredMessage, ...]:
+        """The stored rows with these numbers, with their locks (missing ones omitted), from the store."""
+        self._runner(sub)
+        ref, worker, numbers = self.refs[sub], self.worker, tuple(sequence_numbers)
+        return await worker.call(lambda: worker.store.fetch(ref, numbers))
+
+    def move_out(self, sub: SubQueue, items: Sequence[MoveItem],
+                 target: PartitionRef | None) -> asyncio.Future[tuple[int | None, ...]]:
+        """Move the rows not locked into ``target`` (a partition of this store) or delete them; the
+        future gives, per item, its number in the target (or its own, deleted) or None, once durable."""
+        self.note_activity()
+        into = None if target is None else (target.entity, target.partition)
+        return self._request(sub, lambda key: core.MoveOut(tuple(items), key, into))
+
+    def arrived(self, target: PartitionRef, count: int) -> None:
+        """``count`` rows were moved into ``target`` (one of this queue's sub-queues) and committed."""
+        self._on_moved(target, count)
 
     # ---- consumers --------------------------------------------------------------------------------
 

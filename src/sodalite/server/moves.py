@@ -29,6 +29,22 @@ Atomicity, per chunk of messages and per (source partition, target partition) pa
 
 The messages leave the source's memory before either commit, so no receiver can lock them while
 they move. Purge is the same without a target: a delete per chunk, locked messages skipped.
+
+A source queue run by the version-2 core (``server/core_actor.py``, ``--core v2``) holds no
+messages in memory: the selection reads the store page by page (:func:`select_messages`; the
+console's browsing reads it the same way), and each chunk is fetched from the store by number,
+its edits computed here (:func:`moved_draft`; a new enqueued time and the expiry the target's
+time-to-live gives), and handed to the source sub-queue's core as one ``MoveOut``: a fenced
+``MoveMessages`` that deletes the rows not locked at its ``now`` and appends them to the target
+queue's partition in the SAME store transaction (or only deletes them, for a purge). The reply
+comes after the commit; then the target's core is told ``Arrived`` and reads them. Built for a
+target that is a queue on the core in the same store. Not built yet, and answered
+``amqp:not-implemented`` (NotImplementedOperation) rather than faked: a move from such a queue into
+a topic, into an entity on the version-1 path (subscription, partitioned or forwarding queue) or
+into another store, and a move from a version-1 entity into a queue on the core. Known
+differences from the version-1 path: the copy keeps the row's own time-to-live and scheduled time
+(only its expiry is capped by the target's default), and a row whose annotations a receiver
+changed (abandon with properties) between the chunk's fetch and its move keeps the fetched ones.
 """
 
 from __future__ import annotations
@@ -39,12 +55,14 @@ from dataclasses import dataclass
 
 from sodalite.amqp import message as amqp_message
 from sodalite.amqp.codec import decode
-from sodalite.errors import EntityNotFound, InvalidOperation
+from sodalite.errors import EntityNotFound, InvalidOperation, NotImplementedOperation
 from sodalite.model.entities import SqlFilter
 from sodalite.model.filters import compile_filter
 from sodalite.model.message import MessageRecord, MessageState
-from sodalite.model.partition import MessageDraft
+from sodalite.model.partition import LAST_INSTANT_MS, MessageDraft
+from sodalite.model.store_ops import MoveItem as CoreMoveItem
 from sodalite.server import wire
+from sodalite.server.core_actor import ALL_STATES, CoreActor
 from sodalite.server.fanout import message_view
 from sodalite.server.partition_actor import FanOut, PartitionActor, SubQueue, fan_out_ops
 from sodalite.server.partitioned_actor import PartitionedActor, each, partition_of_sequence_number, v1_only
@@ -131,6 +149,27 @@ def select(entity: Entity, sub: SubQueue, states: frozenset[MessageState] | None
     return numbers
 
 
+PAGE = 500  # rows per store read while selecting from a queue on the core
+
+
+async def select_messages(entity: Entity, sub: SubQueue, states: frozenset[MessageState] | None = None,
+                          sql_filter: str | None = None) -> list[int]:
+    """:func:`select` for any entity: a queue on the core is read from the store, page by page."""
+    actor = entity.actor
+    if not isinstance(actor, CoreActor):
+        return select(entity, sub, states, sql_filter)
+    compiled = compile_filter(SqlFilter(sql_filter)) if sql_filter else None
+    numbers: list[int] = []
+    start = 0
+    while True:
+        page = await actor.peek(sub, start, PAGE, states=states if states is not None else ALL_STATES)
+        if not page:
+            return numbers
+        numbers += [r.sequence_number for r in page
+                    if compiled is None or compiled.matches(message_view(wire.forwarded_draft(r)))]
+        start = page[-1].sequence_number + 1
+
+
 def resolve_target(broker_route: Callable[[Entity], Entity], target: Entity) -> Entity:
     """Where a move into ``target`` lands: past its ForwardTo chain (a queue, subscription or topic)."""
     return broker_route(target)
@@ -156,6 +195,8 @@ async def move(source: Entity, sub: SubQueue, sequence_numbers: Sequence[int], t
     docstring for what is kept and how. A topic needs ``fan_out``, the broker's plan of a send's copies."""
     if target.kind == TOPIC and fan_out is None:
         raise InvalidOperation(f"'{target.name}' is a topic, and this move has no way to fan out into it")
+    if isinstance(source.actor, CoreActor):
+        return await _move_on_core(source.actor, sub, sequence_numbers, target, states, chunk, progress)
     groups = _by_partition(v1_only(source.actor, "moving messages"), sequence_numbers)
     for partition, numbers in groups:  # refuse up front what the target could never take
         messages = partition.queues[sub].messages
@@ -272,9 +313,83 @@ async def _move_chunk_to_topic(source: PartitionActor, sub: SubQueue, numbers: l
     return len(records)
 
 
+def _core_move_item(record: MessageRecord, now: int, default_ttl: int | None) -> CoreMoveItem:
+    """What a row becomes in a move's target queue: the version-1 path's :func:`moved_draft` edits
+    (only the parts that change are sent), count reset, enqueued now, expiring by the time-to-live
+    that applies in the target (the message's, capped by the target's default)."""
+    draft = moved_draft(record)
+    ttl = record.time_to_live
+    effective = default_ttl if ttl is None else (ttl if default_ttl is None else min(ttl, default_ttl))
+    annotations = draft.annotations if draft.annotations != record.annotations else None
+    return CoreMoveItem(record.sequence_number, annotations=annotations,
+                        annotation_count=draft.annotation_count if annotations is not None else 0,
+                        tail=draft.tail if draft.tail != record.tail else None, reset_delivery_count=True,
+                        enqueued_time=now,
+                        expires_at=None if effective is None else min(now + effective, LAST_INSTANT_MS))
+
+
+def _core_target(source: CoreActor, target: Entity) -> CoreActor:
+    actor = target.actor
+    if target.kind == TOPIC or not isinstance(actor, CoreActor):
+        raise NotImplementedOperation(
+            f"moving messages from a queue run by the version-2 core into '{target.name}' (a topic, or an entity "
+            "on the version-1 path) is not available yet (serve with --core v1)")
+    if actor.worker is not source.worker:
+        raise NotImplementedOperation(
+            f"moving messages from a queue run by the version-2 core into '{target.name}', which is in another "
+            "messaging store, is not available yet (serve with --core v1)")
+    return actor
+
+
+async def _move_on_core(source: CoreActor, sub: SubQueue, sequence_numbers: Sequence[int], target: Entity,
+                        states: frozenset[MessageState] | None, chunk: int, progress: Progress | None) -> MoveResult:
+    """A move from a queue on the core into a queue on the core in the same store: per chunk, the
+    rows read from the store and one MoveOut (see the module docstring)."""
+    destination = _core_target(source, target)
+    target_ref = destination.refs[SubQueue.MAIN]
+    numbers = list(dict.fromkeys(sequence_numbers))
+    if target.requires_session:  # refuse up front what the target could never take
+        for start in range(0, len(numbers), chunk):
+            rows = await source.fetch(sub, numbers[start : start + chunk])
+            _check_target(target, [r.record for r in rows if states is None or r.record.state in states])
+    moved = done = 0
+    for start in range(0, len(numbers), chunk):
+        part = numbers[start : start + chunk]
+        rows = await source.fetch(sub, part)
+        now = source.clock.now()
+        items = [_core_move_item(r.record, now, destination.settings.default_ttl) for r in rows
+                 if (states is None or r.record.state in states) and not r.locked_at(now)]
+        if items:
+            taken = sum(1 for n in await source.move_out(sub, items, target_ref) if n is not None)
+            moved += taken
+            if taken and destination is not source:  # into a sub-queue of its own: its runner said so
+                destination.arrived(target_ref, taken)
+        done += len(part)
+        if progress is not None:
+            progress(done, len(numbers))
+    return MoveResult(moved, len(numbers) - moved)
+
+
+async def _purge_on_core(actor: CoreActor, entity: Entity, sub: SubQueue, states: frozenset[MessageState] | None,
+                         sequence_numbers: Sequence[int] | None, chunk: int) -> MoveResult:
+    numbers = (list(dict.fromkeys(sequence_numbers)) if sequence_numbers is not None
+               else await select_messages(entity, sub, states))
+    deleted = 0
+    for start in range(0, len(numbers), chunk):
+        part = numbers[start : start + chunk]
+        if states is not None:  # only those still in the states asked for
+            part = [r.record.sequence_number for r in await actor.fetch(sub, part) if r.record.state in states]
+        if part:
+            deleted += sum(1 for n in await actor.move_out(sub, [CoreMoveItem(n) for n in part], None)
+                           if n is not None)
+    return MoveResult(deleted, len(numbers) - deleted)
+
+
 async def purge(entity: Entity, sub: SubQueue, states: frozenset[MessageState] | None = None, *,
                 sequence_numbers: Sequence[int] | None = None, chunk: int = 5000) -> MoveResult:
     """Delete the sub-queue's unlocked messages (those in ``states``, or named, when given)."""
+    if isinstance(entity.actor, CoreActor):
+        return await _purge_on_core(entity.actor, entity, sub, states, sequence_numbers, chunk)
     numbers = list(sequence_numbers) if sequence_numbers is not None else select(entity, sub, states)
     deleted = 0
     for partition, group in _by_partition(v1_only(entity.actor, "purging"), numbers):

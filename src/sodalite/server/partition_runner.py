@@ -345,9 +345,10 @@ class PartitionRunner:
                 for item, applied in zip(op.items, result.applied, strict=True):
                     if applied and item.outcome is Outcome.DEAD_LETTER and item.dead_letter_to is not None:
                         moved[item.dead_letter_to] = moved.get(item.dead_letter_to, 0) + 1
-            elif (isinstance(op, MoveMessages) and op.target is not None and isinstance(result, Moved)
-                  and result.sequence_numbers):
-                moved[op.target] = moved.get(op.target, 0) + len(result.sequence_numbers)
+            elif isinstance(op, MoveMessages) and op.target is not None and isinstance(result, Moved):
+                count = sum(1 for n in result.sequence_numbers if n is not None)  # None: not moved (locked, gone)
+                if count:
+                    moved[op.target] = moved.get(op.target, 0) + count
         for target, count in moved.items():
             try:
                 self.on_moved(target, count)

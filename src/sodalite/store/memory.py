@@ -407,7 +407,8 @@ class MemoryStore:
                     gone = replace(gone, annotations=move.annotations, annotation_count=move.annotation_count)
                 if move.tail is not None:
                     gone = replace(gone, tail=move.tail)
-                gone = replace(gone, state=MessageState.ACTIVE, expires_at=None,
+                gone = replace(gone, state=MessageState.ACTIVE, expires_at=move.expires_at,
+                               enqueued_time=gone.enqueued_time if move.enqueued_time is None else move.enqueued_time,
                                delivery_count=0 if move.reset_delivery_count else gone.delivery_count)
                 moved.append(writable(op.target).append(gone))
             return Moved(tuple(moved))

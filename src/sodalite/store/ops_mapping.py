@@ -6,7 +6,8 @@ is only what the core does not know:
 - the :class:`~sodalite.store.port.PartitionRef` of the partition it decides for, on every op (an
   ``AppendTo`` names its own: a topic's copies for a subscription);
 - the dead-letter partition a ``Settle`` DEAD_LETTER item or a ``MoveMessages(to_dead_letter=True)``
-  goes to (the caller names the entity's ``$deadletterqueue`` partition);
+  goes to (the caller names the entity's ``$deadletterqueue`` partition), and the ``PartitionRef``
+  of a ``MoveMessages`` target named (entity, partition);
 - the annotations and, for a dead-letter reason, the tail of an
   :class:`~sodalite.model.store_ops.AnnotationEdit`, encoded by ``encode_edit`` (encoding AMQP is
   the server's business; this layer may not import the AMQP codec).
@@ -58,9 +59,16 @@ def to_port_op(op: core.StoreOp, ref: port.PartitionRef, dead_letter: port.Parti
         case core.MoveMessages():
             moves = []
             for move in op.items:
-                annotations, count, tail = encoded(move.edit)
-                moves.append(port.MoveItem(move.sequence_number, annotations, count, tail=tail))
-            return port.MoveMessages(ref, op.now, tuple(moves), dead_letter if op.to_dead_letter else None)
+                if move.edit is not None:
+                    annotations, count, tail = encoded(move.edit)
+                else:
+                    annotations, count, tail = move.annotations, move.annotation_count, move.tail
+                moves.append(port.MoveItem(move.sequence_number, annotations, count, move.reset_delivery_count, tail,
+                                           move.enqueued_time, move.expires_at))
+            if op.to_dead_letter and op.target is not None:
+                raise ValueError("a move goes to the dead-letter queue or to a target, not both")
+            target = dead_letter if op.to_dead_letter else None if op.target is None else port.PartitionRef(*op.target)
+            return port.MoveMessages(ref, op.now, tuple(moves), target)
         case core.Activate():
             return port.Activate(ref, op.now, op.limit)
         case core.RememberMessageIds():

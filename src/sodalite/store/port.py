@@ -273,14 +273,19 @@ class RenewLocks:
 @dataclass(frozen=True, slots=True)
 class MoveItem:
     """One message to move: replacement annotations and tail (each when not None; they apply to the
-    copy in the target, counted at its new size) and whether the moved copy's delivery count starts
-    again at 0."""
+    copy in the target, counted at its new size), whether the moved copy's delivery count starts
+    again at 0, and the copy's times in the target: ``enqueued_time`` (None keeps the row's) and
+    ``expires_at`` (None: it never expires, as in a dead-letter queue; a move into a queue passes
+    the new enqueued time plus the time-to-live that applies there). Without a target only the
+    number counts."""
 
     sequence_number: int
     annotations: bytes | None = None
     annotation_count: int = 0
     reset_delivery_count: bool = False
     tail: bytes | None = None
+    enqueued_time: int | None = None
+    expires_at: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,8 +294,11 @@ class MoveMessages:
 
     For each item whose row exists and is not locked at ``now``: delete it here and, with a
     ``target``, append it there with the target's next number (state ACTIVE, lock cleared, count
-    reset if asked). Used for expiry (to the dead-letter queue, or just gone), MaxDeliveryCount
-    dead-lettering of an unlocked message, redrive and resubmit. Result: :class:`Moved`.
+    reset if asked, the item's enqueued and expiry times). Used for expiry (to the dead-letter
+    queue, or just gone), MaxDeliveryCount dead-lettering of an unlocked message, purges by number
+    (no target), and moves, resubmits and redrives into another queue of the same store (one
+    transaction: the copy exists in the target exactly when the row left the source).
+    Result: :class:`Moved`.
     """
 
     ref: PartitionRef

@@ -543,8 +543,8 @@ def _claim_sql(by_session: bool, by_numbers: bool) -> str:
 _CLAIM_SQL: Final = {(s, n): _claim_sql(s, n) for s in (False, True) for n in (False, True)}
 _SETTLE_ITEMS: Final = (
     "i AS (SELECT * FROM unnest(%(seq)s::bigint[], %(tok)s::uuid[], %(code)s::smallint[], %(ann)s::bytea[], "
-    "%(annc)s::bigint[], %(tl)s::bytea[], %(reset)s::boolean[]) WITH ORDINALITY "
-    "AS i(seq, tok, code, ann, annc, tl, reset, ord))"
+    "%(annc)s::bigint[], %(tl)s::bytea[], %(reset)s::boolean[], %(enq)s::bigint[], %(exp)s::bigint[]) "
+    "WITH ORDINALITY AS i(seq, tok, code, ann, annc, tl, reset, enq, exp, ord))"
 )
 _CODE: Final = {Outcome.ABANDON: 0, Outcome.RELEASE: 1, Outcome.DEFER: 2, Outcome.COMPLETE: 3, Outcome.DEAD_LETTER: 4}
 _COMPLETE: Final = (
@@ -574,15 +574,17 @@ _UNLOCK: Final = (
 def _transfer_sql(fence: str) -> str:
     """Delete the fenced rows named by the items here and append them to the target partition
     (%(te)s, %(tp)s, taken by _TAKE_PARTITION before) with its next numbers, in item order: unlocked,
-    ACTIVE, without an expiry time (it lands in a dead-letter queue, where no time-to-live is
-    observed), annotations and tail replaced and delivery count reset as each item says. Returns
+    ACTIVE, with the item's expiry time (none for a settlement: it lands in a dead-letter queue,
+    where no time-to-live is observed) and enqueued time (the row's when the item gives none),
+    annotations and tail replaced and delivery count reset as each item says. Returns
     (old number, new number) per moved row."""
     copied = ", ".join(
         f"CASE WHEN i.reset THEN 0 ELSE m.{n} END AS {n}" if n == "delivery_count"
         else f"coalesce(i.ann, m.{n}) AS {n}" if n == "annotations"
         else f"CASE WHEN i.ann IS NULL THEN m.{n} ELSE i.annc END AS {n}" if n == "annotation_count"
         else f"coalesce(i.tl, m.{n}) AS {n}" if n == "tail"
-        else f"NULL::bigint AS {n}" if n == "expires_at"
+        else f"i.exp AS {n}" if n == "expires_at"
+        else f"coalesce(i.enq, m.{n}) AS {n}" if n == "enqueued_time"
         else f"m.{n}"
         for n in _FIELD_NAMES if n != "state")
     return (
@@ -912,9 +914,13 @@ def _message_arrays(ref: PartitionRef, messages: Sequence[MessageRecord], number
 
 
 def _item_arrays(items: Sequence[tuple[int, uuid.UUID | None, int, bytes | None, int, bytes | None, bool]],
-                 ) -> dict[str, Any]:
-    """Settle and move items as arrays: (number, token, outcome code, annotations, count, tail, reset)."""
+                 times: Sequence[tuple[int | None, int | None]] | None = None) -> dict[str, Any]:
+    """Settle and move items as arrays: (number, token, outcome code, annotations, count, tail, reset),
+    and a moved copy's (enqueued time, expiry time), both None for settlements."""
+    times = times if times is not None else [(None, None)] * len(items)
     return {
+        "enq": [None if enq is None else _time(enq, "enqueued_time") for enq, _ in times],
+        "exp": [None if exp is None else _time(exp, "expires_at") for _, exp in times],
         "seq": [_int64(seq, "sequence number") for seq, *_ in items],
         "tok": [tok for _, tok, *_ in items],
         "code": [code for _, _, code, *_ in items],
@@ -1036,7 +1042,8 @@ def _move_plan(op: MoveMessages) -> _Plan:
     for _, indexes in _batches([()] * len(op.items), numbers, one_by_one=same):
         items: list[MoveItem] = [op.items[i] for i in indexes]
         params = {**base, **_item_arrays([(it.sequence_number, None, 0, it.annotations, it.annotation_count,
-                                           it.tail, it.reset_delivery_count) for it in items])}
+                                           it.tail, it.reset_delivery_count) for it in items],
+                                         [(it.enqueued_time, it.expires_at) for it in items])}
         steps.append(_Step(_MOVE_AWAY if op.target is None else _MOVE_TO, params, rows=True))
         groups.append(indexes)
 

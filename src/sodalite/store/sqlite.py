@@ -653,7 +653,9 @@ def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2) -> OpResult:
             moved.append(move.sequence_number)
             record = _replaced(stored.record, move.annotations, move.annotation_count, move.tail)
             leaving.append(replace(record, state=MessageState.ACTIVE,
-                                   expires_at=None if op.target is not None else record.expires_at,
+                                   expires_at=move.expires_at if op.target is not None else record.expires_at,
+                                   enqueued_time=record.enqueued_time if move.enqueued_time is None
+                                   else move.enqueued_time,
                                    delivery_count=0 if move.reset_delivery_count else record.delivery_count))
         if leaving:
             _delete_counted(conn, ref, [m.sequence_number for m in leaving])

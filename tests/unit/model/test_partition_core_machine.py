@@ -1,5 +1,5 @@
 """A Hypothesis state machine drives the pure partition core with random commands (deferred receives
-by number and complete-through among them), a fake clock and
+by number, complete-through and moves out by number among them), a fake clock and
 batches that commit or fail in the actor's order, applying its store ops to the test-only in-memory
 store, and checks after every step: no message lost or doubled, at most one lock per message, every
 lock the core holds is the store's, counts equal the store's; and at the end, that every ready
@@ -20,6 +20,8 @@ from sodalite.model.partition_core import (
     CoreSettings,
     DeferredReceived,
     Delivered,
+    MovedOut,
+    MoveOut,
     Receive,
     ReceiveDeferred,
     ReceiveMode,
@@ -32,7 +34,7 @@ from sodalite.model.partition_core import (
     SettlementDone,
     new_view,
 )
-from sodalite.model.store_ops import Outcome
+from sodalite.model.store_ops import MoveItem, Outcome
 
 LOCK = 1_000
 CONSUMERS = ("c1", "c2")
@@ -46,6 +48,9 @@ class PartitionCoreMachine(CoreMachine):
                             duplicate_window=5_000 if dedup else None, window_bytes=window, read_count=read_count,
                             scheduled_poll=500, scheduled_tracked=2)
         self.h = Harness(new_view(core, 0, token_seed=3))
+        self.moving: dict[object, tuple[tuple[int, ...], tuple[str, int] | None]] = {}
+        self.moved_out: set[int] = set()
+        self.requests = 0
 
     # ---- commands ----
 
@@ -59,6 +64,7 @@ class PartitionCoreMachine(CoreMachine):
             elif isinstance(reply, Delivered):
                 seq = reply.message.sequence_number
                 assert seq not in self.completed, f"{seq} delivered after it was completed"
+                assert seq not in self.moved_out, f"{seq} delivered after it was moved out"
                 if reply.lock_token is None:  # received and deleted: gone from the store already
                     assert seq not in h.store.rows
                     self.completed.add(seq)
@@ -71,6 +77,25 @@ class PartitionCoreMachine(CoreMachine):
                 self.completed.add(seq)
             elif isinstance(reply, DeferredReceived):
                 self._observe_deferred(reply)
+            elif isinstance(reply, MovedOut):
+                self._observe_moved_out(reply)
+
+    def _observe_moved_out(self, reply: MovedOut) -> None:
+        """Each number the reply names left the store by this move (deleted or in the target) and is
+        never delivered again; each None is a row the move did not take."""
+        h = self.harness
+        asked, target = self.moving.pop(reply.reply_to)
+        assert len(reply.sequence_numbers) == len(asked)
+        for seq, new in zip(asked, reply.sequence_numbers, strict=True):
+            if new is None:
+                continue
+            assert seq not in h.store.rows and seq not in self.moved_out
+            if target is None:
+                assert new == seq and h.store.gone[seq] == "dropped"
+            else:
+                to, record, _ = h.store.moved_out[new - 1]
+                assert to == target and record.sequence_number == seq
+            self.moved_out.add(seq)
 
     def _observe_deferred(self, reply: DeferredReceived) -> None:
         """Received by number: PeekLock holds exactly the store's lock; ReceiveAndDelete only what
@@ -117,6 +142,15 @@ class PartitionCoreMachine(CoreMachine):
                 self._run(Settle(token, Outcome.DEFER, "defer"))
         self.carry_out_all()
         self._run(CloseConsumer("deferrer"))
+
+    @rule(data=st.data(), into=st.sampled_from([None, ("other", 0)]))
+    def move_out(self, data: st.DataObject, into: tuple[str, int] | None) -> None:
+        """A resubmit or move (into another partition) or a purge by number, of any rows, in any state."""
+        numbers = data.draw(st.lists(st.integers(1, self.harness.store.last + 1), max_size=4))
+        self.requests += 1
+        key = ("mo", self.requests)
+        self.moving[key] = (tuple(numbers), into)
+        self._run(MoveOut(tuple(MoveItem(n, reset_delivery_count=True) for n in numbers), key, into))
 
     @rule(data=st.data())
     def complete_through(self, data: st.DataObject) -> None:

@@ -29,6 +29,8 @@ from sodalite.model.partition_core import (
     DeferredReceived,
     Delivered,
     MessageNotFound,
+    MovedOut,
+    MoveOut,
     Receive,
     ReceiveDeferred,
     ReceiveMode,
@@ -423,6 +425,14 @@ def test_core_ops_map_to_port_ops_of_the_partition() -> None:
     assert moved == port.MoveMessages(REF, 10, (port.MoveItem(6, b"enc:1", 1, tail=b"tail+reason"),), DLQ)
     drop = to_port_op(CoreMoveMessages(10, (CoreMoveItem(5),), to_dead_letter=False), REF, DLQ, encode)
     assert drop == port.MoveMessages(REF, 10, (port.MoveItem(5),), None)
+    # a move into another queue (resubmit, move): the target named, the server's bytes and times kept
+    item = CoreMoveItem(8, annotations=b"a", annotation_count=1, tail=b"t", reset_delivery_count=True,
+                        enqueued_time=20, expires_at=90)
+    into = to_port_op(CoreMoveMessages(10, (item,), to_dead_letter=False, target=("orders", 2)), REF, DLQ, encode)
+    assert into == port.MoveMessages(REF, 10, (port.MoveItem(8, b"a", 1, True, b"t", 20, 90),),
+                                     port.PartitionRef("orders", 2))
+    with pytest.raises(ValueError):
+        to_port_op(CoreMoveMessages(10, (item,), to_dead_letter=True, target=("orders", 2)), REF, DLQ, encode)
     assert to_port_op(CorePurge(10, 7), REF, DLQ, encode) == port.Purge(REF, 10, 7)
     assert to_core_result(port.Purged(3)) == CorePurged(3)
     assert to_core_result(port.Settled((True,))) == port.Settled((True,))
@@ -722,4 +732,38 @@ def test_complete_through_purges_up_to_n_except_locked_and_the_counts_follow(kin
         await s.runner.drained()
         assert s.of(CompletedThrough)[-1] == CompletedThrough("again", 0)
         assert await _view_counts_are_the_stores(s) == (1, 0, 0)
+    run(kind, tmp_path, body)
+
+
+@STORES
+def test_move_out_into_another_queue_is_one_transaction_and_reports_only_the_rows_taken(
+        kind: str, tmp_path: pathlib.Path) -> None:
+    """A resubmit or move through the runner, against the real store: the rows leave this partition
+    and arrive in the target in ONE transaction, locked rows stay, the reply comes after the commit,
+    the counts follow the store, and ``on_moved`` hears only the rows the store moved."""
+    target = port.PartitionRef("runner-target", 0)
+
+    async def body(s: Setup) -> None:
+        heard: list[tuple[port.PartitionRef, int]] = []
+        s.runner.on_moved = lambda ref, count: heard.append((ref, count))
+        s.runner.submit(Send(tuple(draft(f"m{i}".encode()) for i in range(3)), reply_to="send"))
+        await s.runner.drained()
+        s.runner.submit(Receive("consumer", 1))  # 1 locked
+        await s.runner.drained()
+        applies = s.store.apply_calls
+        items = (CoreMoveItem(1), CoreMoveItem(2, reset_delivery_count=True, enqueued_time=START, expires_at=START + 9),
+                 CoreMoveItem(3))
+        s.runner.submit(MoveOut(items, reply_to="mv", target=(target.entity, target.partition)))
+        assert s.of(MovedOut) == []  # nothing before the commit
+        await s.runner.drained()
+        assert s.of(MovedOut) == [MovedOut("mv", (None, 1, 2))]
+        assert s.store.apply_calls == applies + 1  # delete and append: one transaction
+        assert heard == [(target, 2)]
+        assert [r.record.sequence_number for r in await s.rows()] == [1]
+        moved = await s.worker.call(lambda: s.store.inner.peek(target, 0, 10))
+        assert [(m.record.enqueued_time, m.record.expires_at) for m in moved] == [(START, START + 9),
+                                                                                  (START, None)]
+        assert await _view_counts_are_the_stores(s) == (1, 0, 0)
+        s.runner.submit(MoveOut((CoreMoveItem(1),), reply_to="purge"))  # locked here: not even asked
+        assert s.of(MovedOut)[-1] == MovedOut("purge", (None,))
     run(kind, tmp_path, body)
