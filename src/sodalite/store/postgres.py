@@ -93,8 +93,11 @@ Not thread-safe: the server calls one store from one worker thread.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import string
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -103,6 +106,7 @@ from urllib.parse import urlsplit
 
 import psycopg
 import psycopg.errors
+from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from sodalite.errors import ConfigurationError, StoreFull, StoreUnavailable
@@ -113,6 +117,7 @@ from sodalite.store.port import (
     Append,
     Appended,
     AppendMessages,
+    ChangeSink,
     Claim,
     Claimed,
     ClaimSession,
@@ -151,6 +156,8 @@ from sodalite.store.port import (
     UpdateMessages,
 )
 
+log = logging.getLogger(__name__)
+
 URL_SCHEMES: Final = ("postgresql", "postgres")
 _ASCII_LOWER: Final = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 _INT64_MIN: Final = -(2**63)
@@ -170,6 +177,10 @@ LOCK_TIMEOUT_MS: Final = 100  # how long the maintenance waits for the lock TRUN
 # The current generation is also left for the next once its counter table is this large: a run of
 # settlements that only delete (a backlog drained under a long transaction) grows it, not the messages.
 COUNTER_ROTATE_BYTES: Final = 64 * 1024
+# LISTEN/NOTIFY: how long the listening thread waits for notifications before it looks whether it
+# should stop, and the longest pause between two attempts to reconnect after the connection is lost.
+LISTEN_POLL: Final = 0.5
+LISTEN_RETRY_MAX: Final = 2.0
 
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     (
@@ -1148,6 +1159,61 @@ def _v1_statements(op: StoreOp) -> Iterable[tuple[str, list[tuple[Any, ...]]]]:
         raise AssertionError(f"not a version-1 operation without messages: {type(op).__name__}")
 
 
+def channel_name(schema: str) -> str:
+    """The notification channel of the Sodalite tables in ``schema``: a channel is database-wide, so
+    each schema gets its own and deployments in other schemas of the database are not woken."""
+    name = f"sodalite_{schema}"
+    if len(name.encode("utf-8")) <= 63:  # NAMEDATALEN - 1
+        return name
+    return "sodalite_" + hashlib.sha256(schema.encode("utf-8")).hexdigest()[:32]
+
+
+def _announcements(batch: Sequence[StoreOp], origin: str) -> list[str]:
+    """The notification payloads a batch sends when it commits: one per partition it makes messages
+    ready in (ACTIVE rows appended, scheduled rows activated, abandoned and released rows, rows
+    dead-lettered or moved into it, a session lock released), and one if it changes entity records.
+    ``r <origin> <partition> <entity>`` and ``e <origin>``; the origin lets a node skip its own."""
+    ready: dict[tuple[str, int], None] = {}
+    entities = False
+    for op in batch:
+        if isinstance(op, Append):
+            if any(m.state == MessageState.ACTIVE for m in op.messages):
+                ready[(op.ref.entity, op.ref.partition)] = None
+        elif isinstance(op, Activate):
+            if op.limit > 0:
+                ready[(op.ref.entity, op.ref.partition)] = None
+        elif isinstance(op, Settle):
+            for item in op.items:
+                if item.outcome in (Outcome.ABANDON, Outcome.RELEASE):
+                    ready[(op.ref.entity, op.ref.partition)] = None
+                elif item.outcome is Outcome.DEAD_LETTER and item.dead_letter_to is not None:
+                    ready[(item.dead_letter_to.entity, item.dead_letter_to.partition)] = None
+        elif isinstance(op, MoveMessages):
+            if op.target is not None and op.items:
+                ready[(op.target.entity, op.target.partition)] = None
+        elif isinstance(op, ReleaseSession):
+            ready[(op.ref.entity, op.ref.partition)] = None
+        elif isinstance(op, PutEntity | DeleteEntity):
+            entities = True
+    payloads = [f"r {origin} {partition} {entity}" for entity, partition in ready]
+    if entities:
+        payloads.append(f"e {origin}")
+    return payloads
+
+
+def _parse_announcement(payload: str) -> tuple[str, str, PartitionRef | None] | None:
+    """(kind, origin, ref) of a payload :func:`_announcements` made; None for anything else."""
+    parts = payload.split(" ", 3)
+    if len(parts) == 2 and parts[0] == "e":
+        return "e", parts[1], None
+    if len(parts) == 4 and parts[0] == "r" and parts[2].isdigit():
+        return "r", parts[1], PartitionRef(parts[3], int(parts[2]))
+    return None
+
+
+_NOTIFY: Final = "SELECT pg_notify(%(channel)s, payload) FROM unnest(%(payloads)s::text[]) AS payload"
+
+
 def _plan(op: StoreOp) -> _Plan:
     if isinstance(op, Append):
         return _append_plan(op)
@@ -1188,6 +1254,10 @@ class PostgresStore:
         self._rotate_bytes = rotate_bytes
         self._pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]] | None = None
         self._closed = False
+        # LISTEN/NOTIFY: this store's name in its own notifications (so its node skips them) and the
+        # channel of its schema (known once open() has connected).
+        self.origin = uuid.uuid4().hex[:12]
+        self._channel: str | None = None
         # Diagnostics (the drill reads them): network round trips (pipeline syncs and single
         # statements) and statements sent; ring switches, generations truncated, and truncations
         # put off because a lock was not granted within LOCK_TIMEOUT_MS.
@@ -1223,6 +1293,7 @@ class PostgresStore:
             with psycopg.connect(self._url, autocommit=True, connect_timeout=max(1, int(self._timeout)),
                                  application_name=self._application_name) as conn:
                 self._migrate(conn)
+                row = conn.execute("SELECT current_schema()").fetchone()
         except psycopg.Error as exc:
             raise StoreUnavailable(
                 f"PostgreSQL store {self._shown}: cannot connect: {_describe(exc)}; check that the server "
@@ -1230,6 +1301,13 @@ class PostgresStore:
             ) from exc
         pool.open(wait=False)
         self._pool = pool
+        self._channel = channel_name(str(row[0])) if row is not None and row[0] is not None else None
+
+    def change_feed(self, *, application_name: str | None = None) -> PostgresChangeFeed:
+        """A listener for the notifications other stores on this database and schema send (one
+        connection of its own; see :class:`PostgresChangeFeed`), skipping this store's own."""
+        return PostgresChangeFeed(self._url, origin=self.origin, connect_timeout=self._timeout,
+                                  application_name=application_name or f"{self._application_name} listen"[:63])
 
     def apply(self, batch: Sequence[StoreOp]) -> tuple[OpResult, ...]:
         pool = self._require()
@@ -1237,6 +1315,11 @@ class PostgresStore:
         takes = sorted({key for plan in plans for key in plan.takes})
         steps = [_Step(_TAKE_PARTITION, {"e": e, "p": p}) for e, p in takes]
         steps += [step for plan in plans for step in plan.steps]
+        payloads = _announcements(batch, self.origin) if self._channel is not None and steps else []
+        if payloads:
+            # Queued by the transaction, sent by PostgreSQL when it commits (never on a rollback):
+            # one more statement in the pipeline, not one more round trip.
+            steps.append(_Step(_NOTIFY, {"channel": self._channel, "payloads": payloads}))
         fetched: list[_Rows] = []
         if steps:
             try:
@@ -1521,3 +1604,103 @@ class PostgresStore:
         if self._closed:
             raise self._unavailable()
         raise StoreUnavailable(f"PostgreSQL store {self._shown} is not open: call open() first")
+
+
+class PostgresChangeFeed:
+    """A node's one listening connection to a PostgreSQL store (the port's ``ChangeFeed``).
+
+    Theory of operation. Every :meth:`PostgresStore.apply` that makes messages ready in a partition,
+    or changes entity records, adds ``pg_notify`` to its transaction (:func:`_announcements`: one
+    notification per partition and per transaction, whatever the batch holds); PostgreSQL delivers
+    them to every listening session when, and only if, the transaction commits, so a listener that
+    reads the store on a notification sees what it announces. The notifications of a schema go to
+    its channel (:func:`channel_name`).
+
+    This class keeps one connection (autocommit) in a thread of its own, ``LISTEN``\\ s on the
+    channel and hands each notification to the sink: ``ready(ref)`` or ``entities_changed()``,
+    skipping those whose origin is its own store's (this node made them and knows). The thread waits
+    for notifications :data:`LISTEN_POLL` at a time, so :meth:`stop` takes effect within that. When
+    the connection is lost (the database restarted, the network broke: TCP keepalives find a dead
+    peer), it reconnects with a growing pause (up to :data:`LISTEN_RETRY_MAX`) until it succeeds,
+    and then calls ``sink.resynced()``, because what was committed while nobody listened was never
+    announced; ``live`` is False meanwhile, and the server polls faster. Notifications are hints:
+    the store stays the truth, and nothing is lost when one is missed, only found later by a poll.
+    """
+
+    def __init__(self, url: str, *, origin: str, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+                 application_name: str = "sodalite listen") -> None:
+        self._url = check_url(url)
+        self._shown = redact(url)
+        self._origin = origin
+        self._timeout = connect_timeout
+        self._application_name = application_name
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._live = False
+        # Diagnostics (tests and benchmarks read them): connections made, notifications handed on.
+        self.connections = 0
+        self.delivered = 0
+
+    @property
+    def live(self) -> bool:
+        return self._live
+
+    def start(self, sink: ChangeSink) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, args=(sink,), name="sodalite-pg-listen", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout=LISTEN_POLL + self._timeout + 1)
+
+    def _run(self, sink: ChangeSink) -> None:
+        pause = 0.1
+        while not self._stopping.is_set():
+            try:
+                with psycopg.connect(self._url, autocommit=True, connect_timeout=max(1, int(self._timeout)),
+                                     application_name=self._application_name, keepalives=1,
+                                     keepalives_idle=10, keepalives_interval=5, keepalives_count=3) as conn:
+                    row = conn.execute("SELECT current_schema()").fetchone()
+                    if row is None or row[0] is None:
+                        raise StoreUnavailable(f"PostgreSQL store {self._shown}: no schema on the search_path")
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel_name(str(row[0])))))
+                    self.connections += 1
+                    if self.connections > 1:
+                        log.warning("PostgreSQL store %s: listening again for other nodes' changes", self._shown)
+                    self._live = True
+                    pause = 0.1
+                    self._hand(sink.resynced)
+                    while not self._stopping.is_set():
+                        for notify in conn.notifies(timeout=LISTEN_POLL):
+                            self._dispatch(sink, notify.payload)
+            except (psycopg.Error, StoreUnavailable) as exc:
+                if self._live:
+                    log.warning("PostgreSQL store %s: the listening connection was lost (%s); reconnecting",
+                                self._shown, _describe(exc))
+            finally:
+                self._live = False
+            self._stopping.wait(pause)
+            pause = min(pause * 2, LISTEN_RETRY_MAX)
+
+    def _dispatch(self, sink: ChangeSink, payload: str) -> None:
+        parsed = _parse_announcement(payload)
+        if parsed is None or parsed[1] == self._origin:
+            return
+        kind, _, ref = parsed
+        self.delivered += 1
+        if ref is not None:
+            target: PartitionRef = ref
+            self._hand(lambda: sink.ready(target))
+        elif kind == "e":
+            self._hand(sink.entities_changed)
+
+    @staticmethod
+    def _hand(call: Callable[[], None]) -> None:
+        try:
+            call()
+        except Exception:  # the sink's trouble must not end the listening thread
+            log.exception("a change notification could not be handed on")
