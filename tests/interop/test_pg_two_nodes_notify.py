@@ -10,8 +10,10 @@ times taken are printed, not asserted).
 
 from __future__ import annotations
 
+import re
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,7 +33,7 @@ def _node(base: Path, url: str, name: str) -> BrokerProcess:
     return BrokerProcess(base / name, write_config(base / "Config.json", [{"Name": "woken", "Properties": {}},
                                                                    {"Name": "known", "Properties": {}}]),
                          extra_args=["--store", url, "--core", "v2", "--node-id", name,
-                                     "--shared-poll-seconds", POLL])
+                                     "--shared-poll-seconds", POLL, "--metrics-port", "0"])
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +47,14 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProc
     yield a, b
     a.stop()
     b.stop()
+
+
+def _round_trips(node: BrokerProcess) -> int:
+    with urllib.request.urlopen(node.metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    found = re.search(r'^sodalite_store_round_trips_total\{store="default"\} (\S+)$', text, re.MULTILINE)
+    assert found is not None, text
+    return int(float(found.group(1)))
 
 
 def test_a_receiver_waiting_on_one_node_is_woken_by_a_send_through_the_other(
@@ -68,10 +78,12 @@ def test_a_receiver_waiting_on_one_node_is_woken_by_a_send_through_the_other(
     thread.start()
     assert waiting.wait(BOUND)
     time.sleep(1)  # node b's core has read the empty queue and waits, credit in hand
+    before = _round_trips(a)
     sent_at = time.monotonic()
     with ServiceBusClient.from_connection_string(a.connection_string) as client, \
             client.get_queue_sender("woken") as sender:
         sender.send_messages([ServiceBusMessage(f"w{i}") for i in range(3)])
+    assert _round_trips(a) > before  # the send's batch is counted in /metrics (the cycle benchmark reads it)
     thread.join()
     assert sorted(body for body, _ in got) == ["w0", "w1", "w2"]
     print(f"sent through node a, received through node b after {got[0][1] - sent_at:.3f} s "
