@@ -563,6 +563,14 @@ _COMPLETE: Final = (
     f"AND {_ITEM_ROWS} AND {_FENCED} RETURNING m.sequence_number, {_GONE}), "
     f"adj AS ({_adjust('d')}) SELECT sequence_number FROM d"
 )
+# Several Settle operations of one partition, back to back in a batch, all COMPLETE (a group commit
+# of receivers' completes): one statement, each item fenced at its own operation's now.
+_COMPLETE_MERGED: Final = (
+    "WITH i AS (SELECT * FROM unnest(%(seq)s::bigint[], %(tok)s::uuid[], %(nows)s::bigint[]) AS i(seq, tok, now)), "
+    f"d AS (DELETE FROM sodalite_messages m USING i WHERE {_PARTITION} AND {_ITEM_ROWS} "
+    f"AND m.lock_token = i.tok AND m.locked_until > i.now RETURNING m.sequence_number, {_GONE}), "
+    f"adj AS ({_adjust('d')}) SELECT sequence_number FROM d"
+)
 # ABANDON, RELEASE and DEFER clear the lock; RELEASE gives the delivery back, DEFER defers.
 _UNLOCK: Final = (
     f"WITH {_SETTLE_ITEMS}, old AS (SELECT m.sequence_number, m.state, {_SIZE} AS size, i.code, i.ann, i.annc, i.tl "
@@ -882,6 +890,8 @@ class _Plan:
     finish: Callable[[list[_Rows]], OpResult] = _done
     # The partitions it numbers messages of, whose base rows the batch takes first (_TAKE_PARTITION).
     takes: set[tuple[bytes, int]] = field(default_factory=set)
+    # A plan for several operations (_merged_complete_plan): their results, in order, instead of finish.
+    results: Callable[[list[_Rows]], list[OpResult]] | None = None
 
 
 def _stored_from_row(row: tuple[Any, ...]) -> StoredMessage:
@@ -1020,6 +1030,51 @@ def _settle_plan(op: Settle) -> _Plan:
         steps.append(_Step(sql, params, rows=True, generic=True))
         groups.append(indexes)
     return _Plan(steps, lambda rows: Settled(_flags(numbers, groups, rows)), takes)
+
+
+def _completes_only(op: StoreOp) -> bool:
+    return isinstance(op, Settle) and bool(op.items) and all(i.outcome is Outcome.COMPLETE for i in op.items)
+
+
+def _plans(batch: Sequence[StoreOp]) -> list[_Plan]:
+    """One plan per operation, except that Settle operations of one partition that follow each other
+    and only complete distinct messages become one plan (one statement) for all of them."""
+    plans: list[_Plan] = []
+    index = 0
+    while index < len(batch):
+        op = batch[index]
+        index += 1
+        if not (isinstance(op, Settle) and _completes_only(op)):
+            plans.append(_plan(op))
+            continue
+        run = [op]
+        numbers = {item.sequence_number for item in op.items}
+        unique = len(numbers) == len(op.items)
+        while unique and index < len(batch):
+            nxt = batch[index]
+            if not (isinstance(nxt, Settle) and _completes_only(nxt) and _key(nxt.ref) == _key(op.ref)):
+                break
+            mine = {item.sequence_number for item in nxt.items}
+            if len(mine) != len(nxt.items) or mine & numbers:
+                break
+            numbers |= mine
+            run.append(nxt)
+            index += 1
+        plans.append(_plan(op) if len(run) == 1 else _merged_complete_plan(run))
+    return plans
+
+
+def _merged_complete_plan(ops: list[Settle]) -> _Plan:
+    items = [(item, op.now) for op in ops for item in op.items]
+    params = {**_partition_params(ops[0].ref),
+              "seq": [_int64(item.sequence_number, "sequence number") for item, _ in items],
+              "tok": [item.lock_token for item, _ in items], "nows": [_time(now, "now") for _, now in items]}
+
+    def results(rows: list[_Rows]) -> list[OpResult]:
+        done = {int(r[0]) for r in rows[0]}
+        return [Settled(tuple(item.sequence_number in done for item in op.items)) for op in ops]
+
+    return _Plan([_Step(_COMPLETE_MERGED, params, rows=True, generic=True)], results=results)
 
 
 def _renew_plan(op: RenewLocks) -> _Plan:
@@ -1320,7 +1375,7 @@ class PostgresStore:
 
     def apply(self, batch: Sequence[StoreOp]) -> tuple[OpResult, ...]:
         pool = self._require()
-        plans = [_plan(op) for op in batch]  # validate and encode everything before touching the database
+        plans = _plans(batch)  # validate and encode everything before touching the database
         takes = sorted({key for plan in plans for key in plan.takes})
         steps = [_Step(_TAKE_PARTITION, {"e": e, "p": p}) for e, p in takes]
         steps += [step for plan in plans for step in plan.steps]
@@ -1377,7 +1432,10 @@ class PostgresStore:
             mine = [rows for step, rows in zip(plan.steps, fetched[position:position + len(plan.steps)], strict=True)
                     if step.rows]
             position += len(plan.steps)
-            results.append(plan.finish(mine))
+            if plan.results is not None:
+                results.extend(plan.results(mine))
+            else:
+                results.append(plan.finish(mine))
         return tuple(results)
 
     def load_partition(self, ref: PartitionRef) -> PartitionSnapshot:
