@@ -66,6 +66,18 @@ and move keys, and ``sodalite_ring`` itself (one version per switch). The drill
 ``benchmarks/pg_long_transaction.py`` measures the tables while a long transaction is open
 (docs/postgresql.md).
 
+Notifications (several nodes on one database). A batch that makes messages ready in a partition
+(ACTIVE appends, activation, abandon and release, dead-letters and moves into it, a released session
+lock) or changes entity records ends with one ``pg_notify`` statement queuing one notification per
+such partition (and one for the entities) on its schema's channel: PostgreSQL delivers them at
+commit, never after a rollback. Each node listens with :class:`PostgresChangeFeed` (one connection of
+its own) and reads the store again for the partition named; see docs/postgresql.md.
+
+Plans. Settlements and renewals run on their prepared statement's generic plan (:data:`_GENERIC_PLAN`,
+switched transaction-locally in the pipeline), which PostgreSQL would otherwise re-plan at each
+execution. Settle operations of one partition that follow each other in a batch and only complete
+distinct messages (a group commit of receivers' completes) are one statement (:func:`_plans`).
+
 Schema. Numbered migrations (:data:`MIGRATIONS`), recorded in ``sodalite_schema_version``, run by
 ``open`` in one transaction under a transaction-scoped advisory lock, so several brokers starting on
 one database migrate it once. A database whose schema is newer than this code knows makes ``open``
