@@ -272,3 +272,49 @@ def test_the_feed_listens_again_after_the_database_restarts(tmp_path: object) ->
             other.close()
     finally:
         own.stop()
+
+
+def test_the_store_worker_wakes_its_watchers_on_the_loop(url: str) -> None:
+    """The server's side (server/store_worker.py): another store's commits reach a watching partition
+    and the entity follow on the event loop; the fallback poll is slow only while the feed is live."""
+    import asyncio
+
+    from sodalite.server.store_worker import NOTIFIED_POLL_SECONDS, SHARED_POLL_SECONDS, StoreWorker
+
+    async def run() -> None:
+        mine, other = PostgresStore(url), PostgresStore(url)
+        other.open()
+        worker = StoreWorker(mine, "default")
+        worker.shared = True
+        worker.feed = mine.change_feed()
+        loop = asyncio.get_running_loop()
+        woken: asyncio.Queue[str] = asyncio.Queue()
+
+        def on_loop(what: str) -> None:
+            assert asyncio.get_running_loop() is loop  # handed over to the loop, not run on the feed's thread
+            woken.put_nowait(what)
+
+        worker.on_entities_changed = lambda: on_loop("entities")
+        unwatch = worker.watch(PartitionRef("Orders", 0), lambda: on_loop("orders"))  # paths fold case
+        worker.watch(PartitionRef("elsewhere", 0), lambda: on_loop("elsewhere"))
+        await worker.open()
+        try:
+            # connecting wakes everyone once (what happened before was never announced)
+            assert sorted([await asyncio.wait_for(woken.get(), WAIT) for _ in range(3)]) == \
+                ["elsewhere", "entities", "orders"]
+            assert worker.poll_seconds == NOTIFIED_POLL_SECONDS
+            other.apply([Append(Q, (_record(),))])
+            assert await asyncio.wait_for(woken.get(), WAIT) == "orders"
+            other.apply([PutEntity(EntityRecord("made", "queue", {}))])
+            assert await asyncio.wait_for(woken.get(), WAIT) == "entities"
+            unwatch()
+            other.apply([Append(Q, (_record(),)), Append(PartitionRef("elsewhere", 0), (_record(),))])
+            assert await asyncio.wait_for(woken.get(), WAIT) == "elsewhere"  # no longer "orders"
+            await loop.run_in_executor(None, worker.feed.stop)
+            assert worker.poll_seconds == SHARED_POLL_SECONDS  # no feed listening: poll fast again
+            assert woken.empty()
+        finally:
+            await worker.close()
+            other.close()
+
+    asyncio.run(run())
