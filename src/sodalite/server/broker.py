@@ -84,7 +84,6 @@ ENTITY_TIMES_PATH, ENTITY_TIMES_KIND = "$entitytimes", "entity-times"
 DEFAULT_STORE = "default"  # the store in the data directory, which also keeps the entity records
 PREMIUM_PARTITIONED_MESSAGE_SIZE = 1024 * 1024  # partitioned entities of a Premium-like namespace (seed)
 
-ENTITY_FOLLOW_SECONDS = 1.0  # how often a node on a shared store looks for other nodes' entity changes
 
 
 def _forwards(properties: Any) -> bool:
@@ -161,6 +160,8 @@ class Broker:
         self._idle_sweeper: asyncio.Task[None] | None = None
         self._entity_follower: asyncio.Task[None] | None = None
         self._entities_lock = asyncio.Lock()  # entity creation and deletion against the follower
+        self._entities_changed = asyncio.Event()  # another node changed entity records (the store's feed)
+        self.worker.on_entities_changed = self._entities_changed.set
 
     def entity(self, path: str) -> Entity | None:
         return self.entities.get(path.lower())
@@ -728,11 +729,15 @@ class Broker:
     # ---- AutoDeleteOnIdle ----------------------------------------------------------------------------
 
     async def _follow_entities_forever(self) -> None:
-        """Several nodes on one store: every ENTITY_FOLLOW_SECONDS, take up the entities another node
-        created, drop those it deleted and apply the properties it changed (issue 18.3: seen by every
-        node within a second or so)."""
+        """Several nodes on one store: when the store announces another node's entity change, and
+        every ``worker.follow_seconds`` (1 s) in any case, take up the entities another node created, drop those
+        it deleted and apply the properties it changed (issue 18.3: seen by every node within 1 s)."""
         while True:
-            await asyncio.sleep(ENTITY_FOLLOW_SECONDS)
+            try:
+                await asyncio.wait_for(self._entities_changed.wait(), self.worker.follow_seconds)
+            except TimeoutError:
+                pass
+            self._entities_changed.clear()
             try:
                 await self.follow_entities()
             except SodaliteError as exc:

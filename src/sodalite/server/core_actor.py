@@ -23,10 +23,13 @@ Resubmits, moves and purges (``server/moves.py``) select rows from the store (:m
 after it committed the target queue is told ``Arrived`` (:meth:`arrived`).
 
 Several nodes (a store other nodes write, ``StoreWorker.shared``: PostgreSQL): rows another node
-appended are not in this node's window. While a receiver here waits with credit, each sub-queue's
-core is told ``Arrived(0)`` every ``SHARED_POLL_SECONDS``, so it reads the store from its cursor on;
-claims and session locks are fenced by the store (``FOR UPDATE SKIP LOCKED``), so two nodes never
-lock the same message or session, and a lock another node held is read again when it lapses.
+appended are not in this node's window. Each sub-queue watches its partition on the store worker:
+when another node commits messages made ready there (announced by the store's change feed,
+LISTEN/NOTIFY), its core is told ``Arrived(0)`` and reads the store again. What no announcement
+covers (a lock held by a dead node lapsing) is found by a poll: while a receiver here waits with
+credit, the core is told ``Arrived(0)`` every ``worker.poll_seconds`` (fast without a live feed,
+slow with one). Claims and session locks are fenced by the store (``FOR UPDATE SKIP LOCKED``), so
+two nodes never lock the same message or session.
 
 What this actor does not do yet, answered with ``amqp:not-implemented`` rather than faked:
 transactions, auto-forwarding, moves into a topic, a version-1 entity or another store. The broker runs
@@ -70,7 +73,6 @@ from sodalite.store.port import PartitionRef
 log = logging.getLogger(__name__)
 
 ALL_STATES = frozenset(MessageState)
-SHARED_POLL_SECONDS = 0.25  # how often a waiting receiver's core looks for other nodes' rows
 Taken = tuple[MessageRecord, uuid.UUID | None, int | None]  # a message received by number: record, lock token, until
 _UNSUPPORTED = "is not available on a queue run by the version-2 core yet (serve with --core v1)"
 
@@ -134,6 +136,7 @@ class CoreActor:
         self._available = True
         self._closed = False
         self._poller: asyncio.Task[None] | None = None
+        self._unwatch: list[Any] = []  # stop the store worker's wake-ups, one per sub-queue
 
     # ---- life -------------------------------------------------------------------------------------
 
@@ -146,6 +149,8 @@ class CoreActor:
                 functools.partial(self._on_reply, sub), dead_letter=target)
             runner.on_moved = self._on_moved
             self.runners[sub] = runner
+            if self.worker.shared:  # another node made messages ready here: read again
+                self._unwatch.append(self.worker.watch(self.refs[sub], functools.partial(self._arrived, sub)))
         self._available = True
         if self.worker.shared and self._poller is None:
             self._poller = asyncio.get_running_loop().create_task(self._poll_shared(),
@@ -171,6 +176,9 @@ class CoreActor:
         self._closed = True
         if self._poller is not None:
             self._poller.cancel()
+        for unwatch in self._unwatch:
+            unwatch()
+        self._unwatch.clear()
         for runner in self.runners.values():
             try:
                 await asyncio.wait_for(runner.drained(), 5)
@@ -297,7 +305,7 @@ class CoreActor:
     async def _poll_shared(self) -> None:
         """Other nodes append to this store: while a receiver here waits, read from the cursor on."""
         while not self._closed:
-            await asyncio.sleep(SHARED_POLL_SECONDS)
+            await asyncio.sleep(self.worker.poll_seconds)
             if not self.available:
                 continue
             waiting = {c.sub_queue for c in self._consumers if self._given.get(c, 0) > 0}
@@ -317,6 +325,11 @@ class CoreActor:
             return
         runner.submit(core.Landed(records))
         runner.note_landed(sum(r.size for r in records))
+
+    def _arrived(self, sub: SubQueue) -> None:
+        runner = self.runners.get(sub)
+        if runner is not None and self.available and not self._closed:
+            runner.submit(core.Arrived(0))
 
     def _on_moved(self, target: PartitionRef, count: int) -> None:
         for sub, ref in self.refs.items():

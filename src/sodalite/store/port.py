@@ -488,3 +488,39 @@ class MessagingStore(Protocol):
 
     def close(self) -> None:
         """Release the store; later calls raise StoreUnavailable."""
+
+
+class ChangeSink(Protocol):
+    """What a :class:`ChangeFeed` tells the broker. Called from the feed's own thread: an
+    implementation hands each call over to where it is used (the server: its event loop)."""
+
+    def ready(self, ref: PartitionRef) -> None:
+        """Another node committed a batch that made messages ready in ``ref`` (appended ACTIVE,
+        activated, abandoned or released, moved or dead-lettered into it) or released a session
+        lock there: the partition's reader should look again."""
+
+    def entities_changed(self) -> None:
+        """Another node committed a change of entity records (created, changed, deleted; rules and
+        regenerated keys are entity records too)."""
+
+    def resynced(self) -> None:
+        """The feed (re)connected: changes made while it was not listening were not announced, so
+        everything may have changed."""
+
+
+class ChangeFeed(Protocol):
+    """Announcements of other nodes' commits to a store several broker nodes share (PostgreSQL:
+    ``LISTEN/NOTIFY``). Optional: a store no other node writes has none. The feed is a hint that
+    wakes readers sooner; the store stays the truth, and a reader that misses one finds the rows at
+    its next read."""
+
+    @property
+    def live(self) -> bool:
+        """True while the feed is connected and listening (announcements arrive)."""
+
+    def start(self, sink: ChangeSink) -> None:
+        """Start listening (in the background; returns at once) and reconnect whenever the
+        connection is lost, calling ``sink.resynced()`` after each (re)connection."""
+
+    def stop(self) -> None:
+        """Stop listening and release the connection; may block briefly (call it off the event loop)."""
