@@ -63,7 +63,16 @@ from sodalite.server.partition_actor import (
     all_of,
     wall_clock_ms,
 )
-from sodalite.server.partitioned_actor import PartitionedActor, at_index, each, partition_index, v1_only
+from sodalite.server.partitioned_actor import (
+    EntityActor,
+    OnCore,
+    PartitionedActor,
+    PartitionedCoreActor,
+    at_index,
+    each,
+    partition_index,
+    v1_only,
+)
 from sodalite.server.registry import QUEUE, SUBSCRIPTION, TOPIC, Entity, Route, named_subscription_path
 from sodalite.server.store_worker import StoreWorker
 from sodalite.store.port import DeleteEntity, EntityRecord, MessagingStore, PartitionRef, PutEntity
@@ -360,10 +369,10 @@ class Broker:
         return settings, max_bytes
 
     def _on_core(self, path: str, kind: str, properties: Any, partitioned: bool) -> bool:
-        """Whether an entity runs on the version-2 core: with ``--core v2``, queues that are not
-        partitioned, not session-enabled and do not forward (what is not wired to the core yet stays
-        on version 1)."""
-        return (self.core == "v2" and kind == QUEUE and not partitioned and not _forwards(properties)
+        """Whether an entity runs on the version-2 core: with ``--core v2``, queues (partitioned ones
+        too: one core per partition) that do not forward and are not forwarded into (what is not
+        wired to the core yet stays on version 1)."""
+        return (self.core == "v2" and kind == QUEUE and not _forwards(properties)
                 and path not in self._forwarded_into)
 
     async def _load(self, record: EntityRecord) -> None:
@@ -391,8 +400,13 @@ class Broker:
         partitioned = (topic.partitioned if topic is not None
                        else bool(getattr(properties, "enable_partitioning", False)))
         settings, max_message_size = self._settings(properties, partitioned)
-        actor: PartitionActor | PartitionedActor | CoreActor
-        if self._on_core(path, record.kind, properties, partitioned):
+        actor: EntityActor
+        if self._on_core(path, record.kind, properties, partitioned) and partitioned:
+            # Partition i in store i modulo the stores, as version 1 places them (existing data stays put).
+            actor = PartitionedCoreActor([
+                CoreActor(PartitionRef(path, i), settings, self.workers[i % len(self.workers)], node_id=self.node_id)
+                for i in range(self.namespace.partition_count)])
+        elif self._on_core(path, record.kind, properties, partitioned):
             actor = CoreActor(PartitionRef(path, 0), settings, self._home_store(path), node_id=self.node_id)
         elif partitioned:
             count = self.namespace.partition_count
@@ -403,6 +417,8 @@ class Broker:
             # A subscription lives with its topic, so a send's copies commit in one transaction.
             home = topic.name if topic is not None else path
             actor = PartitionActor(PartitionRef(path, 0), settings, self._home_store(home), clock=self.clock)
+        if isinstance(actor, OnCore):
+            log.info("%s runs on the version-2 core (%d partitions)", record.path, len(each(actor)))
         for partition in each(actor):
             if partition.worker.offline:
                 partition.suspend()  # loads itself once its store is back
@@ -561,7 +577,7 @@ class Broker:
         changed = [name for name in fixed if getattr(properties, name) != getattr(entity.properties, name)]
         if changed:
             raise InvalidOperation(f"{', '.join(changed)} cannot be changed on an existing queue")
-        if isinstance(entity.actor, CoreActor) and _forwards(properties):
+        if isinstance(entity.actor, OnCore) and _forwards(properties):
             v1_only(entity.actor, "auto-forwarding")
         await self.worker.apply([PutEntity(EntityRecord(entity.name, QUEUE, properties.to_json())),
                                  self._touched(entity.name)])

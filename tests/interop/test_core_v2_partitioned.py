@@ -1,0 +1,74 @@
+"""The partitioning scenarios once more, against a broker whose partitioned queues run on the version-2 core.
+
+The broker is started as users start it, with ``--core v2`` and the three SQLite messaging stores of
+``test_partitioning``: each partition of a partitioned queue is a ``CoreActor`` (partition i in store
+i mod 3) behind ``PartitionedCoreActor`` (``server/partitioned_actor.py``), numbered by the store
+from ``i << 48``. The scenarios are the existing interop tests, imported unchanged, so their
+assertions are the ones the version-1 path passes; the module-scoped ``broker`` fixture here serves
+the tests that take one, and the tests that start brokers of their own (store outages, kill -9,
+quotas, a store offline at start) get ``--core v2`` through the autouse fixture below, which hands
+``test_partitioning`` a ``BrokerProcess`` that adds it.
+
+Served by version 1 within the same broker, as ``Broker._on_core`` says, and included to show the
+mix works: the partitioned topic (``test_a_partitioned_topic_fans_out_and_counts_add_up``) and the
+forwarding queues (``test_forwarding_keeps_the_partition_key``: ``pq-fwd`` forwards, ``pq-fwd-dst``
+is forwarded into). Every partitioning scenario of ``test_partitioning`` is here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import test_partitioning
+from broker_process import BrokerProcess
+from test_partitioning import (  # noqa: F401 - the scenarios, collected here with this module's fixtures
+    _config,
+    test_a_partitioned_topic_fans_out_and_counts_add_up,
+    test_a_store_configured_offline_starts_out_of_service,
+    test_a_store_outage_keeps_keyless_sends_going_and_loses_nothing,
+    test_forwarding_keeps_the_partition_key,
+    test_keyless_sends_spread_over_partitions_and_come_back_exactly_once,
+    test_one_partition_key_pins_messages_to_one_partition,
+    test_partitioned_messages_in_every_store_survive_a_kill,
+    test_peek_continues_partition_by_partition_and_deferral_works,
+    test_quotas_on_partitioned_entities,
+    test_scheduled_messages_on_a_partitioned_queue,
+    test_session_and_partition_key_must_agree,
+    test_sessions_on_a_partitioned_queue_keep_their_order,
+)
+
+pytestmark = pytest.mark.interop
+
+V2 = ["--core", "v2"]
+
+
+class CoreV2BrokerProcess(BrokerProcess):
+    """A broker process served with ``--core v2`` (what the scenarios' own brokers become here)."""
+
+    def __init__(self, data_dir: Path, config: Path | None, port: int = 0, extra_args: list[str] | None = None) -> None:
+        super().__init__(data_dir, config, port, [*(extra_args or []), *V2])
+
+
+@pytest.fixture(autouse=True)
+def _brokers_on_the_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(test_partitioning, "BrokerProcess", CoreV2BrokerProcess)
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    base = tmp_path_factory.mktemp("core-v2-partitioning")
+    process = CoreV2BrokerProcess(base / "data", _config(base), extra_args=["--log-level", "INFO"]).start()
+    yield process
+    process.stop()
+
+
+def test_partitioned_queues_run_on_the_core(broker: BrokerProcess) -> None:
+    """The broker names the queues it runs on the core: the partitioned ones, each with its 16
+    partitions, and not the forwarding ones or the topic (so the scenarios above ran where they say)."""
+    on_core = dict(re.findall(r"(\S+) runs on the version-2 core \((\d+) partitions\)", "".join(broker.output)))
+    assert {name: on_core.get(name) for name in ("pq", "pq-keys", "pq-sessions", "pq-defer", "pq-outage")} == \
+        dict.fromkeys(("pq", "pq-keys", "pq-sessions", "pq-defer", "pq-outage"), "16")
+    assert not {"pq-fwd", "pq-fwd-dst", "pt"} & set(on_core)
