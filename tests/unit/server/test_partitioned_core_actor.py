@@ -109,7 +109,7 @@ async def fill(actor: PartitionedCoreActor, per_partition: int) -> None:
 
 
 def test_keyless_sends_rotate_and_numbers_carry_the_partition() -> None:
-    async def body(actor: PartitionedCoreActor, _: list[StoreWorker]) -> None:
+    async def body(actor: PartitionedCoreActor, _workers: list[StoreWorker]) -> None:
         await fill(actor, 2)
         numbers = [r.sequence_number for r in await actor.peek(SubQueue.MAIN, 0, 100)]
         assert [n >> 48 for n in numbers] == [0, 0, 1, 1, 2, 2, 3, 3]  # partition by partition, in order
@@ -122,7 +122,7 @@ def test_keyless_sends_rotate_and_numbers_carry_the_partition() -> None:
 def test_a_receivers_credit_is_never_over_granted_across_partitions() -> None:
     """ReceiveAndDelete: a delivery beyond the link's credit would be lost, so the cores together
     must not claim more than the link's credit; the rest stays stored and comes with more credit."""
-    async def body(actor: PartitionedCoreActor, _: list[StoreWorker]) -> None:
+    async def body(actor: PartitionedCoreActor, _workers: list[StoreWorker]) -> None:
         await fill(actor, 2)
         receiver = Receiver(3, peek_lock=False)
         actor.add_consumer(receiver)
@@ -142,7 +142,7 @@ def test_a_receivers_credit_is_never_over_granted_across_partitions() -> None:
 
 
 def test_credit_waits_for_messages_and_goes_where_they_arrive() -> None:
-    async def body(actor: PartitionedCoreActor, _: list[StoreWorker]) -> None:
+    async def body(actor: PartitionedCoreActor, _workers: list[StoreWorker]) -> None:
         receiver = Receiver(2)
         actor.add_consumer(receiver)
         await settle_down()
@@ -161,7 +161,7 @@ def test_credit_waits_for_messages_and_goes_where_they_arrive() -> None:
 def test_competing_receivers_share_the_messages_without_stranding_credit() -> None:
     """A message two receivers' credit could take goes to one; once it is gone, the other's credit
     is not left waiting in that partition: a message in another partition reaches it."""
-    async def body(actor: PartitionedCoreActor, _: list[StoreWorker]) -> None:
+    async def body(actor: PartitionedCoreActor, _workers: list[StoreWorker]) -> None:
         first, second = Receiver(1), Receiver(1)
         actor.add_consumer(first)
         actor.add_consumer(second)
@@ -178,7 +178,7 @@ def test_competing_receivers_share_the_messages_without_stranding_credit() -> No
 
 
 def test_a_lapsed_lock_brings_the_message_to_a_receiver_waiting_with_credit() -> None:
-    async def body(actor: PartitionedCoreActor, _: list[StoreWorker]) -> None:
+    async def body(actor: PartitionedCoreActor, _workers: list[StoreWorker]) -> None:
         await actor.send([draft()])
         holder = Receiver(1)
         actor.add_consumer(holder)
@@ -194,7 +194,7 @@ def test_a_lapsed_lock_brings_the_message_to_a_receiver_waiting_with_credit() ->
 
 
 def test_a_drain_delivers_what_is_ready_then_ends_the_credit() -> None:
-    async def body(actor: PartitionedCoreActor, _: list[StoreWorker]) -> None:
+    async def body(actor: PartitionedCoreActor, _workers: list[StoreWorker]) -> None:
         await actor.send([draft()])
         await actor.send([draft()])  # two partitions
         receiver = Receiver(5)
@@ -216,7 +216,7 @@ def test_a_drain_delivers_what_is_ready_then_ends_the_credit() -> None:
 def test_next_available_session_comes_from_any_partition_and_the_other_waits_are_withdrawn() -> None:
     settings = EntitySettings(lock_duration=60_000, default_ttl=None, max_message_size=262144, requires_session=True)
 
-    async def body(actor: PartitionedCoreActor, _: list[StoreWorker]) -> None:
+    async def body(actor: PartitionedCoreActor, _workers: list[StoreWorker]) -> None:
         a = "s-a"
         b = next(f"s-{i}" for i in range(100) if partition_index(f"s-{i}", COUNT) != partition_index(a, COUNT))
         await actor.send([draft(session_id=a)])
@@ -238,7 +238,7 @@ def test_next_available_session_comes_from_any_partition_and_the_other_waits_are
 
 
 def test_deferred_messages_by_number_across_partitions_all_or_none() -> None:
-    async def body(actor: PartitionedCoreActor, _: list[StoreWorker]) -> None:
+    async def body(actor: PartitionedCoreActor, _workers: list[StoreWorker]) -> None:
         await fill(actor, 1)
         receiver = Receiver(4)
         actor.add_consumer(receiver)
@@ -263,7 +263,7 @@ def test_deferred_messages_by_number_across_partitions_all_or_none() -> None:
 
 
 def test_scheduled_numbers_in_the_drafts_order_and_cancel_by_their_partition() -> None:
-    async def body(actor: PartitionedCoreActor, _: list[StoreWorker]) -> None:
+    async def body(actor: PartitionedCoreActor, _workers: list[StoreWorker]) -> None:
         later = int(time.time() * 1000) + 60_000
         keys = [f"k{i}" for i in range(6)]
         numbers = await actor.schedule([draft(key=k, at=later) for k in keys])
@@ -300,7 +300,7 @@ def test_an_offline_store_is_skipped_by_keyless_sends_and_refuses_pinned_ones() 
 
 
 def test_a_lock_token_no_partition_holds_is_lost() -> None:
-    async def body(actor: PartitionedCoreActor, _: list[StoreWorker]) -> None:
+    async def body(actor: PartitionedCoreActor, _workers: list[StoreWorker]) -> None:
         from sodalite.errors import MessageLockLost
 
         with pytest.raises(MessageLockLost):
