@@ -26,8 +26,10 @@ lock the same message or session, and a lock another node held is read again whe
 
 What this actor does not do yet, answered with ``amqp:not-implemented`` rather than faked:
 transactions, auto-forwarding, moves and resubmits, the console's browsing. The broker runs
-only non-partitioned queues without forwarding on it; everything else stays on the version-1
-actor (``server/partition_actor.py``).
+queues without forwarding on it, a partitioned queue as one CoreActor per partition
+(``server/partitioned_actor.py``, which splits a receiver's credit over them with ``ready``,
+``given``, ``withdraw_credit`` and ``caught_up``); everything else stays on the version-1 actor
+(``server/partition_actor.py``).
 """
 
 from __future__ import annotations
