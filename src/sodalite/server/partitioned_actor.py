@@ -40,11 +40,19 @@ the cores that got credit delivered, withdraws what is left and then answers. A 
 holds one session, in one partition, and gives that partition's core its whole credit.
 Accept-next-session asks every available partition; the first grant wins and the other partitions'
 waits are withdrawn (a grant that raced it is released).
+
+Store outages: the operator's switch (``Broker.set_store_online``) suspends and resumes the cores of
+a store. A store that fails on its own (a database gone) is found by a send's commit failing: every
+partition of the entity in that store is suspended, so keyless sends go to the other stores'
+partitions at once and keyed ones get the retryable error, and is resumed when the store answers
+a read again (asked every ``RECHECK_SECONDS``), as a version-1 partition rebuilds itself after a
+failed commit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
 import zlib
 from collections.abc import Callable, Sequence
@@ -66,6 +74,7 @@ from sodalite.server.store_worker import StoreWorker
 from sodalite.store.port import PARTITION_SHIFT, PartitionRef
 
 POOL_POLL_SECONDS = 0.05  # how often credit no partition could use is offered again
+RECHECK_SECONDS = 1.0  # how often a partition whose store failed a commit asks it again
 
 
 def partition_index(key: str, count: int) -> int:
@@ -519,18 +528,62 @@ class PartitionedCoreActor(Partitioned[CoreActor]):
         self._draining: set[Consumer] = set()
         self._cursor = 0  # where the next credit hand-out starts
         self._poller: asyncio.Task[None] | None = None
+        self._rechecks: dict[str, asyncio.Task[None]] = {}  # store name -> the task asking it again
 
     async def close(self) -> None:
-        if self._poller is not None:
-            self._poller.cancel()
+        for task in [self._poller, *self._rechecks.values()]:
+            if task is not None:
+                task.cancel()
         await super().close()
 
     # ---- sending and scheduling ---------------------------------------------------------------------
 
     def send(self, drafts: list[MessageDraft]) -> asyncio.Future[None]:
-        future = super().send(drafts)
-        future.add_done_callback(self._offer_soon)
-        return future
+        futures = []
+        for partition, indexes in self.route(drafts):
+            future = partition.send([drafts[i] for i in indexes])
+            future.add_done_callback(functools.partial(self._sent, partition))
+            futures.append(future)
+        combined = all_of(futures)
+        combined.add_done_callback(self._offer_soon)
+        return combined
+
+    def _sent(self, partition: CoreActor, future: asyncio.Future[None]) -> None:
+        if not future.cancelled() and isinstance(future.exception(), StoreUnavailable):
+            self._store_failed(partition)
+
+    def _store_failed(self, partition: CoreActor) -> None:
+        """``partition``'s store failed a commit: its partitions go out of service (keyless sends go
+        to the other stores' partitions, keyed ones get the retryable error) until the store answers
+        again (as a version-1 partition rebuilds itself after a failed commit, but for the whole
+        store at once: the seed's outage is a messaging store's)."""
+        worker = partition.worker
+        if worker.name in self._rechecks:
+            return
+        out = [p for p in self.partitions if p.worker is worker and p.available]
+        if not out:
+            return
+        for each_one in out:
+            each_one.suspend()
+        self._rechecks[worker.name] = asyncio.get_running_loop().create_task(
+            self._recheck(worker, out), name=f"recheck {self.ref.entity} in {worker.name}")
+
+    async def _recheck(self, worker: StoreWorker, out: list[CoreActor]) -> None:
+        try:
+            while any(not p.available for p in out):  # (the operator's switch may resume them meanwhile)
+                await asyncio.sleep(RECHECK_SECONDS)
+                if worker.offline:
+                    continue  # switched offline by the operator: switching it online resumes them
+                try:
+                    await worker.call(lambda: worker.store.counts(out[0].ref))
+                except Exception:  # still failing, however it says so: ask again
+                    continue
+                for partition in out:
+                    if not partition.available:
+                        partition.resume()
+                return
+        finally:
+            self._rechecks.pop(worker.name, None)
 
     def schedule(self, drafts: list[MessageDraft]) -> asyncio.Future[list[int]]:
         """ScheduleMessage: the numbers, in the drafts' order, once every partition's share is durable."""

@@ -11,19 +11,20 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import pytest
 
 from sodalite.errors import MessageNotFound, OperationTimeout, StoreUnavailable
 from sodalite.model.message import MessageRecord
 from sodalite.model.partition import Lock, MessageDraft
+from sodalite.server import partitioned_actor
 from sodalite.server.core_actor import CoreActor
 from sodalite.server.partition_actor import EntitySettings, SubQueue
 from sodalite.server.partitioned_actor import PartitionedCoreActor, partition_index
 from sodalite.server.store_worker import StoreWorker
 from sodalite.store.memory import MemoryStore
-from sodalite.store.port import PartitionRef
+from sodalite.store.port import OpResult, PartitionCounts, PartitionRef, StoreOp
 
 SETTINGS = EntitySettings(lock_duration=60_000, default_ttl=None, max_message_size=262144)
 BODY = b"\x00\x53\x75\xa0\x01x"
@@ -297,6 +298,61 @@ def test_an_offline_store_is_skipped_by_keyless_sends_and_refuses_pinned_ones() 
         assert actor.counts()["active"] == 7
 
     run(body)
+
+
+class FailingStore(MemoryStore):
+    """A memory store that can be made to fail every commit and read, as a database that went away."""
+
+    down = False
+
+    def apply(self, batch: Sequence[StoreOp]) -> tuple[OpResult, ...]:
+        if self.down:
+            raise StoreUnavailable("the database went away")
+        return super().apply(batch)
+
+    def counts(self, ref: PartitionRef) -> PartitionCounts:
+        if self.down:
+            raise StoreUnavailable("the database went away")
+        return super().counts(ref)
+
+
+def test_a_store_that_fails_a_commit_takes_its_partitions_out_until_it_answers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """As version 1's partitions reload after a failed commit: keyless sends go to the other
+    partitions at once, a pinned one gets the retryable error, and the partitions come back by
+    themselves once their store answers; nothing acknowledged is lost."""
+    monkeypatch.setattr(partitioned_actor, "RECHECK_SECONDS", 0.05)
+
+    async def main() -> None:
+        good, bad = MemoryStore(), FailingStore()
+        workers = [StoreWorker(good, "a"), StoreWorker(bad, "b")]
+        for store in (good, bad):
+            store.open()
+        actor = PartitionedCoreActor([CoreActor(PartitionRef("pq", i), SETTINGS, workers[i % 2])
+                                      for i in range(COUNT)])
+        await actor.load()
+        try:
+            pinned = next(f"k{i}" for i in range(100) if partition_index(f"k{i}", COUNT) % 2 == 1)
+            bad.down = True
+            with pytest.raises(StoreUnavailable):
+                await actor.send([draft(key=pinned)])  # the commit fails: the partition goes out
+            assert not actor.available
+            for _ in range(8):
+                await actor.send([draft()])  # every one accepted, by the partitions in store a
+            with pytest.raises(StoreUnavailable):
+                actor.send([draft(key=pinned)])  # refused at once now
+            bad.down = False
+            await until(lambda: actor.available)
+            await actor.send([draft(key=pinned)])
+            numbers = [r.sequence_number for r in await actor.peek(SubQueue.MAIN, 0, 100)]
+            assert len(numbers) == 9  # the failed commit stored nothing; everything acknowledged is there
+            partitions = [n >> 48 for n in numbers]
+            assert partitions.count(partition_index(pinned, COUNT)) == 1
+            assert set(partitions) - {partition_index(pinned, COUNT)} == {0, 2}  # store a's partitions
+        finally:
+            await actor.close()
+
+    asyncio.run(main())
 
 
 def test_a_lock_token_no_partition_holds_is_lost() -> None:
