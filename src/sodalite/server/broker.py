@@ -401,12 +401,13 @@ class Broker:
                        else bool(getattr(properties, "enable_partitioning", False)))
         settings, max_message_size = self._settings(properties, partitioned)
         actor: EntityActor
-        if self._on_core(path, record.kind, properties, partitioned) and partitioned:
+        on_core = self._on_core(path, record.kind, properties, partitioned)
+        if on_core and partitioned:
             # Partition i in store i modulo the stores, as version 1 places them (existing data stays put).
             actor = PartitionedCoreActor([
                 CoreActor(PartitionRef(path, i), settings, self.workers[i % len(self.workers)], node_id=self.node_id)
                 for i in range(self.namespace.partition_count)])
-        elif self._on_core(path, record.kind, properties, partitioned):
+        elif on_core:
             actor = CoreActor(PartitionRef(path, 0), settings, self._home_store(path), node_id=self.node_id)
         elif partitioned:
             count = self.namespace.partition_count

@@ -33,7 +33,7 @@ from sodalite.server.amqp_errors import report
 from sodalite.server.core_actor import CoreActor
 from sodalite.server.metrics import BrokerMetrics
 from sodalite.server.partition_actor import PartitionActor, SubQueue
-from sodalite.server.partitioned_actor import AnyPartitioned, EntityActor, OnCore
+from sodalite.server.partitioned_actor import EntityActor, OnCore, each
 
 T = TypeVar("T")
 
@@ -331,8 +331,7 @@ PEEK_PARTITION = "com.sodalite:peek-partition"
 
 
 def _partition(ctx: Context, body: dict[str, Any]) -> PartitionActor | CoreActor:
-    partitions: list[PartitionActor] | list[CoreActor] | list[PartitionActor | CoreActor] = (
-        ctx.actor.partitions if isinstance(ctx.actor, AnyPartitioned) else [ctx.actor])
+    partitions = each(ctx.actor)
     index = _int_arg(body, "partition", 0)
     if not 0 <= index < len(partitions):
         raise ArgumentError(f"'partition' must be between 0 and {len(partitions) - 1}")
@@ -356,8 +355,7 @@ async def complete_through_sequence_number(ctx: Context, body: dict[str, Any]) -
 async def partition_bounds(ctx: Context, body: dict[str, Any]) -> Response:
     """Per partition: the first stored sequence number (null when empty) and the next one to be made
     visible; everything numbered below ``next-sequence-number`` that will ever be visible already is."""
-    partitions: list[PartitionActor] | list[CoreActor] | list[PartitionActor | CoreActor] = (
-        ctx.actor.partitions if isinstance(ctx.actor, AnyPartitioned) else [ctx.actor])
+    partitions = each(ctx.actor)
     bounds = []
     for index, partition in enumerate(partitions):
         first, next_number = await _value(partition.bounds(ctx.sub_queue))

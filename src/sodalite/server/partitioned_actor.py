@@ -529,8 +529,10 @@ class PartitionedCoreActor(Partitioned[CoreActor]):
         self._cursor = 0  # where the next credit hand-out starts
         self._poller: asyncio.Task[None] | None = None
         self._rechecks: dict[str, asyncio.Task[None]] = {}  # store name -> the task asking it again
+        self._closed = False
 
     async def close(self) -> None:
+        self._closed = True  # (closing fails what is in flight: that is no store failing)
         for task in [self._poller, *self._rechecks.values()]:
             if task is not None:
                 task.cancel()
@@ -549,7 +551,7 @@ class PartitionedCoreActor(Partitioned[CoreActor]):
         return combined
 
     def _sent(self, partition: CoreActor, future: asyncio.Future[None]) -> None:
-        if not future.cancelled() and isinstance(future.exception(), StoreUnavailable):
+        if not self._closed and not future.cancelled() and isinstance(future.exception(), StoreUnavailable):
             self._store_failed(partition)
 
     def _store_failed(self, partition: CoreActor) -> None:
@@ -703,7 +705,7 @@ class PartitionedCoreActor(Partitioned[CoreActor]):
         """Hand ``consumer``'s free credit to partitions with ready messages; take back what a core
         holds without a message to use it on. Never more out than the link's credit."""
         shares = self._shares.get(consumer)
-        if shares is None:
+        if shares is None or self._closed:
             return
         sub = consumer.sub_queue
         for partition, share in zip(self.partitions, shares, strict=True):

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from sodalite.model.entities import QueueProperties, SubscriptionProperties, TopicProperties
 from sodalite.server.fanout import CompiledRule
-from sodalite.server.partitioned_actor import EntityActor, PartitionedActor, PartitionedCoreActor
+from sodalite.server.partitioned_actor import AnyPartitioned, EntityActor
 
 QUEUE = "queue"
 TOPIC = "topic"
@@ -51,7 +51,7 @@ class Entity:
 
     @property
     def partitioned(self) -> bool:
-        return isinstance(self.actor, PartitionedActor | PartitionedCoreActor)
+        return isinstance(self.actor, AnyPartitioned)
 
     @property
     def requires_session(self) -> bool:
