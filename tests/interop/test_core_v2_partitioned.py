@@ -23,9 +23,12 @@ from pathlib import Path
 
 import pytest
 import test_partitioning
+from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from broker_process import BrokerProcess
 from test_partitioning import (  # noqa: F401 - the scenarios, collected here with this module's fixtures
     _config,
+    drain,
+    partition,
     test_a_partitioned_topic_fans_out_and_counts_add_up,
     test_a_store_configured_offline_starts_out_of_service,
     test_a_store_outage_keeps_keyless_sends_going_and_loses_nothing,
@@ -72,3 +75,41 @@ def test_partitioned_queues_run_on_the_core(broker: BrokerProcess) -> None:
     assert {name: on_core.get(name) for name in ("pq", "pq-keys", "pq-sessions", "pq-defer", "pq-outage")} == \
         dict.fromkeys(("pq", "pq-keys", "pq-sessions", "pq-defer", "pq-outage"), "16")
     assert not {"pq-fwd", "pq-fwd-dst", "pt"} & set(on_core)
+
+
+def test_a_partitioned_queue_written_by_version_1_is_served_by_the_core(tmp_path: Path) -> None:
+    """No migration: the store numbers partition i after max(its counter, i << 48), and version 1
+    numbered from there too, so a queue written by a version-1 broker is served by the core as it
+    is: every stored message once, with its number, new numbers above the old ones of their
+    partition, and partitions version 1 never wrote numbered from their base."""
+    v1 = BrokerProcess(tmp_path / "data", _config(tmp_path)).start()  # the default core: version 1
+    try:
+        with ServiceBusClient.from_connection_string(v1.connection_string) as client:
+            with client.get_queue_sender("pq") as sender:
+                for i in range(10):  # partitions 0-9 written by version 1, 10-15 never
+                    sender.send_messages(ServiceBusMessage(f"v1-{i}"))
+            with client.get_queue_receiver("pq", max_wait_time=5) as receiver:
+                taken = receiver.receive_messages(max_message_count=4, max_wait_time=5)
+                for message in taken:
+                    receiver.complete_message(message)  # some numbers gone: the counters say where they ended
+                old = {str(m): m.sequence_number for m in receiver.peek_messages(max_message_count=100)}
+    finally:
+        v1.stop()
+    assert taken and len(old) == 10 - len(taken)
+    v2 = CoreV2BrokerProcess(tmp_path / "data", _config(tmp_path)).start()
+    try:
+        with ServiceBusClient.from_connection_string(v2.connection_string) as client:
+            with client.get_queue_sender("pq") as sender:
+                for i in range(48):
+                    sender.send_messages(ServiceBusMessage(f"v2-{i}"))
+            got = {str(m): m.sequence_number for m in drain(client, "pq", len(old) + 48)}
+    finally:
+        v2.stop()
+    assert {body: n for body, n in got.items() if body.startswith("v1-")} == old  # each once, its number kept
+    new = {body: n for body, n in got.items() if body.startswith("v2-")}
+    assert len(new) == 48 and len(set(new.values())) == 48
+    highest_old: dict[int, int] = {}
+    for n in old.values():
+        highest_old[partition(n)] = max(highest_old.get(partition(n), 0), n)
+    assert all(n > highest_old.get(partition(n), partition(n) << 48) for n in new.values())
+    assert {partition(n) for n in new.values()} == set(range(16))  # fresh partitions numbered from i << 48 too
