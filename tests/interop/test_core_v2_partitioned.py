@@ -13,6 +13,10 @@ Served by version 1 within the same broker, as ``Broker._on_core`` says, and inc
 mix works: the partitioned topic (``test_a_partitioned_topic_fans_out_and_counts_add_up``) and the
 forwarding queues (``test_forwarding_keeps_the_partition_key``: ``pq-fwd`` forwards, ``pq-fwd-dst``
 is forwarded into). Every partitioning scenario of ``test_partitioning`` is here.
+
+Two tests of this module's own: the broker's log names the queues it put on the core (so the
+scenarios ran where this module says), and a partitioned queue written by a version-1 broker is
+served by the core from the same files (no migration of sequence numbers).
 """
 
 from __future__ import annotations
