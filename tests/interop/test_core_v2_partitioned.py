@@ -14,6 +14,10 @@ mix works: the partitioned topic (``test_a_partitioned_topic_fans_out_and_counts
 forwarding queues (``test_forwarding_keeps_the_partition_key``: ``pq-fwd`` forwards, ``pq-fwd-dst``
 is forwarded into). Every partitioning scenario of ``test_partitioning`` is here.
 
+The Spark reader's per-partition ``$management`` operations (bounds, peek and complete-through in
+one partition) run too: ``test_spark_broker_extension``'s partitioned scenario, with its own broker
+fixture (``ext_broker``) on the core.
+
 Two tests of this module's own: the broker's log names the queues it put on the core (so the
 scenarios ran where this module says), and a partitioned queue written by a version-1 broker is
 served by the core from the same files (no migration of sequence numbers).
@@ -27,8 +31,9 @@ from pathlib import Path
 
 import pytest
 import test_partitioning
+import test_spark_broker_extension
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
-from broker_process import BrokerProcess
+from broker_process import BrokerProcess, write_config
 from test_partitioning import (  # noqa: F401 - the scenarios, collected here with this module's fixtures
     _config,
     drain,
@@ -45,6 +50,9 @@ from test_partitioning import (  # noqa: F401 - the scenarios, collected here wi
     test_scheduled_messages_on_a_partitioned_queue,
     test_session_and_partition_key_must_agree,
     test_sessions_on_a_partitioned_queue_keep_their_order,
+)
+from test_spark_broker_extension import (  # noqa: F401 - the Spark reader's per-partition operations
+    test_partitioned_entity_bounds_peek_and_complete_per_partition,
 )
 
 pytestmark = pytest.mark.interop
@@ -68,6 +76,17 @@ def _brokers_on_the_core(monkeypatch: pytest.MonkeyPatch) -> None:
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     base = tmp_path_factory.mktemp("core-v2-partitioning")
     process = CoreV2BrokerProcess(base / "data", _config(base), extra_args=["--log-level", "INFO"]).start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def ext_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """test_spark_broker_extension's broker, on the core."""
+    base = tmp_path_factory.mktemp("core-v2-spark-ext")
+    config = write_config(base / "Config.json", test_spark_broker_extension.QUEUES,
+                          AuthorizationRules=test_spark_broker_extension.RULES)
+    process = CoreV2BrokerProcess(base / "data", config).start()
     yield process
     process.stop()
 
