@@ -67,7 +67,16 @@ from sodalite.server.partition_actor import (
     all_of,
     wall_clock_ms,
 )
-from sodalite.server.partitioned_actor import PartitionedActor, at_index, each, partition_index, v1_only
+from sodalite.server.partitioned_actor import (
+    EntityActor,
+    OnCore,
+    PartitionedActor,
+    PartitionedCoreActor,
+    at_index,
+    each,
+    partition_index,
+    v1_only,
+)
 from sodalite.server.registry import QUEUE, SUBSCRIPTION, TOPIC, Entity, Route, named_subscription_path
 from sodalite.server.store_worker import StoreWorker
 from sodalite.server.topic_actor import Copy, TopicActor
@@ -389,15 +398,17 @@ class Broker:
         return settings, max_bytes
 
     def _on_core(self, path: str, kind: str, properties: Any, partitioned: bool, topic: Entity | None) -> bool:
-        """Whether an entity runs on the version-2 core: with ``--core v2``, queues and topics that
-        are not partitioned, do not forward and are not forwarded into, topics none of whose
-        subscriptions forward, and the subscriptions of a topic on the core (what is not wired to the
-        core yet stays on version 1)."""
-        if self.core != "v2" or partitioned or _forwards(properties) or path in self._forwarded_into:
+        """Whether an entity runs on the version-2 core: with ``--core v2``, queues (partitioned ones
+        too: one core per partition) and topics that are not partitioned, that do not forward and are
+        not forwarded into, topics none of whose subscriptions forward, and the subscriptions of a
+        topic on the core (what is not wired to the core yet stays on version 1)."""
+        if self.core != "v2" or _forwards(properties) or path in self._forwarded_into:
             return False
         if kind == SUBSCRIPTION:
-            return topic is not None and isinstance(topic.actor, TopicActor)
-        return kind == QUEUE or (kind == TOPIC and path not in self._forwarding_topics)
+            return not partitioned and topic is not None and isinstance(topic.actor, TopicActor)
+        if kind == TOPIC:
+            return not partitioned and path not in self._forwarding_topics
+        return kind == QUEUE
 
     async def _load(self, record: EntityRecord) -> None:
         path = record.path.lower()
@@ -424,8 +435,14 @@ class Broker:
         partitioned = (topic.partitioned if topic is not None
                        else bool(getattr(properties, "enable_partitioning", False)))
         settings, max_message_size = self._settings(properties, partitioned)
-        actor: PartitionActor | PartitionedActor | CoreActor
-        if self._on_core(path, record.kind, properties, partitioned, topic):
+        actor: EntityActor
+        on_core = self._on_core(path, record.kind, properties, partitioned, topic)
+        if on_core and partitioned:
+            # Partition i in store i modulo the stores, as version 1 places them (existing data stays put).
+            actor = PartitionedCoreActor([
+                CoreActor(PartitionRef(path, i), settings, self.workers[i % len(self.workers)], node_id=self.node_id)
+                for i in range(self.namespace.partition_count)])
+        elif on_core:
             # A subscription lives with its topic, so a send's copies commit in one transaction.
             worker = self._home_store(topic.name if topic is not None else path)
             kind_of_actor = TopicActor if record.kind == TOPIC else CoreActor
@@ -439,6 +456,8 @@ class Broker:
             # A subscription lives with its topic, so a send's copies commit in one transaction.
             home = topic.name if topic is not None else path
             actor = PartitionActor(PartitionRef(path, 0), settings, self._home_store(home), clock=self.clock)
+        if isinstance(actor, OnCore):
+            log.info("%s runs on the version-2 core (%d partitions)", record.path, len(each(actor)))
         for partition in each(actor):
             if partition.worker.offline:
                 partition.suspend()  # loads itself once its store is back
@@ -630,7 +649,7 @@ class Broker:
         changed = [name for name in fixed if getattr(properties, name) != getattr(entity.properties, name)]
         if changed:
             raise InvalidOperation(f"{', '.join(changed)} cannot be changed on an existing queue")
-        if isinstance(entity.actor, CoreActor) and _forwards(properties):
+        if isinstance(entity.actor, OnCore) and _forwards(properties):
             v1_only(entity.actor, "auto-forwarding")
         await self.worker.apply([PutEntity(EntityRecord(entity.name, QUEUE, properties.to_json())),
                                  self._touched(entity.name)])

@@ -32,9 +32,11 @@ slow with one). Claims and session locks are fenced by the store (``FOR UPDATE S
 two nodes never lock the same message or session.
 
 What this actor does not do yet, answered with ``amqp:not-implemented`` rather than faked:
-transactions, auto-forwarding, moves into a topic, a version-1 entity or another store. The broker runs
-only non-partitioned queues without forwarding on it; everything else stays on the version-1
-actor (``server/partition_actor.py``).
+transactions, auto-forwarding, moves into a topic, a version-1 entity or another store. The broker
+runs queues without forwarding on it, a partitioned queue as one CoreActor per partition
+(``server/partitioned_actor.py``, which splits a receiver's credit over them with ``ready``,
+``given``, ``withdraw_credit`` and ``caught_up``), and topics (``server/topic_actor.py``);
+everything else stays on the version-1 actor (``server/partition_actor.py``).
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ from sodalite.model.store_ops import MoveItem, Outcome, StoredMessage
 from sodalite.server.partition_actor import EntitySettings, SubQueue, wall_clock_ms
 from sodalite.server.partition_runner import Clock, LoopClock, PartitionRunner
 from sodalite.server.store_worker import StoreWorker
-from sodalite.store.port import PartitionRef
+from sodalite.store.port import PartitionRef, numbering_base
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +139,7 @@ class CoreActor:
         self._closed = False
         self._poller: asyncio.Task[None] | None = None
         self._unwatch: list[Any] = []  # stop the store worker's wake-ups, one per sub-queue
+        self._session_waits: dict[Any, Hashable] = {}  # owner -> request key of its accept-next-session
 
     # ---- life -------------------------------------------------------------------------------------
 
@@ -435,7 +438,8 @@ class CoreActor:
         self._runner(sub)
         ref, worker = self.refs[sub], self.worker
         counts = await worker.call(lambda: worker.store.counts(ref))
-        return counts.first_sequence_number, counts.last_sequence_number + 1
+        # Partition i numbers from (i << 48) + 1 (port.numbering_base), before its first message too.
+        return counts.first_sequence_number, max(counts.last_sequence_number, numbering_base(ref)) + 1
 
     # ---- moving rows out: resubmit, move, purge (server/moves.py) -----------------------------------
 
@@ -492,6 +496,38 @@ class CoreActor:
             self._draining.add(consumer)
             asyncio.get_running_loop().create_task(self._drain(consumer, runner))
 
+    def ready(self, sub: SubQueue) -> int:
+        """How many messages the core could hand out now (its window of ready ones); a partitioned
+        queue gives a receiver's credit only where this is above 0."""
+        runner = self.runners.get(sub)
+        return len(runner.view.window_order) if runner is not None and self.available else 0
+
+    def given(self, consumer: Any) -> int:
+        """The credit ``consumer`` gave the core that it has not delivered on yet, claimed or not."""
+        return self._given.get(consumer, 0)
+
+    def withdraw_credit(self, consumer: Any) -> int:
+        """Take back the credit ``consumer`` (not a session receiver) gave this core and the core has
+        not used for a claim yet; claims already in flight still deliver. Returns how much."""
+        runner = self.runners.get(consumer.sub_queue)
+        if runner is None or consumer not in self._consumers or not self.available:
+            return 0
+        held = runner.view.credit.get(consumer)
+        unclaimed = held.count if held is not None else 0
+        if unclaimed <= 0:
+            return 0
+        mode = core.ReceiveMode.PEEK_LOCK if consumer.peek_lock else core.ReceiveMode.RECEIVE_AND_DELETE
+        runner.submit(core.CloseConsumer(consumer))  # its credit goes ...
+        runner.submit(core.Receive(consumer, 0, mode))  # ... and it is known again, for the claims in flight
+        self._given[consumer] = max(self._given.get(consumer, 0) - unclaimed, 0)
+        return unclaimed
+
+    async def caught_up(self, sub: SubQueue) -> None:
+        """Wait until ``sub``'s runner has carried out everything decided so far (claims delivered)."""
+        runner = self.runners.get(sub)
+        if runner is not None:
+            await runner.drained()
+
     async def _drain(self, consumer: Any, runner: PartitionRunner) -> None:
         """Answer a drain once everything ready was delivered: the rest of the credit is spent."""
         try:
@@ -513,7 +549,26 @@ class CoreActor:
         peek_lock = getattr(owner, "peek_lock", True)
         mode = core.ReceiveMode.PEEK_LOCK if peek_lock else core.ReceiveMode.RECEIVE_AND_DELETE
         self._runner(SubQueue.MAIN).submit(core.Receive(owner, 0, mode))
-        return self._request(SubQueue.MAIN, lambda key: core.AcceptSession(owner, session_id, key, wait_until))
+        keys: list[Hashable] = []
+
+        def accept(key: Hashable) -> core.AcceptSession:
+            keys.append(key)
+            return core.AcceptSession(owner, session_id, key, wait_until)
+
+        future = self._request(SubQueue.MAIN, accept)
+        if session_id is None and not future.done():
+            self._session_waits[owner] = keys[0]
+            future.add_done_callback(lambda _: self._session_waits.pop(owner, None))
+        return future
+
+    def cancel_session_wait(self, owner: Any) -> None:
+        """Withdraw ``owner``'s wait for the next session (another partition granted it one): the
+        core forgets the receiver (a session granted meanwhile is released) and the wait's future
+        ends with OperationTimeout, so nothing waits for a reply that will not come."""
+        key = self._session_waits.pop(owner, None)
+        self.remove_consumer(owner)
+        if key is not None:
+            self._resolve(key, error=OperationTimeout("another partition granted the session"))
 
     def renew_session_lock(self, session_id: str) -> asyncio.Future[int]:
         return self._request(SubQueue.MAIN, lambda key: core.RenewSessionLock(session_id, key))

@@ -13,21 +13,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from sodalite.server.partition_actor import PartitionActor, SubQueue
-from sodalite.server.partitioned_actor import PartitionedActor
+from sodalite.server.partition_actor import SubQueue
+from sodalite.server.partitioned_actor import EntityActor
 from sodalite.server.store_worker import StoreWorker
 
 if TYPE_CHECKING:
     from sodalite.server.broker import Broker
-    from sodalite.server.core_actor import CoreActor
 
-AnyActor = Union["PartitionActor", "PartitionedActor", "CoreActor"]
+AnyActor = EntityActor
 
 # How a sub-queue is spelled in an entity label: the SDK's path suffixes (sdk-wire-contract.md 1.2).
 SUB_QUEUE_SUFFIX = {

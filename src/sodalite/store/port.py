@@ -52,6 +52,18 @@ class PartitionRef:
     partition: int = 0
 
 
+# A sequence number's upper 16 bits name its partition (partitioned-entities seed; the Spark reader
+# and the partitioned actors route by them): the store numbers partition i after i << 48.
+PARTITION_SHIFT = 48
+
+
+def numbering_base(ref: PartitionRef) -> int:
+    """The number partition ``ref`` counts up from: its first message gets this + 1 (0 for partition
+    0 and every non-partitioned entity). Every adapter numbers ``max(high-water mark, base) + 1, ...``,
+    so counters written by the version-1 actor, which already started there, need no migration."""
+    return ref.partition << PARTITION_SHIFT
+
+
 @dataclass(frozen=True, slots=True)
 class AppendMessages:
     """Add messages (sequence numbers already assigned) and raise the partition's high-water mark."""
@@ -175,8 +187,10 @@ class Append:
 
     The numbers come from the partition's high-water mark (the one :class:`AppendMessages` raises),
     in the same transaction, so they are strictly increasing per partition and never reused, also
-    after deletes and restarts. Each record's own ``sequence_number`` is ignored (pass 0); its lock
-    starts cleared. Result: :class:`Appended`.
+    after deletes and restarts. ``last`` is never below :func:`numbering_base` (``partition << 48``):
+    partition i's first number is ``(i << 48) + 1``; the same holds for the numbers a dead-letter
+    settlement or a move gives in its target partition. Each record's own ``sequence_number`` is
+    ignored (pass 0); its lock starts cleared. Result: :class:`Appended`.
     """
 
     ref: PartitionRef

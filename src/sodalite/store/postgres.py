@@ -124,6 +124,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from sodalite.errors import ConfigurationError, StoreFull, StoreUnavailable
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.store.port import (
+    PARTITION_SHIFT,
     Activate,
     Activated,
     Append,
@@ -481,6 +482,13 @@ def _high_water(e: str = "e", p: str = "p") -> str:
             f"FROM ({_counter_rows('last_sequence_number', e, p)}) h")
 
 
+def _numbered_after(e: str = "e", p: str = "p") -> str:
+    """One row, ``top``: where the partition's next numbers start after, the high-water mark but
+    never below ``partition << PARTITION_SHIFT`` (port.numbering_base)."""
+    return (f"SELECT GREATEST(coalesce(max(last_sequence_number), 0), %({p})s::bigint << {PARTITION_SHIFT:d}) AS top "
+            f"FROM ({_counter_rows('last_sequence_number', e, p)}) h")
+
+
 # Lock a partition's base row (creating it the first time) without writing a new version of it: ON
 # CONFLICT DO UPDATE locks the row it finds even when its WHERE clause updates nothing. A batch takes
 # the rows of every partition it numbers in first statements of their own, in one global order (no
@@ -504,7 +512,7 @@ _COUNTS_OF_NEW: Final = (
 # v2 append, after _TAKE_PARTITION: numbered above the partition's high-water mark, which the
 # current generation's counter row raises by the batch's size in the same statement.
 _APPEND: Final = (
-    f"WITH hw AS ({_high_water()}), "
+    f"WITH hw AS ({_numbered_after()}), "
     f"bump AS (INSERT INTO sodalite_counters AS c ({_COUNTER_COLUMNS}) "
     f"SELECT {_CURRENT_GENERATION}, %(e)s, %(p)s, hw.top + %(n)s, %(da)s, %(ds)s, %(dd)s, %(dz)s FROM hw "
     f"{_ADD_COUNTERS}) "
@@ -623,7 +631,7 @@ def _transfer_sql(fence: str) -> str:
         f"AND {_ITEM_ROWS} AND {fence} RETURNING i.ord, m.sequence_number AS old_seq, {copied}, "
         f"{_GONE}), "
         f"src AS ({_adjust('d', ' AND NOT %(same)s')}), "
-        f"hw AS ({_high_water('te', 'tp')}), "
+        f"hw AS ({_numbered_after('te', 'tp')}), "
         "nums AS (SELECT d.*, hw.top + row_number() OVER (ORDER BY d.ord) AS new_seq FROM d, hw), "
         f"tgt AS (INSERT INTO sodalite_counters AS c ({_COUNTER_COLUMNS}) "
         # Into the partition it came from (a resubmit): the removal's deltas go into this one row.
