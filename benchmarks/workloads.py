@@ -9,6 +9,9 @@ teardown stay outside the measured span: the SDK spends about 50 ms per frame wh
 - SDK receive + complete, sync: ``receivers`` threads, each with its own client and PeekLock receiver,
   each completing one message at a time (the sync SDK waits for every settlement's echo).
 - SDK receive + complete, aio: one receiver; each received batch is completed concurrently.
+- Several broker nodes (one queue on a shared database): the receive functions take a list of
+  connection strings, receivers spread over them round robin (aio: one receiver per node), all
+  counting towards the same total.
 - pika: a quorum queue; publisher confirms, a batch of ``batch`` messages published and then waited
   for (as the SDK waits for a batch's disposition); ``receivers`` consumer threads with manual acks and
   a prefetch of ``prefetch``. AMQP 0-9-1 acks are not confirmed, so there is no per-ack latency.
@@ -17,10 +20,11 @@ teardown stay outside the measured span: the SDK spends about 50 ms per frame wh
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
@@ -132,10 +136,12 @@ async def _aio_send(meter: Meter, connection_string: str, queue: str, count: int
     return latencies
 
 
-def sdk_receive_threads(meter: Meter | None, connection_string: str, queue: str, count: int, receivers: int = 4,
-                        prefetch: int = 100, on_message: Callable[[Any], None] | None = None,
+def sdk_receive_threads(meter: Meter | None, connection_string: str | Sequence[str], queue: str, count: int,
+                        receivers: int = 4, prefetch: int = 100, on_message: Callable[[Any], None] | None = None,
                         first: list[float] | None = None) -> list[float]:
-    """``receivers`` sync receivers in threads, PeekLock, completing one message at a time."""
+    """``receivers`` sync receivers in threads, PeekLock, completing one message at a time (spread
+    round robin over the nodes when ``connection_string`` is a list)."""
+    nodes = [connection_string] if isinstance(connection_string, str) else list(connection_string)
     lock = threading.Lock()
     done = [0]
     finished = threading.Event()
@@ -144,7 +150,7 @@ def sdk_receive_threads(meter: Meter | None, connection_string: str, queue: str,
     ready = threading.Barrier(receivers + 1)
     last_progress = [time.monotonic()]
 
-    def run() -> None:
+    def run(connection_string: str) -> None:
         try:
             with ServiceBusClient.from_connection_string(connection_string) as client, \
                     client.get_queue_receiver(queue, receive_mode=ServiceBusReceiveMode.PEEK_LOCK,
@@ -173,7 +179,7 @@ def sdk_receive_threads(meter: Meter | None, connection_string: str, queue: str,
             finished.set()
             ready.abort()
 
-    threads = [threading.Thread(target=run, daemon=True) for _ in range(receivers)]
+    threads = [threading.Thread(target=run, args=(nodes[i % len(nodes)],), daemon=True) for i in range(receivers)]
     for t in threads:
         t.start()
     try:
@@ -192,11 +198,14 @@ def sdk_receive_threads(meter: Meter | None, connection_string: str, queue: str,
     return latencies
 
 
-def sdk_aio_receive(meter: Meter, connection_string: str, queue: str, count: int, prefetch: int = 300) -> list[float]:
-    return asyncio.run(_aio_receive(meter, connection_string, queue, count, prefetch))
+def sdk_aio_receive(meter: Meter, connection_string: str | Sequence[str], queue: str, count: int,
+                    prefetch: int = 300) -> list[float]:
+    """One aio receiver (one per node when ``connection_string`` is a list, sharing ``prefetch``)."""
+    nodes = [connection_string] if isinstance(connection_string, str) else list(connection_string)
+    return asyncio.run(_aio_receive(meter, nodes, queue, count, max(1, prefetch // len(nodes))))
 
 
-async def _aio_receive(meter: Meter, connection_string: str, queue: str, count: int, prefetch: int) -> list[float]:
+async def _aio_receive(meter: Meter, nodes: list[str], queue: str, count: int, prefetch: int) -> list[float]:
     latencies: list[float] = []
 
     async def complete(receiver: Any, message: Any) -> None:
@@ -204,20 +213,28 @@ async def _aio_receive(meter: Meter, connection_string: str, queue: str, count: 
         await receiver.complete_message(message)
         latencies.append(time.perf_counter() - t)
 
-    done = 0
-    async with AsyncServiceBusClient.from_connection_string(connection_string) as client, \
-            client.get_queue_receiver(queue, prefetch_count=prefetch) as receiver:
-        meter.start()
-        last = time.monotonic()
-        while done < count:
+    done = [0]
+    last = [time.monotonic()]
+
+    async def run(receiver: Any) -> None:
+        while done[0] < count:
             batch = await receiver.receive_messages(max_message_count=prefetch, max_wait_time=1)
             if not batch:
-                if time.monotonic() - last > STALL_SECONDS:
-                    raise Stalled(f"only {done} of {count} messages came back")
+                if time.monotonic() - last[0] > STALL_SECONDS:
+                    raise Stalled(f"only {done[0]} of {count} messages came back")
                 continue
-            last = time.monotonic()
+            last[0] = time.monotonic()
             await asyncio.gather(*(complete(receiver, m) for m in batch))
-            done += len(batch)
+            done[0] += len(batch)
+
+    async with contextlib.AsyncExitStack() as stack:
+        receivers = []
+        for connection_string in nodes:
+            client = await stack.enter_async_context(AsyncServiceBusClient.from_connection_string(connection_string))
+            receivers.append(await stack.enter_async_context(client.get_queue_receiver(queue, prefetch_count=prefetch)))
+        meter.start()
+        last[0] = time.monotonic()
+        await asyncio.gather(*(run(r) for r in receivers))
         meter.stop()
     return latencies
 

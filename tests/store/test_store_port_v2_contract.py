@@ -32,6 +32,7 @@ import pg_server
 from sodalite.model.message import MessageRecord, MessageState, MessageUpdate
 from sodalite.store.memory import MemoryStore
 from sodalite.store.port import (
+    PARTITION_SHIFT,
     Activate,
     Activated,
     Append,
@@ -70,6 +71,7 @@ from sodalite.store.port import (
     StoredMessage,
     StoreOp,
     UpdateMessages,
+    numbering_base,
 )
 from sodalite.store.postgres import PostgresStore
 from sodalite.store.sqlite import SqliteStore
@@ -260,6 +262,43 @@ def test_numbers_survive_a_reopen(v2: V2) -> None:
     store = v2.reopen()
     assert append(store, msg()) == [3]
     assert store.counts(Q) == PartitionCounts(1, 0, 0, msg().size, 3, 3)
+
+
+def test_partition_i_numbers_start_after_i_shifted_by_48(v2: V2) -> None:
+    """A number's upper 16 bits name its partition (PARTITION_SHIFT): partition i counts from
+    (i << 48) + 1, for appends and for what a dead-letter settlement or a move numbers in a target
+    partition; partition 0 is unchanged, and a counter the version-1 actor raised goes on from there."""
+    store = v2.store
+    p3, dlq3, other3 = (PartitionRef(r.entity, 3) for r in (Q, DLQ, OTHER))
+    base = 3 << PARTITION_SHIFT
+    assert numbering_base(p3) == base and numbering_base(Q) == 0
+    assert append(store, msg(), msg(), msg(), ref=p3) == [base + 1, base + 2, base + 3]
+    assert append(store, msg()) == [1]
+    assert store.counts(p3).last_sequence_number == base + 3
+    assert store.counts(p3).first_sequence_number == base + 1
+    claimed = one(store, Claim(p3, T0, T0 + 30_000, OWNER, toks(1, 2)))
+    assert isinstance(claimed, Claimed) and numbers(claimed.messages) == [base + 1, base + 2]
+    dead = one(store, Settle(p3, T0, (SettleItem(base + 1, tok(1), Outcome.DEAD_LETTER, dead_letter_to=dlq3),)))
+    assert dead == Settled((True,))
+    assert numbers(everything(store, dlq3)) == [base + 1]
+    moved = one(store, MoveMessages(p3, T0, (MoveItem(base + 3),), other3))
+    assert moved == Moved((base + 1,))
+    assert append(store, msg(), ref=p3) == [base + 4]  # never reused
+    # A partition numbered by the version-1 actor (it starts from the same base and raises the
+    # high-water mark with max()) goes on after its highest number: no migration.
+    p5 = PartitionRef(Q.entity, 5)
+    run(store, AppendMessages(p5, (msg(sequence_number=(5 << PARTITION_SHIFT) + 7),)))
+    assert append(store, msg(), ref=p5) == [(5 << PARTITION_SHIFT) + 8]
+    # A counter row some other operation created at 0 (a session state, a v1 delete) is no lower bound.
+    p6 = PartitionRef(Q.entity, 6)
+    run(store, PutSessionState(p6, "s", b"x", T0), DeleteMessages(p6, (1,)))
+    assert append(store, msg(), ref=p6) == [(6 << PARTITION_SHIFT) + 1]
+    for ref in (p3, dlq3, other3, p5, p6):
+        check_counts(store, ref)
+    if v2.persistent:
+        store = v2.reopen()
+        assert append(store, msg(), ref=p3) == [base + 5]
+        assert append(store, msg(), ref=dlq3) == [base + 2]
 
 
 def test_appended_messages_come_back_unlocked_and_whole(store: MessagingStore) -> None:

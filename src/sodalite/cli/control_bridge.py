@@ -37,7 +37,7 @@ from sodalite.server import moves, wire
 from sodalite.server.broker import Broker
 from sodalite.server.core_actor import ALL_STATES, CoreActor
 from sodalite.server.partition_actor import SubQueue
-from sodalite.server.partitioned_actor import each
+from sodalite.server.partitioned_actor import each, v1_only
 from sodalite.server.registry import QUEUE, SUBSCRIPTION, TOPIC, Entity
 
 _SUB_QUEUES: dict[SubQueueName, tuple[SubQueue, frozenset[MessageState] | None]] = {
@@ -216,7 +216,7 @@ class BrokerControl:
             if isinstance(actor, CoreActor):  # the store is the truth: read it, not memory
                 batch = await actor.peek(queue, start, page, states=states if states is not None else ALL_STATES)
             else:
-                batch = actor.peek(queue, start, page)
+                batch = v1_only(actor, "browsing messages of a partitioned queue").peek(queue, start, page)
             if not batch:
                 break
             found += [shown_message(r, sub) for r in batch if states is None or r.state in states][: count - len(found)]

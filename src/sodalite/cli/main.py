@@ -62,7 +62,12 @@ def _parser() -> argparse.ArgumentParser:
                             "port v2, which keep no messages in memory (being built; README)")
     serve.add_argument("--node-id", default=None,
                        help="this node's name, recorded in the log and in PostgreSQL's application_name "
-                            "(default: host name and AMQP port); several nodes on one database are not built yet")
+                            "(default: host name and AMQP port); several nodes on one database: docs/postgresql.md")
+    serve.add_argument("--shared-poll-seconds", type=float, default=None, metavar="SECONDS",
+                       help="several nodes on PostgreSQL: while LISTEN/NOTIFY works, how often a node still looks "
+                            "by itself for other nodes' messages while a receiver waits (default 2; 0.25 while it "
+                            "does not: a dead node's lock lapsing is never announced) and for their entity changes "
+                            "(default 1)")
     serve.add_argument("--admin-port", type=int, default=5443,
                        help="HTTPS port of the management API for ServiceBusAdministrationClient (default 5443; "
                             "0 picks a free one; -1 turns it off)")
@@ -282,7 +287,7 @@ def _print_amqps(args: argparse.Namespace, broker: Broker, cert: Path) -> None:
 async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
     node_id = args.node_id or default_node_id(args.port)
     broker = build_broker(namespace, args.data_dir, synchronous=args.sync, store_url=args.store, node_id=node_id,
-                          core=args.core)
+                          core=args.core, shared_poll_seconds=args.shared_poll_seconds)
     broker.limits = ConnectionLimits(args.handshake_timeout, args.max_connections,
                                      args.max_sessions_per_connection, args.max_links_per_connection)
     asyncio.get_running_loop().set_exception_handler(AcceptFailureLog())

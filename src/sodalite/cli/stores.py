@@ -14,7 +14,7 @@ from pathlib import Path
 from sodalite.errors import ConfigurationError
 from sodalite.model.config import POSTGRESQL_URL_PREFIXES, MessagingStoreConfig, NamespaceConfig
 from sodalite.server.broker import Broker
-from sodalite.store.port import MessagingStore
+from sodalite.store.port import ChangeFeed, MessagingStore
 from sodalite.store.sqlite import SqliteStore
 
 
@@ -46,8 +46,16 @@ def _one(configured: MessagingStoreConfig, data_dir: Path, synchronous: str, nod
 
 
 def build_broker(namespace: NamespaceConfig, data_dir: Path, *, synchronous: str = "FULL",
-                 store_url: str | None = None, node_id: str = "", core: str = "v1") -> Broker:
-    """A broker on its messaging stores: the default one, then the namespace's in order."""
+                 store_url: str | None = None, node_id: str = "", core: str = "v1",
+                 shared_poll_seconds: float | None = None) -> Broker:
+    """A broker on its messaging stores: the default one, then the namespace's in order.
+
+    A PostgreSQL store may be shared with other nodes: its worker is marked ``shared`` and gets the
+    store's change feed (one LISTEN connection per database and node), which wakes this node's
+    partitions and entity follow when another node commits; ``shared_poll_seconds`` sets both
+    fallback polls (waiting receivers, entity records) while the feed is live."""
+    if shared_poll_seconds is not None and not shared_poll_seconds > 0:
+        raise ConfigurationError(f"--shared-poll-seconds: must be > 0, got {shared_poll_seconds}")
     data_dir.mkdir(parents=True, exist_ok=True)
     if store_url is not None:
         if not store_url.startswith(POSTGRESQL_URL_PREFIXES):
@@ -64,9 +72,20 @@ def build_broker(namespace: NamespaceConfig, data_dir: Path, *, synchronous: str
     broker = Broker(namespace, default, more_stores=more, core=core, node_id=node_id or "node")
     for worker in broker.workers:
         worker.shared = _is_postgres(worker.store)
+        if worker.shared:
+            worker.feed = _change_feed(worker.store, node_id)
+            if shared_poll_seconds is not None:
+                worker.notified_poll_seconds = worker.notified_follow_seconds = shared_poll_seconds
     for worker, configured in zip(broker.workers[1:], namespace.messaging_stores, strict=True):
         worker.offline = configured.offline  # starts out of service: its partitions wait for it
     return broker
+
+
+def _change_feed(store: MessagingStore, node_id: str) -> ChangeFeed:
+    from sodalite.store.postgres import PostgresStore
+
+    assert isinstance(store, PostgresStore)
+    return store.change_feed(application_name=f"sodalite {node_id} listen"[:63])
 
 
 def _is_postgres(store: MessagingStore) -> bool:

@@ -67,7 +67,16 @@ from sodalite.server.partition_actor import (
     all_of,
     wall_clock_ms,
 )
-from sodalite.server.partitioned_actor import PartitionedActor, at_index, each, partition_index, v1_only
+from sodalite.server.partitioned_actor import (
+    EntityActor,
+    OnCore,
+    PartitionedActor,
+    PartitionedCoreActor,
+    at_index,
+    each,
+    partition_index,
+    v1_only,
+)
 from sodalite.server.registry import QUEUE, SUBSCRIPTION, TOPIC, Entity, Route, named_subscription_path
 from sodalite.server.store_worker import StoreWorker
 from sodalite.server.topic_actor import TopicActor
@@ -84,12 +93,6 @@ ENTITY_TIMES_PATH, ENTITY_TIMES_KIND = "$entitytimes", "entity-times"
 DEFAULT_STORE = "default"  # the store in the data directory, which also keeps the entity records
 PREMIUM_PARTITIONED_MESSAGE_SIZE = 1024 * 1024  # partitioned entities of a Premium-like namespace (seed)
 
-ENTITY_FOLLOW_SECONDS = 1.0  # how often a node on a shared store looks for other nodes' entity changes
-
-
-def _forwards(properties: Any) -> bool:
-    return bool(getattr(properties, "forward_to", None)
-                or getattr(properties, "forward_dead_lettered_messages_to", None))
 
 
 def _forwards_dead_letters(properties: Any) -> bool:
@@ -103,8 +106,10 @@ def _kept_on_v1(records: Sequence[EntityRecord], home: Callable[[str], object]) 
     its topic) must run on one path and, for the core, in one messaging store, because a topic on the
     core stores a forwarded copy in its own transaction and a version-1 entity cannot store into a
     partition on the core. So a whole group of joined entities stays on version 1 when one of them
-    must (partitioned, or forwarding its dead letters, which the core does not do yet) or when they
-    live in different stores (``home``: a path's store; a subscription lives with its topic).
+    must (a partitioned topic, or forwarding its dead letters, which the core does not do yet) or when
+    they live in different stores (``home``: a path's store; a subscription lives with its topic). A
+    partitioned queue runs on the core alone; joined by forwarding it stays on version 1 (a topic on
+    the core stores copies into a single partition's core only).
     """
     parent: dict[str, str] = {}
 
@@ -119,6 +124,7 @@ def _kept_on_v1(records: Sequence[EntityRecord], home: Callable[[str], object]) 
         parent[find(a)] = find(b)
 
     forced: set[str] = set()
+    partitioned: set[str] = set()
     for record in records:
         if record.kind not in (QUEUE, TOPIC, SUBSCRIPTION):
             continue
@@ -129,7 +135,7 @@ def _kept_on_v1(records: Sequence[EntityRecord], home: Callable[[str], object]) 
         if record.kind == SUBSCRIPTION:
             join(path, path.split("/subscriptions/")[0])
         if properties.get("EnablePartitioning"):
-            forced.add(path)
+            (forced if record.kind == TOPIC else partitioned).add(path)
         for key in ("ForwardTo", "ForwardDeadLetteredMessagesTo"):
             target = properties.get(key)
             if isinstance(target, str) and target:
@@ -142,7 +148,8 @@ def _kept_on_v1(records: Sequence[EntityRecord], home: Callable[[str], object]) 
     kept: set[str] = set()
     for members in groups.values():
         homes = {home(m.split("/subscriptions/")[0]) for m in members}
-        if len(homes) > 1 or any(m in forced for m in members):
+        if (len(homes) > 1 or any(m in forced for m in members)
+                or (len(members) > 1 and any(m in partitioned for m in members))):
             kept.update(members)
     return kept
 
@@ -195,6 +202,8 @@ class Broker:
         self._idle_sweeper: asyncio.Task[None] | None = None
         self._entity_follower: asyncio.Task[None] | None = None
         self._entities_lock = asyncio.Lock()  # entity creation and deletion against the follower
+        self._entities_changed = asyncio.Event()  # another node changed entity records (the store's feed)
+        self.worker.on_entities_changed = self._entities_changed.set
 
     def entity(self, path: str) -> Entity | None:
         return self.entities.get(path.lower())
@@ -426,15 +435,17 @@ class Broker:
         return settings, max_bytes
 
     def _on_core(self, path: str, kind: str, properties: Any, partitioned: bool, topic: Entity | None) -> bool:
-        """Whether an entity runs on the version-2 core: with ``--core v2``, every queue and topic that
-        is not partitioned and does not forward its dead letters, and the subscriptions of a topic on
-        the core, unless forwarding joins it at start to an entity that cannot (:func:`_kept_on_v1`)."""
-        if (self.core != "v2" or partitioned or _forwards_dead_letters(properties)
-                or path in self._kept_on_v1):
+        """Whether an entity runs on the version-2 core: with ``--core v2``, every queue (partitioned
+        ones too: one core per partition) and every topic that is not partitioned, none of them
+        forwarding its dead letters, and the subscriptions of a topic on the core, unless forwarding
+        joins it at start to an entity that cannot (:func:`_kept_on_v1`)."""
+        if self.core != "v2" or _forwards_dead_letters(properties) or path in self._kept_on_v1:
             return False
         if kind == SUBSCRIPTION:
-            return topic is not None and isinstance(topic.actor, TopicActor)
-        return kind in (QUEUE, TOPIC)
+            return not partitioned and topic is not None and isinstance(topic.actor, TopicActor)
+        if kind == TOPIC:
+            return not partitioned
+        return kind == QUEUE
 
     async def _load(self, record: EntityRecord) -> None:
         path = record.path.lower()
@@ -461,8 +472,14 @@ class Broker:
         partitioned = (topic.partitioned if topic is not None
                        else bool(getattr(properties, "enable_partitioning", False)))
         settings, max_message_size = self._settings(properties, partitioned)
-        actor: PartitionActor | PartitionedActor | CoreActor
-        if self._on_core(path, record.kind, properties, partitioned, topic):
+        actor: EntityActor
+        on_core = self._on_core(path, record.kind, properties, partitioned, topic)
+        if on_core and partitioned:
+            # Partition i in store i modulo the stores, as version 1 places them (existing data stays put).
+            actor = PartitionedCoreActor([
+                CoreActor(PartitionRef(path, i), settings, self.workers[i % len(self.workers)], node_id=self.node_id)
+                for i in range(self.namespace.partition_count)])
+        elif on_core:
             # A subscription lives with its topic, so a send's copies commit in one transaction.
             worker = self._home_store(topic.name if topic is not None else path)
             kind_of_actor = TopicActor if record.kind == TOPIC else CoreActor
@@ -476,6 +493,8 @@ class Broker:
             # A subscription lives with its topic, so a send's copies commit in one transaction.
             home = topic.name if topic is not None else path
             actor = PartitionActor(PartitionRef(path, 0), settings, self._home_store(home), clock=self.clock)
+        if isinstance(actor, OnCore):
+            log.info("%s runs on the version-2 core (%d partitions)", record.path, len(each(actor)))
         for partition in each(actor):
             if partition.worker.offline:
                 partition.suspend()  # loads itself once its store is back
@@ -688,7 +707,7 @@ class Broker:
         changed = [name for name in fixed if getattr(properties, name) != getattr(entity.properties, name)]
         if changed:
             raise InvalidOperation(f"{', '.join(changed)} cannot be changed on an existing queue")
-        if isinstance(entity.actor, CoreActor) and _forwards_dead_letters(properties):
+        if isinstance(entity.actor, OnCore) and _forwards_dead_letters(properties):
             v1_only(entity.actor, "forwarding dead-lettered messages")
         self._check_forward_targets(properties, entity)
         await self.worker.apply([PutEntity(EntityRecord(entity.name, QUEUE, properties.to_json())),
@@ -799,11 +818,15 @@ class Broker:
     # ---- AutoDeleteOnIdle ----------------------------------------------------------------------------
 
     async def _follow_entities_forever(self) -> None:
-        """Several nodes on one store: every ENTITY_FOLLOW_SECONDS, take up the entities another node
-        created, drop those it deleted and apply the properties it changed (issue 18.3: seen by every
-        node within a second or so)."""
+        """Several nodes on one store: when the store announces another node's entity change, and
+        every ``worker.follow_seconds`` (1 s) in any case, take up the entities another node created, drop those
+        it deleted and apply the properties it changed (issue 18.3: seen by every node within 1 s)."""
         while True:
-            await asyncio.sleep(ENTITY_FOLLOW_SECONDS)
+            try:
+                await asyncio.wait_for(self._entities_changed.wait(), self.worker.follow_seconds)
+            except TimeoutError:
+                pass
+            self._entities_changed.clear()
             try:
                 await self.follow_entities()
             except SodaliteError as exc:

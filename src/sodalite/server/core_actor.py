@@ -23,10 +23,13 @@ Resubmits, moves and purges (``server/moves.py``) select rows from the store (:m
 after it committed the target queue is told ``Arrived`` (:meth:`arrived`).
 
 Several nodes (a store other nodes write, ``StoreWorker.shared``: PostgreSQL): rows another node
-appended are not in this node's window. While a receiver here waits with credit, each sub-queue's
-core is told ``Arrived(0)`` every ``SHARED_POLL_SECONDS``, so it reads the store from its cursor on;
-claims and session locks are fenced by the store (``FOR UPDATE SKIP LOCKED``), so two nodes never
-lock the same message or session, and a lock another node held is read again when it lapses.
+appended are not in this node's window. Each sub-queue watches its partition on the store worker:
+when another node commits messages made ready there (announced by the store's change feed,
+LISTEN/NOTIFY), its core is told ``Arrived(0)`` and reads the store again. What no announcement
+covers (a lock held by a dead node lapsing) is found by a poll: while a receiver here waits with
+credit, the core is told ``Arrived(0)`` every ``worker.poll_seconds`` (fast without a live feed,
+slow with one). Claims and session locks are fenced by the store (``FOR UPDATE SKIP LOCKED``), so
+two nodes never lock the same message or session.
 
 Copies into other entities (``Publish``): a topic's send, and a send whose forwarding ended here at
 the hop limit (:meth:`send_to_transfer_dead_letter`), are stored by this entity's core in one batch
@@ -35,8 +38,11 @@ of ``AppendTo`` ops; once it committed each destination's core is told the rows 
 
 What this actor does not do yet, answered with ``amqp:not-implemented`` rather than faked:
 transactions, ForwardDeadLetteredMessagesTo, moves into a topic, a version-1 entity or another
-store. The broker keeps an entity on the version-1 actor (``server/partition_actor.py``) when one
-of those joins it (``broker._kept_on_v1``).
+store. The broker runs queues on it, a partitioned queue as one CoreActor per partition
+(``server/partitioned_actor.py``, which splits a receiver's credit over them with ``ready``,
+``given``, ``withdraw_credit`` and ``caught_up``), and topics (``server/topic_actor.py``); it keeps
+an entity on the version-1 actor (``server/partition_actor.py``) when one of those joins it
+(``broker._kept_on_v1``).
 """
 
 from __future__ import annotations
@@ -70,12 +76,11 @@ from sodalite.server import wire
 from sodalite.server.partition_actor import EntitySettings, SubQueue, wall_clock_ms
 from sodalite.server.partition_runner import Clock, LoopClock, PartitionRunner
 from sodalite.server.store_worker import StoreWorker
-from sodalite.store.port import PartitionRef
+from sodalite.store.port import PartitionRef, numbering_base
 
 log = logging.getLogger(__name__)
 
 ALL_STATES = frozenset(MessageState)
-SHARED_POLL_SECONDS = 0.25  # how often a waiting receiver's core looks for other nodes' rows
 Taken = tuple[MessageRecord, uuid.UUID | None, int | None]  # a message received by number: record, lock token, until
 Copy = tuple["CoreActor", SubQueue, MessageRecord]
 """A message to store in a sub-queue of an entity on the core (a topic's copy, a transfer dead letter), unnumbered."""
@@ -141,6 +146,8 @@ class CoreActor:
         self._closed = False
         self._poller: asyncio.Task[None] | None = None
         self._targets: dict[PartitionRef, tuple[CoreActor, SubQueue]] = {}  # where Publish copies land
+        self._unwatch: list[Any] = []  # stop the store worker's wake-ups, one per sub-queue
+        self._session_waits: dict[Any, Hashable] = {}  # owner -> request key of its accept-next-session
 
     # ---- life -------------------------------------------------------------------------------------
 
@@ -153,6 +160,8 @@ class CoreActor:
                 functools.partial(self._on_reply, sub), dead_letter=target)
             runner.on_moved = self._on_moved
             self.runners[sub] = runner
+            if self.worker.shared:  # another node made messages ready here: read again
+                self._unwatch.append(self.worker.watch(self.refs[sub], functools.partial(self._arrived, sub)))
         self._available = True
         if self.worker.shared and self._poller is None:
             self._poller = asyncio.get_running_loop().create_task(self._poll_shared(),
@@ -178,6 +187,9 @@ class CoreActor:
         self._closed = True
         if self._poller is not None:
             self._poller.cancel()
+        for unwatch in self._unwatch:
+            unwatch()
+        self._unwatch.clear()
         for runner in self.runners.values():
             try:
                 await asyncio.wait_for(runner.drained(), 5)
@@ -310,7 +322,7 @@ class CoreActor:
     async def _poll_shared(self) -> None:
         """Other nodes append to this store: while a receiver here waits, read from the cursor on."""
         while not self._closed:
-            await asyncio.sleep(SHARED_POLL_SECONDS)
+            await asyncio.sleep(self.worker.poll_seconds)
             if not self.available:
                 continue
             waiting = {c.sub_queue for c in self._consumers if self._given.get(c, 0) > 0}
@@ -330,6 +342,11 @@ class CoreActor:
             return
         runner.submit(core.Landed(records))
         runner.note_landed(sum(r.size for r in records))
+
+    def _arrived(self, sub: SubQueue) -> None:
+        runner = self.runners.get(sub)
+        if runner is not None and self.available and not self._closed:
+            runner.submit(core.Arrived(0))
 
     def _on_moved(self, target: PartitionRef, count: int) -> None:
         for sub, ref in self.refs.items():
@@ -435,7 +452,8 @@ class CoreActor:
         self._runner(sub)
         ref, worker = self.refs[sub], self.worker
         counts = await worker.call(lambda: worker.store.counts(ref))
-        return counts.first_sequence_number, counts.last_sequence_number + 1
+        # Partition i numbers from (i << 48) + 1 (port.numbering_base), before its first message too.
+        return counts.first_sequence_number, max(counts.last_sequence_number, numbering_base(ref)) + 1
 
     # ---- moving rows out: resubmit, move, purge (server/moves.py) -----------------------------------
 
@@ -492,6 +510,38 @@ class CoreActor:
             self._draining.add(consumer)
             asyncio.get_running_loop().create_task(self._drain(consumer, runner))
 
+    def ready(self, sub: SubQueue) -> int:
+        """How many messages the core could hand out now (its window of ready ones); a partitioned
+        queue gives a receiver's credit only where this is above 0."""
+        runner = self.runners.get(sub)
+        return len(runner.view.window_order) if runner is not None and self.available else 0
+
+    def given(self, consumer: Any) -> int:
+        """The credit ``consumer`` gave the core that it has not delivered on yet, claimed or not."""
+        return self._given.get(consumer, 0)
+
+    def withdraw_credit(self, consumer: Any) -> int:
+        """Take back the credit ``consumer`` (not a session receiver) gave this core and the core has
+        not used for a claim yet; claims already in flight still deliver. Returns how much."""
+        runner = self.runners.get(consumer.sub_queue)
+        if runner is None or consumer not in self._consumers or not self.available:
+            return 0
+        held = runner.view.credit.get(consumer)
+        unclaimed = held.count if held is not None else 0
+        if unclaimed <= 0:
+            return 0
+        mode = core.ReceiveMode.PEEK_LOCK if consumer.peek_lock else core.ReceiveMode.RECEIVE_AND_DELETE
+        runner.submit(core.CloseConsumer(consumer))  # its credit goes ...
+        runner.submit(core.Receive(consumer, 0, mode))  # ... and it is known again, for the claims in flight
+        self._given[consumer] = max(self._given.get(consumer, 0) - unclaimed, 0)
+        return unclaimed
+
+    async def caught_up(self, sub: SubQueue) -> None:
+        """Wait until ``sub``'s runner has carried out everything decided so far (claims delivered)."""
+        runner = self.runners.get(sub)
+        if runner is not None:
+            await runner.drained()
+
     async def _drain(self, consumer: Any, runner: PartitionRunner) -> None:
         """Answer a drain once everything ready was delivered: the rest of the credit is spent."""
         try:
@@ -513,7 +563,26 @@ class CoreActor:
         peek_lock = getattr(owner, "peek_lock", True)
         mode = core.ReceiveMode.PEEK_LOCK if peek_lock else core.ReceiveMode.RECEIVE_AND_DELETE
         self._runner(SubQueue.MAIN).submit(core.Receive(owner, 0, mode))
-        return self._request(SubQueue.MAIN, lambda key: core.AcceptSession(owner, session_id, key, wait_until))
+        keys: list[Hashable] = []
+
+        def accept(key: Hashable) -> core.AcceptSession:
+            keys.append(key)
+            return core.AcceptSession(owner, session_id, key, wait_until)
+
+        future = self._request(SubQueue.MAIN, accept)
+        if session_id is None and not future.done():
+            self._session_waits[owner] = keys[0]
+            future.add_done_callback(lambda _: self._session_waits.pop(owner, None))
+        return future
+
+    def cancel_session_wait(self, owner: Any) -> None:
+        """Withdraw ``owner``'s wait for the next session (another partition granted it one): the
+        core forgets the receiver (a session granted meanwhile is released) and the wait's future
+        ends with OperationTimeout, so nothing waits for a reply that will not come."""
+        key = self._session_waits.pop(owner, None)
+        self.remove_consumer(owner)
+        if key is not None:
+            self._resolve(key, error=OperationTimeout("another partition granted the session"))
 
     def renew_session_lock(self, session_id: str) -> asyncio.Future[int]:
         return self._request(SubQueue.MAIN, lambda key: core.RenewSessionLock(session_id, key))

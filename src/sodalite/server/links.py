@@ -38,9 +38,7 @@ from sodalite.server.partition_actor import SubQueue
 from sodalite.server.registry import TOPIC, Entity
 
 if TYPE_CHECKING:
-    from sodalite.server.core_actor import CoreActor
-    from sodalite.server.partition_actor import PartitionActor
-    from sodalite.server.partitioned_actor import PartitionedActor
+    from sodalite.server.partitioned_actor import EntityActor
 
 RECEIVE_AND_DELETE = 1  # snd-settle-mode "settled": the client receives pre-settled messages
 SESSION_FILTER = "com.microsoft:session-filter"  # plain str id, or null for the next available (4.3)
@@ -146,7 +144,7 @@ class LinkConsumer(Endpoint):
 
     __slots__ = ("actor", "connection", "link", "peek_lock", "reserved", "session_id", "sub_queue")
 
-    def __init__(self, connection: ConnectionPort, link: Link, actor: PartitionActor | PartitionedActor | CoreActor,
+    def __init__(self, connection: ConnectionPort, link: Link, actor: EntityActor,
                  sub_queue: SubQueue, peek_lock: bool) -> None:
         self.connection = connection
         self.link = link

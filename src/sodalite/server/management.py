@@ -33,7 +33,7 @@ from sodalite.server.amqp_errors import report
 from sodalite.server.core_actor import CoreActor
 from sodalite.server.metrics import BrokerMetrics
 from sodalite.server.partition_actor import PartitionActor, SubQueue
-from sodalite.server.partitioned_actor import PartitionedActor
+from sodalite.server.partitioned_actor import EntityActor, OnCore, each
 
 T = TypeVar("T")
 
@@ -51,7 +51,7 @@ class Response:
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    actor: PartitionActor | PartitionedActor | CoreActor
+    actor: EntityActor
     sub_queue: SubQueue
     owner: Any  # holds locks taken here (the client connection); they outlive it, until they expire
     max_message_size: int
@@ -136,7 +136,7 @@ async def schedule_message(ctx: Context, body: dict[str, Any]) -> Response:
     numbers: list[int] = []
     actor = ctx.actor
     if kept:
-        if isinstance(actor, CoreActor):
+        if isinstance(actor, OnCore):
             numbers = await actor.schedule(kept)
         else:
             future, numbers = actor.schedule(kept)
@@ -160,7 +160,7 @@ async def cancel_scheduled_message(ctx: Context, body: dict[str, Any]) -> Respon
 async def receive_by_sequence_number(ctx: Context, body: dict[str, Any]) -> Response:
     numbers = _array(body, "sequence-numbers", int)
     mode = _int_arg(body, "receiver-settle-mode", PEEK_LOCK)
-    if isinstance(ctx.actor, CoreActor):
+    if isinstance(ctx.actor, OnCore):
         taken_now = await ctx.actor.receive_deferred(ctx.sub_queue, numbers, mode == PEEK_LOCK,
                                                      _session_id(body, required=False))
         messages = [{"message": wire.delivery_payload(r, until, with_state=True, lock_token=token,
@@ -331,7 +331,7 @@ PEEK_PARTITION = "com.sodalite:peek-partition"
 
 
 def _partition(ctx: Context, body: dict[str, Any]) -> PartitionActor | CoreActor:
-    partitions = ctx.actor.partitions if isinstance(ctx.actor, PartitionedActor) else [ctx.actor]
+    partitions = each(ctx.actor)
     index = _int_arg(body, "partition", 0)
     if not 0 <= index < len(partitions):
         raise ArgumentError(f"'partition' must be between 0 and {len(partitions) - 1}")
@@ -355,7 +355,7 @@ async def complete_through_sequence_number(ctx: Context, body: dict[str, Any]) -
 async def partition_bounds(ctx: Context, body: dict[str, Any]) -> Response:
     """Per partition: the first stored sequence number (null when empty) and the next one to be made
     visible; everything numbered below ``next-sequence-number`` that will ever be visible already is."""
-    partitions = ctx.actor.partitions if isinstance(ctx.actor, PartitionedActor) else [ctx.actor]
+    partitions = each(ctx.actor)
     bounds = []
     for index, partition in enumerate(partitions):
         first, next_number = await _value(partition.bounds(ctx.sub_queue))

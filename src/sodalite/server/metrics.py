@@ -13,21 +13,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from sodalite.server.partition_actor import PartitionActor, SubQueue
-from sodalite.server.partitioned_actor import PartitionedActor
+from sodalite.server.partition_actor import SubQueue
+from sodalite.server.partitioned_actor import EntityActor
 from sodalite.server.store_worker import StoreWorker
 
 if TYPE_CHECKING:
     from sodalite.server.broker import Broker
-    from sodalite.server.core_actor import CoreActor
 
-AnyActor = Union["PartitionActor", "PartitionedActor", "CoreActor"]
+AnyActor = EntityActor
 
 # How a sub-queue is spelled in an entity label: the SDK's path suffixes (sdk-wire-contract.md 1.2).
 SUB_QUEUE_SUFFIX = {
@@ -112,18 +111,24 @@ class _LiveCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         families = self._families()
-        active, dead_letter, transfer_dead_letter, scheduled, _ = families
+        active, dead_letter, transfer_dead_letter, scheduled, *_ = families
         for entity in list(self.broker.entities.values()):
             counts = entity.actor.counts()
             active.add_metric([entity.name], counts["active"])
             dead_letter.add_metric([entity.name], counts["dead_letter"])
             transfer_dead_letter.add_metric([entity.name], counts["transfer_dead_letter"])
             scheduled.add_metric([entity.name], counts["scheduled"])
-        families[-1].add_metric([], len(self.broker.connections))
+        families[4].add_metric([], len(self.broker.connections))
+        for worker in self.broker.workers:
+            # A store that counts its network round trips (PostgreSQL: one per pipeline sync or
+            # single statement, maintenance included) reports them; an embedded store has none.
+            round_trips = getattr(worker.store, "round_trips", None)
+            if isinstance(round_trips, int):
+                families[5].add_metric([worker.name], round_trips)
         return families
 
     @staticmethod
-    def _families() -> list[GaugeMetricFamily]:
+    def _families() -> list[GaugeMetricFamily | CounterMetricFamily]:
         return [
             GaugeMetricFamily("sodalite_active_messages", "Active messages (locked and deferred included)",
                               labels=["entity"]),
@@ -133,4 +138,6 @@ class _LiveCollector(Collector):
                               "Messages in the transfer dead-letter queue", labels=["entity"]),
             GaugeMetricFamily("sodalite_scheduled_messages", "Scheduled messages not yet enqueued", labels=["entity"]),
             GaugeMetricFamily("sodalite_connections_open", "Open AMQP connections", labels=[]),
+            CounterMetricFamily("sodalite_store_round_trips", "Network round trips to the messaging store "
+                                "(a pipelined batch or read is one)", labels=["store"]),
         ]

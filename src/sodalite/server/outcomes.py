@@ -21,9 +21,7 @@ from sodalite.errors import NotImplementedOperation
 from sodalite.model.settlement import RELEASE, OutcomeKind, Settlement, Verb, from_outcome_fields
 
 if TYPE_CHECKING:
-    from sodalite.server.core_actor import CoreActor
-    from sodalite.server.partition_actor import PartitionActor
-    from sodalite.server.partitioned_actor import PartitionedActor
+    from sodalite.server.partitioned_actor import EntityActor
 
 Outcome = Accepted | Rejected | Released | Modified
 
@@ -52,7 +50,7 @@ def echo_of(outcome: Outcome) -> Outcome:
     return Rejected(None) if isinstance(outcome, Rejected) else outcome
 
 
-def carry_out(actor: PartitionActor | PartitionedActor | CoreActor, token: uuid.UUID,
+def carry_out(actor: EntityActor, token: uuid.UUID,
               settlement: Settlement) -> asyncio.Future[None] | None:
     """Run ``settlement`` on the actor holding lock ``token``: a future that resolves once it is
     durable, or None for a release, which is done at once and never confirmed."""

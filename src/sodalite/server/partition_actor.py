@@ -44,6 +44,7 @@ from sodalite.model.sessions import SessionRegistry
 from sodalite.server import wire
 from sodalite.server.store_worker import StoreWorker
 from sodalite.store.port import (
+    PARTITION_SHIFT,  # a sequence number's upper 16 bits name its partition (partitioned-entities seed)
     AppendMessages,
     DeleteMessages,
     ForgetMessageIds,
@@ -60,7 +61,6 @@ log = logging.getLogger(__name__)
 
 Clock = Callable[[], int]  # ms since the epoch
 RELOAD_RETRY_SECONDS = 1.0
-PARTITION_SHIFT = 48  # a sequence number's upper 16 bits name its partition (partitioned-entities seed)
 
 
 def wall_clock_ms() -> int:

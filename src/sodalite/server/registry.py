@@ -5,10 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sodalite.model.entities import QueueProperties, SubscriptionProperties, TopicProperties
-from sodalite.server.core_actor import CoreActor
 from sodalite.server.fanout import CompiledRule
-from sodalite.server.partition_actor import PartitionActor
-from sodalite.server.partitioned_actor import PartitionedActor
+from sodalite.server.partitioned_actor import AnyPartitioned, EntityActor
 
 QUEUE = "queue"
 TOPIC = "topic"
@@ -45,7 +43,7 @@ class Entity:
     name: str  # the path as created: 'queue1', 'Topic1', 'Topic1/subscriptions/Sub1' (looked up case-insensitively)
     properties: QueueProperties | TopicProperties | SubscriptionProperties
     max_message_size: int
-    actor: PartitionActor | PartitionedActor | CoreActor
+    actor: EntityActor
     kind: str = QUEUE
     subscriptions: dict[str, Entity] = field(default_factory=dict)  # topics: by lower-cased name
     rules: list[CompiledRule] = field(default_factory=list)  # subscriptions
@@ -53,7 +51,7 @@ class Entity:
 
     @property
     def partitioned(self) -> bool:
-        return isinstance(self.actor, PartitionedActor)
+        return isinstance(self.actor, AnyPartitioned)
 
     @property
     def requires_session(self) -> bool:

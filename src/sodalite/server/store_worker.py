@@ -9,21 +9,43 @@ A second after a batch the worker calls the store's ``maintain`` (WAL checkpoint
 returned). When a batch fails with StoreFull the worker is ``full``: the partitions refuse new
 messages at once, receives go on, and ``maintain`` is tried every second until the store says it
 has room again, with no restart.
+
+Several nodes on one store (``shared``): the store's optional change feed (``feed``, PostgreSQL's
+LISTEN/NOTIFY, wired by the composition root) announces other nodes' commits from a thread of its
+own. The worker is its sink: it hands each announcement to the event loop, where a partition that
+``watch``-es its reference is told (``ready``) and ``on_entities_changed`` (the broker's entity
+follow) is called; a (re)connected feed calls every watcher and the entity follow once, since what
+happened while it was away was not announced. ``poll_seconds`` is how often a waiting receiver's
+partition still looks by itself for what no announcement covers (a lock of a dead node lapsing):
+``notified_poll_seconds`` while the feed is live, :data:`SHARED_POLL_SECONDS` without one;
+``follow_seconds`` likewise for the broker's re-reading of entity records.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import string
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from sodalite.errors import SodaliteError, StoreFull, StoreUnavailable
-from sodalite.store.port import MessagingStore, OpResult, PartitionRef, PartitionSnapshot, StoreOp
+from sodalite.store.port import ChangeFeed, MessagingStore, OpResult, PartitionRef, PartitionSnapshot, StoreOp
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 MAINTENANCE_DELAY = 1.0  # seconds after a batch (and between tries while the store is full)
+SHARED_POLL_SECONDS = 0.25  # a waiting receiver looks for other nodes' rows this often without a live feed
+NOTIFIED_POLL_SECONDS = 2.0  # ... and this often while the feed is live (only what no notification announces)
+ENTITY_FOLLOW_SECONDS = 1.0  # a node re-reads the entity records this often in any case (the feed wakes it sooner)
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+def _key(ref: PartitionRef) -> tuple[str, int]:
+    """Entity paths compare case-insensitively (ASCII letters), as the stores key them."""
+    return ref.entity.translate(_ASCII_LOWER), ref.partition
 
 
 class StoreWorker:
@@ -38,6 +60,13 @@ class StoreWorker:
         # for rows they did not append themselves (server/core_actor.py).
         self.shared = False
         self.full = False  # the store's disk is full: sends are refused until maintain() finds room
+        # Other nodes' commits, announced (module docstring); set before open().
+        self.feed: ChangeFeed | None = None
+        self.notified_poll_seconds = NOTIFIED_POLL_SECONDS
+        self.notified_follow_seconds = ENTITY_FOLLOW_SECONDS
+        self.on_entities_changed: Callable[[], None] | None = None
+        self._watchers: dict[tuple[str, int], list[Callable[[], None]]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._maintenance: asyncio.TimerHandle | None = None
         self._closing = False
 
@@ -85,12 +114,74 @@ class StoreWorker:
 
     async def open(self) -> None:
         # Opening works offline too (a store configured offline is there, only out of service).
-        await asyncio.get_running_loop().run_in_executor(self._executor, self.store.open)
+        self._loop = asyncio.get_running_loop()
+        await self._loop.run_in_executor(self._executor, self.store.open)
+        if self.feed is not None:
+            self.feed.start(self)
+
+    # ---- other nodes' changes (the feed's sink; called on the feed's thread) ------------------------
+
+    @property
+    def poll_seconds(self) -> float:
+        """How often a partition with a waiting receiver looks for other nodes' rows by itself."""
+        return self.notified_poll_seconds if self.feed is not None and self.feed.live else SHARED_POLL_SECONDS
+
+    @property
+    def follow_seconds(self) -> float:
+        """How often the broker re-reads the entity records by itself."""
+        return self.notified_follow_seconds if self.feed is not None and self.feed.live else ENTITY_FOLLOW_SECONDS
+
+    def watch(self, ref: PartitionRef, on_ready: Callable[[], None]) -> Callable[[], None]:
+        """Call ``on_ready`` (on the loop) when another node makes messages ready in ``ref``;
+        returns the function that stops it."""
+        key = _key(ref)
+        self._watchers.setdefault(key, []).append(on_ready)
+
+        def unwatch() -> None:
+            callbacks = self._watchers.get(key, [])
+            if on_ready in callbacks:
+                callbacks.remove(on_ready)
+            if not callbacks:
+                self._watchers.pop(key, None)
+
+        return unwatch
+
+    def ready(self, ref: PartitionRef) -> None:
+        self._on_loop(lambda: self._notify(_key(ref)))
+
+    def entities_changed(self) -> None:
+        self._on_loop(self._entities_changed)
+
+    def resynced(self) -> None:
+        def everything() -> None:
+            for key in list(self._watchers):
+                self._notify(key)
+            self._entities_changed()
+
+        self._on_loop(everything)
+
+    def _on_loop(self, call: Callable[[], None]) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed() and not self._closing:
+            loop.call_soon_threadsafe(call)
+
+    def _notify(self, key: tuple[str, int]) -> None:
+        for callback in list(self._watchers.get(key, ())):
+            try:
+                callback()
+            except Exception:
+                log.exception("store %s: a partition's wake-up failed", self.name)
+
+    def _entities_changed(self) -> None:
+        if self.on_entities_changed is not None:
+            self.on_entities_changed()
 
     async def close(self) -> None:
         self._closing = True
         if self._maintenance is not None:
             self._maintenance.cancel()
+        if self.feed is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.feed.stop)
         # Closing works offline too: the switch simulates an outage, the file is still there.
         await asyncio.get_running_loop().run_in_executor(self._executor, self.store.close)
         self._executor.shutdown(wait=True)

@@ -77,6 +77,7 @@ from sodalite.store.port import (
     StoreOpV1,
     StoreOpV2,
     UpdateMessages,
+    numbering_base,
 )
 
 _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
@@ -164,8 +165,10 @@ class _Partition:
         lock = self.locks.get(n)
         return n in self.messages and lock is not None and lock.token == token and lock.until > now
 
-    def append(self, m: MessageRecord) -> int:
-        n = self.last_sequence_number + 1
+    def append(self, m: MessageRecord, base: int) -> int:
+        """Store ``m`` under the next number: above the high-water mark and above ``base``
+        (:func:`~sodalite.store.port.numbering_base`)."""
+        n = max(self.last_sequence_number, base) + 1
         self.messages[n] = replace(m, sequence_number=n)
         self.locks.pop(n, None)
         self.last_sequence_number = n
@@ -330,7 +333,7 @@ class MemoryStore:
             numbers = []
             for m in op.messages:
                 _check_record(op.ref, replace(m, sequence_number=0))
-                numbers.append(part.append(m))
+                numbers.append(part.append(m, numbering_base(op.ref)))
             _check_int64(part.last_sequence_number, f"last sequence number of {op.ref.entity!r}")
             return Appended(tuple(numbers))
         if isinstance(op, Claim):
@@ -377,7 +380,8 @@ class MemoryStore:
                 elif item.outcome is Outcome.DEAD_LETTER:
                     assert item.dead_letter_to is not None
                     part.delete(n)
-                    writable(item.dead_letter_to).append(replace(m, state=MessageState.ACTIVE, expires_at=None))
+                    writable(item.dead_letter_to).append(replace(m, state=MessageState.ACTIVE, expires_at=None),
+                                                         numbering_base(item.dead_letter_to))
                 else:
                     assert_never(item.outcome)
             return Settled(tuple(applied))
@@ -410,7 +414,7 @@ class MemoryStore:
                 gone = replace(gone, state=MessageState.ACTIVE, expires_at=move.expires_at,
                                enqueued_time=gone.enqueued_time if move.enqueued_time is None else move.enqueued_time,
                                delivery_count=0 if move.reset_delivery_count else gone.delivery_count)
-                moved.append(writable(op.target).append(gone))
+                moved.append(writable(op.target).append(gone, numbering_base(op.target)))
             return Moved(tuple(moved))
         if isinstance(op, Activate):
             part = writable(op.ref)

@@ -52,6 +52,18 @@ class PartitionRef:
     partition: int = 0
 
 
+# A sequence number's upper 16 bits name its partition (partitioned-entities seed; the Spark reader
+# and the partitioned actors route by them): the store numbers partition i after i << 48.
+PARTITION_SHIFT = 48
+
+
+def numbering_base(ref: PartitionRef) -> int:
+    """The number partition ``ref`` counts up from: its first message gets this + 1 (0 for partition
+    0 and every non-partitioned entity). Every adapter numbers ``max(high-water mark, base) + 1, ...``,
+    so counters written by the version-1 actor, which already started there, need no migration."""
+    return ref.partition << PARTITION_SHIFT
+
+
 @dataclass(frozen=True, slots=True)
 class AppendMessages:
     """Add messages (sequence numbers already assigned) and raise the partition's high-water mark."""
@@ -175,8 +187,10 @@ class Append:
 
     The numbers come from the partition's high-water mark (the one :class:`AppendMessages` raises),
     in the same transaction, so they are strictly increasing per partition and never reused, also
-    after deletes and restarts. Each record's own ``sequence_number`` is ignored (pass 0); its lock
-    starts cleared. Result: :class:`Appended`.
+    after deletes and restarts. ``last`` is never below :func:`numbering_base` (``partition << 48``):
+    partition i's first number is ``(i << 48) + 1``; the same holds for the numbers a dead-letter
+    settlement or a move gives in its target partition. Each record's own ``sequence_number`` is
+    ignored (pass 0); its lock starts cleared. Result: :class:`Appended`.
     """
 
     ref: PartitionRef
@@ -488,3 +502,39 @@ class MessagingStore(Protocol):
 
     def close(self) -> None:
         """Release the store; later calls raise StoreUnavailable."""
+
+
+class ChangeSink(Protocol):
+    """What a :class:`ChangeFeed` tells the broker. Called from the feed's own thread: an
+    implementation hands each call over to where it is used (the server: its event loop)."""
+
+    def ready(self, ref: PartitionRef) -> None:
+        """Another node committed a batch that made messages ready in ``ref`` (appended ACTIVE,
+        activated, abandoned or released, moved or dead-lettered into it) or released a session
+        lock there: the partition's reader should look again."""
+
+    def entities_changed(self) -> None:
+        """Another node committed a change of entity records (created, changed, deleted; rules and
+        regenerated keys are entity records too)."""
+
+    def resynced(self) -> None:
+        """The feed (re)connected: changes made while it was not listening were not announced, so
+        everything may have changed."""
+
+
+class ChangeFeed(Protocol):
+    """Announcements of other nodes' commits to a store several broker nodes share (PostgreSQL:
+    ``LISTEN/NOTIFY``). Optional: a store no other node writes has none. The feed is a hint that
+    wakes readers sooner; the store stays the truth, and a reader that misses one finds the rows at
+    its next read."""
+
+    @property
+    def live(self) -> bool:
+        """True while the feed is connected and listening (announcements arrive)."""
+
+    def start(self, sink: ChangeSink) -> None:
+        """Start listening (in the background; returns at once) and reconnect whenever the
+        connection is lost, calling ``sink.resynced()`` after each (re)connection."""
+
+    def stop(self) -> None:
+        """Stop listening and release the connection; may block briefly (call it off the event loop)."""

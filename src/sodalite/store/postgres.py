@@ -66,6 +66,18 @@ and move keys, and ``sodalite_ring`` itself (one version per switch). The drill
 ``benchmarks/pg_long_transaction.py`` measures the tables while a long transaction is open
 (docs/postgresql.md).
 
+Notifications (several nodes on one database). A batch that makes messages ready in a partition
+(ACTIVE appends, activation, abandon and release, dead-letters and moves into it, a released session
+lock) or changes entity records ends with one ``pg_notify`` statement queuing one notification per
+such partition (and one for the entities) on its schema's channel: PostgreSQL delivers them at
+commit, never after a rollback. Each node listens with :class:`PostgresChangeFeed` (one connection of
+its own) and reads the store again for the partition named; see docs/postgresql.md.
+
+Plans. Settlements and renewals run on their prepared statement's generic plan (:data:`_GENERIC_PLAN`,
+switched transaction-locally in the pipeline), which PostgreSQL would otherwise re-plan at each
+execution. Settle operations of one partition that follow each other in a batch and only complete
+distinct messages (a group commit of receivers' completes) are one statement (:func:`_plans`).
+
 Schema. Numbered migrations (:data:`MIGRATIONS`), recorded in ``sodalite_schema_version``, run by
 ``open`` in one transaction under a transaction-scoped advisory lock, so several brokers starting on
 one database migrate it once. A database whose schema is newer than this code knows makes ``open``
@@ -93,8 +105,11 @@ Not thread-safe: the server calls one store from one worker thread.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import string
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -103,16 +118,19 @@ from urllib.parse import urlsplit
 
 import psycopg
 import psycopg.errors
+from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from sodalite.errors import ConfigurationError, StoreFull, StoreUnavailable
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.store.port import (
+    PARTITION_SHIFT,
     Activate,
     Activated,
     Append,
     Appended,
     AppendMessages,
+    ChangeSink,
     Claim,
     Claimed,
     ClaimSession,
@@ -151,6 +169,8 @@ from sodalite.store.port import (
     UpdateMessages,
 )
 
+log = logging.getLogger(__name__)
+
 URL_SCHEMES: Final = ("postgresql", "postgres")
 _ASCII_LOWER: Final = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 _INT64_MIN: Final = -(2**63)
@@ -170,6 +190,10 @@ LOCK_TIMEOUT_MS: Final = 100  # how long the maintenance waits for the lock TRUN
 # The current generation is also left for the next once its counter table is this large: a run of
 # settlements that only delete (a backlog drained under a long transaction) grows it, not the messages.
 COUNTER_ROTATE_BYTES: Final = 64 * 1024
+# LISTEN/NOTIFY: how long the listening thread waits for notifications before it looks whether it
+# should stop, and the longest pause between two attempts to reconnect after the connection is lost.
+LISTEN_POLL: Final = 0.5
+LISTEN_RETRY_MAX: Final = 2.0
 
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     (
@@ -458,6 +482,13 @@ def _high_water(e: str = "e", p: str = "p") -> str:
             f"FROM ({_counter_rows('last_sequence_number', e, p)}) h")
 
 
+def _numbered_after(e: str = "e", p: str = "p") -> str:
+    """One row, ``top``: where the partition's next numbers start after, the high-water mark but
+    never below ``partition << PARTITION_SHIFT`` (port.numbering_base)."""
+    return (f"SELECT GREATEST(coalesce(max(last_sequence_number), 0), %({p})s::bigint << {PARTITION_SHIFT:d}) AS top "
+            f"FROM ({_counter_rows('last_sequence_number', e, p)}) h")
+
+
 # Lock a partition's base row (creating it the first time) without writing a new version of it: ON
 # CONFLICT DO UPDATE locks the row it finds even when its WHERE clause updates nothing. A batch takes
 # the rows of every partition it numbers in first statements of their own, in one global order (no
@@ -481,7 +512,7 @@ _COUNTS_OF_NEW: Final = (
 # v2 append, after _TAKE_PARTITION: numbered above the partition's high-water mark, which the
 # current generation's counter row raises by the batch's size in the same statement.
 _APPEND: Final = (
-    f"WITH hw AS ({_high_water()}), "
+    f"WITH hw AS ({_numbered_after()}), "
     f"bump AS (INSERT INTO sodalite_counters AS c ({_COUNTER_COLUMNS}) "
     f"SELECT {_CURRENT_GENERATION}, %(e)s, %(p)s, hw.top + %(n)s, %(da)s, %(ds)s, %(dd)s, %(dz)s FROM hw "
     f"{_ADD_COUNTERS}) "
@@ -552,6 +583,14 @@ _COMPLETE: Final = (
     f"AND {_ITEM_ROWS} AND {_FENCED} RETURNING m.sequence_number, {_GONE}), "
     f"adj AS ({_adjust('d')}) SELECT sequence_number FROM d"
 )
+# Several Settle operations of one partition, back to back in a batch, all COMPLETE (a group commit
+# of receivers' completes): one statement, each item fenced at its own operation's now.
+_COMPLETE_MERGED: Final = (
+    "WITH i AS (SELECT * FROM unnest(%(seq)s::bigint[], %(tok)s::uuid[], %(nows)s::bigint[]) AS i(seq, tok, now)), "
+    f"d AS (DELETE FROM sodalite_messages m USING i WHERE {_PARTITION} AND {_ITEM_ROWS} "
+    f"AND m.lock_token = i.tok AND m.locked_until > i.now RETURNING m.sequence_number, {_GONE}), "
+    f"adj AS ({_adjust('d')}) SELECT sequence_number FROM d"
+)
 # ABANDON, RELEASE and DEFER clear the lock; RELEASE gives the delivery back, DEFER defers.
 _UNLOCK: Final = (
     f"WITH {_SETTLE_ITEMS}, old AS (SELECT m.sequence_number, m.state, {_SIZE} AS size, i.code, i.ann, i.annc, i.tl "
@@ -592,7 +631,7 @@ def _transfer_sql(fence: str) -> str:
         f"AND {_ITEM_ROWS} AND {fence} RETURNING i.ord, m.sequence_number AS old_seq, {copied}, "
         f"{_GONE}), "
         f"src AS ({_adjust('d', ' AND NOT %(same)s')}), "
-        f"hw AS ({_high_water('te', 'tp')}), "
+        f"hw AS ({_numbered_after('te', 'tp')}), "
         "nums AS (SELECT d.*, hw.top + row_number() OVER (ORDER BY d.ord) AS new_seq FROM d, hw), "
         f"tgt AS (INSERT INTO sodalite_counters AS c ({_COUNTER_COLUMNS}) "
         # Into the partition it came from (a resubmit): the removal's deltas go into this one row.
@@ -860,6 +899,8 @@ class _Step:
     params: Mapping[str, Any] | None = None
     many: list[tuple[Any, ...]] | None = None
     rows: bool = False  # keep the rows it returns for the operation's result
+    # Run with the prepared statement's generic plan (plan_cache_mode): see _GENERIC_PLAN.
+    generic: bool = False
 
 
 @dataclass(slots=True)
@@ -871,6 +912,8 @@ class _Plan:
     finish: Callable[[list[_Rows]], OpResult] = _done
     # The partitions it numbers messages of, whose base rows the batch takes first (_TAKE_PARTITION).
     takes: set[tuple[bytes, int]] = field(default_factory=set)
+    # A plan for several operations (_merged_complete_plan): their results, in order, instead of finish.
+    results: Callable[[list[_Rows]], list[OpResult]] | None = None
 
 
 def _stored_from_row(row: tuple[Any, ...]) -> StoredMessage:
@@ -1010,9 +1053,54 @@ def _settle_plan(op: Settle) -> _Plan:
             sql = _DEAD_LETTER
             params |= {"te": group_key[1], "tp": group_key[2], "same": group_key[1:] == _key(op.ref)}
             takes.add(group_key[1:])
-        steps.append(_Step(sql, params, rows=True))
+        steps.append(_Step(sql, params, rows=True, generic=True))
         groups.append(indexes)
     return _Plan(steps, lambda rows: Settled(_flags(numbers, groups, rows)), takes)
+
+
+def _completes_only(op: StoreOp) -> bool:
+    return isinstance(op, Settle) and bool(op.items) and all(i.outcome is Outcome.COMPLETE for i in op.items)
+
+
+def _plans(batch: Sequence[StoreOp]) -> list[_Plan]:
+    """One plan per operation, except that Settle operations of one partition that follow each other
+    and only complete distinct messages become one plan (one statement) for all of them."""
+    plans: list[_Plan] = []
+    index = 0
+    while index < len(batch):
+        op = batch[index]
+        index += 1
+        if not (isinstance(op, Settle) and _completes_only(op)):
+            plans.append(_plan(op))
+            continue
+        run = [op]
+        numbers = {item.sequence_number for item in op.items}
+        unique = len(numbers) == len(op.items)
+        while unique and index < len(batch):
+            nxt = batch[index]
+            if not (isinstance(nxt, Settle) and _completes_only(nxt) and _key(nxt.ref) == _key(op.ref)):
+                break
+            mine = {item.sequence_number for item in nxt.items}
+            if len(mine) != len(nxt.items) or mine & numbers:
+                break
+            numbers |= mine
+            run.append(nxt)
+            index += 1
+        plans.append(_plan(op) if len(run) == 1 else _merged_complete_plan(run))
+    return plans
+
+
+def _merged_complete_plan(ops: list[Settle]) -> _Plan:
+    items = [(item, op.now) for op in ops for item in op.items]
+    params = {**_partition_params(ops[0].ref),
+              "seq": [_int64(item.sequence_number, "sequence number") for item, _ in items],
+              "tok": [item.lock_token for item, _ in items], "nows": [_time(now, "now") for _, now in items]}
+
+    def results(rows: list[_Rows]) -> list[OpResult]:
+        done = {int(r[0]) for r in rows[0]}
+        return [Settled(tuple(item.sequence_number in done for item in op.items)) for op in ops]
+
+    return _Plan([_Step(_COMPLETE_MERGED, params, rows=True, generic=True)], results=results)
 
 
 def _renew_plan(op: RenewLocks) -> _Plan:
@@ -1024,7 +1112,7 @@ def _renew_plan(op: RenewLocks) -> _Plan:
     for _, indexes in _batches([()] * len(op.items), numbers):
         items = [op.items[i] for i in indexes]
         steps.append(_Step(_RENEW, {**base, "seq": [_int64(s, "sequence number") for s, _ in items],
-                                    "tok": [t for _, t in items]}, rows=True))
+                                    "tok": [t for _, t in items]}, rows=True, generic=True))
         groups.append(indexes)
     return _Plan(steps, lambda rows: Renewed(_flags(numbers, groups, rows)))
 
@@ -1155,6 +1243,68 @@ def _v1_statements(op: StoreOp) -> Iterable[tuple[str, list[tuple[Any, ...]]]]:
         raise AssertionError(f"not a version-1 operation without messages: {type(op).__name__}")
 
 
+def channel_name(schema: str) -> str:
+    """The notification channel of the Sodalite tables in ``schema``: a channel is database-wide, so
+    each schema gets its own and deployments in other schemas of the database are not woken."""
+    name = f"sodalite_{schema}"
+    if len(name.encode("utf-8")) <= 63:  # NAMEDATALEN - 1
+        return name
+    return "sodalite_" + hashlib.sha256(schema.encode("utf-8")).hexdigest()[:32]
+
+
+def _announcements(batch: Sequence[StoreOp], origin: str) -> list[str]:
+    """The notification payloads a batch sends when it commits: one per partition it makes messages
+    ready in (ACTIVE rows appended, scheduled rows activated, abandoned and released rows, rows
+    dead-lettered or moved into it, a session lock released), and one if it changes entity records.
+    ``r <origin> <partition> <entity>`` and ``e <origin>``; the origin lets a node skip its own."""
+    ready: dict[tuple[str, int], None] = {}
+    entities = False
+    for op in batch:
+        if isinstance(op, Append):
+            if any(m.state == MessageState.ACTIVE for m in op.messages):
+                ready[(op.ref.entity, op.ref.partition)] = None
+        elif isinstance(op, Activate):
+            if op.limit > 0:
+                ready[(op.ref.entity, op.ref.partition)] = None
+        elif isinstance(op, Settle):
+            for item in op.items:
+                if item.outcome in (Outcome.ABANDON, Outcome.RELEASE):
+                    ready[(op.ref.entity, op.ref.partition)] = None
+                elif item.outcome is Outcome.DEAD_LETTER and item.dead_letter_to is not None:
+                    ready[(item.dead_letter_to.entity, item.dead_letter_to.partition)] = None
+        elif isinstance(op, MoveMessages):
+            if op.target is not None and op.items:
+                ready[(op.target.entity, op.target.partition)] = None
+        elif isinstance(op, ReleaseSession):
+            ready[(op.ref.entity, op.ref.partition)] = None
+        elif isinstance(op, PutEntity | DeleteEntity):
+            entities = True
+    payloads = [f"r {origin} {partition} {entity}" for entity, partition in ready]
+    if entities:
+        payloads.append(f"e {origin}")
+    return payloads
+
+
+def _parse_announcement(payload: str) -> tuple[str, str, PartitionRef | None] | None:
+    """(kind, origin, ref) of a payload :func:`_announcements` made; None for anything else."""
+    parts = payload.split(" ", 3)
+    if len(parts) == 2 and parts[0] == "e":
+        return "e", parts[1], None
+    if len(parts) == 4 and parts[0] == "r" and parts[2].isdigit():
+        return "r", parts[1], PartitionRef(parts[3], int(parts[2]))
+    return None
+
+
+# Settlements and renewals join a few arrays to rows found by primary key: their generic plan is as
+# good as any custom one, but PostgreSQL's default (plan_cache_mode = auto) keeps choosing a custom
+# plan for them and so plans every execution anew, which cost more server CPU than running them (the
+# cycle benchmark: 546 against 184 µs of PostgreSQL CPU per message received and completed). Claims
+# keep custom plans (their generic plan was slower there). Transaction-local, so it ends with the batch.
+_GENERIC_PLAN: Final = {True: "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)",
+                        False: "SELECT set_config('plan_cache_mode', 'auto', true)"}
+_NOTIFY: Final = "SELECT pg_notify(%(channel)s, payload) FROM unnest(%(payloads)s::text[]) AS payload"
+
+
 def _plan(op: StoreOp) -> _Plan:
     if isinstance(op, Append):
         return _append_plan(op)
@@ -1195,6 +1345,10 @@ class PostgresStore:
         self._rotate_bytes = rotate_bytes
         self._pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]] | None = None
         self._closed = False
+        # LISTEN/NOTIFY: this store's name in its own notifications (so its node skips them) and the
+        # channel of its schema (known once open() has connected).
+        self.origin = uuid.uuid4().hex[:12]
+        self._channel: str | None = None
         # Diagnostics (the drill reads them): network round trips (pipeline syncs and single
         # statements) and statements sent; ring switches, generations truncated, and truncations
         # put off because a lock was not granted within LOCK_TIMEOUT_MS.
@@ -1230,6 +1384,7 @@ class PostgresStore:
             with psycopg.connect(self._url, autocommit=True, connect_timeout=max(1, int(self._timeout)),
                                  application_name=self._application_name) as conn:
                 self._migrate(conn)
+                row = conn.execute("SELECT current_schema()").fetchone()
         except psycopg.Error as exc:
             raise StoreUnavailable(
                 f"PostgreSQL store {self._shown}: cannot connect: {_describe(exc)}; check that the server "
@@ -1237,13 +1392,25 @@ class PostgresStore:
             ) from exc
         pool.open(wait=False)
         self._pool = pool
+        self._channel = channel_name(str(row[0])) if row is not None and row[0] is not None else None
+
+    def change_feed(self, *, application_name: str | None = None) -> PostgresChangeFeed:
+        """A listener for the notifications other stores on this database and schema send (one
+        connection of its own; see :class:`PostgresChangeFeed`), skipping this store's own."""
+        return PostgresChangeFeed(self._url, origin=self.origin, connect_timeout=self._timeout,
+                                  application_name=application_name or f"{self._application_name} listen"[:63])
 
     def apply(self, batch: Sequence[StoreOp]) -> tuple[OpResult, ...]:
         pool = self._require()
-        plans = [_plan(op) for op in batch]  # validate and encode everything before touching the database
+        plans = _plans(batch)  # validate and encode everything before touching the database
         takes = sorted({key for plan in plans for key in plan.takes})
         steps = [_Step(_TAKE_PARTITION, {"e": e, "p": p}) for e, p in takes]
         steps += [step for plan in plans for step in plan.steps]
+        payloads = _announcements(batch, self.origin) if self._channel is not None and steps else []
+        if payloads:
+            # Queued by the transaction, sent by PostgreSQL when it commits (never on a rollback):
+            # one more statement in the pipeline, not one more round trip.
+            steps.append(_Step(_NOTIFY, {"channel": self._channel, "payloads": payloads}))
         fetched: list[_Rows] = []
         if steps:
             try:
@@ -1251,13 +1418,19 @@ class PostgresStore:
                     # BEGIN, the statements and COMMIT go out together, and one sync brings every result
                     # back: one round trip. A statement that fails makes the server skip the rest up to
                     # the sync (the COMMIT included), so nothing of the batch is applied.
+                    extra = 0  # plan_cache_mode switches (_GENERIC_PLAN)
                     try:
                         cursors = []
                         with conn.pipeline():
                             # READ COMMITTED: a statement after _TAKE_PARTITION sees what the
                             # partition's previous holder committed.
                             conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+                            generic = False
                             for step in steps:
+                                if step.generic != generic:
+                                    conn.execute(_GENERIC_PLAN[step.generic])
+                                    generic = step.generic
+                                    extra += 1
                                 cur = conn.cursor()
                                 if step.many is not None:
                                     cur.executemany(step.sql, step.many)
@@ -1272,7 +1445,7 @@ class PostgresStore:
                         raise
                     finally:
                         self.round_trips += 1
-                        self.statements += 2 + sum(len(s.many) if s.many is not None else 1 for s in steps)
+                        self.statements += 2 + extra + sum(len(s.many) if s.many is not None else 1 for s in steps)
             except (psycopg.Error, PoolTimeout) as exc:
                 if isinstance(exc, psycopg.errors.DiskFull):
                     raise StoreFull(
@@ -1286,7 +1459,10 @@ class PostgresStore:
             mine = [rows for step, rows in zip(plan.steps, fetched[position:position + len(plan.steps)], strict=True)
                     if step.rows]
             position += len(plan.steps)
-            results.append(plan.finish(mine))
+            if plan.results is not None:
+                results.extend(plan.results(mine))
+            else:
+                results.append(plan.finish(mine))
         return tuple(results)
 
     def load_partition(self, ref: PartitionRef) -> PartitionSnapshot:
@@ -1528,3 +1704,103 @@ class PostgresStore:
         if self._closed:
             raise self._unavailable()
         raise StoreUnavailable(f"PostgreSQL store {self._shown} is not open: call open() first")
+
+
+class PostgresChangeFeed:
+    """A node's one listening connection to a PostgreSQL store (the port's ``ChangeFeed``).
+
+    Theory of operation. Every :meth:`PostgresStore.apply` that makes messages ready in a partition,
+    or changes entity records, adds ``pg_notify`` to its transaction (:func:`_announcements`: one
+    notification per partition and per transaction, whatever the batch holds); PostgreSQL delivers
+    them to every listening session when, and only if, the transaction commits, so a listener that
+    reads the store on a notification sees what it announces. The notifications of a schema go to
+    its channel (:func:`channel_name`).
+
+    This class keeps one connection (autocommit) in a thread of its own, ``LISTEN``\\ s on the
+    channel and hands each notification to the sink: ``ready(ref)`` or ``entities_changed()``,
+    skipping those whose origin is its own store's (this node made them and knows). The thread waits
+    for notifications :data:`LISTEN_POLL` at a time, so :meth:`stop` takes effect within that. When
+    the connection is lost (the database restarted, the network broke: TCP keepalives find a dead
+    peer), it reconnects with a growing pause (up to :data:`LISTEN_RETRY_MAX`) until it succeeds,
+    and then calls ``sink.resynced()``, because what was committed while nobody listened was never
+    announced; ``live`` is False meanwhile, and the server polls faster. Notifications are hints:
+    the store stays the truth, and nothing is lost when one is missed, only found later by a poll.
+    """
+
+    def __init__(self, url: str, *, origin: str, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+                 application_name: str = "sodalite listen") -> None:
+        self._url = check_url(url)
+        self._shown = redact(url)
+        self._origin = origin
+        self._timeout = connect_timeout
+        self._application_name = application_name
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._live = False
+        # Diagnostics (tests and benchmarks read them): connections made, notifications handed on.
+        self.connections = 0
+        self.delivered = 0
+
+    @property
+    def live(self) -> bool:
+        return self._live
+
+    def start(self, sink: ChangeSink) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, args=(sink,), name="sodalite-pg-listen", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout=LISTEN_POLL + self._timeout + 1)
+
+    def _run(self, sink: ChangeSink) -> None:
+        pause = 0.1
+        while not self._stopping.is_set():
+            try:
+                with psycopg.connect(self._url, autocommit=True, connect_timeout=max(1, int(self._timeout)),
+                                     application_name=self._application_name, keepalives=1,
+                                     keepalives_idle=10, keepalives_interval=5, keepalives_count=3) as conn:
+                    row = conn.execute("SELECT current_schema()").fetchone()
+                    if row is None or row[0] is None:
+                        raise StoreUnavailable(f"PostgreSQL store {self._shown}: no schema on the search_path")
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel_name(str(row[0])))))
+                    self.connections += 1
+                    if self.connections > 1:
+                        log.warning("PostgreSQL store %s: listening again for other nodes' changes", self._shown)
+                    self._live = True
+                    pause = 0.1
+                    self._hand(sink.resynced)
+                    while not self._stopping.is_set():
+                        for notify in conn.notifies(timeout=LISTEN_POLL):
+                            self._dispatch(sink, notify.payload)
+            except (psycopg.Error, StoreUnavailable) as exc:
+                if self._live:
+                    log.warning("PostgreSQL store %s: the listening connection was lost (%s); reconnecting",
+                                self._shown, _describe(exc))
+            finally:
+                self._live = False
+            self._stopping.wait(pause)
+            pause = min(pause * 2, LISTEN_RETRY_MAX)
+
+    def _dispatch(self, sink: ChangeSink, payload: str) -> None:
+        parsed = _parse_announcement(payload)
+        if parsed is None or parsed[1] == self._origin:
+            return
+        kind, _, ref = parsed
+        self.delivered += 1
+        if ref is not None:
+            target: PartitionRef = ref
+            self._hand(lambda: sink.ready(target))
+        elif kind == "e":
+            self._hand(sink.entities_changed)
+
+    @staticmethod
+    def _hand(call: Callable[[], None]) -> None:
+        try:
+            call()
+        except Exception:  # the sink's trouble must not end the listening thread
+            log.exception("a change notification could not be handed on")

@@ -106,6 +106,7 @@ from sodalite.store.port import (
     StoreOpV1,
     StoreOpV2,
     UpdateMessages,
+    numbering_base,
 )
 
 SCHEMA_VERSION: Final = 5
@@ -378,11 +379,12 @@ _IN_JSON: Final = "sequence_number IN (SELECT value FROM json_each(?))"
 _FETCH: Final = f"SELECT {_STORED_COLUMNS} FROM messages WHERE {_KEY} AND {_IN_JSON} ORDER BY sequence_number"
 _NOT_LOCKED: Final = "(locked_until IS NULL OR locked_until <= ?)"  # locked_until is NULL iff lock_token is
 _NOT_EXPIRED: Final = "(expires_at IS NULL OR expires_at > ?)"
-# Assign the next numbers: the counter row goes up by n and says where it ended.
+# Assign the next numbers: the counter row goes up by n and says where it ended. Partition i's numbers
+# start after i << PARTITION_SHIFT (?4), so a number's upper bits name its partition (port.py).
 _TAKE_NUMBERS: Final = (
-    "INSERT INTO partitions (entity, partition, last_sequence_number) VALUES (?, ?, ?) "
+    "INSERT INTO partitions (entity, partition, last_sequence_number) VALUES (?1, ?2, ?4 + ?3) "
     "ON CONFLICT (entity, partition) DO UPDATE "
-    "SET last_sequence_number = last_sequence_number + excluded.last_sequence_number "
+    "SET last_sequence_number = max(last_sequence_number, ?4) + ?3 "
     "RETURNING last_sequence_number"
 )
 _CLEAR_LOCK: Final = "lock_token = NULL, locked_until = NULL, lock_owner = NULL"
@@ -544,7 +546,7 @@ def _append(conn: sqlite3.Connection, ref: PartitionRef, records: Sequence[Messa
     """Insert records with the partition's next numbers, counted; the numbers, in order."""
     if not records:
         return []
-    (last,) = conn.execute(_TAKE_NUMBERS, (ref.entity, ref.partition, len(records))).fetchone()
+    (last,) = conn.execute(_TAKE_NUMBERS, (ref.entity, ref.partition, len(records), numbering_base(ref))).fetchone()
     first = last - len(records) + 1
     numbers = list(range(first, last + 1))
     conn.executemany(_INSERT_MESSAGE, [

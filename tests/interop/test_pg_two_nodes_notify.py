@@ -1,0 +1,132 @@
+"""Two broker nodes on one PostgreSQL database learn of each other's work through LISTEN/NOTIFY
+(issue 18, storage-and-scale.md section 4), not through their polls.
+
+Both nodes run as users run them (``scripts/serve --store postgresql://... --core v2``), with the
+fallback polls set to a minute (``--shared-poll-seconds 60``): a message sent through node A must
+reach a receiver already waiting on node B, and a queue created through A's management API must be
+usable through B, each well before a poll could have found it (the bound is a generous 30 s; the
+times taken are printed, not asserted).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from broker_process import BrokerProcess, write_config
+
+from pg_server import shared_server
+
+pytestmark = pytest.mark.interop
+
+POLL = "60"  # the fallback polls: far longer than any bound below
+BOUND = 30.0
+
+
+def _node(base: Path, url: str, name: str) -> BrokerProcess:
+    return BrokerProcess(base / name, write_config(base / "Config.json", [{"Name": "woken", "Properties": {}},
+                                                                   {"Name": "known", "Properties": {}}]),
+                         extra_args=["--store", url, "--core", "v2", "--node-id", name,
+                                     "--shared-poll-seconds", POLL, "--metrics-port", "0"])
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
+    try:
+        url = shared_server().create_database("notify")
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    base = tmp_path_factory.mktemp("notify-nodes")
+    a, b = _node(base, url, "node-a").start(), _node(base, url, "node-b").start()
+    yield a, b
+    a.stop()
+    b.stop()
+
+
+def _round_trips(node: BrokerProcess) -> int:
+    with urllib.request.urlopen(node.metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    found = re.search(r'^sodalite_store_round_trips_total\{store="default"\} (\S+)$', text, re.MULTILINE)
+    assert found is not None, text
+    return int(float(found.group(1)))
+
+
+def test_a_receiver_waiting_on_one_node_is_woken_by_a_send_through_the_other(
+        nodes: tuple[BrokerProcess, BrokerProcess]) -> None:
+    a, b = nodes
+    got: list[tuple[str, float]] = []
+    waiting = threading.Event()
+
+    def receive() -> None:
+        with ServiceBusClient.from_connection_string(b.connection_string) as client, \
+                client.get_queue_receiver("woken", max_wait_time=BOUND) as receiver:
+            receiver.receive_messages(max_message_count=1, max_wait_time=1)  # the link is up, credit given
+            waiting.set()
+            deadline = time.monotonic() + BOUND
+            while len(got) < 3 and time.monotonic() < deadline:
+                for m in receiver.receive_messages(max_message_count=3, max_wait_time=deadline - time.monotonic()):
+                    got.append((str(m), time.monotonic()))
+                    receiver.complete_message(m)
+
+    thread = threading.Thread(target=receive)
+    thread.start()
+    assert waiting.wait(BOUND)
+    time.sleep(1)  # node b's core has read the empty queue and waits, credit in hand
+    before = _round_trips(a)
+    sent_at = time.monotonic()
+    with ServiceBusClient.from_connection_string(a.connection_string) as client, \
+            client.get_queue_sender("woken") as sender:
+        sender.send_messages([ServiceBusMessage(f"w{i}") for i in range(3)])
+    assert _round_trips(a) > before  # the send's batch is counted in /metrics (the cycle benchmark reads it)
+    thread.join()
+    assert sorted(body for body, _ in got) == ["w0", "w1", "w2"]
+    print(f"sent through node a, received through node b after {got[0][1] - sent_at:.3f} s "
+          f"(fallback poll {POLL} s)")
+
+
+def test_a_queue_created_through_one_node_is_usable_through_the_other(
+        nodes: tuple[BrokerProcess, BrokerProcess]) -> None:
+    from azure.servicebus.exceptions import MessagingEntityNotFoundError
+    from azure.servicebus.management import ServiceBusAdministrationClient
+
+    a, b = nodes
+    started = time.monotonic()
+    with ServiceBusClient.from_connection_string(b.connection_string) as client, \
+            client.get_queue_sender("known") as sender:
+        sender.send_messages(ServiceBusMessage("to a queue b has served all along"))
+    baseline = time.monotonic() - started  # what a first send costs the SDK anyway (connection, link)
+    admin = ServiceBusAdministrationClient.from_connection_string(a.admin_connection_string,
+                                                                  connection_verify=a.admin_certificate)
+    admin.create_queue("made-on-a")
+    created_at = time.monotonic()
+    deadline = created_at + BOUND
+    with ServiceBusClient.from_connection_string(b.connection_string, retry_total=0) as client:
+        while True:
+            try:
+                with client.get_queue_sender("made-on-a") as sender:
+                    sender.send_messages(ServiceBusMessage("hello from b"))
+                break
+            except MessagingEntityNotFoundError:
+                assert time.monotonic() < deadline, "node b never saw the queue created through node a"
+                time.sleep(0.05)
+    print(f"queue created through node a, a first send through node b done {time.monotonic() - created_at:.3f} s "
+          f"later (a first send to a known queue: {baseline:.3f} s; fallback entity follow {POLL} s)")
+    with ServiceBusClient.from_connection_string(a.connection_string) as client, \
+            client.get_queue_receiver("made-on-a", max_wait_time=5) as receiver:
+        received = receiver.receive_messages(max_message_count=1, max_wait_time=BOUND)
+        assert [str(m) for m in received] == ["hello from b"]
+        receiver.complete_message(received[0])
+    admin.delete_queue("made-on-a")
+    deadline = time.monotonic() + BOUND
+    with pytest.raises(MessagingEntityNotFoundError), \
+            ServiceBusClient.from_connection_string(b.connection_string, retry_total=0) as client:
+        while time.monotonic() < deadline:
+            with client.get_queue_sender("made-on-a") as sender:
+                sender.send_messages(ServiceBusMessage("too late"))
+            time.sleep(0.05)
