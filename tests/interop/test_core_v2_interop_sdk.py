@@ -43,6 +43,11 @@ from test_durability import (  # noqa: F401
     test_group_committed_sends_survive_kill_9,
     test_thousand_messages_survive_kill_9,
 )
+from test_forwarding import (  # noqa: F401
+    test_a_forwarding_loop_dead_letters_instead_of_spinning,
+    test_dead_lettered_messages_are_forwarded_with_their_source,
+    test_forward_to_moves_messages_with_their_properties,
+)
 from test_hardening_locks import (  # noqa: F401
     test_a_closed_receivers_lock_still_holds_on_the_same_connection,
     test_a_receive_and_delete_session_receiver_iterates_past_its_lock_duration,

@@ -137,7 +137,7 @@ commit, per item its number in the target or None; the counts are read back as a
 complete-through (the rows' states are the store's). The target's core is told ``Arrived`` by the
 caller after the commit; the target's duplicate detection does not see a move.
 
-Not here yet (they stay in server/partition_actor.py): forwarding, transactions, peek,
+Not here yet (they stay in server/partition_actor.py): forwarding dead letters, transactions, peek,
 list-sessions, quotas.
 """
 

@@ -15,7 +15,7 @@ import logging
 import secrets
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -53,7 +53,7 @@ from sodalite.model.partition_core import record_for as core_record
 from sodalite.server import wire
 from sodalite.server.addresses import entity_path
 from sodalite.server.connection_handler import BrokerConnection
-from sodalite.server.core_actor import CoreActor
+from sodalite.server.core_actor import Copy, CoreActor
 from sodalite.server.fanout import CompiledRule, copies_for
 from sodalite.server.limits import ConnectionLimits
 from sodalite.server.listener import ProtocolFactory, SniffingListener
@@ -79,7 +79,7 @@ from sodalite.server.partitioned_actor import (
 )
 from sodalite.server.registry import QUEUE, SUBSCRIPTION, TOPIC, Entity, Route, named_subscription_path
 from sodalite.server.store_worker import StoreWorker
-from sodalite.server.topic_actor import Copy, TopicActor
+from sodalite.server.topic_actor import TopicActor
 from sodalite.store.port import DeleteEntity, EntityRecord, MessagingStore, PartitionRef, PutEntity
 
 log = logging.getLogger(__name__)
@@ -95,35 +95,69 @@ PREMIUM_PARTITIONED_MESSAGE_SIZE = 1024 * 1024  # partitioned entities of a Prem
 
 
 
-def _forwards(properties: Any) -> bool:
-    return bool(getattr(properties, "forward_to", None)
-                or getattr(properties, "forward_dead_lettered_messages_to", None))
+def _forwards_dead_letters(properties: Any) -> bool:
+    return bool(getattr(properties, "forward_dead_lettered_messages_to", None))
 
 
-def _forwarding_targets(records: Sequence[EntityRecord]) -> set[str]:
-    """The lower-cased paths that some stored entity forwards into (ForwardTo, or its dead letters)."""
-    targets: set[str] = set()
+def _kept_on_v1(records: Sequence[EntityRecord], home: Callable[[str], object]) -> set[str]:
+    """The lower-cased paths that stay on the version-1 path under ``--core v2``, decided at start.
+
+    Entities joined by auto-forwarding (ForwardTo, ForwardDeadLetteredMessagesTo, a subscription and
+    its topic) must run on one path and, for the core, in one messaging store, because a topic on the
+    core stores a forwarded copy in its own transaction and a version-1 entity cannot store into a
+    partition on the core. So a whole group of joined entities stays on version 1 when one of them
+    must (a partitioned topic, or forwarding its dead letters, which the core does not do yet) or when
+    they live in different stores (``home``: a path's store; a subscription lives with its topic). A
+    partitioned queue runs on the core alone; joined by forwarding it stays on version 1 (a topic on
+    the core stores copies into a single partition's core only).
+    """
+    parent: dict[str, str] = {}
+
+    def find(path: str) -> str:
+        parent.setdefault(path, path)
+        while parent[path] != path:
+            parent[path] = parent[parent[path]]
+            path = parent[path]
+        return path
+
+    def join(a: str, b: str) -> None:
+        parent[find(a)] = find(b)
+
+    forced: set[str] = set()
+    partitioned: set[str] = set()
     for record in records:
-        properties = record.properties.get("Properties", record.properties) if record.kind == SUBSCRIPTION \
-            else record.properties
-        for key in ("ForwardTo", "ForwardDeadLetteredMessagesTo"):
-            value = properties.get(key) if isinstance(properties, dict) else None
-            if isinstance(value, str) and value:
-                targets.add(entity_path(value).lower())
-    return targets
-
-
-def _topics_with_forwarding(records: Sequence[EntityRecord]) -> set[str]:
-    """The lower-cased paths of the topics with a subscription that forwards (they stay v1)."""
-    topics: set[str] = set()
-    for record in records:
-        if record.kind != SUBSCRIPTION:
+        if record.kind not in (QUEUE, TOPIC, SUBSCRIPTION):
             continue
-        properties = record.properties.get("Properties", {})
-        if isinstance(properties, dict) and (properties.get("ForwardTo") or
-                                             properties.get("ForwardDeadLetteredMessagesTo")):
-            topics.add(record.path.lower().split("/subscriptions/")[0])
-    return topics
+        path = record.path.lower()
+        find(path)
+        raw = record.properties.get("Properties", {}) if record.kind == SUBSCRIPTION else record.properties
+        properties = raw if isinstance(raw, dict) else {}
+        if record.kind == SUBSCRIPTION:
+            join(path, path.split("/subscriptions/")[0])
+        if properties.get("EnablePartitioning"):
+            (forced if record.kind == TOPIC else partitioned).add(path)
+        for key in ("ForwardTo", "ForwardDeadLetteredMessagesTo"):
+            target = properties.get(key)
+            if isinstance(target, str) and target:
+                join(path, entity_path(target).lower())
+                if key == "ForwardDeadLetteredMessagesTo":
+                    forced.add(path)
+    groups: dict[str, list[str]] = {}
+    for path in list(parent):
+        groups.setdefault(find(path), []).append(path)
+    kept: set[str] = set()
+    for members in groups.values():
+        homes = {home(m.split("/subscriptions/")[0]) for m in members}
+        if (len(homes) > 1 or any(m in forced for m in members)
+                or (len(members) > 1 and any(m in partitioned for m in members))):
+            kept.update(members)
+    return kept
+
+
+def _capped(actor: CoreActor, cap: int | None) -> int | None:
+    """The time-to-live default of a copy stored in ``actor``'s entity from a topic whose default is ``cap``."""
+    own = actor.settings.default_ttl
+    return cap if own is None else (own if cap is None else min(own, cap))
 
 
 def _ms(value: timedelta) -> int | None:
@@ -141,8 +175,7 @@ class Broker:
         # "v2": plain queues run on the partition core and store port v2 (server/core_actor.py).
         self.core = core
         self.node_id = node_id
-        self._forwarded_into: set[str] = set()  # lower-cased paths some entity forwards into (they stay v1)
-        self._forwarding_topics: set[str] = set()  # lower-cased topics with a forwarding subscription (v1)
+        self._kept_on_v1: set[str] = set()  # lower-cased paths that stay v1 under --core v2 (_kept_on_v1)
         # The messaging stores, each served by its own thread. The first also keeps the entity records.
         self.workers = [StoreWorker(store, DEFAULT_STORE), *(StoreWorker(s, name) for name, s in more_stores)]
         self.worker = self.workers[0]
@@ -329,14 +362,18 @@ class Broker:
         configured.append(self._times_record())
         await self.worker.apply(configured)
         records = await self.worker.call(self.worker.store.load_entities)
-        self._forwarded_into = _forwarding_targets(records)
-        self._forwarding_topics = _topics_with_forwarding(records)
+        self._kept_on_v1 = _kept_on_v1(records, self._home_store)
         for kind in (QUEUE, TOPIC, SUBSCRIPTION):  # a subscription needs its topic loaded first
             for record in records:
                 if record.kind == kind:
                     await self._load(record)
         self._link_dead_letter_forwarding()
         self._start_activations()
+        if self.core == "v2":
+            on_v1 = sorted(e.name for e in self.entities.values() if not isinstance(e.actor, CoreActor))
+            log.info("core v2: %d entities on the version-2 core; on the version-1 path (partitioned, forwarding "
+                     "dead letters, or joined to one by forwarding): %s", len(self.entities) - len(on_v1),
+                     ", ".join(on_v1) or "none")
         loop = asyncio.get_running_loop()
         self._idle_sweeper = loop.create_task(self._sweep_idle_forever())
         if self.worker.shared:  # other nodes change entities in this store too
@@ -398,16 +435,16 @@ class Broker:
         return settings, max_bytes
 
     def _on_core(self, path: str, kind: str, properties: Any, partitioned: bool, topic: Entity | None) -> bool:
-        """Whether an entity runs on the version-2 core: with ``--core v2``, queues (partitioned ones
-        too: one core per partition) and topics that are not partitioned, that do not forward and are
-        not forwarded into, topics none of whose subscriptions forward, and the subscriptions of a
-        topic on the core (what is not wired to the core yet stays on version 1)."""
-        if self.core != "v2" or _forwards(properties) or path in self._forwarded_into:
+        """Whether an entity runs on the version-2 core: with ``--core v2``, every queue (partitioned
+        ones too: one core per partition) and every topic that is not partitioned, none of them
+        forwarding its dead letters, and the subscriptions of a topic on the core, unless forwarding
+        joins it at start to an entity that cannot (:func:`_kept_on_v1`)."""
+        if self.core != "v2" or _forwards_dead_letters(properties) or path in self._kept_on_v1:
             return False
         if kind == SUBSCRIPTION:
             return not partitioned and topic is not None and isinstance(topic.actor, TopicActor)
         if kind == TOPIC:
-            return not partitioned and path not in self._forwarding_topics
+            return not partitioned
         return kind == QUEUE
 
     async def _load(self, record: EntityRecord) -> None:
@@ -491,33 +528,56 @@ class Broker:
         return actor.fan_out(self._fan_out(topic, actor.deduplicate(drafts), hops=0))
 
     def _core_copies(self, topic: Entity, drafts: Sequence[MessageDraft], now: int) -> list[list[Copy]]:
-        """Per draft, the copies a topic on the core stores (its subscriptions are on the core and do
-        not forward): each subscription's rules and actions applied, filter errors and copies without
-        a SessionId for a session-enabled subscription to its dead-letter queue. A copy's
-        time-to-live is capped by the subscription's default and the topic's."""
+        """Per draft, the copies a topic on the core stores, as ``_fan_out`` makes them on version 1:
+        each subscription's rules and actions applied; filter errors, and copies without a SessionId
+        for a session-enabled subscription, to the subscription's dead-letter queue; a forwarding
+        subscription's copies into where its ForwardTo leads (a queue, or another topic's
+        subscriptions), within the hop limit, else to the transfer dead-letter queue where the limit
+        was reached. A copy's time-to-live is capped by its destination's default and the topic's.
+        Every destination must be on the core in the topic's store (NotImplementedOperation)."""
         cap = topic.actor.settings.default_ttl
-        subscriptions = []
-        for sub in topic.subscriptions.values():
-            actor = sub.actor
-            if not isinstance(actor, CoreActor):
-                raise NotImplementedOperation(f"the subscription '{sub.name}' is not on the version-2 core")
-            own = actor.settings.default_ttl
-            ttl = cap if own is None else (own if cap is None else min(own, cap))
-            dead_letter_on_errors = bool(getattr(sub.properties, "dead_lettering_on_filter_evaluation_exceptions",
-                                                 True))
-            subscriptions.append((sub, actor, ttl, dead_letter_on_errors))
         planned: list[list[Copy]] = []
         for draft in drafts:
             copies: list[Copy] = []
-            for sub, actor, ttl, dead_letter_on_errors in subscriptions:
-                for copy in copies_for(sub.rules, draft, dead_letter_on_errors, sub.requires_session):
-                    if copy.dead_letter is None:
-                        copies.append((actor, SubQueue.MAIN, core_record(copy.draft, now, ttl)))
-                    else:
-                        dead = wire.dead_lettered(core_record(copy.draft, now, None), *copy.dead_letter)
-                        copies.append((actor, SubQueue.DEAD_LETTER, dead))
+            self._core_fan_out(topic, draft, now, cap, 0, copies)
             planned.append(copies)
         return planned
+
+    def _core_fan_out(self, topic: Entity, draft: MessageDraft, now: int, cap: int | None, hops: int,
+                      out: list[Copy]) -> None:
+        for sub in topic.subscriptions.values():
+            actor = self._on_core_with(topic, sub)
+            dead_letter_on_errors = bool(getattr(sub.properties, "dead_lettering_on_filter_evaluation_exceptions",
+                                                 True))
+            for copy in copies_for(sub.rules, draft, dead_letter_on_errors, sub.requires_session):
+                if copy.dead_letter is not None:
+                    dead = wire.dead_lettered(core_record(copy.draft, now, None), *copy.dead_letter)
+                    out.append((actor, SubQueue.DEAD_LETTER, dead))
+                elif not sub.forward_to:
+                    out.append((actor, SubQueue.MAIN, core_record(copy.draft, now, _capped(actor, cap))))
+                else:
+                    route = self.route(sub)
+                    total = hops + route.hops
+                    target = self._on_core_with(topic, route.entity)
+                    if route.exceeded or total > MAX_TRANSFER_HOPS:
+                        dead = wire.dead_lettered(core_record(copy.draft, now, None),
+                                                  MAX_TRANSFER_HOP_COUNT_EXCEEDED, f"forwarded {total} times")
+                        out.append((target, SubQueue.TRANSFER_DEAD_LETTER, dead))
+                    elif route.entity.kind == TOPIC:
+                        self._core_fan_out(route.entity, copy.draft, now, cap, total, out)
+                    else:
+                        out.append((target, SubQueue.MAIN, core_record(copy.draft, now, _capped(target, cap))))
+
+    @staticmethod
+    def _on_core_with(topic: Entity, entity: Entity) -> CoreActor:
+        """``entity``'s actor, which a send to ``topic`` (on the core) stores copies into."""
+        actor = entity.actor
+        if not isinstance(actor, CoreActor) or not isinstance(topic.actor, CoreActor) \
+                or actor.worker is not topic.actor.worker:
+            raise NotImplementedOperation(
+                f"'{entity.name}' takes copies from '{topic.name}', which runs on the version-2 core, but it "
+                "is on the version-1 path or in another messaging store: not available yet (serve with --core v1)")
+        return actor
 
     def fan_out_targets(self, topic: Entity, drafts: list[MessageDraft], index: int | None) -> list[FanOut]:
         """Every subscription's copies of ``drafts`` (rules applied, forwarding followed) as a send to
@@ -628,9 +688,7 @@ class Broker:
         if self.entity(name) is not None:
             raise EntityAlreadyExists(f"the messaging entity '{name}' already exists")
         self._check_entity_quota(properties.enable_partitioning)
-        for target in (properties.forward_to, properties.forward_dead_lettered_messages_to):
-            if target and self.entity(entity_path(target)) is None:
-                raise EntityNotFound(f"the forwarding target '{target}' does not exist")
+        self._check_forward_targets(properties)
         record = EntityRecord(name, QUEUE, properties.to_json())
         await self.worker.apply([PutEntity(record), self._touched(record.path, created=True)])
         await self._load(record)
@@ -649,8 +707,9 @@ class Broker:
         changed = [name for name in fixed if getattr(properties, name) != getattr(entity.properties, name)]
         if changed:
             raise InvalidOperation(f"{', '.join(changed)} cannot be changed on an existing queue")
-        if isinstance(entity.actor, OnCore) and _forwards(properties):
-            v1_only(entity.actor, "auto-forwarding")
+        if isinstance(entity.actor, OnCore) and _forwards_dead_letters(properties):
+            v1_only(entity.actor, "forwarding dead-lettered messages")
+        self._check_forward_targets(properties, entity)
         await self.worker.apply([PutEntity(EntityRecord(entity.name, QUEUE, properties.to_json())),
                                  self._touched(entity.name)])
         settings, max_message_size = self._settings(properties, entity.partitioned)
@@ -658,22 +717,34 @@ class Broker:
         entity.actor.update_settings(settings)
         self._link_dead_letter_forwarding()
 
-    def _check_forward_targets(self, properties: QueueProperties | SubscriptionProperties) -> None:
-        for target in (properties.forward_to, properties.forward_dead_lettered_messages_to):
+    def _check_forward_targets(self, properties: QueueProperties | SubscriptionProperties,
+                               source: Entity | None = None, topic: Entity | None = None) -> None:
+        """The forwarding targets exist, and the source can reach them. A queue's ForwardTo routes each
+        send at once, to an entity on either path. A subscription's copies and dead letters forwarded
+        elsewhere are stored by its topic's (or its own) path: a version-1 source reaches only
+        version-1 entities, and a subscription of a topic on the core reaches only entities on the
+        core in the topic's store (NotImplementedOperation otherwise). ``source`` is the entity
+        being changed (None: being created); ``topic``, a new subscription's topic."""
+        owner = topic if topic is not None else (source.topic if source is not None else None)
+        for name in ("forward_to", "forward_dead_lettered_messages_to"):
+            target = getattr(properties, name, None)
             if not target:
                 continue
             found = self.entity(entity_path(target))
             if found is None:
                 raise EntityNotFound(f"the forwarding target '{target}' does not exist")
+            if name == "forward_to" and owner is None:
+                continue  # a queue's ForwardTo: each send is routed when it arrives
+            if owner is not None and isinstance(owner.actor, TopicActor) and name == "forward_to":
+                final = self.route(found).entity
+                actor = final.actor
+                if not isinstance(actor, CoreActor) or actor.worker is not owner.actor.worker:
+                    raise NotImplementedOperation(
+                        f"auto-forwarding from a subscription of '{owner.name}' (on the version-2 core) into "
+                        f"'{final.name}' is not available yet: it is on the version-1 path or in another "
+                        "messaging store (serve with --core v1)")
+                continue
             v1_only(found.actor, "auto-forwarding into it")
-
-    @staticmethod
-    def _check_core_subscription(topic: Entity, properties: SubscriptionProperties) -> None:
-        """A topic on the version-2 core fans out into subscriptions on the core only: auto-forwarding
-        from a subscription is not wired there yet."""
-        if isinstance(topic.actor, TopicActor) and _forwards(properties):
-            raise NotImplementedOperation("auto-forwarding from a subscription is not available on a topic run by "
-                                          "the version-2 core yet (serve with --core v1)")
 
     async def create_topic(self, name: str, properties: TopicProperties) -> Entity:
         async with self._entities_lock:
@@ -717,8 +788,7 @@ class Broker:
         path = named_subscription_path(topic.name, name)
         if self.entity(path) is not None:
             raise EntityAlreadyExists(f"the subscription '{name}' already exists on '{topic.name}'")
-        self._check_forward_targets(properties)
-        self._check_core_subscription(topic, properties)
+        self._check_forward_targets(properties, topic=topic)
         for rule in rules:
             self._compile_rule(rule)  # refuse a bad filter before anything is stored
         record = EntityRecord(path, SUBSCRIPTION,
@@ -734,9 +804,9 @@ class Broker:
         """Store new properties (its rules kept) and apply them; every lock held on it is dropped."""
         if properties.requires_session != entity.requires_session:
             raise InvalidOperation("requires_session cannot be changed on an existing subscription")
-        self._check_forward_targets(properties)
-        if entity.topic is not None:
-            self._check_core_subscription(entity.topic, properties)
+        if isinstance(entity.actor, CoreActor) and _forwards_dead_letters(properties):
+            v1_only(entity.actor, "forwarding dead-lettered messages")
+        self._check_forward_targets(properties, entity)
         record = {"Properties": properties.to_json(), "Rules": [r.description.to_json() for r in entity.rules]}
         await self.worker.apply([PutEntity(EntityRecord(entity.name, SUBSCRIPTION, record)),
                                  self._touched(entity.name)])

@@ -31,12 +31,18 @@ credit, the core is told ``Arrived(0)`` every ``worker.poll_seconds`` (fast with
 slow with one). Claims and session locks are fenced by the store (``FOR UPDATE SKIP LOCKED``), so
 two nodes never lock the same message or session.
 
+Copies into other entities (``Publish``): a topic's send, and a send whose forwarding ended here at
+the hop limit (:meth:`send_to_transfer_dead_letter`), are stored by this entity's core in one batch
+of ``AppendTo`` ops; once it committed each destination's core is told the rows landed
+(:meth:`land`). A queue's ForwardTo needs nothing here: the broker routes each send when it arrives.
+
 What this actor does not do yet, answered with ``amqp:not-implemented`` rather than faked:
-transactions, auto-forwarding, moves into a topic, a version-1 entity or another store. The broker
-runs queues without forwarding on it, a partitioned queue as one CoreActor per partition
+transactions, ForwardDeadLetteredMessagesTo, moves into a topic, a version-1 entity or another
+store. The broker runs queues on it, a partitioned queue as one CoreActor per partition
 (``server/partitioned_actor.py``, which splits a receiver's credit over them with ``ready``,
-``given``, ``withdraw_credit`` and ``caught_up``), and topics (``server/topic_actor.py``);
-everything else stays on the version-1 actor (``server/partition_actor.py``).
+``given``, ``withdraw_credit`` and ``caught_up``), and topics (``server/topic_actor.py``); it keeps
+an entity on the version-1 actor (``server/partition_actor.py``) when one of those joins it
+(``broker._kept_on_v1``).
 """
 
 from __future__ import annotations
@@ -54,7 +60,6 @@ from sodalite.errors import (
     InvalidOperation,
     MessageLockLost,
     MessageNotFound,
-    NotImplementedOperation,
     OperationTimeout,
     QuotaExceeded,
     SessionCannotBeLocked,
@@ -67,6 +72,7 @@ from sodalite.model import partition_core as core
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import Lock, MessageDraft
 from sodalite.model.store_ops import MoveItem, Outcome, StoredMessage
+from sodalite.server import wire
 from sodalite.server.partition_actor import EntitySettings, SubQueue, wall_clock_ms
 from sodalite.server.partition_runner import Clock, LoopClock, PartitionRunner
 from sodalite.server.store_worker import StoreWorker
@@ -76,7 +82,8 @@ log = logging.getLogger(__name__)
 
 ALL_STATES = frozenset(MessageState)
 Taken = tuple[MessageRecord, uuid.UUID | None, int | None]  # a message received by number: record, lock token, until
-_UNSUPPORTED = "is not available on a queue run by the version-2 core yet (serve with --core v1)"
+Copy = tuple["CoreActor", SubQueue, MessageRecord]
+"""A message to store in a sub-queue of an entity on the core (a topic's copy, a transfer dead letter), unnumbered."""
 
 
 def core_settings(settings: EntitySettings, sub: SubQueue, owner: str) -> core.CoreSettings:
@@ -138,6 +145,7 @@ class CoreActor:
         self._available = True
         self._closed = False
         self._poller: asyncio.Task[None] | None = None
+        self._targets: dict[PartitionRef, tuple[CoreActor, SubQueue]] = {}  # where Publish copies land
         self._unwatch: list[Any] = []  # stop the store worker's wake-ups, one per sub-queue
         self._session_waits: dict[Any, Hashable] = {}  # owner -> request key of its accept-next-session
 
@@ -226,6 +234,12 @@ class CoreActor:
         match reply:
             case core.Delivered():
                 self._deliver(sub, reply)
+            case core.Published():
+                for target, records in reply.stored:
+                    found = self._targets.get(target) if isinstance(target, PartitionRef) else None
+                    if found is not None:
+                        found[0].land(found[1], records)
+                self._resolve(reply.reply_to)
             case core.SendAccepted():
                 self._resolve(reply.reply_to, list(reply.sequence_numbers))
             case core.SettlementDone():
@@ -623,14 +637,32 @@ class CoreActor:
         for sub, runner in self.runners.items():
             runner.view.settings = core_settings(settings, sub, self.node_id)
 
-    # ---- not on the core yet ----------------------------------------------------------------------
-
-    def _unsupported(self, what: str) -> NotImplementedOperation:
-        return NotImplementedOperation(f"{what} {_UNSUPPORTED}")
+    # ---- copies stored by this entity's transaction into others -----------------------------------
 
     def send_to_transfer_dead_letter(self, drafts: list[MessageDraft], reason: str,
                                      description: str) -> asyncio.Future[None]:
-        raise self._unsupported("auto-forwarding")
+        """Messages whose forwarding ended here (the hop limit): into the transfer dead-letter queue,
+        with the reason, acknowledged once stored."""
+        self._check_send(drafts)
+        now = self.clock.now()
+        planned = [(None, [(self, SubQueue.TRANSFER_DEAD_LETTER,
+                            wire.dead_lettered(core.record_for(d, now, None), reason, description))])
+                   for d in drafts if not d.ping]
+        entries = self.publish_entries(planned)
+        return _without_value(self._request(SubQueue.MAIN, lambda key: core.Publish(entries, key)))
+
+    def publish_entries(self, planned: Sequence[tuple[str | None, Sequence[Copy]]]) -> tuple[core.PublishEntry, ...]:
+        """The core's entries for (MessageId, copies) pairs; each copy's destination is remembered, so
+        once the ``Publish`` committed its core is told the rows landed (``Published``)."""
+        entries = []
+        for message_id, copies in planned:
+            made = []
+            for actor, sub, record in copies:
+                target = actor.refs[sub]
+                self._targets[target] = (actor, sub)  # the destination's actor as it is now
+                made.append(core.PublishCopy(target, record))
+            entries.append(core.PublishEntry(message_id, tuple(made)))
+        return tuple(entries)
 
 
 

@@ -23,8 +23,13 @@ rules as they are at that moment, and published with the topic's lock completed 
 is handed out again). A message sent with a ScheduledEnqueueTimeUtc annotation is a plain send:
 its copies wait, scheduled, in each subscription.
 
+A subscription that forwards (ForwardTo) has its copies planned into where its chain of ForwardTo
+leads: a queue, or another topic's subscriptions, each on the core in the topic's store, within the
+hop limit (beyond it, into the transfer dead-letter queue where it was reached); all of them in the
+same batch.
+
 Not on the core yet (the broker keeps such topics on version 1): partitioned topics, subscriptions
-that forward, topics something forwards into, transactions and moves into a topic.
+that forward their dead letters (ForwardDeadLetteredMessagesTo), transactions and moves into a topic.
 """
 
 from __future__ import annotations
@@ -38,16 +43,13 @@ from sodalite.model import partition_core as core
 from sodalite.model.message import MessageRecord
 from sodalite.model.partition import Lock, MessageDraft
 from sodalite.server import wire
-from sodalite.server.core_actor import CoreActor, _without_value
+from sodalite.server.core_actor import Copy, CoreActor, _without_value
 from sodalite.server.partition_actor import SubQueue
-from sodalite.store.port import PartitionRef
 
 log = logging.getLogger(__name__)
 
 ACTIVATION_CREDIT = 64  # due scheduled messages the activator takes at a time
 
-Copy = tuple[CoreActor, SubQueue, MessageRecord]
-"""One copy of a message for a subscription's sub-queue (its queue, or its dead-letter queue), unnumbered."""
 Plan = Callable[[Sequence[MessageDraft], int], list[list[Copy]]]
 """The broker's plan: per draft, in order, its copies (rules applied) at ``now``."""
 
@@ -83,7 +85,6 @@ class TopicActor(CoreActor):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._activator = _Activator(self)
-        self._targets: dict[PartitionRef, tuple[CoreActor, SubQueue]] = {}
         self._activating = False
 
     async def load(self) -> None:
@@ -112,25 +113,7 @@ class TopicActor(CoreActor):
         if self.plan is None:
             raise RuntimeError(f"topic {self.ref.entity}: no fan-out plan (the broker sets it when it loads the topic)")
         planned = self.plan(drafts, self.clock.now())
-        entries = []
-        for draft, copies in zip(drafts, planned, strict=True):
-            made = []
-            for actor, sub, record in copies:
-                target = actor.refs[sub]
-                self._targets[target] = (actor, sub)  # the subscription's actor as it is now
-                made.append(core.PublishCopy(target, record))
-            entries.append(core.PublishEntry(draft.message_id, tuple(made)))
-        return tuple(entries)
-
-    def _on_reply(self, sub: SubQueue, reply: core.Reply) -> None:
-        if isinstance(reply, core.Published):
-            for target, records in reply.stored:
-                found = self._targets.get(target) if isinstance(target, PartitionRef) else None
-                if found is not None:
-                    found[0].land(found[1], records)
-            self._resolve(reply.reply_to)
-            return
-        super()._on_reply(sub, reply)
+        return self.publish_entries([(d.message_id, copies) for d, copies in zip(drafts, planned, strict=True)])
 
     # ---- scheduled messages that came due ---------------------------------------------------------
 

@@ -1,0 +1,59 @@
+"""Which entities stay on the version-1 path under ``--core v2`` (``broker._kept_on_v1``): groups
+joined by forwarding (and subscriptions to their topics) move together, and stay behind when one
+member must or when they span messaging stores."""
+
+from __future__ import annotations
+
+from sodalite.server.broker import _kept_on_v1
+from sodalite.store.port import EntityRecord
+
+
+def queue(path: str, **properties: object) -> EntityRecord:
+    return EntityRecord(path, "queue", dict(properties))
+
+
+def topic(path: str, **properties: object) -> EntityRecord:
+    return EntityRecord(path, "topic", dict(properties))
+
+
+def subscription(topic_path: str, name: str, **properties: object) -> EntityRecord:
+    return EntityRecord(f"{topic_path}/subscriptions/{name}", "subscription",
+                        {"Properties": dict(properties), "Rules": []})
+
+
+def one_store(path: str) -> object:
+    return "store"
+
+
+def test_forwarding_alone_keeps_nothing_on_v1() -> None:
+    records = [queue("a", ForwardTo="b"), queue("b"), topic("t"), subscription("t", "s", ForwardTo="A"),
+               topic("u"), subscription("u", "x", ForwardTo="t")]
+    assert _kept_on_v1(records, one_store) == set()
+
+
+def test_forwarding_dead_letters_keeps_its_whole_group() -> None:
+    records = [queue("src", ForwardDeadLetteredMessagesTo="dst"), queue("dst"), queue("feeder", ForwardTo="Dst"),
+               queue("alone")]
+    assert _kept_on_v1(records, one_store) == {"src", "dst", "feeder"}
+
+
+def test_a_partitioned_topic_keeps_its_subscriptions_and_where_they_forward() -> None:
+    records = [topic("T", EnablePartitioning=True), subscription("T", "s", ForwardTo="q"), queue("q"),
+               subscription("T", "plain"), queue("other")]
+    assert _kept_on_v1(records, one_store) == {"t", "t/subscriptions/s", "t/subscriptions/plain", "q"}
+
+
+def test_a_partitioned_queue_runs_on_the_core_unless_forwarding_joins_it() -> None:
+    alone = [queue("p", EnablePartitioning=True)]
+    assert _kept_on_v1(alone, one_store) == set()
+    joined = [queue("p", EnablePartitioning=True), topic("t"), subscription("t", "s", ForwardTo="p")]
+    assert _kept_on_v1(joined, one_store) == {"p", "t", "t/subscriptions/s"}
+
+
+def test_a_group_across_stores_stays_on_v1() -> None:
+    records = [topic("t"), subscription("t", "s", ForwardTo="q"), queue("q"), queue("r")]
+    assert _kept_on_v1(records, lambda path: "store-of-q" if path == "q" else "main") == {
+        "t", "t/subscriptions/s", "q"}
+    # A subscription lives with its topic, wherever its own path would hash.
+    plain = [topic("t"), subscription("t", "s")]
+    assert _kept_on_v1(plain, lambda path: "store-of-t" if path == "t" else "other") == set()
