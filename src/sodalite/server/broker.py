@@ -633,7 +633,7 @@ class Broker:
             if target and self.entity(entity_path(target)) is None:
                 raise EntityNotFound(f"the forwarding target '{target}' does not exist")
         record = EntityRecord(name, QUEUE, properties.to_json())
-        await self.worker.apply([PutEntity(record), self._touched(record.path, created=True)])
+        await self._store_created(record)
         await self._load(record)
         self._link_dead_letter_forwarding()
         entity = self.entity(name)
@@ -687,7 +687,7 @@ class Broker:
             raise EntityAlreadyExists(f"the messaging entity '{name}' already exists")
         self._check_entity_quota(properties.enable_partitioning)
         record = EntityRecord(name, TOPIC, properties.to_json())
-        await self.worker.apply([PutEntity(record), self._touched(record.path, created=True)])
+        await self._store_created(record)
         await self._load(record)
         self._start_activations()
         entity = self.entity(name)
@@ -724,7 +724,7 @@ class Broker:
             self._compile_rule(rule)  # refuse a bad filter before anything is stored
         record = EntityRecord(path, SUBSCRIPTION,
                               {"Properties": properties.to_json(), "Rules": [r.to_json() for r in rules]})
-        await self.worker.apply([PutEntity(record), self._touched(record.path, created=True)])
+        await self._store_created(record)
         await self._load(record)
         self._link_dead_letter_forwarding()
         entity = self.entity(path)
@@ -847,6 +847,18 @@ class Broker:
             self.key_overrides = overrides
             self.authorization_rules, _ = apply_overrides(self.namespace.authorization_rules, overrides.namespace)
             log.info("applied the shared access keys regenerated through another node")
+
+    async def _store_created(self, record: EntityRecord) -> None:
+        """Store a new entity's record, and remove whatever an earlier entity of its path left behind
+        in the same transaction: another node that had not yet followed that entity's deletion may
+        have stored messages for it since (a send's copies for a subscription deleted through this
+        node), and they must not show up in the new one. The other stores, where a partitioned
+        entity's partitions or a topic's subscriptions may lie, are cleared first (those online)."""
+        for worker in self.workers[1:]:
+            if not worker.offline:
+                await worker.apply([DeleteEntity(record.path)])
+        await self.worker.apply([DeleteEntity(record.path), PutEntity(record),
+                                 self._touched(record.path, created=True)])
 
     async def _drop_locally(self, entity: Entity) -> None:
         """Another node deleted ``entity`` (from the store): stop serving it here; links are detached."""
