@@ -203,6 +203,7 @@ class Broker:
         self._entity_follower: asyncio.Task[None] | None = None
         self._entities_lock = asyncio.Lock()  # entity creation and deletion against the follower
         self._entities_changed = asyncio.Event()  # another node changed entity records (the store's feed)
+        self._follow_refused: dict[str, object] = {}  # lower-cased path -> a stored record the follow refused
         self.worker.on_entities_changed = self._entities_changed.set
 
     def entity(self, path: str) -> Entity | None:
@@ -690,7 +691,7 @@ class Broker:
         self._check_entity_quota(properties.enable_partitioning)
         self._check_forward_targets(properties)
         record = EntityRecord(name, QUEUE, properties.to_json())
-        await self.worker.apply([PutEntity(record), self._touched(record.path, created=True)])
+        await self._store_created(record)
         await self._load(record)
         self._link_dead_letter_forwarding()
         entity = self.entity(name)
@@ -757,7 +758,7 @@ class Broker:
             raise EntityAlreadyExists(f"the messaging entity '{name}' already exists")
         self._check_entity_quota(properties.enable_partitioning)
         record = EntityRecord(name, TOPIC, properties.to_json())
-        await self.worker.apply([PutEntity(record), self._touched(record.path, created=True)])
+        await self._store_created(record)
         await self._load(record)
         self._start_activations()
         entity = self.entity(name)
@@ -793,7 +794,7 @@ class Broker:
             self._compile_rule(rule)  # refuse a bad filter before anything is stored
         record = EntityRecord(path, SUBSCRIPTION,
                               {"Properties": properties.to_json(), "Rules": [r.to_json() for r in rules]})
-        await self.worker.apply([PutEntity(record), self._touched(record.path, created=True)])
+        await self._store_created(record)
         await self._load(record)
         self._link_dead_letter_forwarding()
         entity = self.entity(path)
@@ -820,7 +821,8 @@ class Broker:
     async def _follow_entities_forever(self) -> None:
         """Several nodes on one store: when the store announces another node's entity change, and
         every ``worker.follow_seconds`` (1 s) in any case, take up the entities another node created, drop those
-        it deleted and apply the properties it changed (issue 18.3: seen by every node within 1 s)."""
+        it deleted, apply the properties and subscription rules it changed and the namespace keys it
+        regenerated (issue 18.3: seen by every node within 1 s)."""
         while True:
             try:
                 await asyncio.wait_for(self._entities_changed.wait(), self.worker.follow_seconds)
@@ -839,8 +841,9 @@ class Broker:
             await self._follow_entities()
 
     async def _follow_entities(self) -> None:
-        records = {r.path.lower(): r for r in await self.worker.call(self.worker.store.load_entities)
-                   if r.kind in (QUEUE, TOPIC, SUBSCRIPTION)}
+        stored = await self.worker.call(self.worker.store.load_entities)
+        self._follow_key_overrides(stored)
+        records = {r.path.lower(): r for r in stored if r.kind in (QUEUE, TOPIC, SUBSCRIPTION)}
         for path, entity in list(self.entities.items()):
             if path not in records and path in self.entities:
                 await self._drop_locally(entity)
@@ -850,17 +853,82 @@ class Broker:
                     continue
                 known = self.entities.get(path)
                 if known is None:
-                    await self._load(record)
+                    try:
+                        await self._load(record)
+                    except ConfigurationError as exc:  # e.g. a rule this node cannot compile
+                        self._refuse_followed(record, record.properties, f"not taken up: {exc.description}")
+                        continue
                     log.info("took up %s, created through another node", record.path)
-                elif kind in (QUEUE, TOPIC):
-                    properties = (QueueProperties.from_json(record.properties) if kind == QUEUE
-                                  else TopicProperties.from_json(record.properties))
-                    if properties != known.properties:
-                        settings, max_message_size = self._settings(properties, known.partitioned)
-                        known.properties, known.max_message_size = properties, max_message_size
-                        known.actor.update_settings(settings)
+                else:
+                    self._follow_changes(known, record)
         self._link_dead_letter_forwarding()
         self._start_activations()
+
+    def _follow_changes(self, known: Entity, record: EntityRecord) -> None:
+        """Apply what another node changed in ``known``'s stored record: its properties (any kind) and
+        a subscription's rules, compiled as ``add_rule`` compiles them. A record this node cannot read,
+        or rules it cannot compile, are logged (once per stored version) and the old ones kept."""
+        raw: dict[str, Any] = record.properties
+        try:
+            if record.kind == QUEUE:
+                properties: QueueProperties | TopicProperties | SubscriptionProperties = QueueProperties.from_json(raw)
+            elif record.kind == TOPIC:
+                properties = TopicProperties.from_json(raw)
+            else:
+                properties = SubscriptionProperties.from_json(raw.get("Properties", {}))
+        except SodaliteError as exc:
+            self._refuse_followed(record, raw, f"changed properties not applied: {exc.description}")
+            return
+        if properties != known.properties:
+            settings, max_message_size = self._settings(properties, known.partitioned)
+            known.properties, known.max_message_size = properties, max_message_size
+            known.actor.update_settings(settings)
+        if record.kind == SUBSCRIPTION:
+            try:
+                descriptions = [RuleDescription.from_json(r) for r in raw.get("Rules", [])]
+                if descriptions != [r.description for r in known.rules]:
+                    known.rules[:] = [self._compile_rule(d) for d in descriptions]
+                    log.info("applied the rules of %s, changed through another node", record.path)
+            except SodaliteError as exc:
+                self._refuse_followed(record, raw, f"changed rules not applied, the old ones kept: {exc.description}")
+                return
+        self._follow_refused.pop(record.path.lower(), None)
+
+    def _refuse_followed(self, record: EntityRecord, raw: object, problem: str) -> None:
+        """Log a stored record the follow cannot apply, once per version of it (it is re-read every second)."""
+        path = record.path.lower()
+        if self._follow_refused.get(path) != raw:
+            self._follow_refused[path] = raw
+            log.error("%s %s, changed through another node: %s", record.kind, record.path, problem)
+
+    def _follow_key_overrides(self, stored: Sequence[EntityRecord]) -> None:
+        """Take up the namespace rules' keys another node regenerated (a queue's or topic's own keys
+        are in its record, which ``_follow_changes`` applies)."""
+        record = next((r for r in stored if r.kind == KEY_OVERRIDES_KIND
+                       and r.path.lower() == KEY_OVERRIDES_PATH.lower()), None)
+        if record is None:
+            return
+        try:
+            overrides = KeyOverrides.from_json(record.properties)
+        except (KeyError, TypeError, AttributeError, SodaliteError) as exc:
+            self._refuse_followed(record, record.properties, f"regenerated keys not applied: {exc}")
+            return
+        if overrides != self.key_overrides:
+            self.key_overrides = overrides
+            self.authorization_rules, _ = apply_overrides(self.namespace.authorization_rules, overrides.namespace)
+            log.info("applied the shared access keys regenerated through another node")
+
+    async def _store_created(self, record: EntityRecord) -> None:
+        """Store a new entity's record, and remove whatever an earlier entity of its path left behind
+        in the same transaction: another node that had not yet followed that entity's deletion may
+        have stored messages for it since (a send's copies for a subscription deleted through this
+        node), and they must not show up in the new one. The other stores, where a partitioned
+        entity's partitions or a topic's subscriptions may lie, are cleared first (those online)."""
+        for worker in self.workers[1:]:
+            if not worker.offline:
+                await worker.apply([DeleteEntity(record.path)])
+        await self.worker.apply([DeleteEntity(record.path), PutEntity(record),
+                                 self._touched(record.path, created=True)])
 
     async def _drop_locally(self, entity: Entity) -> None:
         """Another node deleted ``entity`` (from the store): stop serving it here; links are detached."""

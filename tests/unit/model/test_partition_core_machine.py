@@ -1,11 +1,14 @@
 """A Hypothesis state machine drives the pure partition core with random commands (deferred receives
-by number, complete-through and moves out by number among them), a fake clock and
+by number, complete-through, moves out by number and rows landed by another core's batch among
+them), a fake clock and
 batches that commit or fail in the actor's order, applying its store ops to the test-only in-memory
 store, and checks after every step: no message lost or doubled, at most one lock per message, every
 lock the core holds is the store's, counts equal the store's; and at the end, that every ready
 message can still be delivered (nothing is stuck outside the window)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -20,8 +23,10 @@ from sodalite.model.partition_core import (
     CoreSettings,
     DeferredReceived,
     Delivered,
+    Landed,
     MovedOut,
     MoveOut,
+    ReadWindow,
     Receive,
     ReceiveDeferred,
     ReceiveMode,
@@ -32,9 +37,11 @@ from sodalite.model.partition_core import (
     SendAccepted,
     Settle,
     SettlementDone,
+    WindowRead,
     new_view,
+    record_for,
 )
-from sodalite.model.store_ops import MoveItem, Outcome
+from sodalite.model.store_ops import Append, Appended, MoveItem, Outcome
 
 LOCK = 1_000
 CONSUMERS = ("c1", "c2")
@@ -170,6 +177,29 @@ class PartitionCoreMachine(CoreMachine):
     def cancel(self, data: st.DataObject) -> None:
         seqs = sorted(self.accepted) or [1]
         self._run(CancelScheduled((data.draw(st.sampled_from(seqs)),), "cancel"))
+
+    @rule(n=st.integers(1, 3), delay=st.sampled_from([0, 600]), size=st.sampled_from([1, 40, 120]),
+          race=st.booleans())
+    def land(self, n: int, delay: int, size: int, race: bool) -> None:
+        """Rows another core's batch stored here (a topic's copies), then ``Landed``. With ``race``
+        and a window read next in line, that read runs before the commit and is answered after the
+        Landed (it cannot see the rows, and may come back short)."""
+        h = self.harness
+        before = None
+        if race and h.effects and isinstance(h.effects[0], ReadWindow):
+            read = h.effects.popleft()
+            assert isinstance(read, ReadWindow)
+            before = h.store.peek(read.from_sequence_number, read.count)
+        records = []
+        for _ in range(n):
+            record = record_for(draft(None, scheduled=h.now + delay if delay else None, body=b"x" * size), h.now, None)
+            (result,) = h.store.apply((Append((record,)),))
+            assert isinstance(result, Appended)
+            records.append(replace(record, sequence_number=result.sequence_numbers[0]))
+            self.accepted.add(result.sequence_numbers[0])
+        self._run(Landed(tuple(records)))
+        if before is not None:
+            self._run(WindowRead(before))
 
     @rule(consumer=st.sampled_from(CONSUMERS), n=st.integers(0, 3), mode=st.sampled_from(list(ReceiveMode)))
     def receive(self, consumer: str, n: int, mode: ReceiveMode) -> None:
