@@ -1172,20 +1172,27 @@ def _on_publish(turn: _Turn, command: Publish) -> None:
         turn.replies.append(Published(command.reply_to, ()))
 
 
+def _track_scheduled(turn: _Turn, record: MessageRecord, seq: int) -> None:
+    """A scheduled message stored here: counted, and its activation time kept (up to
+    ``scheduled_tracked`` of them; beyond, the core polls the store for due ones)."""
+    view = turn.view
+    view.counts.scheduled += 1
+    if len(view.scheduled_heap) < view.settings.scheduled_tracked:
+        heapq.heappush(view.scheduled_heap, (record.scheduled_enqueue_time or 0, seq))
+    else:
+        view.scheduled_untracked = True
+        if view.scheduled_poll_at is None:
+            view.scheduled_poll_at = turn.now
+
+
 def _on_landed(turn: _Turn, records: tuple[MessageRecord, ...]) -> None:
     """Another core's committed rows in this partition: counted, and where the window is complete
     (at the tail, or at or below the cursor) taken in; past the cursor a read finds them."""
-    view, settings = turn.view, turn.view.settings
+    view = turn.view
     for record in records:
         seq = record.sequence_number
         if record.state is MessageState.SCHEDULED:
-            view.counts.scheduled += 1
-            if len(view.scheduled_heap) < settings.scheduled_tracked:
-                heapq.heappush(view.scheduled_heap, (record.scheduled_enqueue_time or 0, seq))
-            else:
-                view.scheduled_untracked = True
-                if view.scheduled_poll_at is None:
-                    view.scheduled_poll_at = turn.now
+            _track_scheduled(turn, record, seq)
             continue
         if record.state is MessageState.DEFERRED:
             view.counts.deferred += 1
@@ -1638,18 +1645,11 @@ def _on_results(turn: _Turn, command: StoreResults) -> None:
 
 def _appended(turn: _Turn, ctx: _AppendCtx, result: Appended) -> None:
     view = turn.view
-    settings = view.settings
     for record, seq in zip(ctx.records, result.sequence_numbers, strict=True):
         numbered = replace(record, sequence_number=seq)
         view.last_appended = max(view.last_appended, seq)
         if record.state is MessageState.SCHEDULED:
-            view.counts.scheduled += 1
-            if len(view.scheduled_heap) < settings.scheduled_tracked:
-                heapq.heappush(view.scheduled_heap, (record.scheduled_enqueue_time or 0, seq))
-            else:
-                view.scheduled_untracked = True
-                if view.scheduled_poll_at is None:
-                    view.scheduled_poll_at = turn.now
+            _track_scheduled(turn, record, seq)
             continue
         view.counts.active += 1
         _session_ready(view, record.session_id)

@@ -20,8 +20,12 @@ duplicate detection) until their time. When one comes due the topic's core hands
 actor's activator, a PeekLock receiver that never leaves; the copies are planned then, with the
 rules as they are at that moment, and published with the topic's lock completed in the same batch
 (``Publish(complete=token)``), so a crash publishes it once or not at all (the lock lapses and it
-is handed out again). A message sent with a ScheduledEnqueueTimeUtc annotation is a plain send:
-its copies wait, scheduled, in each subscription.
+is handed out again). Should the topic's lock lapse while that batch waits (a store stalled for the
+whole lock duration), the completion is refused but the copies in the same batch are still stored,
+and the message is published again when it is handed out anew: at least once, never lost.
+
+A message sent with a ScheduledEnqueueTimeUtc annotation is a plain send: its copies wait,
+scheduled, in each subscription.
 
 A subscription that forwards (ForwardTo) has its copies planned into where its chain of ForwardTo
 leads: a queue, or another topic's subscriptions, each on the core in the topic's store, within the
