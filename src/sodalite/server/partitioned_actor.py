@@ -55,7 +55,7 @@ import asyncio
 import functools
 import uuid
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from sodalite.errors import (
@@ -251,6 +251,16 @@ class Partitioned(Generic[P]):
             raise MessageLockLost(f"no message with sequence number {sequence_number}")
         return self.partitions[index]
 
+    def _peek_order(self, from_sequence_number: int) -> Iterator[tuple[P, int]]:
+        """Where a peek from ``from_sequence_number`` reads, in order: the partition that number
+        names from it, then each later partition from its first number; a partition whose store is
+        unavailable is skipped (the seed: peek may return fewer)."""
+        first = min(partition_of_sequence_number(max(from_sequence_number, 0)), len(self.partitions) - 1)
+        for index in range(first, len(self.partitions)):
+            partition = self.partitions[index]
+            if partition.available:
+                yield partition, from_sequence_number if index == first else index << PARTITION_SHIFT
+
     def next_partition(self) -> P:
         """The next partition whose store is available: a keyless send succeeds while any is."""
         count = len(self.partitions)
@@ -417,15 +427,10 @@ class PartitionedActor(Partitioned[PartitionActor]):
         partition whose store is unavailable is skipped (the seed: peek may return fewer)."""
         if session_id is not None:
             return self.for_key(session_id).peek(sub, from_sequence_number, count, session_id)
-        first = min(partition_of_sequence_number(max(from_sequence_number, 0)), len(self.partitions) - 1)
         found: list[MessageRecord] = []
-        for index in range(first, len(self.partitions)):
-            partition = self.partitions[index]
+        for partition, start in self._peek_order(from_sequence_number):
             if len(found) >= count:
                 break
-            if not partition.available:
-                continue
-            start = from_sequence_number if index == first else index << PARTITION_SHIFT
             found += partition.peek(sub, start, count - len(found))
         return found
 
@@ -619,15 +624,10 @@ class PartitionedCoreActor(Partitioned[CoreActor]):
         partition, skipping a partition whose store is unavailable."""
         if session_id is not None:
             return await self.for_key(session_id).peek(sub, from_sequence_number, count, session_id)
-        first = min(partition_of_sequence_number(max(from_sequence_number, 0)), len(self.partitions) - 1)
         found: list[MessageRecord] = []
-        for index in range(first, len(self.partitions)):
-            partition = self.partitions[index]
+        for partition, start in self._peek_order(from_sequence_number):
             if len(found) >= count:
                 break
-            if not partition.available:
-                continue
-            start = from_sequence_number if index == first else index << PARTITION_SHIFT
             found += await partition.peek(sub, start, count - len(found))
         return found
 
