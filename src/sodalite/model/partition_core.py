@@ -901,6 +901,9 @@ class View:
     waiters: list[_Waiter] = field(default_factory=list)  # next-available accepts not yet answered
     accept_in_flight: bool = False  # a next-available ClaimSession is in a batch not yet answered
     sessions_maybe_ready: bool = True  # something became ready since a next-available claim found nothing
+    # When session locks this core gave up lapse in the store (a release not sent because the store was
+    # down, or one that failed): those sessions may be free then, though nothing else says so.
+    session_lapses: list[int] = field(default_factory=list)  # heap of locked-until times
     # Tokens of messages whose session lock was lost (the newest _LOST_TOKENS): a settlement names the session.
     lost_tokens: dict[uuid.UUID, str] = field(default_factory=dict)
     # Counts after a Purge: the highest batch id of a committed Purge whose counts were not read back
@@ -1444,6 +1447,10 @@ def _due(turn: _Turn) -> None:
         view.idle_reported = True
         turn.replies.append(IdleExpired())
     _due_sessions(turn)
+    lapses = view.session_lapses
+    while lapses and lapses[0] <= now:
+        heapq.heappop(lapses)
+        view.sessions_maybe_ready = True
     if not view.available:
         return
     # Locks that lapsed: the message is ready again (or leaves), its delivery already counted.
@@ -1517,6 +1524,8 @@ def _next_due(view: View, now: int) -> int | None:
         candidates.append(until)
         break
     candidates.extend(w.wait_until for w in view.waiters if w.wait_until is not None)
+    if view.waiters and view.session_lapses:
+        candidates.append(view.session_lapses[0])
     if view.available:
         heap = view.lock_heap
         while heap:
@@ -2150,6 +2159,8 @@ def _release_session(turn: _Turn, held: HeldSession) -> None:
     view.sessions.pop(held.session_id, None)
     view.consumer_sessions.pop(held.consumer, None)
     view.sessions_maybe_ready = True
+    # Should the release not reach the store, the session is free only when its lock lapses there.
+    heapq.heappush(view.session_lapses, held.locked_until)
     if not view.available:
         return  # both locks lapse on their own
     for lock in _session_locks(view, held):

@@ -57,6 +57,8 @@ class SessionCoreMachine(CoreMachine):
         self.ever_delivered: set[int] = set()
         self.last_first: dict[tuple[object, uuid.UUID], int] = {}  # (consumer, session lock) -> number
         self.deferred_asks: dict[object, str] = {}  # a ReceiveDeferred's reply_to -> the session it named
+        # A receiver's mode is its link's, fixed from its first credit until it closes (as on the wire).
+        self.modes: dict[str, ReceiveMode] = {}
 
     def _in_order(self, reply: Delivered) -> None:
         """A holder gets its session's messages first time in sequence order (redeliveries aside)."""
@@ -143,19 +145,20 @@ class SessionCoreMachine(CoreMachine):
         self._run(Schedule((draft(None, scheduled=self.harness.now + delay, session=session),), "sch"))
 
     @rule(consumer=st.sampled_from(CONSUMERS), session=st.sampled_from([None, *SESSIONS]),
-          wait=st.sampled_from([None, 0, 500, 5_000]))
-    def accept(self, consumer: str, session: str | None, wait: int | None) -> None:
+          wait=st.sampled_from([None, 0, 500, 5_000]), mode=st.sampled_from(list(ReceiveMode)))
+    def accept(self, consumer: str, session: str | None, wait: int | None, mode: ReceiveMode) -> None:
         h = self.harness
-        self._run(Receive(consumer, 0))
+        self._run(Receive(consumer, 0, self.modes.setdefault(consumer, mode)))
         self._run(AcceptSession(consumer, session, ("accept", consumer), None if wait is None else h.now + wait))
 
     @rule(consumer=st.sampled_from(CONSUMERS), n=st.integers(0, 3), mode=st.sampled_from(list(ReceiveMode)))
     def receive(self, consumer: str, n: int, mode: ReceiveMode) -> None:
-        self._run(Receive(consumer, n, mode))
+        self._run(Receive(consumer, n, self.modes.setdefault(consumer, mode)))
 
     @rule(consumer=st.sampled_from(CONSUMERS))
     def close(self, consumer: str) -> None:
         self._run(CloseConsumer(consumer))
+        self.modes.pop(consumer, None)
 
     @precondition(lambda self: bool(self.delivered_tokens))
     @rule(data=st.data(), outcome=st.sampled_from(list(Outcome)))
@@ -190,11 +193,11 @@ class SessionCoreMachine(CoreMachine):
         holder = next((c for c, sid in h.view.consumer_sessions.items() if sid == session), None)
         if holder is None:  # a receiver of its own takes the session (and keeps it: receive_deferred needs a holder)
             holder = f"deferrer{len(self.deferred_asks)}-{session}"
-            self._run(Receive(holder, 0))
+            self._run(Receive(holder, 0, self.modes.setdefault(holder, ReceiveMode.PEEK_LOCK)))
             self._run(AcceptSession(holder, session, ("accept", holder)))
             self.carry_out_all()
         before = len(self.delivered_tokens)
-        self._run(Receive(holder, 1))
+        self._run(Receive(holder, 1, self.modes.get(holder, ReceiveMode.PEEK_LOCK)))
         self.carry_out_all()
         for token in self.delivered_tokens[before:]:
             lock = h.view.locks.get(token)

@@ -37,6 +37,8 @@ from sodalite.model.partition_core import (
     SetSessionState,
     Settle,
     SettlementDone,
+    StoreAvailable,
+    StoreUnavailable,
     Tick,
     new_view,
 )
@@ -266,6 +268,23 @@ def test_closing_the_receiver_releases_the_session_and_abandons_its_messages() -
     assert accepted(accept(h, "r2", None)) == [("r2", "a")]
     got = receive(h, "r2", 5)
     assert [(d.message.sequence_number, d.message.delivery_count) for d in got] == [(1, 2), (2, 2)]
+
+
+def test_a_session_closed_while_the_store_is_down_is_found_again_once_its_lock_lapses_there() -> None:
+    """The release could not be sent: the store keeps the session locked until its time, and the
+    core, which found nothing free meanwhile, asks again at that time without being told."""
+    h = harness()
+    send(h, "a")
+    accept(h, "r1", "a")
+    h.run(StoreUnavailable())
+    h.run(CloseConsumer("r1"))
+    h.run(StoreAvailable())
+    h.drain()
+    assert "a" in h.store.session_locks  # nothing released it
+    assert accept(h, "r2", None, wait_until=LOCK * 3) == []  # a is locked in the store until LOCK
+    assert h.next_due == LOCK
+    h.at(LOCK)
+    assert accepted(h.run(Tick()) + h.drain()) == [("r2", "a")]
 
 
 # ---- session state ----------------------------------------------------------------------------------------
