@@ -26,7 +26,9 @@ decisions emitted them (the core's contract):
   transaction raises, nothing of it was applied, and every batch of the group gets
   :class:`StoreFailed` (the core answers their requests :class:`ServerBusy` and finds their
   messages again by its next read). A batch whose operations cannot be expressed on the port
-  fails alone, without touching the store.
+  fails alone, without touching the store. The store worker may merge the group further with other
+  partitions' batches of the same store into one transaction (``StoreWorker.commit``); the results
+  come back split per partition just the same.
 
 Store I/O runs on the store's one worker thread (:class:`~sodalite.server.store_worker.StoreWorker`),
 so the event loop never waits for a commit, and commits that queue up while one is in flight
@@ -316,7 +318,7 @@ class PartitionRunner:
             return
         ops = [op for batch in group for op in batch.ops]
         try:
-            results = _core_results(await self._worker.apply(ops), len(ops))
+            results = _core_results(await self._worker.commit(ops), len(ops))
         except Exception as error:  # a transaction that raised applied nothing
             self._log_failure(f"transaction of {len(group)} batch(es)", error)
             for batch in group:

@@ -10,6 +10,15 @@ returned). When a batch fails with StoreFull the worker is ``full``: the partiti
 messages at once, receives go on, and ``maintain`` is tried every second until the store says it
 has room again, with no restart.
 
+Group commit across partitions: :meth:`StoreWorker.commit` is how the partition runners of the
+version-2 core hand in their batches. Batches that arrive while a transaction is in flight, or in
+the same event-loop turn, leave together as ONE ``apply`` (one transaction, one fsync) when the
+previous one is done, whichever partition of this store they belong to; each caller gets back the
+results of its own operations, in order. A transaction that raises applied nothing, and every batch
+in it fails with that error (each runner answers its requests ServerBusy). A store other nodes write
+too (``shared``) is not merged: there two nodes' transactions could take the partitions' counter
+rows in opposite orders and deadlock, so each batch stays its own transaction.
+
 Several nodes on one store (``shared``): the store's optional change feed (``feed``, PostgreSQL's
 LISTEN/NOTIFY, wired by the composition root) announces other nodes' commits from a thread of its
 own. The worker is its sink: it hands each announcement to the event loop, where a partition that
@@ -36,6 +45,7 @@ from sodalite.store.port import ChangeFeed, MessagingStore, OpResult, PartitionR
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+MAX_GROUP_OPS = 4096  # operations merged into one transaction at most (a batch is never split)
 MAINTENANCE_DELAY = 1.0  # seconds after a batch (and between tries while the store is full)
 SHARED_POLL_SECONDS = 0.25  # a waiting receiver looks for other nodes' rows this often without a live feed
 NOTIFIED_POLL_SECONDS = 2.0  # ... and this often while the feed is live (only what no notification announces)
@@ -69,6 +79,9 @@ class StoreWorker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._maintenance: asyncio.TimerHandle | None = None
         self._closing = False
+        self._queued: list[tuple[Sequence[StoreOp], asyncio.Future[tuple[OpResult, ...]]]] = []
+        self._committer: asyncio.Task[None] | None = None
+        self.transactions = 0  # group commits carried out (one store transaction each)
 
     async def call(self, fn: Callable[[], T]) -> T:
         if self.offline:
@@ -87,6 +100,50 @@ class StoreWorker:
         if self.on_commit is not None:
             self.on_commit(seconds)
         return results
+
+    async def commit(self, batch: Sequence[StoreOp]) -> tuple[OpResult, ...]:
+        """Commit ``batch`` in the store's next transaction, together with the batches of other
+        partitions that queue up meanwhile (module docstring); the results of ``batch``'s ops."""
+        if self.shared:
+            return await self.apply(batch)
+        if self.offline:
+            raise StoreUnavailable(f"the messaging store '{self.name}' is offline; retry shortly")
+        future: asyncio.Future[tuple[OpResult, ...]] = asyncio.get_running_loop().create_future()
+        self._queued.append((batch, future))
+        if self._committer is None:
+            self._committer = asyncio.get_running_loop().create_task(self._commit_queued())
+        return await future
+
+    async def _commit_queued(self) -> None:
+        try:
+            while self._queued:
+                group: list[tuple[Sequence[StoreOp], asyncio.Future[tuple[OpResult, ...]]]] = []
+                size = 0
+                while self._queued and (not group or size + len(self._queued[0][0]) <= MAX_GROUP_OPS):
+                    batch, future = self._queued.pop(0)
+                    group.append((batch, future))
+                    size += len(batch)
+                ops = [op for batch, _ in group for op in batch]
+                try:
+                    results = await self.apply(ops)
+                except asyncio.CancelledError:
+                    for _, future in group + self._queued:
+                        future.cancel()
+                    self._queued.clear()
+                    raise
+                except Exception as error:  # nothing of the transaction was applied
+                    for _, future in group:
+                        if not future.done():
+                            future.set_exception(error)
+                    continue
+                self.transactions += 1
+                at = 0
+                for batch, future in group:
+                    if not future.done():
+                        future.set_result(results[at:at + len(batch)])
+                    at += len(batch)
+        finally:
+            self._committer = None
 
     def _timed_apply(self, batch: Sequence[StoreOp]) -> tuple[float, tuple[OpResult, ...]]:
         started = time.perf_counter()

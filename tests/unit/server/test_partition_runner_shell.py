@@ -767,3 +767,60 @@ def test_move_out_into_another_queue_is_one_transaction_and_reports_only_the_row
         s.runner.submit(MoveOut((CoreMoveItem(1),), reply_to="purge"))  # locked here: not even asked
         assert s.of(MovedOut)[-1] == MovedOut("purge", (None,))
     run(kind, tmp_path, body)
+
+
+# ---- group commit across the partitions of one store ----------------------------------------------------
+
+
+@STORES
+def test_sends_to_several_partitions_of_one_store_share_one_transaction(kind: str, tmp_path: pathlib.Path) -> None:
+    async def main() -> None:
+        s = await _setup(_make_store(kind, tmp_path))
+        other: list[Reply] = []
+        second = await PartitionRunner.start(port.PartitionRef("runnerq", 1), SETTINGS, s.worker, s.clock,
+                                             other.append, token_seed=9)
+        try:
+            await second.drained()
+            before = s.store.apply_calls
+            for i in range(10):  # one loop turn: both partitions' batches queue before the worker runs
+                s.runner.submit(Send((draft(f"a{i}".encode()),), reply_to=i))
+                second.submit(Send((draft(f"b{i}".encode()),), reply_to=i))
+            await s.runner.drained()
+            await second.drained()
+            assert s.store.apply_calls - before == 1
+            assert s.of(SendAccepted) == [SendAccepted(i, (i + 1,)) for i in range(10)]
+            assert [r for r in other if isinstance(r, SendAccepted)] == [
+                SendAccepted(i, ((1 << 48) + i + 1,)) for i in range(10)]
+            rows = await s.worker.call(lambda: s.store.inner.peek(port.PartitionRef("runnerq", 1), 0, 100))
+            assert [r.record.tail[-2:] for r in rows] == [f"b{i}".encode() for i in range(10)]
+        finally:
+            await second.close()
+            await _teardown(s)
+    asyncio.run(main())
+
+
+@STORES
+def test_a_failed_transaction_of_several_partitions_busies_each_and_the_next_one_commits(
+        kind: str, tmp_path: pathlib.Path) -> None:
+    async def main() -> None:
+        s = await _setup(_make_store(kind, tmp_path))
+        other: list[Reply] = []
+        second = await PartitionRunner.start(port.PartitionRef("runnerq", 1), SETTINGS, s.worker, s.clock,
+                                             other.append, token_seed=9)
+        try:
+            await second.drained()
+            s.store.fail_next = True
+            s.runner.submit(Send((draft(b"lost-a"),), reply_to="a"))
+            second.submit(Send((draft(b"lost-b"),), reply_to="b"))
+            await s.runner.drained()
+            await second.drained()
+            assert s.of(ServerBusy) == [ServerBusy("a")]
+            assert [r for r in other if isinstance(r, ServerBusy)] == [ServerBusy("b")]
+            assert await s.rows() == ()
+            second.submit(Send((draft(b"again"),), reply_to="c"))
+            await second.drained()
+            assert [r for r in other if isinstance(r, SendAccepted)] == [SendAccepted("c", ((1 << 48) + 1,))]
+        finally:
+            await second.close()
+            await _teardown(s)
+    asyncio.run(main())
