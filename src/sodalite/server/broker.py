@@ -555,9 +555,10 @@ class Broker:
         return planned
 
     def _core_fan_out(self, topic: Entity, draft: MessageDraft, now: int, cap: int | None, hops: int,
-                      out: list[Copy], index: int | None = None) -> None:
+                      out: list[Copy], index: int | None = None, origin: Entity | None = None) -> None:
+        origin = origin or topic  # the topic whose (partition's) batch stores every copy
         for sub in topic.subscriptions.values():
-            actor = self._on_core_with(topic, sub, index)
+            actor = self._on_core_with(origin, sub, index)
             dead_letter_on_errors = bool(getattr(sub.properties, "dead_lettering_on_filter_evaluation_exceptions",
                                                  True))
             for copy in copies_for(sub.rules, draft, dead_letter_on_errors, sub.requires_session):
@@ -569,13 +570,13 @@ class Broker:
                 else:
                     route = self.route(sub)
                     total = hops + route.hops
-                    target = self._on_core_with(topic, route.entity, index)
+                    target = self._on_core_with(origin, route.entity, index)
                     if route.exceeded or total > MAX_TRANSFER_HOPS:
                         dead = wire.dead_lettered(core_record(copy.draft, now, None),
                                                   MAX_TRANSFER_HOP_COUNT_EXCEEDED, f"forwarded {total} times")
                         out.append((target, SubQueue.TRANSFER_DEAD_LETTER, dead))
                     elif route.entity.kind == TOPIC:
-                        self._core_fan_out(route.entity, copy.draft, now, cap, total, out, index)
+                        self._core_fan_out(route.entity, copy.draft, now, cap, total, out, index, origin)
                     else:
                         out.append((target, SubQueue.MAIN, core_record(copy.draft, now, _capped(target, cap))))
 
@@ -827,7 +828,7 @@ class Broker:
         """Store new properties (its rules kept) and apply them; every lock held on it is dropped."""
         if properties.requires_session != entity.requires_session:
             raise InvalidOperation("requires_session cannot be changed on an existing subscription")
-        if isinstance(entity.actor, CoreActor) and _forwards_dead_letters(properties):
+        if isinstance(entity.actor, OnCore) and _forwards_dead_letters(properties):
             v1_only(entity.actor, "forwarding dead-lettered messages")
         self._check_forward_targets(properties, entity)
         record = {"Properties": properties.to_json(), "Rules": [r.description.to_json() for r in entity.rules]}
