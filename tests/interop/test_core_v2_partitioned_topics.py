@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusClient, ServiceBusMessage
 from azure.servicebus.exceptions import ServiceBusServerBusyError
 from azure.servicebus.management import ServiceBusAdministrationClient
 from broker_process import BrokerProcess, write_config
@@ -134,6 +134,14 @@ def test_a_keyed_send_lands_in_its_partition_of_every_subscription(broker: Broke
         receiver.complete_message(message)
     assert str(message) == "m-k7" and partition(message.sequence_number) == partition_index("k7", PARTITIONS)
     assert admin.get_subscription_runtime_properties("ptk", "sess").active_message_count == len(keys) - 1
+    with ServiceBusClient.from_connection_string(broker.connection_string) as client, \
+            client.get_subscription_receiver("ptk", "sess", session_id=NEXT_AVAILABLE_SESSION,
+                                             max_wait_time=5) as receiver:
+        [message] = receiver.receive_messages(max_message_count=10, max_wait_time=5)
+        receiver.complete_message(message)
+    assert receiver.session.session_id in keys and receiver.session.session_id != "k7"
+    assert str(message) == f"m-{receiver.session.session_id}"
+    assert partition(message.sequence_number) == partition_index(receiver.session.session_id, PARTITIONS)
 
 
 def test_keyless_sends_spread_and_each_subscription_gets_every_one_once(broker: BrokerProcess) -> None:
