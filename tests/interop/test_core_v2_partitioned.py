@@ -1,18 +1,25 @@
-"""The partitioning scenarios once more, against a broker whose partitioned queues run on the version-2 core.
+"""The partitioning scenarios once more, against a broker whose partitioned queues and topics run on
+the version-2 core.
 
 The broker is started as users start it, with ``--core v2`` and the three SQLite messaging stores of
 ``test_partitioning``: each partition of a partitioned queue is a ``CoreActor`` (partition i in store
 i mod 3) behind ``PartitionedCoreActor`` (``server/partitioned_actor.py``), numbered by the store
-from ``i << 48``. The scenarios are the existing interop tests, imported unchanged, so their
-assertions are the ones the version-1 path passes; the module-scoped ``broker`` fixture here serves
-the tests that take one, and the tests that start brokers of their own (store outages, kill -9,
-quotas, a store offline at start) get ``--core v2`` through the autouse fixture below, which hands
-``test_partitioning`` a ``BrokerProcess`` that adds it.
+from ``i << 48``; a partitioned topic is a ``TopicActor`` per partition behind
+``PartitionedTopicActor`` (``server/topic_actor.py``), its subscriptions partitioned queues on the
+core, the copies of topic partition i stored in partition i of each subscription (same store).
+The scenarios are the existing interop tests, imported unchanged, so their assertions are the ones
+the version-1 path passes; the module-scoped ``broker`` fixture here serves the tests that take
+one, and the tests that start brokers of their own (store outages, kill -9, quotas, a store offline
+at start) get ``--core v2`` through the autouse fixture below, which hands ``test_partitioning`` a
+``BrokerProcess`` that adds it.
 
-Served by version 1 within the same broker, as ``Broker._on_core`` says, and included to show the
-mix works: the partitioned topic (``test_a_partitioned_topic_fans_out_and_counts_add_up``) and the
-forwarding queues (``test_forwarding_keeps_the_partition_key``: ``pq-fwd`` forwards, ``pq-fwd-dst``
-is forwarded into). Every partitioning scenario of ``test_partitioning`` is here.
+Every entity of that configuration is on the core, the partitioned topic
+(``test_a_partitioned_topic_fans_out_and_counts_add_up``) and the forwarding queues
+(``test_forwarding_keeps_the_partition_key``: ``pq-fwd`` forwards, ``pq-fwd-dst`` is forwarded into)
+included: until the partitioned topics came to the core, those stayed on version 1 (a deliberate
+change of ``Broker._kept_on_v1``'s rule, ``model/placement.py``). Every partitioning scenario of
+``test_partitioning`` is here; partitioned topics' own scenarios (keys, duplicate detection,
+schedules, forwarding, outages) are in ``test_core_v2_partitioned_topics.py``.
 
 The Spark reader's per-partition ``$management`` operations (bounds, peek and complete-through in
 one partition) run too: ``test_spark_broker_extension``'s partitioned scenario, with its own broker
@@ -91,13 +98,16 @@ def ext_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProce
     process.stop()
 
 
-def test_partitioned_queues_run_on_the_core(broker: BrokerProcess) -> None:
-    """The broker names the queues it runs on the core: the partitioned ones, each with its 16
-    partitions, and not the forwarding ones or the topic (so the scenarios above ran where they say)."""
-    on_core = dict(re.findall(r"(\S+) runs on the version-2 core \((\d+) partitions\)", "".join(broker.output)))
-    assert {name: on_core.get(name) for name in ("pq", "pq-keys", "pq-sessions", "pq-defer", "pq-outage")} == \
-        dict.fromkeys(("pq", "pq-keys", "pq-sessions", "pq-defer", "pq-outage"), "16")
-    assert not {"pq-fwd", "pq-fwd-dst", "pt"} & set(on_core)
+def test_partitioned_queues_and_topics_run_on_the_core(broker: BrokerProcess) -> None:
+    """The broker names the entities it runs on the core: every partitioned queue, the forwarding
+    ones included, the partitioned topic and its subscriptions, each with its 16 partitions, and
+    none on the version-1 path (so the scenarios above ran where they say)."""
+    output = "".join(broker.output)
+    on_core = dict(re.findall(r"(\S+) runs on the version-2 core \((\d+) partitions\)", output))
+    names = ("pq", "pq-keys", "pq-sessions", "pq-defer", "pq-fwd", "pq-fwd-dst", "pq-outage", "pt",
+             "pt/subscriptions/all", "pt/subscriptions/red")
+    assert {name: on_core.get(name) for name in names} == dict.fromkeys(names, "16")
+    assert re.search(r"on the version-1 path \([^)]*\): none", output)
 
 
 def test_a_partitioned_queue_written_by_version_1_is_served_by_the_core(tmp_path: Path) -> None:

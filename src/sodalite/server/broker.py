@@ -50,6 +50,7 @@ from sodalite.model.entities import (
 )
 from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDraft
 from sodalite.model.partition_core import record_for as core_record
+from sodalite.model.placement import Member, group_on_core
 from sodalite.server import wire
 from sodalite.server.addresses import entity_path
 from sodalite.server.connection_handler import BrokerConnection
@@ -79,7 +80,7 @@ from sodalite.server.partitioned_actor import (
 )
 from sodalite.server.registry import QUEUE, SUBSCRIPTION, TOPIC, Entity, Route, named_subscription_path
 from sodalite.server.store_worker import StoreWorker
-from sodalite.server.topic_actor import TopicActor
+from sodalite.server.topic_actor import PartitionedTopicActor, TopicActor
 from sodalite.store.port import DeleteEntity, EntityRecord, MessagingStore, PartitionRef, PutEntity
 
 log = logging.getLogger(__name__)
@@ -103,13 +104,15 @@ def _kept_on_v1(records: Sequence[EntityRecord], home: Callable[[str], object]) 
     """The lower-cased paths that stay on the version-1 path under ``--core v2``, decided at start.
 
     Entities joined by auto-forwarding (ForwardTo, ForwardDeadLetteredMessagesTo, a subscription and
-    its topic) must run on one path and, for the core, in one messaging store, because a topic on the
-    core stores a forwarded copy in its own transaction and a version-1 entity cannot store into a
-    partition on the core. So a whole group of joined entities stays on version 1 when one of them
-    must (a partitioned topic, or forwarding its dead letters, which the core does not do yet) or when
-    they live in different stores (``home``: a path's store; a subscription lives with its topic). A
-    partitioned queue runs on the core alone; joined by forwarding it stays on version 1 (a topic on
-    the core stores copies into a single partition's core only).
+    its topic) must run on one path and, for the core, copies must land in the store of the topic
+    partition that makes them, because a topic on the core stores a forwarded copy in its own
+    transaction and a version-1 entity cannot store into a partition on the core. So a whole group
+    of joined entities stays on version 1 unless ``placement.group_on_core`` says it can run on the
+    core (``home``: a non-partitioned path's store; a subscription lives with its topic and is
+    partitioned as its topic is): a group of partitioned entities (a partitioned topic, its
+    subscriptions and the partitioned entities they forward into) runs there; a group mixing
+    partitioned and non-partitioned entities, or forwarding dead letters, or spread over stores,
+    stays behind.
     """
     parent: dict[str, str] = {}
 
@@ -134,8 +137,8 @@ def _kept_on_v1(records: Sequence[EntityRecord], home: Callable[[str], object]) 
         properties = raw if isinstance(raw, dict) else {}
         if record.kind == SUBSCRIPTION:
             join(path, path.split("/subscriptions/")[0])
-        if properties.get("EnablePartitioning"):
-            (forced if record.kind == TOPIC else partitioned).add(path)
+        if properties.get("EnablePartitioning") and record.kind != SUBSCRIPTION:
+            partitioned.add(path)
         for key in ("ForwardTo", "ForwardDeadLetteredMessagesTo"):
             target = properties.get(key)
             if isinstance(target, str) and target:
@@ -147,9 +150,9 @@ def _kept_on_v1(records: Sequence[EntityRecord], home: Callable[[str], object]) 
         groups.setdefault(find(path), []).append(path)
     kept: set[str] = set()
     for members in groups.values():
-        homes = {home(m.split("/subscriptions/")[0]) for m in members}
-        if (len(homes) > 1 or any(m in forced for m in members)
-                or (len(members) > 1 and any(m in partitioned for m in members))):
+        if not group_on_core([
+                Member(m.split("/subscriptions/")[0] in partitioned,
+                       home(m.split("/subscriptions/")[0]), m in forced) for m in members]):
             kept.update(members)
     return kept
 
@@ -293,7 +296,7 @@ class Broker:
         """Topics on the core publish their due scheduled messages only once their subscriptions are
         loaded (those loaded after them at start, or taken up from another node)."""
         for entity in self.entities.values():
-            if isinstance(entity.actor, TopicActor):
+            if isinstance(entity.actor, TopicActor | PartitionedTopicActor):
                 entity.actor.start_activation()
 
     def _link_dead_letter_forwarding(self) -> None:
@@ -371,7 +374,7 @@ class Broker:
         self._link_dead_letter_forwarding()
         self._start_activations()
         if self.core == "v2":
-            on_v1 = sorted(e.name for e in self.entities.values() if not isinstance(e.actor, CoreActor))
+            on_v1 = sorted(e.name for e in self.entities.values() if not isinstance(e.actor, OnCore))
             log.info("core v2: %d entities on the version-2 core; on the version-1 path (partitioned, forwarding "
                      "dead letters, or joined to one by forwarding): %s", len(self.entities) - len(on_v1),
                      ", ".join(on_v1) or "none")
@@ -437,16 +440,14 @@ class Broker:
 
     def _on_core(self, path: str, kind: str, properties: Any, partitioned: bool, topic: Entity | None) -> bool:
         """Whether an entity runs on the version-2 core: with ``--core v2``, every queue (partitioned
-        ones too: one core per partition) and every topic that is not partitioned, none of them
+        ones too: one core per partition) and every topic (partitioned ones too), none of them
         forwarding its dead letters, and the subscriptions of a topic on the core, unless forwarding
         joins it at start to an entity that cannot (:func:`_kept_on_v1`)."""
         if self.core != "v2" or _forwards_dead_letters(properties) or path in self._kept_on_v1:
             return False
         if kind == SUBSCRIPTION:
-            return not partitioned and topic is not None and isinstance(topic.actor, TopicActor)
-        if kind == TOPIC:
-            return not partitioned
-        return kind == QUEUE
+            return topic is not None and isinstance(topic.actor, TopicActor | PartitionedTopicActor)
+        return kind in (TOPIC, QUEUE)
 
     async def _load(self, record: EntityRecord) -> None:
         path = record.path.lower()
@@ -476,10 +477,13 @@ class Broker:
         actor: EntityActor
         on_core = self._on_core(path, record.kind, properties, partitioned, topic)
         if on_core and partitioned:
-            # Partition i in store i modulo the stores, as version 1 places them (existing data stays put).
-            actor = PartitionedCoreActor([
-                CoreActor(PartitionRef(path, i), settings, self.workers[i % len(self.workers)], node_id=self.node_id)
-                for i in range(self.namespace.partition_count)])
+            # Partition i in store i modulo the stores, as version 1 places them (existing data stays put):
+            # a partitioned topic's partition i and its subscriptions' partitions i share a store.
+            kind_of_partition = TopicActor if record.kind == TOPIC else CoreActor
+            partitions = [kind_of_partition(PartitionRef(path, i), settings, self.workers[i % len(self.workers)],
+                                            node_id=self.node_id) for i in range(self.namespace.partition_count)]
+            actor = (PartitionedTopicActor([p for p in partitions if isinstance(p, TopicActor)])
+                     if record.kind == TOPIC else PartitionedCoreActor(partitions))
         elif on_core:
             # A subscription lives with its topic, so a send's copies commit in one transaction.
             worker = self._home_store(topic.name if topic is not None else path)
@@ -508,6 +512,9 @@ class Broker:
             topic.subscriptions[path] = entity
         if isinstance(actor, TopicActor):
             actor.plan = functools.partial(self._core_copies, entity)
+        elif isinstance(actor, PartitionedTopicActor):
+            for number, topic_partition in enumerate(actor.topics):
+                topic_partition.plan = functools.partial(self._core_copies, entity, index=number)
         elif record.kind == TOPIC:
             for partition in each(v1_only(actor, "a topic")):
                 assert isinstance(partition, PartitionActor)
@@ -516,7 +523,7 @@ class Broker:
 
     def publish(self, topic: Entity, drafts: list[MessageDraft]) -> asyncio.Future[None]:
         """A send to a topic: each subscription's copies, committed together (all or none)."""
-        if isinstance(topic.actor, TopicActor):
+        if isinstance(topic.actor, TopicActor | PartitionedTopicActor):
             return topic.actor.publish(drafts)
         if isinstance(topic.actor, PartitionedActor):
             futures = []
@@ -528,26 +535,30 @@ class Broker:
         assert isinstance(actor, PartitionActor)
         return actor.fan_out(self._fan_out(topic, actor.deduplicate(drafts), hops=0))
 
-    def _core_copies(self, topic: Entity, drafts: Sequence[MessageDraft], now: int) -> list[list[Copy]]:
+    def _core_copies(self, topic: Entity, drafts: Sequence[MessageDraft], now: int,
+                     index: int | None = None) -> list[list[Copy]]:
         """Per draft, the copies a topic on the core stores, as ``_fan_out`` makes them on version 1:
         each subscription's rules and actions applied; filter errors, and copies without a SessionId
         for a session-enabled subscription, to the subscription's dead-letter queue; a forwarding
         subscription's copies into where its ForwardTo leads (a queue, or another topic's
         subscriptions), within the hop limit, else to the transfer dead-letter queue where the limit
         was reached. A copy's time-to-live is capped by its destination's default and the topic's.
-        Every destination must be on the core in the topic's store (NotImplementedOperation)."""
+        Every destination must be on the core in the topic's store (NotImplementedOperation). A
+        partitioned topic's partition ``index`` stores into partition ``index`` of each partitioned
+        destination (which shares its store), or into a non-partitioned one in that same store."""
         cap = topic.actor.settings.default_ttl
         planned: list[list[Copy]] = []
         for draft in drafts:
             copies: list[Copy] = []
-            self._core_fan_out(topic, draft, now, cap, 0, copies)
+            self._core_fan_out(topic, draft, now, cap, 0, copies, index)
             planned.append(copies)
         return planned
 
     def _core_fan_out(self, topic: Entity, draft: MessageDraft, now: int, cap: int | None, hops: int,
-                      out: list[Copy]) -> None:
+                      out: list[Copy], index: int | None = None, origin: Entity | None = None) -> None:
+        origin = origin or topic  # the topic whose (partition's) batch stores every copy
         for sub in topic.subscriptions.values():
-            actor = self._on_core_with(topic, sub)
+            actor = self._on_core_with(origin, sub, index)
             dead_letter_on_errors = bool(getattr(sub.properties, "dead_lettering_on_filter_evaluation_exceptions",
                                                  True))
             for copy in copies_for(sub.rules, draft, dead_letter_on_errors, sub.requires_session):
@@ -559,22 +570,29 @@ class Broker:
                 else:
                     route = self.route(sub)
                     total = hops + route.hops
-                    target = self._on_core_with(topic, route.entity)
+                    target = self._on_core_with(origin, route.entity, index)
                     if route.exceeded or total > MAX_TRANSFER_HOPS:
                         dead = wire.dead_lettered(core_record(copy.draft, now, None),
                                                   MAX_TRANSFER_HOP_COUNT_EXCEEDED, f"forwarded {total} times")
                         out.append((target, SubQueue.TRANSFER_DEAD_LETTER, dead))
                     elif route.entity.kind == TOPIC:
-                        self._core_fan_out(route.entity, copy.draft, now, cap, total, out)
+                        self._core_fan_out(route.entity, copy.draft, now, cap, total, out, index, origin)
                     else:
                         out.append((target, SubQueue.MAIN, core_record(copy.draft, now, _capped(target, cap))))
 
     @staticmethod
-    def _on_core_with(topic: Entity, entity: Entity) -> CoreActor:
-        """``entity``'s actor, which a send to ``topic`` (on the core) stores copies into."""
-        actor = entity.actor
-        if not isinstance(actor, CoreActor) or not isinstance(topic.actor, CoreActor) \
-                or actor.worker is not topic.actor.worker:
+    def _on_core_with(topic: Entity, entity: Entity, index: int | None = None) -> CoreActor:
+        """``entity``'s actor (its partition ``index`` when it is partitioned and a partitioned
+        topic's partition ``index`` sends), which a send to ``topic`` (on the core) stores copies into."""
+        actor: object = entity.actor
+        source: object = topic.actor
+        if index is not None:
+            if isinstance(source, PartitionedCoreActor):
+                source = source.partitions[index % len(source.partitions)]
+            if isinstance(actor, PartitionedCoreActor):
+                actor = actor.partitions[index % len(actor.partitions)]
+        if not isinstance(actor, CoreActor) or not isinstance(source, CoreActor) \
+                or actor.worker is not source.worker:
             raise NotImplementedOperation(
                 f"'{entity.name}' takes copies from '{topic.name}', which runs on the version-2 core, but it "
                 "is on the version-1 path or in another messaging store: not available yet (serve with --core v1)")
@@ -736,14 +754,19 @@ class Broker:
                 raise EntityNotFound(f"the forwarding target '{target}' does not exist")
             if name == "forward_to" and owner is None:
                 continue  # a queue's ForwardTo: each send is routed when it arrives
-            if owner is not None and isinstance(owner.actor, TopicActor) and name == "forward_to":
+            if owner is not None and isinstance(owner.actor, TopicActor | PartitionedTopicActor) \
+                    and name == "forward_to":
                 final = self.route(found).entity
-                actor = final.actor
-                if not isinstance(actor, CoreActor) or actor.worker is not owner.actor.worker:
+                indexes: list[int | None] = (list(range(len(owner.actor.partitions)))
+                                             if isinstance(owner.actor, PartitionedTopicActor) else [None])
+                try:
+                    for index in indexes:  # each topic partition's copies land in its own store
+                        self._on_core_with(owner, final, index)
+                except NotImplementedOperation:
                     raise NotImplementedOperation(
                         f"auto-forwarding from a subscription of '{owner.name}' (on the version-2 core) into "
                         f"'{final.name}' is not available yet: it is on the version-1 path or in another "
-                        "messaging store (serve with --core v1)")
+                        "messaging store (serve with --core v1)") from None
                 continue
             v1_only(found.actor, "auto-forwarding into it")
 
@@ -805,7 +828,7 @@ class Broker:
         """Store new properties (its rules kept) and apply them; every lock held on it is dropped."""
         if properties.requires_session != entity.requires_session:
             raise InvalidOperation("requires_session cannot be changed on an existing subscription")
-        if isinstance(entity.actor, CoreActor) and _forwards_dead_letters(properties):
+        if isinstance(entity.actor, OnCore) and _forwards_dead_letters(properties):
             v1_only(entity.actor, "forwarding dead-lettered messages")
         self._check_forward_targets(properties, entity)
         record = {"Properties": properties.to_json(), "Rules": [r.description.to_json() for r in entity.rules]}

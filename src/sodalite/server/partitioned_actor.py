@@ -21,11 +21,13 @@ Two faces share that routing. :class:`PartitionedActor` runs version-1 partition
 one event loop and check its credit synchronously, so the first partition with a message delivers
 it and none delivers twice.
 
-:class:`PartitionedCoreActor` runs partitioned queues on the version-2 core (``CoreActor`` per
-partition, ``sodalite serve --core v2``). A core claims messages in the store for the credit it was
-given and delivers them after the claim (ReceiveAndDelete: the delete) committed, so credit cannot
-be checked at delivery time: a delivery the link cannot take would be released (PeekLock), or lost
-(ReceiveAndDelete, deleted already). Handing every core the link's whole credit would let N
+:class:`PartitionedCoreActor` runs partitioned queues and subscriptions on the version-2 core
+(``CoreActor`` per partition, ``sodalite serve --core v2``; a partitioned topic runs on its subclass
+``topic_actor.PartitionedTopicActor``, a ``TopicActor`` per partition). A core claims messages in
+the store for the credit it was given and delivers them after the claim (ReceiveAndDelete: the
+delete) committed, so credit cannot be checked at delivery time: a delivery the link cannot take
+would be released (PeekLock), or lost (ReceiveAndDelete, deleted already). Handing every core the
+link's whole credit would let N
 partitions claim N times it. So the credit is split, and never over-granted: a receiver has one
 :class:`_Share` per partition (the consumer that partition's core sees), and the shares together
 never hold more than the link's credit. Credit goes only to partitions whose core has ready

@@ -32,13 +32,26 @@ leads: a queue, or another topic's subscriptions, each on the core in the topic'
 hop limit (beyond it, into the transfer dead-letter queue where it was reached); all of them in the
 same batch.
 
-Not on the core yet (the broker keeps such topics on version 1): partitioned topics, subscriptions
-that forward their dead letters (ForwardDeadLetteredMessagesTo), transactions and moves into a topic.
+A partitioned topic (EnablePartitioning) is :class:`PartitionedTopicActor`: a ``TopicActor`` per
+partition behind the routing of ``PartitionedCoreActor``, each subscription a ``PartitionedCoreActor``
+of as many ``CoreActor`` partitions, partition i of each in messaging store i mod the stores. A send
+is pinned to a topic partition as a partitioned queue's (SessionId, else PartitionKey, else MessageId
+under duplicate detection; keyless ones round-robin over the available partitions) and that
+partition's core publishes it as above, its copies into partition i of each subscription (and of a
+partitioned entity a subscription forwards into, or a non-partitioned one that lives in the same
+store): one transaction of that partition's store. Duplicate detection and scheduled messages are
+each partition's own; a store that fails a publish suspends the topic's partitions in it, as a
+partitioned queue's.
+
+Not on the core yet (the broker keeps such topics on version 1): subscriptions that forward their
+dead letters (ForwardDeadLetteredMessagesTo), a partitioned topic joined by forwarding to a
+non-partitioned entity at start, transactions and moves into a topic.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -48,7 +61,8 @@ from sodalite.model.message import MessageRecord
 from sodalite.model.partition import Lock, MessageDraft
 from sodalite.server import wire
 from sodalite.server.core_actor import Copy, CoreActor, _without_value
-from sodalite.server.partition_actor import SubQueue
+from sodalite.server.partition_actor import SubQueue, all_of
+from sodalite.server.partitioned_actor import PartitionedCoreActor
 
 log = logging.getLogger(__name__)
 
@@ -151,3 +165,26 @@ class TopicActor(CoreActor):
             return False
         last = max(self.last_activity, runner.view.last_activity)
         return now - last >= idle_for and runner.view.counts.scheduled == 0
+
+
+class PartitionedTopicActor(PartitionedCoreActor):
+    """A partitioned topic on the core: one :class:`TopicActor` per partition (module docstring)."""
+
+    def __init__(self, partitions: Sequence[TopicActor]) -> None:
+        super().__init__(partitions)
+        self.topics: list[TopicActor] = list(partitions)
+
+    def publish(self, drafts: list[MessageDraft]) -> asyncio.Future[None]:
+        """A send to the topic: each message to the partition its key pins it to (keyless ones of a
+        send together), acknowledged once every partition's copies are durable."""
+        futures = []
+        for partition, indexes in self.route(drafts):
+            assert isinstance(partition, TopicActor)
+            future = partition.publish([drafts[i] for i in indexes])
+            future.add_done_callback(functools.partial(self._sent, partition))
+            futures.append(future)
+        return all_of(futures)
+
+    def start_activation(self) -> None:
+        for topic in self.topics:
+            topic.start_activation()

@@ -1,6 +1,8 @@
 """Which entities stay on the version-1 path under ``--core v2`` (``broker._kept_on_v1``): groups
 joined by forwarding (and subscriptions to their topics) move together, and stay behind when one
-member must or when they span messaging stores."""
+member must, when they span messaging stores, or when they mix partitioned and non-partitioned
+entities (``model/placement.py``). Partitioned topics run on the core since they were built there:
+before, a partitioned topic kept its whole group on version 1."""
 
 from __future__ import annotations
 
@@ -57,3 +59,24 @@ def test_a_group_across_stores_stays_on_v1() -> None:
     # A subscription lives with its topic, wherever its own path would hash.
     plain = [topic("t"), subscription("t", "s")]
     assert _kept_on_v1(plain, lambda path: "store-of-t" if path == "t" else "other") == set()
+
+
+def test_a_partitioned_topic_runs_on_the_core_with_its_subscriptions() -> None:
+    records = [topic("T", EnablePartitioning=True), subscription("T", "a"), subscription("T", "b"), queue("q")]
+    assert _kept_on_v1(records, one_store) == set()
+    # Partition i of each lies in store i mod the stores, wherever the paths would hash.
+    assert _kept_on_v1(records, lambda path: path) == set()
+
+
+def test_a_partitioned_topic_forwarding_into_partitioned_entities_runs_on_the_core() -> None:
+    records = [topic("T", EnablePartitioning=True), subscription("T", "s", ForwardTo="pq"),
+               queue("pq", EnablePartitioning=True), subscription("T", "u", ForwardTo="PU"),
+               topic("pu", EnablePartitioning=True), subscription("pu", "x"),
+               queue("pf", EnablePartitioning=True, ForwardTo="pq")]
+    assert _kept_on_v1(records, lambda path: path) == set()
+
+
+def test_a_partitioned_topic_forwarding_its_dead_letters_stays_on_v1() -> None:
+    records = [topic("T", EnablePartitioning=True), subscription("T", "s", ForwardDeadLetteredMessagesTo="pq"),
+               queue("pq", EnablePartitioning=True), topic("other", EnablePartitioning=True)]
+    assert _kept_on_v1(records, one_store) == {"t", "t/subscriptions/s", "pq"}

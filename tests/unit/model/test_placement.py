@@ -1,0 +1,37 @@
+"""Which groups of entities joined by forwarding run on the version-2 core (``model/placement.py``)."""
+
+from __future__ import annotations
+
+from sodalite.model.placement import Member, group_on_core
+
+
+def plain(home: str = "main", *, forwards_dead_letters: bool = False) -> Member:
+    return Member(partitioned=False, home=home, forwards_dead_letters=forwards_dead_letters)
+
+
+def partitioned(*, forwards_dead_letters: bool = False) -> Member:
+    return Member(partitioned=True, home="ignored", forwards_dead_letters=forwards_dead_letters)
+
+
+def test_non_partitioned_members_run_on_the_core_in_one_store_only() -> None:
+    assert group_on_core([plain()])
+    assert group_on_core([plain("a"), plain("a"), plain("a")])
+    assert not group_on_core([plain("a"), plain("b")])
+
+
+def test_partitioned_members_run_on_the_core_together_whatever_their_homes() -> None:
+    """Partition i of every partitioned entity lies in store i mod the stores: a partitioned topic,
+    its subscriptions and the partitioned entities they forward into share each partition's store."""
+    assert group_on_core([partitioned()])
+    assert group_on_core([partitioned(), partitioned(), partitioned()])
+
+
+def test_a_group_mixing_partitioned_and_non_partitioned_members_stays_on_version_1() -> None:
+    assert not group_on_core([partitioned(), plain()])
+    assert not group_on_core([partitioned(), partitioned(), plain("a"), plain("a")])
+
+
+def test_forwarding_dead_letters_keeps_any_group_on_version_1() -> None:
+    assert not group_on_core([plain(forwards_dead_letters=True)])
+    assert not group_on_core([partitioned(), partitioned(forwards_dead_letters=True)])
+    assert not group_on_core([plain("a"), plain("a", forwards_dead_letters=True)])
