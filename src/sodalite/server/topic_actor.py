@@ -32,8 +32,11 @@ leads: a queue, or another topic's subscriptions, each on the core in the topic'
 hop limit (beyond it, into the transfer dead-letter queue where it was reached); all of them in the
 same batch.
 
+A transactional send to the topic (``server/core_transactions.py``) is planned the same way and its
+copies stored by the core that commits the transaction, in that one batch.
+
 Not on the core yet (the broker keeps such topics on version 1): partitioned topics, subscriptions
-that forward their dead letters (ForwardDeadLetteredMessagesTo), transactions and moves into a topic.
+that forward their dead letters (ForwardDeadLetteredMessagesTo), and moves into a topic.
 """
 
 from __future__ import annotations
