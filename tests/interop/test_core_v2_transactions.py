@@ -40,13 +40,16 @@ pytestmark = pytest.mark.interop
 
 V2 = ["--core", "v2"]
 EXTRA_QUEUES = [{"Name": "tx-v2-dedup", "Properties": {"RequiresDuplicateDetection": True}},
-                {"Name": "tx-v2-other", "Properties": {}}]
+                {"Name": "tx-v2-other", "Properties": {}}, {"Name": "tx-v2-one", "Properties": {}},
+                {"Name": "tx-v2-two", "Properties": {}}]
+EXTRA_TOPICS = [{"Name": "tx-v2-topic", "Properties": {}, "Subscriptions": [
+    {"Name": "s1", "Properties": {}}, {"Name": "s2", "Properties": {}}]}]
 
 
 @pytest.fixture(scope="module")
 def tx_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     base = tmp_path_factory.mktemp("core-v2-transactions")
-    config = write_config(base / "Config.json", QUEUES + EXTRA_QUEUES, Topics=TOPICS)
+    config = write_config(base / "Config.json", QUEUES + EXTRA_QUEUES, Topics=TOPICS + EXTRA_TOPICS)
     broker = BrokerProcess(base / "data", config, extra_args=[*V2, "--log-level", "INFO"]).start()
     yield broker
     broker.stop()
@@ -111,6 +114,59 @@ def test_a_send_to_another_entity_with_duplicate_detection_is_refused_as_not_bui
         with sdk.get_queue_receiver("tx-v2-other") as receiver:
             [got] = receiver.receive_messages(max_message_count=1, max_wait_time=30)
             receiver.complete_message(got)
+
+
+def test_settling_messages_of_two_queues_in_one_transaction_is_refused_as_not_built(
+        tx_broker: BrokerProcess) -> None:
+    """One core decides the commit, and it holds the locks of one queue only: the second queue's
+    settlement is refused at once (amqp:not-implemented), still locked; the rest commits."""
+    with ServiceBusClient.from_connection_string(tx_broker.connection_string) as sdk:
+        for name in ("tx-v2-one", "tx-v2-two"):
+            with sdk.get_queue_sender(name) as sender:
+                sender.send_messages(ServiceBusMessage(f"in {name}"))
+        raw = _raw(tx_broker)
+        try:
+            one, first = _locked(raw, tx_broker, "tx-v2-one")
+            two, second = _locked(raw, tx_broker, "tx-v2-two")
+            controller = raw.coordinator()
+            txn = _declare(raw, controller)
+            accepted = TransactionalState(txn, Accepted())
+            assert raw.settle(one, first, accepted) == accepted
+            assert _condition(raw.settle(two, second, accepted)) == NotImplementedOperation.condition
+            assert raw.discharge(controller, txn) == Accepted()
+            assert _peek(sdk, "tx-v2-one") == []
+            assert _peek(sdk, "tx-v2-two") == ["in tx-v2-two"]
+        finally:
+            raw.close()
+
+
+def test_a_transaction_that_sends_to_a_topic_first_commits_on_the_topic(tx_broker: BrokerProcess) -> None:
+    """Settling nothing, the transaction is decided by its first send's core, here the topic's: the
+    subscriptions' copies and the queue's message are one batch of the topic's store."""
+    raw = _raw(tx_broker)
+    try:
+        controller = raw.coordinator()
+        txn = _declare(raw, controller)
+        topic = raw.attach(_address(tx_broker, "tx-v2-topic"), SENDER)
+        queue = raw.attach(_address(tx_broker, "tx-v2-other"), SENDER)
+        accepted = TransactionalState(txn, Accepted())
+        assert raw.send_in_transaction(topic, message(b"to all"), txn) == accepted
+        assert raw.send_in_transaction(queue, message(b"to one"), txn) == accepted
+        with ServiceBusClient.from_connection_string(tx_broker.connection_string) as sdk:
+            assert _peek(sdk, "tx-v2-other") == []
+            assert raw.discharge(controller, txn) == Accepted()
+            assert _peek(sdk, "tx-v2-other") == ["to one"]
+            for name in ("s1", "s2"):
+                with sdk.get_subscription_receiver("tx-v2-topic", name) as receiver:
+                    got = receiver.receive_messages(max_message_count=5, max_wait_time=30)
+                    assert [str(m) for m in got] == ["to all"]
+                    for m in got:
+                        receiver.complete_message(m)
+            with sdk.get_queue_receiver("tx-v2-other") as receiver:
+                [got_one] = receiver.receive_messages(max_message_count=1, max_wait_time=30)
+                receiver.complete_message(got_one)
+    finally:
+        raw.close()
 
 
 def test_a_discharged_transaction_survives_kill_9_and_an_open_one_leaves_nothing(tmp_path: Path) -> None:

@@ -41,11 +41,11 @@ its first send's partition) commits it as one ``Transact`` (:meth:`transact`): t
 every copy the transaction sends in one batch; once it committed the copies land as a ``Publish``'s do.
 
 What this actor does not do yet, answered with ``amqp:not-implemented`` rather than faked:
-ForwardDeadLetteredMessagesTo, moves into a topic, a version-1 entity or another store. The broker runs queues on it, a partitioned queue as one CoreActor per partition
-(``server/partitioned_actor.py``, which splits a receiver's credit over them with ``ready``,
-``given``, ``withdraw_credit`` and ``caught_up``), and topics (``server/topic_actor.py``); it keeps
-an entity on the version-1 actor (``server/partition_actor.py``) when one of those joins it
-(``broker._kept_on_v1``).
+ForwardDeadLetteredMessagesTo, moves into a topic, a version-1 entity or another store. The broker
+runs queues on it, a partitioned queue as one CoreActor per partition (``server/partitioned_actor.py``,
+which splits a receiver's credit over them with ``ready``, ``given``, ``withdraw_credit`` and
+``caught_up``), and topics (``server/topic_actor.py``); it keeps an entity on the version-1 actor
+(``server/partition_actor.py``) when one of those joins it (``broker._kept_on_v1``).
 """
 
 from __future__ import annotations
