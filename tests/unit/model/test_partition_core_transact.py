@@ -1,7 +1,8 @@
 """An AMQP transaction's commit on the pure partition core (``Transact``): the settlements of the
 locks this core holds and the transaction's sends, in ONE batch, answered after its commit; a lock
 that is no longer usable refuses the whole transaction and changes nothing; a failed batch stores
-nothing and leaves the locks held. Rule by rule with a fake clock."""
+nothing and leaves the locks held; a session's messages only while the session is held. Rule by
+rule with a fake clock."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import uuid
 from partition_core_store import FakeStore, Harness, Row, draft
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition_core import (
+    AcceptSession,
     CoreSettings,
     Delivered,
     Landed,
@@ -22,9 +24,11 @@ from sodalite.model.partition_core import (
     Send,
     SendAccepted,
     ServerBusy,
+    SessionLockLost,
     Settle,
     SettlementDone,
     StoreUnavailable,
+    Tick,
     Transact,
     new_view,
 )
@@ -198,3 +202,24 @@ def test_an_offline_store_answers_busy_and_holds_nothing() -> None:
     h.run(StoreUnavailable())
     assert h.run(Transact((complete(held),), (send(None, ("b", "x")),), "txn")) == [ServerBusy("txn")]
     assert not [op for op in h.ops if isinstance(op, AppendTo)]
+
+
+def test_a_sessions_messages_commit_while_the_session_is_held_and_are_refused_once_it_is_lost() -> None:
+    h = Harness(new_view(CoreSettings(lock_duration=LOCK, requires_session=True), 0, token_seed=11))
+    h.run(Send((draft(None, session="s", body=b"one"), draft(None, session="s", body=b"two")), "sent"))
+    h.drain()
+    h.run(Receive("r", 0))
+    h.run(AcceptSession("r", "s", "accept"))
+    h.drain()
+    h.run(Receive("r", 2))
+    one, two = [r for r in h.drain() if isinstance(r, Delivered)]
+    replies = h.run(Transact((complete(one),), (send(None, ("b", "reply")),), "txn")) + h.drain()
+    assert any(isinstance(r, Published) and r.reply_to == "txn" for r in replies)
+    assert one.message.sequence_number not in h.store.rows and bodies(h.store.other("b")) == [b"reply"]
+    h.at(LOCK + 1)  # the session lock lapsed: its messages' locks with it
+    h.run(Tick())
+    h.drain()
+    replies = h.run(Transact((complete(two),), (send(None, ("b", "never")),), "txn2"))
+    assert [type(r) for r in replies] == [SessionLockLost]
+    h.drain()
+    assert two.message.sequence_number in h.store.rows and bodies(h.store.other("b")) == [b"reply"]
