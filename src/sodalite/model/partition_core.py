@@ -137,7 +137,16 @@ commit, per item its number in the target or None; the counts are read back as a
 complete-through (the rows' states are the store's). The target's core is told ``Arrived`` by the
 caller after the commit; the target's duplicate detection does not see a move.
 
-Not here yet (they stay in server/partition_actor.py): forwarding dead letters, transactions, peek,
+AMQP transactions (:class:`Transact`, server/transactions.py): the core of the partition whose
+locks the transaction settles (or, settling none, of its first send's partition) commits it. It
+checks every lock is usable now (else it refuses and nothing changes), applies its own duplicate
+detection to the sends addressed to its entity, and emits ONE batch: the settlements and an
+``AppendTo`` per partition the sends' copies go to (a topic's planned into its subscriptions by the
+caller, as for ``Publish``; this partition's own included). The answer comes after the commit; the
+caller then tells each target's core the rows ``Landed``, so everything shows at once. A failed
+batch leaves the locks held and stores nothing.
+
+Not here yet (they stay in server/partition_actor.py): forwarding dead letters, peek,
 list-sessions, quotas.
 """
 
@@ -414,6 +423,24 @@ class CompleteThrough:
 
 
 @dataclass(frozen=True, slots=True)
+class Transact:
+    """Commit an AMQP transaction decided by this core (``server/transactions.py``): every
+    settlement (``settles``: locks this core holds; their ``reply_to`` is unused) and every message
+    the transaction sends (``entries``: copies for their partitions, as a topic's ``Publish`` has
+    them, this partition included) in ONE batch. Every lock must be usable now, else nothing
+    happens (:class:`LockLost`, :class:`SessionLockLost`; :class:`ServerBusy` when the store is
+    offline). ``deduplicate[i]`` says this core's duplicate detection applies to entry ``i``'s
+    MessageId (a send to this entity). Answered after the commit by :class:`Published` (the copies
+    as numbered, per target: the caller tells each target's core they ``Landed``), or, with no
+    copy stored, by :class:`SettlementDone` of the last settlement."""
+
+    settles: tuple[Settle, ...]
+    entries: tuple[PublishEntry, ...]
+    reply_to: ReplyTo
+    deduplicate: tuple[bool, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class MoveOut:
     """Take the named rows out of this partition, whatever their state, except those locked at
     ``now`` (or locked or being claimed here): appended to ``target`` (entity path, partition: a
@@ -437,7 +464,7 @@ class CountsRead:
 Command = (Send | Schedule | CancelScheduled | Receive | CloseConsumer | Settle | RenewLock | Touch | Tick
            | StoreResults | StoreFailed | StoreAvailable | StoreUnavailable | WindowRead | AcceptSession
            | RenewSessionLock | GetSessionState | SetSessionState
-           | ReceiveDeferred | CompleteThrough | CountsRead | Arrived | Landed | Publish | MoveOut)
+           | ReceiveDeferred | CompleteThrough | CountsRead | Arrived | Landed | Publish | MoveOut | Transact)
 
 
 # ---- replies and effects ----------------------------------------------------------------------------
@@ -1046,6 +1073,8 @@ def decide(view: View, command: Command, now: int) -> Decision:
                     _on_complete_through(turn, command)
                 case MoveOut():
                     _on_move_out(turn, command)
+                case Transact():
+                    _on_transact(turn, command)
                 case Touch():
                     pass
     _due(turn)
@@ -2410,3 +2439,57 @@ def _moved_out(turn: _Turn, ctx: _MoveOutCtx, result: Moved, batch_id: int) -> N
         replies.append(None if seq in answered else outcome.get(seq))
         answered.add(seq)
     turn.replies.append(MovedOut(ctx.reply_to, tuple(replies)))
+
+
+# ---- transactions -------------------------------------------------------------------------------------
+
+
+def _on_transact(turn: _Turn, command: Transact) -> None:
+    """An AMQP transaction's commit (see :class:`Transact`): all checks first, then one batch.
+
+    The settlements' ``Settle`` is fenced at this decision's time, and batches apply in order, so a
+    lock usable now is still this core's when the batch applies: the store applies every settlement
+    or (a failed batch) nothing at all, and with them every copy."""
+    view, now = turn.view, turn.now
+    if not view.available:
+        turn.replies.append(ServerBusy(command.reply_to))
+        return
+    locks: list[HeldLock] = []
+    for settle in command.settles:
+        lock = _usable_lock(turn, settle.token, command.reply_to, renewal=False)
+        if lock is None:
+            return  # refused: nothing changed
+        if any(held is lock for held in locks):
+            turn.replies.append(Refused(command.reply_to, "a transaction settles a message once"))
+            return
+        locks.append(lock)
+    by_target: dict[Hashable, list[MessageRecord]] = {}
+    remembered: list[str] = []
+    for i, entry in enumerate(command.entries):
+        mid = entry.message_id
+        if i < len(command.deduplicate) and command.deduplicate[i] and view.dedup is not None and mid is not None:
+            if view.dedup.is_duplicate(mid, now):
+                continue
+            view.dedup.remember(mid, now)
+            remembered.append(mid)
+        for copy in entry.copies:
+            by_target.setdefault(copy.target, []).append(copy.record)
+    parts = list(by_target.items())
+    for j, (lock, settle) in enumerate(zip(locks, command.settles, strict=True)):
+        # With no copy to store, the last settlement's echo answers (after the commit).
+        answers = not parts and j == len(locks) - 1
+        _settle_lock(turn, lock, settle.outcome, command.reply_to if answers else _NO_REPLY,
+                     settle.properties_to_modify, settle.reason, settle.description)
+    stored: list[tuple[Hashable, tuple[MessageRecord, ...]]] = []
+    for i, (target, records) in enumerate(parts):
+        turn.op(AppendTo(target, tuple(records)),
+                _PublishCtx(command.reply_to, target, tuple(records), stored, i == 0, i == len(parts) - 1))
+    if remembered:
+        history = tuple((mid, now) for mid in remembered)
+        if parts or locks:
+            turn.op(RememberMessageIds(history), _DedupCtx(tuple(remembered)))
+        else:  # only the history to store: it answers
+            turn.op(RememberMessageIds(history),
+                    _PublishCtx(command.reply_to, None, (), stored, True, True, tuple(remembered)))
+    elif not parts and not locks:
+        turn.replies.append(Published(command.reply_to, ()))

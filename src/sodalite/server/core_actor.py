@@ -36,13 +36,16 @@ the hop limit (:meth:`send_to_transfer_dead_letter`), are stored by this entity'
 of ``AppendTo`` ops; once it committed each destination's core is told the rows landed
 (:meth:`land`). A queue's ForwardTo needs nothing here: the broker routes each send when it arrives.
 
+AMQP transactions (``server/core_transactions.py``): the core holding a transaction's locks (or
+its first send's partition) commits it as one ``Transact`` (:meth:`transact`): the settlements and
+every copy the transaction sends in one batch; once it committed the copies land as a ``Publish``'s do.
+
 What this actor does not do yet, answered with ``amqp:not-implemented`` rather than faked:
-transactions, ForwardDeadLetteredMessagesTo, moves into a topic, a version-1 entity or another
-store. The broker runs queues on it, a partitioned queue as one CoreActor per partition
-(``server/partitioned_actor.py``, which splits a receiver's credit over them with ``ready``,
-``given``, ``withdraw_credit`` and ``caught_up``), and topics (``server/topic_actor.py``); it keeps
-an entity on the version-1 actor (``server/partition_actor.py``) when one of those joins it
-(``broker._kept_on_v1``).
+ForwardDeadLetteredMessagesTo, moves into a topic, a version-1 entity or another store. The broker
+runs queues on it, a partitioned queue as one CoreActor per partition (``server/partitioned_actor.py``,
+which splits a receiver's credit over them with ``ready``, ``given``, ``withdraw_credit`` and
+``caught_up``), and topics (``server/topic_actor.py``); it keeps an entity on the version-1 actor
+(``server/partition_actor.py``) when one of those joins it (``broker._kept_on_v1``).
 """
 
 from __future__ import annotations
@@ -664,6 +667,46 @@ class CoreActor:
             entries.append(core.PublishEntry(message_id, tuple(made)))
         return tuple(entries)
 
+    # ---- AMQP transactions (server/core_transactions.py) ------------------------------------------
+
+    def transactional_lock(self, token: uuid.UUID) -> SubQueue:
+        """The sub-queue whose core holds ``token``, checked live now (MessageLockLost otherwise); the
+        core checks again when the transaction commits."""
+        sub = self._holders.get(token)
+        runner = self.runners.get(sub) if sub is not None else None
+        lock = runner.view.locks.get(token) if runner is not None else None
+        if sub is None or lock is None or lock.settling or lock.locked_until <= self.clock.now():
+            raise MessageLockLost("the lock supplied is invalid: it expired, or the message was settled or "
+                                  "received elsewhere")
+        self._runner(sub)  # StoreUnavailable while the store is offline
+        return sub
+
+    def check_transactional_send(self, drafts: Sequence[MessageDraft], stored_here: bool = True) -> None:
+        """What a send checks before it is accepted, for messages a transaction stores at its commit
+        (``stored_here`` False: a topic's, or a transfer dead letter's, availability and room only)."""
+        self._runner(SubQueue.MAIN)
+        if not stored_here:
+            self._check_send([])
+            return
+        if self.settings.requires_session and any(d.session_id is None for d in drafts):
+            raise InvalidOperation("the entity requires sessions: every message needs a SessionId")
+        self._check_send(drafts)
+
+    def transact(self, sub: SubQueue, settles: Sequence[core.Settle],
+                 planned: Sequence[tuple[str | None, Sequence[Copy]]],
+                 deduplicate: Sequence[bool]) -> asyncio.Future[None]:
+        """Commit a transaction on ``sub``'s core (``core.Transact``): the settlements of its locks and
+        the planned copies in one batch; the future resolves once durable (the copies then land)."""
+        entries = self.publish_entries(planned)
+        future = self._request(sub, lambda key: core.Transact(tuple(settles), entries, key, tuple(deduplicate)))
+
+        def settled(f: asyncio.Future[Any]) -> None:
+            if not f.cancelled() and f.exception() is None:
+                for settle in settles:
+                    self._holders.pop(settle.token, None)
+
+        future.add_done_callback(settled)
+        return _without_value(future)
 
 
 def _without_value(future: asyncio.Future[Any]) -> asyncio.Future[None]:

@@ -43,9 +43,12 @@ store): one transaction of that partition's store. Duplicate detection and sched
 each partition's own; a store that fails a publish suspends the topic's partitions in it, as a
 partitioned queue's.
 
+A transactional send to the topic (``server/core_transactions.py``) is planned the same way and its
+copies stored by the core that commits the transaction, in that one batch.
+
 Not on the core yet (the broker keeps such topics on version 1): subscriptions that forward their
 dead letters (ForwardDeadLetteredMessagesTo), a partitioned topic joined by forwarding to a
-non-partitioned entity at start, transactions and moves into a topic.
+non-partitioned entity at start, and moves into a topic.
 """
 
 from __future__ import annotations

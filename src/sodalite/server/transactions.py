@@ -25,6 +25,10 @@ belongs to the connection, and when the connection goes its open transactions ro
 Partitioned entities follow the seed's rules ("Use transactions with partitioned entities"): see
 :func:`pin_partitioned_send`. ``target_actor`` and ``lock_holder`` are the only places that choose a
 partition actor, so partitioned entities plug in there.
+
+Entities on the version-2 core (``--core v2``) keep the same observable behaviour, but their commit
+is decided by one partition core as one ``Transact`` (``server/core_transactions.py``); a
+transaction's entities are all on the core or all on the version-1 path.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ from sodalite.errors import (
 )
 from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDraft
 from sodalite.model.settlement import Settlement
+from sodalite.server import core_transactions as on_core
 from sodalite.server import outcomes, wire
 from sodalite.server.amqp_errors import client_error
 from sodalite.server.endpoint import ConnectionPort, Endpoint
@@ -175,6 +180,18 @@ class Transaction:
     worker: StoreWorker | None = None  # the one messaging store all of its work lives in
     pin: PartitionPin | None = None
     declared_at: int = 0  # ms, the connection's clock
+    # On the version-2 core: its settlements, and its sends as planned when enlisted (for the checks;
+    # the commit plans them again). ``core`` says which path its entities are on (None: none yet).
+    core: bool | None = None
+    core_settlements: list[on_core.CoreSettlement] = field(default_factory=list)
+    core_planned: list[on_core.PlannedSend] = field(default_factory=list)
+
+    def same_path(self, core: bool) -> None:
+        """A transaction's entities are all on the version-2 core or all on the version-1 path."""
+        if self.core is not None and self.core is not core:
+            raise NotImplementedOperation("a transaction cannot mix entities on the version-2 core and entities "
+                                          "on the version-1 path")
+        self.core = core
 
     def check_store(self, actors: Iterable[PartitionActor]) -> StoreWorker | None:
         """The store the transaction's work lives in with ``actors`` added; InvalidOperation for a second."""
@@ -293,8 +310,17 @@ def enlist_send(broker: Broker, txn: Transaction, entity: Entity, drafts: list[M
             dedup = bool(getattr(checked.properties, "requires_duplicate_detection", False))
             pin = pin_transfer(pin, drafts, dedup)
     send = EnlistedSend(entity, drafts)
+    if on_core.on_core(destination.actor):
+        planned = on_core.plan_send(broker, entity, drafts)
+        on_core.check(txn.core_settlements, [*txn.core_planned, *planned])
+        txn.same_path(True)
+        txn.pin = pin
+        txn.core_planned += planned
+        txn.sends.append(send)
+        return
     steps = plan_send(broker, send)
     worker = txn.check_store(a for step in steps for a in step.involved)
+    txn.same_path(False)
     txn.worker, txn.pin = worker, pin
     txn.sends.append(send)
 
@@ -309,6 +335,8 @@ def commit(broker: Broker, txn: Transaction) -> asyncio.Future[None]:
     Raises TransactionRolledBack, having applied nothing, when a check fails; the future fails with
     it when the store transaction does.
     """
+    if txn.core:
+        return _commit_on_core(broker, txn)
     try:
         steps = [step for send in txn.sends for step in plan_send(broker, send)]
         for settlement in txn.settlements:
@@ -347,7 +375,38 @@ def commit(broker: Broker, txn: Transaction) -> asyncio.Future[None]:
                 actor.resynchronise()
 
     future.add_done_callback(after)
-    result: asyncio.Future[None] = loop.create_future()
+    result = _rolled_back_unless(future)
+    for send in txn.sends:
+        broker.metrics.count_in(result, send.entity.name, len(send.drafts))
+    for settlement in txn.settlements:
+        if settlement.removes:
+            broker.metrics.count_out(result, settlement.actor, settlement.sub_queue)
+    return result
+
+
+def _commit_on_core(broker: Broker, txn: Transaction) -> asyncio.Future[None]:
+    """``commit`` for a transaction on the version-2 core: planned again, decided by one core."""
+    try:
+        planned = [p for send in txn.sends for p in on_core.plan_send(broker, send.entity, send.drafts)]
+        future = on_core.commit(txn.core_settlements, planned)
+    except SodaliteError as exc:
+        raise TransactionRolledBack(f"the transaction was rolled back: {exc.description}") from exc
+    if future is None:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+    result = _rolled_back_unless(future)
+    for send in txn.sends:
+        broker.metrics.count_in(result, send.entity.name, len(send.drafts))
+    for settlement in txn.core_settlements:
+        if settlement.removes:
+            broker.metrics.count_out(result, settlement.actor, settlement.sub_queue)
+    return result
+
+
+def _rolled_back_unless(future: asyncio.Future[None]) -> asyncio.Future[None]:
+    """A future that resolves when ``future`` does, and fails with TransactionRolledBack when it fails."""
+    result: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def answer(f: asyncio.Future[None]) -> None:
         if f.cancelled():
@@ -359,11 +418,6 @@ def commit(broker: Broker, txn: Transaction) -> asyncio.Future[None]:
             result.set_result(None)
 
     future.add_done_callback(answer)
-    for send in txn.sends:
-        broker.metrics.count_in(result, send.entity.name, len(send.drafts))
-    for settlement in txn.settlements:
-        if settlement.removes:
-            broker.metrics.count_out(result, settlement.actor, settlement.sub_queue)
     return result
 
 
@@ -481,9 +535,15 @@ class ConnectionTransactions:
         assert isinstance(state, TransactionalState)
         try:
             txn = self.open.get(state.txn_id, self.broker.clock())
+            if on_core.on_core(consumer.actor):
+                self._enlist_core_settlement(txn, consumer, token, transactional_settlement(state.outcome))
+                if not event.settled:
+                    event.link.settle(event.delivery_id, state, settled=False)
+                return
             actor = lock_holder(consumer.actor, token)
             actor.check_transactional_lock(token)
             settlement = transactional_settlement(state.outcome)
+            txn.same_path(False)
             txn.enlist_settlement(EnlistedSettlement(actor, token, settlement_command(actor, token, settlement),
                                                      consumer.sub_queue, settlement.removes))
         except SodaliteError as exc:
@@ -494,6 +554,18 @@ class ConnectionTransactions:
             # Echoed unsettled: the delivery stays open on the link, so after a rollback the client can
             # still settle it there (abandon it, say) while its lock lasts.
             event.link.settle(event.delivery_id, state, settled=False)
+
+    @staticmethod
+    def _enlist_core_settlement(txn: Transaction, consumer: LinkConsumer, token: uuid.UUID,
+                                settlement: Settlement) -> None:
+        """A settlement of a message on the version-2 core: checked now, kept for the commit."""
+        actor, sub = on_core.lock_holder(consumer.actor, token)
+        if any(s.settle.token == token for s in txn.core_settlements):
+            raise InvalidOperation("the message is already settled in this transaction")
+        enlisted = on_core.CoreSettlement(actor, sub, on_core.core_settle(token, settlement), settlement.removes)
+        on_core.check([*txn.core_settlements, enlisted], txn.core_planned)
+        txn.same_path(True)
+        txn.core_settlements.append(enlisted)
 
     def connection_lost(self) -> None:
         rolled_back = self.open.roll_back_all()

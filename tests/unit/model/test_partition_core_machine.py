@@ -1,10 +1,11 @@
 """A Hypothesis state machine drives the pure partition core with random commands (deferred receives
-by number, complete-through, moves out by number and rows landed by another core's batch among
-them), a fake clock and
+by number, complete-through, moves out by number, rows landed by another core's batch and
+transactions' commits among them), a fake clock and
 batches that commit or fail in the actor's order, applying its store ops to the test-only in-memory
 store, and checks after every step: no message lost or doubled, at most one lock per message, every
-lock the core holds is the store's, counts equal the store's; and at the end, that every ready
-message can still be delivered (nothing is stuck outside the window)."""
+lock the core holds is the store's, counts equal the store's; a transaction's commit applied all of
+its settlements and copies or none; and at the end, that every ready message can still be delivered
+(nothing is stuck outside the window)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ from sodalite.model.partition_core import (
     Landed,
     MovedOut,
     MoveOut,
+    PublishCopy,
+    Published,
+    PublishEntry,
     ReadWindow,
     Receive,
     ReceiveDeferred,
@@ -37,6 +41,7 @@ from sodalite.model.partition_core import (
     SendAccepted,
     Settle,
     SettlementDone,
+    Transact,
     WindowRead,
     new_view,
     record_for,
@@ -45,6 +50,7 @@ from sodalite.model.store_ops import Append, Appended, MoveItem, Outcome
 
 LOCK = 1_000
 CONSUMERS = ("c1", "c2")
+TX_TARGET = "tx-target"  # another partition a transaction's sends go to
 
 
 class PartitionCoreMachine(CoreMachine):
@@ -58,12 +64,17 @@ class PartitionCoreMachine(CoreMachine):
         self.moving: dict[object, tuple[tuple[int, ...], tuple[str, int] | None]] = {}
         self.moved_out: set[int] = set()
         self.requests = 0
+        # transactions in flight: reply_to -> (the settled locks as (sequence number, token), the copies' bodies)
+        self.transacting: dict[object, tuple[tuple[tuple[int, object], ...], tuple[bytes, ...]]] = {}
+        self.refused_bodies: set[bytes] = set()  # copies of transactions refused or failed
 
     # ---- commands ----
 
     def _observe(self, replies: list[Reply]) -> None:
         h = self.harness
         for reply in replies:
+            if getattr(reply, "reply_to", None) in self.transacting:
+                self._observe_transaction(reply)
             if isinstance(reply, SendAccepted):
                 for seq in reply.sequence_numbers:
                     assert seq not in self.accepted
@@ -86,6 +97,21 @@ class PartitionCoreMachine(CoreMachine):
                 self._observe_deferred(reply)
             elif isinstance(reply, MovedOut):
                 self._observe_moved_out(reply)
+
+    def _observe_transaction(self, reply: Reply) -> None:
+        """Committed (``Published``, or the last settlement's echo): every settlement applied (the row
+        no longer carries the lock) and every copy is stored; refused or failed: no copy is stored."""
+        h = self.harness
+        settled, bodies = self.transacting.pop(getattr(reply, "reply_to", None))
+        stored = [row.record.tail for row in h.store.other(TX_TARGET).rows.values()]
+        if isinstance(reply, Published | SettlementDone):
+            for seq, token in settled:
+                row = h.store.rows.get(seq)
+                assert row is None or row.lock_token != token, f"{seq} still locked after its transaction"
+            assert all(body in stored for body in bodies)
+        else:  # never stored, now or later
+            self.refused_bodies.update(bodies)
+            assert not any(body in stored for body in bodies), f"a refused transaction stored copies: {reply}"
 
     def _observe_moved_out(self, reply: MovedOut) -> None:
         """Each number the reply names left the store by this move (deleted or in the target) and is
@@ -216,6 +242,21 @@ class PartitionCoreMachine(CoreMachine):
         self._run(Settle(token, outcome, "t"))
 
     @precondition(lambda self: bool(self.delivered_tokens))
+    @rule(data=st.data(), outcome=st.sampled_from(list(Outcome)), copies=st.integers(0, 2))
+    def transact(self, data: st.DataObject, outcome: Outcome, copies: int) -> None:
+        """A transaction's commit: some locks (perhaps lapsed, settled or unknown by now) and copies
+        into another partition; all of it applies or none (checked in ``_observe_transaction``)."""
+        h = self.harness
+        tokens = data.draw(st.lists(st.sampled_from(self.delivered_tokens), min_size=1, max_size=2, unique=True))
+        self.requests += 1
+        key = ("tx", self.requests)
+        bodies = tuple(f"tx{self.requests}-{i}".encode() for i in range(copies))
+        copy_records = tuple(PublishCopy(TX_TARGET, record_for(draft(None, body=b), h.now, None)) for b in bodies)
+        settled = tuple((h.view.locks[t].record.sequence_number, t) for t in tokens if t in h.view.locks)
+        self.transacting[key] = (settled, bodies)
+        self._run(Transact(tuple(Settle(t, outcome) for t in tokens), (PublishEntry(None, copy_records),), key))
+
+    @precondition(lambda self: bool(self.delivered_tokens))
     @rule(data=st.data())
     def renew(self, data: st.DataObject) -> None:
         self._run(RenewLock(data.draw(st.sampled_from(self.delivered_tokens)), "r"))
@@ -239,6 +280,13 @@ class PartitionCoreMachine(CoreMachine):
         assert not (set(view.window) & set(view.locked_seqs))
         assert view.window_size == sum(r.size for r in view.window.values())
         assert len(view.window) <= 1 or view.window_size < view.settings.window_bytes + 120  # + one message
+
+    @invariant()
+    def a_refused_transaction_never_stores_a_copy(self) -> None:
+        if self.h is None:
+            return
+        stored = {row.record.tail for row in self.harness.store.other(TX_TARGET).rows.values()}
+        assert not stored & self.refused_bodies
 
     def teardown(self) -> None:
         """Liveness: with the store up and time moved past every lock, every ready, unexpired message
