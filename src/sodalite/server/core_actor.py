@@ -19,8 +19,11 @@ Moves between sub-queues (dead-lettering) are one store transaction of the sourc
 runner reports them (``on_moved``) and the target runner is told ``Arrived``, so it reads them.
 Resubmits, moves and purges (``server/moves.py``) select rows from the store (:meth:`peek`,
 :meth:`fetch`: never from memory) and hand them to the source sub-queue's core as ``MoveOut``
-(:meth:`move_out`), one fenced ``MoveMessages`` into a queue of the same store or a delete;
-after it committed the target queue is told ``Arrived`` (:meth:`arrived`).
+(:meth:`move_out`), one fenced ``MoveMessages`` into a queue, subscription or topic on the core in
+the same store, or a delete; after it committed the target is told ``Arrived`` (:meth:`arrived`).
+A move that cannot be one transaction (from another store or the version-1 path) appends here
+under move keys first (:meth:`append_moved`, outside the core, which is told ``Arrived``); the keys
+are forgotten once the source copies are gone (:meth:`forget_move_keys`).
 
 Several nodes (a store other nodes write, ``StoreWorker.shared``: PostgreSQL): rows another node
 appended are not in this node's window. Each sub-queue watches its partition on the store worker:

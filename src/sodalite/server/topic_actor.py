@@ -32,8 +32,16 @@ leads: a queue, or another topic's subscriptions, each on the core in the topic'
 hop limit (beyond it, into the transfer dead-letter queue where it was reached); all of them in the
 same batch.
 
-Not on the core yet (the broker keeps such topics on version 1): partitioned topics, subscriptions
-that forward their dead letters (ForwardDeadLetteredMessagesTo), transactions and moves into a topic.
+A subscription that forwards its dead letters (ForwardDeadLetteredMessagesTo) has a copy that fails
+its filter planned into that target (``CoreActor.dead_letter_copy``), in the same batch.
+
+Moves into the topic (server/moves.py) put the messages into the topic's own partition, ACTIVE:
+from a queue on the core in the same store in that queue's transaction, from elsewhere under move
+keys (``CoreActor.append_moved``). The activator takes them like scheduled messages that came due,
+so each fans out to the subscriptions with the rules as they are then, its copies and its completion
+in one batch.
+
+Not on the core yet (the broker keeps such topics on version 1): partitioned topics and transactions.
 """
 
 from __future__ import annotations
