@@ -173,3 +173,20 @@ def test_forwarding_set_at_runtime_applies_on_the_core(broker: BrokerProcess) ->
             assert (str(f), f.dead_letter_reason, f.dead_letter_source) == (f"from {queue}", "later", queue)
     assert not any("made-later runs on the version-1" in line for line in broker.output)
     assert any("made-later runs on the version-2 core" in line for line in broker.output)
+
+
+def test_once_the_target_is_deleted_dead_letters_stay_in_the_entitys_dead_letter_queue(
+        broker: BrokerProcess) -> None:
+    admin = ServiceBusAdministrationClient.from_connection_string(
+        broker.admin_connection_string, connection_verify=broker.admin_certificate)
+    admin.create_queue("gone-dst")
+    admin.create_queue("gone-src", forward_dead_lettered_messages_to="gone-dst")
+    admin.delete_queue("gone-dst")
+    with ServiceBusClient.from_connection_string(broker.connection_string) as client:
+        with client.get_queue_sender("gone-src") as sender:
+            sender.send_messages(ServiceBusMessage("kept"))
+        with client.get_queue_receiver("gone-src") as receiver:
+            [m] = receiver.receive_messages(max_message_count=1, max_wait_time=30)
+            receiver.dead_letter_message(m, reason="no target")
+        d = _one(client, "gone-src", sub_queue=ServiceBusSubQueue.DEAD_LETTER)
+        assert (str(d), d.dead_letter_reason, d.dead_letter_source) == ("kept", "no target", None)

@@ -318,7 +318,11 @@ class Broker:
         return isinstance(actor, CoreActor) and not isinstance(actor, TopicActor) and actor.worker is worker
 
     def _link_core_dead_letters(self, entity: Entity, actor: CoreActor, target: Entity | None) -> None:
-        destination = None if target is None else self._dead_letter_destination(target)
+        try:
+            destination = None if target is None else self._dead_letter_destination(target)
+        except EntityNotFound as exc:  # its ForwardTo chain names an entity that is gone
+            log.warning("%s: %s; keeping its dead letters in its dead-letter queue", entity.name, exc.description)
+            destination = None
         if destination is None:
             actor.forward_dead_letters(None)
         elif not self._forwards_on_core(actor.worker, destination):
@@ -345,7 +349,11 @@ class Broker:
             if isinstance(entity.actor, OnCore):
                 continue  # a partitioned queue on the core forwards no dead letters (_on_core)
             if target is not None:
-                route = self.route(target)
+                try:
+                    route = self.route(target)
+                except EntityNotFound as exc:  # its ForwardTo chain names an entity that is gone
+                    log.warning("%s: %s; keeping its dead letters", entity.name, exc.description)
+                    route = Route(target, 0, exceeded=True)
                 target = None if route.exceeded or route.entity.kind == TOPIC else route.entity
             for index, partition in enumerate(each(entity.actor)):
                 assert isinstance(partition, PartitionActor)
@@ -1064,6 +1072,7 @@ class Broker:
 
     async def _delete_entity(self, entity: Entity) -> None:
         self.entities.pop(entity.name.lower(), None)  # at once: nothing new reaches it meanwhile
+        self._link_dead_letter_forwarding()  # nor dead letters forwarded to it (they stay where they are)
         for sub in list(entity.subscriptions.values()):
             await self._delete_entity(sub)
         await self._stop_serving(entity)
