@@ -486,9 +486,10 @@ class Broker:
 
     def _on_core(self, path: str, kind: str, properties: Any, partitioned: bool, topic: Entity | None) -> bool:
         """Whether an entity runs on the version-2 core: with ``--core v2``, every queue (partitioned
-        ones too: one core per partition) and every topic that is not partitioned, none of them
-        forwarding its dead letters, and the subscriptions of a topic on the core, unless forwarding
-        joins it at start to an entity that cannot (:func:`_kept_on_v1`)."""
+        ones too: one core per partition) and every topic that is not partitioned, and the
+        subscriptions of a topic on the core, unless forwarding joins it at start to an entity that
+        cannot (:func:`_kept_on_v1`); one created later that forwards its dead letters, only where it
+        can store them in one transaction (:meth:`_dead_letters_forwardable`)."""
         if self.core != "v2" or path in self._kept_on_v1:
             return False
         if _forwards_dead_letters(properties) and not self._dead_letters_forwardable(path, properties, partitioned,
@@ -833,6 +834,8 @@ class Broker:
                     f"'{destination[0].name}' is not available yet: it is on the version-1 path, partitioned or "
                     "in another messaging store (serve with --core v1)")
             return
+        if isinstance(actor, OnCore):
+            v1_only(actor, "forwarding dead-lettered messages")  # a partitioned queue on the core
         if new_on_core is not None and self._forwards_on_core(self._home_store(new_on_core), destination):
             return  # a new queue that goes on the core (_on_core)
         if destination is not None:
