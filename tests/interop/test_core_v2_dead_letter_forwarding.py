@@ -24,7 +24,7 @@ from azure.servicebus.management import ServiceBusAdministrationClient
 from broker_process import BrokerProcess, write_config
 
 # The version-1 scenario, unchanged (its dlfwd-src and dlfwd-dst are in QUEUES below).
-from test_forwarding import test_dead_lettered_messages_are_forwarded_with_their_source  # noqa: F401
+from test_forwarding import test_dead_lettered_messages_are_forwarded_with_their_source
 
 pytestmark = pytest.mark.interop
 
@@ -190,3 +190,27 @@ def test_once_the_target_is_deleted_dead_letters_stay_in_the_entitys_dead_letter
             receiver.dead_letter_message(m, reason="no target")
         d = _one(client, "gone-src", sub_queue=ServiceBusSubQueue.DEAD_LETTER)
         assert (str(d), d.dead_letter_reason, d.dead_letter_source) == ("kept", "no target", None)
+
+
+@pytest.fixture(scope="module")
+def pg_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    from pg_server import shared_server
+
+    try:
+        url = shared_server().create_database("fdlq")
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    base: Path = tmp_path_factory.mktemp("core-v2-fdlq-pg")
+    process = BrokerProcess(base / "data", write_config(base / "Config.json", QUEUES, Topics=TOPICS),
+                            extra_args=["--store", url, *V2, "--log-level", "INFO"]).start()
+    yield process
+    process.stop()
+
+
+def test_the_same_on_postgresql(pg_broker: BrokerProcess) -> None:
+    """The forwarding settle and move are the PostgreSQL store's transactions too."""
+    test_every_entity_forwarding_dead_letters_runs_on_the_core(pg_broker)
+    test_dead_lettered_messages_are_forwarded_with_their_source(pg_broker)
+    test_max_delivery_count_forwards_the_message_counted_afresh(pg_broker)
+    test_a_filter_that_fails_forwards_the_subscriptions_copy(pg_broker)
+    test_past_the_hop_limit_the_dead_letter_lands_in_the_transfer_dead_letter_queue(pg_broker)
