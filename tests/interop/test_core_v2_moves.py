@@ -153,6 +153,7 @@ def _named(prefix: str, store: int) -> str:
 SRC, NEAR, FAR = _named("mv-src", 0), _named("mv-near", 0), _named("mv-far", 1)
 TOPIC_NEAR, TOPIC_FAR = _named("mv-topic", 0), _named("mv-ftopic", 1)
 V1_QUEUE, V1_PARTITIONED, V1_TOPIC = "mv-v1", "mv-v1-partitioned", "mv-v1-topic"
+PARTITIONED = "mv-partitioned"  # alone: on the core, one core per partition over both stores
 RED = [{"Name": "red", "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpression": "color = 'red'"}}}]
 
 
@@ -162,7 +163,8 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     queues = [{"Name": SRC, "Properties": {}}, {"Name": NEAR, "Properties": {}}, {"Name": FAR, "Properties": {}},
               # Joined by forwarding to a partitioned queue: both stay on the version-1 path.
               {"Name": V1_QUEUE, "Properties": {"ForwardDeadLetteredMessagesTo": V1_PARTITIONED}},
-              {"Name": V1_PARTITIONED, "Properties": {"EnablePartitioning": True}}]
+              {"Name": V1_PARTITIONED, "Properties": {"EnablePartitioning": True}},
+              {"Name": PARTITIONED, "Properties": {"EnablePartitioning": True}}]
     subscriptions = [{"Name": "all", "Properties": {}}, {"Name": "red", "Properties": {}, "Rules": RED}]
     topics = [{"Name": TOPIC_NEAR, "Properties": {}, "Subscriptions": subscriptions},
               {"Name": TOPIC_FAR, "Properties": {}, "Subscriptions": subscriptions},
@@ -204,7 +206,7 @@ def _dead(broker: BrokerProcess, queue: str, *ids: str) -> None:
 def test_the_mixed_broker_keeps_only_the_forwarding_group_and_the_partitioned_topic_on_v1(
         mixed: BrokerProcess) -> None:
     on_core = " ".join(line for line in mixed.output if "runs on the version-2 core" in line)
-    for name in (SRC, NEAR, FAR, TOPIC_NEAR, TOPIC_FAR):
+    for name in (SRC, NEAR, FAR, TOPIC_NEAR, TOPIC_FAR, PARTITIONED):
         assert f"{name} runs on the version-2 core" in on_core
     for name in (V1_QUEUE, V1_PARTITIONED, V1_TOPIC):
         assert f"{name} runs on" not in on_core
@@ -252,3 +254,11 @@ def test_a_move_from_the_version_1_path_into_the_core(mixed: BrokerProcess) -> N
         assert _received(client, TOPIC_FAR, "red") == [("r3", "r3")]
         assert _received(client, TOPIC_FAR, "all") == [("r3", "r3")]
         assert _received(client, V1_QUEUE, wait=1) == []
+
+
+def test_a_move_into_a_partitioned_queue_on_the_core(mixed: BrokerProcess) -> None:
+    _dead(mixed, SRC, "b8", "b9", "b10")
+    _move(mixed, SRC, PARTITIONED, 3)
+    with ServiceBusClient.from_connection_string(mixed.connection_string) as client:
+        assert _received(client, PARTITIONED) == [("b10", "b10"), ("b8", "b8"), ("b9", "b9")]
+        assert _received(client, SRC, sub_queue=ServiceBusSubQueue.DEAD_LETTER, wait=1) == []
