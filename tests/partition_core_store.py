@@ -164,6 +164,17 @@ class FakeStore:
                     elif item.outcome is Outcome.DEFER:
                         row.record = replace(row.record, state=MessageState.DEFERRED,
                                              delivery_count=max(row.record.delivery_count - 1, 0))
+                    elif item.outcome is Outcome.DEAD_LETTER and item.target is not None:  # forwarded
+                        del self.rows[item.sequence_number]
+                        self.gone[item.sequence_number] = "forwarded"
+                        record = replace(row.record, state=MessageState.ACTIVE, expires_at=item.expires_at,
+                                         enqueued_time=row.record.enqueued_time if item.enqueued_time is None
+                                         else item.enqueued_time,
+                                         delivery_count=0 if item.reset_delivery_count else row.record.delivery_count)
+                        other = self.other(item.target)
+                        other.last += 1
+                        other.rows[other.last] = Row(replace(record, sequence_number=other.last), edit=item.edit,
+                                                     origin=item.sequence_number)
                     elif item.outcome is Outcome.DEAD_LETTER:
                         del self.rows[item.sequence_number]
                         self._dead_letter(row, item.edit)

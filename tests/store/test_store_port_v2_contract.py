@@ -461,6 +461,26 @@ def test_dead_letter_appends_to_the_dead_letter_partition_with_its_numbers(store
         SettleItem(1, tok(1), Outcome.DEAD_LETTER)
 
 
+def test_a_dead_letter_forwarded_into_another_queue_is_counted_afresh_with_its_new_times(
+        store: MessagingStore) -> None:
+    """ForwardDeadLetteredMessagesTo: the dead-lettered copy enters another queue's partition of the
+    same store, fenced like any settlement, its delivery count reset and its enqueued and expiry times
+    the item's (a plain dead letter keeps its count and never expires: the test above)."""
+    target = PartitionRef("fdlq-target", 0)
+    append(store, msg(), msg(expires_at=T0 + 500))
+    claim(store, T0, *toks(1, 2))
+    assert settle(store, T0 + 10, SettleItem(1, tok(1), Outcome.DEAD_LETTER, dead_letter_to=target, tail=b"why",
+                                             reset_delivery_count=True, enqueued_time=T0 + 10,
+                                             expires_at=T0 + 60_000),
+                  SettleItem(2, tok(9), Outcome.DEAD_LETTER, dead_letter_to=target, reset_delivery_count=True,
+                             enqueued_time=T0 + 10)) == (True, False)  # a stale token moves nothing
+    assert numbers(everything(store, Q)) == [2]
+    (forwarded,) = everything(store, target)
+    assert forwarded == StoredMessage(replace(msg(), sequence_number=1, delivery_count=0, tail=b"why",
+                                              enqueued_time=T0 + 10, expires_at=T0 + 60_000), None, None, None)
+    assert store.counts(target).active == 1 and store.counts(Q).active == 1
+
+
 def test_annotations_replaced_before_abandon_and_defer(store: MessagingStore) -> None:
     append(store, msg(), msg())
     claim(store, T0, tok(1), tok(2))

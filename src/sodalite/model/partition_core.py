@@ -146,8 +146,19 @@ caller, as for ``Publish``; this partition's own included). The answer comes aft
 caller then tells each target's core the rows ``Landed``, so everything shows at once. A failed
 batch leaves the locks held and stores nothing.
 
-Not here yet (they stay in server/partition_actor.py): forwarding dead letters, peek,
-list-sessions, quotas.
+Forwarding dead letters (``CoreSettings.forward_dead_letters``, a :class:`DeadLetterForward` the
+caller resolved from ForwardDeadLetteredMessagesTo: a partition of the same store). Every
+dead-lettering this core decides (a client's, MaxDeliveryCount, expiry with
+``dead_letter_on_expiration``) goes there instead of the dead-letter queue, in the same operation:
+the fenced ``Settle`` item names the target (a lock lost forwards nothing), or the ``MoveMessages``
+of unlocked rows moves them there. The copy keeps its properties, carries the dead-letter reason
+and description and its source (``x-opt-deadletter-source``), starts with delivery count 0 (so the
+target does not dead-letter it again at once), is enqueued now and expires by its time-to-live
+capped by the target's default (:func:`forwarded_expiry`). Where the target's forwarding reached the
+hop limit the caller names that entity's transfer dead-letter queue: reason
+MaxTransferHopCountExceeded, no expiry. The caller tells the target's core ``Arrived``.
+
+Not here yet (they stay in server/partition_actor.py): peek, list-sessions, quotas.
 """
 
 from __future__ import annotations
@@ -161,7 +172,13 @@ from dataclasses import dataclass, field, replace
 
 from sodalite.model.dedup import DuplicateDetector
 from sodalite.model.message import MessageRecord, MessageState
-from sodalite.model.partition import LAST_INSTANT_MS, MAX_DELIVERY_COUNT_EXCEEDED, TTL_EXPIRED, MessageDraft
+from sodalite.model.partition import (
+    LAST_INSTANT_MS,
+    MAX_DELIVERY_COUNT_EXCEEDED,
+    MAX_TRANSFER_HOP_COUNT_EXCEEDED,
+    TTL_EXPIRED,
+    MessageDraft,
+)
 from sodalite.model.store_ops import (
     Activate,
     Activated,
@@ -221,6 +238,22 @@ class CoreSettings:
     scheduled_tracked: int = 4096  # activation times kept in memory; beyond, poll
     scheduled_poll: int = 1_000  # how often to try Activate for times not kept in memory
     requires_session: bool = False  # a session-enabled entity (see "Sessions" in the module docstring)
+    forward_dead_letters: DeadLetterForward | None = None  # ForwardDeadLetteredMessagesTo (module docstring)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterForward:
+    """ForwardDeadLetteredMessagesTo as the caller resolved it: this entity's dead letters go to
+    ``target`` (entity path, partition: a partition of the same store) instead of its dead-letter
+    queue. ``source`` is this entity's name (the copy's ``x-opt-deadletter-source``), ``default_ttl``
+    the target's DefaultMessageTimeToLive. With ``hop_limit`` (its description) the target's
+    forwarding chain reached the hop limit and ``target`` is the transfer dead-letter queue where it
+    stopped: the copy goes there with reason MaxTransferHopCountExceeded and never expires."""
+
+    target: tuple[str, int]
+    source: str
+    default_ttl: int | None = None
+    hop_limit: str | None = None
 
 
 # ---- commands ---------------------------------------------------------------------------------------
@@ -1309,8 +1342,59 @@ def _settle_lock(turn: _Turn, lock: HeldLock, asked: Outcome, reply_to: ReplyTo,
             edit = _service_edit(record, MAX_DELIVERY_COUNT_EXCEEDED,
                                  f"delivered {record.delivery_count} times", properties_to_modify)
     lock.settling = True
-    turn.settles.append((SettleItem(record.sequence_number, lock.token, applied, edit),
-                         (reply_to, lock.token, asked, applied)))
+    item = (_dead_letter_settle(view, now, record, lock.token, edit) if applied is Outcome.DEAD_LETTER
+            else SettleItem(record.sequence_number, lock.token, applied, edit))
+    turn.settles.append((item, (reply_to, lock.token, asked, applied)))
+
+
+def _forwarded(view: View, now: int, record: MessageRecord,
+               edit: AnnotationEdit | None) -> tuple[AnnotationEdit | None, int | None] | None:
+    """A dead letter's edit and expiry where ForwardDeadLetteredMessagesTo sends it (None: no
+    forwarding, it goes to the dead-letter queue): it names its source, and expires by the
+    time-to-live that applies in the target (the message's, capped by the target's default) counted
+    from now; at the hop limit it takes that reason instead and never expires."""
+    forward = view.settings.forward_dead_letters
+    if forward is None:
+        return None
+    base = edit if edit is not None else AnnotationEdit(record.annotations, record.annotation_count,
+                                                        base_tail=record.tail)
+    if forward.hop_limit is not None:
+        return replace(base, dead_letter_reason=MAX_TRANSFER_HOP_COUNT_EXCEEDED,
+                       dead_letter_description=forward.hop_limit, dead_letter_source=forward.source), None
+    return replace(base, dead_letter_source=forward.source), forwarded_expiry(forward, record.time_to_live, now)
+
+
+def forwarded_expiry(forward: DeadLetterForward, time_to_live: int | None, now: int) -> int | None:
+    """When a dead letter forwarded ``now`` expires in the target: the message's time-to-live capped
+    by the target's default (None: never; at the hop limit, a transfer dead-letter queue: never)."""
+    if forward.hop_limit is not None:
+        return None
+    cap = forward.default_ttl
+    effective = cap if time_to_live is None else (time_to_live if cap is None else min(time_to_live, cap))
+    return None if effective is None else min(now + effective, LAST_INSTANT_MS)
+
+
+def _dead_letter_settle(view: View, now: int, record: MessageRecord, token: uuid.UUID,
+                        edit: AnnotationEdit | None) -> SettleItem:
+    """A locked message's dead-lettering: to the dead-letter queue, or forwarded (:func:`_forwarded`)
+    in the same fenced settle, arriving with its delivery count reset and enqueued now."""
+    forwarded = _forwarded(view, now, record, edit)
+    if forwarded is None:
+        return SettleItem(record.sequence_number, token, Outcome.DEAD_LETTER, edit)
+    forward = view.settings.forward_dead_letters
+    assert forward is not None
+    return SettleItem(record.sequence_number, token, Outcome.DEAD_LETTER, forwarded[0], forward.target,
+                      reset_delivery_count=True, enqueued_time=now, expires_at=forwarded[1])
+
+
+def _dead_letter_move(view: View, now: int, record: MessageRecord, edit: AnnotationEdit) -> MoveItem:
+    """An unlocked message's dead-lettering (expiry, MaxDeliveryCount): a ``MoveMessages`` item to the
+    dead-letter queue, or to where ForwardDeadLetteredMessagesTo sends it (``_finish`` picks the target)."""
+    forwarded = _forwarded(view, now, record, edit)
+    if forwarded is None:
+        return MoveItem(record.sequence_number, edit)
+    return MoveItem(record.sequence_number, forwarded[0], reset_delivery_count=True, enqueued_time=now,
+                    expires_at=forwarded[1])
 
 
 def _service_edit(record: MessageRecord, reason: str, description: str,
@@ -1342,7 +1426,7 @@ def _admit(turn: _Turn, record: MessageRecord, *, evict: bool = True) -> None:
         _leave_expired(turn, record)
         return
     if record.delivery_count >= view.settings.max_delivery_count:
-        turn.dead_letter_moves.append((MoveItem(seq, _service_edit(
+        turn.dead_letter_moves.append((_dead_letter_move(view, now, record, _service_edit(
             record, MAX_DELIVERY_COUNT_EXCEEDED, f"delivered {record.delivery_count} times")), record))
         return
     if record.session_id is not None and view.settings.requires_session:
@@ -1364,8 +1448,8 @@ def _admit(turn: _Turn, record: MessageRecord, *, evict: bool = True) -> None:
 
 def _leave_expired(turn: _Turn, record: MessageRecord) -> None:
     if turn.view.settings.dead_letter_on_expiration:
-        turn.dead_letter_moves.append(
-            (MoveItem(record.sequence_number, _service_edit(record, TTL_EXPIRED, "the message expired")), record))
+        turn.dead_letter_moves.append((_dead_letter_move(turn.view, turn.now, record, _service_edit(
+            record, TTL_EXPIRED, "the message expired")), record))
     else:
         turn.drop_moves.append((MoveItem(record.sequence_number), record))
 
@@ -1601,7 +1685,9 @@ def _finish(turn: _Turn) -> Decision:
         turn.op(RenewLocks(now, turn.renews[0][1][2], tuple(item for item, _ in turn.renews)),
                 _RenewCtx(tuple(entry for _, entry in turn.renews)))
     if turn.dead_letter_moves:
-        turn.op(MoveMessages(now, tuple(i for i, _ in turn.dead_letter_moves), True),
+        forward = view.settings.forward_dead_letters
+        turn.op(MoveMessages(now, tuple(i for i, _ in turn.dead_letter_moves), forward is None,
+                             None if forward is None else forward.target),
                 _MoveCtx(tuple(r for _, r in turn.dead_letter_moves)))
     if turn.drop_moves:
         turn.op(MoveMessages(now, tuple(i for i, _ in turn.drop_moves), False),
@@ -2114,7 +2200,7 @@ def _session_messages_claimed(turn: _Turn, ctx: _SessionClaimCtx, result: Claime
         elif record.delivery_count > max_count:  # the claim counted one delivery past the maximum
             lock.settling = True
             edit = _service_edit(record, MAX_DELIVERY_COUNT_EXCEEDED, f"delivered {record.delivery_count - 1} times")
-            turn.settles.append((SettleItem(seq, lock.token, Outcome.DEAD_LETTER, edit),
+            turn.settles.append((_dead_letter_settle(view, turn.now, record, lock.token, edit),
                                  (_NO_REPLY, lock.token, Outcome.DEAD_LETTER, Outcome.DEAD_LETTER)))
             missed += 1
             if held is not None and current:

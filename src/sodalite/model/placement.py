@@ -13,7 +13,8 @@ entity alike. So partition i of a partitioned topic and partition i of each of i
 and of a partitioned queue or topic they forward into, share one store: copies from topic
 partition i go to partition i of each destination. A group runs on the core when:
 
-* no member forwards its dead letters (the core does not do that yet);
+* no partitioned member forwards its dead letters (the core does that from a non-partitioned
+  entity only, yet);
 * it holds no partitioned member and all members share one home store; or
 * every member is partitioned (a partitioned queue alone; a partitioned topic, its subscriptions
   and the partitioned queues and topics they forward into; partitioned queues joined by a queue's
@@ -36,7 +37,7 @@ class Member:
 
     partitioned: bool  # a subscription is partitioned as its topic is
     home: Hashable  # the store a non-partitioned member lives in (ignored for a partitioned one)
-    forwards_dead_letters: bool = False
+    forwards_dead_letters: bool = False  # a partitioned member forwarding its dead letters
 
 
 def group_on_core(members: Sequence[Member]) -> bool:

@@ -70,6 +70,7 @@ class AnnotationEdit:
     dead_letter_reason: str | None = None
     dead_letter_description: str | None = None
     base_tail: bytes | None = None
+    dead_letter_source: str | None = None  # written as x-opt-deadletter-source (a forwarded dead letter)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,10 +106,19 @@ class Claim:
 
 @dataclass(frozen=True, slots=True)
 class SettleItem:
+    """One settlement. A DEAD_LETTER item goes to the entity's dead-letter queue, or, with ``target``
+    (entity path, partition: ForwardDeadLetteredMessagesTo, a partition of the same store), there,
+    with its delivery count reset if asked and the copy's ``enqueued_time`` (None: the row's) and
+    ``expires_at`` (None: never) in the target."""
+
     sequence_number: int
     lock_token: uuid.UUID
     outcome: Outcome
     edit: AnnotationEdit | None = None
+    target: tuple[str, int] | None = None
+    reset_delivery_count: bool = False
+    enqueued_time: int | None = None
+    expires_at: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -106,13 +106,14 @@ def _kept_on_v1(records: Sequence[EntityRecord], home: Callable[[str], object]) 
     Entities joined by auto-forwarding (ForwardTo, ForwardDeadLetteredMessagesTo, a subscription and
     its topic) must run on one path and, for the core, copies must land in the store of the topic
     partition that makes them, because a topic on the core stores a forwarded copy in its own
-    transaction and a version-1 entity cannot store into a partition on the core. So a whole group
+    transaction and a version-1 entity cannot store into a partition on the core (a dead letter
+    forwarded on the core, too, is one transaction of the source and its target). So a whole group
     of joined entities stays on version 1 unless ``placement.group_on_core`` says it can run on the
     core (``home``: a non-partitioned path's store; a subscription lives with its topic and is
     partitioned as its topic is): a group of partitioned entities (a partitioned topic, its
     subscriptions and the partitioned entities they forward into) runs there; a group mixing
-    partitioned and non-partitioned entities, or forwarding dead letters, or spread over stores,
-    stays behind.
+    partitioned and non-partitioned entities, or spread over stores, or with a partitioned member
+    forwarding its dead letters, stays behind.
     """
     parent: dict[str, str] = {}
 
@@ -127,6 +128,7 @@ def _kept_on_v1(records: Sequence[EntityRecord], home: Callable[[str], object]) 
         parent[find(a)] = find(b)
 
     forced: set[str] = set()
+    dead_letters_forwarded: set[str] = set()
     partitioned: set[str] = set()
     for record in records:
         if record.kind not in (QUEUE, TOPIC, SUBSCRIPTION):
@@ -144,7 +146,10 @@ def _kept_on_v1(records: Sequence[EntityRecord], home: Callable[[str], object]) 
             if isinstance(target, str) and target:
                 join(path, entity_path(target).lower())
                 if key == "ForwardDeadLetteredMessagesTo":
-                    forced.add(path)
+                    dead_letters_forwarded.add(path)
+    # A partitioned entity (or a partitioned topic's subscription) forwarding its dead letters: the
+    # core does that only from a non-partitioned one yet.
+    forced.update(p for p in dead_letters_forwarded if p.split("/subscriptions/")[0] in partitioned)
     groups: dict[str, list[str]] = {}
     for path in list(parent):
         groups.setdefault(find(path), []).append(path)
@@ -299,6 +304,46 @@ class Broker:
             if isinstance(entity.actor, TopicActor | PartitionedTopicActor):
                 entity.actor.start_activation()
 
+    def _dead_letter_destination(self, target: Entity) -> tuple[Entity, SubQueue, str | None] | None:
+        """Where dead letters forwarded to ``target`` land on the core: past its ForwardTo chain (one
+        hop more), the transfer dead-letter queue where the chain reached the hop limit (with that
+        description), or None where it ends in a topic (they stay in the entity's dead-letter queue,
+        as on the version-1 path)."""
+        route = self.route(target)
+        total = route.hops + 1
+        if route.exceeded or total > MAX_TRANSFER_HOPS:
+            return route.entity, SubQueue.TRANSFER_DEAD_LETTER, f"forwarded {total} times"
+        if route.entity.kind == TOPIC:
+            return None
+        return route.entity, SubQueue.MAIN, None
+
+    @staticmethod
+    def _forwards_on_core(worker: StoreWorker, destination: tuple[Entity, SubQueue, str | None] | None) -> bool:
+        """Whether an entity on the core in ``worker``'s store can forward its dead letters there: into
+        a queue or subscription on the core (not partitioned) in the same store, one transaction."""
+        if destination is None:
+            return True
+        actor = destination[0].actor
+        return isinstance(actor, CoreActor) and not isinstance(actor, TopicActor) and actor.worker is worker
+
+    def _link_core_dead_letters(self, entity: Entity, actor: CoreActor, target: Entity | None) -> None:
+        try:
+            destination = None if target is None else self._dead_letter_destination(target)
+        except EntityNotFound as exc:  # its ForwardTo chain names an entity that is gone
+            log.warning("%s: %s; keeping its dead letters in its dead-letter queue", entity.name, exc.description)
+            destination = None
+        if destination is None:
+            actor.forward_dead_letters(None)
+        elif not self._forwards_on_core(actor.worker, destination):
+            log.warning("%s (on the version-2 core) cannot forward dead-lettered messages to %s (on the version-1 "
+                        "path or in another store); keeping them in its dead-letter queue", entity.name,
+                        destination[0].name)
+            actor.forward_dead_letters(None)
+        else:
+            into, sub, hop_limit = destination
+            assert isinstance(into.actor, CoreActor)
+            actor.forward_dead_letters(into.actor, sub, source=actor.ref.entity, hop_limit=hop_limit)
+
     def _link_dead_letter_forwarding(self) -> None:
         """Point each entity with ForwardDeadLetteredMessagesTo at where those messages end up."""
         for entity in self.entities.values():
@@ -307,13 +352,23 @@ class Broker:
             if target_name and target is None:
                 log.warning("%s forwards dead-lettered messages to unknown %s; keeping them", entity.name,
                             target_name)
+            if isinstance(entity.actor, CoreActor):
+                self._link_core_dead_letters(entity, entity.actor, target)
+                continue
+            if isinstance(entity.actor, OnCore):
+                continue  # a partitioned queue on the core forwards no dead letters (_on_core)
             if target is not None:
-                route = self.route(target)
+                try:
+                    route = self.route(target)
+                except EntityNotFound as exc:  # its ForwardTo chain names an entity that is gone
+                    log.warning("%s: %s; keeping its dead letters", entity.name, exc.description)
+                    route = Route(target, 0, exceeded=True)
                 target = None if route.exceeded or route.entity.kind == TOPIC else route.entity
             for index, partition in enumerate(each(entity.actor)):
+                assert isinstance(partition, PartitionActor)
                 # Partition i forwards to the target's partition i, which a message's key maps alike.
-                partition.dead_letter_target = (None if target is None
-                                                else at_index(target.actor, index, PartitionedActor.next_partition))
+                into = None if target is None else at_index(target.actor, index, PartitionedActor.next_partition)
+                partition.dead_letter_target = into if isinstance(into, PartitionActor) else None
 
     async def start(self, host: str, port: int, *, tls: ssl.SSLContext | None = None, tls_port: int = -1,
                     management: ProtocolFactory | None = None,
@@ -440,14 +495,28 @@ class Broker:
 
     def _on_core(self, path: str, kind: str, properties: Any, partitioned: bool, topic: Entity | None) -> bool:
         """Whether an entity runs on the version-2 core: with ``--core v2``, every queue (partitioned
-        ones too: one core per partition) and every topic (partitioned ones too), none of them
-        forwarding its dead letters, and the subscriptions of a topic on the core, unless forwarding
-        joins it at start to an entity that cannot (:func:`_kept_on_v1`)."""
-        if self.core != "v2" or _forwards_dead_letters(properties) or path in self._kept_on_v1:
+        ones too: one core per partition) and every topic (partitioned ones too), and the
+        subscriptions of a topic on the core, unless forwarding joins it at start to an entity that
+        cannot (:func:`_kept_on_v1`); one created later that forwards its dead letters, only where it
+        can store them in one transaction (:meth:`_dead_letters_forwardable`)."""
+        if self.core != "v2" or path in self._kept_on_v1:
+            return False
+        if _forwards_dead_letters(properties) and not self._dead_letters_forwardable(path, properties, partitioned,
+                                                                                     topic):
             return False
         if kind == SUBSCRIPTION:
             return topic is not None and isinstance(topic.actor, TopicActor | PartitionedTopicActor)
         return kind in (TOPIC, QUEUE)
+
+    def _dead_letters_forwardable(self, path: str, properties: Any, partitioned: bool, topic: Entity | None) -> bool:
+        """A new entity forwarding its dead letters runs on the core when its target can take them in
+        one transaction of its store (:meth:`_forwards_on_core`). At start the target may load later:
+        ``_kept_on_v1`` already kept apart the groups that cannot."""
+        target = self.entity(entity_path(properties.forward_dead_lettered_messages_to))
+        if target is None:
+            return not partitioned
+        worker = self._home_store(topic.name if topic is not None else path)
+        return not partitioned and self._forwards_on_core(worker, self._dead_letter_destination(target))
 
     async def _load(self, record: EntityRecord) -> None:
         path = record.path.lower()
@@ -564,7 +633,7 @@ class Broker:
             for copy in copies_for(sub.rules, draft, dead_letter_on_errors, sub.requires_session):
                 if copy.dead_letter is not None:
                     dead = wire.dead_lettered(core_record(copy.draft, now, None), *copy.dead_letter)
-                    out.append((actor, SubQueue.DEAD_LETTER, dead))
+                    out.append(actor.dead_letter_copy(dead, now))
                 elif not sub.forward_to:
                     out.append((actor, SubQueue.MAIN, core_record(copy.draft, now, _capped(actor, cap))))
                 else:
@@ -707,7 +776,7 @@ class Broker:
         if self.entity(name) is not None:
             raise EntityAlreadyExists(f"the messaging entity '{name}' already exists")
         self._check_entity_quota(properties.enable_partitioning)
-        self._check_forward_targets(properties)
+        self._check_forward_targets(properties, new_name=name)
         record = EntityRecord(name, QUEUE, properties.to_json())
         await self._store_created(record)
         await self._load(record)
@@ -726,8 +795,6 @@ class Broker:
         changed = [name for name in fixed if getattr(properties, name) != getattr(entity.properties, name)]
         if changed:
             raise InvalidOperation(f"{', '.join(changed)} cannot be changed on an existing queue")
-        if isinstance(entity.actor, OnCore) and _forwards_dead_letters(properties):
-            v1_only(entity.actor, "forwarding dead-lettered messages")
         self._check_forward_targets(properties, entity)
         await self.worker.apply([PutEntity(EntityRecord(entity.name, QUEUE, properties.to_json())),
                                  self._touched(entity.name)])
@@ -737,13 +804,17 @@ class Broker:
         self._link_dead_letter_forwarding()
 
     def _check_forward_targets(self, properties: QueueProperties | SubscriptionProperties,
-                               source: Entity | None = None, topic: Entity | None = None) -> None:
+                               source: Entity | None = None, topic: Entity | None = None,
+                               new_name: str | None = None) -> None:
         """The forwarding targets exist, and the source can reach them. A queue's ForwardTo routes each
         send at once, to an entity on either path. A subscription's copies and dead letters forwarded
         elsewhere are stored by its topic's (or its own) path: a version-1 source reaches only
         version-1 entities, and a subscription of a topic on the core reaches only entities on the
-        core in the topic's store (NotImplementedOperation otherwise). ``source`` is the entity
-        being changed (None: being created); ``topic``, a new subscription's topic."""
+        core in the topic's store (NotImplementedOperation otherwise). Dead letters forwarded from an
+        entity on the core need a target on the core in its store (:meth:`_forwards_on_core`); a new
+        entity whose target is not goes on the version-1 path (:meth:`_on_core`). ``source`` is the
+        entity being changed (None: being created); ``topic``, a new subscription's topic; ``new_name``,
+        a new queue's."""
         owner = topic if topic is not None else (source.topic if source is not None else None)
         for name in ("forward_to", "forward_dead_lettered_messages_to"):
             target = getattr(properties, name, None)
@@ -754,6 +825,11 @@ class Broker:
                 raise EntityNotFound(f"the forwarding target '{target}' does not exist")
             if name == "forward_to" and owner is None:
                 continue  # a queue's ForwardTo: each send is routed when it arrives
+            if name == "forward_dead_lettered_messages_to":
+                on_core = (new_name is not None and self.core == "v2"
+                           and not getattr(properties, "enable_partitioning", False))
+                self._check_dead_letter_target(found, source, owner, new_name if on_core else None)
+                continue
             if owner is not None and isinstance(owner.actor, TopicActor | PartitionedTopicActor) \
                     and name == "forward_to":
                 final = self.route(found).entity
@@ -769,6 +845,30 @@ class Broker:
                         "messaging store (serve with --core v1)") from None
                 continue
             v1_only(found.actor, "auto-forwarding into it")
+
+    def _check_dead_letter_target(self, target: Entity, source: Entity | None, owner: Entity | None,
+                                  new_on_core: str | None) -> None:
+        """ForwardDeadLetteredMessagesTo ``target``: an entity on the core (``source``, or a new
+        subscription of a topic on the core, ``owner``) reaches only a target it can store into in
+        one transaction; a version-1 one only version-1 entities (or a topic: they stay in its
+        dead-letter queue). ``new_on_core``: a new queue's name that may go on the core (it does
+        when it can forward there, :meth:`_on_core`)."""
+        actor = source.actor if source is not None else (owner.actor if owner is not None else None)
+        destination = self._dead_letter_destination(target)
+        if isinstance(actor, CoreActor):
+            if not self._forwards_on_core(actor.worker, destination):
+                assert destination is not None
+                raise NotImplementedOperation(
+                    f"forwarding dead-lettered messages from an entity on the version-2 core into "
+                    f"'{destination[0].name}' is not available yet: it is on the version-1 path, partitioned or "
+                    "in another messaging store (serve with --core v1)")
+            return
+        if isinstance(actor, OnCore):
+            v1_only(actor, "forwarding dead-lettered messages")  # a partitioned queue on the core
+        if new_on_core is not None and self._forwards_on_core(self._home_store(new_on_core), destination):
+            return  # a new queue that goes on the core (_on_core)
+        if destination is not None:
+            v1_only(destination[0].actor, "auto-forwarding into it")
 
     async def create_topic(self, name: str, properties: TopicProperties) -> Entity:
         async with self._entities_lock:
@@ -828,8 +928,8 @@ class Broker:
         """Store new properties (its rules kept) and apply them; every lock held on it is dropped."""
         if properties.requires_session != entity.requires_session:
             raise InvalidOperation("requires_session cannot be changed on an existing subscription")
-        if isinstance(entity.actor, OnCore) and _forwards_dead_letters(properties):
-            v1_only(entity.actor, "forwarding dead-lettered messages")
+        if isinstance(entity.actor, PartitionedCoreActor) and _forwards_dead_letters(properties):
+            v1_only(entity.actor, "forwarding dead-lettered messages")  # not from a partitioned subscription yet
         self._check_forward_targets(properties, entity)
         record = {"Properties": properties.to_json(), "Rules": [r.description.to_json() for r in entity.rules]}
         await self.worker.apply([PutEntity(EntityRecord(entity.name, SUBSCRIPTION, record)),
@@ -1006,6 +1106,7 @@ class Broker:
 
     async def _delete_entity(self, entity: Entity) -> None:
         self.entities.pop(entity.name.lower(), None)  # at once: nothing new reaches it meanwhile
+        self._link_dead_letter_forwarding()  # nor dead letters forwarded to it (they stay where they are)
         for sub in list(entity.subscriptions.values()):
             await self._delete_entity(sub)
         await self._stop_serving(entity)

@@ -19,8 +19,11 @@ Moves between sub-queues (dead-lettering) are one store transaction of the sourc
 runner reports them (``on_moved``) and the target runner is told ``Arrived``, so it reads them.
 Resubmits, moves and purges (``server/moves.py``) select rows from the store (:meth:`peek`,
 :meth:`fetch`: never from memory) and hand them to the source sub-queue's core as ``MoveOut``
-(:meth:`move_out`), one fenced ``MoveMessages`` into a queue of the same store or a delete;
-after it committed the target queue is told ``Arrived`` (:meth:`arrived`).
+(:meth:`move_out`), one fenced ``MoveMessages`` into a queue, subscription or topic on the core in
+the same store, or a delete; after it committed the target is told ``Arrived`` (:meth:`arrived`).
+A move that cannot be one transaction (from another store or the version-1 path) appends here
+under move keys first (:meth:`append_moved`, outside the core, which is told ``Arrived``); the keys
+are forgotten once the source copies are gone (:meth:`forget_move_keys`).
 
 Several nodes (a store other nodes write, ``StoreWorker.shared``: PostgreSQL): rows another node
 appended are not in this node's window. Each sub-queue watches its partition on the store worker:
@@ -40,12 +43,17 @@ AMQP transactions (``server/core_transactions.py``): the core holding a transact
 its first send's partition) commits it as one ``Transact`` (:meth:`transact`): the settlements and
 every copy the transaction sends in one batch; once it committed the copies land as a ``Publish``'s do.
 
-What this actor does not do yet, answered with ``amqp:not-implemented`` rather than faked:
-ForwardDeadLetteredMessagesTo, moves into a topic, a version-1 entity or another store. The broker
-runs queues on it, a partitioned queue as one CoreActor per partition (``server/partitioned_actor.py``,
-which splits a receiver's credit over them with ``ready``, ``given``, ``withdraw_credit`` and
-``caught_up``), and topics (``server/topic_actor.py``); it keeps an entity on the version-1 actor
-(``server/partition_actor.py``) when one of those joins it (``broker._kept_on_v1``).
+ForwardDeadLetteredMessagesTo (:meth:`forward_dead_letters`, resolved by the broker): the main
+queue's core dead-letters into the target queue's partition (same store) instead of its own
+dead-letter queue, in the same fenced settle or move; the runner reports the move (``on_moved``)
+and the target's core is told ``Arrived``.
+
+The broker runs queues on it, a partitioned queue as one CoreActor per partition
+(``server/partitioned_actor.py``, which splits a receiver's credit over them with ``ready``,
+``given``, ``withdraw_credit`` and ``caught_up``), and topics (``server/topic_actor.py``); it keeps
+an entity on the version-1 actor (``server/partition_actor.py``) when its forwarding group needs
+what the core does not do yet (``broker._kept_on_v1``); what a core cannot do at runtime is answered
+with ``amqp:not-implemented`` rather than faked.
 """
 
 from __future__ import annotations
@@ -73,13 +81,13 @@ from sodalite.errors import (
 )
 from sodalite.model import partition_core as core
 from sodalite.model.message import MessageRecord, MessageState
-from sodalite.model.partition import Lock, MessageDraft
+from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, Lock, MessageDraft
 from sodalite.model.store_ops import MoveItem, Outcome, StoredMessage
 from sodalite.server import wire
 from sodalite.server.partition_actor import EntitySettings, SubQueue, wall_clock_ms
 from sodalite.server.partition_runner import Clock, LoopClock, PartitionRunner
 from sodalite.server.store_worker import StoreWorker
-from sodalite.store.port import PartitionRef, numbering_base
+from sodalite.store.port import Append, ForgetMoveKeys, PartitionRef, RememberMoveKeys, numbering_base
 
 log = logging.getLogger(__name__)
 
@@ -89,9 +97,11 @@ Copy = tuple["CoreActor", SubQueue, MessageRecord]
 """A message to store in a sub-queue of an entity on the core (a topic's copy, a transfer dead letter), unnumbered."""
 
 
-def core_settings(settings: EntitySettings, sub: SubQueue, owner: str) -> core.CoreSettings:
+def core_settings(settings: EntitySettings, sub: SubQueue, owner: str,
+                  forward: core.DeadLetterForward | None = None) -> core.CoreSettings:
     """The core's settings for one sub-queue of an entity. A dead-letter queue observes no
-    time-to-live, never dead-letters and keeps no duplicate history (Service Bus DLQ overview)."""
+    time-to-live, never dead-letters and keeps no duplicate history (Service Bus DLQ overview).
+    ``forward`` (ForwardDeadLetteredMessagesTo) applies to the entity's own queue only."""
     if sub is not SubQueue.MAIN:
         return core.CoreSettings(lock_duration=settings.lock_duration, default_ttl=None,
                                  max_delivery_count=1 << 30, dead_letter_on_expiration=False,
@@ -101,7 +111,7 @@ def core_settings(settings: EntitySettings, sub: SubQueue, owner: str) -> core.C
         max_delivery_count=settings.max_delivery_count if settings.max_delivery_count is not None else 1 << 30,
         dead_letter_on_expiration=settings.dead_lettering_on_message_expiration,
         duplicate_window=settings.duplicate_detection_window,
-        requires_session=settings.requires_session, owner=owner)
+        requires_session=settings.requires_session, owner=owner, forward_dead_letters=forward)
 
 
 def as_delivered(record: MessageRecord) -> MessageRecord:
@@ -137,7 +147,10 @@ class CoreActor:
         self.refs = {sub: PartitionRef(ref.entity + sub.value, ref.partition) for sub in SubQueue}
         self.runners: dict[SubQueue, PartitionRunner] = {}
         self.sessions = _Sessions(self)
-        self.dead_letter_target: Any = None  # ForwardDeadLetteredMessagesTo is not served here
+        # ForwardDeadLetteredMessagesTo, resolved by the broker (forward_dead_letters): where the
+        # main queue's dead letters go, and the actor whose core is told they arrived.
+        self._forward: core.DeadLetterForward | None = None
+        self._forward_actor: CoreActor | None = None
         self.last_activity = wall_clock_ms()
         self._requests = itertools.count(1)
         self._futures: dict[Hashable, asyncio.Future[Any]] = {}
@@ -159,7 +172,8 @@ class CoreActor:
         for sub in SubQueue:
             target = self.refs[SubQueue.DEAD_LETTER] if sub is SubQueue.MAIN else self.refs[sub]
             runner = await PartitionRunner.start(
-                self.refs[sub], core_settings(self.settings, sub, self.node_id), self.worker, self.clock,
+                self.refs[sub], core_settings(self.settings, sub, self.node_id, self._forward), self.worker,
+                self.clock,
                 functools.partial(self._on_reply, sub), dead_letter=target)
             runner.on_moved = self._on_moved
             self.runners[sub] = runner
@@ -355,6 +369,41 @@ class CoreActor:
         for sub, ref in self.refs.items():
             if ref == target and sub in self.runners:
                 self.runners[sub].submit(core.Arrived(count))
+                return
+        forward = self._forward_actor
+        if forward is not None and forward is not self and target in forward.refs.values():
+            forward.arrived(target, count)  # dead letters forwarded there (ForwardDeadLetteredMessagesTo)
+
+    def forward_dead_letters(self, target: CoreActor | None, sub: SubQueue = SubQueue.MAIN, *, source: str = "",
+                             hop_limit: str | None = None) -> None:
+        """ForwardDeadLetteredMessagesTo, as the broker resolved it: the main queue's dead letters go
+        to ``target``'s sub-queue ``sub`` (a queue on the core in this store; its transfer dead-letter
+        queue, with ``hop_limit``'s description, where the forwarding chain reached the hop limit),
+        in the same store transaction as the dead-lettering; None: to this entity's dead-letter queue."""
+        if target is not None and target.worker is not self.worker:
+            raise ValueError(f"{self.ref.entity}: dead letters can be forwarded only within one messaging store")
+        self._forward_actor = target
+        self._forward = None if target is None else core.DeadLetterForward(
+            (target.refs[sub].entity, target.refs[sub].partition), source,
+            None if hop_limit is not None else target.settings.default_ttl, hop_limit)
+        runner = self.runners.get(SubQueue.MAIN)
+        if runner is not None:
+            runner.view.settings = core_settings(self.settings, SubQueue.MAIN, self.node_id, self._forward)
+
+    def dead_letter_copy(self, record: MessageRecord, now: int) -> Copy:
+        """Where a dead letter another batch makes for this entity goes (a topic's copy that failed
+        its filter): the dead-letter queue, or where ForwardDeadLetteredMessagesTo sends it, naming
+        this entity as its source, counted afresh and expiring as :func:`core.forwarded_expiry` says."""
+        forward, actor = self._forward, self._forward_actor
+        if forward is None or actor is None:
+            return (self, SubQueue.DEAD_LETTER, record)
+        if forward.hop_limit is not None:
+            record = wire.dead_lettered(record, MAX_TRANSFER_HOP_COUNT_EXCEEDED, forward.hop_limit)
+        annotations, count = wire.with_dead_letter_source(record.annotations, record.annotation_count, forward.source)
+        copy = replace(record, annotations=annotations, annotation_count=count, delivery_count=0, enqueued_time=now,
+                       expires_at=core.forwarded_expiry(forward, record.time_to_live, now))
+        sub = next(s for s, ref in actor.refs.items() if (ref.entity, ref.partition) == forward.target)
+        return (actor, sub, copy)
 
     # ---- sending ----------------------------------------------------------------------------------
 
@@ -473,6 +522,37 @@ class CoreActor:
         self.note_activity()
         into = None if target is None else (target.entity, target.partition)
         return self._request(sub, lambda key: core.MoveOut(tuple(items), key, into))
+
+    async def append_moved(self, drafts: Sequence[MessageDraft], keys: Sequence[str]) -> int:
+        """Messages moved in by a move that is not one transaction with its source (from another
+        store, or from an entity on the version-1 path): appended to the main queue together with
+        their move keys (``<source store>/<source partition>/<sequence number>``) in one transaction,
+        outside the core (as another node's rows; the core is told ``Arrived``). A key already here
+        means an earlier attempt appended it: skipped, so a retry after a crash between this commit and
+        the source's delete does not double it. The target's duplicate detection does not apply; a
+        topic's own partition takes them as it takes scheduled messages that came due (its activator
+        fans them out). Returns how many were appended."""
+        self._runner(SubQueue.MAIN)  # available, or StoreUnavailable
+        self.last_activity = wall_clock_ms()
+        ref, worker, now = self.refs[SubQueue.MAIN], self.worker, self.clock.now()
+        records = [core.record_for(d, now, self.settings.default_ttl) for d in drafts]
+
+        def append() -> int:
+            known = set(worker.store.partition_meta(ref).move_keys)
+            fresh = [(r, k) for r, k in zip(records, keys, strict=True) if k not in known]
+            if fresh:
+                worker.store.apply([Append(ref, tuple(r for r, _ in fresh)),
+                                    RememberMoveKeys(ref, tuple(k for _, k in fresh))])
+            return len(fresh)
+
+        appended = await worker.call(append)
+        if appended:
+            self.arrived(ref, appended)
+        return appended
+
+    async def forget_move_keys(self, keys: Sequence[str]) -> None:
+        """The source copies of moved messages are gone: their keys are no longer needed."""
+        await self.worker.apply([ForgetMoveKeys(self.refs[SubQueue.MAIN], tuple(keys))])
 
     def arrived(self, target: PartitionRef, count: int) -> None:
         """``count`` rows were moved into ``target`` (one of this queue's sub-queues) and committed."""
@@ -638,7 +718,7 @@ class CoreActor:
         """New properties apply to what comes next; locks already granted keep their time."""
         self.settings = settings
         for sub, runner in self.runners.items():
-            runner.view.settings = core_settings(settings, sub, self.node_id)
+            runner.view.settings = core_settings(settings, sub, self.node_id, self._forward)
 
     # ---- copies stored by this entity's transaction into others -----------------------------------
 

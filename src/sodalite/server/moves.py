@@ -37,12 +37,23 @@ its edits computed here (:func:`moved_draft`; a new enqueued time and the expiry
 time-to-live gives), and handed to the source sub-queue's core as one ``MoveOut``: a fenced
 ``MoveMessages`` that deletes the rows not locked at its ``now`` and appends them to the target
 queue's partition in the SAME store transaction (or only deletes them, for a purge). The reply
-comes after the commit; then the target's core is told ``Arrived`` and reads them. Built for a
-target that is a queue on the core in the same store. Not built yet, and answered
-``amqp:not-implemented`` (NotImplementedOperation) rather than faked: a move from such a queue into
-a topic, into an entity on the version-1 path (subscription, partitioned or forwarding queue) or
-into another store, and a move from a version-1 entity into a queue on the core. Known
-differences from the version-1 path: the copy keeps the row's own time-to-live and scheduled time
+comes after the commit; then the target's core is told ``Arrived`` and reads them. A target that is
+a queue, subscription or topic on the core in the source's store takes that one transaction (a
+topic into its own partition, whose activator fans each message out to the subscriptions as it
+does a scheduled message that came due: the copies and the topic row's completion are one batch).
+
+**Across paths and stores** (a source on the core into another store, a partitioned queue or the
+version-1 path; a version-1 source into anything on the core) there is no single transaction. The
+target appends the messages together with their move keys first, durably (:func:`_append_keyed`:
+on the core ``CoreActor.append_moved``, one transaction of the target's store outside its core,
+which is told ``Arrived``; on version 1 ``append_moved`` / ``append_moved_copies``); only then does
+the source delete them, fenced (on the core: a ``MoveOut`` without target, which skips rows locked
+at its time; on version 1 the rows left the source's memory before the append); then the keys of
+the rows deleted are forgotten. At least once: a crash between the append and the delete leaves the
+source copy, and so does a receiver that locked a row of a core source in between (logged); a
+repeat of the move finds the key in the target and deletes the source copy without appending it
+again. Not built: a move into a partitioned topic on the core (``amqp:not-implemented``).
+Known differences from the version-1 path: the copy keeps the row's own time-to-live and scheduled time
 (only its expiry is capped by the target's default), and a row whose annotations a receiver
 changed (abandon with properties) between the chunk's fetch and its move keeps the fetched ones.
 """
@@ -50,7 +61,7 @@ changed (abandon with properties) between the chunk's fetch and its move keeps t
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from sodalite.amqp import message as amqp_message
@@ -65,7 +76,14 @@ from sodalite.server import wire
 from sodalite.server.core_actor import ALL_STATES, CoreActor
 from sodalite.server.fanout import message_view
 from sodalite.server.partition_actor import FanOut, PartitionActor, SubQueue, fan_out_ops
-from sodalite.server.partitioned_actor import PartitionedActor, each, partition_of_sequence_number, v1_only
+from sodalite.server.partitioned_actor import (
+    OnCore,
+    PartitionedActor,
+    PartitionedCoreActor,
+    each,
+    partition_of_sequence_number,
+    v1_only,
+)
 from sodalite.server.registry import TOPIC, Entity
 from sodalite.store.port import AppendMessages, DeleteMessages, StoreOp
 
@@ -193,10 +211,13 @@ async def move(source: Entity, sub: SubQueue, sequence_numbers: Sequence[int], t
     """Move the named messages from ``source``'s ``sub`` (those in ``states``, when given) into
     ``target`` (a queue, subscription or topic, already resolved past forwarding); see the module
     docstring for what is kept and how. A topic needs ``fan_out``, the broker's plan of a send's copies."""
-    if target.kind == TOPIC and fan_out is None:
+    if target.kind == TOPIC and fan_out is None and not isinstance(target.actor, OnCore):
         raise InvalidOperation(f"'{target.name}' is a topic, and this move has no way to fan out into it")
+    if target.kind == TOPIC and isinstance(target.actor, PartitionedCoreActor):
+        raise NotImplementedOperation(f"moving messages into '{target.name}', a partitioned topic on the version-2 "
+                                      "core, is not available yet (serve with --core v1)")
     if isinstance(source.actor, CoreActor):
-        return await _move_on_core(source.actor, sub, sequence_numbers, target, states, chunk, progress)
+        return await _move_on_core(source.actor, sub, sequence_numbers, target, states, chunk, progress, fan_out)
     groups = _by_partition(v1_only(source.actor, "moving messages"), sequence_numbers)
     for partition, numbers in groups:  # refuse up front what the target could never take
         messages = partition.queues[sub].messages
@@ -206,7 +227,9 @@ async def move(source: Entity, sub: SubQueue, sequence_numbers: Sequence[int], t
     for partition, numbers in groups:
         for start in range(0, len(numbers), chunk):
             part = numbers[start : start + chunk]
-            if target.kind == TOPIC:
+            if isinstance(target.actor, OnCore):
+                moved += await _move_chunk_keyed(partition, sub, part, target, store_name, states, fan_out)
+            elif target.kind == TOPIC:
                 assert fan_out is not None
                 moved += await _move_chunk_to_topic(partition, sub, part, target, fan_out, store_name, states)
             else:
@@ -313,6 +336,87 @@ async def _move_chunk_to_topic(source: PartitionActor, sub: SubQueue, numbers: l
     return len(records)
 
 
+ForgetKeys = Callable[[list[str]], Awaitable[object]]
+
+
+async def _append_keyed(target: Entity, drafts: list[MessageDraft], keys: list[str],
+                        fan_out: FanOutPlan | None) -> list[tuple[ForgetKeys, list[str]]]:
+    """Append ``drafts`` to ``target`` (any entity, on either path, in any store), each under its move
+    key, durably; a key the target already has is skipped (an earlier attempt appended it). A topic
+    on the core takes them into its own partition, whose activator fans them out with the rules
+    (server/topic_actor.py); a topic on the version-1 path takes each message's copies as a send
+    makes them (``fan_out``). Returns, per actor that took some, how to forget their keys."""
+    actor = target.actor
+    if isinstance(actor, CoreActor):
+        await actor.append_moved(drafts, keys)
+        return [(actor.forget_move_keys, keys)]
+    if isinstance(actor, PartitionedCoreActor):
+        forget: list[tuple[ForgetKeys, list[str]]] = []
+        for core_partition, indexes in actor.route(drafts):
+            part_keys = [keys[i] for i in indexes]
+            await core_partition.append_moved([drafts[i] for i in indexes], part_keys)
+            forget.append((core_partition.forget_move_keys, part_keys))
+        return forget
+    if target.kind == TOPIC:
+        assert fan_out is not None
+        partitioned = isinstance(actor, PartitionedActor)
+        ttl_cap = each(actor)[0].settings.default_ttl
+        groups: dict[int, tuple[PartitionActor, list[tuple[str, FanOut]]]] = {}
+        for topic_partition, indexes in _route_drafts(target, drafts):
+            topic_partition.check_transactional_send([], stored_here=False)  # available, or refuse now
+            index = topic_partition.ref.partition if partitioned else None
+            for i in indexes:
+                for copy in fan_out(target, [drafts[i]], index):
+                    copy.actor.check_transactional_send([], stored_here=False)
+                    groups.setdefault(id(copy.actor), (copy.actor, []))[1].append((keys[i], copy))
+        forget = []
+        for into, copies in groups.values():
+            await into.append_moved_copies(copies, ttl_cap)
+            forget.append((into.forget_move_keys, list(dict.fromkeys(k for k, _ in copies))))
+        return forget
+    forget = []
+    for partition, indexes in _route_drafts(target, drafts):
+        part_keys = [keys[i] for i in indexes]
+        future, _ = partition.append_moved([drafts[i] for i in indexes], part_keys)
+        await future
+        forget.append((partition.forget_move_keys, part_keys))
+    return forget
+
+
+async def _forget(forget: list[tuple[ForgetKeys, list[str]]], gone: set[str]) -> None:
+    """Forget the keys of the source copies that are gone (a key left behind costs a row, never a message)."""
+    for forget_keys, keys in forget:
+        left = [k for k in keys if k in gone]
+        if not left:
+            continue
+        try:
+            await forget_keys(left)
+        except Exception:
+            log.warning("could not forget %d move keys", len(left))
+
+
+async def _move_chunk_keyed(source: PartitionActor, sub: SubQueue, numbers: list[int], target: Entity,
+                            store_name: Callable[[PartitionActor], str], states: frozenset[MessageState] | None,
+                            fan_out: FanOutPlan | None) -> int:
+    """A chunk from a version-1 entity into an entity on the core: out of the source's memory (no
+    receiver can lock them meanwhile), appended to the target under their move keys, then deleted
+    from the source's store, then the keys forgotten (see the module docstring)."""
+    records = source.take_for_move(sub, numbers, states)
+    if not records:
+        return 0
+    keys = [_move_key(store_name, source, sub, r.sequence_number) for r in records]
+    try:
+        forget = await _append_keyed(target, [moved_draft(r) for r in records], keys, fan_out)
+    except Exception:
+        source.resynchronise()  # the target did not take them (all): they are still in the source's store
+        raise
+    numbers_taken = tuple(r.sequence_number for r in records)
+    await source.commit_transaction([DeleteMessages(source.refs[sub], numbers_taken)], [])
+    source.queues[sub].take_unlocked(numbers_taken)  # a rebuild while the target committed may have brought them back
+    await _forget(forget, set(keys))
+    return len(records)
+
+
 def _core_move_item(record: MessageRecord, now: int, default_ttl: int | None) -> CoreMoveItem:
     """What a row becomes in a move's target queue: the version-1 path's :func:`moved_draft` edits
     (only the parts that change are sent), count reset, enqueued now, expiring by the time-to-live
@@ -328,42 +432,47 @@ def _core_move_item(record: MessageRecord, now: int, default_ttl: int | None) ->
                         expires_at=None if effective is None else min(now + effective, LAST_INSTANT_MS))
 
 
-def _core_target(source: CoreActor, target: Entity) -> CoreActor:
-    actor = target.actor
-    if target.kind == TOPIC or not isinstance(actor, CoreActor):
-        raise NotImplementedOperation(
-            f"moving messages from a queue run by the version-2 core into '{target.name}' (a topic, or an entity "
-            "on the version-1 path) is not available yet (serve with --core v1)")
-    if actor.worker is not source.worker:
-        raise NotImplementedOperation(
-            f"moving messages from a queue run by the version-2 core into '{target.name}', which is in another "
-            "messaging store, is not available yet (serve with --core v1)")
-    return actor
-
-
 async def _move_on_core(source: CoreActor, sub: SubQueue, sequence_numbers: Sequence[int], target: Entity,
-                        states: frozenset[MessageState] | None, chunk: int, progress: Progress | None) -> MoveResult:
-    """A move from a queue on the core into a queue on the core in the same store: per chunk, the
-    rows read from the store and one MoveOut (see the module docstring)."""
-    destination = _core_target(source, target)
-    target_ref = destination.refs[SubQueue.MAIN]
+                        states: frozenset[MessageState] | None, chunk: int, progress: Progress | None,
+                        fan_out: FanOutPlan | None) -> MoveResult:
+    """A move from a queue on the core: per chunk, the rows read from the store, then one MoveOut
+    into a queue, subscription or topic on the core in the same store (one transaction), or else
+    the keyed append-then-delete (see the module docstring)."""
+    destination = target.actor
     numbers = list(dict.fromkeys(sequence_numbers))
     if target.requires_session:  # refuse up front what the target could never take
         for start in range(0, len(numbers), chunk):
             rows = await source.fetch(sub, numbers[start : start + chunk])
             _check_target(target, [r.record for r in rows if states is None or r.record.state in states])
+    same_store = isinstance(destination, CoreActor) and destination.worker is source.worker
+    ref = source.refs[sub]
+    key_prefix = f"{source.worker.name}/{ref.entity}/{ref.partition}/"
     moved = done = 0
     for start in range(0, len(numbers), chunk):
         part = numbers[start : start + chunk]
         rows = await source.fetch(sub, part)
         now = source.clock.now()
-        items = [_core_move_item(r.record, now, destination.settings.default_ttl) for r in rows
-                 if (states is None or r.record.state in states) and not r.locked_at(now)]
-        if items:
+        records = [r.record for r in rows if (states is None or r.record.state in states) and not r.locked_at(now)]
+        if records and same_store:
+            assert isinstance(destination, CoreActor)
+            target_ref = destination.refs[SubQueue.MAIN]
+            items = [_core_move_item(r, now, destination.settings.default_ttl) for r in records]
             taken = sum(1 for n in await source.move_out(sub, items, target_ref) if n is not None)
             moved += taken
             if taken and destination is not source:  # into a sub-queue of its own: its runner said so
                 destination.arrived(target_ref, taken)
+        elif records:
+            keys = [f"{key_prefix}{r.sequence_number}" for r in records]
+            forget = await _append_keyed(target, [moved_draft(r) for r in records], keys, fan_out)
+            deleted = [n for n in await source.move_out(sub, [CoreMoveItem(r.sequence_number) for r in records],
+                                                        None) if n is not None]
+            moved += len(deleted)
+            if len(deleted) < len(records):
+                log.warning("move from %s: %d messages were locked by a receiver while they were copied into %s; "
+                            "they stay in both until the move is repeated, which removes the source copies "
+                            "without copying them again (their move keys are kept)", ref.entity,
+                            len(records) - len(deleted), target.name)
+            await _forget(forget, {f"{key_prefix}{n}" for n in deleted})
         done += len(part)
         if progress is not None:
             progress(done, len(numbers))

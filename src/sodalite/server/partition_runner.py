@@ -126,12 +126,15 @@ def encode_edit(edit: core_ops.AnnotationEdit) -> tuple[bytes, int, bytes | None
 
     Service Bus carries ``DeadLetterReason`` and ``DeadLetterErrorDescription`` as application
     properties; they are written into ``base_tail`` exactly as v1 writes them
-    (:func:`~sodalite.server.wire.dead_letter_tail`). An edit with either and no ``base_tail``
+    (:func:`~sodalite.server.wire.dead_letter_tail`); a ``dead_letter_source`` (ForwardDeadLetteredMessagesTo)
+    becomes the ``x-opt-deadletter-source`` annotation. An edit with either and no ``base_tail``
     raises ValueError: its batch cannot go to the store (the reason would be lost)."""
     if edit.properties:
         annotations, count = wire.merged_annotation_entries(edit.base, edit.base_count, dict(edit.properties))
     else:
         annotations, count = edit.base, edit.base_count
+    if edit.dead_letter_source is not None:  # a forwarded dead letter names the entity it left
+        annotations, count = wire.with_dead_letter_source(annotations, count, edit.dead_letter_source)
     reason, description = edit.dead_letter_reason, edit.dead_letter_description
     if reason is None and description is None:
         return annotations, count, None

@@ -46,9 +46,17 @@ partitioned queue's.
 A transactional send to the topic (``server/core_transactions.py``) is planned the same way and its
 copies stored by the core that commits the transaction, in that one batch.
 
-Not on the core yet (the broker keeps such topics on version 1): subscriptions that forward their
-dead letters (ForwardDeadLetteredMessagesTo), a partitioned topic joined by forwarding to a
-non-partitioned entity at start, and moves into a topic.
+A subscription that forwards its dead letters (ForwardDeadLetteredMessagesTo) has a copy that fails
+its filter planned into that target (``CoreActor.dead_letter_copy``), in the same batch.
+
+Moves into the topic (server/moves.py) put the messages into the topic's own partition, ACTIVE:
+from a queue on the core in the same store in that queue's transaction, from elsewhere under move
+keys (``CoreActor.append_moved``). The activator takes them like scheduled messages that came due,
+so each fans out to the subscriptions with the rules as they are then, its copies and its completion
+in one batch.
+
+Not on the core yet (the broker keeps such topics on version 1): a partitioned topic joined by
+forwarding to a non-partitioned entity at start; moves into a partitioned topic are refused.
 """
 
 from __future__ import annotations

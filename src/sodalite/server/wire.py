@@ -333,6 +333,17 @@ def forwarded_draft(record: MessageRecord, dead_letter_source: str | None = None
                         record.durable, record.priority, annotations, count, record.tail)
 
 
+def with_dead_letter_source(entries: bytes, count: int, source: str) -> tuple[bytes, int]:
+    """Encoded annotation ``entries`` with ``x-opt-deadletter-source`` set to ``source`` (replacing one
+    an earlier forwarding wrote)."""
+    if count and DEAD_LETTER_SOURCE.encode() in entries:
+        current = decode(amqp_message.encode_annotations(entries, count)[3:])
+        if isinstance(current, dict):
+            kept = {k: v for k, v in current.items() if str(k) != DEAD_LETTER_SOURCE}
+            entries, count = amqp_message.map_entries(kept), len(kept)
+    return entries + amqp_message.annotation_entry(DEAD_LETTER_SOURCE, source), count + 1
+
+
 def merged_annotations(record: MessageRecord, updates: dict[Any, Any]) -> tuple[bytes, int]:
     """The record's annotation entries with ``updates`` merged in (keys as symbols), and their count.
 

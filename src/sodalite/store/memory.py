@@ -380,8 +380,10 @@ class MemoryStore:
                 elif item.outcome is Outcome.DEAD_LETTER:
                     assert item.dead_letter_to is not None
                     part.delete(n)
-                    writable(item.dead_letter_to).append(replace(m, state=MessageState.ACTIVE, expires_at=None),
-                                                         numbering_base(item.dead_letter_to))
+                    copy = replace(m, state=MessageState.ACTIVE, expires_at=item.expires_at,
+                                   enqueued_time=m.enqueued_time if item.enqueued_time is None else item.enqueued_time,
+                                   delivery_count=0 if item.reset_delivery_count else m.delivery_count)
+                    writable(item.dead_letter_to).append(copy, numbering_base(item.dead_letter_to))
                 else:
                     assert_never(item.outcome)
             return Settled(tuple(applied))

@@ -7,7 +7,8 @@ is only what the core does not know:
   ``AppendTo`` names its own: a topic's copies for a subscription);
 - the dead-letter partition a ``Settle`` DEAD_LETTER item or a ``MoveMessages(to_dead_letter=True)``
   goes to (the caller names the entity's ``$deadletterqueue`` partition), and the ``PartitionRef``
-  of a ``MoveMessages`` target named (entity, partition);
+  of a ``MoveMessages`` target or a ``Settle`` item's target (ForwardDeadLetteredMessagesTo) named
+  (entity, partition);
 - the annotations and, for a dead-letter reason, the tail of an
   :class:`~sodalite.model.store_ops.AnnotationEdit`, encoded by ``encode_edit`` (encoding AMQP is
   the server's business; this layer may not import the AMQP codec).
@@ -50,9 +51,11 @@ def to_port_op(op: core.StoreOp, ref: port.PartitionRef, dead_letter: port.Parti
             items = []
             for item in op.items:
                 annotations, count, tail = encoded(item.edit)
+                to = dead_letter if item.target is None else port.PartitionRef(*item.target)
                 items.append(port.SettleItem(
                     item.sequence_number, item.lock_token, item.outcome, annotations, count,
-                    dead_letter if item.outcome is core.Outcome.DEAD_LETTER else None, tail))
+                    to if item.outcome is core.Outcome.DEAD_LETTER else None, tail,
+                    item.reset_delivery_count, item.enqueued_time, item.expires_at))
             return port.Settle(ref, op.now, tuple(items))
         case core.RenewLocks():
             return port.RenewLocks(ref, op.now, op.locked_until, op.items)

@@ -250,6 +250,11 @@ class SettleItem:
     annotation_count: int = 0
     dead_letter_to: PartitionRef | None = None
     tail: bytes | None = None
+    # The dead-lettered copy (ForwardDeadLetteredMessagesTo into a queue): count reset, enqueued
+    # time (None keeps the row's) and expiry (None: it never expires, as in a dead-letter queue).
+    reset_delivery_count: bool = False
+    enqueued_time: int | None = None
+    expires_at: int | None = None
 
     def __post_init__(self) -> None:
         if self.outcome is Outcome.DEAD_LETTER and self.dead_letter_to is None:

@@ -1044,7 +1044,8 @@ def _settle_plan(op: Settle) -> _Plan:
     for group_key, indexes in _batches([key(item) for item in op.items], numbers):
         items = [op.items[i] for i in indexes]
         params = {**base, **_item_arrays([(it.sequence_number, it.lock_token, _CODE[it.outcome], it.annotations,
-                                           it.annotation_count, it.tail, False) for it in items])}
+                                           it.annotation_count, it.tail, it.reset_delivery_count) for it in items],
+                                         [(it.enqueued_time, it.expires_at) for it in items])}
         if group_key[0] == "complete":
             sql = _COMPLETE
         elif group_key[0] == "unlock":

@@ -629,7 +629,10 @@ def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2) -> OpResult:
             assert item.dead_letter_to is not None
             record = _replaced(dying[item.sequence_number].record, item.annotations, item.annotation_count,
                                item.tail)
-            _append(conn, item.dead_letter_to, [replace(record, state=MessageState.ACTIVE, expires_at=None)])
+            _append(conn, item.dead_letter_to, [replace(
+                record, state=MessageState.ACTIVE, expires_at=item.expires_at,
+                enqueued_time=record.enqueued_time if item.enqueued_time is None else item.enqueued_time,
+                delivery_count=0 if item.reset_delivery_count else record.delivery_count)])
         return Settled(tuple(applied))
     if isinstance(op, RenewLocks):
         locks = _select_locks(conn, ref, [n for n, _ in op.items])

@@ -22,6 +22,7 @@ from sodalite.model.partition_core import (
     CloseConsumer,
     CompleteThrough,
     CoreSettings,
+    DeadLetterForward,
     DeferredReceived,
     Delivered,
     Landed,
@@ -55,11 +56,14 @@ TX_TARGET = "tx-target"  # another partition a transaction's sends go to
 
 class PartitionCoreMachine(CoreMachine):
     @initialize(dead_letter=st.booleans(), dedup=st.booleans(), window=st.sampled_from([60, 250, 1 << 20]),
-                read_count=st.sampled_from([1, 2, 5]), max_delivery=st.integers(1, 3))
-    def start(self, dead_letter: bool, dedup: bool, window: int, read_count: int, max_delivery: int) -> None:
+                read_count=st.sampled_from([1, 2, 5]), max_delivery=st.integers(1, 3), forward=st.booleans())
+    def start(self, dead_letter: bool, dedup: bool, window: int, read_count: int, max_delivery: int,
+              forward: bool) -> None:
+        # forward: ForwardDeadLetteredMessagesTo, so every dead letter leaves for another partition
         core = CoreSettings(lock_duration=LOCK, max_delivery_count=max_delivery, dead_letter_on_expiration=dead_letter,
                             duplicate_window=5_000 if dedup else None, window_bytes=window, read_count=read_count,
-                            scheduled_poll=500, scheduled_tracked=2)
+                            scheduled_poll=500, scheduled_tracked=2,
+                            forward_dead_letters=DeadLetterForward(("fdlq", 0), "src", 60_000) if forward else None)
         self.h = Harness(new_view(core, 0, token_seed=3))
         self.moving: dict[object, tuple[tuple[int, ...], tuple[str, int] | None]] = {}
         self.moved_out: set[int] = set()

@@ -23,6 +23,7 @@ from sodalite.model.partition_core import (
     CloseConsumer,
     CompleteThrough,
     CoreSettings,
+    DeadLetterForward,
     DeferredReceived,
     Delivered,
     Receive,
@@ -75,11 +76,13 @@ class SessionCoreMachine(CoreMachine):
         self.last_first[key] = seq
 
     @initialize(dead_letter=st.booleans(), window=st.sampled_from([60, 1 << 20]), read_count=st.sampled_from([1, 4]),
-                max_delivery=st.integers(1, 3))
-    def start(self, dead_letter: bool, window: int, read_count: int, max_delivery: int) -> None:
+                max_delivery=st.integers(1, 3), forward=st.booleans())
+    def start(self, dead_letter: bool, window: int, read_count: int, max_delivery: int, forward: bool) -> None:
+        # forward: ForwardDeadLetteredMessagesTo, so every dead letter leaves for another partition
         core = CoreSettings(lock_duration=LOCK, max_delivery_count=max_delivery, dead_letter_on_expiration=dead_letter,
                             window_bytes=window, read_count=read_count, requires_session=True, scheduled_tracked=2,
-                            scheduled_poll=500)
+                            scheduled_poll=500,
+                            forward_dead_letters=DeadLetterForward(("fdlq", 0), "src", None) if forward else None)
         self.h = Harness(new_view(core, 0, token_seed=5))
 
     def _observe(self, replies: list[Reply]) -> None:

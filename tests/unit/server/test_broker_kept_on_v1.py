@@ -33,10 +33,18 @@ def test_forwarding_alone_keeps_nothing_on_v1() -> None:
     assert _kept_on_v1(records, one_store) == set()
 
 
-def test_forwarding_dead_letters_keeps_its_whole_group() -> None:
+def test_forwarding_dead_letters_in_one_store_keeps_nothing_on_v1() -> None:
+    """The core forwards dead letters in the dead-lettering's own transaction (issue 14)."""
     records = [queue("src", ForwardDeadLetteredMessagesTo="dst"), queue("dst"), queue("feeder", ForwardTo="Dst"),
-               queue("alone")]
-    assert _kept_on_v1(records, one_store) == {"src", "dst", "feeder"}
+               queue("alone"), topic("t"), subscription("t", "s", ForwardDeadLetteredMessagesTo="dst")]
+    assert _kept_on_v1(records, one_store) == set()
+
+
+def test_forwarding_dead_letters_across_stores_or_into_a_partitioned_queue_keeps_the_group() -> None:
+    across = [queue("src", ForwardDeadLetteredMessagesTo="dst"), queue("dst"), queue("alone")]
+    assert _kept_on_v1(across, lambda path: "other" if path == "dst" else "main") == {"src", "dst"}
+    partitioned = [queue("src", ForwardDeadLetteredMessagesTo="p"), queue("p", EnablePartitioning=True)]
+    assert _kept_on_v1(partitioned, one_store) == {"src", "p"}
 
 
 def test_a_partitioned_topic_keeps_its_subscriptions_and_where_they_forward() -> None:
