@@ -597,4 +597,6 @@ class Partition:
             self.publish([record])  # back to the heap, or back to deferred
         else:
             heapq.heappush(self._available.setdefault(self._key(record), []), seq)
+            if record.expires_at is not None:  # the sweep skipped it while locked: it judges it again
+                heapq.heappush(self._ttl, (record.expires_at, seq))
         return update
