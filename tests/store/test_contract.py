@@ -35,14 +35,18 @@ from sodalite.store.memory import MemoryStore
 from sodalite.store.port import (
     AppendMessages,
     DeleteEntity,
+    DeleteIdleEntity,
     DeleteMessages,
+    EntityActivity,
     EntityRecord,
     ForgetMessageIds,
+    IdleDeleted,
     MessagingStore,
     PartitionRef,
     PartitionSnapshot,
     PartitionStats,
     PutEntity,
+    RecordActivity,
     RememberMessageIds,
     StoreOp,
     UpdateMessages,
@@ -1203,3 +1207,35 @@ def test_maintain_keeps_everything_and_reports_room(store: MessagingStore) -> No
     store.apply([DeleteMessages(Q1, (1, 2))])
     assert store.maintain() is True
     assert seqs(store.load_partition(Q1)) == [3, 4, 5]
+
+
+# -- AutoDeleteOnIdle registrations (several nodes; clarifications.md, 18) --------------------------
+
+
+def test_the_idle_deletion_is_decided_from_every_nodes_registrations(store: MessagingStore) -> None:
+    store.apply([PutEntity(queue("Idle"))])
+    store.apply([RecordActivity("node-a", 1_000, (EntityActivity("idle", 900, 0),)),
+                 RecordActivity("node-b", 1_000, (EntityActivity("IDLE", 500, 1),))])
+    # node b serves a receiver and refreshed at 1,000: alive after 990
+    assert store.apply([DeleteIdleEntity("idle", 950, 990)]) == (IdleDeleted(False),)
+    # node b lapsed (refreshed at or before 1,000), but node a was active at 900, after 800
+    assert store.apply([DeleteIdleEntity("idle", 800, 1_000)]) == (IdleDeleted(False),)
+    assert [e.path for e in store.load_entities()] == ["Idle"]
+    # a refresh with an older last activity does not lower it; its receivers left
+    store.apply([RecordActivity("node-b", 1_100, (EntityActivity("idle", 100, 0),))])
+    assert store.apply([DeleteIdleEntity("idle", 450, 2_000)]) == (IdleDeleted(False),)  # 500 > 450
+    # idle on both nodes since 900, no receivers: deleted, once
+    assert store.apply([DeleteIdleEntity("IDLE", 900, 1_050)]) == (IdleDeleted(True),)
+    assert store.load_entities() == []
+    assert store.apply([DeleteIdleEntity("idle", 900, 1_050)]) == (IdleDeleted(False),)
+
+
+def test_an_idle_deletion_needs_the_definition_and_forgets_the_registrations(harness: Harness) -> None:
+    store = harness.store
+    assert store.apply([DeleteIdleEntity("never", 0, 0)]) == (IdleDeleted(False),)
+    store.apply([PutEntity(queue("q")), RecordActivity("a", 5_000, (EntityActivity("q", 4_000, 2),))])
+    if harness.persistent:
+        store = harness.reopen()  # registrations are stored
+    assert store.apply([DeleteIdleEntity("q", 4_500, 4_000)]) == (IdleDeleted(False),)  # receivers, alive
+    store.apply([DeleteEntity("q"), PutEntity(queue("q"))])  # deleting the entity drops its rows
+    assert store.apply([DeleteIdleEntity("q", 0, 0)]) == (IdleDeleted(True),)

@@ -56,7 +56,10 @@ Service Bus rules kept (as model/partition.py states them for the in-memory brok
   is stored with the append (``RememberMessageIds``) and pruned by ``Tick`` (``ForgetMessageIds``).
 - scheduled messages are appended SCHEDULED with their number (returned to ScheduleMessage) and
   activated by ``Activate`` when their time comes; cancelling claims and completes them (only a
-  SCHEDULED row can be taken that way, so a cancel never deletes an active message).
+  SCHEDULED row can be taken that way, so a cancel never deletes an active message). Times the
+  core does not track (rows another node scheduled, told by :class:`DueInStore`) are acted on at
+  that time the same way, with a window read; the store fences ``Activate``, so each message is
+  activated once however many nodes act on its time.
 - AutoDeleteOnIdle: with no send, receive, settlement or management for the idle time, no
   receiver attached and nothing scheduled, the core replies :class:`IdleExpired` once.
 
@@ -390,6 +393,19 @@ class Arrived:
 
 
 @dataclass(frozen=True, slots=True)
+class DueInStore:
+    """Something in this partition falls due at ``at`` that this core may not know of: a message
+    another node scheduled (announced by it), or the store's ``next_due`` read again by the caller
+    (a slow fallback: a node that died may have scheduled it, or held the lock that lapses then).
+    At that time the core asks for ``Activate`` and reads the window again; both are fenced by the
+    store, so when several nodes act on one time each message is activated (or expires) once. A
+    time already acted on, announced again, changes nothing (what is due then is not this core's
+    to act on: say, a deferred message past its expiry)."""
+
+    at: int
+
+
+@dataclass(frozen=True, slots=True)
 class Landed:
     """Rows another core's batch stored in this partition, numbered and committed (a topic's copies
     for this subscription): counted and, where the window reaches them, taken into it, as this
@@ -497,7 +513,8 @@ class CountsRead:
 Command = (Send | Schedule | CancelScheduled | Receive | CloseConsumer | Settle | RenewLock | Touch | Tick
            | StoreResults | StoreFailed | StoreAvailable | StoreUnavailable | WindowRead | AcceptSession
            | RenewSessionLock | GetSessionState | SetSessionState
-           | ReceiveDeferred | CompleteThrough | CountsRead | Arrived | Landed | Publish | MoveOut | Transact)
+           | ReceiveDeferred | CompleteThrough | CountsRead | Arrived | Landed | Publish | MoveOut | Transact
+           | DueInStore)
 
 
 # ---- replies and effects ----------------------------------------------------------------------------
@@ -950,6 +967,8 @@ class View:
     scheduled_poll_at: int | None = None
     activate_in_flight: bool = False
     activate_again: bool = False
+    store_due: int | None = None  # the earliest time a DueInStore named, not acted on yet
+    store_due_done: int | None = None  # the last such time acted on
     idle_reported: bool = False
     token_counter: int = 0
     next_batch_id: int = 1
@@ -1058,6 +1077,9 @@ def decide(view: View, command: Command, now: int) -> Decision:
             view.sessions_maybe_ready = True
         case Landed():
             _on_landed(turn, command.records)
+        case DueInStore():
+            if command.at != view.store_due_done or command.at > now:
+                view.store_due = command.at if view.store_due is None else min(view.store_due, command.at)
         case Tick():
             pass
         case _:
@@ -1585,6 +1607,11 @@ def _due(turn: _Turn) -> None:
         del view.window[seq]
         view.window_size -= record.size
         _leave_expired(turn, record)
+    # A time the store named (DueInStore): activate what is due and read the window again.
+    if view.store_due is not None and view.store_due <= now:
+        view.store_due_done, view.store_due = view.store_due, None
+        view.activate_again = True
+        view.cursor, view.at_tail = 0, False
     # Scheduled messages whose time came.
     if not view.activate_in_flight:
         due = view.activate_again or bool(view.scheduled_heap and view.scheduled_heap[0][0] <= now)
@@ -1658,6 +1685,8 @@ def _next_due(view: View, now: int) -> int | None:
                 continue
             candidates.append(expires_at)
             break
+        if view.store_due is not None:
+            candidates.append(view.store_due)
         if not view.activate_in_flight:
             if view.activate_again:
                 candidates.append(now)
@@ -1824,6 +1853,10 @@ def _taken(turn: _Turn, ctx: _TakeCtx, result: Settled) -> None:
             view.counts.active -= 1
             turn.replies.append(Delivered(ctx.consumer, record, None, None))
     if ctx.consumer is None:
+        if done and view.scheduled_heap:  # cancelled: their times are no longer this core's to count
+            cancelled = set(done)
+            view.scheduled_heap = [entry for entry in view.scheduled_heap if entry[1] not in cancelled]
+            heapq.heapify(view.scheduled_heap)
         turn.replies.append(ScheduledCancelled(ctx.reply_to, tuple(done)))
     else:
         credit = view.credit.get(ctx.consumer)
@@ -1901,15 +1934,19 @@ def _activated(turn: _Turn, ctx: _ActivateCtx, result: Activated) -> None:
     view = turn.view
     view.activate_in_flight = False
     rows = result.messages
-    view.counts.scheduled -= len(rows)
+    # Rows another node scheduled (DueInStore) were never counted here.
+    view.counts.scheduled = max(view.counts.scheduled - len(rows), 0)
     view.counts.active += len(rows)
     activated = {row.record.sequence_number for row in rows}
     if len(rows) >= ctx.limit:
         view.activate_again = True
     else:  # every tracked time up to the op's now is done
         heap = view.scheduled_heap
+        elsewhere = 0  # tracked here, due, and not among the rows: another node activated (or took) it
         while heap and heap[0][0] <= turn.now:
-            heapq.heappop(heap)
+            if heapq.heappop(heap)[1] not in activated:
+                elsewhere += 1
+        view.counts.scheduled = max(view.counts.scheduled - elsewhere, 0)
     if activated and view.scheduled_heap:
         kept = [entry for entry in view.scheduled_heap if entry[1] not in activated]
         if len(kept) != len(view.scheduled_heap):
@@ -1979,6 +2016,7 @@ def _on_failed(turn: _Turn, command: StoreFailed) -> None:
                 _forget(view, ctx.records)
             case _ActivateCtx():
                 view.activate_in_flight = False
+                view.store_due_done = None  # the store's next_due, read again, is acted on
             case _AcceptCtx():
                 if ctx.session_id is None:  # the claim never looked: the next one must
                     view.accept_in_flight = False

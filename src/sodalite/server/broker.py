@@ -81,11 +81,25 @@ from sodalite.server.partitioned_actor import (
 from sodalite.server.registry import QUEUE, SUBSCRIPTION, TOPIC, Entity, Route, named_subscription_path
 from sodalite.server.store_worker import StoreWorker
 from sodalite.server.topic_actor import PartitionedTopicActor, TopicActor
-from sodalite.store.port import DeleteEntity, EntityRecord, MessagingStore, PartitionRef, PutEntity
+from sodalite.store.port import (
+    DeleteEntity,
+    DeleteIdleEntity,
+    EntityActivity,
+    EntityRecord,
+    IdleDeleted,
+    MessagingStore,
+    PartitionRef,
+    PutEntity,
+    RecordActivity,
+)
 
 log = logging.getLogger(__name__)
 
 IDLE_SWEEP_SECONDS = 15.0  # AutoDeleteOnIdle is at least 5 minutes, so this is precise enough
+# Several nodes: each refreshes its AutoDeleteOnIdle registrations (last activity, receivers attached)
+# in the store this often; a node's receivers stop counting after ACTIVITY_LAPSE intervals without one.
+ACTIVITY_SECONDS = 5.0
+ACTIVITY_LAPSE = 3
 MAX_TRANSFER_HOPS = 4  # Service Bus forwards a message at most this many times (DLQ overview)
 # Regenerated keys are stored as one record of a kind the entity loader skips ('$' keeps it apart from entity names).
 KEY_OVERRIDES_PATH, KEY_OVERRIDES_KIND = "$authorizationrules", "authorization-rules"
@@ -208,6 +222,9 @@ class Broker:
         for worker in self.workers[1:]:
             self.metrics.watch(worker)
         self._idle_sweeper: asyncio.Task[None] | None = None
+        self._activity_recorder: asyncio.Task[None] | None = None
+        self.idle_sweep_seconds = IDLE_SWEEP_SECONDS
+        self.activity_seconds = ACTIVITY_SECONDS
         self._entity_follower: asyncio.Task[None] | None = None
         self._entities_lock = asyncio.Lock()  # entity creation and deletion against the follower
         self._entities_changed = asyncio.Event()  # another node changed entity records (the store's feed)
@@ -437,6 +454,7 @@ class Broker:
         self._idle_sweeper = loop.create_task(self._sweep_idle_forever())
         if self.worker.shared:  # other nodes change entities in this store too
             self._entity_follower = loop.create_task(self._follow_entities_forever())
+            self._activity_recorder = loop.create_task(self._record_activity_forever())
         self._server = await SniffingListener.start(host, port, lambda: BrokerConnection(self), management,
                                                     management_tls, sniff_timeout=self.limits.handshake_timeout)
         if tls is not None and tls_port >= 0:
@@ -1071,7 +1089,7 @@ class Broker:
 
     async def _sweep_idle_forever(self) -> None:
         while True:
-            await asyncio.sleep(IDLE_SWEEP_SECONDS)
+            await asyncio.sleep(self.idle_sweep_seconds)
             try:
                 await self.sweep_idle()
             except Exception:  # the sweeper must outlive one bad deletion
@@ -1083,21 +1101,67 @@ class Broker:
         Auto-forwarding counts as a receiver at work, so an entity that forwards is never idle
         (expiration seed).
         """
+        if self.worker.shared:
+            await self.record_activity()  # this node's own registrations are current for the decision
         now = self.clock()
         deleted = []
-        for entity in list(self.entities.values()):
+        for entity in self._idle_candidates():
             if entity.name.lower() not in self.entities:
                 continue  # went with its topic in this sweep
-            idle_for = entity.properties.auto_delete_on_idle
-            if idle_for >= TIMESPAN_MAX or entity.forward_to:
-                continue  # forwarding counts as receiving
-            idle_ms = int(idle_for.total_seconds() * 1000)
+            idle_ms = int(entity.properties.auto_delete_on_idle.total_seconds() * 1000)
             # A topic is idle only if nothing happened on any of its subscriptions either (seed).
-            if entity.actor.is_idle(now, idle_ms) and all(
-                    sub.actor.is_idle(now, idle_ms) for sub in entity.subscriptions.values()):
-                await self.delete_entity(entity)
-                deleted.append(entity.name)
+            if not (entity.actor.is_idle(now, idle_ms) and all(
+                    sub.actor.is_idle(now, idle_ms) for sub in entity.subscriptions.values())):
+                continue
+            if self.worker.shared:
+                # Several nodes: the store decides, from every node's registrations (clarifications.md,
+                # 18); a node whose registrations lapsed no longer counts. Fenced: deleted once.
+                if await self._scheduled_in_store(entity):
+                    continue
+                lapse_ms = int(ACTIVITY_LAPSE * self.activity_seconds * 1000)
+                (result,) = await self.worker.apply([DeleteIdleEntity(entity.name, now - idle_ms, now - lapse_ms)])
+                if not (isinstance(result, IdleDeleted) and result.deleted):
+                    continue
+            await self.delete_entity(entity)
+            deleted.append(entity.name)
         return deleted
+
+    def _idle_candidates(self) -> list[Entity]:
+        """The entities with an AutoDeleteOnIdle; forwarding counts as receiving (expiration seed)."""
+        return [e for e in self.entities.values()
+                if e.properties.auto_delete_on_idle < TIMESPAN_MAX and not e.forward_to]
+
+    async def _scheduled_in_store(self, entity: Entity) -> bool:
+        """Scheduled messages keep an entity alive; another node's are in the store, not in this node's counts."""
+        for actor in [entity.actor, *(sub.actor for sub in entity.subscriptions.values())]:
+            for partition in each(actor):
+                counts = await partition.worker.call(functools.partial(partition.worker.store.counts, partition.ref))
+                if counts.scheduled > 0:
+                    return True
+        return False
+
+    async def record_activity(self) -> None:
+        """Write this node's AutoDeleteOnIdle registrations (several nodes on one store): per entity
+        with an idle time, its last activity and the receivers attached here, a topic's with its
+        subscriptions'. The idle sweep of any node decides from them (DeleteIdleEntity)."""
+        entries = []
+        for entity in self._idle_candidates():
+            last, receivers = 0, 0
+            for actor in [entity.actor, *(sub.actor for sub in entity.subscriptions.values())]:
+                for partition in each(actor):
+                    at, attached = partition.activity()
+                    last, receivers = max(last, at), receivers + attached
+            entries.append(EntityActivity(entity.name, last, receivers))
+        if entries:
+            await self.worker.apply([RecordActivity(self.node_id, self.clock(), tuple(entries))])
+
+    async def _record_activity_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.activity_seconds)
+            try:
+                await self.record_activity()
+            except SodaliteError as exc:  # the store is away: the next refresh tries again
+                log.warning("AutoDeleteOnIdle registrations not refreshed: %s", exc)
 
     async def delete_entity(self, entity: Entity) -> None:
         """Remove the entity, its messages and sub-queues; links on it are detached with amqp:not-found."""
@@ -1148,8 +1212,9 @@ class Broker:
         return [{"name": w.name, "online": not w.offline} for w in self.workers]
 
     async def stop(self) -> None:
-        if self._idle_sweeper is not None:
-            self._idle_sweeper.cancel()
+        for task in (self._idle_sweeper, self._activity_recorder):
+            if task is not None:
+                task.cancel()
         if self._entity_follower is not None:
             self._entity_follower.cancel()
         if self._server is not None:

@@ -348,6 +348,10 @@ class PartitionActor:
         """Something outside the actor counts as use of the entity (a rule change, say)."""
         self._touch()
 
+    def activity(self) -> tuple[int, int]:
+        """(last activity in ms, receivers attached here): what this node registers for AutoDeleteOnIdle."""
+        return self.last_activity, sum(len(c) for c in self.consumers.values()) + len(self._waiters)
+
     def is_idle(self, now: int, idle_for: int) -> bool:
         """Idle as the expiration seed defines it for a queue: no sends, receives, peeks or management
         for ``idle_for``, no scheduled message waiting, and no receiver attached (an open receiver is

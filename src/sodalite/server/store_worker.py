@@ -27,7 +27,11 @@ follow) is called; a (re)connected feed calls every watcher and the entity follo
 happened while it was away was not announced. ``poll_seconds`` is how often a waiting receiver's
 partition still looks by itself for what no announcement covers (a lock of a dead node lapsing):
 ``notified_poll_seconds`` while the feed is live, :data:`SHARED_POLL_SECONDS` without one;
-``follow_seconds`` likewise for the broker's re-reading of entity records.
+``follow_seconds`` likewise for the broker's re-reading of entity records. Another node's scheduled
+messages are announced with their time (``due``: the watcher's ``on_due``); ``due_seconds`` is how
+often each partition still reads the store's ``next_due`` by itself (what a node that died before
+announcing, or a feed that was down, left untold): :data:`DUE_REREAD_SECONDS` while the feed is
+live, ``SHARED_POLL_SECONDS`` four times over without one.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ MAINTENANCE_DELAY = 1.0  # seconds after a batch (and between tries while the st
 SHARED_POLL_SECONDS = 0.25  # a waiting receiver looks for other nodes' rows this often without a live feed
 NOTIFIED_POLL_SECONDS = 2.0  # ... and this often while the feed is live (only what no notification announces)
 ENTITY_FOLLOW_SECONDS = 1.0  # a node re-reads the entity records this often in any case (the feed wakes it sooner)
+DUE_REREAD_SECONDS = 10.0  # a partition re-reads the store's next due time this often while the feed is live
 _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 
 
@@ -76,6 +81,7 @@ class StoreWorker:
         self.notified_follow_seconds = ENTITY_FOLLOW_SECONDS
         self.on_entities_changed: Callable[[], None] | None = None
         self._watchers: dict[tuple[str, int], list[Callable[[], None]]] = {}
+        self._due_watchers: dict[tuple[str, int], list[Callable[[int], None]]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._maintenance: asyncio.TimerHandle | None = None
         self._closing = False
@@ -188,11 +194,19 @@ class StoreWorker:
         """How often the broker re-reads the entity records by itself."""
         return self.notified_follow_seconds if self.feed is not None and self.feed.live else ENTITY_FOLLOW_SECONDS
 
-    def watch(self, ref: PartitionRef, on_ready: Callable[[], None]) -> Callable[[], None]:
-        """Call ``on_ready`` (on the loop) when another node makes messages ready in ``ref``;
-        returns the function that stops it."""
+    @property
+    def due_seconds(self) -> float:
+        """How often a partition reads the store's next due time by itself."""
+        return DUE_REREAD_SECONDS if self.feed is not None and self.feed.live else 4 * SHARED_POLL_SECONDS
+
+    def watch(self, ref: PartitionRef, on_ready: Callable[[], None],
+              on_due: Callable[[int], None] | None = None) -> Callable[[], None]:
+        """Call ``on_ready`` (on the loop) when another node makes messages ready in ``ref``, and
+        ``on_due(at)`` when it schedules messages there; returns the function that stops both."""
         key = _key(ref)
         self._watchers.setdefault(key, []).append(on_ready)
+        if on_due is not None:
+            self._due_watchers.setdefault(key, []).append(on_due)
 
         def unwatch() -> None:
             callbacks = self._watchers.get(key, [])
@@ -200,11 +214,26 @@ class StoreWorker:
                 callbacks.remove(on_ready)
             if not callbacks:
                 self._watchers.pop(key, None)
+            dues = self._due_watchers.get(key, [])
+            if on_due in dues:
+                dues.remove(on_due)
+            if not dues:
+                self._due_watchers.pop(key, None)
 
         return unwatch
 
     def ready(self, ref: PartitionRef) -> None:
         self._on_loop(lambda: self._notify(_key(ref)))
+
+    def due(self, ref: PartitionRef, at: int) -> None:
+        def tell() -> None:
+            for callback in list(self._due_watchers.get(_key(ref), ())):
+                try:
+                    callback(at)
+                except Exception:
+                    log.exception("store %s: a partition's due time could not be handed on", self.name)
+
+        self._on_loop(tell)
 
     def entities_changed(self) -> None:
         self._on_loop(self._entities_changed)

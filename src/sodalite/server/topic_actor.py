@@ -169,6 +169,10 @@ class TopicActor(CoreActor):
 
     # ---- what the broker reads --------------------------------------------------------------------
 
+    def activity(self) -> tuple[int, int]:
+        last, _ = super().activity()
+        return last, sum(1 for c in self._consumers if c is not self._activator)
+
     def is_idle(self, now: int, idle_for: int) -> bool:
         """Idle as a queue is, the activator aside (it is the topic's own, not a receiver)."""
         runner = self.runners.get(SubQueue.MAIN)

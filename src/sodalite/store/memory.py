@@ -45,11 +45,13 @@ from sodalite.store.port import (
     Claimed,
     ClaimSession,
     DeleteEntity,
+    DeleteIdleEntity,
     DeleteMessages,
     Done,
     EntityRecord,
     ForgetMessageIds,
     ForgetMoveKeys,
+    IdleDeleted,
     Moved,
     MoveMessages,
     OpResult,
@@ -63,6 +65,7 @@ from sodalite.store.port import (
     Purged,
     PutEntity,
     PutSessionState,
+    RecordActivity,
     ReleaseSession,
     RememberMessageIds,
     RememberMoveKeys,
@@ -201,6 +204,8 @@ class MemoryStore:
         self._closed = False
         self._partitions: dict[_PartitionKey, _Partition] = {}
         self._entities: dict[str, _StoredEntity] = {}  # keyed by _fold(path)
+        # AutoDeleteOnIdle registrations: (_fold(path), node) -> (last activity, receivers, refreshed at)
+        self._activity: dict[tuple[str, str], tuple[int, int, int]] = {}
         self._fail_next: Exception | None = None
 
     # -- test hooks -------------------------------------------------------------------------------
@@ -226,6 +231,7 @@ class MemoryStore:
 
         partitions = dict(self._partitions)
         entities = dict(self._entities)
+        activity = dict(self._activity)
         copied: set[_PartitionKey] = set()
 
         def writable(ref: PartitionRef) -> _Partition:
@@ -238,6 +244,17 @@ class MemoryStore:
 
         results: list[OpResult] = []
         for op in batch:
+            if isinstance(op, DeleteIdleEntity):
+                folded = _fold(op.path)
+                rows = [row for (path, _), row in activity.items() if path == folded]
+                busy = any(last > op.active_after or (receivers > 0 and refreshed > op.live_after)
+                           for last, receivers, refreshed in rows)
+                deleted = not busy and entities.pop(folded, None) is not None
+                if deleted:
+                    for gone in [k for k in activity if k[0] == folded]:
+                        del activity[gone]
+                results.append(IdleDeleted(deleted))
+                continue
             if not isinstance(op, StoreOpV1):
                 results.append(self._apply_v2(op, writable))
                 continue
@@ -285,6 +302,17 @@ class MemoryStore:
                 for key in [k for k in partitions if k[0] == folded or k[0].startswith(sub_queues)]:
                     del partitions[key]
                     copied.discard(key)
+                for activity_key in [k for k in activity if k[0] == folded]:
+                    del activity[activity_key]
+            elif isinstance(op, RecordActivity):
+                _check_int64(op.now, "now")
+                for entry in op.entries:
+                    _check_text(entry.path, "entity path")
+                    _check_int64(entry.last_activity, f"last activity of {entry.path!r}")
+                    _check_int64(entry.receivers, f"receivers of {entry.path!r}")
+                    row = (_fold(entry.path), op.node)
+                    last = max(entry.last_activity, activity[row][0]) if row in activity else entry.last_activity
+                    activity[row] = (last, entry.receivers, op.now)
             elif isinstance(op, RememberMessageIds):
                 if not op.entries:
                     continue
@@ -324,6 +352,7 @@ class MemoryStore:
         # Every operation succeeded: publish the new state in one step.
         self._partitions = partitions
         self._entities = entities
+        self._activity = activity
         return tuple(results)
 
     @staticmethod

@@ -172,9 +172,53 @@ class ForgetMoveKeys:
     keys: tuple[str, ...]
 
 
+# ---- AutoDeleteOnIdle across nodes (clarifications.md, 18) ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EntityActivity:
+    """One entity as one node sees it: its last activity (ms; for a topic, its subscriptions' too)
+    and the receivers attached to it on that node (a topic's: its subscriptions' receivers)."""
+
+    path: str
+    last_activity: int
+    receivers: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecordActivity:
+    """A node's registrations, refreshed at ``now``: per entity (paths compare case-insensitively)
+    its row for ``node`` holds the latest ``last_activity`` ever recorded (a smaller one does not
+    lower it), the ``receivers`` given and ``refreshed_at = now``. Rows of entities not named stay
+    as they are. :class:`DeleteEntity` removes an entity's rows. Result: :class:`Done`."""
+
+    node: str
+    now: int
+    entries: tuple[EntityActivity, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteIdleEntity:
+    """The idle sweep's fenced deletion of ``path``'s definition (and its registrations), decided
+    from the registrations alone: only if the definition exists, no node's row of the path has
+    ``last_activity > active_after`` and no row refreshed after ``live_after`` (a node that stopped
+    refreshing lapses) has receivers. Two nodes sweeping at once delete it once. The rest of what
+    is stored for the path is left to a :class:`DeleteEntity` the caller applies after it.
+    Result: :class:`IdleDeleted`."""
+
+    path: str
+    active_after: int
+    live_after: int
+
+
+@dataclass(frozen=True, slots=True)
+class IdleDeleted:
+    deleted: bool
+
+
 StoreOpV1 = (
     AppendMessages | DeleteMessages | UpdateMessages | PutEntity | DeleteEntity | RememberMessageIds
-    | ForgetMessageIds | PutSessionState | RememberMoveKeys | ForgetMoveKeys
+    | ForgetMessageIds | PutSessionState | RememberMoveKeys | ForgetMoveKeys | RecordActivity
 )
 
 
@@ -398,8 +442,9 @@ StoreOpV2 = (
     Append | Claim | Settle | RenewLocks | MoveMessages | Activate | Purge | ClaimSession | RenewSession
     | ReleaseSession
 )
-StoreOp = StoreOpV1 | StoreOpV2
-OpResult = Done | Appended | Claimed | Settled | Renewed | Moved | Activated | Purged | SessionClaimed
+StoreOp = StoreOpV1 | StoreOpV2 | DeleteIdleEntity
+OpResult = (Done | Appended | Claimed | Settled | Renewed | Moved | Activated | Purged | SessionClaimed
+            | IdleDeleted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -517,6 +562,10 @@ class ChangeSink(Protocol):
         """Another node committed a batch that made messages ready in ``ref`` (appended ACTIVE,
         activated, abandoned or released, moved or dead-lettered into it) or released a session
         lock there: the partition's reader should look again."""
+
+    def due(self, ref: PartitionRef, at: int) -> None:
+        """Another node committed scheduled messages in ``ref``, the earliest due at ``at`` (ms):
+        the partition's reader should act on that time (activate what is due then)."""
 
     def entities_changed(self) -> None:
         """Another node committed a change of entity records (created, changed, deleted; rules and

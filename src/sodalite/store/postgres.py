@@ -70,8 +70,11 @@ Notifications (several nodes on one database). A batch that makes messages ready
 (ACTIVE appends, activation, abandon and release, dead-letters and moves into it, a released session
 lock) or changes entity records ends with one ``pg_notify`` statement queuing one notification per
 such partition (and one for the entities) on its schema's channel: PostgreSQL delivers them at
-commit, never after a rollback. Each node listens with :class:`PostgresChangeFeed` (one connection of
-its own) and reads the store again for the partition named; see docs/postgresql.md.
+commit, never after a rollback. A batch that appends scheduled messages also names, per partition,
+the earliest of their times on the schema's second channel (``channel_name(schema, DUE)``), so every
+node acts on that time even if the node that scheduled them died.
+Each node listens with :class:`PostgresChangeFeed` (one connection of its own) and reads the store
+again for the partition named; see docs/postgresql.md.
 
 Plans. Settlements and renewals run on their prepared statement's generic plan (:data:`_GENERIC_PLAN`,
 switched transaction-locally in the pipeline), which PostgreSQL would otherwise re-plan at each
@@ -135,11 +138,13 @@ from sodalite.store.port import (
     Claimed,
     ClaimSession,
     DeleteEntity,
+    DeleteIdleEntity,
     DeleteMessages,
     Done,
     EntityRecord,
     ForgetMessageIds,
     ForgetMoveKeys,
+    IdleDeleted,
     Moved,
     MoveItem,
     MoveMessages,
@@ -154,6 +159,7 @@ from sodalite.store.port import (
     Purged,
     PutEntity,
     PutSessionState,
+    RecordActivity,
     ReleaseSession,
     RememberMessageIds,
     RememberMoveKeys,
@@ -402,6 +408,21 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         CREATE TABLE sodalite_counters_g{g} PARTITION OF sodalite_counters FOR VALUES IN ({g})
             WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.0, autovacuum_vacuum_threshold = 1000)
         """ for g in range(GENERATIONS)),
+    ),
+    # Version 4: AutoDeleteOnIdle across nodes. Each node's registration of each entity with an idle
+    # time (RecordActivity, a few rows per node refreshed every few seconds: room for HOT updates);
+    # the idle sweep's fenced deletion (DeleteIdleEntity) reads the entity's rows.
+    (
+        """
+        CREATE TABLE sodalite_activity (
+            entity        bytea  NOT NULL,
+            node          text   NOT NULL,
+            last_activity bigint NOT NULL,
+            receivers     bigint NOT NULL,
+            refreshed_at  bigint NOT NULL,
+            PRIMARY KEY (entity, node)
+        ) WITH (fillfactor = 50)
+        """,
     ),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
@@ -705,6 +726,22 @@ _RENEW_SESSION: Final = (
 _RELEASE_SESSION: Final = (
     "DELETE FROM sodalite_session_locks WHERE entity = %(e)s AND partition = %(p)s AND session_id = %(sid)s "
     "AND token = %(tok)s RETURNING 1"
+)
+_RECORD_ACTIVITY: Final = (
+    "INSERT INTO sodalite_activity AS a (entity, node, last_activity, receivers, refreshed_at) "
+    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (entity, node) DO UPDATE SET "
+    "last_activity = greatest(a.last_activity, excluded.last_activity), receivers = excluded.receivers, "
+    "refreshed_at = excluded.refreshed_at"
+)
+# Deletes the definition only if no registration says the entity is in use; a second sweeper's
+# DELETE waits for the first's row lock and then finds the row gone (deleted once).
+_DELETE_IDLE: Final = (
+    "WITH busy AS (SELECT 1 FROM sodalite_activity WHERE entity = %(k)s AND (last_activity > %(active)s "
+    "OR (receivers > 0 AND refreshed_at > %(live)s)) LIMIT 1), "
+    "gone AS (DELETE FROM sodalite_entities WHERE path_key = %(k)s AND NOT EXISTS (SELECT 1 FROM busy) "
+    "RETURNING 1), "
+    "regs AS (DELETE FROM sodalite_activity WHERE entity = %(k)s AND EXISTS (SELECT 1 FROM gone)) "
+    "SELECT count(*) FROM gone"
 )
 _PUT_ENTITY: Final = (
     "INSERT INTO sodalite_entities (path_key, path, kind, properties) VALUES (%s, %s, %s, %s) "
@@ -1216,6 +1253,13 @@ def _v1_statements(op: StoreOp) -> Iterable[tuple[str, list[tuple[Any, ...]]]]:
         for statement in _DELETE_ENTITY_ROWS:
             yield statement, [(folded, folded + b"/$", folded + b"/%")]
         yield "DELETE FROM sodalite_entities WHERE path_key = %s", [(folded,)]
+        yield "DELETE FROM sodalite_activity WHERE entity = %s", [(folded,)]
+    elif isinstance(op, RecordActivity):
+        if op.entries:
+            now = _int64(op.now, "now")
+            yield _RECORD_ACTIVITY, [
+                (_fold(e.path), op.node, _int64(e.last_activity, f"last activity of {e.path!r}"),
+                 _int64(e.receivers, f"receivers of {e.path!r}"), now) for e in op.entries]
     elif isinstance(op, RememberMessageIds):
         if op.entries:
             entity, partition = _key(op.ref)
@@ -1244,26 +1288,38 @@ def _v1_statements(op: StoreOp) -> Iterable[tuple[str, list[tuple[Any, ...]]]]:
         raise AssertionError(f"not a version-1 operation without messages: {type(op).__name__}")
 
 
-def channel_name(schema: str) -> str:
+def channel_name(schema: str, kind: str = "") -> str:
     """The notification channel of the Sodalite tables in ``schema``: a channel is database-wide, so
-    each schema gets its own and deployments in other schemas of the database are not woken."""
-    name = f"sodalite_{schema}"
+    each schema gets its own and deployments in other schemas of the database are not woken.
+    ``kind`` "due_" names the schema's second channel, of scheduled times (:func:`_announcements`)."""
+    name = f"sodalite_{kind}{schema}"
     if len(name.encode("utf-8")) <= 63:  # NAMEDATALEN - 1
         return name
-    return "sodalite_" + hashlib.sha256(schema.encode("utf-8")).hexdigest()[:32]
+    return f"sodalite_{kind}" + hashlib.sha256(schema.encode("utf-8")).hexdigest()[:32]
 
 
-def _announcements(batch: Sequence[StoreOp], origin: str) -> list[str]:
+DUE: Final = "due_"  # the kind of channel_name that carries scheduled times
+
+
+def _announcements(batch: Sequence[StoreOp], origin: str) -> tuple[list[str], list[str]]:
     """The notification payloads a batch sends when it commits: one per partition it makes messages
     ready in (ACTIVE rows appended, scheduled rows activated, abandoned and released rows, rows
-    dead-lettered or moved into it, a session lock released), and one if it changes entity records.
-    ``r <origin> <partition> <entity>`` and ``e <origin>``; the origin lets a node skip its own."""
+    dead-lettered or moved into it, a session lock released), and one if it changes entity records:
+    ``r <origin> <partition> <entity>`` and ``e <origin>``, on the schema's channel; and, on its
+    channel of due times (``channel_name(schema, DUE)``), one per partition it appends scheduled
+    messages to, naming the earliest of their times (ms): ``d <origin> <partition> <time> <entity>``.
+    The origin lets a node skip its own. Returns (channel payloads, due-channel payloads)."""
     ready: dict[tuple[str, int], None] = {}
+    due: dict[tuple[str, int], int] = {}
     entities = False
     for op in batch:
         if isinstance(op, Append):
             if any(m.state == MessageState.ACTIVE for m in op.messages):
                 ready[(op.ref.entity, op.ref.partition)] = None
+            times = [m.scheduled_enqueue_time or 0 for m in op.messages if m.state == MessageState.SCHEDULED]
+            if times:
+                key = (op.ref.entity, op.ref.partition)
+                due[key] = min(times + ([due[key]] if key in due else []))
         elif isinstance(op, Activate):
             if op.limit > 0:
                 ready[(op.ref.entity, op.ref.partition)] = None
@@ -1278,21 +1334,25 @@ def _announcements(batch: Sequence[StoreOp], origin: str) -> list[str]:
                 ready[(op.target.entity, op.target.partition)] = None
         elif isinstance(op, ReleaseSession):
             ready[(op.ref.entity, op.ref.partition)] = None
-        elif isinstance(op, PutEntity | DeleteEntity):
+        elif isinstance(op, PutEntity | DeleteEntity | DeleteIdleEntity):
             entities = True
     payloads = [f"r {origin} {partition} {entity}" for entity, partition in ready]
     if entities:
         payloads.append(f"e {origin}")
-    return payloads
+    return payloads, [f"d {origin} {partition} {at} {entity}" for (entity, partition), at in due.items()]
 
 
-def _parse_announcement(payload: str) -> tuple[str, str, PartitionRef | None] | None:
-    """(kind, origin, ref) of a payload :func:`_announcements` made; None for anything else."""
+def _parse_announcement(payload: str) -> tuple[str, str, PartitionRef | None, int | None] | None:
+    """(kind, origin, ref, due time) of a payload :func:`_announcements` made; None for anything else."""
     parts = payload.split(" ", 3)
     if len(parts) == 2 and parts[0] == "e":
-        return "e", parts[1], None
+        return "e", parts[1], None, None
     if len(parts) == 4 and parts[0] == "r" and parts[2].isdigit():
-        return "r", parts[1], PartitionRef(parts[3], int(parts[2]))
+        return "r", parts[1], PartitionRef(parts[3], int(parts[2])), None
+    if parts[0] == "d":
+        parts = payload.split(" ", 4)
+        if len(parts) == 5 and parts[2].isdigit() and parts[3].isdigit():
+            return "d", parts[1], PartitionRef(parts[4], int(parts[2])), int(parts[3])
     return None
 
 
@@ -1303,7 +1363,8 @@ def _parse_announcement(payload: str) -> tuple[str, str, PartitionRef | None] | 
 # keep custom plans (their generic plan was slower there). Transaction-local, so it ends with the batch.
 _GENERIC_PLAN: Final = {True: "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)",
                         False: "SELECT set_config('plan_cache_mode', 'auto', true)"}
-_NOTIFY: Final = "SELECT pg_notify(%(channel)s, payload) FROM unnest(%(payloads)s::text[]) AS payload"
+_NOTIFY: Final = ("SELECT pg_notify(channel, payload) "
+                  "FROM unnest(%(channels)s::text[], %(payloads)s::text[]) AS n(channel, payload)")
 
 
 def _plan(op: StoreOp) -> _Plan:
@@ -1323,9 +1384,13 @@ def _plan(op: StoreOp) -> _Plan:
         return _purge_plan(op)
     if isinstance(op, ClaimSession | RenewSession | ReleaseSession):
         return _session_plan(op)
+    if isinstance(op, DeleteIdleEntity):
+        params = {"k": _fold(op.path), "active": _int64(op.active_after, "active_after"),
+                  "live": _int64(op.live_after, "live_after")}
+        return _Plan([_Step(_DELETE_IDLE, params, rows=True)], lambda rows: IdleDeleted(int(rows[0][0][0]) == 1))
     if isinstance(op, AppendMessages | DeleteMessages | UpdateMessages | PutEntity | DeleteEntity
                   | RememberMessageIds | ForgetMessageIds | PutSessionState | RememberMoveKeys
-                  | ForgetMoveKeys):
+                  | ForgetMoveKeys | RecordActivity):
         return _v1_plan(op)
     assert_never(op)
 
@@ -1350,6 +1415,7 @@ class PostgresStore:
         # channel of its schema (known once open() has connected).
         self.origin = uuid.uuid4().hex[:12]
         self._channel: str | None = None
+        self._due_channel = ""
         # Diagnostics (the drill reads them): network round trips (pipeline syncs and single
         # statements) and statements sent; ring switches, generations truncated, and truncations
         # put off because a lock was not granted within LOCK_TIMEOUT_MS.
@@ -1394,6 +1460,7 @@ class PostgresStore:
         pool.open(wait=False)
         self._pool = pool
         self._channel = channel_name(str(row[0])) if row is not None and row[0] is not None else None
+        self._due_channel = channel_name(str(row[0]), DUE) if row is not None and row[0] is not None else ""
 
     def change_feed(self, *, application_name: str | None = None) -> PostgresChangeFeed:
         """A listener for the notifications other stores on this database and schema send (one
@@ -1407,11 +1474,13 @@ class PostgresStore:
         takes = sorted({key for plan in plans for key in plan.takes})
         steps = [_Step(_TAKE_PARTITION, {"e": e, "p": p}) for e, p in takes]
         steps += [step for plan in plans for step in plan.steps]
-        payloads = _announcements(batch, self.origin) if self._channel is not None and steps else []
-        if payloads:
-            # Queued by the transaction, sent by PostgreSQL when it commits (never on a rollback):
-            # one more statement in the pipeline, not one more round trip.
-            steps.append(_Step(_NOTIFY, {"channel": self._channel, "payloads": payloads}))
+        if self._channel is not None and steps:
+            ready, due = _announcements(batch, self.origin)
+            if ready or due:
+                # Queued by the transaction, sent by PostgreSQL when it commits (never on a rollback):
+                # one more statement in the pipeline, not one more round trip.
+                channels = [self._channel] * len(ready) + [self._due_channel] * len(due)
+                steps.append(_Step(_NOTIFY, {"channels": channels, "payloads": ready + due}))
         fetched: list[_Rows] = []
         if steps:
             try:
@@ -1718,7 +1787,7 @@ class PostgresChangeFeed:
     its channel (:func:`channel_name`).
 
     This class keeps one connection (autocommit) in a thread of its own, ``LISTEN``\\ s on the
-    channel and hands each notification to the sink: ``ready(ref)`` or ``entities_changed()``,
+    channel and hands each notification to the sink: ``ready(ref)``, ``due(ref, at)`` or ``entities_changed()``,
     skipping those whose origin is its own store's (this node made them and knows). The thread waits
     for notifications :data:`LISTEN_POLL` at a time, so :meth:`stop` takes effect within that. When
     the connection is lost (the database restarted, the network broke: TCP keepalives find a dead
@@ -1768,7 +1837,8 @@ class PostgresChangeFeed:
                     row = conn.execute("SELECT current_schema()").fetchone()
                     if row is None or row[0] is None:
                         raise StoreUnavailable(f"PostgreSQL store {self._shown}: no schema on the search_path")
-                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel_name(str(row[0])))))
+                    for kind in ("", DUE):
+                        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel_name(str(row[0]), kind))))
                     self.connections += 1
                     if self.connections > 1:
                         log.warning("PostgreSQL store %s: listening again for other nodes' changes", self._shown)
@@ -1791,9 +1861,13 @@ class PostgresChangeFeed:
         parsed = _parse_announcement(payload)
         if parsed is None or parsed[1] == self._origin:
             return
-        kind, _, ref = parsed
+        kind, _, ref, at = parsed
         self.delivered += 1
-        if ref is not None:
+        if ref is not None and at is not None:
+            scheduled: PartitionRef = ref
+            due_at: int = at
+            self._hand(lambda: sink.due(scheduled, due_at))
+        elif ref is not None:
             target: PartitionRef = ref
             self._hand(lambda: sink.ready(target))
         elif kind == "e":

@@ -73,11 +73,13 @@ from sodalite.store.port import (
     Claimed,
     ClaimSession,
     DeleteEntity,
+    DeleteIdleEntity,
     DeleteMessages,
     Done,
     EntityRecord,
     ForgetMessageIds,
     ForgetMoveKeys,
+    IdleDeleted,
     Moved,
     MoveMessages,
     OpResult,
@@ -91,6 +93,7 @@ from sodalite.store.port import (
     Purged,
     PutEntity,
     PutSessionState,
+    RecordActivity,
     ReleaseSession,
     RememberMessageIds,
     RememberMoveKeys,
@@ -226,6 +229,27 @@ _SCHEMA_V5: Final = (
     "CREATE INDEX IF NOT EXISTS messages_locks ON messages (entity, partition, locked_until) "
     "WHERE locked_until IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS session_locks_due ON session_locks (entity, partition, locked_until)",
+    # AutoDeleteOnIdle registrations (RecordActivity, DeleteIdleEntity). Added to version 5 without a
+    # new version: a table of its own, created at every open if missing, that older releases ignore.
+    """
+    CREATE TABLE IF NOT EXISTS activity (
+        entity        TEXT    NOT NULL COLLATE NOCASE,
+        node          TEXT    NOT NULL,
+        last_activity INTEGER NOT NULL,
+        receivers     INTEGER NOT NULL,
+        refreshed_at  INTEGER NOT NULL,
+        PRIMARY KEY (entity, node)
+    ) WITHOUT ROWID
+    """,
+)
+_RECORD_ACTIVITY: Final = (
+    "INSERT INTO activity (entity, node, last_activity, receivers, refreshed_at) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (entity, node) DO UPDATE SET last_activity = max(last_activity, excluded.last_activity), "
+    "receivers = excluded.receivers, refreshed_at = excluded.refreshed_at"
+)
+_ACTIVITY_BUSY: Final = (
+    "SELECT 1 FROM activity WHERE entity = ? AND (last_activity > ? OR (receivers > 0 AND refreshed_at > ?)) "
+    "LIMIT 1"
 )
 _V5_COLUMNS: Final = {
     "messages": ("lock_token BLOB", "locked_until INTEGER", "lock_owner TEXT"),
@@ -580,6 +604,15 @@ def _replaced(record: MessageRecord, annotations: bytes | None, annotation_count
     return record
 
 
+def _delete_idle(conn: sqlite3.Connection, op: DeleteIdleEntity) -> IdleDeleted:
+    if conn.execute(_ACTIVITY_BUSY, (op.path, op.active_after, op.live_after)).fetchone() is not None:
+        return IdleDeleted(False)
+    if conn.execute("DELETE FROM entities WHERE path = ?", (op.path,)).rowcount != 1:
+        return IdleDeleted(False)
+    conn.execute("DELETE FROM activity WHERE entity = ?", (op.path,))
+    return IdleDeleted(True)
+
+
 def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2) -> OpResult:
     ref = op.ref
     key = (ref.entity, ref.partition)
@@ -808,7 +841,9 @@ class SqliteStore:
         try:
             results: list[OpResult] = []
             for op in batch:
-                if isinstance(op, StoreOpV1):
+                if isinstance(op, DeleteIdleEntity):
+                    results.append(_delete_idle(conn, op))
+                elif isinstance(op, StoreOpV1):
                     self._apply_one(conn, op)
                     results.append(Done())
                 else:
@@ -1052,6 +1087,10 @@ class SqliteStore:
                 conn.execute(exact, (path,))
                 conn.execute(sub_queues, (path + "/$", path + "/%"))
             conn.execute("DELETE FROM entities WHERE path = ?", (path,))
+            conn.execute("DELETE FROM activity WHERE entity = ?", (path,))
+        elif isinstance(op, RecordActivity):
+            conn.executemany(_RECORD_ACTIVITY, [(e.path, op.node, e.last_activity, e.receivers, op.now)
+                                                for e in op.entries])
         elif isinstance(op, RememberMessageIds):
             entity, partition = op.ref.entity, op.ref.partition
             conn.executemany(
