@@ -860,6 +860,7 @@ class _MoveCtx:
 @dataclass(frozen=True, slots=True)
 class _ActivateCtx:
     limit: int
+    at: int  # the op's now: what was due by then is all it activates
 
 
 @dataclass(frozen=True, slots=True)
@@ -1623,7 +1624,7 @@ def _due(turn: _Turn) -> None:
             if view.scheduled_untracked:
                 view.scheduled_poll_at = now + settings.scheduled_poll
             turn.tail_ops.append(Activate(now, settings.activate_limit))
-            turn.tail_ctxs.append(_ActivateCtx(settings.activate_limit))
+            turn.tail_ctxs.append(_ActivateCtx(settings.activate_limit, now))
     # Duplicate-detection history past its window.
     if view.dedup is not None:
         gone = view.dedup.prune(now)
@@ -1940,10 +1941,10 @@ def _activated(turn: _Turn, ctx: _ActivateCtx, result: Activated) -> None:
     activated = {row.record.sequence_number for row in rows}
     if len(rows) >= ctx.limit:
         view.activate_again = True
-    else:  # every tracked time up to the op's now is done
+    else:  # every tracked time up to the op's now is done (not up to now: the batch may have waited)
         heap = view.scheduled_heap
         elsewhere = 0  # tracked here, due, and not among the rows: another node activated (or took) it
-        while heap and heap[0][0] <= turn.now:
+        while heap and heap[0][0] <= ctx.at:
             if heapq.heappop(heap)[1] not in activated:
                 elsewhere += 1
         view.counts.scheduled = max(view.counts.scheduled - elsewhere, 0)

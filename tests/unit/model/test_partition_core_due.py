@@ -79,3 +79,21 @@ def test_a_cancelled_message_is_not_counted_off_again_when_its_time_comes() -> N
     h.run(Tick())
     h.drain()
     assert (h.view.counts.scheduled, h.view.counts.active) == (1, 1)  # z still waits; y is active
+
+
+def test_an_activation_answered_after_a_tracked_time_leaves_that_time_to_the_next_one() -> None:
+    """An Activate asked at 5,000 whose batch is answered at 10,000 activated what was due by
+    5,000 only: the message due at 10,000 is still scheduled and still counted, and is activated
+    next (the core once counted it as activated elsewhere, and the count went below the store's)."""
+    store = FakeStore()
+    a = _node(store, 1)
+    a.run(Schedule((draft("later", scheduled=10_000),), "s"))
+    assert a.drain() == [SendAccepted("s", (1,))]
+    a.run(DueInStore(5_000))
+    a.at(5_000)
+    a.run(Tick())  # an Activate at 5,000, not carried out yet
+    a.at(10_000)
+    a.run(Tick())
+    a.drain()
+    assert store.rows[1].record.state == MessageState.ACTIVE
+    assert (a.view.counts.active, a.view.counts.scheduled) == store.counts()[:2] == (1, 0)
