@@ -86,9 +86,10 @@ Copy = tuple["CoreActor", SubQueue, MessageRecord]
 """A message to store in a sub-queue of an entity on the core (a topic's copy, a transfer dead letter), unnumbered."""
 
 
-def core_settings(settings: EntitySettings, sub: SubQueue, owner: str) -> core.CoreSettings:
+def core_settings(settings: EntitySettings, sub: SubQueue, owner: str, shared: bool = False) -> core.CoreSettings:
     """The core's settings for one sub-queue of an entity. A dead-letter queue observes no
-    time-to-live, never dead-letters and keeps no duplicate history (Service Bus DLQ overview)."""
+    time-to-live, never dead-letters and keeps no duplicate history (Service Bus DLQ overview).
+    ``shared``: other nodes write the store, which then decides duplicates."""
     if sub is not SubQueue.MAIN:
         return core.CoreSettings(lock_duration=settings.lock_duration, default_ttl=None,
                                  max_delivery_count=1 << 30, dead_letter_on_expiration=False,
@@ -98,7 +99,7 @@ def core_settings(settings: EntitySettings, sub: SubQueue, owner: str) -> core.C
         max_delivery_count=settings.max_delivery_count if settings.max_delivery_count is not None else 1 << 30,
         dead_letter_on_expiration=settings.dead_lettering_on_message_expiration,
         duplicate_window=settings.duplicate_detection_window,
-        requires_session=settings.requires_session, owner=owner)
+        requires_session=settings.requires_session, owner=owner, shared_store=shared)
 
 
 def as_delivered(record: MessageRecord) -> MessageRecord:
@@ -156,8 +157,8 @@ class CoreActor:
         for sub in SubQueue:
             target = self.refs[SubQueue.DEAD_LETTER] if sub is SubQueue.MAIN else self.refs[sub]
             runner = await PartitionRunner.start(
-                self.refs[sub], core_settings(self.settings, sub, self.node_id), self.worker, self.clock,
-                functools.partial(self._on_reply, sub), dead_letter=target)
+                self.refs[sub], core_settings(self.settings, sub, self.node_id, self.worker.shared), self.worker,
+                self.clock, functools.partial(self._on_reply, sub), dead_letter=target)
             runner.on_moved = self._on_moved
             self.runners[sub] = runner
             if self.worker.shared:  # another node made messages ready here: read again
@@ -635,7 +636,7 @@ class CoreActor:
         """New properties apply to what comes next; locks already granted keep their time."""
         self.settings = settings
         for sub, runner in self.runners.items():
-            runner.view.settings = core_settings(settings, sub, self.node_id)
+            runner.view.settings = core_settings(settings, sub, self.node_id, self.worker.shared)
 
     # ---- copies stored by this entity's transaction into others -----------------------------------
 
