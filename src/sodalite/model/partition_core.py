@@ -115,9 +115,10 @@ numbered <= N in any state, except rows locked at ``now``); :class:`CompletedThr
 store's count after it commits. The window forgets its rows <= N, and moves ``cursor`` below them,
 when the purge is decided and again when it commits (a lock that kept a row, and lapsed in
 between, put it back; the read finds it again). ``Purged`` is one total, so once a purge with a
-count committed the core asks for :class:`ReadCounts` (a read like :class:`ReadWindow`, at most
-one per decision, taking precedence) and replaces its counts with the :class:`CountsRead`
-answer: the read runs after every batch decided before it and its answer comes before the
+count committed, or when told :class:`RefreshCounts` (on a store other nodes write, whose
+sends and settlements this core does not see), the core asks for :class:`ReadCounts` (a read
+like :class:`ReadWindow`, at most one per decision, taking precedence) and replaces its counts
+with the :class:`CountsRead` answer: the read runs after every batch decided before it and its answer comes before the
 results of any decided after it, so the replacement is exact. Until it comes,
 ``View.counts_stale_after`` says the counts may be off by what the purge took.
 
@@ -437,6 +438,12 @@ class MoveOut:
 
 
 @dataclass(frozen=True, slots=True)
+class RefreshCounts:
+    """Read the counts back from the store (other nodes sharing it send and settle too): the next
+    decision asks for :class:`ReadCounts`, whose answer replaces the view's counts exactly."""
+
+
+@dataclass(frozen=True, slots=True)
 class CountsRead:
     """The answer to a :class:`ReadCounts`: (active, scheduled, deferred) as ``store.counts(ref)``
     gives them; ``None`` if the read failed."""
@@ -447,7 +454,7 @@ class CountsRead:
 Command = (Send | Schedule | CancelScheduled | Receive | CloseConsumer | Settle | RenewLock | Touch | Tick
            | StoreResults | StoreFailed | StoreAvailable | StoreUnavailable | WindowRead | AcceptSession
            | RenewSessionLock | GetSessionState | SetSessionState
-           | ReceiveDeferred | CompleteThrough | CountsRead | Arrived | Landed | Publish | MoveOut)
+           | ReceiveDeferred | CompleteThrough | CountsRead | Arrived | Landed | Publish | MoveOut | RefreshCounts)
 
 
 # ---- replies and effects ----------------------------------------------------------------------------
@@ -917,6 +924,7 @@ class View:
     # yet (0: the counts are the store's), and the last batch id the ReadCounts in flight comes after.
     counts_stale_after: int = 0
     counts_read_after: int | None = None
+    counts_refresh: bool = False  # RefreshCounts asked for a ReadCounts not yet asked for
 
 
 _LOST_TOKENS = 1024
@@ -984,6 +992,8 @@ def decide(view: View, command: Command, now: int) -> Decision:
     match command:
         case CountsRead():
             _on_counts_read(turn, command)
+        case RefreshCounts():
+            view.counts_refresh = True
         case StoreResults():
             _on_results(turn, command)
         case StoreFailed():
@@ -2355,9 +2365,12 @@ def _purged(turn: _Turn, ctx: _PurgeCtx, result: Purged, batch_id: int) -> None:
 
 
 def _counts_read(view: View, batch_id: int | None) -> ReadCounts | None:
-    """A ReadCounts when a committed Purge left the counts unknown and none is in flight."""
-    if not view.counts_stale_after or view.counts_read_after is not None or not view.available:
+    """A ReadCounts when a committed Purge left the counts unknown, or RefreshCounts asked, and none is
+    in flight."""
+    if not (view.counts_stale_after or view.counts_refresh) or view.counts_read_after is not None \
+            or not view.available:
         return None
+    view.counts_refresh = False
     view.counts_read_after = batch_id if batch_id is not None else view.next_batch_id - 1
     return ReadCounts()
 

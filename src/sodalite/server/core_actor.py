@@ -29,7 +29,11 @@ LISTEN/NOTIFY), its core is told ``Arrived(0)`` and reads the store again. What 
 covers (a lock held by a dead node lapsing) is found by a poll: while a receiver here waits with
 credit, the core is told ``Arrived(0)`` every ``worker.poll_seconds`` (fast without a live feed,
 slow with one). Claims and session locks are fenced by the store (``FOR UPDATE SKIP LOCKED``), so
-two nodes never lock the same message or session.
+two nodes never lock the same message or session. The counts management reads (:meth:`counts`,
+:meth:`size_in_bytes`) are the cores' views, which see only this node's batches: every
+:data:`SHARED_COUNTS_SECONDS` each core reads them back from the store (``RefreshCounts``), so
+they follow other nodes' sends and settlements too. Duplicate detection is the store's
+(``CoreSettings.shared_store``: the batch that appends claims the MessageIds).
 
 Copies into other entities (``Publish``): a topic's send, and a send whose forwarding ended here at
 the hop limit (:meth:`send_to_transfer_dead_letter`), are stored by this entity's core in one batch
@@ -83,6 +87,9 @@ log = logging.getLogger(__name__)
 ALL_STATES = frozenset(MessageState)
 Taken = tuple[MessageRecord, uuid.UUID | None, int | None]  # a message received by number: record, lock token, until
 Copy = tuple["CoreActor", SubQueue, MessageRecord]
+# On a store other nodes write: how often the counts are read back from it (management answers
+# follow other nodes' sends and settlements within about this long).
+SHARED_COUNTS_SECONDS = 0.5
 """A message to store in a sub-queue of an entity on the core (a topic's copy, a transfer dead letter), unnumbered."""
 
 
@@ -146,6 +153,7 @@ class CoreActor:
         self._available = True
         self._closed = False
         self._poller: asyncio.Task[None] | None = None
+        self._counter: asyncio.Task[None] | None = None
         self._targets: dict[PartitionRef, tuple[CoreActor, SubQueue]] = {}  # where Publish copies land
         self._unwatch: list[Any] = []  # stop the store worker's wake-ups, one per sub-queue
         self._session_waits: dict[Any, Hashable] = {}  # owner -> request key of its accept-next-session
@@ -165,8 +173,9 @@ class CoreActor:
                 self._unwatch.append(self.worker.watch(self.refs[sub], functools.partial(self._arrived, sub)))
         self._available = True
         if self.worker.shared and self._poller is None:
-            self._poller = asyncio.get_running_loop().create_task(self._poll_shared(),
-                                                                  name=f"shared-store poll {self.ref.entity}")
+            loop = asyncio.get_running_loop()
+            self._poller = loop.create_task(self._poll_shared(), name=f"shared-store poll {self.ref.entity}")
+            self._counter = loop.create_task(self._refresh_shared_counts(), name=f"shared counts {self.ref.entity}")
 
     def suspend(self) -> None:
         """The store went offline (or is at start): the cores answer ServerBusy until it is back."""
@@ -188,6 +197,8 @@ class CoreActor:
         self._closed = True
         if self._poller is not None:
             self._poller.cancel()
+        if self._counter is not None:
+            self._counter.cancel()
         for unwatch in self._unwatch:
             unwatch()
         self._unwatch.clear()
@@ -319,6 +330,14 @@ class CoreActor:
         self._holders[token] = sub
         locked_until = reply.locked_until if reply.locked_until is not None else 0
         consumer.deliver(message, Lock(token, message.sequence_number, locked_until, consumer))
+
+    async def _refresh_shared_counts(self) -> None:
+        """Other nodes send to and settle in this store: read each sub-queue's counts back now and then."""
+        while not self._closed:
+            await asyncio.sleep(SHARED_COUNTS_SECONDS)
+            if self.available:
+                for runner in self.runners.values():
+                    runner.refresh_counts()
 
     async def _poll_shared(self) -> None:
         """Other nodes append to this store: while a receiver here waits, read from the cursor on."""

@@ -1,5 +1,6 @@
-"""Duplicate detection on a store several nodes share (``CoreSettings.shared_store``): the store
-decides, in the batch that appends; the core's detector is only a first filter (issue 18)."""
+"""A store several nodes share (``CoreSettings.shared_store``, issue 18): the store decides
+duplicates, in the batch that appends (the core's detector is only a first filter), and the core
+reads its counts back from the store when told (``RefreshCounts``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from sodalite.model.partition_core import (
     PublishCopy,
     Published,
     PublishEntry,
+    ReadCounts,
+    RefreshCounts,
     Send,
     SendAccepted,
     StoreFailed,
@@ -102,3 +105,21 @@ def test_a_topic_skips_every_copy_of_a_message_another_node_published() -> None:
     # a publish that stores no copy: the claim answers after its commit
     assert h.run(Publish((PublishEntry("m3", ()),), "q")) == []
     assert h.drain() == [Published("q", ())]
+
+
+def test_refresh_counts_reads_other_nodes_sends_and_settlements_back_from_the_store() -> None:
+    h = shared()
+    send(h, None, None)
+    assert h.view.counts.active == 2
+    # another node stores three messages in the same partition, and one of this node's is completed there
+    h.store.apply((Append(tuple(MessageRecord(0, 0, None, None, None, None, None, None, 0, MessageState.ACTIVE,
+                                              None, None, b"", 0, b"x") for _ in range(3))),))
+    del h.store.rows[1]
+    assert h.view.counts.active == 2  # this core has not seen them
+    assert h.run(RefreshCounts()) == []
+    (read,) = list(h.effects)
+    assert isinstance(read, ReadCounts)
+    h.drain()
+    assert h.view.counts.active == 4
+    h.run(Tick())
+    assert not h.effects  # asked once, not again
