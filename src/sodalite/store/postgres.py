@@ -61,8 +61,23 @@ messages: retiring a generation adds its counter rows to the current generation'
 transaction as the messages' move, and truncates both tables. The versions a counter row can leave
 are then bounded by the batches between two switches; the ring also switches once the current
 counter table reaches :data:`COUNTER_ROTATE_BYTES` (a drain that deletes messages grows the
-counters, not the message table). Not in the ring: the duplicate-detection history, session state
-and move keys, and ``sodalite_ring`` itself (one version per switch). The drill
+counters, not the message table).
+
+The history's ring. The duplicate-detection history (``sodalite_duplicate_history``) is
+list-partitioned by generation too, with a current generation of its own
+(``sodalite_ring.history_generation``): its rows leave when their window has passed (the core
+forgets them), not when messages are consumed, so its tables drain on a clock of their own. New ids
+go to the current table; it is left for the next once it reaches :data:`HISTORY_ROTATE_BYTES` and
+the next is empty; a table that is not current and holds at most :data:`MOVE_LIMIT` ids has them
+copied on and is truncated, as the messages' are. An id may then be in two tables; it counts at its
+latest time. Duplicate detection across nodes: :class:`ClaimMessageIds` takes the partition's base
+row first (as an append does), then inserts the ids not seen within the window, marked with the
+batch's claim token, and returns them; a gated :class:`Append` stores only the messages whose id
+carries that mark (checked in its own statement). The row lock orders two batches taking one id,
+and each statement's READ COMMITTED snapshot sees what the previous holder committed, so one takes
+it. (A unique key cannot arbitrate: on a partitioned table it would have to include the
+generation.) Not in a ring: session state and move keys, and ``sodalite_ring`` itself (one version
+per switch). The drill
 ``benchmarks/pg_long_transaction.py`` measures the tables while a long transaction is open
 (docs/postgresql.md).
 
@@ -84,7 +99,9 @@ one database migrate it once. A database whose schema is newer than this code kn
 raise StoreUnavailable naming what to do (upgrade Sodalite, or point it at another database).
 Version 2 (store port v2) moves the messages into the ring in place, adds the lock columns, the
 counters (computed once from the rows), the session locks and the indexes. Version 3 adds the
-counters' ring (``sodalite_counters``); the version-2 counter rows stay, as the base rows.
+counters' ring (``sodalite_counters``); the version-2 counter rows stay, as the base rows. Version 4
+moves the duplicate-detection history into its ring (its rows into generation 0) and adds its
+claim column.
 
 Values. Entity paths compare case-insensitively (ASCII letters, like SQLite's NOCASE): every table
 keys a partition by the folded path as UTF-8 bytes (``bytea``), so ranges and order are bytewise,
