@@ -22,8 +22,8 @@ included). A summary compares the phases. With
 
 With ``--dedup-window-ms N`` every message carries a new MessageId and the cycle's send is the one
 duplicate detection makes (``ClaimMessageIds`` then the gated ``Append``, one batch), with the ids
-past the window (the clock is the drill's wall time) forgotten as the core prunes them
-(``ForgetMessageIds``); the lines then also show the history's tables (``sodalite_duplicate_history_g*``,
+past the window (the clock is the drill's wall time) pruned as the core prunes them on a shared
+store (``PruneMessageIds``); the lines then also show the history's tables (``sodalite_duplicate_history_g*``,
 schema 4: a ring of their own) with their dead row versions, and its switches and truncations;
 ``--no-history-ring`` keeps that ring from turning (for comparison).
 
@@ -55,9 +55,9 @@ from sodalite.store.port import (
     Claimed,
     ClaimMessageIds,
     DedupGate,
-    ForgetMessageIds,
     Outcome,
     PartitionRef,
+    PruneMessageIds,
     Settle,
     SettleItem,
     StoreOp,
@@ -114,7 +114,7 @@ def run_phase(store: PostgresStore, monitor: psycopg.Connection[tuple[object, ..
     phase = Phase(name)
     batch = tuple(record(args.size) for _ in range(args.batch))
     window = args.dedup_window_ms
-    seen: deque[tuple[int, tuple[str, ...]]] = deque()  # ids taken, by time: what the core would prune
+    seen: deque[int] = deque()  # when ids were taken: the core prunes once some are past the window
     started = time.monotonic()
     now = 1_700_000_000_000 + int(started * 1000)
     mark, mark_messages, mark_trips = started, 0, store.round_trips
@@ -135,12 +135,13 @@ def run_phase(store: PostgresStore, monitor: psycopg.Connection[tuple[object, ..
             claim = uuid.uuid4()
             send = [ClaimMessageIds(REF, now, window, claim, ids),
                     Append(REF, tuple(record(args.size, mid) for mid in ids), DedupGate(REF, claim, ids))]
-            gone: list[str] = []
-            while seen and seen[0][0] < now - window:
-                gone.extend(seen.popleft()[1])
-            if gone:
-                send.append(ForgetMessageIds(REF, tuple(gone), now - window))
-            seen.append((now, ids))
+            gone = False
+            while seen and seen[0] < now - window:
+                seen.popleft()
+                gone = True
+            if gone:  # as the core prunes on a shared store: every entry past the window
+                send.append(PruneMessageIds(REF, now - window))
+            seen.append(now)
         appended = store.apply(send)[1 if window else 0]
         assert isinstance(appended, Appended) and all(appended.sequence_numbers)
         tokens = tuple(uuid.uuid4() for _ in range(args.batch))

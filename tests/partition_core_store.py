@@ -51,6 +51,7 @@ from sodalite.model.store_ops import (
     MoveMessages,
     OpResult,
     Outcome,
+    PruneMessageIds,
     Purge,
     Purged,
     PutSessionState,
@@ -238,6 +239,9 @@ class FakeStore:
                 return Activated(tuple(out))
             case RememberMessageIds():
                 self.message_ids.update(op.entries)
+                return Done()
+            case PruneMessageIds():
+                self.message_ids = {mid: at for mid, at in self.message_ids.items() if at >= op.seen_before}
                 return Done()
             case ForgetMessageIds():
                 for mid in op.message_ids:

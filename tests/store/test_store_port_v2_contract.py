@@ -58,6 +58,7 @@ from sodalite.store.port import (
     PartitionCounts,
     PartitionMeta,
     PartitionRef,
+    PruneMessageIds,
     Purge,
     Purged,
     PutEntity,
@@ -775,6 +776,16 @@ def test_forget_message_ids_spares_entries_seen_since(store: MessagingStore) -> 
     assert history(store) == (("b", T0 + 200), ("c", T0 + 200))
     one(store, ForgetMessageIds(Q, ("b",)))
     assert history(store) == (("c", T0 + 200),)
+
+
+def test_prune_message_ids_drops_every_entry_seen_before(store: MessagingStore) -> None:
+    run(store, ClaimMessageIds(Q, T0, 100, tok(1), ("a", "b")), ClaimMessageIds(Q, T0 + 50, 100, tok(2), ("c",)),
+        ClaimMessageIds(OTHER, T0, 100, tok(3), ("a",)))
+    assert one(store, PruneMessageIds(Q, T0 + 50)) == Done()
+    assert history(store) == (("c", T0 + 50),)
+    assert history(store, OTHER) == (("a", T0),)  # another partition's history is its own
+    one(store, PruneMessageIds(Q, T0 + 51))
+    assert history(store) == ()
 
 
 def test_locks_and_session_locks_survive_a_reopen(v2: V2) -> None:

@@ -58,8 +58,10 @@ Service Bus rules kept (as model/partition.py states them for the in-memory brok
   the append's batch takes the ids first (``ClaimMessageIds``, marked with a fresh claim token) and
   the ``Append`` stores only the messages whose id that claim took; a duplicate's number comes back
   0 and is left out of the reply. The detector is then only a first filter of the ids this core
-  took: an id the store refused leaves it. ``Tick`` prunes it (``ForgetMessageIds``; on a shared
-  store only entries seen before the window, so an id another node took again since stays).
+  took: an id the store refused leaves it. ``Tick`` prunes the history: ``ForgetMessageIds`` of the
+  ids the detector drops; on a shared store ``PruneMessageIds`` of every entry seen before the
+  window, whichever node took it (an id another node took again since stays), at least once per
+  window, so the ids of a node that stopped go too.
 - scheduled messages are appended SCHEDULED with their number (returned to ScheduleMessage) and
   activated by ``Activate`` when their time comes; cancelling claims and completes them (only a
   SCHEDULED row can be taken that way, so a cancel never deletes an active message).
@@ -179,6 +181,7 @@ from sodalite.model.store_ops import (
     MoveMessages,
     OpResult,
     Outcome,
+    PruneMessageIds,
     Purge,
     Purged,
     PutSessionState,
@@ -925,6 +928,7 @@ class View:
     counts_stale_after: int = 0
     counts_read_after: int | None = None
     counts_refresh: bool = False  # RefreshCounts asked for a ReadCounts not yet asked for
+    history_pruned_at: int = 0  # on a shared store: when the store's history was last pruned
 
 
 _LOST_TOKENS = 1024
@@ -939,6 +943,7 @@ def new_view(settings: CoreSettings, now: int, *, token_seed: int, active: int =
                                                                              duplicate_history)
     view = View(settings, Counts(active, scheduled, deferred), token_seed & ((1 << 64) - 1), now, dedup)
     view.last_appended = last_sequence_number
+    view.history_pruned_at = now
     view.session_states = {sid: (state, at) for sid, state, at in session_states}
     if active == 0:  # nothing ready: the window is complete and at the end
         view.at_tail, view.cursor = True, last_sequence_number
@@ -1515,12 +1520,17 @@ def _due(turn: _Turn) -> None:
                 view.scheduled_poll_at = now + settings.scheduled_poll
             turn.tail_ops.append(Activate(now, settings.activate_limit))
             turn.tail_ctxs.append(_ActivateCtx(settings.activate_limit))
-    # Duplicate-detection history past its window.
+    # Duplicate-detection history past its window. On a shared store every entry past it goes (other
+    # nodes' too: a node that stopped prunes none), at least once per window.
     if view.dedup is not None:
         gone = view.dedup.prune(now)
-        if gone:
-            before = now - view.dedup.window_ms if view.settings.shared_store else None
-            turn.tail_ops.append(ForgetMessageIds(tuple(gone), before))
+        window = view.dedup.window_ms
+        if view.settings.shared_store and (gone or view.history_pruned_at + window <= now):
+            view.history_pruned_at = now
+            turn.tail_ops.append(PruneMessageIds(now - window))
+            turn.tail_ctxs.append(_QuietCtx())
+        elif gone and not view.settings.shared_store:
+            turn.tail_ops.append(ForgetMessageIds(tuple(gone)))
             turn.tail_ctxs.append(_QuietCtx())
     if view.rescan_at is not None and view.rescan_at <= now:
         view.rescan_at = None
@@ -1586,6 +1596,8 @@ def _next_due(view: View, now: int) -> int | None:
             expiry = view.dedup.next_expiry()
             if expiry is not None:
                 candidates.append(expiry)
+            if view.settings.shared_store:
+                candidates.append(view.history_pruned_at + view.dedup.window_ms)
         if view.rescan_at is not None:
             candidates.append(view.rescan_at)
     return min(candidates) if candidates else None

@@ -199,6 +199,14 @@ class ForgetMessageIds:
 
 
 @dataclass(frozen=True, slots=True)
+class PruneMessageIds:
+    """Drop every history entry seen before ``seen_before``, whoever took it (on a shared store this
+    core's detector knows only the ids it took)."""
+
+    seen_before: int
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimMessageIds:
     """Duplicate detection by the store: each id not seen since ``now - window_ms`` is taken (seen at
     ``now``, marked ``claim``); the others are duplicates. Answered by :class:`IdsClaimed`."""
@@ -249,8 +257,8 @@ class PutSessionState:
 
 
 StoreOp = (Append | AppendTo | Claim | Settle | RenewLocks | MoveMessages | Activate | RememberMessageIds
-           | ForgetMessageIds | ClaimMessageIds | ClaimSession | RenewSession | ReleaseSession | PutSessionState
-           | Purge)
+           | ForgetMessageIds | PruneMessageIds | ClaimMessageIds | ClaimSession | RenewSession | ReleaseSession
+           | PutSessionState | Purge)
 
 
 @dataclass(frozen=True, slots=True)

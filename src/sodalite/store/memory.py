@@ -61,6 +61,7 @@ from sodalite.store.port import (
     PartitionRef,
     PartitionSnapshot,
     PartitionStats,
+    PruneMessageIds,
     Purge,
     Purged,
     PutEntity,
@@ -349,6 +350,12 @@ class MemoryStore:
                 numbers.append(part.append(m, numbering_base(op.ref)))
             _check_int64(part.last_sequence_number, f"last sequence number of {op.ref.entity!r}")
             return Appended(tuple(numbers))
+        if isinstance(op, PruneMessageIds):
+            _check_int64(op.seen_before, "seen_before")
+            part = writable(op.ref)
+            for message_id in [m for m, at in part.history.items() if at < op.seen_before]:
+                del part.history[message_id]
+            return Done()
         if isinstance(op, ClaimMessageIds):
             part = writable(op.ref)
             _check_int64(op.now, "now")

@@ -78,6 +78,8 @@ def to_port_op(op: core.StoreOp, ref: port.PartitionRef, dead_letter: port.Parti
             return port.RememberMessageIds(ref, op.entries)
         case core.ForgetMessageIds():
             return port.ForgetMessageIds(ref, op.message_ids, op.seen_before)
+        case core.PruneMessageIds():
+            return port.PruneMessageIds(ref, op.seen_before)
         case core.ClaimMessageIds():
             return port.ClaimMessageIds(ref, op.now, op.window_ms, op.claim, op.message_ids)
         case core.ClaimSession():

@@ -179,6 +179,16 @@ class ForgetMoveKeys:
 
 
 @dataclass(frozen=True, slots=True)
+class PruneMessageIds:
+    """Drop every entry of the partition's duplicate-detection history seen before ``seen_before``
+    (past the window, whichever node took it: a node knows only the ids it took, and one that
+    stopped forgets none). Result: :class:`Done`."""
+
+    ref: PartitionRef
+    seen_before: int
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimMessageIds:
     """Duplicate detection decided by the store: take each MessageId not seen within the window.
 
@@ -442,7 +452,7 @@ class ReleaseSession:
 
 StoreOpV2 = (
     Append | Claim | Settle | RenewLocks | MoveMessages | Activate | Purge | ClaimSession | RenewSession
-    | ReleaseSession | ClaimMessageIds
+    | ReleaseSession | ClaimMessageIds | PruneMessageIds
 )
 StoreOp = StoreOpV1 | StoreOpV2
 OpResult = (Done | Appended | Claimed | Settled | Renewed | Moved | Activated | Purged | SessionClaimed

@@ -169,6 +169,7 @@ from sodalite.store.port import (
     PartitionRef,
     PartitionSnapshot,
     PartitionStats,
+    PruneMessageIds,
     Purge,
     Purged,
     PutEntity,
@@ -449,6 +450,8 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "INSERT INTO sodalite_duplicate_history (generation, entity, partition, message_id, seen_at) "
         "SELECT 0, entity, partition, message_id, seen_at FROM sodalite_duplicate_history_v3",
         "DROP TABLE sodalite_duplicate_history_v3",
+        # PruneMessageIds: a partition's entries by time.
+        "CREATE INDEX sodalite_duplicate_history_seen ON sodalite_duplicate_history (entity, partition, seen_at)",
     ),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
@@ -790,6 +793,9 @@ _REMEMBER_ID: Final = (
 _FORGET_IDS: Final = (
     "DELETE FROM sodalite_duplicate_history WHERE entity = %(e)s AND partition = %(p)s "
     "AND message_id = ANY(%(ids)s::bytea[]) AND (%(before)s::bigint IS NULL OR seen_at < %(before)s::bigint)"
+)
+_PRUNE_IDS: Final = (
+    "DELETE FROM sodalite_duplicate_history WHERE entity = %(e)s AND partition = %(p)s AND seen_at < %(before)s"
 )
 # ClaimMessageIds, after _TAKE_PARTITION of its partition (so of two batches taking one id, the
 # second's statement sees the first's row): the ids not seen since ``since`` (the first of each) are
@@ -1442,6 +1448,8 @@ def _plan(op: StoreOp) -> _Plan:
         return _session_plan(op)
     if isinstance(op, ClaimMessageIds):
         return _claim_ids_plan(op)
+    if isinstance(op, PruneMessageIds):
+        return _Plan([_Step(_PRUNE_IDS, {**_partition_params(op.ref), "before": _time(op.seen_before, "seen_before")})])
     if isinstance(op, AppendMessages | DeleteMessages | UpdateMessages | PutEntity | DeleteEntity
                   | RememberMessageIds | ForgetMessageIds | PutSessionState | RememberMoveKeys
                   | ForgetMoveKeys):

@@ -89,6 +89,7 @@ from sodalite.store.port import (
     PartitionRef,
     PartitionSnapshot,
     PartitionStats,
+    PruneMessageIds,
     Purge,
     Purged,
     PutEntity,
@@ -277,6 +278,7 @@ _REMEMBER_ID: Final = (
 )
 _FORGET_ID: Final = "DELETE FROM duplicate_history WHERE entity = ? AND partition = ? AND message_id = ?"
 _FORGET_ID_SEEN_BEFORE: Final = _FORGET_ID + " AND seen_at < ?"
+_PRUNE_IDS: Final = "DELETE FROM duplicate_history WHERE entity = ? AND partition = ? AND seen_at < ?"
 _SEEN_AT: Final = "SELECT seen_at FROM duplicate_history WHERE entity = ? AND partition = ? AND message_id = ?"
 _ASCII_FOLD: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 # The ids a batch's ClaimMessageIds took: (entity as NOCASE folds it, partition, message id) -> claim.
@@ -602,6 +604,9 @@ def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2, claims: _Claims) -> OpRes
                   for gate_id in gate.message_ids]
         numbers = iter(_append(conn, ref, [m for m, ok in zip(op.messages, passes, strict=True) if ok]))
         return Appended(tuple(next(numbers) if ok else 0 for ok in passes))
+    if isinstance(op, PruneMessageIds):
+        conn.execute(_PRUNE_IDS, (*key, op.seen_before))
+        return Done()
     if isinstance(op, ClaimMessageIds):
         fresh: list[bool] = []
         for message_id in op.message_ids:

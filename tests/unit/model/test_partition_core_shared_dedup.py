@@ -20,7 +20,7 @@ from sodalite.model.partition_core import (
     Tick,
     new_view,
 )
-from sodalite.model.store_ops import Append, AppendTo, ClaimMessageIds, ForgetMessageIds
+from sodalite.model.store_ops import Append, AppendTo, ClaimMessageIds, ForgetMessageIds, PruneMessageIds
 
 WINDOW = 60_000
 
@@ -64,16 +64,31 @@ def test_an_id_another_node_took_is_acknowledged_and_not_stored_and_the_store_de
     assert send(h, "a") == [2]
 
 
-def test_pruning_spares_an_id_taken_again_since() -> None:
+def test_pruning_drops_every_entry_past_the_window_and_spares_one_taken_again_since() -> None:
     h = shared()
     send(h, "a")
+    h.store.message_ids["gone"] = 0  # another node's id (that node stopped: it prunes nothing)
+    assert h.next_due == WINDOW  # the history's own prune timer comes first; "a" is due at WINDOW + 1
     h.at(WINDOW + 1)
     h.run(Tick())
-    (forget,) = [op for op in h.ops if isinstance(op, ForgetMessageIds)]
-    assert forget == ForgetMessageIds(("a",), 1)  # only an entry seen before now - window
+    (prune,) = [op for op in h.ops if isinstance(op, PruneMessageIds)]
+    assert prune == PruneMessageIds(1)  # every entry seen before now - window
+    assert not any(isinstance(op, ForgetMessageIds) for op in h.ops)
     h.store.message_ids["a"] = WINDOW  # another node took "a" again meanwhile
     h.drain()
     assert h.store.message_ids == {"a": WINDOW}
+
+
+def test_a_shared_store_history_is_pruned_once_per_window_even_without_own_ids() -> None:
+    h = shared()
+    h.store.message_ids["theirs"] = 5
+    h.run(Tick())
+    assert h.next_due == WINDOW  # nothing of its own to forget, and still a prune
+    h.at(WINDOW + 10)
+    h.run(Tick())
+    h.drain()
+    assert h.store.message_ids == {}
+    assert h.next_due == 2 * WINDOW + 10
 
 
 def test_a_failed_batch_lets_the_id_go_from_the_filter() -> None:
