@@ -32,7 +32,8 @@ slow with one). Claims and session locks are fenced by the store (``FOR UPDATE S
 two nodes never lock the same message or session. The counts management reads (:meth:`counts`,
 :meth:`size_in_bytes`) are the cores' views, which see only this node's batches: every
 :data:`SHARED_COUNTS_SECONDS` each core reads them back from the store (``RefreshCounts``), so
-they follow other nodes' sends and settlements too. Duplicate detection is the store's
+they follow other nodes' sends and settlements too (a first read outside the cores, one at a time and
+only while the store answers, says whether anything changed). Duplicate detection is the store's
 (``CoreSettings.shared_store``: the batch that appends claims the MessageIds).
 
 Copies into other entities (``Publish``): a topic's send, and a send whose forwarding ended here at
@@ -332,11 +333,26 @@ class CoreActor:
         consumer.deliver(message, Lock(token, message.sequence_number, locked_until, consumer))
 
     async def _refresh_shared_counts(self) -> None:
-        """Other nodes send to and settle in this store: read each sub-queue's counts back now and then."""
+        """Other nodes send to and settle in this store: now and then read each sub-queue's counts, one
+        read at a time and only while the store answers; where they differ from the core's, the core
+        reads them again in order among its batches (``RefreshCounts``) and takes them."""
+        worker = self.worker
+        refs = dict(self.refs)
         while not self._closed:
             await asyncio.sleep(SHARED_COUNTS_SECONDS)
-            if self.available:
-                for runner in self.runners.values():
+            if not self.available or not worker.reachable:
+                continue
+            try:
+                read = await worker.call(lambda: {sub: worker.store.counts(ref) for sub, ref in refs.items()})
+            except SodaliteError:
+                continue
+            for sub, counts in read.items():
+                runner = self.runners.get(sub)
+                if runner is None:
+                    continue
+                mine = runner.view.counts
+                if ((counts.active, counts.scheduled, counts.deferred) != (mine.active, mine.scheduled, mine.deferred)
+                        or counts.size_in_bytes != runner.size_in_bytes):
                     runner.refresh_counts()
 
     async def _poll_shared(self) -> None:
