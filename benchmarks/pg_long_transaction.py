@@ -20,7 +20,14 @@ per message (counted by the adapter: one per pipeline sync or single statement, 
 included). A summary compares the phases. With
 ``--rotate-bytes 0`` the ring never turns (the design without rotation, for comparison).
 
-    .venv/bin/python benchmarks/pg_long_transaction.py [--seconds 60] [--hold-seconds 600]
+With ``--dedup-window-ms N`` every message carries a new MessageId and the cycle's send is the one
+duplicate detection makes (``ClaimMessageIds`` then the gated ``Append``, one batch), with the ids
+past the window (the clock is the drill's wall time) pruned as the core prunes them on a shared
+store (``PruneMessageIds``); the lines then also show the history's tables (``sodalite_duplicate_history_g*``,
+schema 4: a ring of their own) with their dead row versions, and its switches and truncations;
+``--no-history-ring`` keeps that ring from turning (for comparison).
+
+    .venv/bin/python benchmarks/pg_long_transaction.py [--seconds 60] [--hold-seconds 600] [--dedup-window-ms 20000]
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import statistics
 import sys
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,7 +47,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from pg_server import PgServer, find_bin_dir
 from sodalite.model.message import MessageRecord, MessageState
-from sodalite.store.port import Append, Appended, Claim, Claimed, Outcome, PartitionRef, Settle, SettleItem
+from sodalite.store import postgres
+from sodalite.store.port import (
+    Append,
+    Appended,
+    Claim,
+    Claimed,
+    ClaimMessageIds,
+    DedupGate,
+    Outcome,
+    PartitionRef,
+    PruneMessageIds,
+    Settle,
+    SettleItem,
+    StoreOp,
+)
 from sodalite.store.postgres import GENERATIONS, PostgresStore
 
 REF = PartitionRef("drill", 0)
@@ -52,7 +74,10 @@ SIZES = (
     f" (SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c WHERE c.relkind = 'r' AND {_COUNTERS}),"
     " (SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables WHERE relname LIKE 'sodalite_messages_g%%'),"
     f" (SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables WHERE {_COUNTERS}),"
-    " pg_total_relation_size('sodalite_ring')"
+    " pg_total_relation_size('sodalite_ring'),"
+    " (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c"
+    "  WHERE c.relname LIKE 'sodalite_duplicate_history%%' AND c.relkind = 'r'),"
+    " (SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables WHERE relname LIKE 'sodalite_duplicate_history%%')"
 )
 
 
@@ -65,6 +90,8 @@ class Interval:
     dead_counters: int
     ring_row_bytes: int
     trips_per_message: float
+    history_bytes: int = 0
+    dead_history: int = 0
 
 
 @dataclass
@@ -75,8 +102,8 @@ class Phase:
     seconds: float = 0.0
 
 
-def record(size: int) -> MessageRecord:
-    return MessageRecord(sequence_number=0, enqueued_time=1_700_000_000_000, message_id=None, session_id=None,
+def record(size: int, message_id: str | None = None) -> MessageRecord:
+    return MessageRecord(sequence_number=0, enqueued_time=1_700_000_000_000, message_id=message_id, session_id=None,
                          partition_key=None, time_to_live=None, expires_at=None, scheduled_enqueue_time=None,
                          delivery_count=0, state=MessageState.ACTIVE, durable=True, priority=None,
                          annotations=b"", annotation_count=0, tail=b"x" * size)
@@ -86,21 +113,37 @@ def run_phase(store: PostgresStore, monitor: psycopg.Connection[tuple[object, ..
               args: argparse.Namespace) -> Phase:
     phase = Phase(name)
     batch = tuple(record(args.size) for _ in range(args.batch))
-    now = 1_700_000_000_000
+    window = args.dedup_window_ms
+    seen: deque[int] = deque()  # when ids were taken: the core prunes once some are past the window
     started = time.monotonic()
+    now = 1_700_000_000_000 + int(started * 1000)
     mark, mark_messages, mark_trips = started, 0, store.round_trips
     last_maintain = started
     print(f"\n== {name}: {seconds:.0f} s")
     print(f"{'t (s)':>6} {'msg/s':>8} {'ring MiB':>9} {'counter KiB':>12} {'dead (ring)':>12} "
           f"{'dead (ctr)':>11} {'ring row KiB':>13} {'switches':>9} {'truncated':>10} {'put off':>8} "
-          f"{'trips/msg':>10}")
+          f"{'trips/msg':>10}" + (f" {'hist KiB':>9} {'dead (hist)':>12} {'h.switch':>9} {'h.trunc':>8}"
+                                   if window else ""))
     while True:
         elapsed = time.monotonic() - started
         if elapsed >= seconds:
             break
-        now += 10
-        (appended,) = store.apply([Append(REF, batch)])
-        assert isinstance(appended, Appended) and len(appended.sequence_numbers) == args.batch
+        now = max(now + 1, 1_700_000_000_000 + int(time.monotonic() * 1000))
+        send: list[StoreOp] = [Append(REF, batch)]
+        if window:
+            ids = tuple(uuid.uuid4().hex for _ in range(args.batch))
+            claim = uuid.uuid4()
+            send = [ClaimMessageIds(REF, now, window, claim, ids),
+                    Append(REF, tuple(record(args.size, mid) for mid in ids), DedupGate(REF, claim, ids))]
+            gone = False
+            while seen and seen[0] < now - window:
+                seen.popleft()
+                gone = True
+            if gone:  # as the core prunes on a shared store: every entry past the window
+                send.append(PruneMessageIds(REF, now - window))
+            seen.append(now)
+        appended = store.apply(send)[1 if window else 0]
+        assert isinstance(appended, Appended) and all(appended.sequence_numbers)
         tokens = tuple(uuid.uuid4() for _ in range(args.batch))
         (claimed,) = store.apply([Claim(REF, now=now, locked_until=now + 60_000, owner="drill", tokens=tokens)])
         assert isinstance(claimed, Claimed)
@@ -113,18 +156,22 @@ def run_phase(store: PostgresStore, monitor: psycopg.Connection[tuple[object, ..
             store.maintain()
             last_maintain = current
         if current - mark >= args.interval:
-            ring, counters, dead_ring, dead_counters, ring_row = monitor.execute(SIZES).fetchone()  # type: ignore[misc]
+            ring, counters, dead_ring, dead_counters, ring_row, history, dead_history = \
+                monitor.execute(SIZES).fetchone()  # type: ignore[misc]
             done = phase.messages - mark_messages
             interval = Interval(rate=done / (current - mark), ring_bytes=int(ring or 0),
                                 counter_bytes=int(counters or 0), dead_ring=int(dead_ring or 0),
                                 dead_counters=int(dead_counters or 0), ring_row_bytes=int(ring_row or 0),
-                                trips_per_message=(store.round_trips - mark_trips) / max(done, 1))
+                                trips_per_message=(store.round_trips - mark_trips) / max(done, 1),
+                                history_bytes=int(history or 0), dead_history=int(dead_history or 0))
             phase.intervals.append(interval)
             print(f"{current - started:6.0f} {interval.rate:8.0f} {interval.ring_bytes / 2**20:9.1f} "
                   f"{interval.counter_bytes / 1024:12.0f} {interval.dead_ring:12d} {interval.dead_counters:11d} "
                   f"{interval.ring_row_bytes / 1024:13.0f} "
                   f"{store.ring_switches:9d} {store.truncations:10d} {store.lock_timeouts:8d} "
-                  f"{interval.trips_per_message:10.4f}", flush=True)
+                  f"{interval.trips_per_message:10.4f}"
+                  + (f" {interval.history_bytes / 1024:9.0f} {interval.dead_history:12d} "
+                     f"{store.history_switches:9d} {store.history_truncations:8d}" if window else ""), flush=True)
             mark, mark_messages, mark_trips = current, phase.messages, store.round_trips
     phase.seconds = time.monotonic() - started
     return phase
@@ -139,6 +186,7 @@ def summary(phases: list[Phase]) -> None:
         sizes = [i.ring_bytes for i in phase.intervals] or [0]
         counters = [i.counter_bytes for i in phase.intervals] or [0]
         trips = [i.trips_per_message for i in phase.intervals] or [0.0]
+        history = [i.history_bytes for i in phase.intervals] or [0]
         first = phase.intervals[0].rate if phase.intervals else rate
         last = phase.intervals[-1].rate if phase.intervals else rate
         print(f"{phase.name}: {phase.messages} messages in {phase.seconds:.0f} s = {rate:.0f} msg/s "
@@ -147,6 +195,8 @@ def summary(phases: list[Phase]) -> None:
               f"{min(sizes) / 2**20:.1f} MiB, max {max(sizes) / 2**20:.1f} MiB, last {sizes[-1] / 2**20:.1f} MiB; "
               f"counter tables min {min(counters) / 1024:.0f} KiB, max {max(counters) / 1024:.0f} KiB, "
               f"last {counters[-1] / 1024:.0f} KiB; "
+              f"history tables min {min(history) / 1024:.0f} KiB, max {max(history) / 1024:.0f} KiB, "
+              f"last {history[-1] / 1024:.0f} KiB; "
               f"round trips per message {statistics.median(trips):.4f} (median)")
 
 
@@ -157,12 +207,18 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--size", type=int, default=1024, help="message body bytes")
     parser.add_argument("--interval", type=float, default=10.0, help="seconds between report lines")
+    parser.add_argument("--dedup-window-ms", type=int, default=0,
+                        help="send with duplicate detection, this window (0: none, the default)")
+    parser.add_argument("--no-history-ring", action="store_true",
+                        help="the history's ring never turns (the schema-3 behaviour, for comparison)")
     parser.add_argument("--rotate-bytes", type=int, default=None,
                         help="the store's rotate_bytes (default: the store's default); 0: never rotate")
     args = parser.parse_args()
     bin_dir = find_bin_dir()
     if bin_dir is None:
         sys.exit("PostgreSQL is not installed (apt-get install postgresql)")
+    if args.no_history_ring:
+        postgres.HISTORY_ROTATE_BYTES = NEVER  # type: ignore[misc]  # the drill's comparison only
     server = PgServer(bin_dir).start()
     try:
         url = server.create_database("drill")
@@ -173,7 +229,8 @@ def main() -> None:
             version = monitor.execute("SHOW server_version").fetchone()
             print(f"PostgreSQL {version[0] if version else '?'}, synchronous_commit on, ring of {GENERATIONS} tables, "
                   f"rotate_bytes {'never' if args.rotate_bytes == 0 else args.rotate_bytes or 'default'}, "
-                  f"batch {args.batch}, {args.size} B per message")
+                  f"batch {args.batch}, {args.size} B per message"
+                  + (f", duplicate detection (window {args.dedup_window_ms} ms)" if args.dedup_window_ms else ""))
             monitor.execute("CREATE TABLE report_data (id int PRIMARY KEY, amount numeric)")
             monitor.execute("INSERT INTO report_data SELECT g, g * 1.5 FROM generate_series(1, 10000) g")
             phases = [run_phase(store, monitor, "without a long transaction", args.seconds, args)]

@@ -40,14 +40,18 @@ from sodalite.model.store_ops import (
     AppendTo,
     Claim,
     Claimed,
+    ClaimMessageIds,
     ClaimSession,
     Done,
     ForgetMessageIds,
+    Gate,
+    IdsClaimed,
     Moved,
     MoveItem,
     MoveMessages,
     OpResult,
     Outcome,
+    PruneMessageIds,
     Purge,
     Purged,
     PutSessionState,
@@ -90,6 +94,8 @@ class FakeStore:
         self.last = 0
         self.dead_last = 0
         self.message_ids: dict[str, int] = {}
+        self.claims: dict[str, uuid.UUID] = {}  # ids this batch's ClaimMessageIds took (a gate's test)
+        self.appended_ids: list[tuple[str, int]] = []  # (message id, enqueued time) of every stored message with one
         self.applied_batches = 0
         self.gone: dict[int, str] = {}  # numbers deleted from the partition, and how
         # rows moved into another partition: (target, the row as it left, the move item); number = index + 1
@@ -107,7 +113,15 @@ class FakeStore:
 
     def apply(self, ops: tuple[StoreOp, ...]) -> tuple[OpResult, ...]:
         self.applied_batches += 1
+        self.claims = {}
         return tuple(self._one(op) for op in ops)
+
+    def _gated(self, messages: tuple[MessageRecord, ...], gate: Gate | None) -> list[MessageRecord | None]:
+        """The messages an append stores (None: a duplicate the store skips), as the port's DedupGate."""
+        if gate is None:
+            return list(messages)
+        return [m if mid is None or self.claims.get(mid) == gate.claim else None
+                for m, mid in zip(messages, gate.message_ids, strict=True)]
 
     def _dead_letter(self, row: Row, edit: AnnotationEdit | None) -> int:
         self.dead_last += 1
@@ -119,13 +133,32 @@ class FakeStore:
         match op:
             case Append():
                 seqs = []
-                for record in op.messages:
+                for maybe in self._gated(op.messages, op.gate):
+                    if maybe is None:
+                        seqs.append(0)
+                        continue
+                    record = maybe
+                    if record.message_id is not None:
+                        self.appended_ids.append((record.message_id, record.enqueued_time))
                     self.last += 1
                     self.rows[self.last] = Row(replace(record, sequence_number=self.last))
                     seqs.append(self.last)
                 return Appended(tuple(seqs))
             case AppendTo():
-                return self.other(op.target)._one(Append(op.messages))
+                kept = self._gated(op.messages, op.gate)
+                landed = self.other(op.target)._one(Append(tuple(m for m in kept if m is not None)))
+                assert isinstance(landed, Appended)
+                numbers = iter(landed.sequence_numbers)
+                return Appended(tuple(0 if m is None else next(numbers) for m in kept))
+            case ClaimMessageIds():
+                fresh = []
+                for mid in op.message_ids:
+                    seen = self.message_ids.get(mid)
+                    fresh.append(seen is None or seen < op.now - op.window_ms)
+                    if fresh[-1]:
+                        self.message_ids[mid] = op.now
+                        self.claims[mid] = op.claim
+                return IdsClaimed(tuple(fresh))
             case Claim():
                 wanted = None if op.sequence_numbers is None else set(op.sequence_numbers)
                 taken: list[StoredMessage] = []
@@ -218,9 +251,13 @@ class FakeStore:
             case RememberMessageIds():
                 self.message_ids.update(op.entries)
                 return Done()
+            case PruneMessageIds():
+                self.message_ids = {mid: at for mid, at in self.message_ids.items() if at >= op.seen_before}
+                return Done()
             case ForgetMessageIds():
                 for mid in op.message_ids:
-                    self.message_ids.pop(mid, None)
+                    if op.seen_before is None or self.message_ids.get(mid, op.seen_before) < op.seen_before:
+                        self.message_ids.pop(mid, None)
                 return Done()
             case ClaimSession():
                 chosen = op.session_id

@@ -40,11 +40,15 @@ from sodalite.store.port import (
     AppendMessages,
     Claim,
     Claimed,
+    ClaimMessageIds,
     ClaimSession,
+    DedupGate,
     DeleteEntity,
     DeleteMessages,
     Done,
     EntityRecord,
+    ForgetMessageIds,
+    IdsClaimed,
     MessagingStore,
     Moved,
     MoveItem,
@@ -54,6 +58,7 @@ from sodalite.store.port import (
     PartitionCounts,
     PartitionMeta,
     PartitionRef,
+    PruneMessageIds,
     Purge,
     Purged,
     PutEntity,
@@ -723,6 +728,86 @@ def test_partition_meta(v2: V2) -> None:
         assert v2.reopen().partition_meta(Q) == expected
 
 
+# -- duplicate detection decided by the store ---------------------------------------------------------
+
+TOPIC = PartitionRef("topic1", 0)  # a history kept apart from the partitions it gates (a topic's)
+
+
+def history(store: MessagingStore, ref: PartitionRef = Q) -> tuple[tuple[str, int], ...]:
+    return store.partition_meta(ref).duplicate_history
+
+
+def test_claim_message_ids_takes_new_ids_and_refuses_those_seen_within_the_window(v2: V2) -> None:
+    store = v2.store
+    assert one(store, ClaimMessageIds(Q, T0, 1000, tok(1), ("a", "b", "a"))) == IdsClaimed((True, True, False))
+    assert history(store) == (("a", T0), ("b", T0))
+    # the window's edge still counts; a new id beside them is taken
+    assert one(store, ClaimMessageIds(Q, T0 + 1000, 1000, tok(2), ("a", "c"))) == IdsClaimed((False, True))
+    # past the window an id is taken again, seen at the new time
+    assert one(store, ClaimMessageIds(Q, T0 + 1001, 1000, tok(3), ("b",))) == IdsClaimed((True,))
+    assert history(store) == (("a", T0), ("c", T0 + 1000), ("b", T0 + 1001))
+    assert one(store, ClaimMessageIds(Q, T0, 1000, tok(4), ())) == IdsClaimed(())
+    if v2.persistent:
+        assert history(v2.reopen()) == (("a", T0), ("c", T0 + 1000), ("b", T0 + 1001))
+
+
+def test_a_gated_append_stores_only_the_messages_whose_id_its_batch_took(store: MessagingStore) -> None:
+    one(store, ClaimMessageIds(Q, T0, 1000, tok(1), ("old",)))
+    claimed, appended = run(store, ClaimMessageIds(Q, T0 + 1, 1000, tok(2), ("x", "old", "y")),
+                            Append(Q, (msg(message_id="x"), msg(message_id=None), msg(message_id="old"),
+                                       msg(message_id="y")), DedupGate(Q, tok(2), ("x", None, "old", "y"))))
+    assert claimed == IdsClaimed((True, False, True))
+    assert appended == Appended((1, 2, 0, 3))
+    assert [s.record.message_id for s in everything(store, Q)] == ["x", None, "y"]
+    # the same ids again (another node's send, say): nothing but the id-less message is stored
+    claimed, appended = run(store, ClaimMessageIds(Q, T0 + 2, 1000, tok(3), ("x", "y")),
+                            Append(Q, (msg(message_id="y"), msg(message_id=None), msg(message_id="x")),
+                                   DedupGate(Q, tok(3), ("y", None, "x"))))
+    assert claimed == IdsClaimed((False, False))
+    assert appended == Appended((0, 4, 0))
+    # a message is checked under its gate id, not its own (a topic's copy renamed by a rule action)
+    claimed, appended = run(store, ClaimMessageIds(Q, T0 + 3, 1000, tok(4), ("z",)),
+                            Append(Q, (msg(message_id="renamed"), msg(message_id="x")),
+                                   DedupGate(Q, tok(4), ("z", "x"))))
+    assert (claimed, appended) == (IdsClaimed((True,)), Appended((5, 0)))
+    assert store.counts(Q).active == 5 and store.counts(Q).last_sequence_number == 5
+    with pytest.raises(ValueError, match="one id"):
+        Append(Q, (msg(),), DedupGate(Q, tok(5), ()))
+
+
+def test_a_topic_history_gates_the_copies_in_each_subscription(store: MessagingStore) -> None:
+    def publish(claim: uuid.UUID, now: int, *ids: str) -> tuple[OpResult, ...]:
+        gate = DedupGate(TOPIC, claim, ids)
+        return run(store, ClaimMessageIds(TOPIC, now, 500, claim, ids),
+                   Append(Q, tuple(msg(message_id=i) for i in ids), gate),
+                   Append(OTHER, tuple(msg(message_id=i) for i in ids), gate))
+
+    assert publish(tok(1), T0, "p", "q") == (IdsClaimed((True, True)), Appended((1, 2)), Appended((1, 2)))
+    assert publish(tok(2), T0 + 10, "q", "r") == (IdsClaimed((False, True)), Appended((0, 3)), Appended((0, 3)))
+    assert history(store, TOPIC) == (("p", T0), ("q", T0), ("r", T0 + 10))
+    assert history(store, Q) == () and store.counts(TOPIC).message_count == 0
+
+
+def test_forget_message_ids_spares_entries_seen_since(store: MessagingStore) -> None:
+    run(store, ClaimMessageIds(Q, T0, 100, tok(1), ("a", "b")), ClaimMessageIds(Q, T0 + 200, 100, tok(2), ("b", "c")))
+    assert history(store) == (("a", T0), ("b", T0 + 200), ("c", T0 + 200))
+    # a node that saw "a" and "b" at T0 prunes them past their window; "b" was taken again since
+    one(store, ForgetMessageIds(Q, ("a", "b", "unknown"), seen_before=T0 + 101))
+    assert history(store) == (("b", T0 + 200), ("c", T0 + 200))
+    one(store, ForgetMessageIds(Q, ("b",)))
+    assert history(store) == (("c", T0 + 200),)
+
+
+def test_prune_message_ids_drops_every_entry_seen_before(store: MessagingStore) -> None:
+    run(store, ClaimMessageIds(Q, T0, 100, tok(1), ("a", "b")), ClaimMessageIds(Q, T0 + 50, 100, tok(2), ("c",)),
+        ClaimMessageIds(OTHER, T0, 100, tok(3), ("a",)))
+    assert one(store, PruneMessageIds(Q, T0 + 50)) == Done()
+    assert history(store) == (("c", T0 + 50),)
+    assert history(store, OTHER) == (("a", T0),)  # another partition's history is its own
+    one(store, PruneMessageIds(Q, T0 + 51))
+    assert history(store) == ()
+
+
 def test_locks_and_session_locks_survive_a_reopen(v2: V2) -> None:
     append(v2.store, msg(session_id="s"))
     claim(v2.store, T0, tok(1), until=T0 + 100)
@@ -988,11 +1073,17 @@ SESSION_LOCK = st.tuples(st.just("session_lock"), PICK, st.sampled_from([True] *
                          st.integers(1, 200))
 DELETE = st.tuples(st.just("delete"), st.lists(st.integers(1, 20), max_size=3))
 TICK = st.tuples(st.just("tick"), st.integers(0, 150))
+# A send with duplicate detection: the ids claimed (None: a message without one), the window, and
+# whose history gates it (the partition's own, or another's: a topic's copies).
+DEDUP = st.tuples(st.just("dedup"), st.lists(st.sampled_from([None, "a", "b", "c", "d"]), min_size=1, max_size=4),
+                  st.sampled_from([1, 50, 200]), st.sampled_from([(Q, Q), (Q, Q), (OTHER, Q), (DLQ, OTHER)]))
+FORGET = st.tuples(st.just("forget"), st.lists(st.sampled_from(["a", "b", "c", "x"]), max_size=3),
+                   st.one_of(st.none(), st.integers(0, 200)))
 # A round exercises every kind once in a plausible order; single commands mix the order up.
 ROUND = st.tuples(APPEND, CLAIM, RENEW, SETTLE, TICK, CLAIM_SESSION, SESSION_LOCK, MOVE, ACTIVATE, CLAIM, SETTLE,
                   TICK).map(list)
 SINGLE = st.one_of(APPEND, CLAIM, SETTLE, RENEW, MOVE, ACTIVATE, PURGE, CLAIM_SESSION, SESSION_LOCK, DELETE,
-                   TICK).map(lambda command: [command])
+                   TICK, DEDUP, FORGET).map(lambda command: [command])
 COMMANDS = st.lists(st.one_of(ROUND, SINGLE), min_size=2, max_size=8).map(
     lambda chunks: [command for chunk in chunks for command in chunk])
 
@@ -1096,6 +1187,19 @@ class Differential:
                 self.both(RenewSession(Q, self.now, session, token, self.now + hold))
         elif kind == "delete":
             self.both(DeleteMessages(Q, tuple(args[0])))
+        elif kind == "dedup":
+            ids, window, (target, gate) = args
+            claim = self.tokens(1)[0]
+            batch: list[StoreOp] = [
+                ClaimMessageIds(gate, self.now, window, claim, tuple(i for i in ids if i is not None)),
+                Append(target, tuple(msg(message_id=i) for i in ids), DedupGate(gate, claim, tuple(ids)))]
+            expected = self.reference.apply(batch)
+            assert self.durable.apply(batch) == expected, batch
+            if any(expected[1].sequence_numbers):  # type: ignore[union-attr]
+                self.applied["ClaimMessageIds"] = self.applied.get("ClaimMessageIds", 0) + 1
+        elif kind == "forget":
+            ids, before = args
+            self.both(ForgetMessageIds(Q, tuple(ids), None if before is None else self.now - before))
         elif kind == "tick":
             self.now += args[0]
         else:  # pragma: no cover

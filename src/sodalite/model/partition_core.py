@@ -52,8 +52,16 @@ Service Bus rules kept (as model/partition.py states them for the in-memory brok
 - release (AMQP ``released``: the receiver never saw it) gives the delivery back; abandon keeps it.
 - defer parks the message (state DEFERRED); it is not in the window.
 - pings (ContentType application/vnd.ms-servicebus-ping) are accepted and never stored.
-- duplicate detection: a MessageId seen within the window is acknowledged and dropped; the history
-  is stored with the append (``RememberMessageIds``) and pruned by ``Tick`` (``ForgetMessageIds``).
+- duplicate detection: a MessageId seen within the window is acknowledged and dropped. On a store
+  only this node writes, the view's detector decides and the history is stored with the append
+  (``RememberMessageIds``). On a store other nodes write too (``shared_store``) the store decides:
+  the append's batch takes the ids first (``ClaimMessageIds``, marked with a fresh claim token) and
+  the ``Append`` stores only the messages whose id that claim took; a duplicate's number comes back
+  0 and is left out of the reply. The detector is then only a first filter of the ids this core
+  took: an id the store refused leaves it. ``Tick`` prunes the history: ``ForgetMessageIds`` of the
+  ids the detector drops; on a shared store ``PruneMessageIds`` of every entry seen before the
+  window, whichever node took it (an id another node took again since stays), at least once per
+  window, so the ids of a node that stopped go too.
 - scheduled messages are appended SCHEDULED with their number (returned to ScheduleMessage) and
   activated by ``Activate`` when their time comes; cancelling claims and completes them (only a
   SCHEDULED row can be taken that way, so a cancel never deletes an active message). Times the
@@ -112,9 +120,10 @@ numbered <= N in any state, except rows locked at ``now``); :class:`CompletedThr
 store's count after it commits. The window forgets its rows <= N, and moves ``cursor`` below them,
 when the purge is decided and again when it commits (a lock that kept a row, and lapsed in
 between, put it back; the read finds it again). ``Purged`` is one total, so once a purge with a
-count committed the core asks for :class:`ReadCounts` (a read like :class:`ReadWindow`, at most
-one per decision, taking precedence) and replaces its counts with the :class:`CountsRead`
-answer: the read runs after every batch decided before it and its answer comes before the
+count committed, or when told :class:`RefreshCounts` (on a store other nodes write, whose
+sends and settlements this core does not see), the core asks for :class:`ReadCounts` (a read
+like :class:`ReadWindow`, at most one per decision, taking precedence) and replaces its counts
+with the :class:`CountsRead` answer: the read runs after every batch decided before it and its answer comes before the
 results of any decided after it, so the replacement is exact. Until it comes,
 ``View.counts_stale_after`` says the counts may be off by what the purge took.
 
@@ -191,13 +200,17 @@ from sodalite.model.store_ops import (
     AppendTo,
     Claim,
     Claimed,
+    ClaimMessageIds,
     ClaimSession,
     ForgetMessageIds,
+    Gate,
+    IdsClaimed,
     Moved,
     MoveItem,
     MoveMessages,
     OpResult,
     Outcome,
+    PruneMessageIds,
     Purge,
     Purged,
     PutSessionState,
@@ -241,6 +254,7 @@ class CoreSettings:
     scheduled_tracked: int = 4096  # activation times kept in memory; beyond, poll
     scheduled_poll: int = 1_000  # how often to try Activate for times not kept in memory
     requires_session: bool = False  # a session-enabled entity (see "Sessions" in the module docstring)
+    shared_store: bool = False  # other nodes write the store: it decides duplicates (see "duplicate detection")
     forward_dead_letters: DeadLetterForward | None = None  # ForwardDeadLetteredMessagesTo (module docstring)
 
 
@@ -503,6 +517,12 @@ class MoveOut:
 
 
 @dataclass(frozen=True, slots=True)
+class RefreshCounts:
+    """Read the counts back from the store (other nodes sharing it send and settle too): the next
+    decision asks for :class:`ReadCounts`, whose answer replaces the view's counts exactly."""
+
+
+@dataclass(frozen=True, slots=True)
 class CountsRead:
     """The answer to a :class:`ReadCounts`: (active, scheduled, deferred) as ``store.counts(ref)``
     gives them; ``None`` if the read failed."""
@@ -514,7 +534,7 @@ Command = (Send | Schedule | CancelScheduled | Receive | CloseConsumer | Settle 
            | StoreResults | StoreFailed | StoreAvailable | StoreUnavailable | WindowRead | AcceptSession
            | RenewSessionLock | GetSessionState | SetSessionState
            | ReceiveDeferred | CompleteThrough | CountsRead | Arrived | Landed | Publish | MoveOut | Transact
-           | DueInStore)
+           | DueInStore | RefreshCounts)
 
 
 # ---- replies and effects ----------------------------------------------------------------------------
@@ -990,6 +1010,8 @@ class View:
     # yet (0: the counts are the store's), and the last batch id the ReadCounts in flight comes after.
     counts_stale_after: int = 0
     counts_read_after: int | None = None
+    counts_refresh: bool = False  # RefreshCounts asked for a ReadCounts not yet asked for
+    history_pruned_at: int = 0  # on a shared store: when the store's history was last pruned
 
 
 _LOST_TOKENS = 1024
@@ -1004,6 +1026,7 @@ def new_view(settings: CoreSettings, now: int, *, token_seed: int, active: int =
                                                                              duplicate_history)
     view = View(settings, Counts(active, scheduled, deferred), token_seed & ((1 << 64) - 1), now, dedup)
     view.last_appended = last_sequence_number
+    view.history_pruned_at = now
     view.session_states = {sid: (state, at) for sid, state, at in session_states}
     if active == 0:  # nothing ready: the window is complete and at the end
         view.at_tail, view.cursor = True, last_sequence_number
@@ -1057,6 +1080,8 @@ def decide(view: View, command: Command, now: int) -> Decision:
     match command:
         case CountsRead():
             _on_counts_read(turn, command)
+        case RefreshCounts():
+            view.counts_refresh = True
         case StoreResults():
             _on_results(turn, command)
         case StoreFailed():
@@ -1196,9 +1221,24 @@ def _on_send(turn: _Turn, drafts: tuple[MessageDraft, ...], reply_to: ReplyTo) -
     if not records:  # only duplicates and pings: nothing to make durable
         turn.replies.append(SendAccepted(reply_to, ()))
         return
-    turn.op(Append(tuple(records)), _AppendCtx(reply_to, tuple(records)))
-    if remembered:
+    shared = view.settings.shared_store
+    claim = _claim_ids(turn, remembered) if shared else None
+    gate = None if claim is None else Gate(claim, tuple(r.message_id for r in records))
+    turn.op(Append(tuple(records), gate), _AppendCtx(reply_to, tuple(records)))
+    if remembered and not shared:
         turn.op(RememberMessageIds(tuple((mid, now) for mid in remembered)), _DedupCtx(tuple(remembered)))
+
+
+def _claim_ids(turn: _Turn, remembered: list[str], ctx: _Ctx | None = None) -> uuid.UUID | None:
+    """The store's duplicate check of the ids ``remembered`` (in the batch before the appends it
+    gates): the claim token the appends carry, None when there is nothing to check."""
+    view = turn.view
+    if not remembered or view.dedup is None:
+        return None
+    claim = _next_token(view)
+    turn.op(ClaimMessageIds(turn.now, view.dedup.window_ms, claim, tuple(remembered)),
+            _DedupCtx(tuple(remembered)) if ctx is None else ctx)
+    return claim
 
 
 def _on_cancel(turn: _Turn, command: CancelScheduled) -> None:
@@ -1226,6 +1266,7 @@ def _on_publish(turn: _Turn, command: Publish) -> None:
         turn.replies.append(ServerBusy(command.reply_to))
         return
     by_target: dict[Hashable, list[MessageRecord]] = {}
+    checked_under: dict[Hashable, list[str | None]] = {}  # per copy, the id its message was checked under
     remembered: list[str] = []
     for entry in command.entries:
         mid = entry.message_id
@@ -1236,6 +1277,7 @@ def _on_publish(turn: _Turn, command: Publish) -> None:
             remembered.append(mid)
         for copy in entry.copies:
             by_target.setdefault(copy.target, []).append(copy.record)
+            checked_under.setdefault(copy.target, []).append(mid if command.complete is None else None)
     if command.complete is not None:
         lock = _usable_lock(turn, command.complete, command.reply_to, renewal=False)
         if lock is None:
@@ -1246,17 +1288,18 @@ def _on_publish(turn: _Turn, command: Publish) -> None:
             return
     stored: list[tuple[Hashable, tuple[MessageRecord, ...]]] = []
     parts = list(by_target.items())
+    shared = view.settings.shared_store
+    # Nothing to store but the history: the history's op answers.
+    answer = None if parts else _PublishCtx(command.reply_to, None, (), stored, True, True, tuple(remembered))
+    claim = _claim_ids(turn, remembered, answer) if shared else None
     for i, (target, records) in enumerate(parts):
-        turn.op(AppendTo(target, tuple(records)),
+        gate = None if claim is None else Gate(claim, tuple(checked_under[target]))
+        turn.op(AppendTo(target, tuple(records), gate),
                 _PublishCtx(command.reply_to, target, tuple(records), stored, i == 0, i == len(parts) - 1))
-    if remembered:
+    if remembered and not shared:
         entries = tuple((mid, now) for mid in remembered)
-        if parts:
-            turn.op(RememberMessageIds(entries), _DedupCtx(tuple(remembered)))
-        else:  # nothing to store but the history: it answers
-            turn.op(RememberMessageIds(entries),
-                    _PublishCtx(command.reply_to, None, (), stored, True, True, tuple(remembered)))
-    elif not parts:
+        turn.op(RememberMessageIds(entries), _DedupCtx(tuple(remembered)) if answer is None else answer)
+    elif not remembered and not parts:
         turn.replies.append(Published(command.reply_to, ()))
 
 
@@ -1625,10 +1668,16 @@ def _due(turn: _Turn) -> None:
                 view.scheduled_poll_at = now + settings.scheduled_poll
             turn.tail_ops.append(Activate(now, settings.activate_limit))
             turn.tail_ctxs.append(_ActivateCtx(settings.activate_limit, now))
-    # Duplicate-detection history past its window.
+    # Duplicate-detection history past its window. On a shared store every entry past it goes (other
+    # nodes' too: a node that stopped prunes none), at least once per window.
     if view.dedup is not None:
         gone = view.dedup.prune(now)
-        if gone:
+        window = view.dedup.window_ms
+        if view.settings.shared_store and (gone or view.history_pruned_at + window <= now):
+            view.history_pruned_at = now
+            turn.tail_ops.append(PruneMessageIds(now - window))
+            turn.tail_ctxs.append(_QuietCtx())
+        elif gone and not view.settings.shared_store:
             turn.tail_ops.append(ForgetMessageIds(tuple(gone)))
             turn.tail_ctxs.append(_QuietCtx())
     if view.rescan_at is not None and view.rescan_at <= now:
@@ -1699,6 +1748,8 @@ def _next_due(view: View, now: int) -> int | None:
             expiry = view.dedup.next_expiry()
             if expiry is not None:
                 candidates.append(expiry)
+            if view.settings.shared_store:
+                candidates.append(view.history_pruned_at + view.dedup.window_ms)
         if view.rescan_at is not None:
             candidates.append(view.rescan_at)
     return min(candidates) if candidates else None
@@ -1787,19 +1838,36 @@ def _on_results(turn: _Turn, command: StoreResults) -> None:
                 _purged(turn, ctx, result, command.batch_id)
             case _PublishCtx(), _:
                 if isinstance(result, Appended) and ctx.target is not None:
-                    ctx.stored.append((ctx.target, tuple(replace(r, sequence_number=n) for r, n in
-                                                         zip(ctx.records, result.sequence_numbers, strict=True))))
+                    copies = tuple(replace(r, sequence_number=n) for r, n in
+                                   zip(ctx.records, result.sequence_numbers, strict=True) if n)
+                    if copies:
+                        ctx.stored.append((ctx.target, copies))
+                elif isinstance(result, IdsClaimed):
+                    _drop_ids(view, ctx.forget, result)
                 if ctx.last:
                     turn.replies.append(Published(ctx.reply_to, tuple(ctx.stored)))
             case _MoveOutCtx(), Moved():
                 _moved_out(turn, ctx, result, command.batch_id)
+            case _DedupCtx(), IdsClaimed():
+                _drop_ids(view, ctx.message_ids, result)
             case _:
                 pass  # claims read by the settle after them, dedup history, session releases
+
+
+def _drop_ids(view: View, message_ids: tuple[str, ...], result: IdsClaimed | None = None) -> None:
+    """Take ids out of the detector: all of them (their batch failed), or those the store found
+    already taken (another node's: the store decides again next time)."""
+    dropped = set(message_ids if result is None else
+                  (mid for mid, fresh in zip(message_ids, result.fresh, strict=True) if not fresh))
+    if dropped and view.dedup is not None:
+        view.dedup = DuplicateDetector(view.dedup.window_ms, [h for h in view.dedup.history() if h[0] not in dropped])
 
 
 def _appended(turn: _Turn, ctx: _AppendCtx, result: Appended) -> None:
     view = turn.view
     for record, seq in zip(ctx.records, result.sequence_numbers, strict=True):
+        if not seq:  # a duplicate the store found (another node took its id)
+            continue
         numbered = replace(record, sequence_number=seq)
         view.last_appended = max(view.last_appended, seq)
         if record.state is MessageState.SCHEDULED:
@@ -1810,7 +1878,7 @@ def _appended(turn: _Turn, ctx: _AppendCtx, result: Appended) -> None:
         if view.at_tail and seq > view.cursor:
             view.cursor = seq
             _admit(turn, numbered)
-    turn.replies.append(SendAccepted(ctx.reply_to, result.sequence_numbers))
+    turn.replies.append(SendAccepted(ctx.reply_to, tuple(n for n in result.sequence_numbers if n)))
 
 
 def _claimed(turn: _Turn, ctx: _ClaimCtx, result: Claimed) -> None:
@@ -1978,15 +2046,9 @@ def _on_failed(turn: _Turn, command: StoreFailed) -> None:
             case _PublishCtx():
                 if ctx.first:
                     turn.replies.append(ServerBusy(ctx.reply_to))
-                if ctx.forget and view.dedup is not None:
-                    dropped = set(ctx.forget)
-                    view.dedup = DuplicateDetector(view.dedup.window_ms,
-                                                   [h for h in view.dedup.history() if h[0] not in dropped])
+                _drop_ids(view, ctx.forget)
             case _DedupCtx():
-                if view.dedup is not None:
-                    dropped = set(ctx.message_ids)
-                    view.dedup = DuplicateDetector(view.dedup.window_ms,
-                                                   [h for h in view.dedup.history() if h[0] not in dropped])
+                _drop_ids(view, ctx.message_ids)
             case _ClaimCtx() | _TakeCtx():
                 for record in ctx.records:
                     view.claiming.discard(record.sequence_number)
@@ -2480,9 +2542,12 @@ def _purged(turn: _Turn, ctx: _PurgeCtx, result: Purged, batch_id: int) -> None:
 
 
 def _counts_read(view: View, batch_id: int | None) -> ReadCounts | None:
-    """A ReadCounts when a committed Purge left the counts unknown and none is in flight."""
-    if not view.counts_stale_after or view.counts_read_after is not None or not view.available:
+    """A ReadCounts when a committed Purge left the counts unknown, or RefreshCounts asked, and none is
+    in flight."""
+    if not (view.counts_stale_after or view.counts_refresh) or view.counts_read_after is not None \
+            or not view.available:
         return None
+    view.counts_refresh = False
     view.counts_read_after = batch_id if batch_id is not None else view.next_batch_id - 1
     return ReadCounts()
 

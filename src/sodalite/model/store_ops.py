@@ -74,10 +74,23 @@ class AnnotationEdit:
 
 
 @dataclass(frozen=True, slots=True)
+class Gate:
+    """Which of an append's messages this core's :class:`ClaimMessageIds` of the same batch
+    (``claim``) must have taken: per message, the MessageId its send was checked under (None:
+    stored whatever). A topic's copy is checked under the sent message's id, which a rule action may
+    have changed in the copy."""
+
+    claim: uuid.UUID
+    message_ids: tuple[str | None, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Append:
-    """Store ``messages``; the store numbers them (their own ``sequence_number`` is ignored)."""
+    """Store ``messages``; the store numbers them (their own ``sequence_number`` is ignored). With a
+    ``gate``, a message whose id the claim did not take is skipped: its number is 0."""
 
     messages: tuple[MessageRecord, ...]
+    gate: Gate | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +101,7 @@ class AppendTo:
 
     target: Hashable
     messages: tuple[MessageRecord, ...]
+    gate: Gate | None = None  # as :attr:`Append.gate` (the history is this core's: the topic's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +205,26 @@ class RememberMessageIds:
 @dataclass(frozen=True, slots=True)
 class ForgetMessageIds:
     message_ids: tuple[str, ...]
+    seen_before: int | None = None  # only entries seen before this time (another node may have taken one again)
+
+
+@dataclass(frozen=True, slots=True)
+class PruneMessageIds:
+    """Drop every history entry seen before ``seen_before``, whoever took it (on a shared store this
+    core's detector knows only the ids it took)."""
+
+    seen_before: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimMessageIds:
+    """Duplicate detection by the store: each id not seen since ``now - window_ms`` is taken (seen at
+    ``now``, marked ``claim``); the others are duplicates. Answered by :class:`IdsClaimed`."""
+
+    now: int
+    window_ms: int
+    claim: uuid.UUID
+    message_ids: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,12 +267,14 @@ class PutSessionState:
 
 
 StoreOp = (Append | AppendTo | Claim | Settle | RenewLocks | MoveMessages | Activate | RememberMessageIds
-           | ForgetMessageIds | ClaimSession | RenewSession | ReleaseSession | PutSessionState | Purge)
+           | ForgetMessageIds | PruneMessageIds | ClaimMessageIds | ClaimSession | RenewSession | ReleaseSession
+           | PutSessionState | Purge)
 
 
 @dataclass(frozen=True, slots=True)
 class Appended:
-    """The numbers :class:`Append` assigned, one per message, in order."""
+    """The numbers :class:`Append` assigned, one per message, in order (0 for a message skipped as a
+    duplicate: see :attr:`Append.gate`)."""
 
     sequence_numbers: tuple[int, ...]
 
@@ -298,4 +334,11 @@ class Done:
     """The result of an operation that returns nothing (every version-1 operation)."""
 
 
-OpResult = Appended | Claimed | Settled | Renewed | Moved | Activated | SessionClaimed | Done | Purged
+@dataclass(frozen=True, slots=True)
+class IdsClaimed:
+    """Per id of :class:`ClaimMessageIds`, in order: True when it was taken (not a duplicate)."""
+
+    fresh: tuple[bool, ...]
+
+
+OpResult = Appended | Claimed | Settled | Renewed | Moved | Activated | SessionClaimed | Done | Purged | IdsClaimed

@@ -35,7 +35,12 @@ slow with one). Messages another node scheduled are announced with their time, a
 the store's ``next_due`` every ``worker.due_seconds`` besides (the scheduling node may have died
 unannounced): its core is told ``DueInStore`` and activates what is due then (fenced by the store).
 Claims and session locks are fenced by the store (``FOR UPDATE SKIP LOCKED``), so
-two nodes never lock the same message or session.
+two nodes never lock the same message or session. The counts management reads (:meth:`counts`,
+:meth:`size_in_bytes`) are the cores' views, which see only this node's batches: every
+:data:`SHARED_COUNTS_SECONDS` each core reads them back from the store (``RefreshCounts``), so
+they follow other nodes' sends and settlements too (a first read outside the cores, one at a time and
+only while the store answers, says whether anything changed). Duplicate detection is the store's
+(``CoreSettings.shared_store``: the batch that appends claims the MessageIds).
 
 Copies into other entities (``Publish``): a topic's send, and a send whose forwarding ended here at
 the hop limit (:meth:`send_to_transfer_dead_letter`), are stored by this entity's core in one batch
@@ -97,14 +102,18 @@ log = logging.getLogger(__name__)
 ALL_STATES = frozenset(MessageState)
 Taken = tuple[MessageRecord, uuid.UUID | None, int | None]  # a message received by number: record, lock token, until
 Copy = tuple["CoreActor", SubQueue, MessageRecord]
+# On a store other nodes write: how often the counts are read back from it (management answers
+# follow other nodes' sends and settlements within about this long).
+SHARED_COUNTS_SECONDS = 0.5
 """A message to store in a sub-queue of an entity on the core (a topic's copy, a transfer dead letter), unnumbered."""
 
 
 def core_settings(settings: EntitySettings, sub: SubQueue, owner: str,
-                  forward: core.DeadLetterForward | None = None) -> core.CoreSettings:
+                  forward: core.DeadLetterForward | None = None, shared: bool = False) -> core.CoreSettings:
     """The core's settings for one sub-queue of an entity. A dead-letter queue observes no
     time-to-live, never dead-letters and keeps no duplicate history (Service Bus DLQ overview).
-    ``forward`` (ForwardDeadLetteredMessagesTo) applies to the entity's own queue only."""
+    ``forward`` (ForwardDeadLetteredMessagesTo) applies to the entity's own queue only. ``shared``:
+    other nodes write the store, which then decides duplicates."""
     if sub is not SubQueue.MAIN:
         return core.CoreSettings(lock_duration=settings.lock_duration, default_ttl=None,
                                  max_delivery_count=1 << 30, dead_letter_on_expiration=False,
@@ -114,7 +123,8 @@ def core_settings(settings: EntitySettings, sub: SubQueue, owner: str,
         max_delivery_count=settings.max_delivery_count if settings.max_delivery_count is not None else 1 << 30,
         dead_letter_on_expiration=settings.dead_lettering_on_message_expiration,
         duplicate_window=settings.duplicate_detection_window,
-        requires_session=settings.requires_session, owner=owner, forward_dead_letters=forward)
+        requires_session=settings.requires_session, owner=owner, forward_dead_letters=forward,
+        shared_store=shared)
 
 
 def as_delivered(record: MessageRecord) -> MessageRecord:
@@ -165,6 +175,7 @@ class CoreActor:
         self._closed = False
         self._poller: asyncio.Task[None] | None = None
         self._due_poller: asyncio.Task[None] | None = None
+        self._counter: asyncio.Task[None] | None = None
         self._targets: dict[PartitionRef, tuple[CoreActor, SubQueue]] = {}  # where Publish copies land
         self._unwatch: list[Any] = []  # stop the store worker's wake-ups, one per sub-queue
         self._session_waits: dict[Any, Hashable] = {}  # owner -> request key of its accept-next-session
@@ -176,8 +187,8 @@ class CoreActor:
         for sub in SubQueue:
             target = self.refs[SubQueue.DEAD_LETTER] if sub is SubQueue.MAIN else self.refs[sub]
             runner = await PartitionRunner.start(
-                self.refs[sub], core_settings(self.settings, sub, self.node_id, self._forward), self.worker,
-                self.clock,
+                self.refs[sub], core_settings(self.settings, sub, self.node_id, self._forward, self.worker.shared),
+                self.worker, self.clock,
                 functools.partial(self._on_reply, sub), dead_letter=target)
             runner.on_moved = self._on_moved
             self.runners[sub] = runner
@@ -189,6 +200,7 @@ class CoreActor:
             loop = asyncio.get_running_loop()
             self._poller = loop.create_task(self._poll_shared(), name=f"shared-store poll {self.ref.entity}")
             self._due_poller = loop.create_task(self._reread_due(), name=f"shared-store due {self.ref.entity}")
+            self._counter = loop.create_task(self._refresh_shared_counts(), name=f"shared counts {self.ref.entity}")
 
     def suspend(self) -> None:
         """The store went offline (or is at start): the cores answer ServerBusy until it is back."""
@@ -208,7 +220,7 @@ class CoreActor:
 
     async def close(self) -> None:
         self._closed = True
-        for task in (self._poller, self._due_poller):
+        for task in (self._poller, self._due_poller, self._counter):
             if task is not None:
                 task.cancel()
         for unwatch in self._unwatch:
@@ -342,6 +354,29 @@ class CoreActor:
         self._holders[token] = sub
         locked_until = reply.locked_until if reply.locked_until is not None else 0
         consumer.deliver(message, Lock(token, message.sequence_number, locked_until, consumer))
+
+    async def _refresh_shared_counts(self) -> None:
+        """Other nodes send to and settle in this store: now and then read each sub-queue's counts, one
+        read at a time and only while the store answers; where they differ from the core's, the core
+        reads them again in order among its batches (``RefreshCounts``) and takes them."""
+        worker = self.worker
+        refs = dict(self.refs)
+        while not self._closed:
+            await asyncio.sleep(SHARED_COUNTS_SECONDS)
+            if not self.available or not worker.reachable:
+                continue
+            try:
+                read = await worker.call(lambda: {sub: worker.store.counts(ref) for sub, ref in refs.items()})
+            except SodaliteError:
+                continue
+            for sub, counts in read.items():
+                runner = self.runners.get(sub)
+                if runner is None:
+                    continue
+                mine = runner.view.counts
+                if ((counts.active, counts.scheduled, counts.deferred) != (mine.active, mine.scheduled, mine.deferred)
+                        or counts.size_in_bytes != runner.size_in_bytes):
+                    runner.refresh_counts()
 
     async def _poll_shared(self) -> None:
         """Other nodes append to this store: while a receiver here waits, read from the cursor on."""
@@ -751,7 +786,7 @@ class CoreActor:
         """New properties apply to what comes next; locks already granted keep their time."""
         self.settings = settings
         for sub, runner in self.runners.items():
-            runner.view.settings = core_settings(settings, sub, self.node_id, self._forward)
+            runner.view.settings = core_settings(settings, sub, self.node_id, self._forward, self.worker.shared)
 
     # ---- copies stored by this entity's transaction into others -----------------------------------
 

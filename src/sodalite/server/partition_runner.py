@@ -66,6 +66,7 @@ from sodalite.model.partition_core import (
     CountsRead,
     ReadCounts,
     ReadWindow,
+    RefreshCounts,
     Reply,
     StoreFailed,
     StoreResults,
@@ -359,6 +360,13 @@ class PartitionRunner:
                 self.on_moved(target, count)
             except Exception:
                 log.exception("partition %s: reporting a move to %s raised", self.ref, target)
+
+    def refresh_counts(self) -> None:
+        """Read the counts and the byte count back from the store (other nodes write it too)."""
+        if self._closed:
+            return
+        self.submit(RefreshCounts())
+        self._refresh_size()
 
     def _refresh_size(self) -> None:
         """Read the partition's byte count again: at once, or at the end of the 200 ms since the last read."""

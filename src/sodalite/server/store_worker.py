@@ -75,6 +75,9 @@ class StoreWorker:
         # for rows they did not append themselves (server/core_actor.py).
         self.shared = False
         self.full = False  # the store's disk is full: sends are refused until maintain() finds room
+        # The last call reached the store (False after a StoreUnavailable): optional reads, such as a
+        # shared store's count refresh, wait until something else got through again.
+        self.reachable = True
         # Other nodes' commits, announced (module docstring); set before open().
         self.feed: ChangeFeed | None = None
         self.notified_poll_seconds = NOTIFIED_POLL_SECONDS
@@ -92,7 +95,14 @@ class StoreWorker:
     async def call(self, fn: Callable[[], T]) -> T:
         if self.offline:
             raise StoreUnavailable(f"the messaging store '{self.name}' is offline; retry shortly")
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+        try:
+            result = await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+        except StoreUnavailable as exc:
+            if not isinstance(exc, StoreFull):
+                self.reachable = False
+            raise
+        self.reachable = True
+        return result
 
     async def apply(self, batch: Sequence[StoreOp]) -> tuple[OpResult, ...]:
         """Commit ``batch`` as one transaction on the store's thread; the port's results, one per op."""

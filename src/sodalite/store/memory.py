@@ -43,6 +43,7 @@ from sodalite.store.port import (
     AppendMessages,
     Claim,
     Claimed,
+    ClaimMessageIds,
     ClaimSession,
     DeleteEntity,
     DeleteIdleEntity,
@@ -52,6 +53,7 @@ from sodalite.store.port import (
     ForgetMessageIds,
     ForgetMoveKeys,
     IdleDeleted,
+    IdsClaimed,
     Moved,
     MoveMessages,
     OpResult,
@@ -61,6 +63,7 @@ from sodalite.store.port import (
     PartitionRef,
     PartitionSnapshot,
     PartitionStats,
+    PruneMessageIds,
     Purge,
     Purged,
     PutEntity,
@@ -243,6 +246,7 @@ class MemoryStore:
             return partitions[key]
 
         results: list[OpResult] = []
+        claims: dict[tuple[_PartitionKey, str], uuid.UUID] = {}  # ids taken by this batch's ClaimMessageIds
         for op in batch:
             if isinstance(op, DeleteIdleEntity):
                 folded = _fold(op.path)
@@ -256,7 +260,7 @@ class MemoryStore:
                 results.append(IdleDeleted(deleted))
                 continue
             if not isinstance(op, StoreOpV1):
-                results.append(self._apply_v2(op, writable))
+                results.append(self._apply_v2(op, writable, claims))
                 continue
             results.append(Done())
             if isinstance(op, AppendMessages):
@@ -325,9 +329,13 @@ class MemoryStore:
                 if not op.message_ids:
                     continue
                 part = writable(op.ref)
+                if op.seen_before is not None:
+                    _check_int64(op.seen_before, "seen_before")
                 for message_id in op.message_ids:
                     _check_text(message_id, f"message id of {op.ref.entity!r}")
-                    part.history.pop(message_id, None)
+                    seen = part.history.get(message_id)
+                    if seen is not None and (op.seen_before is None or seen < op.seen_before):
+                        del part.history[message_id]
             elif isinstance(op, PutSessionState):
                 part = writable(op.ref)
                 _check_text(op.session_id, f"session id of {op.ref.entity!r}")
@@ -356,15 +364,42 @@ class MemoryStore:
         return tuple(results)
 
     @staticmethod
-    def _apply_v2(op: StoreOpV2, writable: Callable[[PartitionRef], _Partition]) -> OpResult:
+    def _apply_v2(op: StoreOpV2, writable: Callable[[PartitionRef], _Partition],
+                  claims: dict[tuple[_PartitionKey, str], uuid.UUID]) -> OpResult:
         if isinstance(op, Append):
             part = writable(op.ref)
             numbers = []
-            for m in op.messages:
+            gate_ids = (None,) * len(op.messages) if op.gate is None else op.gate.message_ids
+            for m, gate_id in zip(op.messages, gate_ids, strict=True):
                 _check_record(op.ref, replace(m, sequence_number=0))
+                if (op.gate is not None and gate_id is not None
+                        and claims.get((_key(op.gate.ref), gate_id)) != op.gate.claim):
+                    numbers.append(0)  # a duplicate: its id was not taken by this claim
+                    continue
                 numbers.append(part.append(m, numbering_base(op.ref)))
             _check_int64(part.last_sequence_number, f"last sequence number of {op.ref.entity!r}")
             return Appended(tuple(numbers))
+        if isinstance(op, PruneMessageIds):
+            _check_int64(op.seen_before, "seen_before")
+            part = writable(op.ref)
+            for message_id in [m for m, at in part.history.items() if at < op.seen_before]:
+                del part.history[message_id]
+            return Done()
+        if isinstance(op, ClaimMessageIds):
+            part = writable(op.ref)
+            _check_int64(op.now, "now")
+            _check_int64(op.window_ms, "window_ms")
+            fresh: list[bool] = []
+            for message_id in op.message_ids:
+                _check_text(message_id, f"message id of {op.ref.entity!r}")
+                seen_at = part.history.get(message_id)
+                if (seen_at is not None and seen_at >= op.now - op.window_ms):
+                    fresh.append(False)
+                    continue
+                part.history[message_id] = op.now
+                claims[(_key(op.ref), message_id)] = op.claim
+                fresh.append(True)
+            return IdsClaimed(tuple(fresh))
         if isinstance(op, Claim):
             part = writable(op.ref)
             wanted = None if op.sequence_numbers is None else set(op.sequence_numbers)

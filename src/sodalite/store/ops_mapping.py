@@ -37,13 +37,16 @@ def to_port_op(op: core.StoreOp, ref: port.PartitionRef, dead_letter: port.Parti
     def encoded(edit: core.AnnotationEdit | None) -> tuple[bytes | None, int, bytes | None]:
         return (None, 0, None) if edit is None else encode_edit(edit)
 
+    def gate(dedup: core.Gate | None) -> port.DedupGate | None:  # the history is the core's own
+        return None if dedup is None else port.DedupGate(ref, dedup.claim, dedup.message_ids)
+
     match op:
         case core.Append():
-            return port.Append(ref, op.messages)
+            return port.Append(ref, op.messages, gate(op.gate))
         case core.AppendTo():
             if not isinstance(op.target, port.PartitionRef):
                 raise TypeError(f"an AppendTo names its partition by a PartitionRef, not {op.target!r}")
-            return port.Append(op.target, op.messages)
+            return port.Append(op.target, op.messages, gate(op.gate))
         case core.Claim():
             return port.Claim(ref, op.now, op.locked_until, op.owner, op.tokens, session_id=op.session_id,
                               sequence_numbers=op.sequence_numbers, state=op.state)
@@ -77,7 +80,11 @@ def to_port_op(op: core.StoreOp, ref: port.PartitionRef, dead_letter: port.Parti
         case core.RememberMessageIds():
             return port.RememberMessageIds(ref, op.entries)
         case core.ForgetMessageIds():
-            return port.ForgetMessageIds(ref, op.message_ids)
+            return port.ForgetMessageIds(ref, op.message_ids, op.seen_before)
+        case core.PruneMessageIds():
+            return port.PruneMessageIds(ref, op.seen_before)
+        case core.ClaimMessageIds():
+            return port.ClaimMessageIds(ref, op.now, op.window_ms, op.claim, op.message_ids)
         case core.ClaimSession():
             return port.ClaimSession(ref, op.now, op.token, op.locked_until, op.owner, op.session_id)
         case core.RenewSession():

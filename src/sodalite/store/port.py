@@ -36,6 +36,7 @@ Activated = _shared.Activated
 Appended = _shared.Appended
 Claimed = _shared.Claimed
 Done = _shared.Done
+IdsClaimed = _shared.IdsClaimed
 Moved = _shared.Moved
 Outcome = _shared.Outcome
 Renewed = _shared.Renewed
@@ -133,10 +134,15 @@ class RememberMessageIds:
 
 @dataclass(frozen=True, slots=True)
 class ForgetMessageIds:
-    """Drop MessageIds from the partition's duplicate-detection history; unknown ids are ignored."""
+    """Drop MessageIds from the partition's duplicate-detection history; unknown ids are ignored.
+
+    With ``seen_before``, only entries seen before that time go: a node pruning the ids it saw
+    leaves alone an entry another node sharing the store took again since (:class:`ClaimMessageIds`).
+    """
 
     ref: PartitionRef
     message_ids: tuple[str, ...]
+    seen_before: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +222,51 @@ class IdleDeleted:
     deleted: bool
 
 
+@dataclass(frozen=True, slots=True)
+class PruneMessageIds:
+    """Drop every entry of the partition's duplicate-detection history seen before ``seen_before``
+    (past the window, whichever node took it: a node knows only the ids it took, and one that
+    stopped forgets none). Result: :class:`Done`."""
+
+    ref: PartitionRef
+    seen_before: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimMessageIds:
+    """Duplicate detection decided by the store: take each MessageId not seen within the window.
+
+    For each id, in order: when the partition's history holds it seen at or after
+    ``now - window_ms``, or an earlier id of this operation is the same, it is a duplicate and
+    nothing changes; otherwise the history takes it, seen at ``now`` and marked with ``claim`` (an
+    upsert). A later :class:`Append` of the same batch whose ``gate`` names this partition and this
+    ``claim`` stores only the messages whose gate id this operation took. ``claim`` must be new for each
+    operation (a random or counted UUID): the adapters do not agree on what a gate naming an
+    earlier batch's claim lets through. The decision is made in the
+    batch's transaction (on a database several nodes share, under the partition's lock), so of two
+    batches taking one id, on one node or two, exactly one gets it. Result: :class:`IdsClaimed`.
+    """
+
+    ref: PartitionRef
+    now: int
+    window_ms: int
+    claim: uuid.UUID
+    message_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DedupGate:
+    """Where an :class:`Append`'s messages were checked for duplicates: the partition whose history
+    a :class:`ClaimMessageIds` of the same batch wrote (the queue partition itself, or a topic for
+    its subscriptions' copies), that operation's ``claim``, and per message the id it was checked
+    under (None: not checked; a topic's copy is checked under the sent message's id, which a rule
+    action may have changed in the copy)."""
+
+    ref: PartitionRef
+    claim: uuid.UUID
+    message_ids: tuple[str | None, ...]
+
+
 StoreOpV1 = (
     AppendMessages | DeleteMessages | UpdateMessages | PutEntity | DeleteEntity | RememberMessageIds
     | ForgetMessageIds | PutSessionState | RememberMoveKeys | ForgetMoveKeys | RecordActivity
@@ -235,10 +286,20 @@ class Append:
     partition i's first number is ``(i << 48) + 1``; the same holds for the numbers a dead-letter
     settlement or a move gives in its target partition. Each record's own ``sequence_number`` is
     ignored (pass 0); its lock starts cleared. Result: :class:`Appended`.
+
+    With a ``gate``, a message whose gate id (``gate.message_ids``, one per message) is not None
+    is stored only when a :class:`ClaimMessageIds` earlier in the same batch, on ``gate.ref`` with
+    ``gate.claim``, took that id; the others are duplicates, skipped and not numbered: their place
+    in :attr:`Appended.sequence_numbers` is 0.
     """
 
     ref: PartitionRef
     messages: tuple[MessageRecord, ...]
+    gate: DedupGate | None = None
+
+    def __post_init__(self) -> None:
+        if self.gate is not None and len(self.gate.message_ids) != len(self.messages):
+            raise ValueError("Append: a gate names one id (or None) per message")
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,11 +501,11 @@ class ReleaseSession:
 
 StoreOpV2 = (
     Append | Claim | Settle | RenewLocks | MoveMessages | Activate | Purge | ClaimSession | RenewSession
-    | ReleaseSession
+    | ReleaseSession | ClaimMessageIds | PruneMessageIds
 )
 StoreOp = StoreOpV1 | StoreOpV2 | DeleteIdleEntity
 OpResult = (Done | Appended | Claimed | Settled | Renewed | Moved | Activated | Purged | SessionClaimed
-            | IdleDeleted)
+            | IdleDeleted | IdsClaimed)
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,8 +61,23 @@ messages: retiring a generation adds its counter rows to the current generation'
 transaction as the messages' move, and truncates both tables. The versions a counter row can leave
 are then bounded by the batches between two switches; the ring also switches once the current
 counter table reaches :data:`COUNTER_ROTATE_BYTES` (a drain that deletes messages grows the
-counters, not the message table). Not in the ring: the duplicate-detection history, session state
-and move keys, and ``sodalite_ring`` itself (one version per switch). The drill
+counters, not the message table).
+
+The history's ring. The duplicate-detection history (``sodalite_duplicate_history``) is
+list-partitioned by generation too, with a current generation of its own
+(``sodalite_ring.history_generation``): its rows leave when their window has passed (the core
+forgets them), not when messages are consumed, so its tables drain on a clock of their own. New ids
+go to the current table; it is left for the next once it reaches :data:`HISTORY_ROTATE_BYTES` and
+the next is empty; a table that is not current and holds at most :data:`MOVE_LIMIT` ids has them
+copied on and is truncated, as the messages' are. An id may then be in two tables; it counts at its
+latest time. Duplicate detection across nodes: :class:`ClaimMessageIds` takes the partition's base
+row first (as an append does), then inserts the ids not seen within the window, marked with the
+batch's claim token, and returns them; a gated :class:`Append` stores only the messages whose id
+carries that mark (checked in its own statement). The row lock orders two batches taking one id,
+and each statement's READ COMMITTED snapshot sees what the previous holder committed, so one takes
+it. (A unique key cannot arbitrate: on a partitioned table it would have to include the
+generation.) Not in a ring: session state and move keys, and ``sodalite_ring`` itself (one version
+per switch). The drill
 ``benchmarks/pg_long_transaction.py`` measures the tables while a long transaction is open
 (docs/postgresql.md).
 
@@ -87,7 +102,9 @@ one database migrate it once. A database whose schema is newer than this code kn
 raise StoreUnavailable naming what to do (upgrade Sodalite, or point it at another database).
 Version 2 (store port v2) moves the messages into the ring in place, adds the lock columns, the
 counters (computed once from the rows), the session locks and the indexes. Version 3 adds the
-counters' ring (``sodalite_counters``); the version-2 counter rows stay, as the base rows.
+counters' ring (``sodalite_counters``); the version-2 counter rows stay, as the base rows. Version 4
+moves the duplicate-detection history into its ring (its rows into generation 0) and adds its
+claim column.
 
 Values. Entity paths compare case-insensitively (ASCII letters, like SQLite's NOCASE): every table
 keys a partition by the folded path as UTF-8 bytes (``bytea``), so ranges and order are bytewise,
@@ -136,6 +153,7 @@ from sodalite.store.port import (
     ChangeSink,
     Claim,
     Claimed,
+    ClaimMessageIds,
     ClaimSession,
     DeleteEntity,
     DeleteIdleEntity,
@@ -145,6 +163,7 @@ from sodalite.store.port import (
     ForgetMessageIds,
     ForgetMoveKeys,
     IdleDeleted,
+    IdsClaimed,
     Moved,
     MoveItem,
     MoveMessages,
@@ -155,6 +174,7 @@ from sodalite.store.port import (
     PartitionRef,
     PartitionSnapshot,
     PartitionStats,
+    PruneMessageIds,
     Purge,
     Purged,
     PutEntity,
@@ -196,6 +216,9 @@ LOCK_TIMEOUT_MS: Final = 100  # how long the maintenance waits for the lock TRUN
 # The current generation is also left for the next once its counter table is this large: a run of
 # settlements that only delete (a backlog drained under a long transaction) grows it, not the messages.
 COUNTER_ROTATE_BYTES: Final = 64 * 1024
+# The duplicate-detection history has a ring of its own (its rows drain by the window, not by
+# consumption): new ids go to the next table once the current one is this large and the next is empty.
+HISTORY_ROTATE_BYTES: Final = 256 * 1024
 # LISTEN/NOTIFY: how long the listening thread waits for notifications before it looks whether it
 # should stop, and the longest pause between two attempts to reconnect after the connection is lost.
 LISTEN_POLL: Final = 0.5
@@ -424,6 +447,33 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         ) WITH (fillfactor = 50)
         """,
     ),
+    # Version 5: the duplicate-detection history moves into a ring of its own (see "The history's
+    # ring" in the module docstring), with the claim column of ClaimMessageIds; the rows are kept.
+    (
+        "ALTER TABLE sodalite_duplicate_history RENAME TO sodalite_duplicate_history_v3",
+        "ALTER INDEX sodalite_duplicate_history_pkey RENAME TO sodalite_duplicate_history_v3_pkey",
+        "ALTER TABLE sodalite_ring ADD COLUMN history_generation smallint NOT NULL DEFAULT 0",
+        """
+        CREATE TABLE sodalite_duplicate_history (
+            generation smallint NOT NULL,
+            entity     bytea    NOT NULL,
+            partition  bigint   NOT NULL,
+            message_id bytea    NOT NULL,
+            seen_at    bigint   NOT NULL,
+            claim      uuid,
+            PRIMARY KEY (entity, partition, message_id, generation)
+        ) PARTITION BY LIST (generation)
+        """,
+        *(f"""
+        CREATE TABLE sodalite_duplicate_history_g{g} PARTITION OF sodalite_duplicate_history
+            FOR VALUES IN ({g}) WITH (autovacuum_vacuum_scale_factor = 0.01)
+        """ for g in range(GENERATIONS)),
+        "INSERT INTO sodalite_duplicate_history (generation, entity, partition, message_id, seen_at) "
+        "SELECT 0, entity, partition, message_id, seen_at FROM sodalite_duplicate_history_v3",
+        "DROP TABLE sodalite_duplicate_history_v3",
+        # PruneMessageIds: a partition's entries by time.
+        "CREATE INDEX sodalite_duplicate_history_seen ON sodalite_duplicate_history (entity, partition, seen_at)",
+    ),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
@@ -541,6 +591,25 @@ _APPEND: Final = (
     f"SELECT {_CURRENT_GENERATION}, %(e)s, %(p)s, hw.top + m.ord, "
     + ", ".join(f"m.{n}" for n in _FIELD_NAMES) + ", NULL, NULL, NULL "
     f"FROM hw, {_UNNEST_MESSAGES} RETURNING sequence_number"
+)
+# v2 append with a DedupGate: only the messages without an id, or whose id the batch's
+# ClaimMessageIds of the gate's partition took (marked with its claim), are numbered and stored;
+# the rows returned are (place in the batch, number) of those.
+_APPEND_GATED: Final = (
+    f"WITH hw AS ({_numbered_after()}), "
+    f"g AS (SELECT m.*, row_number() OVER (ORDER BY m.ord) AS rn FROM {_UNNEST_MESSAGES} "
+    "JOIN unnest(%(gid)s::bytea[]) WITH ORDINALITY AS gi(mid, ord) ON gi.ord = m.ord "
+    "WHERE gi.mid IS NULL OR EXISTS (SELECT 1 FROM sodalite_duplicate_history h WHERE h.entity = %(ge)s "
+    "AND h.partition = %(gp)s AND h.message_id = gi.mid AND h.claim = %(claim)s)), "
+    f"ins AS (INSERT INTO sodalite_messages ({_ALL_COLUMNS}) "
+    f"SELECT {_CURRENT_GENERATION}, %(e)s, %(p)s, hw.top + g.rn, "
+    + ", ".join(f"g.{n}" for n in _FIELD_NAMES) + ", NULL, NULL, NULL "
+    "FROM hw, g RETURNING state, annotations, tail), "
+    f"bump AS (INSERT INTO sodalite_counters AS c ({_COUNTER_COLUMNS}) "
+    f"SELECT {_CURRENT_GENERATION}, %(e)s, %(p)s, hw.top + x.n, x.a, x.s, x.d, x.z "
+    f"FROM hw, (SELECT count(*), {_COUNTS_OF_NEW} FROM ins) x(n, a, s, d, z) WHERE x.n > 0 "
+    f"{_ADD_COUNTERS}) "
+    "SELECT g.ord, hw.top + g.rn FROM hw, g"
 )
 # v1 append (caller-numbered): the numbers must be new in every generation, not only the current one.
 _CHECK_NEW_NUMBERS: Final = (
@@ -748,12 +817,36 @@ _PUT_ENTITY: Final = (
     "ON CONFLICT (path_key) DO UPDATE SET path = excluded.path, kind = excluded.kind, "
     "properties = excluded.properties"
 )
+_CURRENT_HISTORY: Final = "(SELECT history_generation FROM sodalite_ring)"
+# An upsert in the history's current generation; the id's rows in other generations go (the new
+# time is the id's time, even an earlier one).
 _REMEMBER_ID: Final = (
-    "INSERT INTO sodalite_duplicate_history (entity, partition, message_id, seen_at) VALUES (%s, %s, %s, %s) "
-    "ON CONFLICT (entity, partition, message_id) DO UPDATE SET seen_at = excluded.seen_at"
+    "WITH old AS (DELETE FROM sodalite_duplicate_history WHERE entity = %(e)s AND partition = %(p)s "
+    f"AND message_id = %(mid)s AND generation <> {_CURRENT_HISTORY}) "
+    "INSERT INTO sodalite_duplicate_history AS h (generation, entity, partition, message_id, seen_at) "
+    f"VALUES ({_CURRENT_HISTORY}, %(e)s, %(p)s, %(mid)s, %(at)s) "
+    "ON CONFLICT (entity, partition, message_id, generation) DO UPDATE SET seen_at = excluded.seen_at, claim = NULL"
 )
-_FORGET_ID: Final = (
-    "DELETE FROM sodalite_duplicate_history WHERE entity = %s AND partition = %s AND message_id = %s"
+_FORGET_IDS: Final = (
+    "DELETE FROM sodalite_duplicate_history WHERE entity = %(e)s AND partition = %(p)s "
+    "AND message_id = ANY(%(ids)s::bytea[]) AND (%(before)s::bigint IS NULL OR seen_at < %(before)s::bigint)"
+)
+_PRUNE_IDS: Final = (
+    "DELETE FROM sodalite_duplicate_history WHERE entity = %(e)s AND partition = %(p)s AND seen_at < %(before)s"
+)
+# ClaimMessageIds, after _TAKE_PARTITION of its partition (so of two batches taking one id, the
+# second's statement sees the first's row): the ids not seen since ``since`` (the first of each) are
+# written to the current generation, marked with the claim; the rows returned name their places.
+_CLAIM_IDS: Final = (
+    "WITH i AS (SELECT DISTINCT ON (mid) mid, ord FROM unnest(%(ids)s::bytea[]) WITH ORDINALITY AS u(mid, ord) "
+    "ORDER BY mid, ord), "
+    "fresh AS (SELECT i.mid, i.ord FROM i WHERE NOT EXISTS (SELECT 1 FROM sodalite_duplicate_history h "
+    "WHERE h.entity = %(e)s AND h.partition = %(p)s AND h.message_id = i.mid AND h.seen_at >= %(since)s)), "
+    "ins AS (INSERT INTO sodalite_duplicate_history AS h (generation, entity, partition, message_id, seen_at, claim) "
+    f"SELECT {_CURRENT_HISTORY}, %(e)s, %(p)s, fresh.mid, %(now)s, %(claim)s FROM fresh "
+    "ON CONFLICT (entity, partition, message_id, generation) DO UPDATE SET seen_at = excluded.seen_at, "
+    "claim = excluded.claim) "
+    "SELECT ord FROM fresh"
 )
 _PUT_SESSION_STATE: Final = (
     "INSERT INTO sodalite_session_states (entity, partition, session_id, state, updated_at) "
@@ -779,8 +872,8 @@ _SELECT_MESSAGES: Final = (
 )
 _SELECT_COUNTER: Final = _high_water()
 _SELECT_HISTORY: Final = (
-    "SELECT message_id, seen_at FROM sodalite_duplicate_history WHERE entity = %s AND partition = %s "
-    "ORDER BY seen_at, message_id"
+    "SELECT message_id, max(seen_at) AS at FROM sodalite_duplicate_history WHERE entity = %s AND partition = %s "
+    "GROUP BY message_id ORDER BY at, message_id"
 )
 _SELECT_SESSION_STATES: Final = (
     "SELECT session_id, state, updated_at FROM sodalite_session_states WHERE entity = %s AND partition = %s "
@@ -814,6 +907,8 @@ _SELECT_ENTITIES: Final = "SELECT path, kind, properties FROM sodalite_entities 
 _SELECT_RING: Final = (
     "SELECT generation, " + ", ".join(f"pg_relation_size('sodalite_messages_g{g}')" for g in range(GENERATIONS))
     + ", " + ", ".join(f"pg_relation_size('sodalite_counters_g{g}')" for g in range(GENERATIONS))
+    + ", history_generation, "
+    + ", ".join(f"pg_relation_size('sodalite_duplicate_history_g{g}')" for g in range(GENERATIONS))
     + " FROM sodalite_ring"
 )
 
@@ -922,6 +1017,7 @@ def _describe(exc: BaseException) -> str:
 
 
 _Rows = list[tuple[Any, ...]]
+_Params = tuple[Any, ...] | dict[str, Any]  # one execution's parameters: positional or named
 
 
 def _done(_: list[_Rows]) -> OpResult:
@@ -934,7 +1030,7 @@ class _Step:
 
     sql: str
     params: Mapping[str, Any] | None = None
-    many: list[tuple[Any, ...]] | None = None
+    many: list[_Params] | None = None
     rows: bool = False  # keep the rows it returns for the operation's result
     # Run with the prepared statement's generic plan (plan_cache_mode): see _GENERIC_PLAN.
     generic: bool = False
@@ -1018,6 +1114,17 @@ def _unique(numbers: Sequence[int]) -> bool:
 def _append_plan(op: Append) -> _Plan:
     if not op.messages:
         return _Plan(finish=lambda _: Appended(()))
+    if op.gate is not None:
+        gate_entity, gate_partition = _key(op.gate.ref)
+        gated = {**_partition_params(op.ref), **_message_arrays(op.ref, op.messages, numbered=False),
+                 "ge": gate_entity, "gp": gate_partition, "claim": op.gate.claim,
+                 "gid": [_opt_utf8(mid, "gate message id") for mid in op.gate.message_ids]}
+
+        def numbered(rows: list[_Rows]) -> OpResult:
+            by_place = {int(place): int(number) for place, number in rows[0]}
+            return Appended(tuple(by_place.get(place, 0) for place in range(1, len(op.messages) + 1)))
+
+        return _Plan([_Step(_APPEND_GATED, gated, rows=True)], numbered, takes={_key(op.ref)})
     params = {**_partition_params(op.ref), **_message_arrays(op.ref, op.messages, numbered=False),
               "n": len(op.messages),
               "da": sum(1 for m in op.messages if m.state == MessageState.ACTIVE),
@@ -1026,6 +1133,20 @@ def _append_plan(op: Append) -> _Plan:
               "dz": sum(m.size for m in op.messages)}
     return _Plan([_Step(_APPEND, params, rows=True)],
                  lambda rows: Appended(tuple(sorted(int(r[0]) for r in rows[0]))), takes={_key(op.ref)})
+
+
+def _claim_ids_plan(op: ClaimMessageIds) -> _Plan:
+    if not op.message_ids:
+        return _Plan(finish=lambda _: IdsClaimed(()))
+    now = _time(op.now, "now")
+    params = {**_partition_params(op.ref), "ids": [_utf8(mid, "message id") for mid in op.message_ids],
+              "now": now, "since": _time(now - op.window_ms, "now - window_ms"), "claim": op.claim}
+
+    def fresh(rows: list[_Rows]) -> OpResult:
+        taken = {int(r[0]) for r in rows[0]}
+        return IdsClaimed(tuple(place in taken for place in range(1, len(op.message_ids) + 1)))
+
+    return _Plan([_Step(_CLAIM_IDS, params, rows=True)], fresh, takes={_key(op.ref)})
 
 
 def _claim_plan(op: Claim) -> _Plan:
@@ -1243,7 +1364,7 @@ def _v1_plan(op: StoreOp) -> _Plan:
     return _Plan(steps)
 
 
-def _v1_statements(op: StoreOp) -> Iterable[tuple[str, list[tuple[Any, ...]]]]:
+def _v1_statements(op: StoreOp) -> Iterable[tuple[str, list[_Params]]]:
     """The statements of the v1 operations that do not touch messages, each with its parameter rows."""
     if isinstance(op, PutEntity):
         e = op.entity
@@ -1264,13 +1385,16 @@ def _v1_statements(op: StoreOp) -> Iterable[tuple[str, list[tuple[Any, ...]]]]:
         if op.entries:
             entity, partition = _key(op.ref)
             yield _REMEMBER_ID, [
-                (entity, partition, _utf8(mid, "message id"), _int64(at, f"seen-at time of message id {mid!r}"))
+                {"e": entity, "p": partition, "mid": _utf8(mid, "message id"),
+                 "at": _int64(at, f"seen-at time of message id {mid!r}")}
                 for mid, at in op.entries
             ]
     elif isinstance(op, ForgetMessageIds):
         if op.message_ids:
             entity, partition = _key(op.ref)
-            yield _FORGET_ID, [(entity, partition, _utf8(mid, "message id")) for mid in op.message_ids]
+            ids = [_utf8(mid, "message id") for mid in op.message_ids]
+            yield _FORGET_IDS, [{"e": entity, "p": partition, "ids": ids,
+                                 "before": _int64(op.seen_before, "seen_before")}]
     elif isinstance(op, PutSessionState):
         entity, partition = _key(op.ref)
         sid = _utf8(op.session_id, "session id")
@@ -1282,7 +1406,7 @@ def _v1_statements(op: StoreOp) -> Iterable[tuple[str, list[tuple[Any, ...]]]]:
     elif isinstance(op, RememberMoveKeys | ForgetMoveKeys):
         if op.keys:
             entity, partition = _key(op.ref)
-            rows: list[tuple[Any, ...]] = [(entity, partition, _utf8(k, "move key")) for k in op.keys]
+            rows: list[_Params] = [(entity, partition, _utf8(k, "move key")) for k in op.keys]
             yield (_REMEMBER_MOVE_KEY if isinstance(op, RememberMoveKeys) else _FORGET_MOVE_KEY), rows
     else:
         raise AssertionError(f"not a version-1 operation without messages: {type(op).__name__}")
@@ -1388,6 +1512,10 @@ def _plan(op: StoreOp) -> _Plan:
         params = {"k": _fold(op.path), "active": _int64(op.active_after, "active_after"),
                   "live": _int64(op.live_after, "live_after")}
         return _Plan([_Step(_DELETE_IDLE, params, rows=True)], lambda rows: IdleDeleted(int(rows[0][0][0]) == 1))
+    if isinstance(op, ClaimMessageIds):
+        return _claim_ids_plan(op)
+    if isinstance(op, PruneMessageIds):
+        return _Plan([_Step(_PRUNE_IDS, {**_partition_params(op.ref), "before": _time(op.seen_before, "seen_before")})])
     if isinstance(op, AppendMessages | DeleteMessages | UpdateMessages | PutEntity | DeleteEntity
                   | RememberMessageIds | ForgetMessageIds | PutSessionState | RememberMoveKeys
                   | ForgetMoveKeys | RecordActivity):
@@ -1418,12 +1546,14 @@ class PostgresStore:
         self._due_channel = ""
         # Diagnostics (the drill reads them): network round trips (pipeline syncs and single
         # statements) and statements sent; ring switches, generations truncated, and truncations
-        # put off because a lock was not granted within LOCK_TIMEOUT_MS.
+        # put off because a lock was not granted within LOCK_TIMEOUT_MS; the same for the history's ring.
         self.round_trips = 0
         self.statements = 0
         self.ring_switches = 0
         self.truncations = 0
         self.lock_timeouts = 0
+        self.history_switches = 0
+        self.history_truncations = 0
 
     @property
     def url(self) -> str:
@@ -1650,7 +1780,8 @@ class PostgresStore:
         assert row is not None
         current = int(row[0])
         messages = [int(size) for size in row[1:1 + GENERATIONS]]
-        counters = [int(size) for size in row[1 + GENERATIONS:]]
+        counters = [int(size) for size in row[1 + GENERATIONS:1 + 2 * GENERATIONS]]
+        self._turn_history(conn, int(row[1 + 2 * GENERATIONS]), [int(size) for size in row[2 + 2 * GENERATIONS:]])
         sizes = [m + c for m, c in zip(messages, counters, strict=True)]
         for step in range(1, GENERATIONS):  # oldest first
             generation = (current + step) % GENERATIONS
@@ -1663,6 +1794,47 @@ class PostgresStore:
             conn.execute("UPDATE sodalite_ring SET generation = %s WHERE generation = %s", (following, current))
             self.round_trips += 1
             self.ring_switches += 1
+
+    def _turn_history(self, conn: psycopg.Connection[tuple[Any, ...]], current: int, sizes: list[int]) -> None:
+        """The history's ring: truncate drained generations (their few live ids moved on), then
+        switch to the next table once the current one has grown past HISTORY_ROTATE_BYTES."""
+        for step in range(1, GENERATIONS):  # oldest first
+            generation = (current + step) % GENERATIONS
+            if sizes[generation] > 0 and self._retire_history(conn, generation, current):
+                sizes[generation] = 0
+        following = (current + 1) % GENERATIONS
+        if sizes[current] >= HISTORY_ROTATE_BYTES and sizes[following] == 0:
+            conn.execute("UPDATE sodalite_ring SET history_generation = %s WHERE history_generation = %s",
+                         (following, current))
+            self.round_trips += 1
+            self.history_switches += 1
+
+    def _retire_history(self, conn: psycopg.Connection[tuple[Any, ...]], generation: int, current: int) -> bool:
+        """Empty a history generation that is not current once at most MOVE_LIMIT ids are left in it
+        (the others were forgotten as their window passed): copy those into the current one (an id
+        there too keeps its later time) and TRUNCATE it, under a lock taken with a short timeout."""
+        table = f"sodalite_duplicate_history_g{generation}"
+        live = conn.execute(f"SELECT count(*) FROM (SELECT 1 FROM {table} LIMIT {MOVE_LIMIT + 1}) s").fetchone()
+        self.round_trips += 1
+        if live is None or int(live[0]) > MOVE_LIMIT:
+            return False
+        try:
+            with conn.transaction():
+                conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'")
+                conn.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+                conn.execute("INSERT INTO sodalite_duplicate_history AS h "
+                             "(generation, entity, partition, message_id, seen_at, claim) "
+                             f"SELECT {current:d}, entity, partition, message_id, seen_at, claim FROM {table} "
+                             "ON CONFLICT (entity, partition, message_id, generation) "
+                             "DO UPDATE SET seen_at = GREATEST(h.seen_at, excluded.seen_at)")
+                conn.execute(f"TRUNCATE {table}")
+        except psycopg.errors.LockNotAvailable:
+            self.lock_timeouts += 1
+            return False
+        finally:
+            self.round_trips += 6
+        self.history_truncations += 1
+        return True
 
     def _analyze(self, conn: psycopg.Connection[tuple[Any, ...]], generation: int) -> None:
         """Refresh the planner's statistics of the current generation once it has changed enough.

@@ -71,6 +71,7 @@ from sodalite.store.port import (
     AppendMessages,
     Claim,
     Claimed,
+    ClaimMessageIds,
     ClaimSession,
     DeleteEntity,
     DeleteIdleEntity,
@@ -80,6 +81,7 @@ from sodalite.store.port import (
     ForgetMessageIds,
     ForgetMoveKeys,
     IdleDeleted,
+    IdsClaimed,
     Moved,
     MoveMessages,
     OpResult,
@@ -89,6 +91,7 @@ from sodalite.store.port import (
     PartitionRef,
     PartitionSnapshot,
     PartitionStats,
+    PruneMessageIds,
     Purge,
     Purged,
     PutEntity,
@@ -298,6 +301,12 @@ _REMEMBER_ID: Final = (
     "ON CONFLICT (entity, partition, message_id) DO UPDATE SET seen_at = excluded.seen_at"
 )
 _FORGET_ID: Final = "DELETE FROM duplicate_history WHERE entity = ? AND partition = ? AND message_id = ?"
+_FORGET_ID_SEEN_BEFORE: Final = _FORGET_ID + " AND seen_at < ?"
+_PRUNE_IDS: Final = "DELETE FROM duplicate_history WHERE entity = ? AND partition = ? AND seen_at < ?"
+_SEEN_AT: Final = "SELECT seen_at FROM duplicate_history WHERE entity = ? AND partition = ? AND message_id = ?"
+_ASCII_FOLD: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+# The ids a batch's ClaimMessageIds took: (entity as NOCASE folds it, partition, message id) -> claim.
+_Claims = dict[tuple[str, int, str], uuid.UUID]
 _PUT_SESSION_STATE: Final = (
     "INSERT INTO session_states (entity, partition, session_id, state, updated_at) VALUES (?, ?, ?, ?, ?) "
     "ON CONFLICT (entity, partition, session_id) DO UPDATE SET state = excluded.state, "
@@ -613,11 +622,35 @@ def _delete_idle(conn: sqlite3.Connection, op: DeleteIdleEntity) -> IdleDeleted:
     return IdleDeleted(True)
 
 
-def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2) -> OpResult:
+def _claim_key(ref: PartitionRef, message_id: str) -> tuple[str, int, str]:
+    return (ref.entity.translate(_ASCII_FOLD), ref.partition, message_id)
+
+
+def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2, claims: _Claims) -> OpResult:
     ref = op.ref
     key = (ref.entity, ref.partition)
     if isinstance(op, Append):
-        return Appended(tuple(_append(conn, ref, op.messages)))
+        gate = op.gate
+        if gate is None:
+            return Appended(tuple(_append(conn, ref, op.messages)))
+        passes = [gate_id is None or claims.get(_claim_key(gate.ref, gate_id)) == gate.claim
+                  for gate_id in gate.message_ids]
+        numbers = iter(_append(conn, ref, [m for m, ok in zip(op.messages, passes, strict=True) if ok]))
+        return Appended(tuple(next(numbers) if ok else 0 for ok in passes))
+    if isinstance(op, PruneMessageIds):
+        conn.execute(_PRUNE_IDS, (*key, op.seen_before))
+        return Done()
+    if isinstance(op, ClaimMessageIds):
+        fresh: list[bool] = []
+        for message_id in op.message_ids:
+            row = conn.execute(_SEEN_AT, (*key, message_id)).fetchone()
+            if row is not None and row[0] >= op.now - op.window_ms:
+                fresh.append(False)
+                continue
+            conn.execute(_REMEMBER_ID, (*key, message_id, op.now))
+            claims[_claim_key(ref, message_id)] = op.claim
+            fresh.append(True)
+        return IdsClaimed(tuple(fresh))
     if isinstance(op, Claim):
         if not op.tokens:
             return Claimed(())
@@ -840,6 +873,7 @@ class SqliteStore:
             ) from exc
         try:
             results: list[OpResult] = []
+            claims: _Claims = {}
             for op in batch:
                 if isinstance(op, DeleteIdleEntity):
                     results.append(_delete_idle(conn, op))
@@ -847,7 +881,7 @@ class SqliteStore:
                     self._apply_one(conn, op)
                     results.append(Done())
                 else:
-                    results.append(_apply_v2(conn, op))
+                    results.append(_apply_v2(conn, op, claims))
         except BaseException as exc:
             self._rollback(conn)
             if _is_full(exc):
@@ -1098,7 +1132,11 @@ class SqliteStore:
             )
         elif isinstance(op, ForgetMessageIds):
             entity, partition = op.ref.entity, op.ref.partition
-            conn.executemany(_FORGET_ID, [(entity, partition, message_id) for message_id in op.message_ids])
+            if op.seen_before is None:
+                conn.executemany(_FORGET_ID, [(entity, partition, message_id) for message_id in op.message_ids])
+            else:
+                conn.executemany(_FORGET_ID_SEEN_BEFORE,
+                                 [(entity, partition, message_id, op.seen_before) for message_id in op.message_ids])
         elif isinstance(op, PutSessionState):
             key = (op.ref.entity, op.ref.partition, op.session_id)
             if op.state is None:

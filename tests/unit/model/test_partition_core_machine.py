@@ -56,13 +56,14 @@ TX_TARGET = "tx-target"  # another partition a transaction's sends go to
 
 class PartitionCoreMachine(CoreMachine):
     @initialize(dead_letter=st.booleans(), dedup=st.booleans(), window=st.sampled_from([60, 250, 1 << 20]),
-                read_count=st.sampled_from([1, 2, 5]), max_delivery=st.integers(1, 3), forward=st.booleans())
+                read_count=st.sampled_from([1, 2, 5]), max_delivery=st.integers(1, 3), forward=st.booleans(),
+                shared=st.booleans())
     def start(self, dead_letter: bool, dedup: bool, window: int, read_count: int, max_delivery: int,
-              forward: bool) -> None:
+              forward: bool, shared: bool) -> None:
         # forward: ForwardDeadLetteredMessagesTo, so every dead letter leaves for another partition
         core = CoreSettings(lock_duration=LOCK, max_delivery_count=max_delivery, dead_letter_on_expiration=dead_letter,
                             duplicate_window=5_000 if dedup else None, window_bytes=window, read_count=read_count,
-                            scheduled_poll=500, scheduled_tracked=2,
+                            scheduled_poll=500, scheduled_tracked=2, shared_store=shared,
                             forward_dead_letters=DeadLetterForward(("fdlq", 0), "src", 60_000) if forward else None)
         self.h = Harness(new_view(core, 0, token_seed=3))
         self.moving: dict[object, tuple[tuple[int, ...], tuple[str, int] | None]] = {}
@@ -199,6 +200,16 @@ class PartitionCoreMachine(CoreMachine):
         drafts = tuple(draft(mid if i == 0 else None, ttl=ttl, body=b"x" * size) for i in range(n))
         self._run(Send(drafts, "s"))
 
+    @precondition(lambda self: self.h is not None and self.h.view.settings.shared_store)
+    @rule(mid=st.sampled_from(["a", "b", "c"]))
+    def another_node_takes_an_id(self, mid: str) -> None:
+        """Another node sharing the store accepted a message with this id (its copy is not here)."""
+        h = self.harness
+        if mid in h.store.message_ids and h.store.message_ids[mid] >= h.now - (h.view.settings.duplicate_window or 0):
+            return  # the other node's send was a duplicate too
+        h.store.message_ids[mid] = h.now
+        h.store.appended_ids.append((mid, h.now))
+
     @rule(delay=st.sampled_from([0, 1, 600, 2_500]), ping=st.booleans())
     def schedule(self, delay: int, ping: bool) -> None:
         self._run(Schedule((draft(None, scheduled=self.harness.now + delay, ping=ping),), "sch"))
@@ -266,6 +277,16 @@ class PartitionCoreMachine(CoreMachine):
         self._run(RenewLock(data.draw(st.sampled_from(self.delivered_tokens)), "r"))
 
     # ---- invariants ----
+
+    @invariant()
+    def no_message_id_stored_twice_within_the_window(self) -> None:
+        if self.h is None or self.h.view.settings.duplicate_window is None:
+            return
+        window = self.h.view.settings.duplicate_window
+        last: dict[str, int] = {}
+        for mid, at in self.h.store.appended_ids:
+            assert mid not in last or at - last[mid] > window, (mid, last[mid], at)
+            last[mid] = at
 
     @invariant()
     def one_lock_per_message_and_the_store_holds_it(self) -> None:
