@@ -450,7 +450,8 @@ class CoreActor:
             None if hop_limit is not None else target.settings.default_ttl, hop_limit)
         runner = self.runners.get(SubQueue.MAIN)
         if runner is not None:
-            runner.view.settings = core_settings(self.settings, SubQueue.MAIN, self.node_id, self._forward)
+            runner.view.settings = core_settings(self.settings, SubQueue.MAIN, self.node_id, self._forward,
+                                                 self.worker.shared)
 
     def dead_letter_copy(self, record: MessageRecord, now: int) -> Copy:
         """Where a dead letter another batch makes for this entity goes (a topic's copy that failed
