@@ -66,8 +66,8 @@ class Env:
 
 
 @asynccontextmanager
-async def running() -> AsyncIterator[Env]:
-    broker = Broker(NAMESPACE, MemoryStore())
+async def running(core: str = "v2") -> AsyncIterator[Env]:
+    broker = Broker(NAMESPACE, MemoryStore(), core=core)
     await broker.start("127.0.0.1", 0)
     now = [time.time()]
     keys = BrokerKeys(broker, "127.0.0.1")
@@ -89,9 +89,10 @@ async def running() -> AsyncIterator[Env]:
         await broker.stop()
 
 
-def run(test: Callable[[Env], Awaitable[None]]) -> None:
+def run(test: Callable[[Env], Awaitable[None]], core: str = "v2") -> None:
+    """core="v1" for a test that reaches into the version-1 partition actor (dead_letter_everything)."""
     async def main() -> None:
-        async with running() as env:
+        async with running(core) as env:
             await test(env)
 
     asyncio.run(main())
@@ -279,7 +280,7 @@ def test_bad_input_is_a_4xx_with_a_json_error_and_changes_nothing() -> None:
         counts = env.broker.entity("orders").actor.counts()  # type: ignore[union-attr]
         assert counts["dead_letter"] == 1 and counts["active"] == 0  # nothing moved, nothing sent
 
-    run(test)
+    run(test, core="v1")
 
 
 # ---- the operations ---------------------------------------------------------------------------------------------
@@ -402,7 +403,7 @@ def test_peek_pages_show_send_resubmit_move_purge_and_cancel(caplog: pytest.LogC
         assert any("move orders by admin" in line and "moved=3" in line for line in audit)
         assert any("purge orders by admin" in line and "count=3" in line for line in audit)
 
-    run(test)
+    run(test, core="v1")
 
 
 def test_keys_stores_openapi_and_the_console_assets() -> None:
@@ -487,7 +488,7 @@ def test_a_background_move_reports_its_progress_and_outcome() -> None:
         assert response.status == 403  # following it needs Listen on its source
         assert (await client.get("/api/v1/operations/unknown", headers=ADMIN)).status == 404
 
-    run(test)
+    run(test, core="v1")
 
 
 def test_resubmitting_a_subscriptions_dead_letters_to_its_topic_fans_them_out_again() -> None:
@@ -511,7 +512,7 @@ def test_resubmitting_a_subscriptions_dead_letters_to_its_topic_fans_them_out_ag
                                       headers=ADMIN)).json()
         assert [m["messageId"] for m in dlq["messages"]] == ["e0"]
 
-    run(test)
+    run(test, core="v1")
 
 
 def test_the_atom_api_and_the_json_api_are_faces_of_one_control_plane(caplog: pytest.LogCaptureFixture) -> None:

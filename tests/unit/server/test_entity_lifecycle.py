@@ -59,7 +59,7 @@ def test_idle_queues_are_deleted_and_active_ones_kept() -> None:
             QueueConfig("idle", IDLE), QueueConfig("busy", IDLE), QueueConfig("scheduled", IDLE),
             QueueConfig("watched", IDLE), QueueConfig("forever", QueueProperties()),
         ))
-        broker = Broker(namespace, store, clock=lambda: now[0])
+        broker = Broker(namespace, store, clock=lambda: now[0], core="v1")
         await broker.start("127.0.0.1", 0)
         try:
             busy, scheduled, watched = (broker.entity(n) for n in ("busy", "scheduled", "watched"))
@@ -162,7 +162,7 @@ def test_updating_a_queue_drops_the_locks_held_on_it() -> None:
 
     async def run() -> None:
         store = MemoryStore()
-        broker = Broker(NamespaceConfig("ns", queues=(QueueConfig("q", QueueProperties()),)), store)
+        broker = Broker(NamespaceConfig("ns", queues=(QueueConfig("q", QueueProperties()),)), store, core="v1")
         await broker.start("127.0.0.1", 0)
         try:
             entity = broker.entity("q")
@@ -204,7 +204,7 @@ def test_topic_and_subscription_idleness_follow_the_seed() -> None:
             )),
         ))
         store = MemoryStore()
-        broker = Broker(namespace, store, clock=lambda: now[0])
+        broker = Broker(namespace, store, clock=lambda: now[0], core="v1")
         await broker.start("127.0.0.1", 0)
         try:
             topic = broker.entity("t")

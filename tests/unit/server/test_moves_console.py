@@ -96,7 +96,7 @@ def test_resubmit_within_one_store_keeps_the_message_and_resets_it() -> None:
                                                       QueueConfig("other", QueueProperties(
                                                           requires_duplicate_detection=True,
                                                           duplicate_detection_history_time_window=timedelta(
-                                                              minutes=10))))), store)
+                                                              minutes=10))))), store, core="v1")
         await broker.start("127.0.0.1", 0)
         try:
             orders, other = broker.entity("orders"), broker.entity("other")
@@ -134,7 +134,7 @@ def test_a_bad_filter_and_a_target_that_needs_sessions_are_refused_before_anythi
     async def run() -> None:
         store = MemoryStore()
         broker = Broker(NamespaceConfig("ns", queues=(
-            QueueConfig("src"), QueueConfig("sess", QueueProperties(requires_session=True)))), store)
+            QueueConfig("src"), QueueConfig("sess", QueueProperties(requires_session=True)))), store, core="v1")
         await broker.start("127.0.0.1", 0)
         try:
             src, sess = broker.entity("src"), broker.entity("sess")
@@ -159,7 +159,7 @@ def test_a_move_across_stores_retried_after_a_failure_never_doubles() -> None:
         probe = Broker(NamespaceConfig("ns"), MemoryStore(), more_stores=[("second", MemoryStore())])
         source_name, target_name = names_on_two_stores(probe)
         broker = Broker(NamespaceConfig("ns", queues=(QueueConfig(source_name), QueueConfig(target_name))),
-                        default, more_stores=[("second", other)])
+                        default, more_stores=[("second", other)], core="v1")
         await broker.start("127.0.0.1", 0)
         try:
             source, target = broker.entity(source_name), broker.entity(target_name)
@@ -197,7 +197,7 @@ def test_a_move_across_stores_retried_after_a_failure_never_doubles() -> None:
 def test_purge_deletes_unlocked_messages_and_counts_them() -> None:
     async def run() -> None:
         store = MemoryStore()
-        broker = Broker(NamespaceConfig("ns", queues=(QueueConfig("p"),)), store)
+        broker = Broker(NamespaceConfig("ns", queues=(QueueConfig("p"),)), store, core="v1")
         await broker.start("127.0.0.1", 0)
         try:
             entity = broker.entity("p")
@@ -237,7 +237,7 @@ def _ids(store: MemoryStore, path: str) -> list[str | None]:
 def test_a_move_into_a_topic_fans_out_as_a_send_and_removes_the_source_in_one_transaction() -> None:
     async def run() -> None:
         store = MemoryStore()
-        broker = Broker(_topic_namespace("orders", "events"), store)
+        broker = Broker(_topic_namespace("orders", "events"), store, core="v1")
         await broker.start("127.0.0.1", 0)
         try:
             orders, events = broker.entity("orders"), broker.entity("events")
@@ -272,7 +272,7 @@ def test_a_move_into_a_topic_fans_out_as_a_send_and_removes_the_source_in_one_tr
 def test_a_failed_move_into_a_topic_in_the_same_store_changes_nothing() -> None:
     async def run() -> None:
         store = MemoryStore()
-        broker = Broker(_topic_namespace("orders", "events"), store)
+        broker = Broker(_topic_namespace("orders", "events"), store, core="v1")
         await broker.start("127.0.0.1", 0)
         try:
             orders, events = broker.entity("orders"), broker.entity("events")
@@ -303,7 +303,7 @@ def test_a_move_into_a_topic_in_another_store_retried_after_a_failure_never_doub
         default, other = MemoryStore(), MemoryStore()
         probe = Broker(NamespaceConfig("ns"), MemoryStore(), more_stores=[("second", MemoryStore())])
         queue_name, topic_name = names_on_two_stores(probe)
-        broker = Broker(_topic_namespace(queue_name, topic_name), default, more_stores=[("second", other)])
+        broker = Broker(_topic_namespace(queue_name, topic_name), default, more_stores=[("second", other)], core="v1")
         await broker.start("127.0.0.1", 0)
         try:
             source, topic = broker.entity(queue_name), broker.entity(topic_name)

@@ -32,7 +32,7 @@ def _namespace() -> NamespaceConfig:
 def test_a_failed_commit_leaves_no_subscription_with_a_partial_copy() -> None:
     async def run() -> None:
         store = MemoryStore()
-        broker = Broker(_namespace(), store)
+        broker = Broker(_namespace(), store, core="v1")
         await broker.start("127.0.0.1", 0)
         try:
             topic = broker.entity("t")
