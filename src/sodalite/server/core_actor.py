@@ -290,7 +290,11 @@ class CoreActor:
             case core.ScheduledCancelled():
                 self._resolve(reply.reply_to, list(reply.sequence_numbers))
             case core.ServerBusy():
-                self._resolve(reply.reply_to, error=StoreUnavailable(
+                # A batch the store refused for lack of disk space made the worker full before this
+                # answer: the sender hears it as the quota error v1 gives, not as a retryable busy.
+                self._resolve(reply.reply_to, error=StoreFull(
+                    f"the messaging store '{self.worker.name}' is full: new messages are refused until space "
+                    "is freed (receiving and settling go on)") if self.worker.full else StoreUnavailable(
                     f"the messaging store '{self.worker.name}' did not take the request; retry shortly"))
             case core.Refused():
                 self._resolve(reply.reply_to, error=InvalidOperation(reply.reason))
