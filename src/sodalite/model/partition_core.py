@@ -702,7 +702,9 @@ class DeferredReceived:
 @dataclass(frozen=True, slots=True)
 class MessageNotFound:
     """``sequence_numbers`` name no deferred message that is free to take (gone, not deferred, or
-    locked): nothing of the :class:`ReceiveDeferred` happened (com.microsoft:message-not-found)."""
+    locked): nothing of the :class:`ReceiveDeferred` happened (com.microsoft:message-not-found). Also
+    the answer to a :class:`CancelScheduled` naming a number below 1, which no message has (a
+    scheduled ping's 0): nothing of it happened."""
 
     reply_to: ReplyTo
     sequence_numbers: tuple[int, ...]
@@ -1243,6 +1245,10 @@ def _claim_ids(turn: _Turn, remembered: list[str], ctx: _Ctx | None = None) -> u
 
 def _on_cancel(turn: _Turn, command: CancelScheduled) -> None:
     view, now = turn.view, turn.now
+    unnumbered = tuple(n for n in dict.fromkeys(command.sequence_numbers) if n < 1)
+    if unnumbered:  # 0 (what a scheduled ping was given) names no message: refused, nothing cancelled
+        turn.replies.append(MessageNotFound(command.reply_to, unnumbered))
+        return
     if not view.available:
         turn.replies.append(ServerBusy(command.reply_to))
         return

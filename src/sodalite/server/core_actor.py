@@ -330,7 +330,7 @@ class CoreActor:
                 self._resolve(reply.reply_to, taken)
             case core.MessageNotFound():
                 self._resolve(reply.reply_to, error=MessageNotFound(
-                    "no deferred message with the sequence number(s) "
+                    "no such deferred or scheduled message: sequence number(s) "
                     f"{', '.join(str(n) for n in reply.sequence_numbers)}"))
             case core.CompletedThrough():
                 self._resolve(reply.reply_to, reply.count)

@@ -15,6 +15,7 @@ from sodalite.model.partition_core import (
     IdleExpired,
     LockLost,
     LockRenewed,
+    MessageNotFound,
     Receive,
     ReceiveMode,
     RenewLock,
@@ -447,6 +448,14 @@ def test_cancel_removes_a_scheduled_message_and_never_an_active_one() -> None:
     h.run(Tick())
     h.drain()
     assert list(h.store.rows) == [2]
+
+
+def test_cancelling_number_zero_is_refused_as_not_found_and_cancels_nothing() -> None:
+    h = harness()
+    send(h, draft("a", scheduled=10_000))
+    replies = h.run(CancelScheduled((1, 0), "x"))  # 0: what a scheduled ping was given, no message's number
+    assert replies + h.drain() == [MessageNotFound("x", (0,))]
+    assert list(h.store.rows) == [1] and h.view.counts.scheduled == 1
 
 
 def test_scheduled_messages_of_an_earlier_run_are_activated_by_polling() -> None:
