@@ -91,6 +91,7 @@ from sodalite.store.port import (
     PartitionRef,
     PutEntity,
     RecordActivity,
+    ServedByOneProcess,
 )
 
 log = logging.getLogger(__name__)
@@ -401,6 +402,12 @@ class Broker:
         """
         for worker in self.workers:
             await worker.open()
+            store = worker.store
+            if isinstance(store, ServedByOneProcess) and not worker.offline:
+                # The locks an earlier run of this broker held went with its receivers (store/port.py).
+                dropped = await worker.call(store.drop_locks_of_earlier_runs)
+                if dropped:
+                    log.info("messaging store '%s': dropped %d lock(s) of an earlier run", worker.name, dropped)
         # The configuration's properties win over stored ones; a subscription's rules come from it only
         # when the subscription is new, so rules changed at runtime survive a restart.
         stored = {r.path.lower(): r for r in await self.worker.call(self.worker.store.load_entities)}

@@ -26,7 +26,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from sodalite.model import store_ops as _shared
 from sodalite.model.message import MessageRecord, MessageState, MessageUpdate
@@ -613,6 +613,19 @@ class MessagingStore(Protocol):
 
     def close(self) -> None:
         """Release the store; later calls raise StoreUnavailable."""
+
+
+@runtime_checkable
+class ServedByOneProcess(Protocol):
+    """A store that one broker process serves at a time (a SQLite file): the message and session
+    locks in it when the broker starts were taken by an earlier run, whose receivers died with it.
+    The broker drops them before its cores start (locks do not outlive the process that granted
+    them, as on version 1); the deliveries they counted stay counted. A store several nodes share
+    (PostgreSQL) is not one: there a dead node's locks lapse at their ``locked_until``."""
+
+    def drop_locks_of_earlier_runs(self) -> int:
+        """Clear every message lock and session lock, durably; the number of locks dropped."""
+        ...
 
 
 class ChangeSink(Protocol):

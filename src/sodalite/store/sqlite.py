@@ -1028,6 +1028,20 @@ class SqliteStore:
             self._rollback(conn)
             raise StoreUnavailable(f"SQLite store {self._path}: cannot {what}: {_describe(exc)}") from exc
 
+    def drop_locks_of_earlier_runs(self) -> int:
+        """:class:`~sodalite.store.port.ServedByOneProcess`: one process serves a SQLite file."""
+        conn = self._require()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            dropped = conn.execute(f"UPDATE messages SET {_CLEAR_LOCK} WHERE locked_until IS NOT NULL").rowcount
+            dropped += conn.execute("DELETE FROM session_locks").rowcount
+            conn.execute("COMMIT")
+        except _DRIVER_ERRORS as exc:
+            self._rollback(conn)
+            raise StoreUnavailable(f"SQLite store {self._path}: cannot drop the locks of an earlier run: "
+                                   f"{_describe(exc)}") from exc
+        return dropped
+
     def maintain(self) -> bool:
         conn = self._require()
         try:
