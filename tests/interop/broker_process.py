@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -22,6 +24,24 @@ def write_config(path: Path, queues: list[dict[str, Any]], **namespace: Any) -> 
     config = {"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Queues": queues, **namespace}]}}
     path.write_text(json.dumps(config), encoding="utf-8")
     return path
+
+
+def free_port_below_ephemeral_range() -> int:
+    """A free loopback port under the kernel's ephemeral range.
+
+    A broker restarted on a port from the ephemeral range can find it taken (EADDRINUSE): while it
+    was down, a client's outgoing connection (or another test's broker asking for port 0) may have
+    been given that very port. Ports below the range are never handed out that way."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(200):
+        port = random.randrange(max(1024, low - 12000), low)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 class BrokerProcess:
@@ -45,6 +65,10 @@ class BrokerProcess:
         self.command_prefix: list[str] = []  # run serve under this, e.g. ["ip", "netns", "exec", name]
 
     def start(self, timeout: float = 120.0) -> BrokerProcess:
+        # Ports fixed at the first start, below the ephemeral range, so a restart finds them free.
+        for listener in ("port", "admin_port", "amqps_port", "http_port"):
+            if getattr(self, listener) == 0:
+                setattr(self, listener, free_port_below_ephemeral_range())
         args = [str(SERVE), "--host", "127.0.0.1", "--port", str(self.port), "--data-dir", str(self.data_dir),
                 "--admin-port", str(self.admin_port), "--amqps-port", str(self.amqps_port),
                 "--http-port", str(self.http_port), *self.extra_args]

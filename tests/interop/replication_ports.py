@@ -2,29 +2,7 @@
 
 from __future__ import annotations
 
-import random
-import socket
-from pathlib import Path
-
-from broker_process import BrokerProcess
-
-
-def free_port_below_ephemeral_range() -> int:
-    """A free loopback port under the kernel's ephemeral range.
-
-    A broker restarted on a port from the ephemeral range can find it taken (EADDRINUSE): while it
-    was down, a client's outgoing connection may have been given that very port as its source.
-    Ports below the range are never handed out that way."""
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    for _ in range(200):
-        port = random.randrange(max(1024, low - 12000), low)
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port below the ephemeral range")
+from broker_process import BrokerProcess, free_port_below_ephemeral_range
 
 
 def with_stable_ports(broker: BrokerProcess) -> BrokerProcess:
