@@ -1812,29 +1812,15 @@ class PostgresStore:
     def _retire_history(self, conn: psycopg.Connection[tuple[Any, ...]], generation: int, current: int) -> bool:
         """Empty a history generation that is not current once at most MOVE_LIMIT ids are left in it
         (the others were forgotten as their window passed): copy those into the current one (an id
-        there too keeps its later time) and TRUNCATE it, under a lock taken with a short timeout."""
+        there too keeps its later time) and TRUNCATE it (:meth:`_empty_drained`)."""
         table = f"sodalite_duplicate_history_g{generation}"
-        live = conn.execute(f"SELECT count(*) FROM (SELECT 1 FROM {table} LIMIT {MOVE_LIMIT + 1}) s").fetchone()
-        self.round_trips += 1
-        if live is None or int(live[0]) > MOVE_LIMIT:
-            return False
-        try:
-            with conn.transaction():
-                conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'")
-                conn.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
-                conn.execute("INSERT INTO sodalite_duplicate_history AS h "
-                             "(generation, entity, partition, message_id, seen_at, claim) "
-                             f"SELECT {current:d}, entity, partition, message_id, seen_at, claim FROM {table} "
-                             "ON CONFLICT (entity, partition, message_id, generation) "
-                             "DO UPDATE SET seen_at = GREATEST(h.seen_at, excluded.seen_at)")
-                conn.execute(f"TRUNCATE {table}")
-        except psycopg.errors.LockNotAvailable:
-            self.lock_timeouts += 1
-            return False
-        finally:
-            self.round_trips += 6
-        self.history_truncations += 1
-        return True
+        done = self._empty_drained(conn, table, [
+            "INSERT INTO sodalite_duplicate_history AS h (generation, entity, partition, message_id, seen_at, claim) "
+            f"SELECT {current:d}, entity, partition, message_id, seen_at, claim FROM {table} "
+            "ON CONFLICT (entity, partition, message_id, generation) "
+            "DO UPDATE SET seen_at = GREATEST(h.seen_at, excluded.seen_at)"])
+        self.history_truncations += done
+        return done
 
     def _analyze(self, conn: psycopg.Connection[tuple[Any, ...]], generation: int) -> None:
         """Refresh the planner's statistics of the current generation once it has changed enough.
@@ -1854,30 +1840,42 @@ class PostgresStore:
 
     def _retire(self, conn: psycopg.Connection[tuple[Any, ...]], generation: int, current: int) -> bool:
         """Empty a generation that is not current, if it is drained: copy its live rows into the
-        current one, add its counter rows to the current one's, and TRUNCATE both tables, under a
-        lock taken with a short timeout. True when done."""
+        current one, add its counter rows to the current one's, and TRUNCATE both tables
+        (:meth:`_empty_drained`). True when done."""
         table = f"sodalite_messages_g{generation}"
         counters = f"sodalite_counters_g{generation}"
+        done = self._empty_drained(conn, table, [
+            f"INSERT INTO sodalite_messages ({_ALL_COLUMNS}) "
+            f"SELECT {current:d}, entity, partition, {_STORED_COLUMNS} FROM {table}",
+            f"INSERT INTO sodalite_counters AS c ({_COUNTER_COLUMNS}) "
+            f"SELECT {current:d}, entity, partition, last_sequence_number, active, scheduled, "
+            f"deferred, size_in_bytes FROM {counters} {_ADD_COUNTERS}"], also=counters)
+        self.truncations += done
+        return done
+
+    def _empty_drained(self, conn: psycopg.Connection[tuple[Any, ...]], table: str, moves: Sequence[str],
+                       also: str | None = None) -> bool:
+        """The ring's retirement of one generation: when at most MOVE_LIMIT rows are left in
+        ``table``, in one transaction lock it (and ``also``) with a short lock timeout, run ``moves``
+        (copying what is left into the current generation) and TRUNCATE them. A lock not had in time
+        (a reader of the table, say) gives up until the next maintenance. True when done."""
         live = conn.execute(f"SELECT count(*) FROM (SELECT 1 FROM {table} LIMIT {MOVE_LIMIT + 1}) s").fetchone()
         self.round_trips += 1
         if live is None or int(live[0]) > MOVE_LIMIT:
             return False
+        tables = table if also is None else f"{table}, {also}"
         try:
             with conn.transaction():
                 conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'")
-                conn.execute(f"LOCK TABLE {table}, {counters} IN ACCESS EXCLUSIVE MODE")
-                conn.execute(f"INSERT INTO sodalite_messages ({_ALL_COLUMNS}) "
-                             f"SELECT {current:d}, entity, partition, {_STORED_COLUMNS} FROM {table}")
-                conn.execute(f"INSERT INTO sodalite_counters AS c ({_COUNTER_COLUMNS}) "
-                             f"SELECT {current:d}, entity, partition, last_sequence_number, active, scheduled, "
-                             f"deferred, size_in_bytes FROM {counters} {_ADD_COUNTERS}")
-                conn.execute(f"TRUNCATE {table}, {counters}")
+                conn.execute(f"LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE")
+                for move in moves:
+                    conn.execute(move)
+                conn.execute(f"TRUNCATE {tables}")
         except psycopg.errors.LockNotAvailable:
             self.lock_timeouts += 1
             return False
         finally:
-            self.round_trips += 7
-        self.truncations += 1
+            self.round_trips += 5 + len(moves)  # BEGIN, SET, LOCK, the moves, TRUNCATE, COMMIT
         return True
 
     def close(self) -> None:
