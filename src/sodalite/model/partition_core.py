@@ -35,9 +35,11 @@ delivered, as Service Bus does; over the cap, the highest numbers are evicted an
 below them. A read stops adding rows once the window is full (so the window may pass its cap by
 less than one message, and a message larger than the cap still gets through alone).
 Claims name sequence numbers and the store fences them (a row gone or locked by someone
-else is skipped), so a stale window can never deliver a message twice. A read's answer counts only if ``cursor`` is
-still where the read began: a failed batch, an eviction or a rescan that moved ``cursor`` below it
-while it was in flight makes it stale (it would skip the rows between), and it is dropped.
+else is skipped, and the window is read again from the start, which finds a row locked elsewhere
+and reads again at its locked-until), so a stale window can never deliver a message twice. A
+read's answer counts only if ``cursor`` is still where the read began: a failed batch, an eviction
+or a rescan that moved ``cursor`` below it while it was in flight makes it stale (it would skip
+the rows between), and it is dropped.
 
 Service Bus rules kept (as model/partition.py states them for the in-memory broker):
 - expiry (message-expiration seed): a message past ``expires_at`` is never handed out. It leaves
@@ -1912,6 +1914,12 @@ def _claimed(turn: _Turn, ctx: _ClaimCtx, result: Claimed) -> None:
     credit = view.credit.get(ctx.consumer)
     if missed and credit is not None:
         credit.count += missed
+    if len(taken) < len(ctx.records):
+        # Rows the window held that the store did not give (another node took them, or deleted
+        # them): they left the window with the claim, and one locked elsewhere comes back when that
+        # lock lapses, which only a read sees. Read again from the start: it finds such a row locked
+        # and rescans at its locked-until (a node that died holding it never says so).
+        view.cursor, view.at_tail = 0, False
 
 
 def _taken(turn: _Turn, ctx: _TakeCtx, result: Settled) -> None:
