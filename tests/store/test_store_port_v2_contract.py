@@ -199,6 +199,8 @@ def check_counts(store: MessagingStore, *refs: PartitionRef) -> None:
         assert counts == recount(store, ref, counts.last_sequence_number), ref
         rows = everything(store, ref)
         assert all(s.record.sequence_number <= counts.last_sequence_number for s in rows)
+    # the batched read a node on a shared store polls says the same, partition by partition
+    assert store.counts_many(refs) == tuple(replace(store.counts(ref), first_sequence_number=None) for ref in refs)
 
 
 def run(store: MessagingStore, *ops: StoreOp) -> tuple[OpResult, ...]:
@@ -683,6 +685,8 @@ def test_peek_filters_and_fetch(store: MessagingStore) -> None:
 
 def test_counts_of_an_unknown_partition(store: MessagingStore) -> None:
     assert store.counts(Q) == PartitionCounts(0, 0, 0, 0, 0, None)
+    assert store.counts_many([]) == ()
+    assert store.counts_many([Q, OTHER, Q]) == (PartitionCounts(0, 0, 0, 0, 0, None),) * 3
     assert store.next_due(Q, T0) is None
     assert store.partition_meta(Q) == PartitionMeta(PartitionCounts(0, 0, 0, 0, 0, None), (), (), ())
 

@@ -36,10 +36,10 @@ the store's ``next_due`` every ``worker.due_seconds`` besides (the scheduling no
 unannounced): its core is told ``DueInStore`` and activates what is due then (fenced by the store).
 Claims and session locks are fenced by the store (``FOR UPDATE SKIP LOCKED``), so
 two nodes never lock the same message or session. The counts management reads (:meth:`counts`,
-:meth:`size_in_bytes`) are the cores' views, which see only this node's batches: every
-:data:`SHARED_COUNTS_SECONDS` each core reads them back from the store (``RefreshCounts``), so
-they follow other nodes' sends and settlements too (a first read outside the cores, one at a time and
-only while the store answers, says whether anything changed). Duplicate detection is the store's
+:meth:`size_in_bytes`) are the cores' views, which see only this node's batches: the store worker
+reads every watched partition's counters back in one read every ``SHARED_COUNTS_SECONDS``
+(store_worker.py) and, where they differ from a core's, the core reads them again in order among its
+batches (``RefreshCounts``), so they follow other nodes' sends and settlements too. Duplicate detection is the store's
 (``CoreSettings.shared_store``: the batch that appends claims the MessageIds).
 
 Copies into other entities (``Publish``): a topic's send, and a send whose forwarding ended here at
@@ -95,16 +95,20 @@ from sodalite.server import wire
 from sodalite.server.partition_actor import EntitySettings, SubQueue, wall_clock_ms
 from sodalite.server.partition_runner import Clock, LoopClock, PartitionRunner
 from sodalite.server.store_worker import StoreWorker
-from sodalite.store.port import Append, ForgetMoveKeys, PartitionRef, RememberMoveKeys, numbering_base
+from sodalite.store.port import (
+    Append,
+    ForgetMoveKeys,
+    PartitionCounts,
+    PartitionRef,
+    RememberMoveKeys,
+    numbering_base,
+)
 
 log = logging.getLogger(__name__)
 
 ALL_STATES = frozenset(MessageState)
 Taken = tuple[MessageRecord, uuid.UUID | None, int | None]  # a message received by number: record, lock token, until
 Copy = tuple["CoreActor", SubQueue, MessageRecord]
-# On a store other nodes write: how often the counts are read back from it (management answers
-# follow other nodes' sends and settlements within about this long).
-SHARED_COUNTS_SECONDS = 0.5
 """A message to store in a sub-queue of an entity on the core (a topic's copy, a transfer dead letter), unnumbered."""
 
 
@@ -175,7 +179,6 @@ class CoreActor:
         self._closed = False
         self._poller: asyncio.Task[None] | None = None
         self._due_poller: asyncio.Task[None] | None = None
-        self._counter: asyncio.Task[None] | None = None
         self._targets: dict[PartitionRef, tuple[CoreActor, SubQueue]] = {}  # where Publish copies land
         self._unwatch: list[Any] = []  # stop the store worker's wake-ups, one per sub-queue
         self._session_waits: dict[Any, Hashable] = {}  # owner -> request key of its accept-next-session
@@ -200,7 +203,8 @@ class CoreActor:
             loop = asyncio.get_running_loop()
             self._poller = loop.create_task(self._poll_shared(), name=f"shared-store poll {self.ref.entity}")
             self._due_poller = loop.create_task(self._reread_due(), name=f"shared-store due {self.ref.entity}")
-            self._counter = loop.create_task(self._refresh_shared_counts(), name=f"shared counts {self.ref.entity}")
+            for sub, ref in self.refs.items():
+                self._unwatch.append(self.worker.watch_counts(ref, functools.partial(self._counts_read, sub)))
 
     def suspend(self) -> None:
         """The store went offline (or is at start): the cores answer ServerBusy until it is back."""
@@ -220,7 +224,7 @@ class CoreActor:
 
     async def close(self) -> None:
         self._closed = True
-        for task in (self._poller, self._due_poller, self._counter):
+        for task in (self._poller, self._due_poller):
             if task is not None:
                 task.cancel()
         for unwatch in self._unwatch:
@@ -359,28 +363,17 @@ class CoreActor:
         locked_until = reply.locked_until if reply.locked_until is not None else 0
         consumer.deliver(message, Lock(token, message.sequence_number, locked_until, consumer))
 
-    async def _refresh_shared_counts(self) -> None:
-        """Other nodes send to and settle in this store: now and then read each sub-queue's counts, one
-        read at a time and only while the store answers; where they differ from the core's, the core
-        reads them again in order among its batches (``RefreshCounts``) and takes them."""
-        worker = self.worker
-        refs = dict(self.refs)
-        while not self._closed:
-            await asyncio.sleep(SHARED_COUNTS_SECONDS)
-            if not self.available or not worker.reachable:
-                continue
-            try:
-                read = await worker.call(lambda: {sub: worker.store.counts(ref) for sub, ref in refs.items()})
-            except SodaliteError:
-                continue
-            for sub, counts in read.items():
-                runner = self.runners.get(sub)
-                if runner is None:
-                    continue
-                mine = runner.view.counts
-                if ((counts.active, counts.scheduled, counts.deferred) != (mine.active, mine.scheduled, mine.deferred)
-                        or counts.size_in_bytes != runner.size_in_bytes):
-                    runner.refresh_counts()
+    def _counts_read(self, sub: SubQueue, counts: PartitionCounts) -> None:
+        """The store's counters of ``sub``, read back with every other watched partition's (other
+        nodes send to and settle in this store): where they differ from the core's, the core reads
+        them again in order among its batches (``RefreshCounts``) and takes them."""
+        runner = self.runners.get(sub)
+        if runner is None or self._closed or not self.available:
+            return
+        mine = runner.view.counts
+        if ((counts.active, counts.scheduled, counts.deferred) != (mine.active, mine.scheduled, mine.deferred)
+                or counts.size_in_bytes != runner.size_in_bytes):
+            runner.refresh_counts()
 
     async def _poll_shared(self) -> None:
         """Other nodes append to this store: while a receiver here waits, read from the cursor on."""

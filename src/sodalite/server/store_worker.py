@@ -31,12 +31,16 @@ partition still looks by itself for what no announcement covers (a lock of a dea
 messages are announced with their time (``due``: the watcher's ``on_due``); ``due_seconds`` is how
 often each partition still reads the store's ``next_due`` by itself (what a node that died before
 announcing, or a feed that was down, left untold): :data:`DUE_REREAD_SECONDS` while the feed is
-live, ``SHARED_POLL_SECONDS`` four times over without one.
+live, ``SHARED_POLL_SECONDS`` four times over without one. Counters move with other nodes' sends
+and settlements, which no announcement covers: every :data:`SHARED_COUNTS_SECONDS` the worker reads
+the counters of every partition that ``watch_counts`` it in ONE read (``counts_many``, one round
+trip whatever the number of entities), only while the store answers, and hands each its counts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import string
 import time
@@ -45,7 +49,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from sodalite.errors import SodaliteError, StoreFull, StoreUnavailable
-from sodalite.store.port import ChangeFeed, MessagingStore, OpResult, PartitionRef, PartitionSnapshot, StoreOp
+from sodalite.store.port import (
+    ChangeFeed,
+    MessagingStore,
+    OpResult,
+    PartitionCounts,
+    PartitionRef,
+    PartitionSnapshot,
+    StoreOp,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -55,6 +67,9 @@ SHARED_POLL_SECONDS = 0.25  # a waiting receiver looks for other nodes' rows thi
 NOTIFIED_POLL_SECONDS = 2.0  # ... and this often while the feed is live (only what no notification announces)
 ENTITY_FOLLOW_SECONDS = 1.0  # a node re-reads the entity records this often in any case (the feed wakes it sooner)
 DUE_REREAD_SECONDS = 10.0  # a partition re-reads the store's next due time this often while the feed is live
+# On a store other nodes write: how often every watched partition's counters are read back (one read
+# for all; management answers follow other nodes' sends and settlements within about this long).
+SHARED_COUNTS_SECONDS = 0.5
 _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 
 
@@ -85,6 +100,8 @@ class StoreWorker:
         self.on_entities_changed: Callable[[], None] | None = None
         self._watchers: dict[tuple[str, int], list[Callable[[], None]]] = {}
         self._due_watchers: dict[tuple[str, int], list[Callable[[int], None]]] = {}
+        self._count_watchers: dict[tuple[str, int], tuple[PartitionRef, list[Callable[[PartitionCounts], None]]]] = {}
+        self._counts_task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._maintenance: asyncio.TimerHandle | None = None
         self._closing = False
@@ -232,6 +249,43 @@ class StoreWorker:
 
         return unwatch
 
+    def watch_counts(self, ref: PartitionRef, on_counts: Callable[[PartitionCounts], None]) -> Callable[[], None]:
+        """Call ``on_counts`` (on the loop) with ``ref``'s counters as the store has them, every
+        :data:`SHARED_COUNTS_SECONDS`, read together with every other watched partition's; returns
+        the function that stops it. Call on the event loop."""
+        key = _key(ref)
+        self._count_watchers.setdefault(key, (ref, []))[1].append(on_counts)
+        if self._counts_task is None or self._counts_task.done():
+            self._counts_task = asyncio.get_running_loop().create_task(self._read_counts(),
+                                                                       name=f"store {self.name}: counters")
+
+        def unwatch() -> None:
+            entry = self._count_watchers.get(key)
+            if entry is not None and on_counts in entry[1]:
+                entry[1].remove(on_counts)
+                if not entry[1]:
+                    del self._count_watchers[key]
+
+        return unwatch
+
+    async def _read_counts(self) -> None:
+        while self._count_watchers and not self._closing:
+            await asyncio.sleep(SHARED_COUNTS_SECONDS)
+            if self.offline or not self.reachable or not self._count_watchers:
+                continue  # optional: wait until something else got through again
+            refs = [ref for ref, _ in self._count_watchers.values()]
+            try:
+                read = await self.call(functools.partial(self.store.counts_many, refs))
+            except SodaliteError:
+                continue
+            for ref, counts in zip(refs, read, strict=True):
+                entry = self._count_watchers.get(_key(ref))
+                for callback in list(entry[1]) if entry is not None else ():
+                    try:
+                        callback(counts)
+                    except Exception:
+                        log.exception("store %s: a partition's counters could not be handed on", self.name)
+
     def ready(self, ref: PartitionRef) -> None:
         self._on_loop(lambda: self._notify(_key(ref)))
 
@@ -274,6 +328,8 @@ class StoreWorker:
 
     async def close(self) -> None:
         self._closing = True
+        if self._counts_task is not None:
+            self._counts_task.cancel()
         if self._maintenance is not None:
             self._maintenance.cancel()
         if self.feed is not None:

@@ -599,6 +599,9 @@ class MemoryStore:
             first_sequence_number=min(part.messages, default=None),
         )
 
+    def counts_many(self, refs: Sequence[PartitionRef]) -> tuple[PartitionCounts, ...]:
+        return tuple(replace(self.counts(ref), first_sequence_number=None) for ref in refs)
+
     def next_due(self, ref: PartitionRef, now: int) -> int | None:
         part = self._read(ref)
         times: list[int] = []

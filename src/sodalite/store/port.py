@@ -587,6 +587,11 @@ class MessagingStore(Protocol):
     def counts(self, ref: PartitionRef) -> PartitionCounts:
         """The partition's counters (zeros for a partition never written); never a backlog scan."""
 
+    def counts_many(self, refs: Sequence[PartitionRef]) -> tuple[PartitionCounts, ...]:
+        """The counters of several partitions, one per ref in order, read together (one round trip):
+        what a node on a shared store reads back for every partition it serves. As :meth:`counts`,
+        except that ``first_sequence_number`` is None (not read: it would cost an index probe each)."""
+
     def next_due(self, ref: PartitionRef, now: int) -> int | None:
         """The earliest time something in the partition falls due, None when nothing will: the
         ``scheduled_enqueue_time`` of SCHEDULED messages, the ``expires_at`` of messages (any state)

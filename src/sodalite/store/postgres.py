@@ -888,6 +888,15 @@ _SELECT_COUNTS: Final = (
     "(SELECT min(sequence_number) FROM sodalite_messages WHERE entity = %(e)s AND partition = %(p)s) "
     f"FROM ({_counter_rows('active, scheduled, deferred, size_in_bytes, last_sequence_number')}) c"
 )
+_COUNT_COLUMNS: Final = "active, scheduled, deferred, size_in_bytes, last_sequence_number"
+_SELECT_COUNTS_MANY: Final = (  # counts_many: every partition asked, in order, in one statement
+    "SELECT coalesce(sum(c.active), 0), coalesce(sum(c.scheduled), 0), coalesce(sum(c.deferred), 0), "
+    "coalesce(sum(c.size_in_bytes), 0), coalesce(max(c.last_sequence_number), 0) "
+    "FROM unnest(%(es)s::bytea[], %(ps)s::bigint[]) WITH ORDINALITY AS r(e, p, i) "
+    f"LEFT JOIN LATERAL (SELECT {_COUNT_COLUMNS} FROM sodalite_partitions WHERE entity = r.e AND partition = r.p "
+    f"UNION ALL SELECT {_COUNT_COLUMNS} FROM sodalite_counters WHERE entity = r.e AND partition = r.p) c ON true "
+    "GROUP BY r.i ORDER BY r.i"
+)
 _SELECT_FETCH: Final = (
     f"SELECT {_STORED_COLUMNS} FROM sodalite_messages WHERE entity = %(e)s AND partition = %(p)s "
     "AND sequence_number = ANY(%(seq)s::bigint[]) ORDER BY sequence_number"
@@ -1731,6 +1740,16 @@ class PostgresStore:
         (rows,) = self._read(f"read the counters of {ref.entity!r} partition {ref.partition}",
                              [(_SELECT_COUNTS, _partition_params(ref))])
         return self._counts(rows)
+
+    def counts_many(self, refs: Sequence[PartitionRef]) -> tuple[PartitionCounts, ...]:
+        if not refs:
+            return ()
+        keys = [_key(ref) for ref in refs]
+        (rows,) = self._read(f"read the counters of {len(refs)} partitions",
+                             [(_SELECT_COUNTS_MANY, {"es": [e for e, _ in keys], "ps": [p for _, p in keys]})])
+        return tuple(PartitionCounts(active=int(a), scheduled=int(s), deferred=int(d), size_in_bytes=int(b),
+                                     last_sequence_number=int(last), first_sequence_number=None)
+                     for a, s, d, b, last in rows)
 
     def next_due(self, ref: PartitionRef, now: int) -> int | None:
         (rows,) = self._read(f"read what falls due in {ref.entity!r} partition {ref.partition}",

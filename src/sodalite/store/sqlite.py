@@ -491,6 +491,11 @@ _SELECT_COUNTS: Final = (
     "(SELECT min(sequence_number) FROM messages WHERE entity = ?1 AND partition = ?2) "
     "FROM (SELECT 1) LEFT JOIN partitions p ON p.entity = ?1 AND p.partition = ?2"
 )
+_SELECT_COUNTS_ONLY: Final = (  # counts_many: without the first number's index probe
+    "SELECT coalesce(p.active, 0), coalesce(p.scheduled, 0), coalesce(p.deferred, 0), "
+    "coalesce(p.size_in_bytes, 0), coalesce(p.last_sequence_number, 0) "
+    "FROM (SELECT 1) LEFT JOIN partitions p ON p.entity = ?1 AND p.partition = ?2"
+)
 # Each branch is one index probe: scheduled (partial index), the first expiry of an unlocked row
 # (the expiry index covers the lock test, and the walk skips only rows locked now), the first lock
 # to lapse, the first session lock to lapse.
@@ -994,6 +999,14 @@ class SqliteStore:
         (rows,) = self._read(f"count {ref.entity!r} partition {ref.partition}",
                              [(_SELECT_COUNTS, (ref.entity, ref.partition))])
         return PartitionCounts(*rows[0])
+
+    def counts_many(self, refs: Sequence[PartitionRef]) -> tuple[PartitionCounts, ...]:
+        if not refs:
+            return ()
+        rows = self._read(f"count {len(refs)} partitions",
+                          [(_SELECT_COUNTS_ONLY, (ref.entity, ref.partition)) for ref in refs])
+        return tuple(PartitionCounts(active=a, scheduled=s, deferred=d, size_in_bytes=b, last_sequence_number=last,
+                                     first_sequence_number=None) for ((a, s, d, b, last),) in rows)
 
     def next_due(self, ref: PartitionRef, now: int) -> int | None:
         (rows,) = self._read(f"read the next due time of {ref.entity!r} partition {ref.partition}",
