@@ -27,6 +27,8 @@ QUEUES = [
     {"Name": "compete", "Properties": {}},
     {"Name": "dies", "Properties": {"LockDuration": "PT5S"}},
     {"Name": "sess", "Properties": {"RequiresSession": True}},
+    {"Name": "dlfwd-src", "Properties": {"ForwardDeadLetteredMessagesTo": "dlfwd-dst", "MaxDeliveryCount": 2}},
+    {"Name": "dlfwd-dst", "Properties": {}},
 ]
 
 
@@ -169,3 +171,50 @@ def test_a_queue_created_or_deleted_through_one_node_is_seen_by_the_other(
         while time.monotonic() < deadline:
             _send(b, "made-on-a", ["too late"])
             time.sleep(0.5)
+
+
+def test_dead_letters_forwarded_through_either_node_land_in_the_target_once(
+        nodes: tuple[BrokerProcess, BrokerProcess]) -> None:
+    """ForwardDeadLetteredMessagesTo across nodes: what a client dead-letters through one node and
+    what MaxDeliveryCount dead-letters through the other both land in the target, once each, with
+    their reasons, and nothing stays in the source's own dead-letter queue."""
+    a, b = nodes
+    _send(a, "dlfwd-src", [f"x{i}" for i in range(10)])
+    explicit: list[str] = []
+    with ServiceBusClient.from_connection_string(a.connection_string) as client, \
+            client.get_queue_receiver("dlfwd-src", max_wait_time=2) as receiver:
+        deadline = time.monotonic() + 30
+        while len(explicit) < 5 and time.monotonic() < deadline:
+            for m in receiver.receive_messages(max_message_count=5 - len(explicit), max_wait_time=2):
+                receiver.dead_letter_message(m, reason="rejected-on-a", error_description="by the client")
+                explicit.append(str(m))
+    assert len(explicit) == 5
+    worn: list[str] = []
+    with ServiceBusClient.from_connection_string(b.connection_string) as client, \
+            client.get_queue_receiver("dlfwd-src", max_wait_time=2) as receiver:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # abandoned twice: MaxDeliveryCount 2 dead-letters each
+            got = receiver.receive_messages(max_message_count=10, max_wait_time=2)
+            if not got and len(worn) >= 10:
+                break
+            for m in got:
+                worn.append(str(m))
+                receiver.abandon_message(m)
+    assert sorted(set(worn)) == sorted({f"x{i}" for i in range(10)} - set(explicit))
+    reasons: dict[str, str | None] = {}
+    for node in (b, a):  # the target through either node; a second copy would show
+        with ServiceBusClient.from_connection_string(node.connection_string) as client, \
+                client.get_queue_receiver("dlfwd-dst", max_wait_time=2) as receiver:
+            deadline = time.monotonic() + 30
+            while len(reasons) < 10 and time.monotonic() < deadline:
+                for m in receiver.receive_messages(max_message_count=10, max_wait_time=2):
+                    assert str(m) not in reasons, f"{m} landed twice"
+                    reasons[str(m)] = m.dead_letter_reason
+                    receiver.complete_message(m)
+    assert sorted(reasons) == sorted(f"x{i}" for i in range(10))
+    assert {reasons[body] for body in explicit} == {"rejected-on-a"}
+    assert {reasons[body] for body in set(worn)} == {"MaxDeliveryCountExceeded"}
+    assert _drain(a, "dlfwd-dst", 1, seconds=4) == []
+    with ServiceBusClient.from_connection_string(b.connection_string) as client, \
+            client.get_queue_receiver("dlfwd-src", sub_queue="deadletter", max_wait_time=2) as receiver:
+        assert receiver.receive_messages(max_message_count=10, max_wait_time=3) == []
