@@ -704,19 +704,31 @@ def test_counts_follow_v1_operations_too(v2: V2) -> None:
     assert store.counts(DLQ) == PartitionCounts(0, 0, 0, 0, 0, None)
 
 
+def next_due(store: MessagingStore, ref: PartitionRef, now: int) -> int | None:
+    """``next_due``, checked against ``next_due_many`` of the partitions the tests use."""
+    due = store.next_due(ref, now)
+    refs = [Q, DLQ, OTHER, ref]
+    assert store.next_due_many(refs, now) == tuple(store.next_due(r, now) for r in refs)
+    return due
+
+
 def test_next_due_from_each_source(store: MessagingStore) -> None:
     append(store, msg(expires_at=T0 + 500))
-    assert store.next_due(Q, T0) == T0 + 500  # expiry of an unlocked message
+    assert next_due(store, Q, T0) == T0 + 500  # expiry of an unlocked message
     append(store, msg(state=MessageState.SCHEDULED, scheduled_enqueue_time=T0 + 400))
-    assert store.next_due(Q, T0) == T0 + 400  # scheduled
+    assert next_due(store, Q, T0) == T0 + 400  # scheduled
     claim(store, T0, tok(1), until=T0 + 300)
-    assert store.next_due(Q, T0) == T0 + 300  # a lock lapsing (the locked one's expiry waits)
-    assert store.next_due(Q, T0 + 300) == T0 + 400  # lapsed: its expiry counts again
+    assert next_due(store, Q, T0) == T0 + 300  # a lock lapsing (the locked one's expiry waits)
+    assert next_due(store, Q, T0 + 300) == T0 + 400  # lapsed: its expiry counts again
     one(store, ClaimSession(Q, T0, tok(2), T0 + 200, OWNER, "s"))
-    assert store.next_due(Q, T0) == T0 + 200  # a session lock lapsing
+    assert next_due(store, Q, T0) == T0 + 200  # a session lock lapsing
     append(store, msg(expires_at=T0 - 5, state=MessageState.DEFERRED))
-    assert store.next_due(Q, T0) == T0 - 5  # already due
-    assert store.next_due(OTHER, T0) is None
+    assert next_due(store, Q, T0) == T0 - 5  # already due
+    assert next_due(store, OTHER, T0) is None
+    append(store, msg(state=MessageState.SCHEDULED, scheduled_enqueue_time=T0 + 50), ref=OTHER)
+    assert next_due(store, OTHER, T0) == T0 + 50
+    assert store.next_due_many([], T0) == ()
+    assert store.next_due_many([OTHER, Q, OTHER], T0) == (T0 + 50, T0 - 5, T0 + 50)
 
 
 def test_partition_meta(v2: V2) -> None:

@@ -31,9 +31,10 @@ when another node commits messages made ready there (announced by the store's ch
 LISTEN/NOTIFY), its core is told ``Arrived(0)`` and reads the store again. What no announcement
 covers (a lock held by a dead node lapsing) is found by a poll: while a receiver here waits with
 credit, the core is told ``Arrived(0)`` every ``worker.poll_seconds`` (fast without a live feed,
-slow with one). Messages another node scheduled are announced with their time, and the queue reads
-the store's ``next_due`` every ``worker.due_seconds`` besides (the scheduling node may have died
-unannounced): its core is told ``DueInStore`` and activates what is due then (fenced by the store).
+slow with one). Messages another node scheduled are announced with their time, and the store
+worker reads every watched partition's ``next_due`` every ``worker.due_seconds`` besides, in one
+read (the scheduling node may have died unannounced): the core is told ``DueInStore`` and activates
+what is due then (fenced by the store).
 Claims and session locks are fenced by the store (``FOR UPDATE SKIP LOCKED``), so
 two nodes never lock the same message or session. The counts management reads (:meth:`counts`,
 :meth:`size_in_bytes`) are the cores' views, which see only this node's batches: the store worker
@@ -178,7 +179,6 @@ class CoreActor:
         self._available = True
         self._closed = False
         self._poller: asyncio.Task[None] | None = None
-        self._due_poller: asyncio.Task[None] | None = None
         self._targets: dict[PartitionRef, tuple[CoreActor, SubQueue]] = {}  # where Publish copies land
         self._unwatch: list[Any] = []  # stop the store worker's wake-ups, one per sub-queue
         self._session_waits: dict[Any, Hashable] = {}  # owner -> request key of its accept-next-session
@@ -202,7 +202,6 @@ class CoreActor:
         if self.worker.shared and self._poller is None:
             loop = asyncio.get_running_loop()
             self._poller = loop.create_task(self._poll_shared(), name=f"shared-store poll {self.ref.entity}")
-            self._due_poller = loop.create_task(self._reread_due(), name=f"shared-store due {self.ref.entity}")
             for sub, ref in self.refs.items():
                 self._unwatch.append(self.worker.watch_counts(ref, functools.partial(self._counts_read, sub)))
 
@@ -224,9 +223,8 @@ class CoreActor:
 
     async def close(self) -> None:
         self._closed = True
-        for task in (self._poller, self._due_poller):
-            if task is not None:
-                task.cancel()
+        if self._poller is not None:
+            self._poller.cancel()
         for unwatch in self._unwatch:
             unwatch()
         self._unwatch.clear()
@@ -388,21 +386,6 @@ class CoreActor:
                 runner = self.runners.get(sub)
                 if runner is not None:
                     runner.submit(core.Arrived(0))
-
-    async def _reread_due(self) -> None:
-        """The store's next due time of the queue, read again now and then: what another node
-        scheduled and did not announce (it died first, or this node's feed was down then)."""
-        ref = self.refs[SubQueue.MAIN]
-        while not self._closed:
-            await asyncio.sleep(self.worker.due_seconds)
-            if not self.available:
-                continue
-            try:
-                at = await self.worker.call(lambda: self.worker.store.next_due(ref, wall_clock_ms()))
-            except SodaliteError:
-                continue  # the store is away: the runners hear of it from their batches
-            if at is not None:
-                self._due_in_store(SubQueue.MAIN, at)
 
     def _due_in_store(self, sub: SubQueue, at: int) -> None:
         runner = self.runners.get(sub)

@@ -28,10 +28,11 @@ happened while it was away was not announced. ``poll_seconds`` is how often a wa
 partition still looks by itself for what no announcement covers (a lock of a dead node lapsing):
 ``notified_poll_seconds`` while the feed is live, :data:`SHARED_POLL_SECONDS` without one;
 ``follow_seconds`` likewise for the broker's re-reading of entity records. Another node's scheduled
-messages are announced with their time (``due``: the watcher's ``on_due``); ``due_seconds`` is how
-often each partition still reads the store's ``next_due`` by itself (what a node that died before
-announcing, or a feed that was down, left untold): :data:`DUE_REREAD_SECONDS` while the feed is
-live, ``SHARED_POLL_SECONDS`` four times over without one. Counters move with other nodes' sends
+messages are announced with their time (``due``: the watcher's ``on_due``); every ``due_seconds``
+the worker also reads the store's ``next_due`` of every partition watched with an ``on_due`` (what a
+node that died before announcing, or a feed that was down, left untold), all in one read
+(``next_due_many``), and hands each its time: :data:`DUE_REREAD_SECONDS` while the feed is live,
+``SHARED_POLL_SECONDS`` four times over without one. Counters move with other nodes' sends
 and settlements, which no announcement covers: every :data:`SHARED_COUNTS_SECONDS` the worker reads
 the counters of every partition that ``watch_counts`` it in ONE read (``counts_many``, one round
 trip whatever the number of entities), only while the store answers, and hands each its counts.
@@ -102,6 +103,8 @@ class StoreWorker:
         self._due_watchers: dict[tuple[str, int], list[Callable[[int], None]]] = {}
         self._count_watchers: dict[tuple[str, int], tuple[PartitionRef, list[Callable[[PartitionCounts], None]]]] = {}
         self._counts_task: asyncio.Task[None] | None = None
+        self._due_refs: dict[tuple[str, int], PartitionRef] = {}  # what the due reread reads
+        self._due_task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._maintenance: asyncio.TimerHandle | None = None
         self._closing = False
@@ -234,6 +237,10 @@ class StoreWorker:
         self._watchers.setdefault(key, []).append(on_ready)
         if on_due is not None:
             self._due_watchers.setdefault(key, []).append(on_due)
+            self._due_refs[key] = ref
+            if self._due_task is None or self._due_task.done():
+                self._due_task = asyncio.get_running_loop().create_task(self._reread_due(),
+                                                                        name=f"store {self.name}: due times")
 
         def unwatch() -> None:
             callbacks = self._watchers.get(key, [])
@@ -246,6 +253,7 @@ class StoreWorker:
                 dues.remove(on_due)
             if not dues:
                 self._due_watchers.pop(key, None)
+                self._due_refs.pop(key, None)
 
         return unwatch
 
@@ -286,18 +294,32 @@ class StoreWorker:
                     except Exception:
                         log.exception("store %s: a partition's counters could not be handed on", self.name)
 
+    async def _reread_due(self) -> None:
+        while self._due_refs and not self._closing:
+            await asyncio.sleep(self.due_seconds)
+            if self.offline or not self._due_refs:
+                continue
+            refs = list(self._due_refs.values())
+            try:
+                read = await self.call(functools.partial(self.store.next_due_many, refs, int(time.time() * 1000)))
+            except SodaliteError:
+                continue  # the store is away: the partitions hear of it from their batches
+            for ref, at in zip(refs, read, strict=True):
+                if at is not None:
+                    self._tell_due(_key(ref), at)
+
     def ready(self, ref: PartitionRef) -> None:
         self._on_loop(lambda: self._notify(_key(ref)))
 
     def due(self, ref: PartitionRef, at: int) -> None:
-        def tell() -> None:
-            for callback in list(self._due_watchers.get(_key(ref), ())):
-                try:
-                    callback(at)
-                except Exception:
-                    log.exception("store %s: a partition's due time could not be handed on", self.name)
+        self._on_loop(lambda: self._tell_due(_key(ref), at))
 
-        self._on_loop(tell)
+    def _tell_due(self, key: tuple[str, int], at: int) -> None:
+        for callback in list(self._due_watchers.get(key, ())):
+            try:
+                callback(at)
+            except Exception:
+                log.exception("store %s: a partition's due time could not be handed on", self.name)
 
     def entities_changed(self) -> None:
         self._on_loop(self._entities_changed)
@@ -328,8 +350,9 @@ class StoreWorker:
 
     async def close(self) -> None:
         self._closing = True
-        if self._counts_task is not None:
-            self._counts_task.cancel()
+        for task in (self._counts_task, self._due_task):
+            if task is not None:
+                task.cancel()
         if self._maintenance is not None:
             self._maintenance.cancel()
         if self.feed is not None:

@@ -599,6 +599,9 @@ class MemoryStore:
             first_sequence_number=min(part.messages, default=None),
         )
 
+    def next_due_many(self, refs: Sequence[PartitionRef], now: int) -> tuple[int | None, ...]:
+        return tuple(self.next_due(ref, now) for ref in refs)
+
     def counts_many(self, refs: Sequence[PartitionRef]) -> tuple[PartitionCounts, ...]:
         return tuple(replace(self.counts(ref), first_sequence_number=None) for ref in refs)
 

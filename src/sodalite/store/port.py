@@ -599,6 +599,10 @@ class MessagingStore(Protocol):
         ``locked_until`` of session locks held at ``now``. May be <= now (something is due already).
         Served from indexes."""
 
+    def next_due_many(self, refs: Sequence[PartitionRef], now: int) -> tuple[int | None, ...]:
+        """:meth:`next_due` of several partitions, one per ref in order, read together (one round
+        trip): what a node on a shared store reads back now and then for every partition it serves."""
+
     def partition_meta(self, ref: PartitionRef) -> PartitionMeta:
         """Counters, duplicate-detection history, session states and move keys, read together."""
 

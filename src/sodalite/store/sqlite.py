@@ -1000,6 +1000,13 @@ class SqliteStore:
                              [(_SELECT_COUNTS, (ref.entity, ref.partition))])
         return PartitionCounts(*rows[0])
 
+    def next_due_many(self, refs: Sequence[PartitionRef], now: int) -> tuple[int | None, ...]:
+        if not refs:
+            return ()
+        rows = self._read(f"read the next due times of {len(refs)} partitions",
+                          [(_SELECT_NEXT_DUE, (ref.entity, ref.partition, now)) for ref in refs])
+        return tuple(found[0][0] for found in rows)
+
     def counts_many(self, refs: Sequence[PartitionRef]) -> tuple[PartitionCounts, ...]:
         if not refs:
             return ()
