@@ -72,6 +72,7 @@ from sodalite.store.port import (
     SessionClaimed,
     Settle,
     Settled,
+    SettleFenced,
     SettleItem,
     StoredMessage,
     StoreOp,
@@ -409,6 +410,46 @@ def test_settle_is_fenced_by_the_token_and_the_lock_time(store: MessagingStore) 
                   SettleItem(1, tok(1), Outcome.DEAD_LETTER, dead_letter_to=DLQ)) == (False, False)
     assert everything(store, Q)[0] == before[0]
     assert everything(store, DLQ) == ()
+
+
+def test_an_all_or_none_settle_applies_with_the_rest_of_its_batch(store: MessagingStore) -> None:
+    append(store, msg(), msg())
+    claim(store, T0, tok(1), tok(2), until=T0 + 10)
+    settled, sent, dead = run(store, Settle(Q, T0 + 1, (SettleItem(1, tok(1), Outcome.COMPLETE),
+                                                       SettleItem(2, tok(2), Outcome.DEAD_LETTER, dead_letter_to=DLQ)),
+                                            all_or_none=True),
+                              Append(OTHER, (msg(),)), Append(DLQ, (msg(),)))
+    assert (settled, sent, dead) == (Settled((True, True)), Appended((1,)), Appended((2,)))
+    assert everything(store, Q) == ()
+    assert numbers(everything(store, DLQ)) == [1, 2] and numbers(everything(store, OTHER)) == [1]
+
+
+def test_an_all_or_none_settle_whose_lock_another_owner_took_rolls_the_whole_batch_back(
+        store: MessagingStore) -> None:
+    """What an AMQP transaction on a shared store needs: node A decided its commit while its lock held
+    (at T0 + 5), but the lock lapsed before the batch applied and node B claimed the message."""
+    append(store, msg(), msg())
+    claim(store, T0, tok(1), tok(2), until=T0 + 10)
+    taken = one(store, Claim(Q, T0 + 20, T0 + 100, "node-b", toks(5, 6)))
+    assert isinstance(taken, Claimed) and numbers(taken.messages) == [1, 2]
+    before_q, before_counts = everything(store, Q), store.counts(Q)
+    batch: list[StoreOp] = [Append(OTHER, (msg(),)),
+                            Settle(Q, T0 + 5, (SettleItem(1, tok(5), Outcome.COMPLETE),  # B's token: applies
+                                               SettleItem(2, tok(2), Outcome.COMPLETE)),  # A's: B holds it
+                                   all_or_none=True),
+                            Append(Q, (msg(),))]
+    with pytest.raises(SettleFenced) as fenced:
+        store.apply(batch)
+    assert (fenced.value.op_index, fenced.value.item_index, fenced.value.sequence_number) == (1, 1, 2)
+    assert everything(store, Q) == before_q  # message 1 not completed, no append
+    assert store.counts(Q) == before_counts
+    assert everything(store, OTHER) == () and store.counts(OTHER).last_sequence_number == 0
+    check_counts(store, Q, DLQ, OTHER)
+    # the same settlement without all_or_none applies what it can (the per-item fence)
+    assert settle(store, T0 + 21, SettleItem(1, tok(5), Outcome.COMPLETE),
+                  SettleItem(2, tok(2), Outcome.COMPLETE)) == (True, False)
+    assert append(store, msg()) == [3]
+    assert append(store, msg(), ref=OTHER) == [1]
 
 
 def test_each_outcome(store: MessagingStore) -> None:
