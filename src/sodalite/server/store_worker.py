@@ -15,7 +15,9 @@ version-2 core hand in their batches. Batches that arrive while a transaction is
 the same event-loop turn, leave together as ONE ``apply`` (one transaction, one fsync) when the
 previous one is done, whichever partition of this store they belong to; each caller gets back the
 results of its own operations, in order. A transaction that raises applied nothing, and every batch
-in it fails with that error (each runner answers its requests ServerBusy). A store other nodes write
+in it fails with that error (each runner answers its requests ServerBusy). A batch with an all-or-none
+``Settle`` (an AMQP transaction's) is never merged: its fence may roll back its transaction
+(``SettleFenced``), which must not take other partitions' batches with it. A store other nodes write
 too (``shared``) is not merged: there two nodes' transactions could take the partitions' counter
 rows in opposite orders and deadlock, so each batch stays its own transaction.
 
@@ -45,7 +47,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from sodalite.errors import SodaliteError, StoreFull, StoreUnavailable
-from sodalite.store.port import ChangeFeed, MessagingStore, OpResult, PartitionRef, PartitionSnapshot, StoreOp
+from sodalite.store.port import (
+    ChangeFeed,
+    MessagingStore,
+    OpResult,
+    PartitionRef,
+    PartitionSnapshot,
+    Settle,
+    StoreOp,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -56,6 +66,11 @@ NOTIFIED_POLL_SECONDS = 2.0  # ... and this often while the feed is live (only w
 ENTITY_FOLLOW_SECONDS = 1.0  # a node re-reads the entity records this often in any case (the feed wakes it sooner)
 DUE_REREAD_SECONDS = 10.0  # a partition re-reads the store's next due time this often while the feed is live
 _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+def _alone(batch: Sequence[StoreOp]) -> bool:
+    """A batch committed in a transaction of its own (module docstring)."""
+    return any(isinstance(op, Settle) and op.all_or_none for op in batch)
 
 
 def _key(ref: PartitionRef) -> tuple[str, int]:
@@ -136,9 +151,14 @@ class StoreWorker:
                 group: list[tuple[Sequence[StoreOp], asyncio.Future[tuple[OpResult, ...]]]] = []
                 size = 0
                 while self._queued and (not group or size + len(self._queued[0][0]) <= MAX_GROUP_OPS):
+                    alone = _alone(self._queued[0][0])
+                    if group and alone:
+                        break
                     batch, future = self._queued.pop(0)
                     group.append((batch, future))
                     size += len(batch)
+                    if alone:
+                        break
                 ops = [op for batch, _ in group for op in batch]
                 try:
                     results = await self.apply(ops)

@@ -223,3 +223,51 @@ def test_a_sessions_messages_commit_while_the_session_is_held_and_are_refused_on
     assert [type(r) for r in replies] == [SessionLockLost]
     h.drain()
     assert two.message.sequence_number in h.store.rows and bodies(h.store.other("b")) == [b"reply"]
+
+
+def test_a_lock_another_node_took_before_the_batch_applied_rolls_the_whole_transaction_back() -> None:
+    """On a store several nodes share: the core decided the commit while its lock held, but before the
+    batch applied the lock lapsed and another node claimed the message. The store's all-or-none
+    settlement fails the batch: no send is stored, no settlement applied, the lock is lost, the
+    discharge is answered as a lost lock (the transaction rolls back)."""
+    h = queue(dedup=True)
+    taken, kept = locked(h, "taken", "kept")
+    h.at(LOCK - 10)
+    assert h.run(Transact((complete(taken), Settle(token(kept), Outcome.DEFER)),
+                          (send("m1", ("b", "never"), (HOME, "never")),), "txn", (True,))) == []
+    (_, ops), = h.effects
+    (settle,) = [op for op in ops if isinstance(op, SettleOp)]
+    assert settle.all_or_none and settle.now == LOCK - 10
+    # Node B, whose clock says the lock lapsed, claims the message first.
+    row = h.store.rows[taken.message.sequence_number]
+    row.lock_token, row.locked_until, row.lock_owner = uuid.UUID(int=999), LOCK + 60_000, "node-b"
+    replies = h.drain()
+    assert LockLost("txn", token(taken)) in replies
+    assert not any(isinstance(r, Published | SettlementDone | ServerBusy) for r in replies)
+    assert "b" not in h.store.others and HOME not in h.store.others  # no send stored
+    assert h.store.rows[kept.message.sequence_number].record.state is MessageState.ACTIVE  # not deferred
+    assert h.store.rows[taken.message.sequence_number].lock_owner == "node-b"
+    assert token(taken) not in h.view.locks
+    assert token(kept) in h.view.locks  # the other lock is still this receiver's
+    replies = h.run(Settle(token(kept), Outcome.COMPLETE, "complete")) + h.drain()
+    assert SettlementDone("complete", token(kept), Outcome.COMPLETE) in replies
+    # The rolled-back transaction's MessageId was forgotten: a later send of it is stored.
+    h.run(Send((draft("m1", body=b"m1"),), "s"))
+    assert any(isinstance(r, SendAccepted) and r.sequence_numbers for r in h.drain())
+
+
+def test_a_session_message_another_node_took_rolls_the_transaction_back_as_a_lost_session() -> None:
+    h = Harness(new_view(CoreSettings(lock_duration=LOCK, requires_session=True), 0, token_seed=11))
+    h.run(Send((draft(None, session="s", body=b"one"),), "sent"))
+    h.drain()
+    h.run(Receive("r", 0))
+    h.run(AcceptSession("r", "s", "accept"))
+    h.drain()
+    h.run(Receive("r", 1))
+    (one,) = [r for r in h.drain() if isinstance(r, Delivered)]
+    h.run(Transact((complete(one),), (send(None, ("b", "never")),), "txn"))
+    row = h.store.rows[one.message.sequence_number]
+    row.lock_token, row.locked_until = uuid.UUID(int=999), LOCK * 3
+    replies = h.drain()
+    assert SessionLockLost("txn", "s", token(one)) in replies
+    assert "b" not in h.store.others and one.message.sequence_number in h.store.rows
