@@ -2692,16 +2692,20 @@ def _on_transact(turn: _Turn, command: Transact) -> None:
             return
         locks.append(lock)
     by_target: dict[Hashable, list[MessageRecord]] = {}
+    checked_under: dict[Hashable, list[str | None]] = {}  # per copy, the id its message was checked under
     remembered: list[str] = []
     for i, entry in enumerate(command.entries):
         mid = entry.message_id
-        if i < len(command.deduplicate) and command.deduplicate[i] and view.dedup is not None and mid is not None:
+        checked = i < len(command.deduplicate) and command.deduplicate[i] and view.dedup is not None
+        if checked and mid is not None:
+            assert view.dedup is not None
             if view.dedup.is_duplicate(mid, now):
                 continue
             view.dedup.remember(mid, now)
             remembered.append(mid)
         for copy in entry.copies:
             by_target.setdefault(copy.target, []).append(copy.record)
+            checked_under.setdefault(copy.target, []).append(mid if checked else None)
     parts = list(by_target.items())
     start = len(turn.settles)
     for j, (lock, settle) in enumerate(zip(locks, command.settles, strict=True)):
@@ -2717,15 +2721,18 @@ def _on_transact(turn: _Turn, command: Transact) -> None:
         turn.op(SettleOp(now, tuple(item for item, _ in mine), all_or_none=True),
                 _SettleCtx(tuple(entry for _, entry in mine), command.reply_to))
     stored: list[tuple[Hashable, tuple[MessageRecord, ...]]] = []
+    # Only the history to store: its op answers.
+    answer = None if parts or locks else _PublishCtx(command.reply_to, None, (), stored, True, True,
+                                                      tuple(remembered))
+    # On a store other nodes share, the store decides duplicates (as for a send): the batch takes the
+    # ids and gates the copies by them; a duplicate it finds is left out of the numbers.
+    claim = _claim_ids(turn, remembered, answer) if view.settings.shared_store else None
     for i, (target, records) in enumerate(parts):
-        turn.op(AppendTo(target, tuple(records)),
+        gate = None if claim is None else Gate(claim, tuple(checked_under[target]))
+        turn.op(AppendTo(target, tuple(records), gate),
                 _PublishCtx(command.reply_to, target, tuple(records), stored, i == 0, i == len(parts) - 1))
-    if remembered:
+    if remembered and not view.settings.shared_store:
         history = tuple((mid, now) for mid in remembered)
-        if parts or locks:
-            turn.op(RememberMessageIds(history), _DedupCtx(tuple(remembered)))
-        else:  # only the history to store: it answers
-            turn.op(RememberMessageIds(history),
-                    _PublishCtx(command.reply_to, None, (), stored, True, True, tuple(remembered)))
-    elif not parts and not locks:
+        turn.op(RememberMessageIds(history), _DedupCtx(tuple(remembered)) if answer is None else answer)
+    elif not remembered and not parts and not locks:
         turn.replies.append(Published(command.reply_to, ()))

@@ -32,7 +32,7 @@ from sodalite.model.partition_core import (
     Transact,
     new_view,
 )
-from sodalite.model.store_ops import AppendTo, Outcome, RememberMessageIds
+from sodalite.model.store_ops import AppendTo, ClaimMessageIds, Outcome, RememberMessageIds
 from sodalite.model.store_ops import Settle as SettleOp
 
 LOCK = 30_000
@@ -40,8 +40,8 @@ WINDOW = 60_000
 HOME = "home"  # the caller's name for the deciding core's own partition
 
 
-def queue(store: FakeStore | None = None, *, dedup: bool = False) -> Harness:
-    settings = CoreSettings(lock_duration=LOCK, duplicate_window=WINDOW if dedup else None)
+def queue(store: FakeStore | None = None, *, dedup: bool = False, shared: bool = False) -> Harness:
+    settings = CoreSettings(lock_duration=LOCK, duplicate_window=WINDOW if dedup else None, shared_store=shared)
     return Harness(new_view(settings, 0, token_seed=7), store)
 
 
@@ -271,3 +271,23 @@ def test_a_session_message_another_node_took_rolls_the_transaction_back_as_a_los
     replies = h.drain()
     assert SessionLockLost("txn", "s", token(one)) in replies
     assert "b" not in h.store.others and one.message.sequence_number in h.store.rows
+
+
+def test_on_a_shared_store_the_store_decides_the_transactions_duplicates() -> None:
+    """Another node stored MessageId "seen" (the store's history has it, this core's detector not):
+    the batch takes the ids and gates the copies, so the duplicate is left out, as for a send."""
+    h = queue(dedup=True, shared=True)
+    (held,) = locked(h, "held")
+    h.store.message_ids["seen"] = 0
+    h.run(Transact((complete(held),), (send("seen", (HOME, "dup")), send("new", (HOME, "new"))), "txn",
+                   (True, True)))
+    (_, ops), = h.effects
+    assert [type(op).__name__ for op in ops] == ["Settle", "ClaimMessageIds", "AppendTo"]
+    (claim,) = [op for op in ops if isinstance(op, ClaimMessageIds)]
+    assert claim.message_ids == ("seen", "new")
+    assert not any(isinstance(op, RememberMessageIds) for op in ops)
+    replies = h.drain()
+    (published,) = [r for r in replies if isinstance(r, Published)]
+    assert [r.tail for r in dict(published.stored)[HOME]] == [b"new"]
+    assert bodies(h.store.other(HOME)) == [b"new"]
+    assert held.message.sequence_number not in h.store.rows
