@@ -45,6 +45,7 @@ QUEUES: list[dict[str, Any]] = [
     {"Name": "mid-source", "Properties": {"LockDuration": "PT10S"}},
     {"Name": "lapse-target", "Properties": {}},
     {"Name": "fenced-source", "Properties": {"LockDuration": "PT30S"}},
+    {"Name": "dedup", "Properties": {"RequiresDuplicateDetection": True}},
 ]
 SKEW_SECONDS = 120
 
@@ -206,6 +207,25 @@ def test_a_lock_taken_through_another_node_while_the_committing_node_still_held_
         assert _peek(b, "fenced-source") == [] and _peek(b, "fenced-target") == []
     finally:
         c.stop()
+
+
+def test_a_transactions_send_whose_message_id_the_other_node_stored_is_a_duplicate(
+        nodes: tuple[BrokerProcess, BrokerProcess]) -> None:
+    a, b = nodes
+    with ServiceBusClient.from_connection_string(b.connection_string) as sdk, sdk.get_queue_sender("dedup") as sender:
+        sender.send_messages(ServiceBusMessage("first", message_id="id-1"))
+    raw = _raw(a)
+    try:
+        controller = raw.coordinator()
+        txn = _declare(raw, controller)
+        link = raw.attach(_address(a, "dedup"), SENDER)
+        accepted = TransactionalState(txn, Accepted())
+        assert raw.send_in_transaction(link, message(b"again", "id-1"), txn) == accepted
+        assert raw.send_in_transaction(link, message(b"new", "id-2"), txn) == accepted
+        assert raw.discharge(controller, txn) == Accepted()  # a duplicate is accepted and dropped
+    finally:
+        raw.close()
+    assert _peek(b, "dedup") == ["first", "new"]
 
 
 def test_kill_9_of_node_a_loses_no_committed_transaction_and_stores_no_half_of_one(
