@@ -152,7 +152,8 @@ caller after the commit; the target's duplicate detection does not see a move.
 AMQP transactions (:class:`Transact`, server/transactions.py): the core of the partition whose
 locks the transaction settles (or, settling none, of its first send's partition) commits it. It
 checks every lock is usable now (else it refuses and nothing changes), applies its own duplicate
-detection to the sends addressed to its entity, and emits ONE batch: the settlements and an
+detection to the sends addressed to its entity (on a shared store the batch takes their ids in the
+store and gates their copies, as a ``Publish`` does), and emits ONE batch: the settlements and an
 ``AppendTo`` per partition the sends' copies go to (a topic's planned into its subscriptions by the
 caller, as for ``Publish``; this partition's own included). The answer comes after the commit; the
 caller then tells each target's core the rows ``Landed``, so everything shows at once. A failed

@@ -32,7 +32,8 @@ home core decided; on one node nothing else takes those locks before the batch a
 node may claim a message whose lock lapsed meanwhile. The core's ``Settle`` is therefore
 all-or-none: the store checks every lock before it commits and otherwise rolls the whole batch back
 (``SettleFenced``), so the copies are stored exactly when every settlement applied; the discharge
-then fails with TransactionRolledBack (the lock lost), as when the lock had lapsed before it.
+then fails with TransactionRolledBack (the lock lost), as when the lock had lapsed before it. The
+home's duplicate detection is then the store's (the ids taken in the same batch), as for a send.
 """
 
 from __future__ import annotations
