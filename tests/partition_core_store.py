@@ -111,6 +111,17 @@ class FakeStore:
         lock = self.session_locks.get(session_id)
         return lock is None or lock[1] <= now
 
+    def fenced(self, ops: tuple[StoreOp, ...]) -> tuple[int, int] | None:
+        """(op, item) of the first item of an all-or-none Settle whose lock is not held as it names:
+        such a batch is rolled back by the store (``apply`` is then not called)."""
+        for i, op in enumerate(ops):
+            if isinstance(op, Settle) and op.all_or_none:
+                for j, item in enumerate(op.items):
+                    row = self.rows.get(item.sequence_number)
+                    if row is None or row.lock_token != item.lock_token or not row.locked_at(op.now):
+                        return i, j
+        return None
+
     def apply(self, ops: tuple[StoreOp, ...]) -> tuple[OpResult, ...]:
         self.applied_batches += 1
         self.claims = {}
@@ -349,6 +360,9 @@ class Harness:
         batch_id, ops = effect
         if fail:
             return self.run(StoreFailed(batch_id, "injected"))
+        fenced = self.store.fenced(ops)
+        if fenced is not None:
+            return self.run(StoreFailed(batch_id, "fenced", fenced))
         return self.run(StoreResults(batch_id, self.store.apply(ops)))
 
     def drain(self) -> list[Reply]:

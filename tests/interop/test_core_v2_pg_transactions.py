@@ -3,8 +3,8 @@
 Every scenario of ``test_transactions.py`` that runs against its module broker, imported unchanged,
 served by this module's ``tx_broker``: the same configuration with ``--core v2`` and
 ``--store postgresql://...``, so each commit is one ``Transact`` batch of the PostgreSQL store (the
-settlements fenced by token and every copy, in one database transaction). Several nodes are not
-covered (README, "What is not built yet").
+settlements fenced by token and every copy, in one database transaction). Several nodes:
+``test_pg_two_nodes_transactions.py``.
 """
 
 from __future__ import annotations

@@ -72,6 +72,7 @@ from sodalite.store.port import (
     SessionClaimed,
     Settle,
     Settled,
+    SettleFenced,
     SettleItem,
     StoredMessage,
     StoreOp,
@@ -411,6 +412,46 @@ def test_settle_is_fenced_by_the_token_and_the_lock_time(store: MessagingStore) 
                   SettleItem(1, tok(1), Outcome.DEAD_LETTER, dead_letter_to=DLQ)) == (False, False)
     assert everything(store, Q)[0] == before[0]
     assert everything(store, DLQ) == ()
+
+
+def test_an_all_or_none_settle_applies_with_the_rest_of_its_batch(store: MessagingStore) -> None:
+    append(store, msg(), msg())
+    claim(store, T0, tok(1), tok(2), until=T0 + 10)
+    settled, sent, dead = run(store, Settle(Q, T0 + 1, (SettleItem(1, tok(1), Outcome.COMPLETE),
+                                                       SettleItem(2, tok(2), Outcome.DEAD_LETTER, dead_letter_to=DLQ)),
+                                            all_or_none=True),
+                              Append(OTHER, (msg(),)), Append(DLQ, (msg(),)))
+    assert (settled, sent, dead) == (Settled((True, True)), Appended((1,)), Appended((2,)))
+    assert everything(store, Q) == ()
+    assert numbers(everything(store, DLQ)) == [1, 2] and numbers(everything(store, OTHER)) == [1]
+
+
+def test_an_all_or_none_settle_whose_lock_another_owner_took_rolls_the_whole_batch_back(
+        store: MessagingStore) -> None:
+    """What an AMQP transaction on a shared store needs: node A decided its commit while its lock held
+    (at T0 + 5), but the lock lapsed before the batch applied and node B claimed the message."""
+    append(store, msg(), msg())
+    claim(store, T0, tok(1), tok(2), until=T0 + 10)
+    taken = one(store, Claim(Q, T0 + 20, T0 + 100, "node-b", toks(5, 6)))
+    assert isinstance(taken, Claimed) and numbers(taken.messages) == [1, 2]
+    before_q, before_counts = everything(store, Q), store.counts(Q)
+    batch: list[StoreOp] = [Append(OTHER, (msg(),)),
+                            Settle(Q, T0 + 5, (SettleItem(1, tok(5), Outcome.COMPLETE),  # B's token: applies
+                                               SettleItem(2, tok(2), Outcome.COMPLETE)),  # A's: B holds it
+                                   all_or_none=True),
+                            Append(Q, (msg(),))]
+    with pytest.raises(SettleFenced) as fenced:
+        store.apply(batch)
+    assert (fenced.value.op_index, fenced.value.item_index, fenced.value.sequence_number) == (1, 1, 2)
+    assert everything(store, Q) == before_q  # message 1 not completed, no append
+    assert store.counts(Q) == before_counts
+    assert everything(store, OTHER) == () and store.counts(OTHER).last_sequence_number == 0
+    check_counts(store, Q, DLQ, OTHER)
+    # the same settlement without all_or_none applies what it can (the per-item fence)
+    assert settle(store, T0 + 21, SettleItem(1, tok(5), Outcome.COMPLETE),
+                  SettleItem(2, tok(2), Outcome.COMPLETE)) == (True, False)
+    assert append(store, msg()) == [3]
+    assert append(store, msg(), ref=OTHER) == [1]
 
 
 def test_each_outcome(store: MessagingStore) -> None:
@@ -1077,6 +1118,8 @@ TAIL = st.one_of(st.none(), st.none(), st.binary(max_size=24))  # a replacement 
 SETTLE = st.tuples(st.just("settle"), st.lists(st.tuples(
     PICK, st.sampled_from([True] * 5 + [False]), st.sampled_from(list(Outcome)),
     st.one_of(st.none(), st.binary(max_size=6)), TAIL), min_size=1, max_size=4))
+# A transaction's settlements: all or none (a stale item fails the batch, SettleFenced).
+SETTLE_ALL = SETTLE.map(lambda command: ("settle_all", *command[1:]))
 RENEW = st.tuples(st.just("renew"), st.lists(st.tuples(PICK, st.sampled_from([True] * 5 + [False])), max_size=3),
                   st.integers(1, 200))
 MOVE = st.tuples(st.just("move"), st.lists(st.integers(1, 20), max_size=4), st.sampled_from((None, DLQ, OTHER)),
@@ -1099,7 +1142,7 @@ FORGET = st.tuples(st.just("forget"), st.lists(st.sampled_from(["a", "b", "c", "
 ROUND = st.tuples(APPEND, CLAIM, RENEW, SETTLE, TICK, CLAIM_SESSION, SESSION_LOCK, MOVE, ACTIVATE, CLAIM, SETTLE,
                   TICK).map(list)
 SINGLE = st.one_of(APPEND, CLAIM, SETTLE, RENEW, MOVE, ACTIVATE, PURGE, CLAIM_SESSION, SESSION_LOCK, DELETE,
-                   TICK, DEDUP, FORGET).map(lambda command: [command])
+                   TICK, DEDUP, FORGET, SETTLE_ALL).map(lambda command: [command])
 COMMANDS = st.lists(st.one_of(ROUND, SINGLE), min_size=2, max_size=8).map(
     lambda chunks: [command for chunk in chunks for command in chunk])
 
@@ -1129,7 +1172,15 @@ class Differential:
         return toks(*range(first, first + n))
 
     def both(self, op: StoreOp) -> OpResult:
-        expected = self.reference.apply([op])
+        try:
+            expected = self.reference.apply([op])
+        except SettleFenced as fenced:  # nothing applied: the reads after it compare the same state
+            with pytest.raises(SettleFenced) as durable:
+                self.durable.apply([op])
+            assert (durable.value.op_index, durable.value.item_index, durable.value.sequence_number) == (
+                fenced.op_index, fenced.item_index, fenced.sequence_number), op
+            self.applied["SettleFenced"] = self.applied.get("SettleFenced", 0) + 1
+            return Settled(())
         assert self.durable.apply([op]) == expected, op
         (result,) = expected
         if (getattr(result, "applied", ()) and any(result.applied)) or getattr(result, "messages", ()) \
@@ -1164,13 +1215,13 @@ class Differential:
                 state = MessageState.ACTIVE
             self.both(Claim(Q, self.now, self.now + hold, OWNER, self.tokens(n), session,
                             None if numbers is None else tuple(numbers), state))
-        elif kind == "settle":
+        elif kind in ("settle", "settle_all"):
             items = []
             for pick, true_token, outcome, annotations, tail in args[0]:
                 n, token = self.lock(pick, true_token)
                 items.append(SettleItem(n, token, outcome, annotations, len(annotations or b""),
                                         DLQ if outcome is Outcome.DEAD_LETTER else None, tail))
-            self.both(Settle(Q, self.now, tuple(items)))
+            self.both(Settle(Q, self.now, tuple(items), all_or_none=kind == "settle_all"))
         elif kind == "renew":
             picks, hold = args
             self.both(RenewLocks(Q, self.now, self.now + hold, tuple(self.lock(p, t) for p, t in picks)))

@@ -154,11 +154,16 @@ caller after the commit; the target's duplicate detection does not see a move.
 AMQP transactions (:class:`Transact`, server/transactions.py): the core of the partition whose
 locks the transaction settles (or, settling none, of its first send's partition) commits it. It
 checks every lock is usable now (else it refuses and nothing changes), applies its own duplicate
-detection to the sends addressed to its entity, and emits ONE batch: the settlements and an
+detection to the sends addressed to its entity (on a shared store the batch takes their ids in the
+store and gates their copies, as a ``Publish`` does), and emits ONE batch: the settlements and an
 ``AppendTo`` per partition the sends' copies go to (a topic's planned into its subscriptions by the
 caller, as for ``Publish``; this partition's own included). The answer comes after the commit; the
 caller then tells each target's core the rows ``Landed``, so everything shows at once. A failed
-batch leaves the locks held and stores nothing.
+batch leaves the locks held and stores nothing. The settlements are one ``Settle`` with
+``all_or_none``: on a store other nodes share, a lock usable at the decision may have lapsed and
+been claimed by another node before the batch applies; the store then rolls the whole batch back
+and names the item (``StoreFailed.fenced``): that lock is lost (``LockLost``/``SessionLockLost``
+answers the transaction, which rolls back), the others stay held, and no send is stored.
 
 Forwarding dead letters (``CoreSettings.forward_dead_letters``, a :class:`DeadLetterForward` the
 caller resolved from ForwardDeadLetteredMessagesTo: a partition of the same store). Every
@@ -380,6 +385,9 @@ class StoreResults:
 class StoreFailed:
     batch_id: int
     error: str
+    # (op, item) of the batch: an all-or-none Settle (a transaction's) found that item's lock no
+    # longer this core's, so the store rolled the batch back: that lock is lost, the rest as failed.
+    fenced: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -497,7 +505,9 @@ class Transact:
     offline). ``deduplicate[i]`` says this core's duplicate detection applies to entry ``i``'s
     MessageId (a send to this entity). Answered after the commit by :class:`Published` (the copies
     as numbered, per target: the caller tells each target's core they ``Landed``), or, with no
-    copy stored, by :class:`SettlementDone` of the last settlement."""
+    copy stored, by :class:`SettlementDone` of the last settlement. The settlements are one
+    all-or-none ``Settle``: a lock the store finds taken by then (another node's claim after it
+    lapsed) fails the whole batch, answered :class:`LockLost` (or :class:`SessionLockLost`)."""
 
     settles: tuple[Settle, ...]
     entries: tuple[PublishEntry, ...]
@@ -869,6 +879,7 @@ class _TakeCtx:
 @dataclass(frozen=True, slots=True)
 class _SettleCtx:
     entries: tuple[tuple[ReplyTo, uuid.UUID, Outcome, Outcome], ...]  # reply_to, token, asked, applied
+    transaction: ReplyTo | None = None  # a Transact's all-or-none Settle: who hears a fenced failure
 
 
 @dataclass(frozen=True, slots=True)
@@ -2053,12 +2064,27 @@ def _on_failed(turn: _Turn, command: StoreFailed) -> None:
     if entry is None:
         return
     ctxs, _ = entry
+    # A transaction's settlement the store fenced (StoreFailed.fenced): its lock is lost, and the
+    # transaction is answered so (rolled back) instead of ServerBusy.
+    fenced = command.fenced
+    lost: tuple[ReplyTo, HeldLock] | None = None
+    if fenced is not None and 0 <= fenced[0] < len(ctxs):
+        settle_ctx = ctxs[fenced[0]]
+        if (isinstance(settle_ctx, _SettleCtx) and settle_ctx.transaction is not None
+                and 0 <= fenced[1] < len(settle_ctx.entries)):
+            token = settle_ctx.entries[fenced[1]][1]
+            lock = view.locks.pop(token, None)
+            if lock is not None:
+                view.locked_seqs.pop(lock.record.sequence_number, None)
+                _forget(view, (lock.record,))
+                lost = settle_ctx.transaction, lock
+    answered = None if lost is None else lost[0]
     for ctx in ctxs:
         match ctx:
             case _AppendCtx():
                 turn.replies.append(ServerBusy(ctx.reply_to))
             case _PublishCtx():
-                if ctx.first:
+                if ctx.first and ctx.reply_to is not answered:
                     turn.replies.append(ServerBusy(ctx.reply_to))
                 _drop_ids(view, ctx.forget)
             case _DedupCtx():
@@ -2082,7 +2108,7 @@ def _on_failed(turn: _Turn, command: StoreFailed) -> None:
                             credit.count += 1
                         continue
                     _unbusy(view, token, settling=True)
-                    if reply_to is not _NO_REPLY:
+                    if reply_to is not _NO_REPLY and reply_to is not answered:
                         turn.replies.append(ServerBusy(reply_to))
             case _RenewCtx():
                 for reply_to, token, _until in ctx.entries:
@@ -2130,6 +2156,12 @@ def _on_failed(turn: _Turn, command: StoreFailed) -> None:
                 turn.replies.append(ServerBusy(ctx.reply_to))
             case _:
                 pass
+    if lost is not None:
+        reply_to, lock = lost
+        if lock.session_token is not None:
+            turn.replies.append(SessionLockLost(reply_to, lock.record.session_id or "", lock.token))
+        else:
+            turn.replies.append(LockLost(reply_to, lock.token))
 
 
 def _unbusy(view: View, token: uuid.UUID, *, settling: bool) -> None:
@@ -2651,9 +2683,10 @@ def _moved_out(turn: _Turn, ctx: _MoveOutCtx, result: Moved, batch_id: int) -> N
 def _on_transact(turn: _Turn, command: Transact) -> None:
     """An AMQP transaction's commit (see :class:`Transact`): all checks first, then one batch.
 
-    The settlements' ``Settle`` is fenced at this decision's time, and batches apply in order, so a
-    lock usable now is still this core's when the batch applies: the store applies every settlement
-    or (a failed batch) nothing at all, and with them every copy."""
+    The settlements' ``Settle`` is fenced at this decision's time, and batches apply in order, so on
+    one node a lock usable now is still this core's when the batch applies. Another node sharing
+    the store may claim it once it lapsed, so the ``Settle`` is all-or-none: the store applies every
+    settlement and every copy, or (a failed or fenced batch) nothing at all."""
     view, now = turn.view, turn.now
     if not view.available:
         turn.replies.append(ServerBusy(command.reply_to))
@@ -2668,32 +2701,47 @@ def _on_transact(turn: _Turn, command: Transact) -> None:
             return
         locks.append(lock)
     by_target: dict[Hashable, list[MessageRecord]] = {}
+    checked_under: dict[Hashable, list[str | None]] = {}  # per copy, the id its message was checked under
     remembered: list[str] = []
     for i, entry in enumerate(command.entries):
         mid = entry.message_id
-        if i < len(command.deduplicate) and command.deduplicate[i] and view.dedup is not None and mid is not None:
+        checked = i < len(command.deduplicate) and command.deduplicate[i] and view.dedup is not None
+        if checked and mid is not None:
+            assert view.dedup is not None
             if view.dedup.is_duplicate(mid, now):
                 continue
             view.dedup.remember(mid, now)
             remembered.append(mid)
         for copy in entry.copies:
             by_target.setdefault(copy.target, []).append(copy.record)
+            checked_under.setdefault(copy.target, []).append(mid if checked else None)
     parts = list(by_target.items())
+    start = len(turn.settles)
     for j, (lock, settle) in enumerate(zip(locks, command.settles, strict=True)):
         # With no copy to store, the last settlement's echo answers (after the commit).
         answers = not parts and j == len(locks) - 1
         _settle_lock(turn, lock, settle.outcome, command.reply_to if answers else _NO_REPLY,
                      settle.properties_to_modify, settle.reason, settle.description)
+    mine = turn.settles[start:]
+    del turn.settles[start:]
+    if mine:
+        # All or none: should the store find a lock no longer this core's when the batch applies
+        # (another node claimed the message after it lapsed), the whole batch rolls back.
+        turn.op(SettleOp(now, tuple(item for item, _ in mine), all_or_none=True),
+                _SettleCtx(tuple(entry for _, entry in mine), command.reply_to))
     stored: list[tuple[Hashable, tuple[MessageRecord, ...]]] = []
+    # Only the history to store: its op answers.
+    answer = None if parts or locks else _PublishCtx(command.reply_to, None, (), stored, True, True,
+                                                      tuple(remembered))
+    # On a store other nodes share, the store decides duplicates (as for a send): the batch takes the
+    # ids and gates the copies by them; a duplicate it finds is left out of the numbers.
+    claim = _claim_ids(turn, remembered, answer) if view.settings.shared_store else None
     for i, (target, records) in enumerate(parts):
-        turn.op(AppendTo(target, tuple(records)),
+        gate = None if claim is None else Gate(claim, tuple(checked_under[target]))
+        turn.op(AppendTo(target, tuple(records), gate),
                 _PublishCtx(command.reply_to, target, tuple(records), stored, i == 0, i == len(parts) - 1))
-    if remembered:
+    if remembered and not view.settings.shared_store:
         history = tuple((mid, now) for mid in remembered)
-        if parts or locks:
-            turn.op(RememberMessageIds(history), _DedupCtx(tuple(remembered)))
-        else:  # only the history to store: it answers
-            turn.op(RememberMessageIds(history),
-                    _PublishCtx(command.reply_to, None, (), stored, True, True, tuple(remembered)))
-    elif not parts and not locks:
+        turn.op(RememberMessageIds(history), _DedupCtx(tuple(remembered)) if answer is None else answer)
+    elif not remembered and not parts and not locks:
         turn.replies.append(Published(command.reply_to, ()))

@@ -138,10 +138,12 @@ class SettleItem:
 @dataclass(frozen=True, slots=True)
 class Settle:
     """Settle locked rows, each fenced by its token and ``locked_until > now``; DEAD_LETTER goes to
-    the entity's dead-letter queue."""
+    the entity's dead-letter queue. ``all_or_none``: an item that does not apply fails the whole
+    batch, which then changes nothing (a transaction's settlements: the caller is told which item)."""
 
     now: int
     items: tuple[SettleItem, ...]
+    all_or_none: bool = False
 
 
 @dataclass(frozen=True, slots=True)

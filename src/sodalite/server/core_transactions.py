@@ -29,8 +29,11 @@ entities on the core with entities on the version-1 path.
 
 Several nodes on one PostgreSQL database: the settlements are fenced by the store at the time the
 home core decided; on one node nothing else takes those locks before the batch applies, but another
-node could claim a message whose lock lapsed meanwhile, and the copies would still be stored.
-Transactions across nodes are not covered.
+node may claim a message whose lock lapsed meanwhile. The core's ``Settle`` is therefore
+all-or-none: the store checks every lock before it commits and otherwise rolls the whole batch back
+(``SettleFenced``), so the copies are stored exactly when every settlement applied; the discharge
+then fails with TransactionRolledBack (the lock lost), as when the lock had lapsed before it. The
+home's duplicate detection is then the store's (the ids taken in the same batch), as for a send.
 """
 
 from __future__ import annotations

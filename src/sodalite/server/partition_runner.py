@@ -28,7 +28,10 @@ decisions emitted them (the core's contract):
   messages again by its next read). A batch whose operations cannot be expressed on the port
   fails alone, without touching the store. The store worker may merge the group further with other
   partitions' batches of the same store into one transaction (``StoreWorker.commit``); the results
-  come back split per partition just the same.
+  come back split per partition just the same. A batch with an all-or-none ``Settle`` (an AMQP
+  transaction's) is committed alone, here and in the worker: when the store finds one of its
+  locks no longer this core's, it raises :class:`~sodalite.store.port.SettleFenced`, only that
+  batch rolled back, and it is answered :class:`StoreFailed` with ``fenced`` naming the settlement.
 
 Store I/O runs on the store's one worker thread (:class:`~sodalite.server.store_worker.StoreWorker`),
 so the event loop never waits for a commit, and commits that queue up while one is in flight
@@ -88,6 +91,7 @@ from sodalite.store.port import (
     PartitionRef,
     Settle,
     Settled,
+    SettleFenced,
     StoreOp,
 )
 
@@ -156,6 +160,11 @@ class _Batch:
     batch_id: int
     ops: tuple[StoreOp, ...]
     error: str | None = None  # the core's ops could not be mapped to the port: fail it alone
+
+    @property
+    def alone(self) -> bool:
+        """Committed in a transaction of its own: an all-or-none Settle may roll back the batch."""
+        return any(isinstance(op, Settle) and op.all_or_none for op in self.ops)
 
 
 class PartitionRunner:
@@ -288,9 +297,9 @@ class PartitionRunner:
                 await self._read_counts()
                 continue
             group = [effect]
-            if effect.error is None:
+            if effect.error is None and not effect.alone:
                 while (len(group) < self._max_group and self._effects and isinstance(self._effects[0], _Batch)
-                       and self._effects[0].error is None):
+                       and self._effects[0].error is None and not self._effects[0].alone):
                     head = self._effects.popleft()
                     assert isinstance(head, _Batch)
                     group.append(head)
@@ -323,6 +332,10 @@ class PartitionRunner:
         ops = [op for batch in group for op in batch.ops]
         try:
             results = _core_results(await self._worker.commit(ops), len(ops))
+        except SettleFenced as error:  # a batch alone (see _Batch.alone), rolled back
+            log.info("partition %s: %s", self.ref, error)
+            self._answer(StoreFailed(group[0].batch_id, str(error), (error.op_index, error.item_index)))
+            return
         except Exception as error:  # a transaction that raised applied nothing
             self._log_failure(f"transaction of {len(group)} batch(es)", error)
             for batch in group:

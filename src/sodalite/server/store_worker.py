@@ -15,7 +15,9 @@ version-2 core hand in their batches. Batches that arrive while a transaction is
 the same event-loop turn, leave together as ONE ``apply`` (one transaction, one fsync) when the
 previous one is done, whichever partition of this store they belong to; each caller gets back the
 results of its own operations, in order. A transaction that raises applied nothing, and every batch
-in it fails with that error (each runner answers its requests ServerBusy). A store other nodes write
+in it fails with that error (each runner answers its requests ServerBusy). A batch with an all-or-none
+``Settle`` (an AMQP transaction's) is never merged: its fence may roll back its transaction
+(``SettleFenced``), which must not take other partitions' batches with it. A store other nodes write
 too (``shared``) is not merged: there two nodes' transactions could take the partitions' counter
 rows in opposite orders and deadlock, so each batch stays its own transaction.
 
@@ -57,6 +59,7 @@ from sodalite.store.port import (
     PartitionCounts,
     PartitionRef,
     PartitionSnapshot,
+    Settle,
     StoreOp,
 )
 
@@ -72,6 +75,11 @@ DUE_REREAD_SECONDS = 10.0  # a partition re-reads the store's next due time this
 # for all; management answers follow other nodes' sends and settlements within about this long).
 SHARED_COUNTS_SECONDS = 0.5
 _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+def _alone(batch: Sequence[StoreOp]) -> bool:
+    """A batch committed in a transaction of its own (module docstring)."""
+    return any(isinstance(op, Settle) and op.all_or_none for op in batch)
 
 
 def _key(ref: PartitionRef) -> tuple[str, int]:
@@ -156,9 +164,14 @@ class StoreWorker:
                 group: list[tuple[Sequence[StoreOp], asyncio.Future[tuple[OpResult, ...]]]] = []
                 size = 0
                 while self._queued and (not group or size + len(self._queued[0][0]) <= MAX_GROUP_OPS):
+                    alone = _alone(self._queued[0][0])
+                    if group and alone:
+                        break
                     batch, future = self._queued.pop(0)
                     group.append((batch, future))
                     size += len(batch)
+                    if alone:
+                        break
                 ops = [op for batch, _ in group for op in batch]
                 try:
                     results = await self.apply(ops)

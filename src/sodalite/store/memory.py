@@ -83,6 +83,7 @@ from sodalite.store.port import (
     StoreOpV1,
     StoreOpV2,
     UpdateMessages,
+    check_all_or_none,
     numbering_base,
 )
 
@@ -247,7 +248,7 @@ class MemoryStore:
 
         results: list[OpResult] = []
         claims: dict[tuple[_PartitionKey, str], uuid.UUID] = {}  # ids taken by this batch's ClaimMessageIds
-        for op in batch:
+        for index, op in enumerate(batch):
             if isinstance(op, DeleteIdleEntity):
                 folded = _fold(op.path)
                 rows = [row for (path, _), row in activity.items() if path == folded]
@@ -261,6 +262,7 @@ class MemoryStore:
                 continue
             if not isinstance(op, StoreOpV1):
                 results.append(self._apply_v2(op, writable, claims))
+                check_all_or_none(index, op, results[-1])  # raising leaves the store as it was
                 continue
             results.append(Done())
             if isinstance(op, AppendMessages):

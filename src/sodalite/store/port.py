@@ -376,11 +376,38 @@ class Settle:
     so a second item for the same message finds it settled (False). A dead-lettered message is
     appended to ``dead_letter_to`` with the next number of that partition, unlocked, state ACTIVE,
     with its delivery count. Result: :class:`Settled`.
+
+    ``all_or_none`` (an AMQP transaction's settlements, whose sends commit in the same batch): an
+    item that does not apply fails the whole batch instead. ``apply`` raises :class:`SettleFenced`
+    naming the operation and the item, and nothing of the batch is applied, so the transaction's
+    sends are never stored without its settlements (another node may hold the message now).
     """
 
     ref: PartitionRef
     now: int
     items: tuple[SettleItem, ...]
+    all_or_none: bool = False
+
+
+class SettleFenced(Exception):
+    """An ``all_or_none`` :class:`Settle` found an item whose lock is not (or no longer) the
+    caller's: the batch was rolled back, nothing of it applied. ``op_index`` is the operation's
+    position in the batch given to ``apply``, ``item_index`` the item's in it."""
+
+    def __init__(self, op_index: int, item_index: int, sequence_number: int) -> None:
+        super().__init__(f"settlement of message {sequence_number} (operation {op_index}, item {item_index}) is "
+                         "fenced: its lock is not the caller's; the batch was rolled back")
+        self.op_index = op_index
+        self.item_index = item_index
+        self.sequence_number = sequence_number
+
+
+def check_all_or_none(op_index: int, op: StoreOp, result: OpResult) -> None:
+    """Raise :class:`SettleFenced` when ``op`` is an ``all_or_none`` Settle an item of which did not
+    apply (each adapter calls this on every result, before it commits)."""
+    if isinstance(op, Settle) and op.all_or_none and isinstance(result, Settled) and not all(result.applied):
+        item = result.applied.index(False)
+        raise SettleFenced(op_index, item, op.items[item].sequence_number)
 
 
 @dataclass(frozen=True, slots=True)

@@ -193,6 +193,7 @@ from sodalite.store.port import (
     StoredMessage,
     StoreOp,
     UpdateMessages,
+    check_all_or_none,
 )
 
 log = logging.getLogger(__name__)
@@ -1230,6 +1231,20 @@ def _settle_plan(op: Settle) -> _Plan:
     return _Plan(steps, lambda rows: Settled(_flags(numbers, groups, rows)), takes)
 
 
+def _results(plans: list[_Plan], fetched: list[_Rows], position: int) -> tuple[OpResult, ...]:
+    """One result per operation from the rows of the plans' steps (those from ``position`` on)."""
+    results: list[OpResult] = []
+    for plan in plans:
+        mine = [rows for step, rows in zip(plan.steps, fetched[position:position + len(plan.steps)], strict=True)
+                if step.rows]
+        position += len(plan.steps)
+        if plan.results is not None:
+            results.extend(plan.results(mine))
+        else:
+            results.append(plan.finish(mine))
+    return tuple(results)
+
+
 def _completes_only(op: StoreOp) -> bool:
     return isinstance(op, Settle) and bool(op.items) and all(i.outcome is Outcome.COMPLETE for i in op.items)
 
@@ -1625,6 +1640,9 @@ class PostgresStore:
                 channels = [self._channel] * len(ready) + [self._due_channel] * len(due)
                 steps.append(_Step(_NOTIFY, {"channels": channels, "payloads": ready + due}))
         fetched: list[_Rows] = []
+        # An all-or-none Settle (a transaction's) is checked before the COMMIT, which then follows in a
+        # second round trip, or a ROLLBACK and SettleFenced.
+        fenced = any(isinstance(op, Settle) and op.all_or_none for op in batch)
         if steps:
             try:
                 with pool.connection() as conn:
@@ -1650,9 +1668,16 @@ class PostgresStore:
                                 else:
                                     cur.execute(step.sql, step.params)
                                 cursors.append(cur)
-                            conn.execute("COMMIT")
+                            if not fenced:
+                                conn.execute("COMMIT")
                         fetched = [cur.fetchall() if step.rows else [] for step, cur in zip(steps, cursors,
                                                                                             strict=True)]
+                        if fenced:
+                            for index, (op, result) in enumerate(zip(batch, _results(plans, fetched, len(takes)),
+                                                                     strict=True)):
+                                check_all_or_none(index, op, result)  # SettleFenced: rolled back below
+                            self.round_trips += 1
+                            conn.execute("COMMIT")
                     except BaseException:
                         self._rollback(conn)
                         raise
@@ -1666,17 +1691,7 @@ class PostgresStore:
                         f"until space is freed; nothing of this batch was stored ({_describe(exc)})") from exc
                 raise StoreUnavailable(
                     f"PostgreSQL store {self._shown}: batch not applied: {_describe(exc)}") from exc
-        results: list[OpResult] = []
-        position = len(takes)
-        for plan in plans:
-            mine = [rows for step, rows in zip(plan.steps, fetched[position:position + len(plan.steps)], strict=True)
-                    if step.rows]
-            position += len(plan.steps)
-            if plan.results is not None:
-                results.extend(plan.results(mine))
-            else:
-                results.append(plan.finish(mine))
-        return tuple(results)
+        return _results(plans, fetched, len(takes))
 
     def load_partition(self, ref: PartitionRef) -> PartitionSnapshot:
         key = _key(ref)

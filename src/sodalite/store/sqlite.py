@@ -112,6 +112,7 @@ from sodalite.store.port import (
     StoreOpV1,
     StoreOpV2,
     UpdateMessages,
+    check_all_or_none,
     numbering_base,
 )
 
@@ -879,7 +880,7 @@ class SqliteStore:
         try:
             results: list[OpResult] = []
             claims: _Claims = {}
-            for op in batch:
+            for index, op in enumerate(batch):
                 if isinstance(op, DeleteIdleEntity):
                     results.append(_delete_idle(conn, op))
                 elif isinstance(op, StoreOpV1):
@@ -887,6 +888,7 @@ class SqliteStore:
                     results.append(Done())
                 else:
                     results.append(_apply_v2(conn, op, claims))
+                    check_all_or_none(index, op, results[-1])  # SettleFenced: rolled back below
         except BaseException as exc:
             self._rollback(conn)
             if _is_full(exc):

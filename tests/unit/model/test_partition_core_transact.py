@@ -32,7 +32,7 @@ from sodalite.model.partition_core import (
     Transact,
     new_view,
 )
-from sodalite.model.store_ops import AppendTo, Outcome, RememberMessageIds
+from sodalite.model.store_ops import AppendTo, ClaimMessageIds, Outcome, RememberMessageIds
 from sodalite.model.store_ops import Settle as SettleOp
 
 LOCK = 30_000
@@ -40,8 +40,8 @@ WINDOW = 60_000
 HOME = "home"  # the caller's name for the deciding core's own partition
 
 
-def queue(store: FakeStore | None = None, *, dedup: bool = False) -> Harness:
-    settings = CoreSettings(lock_duration=LOCK, duplicate_window=WINDOW if dedup else None)
+def queue(store: FakeStore | None = None, *, dedup: bool = False, shared: bool = False) -> Harness:
+    settings = CoreSettings(lock_duration=LOCK, duplicate_window=WINDOW if dedup else None, shared_store=shared)
     return Harness(new_view(settings, 0, token_seed=7), store)
 
 
@@ -223,3 +223,71 @@ def test_a_sessions_messages_commit_while_the_session_is_held_and_are_refused_on
     assert [type(r) for r in replies] == [SessionLockLost]
     h.drain()
     assert two.message.sequence_number in h.store.rows and bodies(h.store.other("b")) == [b"reply"]
+
+
+def test_a_lock_another_node_took_before_the_batch_applied_rolls_the_whole_transaction_back() -> None:
+    """On a store several nodes share: the core decided the commit while its lock held, but before the
+    batch applied the lock lapsed and another node claimed the message. The store's all-or-none
+    settlement fails the batch: no send is stored, no settlement applied, the lock is lost, the
+    discharge is answered as a lost lock (the transaction rolls back)."""
+    h = queue(dedup=True)
+    taken, kept = locked(h, "taken", "kept")
+    h.at(LOCK - 10)
+    assert h.run(Transact((complete(taken), Settle(token(kept), Outcome.DEFER)),
+                          (send("m1", ("b", "never"), (HOME, "never")),), "txn", (True,))) == []
+    (_, ops), = h.effects
+    (settle,) = [op for op in ops if isinstance(op, SettleOp)]
+    assert settle.all_or_none and settle.now == LOCK - 10
+    # Node B, whose clock says the lock lapsed, claims the message first.
+    row = h.store.rows[taken.message.sequence_number]
+    row.lock_token, row.locked_until, row.lock_owner = uuid.UUID(int=999), LOCK + 60_000, "node-b"
+    replies = h.drain()
+    assert LockLost("txn", token(taken)) in replies
+    assert not any(isinstance(r, Published | SettlementDone | ServerBusy) for r in replies)
+    assert "b" not in h.store.others and HOME not in h.store.others  # no send stored
+    assert h.store.rows[kept.message.sequence_number].record.state is MessageState.ACTIVE  # not deferred
+    assert h.store.rows[taken.message.sequence_number].lock_owner == "node-b"
+    assert token(taken) not in h.view.locks
+    assert token(kept) in h.view.locks  # the other lock is still this receiver's
+    replies = h.run(Settle(token(kept), Outcome.COMPLETE, "complete")) + h.drain()
+    assert SettlementDone("complete", token(kept), Outcome.COMPLETE) in replies
+    # The rolled-back transaction's MessageId was forgotten: a later send of it is stored.
+    h.run(Send((draft("m1", body=b"m1"),), "s"))
+    assert any(isinstance(r, SendAccepted) and r.sequence_numbers for r in h.drain())
+
+
+def test_a_session_message_another_node_took_rolls_the_transaction_back_as_a_lost_session() -> None:
+    h = Harness(new_view(CoreSettings(lock_duration=LOCK, requires_session=True), 0, token_seed=11))
+    h.run(Send((draft(None, session="s", body=b"one"),), "sent"))
+    h.drain()
+    h.run(Receive("r", 0))
+    h.run(AcceptSession("r", "s", "accept"))
+    h.drain()
+    h.run(Receive("r", 1))
+    (one,) = [r for r in h.drain() if isinstance(r, Delivered)]
+    h.run(Transact((complete(one),), (send(None, ("b", "never")),), "txn"))
+    row = h.store.rows[one.message.sequence_number]
+    row.lock_token, row.locked_until = uuid.UUID(int=999), LOCK * 3
+    replies = h.drain()
+    assert SessionLockLost("txn", "s", token(one)) in replies
+    assert "b" not in h.store.others and one.message.sequence_number in h.store.rows
+
+
+def test_on_a_shared_store_the_store_decides_the_transactions_duplicates() -> None:
+    """Another node stored MessageId "seen" (the store's history has it, this core's detector not):
+    the batch takes the ids and gates the copies, so the duplicate is left out, as for a send."""
+    h = queue(dedup=True, shared=True)
+    (held,) = locked(h, "held")
+    h.store.message_ids["seen"] = 0
+    h.run(Transact((complete(held),), (send("seen", (HOME, "dup")), send("new", (HOME, "new"))), "txn",
+                   (True, True)))
+    (_, ops), = h.effects
+    assert [type(op).__name__ for op in ops] == ["Settle", "ClaimMessageIds", "AppendTo"]
+    (claim,) = [op for op in ops if isinstance(op, ClaimMessageIds)]
+    assert claim.message_ids == ("seen", "new")
+    assert not any(isinstance(op, RememberMessageIds) for op in ops)
+    replies = h.drain()
+    (published,) = [r for r in replies if isinstance(r, Published)]
+    assert [r.tail for r in dict(published.stored)[HOME]] == [b"new"]
+    assert bodies(h.store.other(HOME)) == [b"new"]
+    assert held.message.sequence_number not in h.store.rows

@@ -28,9 +28,13 @@ from sodalite.model.partition_core import (
     CoreSettings,
     DeferredReceived,
     Delivered,
+    LockLost,
     MessageNotFound,
     MovedOut,
     MoveOut,
+    PublishCopy,
+    Published,
+    PublishEntry,
     Receive,
     ReceiveDeferred,
     ReceiveMode,
@@ -45,6 +49,8 @@ from sodalite.model.partition_core import (
     SetSessionState,
     Settle,
     SettlementDone,
+    Transact,
+    record_for,
 )
 from sodalite.model.store_ops import AnnotationEdit, Outcome
 from sodalite.model.store_ops import MoveItem as CoreMoveItem
@@ -820,6 +826,50 @@ def test_a_failed_transaction_of_several_partitions_busies_each_and_the_next_one
             second.submit(Send((draft(b"again"),), reply_to="c"))
             await second.drained()
             assert [r for r in other if isinstance(r, SendAccepted)] == [SendAccepted("c", ((1 << 48) + 1,))]
+        finally:
+            await second.close()
+            await _teardown(s)
+    asyncio.run(main())
+
+
+@STORES
+def test_a_transaction_whose_lock_another_node_claimed_stores_nothing_and_other_batches_commit(
+        kind: str, tmp_path: pathlib.Path) -> None:
+    """A ``Transact`` decided while its lock held (by this node's clock) whose message another node
+    claimed first: the store's all-or-none settlement rolls back the transaction's batch alone (it
+    is never merged), the transaction is answered LockLost, and another partition's send queued in
+    the same loop turn commits."""
+    async def main() -> None:
+        s = await _setup(_make_store(kind, tmp_path))
+        other: list[Reply] = []
+        target = port.PartitionRef("runnerq", 1)
+        second = await PartitionRunner.start(target, SETTINGS, s.worker, s.clock, other.append, token_seed=9)
+        try:
+            await second.drained()
+            s.runner.submit(Send((draft(b"held"),), reply_to="send"))
+            await s.runner.drained()
+            s.runner.submit(Receive("consumer", 1))
+            await s.runner.drained()
+            (d,) = s.of(Delivered)
+            assert isinstance(d, Delivered) and d.lock_token is not None
+            s.clock.advance(LOCK - 10)  # this node: the lock still holds
+            # Node B, whose clock runs ahead, found it lapsed and claimed it.
+            b_token = uuid.UUID(int=999)
+            await s.worker.call(lambda: s.store.inner.apply(
+                [port.Claim(REF, START + LOCK + 1, START + 3 * LOCK, "node-b", (b_token,))]))
+            copy = record_for(draft(b"never"), s.clock.now(), None)
+            s.runner.submit(Transact((Settle(d.lock_token, Outcome.COMPLETE),),
+                                     (PublishEntry(None, (PublishCopy(target, copy),)),), "txn"))
+            second.submit(Send((draft(b"kept"),), reply_to="kept"))
+            await s.runner.drained()
+            await second.drained()
+            assert s.of(LockLost) == [LockLost("txn", d.lock_token)]
+            assert not s.of(Published) and not s.of(ServerBusy)
+            assert [r for r in other if isinstance(r, SendAccepted)] == [SendAccepted("kept", ((1 << 48) + 1,))]
+            rows = await s.worker.call(lambda: s.store.inner.peek(target, 0, 100))
+            assert [r.record.tail[-4:] for r in rows] == [b"kept"]  # not the transaction's copy
+            (row,) = await s.rows()
+            assert (row.lock_token, row.lock_owner) == (b_token, "node-b")  # not completed
         finally:
             await second.close()
             await _teardown(s)
