@@ -336,8 +336,8 @@ class Broker:
         if destination is None:
             return True
         actor = destination[0].actor
-        return isinstance(actor, PartitionedCoreActor) or (isinstance(actor, CoreActor)
-                                                          and not isinstance(actor, TopicActor))
+        return isinstance(actor, CoreActor | PartitionedCoreActor) and not isinstance(
+            actor, TopicActor | PartitionedTopicActor)
 
     def _link_core_dead_letters(self, entity: Entity, actor: CoreActor, target: Entity | None,
                                 index: int | None = None) -> DeadLetterRelay | None:
@@ -1245,6 +1245,9 @@ class Broker:
                 task.cancel()
         if self._entity_follower is not None:
             self._entity_follower.cancel()
+        for relay in self._relays.values():
+            relay.stop()
+        self._relays.clear()
         if self._server is not None:
             self._server.close()
         if self._tls_server is not None:
