@@ -8,7 +8,8 @@ the dead-lettering's own transaction (the copy's sequence number names the parti
 partitioned queue forwarding into a non-partitioned one (created at runtime: a configured group
 mixing them stays on version 1) forwards in one transaction from the partition in the target's
 store and through the relay (``server/dead_letter_relay.py``: the source's own dead-letter queue,
-then an append under move keys, then the delete) from the others; with the target's store offline
+then an append under move keys, then the delete) from the others; so does a non-partitioned
+subscription into a queue in another store (a failed filter's copy too); with the target's store offline
 the dead letter waits in the source's dead-letter queue and arrives once the store is back; a kill
 -9 meanwhile does not lose it.
 """
@@ -22,7 +23,7 @@ from typing import Any
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSubQueue
-from azure.servicebus.management import ServiceBusAdministrationClient
+from azure.servicebus.management import ServiceBusAdministrationClient, SqlRuleFilter
 from broker_process import BrokerProcess, write_config
 from test_partitioning import PARTITIONS, STORES, _switch, key_in_store, partition
 
@@ -40,7 +41,8 @@ QUEUES = [
     {"Name": "pdl-plain-src", "Properties": {"EnablePartitioning": True}},
 ]
 TOPICS = [{"Name": "pdl-orders", "Properties": {"EnablePartitioning": True}, "Subscriptions": [
-    {"Name": "strict", "Properties": {"ForwardDeadLetteredMessagesTo": "pdl-catch"}, "Rules": STRICT}]}]
+    {"Name": "strict", "Properties": {"ForwardDeadLetteredMessagesTo": "pdl-catch"}, "Rules": STRICT}]},
+          {"Name": "pdl-single-topic", "Properties": {}}]
 
 
 def home_of(name: str) -> str:
@@ -237,6 +239,36 @@ def test_forwarding_set_on_a_partitioned_subscription_at_runtime(broker: BrokerP
             assert (m.dead_letter_reason, m.dead_letter_source) == ("later", "pdl-later-topic/subscriptions/later")
             assert m.sequence_number is not None and m.partition_key is not None
             assert partition(m.sequence_number) == partition_index(m.partition_key, PARTITIONS)
+
+
+def test_a_subscription_forwards_into_another_store_through_the_relay(broker: BrokerProcess) -> None:
+    """A non-partitioned topic's subscription (in the topic's store) forwarding its dead letters into
+    a queue in another store: a failed filter's copy and a client's dead letter both arrive there."""
+    admin = _admin(broker)
+    target = next(named_in(store, "pdl-elsewhere") for store in STORES if store != home_of("pdl-single-topic"))
+    admin.create_queue(target)
+    admin.create_subscription("pdl-single-topic", "strict", forward_dead_lettered_messages_to=target)
+    admin.create_rule("pdl-single-topic", "strict", "sum", filter=SqlRuleFilter("quantity + 1 > 0"))
+    admin.delete_rule("pdl-single-topic", "strict", "$Default")
+    with ServiceBusClient.from_connection_string(broker.connection_string) as client:
+        with client.get_topic_sender("pdl-single-topic") as sender:
+            sender.send_messages([ServiceBusMessage("text", application_properties={"quantity": "x"}),
+                                  ServiceBusMessage("num", application_properties={"quantity": 1})])
+        with client.get_subscription_receiver("pdl-single-topic", "strict") as receiver:
+            [m] = receiver.receive_messages(max_message_count=1, max_wait_time=30)
+            receiver.dead_letter_message(m, reason="no stock")
+        got = _drain(client, target, 2)
+        assert sorted((str(m), m.dead_letter_reason, m.dead_letter_source) for m in got) == [
+            ("num", "no stock", "pdl-single-topic/subscriptions/strict"),
+            ("text", "FilterEvaluationException", "pdl-single-topic/subscriptions/strict")]
+        deadline = time.monotonic() + 30
+        while True:
+            with client.get_subscription_receiver("pdl-single-topic", "strict",
+                                                  sub_queue=ServiceBusSubQueue.DEAD_LETTER) as dead:
+                if dead.peek_messages(max_message_count=10) == []:
+                    break
+            assert time.monotonic() < deadline, "the relayed dead letters stayed in the dead-letter queue"
+            time.sleep(0.5)
 
 
 def test_a_dead_letter_waiting_for_the_relay_survives_a_kill(tmp_path_factory: pytest.TempPathFactory) -> None:

@@ -78,6 +78,7 @@ class DeadLetterRelay:
         self._task: asyncio.Task[None] | None = None
         self._retry: asyncio.TimerHandle | None = None
         self._stopped = False
+        self._failing = False
 
     def same_as(self, target: CoreActor | PartitionedCoreActor, sub: SubQueue, hop_limit: str | None) -> bool:
         return self.target is target and self.sub is sub and self.hop_limit == hop_limit
@@ -117,11 +118,14 @@ class DeadLetterRelay:
             self._wanted = False
             try:
                 await self._relay_all()
+                self._failing = False
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the target or the source's store is away: the rows stay here
-                log.warning("forwarding dead letters of %s: %s; they stay in its dead-letter queue and are tried "
-                            "again", self.name, exc)
+                if not self._failing:  # once per outage, not every retry
+                    log.warning("forwarding dead letters of %s: %s; they stay in its dead-letter queue and are "
+                                "tried again", self.name, exc)
+                self._failing = True
                 if self._retry is None and not self._stopped:
                     self._retry = asyncio.get_running_loop().call_later(RETRY_SECONDS, self._retried)
 
