@@ -899,10 +899,10 @@ class Broker:
     def _check_dead_letter_target(self, target: Entity, source: Entity | None, owner: Entity | None,
                                   new_on_core: str | None) -> None:
         """ForwardDeadLetteredMessagesTo ``target``: an entity on the core (``source``, or a new
-        subscription of a topic on the core, ``owner``) reaches only a target it can store into in
-        one transaction; a version-1 one only version-1 entities (or a topic: they stay in its
-        dead-letter queue). ``new_on_core``: a new queue's name that may go on the core (it does
-        when it can forward there, :meth:`_on_core`)."""
+        subscription of a topic on the core, ``owner``) reaches only a target on the core (in its
+        store in the dead-lettering's transaction, elsewhere through a relay); a version-1 one only
+        version-1 entities (or a topic: they stay in its dead-letter queue). ``new_on_core``: a new
+        queue's name that may go on the core (it does when its target is on the core, :meth:`_on_core`)."""
         actor = source.actor if source is not None else (owner.actor if owner is not None else None)
         destination = self._dead_letter_destination(target)
         if isinstance(actor, CoreActor | PartitionedCoreActor | PartitionedTopicActor):
