@@ -22,10 +22,11 @@ A group mixing partitioned and non-partitioned members stays on version 1: a non
 topic's copy would need a partition picked for it, and a non-partitioned destination of a
 partitioned topic lies in one store, not in each partition's.
 
-Dead letters forwarded (ForwardDeadLetteredMessagesTo) do not keep a group off the core: partition
-i of a partitioned member forwards into partition i of a partitioned target (the same store), and
-an entity on the core forwards into a target in another store through a relay, at least once
-(``server/dead_letter_relay.py``).
+ForwardDeadLetteredMessagesTo joins a group like ForwardTo, and is no reason of its own to stay on
+version 1: partition i of a partitioned member forwards into partition i of a partitioned target
+(the same store). (The broker forwards into a target in another store through a relay, at least
+once, ``server/dead_letter_relay.py``: for entities on the core whose group placement does not
+decide, those created at runtime.)
 """
 
 from __future__ import annotations
