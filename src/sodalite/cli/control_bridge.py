@@ -37,7 +37,7 @@ from sodalite.server import moves, wire
 from sodalite.server.broker import Broker
 from sodalite.server.core_actor import ALL_STATES, CoreActor
 from sodalite.server.partition_actor import SubQueue
-from sodalite.server.partitioned_actor import each, v1_only
+from sodalite.server.partitioned_actor import PartitionedCoreActor, each, v1_only
 from sodalite.server.registry import QUEUE, SUBSCRIPTION, TOPIC, Entity
 
 _SUB_QUEUES: dict[SubQueueName, tuple[SubQueue, frozenset[MessageState] | None]] = {
@@ -215,6 +215,8 @@ class BrokerControl:
         while len(found) < count:
             if isinstance(actor, CoreActor):  # the store is the truth: read it, not memory
                 batch = await actor.peek(queue, start, page, states=states if states is not None else ALL_STATES)
+            elif isinstance(actor, PartitionedCoreActor):  # partition by partition, from the store
+                batch = await actor.peek(queue, start, page)
             else:
                 batch = v1_only(actor, "browsing messages of a partitioned queue").peek(queue, start, page)
             if not batch:

@@ -175,7 +175,9 @@ and description and its source (``x-opt-deadletter-source``), starts with delive
 target does not dead-letter it again at once), is enqueued now and expires by its time-to-live
 capped by the target's default (:func:`forwarded_expiry`). Where the target's forwarding reached the
 hop limit the caller names that entity's transfer dead-letter queue: reason
-MaxTransferHopCountExceeded, no expiry. The caller tells the target's core ``Arrived``.
+MaxTransferHopCountExceeded, no expiry. The caller tells the target's core ``Arrived``. A target
+in another store (``DeadLetterForward.relayed``): the caller names this entity's own dead-letter
+queue, where the copy waits, marked and without expiry, for the server's relay to carry it over.
 
 Not here yet (they stay in server/partition_actor.py): peek, list-sessions, quotas.
 """
@@ -272,12 +274,16 @@ class DeadLetterForward:
     queue. ``source`` is this entity's name (the copy's ``x-opt-deadletter-source``), ``default_ttl``
     the target's DefaultMessageTimeToLive. With ``hop_limit`` (its description) the target's
     forwarding chain reached the hop limit and ``target`` is the transfer dead-letter queue where it
-    stopped: the copy goes there with reason MaxTransferHopCountExceeded and never expires."""
+    stopped: the copy goes there with reason MaxTransferHopCountExceeded and never expires. With
+    ``relayed`` the target is this entity's own dead-letter queue, where the copy waits for the
+    server's relay into another store (``server/dead_letter_relay.py``): it does not expire there
+    (the relay gives it its expiry in the target, counted from the forwarding)."""
 
     target: tuple[str, int]
     source: str
     default_ttl: int | None = None
     hop_limit: str | None = None
+    relayed: bool = False
 
 
 # ---- commands ---------------------------------------------------------------------------------------
@@ -1451,8 +1457,9 @@ def _forwarded(view: View, now: int, record: MessageRecord,
 
 def forwarded_expiry(forward: DeadLetterForward, time_to_live: int | None, now: int) -> int | None:
     """When a dead letter forwarded ``now`` expires in the target: the message's time-to-live capped
-    by the target's default (None: never; at the hop limit, a transfer dead-letter queue: never)."""
-    if forward.hop_limit is not None:
+    by the target's default (None: never; at the hop limit, a transfer dead-letter queue: never;
+    waiting for a relay: never, until the relay stores it in the target)."""
+    if forward.hop_limit is not None or forward.relayed:
         return None
     cap = forward.default_ttl
     effective = cap if time_to_live is None else (time_to_live if cap is None else min(time_to_live, cap))

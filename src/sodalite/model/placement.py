@@ -13,8 +13,6 @@ entity alike. So partition i of a partitioned topic and partition i of each of i
 and of a partitioned queue or topic they forward into, share one store: copies from topic
 partition i go to partition i of each destination. A group runs on the core when:
 
-* no partitioned member forwards its dead letters (the core does that from a non-partitioned
-  entity only, yet);
 * it holds no partitioned member and all members share one home store; or
 * every member is partitioned (a partitioned queue alone; a partitioned topic, its subscriptions
   and the partitioned queues and topics they forward into; partitioned queues joined by a queue's
@@ -23,6 +21,12 @@ partition i go to partition i of each destination. A group runs on the core when
 A group mixing partitioned and non-partitioned members stays on version 1: a non-partitioned
 topic's copy would need a partition picked for it, and a non-partitioned destination of a
 partitioned topic lies in one store, not in each partition's.
+
+ForwardDeadLetteredMessagesTo joins a group like ForwardTo, and is no reason of its own to stay on
+version 1: partition i of a partitioned member forwards into partition i of a partitioned target
+(the same store). (The broker forwards into a target in another store through a relay, at least
+once, ``server/dead_letter_relay.py``: for entities on the core whose group placement does not
+decide, those created at runtime.)
 """
 
 from __future__ import annotations
@@ -37,13 +41,10 @@ class Member:
 
     partitioned: bool  # a subscription is partitioned as its topic is
     home: Hashable  # the store a non-partitioned member lives in (ignored for a partitioned one)
-    forwards_dead_letters: bool = False  # a partitioned member forwarding its dead letters
 
 
 def group_on_core(members: Sequence[Member]) -> bool:
     """Whether a group joined by forwarding runs on the core (module docstring)."""
-    if any(m.forwards_dead_letters for m in members):
-        return False
     partitioned = sum(1 for m in members if m.partitioned)
     if not partitioned:
         return len({m.home for m in members}) <= 1

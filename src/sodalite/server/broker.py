@@ -55,6 +55,7 @@ from sodalite.server import wire
 from sodalite.server.addresses import entity_path
 from sodalite.server.connection_handler import BrokerConnection
 from sodalite.server.core_actor import Copy, CoreActor
+from sodalite.server.dead_letter_relay import DeadLetterRelay
 from sodalite.server.fanout import CompiledRule, copies_for
 from sodalite.server.limits import ConnectionLimits
 from sodalite.server.listener import ProtocolFactory, SniffingListener
@@ -127,8 +128,7 @@ def _kept_on_v1(records: Sequence[EntityRecord], home: Callable[[str], object]) 
     core (``home``: a non-partitioned path's store; a subscription lives with its topic and is
     partitioned as its topic is): a group of partitioned entities (a partitioned topic, its
     subscriptions and the partitioned entities they forward into) runs there; a group mixing
-    partitioned and non-partitioned entities, or spread over stores, or with a partitioned member
-    forwarding its dead letters, stays behind.
+    partitioned and non-partitioned entities, or spread over stores, stays behind.
     """
     parent: dict[str, str] = {}
 
@@ -142,8 +142,6 @@ def _kept_on_v1(records: Sequence[EntityRecord], home: Callable[[str], object]) 
     def join(a: str, b: str) -> None:
         parent[find(a)] = find(b)
 
-    forced: set[str] = set()
-    dead_letters_forwarded: set[str] = set()
     partitioned: set[str] = set()
     for record in records:
         if record.kind not in (QUEUE, TOPIC, SUBSCRIPTION):
@@ -160,11 +158,6 @@ def _kept_on_v1(records: Sequence[EntityRecord], home: Callable[[str], object]) 
             target = properties.get(key)
             if isinstance(target, str) and target:
                 join(path, entity_path(target).lower())
-                if key == "ForwardDeadLetteredMessagesTo":
-                    dead_letters_forwarded.add(path)
-    # A partitioned entity (or a partitioned topic's subscription) forwarding its dead letters: the
-    # core does that only from a non-partitioned one yet.
-    forced.update(p for p in dead_letters_forwarded if p.split("/subscriptions/")[0] in partitioned)
     groups: dict[str, list[str]] = {}
     for path in list(parent):
         groups.setdefault(find(path), []).append(path)
@@ -172,7 +165,7 @@ def _kept_on_v1(records: Sequence[EntityRecord], home: Callable[[str], object]) 
     for members in groups.values():
         if not group_on_core([
                 Member(m.split("/subscriptions/")[0] in partitioned,
-                       home(m.split("/subscriptions/")[0]), m in forced) for m in members]):
+                       home(m.split("/subscriptions/")[0])) for m in members]):
             kept.update(members)
     return kept
 
@@ -198,6 +191,7 @@ class Broker:
         # "v2": plain queues run on the partition core and store port v2 (server/core_actor.py).
         self.core = core
         self.node_id = node_id
+        self._relays: dict[int, DeadLetterRelay] = {}  # per CoreActor id: its dead letters into another store
         self._kept_on_v1: set[str] = set()  # lower-cased paths that stay v1 under --core v2 (_kept_on_v1)
         # The messaging stores, each served by its own thread. The first also keeps the entity records.
         self.workers = [StoreWorker(store, DEFAULT_STORE), *(StoreWorker(s, name) for name, s in more_stores)]
@@ -336,15 +330,22 @@ class Broker:
         return route.entity, SubQueue.MAIN, None
 
     @staticmethod
-    def _forwards_on_core(worker: StoreWorker, destination: tuple[Entity, SubQueue, str | None] | None) -> bool:
-        """Whether an entity on the core in ``worker``'s store can forward its dead letters there: into
-        a queue or subscription on the core (not partitioned) in the same store, one transaction."""
+    def _forwards_on_core(destination: tuple[Entity, SubQueue, str | None] | None) -> bool:
+        """Whether an entity on the core can forward its dead letters there: into a queue or
+        subscription on the core, partitioned or not, in any store (:meth:`_link_core_dead_letters`)."""
         if destination is None:
             return True
         actor = destination[0].actor
-        return isinstance(actor, CoreActor) and not isinstance(actor, TopicActor) and actor.worker is worker
+        return isinstance(actor, CoreActor | PartitionedCoreActor) and not isinstance(
+            actor, TopicActor | PartitionedTopicActor)
 
-    def _link_core_dead_letters(self, entity: Entity, actor: CoreActor, target: Entity | None) -> None:
+    def _link_core_dead_letters(self, entity: Entity, actor: CoreActor, target: Entity | None,
+                                index: int | None = None) -> DeadLetterRelay | None:
+        """Point ``actor`` (partition ``index`` of a partitioned entity) where its dead letters go: a
+        target partition in its store takes them in the dead-lettering's transaction (a partitioned
+        target's partition ``index``, which lies in the same store, or a non-partitioned target there);
+        any other target on the core through a relay (``server/dead_letter_relay.py``), which this
+        returns for the caller to keep."""
         try:
             destination = None if target is None else self._dead_letter_destination(target)
         except EntityNotFound as exc:  # its ForwardTo chain names an entity that is gone
@@ -352,29 +353,52 @@ class Broker:
             destination = None
         if destination is None:
             actor.forward_dead_letters(None)
-        elif not self._forwards_on_core(actor.worker, destination):
+            return None
+        if not self._forwards_on_core(destination):
             log.warning("%s (on the version-2 core) cannot forward dead-lettered messages to %s (on the version-1 "
-                        "path or in another store); keeping them in its dead-letter queue", entity.name,
-                        destination[0].name)
+                        "path); keeping them in its dead-letter queue", entity.name, destination[0].name)
             actor.forward_dead_letters(None)
-        else:
-            into, sub, hop_limit = destination
-            assert isinstance(into.actor, CoreActor)
-            actor.forward_dead_letters(into.actor, sub, source=actor.ref.entity, hop_limit=hop_limit)
+            return None
+        into, sub, hop_limit = destination
+        target_actor = into.actor
+        near = (target_actor.partitions[index % len(target_actor.partitions)]
+                if isinstance(target_actor, PartitionedCoreActor) and index is not None else target_actor)
+        if isinstance(near, CoreActor) and near.worker is actor.worker:
+            actor.forward_dead_letters(near, sub, source=actor.ref.entity, hop_limit=hop_limit)
+            return None
+        assert isinstance(target_actor, CoreActor | PartitionedCoreActor)
+        ttl = (target_actor.settings.default_ttl if isinstance(target_actor, CoreActor)
+               else target_actor.partitions[0].settings.default_ttl)
+        actor.relay_dead_letters(actor.ref.entity, ttl, hop_limit)
+        return DeadLetterRelay(actor, actor.ref.entity, target_actor, sub, hop_limit)
 
     def _link_dead_letter_forwarding(self) -> None:
-        """Point each entity with ForwardDeadLetteredMessagesTo at where those messages end up."""
+        """Point each entity with ForwardDeadLetteredMessagesTo at where those messages end up (on the
+        core: keeping the relays that still carry them to the same place, starting new ones)."""
+        relays: dict[int, DeadLetterRelay] = {}
         for entity in self.entities.values():
             target_name = getattr(entity.properties, "forward_dead_lettered_messages_to", None)
             target = self.entity(entity_path(target_name)) if target_name else None
             if target_name and target is None:
                 log.warning("%s forwards dead-lettered messages to unknown %s; keeping them", entity.name,
                             target_name)
-            if isinstance(entity.actor, CoreActor):
-                self._link_core_dead_letters(entity, entity.actor, target)
+            if isinstance(entity.actor, CoreActor | PartitionedCoreActor):
+                partitioned = isinstance(entity.actor, PartitionedCoreActor)
+                for index, core_partition in enumerate(each(entity.actor)):
+                    assert isinstance(core_partition, CoreActor)
+                    relay = self._link_core_dead_letters(entity, core_partition, target,
+                                                         index if partitioned else None)
+                    if relay is not None:
+                        old = self._relays.pop(id(core_partition), None)
+                        if old is not None and old.source is core_partition and old.same_as(
+                                relay.target, relay.sub, relay.hop_limit):
+                            relay = old
+                        elif old is not None:
+                            old.stop()
+                        relays[id(core_partition)] = relay
                 continue
             if isinstance(entity.actor, OnCore):
-                continue  # a partitioned queue on the core forwards no dead letters (_on_core)
+                continue  # a topic on the core forwards no dead letters
             if target is not None:
                 try:
                     route = self.route(target)
@@ -387,6 +411,12 @@ class Broker:
                 # Partition i forwards to the target's partition i, which a message's key maps alike.
                 into = None if target is None else at_index(target.actor, index, PartitionedActor.next_partition)
                 partition.dead_letter_target = into if isinstance(into, PartitionActor) else None
+        for gone in self._relays.values():  # no longer forwarding (or its entity is gone)
+            gone.stop()
+        self._relays = relays
+        for relay in relays.values():
+            if relay.source.on_dead_letters is None:
+                relay.start()
 
     async def start(self, host: str, port: int, *, tls: ssl.SSLContext | None = None, tls_port: int = -1,
                     management: ProtocolFactory | None = None,
@@ -522,26 +552,22 @@ class Broker:
         """Whether an entity runs on the version-2 core: with ``--core v2``, every queue (partitioned
         ones too: one core per partition) and every topic (partitioned ones too), and the
         subscriptions of a topic on the core, unless forwarding joins it at start to an entity that
-        cannot (:func:`_kept_on_v1`); one created later that forwards its dead letters, only where it
-        can store them in one transaction (:meth:`_dead_letters_forwardable`)."""
+        cannot (:func:`_kept_on_v1`); one created later that forwards its dead letters, only into an
+        entity on the core (:meth:`_dead_letters_forwardable`)."""
         if self.core != "v2" or path in self._kept_on_v1:
             return False
-        if _forwards_dead_letters(properties) and not self._dead_letters_forwardable(path, properties, partitioned,
-                                                                                     topic):
+        if _forwards_dead_letters(properties) and not self._dead_letters_forwardable(properties):
             return False
         if kind == SUBSCRIPTION:
             return topic is not None and isinstance(topic.actor, TopicActor | PartitionedTopicActor)
         return kind in (TOPIC, QUEUE)
 
-    def _dead_letters_forwardable(self, path: str, properties: Any, partitioned: bool, topic: Entity | None) -> bool:
-        """A new entity forwarding its dead letters runs on the core when its target can take them in
-        one transaction of its store (:meth:`_forwards_on_core`). At start the target may load later:
-        ``_kept_on_v1`` already kept apart the groups that cannot."""
+    def _dead_letters_forwardable(self, properties: Any) -> bool:
+        """A new entity forwarding its dead letters runs on the core when its target is on the core
+        (:meth:`_forwards_on_core`; in its store, or through a relay). At start the target may load
+        later: ``_kept_on_v1`` already kept apart the groups that cannot."""
         target = self.entity(entity_path(properties.forward_dead_lettered_messages_to))
-        if target is None:
-            return not partitioned
-        worker = self._home_store(topic.name if topic is not None else path)
-        return not partitioned and self._forwards_on_core(worker, self._dead_letter_destination(target))
+        return target is None or self._forwards_on_core(self._dead_letter_destination(target))
 
     async def _load(self, record: EntityRecord) -> None:
         path = record.path.lower()
@@ -836,7 +862,7 @@ class Broker:
         elsewhere are stored by its topic's (or its own) path: a version-1 source reaches only
         version-1 entities, and a subscription of a topic on the core reaches only entities on the
         core in the topic's store (NotImplementedOperation otherwise). Dead letters forwarded from an
-        entity on the core need a target on the core in its store (:meth:`_forwards_on_core`); a new
+        entity on the core need a target on the core, in any store (:meth:`_forwards_on_core`); a new
         entity whose target is not goes on the version-1 path (:meth:`_on_core`). ``source`` is the
         entity being changed (None: being created); ``topic``, a new subscription's topic; ``new_name``,
         a new queue's."""
@@ -851,8 +877,7 @@ class Broker:
             if name == "forward_to" and owner is None:
                 continue  # a queue's ForwardTo: each send is routed when it arrives
             if name == "forward_dead_lettered_messages_to":
-                on_core = (new_name is not None and self.core == "v2"
-                           and not getattr(properties, "enable_partitioning", False))
+                on_core = new_name is not None and self.core == "v2"
                 self._check_dead_letter_target(found, source, owner, new_name if on_core else None)
                 continue
             if owner is not None and isinstance(owner.actor, TopicActor | PartitionedTopicActor) \
@@ -874,23 +899,21 @@ class Broker:
     def _check_dead_letter_target(self, target: Entity, source: Entity | None, owner: Entity | None,
                                   new_on_core: str | None) -> None:
         """ForwardDeadLetteredMessagesTo ``target``: an entity on the core (``source``, or a new
-        subscription of a topic on the core, ``owner``) reaches only a target it can store into in
-        one transaction; a version-1 one only version-1 entities (or a topic: they stay in its
-        dead-letter queue). ``new_on_core``: a new queue's name that may go on the core (it does
-        when it can forward there, :meth:`_on_core`)."""
+        subscription of a topic on the core, ``owner``) reaches only a target on the core (in its
+        store in the dead-lettering's transaction, elsewhere through a relay); a version-1 one only
+        version-1 entities (or a topic: they stay in its dead-letter queue). ``new_on_core``: a new
+        queue's name that may go on the core (it does when its target is on the core, :meth:`_on_core`)."""
         actor = source.actor if source is not None else (owner.actor if owner is not None else None)
         destination = self._dead_letter_destination(target)
-        if isinstance(actor, CoreActor):
-            if not self._forwards_on_core(actor.worker, destination):
+        if isinstance(actor, CoreActor | PartitionedCoreActor | PartitionedTopicActor):
+            if not self._forwards_on_core(destination):
                 assert destination is not None
                 raise NotImplementedOperation(
                     f"forwarding dead-lettered messages from an entity on the version-2 core into "
-                    f"'{destination[0].name}' is not available yet: it is on the version-1 path, partitioned or "
-                    "in another messaging store (serve with --core v1)")
+                    f"'{destination[0].name}' is not available yet: it is on the version-1 path "
+                    "(serve with --core v1)")
             return
-        if isinstance(actor, OnCore):
-            v1_only(actor, "forwarding dead-lettered messages")  # a partitioned queue on the core
-        if new_on_core is not None and self._forwards_on_core(self._home_store(new_on_core), destination):
+        if new_on_core is not None and self._forwards_on_core(destination):
             return  # a new queue that goes on the core (_on_core)
         if destination is not None:
             v1_only(destination[0].actor, "auto-forwarding into it")
@@ -953,8 +976,6 @@ class Broker:
         """Store new properties (its rules kept) and apply them; every lock held on it is dropped."""
         if properties.requires_session != entity.requires_session:
             raise InvalidOperation("requires_session cannot be changed on an existing subscription")
-        if isinstance(entity.actor, PartitionedCoreActor) and _forwards_dead_letters(properties):
-            v1_only(entity.actor, "forwarding dead-lettered messages")  # not from a partitioned subscription yet
         self._check_forward_targets(properties, entity)
         record = {"Properties": properties.to_json(), "Rules": [r.description.to_json() for r in entity.rules]}
         await self.worker.apply([PutEntity(EntityRecord(entity.name, SUBSCRIPTION, record)),
@@ -1224,6 +1245,9 @@ class Broker:
                 task.cancel()
         if self._entity_follower is not None:
             self._entity_follower.cancel()
+        for relay in self._relays.values():
+            relay.stop()
+        self._relays.clear()
         if self._server is not None:
             self._server.close()
         if self._tls_server is not None:

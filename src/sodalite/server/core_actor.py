@@ -55,7 +55,11 @@ every copy the transaction sends in one batch; once it committed the copies land
 ForwardDeadLetteredMessagesTo (:meth:`forward_dead_letters`, resolved by the broker): the main
 queue's core dead-letters into the target queue's partition (same store) instead of its own
 dead-letter queue, in the same fenced settle or move; the runner reports the move (``on_moved``)
-and the target's core is told ``Arrived``.
+and the target's core is told ``Arrived``. A target in another store (:meth:`relay_dead_letters`):
+the core forwards into this entity's own dead-letter queue, each copy marked with its
+``x-opt-deadletter-source``, and ``on_dead_letters`` tells the broker's relay
+(``server/dead_letter_relay.py``), which appends them to the target under move keys
+(:meth:`append_keyed`) and then removes them here.
 
 The broker runs queues on it, a partitioned queue as one CoreActor per partition
 (``server/partitioned_actor.py``, which splits a receiver's credit over them with ``ready``,
@@ -72,7 +76,7 @@ import functools
 import itertools
 import logging
 import uuid
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -169,6 +173,7 @@ class CoreActor:
         # main queue's dead letters go, and the actor whose core is told they arrived.
         self._forward: core.DeadLetterForward | None = None
         self._forward_actor: CoreActor | None = None
+        self.on_dead_letters: Callable[[], None] | None = None  # rows came into the dead-letter queue (a relay)
         self.last_activity = wall_clock_ms()
         self._requests = itertools.count(1)
         self._futures: dict[Hashable, asyncio.Future[Any]] = {}
@@ -401,6 +406,8 @@ class CoreActor:
             return
         runner.submit(core.Landed(records))
         runner.note_landed(sum(r.size for r in records))
+        if sub is SubQueue.DEAD_LETTER and self.on_dead_letters is not None:
+            self.on_dead_letters()
 
     def _arrived(self, sub: SubQueue) -> None:
         runner = self.runners.get(sub)
@@ -411,6 +418,8 @@ class CoreActor:
         for sub, ref in self.refs.items():
             if ref == target and sub in self.runners:
                 self.runners[sub].submit(core.Arrived(count))
+                if sub is SubQueue.DEAD_LETTER and count and self.on_dead_letters is not None:
+                    self.on_dead_letters()
                 return
         forward = self._forward_actor
         if forward is not None and forward is not self and target in forward.refs.values():
@@ -428,6 +437,20 @@ class CoreActor:
         self._forward = None if target is None else core.DeadLetterForward(
             (target.refs[sub].entity, target.refs[sub].partition), source,
             None if hop_limit is not None else target.settings.default_ttl, hop_limit)
+        runner = self.runners.get(SubQueue.MAIN)
+        if runner is not None:
+            runner.view.settings = core_settings(self.settings, SubQueue.MAIN, self.node_id, self._forward,
+                                                 self.worker.shared)
+
+    def relay_dead_letters(self, source: str, default_ttl: int | None, hop_limit: str | None = None) -> None:
+        """ForwardDeadLetteredMessagesTo a target in another store: the main queue's dead letters go
+        to this entity's own dead-letter queue as forwarded copies (named after ``source``, counted
+        afresh, not expiring there; at the ``hop_limit``, with that reason), for the broker's relay to
+        carry over (module docstring), which gives them their expiry by the target's ``default_ttl``."""
+        self._forward_actor = self
+        self._forward = core.DeadLetterForward(
+            (self.refs[SubQueue.DEAD_LETTER].entity, self.refs[SubQueue.DEAD_LETTER].partition), source,
+            None if hop_limit is not None else default_ttl, hop_limit, relayed=True)
         runner = self.runners.get(SubQueue.MAIN)
         if runner is not None:
             runner.view.settings = core_settings(self.settings, SubQueue.MAIN, self.node_id, self._forward,
@@ -577,8 +600,15 @@ class CoreActor:
         fans them out). Returns how many were appended."""
         self._runner(SubQueue.MAIN)  # available, or StoreUnavailable
         self.last_activity = wall_clock_ms()
-        ref, worker, now = self.refs[SubQueue.MAIN], self.worker, self.clock.now()
+        now = self.clock.now()
         records = [core.record_for(d, now, self.settings.default_ttl) for d in drafts]
+        return await self.append_keyed(SubQueue.MAIN, records, keys)
+
+    async def append_keyed(self, sub: SubQueue, records: Sequence[MessageRecord], keys: Sequence[str]) -> int:
+        """:meth:`append_moved`'s transaction for unnumbered ``records`` into ``sub``: those whose key
+        is not here yet, with their keys, outside the core (which is told ``Arrived``)."""
+        self._runner(sub)  # available, or StoreUnavailable
+        ref, worker = self.refs[sub], self.worker
 
         def append() -> int:
             known = set(worker.store.partition_meta(ref).move_keys)
@@ -593,9 +623,9 @@ class CoreActor:
             self.arrived(ref, appended)
         return appended
 
-    async def forget_move_keys(self, keys: Sequence[str]) -> None:
+    async def forget_move_keys(self, keys: Sequence[str], sub: SubQueue = SubQueue.MAIN) -> None:
         """The source copies of moved messages are gone: their keys are no longer needed."""
-        await self.worker.apply([ForgetMoveKeys(self.refs[SubQueue.MAIN], tuple(keys))])
+        await self.worker.apply([ForgetMoveKeys(self.refs[sub], tuple(keys))])
 
     def arrived(self, target: PartitionRef, count: int) -> None:
         """``count`` rows were moved into ``target`` (one of this queue's sub-queues) and committed."""

@@ -52,7 +52,13 @@ at its time; on version 1 the rows left the source's memory before the append); 
 the rows deleted are forgotten. At least once: a crash between the append and the delete leaves the
 source copy, and so does a receiver that locked a row of a core source in between (logged); a
 repeat of the move finds the key in the target and deletes the source copy without appending it
-again. Not built: a move into a partitioned topic on the core (``amqp:not-implemented``).
+again. A partitioned queue or topic on the core as the target takes each message into the partition
+its key picks (keyless ones round robin), as a send would: a topic partition takes them into its own
+partition, whose activator fans them out.
+
+**A partitioned queue on the core as the source**: each partition's core moves its own rows, as a
+non-partitioned queue's does (the numbers name their partition); the selection reads the partitions
+one by one from the store, and a purge deletes through each partition's core.
 Known differences from the version-1 path: the copy keeps the row's own time-to-live and scheduled time
 (only its expiry is capped by the target's default), and a row whose annotations a receiver
 changed (abandon with properties) between the chunk's fetch and its move keeps the fetched ones.
@@ -66,9 +72,9 @@ from dataclasses import dataclass
 
 from sodalite.amqp import message as amqp_message
 from sodalite.amqp.codec import decode
-from sodalite.errors import EntityNotFound, InvalidOperation, NotImplementedOperation
+from sodalite.errors import EntityNotFound, InvalidOperation
 from sodalite.model.entities import SqlFilter
-from sodalite.model.filters import compile_filter
+from sodalite.model.filters import CompiledFilter, compile_filter
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import LAST_INSTANT_MS, MessageDraft
 from sodalite.model.store_ops import MoveItem as CoreMoveItem
@@ -172,11 +178,21 @@ PAGE = 500  # rows per store read while selecting from a queue on the core
 
 async def select_messages(entity: Entity, sub: SubQueue, states: frozenset[MessageState] | None = None,
                           sql_filter: str | None = None) -> list[int]:
-    """:func:`select` for any entity: a queue on the core is read from the store, page by page."""
+    """:func:`select` for any entity: a queue on the core (each partition of a partitioned one, in
+    order) is read from the store, page by page."""
     actor = entity.actor
-    if not isinstance(actor, CoreActor):
+    if not isinstance(actor, CoreActor | PartitionedCoreActor):
         return select(entity, sub, states, sql_filter)
     compiled = compile_filter(SqlFilter(sql_filter)) if sql_filter else None
+    numbers: list[int] = []
+    for partition in each(actor):
+        assert isinstance(partition, CoreActor)
+        numbers += await _select_on_core(partition, sub, states, compiled)
+    return numbers
+
+
+async def _select_on_core(actor: CoreActor, sub: SubQueue, states: frozenset[MessageState] | None,
+                          compiled: CompiledFilter | None) -> list[int]:
     numbers: list[int] = []
     start = 0
     while True:
@@ -213,11 +229,11 @@ async def move(source: Entity, sub: SubQueue, sequence_numbers: Sequence[int], t
     docstring for what is kept and how. A topic needs ``fan_out``, the broker's plan of a send's copies."""
     if target.kind == TOPIC and fan_out is None and not isinstance(target.actor, OnCore):
         raise InvalidOperation(f"'{target.name}' is a topic, and this move has no way to fan out into it")
-    if target.kind == TOPIC and isinstance(target.actor, PartitionedCoreActor):
-        raise NotImplementedOperation(f"moving messages into '{target.name}', a partitioned topic on the version-2 "
-                                      "core, is not available yet (serve with --core v1)")
     if isinstance(source.actor, CoreActor):
         return await _move_on_core(source.actor, sub, sequence_numbers, target, states, chunk, progress, fan_out)
+    if isinstance(source.actor, PartitionedCoreActor):
+        return await _move_from_partitions(source.actor, sub, sequence_numbers, target, states, chunk, progress,
+                                           fan_out)
     groups = _by_partition(v1_only(source.actor, "moving messages"), sequence_numbers)
     for partition, numbers in groups:  # refuse up front what the target could never take
         messages = partition.queues[sub].messages
@@ -479,10 +495,40 @@ async def _move_on_core(source: CoreActor, sub: SubQueue, sequence_numbers: Sequ
     return MoveResult(moved, len(numbers) - moved)
 
 
-async def _purge_on_core(actor: CoreActor, entity: Entity, sub: SubQueue, states: frozenset[MessageState] | None,
-                         sequence_numbers: Sequence[int] | None, chunk: int) -> MoveResult:
-    numbers = (list(dict.fromkeys(sequence_numbers)) if sequence_numbers is not None
-               else await select_messages(entity, sub, states))
+def _by_core_partition(actor: PartitionedCoreActor, sequence_numbers: Iterable[int]) -> tuple[
+        list[tuple[CoreActor, list[int]]], int]:
+    """The numbers grouped by the partition they name, in order; and how many name none."""
+    groups: dict[int, list[int]] = {}
+    unknown = 0
+    for number in dict.fromkeys(sequence_numbers):
+        index = partition_of_sequence_number(number)
+        if index < len(actor.partitions):
+            groups.setdefault(index, []).append(number)
+        else:
+            unknown += 1
+    return [(actor.partitions[i], groups[i]) for i in sorted(groups)], unknown
+
+
+async def _move_from_partitions(source: PartitionedCoreActor, sub: SubQueue, sequence_numbers: Sequence[int],
+                                target: Entity, states: frozenset[MessageState] | None, chunk: int,
+                                progress: Progress | None, fan_out: FanOutPlan | None) -> MoveResult:
+    """A move from a partitioned queue on the core: each partition's core moves its own rows
+    (:func:`_move_on_core`), the progress told over all of them."""
+    groups, unknown = _by_core_partition(source, sequence_numbers)
+    total = sum(len(numbers) for _, numbers in groups) + unknown
+    moved = skipped = done = 0
+    for partition, numbers in groups:
+        def told(count: int, _: int, base: int = done) -> None:
+            if progress is not None:
+                progress(base + count, total)
+
+        result = await _move_on_core(partition, sub, numbers, target, states, chunk, told, fan_out)
+        moved, skipped, done = moved + result.moved, skipped + result.skipped, done + len(numbers)
+    return MoveResult(moved, skipped + unknown)
+
+
+async def _purge_on_core(actor: CoreActor, sub: SubQueue, states: frozenset[MessageState] | None,
+                         numbers: list[int], chunk: int) -> MoveResult:
     deleted = 0
     for start in range(0, len(numbers), chunk):
         part = numbers[start : start + chunk]
@@ -497,8 +543,17 @@ async def _purge_on_core(actor: CoreActor, entity: Entity, sub: SubQueue, states
 async def purge(entity: Entity, sub: SubQueue, states: frozenset[MessageState] | None = None, *,
                 sequence_numbers: Sequence[int] | None = None, chunk: int = 5000) -> MoveResult:
     """Delete the sub-queue's unlocked messages (those in ``states``, or named, when given)."""
-    if isinstance(entity.actor, CoreActor):
-        return await _purge_on_core(entity.actor, entity, sub, states, sequence_numbers, chunk)
+    actor = entity.actor
+    if isinstance(actor, CoreActor | PartitionedCoreActor):
+        if sequence_numbers is None:
+            numbers = await select_messages(entity, sub, states)
+        else:
+            numbers = list(dict.fromkeys(sequence_numbers))
+        if isinstance(actor, CoreActor):
+            return await _purge_on_core(actor, sub, states, numbers, chunk)
+        groups, unknown = _by_core_partition(actor, numbers)
+        results = [await _purge_on_core(partition, sub, states, part, chunk) for partition, part in groups]
+        return MoveResult(sum(r.moved for r in results), sum(r.skipped for r in results) + unknown)
     numbers = list(sequence_numbers) if sequence_numbers is not None else select(entity, sub, states)
     deleted = 0
     for partition, group in _by_partition(v1_only(entity.actor, "purging"), numbers):

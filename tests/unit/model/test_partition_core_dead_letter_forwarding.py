@@ -20,6 +20,7 @@ from sodalite.model.partition_core import (
     Settle,
     SettlementDone,
     Tick,
+    forwarded_expiry,
     new_view,
 )
 from sodalite.model.store_ops import MoveMessages, Outcome
@@ -182,3 +183,31 @@ def test_forwarding_set_while_running_applies_to_the_next_dead_letter() -> None:
     settle(h, second.lock_token, Outcome.DEAD_LETTER)
     assert [row.origin for row in h.store.dead.values()] == [1]
     assert [row.origin for row in h.store.other(TARGET).rows.values()] == [2]
+
+
+def test_a_dead_letter_waiting_for_a_relay_goes_to_the_own_dead_letter_queue_marked_and_without_expiry() -> None:
+    """A target in another store (server/dead_letter_relay.py): the core forwards into the entity's
+    own dead-letter queue, named after its source and counted afresh, and the copy does not expire
+    while it waits there (the relay gives it its expiry in the target, from its enqueued time)."""
+    own = ("dlfwd-src/$deadletterqueue", 0)
+    h = harness(DeadLetterForward(own, "dlfwd-src", 600_000, relayed=True), max_delivery_count=2)
+    send(h, draft("a", ttl=3_600_000), draft("b", ttl=3_600_000))
+    (d, _) = receive(h, 2)
+    h.at(1_000)
+    settle(h, d.lock_token, Outcome.DEAD_LETTER, reason="why")
+    (op,) = [op for op in h.ops if isinstance(op, SettleOp)]
+    (item,) = op.items
+    assert (item.target, item.reset_delivery_count, item.enqueued_time, item.expires_at) == (own, True, 1_000, None)
+    assert item.edit is not None and (item.edit.dead_letter_reason, item.edit.dead_letter_source) == (
+        "why", "dlfwd-src")
+    h.at(LOCK + 1)  # the other lock lapses; receiving it once more makes MaxDeliveryCount of it
+    h.run(Tick())
+    h.drain()
+    receive(h)
+    h.at(2 * LOCK + 2)
+    h.run(Tick())
+    moves = [op for effect in h.effects for op in effect[1] if isinstance(op, MoveMessages)]  # type: ignore[index]
+    (move,) = [m for m in moves if m.target == own]
+    assert [(i.reset_delivery_count, i.expires_at) for i in move.items] == [(True, None)]
+    assert forwarded_expiry(DeadLetterForward(own, "s", 600_000, relayed=True), 5_000, 0) is None
+    assert forwarded_expiry(DeadLetterForward(TARGET, "s", 600_000), 5_000, 0) == 5_000

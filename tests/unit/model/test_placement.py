@@ -5,12 +5,12 @@ from __future__ import annotations
 from sodalite.model.placement import Member, group_on_core
 
 
-def plain(home: str = "main", *, forwards_dead_letters: bool = False) -> Member:
-    return Member(partitioned=False, home=home, forwards_dead_letters=forwards_dead_letters)
+def plain(home: str = "main") -> Member:
+    return Member(partitioned=False, home=home)
 
 
-def partitioned(*, forwards_dead_letters: bool = False) -> Member:
-    return Member(partitioned=True, home="ignored", forwards_dead_letters=forwards_dead_letters)
+def partitioned() -> Member:
+    return Member(partitioned=True, home="ignored")
 
 
 def test_non_partitioned_members_run_on_the_core_in_one_store_only() -> None:
@@ -31,7 +31,9 @@ def test_a_group_mixing_partitioned_and_non_partitioned_members_stays_on_version
     assert not group_on_core([partitioned(), partitioned(), plain("a"), plain("a")])
 
 
-def test_forwarding_dead_letters_keeps_any_group_on_version_1() -> None:
-    assert not group_on_core([plain(forwards_dead_letters=True)])
-    assert not group_on_core([partitioned(), partitioned(forwards_dead_letters=True)])
-    assert not group_on_core([plain("a"), plain("a", forwards_dead_letters=True)])
+def test_forwarding_dead_letters_is_no_reason_to_stay_on_version_1() -> None:
+    """Issue 14: partition i forwards into the target's partition i (one store), and a target in
+    another store takes them through the relay; so a member's ForwardDeadLetteredMessagesTo is no
+    longer a property placement looks at (it was ``Member.forwards_dead_letters``)."""
+    assert "forwards_dead_letters" not in Member.__dataclass_fields__
+    assert group_on_core([partitioned(), partitioned()])

@@ -84,7 +84,9 @@ def test_a_partitioned_topic_forwarding_into_partitioned_entities_runs_on_the_co
     assert _kept_on_v1(records, lambda path: path) == set()
 
 
-def test_a_partitioned_topic_forwarding_its_dead_letters_stays_on_v1() -> None:
+def test_partitioned_entities_forwarding_their_dead_letters_run_on_the_core() -> None:
+    """Issue 14: partition i dead-letters into the target's partition i, in the same store."""
     records = [topic("T", EnablePartitioning=True), subscription("T", "s", ForwardDeadLetteredMessagesTo="pq"),
-               queue("pq", EnablePartitioning=True), topic("other", EnablePartitioning=True)]
-    assert _kept_on_v1(records, one_store) == {"t", "t/subscriptions/s", "pq"}
+               queue("pq", EnablePartitioning=True), topic("other", EnablePartitioning=True),
+               queue("pp", EnablePartitioning=True, ForwardDeadLetteredMessagesTo="pq")]
+    assert _kept_on_v1(records, one_store) == set()
