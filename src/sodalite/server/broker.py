@@ -84,13 +84,16 @@ from sodalite.server.topic_actor import PartitionedTopicActor, TopicActor
 from sodalite.store.port import (
     DeleteEntity,
     DeleteIdleEntity,
+    DeleteRule,
     EntityActivity,
     EntityRecord,
     IdleDeleted,
     MessagingStore,
     PartitionRef,
     PutEntity,
+    PutRule,
     RecordActivity,
+    RuleWritten,
     ServedByOneProcess,
 )
 
@@ -426,11 +429,10 @@ class Broker:
                 topic.name, TOPIC, self._with_key_overrides(topic.name, topic.properties).to_json())))
             for sub in topic.subscriptions:
                 path = named_subscription_path(topic.name, sub.name)
-                existing = stored.get(path.lower())
-                rules = (existing.properties.get("Rules") if existing is not None
-                         else [r.to_json() for r in sub.rules])
-                configured.append(PutEntity(EntityRecord(
-                    path, SUBSCRIPTION, {"Properties": sub.properties.to_json(), "Rules": rules})))
+                subscription: dict[str, Any] = {"Properties": sub.properties.to_json()}
+                if path.lower() not in stored:  # a stored one keeps its rules (rows of their own)
+                    subscription["Rules"] = [r.to_json() for r in sub.rules]
+                configured.append(PutEntity(EntityRecord(path, SUBSCRIPTION, subscription)))
         if overrides_record is not None:
             configured.append(PutEntity(EntityRecord(KEY_OVERRIDES_PATH, KEY_OVERRIDES_KIND,
                                                      self.key_overrides.to_json())))
@@ -750,35 +752,43 @@ class Broker:
             raise type(exc)(f"rule '{rule.name}': {exc.description}") from None
 
     async def add_rule(self, subscription: Entity, rule: RuleDescription) -> None:
-        """Add a rule (compiled first, so a bad filter is refused with its position) and store it."""
-        if any(r.name.lower() == rule.name.lower() for r in subscription.rules):
-            raise EntityAlreadyExists(f"the rule '{rule.name}' already exists on '{subscription.name}'")
+        """Add a rule (compiled first, so a bad filter is refused with its position) and store it as a
+        row of its own. The store decides whether the name is taken: on a store several nodes share,
+        another node may have added it a moment ago (then EntityAlreadyExists, as Service Bus answers)."""
         compiled = self._compile_rule(rule)
-        await self._store_rules(subscription, [*subscription.rules, compiled])
-        subscription.rules.append(compiled)
+        async with self._entities_lock:  # not while the follow replaces this node's rules
+            await self._write_rule(subscription, PutRule(subscription.name, rule.name, rule.to_json()),
+                                   EntityAlreadyExists(f"the rule '{rule.name}' already exists on "
+                                                       f"'{subscription.name}'"))
+            subscription.rules[:] = [*(r for r in subscription.rules if r.name.lower() != rule.name.lower()),
+                                     compiled]
 
     async def remove_rule(self, subscription: Entity, name: str) -> None:
-        kept = [r for r in subscription.rules if r.name.lower() != name.lower()]
-        if len(kept) == len(subscription.rules):
-            raise EntityNotFound(f"the rule '{name}' does not exist on '{subscription.name}'")
-        await self._store_rules(subscription, kept)
-        subscription.rules[:] = kept
+        async with self._entities_lock:
+            try:
+                await self._write_rule(subscription, DeleteRule(subscription.name, name),
+                                       EntityNotFound(f"the rule '{name}' does not exist on '{subscription.name}'"))
+            finally:  # gone from the store either way (another node may have removed it)
+                subscription.rules[:] = [r for r in subscription.rules if r.name.lower() != name.lower()]
 
     async def replace_rule(self, subscription: Entity, rule: RuleDescription) -> None:
         """Replace the rule of the same name (the management API's update); the new one is compiled first."""
         compiled = self._compile_rule(rule)
-        index = next((i for i, r in enumerate(subscription.rules) if r.name.lower() == rule.name.lower()), None)
-        if index is None:
-            raise EntityNotFound(f"the rule '{rule.name}' does not exist on '{subscription.name}'")
-        rules = [*subscription.rules]
-        rules[index] = compiled
-        await self._store_rules(subscription, rules)
-        subscription.rules[:] = rules
+        async with self._entities_lock:
+            await self._write_rule(subscription, PutRule(subscription.name, rule.name, rule.to_json(), replace=True),
+                                   EntityNotFound(f"the rule '{rule.name}' does not exist on '{subscription.name}'"))
+            rules = [compiled if r.name.lower() == rule.name.lower() else r for r in subscription.rules]
+            if compiled not in rules:  # added through another node, not followed here yet
+                rules.append(compiled)
+            subscription.rules[:] = rules
 
-    async def _store_rules(self, subscription: Entity, rules: list[CompiledRule]) -> None:
+    async def _write_rule(self, subscription: Entity, op: PutRule | DeleteRule, refused: SodaliteError) -> None:
+        """One rule row written (one transaction, not the subscription's whole record); ``refused`` is
+        raised when the store did not apply it."""
         subscription.actor.note_activity()  # a rule change counts against AutoDeleteOnIdle (seed)
-        record = {"Properties": subscription.properties.to_json(), "Rules": [r.description.to_json() for r in rules]}
-        await self.worker.apply([PutEntity(EntityRecord(subscription.name, SUBSCRIPTION, record))])
+        (result,) = await self.worker.apply([op])
+        if not (isinstance(result, RuleWritten) and result.applied):
+            raise refused
 
     def _check_entity_quota(self, partitioned: bool) -> None:
         """The namespace's quotas on queues plus topics, and on partitioned ones (seed: 10,000 and 100)."""
@@ -956,7 +966,7 @@ class Broker:
         if isinstance(entity.actor, PartitionedCoreActor) and _forwards_dead_letters(properties):
             v1_only(entity.actor, "forwarding dead-lettered messages")  # not from a partitioned subscription yet
         self._check_forward_targets(properties, entity)
-        record = {"Properties": properties.to_json(), "Rules": [r.description.to_json() for r in entity.rules]}
+        record = {"Properties": properties.to_json()}  # its rules are rows of their own, left as they are
         await self.worker.apply([PutEntity(EntityRecord(entity.name, SUBSCRIPTION, record)),
                                  self._touched(entity.name)])
         settings, max_message_size = self._settings(properties, entity.partitioned)
