@@ -107,8 +107,37 @@ ACTIVITY_LAPSE = 3
 MAX_TRANSFER_HOPS = 4  # Service Bus forwards a message at most this many times (DLQ overview)
 # Regenerated keys are stored as one record of a kind the entity loader skips ('$' keeps it apart from entity names).
 KEY_OVERRIDES_PATH, KEY_OVERRIDES_KIND = "$authorizationrules", "authorization-rules"
-# When each entity was created and last updated, as one record the loader skips: {path: [created, updated]} (ms).
+# When each entity was created and last updated: one record per entity, of a kind the loader skips, at
+# "$entitytimes/<lower-cased path>" ('$' keeps it apart from entity names), holding [created, updated] (ms)
+# under "Times", so two nodes creating or updating entities at once keep both. An older release kept one
+# record at "$entitytimes" for all of them ({path: [created, updated]}); start() splits it.
 ENTITY_TIMES_PATH, ENTITY_TIMES_KIND = "$entitytimes", "entity-times"
+
+
+def _times_path(path: str) -> str:
+    return f"{ENTITY_TIMES_PATH}/{path.lower()}"
+
+
+def _stored_times(records: Sequence[EntityRecord]) -> tuple[dict[str, list[int]], bool]:
+    """The entity times in ``records`` (lower-cased path -> [created, updated]) and whether they
+    include the older release's one record for all entities (which start() then splits)."""
+    times: dict[str, list[int]] = {}
+    legacy = False
+    prefix = ENTITY_TIMES_PATH.lower() + "/"
+    for record in records:
+        if record.kind != ENTITY_TIMES_KIND:
+            continue
+        try:
+            if record.path.lower() == ENTITY_TIMES_PATH:
+                legacy = True
+                for path, pair in record.properties.items():
+                    times.setdefault(str(path).lower(), [int(pair[0]), int(pair[1])])
+            elif record.path.lower().startswith(prefix):
+                pair = record.properties["Times"]
+                times[record.path[len(prefix):].lower()] = [int(pair[0]), int(pair[1])]
+        except (KeyError, IndexError, TypeError, ValueError):
+            log.warning("entity times record %s is unreadable; ignored", record.path)
+    return times, legacy
 DEFAULT_STORE = "default"  # the store in the data directory, which also keeps the entity records
 PREMIUM_PARTITIONED_MESSAGE_SIZE = 1024 * 1024  # partitioned entities of a Premium-like namespace (seed)
 
@@ -436,16 +465,18 @@ class Broker:
         if overrides_record is not None:
             configured.append(PutEntity(EntityRecord(KEY_OVERRIDES_PATH, KEY_OVERRIDES_KIND,
                                                      self.key_overrides.to_json())))
-        times_record = stored.get(ENTITY_TIMES_PATH)
-        if times_record is not None and times_record.kind == ENTITY_TIMES_KIND:
-            self.entity_times = {str(k): [int(v[0]), int(v[1])] for k, v in times_record.properties.items()}
+        self.entity_times, legacy = _stored_times(list(stored.values()))
         now = self.clock()
         known = {r.path.lower() for r in stored.values() if r.kind in (QUEUE, TOPIC, SUBSCRIPTION)}
         known |= {op.entity.path.lower() for op in configured if op.entity.kind in (QUEUE, TOPIC, SUBSCRIPTION)}
-        for path in known - set(self.entity_times):
+        missing = known - set(self.entity_times)
+        for path in missing:
             self.entity_times[path] = [now, now]  # first seen now (or created before times were kept)
-        configured.append(self._times_record())
-        await self.worker.apply(configured)
+        times_ops: list[PutEntity | DeleteEntity] = [self._times_record(path) for path in sorted(
+            known if legacy else missing)]
+        if legacy:  # the older release's one record for all entities, split into one per entity
+            times_ops.append(DeleteEntity(ENTITY_TIMES_PATH))
+        await self.worker.apply([*configured, *times_ops])
         records = await self.worker.call(self.worker.store.load_entities)
         self._kept_on_v1 = _kept_on_v1(records, self._home_store)
         for kind in (QUEUE, TOPIC, SUBSCRIPTION):  # a subscription needs its topic loaded first
@@ -472,8 +503,10 @@ class Broker:
         self.port = self._server.port
         return self.port
 
-    def _times_record(self) -> PutEntity:
-        return PutEntity(EntityRecord(ENTITY_TIMES_PATH, ENTITY_TIMES_KIND, dict(self.entity_times)))
+    def _times_record(self, path: str) -> PutEntity:
+        """The one entity's times record (only its own: another node may be writing another's)."""
+        times = self.entity_times[path.lower()]
+        return PutEntity(EntityRecord(_times_path(path), ENTITY_TIMES_KIND, {"Times": list(times)}))
 
     def _touched(self, path: str, *, created: bool = False) -> PutEntity:
         """Note an entity's creation or update now; the record to store with it."""
@@ -482,7 +515,7 @@ class Broker:
         if created:
             times[0] = now
         times[1] = now
-        return self._times_record()
+        return self._times_record(path)
 
     def times_of(self, entity: Entity) -> tuple[int, int] | None:
         """(created, updated) in ms since the epoch."""
@@ -1001,6 +1034,7 @@ class Broker:
     async def _follow_entities(self) -> None:
         stored = await self.worker.call(self.worker.store.load_entities)
         self._follow_key_overrides(stored)
+        self.entity_times.update(_stored_times(stored)[0])  # those of entities created or changed elsewhere
         records = {r.path.lower(): r for r in stored if r.kind in (QUEUE, TOPIC, SUBSCRIPTION)}
         for path, entity in list(self.entities.items()):
             if path not in records and path in self.entities:
@@ -1195,7 +1229,7 @@ class Broker:
             if worker is not self.worker:
                 await worker.apply([DeleteEntity(entity.name)])  # its partitions kept there
         self.entity_times.pop(entity.name.lower(), None)
-        await self.worker.apply([DeleteEntity(entity.name), self._times_record()])
+        await self.worker.apply([DeleteEntity(entity.name), DeleteEntity(_times_path(entity.name))])
         log.info("deleted %s", entity.name)
 
     # ---- messaging stores --------------------------------------------------------------------------------
