@@ -32,6 +32,7 @@ from sodalite.errors import (
 from sodalite.model.authorization import (
     Authorization,
     AuthorizationRule,
+    KeyOverride,
     KeyOverrides,
     KeyType,
     apply_overrides,
@@ -105,13 +106,46 @@ IDLE_SWEEP_SECONDS = 15.0  # AutoDeleteOnIdle is at least 5 minutes, so this is 
 ACTIVITY_SECONDS = 5.0
 ACTIVITY_LAPSE = 3
 MAX_TRANSFER_HOPS = 4  # Service Bus forwards a message at most this many times (DLQ overview)
-# Regenerated keys are stored as one record of a kind the entity loader skips ('$' keeps it apart from entity names).
+# Regenerated keys: one record per key name and scope (the namespace, or a queue or topic), of a kind the
+# entity loader skips, at "$authorizationrules/<$namespace or lower-cased path>/<key name>" ('$' keeps it apart
+# from entity names), so two nodes regenerating different keys at once keep both. An older release kept
+# them all in one record at "$authorizationrules" (KeyOverrides.to_json); start() splits it.
 KEY_OVERRIDES_PATH, KEY_OVERRIDES_KIND = "$authorizationrules", "authorization-rules"
 # When each entity was created and last updated: one record per entity, of a kind the loader skips, at
 # "$entitytimes/<lower-cased path>" ('$' keeps it apart from entity names), holding [created, updated] (ms)
 # under "Times", so two nodes creating or updating entities at once keep both. An older release kept one
 # record at "$entitytimes" for all of them ({path: [created, updated]}); start() splits it.
 ENTITY_TIMES_PATH, ENTITY_TIMES_KIND = "$entitytimes", "entity-times"
+
+
+def _override_path(scope: str | None, key_name: str) -> str:
+    return f"{KEY_OVERRIDES_PATH}/{'$namespace' if scope is None else scope.lower()}/{key_name.casefold()}"
+
+
+def _override_records(overrides: KeyOverrides) -> dict[str, PutEntity]:
+    """One record per regenerated key (:func:`_override_path` -> its PutEntity)."""
+    scoped: list[tuple[str | None, KeyOverride]] = [(None, o) for o in overrides.namespace]
+    scoped += [(path, o) for path, items in overrides.entities.items() for o in items]
+    return {_override_path(scope, o.key_name).lower(): PutEntity(EntityRecord(
+        _override_path(scope, o.key_name), KEY_OVERRIDES_KIND, {"Entity": scope, "Override": o.to_json()}))
+        for scope, o in scoped}
+
+
+def _stored_overrides(records: Sequence[EntityRecord]) -> tuple[KeyOverrides, set[str], bool]:
+    """The regenerated keys in ``records``, the lower-cased paths of their per-key records, and whether
+    they include the older release's one record for all of them (which start() then splits)."""
+    legacy = next((r for r in records if r.kind == KEY_OVERRIDES_KIND
+                   and r.path.lower() == KEY_OVERRIDES_PATH.lower()), None)
+    overrides = KeyOverrides.from_json(legacy.properties) if legacy is not None else KeyOverrides()
+    paths: set[str] = set()
+    for record in records:
+        if record.kind != KEY_OVERRIDES_KIND or not record.path.lower().startswith(KEY_OVERRIDES_PATH.lower() + "/"):
+            continue
+        scope = record.properties.get("Entity")
+        overrides = overrides.with_override(str(scope) if scope is not None else None,
+                                            KeyOverride.from_json(record.properties["Override"]))
+        paths.add(record.path.lower())
+    return overrides, paths, legacy is not None
 
 
 def _times_path(path: str) -> str:
@@ -304,9 +338,12 @@ class Broker:
         earlier = next((o for o in (self.key_overrides.namespace if scope is None
                                     else self.key_overrides.for_entity(scope))
                         if o.key_name.casefold() == before.key_name.casefold()), None)
-        overrides = self.key_overrides.with_override(scope, regenerated(before, after, earlier))
+        override = regenerated(before, after, earlier)
+        overrides = self.key_overrides.with_override(scope, override)
         updated = tuple(after if r is before else r for r in rules)
-        puts = [PutEntity(EntityRecord(KEY_OVERRIDES_PATH, KEY_OVERRIDES_KIND, overrides.to_json()))]
+        # This key's record only: another node may be regenerating another key meanwhile.
+        puts = [_override_records(KeyOverrides().with_override(scope, override))[
+            _override_path(scope, override.key_name).lower()]]
         if entity is not None:
             current = entity.properties
             assert isinstance(current, QueueProperties | TopicProperties)
@@ -444,13 +481,11 @@ class Broker:
         # when the subscription is new, so rules changed at runtime survive a restart.
         stored = {r.path.lower(): r for r in await self.worker.call(self.worker.store.load_entities)}
         # Regenerated keys win over Config.json's until the operator edits those keys there (apply_overrides).
-        overrides_record = stored.get(KEY_OVERRIDES_PATH.lower())
-        if overrides_record is not None and overrides_record.kind == KEY_OVERRIDES_KIND:
-            self.key_overrides = KeyOverrides.from_json(overrides_record.properties)
+        self.key_overrides, override_paths, legacy_overrides = _stored_overrides(list(stored.values()))
         self.authorization_rules, kept = apply_overrides(self.namespace.authorization_rules,
                                                          self.key_overrides.namespace)
         self.key_overrides = KeyOverrides(kept, self.key_overrides.entities)
-        configured: list[PutEntity] = [
+        configured: list[PutEntity | DeleteEntity] = [
             PutEntity(EntityRecord(q.name, QUEUE, self._with_key_overrides(q.name, q.properties).to_json()))
             for q in self.namespace.queues]
         for topic in self.namespace.topics:
@@ -462,13 +497,17 @@ class Broker:
                 if path.lower() not in stored:  # a stored one keeps its rules (rows of their own)
                     subscription["Rules"] = [r.to_json() for r in sub.rules]
                 configured.append(PutEntity(EntityRecord(path, SUBSCRIPTION, subscription)))
-        if overrides_record is not None:
-            configured.append(PutEntity(EntityRecord(KEY_OVERRIDES_PATH, KEY_OVERRIDES_KIND,
-                                                     self.key_overrides.to_json())))
+        in_force = _override_records(self.key_overrides)
+        # Overrides the configuration has since replaced go; the older release's one record is split.
+        configured.extend(DeleteEntity(path) for path in sorted(override_paths - set(in_force)))
+        if legacy_overrides:
+            configured.extend(in_force.values())
+            configured.append(DeleteEntity(KEY_OVERRIDES_PATH))
         self.entity_times, legacy = _stored_times(list(stored.values()))
         now = self.clock()
         known = {r.path.lower() for r in stored.values() if r.kind in (QUEUE, TOPIC, SUBSCRIPTION)}
-        known |= {op.entity.path.lower() for op in configured if op.entity.kind in (QUEUE, TOPIC, SUBSCRIPTION)}
+        known |= {op.entity.path.lower() for op in configured
+                  if isinstance(op, PutEntity) and op.entity.kind in (QUEUE, TOPIC, SUBSCRIPTION)}
         missing = known - set(self.entity_times)
         for path in missing:
             self.entity_times[path] = [now, now]  # first seen now (or created before times were kept)
@@ -1096,16 +1135,19 @@ class Broker:
     def _follow_key_overrides(self, stored: Sequence[EntityRecord]) -> None:
         """Take up the namespace rules' keys another node regenerated (a queue's or topic's own keys
         are in its record, which ``_follow_changes`` applies)."""
-        record = next((r for r in stored if r.kind == KEY_OVERRIDES_KIND
-                       and r.path.lower() == KEY_OVERRIDES_PATH.lower()), None)
-        if record is None:
+        records = [r for r in stored if r.kind == KEY_OVERRIDES_KIND]
+        if not records:
             return
         try:
-            overrides = KeyOverrides.from_json(record.properties)
+            overrides, _, _ = _stored_overrides(records)
         except (KeyError, TypeError, AttributeError, SodaliteError) as exc:
-            self._refuse_followed(record, record.properties, f"regenerated keys not applied: {exc}")
+            self._refuse_followed(records[0], [r.properties for r in records], f"regenerated keys not applied: {exc}")
             return
-        if overrides != self.key_overrides:
+
+        def state(of: KeyOverrides) -> dict[str, EntityRecord]:  # the same overrides in any order
+            return {path: put.entity for path, put in _override_records(of).items()}
+
+        if state(overrides) != state(self.key_overrides):
             self.key_overrides = overrides
             self.authorization_rules, _ = apply_overrides(self.namespace.authorization_rules, overrides.namespace)
             log.info("applied the shared access keys regenerated through another node")

@@ -1,4 +1,6 @@
-"""When each entity was created and last updated is one record per entity (issue 14 item 1), so two
+"""Entity times and regenerated keys are one record per thing (issue 14 item 1).
+
+When each entity was created and last updated is one record per entity, so two
 brokers on one PostgreSQL schema creating and updating entities at the same moment keep every
 entity's times, and each node reports the times of entities created through the other (issue 18).
 
@@ -10,6 +12,9 @@ the broker splits it into one record per entity at start, keeping the times.
 Both brokers run in this process (``cli.stores.build_broker``, as ``sodalite serve --store
 postgresql://... --core v2`` builds them), on a schema of the test's own on the server this process
 starts (``tests/pg_server.py``); the test calls ``follow_entities`` itself.
+
+Regenerated keys likewise: one record per key (the namespace's or a queue's or topic's), so two nodes
+regenerating different keys at once keep both, and the older release's one record is split at start.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import pytest
 
 from pg_server import fresh_schema_url, module_database
 from sodalite.cli.stores import build_broker
+from sodalite.model.authorization import AuthorizationRule, KeyOverride, KeyOverrides
 from sodalite.model.config import NamespaceConfig, QueueConfig
 from sodalite.model.entities import QueueProperties
 from sodalite.server.broker import Broker
@@ -112,3 +118,63 @@ def test_the_one_times_record_of_an_older_release_is_split_keeping_the_times(dat
     assert old == (1_700_000_000_000, 1_700_000_001_000)
     assert q == (1_600_000_000_000, 1_600_000_000_000)
     assert records == ["$entitytimes/old", "$entitytimes/q"]
+
+
+# -- regenerated keys: one record per key ---------------------------------------------------------------
+
+KEYED = NamespaceConfig("ns", queues=(QueueConfig("q"),), authorization_rules=(
+    AuthorizationRule("root", "root-key"), AuthorizationRule("one", "one-key"), AuthorizationRule("two", "two-key")))
+
+
+def _keys(broker: Broker) -> dict[str, str]:
+    return {r.key_name: r.primary_key for r in broker.authorization_rules}
+
+
+def test_keys_regenerated_through_two_nodes_at_once_are_both_kept(database: str, tmp_path: Path) -> None:
+    url = fresh_schema_url(database)
+
+    async def run() -> list[dict[str, str]]:
+        a = build_broker(KEYED, tmp_path / "a", store_url=url, node_id="a", core="v2")
+        b = build_broker(KEYED, tmp_path / "b", store_url=url, node_id="b", core="v2")
+        await a.start("127.0.0.1", 0)
+        await b.start("127.0.0.1", 0)
+        try:
+            await asyncio.gather(a.regenerate_key(None, "one", "PrimaryKey", "one-key-2"),
+                                 b.regenerate_key(None, "two", "PrimaryKey", "two-key-2"))
+            await a.follow_entities()
+            await b.follow_entities()
+            seen = [_keys(a), _keys(b)]
+        finally:
+            await b.stop()
+            await a.stop()
+        c = build_broker(KEYED, tmp_path / "c", store_url=url, node_id="c", core="v2")
+        await c.start("127.0.0.1", 0)
+        try:
+            return [*seen, _keys(c)]
+        finally:
+            await c.stop()
+
+    want = {"root": "root-key", "one": "one-key-2", "two": "two-key-2"}
+    assert asyncio.run(run()) == [want, want, want]
+
+
+def test_the_one_keys_record_of_an_older_release_is_split_keeping_the_keys(database: str, tmp_path: Path) -> None:
+    url = fresh_schema_url(database)
+    legacy = KeyOverrides().with_override(None, KeyOverride("one", "one-key-9", None, "one-key", None))
+    store = PostgresStore(url)
+    store.open()
+    store.apply([PutEntity(EntityRecord("$authorizationrules", "authorization-rules", legacy.to_json()))])
+    store.close()
+
+    async def run() -> tuple[dict[str, str], list[str]]:
+        broker = build_broker(KEYED, tmp_path / "n", store_url=url, node_id="n", core="v2")
+        await broker.start("127.0.0.1", 0)
+        try:
+            records = await broker.worker.call(broker.worker.store.load_entities)
+            return _keys(broker), sorted(r.path for r in records if r.kind == "authorization-rules")
+        finally:
+            await broker.stop()
+
+    keys, records = asyncio.run(run())
+    assert keys == {"root": "root-key", "one": "one-key-9", "two": "two-key"}
+    assert records == ["$authorizationrules/$namespace/one"]
