@@ -116,6 +116,8 @@ KEY_OVERRIDES_PATH, KEY_OVERRIDES_KIND = "$authorizationrules", "authorization-r
 # under "Times", so two nodes creating or updating entities at once keep both. An older release kept one
 # record at "$entitytimes" for all of them ({path: [created, updated]}); start() splits it.
 ENTITY_TIMES_PATH, ENTITY_TIMES_KIND = "$entitytimes", "entity-times"
+DEFAULT_STORE = "default"  # the store in the data directory, which also keeps the entity records
+PREMIUM_PARTITIONED_MESSAGE_SIZE = 1024 * 1024  # partitioned entities of a Premium-like namespace (seed)
 
 
 def _override_path(scope: str | None, key_name: str) -> str:
@@ -172,8 +174,6 @@ def _stored_times(records: Sequence[EntityRecord]) -> tuple[dict[str, list[int]]
         except (KeyError, IndexError, TypeError, ValueError):
             log.warning("entity times record %s is unreadable; ignored", record.path)
     return times, legacy
-DEFAULT_STORE = "default"  # the store in the data directory, which also keeps the entity records
-PREMIUM_PARTITIONED_MESSAGE_SIZE = 1024 * 1024  # partitioned entities of a Premium-like namespace (seed)
 
 
 
@@ -342,8 +342,7 @@ class Broker:
         overrides = self.key_overrides.with_override(scope, override)
         updated = tuple(after if r is before else r for r in rules)
         # This key's record only: another node may be regenerating another key meanwhile.
-        puts = [_override_records(KeyOverrides().with_override(scope, override))[
-            _override_path(scope, override.key_name).lower()]]
+        puts = list(_override_records(KeyOverrides().with_override(scope, override)).values())
         if entity is not None:
             current = entity.properties
             assert isinstance(current, QueueProperties | TopicProperties)
@@ -829,38 +828,37 @@ class Broker:
         another node may have added it a moment ago (then EntityAlreadyExists, as Service Bus answers)."""
         compiled = self._compile_rule(rule)
         async with self._entities_lock:  # not while the follow replaces this node's rules
-            await self._write_rule(subscription, PutRule(subscription.name, rule.name, rule.to_json()),
-                                   EntityAlreadyExists(f"the rule '{rule.name}' already exists on "
-                                                       f"'{subscription.name}'"))
+            if not await self._write_rule(subscription, PutRule(subscription.name, rule.name, rule.to_json())):
+                raise EntityAlreadyExists(f"the rule '{rule.name}' already exists on '{subscription.name}'")
             subscription.rules[:] = [*(r for r in subscription.rules if r.name.lower() != rule.name.lower()),
                                      compiled]
 
     async def remove_rule(self, subscription: Entity, name: str) -> None:
         async with self._entities_lock:
-            try:
-                await self._write_rule(subscription, DeleteRule(subscription.name, name),
-                                       EntityNotFound(f"the rule '{name}' does not exist on '{subscription.name}'"))
-            finally:  # gone from the store either way (another node may have removed it)
-                subscription.rules[:] = [r for r in subscription.rules if r.name.lower() != name.lower()]
+            removed = await self._write_rule(subscription, DeleteRule(subscription.name, name))
+            # Gone from the store either way (another node may have removed it a moment ago).
+            subscription.rules[:] = [r for r in subscription.rules if r.name.lower() != name.lower()]
+            if not removed:
+                raise EntityNotFound(f"the rule '{name}' does not exist on '{subscription.name}'")
 
     async def replace_rule(self, subscription: Entity, rule: RuleDescription) -> None:
         """Replace the rule of the same name (the management API's update); the new one is compiled first."""
         compiled = self._compile_rule(rule)
         async with self._entities_lock:
-            await self._write_rule(subscription, PutRule(subscription.name, rule.name, rule.to_json(), replace=True),
-                                   EntityNotFound(f"the rule '{rule.name}' does not exist on '{subscription.name}'"))
+            if not await self._write_rule(subscription, PutRule(subscription.name, rule.name, rule.to_json(),
+                                                                replace=True)):
+                raise EntityNotFound(f"the rule '{rule.name}' does not exist on '{subscription.name}'")
             rules = [compiled if r.name.lower() == rule.name.lower() else r for r in subscription.rules]
             if compiled not in rules:  # added through another node, not followed here yet
                 rules.append(compiled)
             subscription.rules[:] = rules
 
-    async def _write_rule(self, subscription: Entity, op: PutRule | DeleteRule, refused: SodaliteError) -> None:
-        """One rule row written (one transaction, not the subscription's whole record); ``refused`` is
-        raised when the store did not apply it."""
+    async def _write_rule(self, subscription: Entity, op: PutRule | DeleteRule) -> bool:
+        """Write one rule row (one transaction, not the subscription's whole record); whether the store
+        applied it (see PutRule and DeleteRule)."""
         subscription.actor.note_activity()  # a rule change counts against AutoDeleteOnIdle (seed)
         (result,) = await self.worker.apply([op])
-        if not (isinstance(result, RuleWritten) and result.applied):
-            raise refused
+        return isinstance(result, RuleWritten) and result.applied
 
     def _check_entity_quota(self, partitioned: bool) -> None:
         """The namespace's quotas on queues plus topics, and on partitioned ones (seed: 10,000 and 100)."""
