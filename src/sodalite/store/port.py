@@ -706,8 +706,8 @@ class ChangeSink(Protocol):
         the partition's reader should act on that time (activate what is due then)."""
 
     def entities_changed(self) -> None:
-        """Another node committed a change of entity records (created, changed, deleted; rules and
-        regenerated keys are entity records too)."""
+        """Another node committed a change of entity records (created, changed, deleted; regenerated
+        keys and entity times are entity records too) or of a subscription's rule rows."""
 
     def resynced(self) -> None:
         """The feed (re)connected: changes made while it was not listening were not announced, so
