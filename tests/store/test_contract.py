@@ -832,7 +832,7 @@ def test_sqlite_defaults_to_full_and_uses_wal_with_a_schema_version(tmp_path: Pa
     raw = sqlite3.connect(db)
     try:
         assert raw.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert raw.execute("PRAGMA user_version").fetchone() == (5,)
+        assert raw.execute("PRAGMA user_version").fetchone() == (6,)
         assert raw.execute("PRAGMA page_size").fetchone() == (16384,)
         tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         assert {"messages", "partitions", "entities", "duplicate_history", "session_states"} <= tables
@@ -865,7 +865,7 @@ def test_sqlite_migrates_a_version_1_file(tmp_path: Path) -> None:
         store.close()
     raw = sqlite3.connect(db)
     try:
-        assert raw.execute("PRAGMA user_version").fetchone() == (5,)
+        assert raw.execute("PRAGMA user_version").fetchone() == (6,)
     finally:
         raw.close()
     store = SqliteStore(db)

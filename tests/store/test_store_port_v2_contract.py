@@ -1049,7 +1049,7 @@ def test_sqlite_migrates_a_populated_version_4_file(tmp_path: Path) -> None:
         store.close()
     raw = sqlite3.connect(db)
     try:
-        assert raw.execute("PRAGMA user_version").fetchone() == (5,)
+        assert raw.execute("PRAGMA user_version").fetchone() == (6,)
     finally:
         raw.close()
     store = SqliteStore(db)

@@ -32,6 +32,7 @@ from sodalite.errors import (
 from sodalite.model.authorization import (
     Authorization,
     AuthorizationRule,
+    KeyOverride,
     KeyOverrides,
     KeyType,
     apply_overrides,
@@ -85,13 +86,16 @@ from sodalite.server.topic_actor import PartitionedTopicActor, TopicActor
 from sodalite.store.port import (
     DeleteEntity,
     DeleteIdleEntity,
+    DeleteRule,
     EntityActivity,
     EntityRecord,
     IdleDeleted,
     MessagingStore,
     PartitionRef,
     PutEntity,
+    PutRule,
     RecordActivity,
+    RuleWritten,
     ServedByOneProcess,
 )
 
@@ -103,12 +107,74 @@ IDLE_SWEEP_SECONDS = 15.0  # AutoDeleteOnIdle is at least 5 minutes, so this is 
 ACTIVITY_SECONDS = 5.0
 ACTIVITY_LAPSE = 3
 MAX_TRANSFER_HOPS = 4  # Service Bus forwards a message at most this many times (DLQ overview)
-# Regenerated keys are stored as one record of a kind the entity loader skips ('$' keeps it apart from entity names).
+# Regenerated keys: one record per key name and scope (the namespace, or a queue or topic), of a kind the
+# entity loader skips, at "$authorizationrules/<$namespace or lower-cased path>/<key name>" ('$' keeps it apart
+# from entity names), so two nodes regenerating different keys at once keep both. An older release kept
+# them all in one record at "$authorizationrules" (KeyOverrides.to_json); start() splits it.
 KEY_OVERRIDES_PATH, KEY_OVERRIDES_KIND = "$authorizationrules", "authorization-rules"
-# When each entity was created and last updated, as one record the loader skips: {path: [created, updated]} (ms).
+# When each entity was created and last updated: one record per entity, of a kind the loader skips, at
+# "$entitytimes/<lower-cased path>" ('$' keeps it apart from entity names), holding [created, updated] (ms)
+# under "Times", so two nodes creating or updating entities at once keep both. An older release kept one
+# record at "$entitytimes" for all of them ({path: [created, updated]}); start() splits it.
 ENTITY_TIMES_PATH, ENTITY_TIMES_KIND = "$entitytimes", "entity-times"
 DEFAULT_STORE = "default"  # the store in the data directory, which also keeps the entity records
 PREMIUM_PARTITIONED_MESSAGE_SIZE = 1024 * 1024  # partitioned entities of a Premium-like namespace (seed)
+
+
+def _override_path(scope: str | None, key_name: str) -> str:
+    return f"{KEY_OVERRIDES_PATH}/{'$namespace' if scope is None else scope.lower()}/{key_name.casefold()}"
+
+
+def _override_records(overrides: KeyOverrides) -> dict[str, PutEntity]:
+    """One record per regenerated key (:func:`_override_path` -> its PutEntity)."""
+    scoped: list[tuple[str | None, KeyOverride]] = [(None, o) for o in overrides.namespace]
+    scoped += [(path, o) for path, items in overrides.entities.items() for o in items]
+    return {_override_path(scope, o.key_name).lower(): PutEntity(EntityRecord(
+        _override_path(scope, o.key_name), KEY_OVERRIDES_KIND, {"Entity": scope, "Override": o.to_json()}))
+        for scope, o in scoped}
+
+
+def _stored_overrides(records: Sequence[EntityRecord]) -> tuple[KeyOverrides, set[str], bool]:
+    """The regenerated keys in ``records``, the lower-cased paths of their per-key records, and whether
+    they include the older release's one record for all of them (which start() then splits)."""
+    legacy = next((r for r in records if r.kind == KEY_OVERRIDES_KIND
+                   and r.path.lower() == KEY_OVERRIDES_PATH.lower()), None)
+    overrides = KeyOverrides.from_json(legacy.properties) if legacy is not None else KeyOverrides()
+    paths: set[str] = set()
+    for record in records:
+        if record.kind != KEY_OVERRIDES_KIND or not record.path.lower().startswith(KEY_OVERRIDES_PATH.lower() + "/"):
+            continue
+        scope = record.properties.get("Entity")
+        overrides = overrides.with_override(str(scope) if scope is not None else None,
+                                            KeyOverride.from_json(record.properties["Override"]))
+        paths.add(record.path.lower())
+    return overrides, paths, legacy is not None
+
+
+def _times_path(path: str) -> str:
+    return f"{ENTITY_TIMES_PATH}/{path.lower()}"
+
+
+def _stored_times(records: Sequence[EntityRecord]) -> tuple[dict[str, list[int]], bool]:
+    """The entity times in ``records`` (lower-cased path -> [created, updated]) and whether they
+    include the older release's one record for all entities (which start() then splits)."""
+    times: dict[str, list[int]] = {}
+    legacy = False
+    prefix = ENTITY_TIMES_PATH.lower() + "/"
+    for record in records:
+        if record.kind != ENTITY_TIMES_KIND:
+            continue
+        try:
+            if record.path.lower() == ENTITY_TIMES_PATH:
+                legacy = True
+                for path, pair in record.properties.items():
+                    times.setdefault(str(path).lower(), [int(pair[0]), int(pair[1])])
+            elif record.path.lower().startswith(prefix):
+                pair = record.properties["Times"]
+                times[record.path[len(prefix):].lower()] = [int(pair[0]), int(pair[1])]
+        except (KeyError, IndexError, TypeError, ValueError):
+            log.warning("entity times record %s is unreadable; ignored", record.path)
+    return times, legacy
 
 
 
@@ -266,9 +332,11 @@ class Broker:
         earlier = next((o for o in (self.key_overrides.namespace if scope is None
                                     else self.key_overrides.for_entity(scope))
                         if o.key_name.casefold() == before.key_name.casefold()), None)
-        overrides = self.key_overrides.with_override(scope, regenerated(before, after, earlier))
+        override = regenerated(before, after, earlier)
+        overrides = self.key_overrides.with_override(scope, override)
         updated = tuple(after if r is before else r for r in rules)
-        puts = [PutEntity(EntityRecord(KEY_OVERRIDES_PATH, KEY_OVERRIDES_KIND, overrides.to_json()))]
+        # This key's record only: another node may be regenerating another key meanwhile.
+        puts = list(_override_records(KeyOverrides().with_override(scope, override)).values())
         if entity is not None:
             current = entity.properties
             assert isinstance(current, QueueProperties | TopicProperties)
@@ -442,13 +510,11 @@ class Broker:
         # when the subscription is new, so rules changed at runtime survive a restart.
         stored = {r.path.lower(): r for r in await self.worker.call(self.worker.store.load_entities)}
         # Regenerated keys win over Config.json's until the operator edits those keys there (apply_overrides).
-        overrides_record = stored.get(KEY_OVERRIDES_PATH.lower())
-        if overrides_record is not None and overrides_record.kind == KEY_OVERRIDES_KIND:
-            self.key_overrides = KeyOverrides.from_json(overrides_record.properties)
+        self.key_overrides, override_paths, legacy_overrides = _stored_overrides(list(stored.values()))
         self.authorization_rules, kept = apply_overrides(self.namespace.authorization_rules,
                                                          self.key_overrides.namespace)
         self.key_overrides = KeyOverrides(kept, self.key_overrides.entities)
-        configured: list[PutEntity] = [
+        configured: list[PutEntity | DeleteEntity] = [
             PutEntity(EntityRecord(q.name, QUEUE, self._with_key_overrides(q.name, q.properties).to_json()))
             for q in self.namespace.queues]
         for topic in self.namespace.topics:
@@ -456,24 +522,29 @@ class Broker:
                 topic.name, TOPIC, self._with_key_overrides(topic.name, topic.properties).to_json())))
             for sub in topic.subscriptions:
                 path = named_subscription_path(topic.name, sub.name)
-                existing = stored.get(path.lower())
-                rules = (existing.properties.get("Rules") if existing is not None
-                         else [r.to_json() for r in sub.rules])
-                configured.append(PutEntity(EntityRecord(
-                    path, SUBSCRIPTION, {"Properties": sub.properties.to_json(), "Rules": rules})))
-        if overrides_record is not None:
-            configured.append(PutEntity(EntityRecord(KEY_OVERRIDES_PATH, KEY_OVERRIDES_KIND,
-                                                     self.key_overrides.to_json())))
-        times_record = stored.get(ENTITY_TIMES_PATH)
-        if times_record is not None and times_record.kind == ENTITY_TIMES_KIND:
-            self.entity_times = {str(k): [int(v[0]), int(v[1])] for k, v in times_record.properties.items()}
+                subscription: dict[str, Any] = {"Properties": sub.properties.to_json()}
+                if path.lower() not in stored:  # a stored one keeps its rules (rows of their own)
+                    subscription["Rules"] = [r.to_json() for r in sub.rules]
+                configured.append(PutEntity(EntityRecord(path, SUBSCRIPTION, subscription)))
+        in_force = _override_records(self.key_overrides)
+        # Overrides the configuration has since replaced go; the older release's one record is split.
+        configured.extend(DeleteEntity(path) for path in sorted(override_paths - set(in_force)))
+        if legacy_overrides:
+            configured.extend(in_force.values())
+            configured.append(DeleteEntity(KEY_OVERRIDES_PATH))
+        self.entity_times, legacy = _stored_times(list(stored.values()))
         now = self.clock()
         known = {r.path.lower() for r in stored.values() if r.kind in (QUEUE, TOPIC, SUBSCRIPTION)}
-        known |= {op.entity.path.lower() for op in configured if op.entity.kind in (QUEUE, TOPIC, SUBSCRIPTION)}
-        for path in known - set(self.entity_times):
+        known |= {op.entity.path.lower() for op in configured
+                  if isinstance(op, PutEntity) and op.entity.kind in (QUEUE, TOPIC, SUBSCRIPTION)}
+        missing = known - set(self.entity_times)
+        for path in missing:
             self.entity_times[path] = [now, now]  # first seen now (or created before times were kept)
-        configured.append(self._times_record())
-        await self.worker.apply(configured)
+        times_ops: list[PutEntity | DeleteEntity] = [self._times_record(path) for path in sorted(
+            known if legacy else missing)]
+        if legacy:  # the older release's one record for all entities, split into one per entity
+            times_ops.append(DeleteEntity(ENTITY_TIMES_PATH))
+        await self.worker.apply([*configured, *times_ops])
         records = await self.worker.call(self.worker.store.load_entities)
         self._kept_on_v1 = _kept_on_v1(records, self._home_store)
         for kind in (QUEUE, TOPIC, SUBSCRIPTION):  # a subscription needs its topic loaded first
@@ -500,8 +571,10 @@ class Broker:
         self.port = self._server.port
         return self.port
 
-    def _times_record(self) -> PutEntity:
-        return PutEntity(EntityRecord(ENTITY_TIMES_PATH, ENTITY_TIMES_KIND, dict(self.entity_times)))
+    def _times_record(self, path: str) -> PutEntity:
+        """The one entity's times record (only its own: another node may be writing another's)."""
+        times = self.entity_times[path.lower()]
+        return PutEntity(EntityRecord(_times_path(path), ENTITY_TIMES_KIND, {"Times": list(times)}))
 
     def _touched(self, path: str, *, created: bool = False) -> PutEntity:
         """Note an entity's creation or update now; the record to store with it."""
@@ -510,7 +583,7 @@ class Broker:
         if created:
             times[0] = now
         times[1] = now
-        return self._times_record()
+        return self._times_record(path)
 
     def times_of(self, entity: Entity) -> tuple[int, int] | None:
         """(created, updated) in ms since the epoch."""
@@ -776,35 +849,42 @@ class Broker:
             raise type(exc)(f"rule '{rule.name}': {exc.description}") from None
 
     async def add_rule(self, subscription: Entity, rule: RuleDescription) -> None:
-        """Add a rule (compiled first, so a bad filter is refused with its position) and store it."""
-        if any(r.name.lower() == rule.name.lower() for r in subscription.rules):
-            raise EntityAlreadyExists(f"the rule '{rule.name}' already exists on '{subscription.name}'")
+        """Add a rule (compiled first, so a bad filter is refused with its position) and store it as a
+        row of its own. The store decides whether the name is taken: on a store several nodes share,
+        another node may have added it a moment ago (then EntityAlreadyExists, as Service Bus answers)."""
         compiled = self._compile_rule(rule)
-        await self._store_rules(subscription, [*subscription.rules, compiled])
-        subscription.rules.append(compiled)
+        async with self._entities_lock:  # not while the follow replaces this node's rules
+            if not await self._write_rule(subscription, PutRule(subscription.name, rule.name, rule.to_json())):
+                raise EntityAlreadyExists(f"the rule '{rule.name}' already exists on '{subscription.name}'")
+            subscription.rules[:] = [*(r for r in subscription.rules if r.name.lower() != rule.name.lower()),
+                                     compiled]
 
     async def remove_rule(self, subscription: Entity, name: str) -> None:
-        kept = [r for r in subscription.rules if r.name.lower() != name.lower()]
-        if len(kept) == len(subscription.rules):
-            raise EntityNotFound(f"the rule '{name}' does not exist on '{subscription.name}'")
-        await self._store_rules(subscription, kept)
-        subscription.rules[:] = kept
+        async with self._entities_lock:
+            removed = await self._write_rule(subscription, DeleteRule(subscription.name, name))
+            # Gone from the store either way (another node may have removed it a moment ago).
+            subscription.rules[:] = [r for r in subscription.rules if r.name.lower() != name.lower()]
+            if not removed:
+                raise EntityNotFound(f"the rule '{name}' does not exist on '{subscription.name}'")
 
     async def replace_rule(self, subscription: Entity, rule: RuleDescription) -> None:
         """Replace the rule of the same name (the management API's update); the new one is compiled first."""
         compiled = self._compile_rule(rule)
-        index = next((i for i, r in enumerate(subscription.rules) if r.name.lower() == rule.name.lower()), None)
-        if index is None:
-            raise EntityNotFound(f"the rule '{rule.name}' does not exist on '{subscription.name}'")
-        rules = [*subscription.rules]
-        rules[index] = compiled
-        await self._store_rules(subscription, rules)
-        subscription.rules[:] = rules
+        async with self._entities_lock:
+            if not await self._write_rule(subscription, PutRule(subscription.name, rule.name, rule.to_json(),
+                                                                replace=True)):
+                raise EntityNotFound(f"the rule '{rule.name}' does not exist on '{subscription.name}'")
+            rules = [compiled if r.name.lower() == rule.name.lower() else r for r in subscription.rules]
+            if compiled not in rules:  # added through another node, not followed here yet
+                rules.append(compiled)
+            subscription.rules[:] = rules
 
-    async def _store_rules(self, subscription: Entity, rules: list[CompiledRule]) -> None:
+    async def _write_rule(self, subscription: Entity, op: PutRule | DeleteRule) -> bool:
+        """Write one rule row (one transaction, not the subscription's whole record); whether the store
+        applied it (see PutRule and DeleteRule)."""
         subscription.actor.note_activity()  # a rule change counts against AutoDeleteOnIdle (seed)
-        record = {"Properties": subscription.properties.to_json(), "Rules": [r.description.to_json() for r in rules]}
-        await self.worker.apply([PutEntity(EntityRecord(subscription.name, SUBSCRIPTION, record))])
+        (result,) = await self.worker.apply([op])
+        return isinstance(result, RuleWritten) and result.applied
 
     def _check_entity_quota(self, partitioned: bool) -> None:
         """The namespace's quotas on queues plus topics, and on partitioned ones (seed: 10,000 and 100)."""
@@ -977,7 +1057,7 @@ class Broker:
         if properties.requires_session != entity.requires_session:
             raise InvalidOperation("requires_session cannot be changed on an existing subscription")
         self._check_forward_targets(properties, entity)
-        record = {"Properties": properties.to_json(), "Rules": [r.description.to_json() for r in entity.rules]}
+        record = {"Properties": properties.to_json()}  # its rules are rows of their own, left as they are
         await self.worker.apply([PutEntity(EntityRecord(entity.name, SUBSCRIPTION, record)),
                                  self._touched(entity.name)])
         settings, max_message_size = self._settings(properties, entity.partitioned)
@@ -1012,6 +1092,7 @@ class Broker:
     async def _follow_entities(self) -> None:
         stored = await self.worker.call(self.worker.store.load_entities)
         self._follow_key_overrides(stored)
+        self.entity_times.update(_stored_times(stored)[0])  # those of entities created or changed elsewhere
         records = {r.path.lower(): r for r in stored if r.kind in (QUEUE, TOPIC, SUBSCRIPTION)}
         for path, entity in list(self.entities.items()):
             if path not in records and path in self.entities:
@@ -1073,16 +1154,19 @@ class Broker:
     def _follow_key_overrides(self, stored: Sequence[EntityRecord]) -> None:
         """Take up the namespace rules' keys another node regenerated (a queue's or topic's own keys
         are in its record, which ``_follow_changes`` applies)."""
-        record = next((r for r in stored if r.kind == KEY_OVERRIDES_KIND
-                       and r.path.lower() == KEY_OVERRIDES_PATH.lower()), None)
-        if record is None:
+        records = [r for r in stored if r.kind == KEY_OVERRIDES_KIND]
+        if not records:
             return
         try:
-            overrides = KeyOverrides.from_json(record.properties)
+            overrides, _, _ = _stored_overrides(records)
         except (KeyError, TypeError, AttributeError, SodaliteError) as exc:
-            self._refuse_followed(record, record.properties, f"regenerated keys not applied: {exc}")
+            self._refuse_followed(records[0], [r.properties for r in records], f"regenerated keys not applied: {exc}")
             return
-        if overrides != self.key_overrides:
+
+        def state(of: KeyOverrides) -> dict[str, EntityRecord]:  # the same overrides in any order
+            return {path: put.entity for path, put in _override_records(of).items()}
+
+        if state(overrides) != state(self.key_overrides):
             self.key_overrides = overrides
             self.authorization_rules, _ = apply_overrides(self.namespace.authorization_rules, overrides.namespace)
             log.info("applied the shared access keys regenerated through another node")
@@ -1206,7 +1290,7 @@ class Broker:
             if worker is not self.worker:
                 await worker.apply([DeleteEntity(entity.name)])  # its partitions kept there
         self.entity_times.pop(entity.name.lower(), None)
-        await self.worker.apply([DeleteEntity(entity.name), self._times_record()])
+        await self.worker.apply([DeleteEntity(entity.name), DeleteEntity(_times_path(entity.name))])
         log.info("deleted %s", entity.name)
 
     # ---- messaging stores --------------------------------------------------------------------------------

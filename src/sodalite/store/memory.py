@@ -36,6 +36,7 @@ from typing import assert_never
 from sodalite.errors import StoreUnavailable
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.store.port import (
+    SUBSCRIPTION_KIND,
     Activate,
     Activated,
     Append,
@@ -48,6 +49,7 @@ from sodalite.store.port import (
     DeleteEntity,
     DeleteIdleEntity,
     DeleteMessages,
+    DeleteRule,
     Done,
     EntityRecord,
     ForgetMessageIds,
@@ -67,6 +69,7 @@ from sodalite.store.port import (
     Purge,
     Purged,
     PutEntity,
+    PutRule,
     PutSessionState,
     RecordActivity,
     ReleaseSession,
@@ -75,6 +78,7 @@ from sodalite.store.port import (
     Renewed,
     RenewLocks,
     RenewSession,
+    RuleWritten,
     SessionClaimed,
     Settle,
     Settled,
@@ -85,6 +89,7 @@ from sodalite.store.port import (
     UpdateMessages,
     check_all_or_none,
     numbering_base,
+    split_rules,
 )
 
 _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
@@ -99,14 +104,33 @@ def _fold(path: str) -> str:
     return path.translate(_ASCII_LOWER)
 
 
-def _encode_properties(entity: EntityRecord) -> str:
-    """Entity properties as the JSON text every adapter stores; StoreUnavailable if not JSON-able."""
+def _encode_properties(entity: EntityRecord, value: object = None) -> str:
+    """Entity properties (or ``value``, a rule of the entity) as the JSON text every adapter stores;
+    StoreUnavailable if not JSON-able."""
     try:
-        return json.dumps(entity.properties, separators=(",", ":"), allow_nan=False)
+        return json.dumps(entity.properties if value is None else value, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise StoreUnavailable(
             f"cannot store entity {entity.path!r}: its properties are not JSON-serializable ({exc})"
         ) from exc
+
+
+def _apply_rule(rules: dict[tuple[str, str], tuple[int, str]], op: PutRule | DeleteRule) -> RuleWritten:
+    _check_text(op.subscription, "subscription path")
+    _check_text(op.name, "rule name")
+    key = (_fold(op.subscription), _fold(op.name))
+    if isinstance(op, DeleteRule):
+        return RuleWritten(rules.pop(key, None) is not None)
+    encoded = _encode_properties(EntityRecord(op.subscription, SUBSCRIPTION_KIND, {}), op.rule)
+    if op.replace:
+        if key not in rules:
+            return RuleWritten(False)
+        rules[key] = (rules[key][0], encoded)
+        return RuleWritten(True)
+    if key in rules:
+        return RuleWritten(False)
+    rules[key] = (max((p for (s, _), (p, _) in rules.items() if s == key[0]), default=0) + 1, encoded)
+    return RuleWritten(True)
 
 
 def _check_int64(value: int | None, what: str) -> None:
@@ -208,6 +232,8 @@ class MemoryStore:
         self._closed = False
         self._partitions: dict[_PartitionKey, _Partition] = {}
         self._entities: dict[str, _StoredEntity] = {}  # keyed by _fold(path)
+        # Subscriptions' rules: (_fold(subscription path), _fold(rule name)) -> (position, rule JSON)
+        self._rules: dict[tuple[str, str], tuple[int, str]] = {}
         # AutoDeleteOnIdle registrations: (_fold(path), node) -> (last activity, receivers, refreshed at)
         self._activity: dict[tuple[str, str], tuple[int, int, int]] = {}
         self._fail_next: Exception | None = None
@@ -236,6 +262,7 @@ class MemoryStore:
         partitions = dict(self._partitions)
         entities = dict(self._entities)
         activity = dict(self._activity)
+        rules = dict(self._rules)
         copied: set[_PartitionKey] = set()
 
         def writable(ref: PartitionRef) -> _Partition:
@@ -259,6 +286,9 @@ class MemoryStore:
                     for gone in [k for k in activity if k[0] == folded]:
                         del activity[gone]
                 results.append(IdleDeleted(deleted))
+                continue
+            if isinstance(op, PutRule | DeleteRule):
+                results.append(_apply_rule(rules, op))
                 continue
             if not isinstance(op, StoreOpV1):
                 results.append(self._apply_v2(op, writable, claims))
@@ -300,11 +330,20 @@ class MemoryStore:
                         )
             elif isinstance(op, PutEntity):
                 e = op.entity
-                entities[_fold(e.path)] = _StoredEntity(e.path, e.kind, _encode_properties(e))
+                properties, whole_set = split_rules(e)
+                entities[_fold(e.path)] = _StoredEntity(e.path, e.kind, _encode_properties(e, properties))
+                if whole_set is not None:
+                    folded = _fold(e.path)
+                    for gone in [k for k in rules if k[0] == folded]:
+                        del rules[gone]
+                    for position, (name, rule) in enumerate(whole_set, start=1):
+                        rules[(folded, _fold(name))] = (position, _encode_properties(e, rule))
             elif isinstance(op, DeleteEntity):
                 folded = _fold(op.path)
                 sub_queues = folded + "/$"
                 entities.pop(folded, None)
+                for rule_key in [k for k in rules if k[0] == folded]:
+                    del rules[rule_key]
                 for key in [k for k in partitions if k[0] == folded or k[0].startswith(sub_queues)]:
                     del partitions[key]
                     copied.discard(key)
@@ -363,6 +402,7 @@ class MemoryStore:
         self._partitions = partitions
         self._entities = entities
         self._activity = activity
+        self._rules = rules
         return tuple(results)
 
     @staticmethod
@@ -554,10 +594,15 @@ class MemoryStore:
 
     def load_entities(self) -> list[EntityRecord]:
         self._require_open()
-        return [
-            EntityRecord(path=e.path, kind=e.kind, properties=json.loads(e.properties_json))
-            for _, e in sorted(self._entities.items())
-        ]
+        records = []
+        for folded, e in sorted(self._entities.items()):
+            properties = json.loads(e.properties_json)
+            if e.kind == SUBSCRIPTION_KIND:
+                mine = sorted((position, name, rule) for (sub, name), (position, rule) in self._rules.items()
+                              if sub == folded)
+                properties["Rules"] = [json.loads(rule) for _, _, rule in mine]
+            records.append(EntityRecord(path=e.path, kind=e.kind, properties=properties))
+        return records
 
     def stats(self, ref: PartitionRef) -> PartitionStats:
         self._require_open()
@@ -641,6 +686,7 @@ class MemoryStore:
         self._closed = True
         self._partitions = {}
         self._entities = {}
+        self._rules = {}
 
     # -- internals --------------------------------------------------------------------------------
 

@@ -101,6 +101,6 @@ def to_core_result(result: port.OpResult) -> core.OpResult:
     """The port's result as the core reads it (only ``Purged`` is a class of its own in the port)."""
     if isinstance(result, port.Purged):
         return core.Purged(result.count)
-    if isinstance(result, port.IdleDeleted):
-        raise TypeError("DeleteIdleEntity is the broker's, never a core's operation")
+    if isinstance(result, port.IdleDeleted | port.RuleWritten):
+        raise TypeError("DeleteIdleEntity and rule operations are the broker's, never a core's")
     return result

@@ -98,11 +98,72 @@ class EntityRecord:
     properties: dict[str, Any]
 
 
+# The kind of a subscription's record, whose rules are rows of their own (PutRule, DeleteRule).
+SUBSCRIPTION_KIND = "subscription"
+
+
 @dataclass(frozen=True, slots=True)
 class PutEntity:
-    """Create or replace an entity definition."""
+    """Create or replace an entity definition.
+
+    A subscription's rules are rows of their own (:class:`PutRule`, :class:`DeleteRule`), so two
+    nodes changing different rules of one subscription at once both keep their change, and a
+    change of its properties leaves its rules alone: a subscription record (kind
+    :data:`SUBSCRIPTION_KIND`) is stored without a ``"Rules"`` key. When its properties carry one
+    (a list of rule objects, each with a ``"Name"``), the subscription's rule rows are replaced by
+    those rules in that order (a whole set, as a new subscription or an import writes it);
+    without one its rule rows stay as they are. :meth:`MessagingStore.load_entities` gives every
+    subscription record a ``"Rules"`` list read from its rule rows.
+    """
 
     entity: EntityRecord
+
+
+@dataclass(frozen=True, slots=True)
+class PutRule:
+    """Add or replace one rule of a subscription: a row of its own, keyed by the subscription's path
+    and the rule's name (both compare case-insensitively, ASCII letters). ``rule`` is the rule's
+    JSON object (``RuleDescription.to_json``). Decided by the store, so on a store several nodes
+    share two nodes adding one name at once get one success: without ``replace`` the rule is added
+    (after the subscription's other rules) only when no rule of that name exists; with ``replace``
+    an existing rule of that name is replaced in its place, and nothing happens when there is none.
+    The subscription's record is not checked. Result: :class:`RuleWritten` (applied or not)."""
+
+    subscription: str
+    name: str
+    rule: dict[str, Any]
+    replace: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRule:
+    """Remove one rule of a subscription. Result: :class:`RuleWritten` (False: there was none)."""
+
+    subscription: str
+    name: str
+
+
+def split_rules(entity: EntityRecord) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]] | None]:
+    """What an adapter stores for :class:`PutEntity`: the record's properties without ``"Rules"``,
+    and for a subscription record that carries them, its rules as (name, rule) pairs in order (None:
+    leave its rule rows alone). A rule without a string ``"Name"`` is refused (ValueError)."""
+    if entity.kind != SUBSCRIPTION_KIND or "Rules" not in entity.properties:
+        return entity.properties, None
+    properties = {k: v for k, v in entity.properties.items() if k != "Rules"}
+    rules: list[tuple[str, dict[str, Any]]] = []
+    for rule in entity.properties["Rules"] or ():
+        name = rule.get("Name") if isinstance(rule, dict) else None
+        if not isinstance(name, str):
+            raise ValueError(f"subscription {entity.path!r}: a rule without a name: {rule!r}")
+        rules.append((name, rule))
+    return properties, rules
+
+
+@dataclass(frozen=True, slots=True)
+class RuleWritten:
+    """Whether a :class:`PutRule` or :class:`DeleteRule` changed something (see each)."""
+
+    applied: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +175,8 @@ class DeleteEntity:
     ``<path>/$`` (``<path>/$deadletterqueue``, ``<path>/$transfer/$deadletterqueue``); paths
     compare case-insensitively. Another entity whose path merely starts with ``<path>/`` (a queue
     ``orders/eu`` beside ``orders``) is untouched: entity names cannot contain ``$``, so only
-    sub-queues match. The definition removed is the one of ``path`` alone.
+    sub-queues match. The definition removed is the one of ``path`` alone, with its rule rows
+    (:class:`PutRule`).
     """
 
     path: str
@@ -530,9 +592,10 @@ StoreOpV2 = (
     Append | Claim | Settle | RenewLocks | MoveMessages | Activate | Purge | ClaimSession | RenewSession
     | ReleaseSession | ClaimMessageIds | PruneMessageIds
 )
-StoreOp = StoreOpV1 | StoreOpV2 | DeleteIdleEntity
+RuleOp = PutRule | DeleteRule
+StoreOp = StoreOpV1 | StoreOpV2 | DeleteIdleEntity | RuleOp
 OpResult = (Done | Appended | Claimed | Settled | Renewed | Moved | Activated | Purged | SessionClaimed
-            | IdleDeleted | IdsClaimed)
+            | IdleDeleted | IdsClaimed | RuleWritten)
 
 
 @dataclass(frozen=True, slots=True)
@@ -638,7 +701,8 @@ class MessagingStore(Protocol):
         never written)."""
 
     def load_entities(self) -> list[EntityRecord]:
-        """Return every stored entity definition, ordered by path."""
+        """Return every stored entity definition, ordered by path; each subscription record's
+        properties with a ``"Rules"`` list from its rule rows, in the order they were added."""
 
     def stats(self, ref: PartitionRef) -> PartitionStats:
         """Count and total size of the partition's stored messages."""
@@ -678,8 +742,8 @@ class ChangeSink(Protocol):
         the partition's reader should act on that time (activate what is due then)."""
 
     def entities_changed(self) -> None:
-        """Another node committed a change of entity records (created, changed, deleted; rules and
-        regenerated keys are entity records too)."""
+        """Another node committed a change of entity records (created, changed, deleted; regenerated
+        keys and entity times are entity records too) or of a subscription's rule rows."""
 
     def resynced(self) -> None:
         """The feed (re)connected: changes made while it was not listening were not announced, so

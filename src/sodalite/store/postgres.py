@@ -104,7 +104,11 @@ Version 2 (store port v2) moves the messages into the ring in place, adds the lo
 counters (computed once from the rows), the session locks and the indexes. Version 3 adds the
 counters' ring (``sodalite_counters``); the version-2 counter rows stay, as the base rows. Version 4
 moves the duplicate-detection history into its ring (its rows into generation 0) and adds its
-claim column.
+claim column. Version 6 gives subscriptions' rules a table of their own (``sodalite_rules``, one row
+per rule: :class:`~sodalite.store.port.PutRule` adds one with ``INSERT … ON CONFLICT DO NOTHING``, so
+of two nodes adding one name at once one gets it) and moves the ``"Rules"`` of existing subscription
+records there. A node of an older release refuses the migrated database (its schema is newer), so
+every node is upgraded together for this step (docs/postgresql.md).
 
 Values. Entity paths compare case-insensitively (ASCII letters, like SQLite's NOCASE): every table
 keys a partition by the folded path as UTF-8 bytes (``bytea``), so ranges and order are bytewise,
@@ -145,6 +149,7 @@ from sodalite.errors import ConfigurationError, StoreFull, StoreUnavailable
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.store.port import (
     PARTITION_SHIFT,
+    SUBSCRIPTION_KIND,
     Activate,
     Activated,
     Append,
@@ -158,6 +163,7 @@ from sodalite.store.port import (
     DeleteEntity,
     DeleteIdleEntity,
     DeleteMessages,
+    DeleteRule,
     Done,
     EntityRecord,
     ForgetMessageIds,
@@ -178,6 +184,7 @@ from sodalite.store.port import (
     Purge,
     Purged,
     PutEntity,
+    PutRule,
     PutSessionState,
     RecordActivity,
     ReleaseSession,
@@ -186,6 +193,7 @@ from sodalite.store.port import (
     Renewed,
     RenewLocks,
     RenewSession,
+    RuleWritten,
     SessionClaimed,
     Settle,
     Settled,
@@ -194,6 +202,7 @@ from sodalite.store.port import (
     StoreOp,
     UpdateMessages,
     check_all_or_none,
+    split_rules,
 )
 
 log = logging.getLogger(__name__)
@@ -474,6 +483,38 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "DROP TABLE sodalite_duplicate_history_v3",
         # PruneMessageIds: a partition's entries by time.
         "CREATE INDEX sodalite_duplicate_history_seen ON sodalite_duplicate_history (entity, partition, seen_at)",
+    ),
+    # Version 6: a subscription's rules become rows of their own (PutRule, DeleteRule), keyed by the
+    # folded subscription path and rule name, so two nodes changing rules of one subscription at once
+    # keep both changes; the rules of existing subscription records move there, in their order.
+    (
+        """
+        CREATE TABLE sodalite_rules (
+            subscription bytea  NOT NULL,
+            name_key     bytea  NOT NULL,
+            name         text   NOT NULL,
+            position     bigint NOT NULL,
+            rule         text   NOT NULL,
+            PRIMARY KEY (subscription, name_key)
+        )
+        """,
+        f"""
+        INSERT INTO sodalite_rules (subscription, name_key, name, position, rule)
+        SELECT e.path_key, convert_to(translate(r.value->>'Name', '{string.ascii_uppercase}',
+                                                '{string.ascii_lowercase}'), 'UTF8'),
+               r.value->>'Name', r.position, r.value::text
+        FROM sodalite_entities e,
+             jsonb_array_elements(CASE WHEN jsonb_typeof(e.properties::jsonb->'Rules') = 'array'
+                                       THEN e.properties::jsonb->'Rules' ELSE '[]'::jsonb END)
+                 WITH ORDINALITY AS r(value, position)
+        WHERE e.kind = '{SUBSCRIPTION_KIND}' AND jsonb_typeof(r.value->'Name') = 'string'
+        ON CONFLICT (subscription, name_key) DO UPDATE SET name = excluded.name, position = excluded.position,
+            rule = excluded.rule
+        """,
+        f"""
+        UPDATE sodalite_entities SET properties = (properties::jsonb - 'Rules')::text
+        WHERE kind = '{SUBSCRIPTION_KIND}' AND jsonb_exists(properties::jsonb, 'Rules')
+        """,
     ),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
@@ -813,6 +854,25 @@ _DELETE_IDLE: Final = (
     "regs AS (DELETE FROM sodalite_activity WHERE entity = %(k)s AND EXISTS (SELECT 1 FROM gone)) "
     "SELECT count(*) FROM gone"
 )
+# Added after the subscription's other rules only when no rule of that name exists: a concurrent
+# insert of the same key waits for the first to commit, then finds the conflict (one of two succeeds).
+_ADD_RULE: Final = (
+    "INSERT INTO sodalite_rules (subscription, name_key, name, position, rule) "
+    "SELECT %(s)s, %(k)s, %(n)s, coalesce(max(position), 0) + 1, %(rule)s FROM sodalite_rules "
+    "WHERE subscription = %(s)s ON CONFLICT (subscription, name_key) DO NOTHING RETURNING 1"
+)
+_REPLACE_RULE: Final = (
+    "UPDATE sodalite_rules SET name = %(n)s, rule = %(rule)s WHERE subscription = %(s)s AND name_key = %(k)s "
+    "RETURNING 1"
+)
+_DELETE_RULE: Final = "DELETE FROM sodalite_rules WHERE subscription = %(s)s AND name_key = %(k)s RETURNING 1"
+_DELETE_RULES: Final = "DELETE FROM sodalite_rules WHERE subscription = %s"
+_PUT_RULE_AT: Final = (
+    "INSERT INTO sodalite_rules (subscription, name_key, name, position, rule) VALUES (%s, %s, %s, %s, %s) "
+    "ON CONFLICT (subscription, name_key) DO UPDATE SET name = excluded.name, position = excluded.position, "
+    "rule = excluded.rule"
+)
+_SELECT_RULES: Final = "SELECT subscription, rule FROM sodalite_rules ORDER BY subscription, position, name_key"
 _PUT_ENTITY: Final = (
     "INSERT INTO sodalite_entities (path_key, path, kind, properties) VALUES (%s, %s, %s, %s) "
     "ON CONFLICT (path_key) DO UPDATE SET path = excluded.path, kind = excluded.kind, "
@@ -917,7 +977,7 @@ _SELECT_NEXT_DUE_MANY: Final = (  # next_due_many: every partition asked, in ord
     "SELECT (" + _SELECT_NEXT_DUE.replace("%(e)s", "r.e").replace("%(p)s", "r.p") + ") "
     "FROM unnest(%(es)s::bytea[], %(ps)s::bigint[]) WITH ORDINALITY AS r(e, p, i) ORDER BY r.i"
 )
-_SELECT_ENTITIES: Final = "SELECT path, kind, properties FROM sodalite_entities ORDER BY path_key"
+_SELECT_ENTITIES: Final = "SELECT path, kind, properties, path_key FROM sodalite_entities ORDER BY path_key"
 _SELECT_RING: Final = (
     "SELECT generation, " + ", ".join(f"pg_relation_size('sodalite_messages_g{g}')" for g in range(GENERATIONS))
     + ", " + ", ".join(f"pg_relation_size('sodalite_counters_g{g}')" for g in range(GENERATIONS))
@@ -1007,9 +1067,9 @@ def _message_from_row(row: tuple[Any, ...]) -> MessageRecord:
     )
 
 
-def _encode_properties(entity: EntityRecord) -> str:
+def _encode_properties(entity: EntityRecord, value: object = None) -> str:
     try:
-        return json.dumps(entity.properties, separators=(",", ":"), allow_nan=False)
+        return json.dumps(entity.properties if value is None else value, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise StoreUnavailable(
             f"cannot store entity {entity.path!r}: its properties are not JSON-serializable ({exc})"
@@ -1349,6 +1409,17 @@ def _purge_plan(op: Purge) -> _Plan:
                  lambda rows: Purged(int(rows[0][0][0])))
 
 
+def _rule_plan(op: PutRule | DeleteRule) -> _Plan:
+    params: dict[str, Any] = {"s": _fold(op.subscription), "k": _fold(op.name)}
+    if isinstance(op, DeleteRule):
+        sql = _DELETE_RULE
+    else:
+        sql = _REPLACE_RULE if op.replace else _ADD_RULE
+        params |= {"n": op.name, "rule": _encode_properties(EntityRecord(op.subscription, SUBSCRIPTION_KIND, {}),
+                                                            op.rule)}
+    return _Plan([_Step(sql, params, rows=True)], lambda rows: RuleWritten(bool(rows[0])))
+
+
 def _session_plan(op: ClaimSession | RenewSession | ReleaseSession) -> _Plan:
     params: dict[str, Any] = {**_partition_params(op.ref), "tok": op.token}
     if isinstance(op, ClaimSession):
@@ -1396,12 +1467,20 @@ def _v1_statements(op: StoreOp) -> Iterable[tuple[str, list[_Params]]]:
     """The statements of the v1 operations that do not touch messages, each with its parameter rows."""
     if isinstance(op, PutEntity):
         e = op.entity
-        yield _PUT_ENTITY, [(_fold(e.path), e.path, e.kind, _encode_properties(e))]
+        properties, rules = split_rules(e)
+        folded = _fold(e.path)
+        yield _PUT_ENTITY, [(folded, e.path, e.kind, _encode_properties(e, properties))]
+        if rules is not None:
+            yield _DELETE_RULES, [(folded,)]
+            if rules:
+                yield _PUT_RULE_AT, [(folded, _fold(name), name, position, _encode_properties(e, rule))
+                                     for position, (name, rule) in enumerate(rules, start=1)]
     elif isinstance(op, DeleteEntity):
         folded = _fold(op.path)
         for statement in _DELETE_ENTITY_ROWS:
             yield statement, [(folded, folded + b"/$", folded + b"/%")]
         yield "DELETE FROM sodalite_entities WHERE path_key = %s", [(folded,)]
+        yield _DELETE_RULES, [(folded,)]
         yield "DELETE FROM sodalite_activity WHERE entity = %s", [(folded,)]
     elif isinstance(op, RecordActivity):
         if op.entries:
@@ -1486,7 +1565,7 @@ def _announcements(batch: Sequence[StoreOp], origin: str) -> tuple[list[str], li
                 ready[(op.target.entity, op.target.partition)] = None
         elif isinstance(op, ReleaseSession):
             ready[(op.ref.entity, op.ref.partition)] = None
-        elif isinstance(op, PutEntity | DeleteEntity | DeleteIdleEntity):
+        elif isinstance(op, PutEntity | DeleteEntity | DeleteIdleEntity | PutRule | DeleteRule):
             entities = True
     payloads = [f"r {origin} {partition} {entity}" for entity, partition in ready]
     if entities:
@@ -1542,6 +1621,8 @@ def _plan(op: StoreOp) -> _Plan:
         return _Plan([_Step(_DELETE_IDLE, params, rows=True)], lambda rows: IdleDeleted(int(rows[0][0][0]) == 1))
     if isinstance(op, ClaimMessageIds):
         return _claim_ids_plan(op)
+    if isinstance(op, PutRule | DeleteRule):
+        return _rule_plan(op)
     if isinstance(op, PruneMessageIds):
         return _Plan([_Step(_PRUNE_IDS, {**_partition_params(op.ref), "before": _time(op.seen_before, "seen_before")})])
     if isinstance(op, AppendMessages | DeleteMessages | UpdateMessages | PutEntity | DeleteEntity
@@ -1712,14 +1793,23 @@ class PostgresStore:
         )
 
     def load_entities(self) -> list[EntityRecord]:
-        (rows,) = self._read("load entities", [(_SELECT_ENTITIES, ())])
+        rows, rule_rows = self._read("load entities", [(_SELECT_ENTITIES, ()), (_SELECT_RULES, ())])
+        rules: dict[bytes, list[Any]] = {}
+        for subscription, rule in rule_rows:
+            try:
+                rules.setdefault(bytes(subscription), []).append(json.loads(rule))
+            except ValueError as exc:
+                raise StoreUnavailable(
+                    f"PostgreSQL store {self._shown}: a rule of {_text(subscription)!r} is corrupt: {exc}") from exc
         records: list[EntityRecord] = []
-        for path, kind, properties in rows:
+        for path, kind, properties, path_key in rows:
             try:
                 decoded = json.loads(properties)
             except ValueError as exc:
                 raise StoreUnavailable(
                     f"PostgreSQL store {self._shown}: entity {path!r} has corrupt properties: {exc}") from exc
+            if kind == SUBSCRIPTION_KIND:
+                decoded["Rules"] = rules.get(bytes(path_key), [])
             records.append(EntityRecord(path=path, kind=kind, properties=decoded))
         return records
 

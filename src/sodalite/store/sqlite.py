@@ -33,9 +33,12 @@ Schema versions (``PRAGMA user_version``): 1 had ``messages``, ``partitions`` an
 adds the lock columns of ``messages`` (``lock_token``, ``locked_until``, ``lock_owner``; a lock is
 cleared by setting all three NULL, so ``locked_until > now`` alone says "locked"), the counters
 of the ``partitions`` row (``active``, ``scheduled``, ``deferred``, ``size_in_bytes``), the
-``session_locks`` table, and the indexes of the ready, session and due scans. ``open`` migrates
-an older file in place, in one transaction (a version-4 file gets its counters computed once from
-its rows), and refuses a newer one.
+``session_locks`` table, and the indexes of the ready, session and due scans. 6 adds the ``rules`` table: a
+subscription's rules are rows of their own (``PutRule``, ``DeleteRule``), no longer a ``"Rules"``
+list inside its entity record. ``open`` migrates an older file in place, in one transaction (a
+version-4 file gets its counters computed once from its rows; a version-5 file's subscription
+records give their rules to the ``rules`` table and keep their properties), and refuses a newer
+one.
 
 Store port v2: every operation moves the counters of the partitions it touches by the deltas it
 computed, with one upsert per operation and partition in the same transaction (cheaper than row
@@ -56,6 +59,7 @@ import json
 import os
 import pathlib
 import sqlite3
+import string
 import uuid
 from collections.abc import Sequence
 from dataclasses import replace
@@ -64,6 +68,7 @@ from typing import Any, Final, assert_never
 from sodalite.errors import ConfigurationError, StoreFull, StoreUnavailable
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.store.port import (
+    SUBSCRIPTION_KIND,
     Activate,
     Activated,
     Append,
@@ -76,6 +81,7 @@ from sodalite.store.port import (
     DeleteEntity,
     DeleteIdleEntity,
     DeleteMessages,
+    DeleteRule,
     Done,
     EntityRecord,
     ForgetMessageIds,
@@ -95,6 +101,7 @@ from sodalite.store.port import (
     Purge,
     Purged,
     PutEntity,
+    PutRule,
     PutSessionState,
     RecordActivity,
     ReleaseSession,
@@ -103,6 +110,7 @@ from sodalite.store.port import (
     Renewed,
     RenewLocks,
     RenewSession,
+    RuleWritten,
     SessionClaimed,
     Settle,
     Settled,
@@ -114,12 +122,14 @@ from sodalite.store.port import (
     UpdateMessages,
     check_all_or_none,
     numbering_base,
+    split_rules,
 )
 
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 MIN_SQLITE_VERSION: Final = (3, 35, 0)  # UPDATE .. FROM (3.33) and RETURNING (3.35)
 SYNCHRONOUS_MODES: Final = ("FULL", "EXTRA", "NORMAL")
 _INT64_MAX: Final = 2**63 - 1
+_ASCII_LOWER: Final = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 _SYNCHRONOUS_CODES: Final = {"NORMAL": 1, "FULL": 2, "EXTRA": 3}
 
 # Errors that binding or executing a statement may raise besides sqlite3.Error: an int that does
@@ -246,6 +256,27 @@ _SCHEMA_V5: Final = (
     ) WITHOUT ROWID
     """,
 )
+# Schema version 6: a subscription's rules, one row each, in the order they were added (position).
+_SCHEMA_V6: Final = (
+    """
+    CREATE TABLE IF NOT EXISTS rules (
+        subscription TEXT    NOT NULL COLLATE NOCASE,
+        name         TEXT    NOT NULL COLLATE NOCASE,
+        position     INTEGER NOT NULL,
+        rule         TEXT    NOT NULL,
+        PRIMARY KEY (subscription, name)
+    ) WITHOUT ROWID
+    """,
+)
+# Added after the subscription's other rules, only when no rule of that name exists.
+_ADD_RULE: Final = (
+    "INSERT OR IGNORE INTO rules (subscription, name, position, rule) "
+    "SELECT ?1, ?2, coalesce(max(position), 0) + 1, ?3 FROM rules WHERE subscription = ?1"
+)
+_REPLACE_RULE: Final = "UPDATE rules SET name = ?2, rule = ?3 WHERE subscription = ?1 AND name = ?2"
+_DELETE_RULE: Final = "DELETE FROM rules WHERE subscription = ? AND name = ?"
+_PUT_RULE_AT: Final = "INSERT OR REPLACE INTO rules (subscription, name, position, rule) VALUES (?, ?, ?, ?)"
+_SELECT_RULES: Final = "SELECT subscription, rule FROM rules ORDER BY subscription, position, name"
 _RECORD_ACTIVITY: Final = (
     "INSERT INTO activity (entity, node, last_activity, receivers, refreshed_at) VALUES (?, ?, ?, ?, ?) "
     "ON CONFLICT (entity, node) DO UPDATE SET last_activity = max(last_activity, excluded.last_activity), "
@@ -778,9 +809,48 @@ def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2, claims: _Claims) -> OpRes
     assert_never(op)
 
 
-def _encode_properties(entity: EntityRecord) -> str:
+def _fold(path: str) -> str:
+    """A path as NOCASE compares it: ASCII letters lower-cased."""
+    return path.translate(_ASCII_LOWER)
+
+
+def _apply_rule(conn: sqlite3.Connection, op: PutRule | DeleteRule) -> RuleWritten:
+    if isinstance(op, DeleteRule):
+        cur = conn.execute(_DELETE_RULE, (op.subscription, op.name))
+    else:
+        rule = _encode_properties(EntityRecord(op.subscription, SUBSCRIPTION_KIND, {}), op.rule)
+        cur = conn.execute(_REPLACE_RULE if op.replace else _ADD_RULE, (op.subscription, op.name, rule))
+    return RuleWritten(cur.rowcount == 1)
+
+
+def _move_rules_out_of_records(conn: sqlite3.Connection) -> None:
+    """Schema 6: each subscription record's ``"Rules"`` become rule rows; the record keeps the rest."""
+    rows = conn.execute("SELECT path, kind, properties FROM entities WHERE kind = ?", (SUBSCRIPTION_KIND,)).fetchall()
+    for path, kind, text in rows:
+        record = EntityRecord(path, kind, json.loads(text))
+        properties, rules = split_rules(record)
+        if rules is None:
+            continue
+        _put_entity(conn, EntityRecord(path, kind, properties))
+        _put_rules(conn, record, rules)
+
+
+def _put_rules(conn: sqlite3.Connection, entity: EntityRecord, rules: list[tuple[str, dict[str, Any]]]) -> None:
+    conn.execute("DELETE FROM rules WHERE subscription = ?", (entity.path,))
+    conn.executemany(_PUT_RULE_AT, [(entity.path, name, position, _encode_properties(entity, rule))
+                                    for position, (name, rule) in enumerate(rules, start=1)])
+
+
+def _put_entity(conn: sqlite3.Connection, entity: EntityRecord) -> None:
+    properties, rules = split_rules(entity)
+    conn.execute(_PUT_ENTITY, (entity.path, entity.kind, _encode_properties(entity, properties)))
+    if rules is not None:
+        _put_rules(conn, entity, rules)
+
+
+def _encode_properties(entity: EntityRecord, value: object = None) -> str:
     try:
-        return json.dumps(entity.properties, separators=(",", ":"), allow_nan=False)
+        return json.dumps(entity.properties if value is None else value, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise StoreUnavailable(
             f"cannot store entity {entity.path!r}: its properties are not JSON-serializable ({exc})"
@@ -883,6 +953,8 @@ class SqliteStore:
             for index, op in enumerate(batch):
                 if isinstance(op, DeleteIdleEntity):
                     results.append(_delete_idle(conn, op))
+                elif isinstance(op, PutRule | DeleteRule):
+                    results.append(_apply_rule(conn, op))
                 elif isinstance(op, StoreOpV1):
                     self._apply_one(conn, op)
                     results.append(Done())
@@ -946,12 +1018,23 @@ class SqliteStore:
     def load_entities(self) -> list[EntityRecord]:
         conn = self._require()
         try:
+            conn.execute("BEGIN")  # one read snapshot for both queries
             rows = conn.execute(_SELECT_ENTITIES).fetchall()
+            rule_rows = conn.execute(_SELECT_RULES).fetchall()
+            conn.execute("COMMIT")
         except _DRIVER_ERRORS as exc:
+            self._rollback(conn)
             raise StoreUnavailable(
                 f"SQLite store {self._path}: cannot load entities: {_describe(exc)}"
             ) from exc
         records: list[EntityRecord] = []
+        rules: dict[str, list[Any]] = {}
+        for subscription, rule in rule_rows:
+            try:
+                rules.setdefault(_fold(subscription), []).append(json.loads(rule))
+            except ValueError as exc:
+                raise StoreUnavailable(
+                    f"SQLite store {self._path}: a rule of {subscription!r} is corrupt: {exc}") from exc
         for path, kind, properties in rows:
             try:
                 decoded = json.loads(properties)
@@ -959,6 +1042,8 @@ class SqliteStore:
                 raise StoreUnavailable(
                     f"SQLite store {self._path}: entity {path!r} has corrupt properties: {exc}"
                 ) from exc
+            if kind == SUBSCRIPTION_KIND:
+                decoded["Rules"] = rules.get(_fold(path), [])
             records.append(EntityRecord(path=path, kind=kind, properties=decoded))
         return records
 
@@ -1149,14 +1234,14 @@ class SqliteStore:
                 [(u.delivery_count, int(u.state), entity, partition, u.sequence_number) for u in op.updates],
             )
         elif isinstance(op, PutEntity):
-            e = op.entity
-            conn.execute(_PUT_ENTITY, (e.path, e.kind, _encode_properties(e)))
+            _put_entity(conn, op.entity)
         elif isinstance(op, DeleteEntity):
             path = op.path
             for exact, sub_queues in _DELETE_ENTITY_ROWS.values():
                 conn.execute(exact, (path,))
                 conn.execute(sub_queues, (path + "/$", path + "/%"))
             conn.execute("DELETE FROM entities WHERE path = ?", (path,))
+            conn.execute("DELETE FROM rules WHERE subscription = ?", (path,))
             conn.execute("DELETE FROM activity WHERE entity = ?", (path,))
         elif isinstance(op, RecordActivity):
             conn.executemany(_RECORD_ACTIVITY, [(e.path, op.node, e.last_activity, e.receivers, op.now)
@@ -1207,6 +1292,10 @@ class SqliteStore:
             if version < 5:  # a new file counts nothing; an older one gets its counters once
                 for statement in _COUNT_EXISTING:
                     conn.execute(statement)
+            for statement in _SCHEMA_V6:
+                conn.execute(statement)
+            if version < 6:  # an older file's subscription records give their rules to the rules table
+                _move_rules_out_of_records(conn)
             if version != SCHEMA_VERSION:
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION:d}")
             conn.execute("COMMIT")
