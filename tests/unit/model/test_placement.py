@@ -1,22 +1,30 @@
-"""Which groups of entities joined by forwarding run on the version-2 core (``model/placement.py``)."""
+"""Which groups of entities joined by forwarding run on the version-2 core (``model/placement.py``).
+
+Issue 14 (every forwarding group on the core): groups spread over stores and groups mixing
+partitioned and non-partitioned members run on the core now (a topic stores copies in other stores
+by those stores' batches before its own commits), where they used to stay on version 1; the tests
+that pinned that limitation became the first two below. Dead letters still bound a group: the core
+forwards them in the dead-lettering's own store transaction."""
 
 from __future__ import annotations
 
 from sodalite.model.placement import Member, group_on_core
 
 
-def plain(home: str = "main", *, forwards_dead_letters: bool = False) -> Member:
-    return Member(partitioned=False, home=home, forwards_dead_letters=forwards_dead_letters)
+def plain(home: str = "main", *, forwards_dead_letters: bool = False, dead_letters_elsewhere: bool = False) -> Member:
+    return Member(partitioned=False, home=home, forwards_dead_letters=forwards_dead_letters,
+                  dead_letters_elsewhere=dead_letters_elsewhere)
 
 
 def partitioned(*, forwards_dead_letters: bool = False) -> Member:
     return Member(partitioned=True, home="ignored", forwards_dead_letters=forwards_dead_letters)
 
 
-def test_non_partitioned_members_run_on_the_core_in_one_store_only() -> None:
+def test_non_partitioned_members_run_on_the_core_in_one_store_or_across_stores() -> None:
     assert group_on_core([plain()])
     assert group_on_core([plain("a"), plain("a"), plain("a")])
-    assert not group_on_core([plain("a"), plain("b")])
+    assert group_on_core([plain("a"), plain("b")])
+    assert group_on_core([plain("a"), plain("b"), plain("c"), plain("a")])
 
 
 def test_partitioned_members_run_on_the_core_together_whatever_their_homes() -> None:
@@ -26,12 +34,22 @@ def test_partitioned_members_run_on_the_core_together_whatever_their_homes() -> 
     assert group_on_core([partitioned(), partitioned(), partitioned()])
 
 
-def test_a_group_mixing_partitioned_and_non_partitioned_members_stays_on_version_1() -> None:
-    assert not group_on_core([partitioned(), plain()])
-    assert not group_on_core([partitioned(), partitioned(), plain("a"), plain("a")])
+def test_a_group_mixing_partitioned_and_non_partitioned_members_runs_on_the_core() -> None:
+    assert group_on_core([partitioned(), plain()])
+    assert group_on_core([partitioned(), partitioned(), plain("a"), plain("b")])
 
 
-def test_forwarding_dead_letters_keeps_any_group_on_version_1() -> None:
+def test_forwarding_dead_letters_from_a_partitioned_member_keeps_any_group_on_version_1() -> None:
     assert not group_on_core([plain(forwards_dead_letters=True)])
     assert not group_on_core([partitioned(), partitioned(forwards_dead_letters=True)])
     assert not group_on_core([plain("a"), plain("a", forwards_dead_letters=True)])
+    assert not group_on_core([plain("a"), plain("b"), partitioned(forwards_dead_letters=True)])
+
+
+def test_dead_letters_forwarded_out_of_their_store_keep_the_group_on_version_1() -> None:
+    """A non-partitioned member whose dead letters land in another store or a partitioned entity."""
+    assert not group_on_core([plain("a", dead_letters_elsewhere=True), plain("b")])
+    assert not group_on_core([plain("a", dead_letters_elsewhere=True), partitioned()])
+    assert not group_on_core([plain("a"), plain("b"), plain("a", dead_letters_elsewhere=True)])
+    # Dead letters forwarded within one store leave the rest of the group free to span stores.
+    assert group_on_core([plain("a"), plain("a"), plain("b"), partitioned()])
