@@ -42,7 +42,7 @@ batch commit: its own copies, its duplicate history and, for a scheduled message
 completion. The send is acknowledged after that last commit. Every store involved is checked
 available first, so a known outage (a store switched offline, a partition suspended) fails the
 send at once with the retryable store error (``com.microsoft:server-busy``) and stores nothing; a
-batch that fails in another store fails the send the same way (``OtherStoreUnavailable``, which
+batch that fails in another store fails the send the same way (noted in ``failed_elsewhere``, so it
 does not suspend the topic's own partitions). The at-least-once window: when another store's batch
 committed and then the topic's batch fails or the broker dies before it commits, the send was not
 acknowledged, the client sends again, and the other store's copies are stored twice (those in the
@@ -89,6 +89,7 @@ import contextlib
 import functools
 import logging
 import uuid
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -133,11 +134,6 @@ class _Activator:
         pass
 
 
-class OtherStoreUnavailable(StoreUnavailable):
-    """A send's copies for another messaging store were not stored (its batch failed): the send fails
-    with the retryable store error, and nothing of it is in the topic's store."""
-
-
 class TopicActor(CoreActor):
     """A non-partitioned topic on the core (see the module docstring)."""
 
@@ -148,6 +144,8 @@ class TopicActor(CoreActor):
         self._activator = _Activator(self)
         self._activating = False
         self._across_lock = asyncio.Lock()  # duplicate detection: publishes with copies elsewhere, one at a time
+        # Publishes that failed because another store did (not this one): weakly held, read by _sent.
+        self.failed_elsewhere: weakref.WeakSet[asyncio.Future[None]] = weakref.WeakSet()
 
     async def load(self) -> None:
         await super().load()
@@ -229,9 +227,12 @@ class TopicActor(CoreActor):
             try:
                 here, elsewhere = self._split(planned)
                 await all_of([copies[0][0].store_copies(copies) for copies in elsewhere.values()])
-            except StoreUnavailable as exc:
+            except StoreUnavailable:
                 # Not the topic's store: its partitions stay in service (PartitionedTopicActor._sent).
-                raise OtherStoreUnavailable(exc.description) from None
+                task = asyncio.current_task()
+                if task is not None:
+                    self.failed_elsewhere.add(task)
+                raise
             entries = self.publish_entries(here)
             future = self._request(SubQueue.MAIN, lambda key: core.Publish(entries, key, complete=complete))
             await _without_value(future)
@@ -315,7 +316,7 @@ class PartitionedTopicActor(PartitionedCoreActor):
         return all_of(futures)
 
     def _sent(self, partition: CoreActor, future: asyncio.Future[None]) -> None:
-        if not future.cancelled() and isinstance(future.exception(), OtherStoreUnavailable):
+        if isinstance(partition, TopicActor) and future in partition.failed_elsewhere:
             return  # another store failed, not this partition's
         super()._sent(partition, future)
 
