@@ -62,9 +62,10 @@ under duplicate detection; keyless ones round-robin over the available partition
 partition's core publishes it as above, its copies into partition i of each subscription (and of a
 partitioned entity a subscription forwards into): one transaction of that partition's store, after
 the batches of other stores for a non-partitioned entity a subscription forwards into that lives
-elsewhere. Duplicate detection and scheduled messages are
-each partition's own; a store that fails a publish suspends the topic's partitions in it, as a
-partitioned queue's.
+elsewhere. A send whose messages go to several partitions has every share planned and checked
+(``TopicActor.prepare``) before any is submitted, so it is never half taken because some store is
+out. Duplicate detection and scheduled messages are each partition's own; a store that fails a
+publish suspends the topic's partitions in it, as a partitioned queue's.
 
 A transactional send to the topic (``server/core_transactions.py``) is planned the same way and its
 copies stored by the core that commits the transaction, in that one batch.
@@ -163,12 +164,20 @@ class TopicActor(CoreActor):
 
     def publish(self, drafts: list[MessageDraft]) -> asyncio.Future[None]:
         """A send to the topic: acknowledged once every subscription's copies are durable."""
+        return self.prepare(drafts)()
+
+    def prepare(self, drafts: list[MessageDraft]) -> Callable[[], asyncio.Future[None]]:
+        """Plan and check a send (every store its copies go to available, with room) without storing
+        anything; what it returns submits it. A partitioned topic prepares every partition's share of
+        a send before it submits any, so a send is never half taken."""
         self._check_send(drafts)
         planned = self._planned([d for d in drafts if not d.ping])  # a ping is accepted, never stored
+        self._runner(SubQueue.MAIN)
         if self._elsewhere(planned):
-            return self._publish_across(planned)
+            self._split(planned)  # StoreUnavailable / StoreFull now, before anything is stored
+            return lambda: asyncio.ensure_future(self._across(planned, None))
         entries = self.publish_entries(planned)
-        return _without_value(self._request(SubQueue.MAIN, lambda key: core.Publish(entries, key)))
+        return lambda: _without_value(self._request(SubQueue.MAIN, lambda key: core.Publish(entries, key)))
 
     def _planned(self, drafts: Sequence[MessageDraft]) -> list[tuple[str | None, list[Copy]]]:
         """Per draft, its MessageId and its copies as the broker plans them now."""
@@ -307,10 +316,13 @@ class PartitionedTopicActor(PartitionedCoreActor):
     def publish(self, drafts: list[MessageDraft]) -> asyncio.Future[None]:
         """A send to the topic: each message to the partition its key pins it to (keyless ones of a
         send together), acknowledged once every partition's copies are durable."""
-        futures = []
+        prepared = []
         for partition, indexes in self.route(drafts):
             assert isinstance(partition, TopicActor)
-            future = partition.publish([drafts[i] for i in indexes])
+            prepared.append((partition, partition.prepare([drafts[i] for i in indexes])))
+        futures = []
+        for partition, submit in prepared:  # every share checked before any is submitted
+            future = submit()
             future.add_done_callback(functools.partial(self._sent, partition))
             futures.append(future)
         return all_of(futures)

@@ -209,3 +209,38 @@ def test_another_stores_failure_keeps_a_partitioned_topics_partitions_in_service
             await far.close()
 
     asyncio.run(main())
+
+
+def test_a_partitioned_topics_send_is_never_half_taken_when_another_store_is_out() -> None:
+    """One send, two keys: one pinned to a topic partition whose copies stay in its store, one to a
+    partition whose copies go to a queue in a store that is out (suspended, as the broker suspends
+    the entities of a store switched offline). Every share is checked before any is submitted: the
+    send fails whole, and the first partition stored nothing either."""
+    async def main() -> None:
+        a, b, c = _worker(MemoryStore(), "a"), _worker(MemoryStore(), "b"), _worker(MemoryStore(), "c")
+        topic = PartitionedTopicActor([TopicActor(PartitionRef("pt", i), SETTINGS, (a, b)[i % 2]) for i in range(4)])
+        near = CoreActor(PartitionRef("near", 0), SETTINGS, a)
+        far = CoreActor(PartitionRef("far", 0), SETTINGS, c)
+        await topic.load()
+        for actor in (near, far):
+            await actor.load()
+        for index, partition in enumerate(topic.topics):
+            partition.plan = _plan(near if index % 2 == 0 else far)
+        topic.start_activation()
+        try:
+            local = next(f"k{i}" for i in range(100) if partition_index(f"k{i}", 4) % 2 == 0)
+            remote = next(f"k{i}" for i in range(100) if partition_index(f"k{i}", 4) % 2 == 1)
+            far.suspend()
+            with pytest.raises(StoreUnavailable):
+                topic.publish([draft("local", key=local), draft("remote", key=remote)])
+            assert all(p.available for p in topic.partitions)
+            far.resume()
+            await topic.publish([draft("local again", key=local), draft("remote again", key=remote)])
+            assert _bodies(await _drain(near, 1)) == [BODY + b"local again"]
+            assert _bodies(await _drain(far, 1)) == [BODY + b"remote again"]
+        finally:
+            await topic.close()
+            for actor in (near, far):
+                await actor.close()
+
+    asyncio.run(main())
