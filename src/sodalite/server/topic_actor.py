@@ -94,7 +94,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sodalite.errors import StoreUnavailable
+from sodalite.errors import SodaliteError, StoreUnavailable
 from sodalite.model import partition_core as core
 from sodalite.model.message import MessageRecord
 from sodalite.model.partition import Lock, MessageDraft
@@ -278,6 +278,10 @@ class TopicActor(CoreActor):
             else:
                 entries = self.publish_entries(planned)
                 future = self._request(SubQueue.MAIN, lambda key: core.Publish(entries, key, complete=token))
+        except SodaliteError as exc:  # a store its copies go to is out (another store's, too): expected
+            log.warning("topic %s: scheduled message %d not published (%s); it comes back when its lock "
+                        "lapses", self.ref.entity, message.sequence_number, exc)
+            return
         except Exception:
             log.exception("topic %s: publishing scheduled message %d failed; it comes back when its lock "
                           "lapses", self.ref.entity, message.sequence_number)
