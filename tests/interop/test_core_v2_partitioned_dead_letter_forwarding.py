@@ -275,8 +275,7 @@ def test_a_dead_letter_waiting_for_the_relay_survives_a_kill(tmp_path_factory: p
     """The target's store offline: the relay cannot append, so the dead letter stays in the source's
     dead-letter queue, marked with its source (never lost). Killed (-9) and started again with the
     store back, it is found once: in the target (where a relay at start carries it) or still in
-    the source's dead-letter queue (where the restarted broker keeps this group, which mixes a
-    partitioned and a non-partitioned queue, on the version-1 path: placement.py)."""
+    the source's dead-letter queue (should the relay not have run yet)."""
     base = tmp_path_factory.mktemp("core-v2-partitioned-fdlq-kill")
     target = named_in("disk2", "pdl-far")
     stores = [{"Name": "disk1", "Path": "stores/disk1.db"}, {"Name": "disk2", "Path": "stores/disk2.db"}]

@@ -1,32 +1,26 @@
 """Which groups of entities joined by auto-forwarding can run on the version-2 core (``--core v2``).
 
-Theory of operation. A topic on the core stores a send's copies (its subscriptions', and those its
-subscriptions forward into queues or other topics' subscriptions) in ONE transaction of one
-messaging store, so every entity a send can reach from a topic must be on the core and in that
-store. Entities joined by forwarding (ForwardTo, ForwardDeadLetteredMessagesTo, a subscription
-and its topic) therefore move together: the broker gathers them into groups at start and asks
+Theory of operation. Entities joined by forwarding (ForwardTo, ForwardDeadLetteredMessagesTo, a
+subscription and its topic) move together: the broker gathers them into groups at start and asks
 :func:`group_on_core` of each; a group that cannot run on the core stays on the version-1 path.
 
 Where a member lives: a non-partitioned entity in its home store (a subscription in its topic's);
 a partitioned one has N partitions, partition i in store i mod the stores, for every partitioned
-entity alike. So partition i of a partitioned topic and partition i of each of its subscriptions,
-and of a partitioned queue or topic they forward into, share one store: copies from topic
-partition i go to partition i of each destination. A group runs on the core when:
+entity alike. A topic on the core stores a send's copies that live in its own (partition's) store
+in ONE transaction of that store; copies for entities in other stores (a subscription forwarding
+into a queue, or another topic's subscriptions, elsewhere; a partitioned topic's partition i
+forwarding into a non-partitioned entity outside store i; a non-partitioned topic forwarding into a
+partitioned entity, whose partition the message's key picks as for a send) are stored first by a
+batch of each of those stores, and the topic's own transaction commits last; the send is
+acknowledged after all of them (``server/topic_actor.py``: at least once across stores, never
+lost). So stores and partitioning no longer keep a group off the core. What does:
 
-* it holds no partitioned member and all members share one home store; or
-* every member is partitioned (a partitioned queue alone; a partitioned topic, its subscriptions
-  and the partitioned queues and topics they forward into; partitioned queues joined by a queue's
-  ForwardTo, which the broker routes when a send arrives).
-
-A group mixing partitioned and non-partitioned members stays on version 1: a non-partitioned
-topic's copy would need a partition picked for it, and a non-partitioned destination of a
-partitioned topic lies in one store, not in each partition's.
-
-ForwardDeadLetteredMessagesTo joins a group like ForwardTo, and is no reason of its own to stay on
-version 1: partition i of a partitioned member forwards into partition i of a partitioned target
-(the same store). (The broker forwards into a target in another store through a relay, at least
-once, ``server/dead_letter_relay.py``: for entities on the core whose group placement does not
-decide, those created at runtime.)
+Dead letters forwarded (ForwardDeadLetteredMessagesTo) join a group like ForwardTo and keep none
+off the core either: partition i of a partitioned member forwards into partition i of a
+partitioned target, a target in the same store takes them in the dead-lettering's own
+transaction, and any other target through a relay, at least once
+(``server/dead_letter_relay.py``). So every group runs on the core; this function, and the
+broker's ``_kept_on_v1`` that asks it, go with the version-1 path.
 """
 
 from __future__ import annotations
@@ -44,8 +38,5 @@ class Member:
 
 
 def group_on_core(members: Sequence[Member]) -> bool:
-    """Whether a group joined by forwarding runs on the core (module docstring)."""
-    partitioned = sum(1 for m in members if m.partitioned)
-    if not partitioned:
-        return len({m.home for m in members}) <= 1
-    return partitioned == len(members)
+    """Whether a group joined by forwarding runs on the core: every group does now (module docstring)."""
+    return True

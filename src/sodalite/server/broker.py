@@ -186,15 +186,12 @@ def _kept_on_v1(records: Sequence[EntityRecord], home: Callable[[str], object]) 
     """The lower-cased paths that stay on the version-1 path under ``--core v2``, decided at start.
 
     Entities joined by auto-forwarding (ForwardTo, ForwardDeadLetteredMessagesTo, a subscription and
-    its topic) must run on one path and, for the core, copies must land in the store of the topic
-    partition that makes them, because a topic on the core stores a forwarded copy in its own
-    transaction and a version-1 entity cannot store into a partition on the core (a dead letter
-    forwarded on the core, too, is one transaction of the source and its target). So a whole group
-    of joined entities stays on version 1 unless ``placement.group_on_core`` says it can run on the
-    core (``home``: a non-partitioned path's store; a subscription lives with its topic and is
-    partitioned as its topic is): a group of partitioned entities (a partitioned topic, its
-    subscriptions and the partitioned entities they forward into) runs there; a group mixing
-    partitioned and non-partitioned entities, or spread over stores, stays behind.
+    its topic) must run on one path: a version-1 entity cannot store into a partition on the core,
+    nor the core into a version-1 one. So a whole group of joined entities stays on version 1 unless
+    ``placement.group_on_core`` says it can run on the core (``home``: a non-partitioned path's
+    store; a subscription lives with its topic and is partitioned as its topic is). Every group
+    runs there now: a topic's copies in other stores are stored by those stores' batches before
+    its own commits, and dead letters forwarded out of their store go through a relay.
     """
     parent: dict[str, str] = {}
 
@@ -736,9 +733,11 @@ class Broker:
         subscription's copies into where its ForwardTo leads (a queue, or another topic's
         subscriptions), within the hop limit, else to the transfer dead-letter queue where the limit
         was reached. A copy's time-to-live is capped by its destination's default and the topic's.
-        Every destination must be on the core in the topic's store (NotImplementedOperation). A
-        partitioned topic's partition ``index`` stores into partition ``index`` of each partitioned
-        destination (which shares its store), or into a non-partitioned one in that same store."""
+        Every destination must be on the core (NotImplementedOperation); it may live in another store
+        (the topic actor stores those copies by that store's batch first). A partitioned topic's
+        partition ``index`` stores into partition ``index`` of each partitioned destination (which
+        shares its store); without an index, a partitioned destination's partition is the one the
+        copy's key picks, as for a send (:meth:`_on_core_at`)."""
         cap = topic.actor.settings.default_ttl
         planned: list[list[Copy]] = []
         for draft in drafts:
@@ -748,13 +747,12 @@ class Broker:
         return planned
 
     def _core_fan_out(self, topic: Entity, draft: MessageDraft, now: int, cap: int | None, hops: int,
-                      out: list[Copy], index: int | None = None, origin: Entity | None = None) -> None:
-        origin = origin or topic  # the topic whose (partition's) batch stores every copy
+                      out: list[Copy], index: int | None = None) -> None:
         for sub in topic.subscriptions.values():
-            actor = self._on_core_with(origin, sub, index)
             dead_letter_on_errors = bool(getattr(sub.properties, "dead_lettering_on_filter_evaluation_exceptions",
                                                  True))
             for copy in copies_for(sub.rules, draft, dead_letter_on_errors, sub.requires_session):
+                actor = self._on_core_at(topic, sub, index, copy.draft)
                 if copy.dead_letter is not None:
                     dead = wire.dead_lettered(core_record(copy.draft, now, None), *copy.dead_letter)
                     out.append(actor.dead_letter_copy(dead, now))
@@ -763,32 +761,52 @@ class Broker:
                 else:
                     route = self.route(sub)
                     total = hops + route.hops
-                    target = self._on_core_with(origin, route.entity, index)
                     if route.exceeded or total > MAX_TRANSFER_HOPS:
+                        target = self._on_core_at(topic, route.entity, index, copy.draft)
                         dead = wire.dead_lettered(core_record(copy.draft, now, None),
                                                   MAX_TRANSFER_HOP_COUNT_EXCEEDED, f"forwarded {total} times")
                         out.append((target, SubQueue.TRANSFER_DEAD_LETTER, dead))
                     elif route.entity.kind == TOPIC:
-                        self._core_fan_out(route.entity, copy.draft, now, cap, total, out, index, origin)
+                        # A partitioned topic reached without an index (from a non-partitioned one): the
+                        # copy's key pins it to one partition, for every subscription of that topic.
+                        at = index if index is not None or not route.entity.partitioned \
+                            else self._core_index(route.entity, copy.draft)
+                        self._core_fan_out(route.entity, copy.draft, now, cap, total, out, at)
                     else:
+                        target = self._on_core_at(topic, route.entity, index, copy.draft)
                         out.append((target, SubQueue.MAIN, core_record(copy.draft, now, _capped(target, cap))))
 
     @staticmethod
-    def _on_core_with(topic: Entity, entity: Entity, index: int | None = None) -> CoreActor:
-        """``entity``'s actor (its partition ``index`` when it is partitioned and a partitioned
-        topic's partition ``index`` sends), which a send to ``topic`` (on the core) stores copies into."""
+    def _core_index(topic: Entity, draft: MessageDraft) -> int:
+        """The partition of a partitioned topic on the core that ``draft``'s key (or, keyless, the
+        topic's round-robin) pins it to, as a send's routing does."""
+        actor = topic.actor
+        if not isinstance(actor, PartitionedCoreActor):
+            raise NotImplementedOperation(f"'{topic.name}' takes forwarded copies from the version-2 core, but it "
+                                          "is on the version-1 path: not available yet (serve with --core v1)")
+        [(partition, _)] = actor.route([draft])
+        return actor.partitions.index(partition)
+
+    @staticmethod
+    def _on_core_at(topic: Entity, entity: Entity, index: int | None, draft: MessageDraft | None = None) -> CoreActor:
+        """``entity``'s actor on the core that a send to ``topic`` (on the core) stores copies into: its
+        partition ``index`` when it is partitioned and an index is given (a partitioned topic's
+        partition, which shares that partition's store), else the partition ``draft``'s key picks (as
+        a send's routing picks it; keyless ones round-robin). Any store: the topic actor stores copies
+        in another store by that store's batch. An entity on the version-1 path takes none
+        (NotImplementedOperation)."""
         actor: object = entity.actor
-        source: object = topic.actor
-        if index is not None:
-            if isinstance(source, PartitionedCoreActor):
-                source = source.partitions[index % len(source.partitions)]
-            if isinstance(actor, PartitionedCoreActor):
+        if isinstance(actor, PartitionedCoreActor):
+            if index is not None:
                 actor = actor.partitions[index % len(actor.partitions)]
-        if not isinstance(actor, CoreActor) or not isinstance(source, CoreActor) \
-                or actor.worker is not source.worker:
+            elif draft is not None:
+                [(actor, _)] = actor.route([draft])
+            else:
+                actor = actor.partitions[0]
+        if not isinstance(actor, CoreActor):
             raise NotImplementedOperation(
                 f"'{entity.name}' takes copies from '{topic.name}', which runs on the version-2 core, but it "
-                "is on the version-1 path or in another messaging store: not available yet (serve with --core v1)")
+                "is on the version-1 path: not available yet (serve with --core v1)")
         return actor
 
     def fan_out_targets(self, topic: Entity, drafts: list[MessageDraft], index: int | None) -> list[FanOut]:
@@ -941,8 +959,6 @@ class Broker:
         send at once, to an entity on either path. A subscription's copies and dead letters forwarded
         elsewhere are stored by its topic's (or its own) path: a version-1 source reaches only
         version-1 entities, and a subscription of a topic on the core reaches only entities on the
-        core in the topic's store (NotImplementedOperation otherwise). Dead letters forwarded from an
-        entity on the core need a target on the core, in any store (:meth:`_forwards_on_core`); a new
         entity whose target is not goes on the version-1 path (:meth:`_on_core`). ``source`` is the
         entity being changed (None: being created); ``topic``, a new subscription's topic; ``new_name``,
         a new queue's."""
@@ -963,16 +979,13 @@ class Broker:
             if owner is not None and isinstance(owner.actor, TopicActor | PartitionedTopicActor) \
                     and name == "forward_to":
                 final = self.route(found).entity
-                indexes: list[int | None] = (list(range(len(owner.actor.partitions)))
-                                             if isinstance(owner.actor, PartitionedTopicActor) else [None])
-                try:
-                    for index in indexes:  # each topic partition's copies land in its own store
-                        self._on_core_with(owner, final, index)
+                try:  # any store: copies in another store are stored by its batch before the topic's
+                    self._on_core_at(owner, final, None)
                 except NotImplementedOperation:
                     raise NotImplementedOperation(
                         f"auto-forwarding from a subscription of '{owner.name}' (on the version-2 core) into "
-                        f"'{final.name}' is not available yet: it is on the version-1 path or in another "
-                        "messaging store (serve with --core v1)") from None
+                        f"'{final.name}' is not available yet: it is on the version-1 path "
+                        "(serve with --core v1)") from None
                 continue
             v1_only(found.actor, "auto-forwarding into it")
 

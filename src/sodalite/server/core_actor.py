@@ -46,7 +46,9 @@ batches (``RefreshCounts``), so they follow other nodes' sends and settlements t
 Copies into other entities (``Publish``): a topic's send, and a send whose forwarding ended here at
 the hop limit (:meth:`send_to_transfer_dead_letter`), are stored by this entity's core in one batch
 of ``AppendTo`` ops; once it committed each destination's core is told the rows landed
-(:meth:`land`). A queue's ForwardTo needs nothing here: the broker routes each send when it arrives.
+(:meth:`land`). A topic's copies for another store are stored, before the topic's own batch, by a
+target's core there (:meth:`store_copies`, ``server/topic_actor.py``). A queue's ForwardTo needs
+nothing here: the broker routes each send when it arrives.
 
 AMQP transactions (``server/core_transactions.py``): the core holding a transaction's locks (or
 its first send's partition) commits it as one ``Transact`` (:meth:`transact`): the settlements and
@@ -811,6 +813,15 @@ class CoreActor:
                             wire.dead_lettered(core.record_for(d, now, None), reason, description))])
                    for d in drafts if not d.ping]
         entries = self.publish_entries(planned)
+        return _without_value(self._request(SubQueue.MAIN, lambda key: core.Publish(entries, key)))
+
+    def store_copies(self, copies: Sequence[Copy]) -> asyncio.Future[None]:
+        """Copies a topic in another store sends into this store (each into a sub-queue of an entity on
+        the core here: this one or another), as ONE batch of this store made by this entity's core (a
+        ``Publish`` without MessageIds: the topic applied its duplicate detection); the future resolves
+        once durable (the rows then land in their cores), or fails as a send here would."""
+        self._check_send([])
+        entries = self.publish_entries([(None, copies)])
         return _without_value(self._request(SubQueue.MAIN, lambda key: core.Publish(entries, key)))
 
     def publish_entries(self, planned: Sequence[tuple[str | None, Sequence[Copy]]]) -> tuple[core.PublishEntry, ...]:

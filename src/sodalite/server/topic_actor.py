@@ -28,9 +28,31 @@ A message sent with a ScheduledEnqueueTimeUtc annotation is a plain send: its co
 scheduled, in each subscription.
 
 A subscription that forwards (ForwardTo) has its copies planned into where its chain of ForwardTo
-leads: a queue, or another topic's subscriptions, each on the core in the topic's store, within the
-hop limit (beyond it, into the transfer dead-letter queue where it was reached); all of them in the
-same batch.
+leads: a queue, or another topic's subscriptions, each on the core, within the hop limit (beyond
+it, into the transfer dead-letter queue where it was reached); those in the topic's store in the
+same batch. A partitioned entity reached from a non-partitioned topic takes each copy in the
+partition the copy's key picks, as a send's routing picks it (keyless ones round-robin).
+
+Copies in other messaging stores (a forwarding target whose home is another store; from a
+partitioned topic's partition i, a non-partitioned target outside store i; from a non-partitioned
+topic, the partition of a partitioned target its key picks) cannot be in the topic's transaction.
+They are stored FIRST, by one batch of each other store (``CoreActor.store_copies`` on a target
+there: a ``Publish`` without MessageIds), and only once all of those committed does the topic's own
+batch commit: its own copies, its duplicate history and, for a scheduled message that came due, its
+completion. The send is acknowledged after that last commit. Every store involved is checked
+available first, so a known outage (a store switched offline, a partition suspended) fails the
+send at once with the retryable store error (``com.microsoft:server-busy``) and stores nothing; a
+batch that fails in another store fails the send the same way (noted in ``failed_elsewhere``, so it
+does not suspend the topic's own partitions). The at-least-once window: when another store's batch
+committed and then the topic's batch fails or the broker dies before it commits, the send was not
+acknowledged, the client sends again, and the other store's copies are stored twice (those in the
+topic's store once); with a scheduled message whose lock lapsed meanwhile, it is published again
+when handed out anew, likewise. Nothing acknowledged is lost, since the topic's commit (and with it
+the acknowledgement, the duplicate history and a due message's completion) comes last. With
+duplicate detection such publishes go one at a time per topic (partition), each checked against
+the history the one before committed, so a resend within the window stores no copy in another store
+either; on a store several nodes share, a resend through another node is caught only by the store at
+the topic's commit, and its copies in other stores are then stored again.
 
 A partitioned topic (EnablePartitioning) is :class:`PartitionedTopicActor`: a ``TopicActor`` per
 partition behind the routing of ``PartitionedCoreActor``, each subscription a ``PartitionedCoreActor``
@@ -38,10 +60,12 @@ of as many ``CoreActor`` partitions, partition i of each in messaging store i mo
 is pinned to a topic partition as a partitioned queue's (SessionId, else PartitionKey, else MessageId
 under duplicate detection; keyless ones round-robin over the available partitions) and that
 partition's core publishes it as above, its copies into partition i of each subscription (and of a
-partitioned entity a subscription forwards into, or a non-partitioned one that lives in the same
-store): one transaction of that partition's store. Duplicate detection and scheduled messages are
-each partition's own; a store that fails a publish suspends the topic's partitions in it, as a
-partitioned queue's.
+partitioned entity a subscription forwards into): one transaction of that partition's store, after
+the batches of other stores for a non-partitioned entity a subscription forwards into that lives
+elsewhere. A send whose messages go to several partitions has every share planned and checked
+(``TopicActor.prepare``) before any is submitted, so it is never half taken because some store is
+out. Duplicate detection and scheduled messages are each partition's own; a store that fails a
+publish suspends the topic's partitions in it, as a partitioned queue's.
 
 A transactional send to the topic (``server/core_transactions.py``) is planned the same way and its
 copies stored by the core that commits the transaction, in that one batch.
@@ -55,18 +79,22 @@ keys (``CoreActor.append_moved``). The activator takes them like scheduled messa
 so each fans out to the subscriptions with the rules as they are then, its copies and its completion
 in one batch.
 
-Not on the core yet (the broker keeps such topics on version 1): a partitioned topic joined by
-forwarding to a non-partitioned entity at start; moves into a partitioned topic are refused.
+Not on the core yet: moves into a partitioned topic are refused; a transaction's send whose copies
+land in another store is refused (``core_transactions.check``: one store per transaction).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
+import uuid
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from sodalite.errors import SodaliteError, StoreUnavailable
 from sodalite.model import partition_core as core
 from sodalite.model.message import MessageRecord
 from sodalite.model.partition import Lock, MessageDraft
@@ -74,6 +102,7 @@ from sodalite.server import wire
 from sodalite.server.core_actor import Copy, CoreActor, _without_value
 from sodalite.server.partition_actor import SubQueue, all_of
 from sodalite.server.partitioned_actor import PartitionedCoreActor
+from sodalite.server.store_worker import StoreWorker
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +144,9 @@ class TopicActor(CoreActor):
         super().__init__(*args, **kwargs)
         self._activator = _Activator(self)
         self._activating = False
+        self._across_lock = asyncio.Lock()  # duplicate detection: publishes with copies elsewhere, one at a time
+        # Publishes that failed because another store did (not this one): weakly held, read by _sent.
+        self.failed_elsewhere: weakref.WeakSet[asyncio.Future[None]] = weakref.WeakSet()
 
     async def load(self) -> None:
         await super().load()
@@ -132,17 +164,105 @@ class TopicActor(CoreActor):
 
     def publish(self, drafts: list[MessageDraft]) -> asyncio.Future[None]:
         """A send to the topic: acknowledged once every subscription's copies are durable."""
-        self._check_send(drafts)
-        entries = self._entries([d for d in drafts if not d.ping])  # a ping is accepted, never stored
-        return _without_value(self._request(SubQueue.MAIN, lambda key: core.Publish(entries, key)))
+        return self.prepare(drafts)()
 
-    def _entries(self, drafts: Sequence[MessageDraft]) -> tuple[core.PublishEntry, ...]:
+    def prepare(self, drafts: list[MessageDraft]) -> Callable[[], asyncio.Future[None]]:
+        """Plan and check a send (every store its copies go to available, with room) without storing
+        anything; what it returns submits it. A partitioned topic prepares every partition's share of
+        a send before it submits any, so a send is never half taken."""
+        self._check_send(drafts)
+        planned = self._planned([d for d in drafts if not d.ping])  # a ping is accepted, never stored
+        self._runner(SubQueue.MAIN)
+        if self._elsewhere(planned):
+            self._split(planned)  # StoreUnavailable / StoreFull now, before anything is stored
+            return lambda: asyncio.ensure_future(self._across(planned, None))
+        entries = self.publish_entries(planned)
+        return lambda: _without_value(self._request(SubQueue.MAIN, lambda key: core.Publish(entries, key)))
+
+    def _planned(self, drafts: Sequence[MessageDraft]) -> list[tuple[str | None, list[Copy]]]:
+        """Per draft, its MessageId and its copies as the broker plans them now."""
         if not drafts:
-            return ()
+            return []
         if self.plan is None:
             raise RuntimeError(f"topic {self.ref.entity}: no fan-out plan (the broker sets it when it loads the topic)")
         planned = self.plan(drafts, self.clock.now())
-        return self.publish_entries([(d.message_id, copies) for d, copies in zip(drafts, planned, strict=True)])
+        return [(d.message_id, copies) for d, copies in zip(drafts, planned, strict=True)]
+
+    def _entries(self, drafts: Sequence[MessageDraft]) -> tuple[core.PublishEntry, ...]:
+        return self.publish_entries(self._planned(drafts))
+
+    # ---- copies in other messaging stores ---------------------------------------------------------
+
+    def _elsewhere(self, planned: Sequence[tuple[str | None, Sequence[Copy]]]) -> bool:
+        return any(actor.worker is not self.worker for _, copies in planned for actor, _, _ in copies)
+
+    def _publish_across(self, planned: list[tuple[str | None, list[Copy]]],
+                        complete: uuid.UUID | None = None) -> asyncio.Future[None]:
+        """A publish some of whose copies live in other stores (module docstring, "Copies in other
+        messaging stores"): every store involved is checked available first (the retryable store
+        error at once, nothing stored), then each other store's copies are stored by one batch of
+        that store, then the topic's own batch (its copies, duplicate history, a due message's
+        completion) commits; the future resolves after it."""
+        self._runner(SubQueue.MAIN)
+        self._split(planned)  # StoreUnavailable / StoreFull now, before anything is stored
+        return asyncio.ensure_future(self._across(planned, complete))
+
+    def _split(self, planned: Sequence[tuple[str | None, Sequence[Copy]]]
+               ) -> tuple[list[tuple[str | None, list[Copy]]], dict[StoreWorker, list[Copy]]]:
+        """The copies this store's batch takes (per entry, with its MessageId) and those of each other
+        store, every destination checked available and with room for new messages."""
+        here: list[tuple[str | None, list[Copy]]] = []
+        elsewhere: dict[StoreWorker, list[Copy]] = {}
+        for message_id, copies in planned:
+            own: list[Copy] = []
+            for copy in copies:
+                actor, sub, _ = copy
+                if actor.worker is self.worker:
+                    own.append(copy)
+                    continue
+                actor._runner(sub)  # StoreUnavailable while its store (or partition) is out
+                actor._check_send([])  # StoreFull
+                elsewhere.setdefault(actor.worker, []).append(copy)
+            here.append((message_id, own))
+        return here, elsewhere
+
+    async def _across(self, planned: list[tuple[str | None, list[Copy]]], complete: uuid.UUID | None) -> None:
+        deduplicating = complete is None and self.settings.duplicate_detection_window is not None
+        # With duplicate detection, sends with copies elsewhere go one at a time, each checked against
+        # the history the one before committed: a resend stores no copy in another store either.
+        async with self._across_lock if deduplicating else contextlib.nullcontext():
+            if deduplicating:
+                planned = self._not_duplicates(planned)
+            try:
+                here, elsewhere = self._split(planned)
+                await all_of([copies[0][0].store_copies(copies) for copies in elsewhere.values()])
+            except StoreUnavailable:
+                # Not the topic's store: its partitions stay in service (PartitionedTopicActor._sent).
+                task = asyncio.current_task()
+                if task is not None:
+                    self.failed_elsewhere.add(task)
+                raise
+            entries = self.publish_entries(here)
+            future = self._request(SubQueue.MAIN, lambda key: core.Publish(entries, key, complete=complete))
+            await _without_value(future)
+
+    def _not_duplicates(self, planned: list[tuple[str | None, list[Copy]]]) -> list[tuple[str | None, list[Copy]]]:
+        """The entries whose MessageId the topic's duplicate detection has not seen within its window
+        (nor earlier in this send): the core decides again at its commit, this only spares the other
+        stores' copies of a resend."""
+        runner = self.runners.get(SubQueue.MAIN)
+        dedup = runner.view.dedup if runner is not None else None
+        if dedup is None:
+            return planned
+        now, seen = self.clock.now(), set()
+        kept = []
+        for message_id, copies in planned:
+            if message_id is not None and (message_id in seen or dedup.is_duplicate(message_id, now)):
+                continue
+            if message_id is not None:
+                seen.add(message_id)
+            kept.append((message_id, copies))
+        return kept
 
     # ---- scheduled messages that came due ---------------------------------------------------------
 
@@ -152,8 +272,16 @@ class TopicActor(CoreActor):
             return
         token = lock.token
         try:
-            entries = self._entries([wire.forwarded_draft(message)])
-            future = self._request(SubQueue.MAIN, lambda key: core.Publish(entries, key, complete=token))
+            planned = self._planned([wire.forwarded_draft(message)])
+            if self._elsewhere(planned):
+                future = self._publish_across(planned, complete=token)
+            else:
+                entries = self.publish_entries(planned)
+                future = self._request(SubQueue.MAIN, lambda key: core.Publish(entries, key, complete=token))
+        except SodaliteError as exc:  # a store its copies go to is out (another store's, too): expected
+            log.warning("topic %s: scheduled message %d not published (%s); it comes back when its lock "
+                        "lapses", self.ref.entity, message.sequence_number, exc)
+            return
         except Exception:
             log.exception("topic %s: publishing scheduled message %d failed; it comes back when its lock "
                           "lapses", self.ref.entity, message.sequence_number)
@@ -192,13 +320,21 @@ class PartitionedTopicActor(PartitionedCoreActor):
     def publish(self, drafts: list[MessageDraft]) -> asyncio.Future[None]:
         """A send to the topic: each message to the partition its key pins it to (keyless ones of a
         send together), acknowledged once every partition's copies are durable."""
-        futures = []
+        prepared = []
         for partition, indexes in self.route(drafts):
             assert isinstance(partition, TopicActor)
-            future = partition.publish([drafts[i] for i in indexes])
+            prepared.append((partition, partition.prepare([drafts[i] for i in indexes])))
+        futures = []
+        for partition, submit in prepared:  # every share checked before any is submitted
+            future = submit()
             future.add_done_callback(functools.partial(self._sent, partition))
             futures.append(future)
         return all_of(futures)
+
+    def _sent(self, partition: CoreActor, future: asyncio.Future[None]) -> None:
+        if isinstance(partition, TopicActor) and future in partition.failed_elsewhere:
+            return  # another store failed, not this partition's
+        super()._sent(partition, future)
 
     def start_activation(self) -> None:
         for topic in self.topics:

@@ -1,4 +1,10 @@
-"""Which groups of entities joined by forwarding run on the version-2 core (``model/placement.py``)."""
+"""Which groups of entities joined by forwarding run on the version-2 core (``model/placement.py``).
+
+Issue 14 (every forwarding group on the core): groups spread over stores and groups mixing
+partitioned and non-partitioned members run on the core now (a topic stores copies in other stores
+by those stores' batches before its own commits), where they used to stay on version 1; the tests
+that pinned that limitation became the first two below. Dead letters still bound a group: the core
+forwards them in the dead-lettering's own store transaction."""
 
 from __future__ import annotations
 
@@ -13,10 +19,11 @@ def partitioned() -> Member:
     return Member(partitioned=True, home="ignored")
 
 
-def test_non_partitioned_members_run_on_the_core_in_one_store_only() -> None:
+def test_non_partitioned_members_run_on_the_core_in_one_store_or_across_stores() -> None:
     assert group_on_core([plain()])
     assert group_on_core([plain("a"), plain("a"), plain("a")])
-    assert not group_on_core([plain("a"), plain("b")])
+    assert group_on_core([plain("a"), plain("b")])
+    assert group_on_core([plain("a"), plain("b"), plain("c"), plain("a")])
 
 
 def test_partitioned_members_run_on_the_core_together_whatever_their_homes() -> None:
@@ -26,9 +33,9 @@ def test_partitioned_members_run_on_the_core_together_whatever_their_homes() -> 
     assert group_on_core([partitioned(), partitioned(), partitioned()])
 
 
-def test_a_group_mixing_partitioned_and_non_partitioned_members_stays_on_version_1() -> None:
-    assert not group_on_core([partitioned(), plain()])
-    assert not group_on_core([partitioned(), partitioned(), plain("a"), plain("a")])
+def test_a_group_mixing_partitioned_and_non_partitioned_members_runs_on_the_core() -> None:
+    assert group_on_core([partitioned(), plain()])
+    assert group_on_core([partitioned(), partitioned(), plain("a"), plain("b")])
 
 
 def test_forwarding_dead_letters_is_no_reason_to_stay_on_version_1() -> None:
@@ -37,3 +44,4 @@ def test_forwarding_dead_letters_is_no_reason_to_stay_on_version_1() -> None:
     longer a property placement looks at (it was ``Member.forwards_dead_letters``)."""
     assert "forwards_dead_letters" not in Member.__dataclass_fields__
     assert group_on_core([partitioned(), partitioned()])
+    assert group_on_core([plain("a"), plain("b"), partitioned()])
