@@ -180,6 +180,17 @@ class _Partition:
         self.last_sequence_number = n
         return n
 
+    def keep(self, m: MessageRecord) -> int:
+        """Store ``m`` under its own number (a dead letter kept in its dead-letter partition); the
+        high-water mark becomes the greater of its own and the number."""
+        n = m.sequence_number
+        if n in self.messages:
+            raise ValueError(f"sequence number {n} is taken in the target partition")
+        self.messages[n] = m
+        self.locks.pop(n, None)
+        self.last_sequence_number = max(self.last_sequence_number, n)
+        return n
+
     def delete(self, n: int) -> MessageRecord | None:
         self.locks.pop(n, None)
         return self.messages.pop(n, None)
@@ -376,7 +387,13 @@ class MemoryStore:
                         and claims.get((_key(op.gate.ref), gate_id)) != op.gate.claim):
                     numbers.append(0)  # a duplicate: its id was not taken by this claim
                     continue
-                numbers.append(part.append(m, numbering_base(op.ref)))
+                if op.numbered_by is None:
+                    numbers.append(part.append(m, numbering_base(op.ref)))
+                    continue
+                counter = writable(op.numbered_by)
+                n = max(counter.last_sequence_number, numbering_base(op.numbered_by)) + 1
+                counter.last_sequence_number = n
+                numbers.append(part.keep(replace(m, sequence_number=n)))
             _check_int64(part.last_sequence_number, f"last sequence number of {op.ref.entity!r}")
             return Appended(tuple(numbers))
         if isinstance(op, PruneMessageIds):
@@ -447,7 +464,11 @@ class MemoryStore:
                     copy = replace(m, state=MessageState.ACTIVE, expires_at=item.expires_at,
                                    enqueued_time=m.enqueued_time if item.enqueued_time is None else item.enqueued_time,
                                    delivery_count=0 if item.reset_delivery_count else m.delivery_count)
-                    writable(item.dead_letter_to).append(copy, numbering_base(item.dead_letter_to))
+                    target = writable(item.dead_letter_to)
+                    if item.keep_sequence_number:
+                        target.keep(copy)
+                    else:
+                        target.append(copy, numbering_base(item.dead_letter_to))
                 else:
                     assert_never(item.outcome)
             return Settled(tuple(applied))
@@ -480,7 +501,9 @@ class MemoryStore:
                 gone = replace(gone, state=MessageState.ACTIVE, expires_at=move.expires_at,
                                enqueued_time=gone.enqueued_time if move.enqueued_time is None else move.enqueued_time,
                                delivery_count=0 if move.reset_delivery_count else gone.delivery_count)
-                moved.append(writable(op.target).append(gone, numbering_base(op.target)))
+                target = writable(op.target)
+                moved.append(target.keep(gone) if op.keep_sequence_numbers
+                             else target.append(gone, numbering_base(op.target)))
             return Moved(tuple(moved))
         if isinstance(op, Activate):
             part = writable(op.ref)

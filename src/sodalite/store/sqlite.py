@@ -575,16 +575,36 @@ def _delete_counted(conn: sqlite3.Connection, ref: PartitionRef, numbers: Sequen
     counts.write(conn, ref)
 
 
-def _append(conn: sqlite3.Connection, ref: PartitionRef, records: Sequence[MessageRecord]) -> list[int]:
-    """Insert records with the partition's next numbers, counted; the numbers, in order."""
+def _append(conn: sqlite3.Connection, ref: PartitionRef, records: Sequence[MessageRecord],
+            numbered_by: PartitionRef | None = None) -> list[int]:
+    """Insert records with the next numbers of the partition (of ``numbered_by``, when given: ``ref``'s
+    counter is then raised to the last of them), counted; the numbers, in order."""
     if not records:
         return []
-    (last,) = conn.execute(_TAKE_NUMBERS, (ref.entity, ref.partition, len(records), numbering_base(ref))).fetchone()
+    counter = ref if numbered_by is None else numbered_by
+    (last,) = conn.execute(_TAKE_NUMBERS, (counter.entity, counter.partition, len(records),
+                                           numbering_base(counter))).fetchone()
     first = last - len(records) + 1
     numbers = list(range(first, last + 1))
+    if numbered_by is not None:
+        conn.execute(_RAISE_HIGH_WATER_MARK, (ref.entity, ref.partition, last))
     conn.executemany(_INSERT_MESSAGE, [
         _message_row(ref.entity, ref.partition, m, n) for n, m in zip(numbers, records, strict=True)
     ])
+    _count_records(conn, ref, records)
+    return numbers
+
+
+def _append_kept(conn: sqlite3.Connection, ref: PartitionRef, records: Sequence[MessageRecord]) -> list[int]:
+    """Insert records under their own numbers (dead letters kept in their dead-letter partition; a
+    number already there fails the batch), counted; the partition's counter becomes the greater of
+    its own and the highest of them."""
+    if not records:
+        return []
+    numbers = [m.sequence_number for m in records]
+    conn.execute(_RAISE_HIGH_WATER_MARK, (ref.entity, ref.partition, max(numbers)))
+    conn.executemany(_INSERT_MESSAGE, [_message_row(ref.entity, ref.partition, m, m.sequence_number)
+                                       for m in records])
     _count_records(conn, ref, records)
     return numbers
 
@@ -632,10 +652,11 @@ def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2, claims: _Claims) -> OpRes
     if isinstance(op, Append):
         gate = op.gate
         if gate is None:
-            return Appended(tuple(_append(conn, ref, op.messages)))
+            return Appended(tuple(_append(conn, ref, op.messages, op.numbered_by)))
         passes = [gate_id is None or claims.get(_claim_key(gate.ref, gate_id)) == gate.claim
                   for gate_id in gate.message_ids]
-        numbers = iter(_append(conn, ref, [m for m, ok in zip(op.messages, passes, strict=True) if ok]))
+        numbers = iter(_append(conn, ref, [m for m, ok in zip(op.messages, passes, strict=True) if ok],
+                               op.numbered_by))
         return Appended(tuple(next(numbers) if ok else 0 for ok in passes))
     if isinstance(op, PruneMessageIds):
         conn.execute(_PRUNE_IDS, (*key, op.seen_before))
@@ -695,10 +716,11 @@ def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2, claims: _Claims) -> OpRes
             assert item.dead_letter_to is not None
             record = _replaced(dying[item.sequence_number].record, item.annotations, item.annotation_count,
                                item.tail)
-            _append(conn, item.dead_letter_to, [replace(
+            copy = replace(
                 record, state=MessageState.ACTIVE, expires_at=item.expires_at,
                 enqueued_time=record.enqueued_time if item.enqueued_time is None else item.enqueued_time,
-                delivery_count=0 if item.reset_delivery_count else record.delivery_count)])
+                delivery_count=0 if item.reset_delivery_count else record.delivery_count)
+            (_append_kept if item.keep_sequence_number else _append)(conn, item.dead_letter_to, [copy])
         return Settled(tuple(applied))
     if isinstance(op, RenewLocks):
         locks = _select_locks(conn, ref, [n for n, _ in op.items])
@@ -732,7 +754,7 @@ def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2, claims: _Claims) -> OpRes
             _delete_counted(conn, ref, [m.sequence_number for m in leaving])
         if op.target is None:
             return Moved(tuple(moved))
-        numbers = iter(_append(conn, op.target, leaving))
+        numbers = iter((_append_kept if op.keep_sequence_numbers else _append)(conn, op.target, leaving))
         return Moved(tuple(None if n is None else next(numbers) for n in moved))
     if isinstance(op, Activate):
         if op.limit <= 0:
