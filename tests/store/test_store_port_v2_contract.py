@@ -565,6 +565,32 @@ def test_a_dead_letter_numbered_by_its_entity_never_meets_a_kept_number(v2: V2) 
         assert append(store, msg()) == [8]
 
 
+def test_a_kept_number_the_dead_letter_partition_holds_already_is_replaced_above_everything(v2: V2) -> None:
+    """A dead-letter partition an earlier release wrote (it numbered dead letters with that partition's
+    own counter) may hold a number a dead letter would keep: that one gets a number above the
+    counter and every number the operation keeps, in item order; no batch fails. ``numbered_by``
+    numbers above both counters."""
+    store = v2.store
+    assert append(store, msg(tail=b"old"), msg(tail=b"old"), ref=DLQ) == [1, 2]  # the earlier release's
+    append(store, *(msg() for _ in range(4)))
+    claim(store, T0, *toks(1, 2, 3, 4))
+    assert settle(store, T0, SettleItem(2, tok(2), Outcome.DEAD_LETTER, dead_letter_to=DLQ, keep_sequence_number=True),
+                  SettleItem(4, tok(4), Outcome.DEAD_LETTER, dead_letter_to=DLQ,
+                             keep_sequence_number=True)) == (True, True)
+    assert numbers(everything(store, DLQ)) == [1, 2, 4, 5]
+    assert [s.record.tail for s in everything(store, DLQ)] == [b"old", b"old", msg().tail, msg().tail]
+    assert store.counts(DLQ).last_sequence_number == 5
+    assert one(store, MoveMessages(Q, T0 + 40_000, (MoveItem(1), MoveItem(3)), DLQ,
+                                   keep_sequence_numbers=True)) == Moved((6, 3))
+    assert numbers(everything(store, DLQ)) == [1, 2, 3, 4, 5, 6]
+    assert store.counts(DLQ).last_sequence_number == 6
+    # Numbered by the queue's counter (4) too, but above the dead-letter partition's (6): 7.
+    assert one(store, Append(DLQ, (msg(),), numbered_by=Q)) == Appended((7,))
+    assert store.counts(Q).last_sequence_number == 7
+    assert append(store, msg()) == [8]
+    check_counts(store, Q, DLQ)
+
+
 def test_annotations_replaced_before_abandon_and_defer(store: MessagingStore) -> None:
     append(store, msg(), msg())
     claim(store, T0, tok(1), tok(2))
@@ -1237,14 +1263,15 @@ class Differential:
             self.both(Claim(Q, self.now, self.now + hold, OWNER, self.tokens(n), session,
                             None if numbers is None else tuple(numbers), state))
         elif kind == "settle":
-            items = []
-            for pick, true_token, outcome, annotations, tail in args[0]:
-                n, token = self.lock(pick, true_token)
-                # Most dead letters keep their number, unless the dead-letter partition holds it already.
-                keep = outcome is Outcome.DEAD_LETTER and pick % 3 != 0 and not self.reference.fetch(DLQ, [n])
-                items.append(SettleItem(n, token, outcome, annotations, len(annotations or b""),
-                                        DLQ if outcome is Outcome.DEAD_LETTER else None, tail,
-                                        keep_sequence_number=keep))
+            picked = [(self.lock(pick, true_token), outcome, annotations, tail)
+                      for pick, true_token, outcome, annotations, tail in args[0]]
+            # Mostly the dead letters of a settlement keep their numbers (all of them, as the core
+            # asks), unless the dead-letter partition holds one already.
+            keep = args[0][0][0] % 3 != 0 and not self.reference.fetch(DLQ, [n for (n, _), *_ in picked])
+            items = [SettleItem(n, token, outcome, annotations, len(annotations or b""),
+                                DLQ if outcome is Outcome.DEAD_LETTER else None, tail,
+                                keep_sequence_number=keep and outcome is Outcome.DEAD_LETTER)
+                     for (n, token), outcome, annotations, tail in picked]
             self.both(Settle(Q, self.now, tuple(items)))
         elif kind == "renew":
             picks, hold = args

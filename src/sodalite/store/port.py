@@ -296,11 +296,11 @@ class Append:
     ref: PartitionRef
     messages: tuple[MessageRecord, ...]
     gate: DedupGate | None = None
-    # The partition whose counter numbers the messages (None: ``ref``'s own): a dead letter made
-    # for a subscription at a topic's fan-out is numbered by the subscription's partition, as the
-    # dead letters that keep their number (:attr:`SettleItem.keep_sequence_number`) were, so no two
-    # rows of the dead-letter partition share a number. That counter goes up; ``ref``'s becomes the
-    # greater of its own and the last number given.
+    # Another partition whose counter numbers the messages too (None: ``ref``'s alone): a dead letter
+    # made for a subscription at a topic's fan-out is numbered by the subscription's partition, as
+    # the dead letters that keep their number (:attr:`SettleItem.keep_sequence_number`) were. The
+    # numbers go on above both counters, and both are raised to the last: they take nothing either
+    # partition holds or gave.
     numbered_by: PartitionRef | None = None
 
     def __post_init__(self) -> None:
@@ -368,7 +368,10 @@ class SettleItem:
     expires_at: int | None = None
     # DEAD_LETTER into the entity's own dead-letter partition (the caller says so): the copy keeps its
     # sequence number there, as Service Bus keeps it, and that partition's counter becomes the greater
-    # of its own and the number. False (a copy forwarded into another queue): the target's next number.
+    # of its own and the number. A number the target holds already (numbered there by an earlier
+    # release, which gave dead letters the next number) is replaced by one above the target's counter
+    # and every number the operation keeps there, in item order. False (a copy forwarded into another
+    # queue): the target's next number.
     keep_sequence_number: bool = False
 
     def __post_init__(self) -> None:
@@ -430,8 +433,9 @@ class MoveMessages:
     For each item whose row exists and is not locked at ``now``: delete it here and, with a
     ``target``, append it there with the target's next number, or its own number with
     ``keep_sequence_numbers`` (the target is the entity's own dead-letter partition: the target's
-    counter becomes the greater of its own and the numbers), state ACTIVE, lock cleared, count
-    reset if asked, the item's enqueued and expiry times. Used for expiry (to the dead-letter
+    counter becomes the greater of its own and the numbers; a number it holds already is replaced
+    as :attr:`SettleItem.keep_sequence_number` says), state ACTIVE, lock cleared, count reset if
+    asked, the item's enqueued and expiry times. Used for expiry (to the dead-letter
     queue, or just gone), MaxDeliveryCount dead-lettering of an unlocked message, purges by number
     (no target), and moves, resubmits and redrives into another queue of the same store (one
     transaction: the copy exists in the target exactly when the row left the source).

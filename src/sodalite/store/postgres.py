@@ -611,12 +611,14 @@ _APPEND_GATED: Final = (
     f"{_ADD_COUNTERS}) "
     "SELECT g.ord, hw.top + g.rn FROM hw, g"
 )
-# v2 append numbered by another partition's counter (%(ne)s, %(np)s; Append.numbered_by: a dead
+# v2 append numbered by another partition's counter too (%(ne)s, %(np)s; Append.numbered_by: a dead
 # letter a topic's fan-out makes for a subscription, numbered by the subscription's partition),
-# after _TAKE_PARTITION of both: that counter goes up by the rows stored; the target's counter row
-# takes their counts and the greater of its high-water mark and the last number. Rows (place, number).
+# after _TAKE_PARTITION of both: numbered above both high-water marks, both raised to the last number
+# (so it takes nothing either partition holds or gave); the target's counter row takes the counts.
+# Rows (place, number).
 _APPEND_NUMBERED_BY: Final = (
-    f"WITH hw AS ({_numbered_after('ne', 'np')}), "
+    f"WITH hw AS (SELECT GREATEST(a.top, b.top) AS top FROM ({_numbered_after('ne', 'np')}) a, "
+    f"({_numbered_after()}) b), "
     f"g AS (SELECT m.*, row_number() OVER (ORDER BY m.ord) AS rn FROM {_UNNEST_MESSAGES} "
     "LEFT JOIN unnest(%(gid)s::bytea[]) WITH ORDINALITY AS gi(mid, ord) ON gi.ord = m.ord "
     "WHERE NOT %(gated)s OR gi.mid IS NULL OR EXISTS (SELECT 1 FROM sodalite_duplicate_history h "
@@ -746,9 +748,15 @@ def _transfer_sql(fence: str) -> str:
         f"{_GONE}), "
         f"src AS ({_adjust('d', ' AND NOT %(same)s')}), "
         f"hw AS ({_numbered_after('te', 'tp')}), "
-        # Kept numbers (a dead letter into its own dead-letter partition): the row's own number.
-        "nums AS (SELECT d.*, CASE WHEN %(keep)s THEN d.old_seq "
-        "ELSE hw.top + row_number() OVER (ORDER BY d.ord) END AS new_seq FROM d, hw), "
+        # Kept numbers (a dead letter into its own dead-letter partition): the row's own number, unless
+        # the target holds it already (numbered there by an earlier release): then one above the target's
+        # counter and every number kept, in item order.
+        "tk AS (SELECT d.*, %(keep)s AND EXISTS (SELECT 1 FROM sodalite_messages t WHERE t.entity = %(te)s "
+        "AND t.partition = %(tp)s AND t.sequence_number = d.old_seq) AS taken FROM d), "
+        "nums AS (SELECT tk.*, CASE WHEN NOT %(keep)s THEN hw.top + row_number() OVER (ORDER BY tk.ord) "
+        "WHEN tk.taken THEN GREATEST(hw.top, max(tk.old_seq) OVER ()) "
+        "+ sum(tk.taken::int) OVER (ORDER BY tk.ord ROWS UNBOUNDED PRECEDING) "
+        "ELSE tk.old_seq END AS new_seq FROM tk, hw), "
         f"tgt AS (INSERT INTO sodalite_counters AS c ({_COUNTER_COLUMNS}) "
         # Into the partition it came from (a resubmit): the removal's deltas go into this one row.
         f"SELECT {_CURRENT_GENERATION}, %(te)s, %(tp)s, max(new_seq), "
