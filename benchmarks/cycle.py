@@ -370,7 +370,8 @@ def main() -> int:
                 groups[t] = start_pg_nodes(cleanup, server, tmp / t, 1 if t == "pg1" else 2, TARGETS[t])
                 continue
             if t in ("full", "normal"):
-                brokers[t] = harness.start_sodalite(cleanup, tmp / t, t.upper(), [QUEUE], TARGETS[t])
+                brokers[t] = harness.start_sodalite(cleanup, tmp / t, t.upper(), [QUEUE], TARGETS[t],
+                                                    extra_args=["--core", "v1"])
             elif t in ("v2full", "v2normal"):
                 brokers[t] = harness.start_sodalite(cleanup, tmp / t, t[2:].upper(), [QUEUE], TARGETS[t],
                                                     extra_args=["--core", "v2"])

@@ -134,11 +134,15 @@ class FakeStore:
         return [m if mid is None or self.claims.get(mid) == gate.claim else None
                 for m, mid in zip(messages, gate.message_ids, strict=True)]
 
-    def _dead_letter(self, row: Row, edit: AnnotationEdit | None) -> int:
-        self.dead_last += 1
-        self.dead[self.dead_last] = Row(replace(row.record, sequence_number=self.dead_last, state=MessageState.ACTIVE),
-                                        edit=edit, origin=row.record.sequence_number)
-        return self.dead_last
+    def _dead_letter(self, row: Row, edit: AnnotationEdit | None, keep: bool = False) -> int:
+        """Into the dead-letter queue: under the row's own number when the op says so (the port's
+        keep flag), else the next number there; the counter becomes the greater of the two."""
+        number = row.record.sequence_number if keep else self.dead_last + 1
+        assert number not in self.dead, f"dead-letter number {number} taken"
+        self.dead_last = max(self.dead_last, number)
+        self.dead[number] = Row(replace(row.record, sequence_number=number, state=MessageState.ACTIVE),
+                                edit=edit, origin=row.record.sequence_number)
+        return number
 
     def _one(self, op: StoreOp) -> OpResult:
         match op:
@@ -157,6 +161,16 @@ class FakeStore:
                 return Appended(tuple(seqs))
             case AppendTo():
                 kept = self._gated(op.messages, op.gate)
+                if op.numbered_by is not None:  # numbered by that partition's counter (a fan-out's dead letter)
+                    counter, target = self.other(op.numbered_by), self.other(op.target)
+                    placed = []
+                    for m in kept:
+                        if m is not None:
+                            counter.last += 1
+                            target.rows[counter.last] = Row(replace(m, sequence_number=counter.last))
+                            target.last = max(target.last, counter.last)
+                        placed.append(0 if m is None else counter.last)
+                    return Appended(tuple(placed))
                 landed = self.other(op.target)._one(Append(tuple(m for m in kept if m is not None)))
                 assert isinstance(landed, Appended)
                 numbers = iter(landed.sequence_numbers)
@@ -221,7 +235,7 @@ class FakeStore:
                                                      origin=item.sequence_number)
                     elif item.outcome is Outcome.DEAD_LETTER:
                         del self.rows[item.sequence_number]
-                        self._dead_letter(row, item.edit)
+                        self._dead_letter(row, item.edit, item.keep_sequence_number)
                 return Settled(tuple(flags))
             case RenewLocks():
                 flags = []
@@ -247,7 +261,8 @@ class FakeStore:
                         continue
                     if not op.to_dead_letter:
                         self.gone[item.sequence_number] = "dropped"
-                    moved.append(self._dead_letter(row, item.edit) if op.to_dead_letter else item.sequence_number)
+                    moved.append(self._dead_letter(row, item.edit, op.keep_sequence_numbers) if op.to_dead_letter
+                                 else item.sequence_number)
                 return Moved(tuple(moved))
             case Activate():
                 due = sorted((row.record.scheduled_enqueue_time or 0, seq) for seq, row in self.rows.items()

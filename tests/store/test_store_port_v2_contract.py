@@ -529,6 +529,111 @@ def test_a_dead_letter_forwarded_into_another_queue_is_counted_afresh_with_its_n
     assert store.counts(target).active == 1 and store.counts(Q).active == 1
 
 
+def test_a_dead_letter_kept_in_its_dead_letter_partition_keeps_its_number(v2: V2) -> None:
+    """Settle DEAD_LETTER and MoveMessages with the keep flag (the core sets it when the target is
+    the entity's own dead-letter partition): the copy keeps its number there, as Service Bus keeps
+    it, out of order if so; the dead-letter partition's counter becomes the greater of its own and
+    the number, so ``last`` stays right; the source never gives the number again."""
+    store = v2.store
+    append(store, *(msg() for _ in range(6)))
+    claim(store, T0, *toks(1, 2, 3, 4))
+    assert settle(store, T0, SettleItem(4, tok(4), Outcome.DEAD_LETTER, dead_letter_to=DLQ, tail=b"why",
+                                        keep_sequence_number=True),
+                  SettleItem(2, tok(2), Outcome.DEAD_LETTER, dead_letter_to=DLQ, keep_sequence_number=True),
+                  SettleItem(3, tok(9), Outcome.DEAD_LETTER, dead_letter_to=DLQ,
+                             keep_sequence_number=True)) == (True, True, False)  # a stale token keeps nothing
+    assert numbers(everything(store, DLQ)) == [2, 4]
+    assert stored(store, 4, DLQ) == StoredMessage(replace(msg(), sequence_number=4, delivery_count=1, tail=b"why"),
+                                                  None, None, None)
+    assert store.counts(DLQ).last_sequence_number == 4
+    # Unlocked rows (expiry, MaxDeliveryCount) moved with the flag: below the counter, and above it.
+    assert one(store, MoveMessages(Q, T0 + 40_000, (MoveItem(1, tail=b"expired"), MoveItem(6), MoveItem(9)), DLQ,
+                                   keep_sequence_numbers=True)) == Moved((1, 6, None))
+    assert numbers(everything(store, DLQ)) == [1, 2, 4, 6]
+    assert stored(store, 1, DLQ) is not None and stored(store, 1, DLQ).record.tail == b"expired"  # type: ignore[union-attr]
+    assert store.counts(DLQ).last_sequence_number == 6 and store.counts(DLQ).first_sequence_number == 1
+    assert numbers(everything(store, Q)) == [3, 5]
+    assert append(store, msg()) == [7]  # never reused by the source
+    with pytest.raises(ValueError):
+        MoveMessages(Q, T0, (MoveItem(3),), None, keep_sequence_numbers=True)
+    if v2.persistent:
+        store = v2.reopen()
+        assert numbers(everything(store, DLQ)) == [1, 2, 4, 6]
+        assert store.counts(DLQ).last_sequence_number == 6
+        check_counts(store, Q, DLQ)
+
+
+def test_kept_numbers_in_partitions_carry_their_partition(store: MessagingStore) -> None:
+    """Partition i's dead letters go to partition i of the dead-letter entity and keep their numbers,
+    whose upper bits name partition i; that partition's own numbers go on above them."""
+    base = 2 << PARTITION_SHIFT
+    p2, dlq2 = PartitionRef(Q.entity, 2), PartitionRef(DLQ.entity, 2)
+    assert append(store, msg(), msg(), ref=p2) == [base + 1, base + 2]
+    taken = one(store, Claim(p2, T0, T0 + 30_000, OWNER, toks(1)))
+    assert isinstance(taken, Claimed)
+    assert one(store, Settle(p2, T0, (SettleItem(base + 1, tok(1), Outcome.DEAD_LETTER, dead_letter_to=dlq2,
+                                                 keep_sequence_number=True),))) == Settled((True,))
+    assert one(store, MoveMessages(p2, T0, (MoveItem(base + 2),), dlq2, keep_sequence_numbers=True)) == Moved(
+        (base + 2,))
+    assert numbers(everything(store, dlq2)) == [base + 1, base + 2]
+    assert store.counts(dlq2).last_sequence_number == base + 2
+    assert append(store, msg(), ref=dlq2) == [base + 3]
+    check_counts(store, p2, dlq2)
+
+
+def test_a_dead_letter_numbered_by_its_entity_never_meets_a_kept_number(v2: V2) -> None:
+    """``Append(numbered_by=...)``: a topic's fan-out puts a dead letter straight into a subscription's
+    dead-letter partition, numbered by the subscription's counter (as version 1 numbers it), so a
+    message dead-lettered later keeps its number without meeting it. Gated appends too."""
+    store = v2.store
+    assert one(store, Append(DLQ, (msg(), msg()), numbered_by=Q)) == Appended((1, 2))
+    assert append(store, msg(), msg()) == [3, 4]
+    claim(store, T0, tok(3))
+    assert settle(store, T0, SettleItem(3, tok(3), Outcome.DEAD_LETTER, dead_letter_to=DLQ,
+                                        keep_sequence_number=True)) == (True,)
+    assert numbers(everything(store, DLQ)) == [1, 2, 3]
+    assert store.counts(DLQ).last_sequence_number == 3 and store.counts(Q).last_sequence_number == 4
+    claim_id = tok(50)
+    results = run(store, ClaimMessageIds(OTHER, T0, 1000, claim_id, ("a",)),
+                  Append(DLQ, (msg(message_id="a"), msg(message_id="b"), msg()),
+                         DedupGate(OTHER, claim_id, ("a", "b", None)), numbered_by=Q))
+    assert results[1] == Appended((5, 0, 6))
+    assert numbers(everything(store, DLQ)) == [1, 2, 3, 5, 6]
+    assert store.counts(Q).last_sequence_number == 6 and store.counts(DLQ).last_sequence_number == 6
+    assert append(store, msg()) == [7]
+    check_counts(store, Q, DLQ)
+    if v2.persistent:
+        store = v2.reopen()
+        assert store.counts(DLQ).last_sequence_number == 6
+        assert append(store, msg()) == [8]
+
+
+def test_a_kept_number_the_dead_letter_partition_holds_already_is_replaced_above_everything(v2: V2) -> None:
+    """A dead-letter partition an earlier release wrote (it numbered dead letters with that partition's
+    own counter) may hold a number a dead letter would keep: that one gets a number above the
+    counter and every number the operation keeps, in item order; no batch fails. ``numbered_by``
+    numbers above both counters."""
+    store = v2.store
+    assert append(store, msg(tail=b"old"), msg(tail=b"old"), ref=DLQ) == [1, 2]  # the earlier release's
+    append(store, *(msg() for _ in range(4)))
+    claim(store, T0, *toks(1, 2, 3, 4))
+    assert settle(store, T0, SettleItem(2, tok(2), Outcome.DEAD_LETTER, dead_letter_to=DLQ, keep_sequence_number=True),
+                  SettleItem(4, tok(4), Outcome.DEAD_LETTER, dead_letter_to=DLQ,
+                             keep_sequence_number=True)) == (True, True)
+    assert numbers(everything(store, DLQ)) == [1, 2, 4, 5]
+    assert [s.record.tail for s in everything(store, DLQ)] == [b"old", b"old", msg().tail, msg().tail]
+    assert store.counts(DLQ).last_sequence_number == 5
+    assert one(store, MoveMessages(Q, T0 + 40_000, (MoveItem(1), MoveItem(3)), DLQ,
+                                   keep_sequence_numbers=True)) == Moved((6, 3))
+    assert numbers(everything(store, DLQ)) == [1, 2, 3, 4, 5, 6]
+    assert store.counts(DLQ).last_sequence_number == 6
+    # Numbered by the queue's counter (4) too, but above the dead-letter partition's (6): 7.
+    assert one(store, Append(DLQ, (msg(),), numbered_by=Q)) == Appended((7,))
+    assert store.counts(Q).last_sequence_number == 7
+    assert append(store, msg()) == [8]
+    check_counts(store, Q, DLQ)
+
+
 def test_annotations_replaced_before_abandon_and_defer(store: MessagingStore) -> None:
     append(store, msg(), msg())
     claim(store, T0, tok(1), tok(2))
@@ -1147,6 +1252,10 @@ COMMANDS = st.lists(st.one_of(ROUND, SINGLE), min_size=2, max_size=8).map(
     lambda chunks: [command for chunk in chunks for command in chunk])
 
 
+def _unique(numbers: Sequence[int]) -> bool:
+    return len(set(numbers)) == len(numbers)
+
+
 class Differential:
     """Runs commands against the memory reference and a durable adapter; every result and read
     must be equal. The clock is the run's own (``tick``)."""
@@ -1204,11 +1313,16 @@ class Differential:
         kind, *args = command
         if kind == "append":
             ref, items = args
+            # Into the dead-letter partition, an even-sized append is numbered by the queue's counter
+            # (a fan-out's dead letters), unless a number it would take is already there.
+            last = self.reference.counts(Q).last_sequence_number
+            numbered_by = Q if ref == DLQ and len(items) % 2 == 0 and not self.reference.fetch(
+                DLQ, list(range(last + 1, last + 1 + len(items)))) else None
             self.both(Append(ref, tuple(
                 msg(session_id=sid, state=state, expires_at=None if ttl is None else self.now + ttl,
                     scheduled_enqueue_time=self.now + delay if state == MessageState.SCHEDULED else None,
                     annotations=annotations, delivery_count=count)
-                for sid, state, ttl, delay, annotations, count in items)))
+                for sid, state, ttl, delay, annotations, count in items), numbered_by=numbered_by))
         elif kind == "claim":
             n, hold, session, state, numbers = args
             if state == MessageState.SCHEDULED and numbers is None:  # scheduled: by number only (cancel)
@@ -1216,11 +1330,15 @@ class Differential:
             self.both(Claim(Q, self.now, self.now + hold, OWNER, self.tokens(n), session,
                             None if numbers is None else tuple(numbers), state))
         elif kind in ("settle", "settle_all"):
-            items = []
-            for pick, true_token, outcome, annotations, tail in args[0]:
-                n, token = self.lock(pick, true_token)
-                items.append(SettleItem(n, token, outcome, annotations, len(annotations or b""),
-                                        DLQ if outcome is Outcome.DEAD_LETTER else None, tail))
+            picked = [(self.lock(pick, true_token), outcome, annotations, tail)
+                      for pick, true_token, outcome, annotations, tail in args[0]]
+            # Mostly the dead letters of a settlement keep their numbers (all of them, as the core
+            # asks), unless the dead-letter partition holds one already.
+            keep = args[0][0][0] % 3 != 0 and not self.reference.fetch(DLQ, [n for (n, _), *_ in picked])
+            items = [SettleItem(n, token, outcome, annotations, len(annotations or b""),
+                                DLQ if outcome is Outcome.DEAD_LETTER else None, tail,
+                                keep_sequence_number=keep and outcome is Outcome.DEAD_LETTER)
+                     for (n, token), outcome, annotations, tail in picked]
             self.both(Settle(Q, self.now, tuple(items), all_or_none=kind == "settle_all"))
         elif kind == "renew":
             picks, hold = args
@@ -1228,10 +1346,14 @@ class Differential:
         elif kind == "move":
             numbers, target, reset, annotations, tail, *times = args
             enqueued, ttl = times if times else (None, None)
+            # Into the dead-letter partition the rows mostly keep their numbers (expiry,
+            # MaxDeliveryCount), unless one of them is there already.
+            keep = target == DLQ and not reset and not self.reference.fetch(DLQ, numbers) and _unique(numbers)
             self.both(MoveMessages(Q, self.now, tuple(
                 MoveItem(n, annotations, 2, reset_delivery_count=reset, tail=tail,
                          enqueued_time=None if enqueued is None else self.now - enqueued,
-                         expires_at=None if ttl is None else self.now + ttl) for n in numbers), target))
+                         expires_at=None if ttl is None else self.now + ttl) for n in numbers), target,
+                keep_sequence_numbers=keep))
         elif kind == "activate":
             self.both(Activate(Q, self.now, args[0]))
         elif kind == "purge":
@@ -1334,6 +1456,8 @@ TOUR: list[tuple[Any, ...]] = [
     ("tick", 400),
     ("move", [10, 11], None, False, None, None),
     ("move", [12, 13], OTHER, True, None, None, 5, 50),
+    ("append", Q, [(None, MessageState.ACTIVE, None, 0, b"z", 0)]),
+    ("move", [12], DLQ, False, None, b"kept: its own number in the dead-letter partition"),
 ]
 
 

@@ -57,9 +57,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--store", default=None, metavar="postgresql://...",
                        help="keep the default messaging store in this PostgreSQL database instead of the data "
                             "directory's SQLite file (docs/postgresql.md)")
-    serve.add_argument("--core", choices=("v1", "v2"), default="v1",
-                       help="v2: run plain queues (not partitioned, not forwarding) on the partition core and store "
-                            "port v2, which keep no messages in memory (being built; README)")
+    serve.add_argument("--core", choices=("v1", "v2"), default="v2",
+                       help="v2 (default): run queues, topics and subscriptions on the partition core and store port "
+                            "v2, which keep no messages in memory; entity groups that need what it lacks stay on "
+                            "version 1 (README). v1: every entity on version 1, messages loaded into memory")
     serve.add_argument("--node-id", default=None,
                        help="this node's name, recorded in the log and in PostgreSQL's application_name "
                             "(default: host name and AMQP port); several nodes on one database: docs/postgresql.md")

@@ -46,7 +46,7 @@ def _one(configured: MessagingStoreConfig, data_dir: Path, synchronous: str, nod
 
 
 def build_broker(namespace: NamespaceConfig, data_dir: Path, *, synchronous: str = "FULL",
-                 store_url: str | None = None, node_id: str = "", core: str = "v1",
+                 store_url: str | None = None, node_id: str = "", core: str = "v2",
                  shared_poll_seconds: float | None = None) -> Broker:
     """A broker on its messaging stores: the default one, then the namespace's in order.
 

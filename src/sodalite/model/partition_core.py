@@ -51,6 +51,11 @@ Service Bus rules kept (as model/partition.py states them for the in-memory brok
   crash counts it as a lapsed delivery. A message whose count has reached the maximum is
   dead-lettered (``MaxDeliveryCountExceeded``) when its lock ends by abandon or lapse, and when a
   receive meets it; never handed out again.
+- a message dead-lettered into the entity's own dead-letter queue (by a client, MaxDeliveryCount,
+  expiry) keeps its sequence number there: the ``Settle`` item or ``MoveMessages`` says so
+  (``keep_sequence_number(s)``); one forwarded elsewhere (ForwardDeadLetteredMessagesTo) is new
+  there. The dead-letter queue's core finds such a row below its cursor by reading again from the
+  start when told :class:`Arrived`.
 - release (AMQP ``released``: the receiver never saw it) gives the delivery back; abandon keeps it.
 - defer parks the message (state DEFERRED); it is not in the window.
 - pings (ContentType application/vnd.ms-servicebus-ping) are accepted and never stored.
@@ -135,7 +140,10 @@ topic's duplicate detection and puts every copy in ONE batch (``AppendTo`` each 
 partition, with the history), and :class:`Published` answers after that commit. A scheduled
 message waits in the topic's own partition; once due and handed to the caller's activator (an
 ordinary PeekLock delivery), ``Publish(complete=token)`` stores its copies and completes it in one
-batch. A subscription's core learns of its copies by :class:`Landed` (numbered, committed rows),
+batch. A copy the caller plans into a subscription's dead-letter queue (a filter error) names the
+subscription's partition as ``numbered_by``, so it is numbered there, as version 1 numbers it, and
+never takes a number a message dead-lettered later keeps. A subscription's core learns of its
+copies by :class:`Landed` (numbered, committed rows),
 taken in like its own appends; a read in flight that may have run before their commit does not
 let the core conclude it reached the tail.
 
@@ -452,6 +460,9 @@ class PublishCopy:
 
     target: Hashable
     record: MessageRecord
+    # The partition whose counter numbers it there (None: the target's own): a subscription's dead
+    # letter is numbered by the subscription, as on version 1, so it never meets a kept number.
+    numbered_by: Hashable | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -1292,6 +1303,7 @@ def _on_publish(turn: _Turn, command: Publish) -> None:
         return
     by_target: dict[Hashable, list[MessageRecord]] = {}
     checked_under: dict[Hashable, list[str | None]] = {}  # per copy, the id its message was checked under
+    numbered_by: dict[Hashable, Hashable | None] = {}  # per target, the partition numbering it
     remembered: list[str] = []
     for entry in command.entries:
         mid = entry.message_id
@@ -1302,6 +1314,7 @@ def _on_publish(turn: _Turn, command: Publish) -> None:
             remembered.append(mid)
         for copy in entry.copies:
             by_target.setdefault(copy.target, []).append(copy.record)
+            numbered_by[copy.target] = copy.numbered_by
             checked_under.setdefault(copy.target, []).append(mid if command.complete is None else None)
     if command.complete is not None:
         lock = _usable_lock(turn, command.complete, command.reply_to, renewal=False)
@@ -1319,7 +1332,7 @@ def _on_publish(turn: _Turn, command: Publish) -> None:
     claim = _claim_ids(turn, remembered, answer) if shared else None
     for i, (target, records) in enumerate(parts):
         gate = None if claim is None else Gate(claim, tuple(checked_under[target]))
-        turn.op(AppendTo(target, tuple(records), gate),
+        turn.op(AppendTo(target, tuple(records), gate, numbered_by[target]),
                 _PublishCtx(command.reply_to, target, tuple(records), stored, i == 0, i == len(parts) - 1))
     if remembered and not shared:
         entries = tuple((mid, now) for mid in remembered)
@@ -1472,7 +1485,7 @@ def _dead_letter_settle(view: View, now: int, record: MessageRecord, token: uuid
     in the same fenced settle, arriving with its delivery count reset and enqueued now."""
     forwarded = _forwarded(view, now, record, edit)
     if forwarded is None:
-        return SettleItem(record.sequence_number, token, Outcome.DEAD_LETTER, edit)
+        return SettleItem(record.sequence_number, token, Outcome.DEAD_LETTER, edit, keep_sequence_number=True)
     forward = view.settings.forward_dead_letters
     assert forward is not None
     return SettleItem(record.sequence_number, token, Outcome.DEAD_LETTER, forwarded[0], forward.target,
@@ -1793,8 +1806,9 @@ def _finish(turn: _Turn) -> Decision:
                 _RenewCtx(tuple(entry for _, entry in turn.renews)))
     if turn.dead_letter_moves:
         forward = view.settings.forward_dead_letters
+        # Into the dead-letter queue a message keeps its number (as Service Bus's); forwarded, it is new there.
         turn.op(MoveMessages(now, tuple(i for i, _ in turn.dead_letter_moves), forward is None,
-                             None if forward is None else forward.target),
+                             None if forward is None else forward.target, keep_sequence_numbers=forward is None),
                 _MoveCtx(tuple(r for _, r in turn.dead_letter_moves)))
     if turn.drop_moves:
         turn.op(MoveMessages(now, tuple(i for i, _ in turn.drop_moves), False),
@@ -2709,6 +2723,7 @@ def _on_transact(turn: _Turn, command: Transact) -> None:
         locks.append(lock)
     by_target: dict[Hashable, list[MessageRecord]] = {}
     checked_under: dict[Hashable, list[str | None]] = {}  # per copy, the id its message was checked under
+    numbered_by: dict[Hashable, Hashable | None] = {}
     remembered: list[str] = []
     for i, entry in enumerate(command.entries):
         mid = entry.message_id
@@ -2722,6 +2737,7 @@ def _on_transact(turn: _Turn, command: Transact) -> None:
         for copy in entry.copies:
             by_target.setdefault(copy.target, []).append(copy.record)
             checked_under.setdefault(copy.target, []).append(mid if checked else None)
+            numbered_by[copy.target] = copy.numbered_by
     parts = list(by_target.items())
     start = len(turn.settles)
     for j, (lock, settle) in enumerate(zip(locks, command.settles, strict=True)):
@@ -2745,7 +2761,7 @@ def _on_transact(turn: _Turn, command: Transact) -> None:
     claim = _claim_ids(turn, remembered, answer) if view.settings.shared_store else None
     for i, (target, records) in enumerate(parts):
         gate = None if claim is None else Gate(claim, tuple(checked_under[target]))
-        turn.op(AppendTo(target, tuple(records), gate),
+        turn.op(AppendTo(target, tuple(records), gate, numbered_by=numbered_by[target]),
                 _PublishCtx(command.reply_to, target, tuple(records), stored, i == 0, i == len(parts) - 1))
     if remembered and not view.settings.shared_store:
         history = tuple((mid, now) for mid in remembered)

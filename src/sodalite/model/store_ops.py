@@ -34,7 +34,7 @@ class Outcome(enum.Enum):
     ABANDON = "abandon"  # clear the lock; the delivery still counts
     RELEASE = "release"  # clear the lock and give the delivery back (count - 1, not below 0)
     DEFER = "defer"  # clear the lock; the message becomes DEFERRED
-    DEAD_LETTER = "dead_letter"  # delete here, append to ``dead_letter_to`` with a new number
+    DEAD_LETTER = "dead_letter"  # delete here, append to ``dead_letter_to`` (its own number, or a new one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +102,9 @@ class AppendTo:
     target: Hashable
     messages: tuple[MessageRecord, ...]
     gate: Gate | None = None  # as :attr:`Append.gate` (the history is this core's: the topic's)
+    # The partition whose counter numbers them (the caller's name; None: ``target``'s own): a
+    # subscription's dead-letter queue is numbered by the subscription (the port's ``numbered_by``).
+    numbered_by: Hashable | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +136,8 @@ class SettleItem:
     reset_delivery_count: bool = False
     enqueued_time: int | None = None
     expires_at: int | None = None
+    # Into the entity's own dead-letter queue: the message keeps its sequence number there.
+    keep_sequence_number: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +185,7 @@ class MoveMessages:
     items: tuple[MoveItem, ...]
     to_dead_letter: bool
     target: tuple[str, int] | None = None
+    keep_sequence_numbers: bool = False  # the rows keep their numbers in the target (a dead-letter queue)
 
 
 @dataclass(frozen=True, slots=True)

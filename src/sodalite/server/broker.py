@@ -247,7 +247,7 @@ class Broker:
     def __init__(self, namespace: NamespaceConfig, store: MessagingStore, *, max_frame_size: int = 262144,
                  idle_timeout_ms: int | None = 120_000, silence_heartbeat_s: float | None = 3.0,
                  clock: Clock = wall_clock_ms,
-                 more_stores: Sequence[tuple[str, MessagingStore]] = (), core: str = "v1",
+                 more_stores: Sequence[tuple[str, MessagingStore]] = (), core: str = "v2",
                  node_id: str = "node") -> None:
         self.namespace = namespace
         self.clock = clock

@@ -833,7 +833,10 @@ class CoreActor:
             for actor, sub, record in copies:
                 target = actor.refs[sub]
                 self._targets[target] = (actor, sub)  # the destination's actor as it is now
-                made.append(core.PublishCopy(target, record))
+                # A dead letter made for an entity is numbered by the entity's partition (as on version 1),
+                # so it never takes a number a message dead-lettered there keeps.
+                made.append(core.PublishCopy(target, record,
+                                             actor.refs[SubQueue.MAIN] if sub is SubQueue.DEAD_LETTER else None))
             entries.append(core.PublishEntry(message_id, tuple(made)))
         return tuple(entries)
 

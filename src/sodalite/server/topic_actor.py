@@ -5,7 +5,8 @@ Theory of operation. A topic stores nothing of a plain send: the message's copie
 subscriptions, each a queue on the core (:class:`~sodalite.server.core_actor.CoreActor`) kept in
 the topic's messaging store. The broker plans the copies (``plan``: each subscription's rules and
 actions, filter errors to the subscription's dead-letter queue, copies a session-enabled
-subscription cannot take likewise; ``server/fanout.py``), and this actor hands them to the topic's
+subscription cannot take likewise, numbered by the subscription's partition as on version 1, so they
+never meet the numbers its dead-lettered messages keep; ``server/fanout.py``), and this actor hands them to the topic's
 own core as one :class:`~sodalite.model.partition_core.Publish`: the core applies the topic's
 duplicate detection and emits one batch holding every copy (``AppendTo`` each subscription's
 partition) and the duplicate history. The send is acknowledged when that batch committed

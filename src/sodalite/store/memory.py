@@ -205,6 +205,24 @@ class _Partition:
         self.last_sequence_number = n
         return n
 
+    def keep(self, records: list[MessageRecord], base: int) -> list[int]:
+        """Store dead letters kept in their dead-letter partition under their own numbers; one this
+        partition holds already (numbered here by an earlier release) gets a number above the
+        high-water mark, ``base`` and every number of ``records``, in order. The high-water mark
+        becomes the greatest number stored. The numbers, in order."""
+        above = max([self.last_sequence_number, base, *(m.sequence_number for m in records)])
+        numbers = []
+        for m in records:
+            n = m.sequence_number
+            if n in self.messages:
+                above += 1
+                n = above
+            self.messages[n] = replace(m, sequence_number=n)
+            self.locks.pop(n, None)
+            self.last_sequence_number = max(self.last_sequence_number, n)
+            numbers.append(n)
+        return numbers
+
     def delete(self, n: int) -> MessageRecord | None:
         self.locks.pop(n, None)
         return self.messages.pop(n, None)
@@ -418,7 +436,14 @@ class MemoryStore:
                         and claims.get((_key(op.gate.ref), gate_id)) != op.gate.claim):
                     numbers.append(0)  # a duplicate: its id was not taken by this claim
                     continue
-                numbers.append(part.append(m, numbering_base(op.ref)))
+                n = part.append(m, numbering_base(op.ref))
+                if op.numbered_by is not None:
+                    # above both counters, both raised: it takes nothing either partition holds or gave
+                    counter = writable(op.numbered_by)
+                    n = max(n - 1, counter.last_sequence_number, numbering_base(op.numbered_by)) + 1
+                    part.messages[n] = replace(part.messages.pop(part.last_sequence_number), sequence_number=n)
+                    part.last_sequence_number = counter.last_sequence_number = n
+                numbers.append(n)
             _check_int64(part.last_sequence_number, f"last sequence number of {op.ref.entity!r}")
             return Appended(tuple(numbers))
         if isinstance(op, PruneMessageIds):
@@ -461,6 +486,7 @@ class MemoryStore:
         if isinstance(op, Settle):
             part = writable(op.ref)
             applied: list[bool] = []
+            kept: dict[PartitionRef, list[MessageRecord]] = {}  # dead letters keeping their numbers, per target
             for item in op.items:
                 n = item.sequence_number
                 if not part.holds(n, item.lock_token, op.now):
@@ -489,9 +515,14 @@ class MemoryStore:
                     copy = replace(m, state=MessageState.ACTIVE, expires_at=item.expires_at,
                                    enqueued_time=m.enqueued_time if item.enqueued_time is None else item.enqueued_time,
                                    delivery_count=0 if item.reset_delivery_count else m.delivery_count)
-                    writable(item.dead_letter_to).append(copy, numbering_base(item.dead_letter_to))
+                    if item.keep_sequence_number:
+                        kept.setdefault(item.dead_letter_to, []).append(copy)
+                    else:
+                        writable(item.dead_letter_to).append(copy, numbering_base(item.dead_letter_to))
                 else:
                     assert_never(item.outcome)
+            for ref, records in kept.items():
+                writable(ref).keep(records, numbering_base(ref))
             return Settled(tuple(applied))
         if isinstance(op, RenewLocks):
             part = writable(op.ref)
@@ -505,6 +536,7 @@ class MemoryStore:
         if isinstance(op, MoveMessages):
             part = writable(op.ref)
             moved: list[int | None] = []
+            keeping: list[tuple[int, MessageRecord]] = []  # (place in the result, row) kept in the target
             for move in op.items:
                 n = move.sequence_number
                 if n not in part.messages or part.locked(n, op.now):
@@ -522,7 +554,15 @@ class MemoryStore:
                 gone = replace(gone, state=MessageState.ACTIVE, expires_at=move.expires_at,
                                enqueued_time=gone.enqueued_time if move.enqueued_time is None else move.enqueued_time,
                                delivery_count=0 if move.reset_delivery_count else gone.delivery_count)
-                moved.append(writable(op.target).append(gone, numbering_base(op.target)))
+                if op.keep_sequence_numbers:
+                    keeping.append((len(moved), gone))
+                    moved.append(None)
+                else:
+                    moved.append(writable(op.target).append(gone, numbering_base(op.target)))
+            if keeping and op.target is not None:
+                numbers = writable(op.target).keep([m for _, m in keeping], numbering_base(op.target))
+                for (index, _), number in zip(keeping, numbers, strict=True):
+                    moved[index] = number
             return Moved(tuple(moved))
         if isinstance(op, Activate):
             part = writable(op.ref)

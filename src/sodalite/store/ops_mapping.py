@@ -46,7 +46,9 @@ def to_port_op(op: core.StoreOp, ref: port.PartitionRef, dead_letter: port.Parti
         case core.AppendTo():
             if not isinstance(op.target, port.PartitionRef):
                 raise TypeError(f"an AppendTo names its partition by a PartitionRef, not {op.target!r}")
-            return port.Append(op.target, op.messages, gate(op.gate))
+            if op.numbered_by is not None and not isinstance(op.numbered_by, port.PartitionRef):
+                raise TypeError(f"an AppendTo names its numbering partition by a PartitionRef, not {op.numbered_by!r}")
+            return port.Append(op.target, op.messages, gate(op.gate), op.numbered_by)
         case core.Claim():
             return port.Claim(ref, op.now, op.locked_until, op.owner, op.tokens, session_id=op.session_id,
                               sequence_numbers=op.sequence_numbers, state=op.state)
@@ -58,7 +60,7 @@ def to_port_op(op: core.StoreOp, ref: port.PartitionRef, dead_letter: port.Parti
                 items.append(port.SettleItem(
                     item.sequence_number, item.lock_token, item.outcome, annotations, count,
                     to if item.outcome is core.Outcome.DEAD_LETTER else None, tail,
-                    item.reset_delivery_count, item.enqueued_time, item.expires_at))
+                    item.reset_delivery_count, item.enqueued_time, item.expires_at, item.keep_sequence_number))
             return port.Settle(ref, op.now, tuple(items), op.all_or_none)
         case core.RenewLocks():
             return port.RenewLocks(ref, op.now, op.locked_until, op.items)
@@ -74,7 +76,7 @@ def to_port_op(op: core.StoreOp, ref: port.PartitionRef, dead_letter: port.Parti
             if op.to_dead_letter and op.target is not None:
                 raise ValueError("a move goes to the dead-letter queue or to a target, not both")
             target = dead_letter if op.to_dead_letter else None if op.target is None else port.PartitionRef(*op.target)
-            return port.MoveMessages(ref, op.now, tuple(moves), target)
+            return port.MoveMessages(ref, op.now, tuple(moves), target, op.keep_sequence_numbers)
         case core.Activate():
             return port.Activate(ref, op.now, op.limit)
         case core.RememberMessageIds():

@@ -358,6 +358,12 @@ class Append:
     ref: PartitionRef
     messages: tuple[MessageRecord, ...]
     gate: DedupGate | None = None
+    # Another partition whose counter numbers the messages too (None: ``ref``'s alone): a dead letter
+    # made for a subscription at a topic's fan-out is numbered by the subscription's partition, as
+    # the dead letters that keep their number (:attr:`SettleItem.keep_sequence_number`) were. The
+    # numbers go on above both counters, and both are raised to the last: they take nothing either
+    # partition holds or gave.
+    numbered_by: PartitionRef | None = None
 
     def __post_init__(self) -> None:
         if self.gate is not None and len(self.gate.message_ids) != len(self.messages):
@@ -422,6 +428,13 @@ class SettleItem:
     reset_delivery_count: bool = False
     enqueued_time: int | None = None
     expires_at: int | None = None
+    # DEAD_LETTER into the entity's own dead-letter partition (the caller says so): the copy keeps its
+    # sequence number there, as Service Bus keeps it, and that partition's counter becomes the greater
+    # of its own and the number. A number the target holds already (numbered there by an earlier
+    # release, which gave dead letters the next number) is replaced by one above the target's counter
+    # and every number the operation keeps there, in item order. False (a copy forwarded into another
+    # queue): the target's next number.
+    keep_sequence_number: bool = False
 
     def __post_init__(self) -> None:
         if self.outcome is Outcome.DEAD_LETTER and self.dead_letter_to is None:
@@ -436,8 +449,9 @@ class Settle:
     ``locked_until > now``; otherwise it changes nothing and its flag is False (a stale token, a
     lapsed lock, a message already settled: the caller answers "lock lost"). Items apply in order,
     so a second item for the same message finds it settled (False). A dead-lettered message is
-    appended to ``dead_letter_to`` with the next number of that partition, unlocked, state ACTIVE,
-    with its delivery count. Result: :class:`Settled`.
+    appended to ``dead_letter_to`` unlocked, state ACTIVE, with its delivery count, under its own
+    number with ``keep_sequence_number`` (else with the next number of that partition). Result:
+    :class:`Settled`.
 
     ``all_or_none`` (an AMQP transaction's settlements, whose sends commit in the same batch): an
     item that does not apply fails the whole batch instead. ``apply`` raises :class:`SettleFenced`
@@ -506,8 +520,11 @@ class MoveMessages:
     """Move unlocked messages to another partition of the same store, or delete them.
 
     For each item whose row exists and is not locked at ``now``: delete it here and, with a
-    ``target``, append it there with the target's next number (state ACTIVE, lock cleared, count
-    reset if asked, the item's enqueued and expiry times). Used for expiry (to the dead-letter
+    ``target``, append it there with the target's next number, or its own number with
+    ``keep_sequence_numbers`` (the target is the entity's own dead-letter partition: the target's
+    counter becomes the greater of its own and the numbers; a number it holds already is replaced
+    as :attr:`SettleItem.keep_sequence_number` says), state ACTIVE, lock cleared, count reset if
+    asked, the item's enqueued and expiry times. Used for expiry (to the dead-letter
     queue, or just gone), MaxDeliveryCount dead-lettering of an unlocked message, purges by number
     (no target), and moves, resubmits and redrives into another queue of the same store (one
     transaction: the copy exists in the target exactly when the row left the source).
@@ -518,6 +535,11 @@ class MoveMessages:
     now: int
     items: tuple[MoveItem, ...]
     target: PartitionRef | None
+    keep_sequence_numbers: bool = False
+
+    def __post_init__(self) -> None:
+        if self.keep_sequence_numbers and self.target is None:
+            raise ValueError("MoveMessages: keep_sequence_numbers needs a target")
 
 
 @dataclass(frozen=True, slots=True)

@@ -653,6 +653,31 @@ _APPEND_GATED: Final = (
     f"{_ADD_COUNTERS}) "
     "SELECT g.ord, hw.top + g.rn FROM hw, g"
 )
+# v2 append numbered by another partition's counter too (%(ne)s, %(np)s; Append.numbered_by: a dead
+# letter a topic's fan-out makes for a subscription, numbered by the subscription's partition),
+# after _TAKE_PARTITION of both: numbered above both high-water marks, both raised to the last number
+# (so it takes nothing either partition holds or gave); the target's counter row takes the counts.
+# Rows (place, number).
+_APPEND_NUMBERED_BY: Final = (
+    f"WITH hw AS (SELECT GREATEST(a.top, b.top) AS top FROM ({_numbered_after('ne', 'np')}) a, "
+    f"({_numbered_after()}) b), "
+    f"g AS (SELECT m.*, row_number() OVER (ORDER BY m.ord) AS rn FROM {_UNNEST_MESSAGES} "
+    "LEFT JOIN unnest(%(gid)s::bytea[]) WITH ORDINALITY AS gi(mid, ord) ON gi.ord = m.ord "
+    "WHERE NOT %(gated)s OR gi.mid IS NULL OR EXISTS (SELECT 1 FROM sodalite_duplicate_history h "
+    "WHERE h.entity = %(ge)s AND h.partition = %(gp)s AND h.message_id = gi.mid AND h.claim = %(claim)s)), "
+    f"ins AS (INSERT INTO sodalite_messages ({_ALL_COLUMNS}) "
+    f"SELECT {_CURRENT_GENERATION}, %(e)s, %(p)s, hw.top + g.rn, "
+    + ", ".join(f"g.{n}" for n in _FIELD_NAMES) + ", NULL, NULL, NULL "
+    "FROM hw, g RETURNING state, annotations, tail), "
+    f"counted AS (SELECT count(*), {_COUNTS_OF_NEW} FROM ins), "
+    f"src AS (INSERT INTO sodalite_counters AS c ({_COUNTER_COLUMNS}) "
+    f"SELECT {_CURRENT_GENERATION}, %(ne)s, %(np)s, hw.top + x.n, 0, 0, 0, 0 "
+    f"FROM hw, counted x(n, a, s, d, z) WHERE x.n > 0 {_ADD_COUNTERS}), "
+    f"bump AS (INSERT INTO sodalite_counters AS c ({_COUNTER_COLUMNS}) "
+    f"SELECT {_CURRENT_GENERATION}, %(e)s, %(p)s, hw.top + x.n, x.a, x.s, x.d, x.z "
+    f"FROM hw, counted x(n, a, s, d, z) WHERE x.n > 0 {_ADD_COUNTERS}) "
+    "SELECT g.ord, hw.top + g.rn FROM hw, g"
+)
 # v1 append (caller-numbered): the numbers must be new in every generation, not only the current one.
 _CHECK_NEW_NUMBERS: Final = (
     "SELECT sodalite_duplicate_sequence_number(m.sequence_number) FROM sodalite_messages m "
@@ -744,7 +769,8 @@ _UNLOCK: Final = (
 
 def _transfer_sql(fence: str) -> str:
     """Delete the fenced rows named by the items here and append them to the target partition
-    (%(te)s, %(tp)s, taken by _TAKE_PARTITION before) with its next numbers, in item order: unlocked,
+    (%(te)s, %(tp)s, taken by _TAKE_PARTITION before) with its next numbers, in item order, or with
+    %(keep)s under their own numbers (the counter row then takes the highest of them): unlocked,
     ACTIVE, with the item's expiry time (none for a settlement: it lands in a dead-letter queue,
     where no time-to-live is observed) and enqueued time (the row's when the item gives none),
     annotations and tail replaced and delivery count reset as each item says. Returns
@@ -764,7 +790,15 @@ def _transfer_sql(fence: str) -> str:
         f"{_GONE}), "
         f"src AS ({_adjust('d', ' AND NOT %(same)s')}), "
         f"hw AS ({_numbered_after('te', 'tp')}), "
-        "nums AS (SELECT d.*, hw.top + row_number() OVER (ORDER BY d.ord) AS new_seq FROM d, hw), "
+        # Kept numbers (a dead letter into its own dead-letter partition): the row's own number, unless
+        # the target holds it already (numbered there by an earlier release): then one above the target's
+        # counter and every number kept, in item order.
+        "tk AS (SELECT d.*, %(keep)s AND EXISTS (SELECT 1 FROM sodalite_messages t WHERE t.entity = %(te)s "
+        "AND t.partition = %(tp)s AND t.sequence_number = d.old_seq) AS taken FROM d), "
+        "nums AS (SELECT tk.*, CASE WHEN NOT %(keep)s THEN hw.top + row_number() OVER (ORDER BY tk.ord) "
+        "WHEN tk.taken THEN GREATEST(hw.top, max(tk.old_seq) OVER ()) "
+        "+ sum(tk.taken::int) OVER (ORDER BY tk.ord ROWS UNBOUNDED PRECEDING) "
+        "ELSE tk.old_seq END AS new_seq FROM tk, hw), "
         f"tgt AS (INSERT INTO sodalite_counters AS c ({_COUNTER_COLUMNS}) "
         # Into the partition it came from (a resubmit): the removal's deltas go into this one row.
         f"SELECT {_CURRENT_GENERATION}, %(te)s, %(tp)s, max(new_seq), "
@@ -1188,6 +1222,21 @@ def _unique(numbers: Sequence[int]) -> bool:
 def _append_plan(op: Append) -> _Plan:
     if not op.messages:
         return _Plan(finish=lambda _: Appended(()))
+    if op.numbered_by is not None and _key(op.numbered_by) != _key(op.ref):
+        gate_entity, gate_partition = (None, None) if op.gate is None else _key(op.gate.ref)
+        counter_entity, counter_partition = _key(op.numbered_by)
+        params = {**_partition_params(op.ref), **_message_arrays(op.ref, op.messages, numbered=False),
+                  "ne": counter_entity, "np": counter_partition, "gated": op.gate is not None,
+                  "ge": gate_entity, "gp": gate_partition, "claim": None if op.gate is None else op.gate.claim,
+                  "gid": [None] * len(op.messages) if op.gate is None
+                  else [_opt_utf8(mid, "gate message id") for mid in op.gate.message_ids]}
+
+        def placed(rows: list[_Rows]) -> OpResult:
+            by_place = {int(place): int(number) for place, number in rows[0]}
+            return Appended(tuple(by_place.get(place, 0) for place in range(1, len(op.messages) + 1)))
+
+        return _Plan([_Step(_APPEND_NUMBERED_BY, params, rows=True)], placed,
+                     takes={_key(op.ref), _key(op.numbered_by)})
     if op.gate is not None:
         gate_entity, gate_partition = _key(op.gate.ref)
         gated = {**_partition_params(op.ref), **_message_arrays(op.ref, op.messages, numbered=False),
@@ -1267,7 +1316,7 @@ def _settle_plan(op: Settle) -> _Plan:
             return ("complete",)
         if item.outcome is Outcome.DEAD_LETTER:
             assert item.dead_letter_to is not None
-            return ("dead-letter", *_key(item.dead_letter_to))
+            return ("dead-letter", *_key(item.dead_letter_to), item.keep_sequence_number)
         return ("unlock",)
 
     steps: list[_Step] = []
@@ -1284,8 +1333,9 @@ def _settle_plan(op: Settle) -> _Plan:
             sql = _UNLOCK
         else:
             sql = _DEAD_LETTER
-            params |= {"te": group_key[1], "tp": group_key[2], "same": group_key[1:] == _key(op.ref)}
-            takes.add(group_key[1:])
+            params |= {"te": group_key[1], "tp": group_key[2], "same": group_key[1:3] == _key(op.ref),
+                       "keep": group_key[3]}
+            takes.add(group_key[1:3])
         steps.append(_Step(sql, params, rows=True, generic=True))
         groups.append(indexes)
     return _Plan(steps, lambda rows: Settled(_flags(numbers, groups, rows)), takes)
@@ -1369,6 +1419,7 @@ def _move_plan(op: MoveMessages) -> _Plan:
     if op.target is not None:
         base["te"], base["tp"] = _key(op.target)
         base["same"] = _key(op.target) == _key(op.ref)
+        base["keep"] = op.keep_sequence_numbers
     numbers = [item.sequence_number for item in op.items]
     steps: list[_Step] = []
     groups: list[list[int]] = []

@@ -612,16 +612,53 @@ def _delete_counted(conn: sqlite3.Connection, ref: PartitionRef, numbers: Sequen
     counts.write(conn, ref)
 
 
-def _append(conn: sqlite3.Connection, ref: PartitionRef, records: Sequence[MessageRecord]) -> list[int]:
-    """Insert records with the partition's next numbers, counted; the numbers, in order."""
+def _append(conn: sqlite3.Connection, ref: PartitionRef, records: Sequence[MessageRecord],
+            numbered_by: PartitionRef | None = None) -> list[int]:
+    """Insert records with the next numbers of the partition, counted; the numbers, in order. With
+    ``numbered_by``, numbers above both partitions' counters, both raised to the last of them: they
+    take nothing either partition holds or gave."""
     if not records:
         return []
-    (last,) = conn.execute(_TAKE_NUMBERS, (ref.entity, ref.partition, len(records), numbering_base(ref))).fetchone()
+    counter = ref if numbered_by is None else numbered_by
+    if numbered_by is not None:
+        row = conn.execute(_SELECT_HIGH_WATER_MARK, (ref.entity, ref.partition)).fetchone()
+        if row is not None and row[0]:
+            conn.execute(_RAISE_HIGH_WATER_MARK, (numbered_by.entity, numbered_by.partition, row[0]))
+    (last,) = conn.execute(_TAKE_NUMBERS, (counter.entity, counter.partition, len(records),
+                                           numbering_base(counter))).fetchone()
     first = last - len(records) + 1
     numbers = list(range(first, last + 1))
+    if numbered_by is not None:
+        conn.execute(_RAISE_HIGH_WATER_MARK, (ref.entity, ref.partition, last))
     conn.executemany(_INSERT_MESSAGE, [
         _message_row(ref.entity, ref.partition, m, n) for n, m in zip(numbers, records, strict=True)
     ])
+    _count_records(conn, ref, records)
+    return numbers
+
+
+def _append_kept(conn: sqlite3.Connection, ref: PartitionRef, records: Sequence[MessageRecord]) -> list[int]:
+    """Insert dead letters kept in their dead-letter partition under their own numbers, counted; one
+    the partition holds already (numbered there by an earlier release) gets a number above its
+    counter, its base and every number of ``records``, in order. The counter becomes the greatest
+    number stored. The numbers, in order."""
+    if not records:
+        return []
+    own = [m.sequence_number for m in records]
+    taken = {n for (n,) in conn.execute(
+        f"SELECT sequence_number FROM messages WHERE {_KEY} AND {_IN_JSON}",
+        (ref.entity, ref.partition, json.dumps(own))).fetchall()}
+    row = conn.execute(_SELECT_HIGH_WATER_MARK, (ref.entity, ref.partition)).fetchone()
+    above = max([0 if row is None else row[0], numbering_base(ref), *own])
+    numbers = []
+    for n in own:
+        if n in taken:
+            above += 1
+            n = above
+        numbers.append(n)
+    conn.execute(_RAISE_HIGH_WATER_MARK, (ref.entity, ref.partition, max(numbers)))
+    conn.executemany(_INSERT_MESSAGE, [_message_row(ref.entity, ref.partition, m, n)
+                                       for m, n in zip(records, numbers, strict=True)])
     _count_records(conn, ref, records)
     return numbers
 
@@ -669,10 +706,11 @@ def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2, claims: _Claims) -> OpRes
     if isinstance(op, Append):
         gate = op.gate
         if gate is None:
-            return Appended(tuple(_append(conn, ref, op.messages)))
+            return Appended(tuple(_append(conn, ref, op.messages, op.numbered_by)))
         passes = [gate_id is None or claims.get(_claim_key(gate.ref, gate_id)) == gate.claim
                   for gate_id in gate.message_ids]
-        numbers = iter(_append(conn, ref, [m for m, ok in zip(op.messages, passes, strict=True) if ok]))
+        numbers = iter(_append(conn, ref, [m for m, ok in zip(op.messages, passes, strict=True) if ok],
+                               op.numbered_by))
         return Appended(tuple(next(numbers) if ok else 0 for ok in passes))
     if isinstance(op, PruneMessageIds):
         conn.execute(_PRUNE_IDS, (*key, op.seen_before))
@@ -728,14 +766,21 @@ def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2, claims: _Claims) -> OpRes
         for outcome, params in by_outcome.items():
             conn.executemany(_SETTLE[outcome], params)
         counts.write(conn, ref)
+        kept: dict[PartitionRef, list[MessageRecord]] = {}
         for item in dead:
             assert item.dead_letter_to is not None
             record = _replaced(dying[item.sequence_number].record, item.annotations, item.annotation_count,
                                item.tail)
-            _append(conn, item.dead_letter_to, [replace(
+            copy = replace(
                 record, state=MessageState.ACTIVE, expires_at=item.expires_at,
                 enqueued_time=record.enqueued_time if item.enqueued_time is None else item.enqueued_time,
-                delivery_count=0 if item.reset_delivery_count else record.delivery_count)])
+                delivery_count=0 if item.reset_delivery_count else record.delivery_count)
+            if item.keep_sequence_number:
+                kept.setdefault(item.dead_letter_to, []).append(copy)
+            else:
+                _append(conn, item.dead_letter_to, [copy])
+        for target, copies in kept.items():  # each target's kept numbers together (their numbers decide)
+            _append_kept(conn, target, copies)
         return Settled(tuple(applied))
     if isinstance(op, RenewLocks):
         locks = _select_locks(conn, ref, [n for n, _ in op.items])
@@ -769,7 +814,7 @@ def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2, claims: _Claims) -> OpRes
             _delete_counted(conn, ref, [m.sequence_number for m in leaving])
         if op.target is None:
             return Moved(tuple(moved))
-        numbers = iter(_append(conn, op.target, leaving))
+        numbers = iter((_append_kept if op.keep_sequence_numbers else _append)(conn, op.target, leaving))
         return Moved(tuple(None if n is None else next(numbers) for n in moved))
     if isinstance(op, Activate):
         if op.limit <= 0:
