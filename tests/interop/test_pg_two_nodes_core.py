@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from broker_process import BrokerProcess, write_config
+from pg_nodes import node_pair
 
-from pg_server import shared_server
+from pg_server import module_database
 
 pytestmark = pytest.mark.interop
 
@@ -32,22 +33,15 @@ QUEUES = [
 ]
 
 
-def _node(base: Path, url: str, name: str) -> BrokerProcess:
-    return BrokerProcess(base / name, write_config(base / "Config.json", QUEUES),
-                         extra_args=["--store", url, "--core", "v2", "--node-id", name])
+@pytest.fixture(scope="module")
+def database() -> Iterator[str]:
+    yield from module_database("twonodes")
 
 
 @pytest.fixture(scope="module")
-def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
-    try:
-        url = shared_server().create_database("twonodes")
-    except RuntimeError as exc:
-        pytest.skip(str(exc))
+def nodes(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
     base = tmp_path_factory.mktemp("two-nodes")
-    a, b = _node(base, url, "node-a").start(), _node(base, url, "node-b").start()
-    yield a, b
-    a.stop()
-    b.stop()
+    yield from node_pair(base, write_config(base / "Config.json", QUEUES), database)
 
 
 def _send(node: BrokerProcess, queue: str, bodies: list[str], session_id: str | None = None) -> None:

@@ -14,14 +14,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceivedMessage
 from azure.servicebus.management import ServiceBusAdministrationClient
 from broker_process import BrokerProcess, write_config
+from pg_nodes import node_pair
 
-from pg_server import shared_server
+from pg_server import module_database
 
 pytestmark = pytest.mark.interop
 
@@ -34,22 +34,15 @@ TOPICS = [{"Name": "tdedup", "Properties": DEDUP,
            "Subscriptions": [{"Name": "s1", "Properties": {}}, {"Name": "s2", "Properties": {}}]}]
 
 
-def _node(base: Path, url: str, name: str) -> BrokerProcess:
-    return BrokerProcess(base / name, write_config(base / "Config.json", QUEUES, Topics=TOPICS),
-                         extra_args=["--store", url, "--core", "v2", "--node-id", name])
+@pytest.fixture(scope="module")
+def database() -> Iterator[str]:
+    yield from module_database("twonodesdedup")
 
 
 @pytest.fixture(scope="module")
-def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
-    try:
-        url = shared_server().create_database("twonodesdedup")
-    except RuntimeError as exc:
-        pytest.skip(str(exc))
+def nodes(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
     base = tmp_path_factory.mktemp("two-nodes-dedup")
-    a, b = _node(base, url, "node-a").start(), _node(base, url, "node-b").start()
-    yield a, b
-    a.stop()
-    b.stop()
+    yield from node_pair(base, write_config(base / "Config.json", QUEUES, Topics=TOPICS), database)
 
 
 def _send(node: BrokerProcess, ids: list[str], prefix: str, topic: bool = False, batch: bool = False) -> None:

@@ -15,13 +15,13 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from broker_process import BrokerProcess, write_config
+from pg_nodes import node_pair
 
-from pg_server import shared_server
+from pg_server import module_database
 
 pytestmark = pytest.mark.interop
 
@@ -29,24 +29,17 @@ POLL = "60"  # the fallback polls: far longer than any bound below
 BOUND = 30.0
 
 
-def _node(base: Path, url: str, name: str) -> BrokerProcess:
-    return BrokerProcess(base / name, write_config(base / "Config.json", [{"Name": "woken", "Properties": {}},
-                                                                   {"Name": "known", "Properties": {}}]),
-                         extra_args=["--store", url, "--core", "v2", "--node-id", name,
-                                     "--shared-poll-seconds", POLL, "--metrics-port", "0"])
+@pytest.fixture(scope="module")
+def database() -> Iterator[str]:
+    yield from module_database("notify")
 
 
 @pytest.fixture(scope="module")
-def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
-    try:
-        url = shared_server().create_database("notify")
-    except RuntimeError as exc:
-        pytest.skip(str(exc))
+def nodes(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
     base = tmp_path_factory.mktemp("notify-nodes")
-    a, b = _node(base, url, "node-a").start(), _node(base, url, "node-b").start()
-    yield a, b
-    a.stop()
-    b.stop()
+    config = write_config(base / "Config.json",
+                          [{"Name": "woken", "Properties": {}}, {"Name": "known", "Properties": {}}])
+    yield from node_pair(base, config, database, ["--shared-poll-seconds", POLL, "--metrics-port", "0"])
 
 
 def _round_trips(node: BrokerProcess) -> int:

@@ -18,12 +18,12 @@ import re
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.management import ServiceBusAdministrationClient
 from broker_process import BrokerProcess, write_config
+from pg_nodes import node_pair
 
 from pg_server import module_database
 from sodalite.server.partitioned_actor import partition_index
@@ -41,12 +41,6 @@ TOPICS = [{"Name": "spread", "Properties": {"EnablePartitioning": True},
            "Subscriptions": [{"Name": "work", "Properties": {"LockDuration": "PT30S"}}]}]
 
 
-def _node(base: Path, url: str, name: str) -> BrokerProcess:
-    config = write_config(base / "Config.json", [], Topics=TOPICS)
-    return BrokerProcess(base / name, config, extra_args=["--store", url, "--core", "v2", "--node-id", name,
-                                                         "--log-level", "INFO"])
-
-
 @pytest.fixture(scope="module")
 def database() -> Iterator[str]:
     yield from module_database("ptopics")
@@ -55,10 +49,7 @@ def database() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def nodes(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
     base = tmp_path_factory.mktemp("partitioned-topic-nodes")
-    a, b = _node(base, database, "node-a").start(), _node(base, database, "node-b").start()
-    yield a, b
-    a.stop()
-    b.stop()
+    yield from node_pair(base, write_config(base / "Config.json", [], Topics=TOPICS), database, ["--log-level", "INFO"])
 
 
 def _send(node: BrokerProcess, topic: str, messages: list[ServiceBusMessage], batch: int = 50) -> None:

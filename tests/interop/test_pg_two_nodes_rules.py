@@ -20,13 +20,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.management import ServiceBusAdministrationClient, SqlRuleFilter
 from broker_process import BrokerProcess, write_config
+from pg_nodes import node_pair
 
 from pg_server import module_database
 
@@ -38,11 +38,6 @@ TOPICS = [{"Name": TOPIC, "Properties": {},
            "Subscriptions": [{"Name": "many", "Properties": {}}, {"Name": "contested", "Properties": {}}]}]
 
 
-def _node(base: Path, url: str, name: str) -> BrokerProcess:
-    config = write_config(base / "Config.json", [], Topics=TOPICS)
-    return BrokerProcess(base / name, config, extra_args=["--store", url, "--core", "v2", "--node-id", name])
-
-
 @pytest.fixture(scope="module")
 def database() -> Iterator[str]:
     yield from module_database("rules")
@@ -51,10 +46,7 @@ def database() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def nodes(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
     base = tmp_path_factory.mktemp("rule-nodes")
-    a, b = _node(base, database, "node-a").start(), _node(base, database, "node-b").start()
-    yield a, b
-    a.stop()
-    b.stop()
+    yield from node_pair(base, write_config(base / "Config.json", [], Topics=TOPICS), database)
 
 
 def _admin(node: BrokerProcess) -> ServiceBusAdministrationClient:

@@ -16,13 +16,13 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
 from broker_process import BrokerProcess, write_config
+from pg_nodes import node_pair
 
-from pg_server import shared_server
+from pg_server import module_database
 
 pytestmark = pytest.mark.interop
 
@@ -34,22 +34,15 @@ QUEUES = [
 ]
 
 
-def _node(base: Path, url: str, name: str) -> BrokerProcess:
-    return BrokerProcess(base / name, write_config(base / "Config.json", QUEUES),
-                         extra_args=["--store", url, "--core", "v2", "--node-id", name])
+@pytest.fixture(scope="module")
+def database() -> Iterator[str]:
+    yield from module_database("twonodes_timers")
 
 
 @pytest.fixture(scope="module")
-def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
-    try:
-        url = shared_server().create_database("twonodes_timers")
-    except RuntimeError as exc:
-        pytest.skip(str(exc))
+def nodes(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
     base = tmp_path_factory.mktemp("two-nodes-timers")
-    a, b = _node(base, url, "node-a").start(), _node(base, url, "node-b").start()
-    yield a, b
-    a.stop()
-    b.stop()
+    yield from node_pair(base, write_config(base / "Config.json", QUEUES), database)
 
 
 def _receive(node: BrokerProcess, queue: str, want: int, seconds: float,

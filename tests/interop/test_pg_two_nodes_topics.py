@@ -21,7 +21,6 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,6 +33,7 @@ from azure.servicebus.management import (
     SqlRuleFilter,
 )
 from broker_process import KEY, KEY_NAME, BrokerProcess, write_config
+from pg_nodes import node_pair
 
 from pg_server import module_database
 from sodalite.model.sas import generate_token
@@ -46,12 +46,6 @@ NAMESPACE_RULES = [{"KeyName": KEY_NAME, "PrimaryKey": KEY},
 TOPICS = [{"Name": "configured", "Properties": {}, "Subscriptions": [{"Name": "all", "Properties": {}}]}]
 
 
-def _node(base: Path, url: str, name: str) -> BrokerProcess:
-    config = write_config(base / "Config.json", [{"Name": "plain", "Properties": {}}],
-                          Topics=TOPICS, AuthorizationRules=NAMESPACE_RULES)
-    return BrokerProcess(base / name, config, extra_args=["--store", url, "--core", "v2", "--node-id", name])
-
-
 @pytest.fixture(scope="module")
 def database() -> Iterator[str]:
     yield from module_database("topics")
@@ -60,10 +54,8 @@ def database() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def nodes(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
     base = tmp_path_factory.mktemp("topic-nodes")
-    a, b = _node(base, database, "node-a").start(), _node(base, database, "node-b").start()
-    yield a, b
-    a.stop()
-    b.stop()
+    yield from node_pair(base, write_config(base / "Config.json", [{"Name": "plain", "Properties": {}}],
+                          Topics=TOPICS, AuthorizationRules=NAMESPACE_RULES), database)
 
 
 def _admin(node: BrokerProcess) -> ServiceBusAdministrationClient:
