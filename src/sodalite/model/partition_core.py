@@ -79,7 +79,7 @@ Service Bus rules kept (as model/partition.py states them for the in-memory brok
   receiver attached and nothing scheduled, the core replies :class:`IdleExpired` once.
 
 Sessions (``CoreSettings.requires_session``; transfers-locks-settlement seed, sdk-wire-contract.md
-section 4.3, the old path in server/partition_actor.py). Every stored message needs a SessionId (a
+section 4.3). Every stored message needs a SessionId (a
 send without one is :class:`Refused`; pings need none). A receiver takes a session with
 :class:`AcceptSession`: by id (``ClaimSession`` of that id; held elsewhere:
 :class:`SessionCannotBeLocked`) or the next available one (``ClaimSession(None)``: the store picks
@@ -187,7 +187,8 @@ MaxTransferHopCountExceeded, no expiry. The caller tells the target's core ``Arr
 in another store (``DeadLetterForward.relayed``): the caller names this entity's own dead-letter
 queue, where the copy waits, marked and without expiry, for the server's relay to carry it over.
 
-Not here yet (they stay in server/partition_actor.py): peek, list-sessions, quotas.
+Not decided here: peek and list-sessions (``server/core_actor.py`` reads the store for them) and the
+entity size quota (checked by ``server/core_actor.py`` before a send is submitted).
 """
 
 from __future__ import annotations
