@@ -41,7 +41,7 @@ read's answer counts only if ``cursor`` is still where the read began: a failed 
 or a rescan that moved ``cursor`` below it while it was in flight makes it stale (it would skip
 the rows between), and it is dropped.
 
-Service Bus rules kept (as model/partition.py states them for the in-memory broker):
+Service Bus rules kept (as the deleted in-memory partition of the version-1 path kept them):
 - expiry (message-expiration seed): a message past ``expires_at`` is never handed out. It leaves
   when a receive meets it in the window, when its expiry time comes while it is in the window (a
   ``Tick``), or when the lock it was under ends (lapse, abandon, release); to the dead-letter queue
@@ -105,8 +105,8 @@ dead-lettered by a fenced Settle instead of being delivered (its stored count th
 claim).
 
 Deferred messages by number (:class:`ReceiveDeferred`, $management receive-by-sequence-number):
-one ``Claim(state=DEFERRED, sequence_numbers=...)``. All or none, as the version-1 path
-(model/partition.py ``lock_deferred``) and Service Bus answer: if the claim did not take every
+one ``Claim(state=DEFERRED, sequence_numbers=...)``. All or none, as the deleted version-1 path
+and Service Bus answer: if the claim did not take every
 number asked (gone, not deferred, locked), the rows it took are released (their delivery given
 back) and the reply is :class:`MessageNotFound` naming the missing ones. PeekLock answers
 :class:`DeferredReceived` once the claim committed; its locks are :class:`HeldLock` s like any
