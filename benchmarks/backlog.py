@@ -164,8 +164,9 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=1_000_000, help="backlog depth (default 1,000,000)")
     parser.add_argument("--probe", type=int, default=5000, help="messages received at each depth (default 5,000)")
     parser.add_argument("--sync", choices=("FULL", "NORMAL"), default="FULL", help="Sodalite's --sync (default FULL)")
-    parser.add_argument("--core", choices=("v1", "v2"), default="v1",
-                        help="Sodalite's --core (v2: the partition core, no messages in memory; default v1)")
+    parser.add_argument("--core", choices=("v2",), default="v2",
+                        help="Sodalite's --core: v2, the partition core (version 1 was removed; kept for existing "
+                             "command lines)")
     parser.add_argument("--targets", default="sodalite,rabbit", help="sodalite,rabbit (default both)")
     parser.add_argument("--max-seconds", type=float, default=3600, help="run-time bound (default 3600)")
     args = parser.parse_args()

@@ -36,7 +36,7 @@ from sodalite.amqp.codec import encode_value
 from sodalite.amqp.types import Described, ULong
 from sodalite.model import sas
 from sodalite.model.message import MessageRecord, MessageState
-from sodalite.store.port import AppendMessages, DeleteMessages, PartitionRef
+from sodalite.store.port import Append, PartitionRef, Purge
 from sodalite.store.sqlite import SqliteStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,11 +63,14 @@ def populate(data_dir: Path, messages: int, dead: int) -> None:
     for path, count, is_dead in (("big", messages, False), ("redrive/$deadletterqueue", dead, True)):
         ref = PartitionRef(path, 0)
         for start in range(1, count + 1, CHUNK):
-            store.apply([AppendMessages(ref, tuple(record(s, path[:3], is_dead)
-                                                   for s in range(start, min(start + CHUNK, count + 1))))])
+            # The store numbers them 1, 2, ... in order, as record() names them.
+            store.apply([Append(ref, tuple(record(s, path[:3], is_dead)
+                                           for s in range(start, min(start + CHUNK, count + 1))))])
     # The queue's own numbers continue after the dead-lettered ones, as if it had issued them.
     main = PartitionRef("redrive", 0)
-    store.apply([AppendMessages(main, (record(dead, "red", False),)), DeleteMessages(main, (dead,))])
+    for start in range(1, dead + 1, CHUNK):
+        store.apply([Append(main, tuple(record(s, "red", False) for s in range(start, min(start + CHUNK, dead + 1))))])
+    store.apply([Purge(main, 0, None)])
     store.close()
 
 

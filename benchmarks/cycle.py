@@ -3,12 +3,12 @@
 Side by side in one run, in interleaved rounds (every target once per round, so drift on a shared
 machine hits all of them alike):
 
-- Sodalite with ``--sync FULL`` and with ``--sync NORMAL`` (``scripts/serve``), official SDK; with
-  ``--targets v2full,v2normal`` also Sodalite ``--core v2`` (the partition core, store port v2);
+- Sodalite with ``--sync FULL`` and with ``--sync NORMAL`` (``scripts/serve``: the partition core,
+  store port v2), official SDK (``v2full`` and ``v2normal`` are older names of the same two targets);
 - the null peer (``benchmarks/null_peer.py``: answers without storing), the same SDK client;
 - RabbitMQ, a quorum queue (``x-queue-type: quorum``), driven with pika: publisher confirms per
   batch, 4 consumers with manual acks and a prefetch;
-- with ``--targets pg1,pg2``: Sodalite ``--core v2 --store postgresql://...`` on a PostgreSQL server
+- with ``--targets pg1,pg2``: Sodalite ``--store postgresql://...`` on a PostgreSQL server
   the benchmark starts itself (``tests/pg_server.py``: ``initdb`` and ``postgres`` as the ``postgres``
   user, ``synchronous_commit = on``), one node (``pg1``), and two nodes on one database (``pg2``,
   each with its own database on that server): the clients are split over the two nodes (a sender
@@ -29,7 +29,7 @@ batch send, per complete); then a summary with ranges over the rounds and the ra
 Sodalite / RabbitMQ and Sodalite / null peer. Not part of the test run:
 
     .venv/bin/python benchmarks/cycle.py [--messages 10000] [--rounds 3] [--targets full,normal,null,rabbit]
-    .venv/bin/python benchmarks/cycle.py --messages 5000 --rounds 3 --targets v2full,pg1,pg2
+    .venv/bin/python benchmarks/cycle.py --messages 5000 --rounds 3 --targets full,pg1,pg2
 """
 
 from __future__ import annotations
@@ -54,9 +54,9 @@ sys.path.insert(0, str(harness.ROOT / "tests"))
 from pg_server import PgServer, find_bin_dir  # the tests' throwaway PostgreSQL server
 
 QUEUE = "bench"
-TARGETS = {"full": "Sodalite FULL", "normal": "Sodalite NORMAL", "v2full": "Sodalite v2 FULL",
-           "v2normal": "Sodalite v2 NORMAL", "null": "null peer", "rabbit": "RabbitMQ quorum",
-           "pg1": "Sodalite v2 PG 1 node", "pg2": "Sodalite v2 PG 2 nodes"}
+TARGETS = {"full": "Sodalite FULL", "normal": "Sodalite NORMAL", "null": "null peer", "rabbit": "RabbitMQ quorum",
+           "pg1": "Sodalite PG 1 node", "pg2": "Sodalite PG 2 nodes"}
+ALIASES = {"v2full": "full", "v2normal": "normal"}  # the names of the partition core's targets while v1 existed
 _ROUND_TRIPS = re.compile(r'^sodalite_store_round_trips_total\{store="default"\} (\S+)$', re.MULTILINE)
 
 
@@ -225,14 +225,14 @@ def pg_cycle(name: str, nodes: Nodes, mode: str, n: int, size: int, receivers: i
 
 
 def start_pg_nodes(cleanup: harness.Cleanup, server: PgServer, base: Path, count: int, name: str) -> Nodes:
-    """``count`` Sodalite nodes (``--core v2``) on a new database of ``server``, each with /metrics."""
+    """``count`` Sodalite nodes on a new database of ``server``, each with /metrics."""
     url = server.create_database("cycle")
     brokers, metrics = [], []
     for i in range(count):
         port = harness.free_port()
         brokers.append(harness.start_sodalite(
             cleanup, base / f"node{i}", "FULL", [QUEUE], name,
-            extra_args=["--core", "v2", "--store", url, "--node-id", f"node{i}", "--metrics-port", str(port)]))
+            extra_args=["--store", url, "--node-id", f"node{i}", "--metrics-port", str(port)]))
         metrics.append(f"http://127.0.0.1:{port}/metrics")
     assert server.proc is not None
     return Nodes(brokers, server.proc.pid, metrics)
@@ -286,7 +286,7 @@ def summary(results: list[tuple[int, Cycle]], n: int) -> None:
     print("| Sodalite | vs | client | send msg/s | recv+complete msg/s | cycle msg/s | send CPU | "
           "recv+complete CPU | cycle CPU |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for name in (TARGETS["full"], TARGETS["normal"], TARGETS["v2full"], TARGETS["v2normal"]):
+    for name in (TARGETS["full"], TARGETS["normal"]):
         for mode in ("sync", "aio"):
             for other, other_mode in ((TARGETS["rabbit"], "pika"), (TARGETS["null"], mode), (TARGETS["full"], mode)):
                 if other == name:
@@ -315,7 +315,7 @@ def pg_summary(by: dict[tuple[str, str], list[Cycle]], rounds: dict[int, dict[tu
         return
     print("\n## PostgreSQL: costs per message over the cycle (send + receive + complete), ranges over the rounds\n")
     print("| target | client | cycle msg/s | broker CPU µs/msg, each node | broker CPU µs/msg, all nodes "
-          "| PostgreSQL CPU µs/msg | round trips/msg (send, recv+complete) | broker CPU vs Sodalite v2 FULL |")
+          "| PostgreSQL CPU µs/msg | round trips/msg (send, recv+complete) | broker CPU vs Sodalite FULL |")
     print("|---|---|---|---|---|---|---|---|")
     for (target, mode), cs in pg.items():
         nodes = len(cs[0].send.node_cpu)
@@ -326,8 +326,8 @@ def pg_summary(by: dict[tuple[str, str], list[Cycle]], rounds: dict[int, dict[tu
                              "{:.3f}")
         split = (harness.span([(c.send.round_trips or 0) / c.count for c in cs], "{:.3f}") + ", "
                  + harness.span([(c.receive.round_trips or 0) / c.count for c in cs], "{:.3f}"))
-        pairs = [(rs[(target, mode)], rs[(TARGETS["v2full"], mode)]) for rs in rounds.values()
-                 if (target, mode) in rs and (TARGETS["v2full"], mode) in rs]
+        pairs = [(rs[(target, mode)], rs[(TARGETS["full"], mode)]) for rs in rounds.values()
+                 if (target, mode) in rs and (TARGETS["full"], mode) in rs]
         ratio = harness.span([a.cpu_us / b.cpu_us for a, b in pairs], "{:.2f}") if pairs else "n/a"
         print(f"| {target} | {mode} | {harness.span([c.rate for c in cs])} | {each} "
               f"| {harness.span([c.cpu_us for c in cs], '{:.0f}')} | {db} | {trips} ({split}) | {ratio} |")
@@ -341,13 +341,13 @@ def main() -> int:
     parser.add_argument("--receivers", type=int, default=4, help="concurrent sync receivers / consumers (default 4)")
     parser.add_argument("--prefetch", type=int, default=100, help="prefetch per receiver (default 100)")
     parser.add_argument("--targets", default="full,normal,null,rabbit",
-                        help="comma-separated subset of full,normal,v2full,v2normal,null,rabbit,pg1,pg2 (default: "
-                             "full,normal,null,rabbit; v2*: `serve --core v2`, the partition core; pg1, pg2: "
-                             "`--core v2` on PostgreSQL, one node and two nodes on one database)")
+                        help="comma-separated subset of full,normal,null,rabbit,pg1,pg2 (default: "
+                             "full,normal,null,rabbit; v2full, v2normal: older names of full, normal; pg1, pg2: "
+                             "PostgreSQL, one node and two nodes on one database)")
     parser.add_argument("--modes", default="sync,aio", help="SDK client modes: sync,aio (default both)")
     parser.add_argument("--max-seconds", type=float, default=1800, help="run-time bound (default 1800)")
     args = parser.parse_args()
-    targets = [t for t in args.targets.split(",") if t]
+    targets = list(dict.fromkeys(ALIASES.get(t, t) for t in args.targets.split(",") if t))
     modes = [m for m in args.modes.split(",") if m]
     unknown = [t for t in targets if t not in TARGETS] + [m for m in modes if m not in ("sync", "aio")]
     if unknown:
@@ -370,11 +370,7 @@ def main() -> int:
                 groups[t] = start_pg_nodes(cleanup, server, tmp / t, 1 if t == "pg1" else 2, TARGETS[t])
                 continue
             if t in ("full", "normal"):
-                brokers[t] = harness.start_sodalite(cleanup, tmp / t, t.upper(), [QUEUE], TARGETS[t],
-                                                    extra_args=["--core", "v1"])
-            elif t in ("v2full", "v2normal"):
-                brokers[t] = harness.start_sodalite(cleanup, tmp / t, t[2:].upper(), [QUEUE], TARGETS[t],
-                                                    extra_args=["--core", "v2"])
+                brokers[t] = harness.start_sodalite(cleanup, tmp / t, t.upper(), [QUEUE], TARGETS[t])
             elif t == "null":
                 brokers[t] = harness.start_null_peer(cleanup)
             else:

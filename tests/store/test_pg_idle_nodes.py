@@ -25,7 +25,7 @@ from sodalite.cli.stores import build_broker
 from sodalite.model.config import NamespaceConfig, QueueConfig, SubscriptionConfig, TopicConfig
 from sodalite.model.entities import QueueProperties, SubscriptionProperties, TopicProperties
 from sodalite.server.broker import ACTIVITY_LAPSE, ACTIVITY_SECONDS, Broker
-from sodalite.server.partition_actor import SubQueue, wall_clock_ms
+from sodalite.server.entity_settings import SubQueue, wall_clock_ms
 
 MINUTE = 60_000
 IDLE = timedelta(minutes=5)

@@ -25,7 +25,6 @@ from sodalite.model.message import MessageRecord, MessageState
 from sodalite.store.port import (
     Activate,
     Append,
-    AppendMessages,
     Claim,
     Claimed,
     EntityRecord,
@@ -122,10 +121,10 @@ def test_a_committed_append_sends_one_notification_naming_its_partition(
 def test_a_rolled_back_batch_sends_none(store: PostgresStore, listener: Listener) -> None:
     store.apply([Append(Q, (_record(),))])
     assert len(listener.payloads()) == 1
-    # a numbered (version-1) append of a number that exists fails in the database: the batch rolls back
+    # a value that does not fit 64 bits fails the whole batch: it rolls back
     with pytest.raises(StoreUnavailable):
         store.apply([Append(Q, (_record(),)), PutEntity(EntityRecord("orders", "queue", {})),
-                     AppendMessages(Q, (_record(sequence_number=1),))])
+                     Append(Q, (_record(enqueued_time=2**63),))])
     assert listener.payloads() == []
     assert store.counts(Q).active == 1  # nothing of it was stored either
 

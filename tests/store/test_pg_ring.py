@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import psycopg
 import pytest
@@ -95,7 +96,10 @@ def test_a_schema_1_database_is_migrated_in_place_with_its_numbers_and_counts(ur
     try:
         with psycopg.connect(url) as conn:
             assert conn.execute("SELECT version FROM sodalite_schema_version").fetchone() == (SCHEMA_VERSION,)
-        snapshot = store.load_partition(Q)
+        meta = store.partition_meta(Q)
+        snapshot = SimpleNamespace(messages=[m.record for m in store.peek(Q, 0, 100)],
+                                   last_sequence_number=meta.counts.last_sequence_number,
+                                   duplicate_history=meta.duplicate_history)
         assert [(m.sequence_number, m.state, m.delivery_count, m.tail) for m in snapshot.messages] == [
             (1, MessageState.ACTIVE, 0, b"one"), (2, MessageState.SCHEDULED, 0, b"two"),
             (4, MessageState.DEFERRED, 3, b"four")]

@@ -18,7 +18,7 @@ import pytest
 from pg_server import PgServer, find_bin_dir, module_database
 from sodalite.errors import ConfigurationError, StoreUnavailable
 from sodalite.model.message import MessageRecord, MessageState
-from sodalite.store.port import AppendMessages, PartitionRef
+from sodalite.store.port import Append, PartitionRef
 from sodalite.store.postgres import MIGRATIONS, SCHEMA_VERSION, PostgresStore, redact
 
 Q = PartitionRef("q", 0)
@@ -65,7 +65,7 @@ def test_every_migration_applies_in_turn_and_keeps_data(database: str) -> None:
     url = _in(database, schema)
     store = PostgresStore(url)
     store.open()
-    store.apply([AppendMessages(Q, (_record(1),))])
+    store.apply([Append(Q, (_record(1),))])
     store.close()
     # Pretend the database is one version older for each migration after the first: reopening
     # must run exactly the missing ones (idempotence is not required of them, so we re-create nothing).
@@ -73,7 +73,7 @@ def test_every_migration_applies_in_turn_and_keeps_data(database: str) -> None:
         conn.execute("UPDATE sodalite_schema_version SET version = %s", (SCHEMA_VERSION,))
     again = PostgresStore(url)
     again.open()
-    assert [m.sequence_number for m in again.load_partition(Q).messages] == [1]
+    assert [m.record.sequence_number for m in again.peek(Q, 0, 10)] == [1]
     again.close()
     assert len(MIGRATIONS) == SCHEMA_VERSION >= 1
 
@@ -153,20 +153,21 @@ def test_a_database_lost_at_runtime_fails_calls_then_comes_back_with_everything(
     try:
         store = PostgresStore(server.create_database("lost"), connect_timeout=2)
         store.open()
-        store.apply([AppendMessages(Q, (_record(1),))])
+        store.apply([Append(Q, (_record(1),))])
         server.halt()
         with pytest.raises(StoreUnavailable, match="batch not applied"):
-            store.apply([AppendMessages(Q, (_record(2),))])
+            store.apply([Append(Q, (_record(2),))])
         with pytest.raises(StoreUnavailable):
-            store.load_partition(Q)
+            store.peek(Q, 0, 10)
         server.resume()
         for _ in range(30):  # the pool reconnects in the background
             try:
-                store.apply([AppendMessages(Q, (_record(3),))])
+                store.apply([Append(Q, (_record(3),))])
                 break
             except StoreUnavailable:
                 time.sleep(0.5)
-        assert [m.sequence_number for m in store.load_partition(Q).messages] == [1, 3]
+        # the batch the halted server refused stored nothing: messages 1 and 3 (numbered 1 and 2 by the store)
+        assert [m.record.message_id for m in store.peek(Q, 0, 10)] == ["m1", "m3"]
         store.close()
     finally:
         server.stop()

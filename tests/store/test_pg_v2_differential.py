@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from pg_server import module_database
-from sodalite.model.message import MessageRecord, MessageState, MessageUpdate
+from sodalite.model.message import MessageRecord, MessageState
 from sodalite.store.memory import MemoryStore
 from sodalite.store.port import (
     Activate,
@@ -25,7 +25,6 @@ from sodalite.store.port import (
     Claim,
     Claimed,
     ClaimSession,
-    DeleteMessages,
     MoveItem,
     MoveMessages,
     OpResult,
@@ -39,7 +38,6 @@ from sodalite.store.port import (
     Settle,
     SettleItem,
     StoreOp,
-    UpdateMessages,
 )
 from sodalite.store.postgres import PostgresStore
 
@@ -132,11 +130,8 @@ class _Run:
                 return RenewSession(ref, self.now, sid, tok, self.now + r.randrange(1, 300))
             return ReleaseSession(ref, sid, tok)
         if kind == 11:
-            if r.random() < 0.2:
-                return Purge(ref, self.now, r.choice((None, r.randrange(1, 40))))
-            return DeleteMessages(ref, tuple(self.numbers(store, ref)))
-        return UpdateMessages(ref, tuple(MessageUpdate(seq, r.randrange(4), r.choice(list(MessageState)))
-                                         for seq in self.numbers(store, ref)))
+            return Purge(ref, self.now, r.choice((None, r.randrange(1, 40))))
+        return MoveMessages(ref, self.now, tuple(MoveItem(seq) for seq in self.numbers(store, ref)), None)
 
     def saw(self, batch: list[StoreOp], results: tuple[OpResult, ...]) -> None:
         for op, result in zip(batch, results, strict=True):

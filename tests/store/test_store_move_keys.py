@@ -7,7 +7,7 @@ the source copy; the key lets a retry after a crash see that the target already 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -16,11 +16,12 @@ from sodalite.errors import StoreUnavailable
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.store.memory import MemoryStore
 from sodalite.store.port import (
-    AppendMessages,
+    Append,
     DeleteEntity,
-    DeleteMessages,
     ForgetMoveKeys,
     MessagingStore,
+    MoveItem,
+    MoveMessages,
     PartitionRef,
     RememberMoveKeys,
 )
@@ -36,6 +37,18 @@ def _record(seq: int) -> MessageRecord:
                          MessageState.ACTIVE, True, None, b"", 0, b"\x00Sw\xa1\x02hi")
 
 
+@dataclass(frozen=True)
+class Loaded:
+    """What the tests read of a partition: its messages (``peek``) and move keys (``partition_meta``)."""
+
+    messages: tuple[MessageRecord, ...]
+    move_keys: tuple[str, ...]
+
+
+def load(store: MessagingStore, ref: PartitionRef) -> Loaded:
+    return Loaded(tuple(m.record for m in store.peek(ref, 0, 1000)), store.partition_meta(ref).move_keys)
+
+
 @pytest.fixture(params=["memory", "sqlite"])
 def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], MessagingStore]]:
     def build() -> MessagingStore:
@@ -48,23 +61,23 @@ def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[]
 def test_keys_are_remembered_sorted_per_partition_and_forgotten(make: Callable[[], MessagingStore]) -> None:
     store = make()
     store.apply([RememberMoveKeys(T, ("b/x/0/2", "a/x/0/1")), RememberMoveKeys(T_P1, ("c/y/0/9",))])
-    assert store.load_partition(T).move_keys == ("a/x/0/1", "b/x/0/2")
-    assert store.load_partition(T_P1).move_keys == ("c/y/0/9",)
+    assert load(store, T).move_keys == ("a/x/0/1", "b/x/0/2")
+    assert load(store, T_P1).move_keys == ("c/y/0/9",)
     store.apply([RememberMoveKeys(T, ("a/x/0/1",)), ForgetMoveKeys(T, ("b/x/0/2", "unknown"))])
-    assert store.load_partition(T).move_keys == ("a/x/0/1",)
-    assert store.load_partition(PartitionRef("TARGET", 0)).move_keys == ("a/x/0/1",)  # paths fold case
+    assert load(store, T).move_keys == ("a/x/0/1",)
+    assert load(store, PartitionRef("TARGET", 0)).move_keys == ("a/x/0/1",)  # paths fold case
     store.close()
 
 
 def test_append_with_its_key_is_one_transaction(make: Callable[[], MessagingStore]) -> None:
     store = make()
-    store.apply([AppendMessages(T, (_record(1),))])
-    with pytest.raises(StoreUnavailable):  # the duplicate sequence number fails the whole batch
-        store.apply([RememberMoveKeys(T, ("s/q/0/7",)), AppendMessages(T, (_record(1),))])
-    assert store.load_partition(T).move_keys == ()
-    store.apply([AppendMessages(T, (_record(2),)), RememberMoveKeys(T, ("s/q/0/7",)),
-                 DeleteMessages(SOURCE_DLQ, (7,))])
-    snapshot = store.load_partition(T)
+    store.apply([Append(T, (_record(1),))])
+    with pytest.raises(StoreUnavailable):  # a value that does not fit 64 bits fails the whole batch
+        store.apply([RememberMoveKeys(T, ("s/q/0/7",)), Append(T, (replace(_record(1), enqueued_time=2**63),))])
+    assert load(store, T).move_keys == ()
+    store.apply([Append(T, (_record(2),)), RememberMoveKeys(T, ("s/q/0/7",)),
+                 MoveMessages(SOURCE_DLQ, 0, (MoveItem(7),), None)])
+    snapshot = load(store, T)
     assert [m.sequence_number for m in snapshot.messages] == [1, 2]
     assert snapshot.move_keys == ("s/q/0/7",)
     store.close()
@@ -73,8 +86,8 @@ def test_append_with_its_key_is_one_transaction(make: Callable[[], MessagingStor
 def test_a_key_that_is_not_text_fails_the_batch(make: Callable[[], MessagingStore]) -> None:
     store = make()
     with pytest.raises(StoreUnavailable):
-        store.apply([AppendMessages(T, (_record(1),)), RememberMoveKeys(T, ("bad\ud800",))])
-    assert store.load_partition(T).messages == ()
+        store.apply([Append(T, (_record(1),)), RememberMoveKeys(T, ("bad\ud800",))])
+    assert load(store, T).messages == ()
     store.close()
 
 
@@ -83,9 +96,9 @@ def test_deleting_the_entity_forgets_its_keys(make: Callable[[], MessagingStore]
     store.apply([RememberMoveKeys(T, ("k1",)), RememberMoveKeys(PartitionRef("target/$deadletterqueue", 0), ("k2",)),
                  RememberMoveKeys(PartitionRef("targetother", 0), ("k3",))])
     store.apply([DeleteEntity("target")])
-    assert store.load_partition(T).move_keys == ()
-    assert store.load_partition(PartitionRef("target/$deadletterqueue", 0)).move_keys == ()
-    assert store.load_partition(PartitionRef("targetother", 0)).move_keys == ("k3",)
+    assert load(store, T).move_keys == ()
+    assert load(store, PartitionRef("target/$deadletterqueue", 0)).move_keys == ()
+    assert load(store, PartitionRef("targetother", 0)).move_keys == ("k3",)
     store.close()
 
 
@@ -96,6 +109,6 @@ def test_sqlite_keeps_keys_across_reopen(tmp_path: Path) -> None:
     store.close()
     again = SqliteStore(tmp_path / "k.db")
     again.open()
-    assert again.load_partition(T).move_keys == ("s/q/0/1",)
-    assert replace(again.load_partition(T), move_keys=()).messages == ()
+    assert load(again, T).move_keys == ("s/q/0/1",)
+    assert replace(load(again, T), move_keys=()).messages == ()
     again.close()

@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pg_server
-from sodalite.model.message import MessageRecord, MessageState, MessageUpdate
+from sodalite.model.message import MessageRecord, MessageState
 from sodalite.store.memory import MemoryStore
 from sodalite.store.port import (
     PARTITION_SHIFT,
@@ -37,14 +37,12 @@ from sodalite.store.port import (
     Activated,
     Append,
     Appended,
-    AppendMessages,
     Claim,
     Claimed,
     ClaimMessageIds,
     ClaimSession,
     DedupGate,
     DeleteEntity,
-    DeleteMessages,
     Done,
     EntityRecord,
     ForgetMessageIds,
@@ -76,7 +74,6 @@ from sodalite.store.port import (
     SettleItem,
     StoredMessage,
     StoreOp,
-    UpdateMessages,
     numbering_base,
 )
 from sodalite.store.postgres import PostgresStore
@@ -250,7 +247,7 @@ def stored(store: MessagingStore, n: int, ref: PartitionRef = Q) -> StoredMessag
 
 def test_append_assigns_increasing_numbers_never_reused_after_deletes(store: MessagingStore) -> None:
     assert append(store, msg(), msg(), msg()) == [1, 2, 3]
-    run(store, DeleteMessages(Q, (3,)))
+    run(store, MoveMessages(Q, T0, (MoveItem(3),), None))
     assert one(store, Purge(Q, T0, None)) == Purged(2)
     assert append(store, msg()) == [4]
     assert append(store, msg(), ref=OTHER) == [1]  # per partition
@@ -258,15 +255,13 @@ def test_append_assigns_increasing_numbers_never_reused_after_deletes(store: Mes
     assert (a, b) == (Appended((5,)), Appended((6, 7)))
     assert numbers(everything(store, Q)) == [4, 5, 6, 7]
     assert store.counts(Q).last_sequence_number == 7
-    # the record's own number is ignored; v1's AppendMessages raises the same high-water mark
-    run(store, AppendMessages(Q, (msg(sequence_number=20),)))
-    assert append(store, msg(sequence_number=3)) == [21]
+    assert append(store, msg(sequence_number=3)) == [8]  # the record's own number is ignored
     assert append(store) == []
 
 
 def test_numbers_survive_a_reopen(v2: V2) -> None:
     append(v2.store, msg(), msg())
-    run(v2.store, DeleteMessages(Q, (1, 2)))
+    run(v2.store, MoveMessages(Q, T0, (MoveItem(1), MoveItem(2)), None))
     store = v2.reopen()
     assert append(store, msg()) == [3]
     assert store.counts(Q) == PartitionCounts(1, 0, 0, msg().size, 3, 3)
@@ -275,7 +270,7 @@ def test_numbers_survive_a_reopen(v2: V2) -> None:
 def test_partition_i_numbers_start_after_i_shifted_by_48(v2: V2) -> None:
     """A number's upper 16 bits name its partition (PARTITION_SHIFT): partition i counts from
     (i << 48) + 1, for appends and for what a dead-letter settlement or a move numbers in a target
-    partition; partition 0 is unchanged, and a counter the version-1 actor raised goes on from there."""
+    partition; partition 0 is unchanged."""
     store = v2.store
     p3, dlq3, other3 = (PartitionRef(r.entity, 3) for r in (Q, DLQ, OTHER))
     base = 3 << PARTITION_SHIFT
@@ -292,16 +287,11 @@ def test_partition_i_numbers_start_after_i_shifted_by_48(v2: V2) -> None:
     moved = one(store, MoveMessages(p3, T0, (MoveItem(base + 3),), other3))
     assert moved == Moved((base + 1,))
     assert append(store, msg(), ref=p3) == [base + 4]  # never reused
-    # A partition numbered by the version-1 actor (it starts from the same base and raises the
-    # high-water mark with max()) goes on after its highest number: no migration.
-    p5 = PartitionRef(Q.entity, 5)
-    run(store, AppendMessages(p5, (msg(sequence_number=(5 << PARTITION_SHIFT) + 7),)))
-    assert append(store, msg(), ref=p5) == [(5 << PARTITION_SHIFT) + 8]
-    # A counter row some other operation created at 0 (a session state, a v1 delete) is no lower bound.
+    # A counter row some other operation created at 0 (a session state, a delete) is no lower bound.
     p6 = PartitionRef(Q.entity, 6)
-    run(store, PutSessionState(p6, "s", b"x", T0), DeleteMessages(p6, (1,)))
+    run(store, PutSessionState(p6, "s", b"x", T0), MoveMessages(p6, T0, (MoveItem(1),), None))
     assert append(store, msg(), ref=p6) == [(6 << PARTITION_SHIFT) + 1]
-    for ref in (p3, dlq3, other3, p5, p6):
+    for ref in (p3, dlq3, other3, p6):
         check_counts(store, ref)
     if v2.persistent:
         store = v2.reopen()
@@ -477,14 +467,6 @@ def test_each_outcome(store: MessagingStore) -> None:
     assert numbers(claim(store, T0 + 2, tok(6), tok(7))) == [2, 3]
     assert settle(store, T0 + 2, SettleItem(3, tok(7), Outcome.RELEASE)) == (True,)
     assert stored(store, 3) == StoredMessage(replace(msg(), sequence_number=3), None, None, None)
-
-
-def test_release_never_goes_below_zero(store: MessagingStore) -> None:
-    run(store, AppendMessages(Q, (msg(sequence_number=1),)))
-    claim(store, T0, tok(1))
-    run(store, UpdateMessages(Q, (MessageUpdate(1, 0, MessageState.ACTIVE),)))
-    assert settle(store, T0, SettleItem(1, tok(1), Outcome.RELEASE)) == (True,)
-    assert stored(store, 1) is not None and stored(store, 1).record.delivery_count == 0  # type: ignore[union-attr]
 
 
 def test_dead_letter_appends_to_the_dead_letter_partition_with_its_numbers(store: MessagingStore) -> None:
@@ -837,19 +819,6 @@ def test_counts_of_an_unknown_partition(store: MessagingStore) -> None:
     assert store.partition_meta(Q) == PartitionMeta(PartitionCounts(0, 0, 0, 0, 0, None), (), (), ())
 
 
-def test_counts_follow_v1_operations_too(v2: V2) -> None:
-    store = v2.store
-    run(store, AppendMessages(Q, (msg(sequence_number=3), msg(sequence_number=5, state=MessageState.DEFERRED))),
-        UpdateMessages(Q, (MessageUpdate(3, 1, MessageState.SCHEDULED),)))
-    assert store.counts(Q) == PartitionCounts(0, 1, 1, 2 * msg().size, 5, 3)
-    run(store, DeleteMessages(Q, (3,)))
-    assert store.counts(Q) == PartitionCounts(0, 0, 1, msg().size, 5, 5)
-    append(store, msg(), ref=DLQ)
-    run(store, DeleteEntity("QUEUE1"))
-    assert store.counts(Q) == PartitionCounts(0, 0, 0, 0, 0, None)
-    assert store.counts(DLQ) == PartitionCounts(0, 0, 0, 0, 0, None)
-
-
 def next_due(store: MessagingStore, ref: PartitionRef, now: int) -> int | None:
     """``next_due``, checked against ``next_due_many`` of the partitions the tests use."""
     due = store.next_due(ref, now)
@@ -987,7 +956,7 @@ def test_delete_entity_drops_session_locks(store: MessagingStore) -> None:
 
 
 def test_v1_ops_return_done(store: MessagingStore) -> None:
-    assert store.apply([PutEntity(EntityRecord("queue1", "queue", {})), DeleteMessages(Q, ())]) == (Done(), Done())
+    assert store.apply([PutEntity(EntityRecord("queue1", "queue", {})), ForgetMessageIds(Q, ())]) == (Done(), Done())
     assert store.apply([]) == ()
 
 
@@ -1147,8 +1116,8 @@ def test_sqlite_migrates_a_populated_version_4_file(tmp_path: Path) -> None:
             Settled((True,)),)
         assert numbers(everything(store, DLQ)) == [1, 2]
         check_counts(store, Q, DLQ, SUB)
-        # the v1 path still reads the migrated file
-        assert [m.message_id for m in store.load_partition(Q).messages] == [
+        # every migrated row is read back through the port
+        assert [m.record.message_id for m in store.peek(Q, 0, 100)] == [
             "active", "scheduled", "deferred", "s2", "m"]
     finally:
         store.close()
@@ -1186,7 +1155,7 @@ def test_sqlite_claims_and_due_reads_use_indexes(tmp_path: Path) -> None:
             (adapter._NEXT_FREE_SESSION, (T0, Q.entity, Q.partition)),
             (adapter._SELECT_COUNTS, (Q.entity, Q.partition)),
         ]
-        by_numbers = [adapter._SELECT_STATES, adapter._FETCH, adapter._SELECT_LOCKS, adapter._DELETE_RETURNING]
+        by_numbers = [adapter._FETCH, adapter._SELECT_LOCKS, adapter._DELETE_RETURNING]
         queries += [(sql, (Q.entity, Q.partition, "[1, 2]")) for sql in by_numbers]
         for sql, params in queries:
             plan = [row[3] for row in raw.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
@@ -1375,7 +1344,7 @@ class Differential:
             else:
                 self.both(RenewSession(Q, self.now, session, token, self.now + hold))
         elif kind == "delete":
-            self.both(DeleteMessages(Q, tuple(args[0])))
+            self.both(MoveMessages(Q, self.now, tuple(MoveItem(n) for n in args[0]), None))
         elif kind == "dedup":
             ids, window, (target, gate) = args
             claim = self.tokens(1)[0]

@@ -36,8 +36,8 @@ from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED
 from sodalite.server import moves, wire
 from sodalite.server.broker import Broker
 from sodalite.server.core_actor import ALL_STATES, CoreActor
-from sodalite.server.partition_actor import SubQueue
-from sodalite.server.partitioned_actor import PartitionedCoreActor, each, v1_only
+from sodalite.server.entity_settings import SubQueue
+from sodalite.server.partitioned_actor import each
 from sodalite.server.registry import QUEUE, SUBSCRIPTION, TOPIC, Entity
 
 _SUB_QUEUES: dict[SubQueueName, tuple[SubQueue, frozenset[MessageState] | None]] = {
@@ -215,10 +215,8 @@ class BrokerControl:
         while len(found) < count:
             if isinstance(actor, CoreActor):  # the store is the truth: read it, not memory
                 batch = await actor.peek(queue, start, page, states=states if states is not None else ALL_STATES)
-            elif isinstance(actor, PartitionedCoreActor):  # partition by partition, from the store
+            else:  # partition by partition, from the store
                 batch = await actor.peek(queue, start, page)
-            else:
-                batch = v1_only(actor, "browsing messages of a partitioned queue").peek(queue, start, page)
             if not batch:
                 break
             found += [shown_message(r, sub) for r in batch if states is None or r.state in states][: count - len(found)]
@@ -263,8 +261,7 @@ class BrokerControl:
             numbers = await moves.select_messages(source, queue, states, selection.sql_filter)
         if dry_run:
             return MoveOutcome(len(numbers), 0, 0)
-        result = await moves.move(source, queue, numbers, destination, store_name=lambda p: p.worker.name,
-                                  states=states, progress=progress, fan_out=self.broker.fan_out_targets)
+        result = await moves.move(source, queue, numbers, destination, states=states, progress=progress)
         return MoveOutcome(len(numbers), result.moved, result.skipped)
 
     async def cancel_scheduled(self, path: str, sequence_numbers: Sequence[int]) -> None:

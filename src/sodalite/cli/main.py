@@ -58,9 +58,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="keep the default messaging store in this PostgreSQL database instead of the data "
                             "directory's SQLite file (docs/postgresql.md)")
     serve.add_argument("--core", choices=("v1", "v2"), default="v2",
-                       help="v2 (default): run queues, topics and subscriptions on the partition core and store port "
-                            "v2, which keep no messages in memory; entity groups that need what it lacks stay on "
-                            "version 1 (README). v1: every entity on version 1, messages loaded into memory")
+                       help="v2 (the only one): every queue, topic and subscription runs on the partition core and "
+                            "store port v2, which keep no messages in memory. v1 was removed (refused with an "
+                            "error); the option stays so existing command lines work")
     serve.add_argument("--node-id", default=None,
                        help="this node's name, recorded in the log and in PostgreSQL's application_name "
                             "(default: host name and AMQP port); several nodes on one database: docs/postgresql.md")

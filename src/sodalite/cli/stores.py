@@ -54,6 +54,10 @@ def build_broker(namespace: NamespaceConfig, data_dir: Path, *, synchronous: str
     store's change feed (one LISTEN connection per database and node), which wakes this node's
     partitions and entity follow when another node commits; ``shared_poll_seconds`` sets both
     fallback polls (waiting receivers, entity records) while the feed is live."""
+    if core != "v2":
+        raise ConfigurationError(
+            f"--core {core}: the version-1 path (messages loaded into memory) was removed in favour of the "
+            "store-backed partition core; leave --core out, or pass --core v2")
     if shared_poll_seconds is not None and not shared_poll_seconds > 0:
         raise ConfigurationError(f"--shared-poll-seconds: must be > 0, got {shared_poll_seconds}")
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -69,7 +73,7 @@ def build_broker(namespace: NamespaceConfig, data_dir: Path, *, synchronous: str
     else:
         default = SqliteStore(data_dir / "messages.db", synchronous=synchronous)
     more = [(c.name, _one(c, data_dir, synchronous, node_id)) for c in namespace.messaging_stores]
-    broker = Broker(namespace, default, more_stores=more, core=core, node_id=node_id or "node")
+    broker = Broker(namespace, default, more_stores=more, node_id=node_id or "node")
     for worker in broker.workers:
         worker.shared = _is_postgres(worker.store)
         if worker.shared:

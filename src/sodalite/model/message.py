@@ -48,12 +48,3 @@ class MessageRecord:
 
     def with_delivery_count(self, delivery_count: int) -> MessageRecord:
         return replace(self, delivery_count=delivery_count)
-
-
-@dataclass(frozen=True, slots=True)
-class MessageUpdate:
-    """A change to a stored message that a restart must keep."""
-
-    sequence_number: int
-    delivery_count: int
-    state: MessageState

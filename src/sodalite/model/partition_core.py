@@ -41,7 +41,7 @@ read's answer counts only if ``cursor`` is still where the read began: a failed 
 or a rescan that moved ``cursor`` below it while it was in flight makes it stale (it would skip
 the rows between), and it is dropped.
 
-Service Bus rules kept (as model/partition.py states them for the in-memory broker):
+Service Bus rules kept (as the deleted in-memory partition of the version-1 path kept them):
 - expiry (message-expiration seed): a message past ``expires_at`` is never handed out. It leaves
   when a receive meets it in the window, when its expiry time comes while it is in the window (a
   ``Tick``), or when the lock it was under ends (lapse, abandon, release); to the dead-letter queue
@@ -79,7 +79,7 @@ Service Bus rules kept (as model/partition.py states them for the in-memory brok
   receiver attached and nothing scheduled, the core replies :class:`IdleExpired` once.
 
 Sessions (``CoreSettings.requires_session``; transfers-locks-settlement seed, sdk-wire-contract.md
-section 4.3, the old path in server/partition_actor.py). Every stored message needs a SessionId (a
+section 4.3). Every stored message needs a SessionId (a
 send without one is :class:`Refused`; pings need none). A receiver takes a session with
 :class:`AcceptSession`: by id (``ClaimSession`` of that id; held elsewhere:
 :class:`SessionCannotBeLocked`) or the next available one (``ClaimSession(None)``: the store picks
@@ -105,8 +105,8 @@ dead-lettered by a fenced Settle instead of being delivered (its stored count th
 claim).
 
 Deferred messages by number (:class:`ReceiveDeferred`, $management receive-by-sequence-number):
-one ``Claim(state=DEFERRED, sequence_numbers=...)``. All or none, as the version-1 path
-(model/partition.py ``lock_deferred``) and Service Bus answer: if the claim did not take every
+one ``Claim(state=DEFERRED, sequence_numbers=...)``. All or none, as the deleted version-1 path
+and Service Bus answer: if the claim did not take every
 number asked (gone, not deferred, locked), the rows it took are released (their delivery given
 back) and the reply is :class:`MessageNotFound` naming the missing ones. PeekLock answers
 :class:`DeferredReceived` once the claim committed; its locks are :class:`HeldLock` s like any
@@ -187,7 +187,8 @@ MaxTransferHopCountExceeded, no expiry. The caller tells the target's core ``Arr
 in another store (``DeadLetterForward.relayed``): the caller names this entity's own dead-letter
 queue, where the copy waits, marked and without expiry, for the server's relay to carry it over.
 
-Not here yet (they stay in server/partition_actor.py): peek, list-sessions, quotas.
+Not decided here: peek and list-sessions (``server/core_actor.py`` reads the store for them) and the
+entity size quota (checked by ``server/core_actor.py`` before a send is submitted).
 """
 
 from __future__ import annotations

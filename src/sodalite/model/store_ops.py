@@ -339,7 +339,7 @@ class Purged:
 
 @dataclass(frozen=True, slots=True)
 class Done:
-    """The result of an operation that returns nothing (every version-1 operation)."""
+    """The result of an operation that returns nothing (every operation kept from the port's version 1)."""
 
 
 @dataclass(frozen=True, slots=True)

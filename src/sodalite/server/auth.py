@@ -28,8 +28,8 @@ from sodalite.model import sas
 from sodalite.model.authorization import AccessRights, Authorization, missing_right
 from sodalite.server.amqp_errors import client_error, report
 from sodalite.server.endpoint import ConnectionPort, ControlLink, Endpoint
+from sodalite.server.entity_settings import SubQueue
 from sodalite.server.messages import decode_request, encode_response
-from sodalite.server.partition_actor import SubQueue
 from sodalite.server.registry import Entity
 
 log = logging.getLogger(__name__)

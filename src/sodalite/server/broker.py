@@ -15,7 +15,7 @@ import logging
 import secrets
 import ssl
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -51,35 +51,17 @@ from sodalite.model.entities import (
 )
 from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDraft
 from sodalite.model.partition_core import record_for as core_record
-from sodalite.model.placement import Member, group_on_core
 from sodalite.server import wire
 from sodalite.server.addresses import entity_path
 from sodalite.server.connection_handler import BrokerConnection
 from sodalite.server.core_actor import Copy, CoreActor
 from sodalite.server.dead_letter_relay import DeadLetterRelay
+from sodalite.server.entity_settings import Clock, EntitySettings, SubQueue, wall_clock_ms
 from sodalite.server.fanout import CompiledRule, copies_for
 from sodalite.server.limits import ConnectionLimits
 from sodalite.server.listener import ProtocolFactory, SniffingListener
 from sodalite.server.metrics import BrokerMetrics
-from sodalite.server.partition_actor import (
-    Clock,
-    EntitySettings,
-    FanOut,
-    PartitionActor,
-    SubQueue,
-    all_of,
-    wall_clock_ms,
-)
-from sodalite.server.partitioned_actor import (
-    EntityActor,
-    OnCore,
-    PartitionedActor,
-    PartitionedCoreActor,
-    at_index,
-    each,
-    partition_index,
-    v1_only,
-)
+from sodalite.server.partitioned_actor import EntityActor, PartitionedCoreActor, each, partition_index
 from sodalite.server.registry import QUEUE, SUBSCRIPTION, TOPIC, Entity, Route, named_subscription_path
 from sodalite.server.store_worker import StoreWorker
 from sodalite.server.topic_actor import PartitionedTopicActor, TopicActor
@@ -178,61 +160,6 @@ def _stored_times(records: Sequence[EntityRecord]) -> tuple[dict[str, list[int]]
 
 
 
-def _forwards_dead_letters(properties: Any) -> bool:
-    return bool(getattr(properties, "forward_dead_lettered_messages_to", None))
-
-
-def _kept_on_v1(records: Sequence[EntityRecord], home: Callable[[str], object]) -> set[str]:
-    """The lower-cased paths that stay on the version-1 path under ``--core v2``, decided at start.
-
-    Entities joined by auto-forwarding (ForwardTo, ForwardDeadLetteredMessagesTo, a subscription and
-    its topic) must run on one path: a version-1 entity cannot store into a partition on the core,
-    nor the core into a version-1 one. So a whole group of joined entities stays on version 1 unless
-    ``placement.group_on_core`` says it can run on the core (``home``: a non-partitioned path's
-    store; a subscription lives with its topic and is partitioned as its topic is). Every group
-    runs there now: a topic's copies in other stores are stored by those stores' batches before
-    its own commits, and dead letters forwarded out of their store go through a relay.
-    """
-    parent: dict[str, str] = {}
-
-    def find(path: str) -> str:
-        parent.setdefault(path, path)
-        while parent[path] != path:
-            parent[path] = parent[parent[path]]
-            path = parent[path]
-        return path
-
-    def join(a: str, b: str) -> None:
-        parent[find(a)] = find(b)
-
-    partitioned: set[str] = set()
-    for record in records:
-        if record.kind not in (QUEUE, TOPIC, SUBSCRIPTION):
-            continue
-        path = record.path.lower()
-        find(path)
-        raw = record.properties.get("Properties", {}) if record.kind == SUBSCRIPTION else record.properties
-        properties = raw if isinstance(raw, dict) else {}
-        if record.kind == SUBSCRIPTION:
-            join(path, path.split("/subscriptions/")[0])
-        if properties.get("EnablePartitioning") and record.kind != SUBSCRIPTION:
-            partitioned.add(path)
-        for key in ("ForwardTo", "ForwardDeadLetteredMessagesTo"):
-            target = properties.get(key)
-            if isinstance(target, str) and target:
-                join(path, entity_path(target).lower())
-    groups: dict[str, list[str]] = {}
-    for path in list(parent):
-        groups.setdefault(find(path), []).append(path)
-    kept: set[str] = set()
-    for members in groups.values():
-        if not group_on_core([
-                Member(m.split("/subscriptions/")[0] in partitioned,
-                       home(m.split("/subscriptions/")[0])) for m in members]):
-            kept.update(members)
-    return kept
-
-
 def _capped(actor: CoreActor, cap: int | None) -> int | None:
     """The time-to-live default of a copy stored in ``actor``'s entity from a topic whose default is ``cap``."""
     own = actor.settings.default_ttl
@@ -247,15 +174,12 @@ class Broker:
     def __init__(self, namespace: NamespaceConfig, store: MessagingStore, *, max_frame_size: int = 262144,
                  idle_timeout_ms: int | None = 120_000, silence_heartbeat_s: float | None = 3.0,
                  clock: Clock = wall_clock_ms,
-                 more_stores: Sequence[tuple[str, MessagingStore]] = (), core: str = "v2",
-                 node_id: str = "node") -> None:
+                 more_stores: Sequence[tuple[str, MessagingStore]] = (), node_id: str = "node") -> None:
         self.namespace = namespace
         self.clock = clock
-        # "v2": plain queues run on the partition core and store port v2 (server/core_actor.py).
-        self.core = core
+        # Every entity runs on the partition core and store port v2 (server/core_actor.py).
         self.node_id = node_id
         self._relays: dict[int, DeadLetterRelay] = {}  # per CoreActor id: its dead letters into another store
-        self._kept_on_v1: set[str] = set()  # lower-cased paths that stay v1 under --core v2 (_kept_on_v1)
         # The messaging stores, each served by its own thread. The first also keeps the entity records.
         self.workers = [StoreWorker(store, DEFAULT_STORE), *(StoreWorker(s, name) for name, s in more_stores)]
         self.worker = self.workers[0]
@@ -384,8 +308,7 @@ class Broker:
     def _dead_letter_destination(self, target: Entity) -> tuple[Entity, SubQueue, str | None] | None:
         """Where dead letters forwarded to ``target`` land on the core: past its ForwardTo chain (one
         hop more), the transfer dead-letter queue where the chain reached the hop limit (with that
-        description), or None where it ends in a topic (they stay in the entity's dead-letter queue,
-        as on the version-1 path)."""
+        description), or None where it ends in a topic (they stay in the entity's dead-letter queue)."""
         route = self.route(target)
         total = route.hops + 1
         if route.exceeded or total > MAX_TRANSFER_HOPS:
@@ -396,8 +319,8 @@ class Broker:
 
     @staticmethod
     def _forwards_on_core(destination: tuple[Entity, SubQueue, str | None] | None) -> bool:
-        """Whether an entity on the core can forward its dead letters there: into a queue or
-        subscription on the core, partitioned or not, in any store (:meth:`_link_core_dead_letters`)."""
+        """Whether an entity can forward its dead letters there: into a queue or subscription,
+        partitioned or not, in any store (:meth:`_link_core_dead_letters`)."""
         if destination is None:
             return True
         actor = destination[0].actor
@@ -420,8 +343,8 @@ class Broker:
             actor.forward_dead_letters(None)
             return None
         if not self._forwards_on_core(destination):
-            log.warning("%s (on the version-2 core) cannot forward dead-lettered messages to %s (on the version-1 "
-                        "path); keeping them in its dead-letter queue", entity.name, destination[0].name)
+            log.warning("%s cannot forward dead-lettered messages to %s; keeping them in its dead-letter queue",
+                        entity.name, destination[0].name)
             actor.forward_dead_letters(None)
             return None
         into, sub, hop_limit = destination
@@ -438,8 +361,8 @@ class Broker:
         return DeadLetterRelay(actor, actor.ref.entity, target_actor, sub, hop_limit)
 
     def _link_dead_letter_forwarding(self) -> None:
-        """Point each entity with ForwardDeadLetteredMessagesTo at where those messages end up (on the
-        core: keeping the relays that still carry them to the same place, starting new ones)."""
+        """Point each entity with ForwardDeadLetteredMessagesTo at where those messages end up (keeping
+        the relays that still carry them to the same place, starting new ones)."""
         relays: dict[int, DeadLetterRelay] = {}
         for entity in self.entities.values():
             target_name = getattr(entity.properties, "forward_dead_lettered_messages_to", None)
@@ -447,35 +370,18 @@ class Broker:
             if target_name and target is None:
                 log.warning("%s forwards dead-lettered messages to unknown %s; keeping them", entity.name,
                             target_name)
-            if isinstance(entity.actor, CoreActor | PartitionedCoreActor):
-                partitioned = isinstance(entity.actor, PartitionedCoreActor)
-                for index, core_partition in enumerate(each(entity.actor)):
-                    assert isinstance(core_partition, CoreActor)
-                    relay = self._link_core_dead_letters(entity, core_partition, target,
-                                                         index if partitioned else None)
-                    if relay is not None:
-                        old = self._relays.pop(id(core_partition), None)
-                        if old is not None and old.source is core_partition and old.same_as(
-                                relay.target, relay.sub, relay.hop_limit):
-                            relay = old
-                        elif old is not None:
-                            old.stop()
-                        relays[id(core_partition)] = relay
-                continue
-            if isinstance(entity.actor, OnCore):
-                continue  # a topic on the core forwards no dead letters
-            if target is not None:
-                try:
-                    route = self.route(target)
-                except EntityNotFound as exc:  # its ForwardTo chain names an entity that is gone
-                    log.warning("%s: %s; keeping its dead letters", entity.name, exc.description)
-                    route = Route(target, 0, exceeded=True)
-                target = None if route.exceeded or route.entity.kind == TOPIC else route.entity
-            for index, partition in enumerate(each(entity.actor)):
-                assert isinstance(partition, PartitionActor)
-                # Partition i forwards to the target's partition i, which a message's key maps alike.
-                into = None if target is None else at_index(target.actor, index, PartitionedActor.next_partition)
-                partition.dead_letter_target = into if isinstance(into, PartitionActor) else None
+            partitioned = isinstance(entity.actor, PartitionedCoreActor)
+            for index, core_partition in enumerate(each(entity.actor)):
+                relay = self._link_core_dead_letters(entity, core_partition, target,
+                                                     index if partitioned else None)
+                if relay is not None:
+                    old = self._relays.pop(id(core_partition), None)
+                    if old is not None and old.source is core_partition and old.same_as(
+                            relay.target, relay.sub, relay.hop_limit):
+                        relay = old
+                    elif old is not None:
+                        old.stop()
+                    relays[id(core_partition)] = relay
         for gone in self._relays.values():  # no longer forwarding (or its entity is gone)
             gone.stop()
         self._relays = relays
@@ -543,18 +449,16 @@ class Broker:
             times_ops.append(DeleteEntity(ENTITY_TIMES_PATH))
         await self.worker.apply([*configured, *times_ops])
         records = await self.worker.call(self.worker.store.load_entities)
-        self._kept_on_v1 = _kept_on_v1(records, self._home_store)
         for kind in (QUEUE, TOPIC, SUBSCRIPTION):  # a subscription needs its topic loaded first
             for record in records:
                 if record.kind == kind:
                     await self._load(record)
         self._link_dead_letter_forwarding()
         self._start_activations()
-        if self.core == "v2":
-            on_v1 = sorted(e.name for e in self.entities.values() if not isinstance(e.actor, OnCore))
-            log.info("core v2: %d entities on the version-2 core; on the version-1 path (partitioned, forwarding "
-                     "dead letters, or joined to one by forwarding): %s", len(self.entities) - len(on_v1),
-                     ", ".join(on_v1) or "none")
+        # The summary of the time the version-1 path existed, which operators and tests read (it is gone:
+        # nothing is on it).
+        log.info("core v2: %d entities on the version-2 core; on the version-1 path (partitioned, forwarding "
+                 "dead letters, or joined to one by forwarding): none", len(self.entities))
         loop = asyncio.get_running_loop()
         self._idle_sweeper = loop.create_task(self._sweep_idle_forever())
         if self.worker.shared:  # other nodes change entities in this store too
@@ -618,27 +522,6 @@ class Broker:
             settings = replace(settings, max_message_size=max_bytes)
         return settings, max_bytes
 
-    def _on_core(self, path: str, kind: str, properties: Any, partitioned: bool, topic: Entity | None) -> bool:
-        """Whether an entity runs on the version-2 core: with ``--core v2``, every queue (partitioned
-        ones too: one core per partition) and every topic (partitioned ones too), and the
-        subscriptions of a topic on the core, unless forwarding joins it at start to an entity that
-        cannot (:func:`_kept_on_v1`); one created later that forwards its dead letters, only into an
-        entity on the core (:meth:`_dead_letters_forwardable`)."""
-        if self.core != "v2" or path in self._kept_on_v1:
-            return False
-        if _forwards_dead_letters(properties) and not self._dead_letters_forwardable(properties):
-            return False
-        if kind == SUBSCRIPTION:
-            return topic is not None and isinstance(topic.actor, TopicActor | PartitionedTopicActor)
-        return kind in (TOPIC, QUEUE)
-
-    def _dead_letters_forwardable(self, properties: Any) -> bool:
-        """A new entity forwarding its dead letters runs on the core when its target is on the core
-        (:meth:`_forwards_on_core`; in its store, or through a relay). At start the target may load
-        later: ``_kept_on_v1`` already kept apart the groups that cannot."""
-        target = self.entity(entity_path(properties.forward_dead_lettered_messages_to))
-        return target is None or self._forwards_on_core(self._dead_letter_destination(target))
-
     async def _load(self, record: EntityRecord) -> None:
         path = record.path.lower()
         try:
@@ -665,31 +548,20 @@ class Broker:
                        else bool(getattr(properties, "enable_partitioning", False)))
         settings, max_message_size = self._settings(properties, partitioned)
         actor: EntityActor
-        on_core = self._on_core(path, record.kind, properties, partitioned, topic)
-        if on_core and partitioned:
-            # Partition i in store i modulo the stores, as version 1 places them (existing data stays put):
+        if partitioned:
+            # Partition i in store i modulo the stores (existing data stays put):
             # a partitioned topic's partition i and its subscriptions' partitions i share a store.
             kind_of_partition = TopicActor if record.kind == TOPIC else CoreActor
             partitions = [kind_of_partition(PartitionRef(path, i), settings, self.workers[i % len(self.workers)],
                                             node_id=self.node_id) for i in range(self.namespace.partition_count)]
             actor = (PartitionedTopicActor([p for p in partitions if isinstance(p, TopicActor)])
                      if record.kind == TOPIC else PartitionedCoreActor(partitions))
-        elif on_core:
+        else:
             # A subscription lives with its topic, so a send's copies commit in one transaction.
             worker = self._home_store(topic.name if topic is not None else path)
             kind_of_actor = TopicActor if record.kind == TOPIC else CoreActor
             actor = kind_of_actor(PartitionRef(path, 0), settings, worker, node_id=self.node_id)
-        elif partitioned:
-            count = self.namespace.partition_count
-            actor = PartitionedActor([
-                PartitionActor(PartitionRef(path, i), settings, self.workers[i % len(self.workers)], clock=self.clock)
-                for i in range(count)])
-        else:
-            # A subscription lives with its topic, so a send's copies commit in one transaction.
-            home = topic.name if topic is not None else path
-            actor = PartitionActor(PartitionRef(path, 0), settings, self._home_store(home), clock=self.clock)
-        if isinstance(actor, OnCore):
-            log.info("%s runs on the version-2 core (%d partitions)", record.path, len(each(actor)))
+        log.info("%s runs on the version-2 core (%d partitions)", record.path, len(each(actor)))
         for partition in each(actor):
             if partition.worker.offline:
                 partition.suspend()  # loads itself once its store is back
@@ -705,36 +577,22 @@ class Broker:
         elif isinstance(actor, PartitionedTopicActor):
             for number, topic_partition in enumerate(actor.topics):
                 topic_partition.plan = functools.partial(self._core_copies, entity, index=number)
-        elif record.kind == TOPIC:
-            for partition in each(v1_only(actor, "a topic")):
-                assert isinstance(partition, PartitionActor)
-                index = partition.ref.partition if partitioned else None
-                partition.on_activated = lambda drafts, i=index: self._fan_out(entity, drafts, hops=0, index=i)
 
     def publish(self, topic: Entity, drafts: list[MessageDraft]) -> asyncio.Future[None]:
         """A send to a topic: each subscription's copies, committed together (all or none)."""
-        if isinstance(topic.actor, TopicActor | PartitionedTopicActor):
-            return topic.actor.publish(drafts)
-        if isinstance(topic.actor, PartitionedActor):
-            futures = []
-            for partition, indexes in topic.actor.route(drafts):
-                group = partition.deduplicate([drafts[i] for i in indexes])
-                futures.append(partition.fan_out(self._fan_out(topic, group, hops=0, index=partition.ref.partition)))
-            return all_of(futures)
-        actor = v1_only(topic.actor, "a topic")
-        assert isinstance(actor, PartitionActor)
-        return actor.fan_out(self._fan_out(topic, actor.deduplicate(drafts), hops=0))
+        if not isinstance(topic.actor, TopicActor | PartitionedTopicActor):
+            raise InvalidOperation(f"'{topic.name}' is not a topic")
+        return topic.actor.publish(drafts)
 
     def _core_copies(self, topic: Entity, drafts: Sequence[MessageDraft], now: int,
                      index: int | None = None) -> list[list[Copy]]:
-        """Per draft, the copies a topic on the core stores, as ``_fan_out`` makes them on version 1:
-        each subscription's rules and actions applied; filter errors, and copies without a SessionId
-        for a session-enabled subscription, to the subscription's dead-letter queue; a forwarding
-        subscription's copies into where its ForwardTo leads (a queue, or another topic's
-        subscriptions), within the hop limit, else to the transfer dead-letter queue where the limit
-        was reached. A copy's time-to-live is capped by its destination's default and the topic's.
-        Every destination must be on the core (NotImplementedOperation); it may live in another store
-        (the topic actor stores those copies by that store's batch first). A partitioned topic's
+        """Per draft, the copies a topic stores: each subscription's rules and actions applied; filter
+        errors, and copies without a SessionId for a session-enabled subscription, to the
+        subscription's dead-letter queue; a forwarding subscription's copies into where its ForwardTo
+        leads (a queue, or another topic's subscriptions), within the hop limit, else to the transfer
+        dead-letter queue where the limit was reached. A copy's time-to-live is capped by its
+        destination's default and the topic's. A destination may live in another store (the topic
+        actor stores those copies by that store's batch first). A partitioned topic's
         partition ``index`` stores into partition ``index`` of each partitioned destination (which
         shares its store); without an index, a partitioned destination's partition is the one the
         copy's key picks, as for a send (:meth:`_on_core_at`)."""
@@ -781,9 +639,7 @@ class Broker:
         """The partition of a partitioned topic on the core that ``draft``'s key (or, keyless, the
         topic's round-robin) pins it to, as a send's routing does."""
         actor = topic.actor
-        if not isinstance(actor, PartitionedCoreActor):
-            raise NotImplementedOperation(f"'{topic.name}' takes forwarded copies from the version-2 core, but it "
-                                          "is on the version-1 path: not available yet (serve with --core v1)")
+        assert isinstance(actor, PartitionedCoreActor)
         [(partition, _)] = actor.route([draft])
         return actor.partitions.index(partition)
 
@@ -793,9 +649,8 @@ class Broker:
         partition ``index`` when it is partitioned and an index is given (a partitioned topic's
         partition, which shares that partition's store), else the partition ``draft``'s key picks (as
         a send's routing picks it; keyless ones round-robin). Any store: the topic actor stores copies
-        in another store by that store's batch. An entity on the version-1 path takes none
-        (NotImplementedOperation)."""
-        actor: object = entity.actor
+        in another store by that store's batch."""
+        actor = entity.actor
         if isinstance(actor, PartitionedCoreActor):
             if index is not None:
                 actor = actor.partitions[index % len(actor.partitions)]
@@ -803,61 +658,8 @@ class Broker:
                 [(actor, _)] = actor.route([draft])
             else:
                 actor = actor.partitions[0]
-        if not isinstance(actor, CoreActor):
-            raise NotImplementedOperation(
-                f"'{entity.name}' takes copies from '{topic.name}', which runs on the version-2 core, but it "
-                "is on the version-1 path: not available yet (serve with --core v1)")
+        assert isinstance(actor, CoreActor)
         return actor
-
-    def fan_out_targets(self, topic: Entity, drafts: list[MessageDraft], index: int | None) -> list[FanOut]:
-        """Every subscription's copies of ``drafts`` (rules applied, forwarding followed) as a send to
-        ``topic`` (its partition ``index``, when partitioned) would make them, without duplicate
-        detection and without storing anything: a move into a topic stores them itself."""
-        return self._fan_out(topic, drafts, hops=0, index=index)
-
-    def _fan_out(self, topic: Entity, drafts: list[MessageDraft], hops: int,
-                 index: int | None = None) -> list[FanOut]:
-        """Every subscription's copies; a subscription that forwards passes its copies on (to a queue,
-        or into another topic's subscriptions), within the same hop limit as queues."""
-        targets: list[FanOut] = []
-        for sub in topic.subscriptions.values():
-            dead_letter_on_errors = bool(getattr(sub.properties, "dead_lettering_on_filter_evaluation_exceptions",
-                                                 True))
-            normal: list[MessageDraft] = []
-            dead: list[tuple[MessageDraft, str, str]] = []
-            for draft in drafts:
-                for copy in copies_for(sub.rules, draft, dead_letter_on_errors, sub.requires_session):
-                    if copy.dead_letter is None:
-                        normal.append(copy.draft)
-                    else:
-                        dead.append((copy.draft, *copy.dead_letter))
-            # A partitioned topic's partition i feeds its subscriptions' partitions i (same store).
-            own = at_index(sub.actor, index)
-            if dead:
-                targets.append(FanOut(own, [], dead))
-            if not normal:
-                continue
-            if not sub.forward_to:
-                targets.append(FanOut(own, normal, [], counts_as_use=False))
-                continue
-            route = self.route(sub)
-            total = hops + route.hops
-            if route.exceeded or total > MAX_TRANSFER_HOPS:
-                reason = [(d, MAX_TRANSFER_HOP_COUNT_EXCEEDED, f"forwarded {total} times") for d in normal]
-                targets.append(FanOut(at_index(route.entity.actor, index), [], reason, SubQueue.TRANSFER_DEAD_LETTER))
-            elif route.entity.kind == TOPIC:
-                targets.extend(self._fan_out(route.entity, normal, total, index))
-            else:
-                targets.extend(self._forward_targets(route.entity, normal, index))
-        return targets
-
-    def _forward_targets(self, entity: Entity, drafts: list[MessageDraft], index: int | None) -> list[FanOut]:
-        """Copies forwarded into a queue: the same partition index from a partitioned topic (a
-        key maps to the same index everywhere), else the partition each message's key picks."""
-        if index is not None or not isinstance(entity.actor, PartitionedActor):
-            return [FanOut(at_index(entity.actor, index), drafts, [])]
-        return [FanOut(partition, [drafts[i] for i in indexes], [])
-                for partition, indexes in entity.actor.route(drafts)]
 
     @staticmethod
     def _compile_rule(rule: RuleDescription) -> CompiledRule:
@@ -956,12 +758,11 @@ class Broker:
                                source: Entity | None = None, topic: Entity | None = None,
                                new_name: str | None = None) -> None:
         """The forwarding targets exist, and the source can reach them. A queue's ForwardTo routes each
-        send at once, to an entity on either path. A subscription's copies and dead letters forwarded
-        elsewhere are stored by its topic's (or its own) path: a version-1 source reaches only
-        version-1 entities, and a subscription of a topic on the core reaches only entities on the
-        entity whose target is not goes on the version-1 path (:meth:`_on_core`). ``source`` is the
-        entity being changed (None: being created); ``topic``, a new subscription's topic; ``new_name``,
-        a new queue's."""
+        send at once. A subscription's copies forwarded elsewhere are stored by its topic's actor, into
+        any queue or subscription past the target's ForwardTo chain, in any store; dead letters
+        forwarded elsewhere go in the dead-lettering's transaction or through a relay
+        (:meth:`_check_dead_letter_target`). ``source`` is the entity being changed (None: being
+        created); ``topic``, a new subscription's topic; ``new_name``, a new queue's."""
         owner = topic if topic is not None else (source.topic if source is not None else None)
         for name in ("forward_to", "forward_dead_lettered_messages_to"):
             target = getattr(properties, name, None)
@@ -970,46 +771,20 @@ class Broker:
             found = self.entity(entity_path(target))
             if found is None:
                 raise EntityNotFound(f"the forwarding target '{target}' does not exist")
-            if name == "forward_to" and owner is None:
-                continue  # a queue's ForwardTo: each send is routed when it arrives
             if name == "forward_dead_lettered_messages_to":
-                on_core = new_name is not None and self.core == "v2"
-                self._check_dead_letter_target(found, source, owner, new_name if on_core else None)
-                continue
-            if owner is not None and isinstance(owner.actor, TopicActor | PartitionedTopicActor) \
-                    and name == "forward_to":
-                final = self.route(found).entity
-                try:  # any store: copies in another store are stored by its batch before the topic's
-                    self._on_core_at(owner, final, None)
-                except NotImplementedOperation:
-                    raise NotImplementedOperation(
-                        f"auto-forwarding from a subscription of '{owner.name}' (on the version-2 core) into "
-                        f"'{final.name}' is not available yet: it is on the version-1 path "
-                        "(serve with --core v1)") from None
-                continue
-            v1_only(found.actor, "auto-forwarding into it")
+                self._check_dead_letter_target(found)
+            elif owner is not None:
+                self.route(found)  # a chain that names an entity that is gone is refused now
 
-    def _check_dead_letter_target(self, target: Entity, source: Entity | None, owner: Entity | None,
-                                  new_on_core: str | None) -> None:
-        """ForwardDeadLetteredMessagesTo ``target``: an entity on the core (``source``, or a new
-        subscription of a topic on the core, ``owner``) reaches only a target on the core (in its
-        store in the dead-lettering's transaction, elsewhere through a relay); a version-1 one only
-        version-1 entities (or a topic: they stay in its dead-letter queue). ``new_on_core``: a new
-        queue's name that may go on the core (it does when its target is on the core, :meth:`_on_core`)."""
-        actor = source.actor if source is not None else (owner.actor if owner is not None else None)
+    def _check_dead_letter_target(self, target: Entity) -> None:
+        """ForwardDeadLetteredMessagesTo ``target``: past its ForwardTo chain, a queue or subscription
+        (in the entity's store in the dead-lettering's transaction, elsewhere through a relay), or a
+        topic (the dead letters then stay in the entity's dead-letter queue)."""
         destination = self._dead_letter_destination(target)
-        if isinstance(actor, CoreActor | PartitionedCoreActor | PartitionedTopicActor):
-            if not self._forwards_on_core(destination):
-                assert destination is not None
-                raise NotImplementedOperation(
-                    f"forwarding dead-lettered messages from an entity on the version-2 core into "
-                    f"'{destination[0].name}' is not available yet: it is on the version-1 path "
-                    "(serve with --core v1)")
-            return
-        if new_on_core is not None and self._forwards_on_core(destination):
-            return  # a new queue that goes on the core (_on_core)
-        if destination is not None:
-            v1_only(destination[0].actor, "auto-forwarding into it")
+        if not self._forwards_on_core(destination):
+            assert destination is not None
+            raise NotImplementedOperation(
+                f"forwarding dead-lettered messages into '{destination[0].name}' is not available")
 
     async def create_topic(self, name: str, properties: TopicProperties) -> Entity:
         async with self._entities_lock:

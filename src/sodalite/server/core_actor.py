@@ -21,7 +21,7 @@ Resubmits, moves and purges (``server/moves.py``) select rows from the store (:m
 :meth:`fetch`: never from memory) and hand them to the source sub-queue's core as ``MoveOut``
 (:meth:`move_out`), one fenced ``MoveMessages`` into a queue, subscription or topic on the core in
 the same store, or a delete; after it committed the target is told ``Arrived`` (:meth:`arrived`).
-A move that cannot be one transaction (from another store or the version-1 path) appends here
+A move that cannot be one transaction (from another store, or into a partitioned entity) appends here
 under move keys first (:meth:`append_moved`, outside the core, which is told ``Arrived``); the keys
 are forgotten once the source copies are gone (:meth:`forget_move_keys`).
 
@@ -65,10 +65,9 @@ the core forwards into this entity's own dead-letter queue, each copy marked wit
 
 The broker runs queues on it, a partitioned queue as one CoreActor per partition
 (``server/partitioned_actor.py``, which splits a receiver's credit over them with ``ready``,
-``given``, ``withdraw_credit`` and ``caught_up``), and topics (``server/topic_actor.py``); it keeps
-an entity on the version-1 actor (``server/partition_actor.py``) when its forwarding group needs
-what the core does not do yet (``broker._kept_on_v1``); what a core cannot do at runtime is answered
-with ``amqp:not-implemented`` rather than faked.
+``given``, ``withdraw_credit`` and ``caught_up``), and topics (``server/topic_actor.py``): every
+entity runs on it. What a core cannot do at runtime is answered with ``amqp:not-implemented``
+rather than faked.
 """
 
 from __future__ import annotations
@@ -99,7 +98,7 @@ from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, Lock, MessageDraft
 from sodalite.model.store_ops import MoveItem, Outcome, StoredMessage
 from sodalite.server import wire
-from sodalite.server.partition_actor import EntitySettings, SubQueue, wall_clock_ms
+from sodalite.server.entity_settings import EntitySettings, SubQueue, wall_clock_ms
 from sodalite.server.partition_runner import Clock, LoopClock, PartitionRunner
 from sodalite.server.store_worker import StoreWorker
 from sodalite.store.port import (
@@ -593,7 +592,7 @@ class CoreActor:
 
     async def append_moved(self, drafts: Sequence[MessageDraft], keys: Sequence[str]) -> int:
         """Messages moved in by a move that is not one transaction with its source (from another
-        store, or from an entity on the version-1 path): appended to the main queue together with
+        store, or into a partitioned entity): appended to the main queue together with
         their move keys (``<source store>/<source partition>/<sequence number>``) in one transaction,
         outside the core (as another node's rows; the core is told ``Arrived``). A key already here
         means an earlier attempt appended it: skipped, so a retry after a crash between this commit and

@@ -1,8 +1,8 @@
-"""AMQP transactions on entities of the version-2 core (``sodalite serve --core v2``).
+"""AMQP transactions on the entities' partition cores.
 
 Theory of operation. The connection's side is ``server/transactions.py`` (declare, enlist, discharge,
-roll back), the same for both paths; this module is what it calls when a transaction's entities
-run on the partition core. Decisions are the core's (``model/partition_core.py``, ``Transact``).
+roll back); this module is what it calls to plan, check and commit a transaction on the partition
+cores. Decisions are the core's (``model/partition_core.py``, ``Transact``).
 
 * Enlisting a settlement finds the partition core holding the lock (:func:`lock_holder`) and checks
   the lock is live; the message stays locked. Enlisting a send plans it (:func:`plan_send`) as a
@@ -24,8 +24,7 @@ What the core cannot do here is refused with NotImplementedOperation (``amqp:not
 faked: settlements of locks held by two different partition cores (two queues, two partitions of a
 partitioned queue, a queue and its dead-letter queue) in one transaction, and sends to an entity
 with duplicate detection other than the home (whose history lives in another core). A transaction
-spans one messaging store (InvalidOperation, as on the version-1 path) and one path: it cannot mix
-entities on the core with entities on the version-1 path.
+spans one messaging store (InvalidOperation).
 
 Several nodes on one PostgreSQL database: the settlements are fenced by the store at the time the
 home core decided; on one node nothing else takes those locks before the batch applies, but another
@@ -50,7 +49,7 @@ from sodalite.model.settlement import Settlement, Verb
 from sodalite.model.store_ops import Outcome
 from sodalite.server import wire
 from sodalite.server.core_actor import Copy, CoreActor
-from sodalite.server.partition_actor import SubQueue
+from sodalite.server.entity_settings import SubQueue
 from sodalite.server.partitioned_actor import EntityActor, PartitionedCoreActor, each
 from sodalite.server.registry import TOPIC, Entity, Route
 from sodalite.server.topic_actor import TopicActor
@@ -71,11 +70,6 @@ Home = tuple[CoreActor, SubQueue]
 
 _OUTCOMES = {Verb.COMPLETE: Outcome.COMPLETE, Verb.ABANDON: Outcome.ABANDON, Verb.DEFER: Outcome.DEFER,
              Verb.DEAD_LETTER: Outcome.DEAD_LETTER, Verb.RELEASE: Outcome.RELEASE}
-
-
-def on_core(actor: EntityActor) -> bool:
-    """Whether an entity's actor runs on the version-2 core."""
-    return isinstance(actor, CoreActor | PartitionedCoreActor)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,10 +111,7 @@ def lock_holder(actor: EntityActor, token: uuid.UUID) -> Home:
 def _partition(actor: EntityActor, draft: MessageDraft) -> CoreActor:
     if isinstance(actor, PartitionedCoreActor):
         return actor.route([draft])[0][0]
-    if isinstance(actor, CoreActor):
-        return actor
-    raise NotImplementedOperation("a transaction cannot mix entities on the version-2 core and entities on the "
-                                  "version-1 path")
+    return actor
 
 
 def plan_send(broker: Routes, entity: Entity, drafts: Sequence[MessageDraft]) -> list[PlannedSend]:

@@ -45,7 +45,7 @@ from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.store_ops import MoveItem
 from sodalite.server import wire
 from sodalite.server.core_actor import ALL_STATES, CoreActor
-from sodalite.server.partition_actor import SubQueue
+from sodalite.server.entity_settings import SubQueue
 from sodalite.server.partitioned_actor import PartitionedCoreActor
 
 log = logging.getLogger(__name__)

@@ -34,7 +34,7 @@ from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, Lock, Mess
 from sodalite.server import outcomes, wire
 from sodalite.server.amqp_errors import client_error
 from sodalite.server.endpoint import ConnectionPort, Endpoint
-from sodalite.server.partition_actor import SubQueue
+from sodalite.server.entity_settings import SubQueue
 from sodalite.server.registry import TOPIC, Entity
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ def _done() -> asyncio.Future[None]:
 
 
 class LinkConsumer(Endpoint):
-    """A client receiver link, as the partition actor sees it (``partition_actor.Consumer``)."""
+    """A client receiver link, as the partition actor sees it (``entity_settings.Consumer``)."""
 
     __slots__ = ("actor", "connection", "link", "peek_lock", "reserved", "session_id", "sub_queue")
 

@@ -31,9 +31,9 @@ from sodalite.model.settlement import from_disposition_status
 from sodalite.server import outcomes, wire
 from sodalite.server.amqp_errors import report
 from sodalite.server.core_actor import CoreActor
+from sodalite.server.entity_settings import SubQueue
 from sodalite.server.metrics import BrokerMetrics
-from sodalite.server.partition_actor import PartitionActor, SubQueue
-from sodalite.server.partitioned_actor import EntityActor, OnCore, each
+from sodalite.server.partitioned_actor import EntityActor, each
 
 T = TypeVar("T")
 
@@ -85,16 +85,8 @@ def _array(body: dict[str, Any], key: str, kind: type) -> list[Any]:
     return items
 
 
-async def _value(value: T | Awaitable[T]) -> T:
-    """An actor's answer: the version-1 actor answers some requests at once, the version-2 core
-    only once its store batch committed (a future)."""
-    if isinstance(value, Awaitable):
-        return await value
-    return value
-
-
 async def renew_lock(ctx: Context, body: dict[str, Any]) -> Response:
-    expirations = [Timestamp(await _value(ctx.actor.renew_lock(token)))
+    expirations = [Timestamp(await ctx.actor.renew_lock(token))
                    for token in _array(body, "lock-tokens", uuid.UUID)]
     return Response(OK, {"expirations": Array("timestamp", tuple(expirations))})
 
@@ -111,7 +103,7 @@ def _session_id(body: dict[str, Any], required: bool = True) -> str | None:
 async def peek_message(ctx: Context, body: dict[str, Any]) -> Response:
     start = _int_arg(body, "from-sequence-number", 1)
     count = _int_arg(body, "message-count", 1)
-    records = await _value(ctx.actor.peek(ctx.sub_queue, start, max(0, count), _session_id(body, required=False)))
+    records = await ctx.actor.peek(ctx.sub_queue, start, max(0, count), _session_id(body, required=False))
     if not records:
         return Response(NO_CONTENT, None, "No messages to peek")
     return Response(OK, {"messages": [
@@ -136,13 +128,7 @@ async def schedule_message(ctx: Context, body: dict[str, Any]) -> Response:
     numbers: list[int] = []
     actor = ctx.actor
     if kept:
-        if isinstance(actor, OnCore):
-            numbers = await actor.schedule(kept)
-        else:
-            future, numbers = actor.schedule(kept)
-            if ctx.metrics is not None:
-                ctx.metrics.count_in(future, ctx.metrics.entity_label(actor), len(numbers))
-            await future
+        numbers = await actor.schedule(kept)
     if len(kept) < len(drafts):
         # Pings are never scheduled (clarification 15): dropped as a sent ping is, after the Send right
         # was checked; each gets sequence number 0, which names no message (cancelling it is refused).
@@ -160,27 +146,13 @@ async def cancel_scheduled_message(ctx: Context, body: dict[str, Any]) -> Respon
 async def receive_by_sequence_number(ctx: Context, body: dict[str, Any]) -> Response:
     numbers = _array(body, "sequence-numbers", int)
     mode = _int_arg(body, "receiver-settle-mode", PEEK_LOCK)
-    if isinstance(ctx.actor, OnCore):
-        taken_now = await ctx.actor.receive_deferred(ctx.sub_queue, numbers, mode == PEEK_LOCK,
-                                                     _session_id(body, required=False))
-        messages = [{"message": wire.delivery_payload(r, until, with_state=True, lock_token=token,
-                                                    decimals_as_text=ctx.decimals_as_text), "lock-token": token}
-                    if token is not None else
-                    {"message": wire.delivery_payload(r, None, with_state=True, decimals_as_text=ctx.decimals_as_text)}
-                    for r, token, until in taken_now]
-    elif mode == PEEK_LOCK:
-        future, taken = ctx.actor.lock_deferred(ctx.sub_queue, numbers, ctx.owner)
-        await future  # their delivery is counted durably before they are handed out
-        messages = [{"message": wire.delivery_payload(r, lock.locked_until, with_state=True, lock_token=lock.token,
-                                                    decimals_as_text=ctx.decimals_as_text),
-                     "lock-token": lock.token} for r, lock in taken]
-    else:
-        future, records = ctx.actor.take_deferred(ctx.sub_queue, numbers)
-        if ctx.metrics is not None:
-            ctx.metrics.count_out(future, ctx.actor, ctx.sub_queue, len(records))
-        await future
-        messages = [{"message": wire.delivery_payload(r, None, with_state=True, decimals_as_text=ctx.decimals_as_text)}
-                    for r in records]
+    taken_now = await ctx.actor.receive_deferred(ctx.sub_queue, numbers, mode == PEEK_LOCK,
+                                                 _session_id(body, required=False))
+    messages = [{"message": wire.delivery_payload(r, until, with_state=True, lock_token=token,
+                                                decimals_as_text=ctx.decimals_as_text), "lock-token": token}
+                if token is not None else
+                {"message": wire.delivery_payload(r, None, with_state=True, decimals_as_text=ctx.decimals_as_text)}
+                for r, token, until in taken_now]
     return Response(OK, {"messages": messages})
 
 
@@ -208,13 +180,13 @@ async def update_disposition(ctx: Context, body: dict[str, Any]) -> Response:
 async def renew_session_lock(ctx: Context, body: dict[str, Any]) -> Response:
     session_id = _session_id(body)
     assert session_id is not None
-    return Response(OK, {"expiration": Timestamp(await _value(ctx.actor.renew_session_lock(session_id)))})
+    return Response(OK, {"expiration": Timestamp(await ctx.actor.renew_session_lock(session_id))})
 
 
 async def get_session_state(ctx: Context, body: dict[str, Any]) -> Response:
     session_id = _session_id(body)
     assert session_id is not None
-    return Response(OK, {"session-state": await _value(ctx.actor.get_session_state(session_id))})
+    return Response(OK, {"session-state": await ctx.actor.get_session_state(session_id)})
 
 
 async def set_session_state(ctx: Context, body: dict[str, Any]) -> Response:
@@ -330,7 +302,7 @@ PARTITION_BOUNDS = "com.sodalite:partition-bounds"
 PEEK_PARTITION = "com.sodalite:peek-partition"
 
 
-def _partition(ctx: Context, body: dict[str, Any]) -> PartitionActor | CoreActor:
+def _partition(ctx: Context, body: dict[str, Any]) -> CoreActor:
     partitions = each(ctx.actor)
     index = _int_arg(body, "partition", 0)
     if not 0 <= index < len(partitions):
@@ -342,13 +314,7 @@ async def complete_through_sequence_number(ctx: Context, body: dict[str, Any]) -
     """Remove every unlocked message of one partition numbered ``sequence-number`` or lower; answers
     ``count`` (how many went) once the delete is durable. Idempotent: a repeat removes nothing more."""
     partition = _partition(ctx, body)
-    if isinstance(partition, CoreActor):
-        count = await partition.complete_through(ctx.sub_queue, _int_arg(body, "sequence-number"))
-        return Response(OK, {"count": Long(count)})
-    future, count = partition.complete_through(ctx.sub_queue, _int_arg(body, "sequence-number"))
-    if ctx.metrics is not None and count:
-        ctx.metrics.count_out(future, partition, ctx.sub_queue, count)
-    await future
+    count = await partition.complete_through(ctx.sub_queue, _int_arg(body, "sequence-number"))
     return Response(OK, {"count": Long(count)})
 
 
@@ -358,7 +324,7 @@ async def partition_bounds(ctx: Context, body: dict[str, Any]) -> Response:
     partitions = each(ctx.actor)
     bounds = []
     for index, partition in enumerate(partitions):
-        first, next_number = await _value(partition.bounds(ctx.sub_queue))
+        first, next_number = await partition.bounds(ctx.sub_queue)
         bounds.append({"partition": index, "first-sequence-number": None if first is None else Long(first),
                        "next-sequence-number": Long(next_number)})
     return Response(OK, {"partitions": bounds})
@@ -369,7 +335,7 @@ async def peek_partition(ctx: Context, body: dict[str, Any]) -> Response:
     partition = _partition(ctx, body)
     start = _int_arg(body, "from-sequence-number", 0)
     count = max(0, _int_arg(body, "message-count", 1))
-    records = await _value(partition.peek(ctx.sub_queue, start, count))
+    records = await partition.peek(ctx.sub_queue, start, count)
     return Response(OK, {"messages": [
         {"message": wire.delivery_payload(r, None, with_state=True)} for r in records
     ]})

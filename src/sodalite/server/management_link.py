@@ -20,8 +20,8 @@ from sodalite.errors import SodaliteError
 from sodalite.model.authorization import AccessRights
 from sodalite.server import management
 from sodalite.server.endpoint import ConnectionPort, ControlLink
+from sodalite.server.entity_settings import SubQueue
 from sodalite.server.messages import decode_request, encode_response
-from sodalite.server.partition_actor import SubQueue
 from sodalite.server.registry import Entity
 
 

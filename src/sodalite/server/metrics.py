@@ -19,7 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from sodalite.server.partition_actor import SubQueue
+from sodalite.server.entity_settings import SubQueue
 from sodalite.server.partitioned_actor import EntityActor
 from sodalite.server.store_worker import StoreWorker
 

@@ -97,7 +97,7 @@ from sodalite.store.port import (
 
 log = logging.getLogger(__name__)
 
-DEAD_LETTER_SUFFIX = "/$deadletterqueue"  # as server/partition_actor.py's SubQueue.DEAD_LETTER names it
+DEAD_LETTER_SUFFIX = "/$deadletterqueue"  # as server/entity_settings.py's SubQueue.DEAD_LETTER names it
 ACTIVE_ONLY = frozenset({MessageState.ACTIVE})
 
 

@@ -16,13 +16,8 @@ actor runs the partitions (the :class:`Partition` protocol is what it calls on t
   skipping a partition whose store is unavailable (the seed: a peek may return fewer);
 * counts add up over the partitions whose store answers.
 
-Two faces share that routing. :class:`PartitionedActor` runs version-1 partitions
-(``PartitionActor``, messages in memory): a receiver is registered with every partition; all run on
-one event loop and check its credit synchronously, so the first partition with a message delivers
-it and none delivers twice.
-
-:class:`PartitionedCoreActor` runs partitioned queues and subscriptions on the version-2 core
-(``CoreActor`` per partition, ``sodalite serve --core v2``; a partitioned topic runs on its subclass
+The face is :class:`PartitionedCoreActor`: partitioned queues and subscriptions on the version-2 core
+(``CoreActor`` per partition; a partitioned topic runs on its subclass
 ``topic_actor.PartitionedTopicActor``, a ``TopicActor`` per partition). A core claims messages in
 the store for the credit it was given and delivers them after the claim (ReceiveAndDelete: the
 delete) committed, so credit cannot be checked at delivery time: a delivery the link cannot take
@@ -47,8 +42,7 @@ Store outages: the operator's switch (``Broker.set_store_online``) suspends and 
 a store. A store that fails on its own (a database gone) is found by a send's commit failing: every
 partition of the entity in that store is suspended, so keyless sends go to the other stores'
 partitions at once and keyed ones get the retryable error, and is resumed when the store answers
-a read again (asked every ``RECHECK_SECONDS``), as a version-1 partition rebuilds itself after a
-failed commit.
+a read again (asked every ``RECHECK_SECONDS``).
 """
 
 from __future__ import annotations
@@ -57,21 +51,20 @@ import asyncio
 import functools
 import uuid
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from sodalite.errors import (
     InvalidOperation,
     MessageLockLost,
     MessageNotFound,
-    NotImplementedOperation,
     SodaliteError,
     StoreUnavailable,
 )
 from sodalite.model.message import MessageRecord
 from sodalite.model.partition import Lock, MessageDraft
 from sodalite.server.core_actor import CoreActor, Taken
-from sodalite.server.partition_actor import Consumer, EntitySettings, PartitionActor, SubQueue, all_of
+from sodalite.server.entity_settings import Consumer, EntitySettings, SubQueue, all_of
 from sodalite.server.store_worker import StoreWorker
 from sodalite.store.port import PARTITION_SHIFT, PartitionRef
 
@@ -110,7 +103,7 @@ class _OwnerRelease(Protocol):
 
 
 class Partition(Protocol):
-    """What :class:`Partitioned` calls on each partition's actor (``PartitionActor`` or ``CoreActor``)."""
+    """What :class:`Partitioned` calls on each partition's actor (``CoreActor``)."""
 
     ref: PartitionRef
     worker: StoreWorker
@@ -399,92 +392,6 @@ class Partitioned(Generic[P]):
         return sorted({s for p in self.partitions if p.available for s in p.list_sessions(updated_after)})
 
 
-class PartitionedActor(Partitioned[PartitionActor]):
-    """A partitioned entity on version-1 partition actors (messages in memory)."""
-
-    def __init__(self, partitions: Sequence[PartitionActor]) -> None:
-        super().__init__(partitions)
-        for partition in self.partitions:
-            partition.siblings_have_available = lambda sub, session_id, me=partition: any(
-                p is not me and p.available and p.queues[sub].has_available(session_id) for p in self.partitions)
-
-    def schedule(self, drafts: list[MessageDraft]) -> tuple[asyncio.Future[None], list[int]]:
-        numbers = [0] * len(drafts)
-        futures = []
-        for partition, indexes in self.route(drafts):
-            future, assigned = partition.schedule([drafts[i] for i in indexes])
-            futures.append(future)
-            for i, number in zip(indexes, assigned, strict=False):
-                numbers[i] = number
-        return all_of(futures), [n for n in numbers if n]
-
-    def renew_lock(self, token: uuid.UUID) -> int:
-        return self.holder(token).renew_lock(token)
-
-    # ---- browsing and deferred messages -------------------------------------------------------------
-
-    def peek(self, sub: SubQueue, from_sequence_number: int, count: int,
-             session_id: str | None = None) -> list[MessageRecord]:
-        """From the partition ``from_sequence_number`` names onwards, partition by partition; a
-        partition whose store is unavailable is skipped (the seed: peek may return fewer)."""
-        if session_id is not None:
-            return self.for_key(session_id).peek(sub, from_sequence_number, count, session_id)
-        found: list[MessageRecord] = []
-        for partition, start in self._peek_order(from_sequence_number):
-            if len(found) >= count:
-                break
-            found += partition.peek(sub, start, count - len(found))
-        return found
-
-    def lock_deferred(self, sub: SubQueue, sequence_numbers: list[int],
-                      owner: Any) -> tuple[asyncio.Future[None], list[tuple[MessageRecord, Lock]]]:
-        futures, taken = [], []
-        for partition, numbers in self._by_sequence_number(sequence_numbers):
-            future, locked = partition.lock_deferred(sub, numbers, owner)
-            futures.append(future)
-            taken += locked
-        return all_of(futures), taken
-
-    def take_deferred(self, sub: SubQueue,
-                      sequence_numbers: list[int]) -> tuple[asyncio.Future[None], list[MessageRecord]]:
-        futures, records = [], []
-        for partition, numbers in self._by_sequence_number(sequence_numbers):
-            future, taken = partition.take_deferred(sub, numbers)
-            futures.append(future)
-            records += taken
-        return all_of(futures), records
-
-    # ---- receivers ----------------------------------------------------------------------------------
-
-    def _consumer_partitions(self, consumer: Consumer) -> list[PartitionActor]:
-        session_id = getattr(consumer, "session_id", None)
-        return [self.for_key(session_id)] if isinstance(session_id, str) else self.partitions
-
-    def add_consumer(self, consumer: Consumer) -> None:
-        for partition in self._consumer_partitions(consumer):
-            partition.add_consumer(consumer)
-
-    def remove_consumer(self, consumer: Consumer) -> None:
-        for partition in self.partitions:
-            partition.remove_consumer(consumer)
-
-    def drop_owner(self, owner: Any) -> None:
-        for partition in self.partitions:
-            partition.drop_owner(owner)
-
-    def credit_changed(self, consumer: Consumer) -> None:
-        for partition in self._consumer_partitions(consumer):
-            partition.credit_changed(consumer)
-
-    # ---- sessions -----------------------------------------------------------------------------------
-
-    def renew_session_lock(self, session_id: str) -> int:
-        return self.for_key(session_id).renew_session_lock(session_id)
-
-    def get_session_state(self, session_id: str) -> bytes | None:
-        return self.for_key(session_id).get_session_state(session_id)
-
-
 class _Share:
     """One partition's part of a receiver's credit: the consumer that partition's core sees (see
     the module docstring). ``allotted`` is what the core was given for it and has not delivered
@@ -564,8 +471,7 @@ class PartitionedCoreActor(Partitioned[CoreActor]):
     def _store_failed(self, partition: CoreActor) -> None:
         """``partition``'s store failed a commit: its partitions go out of service (keyless sends go
         to the other stores' partitions, keyed ones get the retryable error) until the store answers
-        again (as a version-1 partition rebuilds itself after a failed commit, but for the whole
-        store at once: the seed's outage is a messaging store's)."""
+        again (for the whole store at once: the seed's outage is a messaging store's)."""
         worker = partition.worker
         if worker.name in self._rechecks:
             return
@@ -786,39 +692,13 @@ class PartitionedCoreActor(Partitioned[CoreActor]):
         return self.for_key(session_id).get_session_state(session_id)
 
 
-AnyPartitioned = PartitionedActor | PartitionedCoreActor
-EntityActor = PartitionActor | PartitionedActor | CoreActor | PartitionedCoreActor  # what an entity runs on
-OnCore = CoreActor | PartitionedCoreActor  # an entity on the version-2 core
+AnyPartitioned = PartitionedCoreActor
+EntityActor = CoreActor | PartitionedCoreActor  # what an entity runs on
+OnCore = EntityActor  # every entity runs on the version-2 core
 
 
-def v1_only(actor: EntityActor, what: str) -> PartitionActor | PartitionedActor:
-    """``actor`` when it runs on the version-1 path; a queue on the version-2 core does not do
-    ``what`` yet, and says so (amqp:not-implemented) instead of pretending."""
-    if isinstance(actor, PartitionActor | PartitionedActor):
-        return actor
-    raise NotImplementedOperation(f"{what} is not available on a queue run by the version-2 core yet "
-                                  "(serve with --core v1)")
-
-
-def each(actor: EntityActor) -> list[PartitionActor | CoreActor]:
+def each(actor: EntityActor) -> list[CoreActor]:
     """The partition actors behind an entity's actor."""
-    if isinstance(actor, PartitionedActor):
-        return list(actor.partitions)
     if isinstance(actor, PartitionedCoreActor):
         return list(actor.partitions)
     return [actor]
-
-
-def at_index(any_actor: EntityActor, index: int | None,
-             pick: Callable[[PartitionedActor], PartitionActor] | None = None) -> PartitionActor:
-    """The partition ``index`` of a partitioned actor (modulo its count), or ``pick``'s choice when
-    there is no index; a non-partitioned actor is its own single partition. A queue on the
-    version-2 core takes no forwarded or fanned-out copies yet (NotImplementedOperation)."""
-    actor = v1_only(any_actor, "auto-forwarding into it")
-    if not isinstance(actor, PartitionedActor):
-        return actor
-    if index is not None:
-        return actor.partitions[index % len(actor.partitions)]
-    if pick is not None:
-        return pick(actor)
-    return actor.next_partition()

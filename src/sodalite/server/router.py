@@ -31,8 +31,8 @@ from sodalite.server.addresses import CBS_NODE, entity_path, management_entity
 from sodalite.server.amqp_errors import client_error
 from sodalite.server.auth import CbsLink, ConnectionAuth
 from sodalite.server.endpoint import ConnectionPort, accept_control
+from sodalite.server.entity_settings import SubQueue
 from sodalite.server.management_link import ManagementLink
-from sodalite.server.partition_actor import SubQueue
 from sodalite.server.registry import SUBSCRIPTION, TOPIC
 
 REFUSED_LINKS_SLACK = 100  # refused attaches a peer may leave undetached before it is disconnected

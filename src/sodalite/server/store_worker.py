@@ -58,7 +58,6 @@ from sodalite.store.port import (
     OpResult,
     PartitionCounts,
     PartitionRef,
-    PartitionSnapshot,
     Settle,
     StoreOp,
 )
@@ -214,9 +213,6 @@ class StoreWorker:
         self.full = not room
         if self.full:
             self._schedule_maintenance()
-
-    async def load_partition(self, ref: PartitionRef) -> PartitionSnapshot:
-        return await self.call(lambda: self.store.load_partition(ref))
 
     async def open(self) -> None:
         # Opening works offline too (a store configured offline is there, only out of service).

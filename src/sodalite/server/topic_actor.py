@@ -101,7 +101,7 @@ from sodalite.model.message import MessageRecord
 from sodalite.model.partition import Lock, MessageDraft
 from sodalite.server import wire
 from sodalite.server.core_actor import Copy, CoreActor, _without_value
-from sodalite.server.partition_actor import SubQueue, all_of
+from sodalite.server.entity_settings import SubQueue, all_of
 from sodalite.server.partitioned_actor import PartitionedCoreActor
 from sodalite.server.store_worker import StoreWorker
 

@@ -9,26 +9,18 @@ belongs to the connection, and when the connection goes its open transactions ro
   Accepted)``, but nothing is stored or shown yet.
 * A disposition whose state is ``TransactionalState(txn-id, outcome)`` enlists that settlement; the
   message stays locked, and is echoed with the same state.
-* ``Discharge(fail=False)`` commits. First everything that can fail without side effects is checked
-  (every enlisted lock still live, every target still served and available, one messaging store).
-  Then each command runs on its partition actor exactly as it would outside a transaction, except
-  that the actor hands back the store ops and records it would have committed itself
-  (``PartitionActor.prepare_in_transaction``); all of them go into ONE batch of ONE actor, the same
-  pattern as a topic's fan-out. Only when that store transaction is durable is the discharge
-  accepted and is everything published, in one event-loop step, so a receiver or a peek sees all of
-  it or none. If it fails, nothing was published: the committing actor reloads from the store (as
-  after any failed batch) and every other actor the transaction changed in memory resynchronises.
+* ``Discharge(fail=False)`` commits: the sends are planned again (routed past ForwardTo, a topic's
+  copies made) and the whole transaction is decided by ONE partition core as one ``Transact``
+  (``server/core_transactions.py``): the core of the partition holding its locks, or its sends'
+  home, checks every lock and every target and commits everything in one store transaction. Only
+  when it is durable is the discharge accepted and is everything published, so a receiver or a
+  peek sees all of it or none.
 * ``Discharge(fail=True)``, and a lost connection, roll back: enlisted sends are dropped and enlisted
   settlements leave their messages locked as they were (the client may abandon them or let the lock
   expire).
 
 Partitioned entities follow the seed's rules ("Use transactions with partitioned entities"): see
-:func:`pin_partitioned_send`. ``target_actor`` and ``lock_holder`` are the only places that choose a
-partition actor, so partitioned entities plug in there.
-
-Entities on the version-2 core (``--core v2``) keep the same observable behaviour, but their commit
-is decided by one partition core as one ``Transact`` (``server/core_transactions.py``); a
-transaction's entities are all on the core or all on the version-1 path.
+:func:`pin_partitioned_send`.
 """
 
 from __future__ import annotations
@@ -53,31 +45,27 @@ from sodalite.amqp.performatives import (
 )
 from sodalite.errors import (
     ArgumentError,
-    EntityNotFound,
     InvalidOperation,
-    MessageLockLost,
     MessageSizeExceeded,
     NotImplementedOperation,
     SodaliteError,
     TransactionRolledBack,
     TransactionUnknown,
 )
-from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDraft
+from sodalite.model.partition import MessageDraft
 from sodalite.model.settlement import Settlement
 from sodalite.server import core_transactions as on_core
 from sodalite.server import outcomes, wire
 from sodalite.server.amqp_errors import client_error
 from sodalite.server.endpoint import ConnectionPort, Endpoint
 from sodalite.server.messages import decode_request
-from sodalite.server.partition_actor import FanOut, PartitionActor, SubQueue
-from sodalite.server.partitioned_actor import each, partition_key, v1_only
-from sodalite.server.registry import TOPIC, Entity
+from sodalite.server.partitioned_actor import partition_key
+from sodalite.server.registry import Entity
 
 if TYPE_CHECKING:
     from sodalite.amqp import events as ev
     from sodalite.server.broker import Broker
     from sodalite.server.links import LinkConsumer
-    from sodalite.server.store_worker import StoreWorker
 
 log = logging.getLogger(__name__)
 
@@ -85,26 +73,6 @@ COORDINATOR_CREDIT = 100  # Declare/Discharge messages a controller may have in 
 TRANSACTION_TIMEOUT_MS = 120_000  # Service Bus aborts a transaction not discharged within 2 minutes
 
 Command = Callable[[], object]
-
-
-# ---- choosing partition actors (the two hooks partitioned entities adapt) ---------------------------
-
-
-def target_actor(entity: Entity, draft: MessageDraft) -> PartitionActor:
-    """The partition actor a transactional message sent to ``entity`` (after ForwardTo) goes to."""
-    actor = v1_only(entity.actor, "a transaction")
-    if isinstance(actor, PartitionActor):
-        return actor
-    return actor.route([draft])[0][0]
-
-
-def lock_holder(actor: Any, token: uuid.UUID) -> PartitionActor:
-    """The partition actor holding ``token``, among those behind a receiver link's actor."""
-    for partition in each(v1_only(actor, "a transaction")):
-        assert isinstance(partition, PartitionActor)
-        if any(token in queue.locks for queue in partition.queues.values()):
-            return partition
-    raise MessageLockLost("the lock token is unknown or the lock was lost")
 
 
 # ---- the partitioned-entity rules (pure) --------------------------------------------------------------
@@ -163,51 +131,15 @@ class EnlistedSend:
     drafts: list[MessageDraft]
 
 
-@dataclass(frozen=True, slots=True)
-class EnlistedSettlement:
-    actor: PartitionActor
-    token: uuid.UUID
-    command: Command  # the settlement, run on ``actor`` at commit
-    sub_queue: SubQueue
-    removes: bool  # complete: counted as a message out once committed
-
-
 @dataclass(slots=True)
 class Transaction:
     txn_id: bytes
     sends: list[EnlistedSend] = field(default_factory=list)
-    settlements: list[EnlistedSettlement] = field(default_factory=list)
-    worker: StoreWorker | None = None  # the one messaging store all of its work lives in
     pin: PartitionPin | None = None
     declared_at: int = 0  # ms, the connection's clock
-    # On the version-2 core: its settlements, and its sends as planned when enlisted (for the checks;
-    # the commit plans them again). ``core`` says which path its entities are on (None: none yet).
-    core: bool | None = None
+    # Its settlements, and its sends as planned when enlisted (for the checks; the commit plans them again).
     core_settlements: list[on_core.CoreSettlement] = field(default_factory=list)
     core_planned: list[on_core.PlannedSend] = field(default_factory=list)
-
-    def same_path(self, core: bool) -> None:
-        """A transaction's entities are all on the version-2 core or all on the version-1 path."""
-        if self.core is not None and self.core is not core:
-            raise NotImplementedOperation("a transaction cannot mix entities on the version-2 core and entities "
-                                          "on the version-1 path")
-        self.core = core
-
-    def check_store(self, actors: Iterable[PartitionActor]) -> StoreWorker | None:
-        """The store the transaction's work lives in with ``actors`` added; InvalidOperation for a second."""
-        workers = {a.worker for a in actors}
-        if self.worker is not None:
-            workers.add(self.worker)
-        if len(workers) > 1:
-            raise InvalidOperation("a transaction cannot span messaging stores")
-        return next(iter(workers), None)
-
-    def enlist_settlement(self, settlement: EnlistedSettlement) -> None:
-        if any(s.token == settlement.token for s in self.settlements):
-            raise InvalidOperation("the message is already settled in this transaction")
-        self.worker = self.check_store([settlement.actor])
-        self.settlements.append(settlement)
-
 
 class Transactions:
     """A connection's open transactions: declare, look up, discharge (no I/O here)."""
@@ -249,58 +181,6 @@ class Transactions:
 # ---- planning and committing --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Step:
-    actor: PartitionActor  # whose memory the command changes, and whose batch it would have used
-    command: Command
-    involved: tuple[PartitionActor, ...]  # every actor the step stores into
-
-
-def _fan_out_targets(topic_partition: PartitionActor, drafts: list[MessageDraft]) -> list[FanOut]:
-    # The broker sets ``on_activated`` on every topic partition to its send fan-out (as ``Broker.publish``).
-    on_activated = topic_partition.on_activated
-    return on_activated(drafts) if on_activated is not None else []
-
-
-def _send_command(part: PartitionActor, drafts: list[MessageDraft]) -> Command:
-    return lambda: part.send(drafts)
-
-
-def _publish_command(part: PartitionActor, drafts: list[MessageDraft]) -> Command:
-    return lambda: part.fan_out(_fan_out_targets(part, part.deduplicate(drafts)))
-
-
-def _transfer_dead_letter_command(part: PartitionActor, drafts: list[MessageDraft], hops: int) -> Command:
-    return lambda: part.send_to_transfer_dead_letter(drafts, MAX_TRANSFER_HOP_COUNT_EXCEEDED, f"forwarded {hops} times")
-
-
-def plan_send(broker: Broker, send: EnlistedSend) -> list[_Step]:
-    """Route and check a transactional send as a send would be, without side effects."""
-    entity = send.entity
-    if broker.entity(entity.name) is not entity:
-        raise EntityNotFound(f"the messaging entity '{entity.name}' was deleted")
-    route = broker.route(entity)
-    groups: dict[int, tuple[PartitionActor, list[MessageDraft]]] = {}
-    for draft in send.drafts:
-        part = target_actor(route.entity, draft)
-        groups.setdefault(id(part), (part, []))[1].append(draft)
-    steps: list[_Step] = []
-    for part, drafts in groups.values():
-        if route.exceeded:
-            part.check_transactional_send(drafts, stored_here=False)
-            steps.append(_Step(part, _transfer_dead_letter_command(part, drafts, route.hops), (part,)))
-        elif route.entity.kind == TOPIC:
-            part.check_transactional_send(drafts, stored_here=False)
-            targets = tuple(t.actor for t in _fan_out_targets(part, drafts))
-            for target in targets:
-                target.check_transactional_send([], stored_here=False)
-            steps.append(_Step(part, _publish_command(part, drafts), (part, *targets)))
-        else:
-            part.check_transactional_send(drafts)
-            steps.append(_Step(part, _send_command(part, drafts), (part,)))
-    return steps
-
-
 def enlist_send(broker: Broker, txn: Transaction, entity: Entity, drafts: list[MessageDraft]) -> None:
     """Check a transactional send now (refusals are immediate, the transaction stays usable); keep it."""
     pin = txn.pin
@@ -309,83 +189,20 @@ def enlist_send(broker: Broker, txn: Transaction, entity: Entity, drafts: list[M
         if is_partitioned(checked):
             dedup = bool(getattr(checked.properties, "requires_duplicate_detection", False))
             pin = pin_transfer(pin, drafts, dedup)
-    send = EnlistedSend(entity, drafts)
-    if on_core.on_core(destination.actor):
-        planned = on_core.plan_send(broker, entity, drafts)
-        on_core.check(txn.core_settlements, [*txn.core_planned, *planned])
-        txn.same_path(True)
-        txn.pin = pin
-        txn.core_planned += planned
-        txn.sends.append(send)
-        return
-    steps = plan_send(broker, send)
-    worker = txn.check_store(a for step in steps for a in step.involved)
-    txn.same_path(False)
-    txn.worker, txn.pin = worker, pin
-    txn.sends.append(send)
-
-
-def _unique(actors: Iterable[PartitionActor]) -> list[PartitionActor]:
-    return list({id(a): a for a in actors}.values())
+    planned = on_core.plan_send(broker, entity, drafts)
+    on_core.check(txn.core_settlements, [*txn.core_planned, *planned])
+    txn.pin = pin
+    txn.core_planned += planned
+    txn.sends.append(EnlistedSend(entity, drafts))
 
 
 def commit(broker: Broker, txn: Transaction) -> asyncio.Future[None]:
-    """Apply everything ``txn`` enlisted in one store transaction; the future resolves once it is durable.
+    """Apply everything ``txn`` enlisted in one store transaction, planned again and decided by one
+    core; the future resolves once it is durable.
 
     Raises TransactionRolledBack, having applied nothing, when a check fails; the future fails with
     it when the store transaction does.
     """
-    if txn.core:
-        return _commit_on_core(broker, txn)
-    try:
-        steps = [step for send in txn.sends for step in plan_send(broker, send)]
-        for settlement in txn.settlements:
-            settlement.actor.check_transactional_lock(settlement.token)
-        steps += [_Step(s.actor, s.command, (s.actor,)) for s in txn.settlements]
-        txn.check_store(a for step in steps for a in step.involved)
-    except SodaliteError as exc:
-        raise TransactionRolledBack(f"the transaction was rolled back: {exc.description}") from exc
-    loop = asyncio.get_running_loop()
-    if not steps:
-        done: asyncio.Future[None] = loop.create_future()
-        done.set_result(None)
-        return done
-    touched: list[PartitionActor] = []
-    ops: list[Any] = []
-    forwarded: list[Any] = []
-    try:
-        for step in steps:
-            touched.append(step.actor)
-            step_ops, step_forwarded = step.actor.prepare_in_transaction(step.command)
-            ops += step_ops
-            forwarded += step_forwarded
-        lead = touched[0]
-        if any(target.worker is not lead.worker for target, _, _ in forwarded):
-            raise InvalidOperation("a transaction cannot span messaging stores")
-        future = lead.commit_transaction(ops, forwarded)
-    except SodaliteError as exc:
-        for actor in _unique(touched):
-            actor.resynchronise()  # memory changed for a commit that will not happen
-        raise TransactionRolledBack(f"the transaction was rolled back: {exc.description}") from exc
-    others = [a for a in _unique(touched) if a is not lead]  # the lead reloads itself after a failed batch
-
-    def after(f: asyncio.Future[None]) -> None:
-        if f.cancelled() or f.exception() is not None:
-            for actor in others:
-                actor.resynchronise()
-
-    future.add_done_callback(after)
-    result = _rolled_back_unless(future)
-    for send in txn.sends:
-        broker.metrics.count_in(result, send.entity.name, len(send.drafts))
-    for settlement in txn.settlements:
-        if settlement.removes:
-            broker.metrics.count_out(result, settlement.actor, settlement.sub_queue)
-    return result
-
-
-def _commit_on_core(broker: Broker, txn: Transaction) -> asyncio.Future[None]:
-    """``commit`` for a transaction on the version-2 core: planned again, decided by one core."""
     try:
         planned = [p for send in txn.sends for p in on_core.plan_send(broker, send.entity, send.drafts)]
         future = on_core.commit(txn.core_settlements, planned)
@@ -427,11 +244,6 @@ def transactional_settlement(outcome: object) -> Settlement:
     if outcome is None:
         raise NotImplementedOperation("unsupported transactional outcome NoneType")
     return outcomes.settlement_of(outcome)
-
-
-def settlement_command(actor: PartitionActor, token: uuid.UUID, settlement: Settlement) -> Command:
-    """The settlement, to be run on the actor holding the lock when the transaction commits."""
-    return lambda: outcomes.carry_out(actor, token, settlement)
 
 
 # ---- the connection's side: coordinator link, hooks for sends and settlements ---------------------------
@@ -535,17 +347,7 @@ class ConnectionTransactions:
         assert isinstance(state, TransactionalState)
         try:
             txn = self.open.get(state.txn_id, self.broker.clock())
-            if on_core.on_core(consumer.actor):
-                self._enlist_core_settlement(txn, consumer, token, transactional_settlement(state.outcome))
-                if not event.settled:
-                    event.link.settle(event.delivery_id, state, settled=False)
-                return
-            actor = lock_holder(consumer.actor, token)
-            actor.check_transactional_lock(token)
-            settlement = transactional_settlement(state.outcome)
-            txn.same_path(False)
-            txn.enlist_settlement(EnlistedSettlement(actor, token, settlement_command(actor, token, settlement),
-                                                     consumer.sub_queue, settlement.removes))
+            self._enlist_core_settlement(txn, consumer, token, transactional_settlement(state.outcome))
         except SodaliteError as exc:
             if not event.settled:
                 event.link.settle(event.delivery_id, self._rejected(exc, consumer.actor.ref.entity))
@@ -558,13 +360,12 @@ class ConnectionTransactions:
     @staticmethod
     def _enlist_core_settlement(txn: Transaction, consumer: LinkConsumer, token: uuid.UUID,
                                 settlement: Settlement) -> None:
-        """A settlement of a message on the version-2 core: checked now, kept for the commit."""
+        """A settlement: checked now, kept for the commit."""
         actor, sub = on_core.lock_holder(consumer.actor, token)
         if any(s.settle.token == token for s in txn.core_settlements):
             raise InvalidOperation("the message is already settled in this transaction")
         enlisted = on_core.CoreSettlement(actor, sub, on_core.core_settle(token, settlement), settlement.removes)
         on_core.check([*txn.core_settlements, enlisted], txn.core_planned)
-        txn.same_path(True)
         txn.core_settlements.append(enlisted)
 
     def connection_lost(self) -> None:

@@ -41,14 +41,12 @@ from sodalite.store.port import (
     Activated,
     Append,
     Appended,
-    AppendMessages,
     Claim,
     Claimed,
     ClaimMessageIds,
     ClaimSession,
     DeleteEntity,
     DeleteIdleEntity,
-    DeleteMessages,
     DeleteRule,
     Done,
     EntityRecord,
@@ -63,7 +61,6 @@ from sodalite.store.port import (
     PartitionCounts,
     PartitionMeta,
     PartitionRef,
-    PartitionSnapshot,
     PartitionStats,
     PruneMessageIds,
     Purge,
@@ -86,7 +83,6 @@ from sodalite.store.port import (
     StoreOp,
     StoreOpV1,
     StoreOpV2,
-    UpdateMessages,
     check_all_or_none,
     numbering_base,
     split_rules,
@@ -313,40 +309,7 @@ class MemoryStore:
                 check_all_or_none(index, op, results[-1])  # raising leaves the store as it was
                 continue
             results.append(Done())
-            if isinstance(op, AppendMessages):
-                if not op.messages:
-                    continue
-                part = writable(op.ref)
-                for m in op.messages:
-                    _check_record(op.ref, m)
-                    if m.sequence_number in part.messages:
-                        raise StoreUnavailable(
-                            f"cannot append message {m.sequence_number} to {op.ref.entity!r} partition "
-                            f"{op.ref.partition}: that sequence number is already stored"
-                        )
-                    part.messages[m.sequence_number] = m
-                top = max(m.sequence_number for m in op.messages)
-                part.last_sequence_number = max(part.last_sequence_number, top)
-            elif isinstance(op, DeleteMessages):
-                if not op.sequence_numbers:
-                    continue
-                part = writable(op.ref)
-                for n in op.sequence_numbers:
-                    _check_int64(n, f"sequence number of {op.ref.entity!r}")
-                    part.delete(n)
-            elif isinstance(op, UpdateMessages):
-                if not op.updates:
-                    continue
-                part = writable(op.ref)
-                for u in op.updates:
-                    _check_int64(u.sequence_number, f"sequence number of {op.ref.entity!r}")
-                    _check_int64(u.delivery_count, f"delivery_count of message {u.sequence_number}")
-                    current = part.messages.get(u.sequence_number)
-                    if current is not None:
-                        part.messages[u.sequence_number] = replace(
-                            current, delivery_count=u.delivery_count, state=u.state
-                        )
-            elif isinstance(op, PutEntity):
+            if isinstance(op, PutEntity):
                 e = op.entity
                 properties, whole_set = split_rules(e)
                 entities[_fold(e.path)] = _StoredEntity(e.path, e.kind, _encode_properties(e, properties))
@@ -618,19 +581,6 @@ class MemoryStore:
                 del part.session_locks[op.session_id]
             return Renewed((ok,))
         assert_never(op)
-
-    def load_partition(self, ref: PartitionRef) -> PartitionSnapshot:
-        self._require_open()
-        part = self._partitions.get(_key(ref))
-        if part is None:
-            return PartitionSnapshot(messages=(), last_sequence_number=0)
-        messages = tuple(part.messages[n] for n in sorted(part.messages))
-        history = tuple(sorted(part.history.items(), key=lambda item: (item[1], item[0])))
-        return PartitionSnapshot(
-            messages=messages, last_sequence_number=part.last_sequence_number, duplicate_history=history,
-            session_states=tuple((sid, state, at) for sid, (state, at) in sorted(part.session_states.items())),
-            move_keys=tuple(sorted(part.move_keys)),
-        )
 
     def load_entities(self) -> list[EntityRecord]:
         self._require_open()

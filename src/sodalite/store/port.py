@@ -11,7 +11,10 @@ state: the store assigns sequence numbers (:class:`Append`), claims ready messag
 token (:class:`Claim`), settles them fenced by that token (:class:`Settle`), and keeps counters and
 the next due time readable without loading a partition's messages (:meth:`MessagingStore.counts`,
 :meth:`MessagingStore.next_due`). ``apply`` returns one :data:`OpResult` per operation. The
-version-1 operations stay (they return :class:`Done`) until the partition actor runs on v2.
+operations kept from version 1, none of which touches messages (entity records, duplicate history,
+session state, move keys, activity), return :class:`Done`; version 1's message operations
+(``AppendMessages``, ``DeleteMessages``, ``UpdateMessages``) and ``load_partition`` are gone with the
+partition actor that used them.
 
 Times are milliseconds since the epoch, always passed in (``now``): no adapter reads a clock. Lock
 tokens are chosen by the caller, so a run is deterministic. A message is *locked at now* when it
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from sodalite.model import store_ops as _shared
-from sodalite.model.message import MessageRecord, MessageState, MessageUpdate
+from sodalite.model.message import MessageRecord, MessageState
 
 # Defined once in the model, where the pure partition core reads them; the port's own names.
 Activated = _shared.Activated
@@ -61,32 +64,8 @@ PARTITION_SHIFT = 48
 def numbering_base(ref: PartitionRef) -> int:
     """The number partition ``ref`` counts up from: its first message gets this + 1 (0 for partition
     0 and every non-partitioned entity). Every adapter numbers ``max(high-water mark, base) + 1, ...``,
-    so counters written by the version-1 actor, which already started there, need no migration."""
+    so counters written by the earlier version-1 actor, which already started there, need no migration."""
     return ref.partition << PARTITION_SHIFT
-
-
-@dataclass(frozen=True, slots=True)
-class AppendMessages:
-    """Add messages (sequence numbers already assigned) and raise the partition's high-water mark."""
-
-    ref: PartitionRef
-    messages: tuple[MessageRecord, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteMessages:
-    """Remove messages by sequence number; unknown numbers are ignored."""
-
-    ref: PartitionRef
-    sequence_numbers: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class UpdateMessages:
-    """Change delivery count and state of stored messages; unknown numbers are ignored."""
-
-    ref: PartitionRef
-    updates: tuple[MessageUpdate, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,8 +309,8 @@ class DedupGate:
 
 
 StoreOpV1 = (
-    AppendMessages | DeleteMessages | UpdateMessages | PutEntity | DeleteEntity | RememberMessageIds
-    | ForgetMessageIds | PutSessionState | RememberMoveKeys | ForgetMoveKeys | RecordActivity
+    PutEntity | DeleteEntity | RememberMessageIds | ForgetMessageIds | PutSessionState | RememberMoveKeys
+    | ForgetMoveKeys | RecordActivity
 )
 
 
@@ -342,7 +321,7 @@ StoreOpV1 = (
 class Append:
     """Append messages with sequence numbers the store assigns: last+1, last+2, ... in order.
 
-    The numbers come from the partition's high-water mark (the one :class:`AppendMessages` raises),
+    The numbers come from the partition's high-water mark (the one every append raises),
     in the same transaction, so they are strictly increasing per partition and never reused, also
     after deletes and restarts. ``last`` is never below :func:`numbering_base` (``partition << 48``):
     partition i's first number is ``(i << 48) + 1``; the same holds for the numbers a dead-letter
@@ -644,7 +623,7 @@ class PartitionCounts:
 
 @dataclass(frozen=True, slots=True)
 class PartitionMeta:
-    """What a partition needs at start, none of it messages (replaces ``load_partition``)."""
+    """What a partition needs at start, none of it messages."""
 
     counts: PartitionCounts
     # (message id, seen-at ms) pairs, ordered by seen-at then id
@@ -653,20 +632,6 @@ class PartitionMeta:
     session_states: tuple[tuple[str, bytes, int], ...]
     # keys of messages moved in from another store whose source copy may still exist, sorted
     move_keys: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionSnapshot:
-    """Everything needed to rebuild a partition after a restart."""
-
-    messages: tuple[MessageRecord, ...]  # in sequence-number order
-    last_sequence_number: int  # highest number ever assigned; 0 when none
-    # (message id, seen-at ms) pairs, ordered by seen-at then id; entries past any window included
-    duplicate_history: tuple[tuple[str, int], ...] = ()
-    # (session id, state, updated-at ms), ordered by session id
-    session_states: tuple[tuple[str, bytes, int], ...] = ()
-    # keys of messages moved in from another store whose source copy may still exist, sorted
-    move_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -684,7 +649,7 @@ class MessagingStore(Protocol):
     def apply(self, batch: Sequence[StoreOp]) -> tuple[OpResult, ...]:
         """Commit every operation in one transaction, durably, or raise StoreUnavailable (StoreFull when
         the disk is full: nothing of the batch was applied). Returns one result per operation, in
-        order (:class:`Done` for the version-1 operations)."""
+        order (:class:`Done` for the operations kept from version 1)."""
 
     def peek(self, ref: PartitionRef, from_sequence_number: int, count: int,
              states: frozenset[MessageState] | None = None,
@@ -717,10 +682,6 @@ class MessagingStore(Protocol):
 
     def partition_meta(self, ref: PartitionRef) -> PartitionMeta:
         """Counters, duplicate-detection history, session states and move keys, read together."""
-
-    def load_partition(self, ref: PartitionRef) -> PartitionSnapshot:
-        """Return the partition's messages, high-water mark and duplicate-detection history (empty if
-        never written)."""
 
     def load_entities(self) -> list[EntityRecord]:
         """Return every stored entity definition, ordered by path; each subscription record's

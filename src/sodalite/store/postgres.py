@@ -154,7 +154,6 @@ from sodalite.store.port import (
     Activated,
     Append,
     Appended,
-    AppendMessages,
     ChangeSink,
     Claim,
     Claimed,
@@ -162,7 +161,6 @@ from sodalite.store.port import (
     ClaimSession,
     DeleteEntity,
     DeleteIdleEntity,
-    DeleteMessages,
     DeleteRule,
     Done,
     EntityRecord,
@@ -178,7 +176,6 @@ from sodalite.store.port import (
     PartitionCounts,
     PartitionMeta,
     PartitionRef,
-    PartitionSnapshot,
     PartitionStats,
     PruneMessageIds,
     Purge,
@@ -200,7 +197,6 @@ from sodalite.store.port import (
     SettleItem,
     StoredMessage,
     StoreOp,
-    UpdateMessages,
     check_all_or_none,
     split_rules,
 )
@@ -589,12 +585,6 @@ def _counter_rows(columns: str, e: str = "e", p: str = "p") -> str:
             f"UNION ALL SELECT {columns} FROM sodalite_counters WHERE entity = %({e})s AND partition = %({p})s")
 
 
-def _high_water(e: str = "e", p: str = "p") -> str:
-    """One row, ``top``: the highest sequence number the partition has given."""
-    return (f"SELECT coalesce(max(last_sequence_number), 0) AS top "
-            f"FROM ({_counter_rows('last_sequence_number', e, p)}) h")
-
-
 def _numbered_after(e: str = "e", p: str = "p") -> str:
     """One row, ``top``: where the partition's next numbers start after, the high-water mark but
     never below ``partition << PARTITION_SHIFT`` (port.numbering_base)."""
@@ -677,36 +667,6 @@ _APPEND_NUMBERED_BY: Final = (
     f"SELECT {_CURRENT_GENERATION}, %(e)s, %(p)s, hw.top + x.n, x.a, x.s, x.d, x.z "
     f"FROM hw, counted x(n, a, s, d, z) WHERE x.n > 0 {_ADD_COUNTERS}) "
     "SELECT g.ord, hw.top + g.rn FROM hw, g"
-)
-# v1 append (caller-numbered): the numbers must be new in every generation, not only the current one.
-_CHECK_NEW_NUMBERS: Final = (
-    "SELECT sodalite_duplicate_sequence_number(m.sequence_number) FROM sodalite_messages m "
-    f"WHERE {_PARTITION} AND m.sequence_number = ANY(%(seq)s::bigint[]) LIMIT 1"
-)
-_APPEND_NUMBERED: Final = (
-    f"WITH ins AS (INSERT INTO sodalite_messages ({_ALL_COLUMNS}) "
-    f"SELECT {_CURRENT_GENERATION}, %(e)s, %(p)s, m.sequence_number, "
-    + ", ".join(f"m.{n}" for n in _FIELD_NAMES) + ", NULL, NULL, NULL "
-    f"FROM {_UNNEST_MESSAGES} RETURNING sequence_number, state, annotations, tail) "
-    f"INSERT INTO sodalite_counters AS c ({_COUNTER_COLUMNS}) "
-    f"SELECT {_CURRENT_GENERATION}, %(e)s, %(p)s, GREATEST(max(sequence_number), 0), {_COUNTS_OF_NEW} FROM ins "
-    f"{_ADD_COUNTERS}"
-)
-_DELETE_NUMBERED: Final = (
-    f"WITH d AS (DELETE FROM sodalite_messages m WHERE {_PARTITION} AND m.sequence_number = ANY(%(seq)s::bigint[]) "
-    f"RETURNING {_GONE}) {_adjust('d')}"
-)
-_UPDATE_NUMBERED: Final = (
-    "WITH i AS (SELECT * FROM unnest(%(seq)s::bigint[], %(dc)s::bigint[], %(st)s::smallint[]) AS i(seq, dc, st)), "
-    "old AS (SELECT m.sequence_number, m.state, i.dc, i.st FROM sodalite_messages m "
-    "JOIN i ON m.sequence_number = i.seq "
-    f"WHERE {_PARTITION} AND m.sequence_number = ANY(%(seq)s::bigint[]) FOR UPDATE OF m), "
-    "upd AS (UPDATE sodalite_messages m SET delivery_count = old.dc, state = old.st FROM old "
-    f"WHERE {_PARTITION} AND m.sequence_number = ANY(%(seq)s::bigint[]) AND m.sequence_number = old.sequence_number "
-    "RETURNING "
-    "(m.state = 0)::int - (old.state = 0)::int AS da, (m.state = 2)::int - (old.state = 2)::int AS ds, "
-    "(m.state = 1)::int - (old.state = 1)::int AS dd, 0 AS dz) "
-    f"{_adjust('upd')}"
 )
 
 
@@ -961,11 +921,6 @@ _FORGET_MOVE_KEY: Final = (
 _DELETE_ENTITY_ROWS: Final = tuple(
     f"DELETE FROM {table} WHERE entity = %s OR (entity >= %s AND entity < %s)" for table in _PARTITION_TABLES
 )
-_SELECT_MESSAGES: Final = (
-    f"SELECT {_MESSAGE_COLUMNS} FROM sodalite_messages WHERE entity = %s AND partition = %s "
-    "ORDER BY sequence_number"
-)
-_SELECT_COUNTER: Final = _high_water()
 _SELECT_HISTORY: Final = (
     "SELECT message_id, max(seen_at) AS at FROM sodalite_duplicate_history WHERE entity = %s AND partition = %s "
     "GROUP BY message_id ORDER BY at, message_id"
@@ -1490,32 +1445,12 @@ def _session_plan(op: ClaimSession | RenewSession | ReleaseSession) -> _Plan:
 
 
 def _v1_plan(op: StoreOp) -> _Plan:
-    """The version-1 operations (results: Done)."""
-    steps: list[_Step] = []
-    if isinstance(op, AppendMessages):
-        if op.messages:
-            params = {**_partition_params(op.ref), **_message_arrays(op.ref, op.messages, numbered=True)}
-            steps += [_Step(_CHECK_NEW_NUMBERS, params), _Step(_APPEND_NUMBERED, params)]
-    elif isinstance(op, DeleteMessages):
-        if op.sequence_numbers:
-            steps.append(_Step(_DELETE_NUMBERED, {**_partition_params(op.ref), "seq": [
-                _int64(n, "sequence number") for n in op.sequence_numbers]}))
-    elif isinstance(op, UpdateMessages):
-        if op.updates:
-            last = {u.sequence_number: u for u in op.updates}  # the last update of a number wins
-            steps.append(_Step(_UPDATE_NUMBERED, {
-                **_partition_params(op.ref),
-                "seq": [_int64(u.sequence_number, "sequence number") for u in last.values()],
-                "dc": [_int64(u.delivery_count, f"delivery_count of message {u.sequence_number}")
-                       for u in last.values()],
-                "st": [int(u.state) for u in last.values()]}))
-    else:
-        steps.extend(_Step(sql, many=rows) for sql, rows in _v1_statements(op))
-    return _Plan(steps)
+    """The operations of the port's first version that touch no messages (results: Done)."""
+    return _Plan([_Step(sql, many=rows) for sql, rows in _v1_statements(op)])
 
 
 def _v1_statements(op: StoreOp) -> Iterable[tuple[str, list[_Params]]]:
-    """The statements of the v1 operations that do not touch messages, each with its parameter rows."""
+    """The statements of the operations kept from version 1 (none touches messages), each with its parameter rows."""
     if isinstance(op, PutEntity):
         e = op.entity
         properties, rules = split_rules(e)
@@ -1676,9 +1611,8 @@ def _plan(op: StoreOp) -> _Plan:
         return _rule_plan(op)
     if isinstance(op, PruneMessageIds):
         return _Plan([_Step(_PRUNE_IDS, {**_partition_params(op.ref), "before": _time(op.seen_before, "seen_before")})])
-    if isinstance(op, AppendMessages | DeleteMessages | UpdateMessages | PutEntity | DeleteEntity
-                  | RememberMessageIds | ForgetMessageIds | PutSessionState | RememberMoveKeys
-                  | ForgetMoveKeys | RecordActivity):
+    if isinstance(op, PutEntity | DeleteEntity | RememberMessageIds | ForgetMessageIds | PutSessionState
+                  | RememberMoveKeys | ForgetMoveKeys | RecordActivity):
         return _v1_plan(op)
     assert_never(op)
 
@@ -1824,24 +1758,6 @@ class PostgresStore:
                 raise StoreUnavailable(
                     f"PostgreSQL store {self._shown}: batch not applied: {_describe(exc)}") from exc
         return _results(plans, fetched, len(takes))
-
-    def load_partition(self, ref: PartitionRef) -> PartitionSnapshot:
-        key = _key(ref)
-        rows, mark, history, states, move_keys = self._read(
-            f"load {ref.entity!r} partition {ref.partition}",
-            [(_SELECT_MESSAGES, key), (_SELECT_COUNTER, _partition_params(ref)), (_SELECT_HISTORY, key),
-             (_SELECT_SESSION_STATES, key), (_SELECT_MOVE_KEYS, key)])
-        messages = tuple(_message_from_row(r) for r in rows)
-        last = mark[0][0] if mark else 0
-        if messages:
-            last = max(last, messages[-1].sequence_number)
-        return PartitionSnapshot(
-            messages=messages,
-            last_sequence_number=last,
-            duplicate_history=tuple((bytes(mid).decode("utf-8"), at) for mid, at in history),
-            session_states=tuple((bytes(sid).decode("utf-8"), bytes(state), at) for sid, state, at in states),
-            move_keys=tuple(bytes(k).decode("utf-8") for (k,) in move_keys),
-        )
 
     def load_entities(self) -> list[EntityRecord]:
         rows, rule_rows = self._read("load entities", [(_SELECT_ENTITIES, ()), (_SELECT_RULES, ())])

@@ -73,14 +73,12 @@ from sodalite.store.port import (
     Activated,
     Append,
     Appended,
-    AppendMessages,
     Claim,
     Claimed,
     ClaimMessageIds,
     ClaimSession,
     DeleteEntity,
     DeleteIdleEntity,
-    DeleteMessages,
     DeleteRule,
     Done,
     EntityRecord,
@@ -95,7 +93,6 @@ from sodalite.store.port import (
     PartitionCounts,
     PartitionMeta,
     PartitionRef,
-    PartitionSnapshot,
     PartitionStats,
     PruneMessageIds,
     Purge,
@@ -119,7 +116,6 @@ from sodalite.store.port import (
     StoreOp,
     StoreOpV1,
     StoreOpV2,
-    UpdateMessages,
     check_all_or_none,
     numbering_base,
     split_rules,
@@ -323,10 +319,6 @@ _RAISE_HIGH_WATER_MARK: Final = (
     "ON CONFLICT (entity, partition) DO UPDATE "
     "SET last_sequence_number = max(last_sequence_number, excluded.last_sequence_number)"
 )
-_UPDATE_MESSAGE: Final = (
-    "UPDATE messages SET delivery_count = ?, state = ? "
-    "WHERE entity = ? AND partition = ? AND sequence_number = ?"
-)
 _PUT_ENTITY: Final = "INSERT OR REPLACE INTO entities (path, kind, properties) VALUES (?, ?, ?)"
 _REMEMBER_ID: Final = (
     "INSERT INTO duplicate_history (entity, partition, message_id, seen_at) VALUES (?, ?, ?, ?) "
@@ -361,9 +353,6 @@ _DELETE_ENTITY_ROWS: Final = {
     )
     for table in _PARTITION_TABLES
 }
-_SELECT_MESSAGES: Final = (
-    f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE entity = ? AND partition = ? ORDER BY sequence_number"
-)
 _SELECT_HIGH_WATER_MARK: Final = (
     "SELECT last_sequence_number FROM partitions WHERE entity = ? AND partition = ?"
 )
@@ -472,12 +461,6 @@ _SET_PARTS: Final = (
 _SELECT_LOCKS: Final = (
     "SELECT sequence_number, lock_token, locked_until, state, length(annotations), length(tail) "
     f"FROM messages WHERE {_KEY} AND {_IN_JSON}"
-)
-# Driven from the list (CROSS JOIN fixes the loop order): left to the planner, the covering ready index
-# on (entity, partition, state, ...) wins and every row of the partition is read for a few numbers.
-_SELECT_STATES: Final = (
-    "SELECT m.sequence_number, m.state FROM json_each(?3) AS j CROSS JOIN messages AS m "
-    "WHERE m.entity = ?1 AND m.partition = ?2 AND m.sequence_number = j.value"
 )
 _DELETE_RETURNING: Final = (
     f"DELETE FROM messages WHERE {_KEY} AND {_IN_JSON} RETURNING state, length(annotations) + length(tail)"
@@ -1031,35 +1014,6 @@ class SqliteStore:
             raise
         return tuple(results)
 
-    def load_partition(self, ref: PartitionRef) -> PartitionSnapshot:
-        conn = self._require()
-        key = (ref.entity, ref.partition)
-        try:
-            conn.execute("BEGIN")  # one read snapshot for every query
-            rows = conn.execute(_SELECT_MESSAGES, key).fetchall()
-            mark = conn.execute(_SELECT_HIGH_WATER_MARK, key).fetchone()
-            history = conn.execute(_SELECT_HISTORY, key).fetchall()
-            states = conn.execute(_SELECT_SESSION_STATES, key).fetchall()
-            move_keys = conn.execute(_SELECT_MOVE_KEYS, key).fetchall()
-            conn.execute("COMMIT")
-        except _DRIVER_ERRORS as exc:
-            self._rollback(conn)
-            raise StoreUnavailable(
-                f"SQLite store {self._path}: cannot load {ref.entity!r} partition {ref.partition}: "
-                f"{_describe(exc)}"
-            ) from exc
-        messages = tuple(_message_from_row(r) for r in rows)
-        last = mark[0] if mark is not None else 0
-        if messages:
-            last = max(last, messages[-1].sequence_number)
-        return PartitionSnapshot(
-            messages=messages,
-            last_sequence_number=last,
-            duplicate_history=tuple((message_id, seen_at) for message_id, seen_at in history),
-            session_states=tuple((sid, bytes(state), at) for sid, state, at in states),
-            move_keys=tuple(k for (k,) in move_keys),
-        )
-
     def load_entities(self) -> list[EntityRecord]:
         conn = self._require()
         try:
@@ -1250,35 +1204,7 @@ class SqliteStore:
 
     @staticmethod
     def _apply_one(conn: sqlite3.Connection, op: StoreOpV1) -> None:
-        if isinstance(op, AppendMessages):
-            messages = op.messages
-            if not messages:
-                return
-            entity, partition = op.ref.entity, op.ref.partition
-            conn.executemany(_INSERT_MESSAGE, [_message_row(entity, partition, m) for m in messages])
-            _count_records(conn, op.ref, messages)
-            top = max(m.sequence_number for m in messages)
-            conn.execute(_RAISE_HIGH_WATER_MARK, (entity, partition, top if top > 0 else 0))
-        elif isinstance(op, DeleteMessages):
-            if op.sequence_numbers:
-                _delete_counted(conn, op.ref, op.sequence_numbers)
-        elif isinstance(op, UpdateMessages):
-            if not op.updates:
-                return
-            entity, partition = op.ref.entity, op.ref.partition
-            states: dict[int, int] = dict(conn.execute(_SELECT_STATES, (
-                entity, partition, json.dumps([u.sequence_number for u in op.updates]))).fetchall())
-            counts = _Counts()
-            for u in op.updates:
-                if u.sequence_number in states:
-                    counts.move(states[u.sequence_number], int(u.state))
-                    states[u.sequence_number] = int(u.state)
-            counts.write(conn, op.ref)
-            conn.executemany(
-                _UPDATE_MESSAGE,
-                [(u.delivery_count, int(u.state), entity, partition, u.sequence_number) for u in op.updates],
-            )
-        elif isinstance(op, PutEntity):
+        if isinstance(op, PutEntity):
             _put_entity(conn, op.entity)
         elif isinstance(op, DeleteEntity):
             path = op.path

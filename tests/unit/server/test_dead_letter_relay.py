@@ -20,7 +20,7 @@ from sodalite.model.partition import Lock, MessageDraft
 from sodalite.server import dead_letter_relay
 from sodalite.server.core_actor import CoreActor
 from sodalite.server.dead_letter_relay import DeadLetterRelay, dead_letter_source
-from sodalite.server.partition_actor import EntitySettings, SubQueue
+from sodalite.server.entity_settings import EntitySettings, SubQueue
 from sodalite.server.store_worker import StoreWorker
 from sodalite.store.port import PartitionRef
 from sodalite.store.sqlite import SqliteStore

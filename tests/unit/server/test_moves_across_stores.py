@@ -12,7 +12,7 @@ from sodalite.model.entities import QueueProperties
 from sodalite.model.partition import MessageDraft
 from sodalite.server import moves
 from sodalite.server.core_actor import ALL_STATES, CoreActor
-from sodalite.server.partition_actor import EntitySettings, SubQueue
+from sodalite.server.entity_settings import EntitySettings, SubQueue
 from sodalite.server.registry import Entity
 from sodalite.server.store_worker import StoreWorker
 from sodalite.store.port import PartitionRef
@@ -44,7 +44,7 @@ def test_a_repeat_after_a_crash_between_append_and_delete_moves_nothing_twice(tm
             # The first attempt appended "a" under its key, then the broker died before the delete.
             first = (await src.fetch(SubQueue.MAIN, numbers[:1]))[0].record
             assert await dst.append_moved([moves.moved_draft(first)], [f"one/src/0/{numbers[0]}"]) == 1
-            result = await moves.move(source, SubQueue.MAIN, numbers, target, store_name=lambda p: p.worker.name)
+            result = await moves.move(source, SubQueue.MAIN, numbers, target)
             assert (result.moved, result.skipped) == (3, 0)
             assert await src.peek(SubQueue.MAIN, 0, 10) == []
             ids = [r.message_id for r in await dst.peek(SubQueue.MAIN, 0, 10, states=ALL_STATES)]

@@ -22,7 +22,8 @@ from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import Lock, MessageDraft
 from sodalite.server import moves, wire
 from sodalite.server.broker import Broker
-from sodalite.server.partition_actor import PartitionActor, SubQueue
+from sodalite.server.core_actor import CoreActor
+from sodalite.server.entity_settings import SubQueue
 from sodalite.server.registry import Entity
 from sodalite.store.memory import MemoryStore
 from sodalite.store.port import PartitionRef
@@ -65,7 +66,7 @@ class Taker:
 
 async def dead_letter_all(entity: Entity, ids: list[str]) -> None:
     actor = entity.actor
-    assert isinstance(actor, PartitionActor)
+    assert isinstance(actor, CoreActor)
     await actor.send([draft(i, "red" if n % 2 == 0 else "blue") for n, i in enumerate(ids)])
     taker = Taker(len(ids))
     actor.add_consumer(taker)
@@ -79,7 +80,11 @@ async def dead_letter_all(entity: Entity, ids: list[str]) -> None:
 
 
 def stored(store: MemoryStore, path: str) -> list[MessageRecord]:
-    return list(store.load_partition(PartitionRef(path, 0)).messages)
+    return [m.record for m in store.peek(PartitionRef(path, 0), 0, 1_000_000)]
+
+
+async def dead_letters(entity: Entity) -> list[int]:
+    return await moves.select_messages(entity, SubQueue.DEAD_LETTER)
 
 
 def names_on_two_stores(broker: Broker) -> tuple[str, str]:
@@ -96,7 +101,7 @@ def test_resubmit_within_one_store_keeps_the_message_and_resets_it() -> None:
                                                       QueueConfig("other", QueueProperties(
                                                           requires_duplicate_detection=True,
                                                           duplicate_detection_history_time_window=timedelta(
-                                                              minutes=10))))), store, core="v1")
+                                                              minutes=10))))), store)
         await broker.start("127.0.0.1", 0)
         try:
             orders, other = broker.entity("orders"), broker.entity("other")
@@ -105,15 +110,14 @@ def test_resubmit_within_one_store_keeps_the_message_and_resets_it() -> None:
             assert [m.message_id for m in stored(store, "orders/$deadletterqueue")] == ["m1", "m2", "m3"]
             await other.actor.send([draft("m2")])  # the target's duplicate detection has seen m2
 
-            blue = moves.select(orders, SubQueue.DEAD_LETTER, sql_filter="color = 'blue'")
+            blue = await moves.select_messages(orders, SubQueue.DEAD_LETTER, sql_filter="color = 'blue'")
             assert len(blue) == 1
-            result = await moves.move(orders, SubQueue.DEAD_LETTER, blue, other,
-                                      store_name=lambda p: p.worker.name)
+            result = await moves.move(orders, SubQueue.DEAD_LETTER, blue, other)
             assert result == moves.MoveResult(1, 0)
             assert [m.message_id for m in stored(store, "other")] == ["m2", "m2"]  # a move is not a send
 
-            rest = moves.select(orders, SubQueue.DEAD_LETTER)
-            result = await moves.move(orders, SubQueue.DEAD_LETTER, rest, orders, store_name=lambda p: p.worker.name)
+            rest = await dead_letters(orders)
+            result = await moves.move(orders, SubQueue.DEAD_LETTER, rest, orders)
             assert result.moved == 2
             assert stored(store, "orders/$deadletterqueue") == []
             back = stored(store, "orders")
@@ -122,6 +126,10 @@ def test_resubmit_within_one_store_keeps_the_message_and_resets_it() -> None:
                 assert record.delivery_count == 0 and record.state is MessageState.ACTIVE
                 props = wire.application_properties(record.tail)
                 assert props == {"color": "red"}  # the dead-letter reason and description are gone
+            for _ in range(3000):  # the dead-letter queue's core counts what left it once told
+                if orders.actor.counts()["dead_letter"] == 0:
+                    break
+                await asyncio.sleep(0.01)
             counts = orders.actor.counts()
             assert counts["active"] == 2 and counts["dead_letter"] == 0
         finally:
@@ -134,17 +142,16 @@ def test_a_bad_filter_and_a_target_that_needs_sessions_are_refused_before_anythi
     async def run() -> None:
         store = MemoryStore()
         broker = Broker(NamespaceConfig("ns", queues=(
-            QueueConfig("src"), QueueConfig("sess", QueueProperties(requires_session=True)))), store, core="v1")
+            QueueConfig("src"), QueueConfig("sess", QueueProperties(requires_session=True)))), store)
         await broker.start("127.0.0.1", 0)
         try:
             src, sess = broker.entity("src"), broker.entity("sess")
             assert src is not None and sess is not None
             await dead_letter_all(src, ["a", "b"])
             with pytest.raises(FilterSyntaxError):
-                moves.select(src, SubQueue.DEAD_LETTER, sql_filter="color = = 'x'")
+                await moves.select_messages(src, SubQueue.DEAD_LETTER, sql_filter="color = = 'x'")
             with pytest.raises(InvalidOperation):
-                await moves.move(src, SubQueue.DEAD_LETTER, moves.select(src, SubQueue.DEAD_LETTER), sess,
-                                 store_name=lambda p: p.worker.name)
+                await moves.move(src, SubQueue.DEAD_LETTER, await dead_letters(src), sess)
             assert len(stored(store, "src/$deadletterqueue")) == 2
             assert stored(store, "sess") == []
         finally:
@@ -159,34 +166,34 @@ def test_a_move_across_stores_retried_after_a_failure_never_doubles() -> None:
         probe = Broker(NamespaceConfig("ns"), MemoryStore(), more_stores=[("second", MemoryStore())])
         source_name, target_name = names_on_two_stores(probe)
         broker = Broker(NamespaceConfig("ns", queues=(QueueConfig(source_name), QueueConfig(target_name))),
-                        default, more_stores=[("second", other)], core="v1")
+                        default, more_stores=[("second", other)])
         await broker.start("127.0.0.1", 0)
         try:
             source, target = broker.entity(source_name), broker.entity(target_name)
             assert source is not None and target is not None
-            assert isinstance(source.actor, PartitionActor) and isinstance(target.actor, PartitionActor)
+            assert isinstance(source.actor, CoreActor) and isinstance(target.actor, CoreActor)
             assert source.actor.worker is not target.actor.worker
             await dead_letter_all(source, [str(uuid.uuid4()) for _ in range(5)])
-            numbers = moves.select(source, SubQueue.DEAD_LETTER)
+            numbers = await dead_letters(source)
 
             # The target commits the messages with their keys; then the source's delete fails.
             default.fail_next_apply(OSError("disk gone"))
             with pytest.raises(StoreUnavailable):
-                await moves.move(source, SubQueue.DEAD_LETTER, numbers, target, store_name=lambda p: p.worker.name)
+                await moves.move(source, SubQueue.DEAD_LETTER, numbers, target)
             assert len(stored(other, target_name)) == 5
-            assert len(other.load_partition(PartitionRef(target_name, 0)).move_keys) == 5
+            assert len(other.partition_meta(PartitionRef(target_name, 0)).move_keys) == 5
             for _ in range(100):  # the source rebuilds itself from its store: the copies are back
                 if source.actor.available:
                     break
                 await asyncio.sleep(0.01)
-            assert len(moves.select(source, SubQueue.DEAD_LETTER)) == 5
+            assert len(await dead_letters(source)) == 5
 
-            result = await moves.move(source, SubQueue.DEAD_LETTER, moves.select(source, SubQueue.DEAD_LETTER),
-                                      target, store_name=lambda p: p.worker.name)
+            result = await moves.move(source, SubQueue.DEAD_LETTER, await dead_letters(source),
+                                      target)
             assert result.moved == 5
             assert len(stored(other, target_name)) == 5  # not 10
             assert stored(default, f"{source_name}/$deadletterqueue") == []
-            assert other.load_partition(PartitionRef(target_name, 0)).move_keys == ()
+            assert other.partition_meta(PartitionRef(target_name, 0)).move_keys == ()
             assert target.actor.counts()["active"] == 5
         finally:
             await broker.stop()
@@ -197,11 +204,11 @@ def test_a_move_across_stores_retried_after_a_failure_never_doubles() -> None:
 def test_purge_deletes_unlocked_messages_and_counts_them() -> None:
     async def run() -> None:
         store = MemoryStore()
-        broker = Broker(NamespaceConfig("ns", queues=(QueueConfig("p"),)), store, core="v1")
+        broker = Broker(NamespaceConfig("ns", queues=(QueueConfig("p"),)), store)
         await broker.start("127.0.0.1", 0)
         try:
             entity = broker.entity("p")
-            assert entity is not None and isinstance(entity.actor, PartitionActor)
+            assert entity is not None and isinstance(entity.actor, CoreActor)
             await entity.actor.send([draft(f"m{i}") for i in range(10)])
             taker = Taker(1)
             entity.actor.add_consumer(taker)
@@ -234,10 +241,19 @@ def _ids(store: MemoryStore, path: str) -> list[str | None]:
     return sorted(m.message_id for m in stored(store, path))
 
 
+async def fanned_out(store: MemoryStore, path: str, count: int) -> None:
+    """A move into a topic lands in the topic's own partition, whose activator fans the messages out
+    to the subscriptions after it (server/topic_actor.py): wait (30 s at most) for ``count`` copies."""
+    for _ in range(3000):
+        if len(stored(store, path)) >= count:
+            return
+        await asyncio.sleep(0.01)
+
+
 def test_a_move_into_a_topic_fans_out_as_a_send_and_removes_the_source_in_one_transaction() -> None:
     async def run() -> None:
         store = MemoryStore()
-        broker = Broker(_topic_namespace("orders", "events"), store, core="v1")
+        broker = Broker(_topic_namespace("orders", "events"), store)
         await broker.start("127.0.0.1", 0)
         try:
             orders, events = broker.entity("orders"), broker.entity("events")
@@ -245,11 +261,12 @@ def test_a_move_into_a_topic_fans_out_as_a_send_and_removes_the_source_in_one_tr
             await dead_letter_all(orders, ["m0", "m1", "m2", "m3"])  # m0, m2 red; m1, m3 blue
             await broker.publish(events, [draft("m0")])  # the topic's duplicate detection has seen m0
 
-            numbers = moves.select(orders, SubQueue.DEAD_LETTER)
-            result = await moves.move(orders, SubQueue.DEAD_LETTER, numbers, events,
-                                      store_name=lambda p: p.worker.name, fan_out=broker.fan_out_targets)
+            numbers = await dead_letters(orders)
+            result = await moves.move(orders, SubQueue.DEAD_LETTER, numbers, events)
             assert result == moves.MoveResult(4, 0)
             assert stored(store, "orders/$deadletterqueue") == []
+            for path, count in (("all", 5), ("red", 3), ("tagged", 3)):
+                await fanned_out(store, f"events/subscriptions/{path}", count)
             assert _ids(store, "events/subscriptions/all") == ["m0", "m0", "m1", "m2", "m3"]  # not deduplicated
             assert _ids(store, "events/subscriptions/red") == ["m0", "m0", "m2"]
             tagged = [m for m in stored(store, "events/subscriptions/tagged")]
@@ -272,25 +289,25 @@ def test_a_move_into_a_topic_fans_out_as_a_send_and_removes_the_source_in_one_tr
 def test_a_failed_move_into_a_topic_in_the_same_store_changes_nothing() -> None:
     async def run() -> None:
         store = MemoryStore()
-        broker = Broker(_topic_namespace("orders", "events"), store, core="v1")
+        broker = Broker(_topic_namespace("orders", "events"), store)
         await broker.start("127.0.0.1", 0)
         try:
             orders, events = broker.entity("orders"), broker.entity("events")
-            assert orders is not None and events is not None and isinstance(orders.actor, PartitionActor)
+            assert orders is not None and events is not None and isinstance(orders.actor, CoreActor)
             await dead_letter_all(orders, ["a", "b"])
             store.fail_next_apply(OSError("disk gone"))
             with pytest.raises(StoreUnavailable):
-                await moves.move(orders, SubQueue.DEAD_LETTER, moves.select(orders, SubQueue.DEAD_LETTER), events,
-                                 store_name=lambda p: p.worker.name, fan_out=broker.fan_out_targets)
+                await moves.move(orders, SubQueue.DEAD_LETTER, await dead_letters(orders), events)
             assert _ids(store, "orders/$deadletterqueue") == ["a", "b"]
             assert stored(store, "events/subscriptions/all") == []  # one transaction: nothing half-done
             for _ in range(100):
                 if orders.actor.available:
                     break
                 await asyncio.sleep(0.01)
-            result = await moves.move(orders, SubQueue.DEAD_LETTER, moves.select(orders, SubQueue.DEAD_LETTER),
-                                      events, store_name=lambda p: p.worker.name, fan_out=broker.fan_out_targets)
+            result = await moves.move(orders, SubQueue.DEAD_LETTER, await dead_letters(orders),
+                                      events)
             assert result.moved == 2
+            await fanned_out(store, "events/subscriptions/all", 2)
             assert _ids(store, "events/subscriptions/all") == ["a", "b"]
         finally:
             await broker.stop()
@@ -298,40 +315,43 @@ def test_a_failed_move_into_a_topic_in_the_same_store_changes_nothing() -> None:
     asyncio.run(run())
 
 
+@pytest.mark.xfail(strict=True, reason="version 1 stored the copies (and their move keys) in the subscriptions of a "
+                   "topic in another store before deleting the source; the core appends the messages to the topic's "
+                   "own partition under their keys, and its activator fans them out later (tests/interop/"
+                   "test_core_v2_moves.py covers the move on the core)")
 def test_a_move_into_a_topic_in_another_store_retried_after_a_failure_never_doubles() -> None:
     async def run() -> None:
         default, other = MemoryStore(), MemoryStore()
         probe = Broker(NamespaceConfig("ns"), MemoryStore(), more_stores=[("second", MemoryStore())])
         queue_name, topic_name = names_on_two_stores(probe)
-        broker = Broker(_topic_namespace(queue_name, topic_name), default, more_stores=[("second", other)], core="v1")
+        broker = Broker(_topic_namespace(queue_name, topic_name), default, more_stores=[("second", other)])
         await broker.start("127.0.0.1", 0)
         try:
             source, topic = broker.entity(queue_name), broker.entity(topic_name)
-            assert source is not None and topic is not None and isinstance(source.actor, PartitionActor)
-            assert isinstance(topic.actor, PartitionActor) and source.actor.worker is not topic.actor.worker
+            assert source is not None and topic is not None and isinstance(source.actor, CoreActor)
+            assert isinstance(topic.actor, CoreActor) and source.actor.worker is not topic.actor.worker
             await dead_letter_all(source, ["r0", "b1", "r2", "b3", "r4"])
 
             default.fail_next_apply(OSError("disk gone"))  # the subscriptions commit; the source's delete fails
             with pytest.raises(StoreUnavailable):
-                await moves.move(source, SubQueue.DEAD_LETTER, moves.select(source, SubQueue.DEAD_LETTER), topic,
-                                 store_name=lambda p: p.worker.name, fan_out=broker.fan_out_targets)
+                await moves.move(source, SubQueue.DEAD_LETTER, await dead_letters(source), topic)
             assert len(stored(other, f"{topic_name}/subscriptions/all")) == 5
-            assert len(other.load_partition(PartitionRef(f"{topic_name}/subscriptions/red", 0)).move_keys) == 3
+            assert len(other.partition_meta(PartitionRef(f"{topic_name}/subscriptions/red", 0)).move_keys) == 3
             for _ in range(100):
                 if source.actor.available:
                     break
                 await asyncio.sleep(0.01)
-            assert len(moves.select(source, SubQueue.DEAD_LETTER)) == 5  # still in the source
+            assert len(await dead_letters(source)) == 5  # still in the source
 
-            result = await moves.move(source, SubQueue.DEAD_LETTER, moves.select(source, SubQueue.DEAD_LETTER),
-                                      topic, store_name=lambda p: p.worker.name, fan_out=broker.fan_out_targets)
+            result = await moves.move(source, SubQueue.DEAD_LETTER, await dead_letters(source),
+                                      topic)
             assert result.moved == 5
             assert _ids(other, f"{topic_name}/subscriptions/all") == ["b1", "b3", "r0", "r2", "r4"]  # not 10
             assert _ids(other, f"{topic_name}/subscriptions/red") == ["r0", "r2", "r4"]
             assert _ids(other, f"{topic_name}/subscriptions/tagged") == ["r0", "r2", "r4"]
             assert stored(default, f"{queue_name}/$deadletterqueue") == []
             for name in ("all", "red", "tagged"):
-                assert other.load_partition(PartitionRef(f"{topic_name}/subscriptions/{name}", 0)).move_keys == ()
+                assert other.partition_meta(PartitionRef(f"{topic_name}/subscriptions/{name}", 0)).move_keys == ()
         finally:
             await broker.stop()
 

@@ -12,7 +12,7 @@ from sodalite.model.entities import QueueProperties
 from sodalite.model.partition import MessageDraft
 from sodalite.server import moves
 from sodalite.server.core_actor import ALL_STATES, CoreActor
-from sodalite.server.partition_actor import EntitySettings, SubQueue
+from sodalite.server.entity_settings import EntitySettings, SubQueue
 from sodalite.server.partitioned_actor import PartitionedCoreActor
 from sodalite.server.registry import Entity
 from sodalite.server.store_worker import StoreWorker
@@ -55,7 +55,7 @@ def test_a_move_from_every_partition_and_a_purge(tmp_path: Path) -> None:
             told: list[tuple[int, int]] = []
             picked = numbers[:6]
             result = await moves.move(source, SubQueue.MAIN, [*picked, (7 << 48) + 1], target,
-                                      store_name=lambda p: p.worker.name, chunk=2,
+                                      chunk=2,
                                       progress=lambda done, total: told.append((done, total)))
             assert (result.moved, result.skipped) == (6, 1)  # the last number names no partition
             assert told[-1] == (6, 7) and [d for d, _ in told] == sorted(d for d, _ in told)

@@ -159,9 +159,6 @@ class CountingStore:
     def partition_meta(self, ref: port.PartitionRef) -> port.PartitionMeta:
         return self.inner.partition_meta(ref)
 
-    def load_partition(self, ref: port.PartitionRef) -> port.PartitionSnapshot:
-        return self.inner.load_partition(ref)
-
     def load_entities(self) -> list[port.EntityRecord]:
         return self.inner.load_entities()
 

