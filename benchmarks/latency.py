@@ -14,7 +14,11 @@ official sync SDK, batches of whatever is due) and a RabbitMQ quorum queue (pika
 published without waiting for confirms). Not part of the test run:
 
     .venv/bin/python benchmarks/latency.py [--rate 1000] [--seconds 30] [--backlog 1000000]
-        [--targets sodalite,rabbit]
+        [--targets sodalite,rabbit] [--backlog-dir DIR]
+
+``--backlog-dir DIR`` keeps Sodalite's backlog store in ``DIR`` after the run and reopens it in later
+runs instead of filling it again (10M messages take about an hour to send here); the empty phase
+still runs on a fresh broker.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import Any
 
 import harness
 import workloads
-from harness import Broker, Cleanup
+from harness import Broker, Cleanup, stop_process
 
 QUEUE = "latency"
 MAX_PER_SEND = 100  # a sender that fell behind catches up in batches of at most this many
@@ -203,7 +207,9 @@ def run_target(kind: str, cleanup: Cleanup, tmp: Path, args: argparse.Namespace)
         broker = harness.start_sodalite(cleanup, tmp / "sodalite", args.sync, [QUEUE, BACKLOG],
                                          f"Sodalite {args.sync} {args.core}", extra_args=["--core", args.core])
     results = {"empty": run_phase("empty broker", broker, kind, args)}
-    if args.backlog:
+    if args.backlog and kind == "sodalite" and args.backlog_dir:
+        results["backlog"] = beside_kept_backlog(broker, cleanup, args)
+    elif args.backlog:
         t0 = time.perf_counter()
         if kind == "rabbit":
             workloads.pika_fill(harness.rabbit_params(broker), BACKLOG, args.backlog)
@@ -213,6 +219,39 @@ def run_target(kind: str, cleanup: Cleanup, tmp: Path, args: argparse.Namespace)
               f"RSS {harness.mb(harness.rss_bytes(broker.measured_pid))}", flush=True)
         results["backlog"] = run_phase(f"beside a backlog of {args.backlog:,}", broker, kind, args)
     return results
+
+
+def stored_depth(data_dir: Path) -> int:
+    """Messages counted in the store of a Sodalite data directory (0 when it holds none)."""
+    import sqlite3
+
+    db = data_dir / "data" / "messages.db"
+    if not db.exists():
+        return 0
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        row = conn.execute("SELECT coalesce(sum(active), 0) FROM partitions WHERE entity = ?", (BACKLOG,)).fetchone()
+    return int(row[0])
+
+
+def beside_kept_backlog(empty: Broker, cleanup: Cleanup, args: argparse.Namespace) -> dict[str, float]:
+    """The backlog phase on a data directory that outlives the run (``--backlog-dir``): filled once,
+    then reopened by later runs, so a 10M backlog (about an hour to fill here) is measured again
+    without filling it again. The empty broker is stopped first; the backlog's broker starts on the
+    kept directory."""
+    stop_process(empty.proc)
+    kept = Path(args.backlog_dir)
+    depth = stored_depth(kept)
+    t0 = time.perf_counter()
+    broker = harness.start_sodalite(cleanup, kept, args.sync, [QUEUE, BACKLOG], f"Sodalite {args.sync} {args.core}",
+                                    extra_args=["--core", args.core])
+    print(f"  kept backlog directory {kept}: {depth:,} messages in '{BACKLOG}' before start; broker up in "
+          f"{time.perf_counter() - t0:.1f} s", flush=True)
+    if depth < args.backlog:
+        t0 = time.perf_counter()
+        workloads.sdk_fill(broker.connection_string, BACKLOG, args.backlog - depth)
+        print(f"  backlog topped up by {args.backlog - depth:,} to {args.backlog:,} in "
+              f"{time.perf_counter() - t0:.0f} s; RSS {harness.mb(harness.rss_bytes(broker.measured_pid))}", flush=True)
+    return run_phase(f"beside a backlog of {max(depth, args.backlog):,}", broker, "sodalite", args)
 
 
 def main() -> int:
@@ -226,6 +265,9 @@ def main() -> int:
                         help="Sodalite's --core: v2, the partition core (version 1 was removed; kept for existing "
                              "command lines)")
     parser.add_argument("--targets", default="sodalite,rabbit", help="sodalite,rabbit (default both)")
+    parser.add_argument("--backlog-dir", default="",
+                        help="Sodalite only: a data directory kept after the run for the backlog phase; one that "
+                             "already holds the backlog is reopened instead of filled again")
     parser.add_argument("--max-seconds", type=float, default=3600, help="run-time bound (default 3600)")
     args = parser.parse_args()
     targets = [t for t in args.targets.split(",") if t]
