@@ -315,10 +315,6 @@ def test_a_failed_move_into_a_topic_in_the_same_store_changes_nothing() -> None:
     asyncio.run(run())
 
 
-@pytest.mark.xfail(strict=True, reason="version 1 stored the copies (and their move keys) in the subscriptions of a "
-                   "topic in another store before deleting the source; the core appends the messages to the topic's "
-                   "own partition under their keys, and its activator fans them out later (tests/interop/"
-                   "test_core_v2_moves.py covers the move on the core)")
 def test_a_move_into_a_topic_in_another_store_retried_after_a_failure_never_doubles() -> None:
     async def run() -> None:
         default, other = MemoryStore(), MemoryStore()
