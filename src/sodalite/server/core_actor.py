@@ -23,7 +23,9 @@ Resubmits, moves and purges (``server/moves.py``) select rows from the store (:m
 the same store, or a delete; after it committed the target is told ``Arrived`` (:meth:`arrived`).
 A move that cannot be one transaction (from another store, or into a partitioned entity) appends here
 under move keys first (:meth:`append_moved`, outside the core, which is told ``Arrived``); the keys
-are forgotten once the source copies are gone (:meth:`forget_move_keys`).
+are forgotten once the source copies are gone (:meth:`forget_move_keys`). Such a move into a topic
+stores the copies a topic plans for it, with their keys, by one transaction of each store
+(:meth:`store_keyed`, made by an actor there, as :meth:`store_copies` is for a send's copies).
 
 Several nodes (a store other nodes write, ``StoreWorker.shared``: PostgreSQL): rows another node
 appended are not in this node's window. Each sub-queue watches its partition on the store worker:

@@ -28,9 +28,15 @@ path>/<partition>/<sequence number>``) first, durably (:func:`_append_keyed`:
 skips rows locked at its time); then the keys of the rows deleted are forgotten. At least once: a
 crash between the append and the delete leaves the source copy, and so does a receiver that locked
 a row in between (logged); a repeat of the move finds the key in the target and deletes the source
-copy without appending it again. A partitioned queue or topic as the target takes each message into
-the partition its key picks (keyless ones round robin), as a send would: a topic partition takes
-them into its own partition, whose activator fans them out.
+copy without appending it again. A partitioned queue as the target takes each message into the
+partition its key picks (keyless ones round robin), as a send would. A topic as the target (in
+another store, or partitioned) keeps nothing in its own partition: it plans each message's copies as
+a send's (rules and actions as they are now, forwarding, filter dead letters; a partitioned topic in
+the partition the message's key picks), and each store the copies go to stores them by one
+transaction in which every partition keeps the message's key beside its copies
+(``TopicActor.store_moved``, ``CoreActor.store_keyed``); after the source's delete the keys are
+forgotten, one batch per store. A message no subscription takes leaves the source, as a send would
+drop it.
 
 **A partitioned source**: each partition's core moves its own rows, as a non-partitioned queue's
 does (the numbers name their partition); the selection reads the partitions one by one from the

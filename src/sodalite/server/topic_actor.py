@@ -74,14 +74,21 @@ copies stored by the core that commits the transaction, in that one batch.
 A subscription that forwards its dead letters (ForwardDeadLetteredMessagesTo) has a copy that fails
 its filter planned into that target (``CoreActor.dead_letter_copy``), in the same batch.
 
-Moves into the topic (server/moves.py) put the messages into the topic's own partition, ACTIVE:
-from a queue on the core in the same store in that queue's transaction, from elsewhere under move
-keys (``CoreActor.append_moved``). The activator takes them like scheduled messages that came due,
-so each fans out to the subscriptions with the rules as they are then, its copies and its completion
-in one batch.
+Moves into the topic (server/moves.py). From a queue on the core in the topic's store, the
+messages enter the topic's own partition, ACTIVE, in that queue's transaction; the activator takes
+them like scheduled messages that came due, so each fans out to the subscriptions with the rules as
+they are then, its copies and its completion in one batch. A move that is not one transaction (from
+another store; into a partitioned topic from anywhere) keeps nothing in the topic: ``store_moved``
+plans each message's copies as a send's (``plan_moved``: the same plan and the same checks of every
+store they go to; no duplicate detection, a move is not a send; a partitioned topic routes each
+message to a partition first, as a send is pinned) and ``store_keyed_copies`` stores them by one
+batch of each store, as the copies of a send in other stores are (``CoreActor.store_keyed``): every
+partition keeps the message's move key beside its copies and skips a key it already has, so a repeat
+after the source's delete failed stores nothing twice. The mover forgets the keys once the source
+copies are gone.
 
-Not on the core yet: moves into a partitioned topic are refused; a transaction's send whose copies
-land in another store is refused (``core_transactions.check``: one store per transaction).
+Not on the core yet: a transaction's send whose copies land in another store is refused
+(``core_transactions.check``: one store per transaction).
 """
 
 from __future__ import annotations
