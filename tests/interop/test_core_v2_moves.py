@@ -27,10 +27,11 @@ the version-1 path until every forwarding group ran on the core; they are on the
 moves into and out of them are moves between core entities across stores and partitions. A move
 from a queue on the core into a topic on the core in its store is one transaction (into the topic's
 own partition; its activator fans them out); into another store, the target appends the messages
-under their move keys first, then the source deletes them (a crash in between leaves the source
-copy, which a repeat of the move removes without copying it again). (A transactional send to a
-queue on the core, pinned here as not built until transactions came to the core, is stored at the
-discharge: ``test_core_v2_transactions.py`` runs the transaction scenarios.)
+(a topic: their copies, in its subscriptions) under their move keys first, then the source deletes
+them (a crash in between leaves the source copy, which a repeat of the move removes without copying
+it again). (A transactional send to a queue on the core, pinned here as not built until
+transactions came to the core, is stored at the discharge: ``test_core_v2_transactions.py`` runs
+the transaction scenarios.)
 """
 
 from __future__ import annotations

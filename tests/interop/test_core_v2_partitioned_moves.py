@@ -4,9 +4,9 @@ The broker is started as users start it (``scripts/serve --core v2``) with the t
 messaging stores of ``test_partitioning`` (partition i of every partitioned entity in store i mod
 3); its start-up log says every entity runs on the core. The CLI and the JSON API drive the moves
 (``server/moves.py``): each partition's core moves its own rows; a move into a partitioned topic
-puts each message into the topic partition its key picks, whose activator fans it out to the same
-partition of every subscription, as a send would. The command-line scenario of
-``test_console_cli`` runs unchanged with its queues created partitioned.
+plans each message's copies in the topic partition its key picks and stores them, under the
+message's move key, in that partition of every subscription whose rule takes it, as a send would.
+The command-line scenario of ``test_console_cli`` runs unchanged with its queues created partitioned.
 """
 
 from __future__ import annotations

@@ -23,7 +23,9 @@ Resubmits, moves and purges (``server/moves.py``) select rows from the store (:m
 the same store, or a delete; after it committed the target is told ``Arrived`` (:meth:`arrived`).
 A move that cannot be one transaction (from another store, or into a partitioned entity) appends here
 under move keys first (:meth:`append_moved`, outside the core, which is told ``Arrived``); the keys
-are forgotten once the source copies are gone (:meth:`forget_move_keys`).
+are forgotten once the source copies are gone (:meth:`forget_move_keys`). Such a move into a topic
+stores the copies a topic plans for it, with their keys, by one transaction of each store
+(:meth:`store_keyed`, made by an actor there, as :meth:`store_copies` is for a send's copies).
 
 Several nodes (a store other nodes write, ``StoreWorker.shared``: PostgreSQL): rows another node
 appended are not in this node's window. Each sub-queue watches its partition on the store worker:
@@ -116,6 +118,8 @@ ALL_STATES = frozenset(MessageState)
 Taken = tuple[MessageRecord, uuid.UUID | None, int | None]  # a message received by number: record, lock token, until
 Copy = tuple["CoreActor", SubQueue, MessageRecord]
 """A message to store in a sub-queue of an entity on the core (a topic's copy, a transfer dead letter), unnumbered."""
+KeyedCopy = tuple[Copy, str]
+"""A copy a move stores, with its move key (``CoreActor.store_keyed``, server/moves.py)."""
 
 
 def core_settings(settings: EntitySettings, sub: SubQueue, owner: str,
@@ -609,20 +613,47 @@ class CoreActor:
         """:meth:`append_moved`'s transaction for unnumbered ``records`` into ``sub``: those whose key
         is not here yet, with their keys, outside the core (which is told ``Arrived``)."""
         self._runner(sub)  # available, or StoreUnavailable
-        ref, worker = self.refs[sub], self.worker
+        appended = await self.store_keyed([((self, sub, r), k) for r, k in zip(records, keys, strict=True)])
+        return sum(appended.values())
 
-        def append() -> int:
-            known = set(worker.store.partition_meta(ref).move_keys)
-            fresh = [(r, k) for r, k in zip(records, keys, strict=True) if k not in known]
-            if fresh:
-                worker.store.apply([Append(ref, tuple(r for r, _ in fresh)),
-                                    RememberMoveKeys(ref, tuple(k for _, k in fresh))])
-            return len(fresh)
+    async def store_keyed(self, copies: Sequence[KeyedCopy]) -> dict[PartitionRef, int]:
+        """ONE transaction of this entity's store holding copies that a move brings in from another
+        transaction (each into a sub-queue of an entity on the core in this store, with its move key):
+        per partition, the copies whose key it does not have yet are appended and their keys
+        remembered, and a key it has means an earlier attempt stored them, so they are skipped (a
+        message's copies in one partition share its key: all or none of them). Outside the cores,
+        as another node's rows: each partition's core is told ``Arrived`` after the commit. A
+        dead-letter copy is numbered by its entity's partition, as a ``Publish`` numbers it. Every
+        partition is checked available first (StoreUnavailable, nothing stored). Returns how many
+        copies each partition took now."""
+        worker = self.worker
+        groups: dict[PartitionRef, tuple[CoreActor, SubQueue, list[tuple[MessageRecord, str]]]] = {}
+        for (actor, sub, record), key in copies:
+            if actor.worker is not worker:
+                raise ValueError(f"{actor.ref.entity} is not in the messaging store '{worker.name}'")
+            actor._runner(sub)  # available, or StoreUnavailable
+            groups.setdefault(actor.refs[sub], (actor, sub, []))[2].append((record, key))
 
-        appended = await worker.call(append)
-        if appended:
-            self.arrived(ref, appended)
-        return appended
+        def append() -> dict[PartitionRef, int]:
+            ops: list[Append | RememberMoveKeys] = []
+            taken: dict[PartitionRef, int] = {}
+            for ref, (actor, sub, items) in groups.items():
+                known = set(worker.store.partition_meta(ref).move_keys)
+                fresh = [(r, k) for r, k in items if k not in known]
+                if not fresh:
+                    continue
+                numbered_by = actor.refs[SubQueue.MAIN] if sub is SubQueue.DEAD_LETTER else None
+                ops.append(Append(ref, tuple(r for r, _ in fresh), numbered_by=numbered_by))
+                ops.append(RememberMoveKeys(ref, tuple(dict.fromkeys(k for _, k in fresh))))
+                taken[ref] = len(fresh)
+            if ops:
+                worker.store.apply(ops)
+            return taken
+
+        taken = await worker.call(append)
+        for ref, count in taken.items():
+            groups[ref][0].arrived(ref, count)
+        return taken
 
     async def forget_move_keys(self, keys: Sequence[str], sub: SubQueue = SubQueue.MAIN) -> None:
         """The source copies of moved messages are gone: their keys are no longer needed."""

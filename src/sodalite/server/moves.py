@@ -28,9 +28,15 @@ path>/<partition>/<sequence number>``) first, durably (:func:`_append_keyed`:
 skips rows locked at its time); then the keys of the rows deleted are forgotten. At least once: a
 crash between the append and the delete leaves the source copy, and so does a receiver that locked
 a row in between (logged); a repeat of the move finds the key in the target and deletes the source
-copy without appending it again. A partitioned queue or topic as the target takes each message into
-the partition its key picks (keyless ones round robin), as a send would: a topic partition takes
-them into its own partition, whose activator fans them out.
+copy without appending it again. A partitioned queue as the target takes each message into the
+partition its key picks (keyless ones round robin), as a send would. A topic as the target (in
+another store, or partitioned) keeps nothing in its own partition: it plans each message's copies as
+a send's (rules and actions as they are now, forwarding, filter dead letters; a partitioned topic in
+the partition the message's key picks), and each store the copies go to stores them by one
+transaction in which every partition keeps the message's key beside its copies
+(``TopicActor.store_moved``, ``CoreActor.store_keyed``); after the source's delete the keys are
+forgotten, one batch per store. A message no subscription takes leaves the source, as a send would
+drop it.
 
 **A partitioned source**: each partition's core moves its own rows, as a non-partitioned queue's
 does (the numbers name their partition); the selection reads the partitions one by one from the
@@ -43,7 +49,7 @@ fetched ones. Purge is a fenced delete per chunk, locked messages skipped.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from sodalite.amqp import message as amqp_message
@@ -60,6 +66,8 @@ from sodalite.server.entity_settings import SubQueue
 from sodalite.server.fanout import message_view
 from sodalite.server.partitioned_actor import PartitionedCoreActor, each, partition_of_sequence_number
 from sodalite.server.registry import Entity
+from sodalite.server.topic_actor import MovedKeys, PartitionedTopicActor, TopicActor
+from sodalite.store.port import ForgetMoveKeys
 
 log = logging.getLogger(__name__)
 
@@ -153,37 +161,38 @@ async def move(source: Entity, sub: SubQueue, sequence_numbers: Sequence[int], t
     return await _move_on_core(source.actor, sub, sequence_numbers, target, states, chunk, progress)
 
 
-ForgetKeys = Callable[[list[str]], Awaitable[object]]
-
-
-async def _append_keyed(target: Entity, drafts: list[MessageDraft],
-                        keys: list[str]) -> list[tuple[ForgetKeys, list[str]]]:
+async def _append_keyed(target: Entity, drafts: list[MessageDraft], keys: list[str]) -> list[MovedKeys]:
     """Append ``drafts`` to ``target`` (any entity, in any store), each under its move key, durably;
-    a key the target already has is skipped (an earlier attempt appended it). A topic takes them
-    into its own partition, whose activator fans them out with the rules (server/topic_actor.py).
-    Returns, per actor that took some, how to forget their keys."""
+    a key the target already has is skipped (an earlier attempt appended it). A queue or subscription
+    takes them in its partition (a partitioned one in the partition each key picks); a topic stores
+    each message's copies in its subscriptions, with their keys, by one batch of each store
+    (``TopicActor.store_moved``). Returns where each store keeps the keys."""
     actor = target.actor
+    if isinstance(actor, TopicActor | PartitionedTopicActor):
+        return await actor.store_moved(drafts, keys)
     if isinstance(actor, CoreActor):
         await actor.append_moved(drafts, keys)
-        return [(actor.forget_move_keys, keys)]
-    forget: list[tuple[ForgetKeys, list[str]]] = []
+        return [MovedKeys(actor.worker, {actor.refs[SubQueue.MAIN]: tuple(keys)})]
+    placed: list[MovedKeys] = []
     for core_partition, indexes in actor.route(drafts):
-        part_keys = [keys[i] for i in indexes]
+        part_keys = tuple(keys[i] for i in indexes)
         await core_partition.append_moved([drafts[i] for i in indexes], part_keys)
-        forget.append((core_partition.forget_move_keys, part_keys))
-    return forget
+        placed.append(MovedKeys(core_partition.worker, {core_partition.refs[SubQueue.MAIN]: part_keys}))
+    return placed
 
 
-async def _forget(forget: list[tuple[ForgetKeys, list[str]]], gone: set[str]) -> None:
-    """Forget the keys of the source copies that are gone (a key left behind costs a row, never a message)."""
-    for forget_keys, keys in forget:
-        left = [k for k in keys if k in gone]
-        if not left:
+async def _forget(placed: list[MovedKeys], gone: set[str]) -> None:
+    """Forget the keys of the source copies that are gone, one batch per store (a key left behind
+    costs a row, never a message)."""
+    for store in placed:
+        ops = [ForgetMoveKeys(ref, left) for ref, keys in store.keys.items()
+               if (left := tuple(k for k in keys if k in gone))]
+        if not ops:
             continue
         try:
-            await forget_keys(left)
+            await store.worker.apply(ops)
         except Exception:
-            log.warning("could not forget %d move keys", len(left))
+            log.warning("could not forget the move keys of %d partitions in '%s'", len(ops), store.worker.name)
 
 
 def _core_move_item(record: MessageRecord, now: int, default_ttl: int | None) -> CoreMoveItem:

@@ -74,14 +74,21 @@ copies stored by the core that commits the transaction, in that one batch.
 A subscription that forwards its dead letters (ForwardDeadLetteredMessagesTo) has a copy that fails
 its filter planned into that target (``CoreActor.dead_letter_copy``), in the same batch.
 
-Moves into the topic (server/moves.py) put the messages into the topic's own partition, ACTIVE:
-from a queue on the core in the same store in that queue's transaction, from elsewhere under move
-keys (``CoreActor.append_moved``). The activator takes them like scheduled messages that came due,
-so each fans out to the subscriptions with the rules as they are then, its copies and its completion
-in one batch.
+Moves into the topic (server/moves.py). From a queue on the core in the topic's store, the
+messages enter the topic's own partition, ACTIVE, in that queue's transaction; the activator takes
+them like scheduled messages that came due, so each fans out to the subscriptions with the rules as
+they are then, its copies and its completion in one batch. A move that is not one transaction (from
+another store; into a partitioned topic from anywhere) keeps nothing in the topic: ``store_moved``
+plans each message's copies as a send's (``plan_moved``: the same plan and the same checks of every
+store they go to; no duplicate detection, a move is not a send; a partitioned topic routes each
+message to a partition first, as a send is pinned) and ``store_keyed_copies`` stores them by one
+batch of each store, as the copies of a send in other stores are (``CoreActor.store_keyed``): every
+partition keeps the message's move key beside its copies and skips a key it already has, so a repeat
+after the source's delete failed stores nothing twice. The mover forgets the keys once the source
+copies are gone.
 
-Not on the core yet: moves into a partitioned topic are refused; a transaction's send whose copies
-land in another store is refused (``core_transactions.check``: one store per transaction).
+Not on the core yet: a transaction's send whose copies land in another store is refused
+(``core_transactions.check``: one store per transaction).
 """
 
 from __future__ import annotations
@@ -93,6 +100,7 @@ import logging
 import uuid
 import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sodalite.errors import SodaliteError, StoreUnavailable
@@ -100,10 +108,11 @@ from sodalite.model import partition_core as core
 from sodalite.model.message import MessageRecord
 from sodalite.model.partition import Lock, MessageDraft
 from sodalite.server import wire
-from sodalite.server.core_actor import Copy, CoreActor, _without_value
+from sodalite.server.core_actor import Copy, CoreActor, KeyedCopy, _without_value
 from sodalite.server.entity_settings import SubQueue, all_of
 from sodalite.server.partitioned_actor import PartitionedCoreActor
 from sodalite.server.store_worker import StoreWorker
+from sodalite.store.port import PartitionRef
 
 log = logging.getLogger(__name__)
 
@@ -265,6 +274,24 @@ class TopicActor(CoreActor):
             kept.append((message_id, copies))
         return kept
 
+    # ---- moves into the topic from another transaction (server/moves.py) ---------------------------
+
+    def plan_moved(self, drafts: Sequence[MessageDraft], keys: Sequence[str]) -> list[KeyedCopy]:
+        """A move's messages as this topic's copies, planned as a send's (the rules and actions as they
+        are now, forwarding, filter dead letters; no duplicate detection: a move is not a send), each
+        copy under its message's move key; every store they go to checked available and with room, as
+        for a send, before anything is stored."""
+        self._runner(SubQueue.MAIN)
+        self._check_send([])
+        planned = self._planned(drafts)
+        self._split(planned)  # StoreUnavailable / StoreFull now, for the copies in other stores
+        return [(copy, key) for (_, copies), key in zip(planned, keys, strict=True) for copy in copies]
+
+    async def store_moved(self, drafts: Sequence[MessageDraft], keys: Sequence[str]) -> list[MovedKeys]:
+        """Store a move's messages in the subscriptions (module docstring, "Moves into the topic"):
+        one keyed batch of each store the copies go to; returns where each store keeps their keys."""
+        return await store_keyed_copies(self.plan_moved(drafts, keys))
+
     # ---- scheduled messages that came due ---------------------------------------------------------
 
     def _activated(self, message: MessageRecord, lock: Lock | None) -> None:
@@ -311,6 +338,37 @@ class TopicActor(CoreActor):
         return now - last >= idle_for and runner.view.counts.scheduled == 0
 
 
+@dataclass(frozen=True, slots=True)
+class MovedKeys:
+    """The move keys one store keeps for a move's copies, per partition: forgotten once the source
+    copies are gone (``server/moves.py``)."""
+
+    worker: StoreWorker
+    keys: dict[PartitionRef, tuple[str, ...]]
+
+
+async def store_keyed_copies(copies: Sequence[KeyedCopy]) -> list[MovedKeys]:
+    """Store keyed copies by ONE batch of each store they go to (``CoreActor.store_keyed``, made by
+    the first destination's actor there, as ``store_copies`` is for a send's copies in other
+    stores), every batch run to its end; the first failure is raised after all have ended (a batch
+    that committed keeps its keys, so a repeat skips it). Returns each store's keys, per partition."""
+    by_store: dict[StoreWorker, list[KeyedCopy]] = {}
+    for keyed in copies:
+        by_store.setdefault(keyed[0][0].worker, []).append(keyed)
+    results = await asyncio.gather(*(group[0][0][0].store_keyed(group) for group in by_store.values()),
+                                   return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    placed = []
+    for worker, group in by_store.items():
+        keys: dict[PartitionRef, dict[str, None]] = {}
+        for (actor, sub, _), key in group:
+            keys.setdefault(actor.refs[sub], {})[key] = None
+        placed.append(MovedKeys(worker, {ref: tuple(k) for ref, k in keys.items()}))
+    return placed
+
+
 class PartitionedTopicActor(PartitionedCoreActor):
     """A partitioned topic on the core: one :class:`TopicActor` per partition (module docstring)."""
 
@@ -336,6 +394,17 @@ class PartitionedTopicActor(PartitionedCoreActor):
         if isinstance(partition, TopicActor) and future in partition.failed_elsewhere:
             return  # another store failed, not this partition's
         super()._sent(partition, future)
+
+    async def store_moved(self, drafts: Sequence[MessageDraft], keys: Sequence[str]) -> list[MovedKeys]:
+        """Store a move's messages in the subscriptions: each message planned by the topic partition its
+        key picks (keyless ones round robin), as a send is pinned, into that partition of every
+        subscription; every partition's share planned and checked before any is stored, then one
+        keyed batch of each store."""
+        copies: list[KeyedCopy] = []
+        for partition, indexes in self.route(list(drafts)):
+            assert isinstance(partition, TopicActor)
+            copies += partition.plan_moved([drafts[i] for i in indexes], [keys[i] for i in indexes])
+        return await store_keyed_copies(copies)
 
     def start_activation(self) -> None:
         for topic in self.topics:

@@ -17,7 +17,14 @@ from sodalite.amqp.codec import encode_value
 from sodalite.amqp.types import Described, ULong
 from sodalite.errors import FilterSyntaxError, InvalidOperation, StoreUnavailable
 from sodalite.model.config import NamespaceConfig, QueueConfig, SubscriptionConfig, TopicConfig
-from sodalite.model.entities import QueueProperties, RuleDescription, SqlFilter, SqlRuleAction, TopicProperties
+from sodalite.model.entities import (
+    QueueProperties,
+    RuleDescription,
+    SqlFilter,
+    SqlRuleAction,
+    SubscriptionProperties,
+    TopicProperties,
+)
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import Lock, MessageDraft
 from sodalite.server import moves, wire
@@ -315,10 +322,6 @@ def test_a_failed_move_into_a_topic_in_the_same_store_changes_nothing() -> None:
     asyncio.run(run())
 
 
-@pytest.mark.xfail(strict=True, reason="version 1 stored the copies (and their move keys) in the subscriptions of a "
-                   "topic in another store before deleting the source; the core appends the messages to the topic's "
-                   "own partition under their keys, and its activator fans them out later (tests/interop/"
-                   "test_core_v2_moves.py covers the move on the core)")
 def test_a_move_into_a_topic_in_another_store_retried_after_a_failure_never_doubles() -> None:
     async def run() -> None:
         default, other = MemoryStore(), MemoryStore()
@@ -352,6 +355,87 @@ def test_a_move_into_a_topic_in_another_store_retried_after_a_failure_never_doub
             assert stored(default, f"{queue_name}/$deadletterqueue") == []
             for name in ("all", "red", "tagged"):
                 assert other.partition_meta(PartitionRef(f"{topic_name}/subscriptions/{name}", 0)).move_keys == ()
+        finally:
+            await broker.stop()
+
+    asyncio.run(run())
+
+
+def test_a_keyed_move_into_a_topic_fans_out_as_a_send_over_two_stores_and_a_retry_fills_in_the_failed_one() -> None:
+    """The topic (store 'second') plans each message's copies as a send's: 'all' takes every one, the
+    topic's duplicate detection does not apply, 'strict' dead-letters what its filter cannot evaluate,
+    'fwd' forwards into a queue in the source's store. Each store takes its copies by one batch; the
+    source's store fails that batch, so the move fails, 'second' keeps its copies and their keys, and
+    the repeat stores only what was missing: every copy once, the topic's own partition untouched,
+    every key forgotten, each destination's core counting what landed."""
+    async def run() -> None:
+        default, other = MemoryStore(), MemoryStore()
+        probe = Broker(NamespaceConfig("ns"), MemoryStore(), more_stores=[("second", MemoryStore())])
+        in_default = [f"q{i}" for i in range(100) if probe._home_store(f"q{i}") is probe.workers[0]]
+        queue_name, near_name = in_default[0], in_default[1]
+        topic_name = next(f"t{i}" for i in range(100) if probe._home_store(f"t{i}") is probe.workers[1])
+        namespace = NamespaceConfig("ns", queues=(QueueConfig(queue_name), QueueConfig(near_name)), topics=(TopicConfig(
+            topic_name, TopicProperties(requires_duplicate_detection=True,
+                                        duplicate_detection_history_time_window=timedelta(minutes=10)),
+            subscriptions=(
+                SubscriptionConfig("all"),
+                SubscriptionConfig("strict",
+                                   SubscriptionProperties(dead_lettering_on_filter_evaluation_exceptions=True),
+                                   rules=(RuleDescription("ordered", SqlFilter("color > 5")),)),
+                SubscriptionConfig("fwd", SubscriptionProperties(forward_to=near_name),
+                                   rules=(RuleDescription("red", SqlFilter("color = 'red'")),)))),))
+        broker = Broker(namespace, default, more_stores=[("second", other)])
+        await broker.start("127.0.0.1", 0)
+        try:
+            source, topic, near = broker.entity(queue_name), broker.entity(topic_name), broker.entity(near_name)
+            assert source is not None and topic is not None and near is not None
+            assert isinstance(source.actor, CoreActor) and isinstance(topic.actor, CoreActor)
+            assert isinstance(near.actor, CoreActor)
+            assert topic.actor.worker is not source.actor.worker and near.actor.worker is source.actor.worker
+            await dead_letter_all(source, ["r0", "b1", "r2"])  # r0, r2 red; b1 blue
+            await broker.publish(topic, [draft("r0")])  # the topic's duplicate detection has seen r0
+            all_path, strict_path = f"{topic_name}/subscriptions/all", f"{topic_name}/subscriptions/strict"
+            strict_dead = f"{strict_path}/$deadletterqueue"
+            assert _ids(other, all_path) == ["r0"]
+            assert _ids(other, strict_dead) == ["r0"] and _ids(default, near_name) == ["r0"]
+
+            default.fail_next_apply(OSError("disk gone"))  # the copies for the queue in the source's store
+            with pytest.raises(StoreUnavailable):
+                await moves.move(source, SubQueue.DEAD_LETTER, await dead_letters(source), topic)
+            assert _ids(other, all_path) == ["b1", "r0", "r0", "r2"]  # a move is not a send
+            assert _ids(other, strict_dead) == ["b1", "r0", "r0", "r2"]
+            assert _ids(default, near_name) == ["r0"]
+            assert len(other.partition_meta(PartitionRef(all_path, 0)).move_keys) == 3
+            for actor in (source.actor, near.actor):
+                for _ in range(3000):
+                    if actor.available:
+                        break
+                    await asyncio.sleep(0.01)
+            assert len(await dead_letters(source)) == 3
+
+            result = await moves.move(source, SubQueue.DEAD_LETTER, await dead_letters(source), topic)
+            assert result == moves.MoveResult(3, 0)
+            assert _ids(other, all_path) == ["b1", "r0", "r0", "r2"]
+            assert _ids(other, strict_dead) == ["b1", "r0", "r0", "r2"]
+            for record in stored(other, strict_dead):
+                assert wire.application_properties(record.tail)[wire.DEAD_LETTER_REASON] == "FilterEvaluationException"
+            assert _ids(default, near_name) == ["r0", "r0", "r2"]
+            for record in stored(default, near_name) + stored(other, all_path):
+                assert record.delivery_count == 0 and record.state is MessageState.ACTIVE
+                assert wire.DEAD_LETTER_REASON not in wire.application_properties(record.tail)
+            assert stored(default, f"{queue_name}/$deadletterqueue") == []
+            assert stored(other, topic_name) == []  # nothing waits in the topic's own partition
+            for store, path in ((other, topic_name), (other, all_path), (other, strict_dead), (default, near_name)):
+                assert store.partition_meta(PartitionRef(path, 0)).move_keys == ()
+
+            all_sub, strict_sub = broker.entity(all_path), broker.entity(strict_path)
+            assert all_sub is not None and strict_sub is not None
+            expected = ((all_sub, "active", 4), (strict_sub, "dead_letter", 4), (near, "active", 3))
+            for _ in range(3000):  # each destination's core was told what landed in it
+                if all(entity.actor.counts()[kind] == count for entity, kind, count in expected):
+                    break
+                await asyncio.sleep(0.01)
+            assert [entity.actor.counts()[kind] for entity, kind, _ in expected] == [4, 4, 3]
         finally:
             await broker.stop()
 
