@@ -43,8 +43,8 @@ send. A send's acceptance is released only by its batch's results, i.e. after th
 
 Timers: a timer is just a :class:`Tick` submitted at its time. After each decision the runner
 asks the clock for a callback at ``next_due`` (cancelling the one armed before if that one is
-later or nothing is due; an earlier one stays, and its Tick re-arms); :class:`LoopClock` uses the event loop, a test's clock fires callbacks when the test
-moves time on, so tests need no sleeps.
+later or nothing is due; an earlier one stays, and its Tick re-arms); :class:`LoopClock` uses
+the event loop, a test's clock fires callbacks when the test moves time on, so tests need no sleeps.
 
 :meth:`drained` waits until the effect queue is empty and no effect is in flight (it raises if
 handling an answer failed, which stops the effects). :meth:`close` drops the queue and stops the

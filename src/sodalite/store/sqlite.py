@@ -462,11 +462,12 @@ _SELECT_LOCKS: Final = (
     "SELECT sequence_number, lock_token, locked_until, state, length(annotations), length(tail) "
     f"FROM messages WHERE {_KEY} AND {_IN_JSON}"
 )
-# A completion of a row this lock still holds, in one statement: deleted (and its state and size
-# returned for the counters) only if the token matches and the lock has not lapsed.
-_COMPLETE_LOCKED: Final = (
-    "DELETE FROM messages WHERE entity = ?1 AND partition = ?2 AND sequence_number = ?3 AND lock_token = ?4 "
-    "AND locked_until > ?5 RETURNING state, length(annotations) + length(tail)"
+# A completion of a row this lock still holds: its state and size (for the counters) only if the
+# token matches and the lock has not lapsed, then the delete by key. (Not one DELETE .. RETURNING:
+# SQLite opens, unlinks and closes a temporary file for that every time, measured.)
+_LOCKED_ROW: Final = (
+    "SELECT state, length(annotations) + length(tail) FROM messages WHERE entity = ?1 AND partition = ?2 "
+    "AND sequence_number = ?3 AND lock_token = ?4 AND locked_until > ?5"
 )
 # Settlements of at most this many items that are all completions take the one-statement path.
 COMPLETE_ONE_BY_ONE: Final = 8
@@ -663,18 +664,19 @@ def _select_locks(conn: sqlite3.Connection, ref: PartitionRef,
 
 
 def _complete_locked(conn: sqlite3.Connection, op: Settle) -> Settled:
-    """A Settle of only completions (the common case: one message a receiver completes): one
-    ``DELETE .. RETURNING`` per item that deletes the row only under the item's unexpired lock, then
-    the counters; the same outcome as the general path's read of the locks and delete by number (a
-    second item for the same number finds no row)."""
+    """A Settle of only completions (the common case: one message a receiver completes): per item a
+    read of the row under the item's unexpired lock and, if found, its delete by key; then the
+    counters. Two statements for one item instead of the general path's four, with the same outcome
+    as its read of the locks and delete by number (a second item for the same number finds no row)."""
     ref = op.ref
     counts = _Counts()
     applied: list[bool] = []
     for item in op.items:
-        row = conn.execute(_COMPLETE_LOCKED, (ref.entity, ref.partition, item.sequence_number,
-                                              item.lock_token.bytes, op.now)).fetchone()
+        key = (ref.entity, ref.partition, item.sequence_number)
+        row = conn.execute(_LOCKED_ROW, (*key, item.lock_token.bytes, op.now)).fetchone()
         applied.append(row is not None)
         if row is not None:
+            conn.execute(_SETTLE[Outcome.COMPLETE], key)
             counts.add(row[0], row[1], -1)
     counts.write(conn, ref)
     return Settled(tuple(applied))
