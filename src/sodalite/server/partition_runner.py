@@ -290,7 +290,12 @@ class PartitionRunner:
     def _next_effect(self) -> None:
         """Start the effect at the head of the queue unless one is on the store's thread already;
         its outcome comes back as a callback on the loop, which answers the core and starts the next."""
-        if self._busy or self._closed or self._failure is not None:
+        if self._closed:
+            return
+        if self._failure is not None:  # stopped: drained() raises instead of waiting for ever
+            self._idle.set()
+            return
+        if self._busy:
             return
         if not self._effects:
             self._idle.set()
