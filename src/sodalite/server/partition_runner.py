@@ -30,7 +30,7 @@ decisions emitted them (the core's contract):
   :class:`StoreFailed` (the core answers their requests :class:`ServerBusy` and finds their
   messages again by its next read). A batch whose operations cannot be expressed on the port
   fails alone, without touching the store. The store worker may merge the group further with other
-  partitions' batches of the same store into one transaction (``StoreWorker.commit``); the results
+  partitions' batches of the same store into one transaction (``StoreWorker.commit_soon``); the results
   come back split per partition just the same. A batch with an all-or-none ``Settle`` (an AMQP
   transaction's) is committed alone, here and in the worker: when the store finds one of its
   locks no longer this core's, it raises :class:`~sodalite.store.port.SettleFenced`, only that
