@@ -26,6 +26,7 @@ from sodalite.model.partition_core import (
     DeferredReceived,
     Delivered,
     Landed,
+    MessageNotFound,
     MovedOut,
     MoveOut,
     PublishCopy,
@@ -38,6 +39,7 @@ from sodalite.model.partition_core import (
     RenewLock,
     Reply,
     Schedule,
+    ScheduledCancelled,
     Send,
     SendAccepted,
     Settle,
@@ -102,6 +104,14 @@ class PartitionCoreMachine(CoreMachine):
                 self._observe_deferred(reply)
             elif isinstance(reply, MovedOut):
                 self._observe_moved_out(reply)
+            elif isinstance(reply, ScheduledCancelled):  # all of them went, by this cancel
+                for seq in reply.sequence_numbers:
+                    assert seq not in h.store.rows and h.store.gone.get(seq) == "cancelled"
+            elif isinstance(reply, MessageNotFound) and reply.reply_to == "cancel":  # none went
+                for seq in reply.sequence_numbers:
+                    row = h.store.rows.get(seq)
+                    assert (row is None or row.record.state != MessageState.SCHEDULED or row.locked_at(h.now)
+                            or seq < 1)
 
     def _observe_transaction(self, reply: Reply) -> None:
         """Committed (``Published``, or the last settlement's echo): every settlement applied (the row
@@ -216,8 +226,10 @@ class PartitionCoreMachine(CoreMachine):
 
     @rule(data=st.data())
     def cancel(self, data: st.DataObject) -> None:
+        """All or none: one to three numbers, scheduled or not (a number no message has among them)."""
         seqs = sorted(self.accepted) or [1]
-        self._run(CancelScheduled((data.draw(st.sampled_from(seqs)),), "cancel"))
+        numbers = data.draw(st.lists(st.sampled_from([*seqs, max(seqs) + 7]), min_size=1, max_size=3))
+        self._run(CancelScheduled(tuple(numbers), "cancel"))
 
     @rule(n=st.integers(1, 3), delay=st.sampled_from([0, 600]), size=st.sampled_from([1, 40, 120]),
           race=st.booleans())
