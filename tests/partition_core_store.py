@@ -105,6 +105,7 @@ class FakeStore:
         self.session_locks: dict[str, tuple[uuid.UUID, int, str]] = {}  # id -> (token, until, owner)
         self.session_states: dict[str, tuple[bytes, int]] = {}
         self.others: dict[object, FakeStore] = {}  # partitions an AppendTo names (a topic's subscriptions)
+        self.refused_cancels: list[tuple[int, ...]] = []  # the missing numbers of each CancelScheduled refused
 
     def other(self, target: object) -> FakeStore:
         return self.others.setdefault(target, FakeStore())
@@ -336,6 +337,8 @@ class FakeStore:
                     for seq in asked:
                         del self.rows[seq]
                         self.gone[seq] = "cancelled"
+                else:
+                    self.refused_cancels.append(missing)
                 return Unscheduled(missing)
         raise AssertionError(op)
 
