@@ -38,6 +38,7 @@ from sodalite.model.store_ops import (
     Append,
     Appended,
     AppendTo,
+    CancelScheduled,
     Claim,
     Claimed,
     ClaimMessageIds,
@@ -65,6 +66,7 @@ from sodalite.model.store_ops import (
     Settled,
     StoredMessage,
     StoreOp,
+    Unscheduled,
 )
 
 
@@ -103,6 +105,7 @@ class FakeStore:
         self.session_locks: dict[str, tuple[uuid.UUID, int, str]] = {}  # id -> (token, until, owner)
         self.session_states: dict[str, tuple[bytes, int]] = {}
         self.others: dict[object, FakeStore] = {}  # partitions an AppendTo names (a topic's subscriptions)
+        self.refused_cancels: list[tuple[int, ...]] = []  # the missing numbers of each CancelScheduled refused
 
     def other(self, target: object) -> FakeStore:
         return self.others.setdefault(target, FakeStore())
@@ -325,6 +328,18 @@ class FakeStore:
                     del self.rows[seq]
                     self.gone[seq] = "purged"
                 return Purged(len(doomed))
+            case CancelScheduled():
+                asked = list(dict.fromkeys(op.sequence_numbers))
+                missing = tuple(seq for seq in asked if seq not in self.rows
+                                or self.rows[seq].record.state != MessageState.SCHEDULED
+                                or self.rows[seq].locked_at(op.now))
+                if not missing:
+                    for seq in asked:
+                        del self.rows[seq]
+                        self.gone[seq] = "cancelled"
+                else:
+                    self.refused_cancels.append(missing)
+                return Unscheduled(missing)
         raise AssertionError(op)
 
     def peek(self, from_seq: int, count: int) -> tuple[StoredMessage, ...]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import re
 import time
 
 import pytest
@@ -99,6 +100,32 @@ def test_scheduled_messages_appear_at_their_time_and_can_be_cancelled(broker: Br
             for m in got:
                 receiver.complete_message(m)
             assert receiver.receive_messages(max_message_count=5, max_wait_time=1) == []
+
+
+def test_cancelling_an_unknown_scheduled_number_cancels_nothing_and_raises_not_found(broker: BrokerProcess) -> None:
+    """All or none, as Service Bus answers it (Azure/azure-service-bus#239): a number that is not a
+    scheduled message makes the whole cancel fail with message-not-found, and the scheduled message
+    named with it in the same call is still delivered at its time. The SDK retries a management
+    operation's message-not-found (the condition is not in its no-retry list), the same cancel each
+    time, for about 11 s; this client does not retry, so the message can be due soon after."""
+    with ServiceBusClient.from_connection_string(broker.connection_string, retry_total=0) as client:
+        with client.get_queue_sender("sched") as sender:
+            [kept] = sender.schedule_messages(ServiceBusMessage("kept despite the cancel"), _utc_in(3))
+            unknown = kept + 1_000_000
+            with pytest.raises(MessageNotFoundError) as refused:
+                sender.cancel_scheduled_messages([kept, unknown])
+            named = re.search(r"Missing sequence numbers: ([\d, ]+)", str(refused.value))
+            assert named is not None and named.group(1).strip() == str(unknown), str(refused.value)
+        with client.get_queue_receiver("sched") as receiver:
+            [peeked] = receiver.peek_messages(max_message_count=1, sequence_number=kept)
+            assert (peeked.sequence_number, peeked.state) == (kept, ServiceBusMessageState.SCHEDULED)
+            got = []
+            deadline = time.monotonic() + 30
+            while not got and time.monotonic() < deadline:
+                got = receiver.receive_messages(max_message_count=5, max_wait_time=10)
+            assert [(str(m), m.sequence_number) for m in got] == [("kept despite the cancel", kept)]
+            assert got[0].scheduled_enqueue_time_utc is not None
+            receiver.complete_message(got[0])
 
 
 def test_expired_messages_are_dead_lettered_or_dropped_per_the_entity(broker: BrokerProcess) -> None:

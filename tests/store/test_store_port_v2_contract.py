@@ -37,6 +37,7 @@ from sodalite.store.port import (
     Activated,
     Append,
     Appended,
+    CancelScheduled,
     Claim,
     Claimed,
     ClaimMessageIds,
@@ -74,6 +75,7 @@ from sodalite.store.port import (
     SettleItem,
     StoredMessage,
     StoreOp,
+    Unscheduled,
     numbering_base,
 )
 from sodalite.store.postgres import PostgresStore
@@ -384,6 +386,56 @@ def test_a_scheduled_message_is_claimed_by_number_and_completed_to_cancel_it(sto
     assert store.next_due(Q, T0 + 1) is None  # its scheduled time no longer counts
     with pytest.raises(ValueError, match="by sequence number"):
         Claim(Q, T0, T0 + 1, OWNER, toks(4), state=MessageState.SCHEDULED)
+
+
+def test_cancel_scheduled_deletes_every_row_named_when_all_are_scheduled(store: MessagingStore) -> None:
+    scheduled = MessageState.SCHEDULED
+    a, b, c, active = append(store, msg(state=scheduled, scheduled_enqueue_time=T0 + 10),
+                             msg(state=scheduled, scheduled_enqueue_time=T0 + 20),
+                             msg(state=scheduled, scheduled_enqueue_time=T0 + 30), msg())
+    before = store.counts(Q)
+    untouched = stored(store, active)
+    assert one(store, CancelScheduled(Q, T0, (c, a, c))) == Unscheduled(())  # named twice: once
+    assert stored(store, a) is None and stored(store, c) is None
+    after = store.counts(Q)
+    assert (after.scheduled, after.active) == (1, 1)
+    assert after.size_in_bytes == before.size_in_bytes - 2 * msg().size
+    assert after.last_sequence_number == before.last_sequence_number  # numbers are never reused
+    assert stored(store, active) == untouched and stored(store, b) is not None
+    assert store.next_due(Q, T0) == T0 + 20  # the cancelled times no longer count
+    assert one(store, CancelScheduled(Q, T0, ())) == Unscheduled(())
+
+
+def test_cancel_scheduled_changes_nothing_when_one_number_is_not_a_free_scheduled_row(store: MessagingStore) -> None:
+    scheduled = MessageState.SCHEDULED
+    a, locked, due, active, deferred = append(
+        store, msg(state=scheduled, scheduled_enqueue_time=T0 + 60_000),
+        msg(state=scheduled, scheduled_enqueue_time=T0 + 60_000),
+        msg(state=scheduled, scheduled_enqueue_time=T0 + 5), msg(), msg(state=MessageState.DEFERRED))
+    # a row taken by number (what a cancel of an earlier release did) is not free to cancel while locked
+    assert numbers(claim(store, T0, tok(1), sequence_numbers=(locked,), state=scheduled, until=T0 + 100)) == [locked]
+    assert numbers(one(store, Activate(Q, T0 + 10, 10)).messages) == [due]  # activated: no longer scheduled
+    rows = everything(store, Q)
+    counts = store.counts(Q)
+    unknown = active + 1000
+    result = one(store, CancelScheduled(Q, T0 + 10, (a, active, unknown, deferred, locked, due, a)))
+    assert result == Unscheduled((active, unknown, deferred, locked, due))  # in the order asked, each once
+    assert everything(store, Q) == rows and store.counts(Q) == counts  # nothing happened, a included
+    assert one(store, CancelScheduled(Q, T0 + 10, (locked,))) == Unscheduled((locked,))
+    # once its lock lapsed, the row is a scheduled message like any other
+    assert one(store, CancelScheduled(Q, T0 + 100, (a, locked))) == Unscheduled(())
+    assert stored(store, a) is None and stored(store, locked) is None and store.counts(Q).scheduled == 0
+    # a number of another partition names no row here
+    assert one(store, CancelScheduled(OTHER, T0 + 100, (due,))) == Unscheduled((due,))
+    assert stored(store, due) is not None
+
+
+def test_cancel_scheduled_in_a_failed_batch_cancels_nothing(store: MessagingStore) -> None:
+    (a,) = append(store, msg(state=MessageState.SCHEDULED, scheduled_enqueue_time=T0 + 60_000))
+    with pytest.raises(Exception):  # noqa: B017 - the adapter's own error for an impossible value
+        store.apply([CancelScheduled(Q, T0, (a,)), Append(Q, (msg(priority=2**64),))])
+    assert stored(store, a) is not None and store.counts(Q).scheduled == 1
+    check_counts(store, Q)
 
 
 # -- settle ----------------------------------------------------------------------------------------
@@ -1228,6 +1280,8 @@ CLAIM_SESSION = st.tuples(st.just("claim_session"), st.sampled_from(SESSIONS), s
 SESSION_LOCK = st.tuples(st.just("session_lock"), PICK, st.sampled_from([True] * 3 + [False]), st.booleans(),
                          st.integers(1, 200))
 DELETE = st.tuples(st.just("delete"), st.lists(st.integers(1, 20), max_size=3))
+# A cancel: picks among the scheduled rows the reference shows, and perhaps one more number (any row, or none).
+CANCEL = st.tuples(st.just("cancel"), st.lists(PICK, max_size=3), st.one_of(st.none(), st.integers(1, 25)))
 TICK = st.tuples(st.just("tick"), st.integers(0, 150))
 # A send with duplicate detection: the ids claimed (None: a message without one), the window, and
 # whose history gates it (the partition's own, or another's: a topic's copies).
@@ -1239,7 +1293,7 @@ FORGET = st.tuples(st.just("forget"), st.lists(st.sampled_from(["a", "b", "c", "
 ROUND = st.tuples(APPEND, CLAIM, RENEW, SETTLE, TICK, CLAIM_SESSION, SESSION_LOCK, MOVE, ACTIVATE, CLAIM, SETTLE,
                   TICK).map(list)
 SINGLE = st.one_of(APPEND, CLAIM, SETTLE, RENEW, MOVE, ACTIVATE, PURGE, CLAIM_SESSION, SESSION_LOCK, DELETE,
-                   TICK, DEDUP, FORGET, SETTLE_ALL).map(lambda command: [command])
+                   TICK, DEDUP, FORGET, SETTLE_ALL, CANCEL).map(lambda command: [command])
 COMMANDS = st.lists(st.one_of(ROUND, SINGLE), min_size=2, max_size=8).map(
     lambda chunks: [command for chunk in chunks for command in chunk])
 
@@ -1381,6 +1435,16 @@ class Differential:
         elif kind == "forget":
             ids, before = args
             self.both(ForgetMessageIds(Q, tuple(ids), None if before is None else self.now - before))
+        elif kind == "cancel":
+            picks, extra = args
+            scheduled = [s.record.sequence_number
+                         for s in self.reference.peek(Q, 0, 1000, frozenset({MessageState.SCHEDULED}))]
+            asked = [scheduled[p % len(scheduled)] for p in picks] if scheduled else []
+            if extra is not None or not asked:
+                asked.append(extra or 1)
+            result = self.both(CancelScheduled(Q, self.now, tuple(asked)))
+            if result == Unscheduled(()):
+                self.applied["CancelScheduled"] = self.applied.get("CancelScheduled", 0) + 1
         elif kind == "tick":
             self.now += args[0]
         else:  # pragma: no cover
@@ -1451,6 +1515,37 @@ TOUR: list[tuple[Any, ...]] = [
     ("append", Q, [(None, MessageState.ACTIVE, None, 0, b"z", 0)]),
     ("move", [12], DLQ, False, None, b"kept: its own number in the dead-letter partition"),
 ]
+
+
+# Cancels that take effect and cancels refused, among activations, claims and lapses.
+CANCEL_TOUR: list[tuple[Any, ...]] = [
+    ("append", Q, [(None, MessageState.SCHEDULED, None, 80, b"s", 0), (None, MessageState.SCHEDULED, None, 300, b"", 0),
+                   (None, MessageState.SCHEDULED, 40, 500, b"t", 0), (None, MessageState.ACTIVE, None, 0, b"", 0)]),
+    ("cancel", [0, 1], 3),  # a scheduled row and an active one: refused, nothing cancelled
+    ("cancel", [1], None),
+    ("claim", 1, 100, None, MessageState.SCHEDULED, (11, 12, 13)),  # one scheduled row locked by number
+    ("cancel", [0, 1, 2], None),  # the locked one among them: refused
+    ("tick", 120),
+    ("activate", 5),  # row 6 (the backlog's scheduled one) and row 11 came due
+    ("cancel", [0], 6),  # 6 is active now: refused
+    ("cancel", [0, 1, 2, 3], None),
+    ("cancel", [], 99),
+]
+
+
+@pytest.mark.parametrize("adapter", DURABLE)
+def test_durable_adapters_match_the_memory_reference_on_cancels(adapter: str, tmp_path: Path,
+                                                                request: pytest.FixtureRequest) -> None:
+    make, _ = make_adapter(adapter, tmp_path, request)
+    durable = make()
+    durable.open()
+    try:
+        run = Differential(durable)
+        for command in CANCEL_TOUR:
+            run.run(command)
+    finally:
+        durable.close()
+    assert run.applied.get("CancelScheduled", 0) >= 2, run.applied
 
 
 @pytest.mark.parametrize("adapter", DURABLE)

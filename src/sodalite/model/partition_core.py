@@ -70,8 +70,12 @@ Service Bus rules kept (as the deleted in-memory partition of the version-1 path
   window, whichever node took it (an id another node took again since stays), at least once per
   window, so the ids of a node that stopped go too.
 - scheduled messages are appended SCHEDULED with their number (returned to ScheduleMessage) and
-  activated by ``Activate`` when their time comes; cancelling claims and completes them (only a
-  SCHEDULED row can be taken that way, so a cancel never deletes an active message). Times the
+  activated by ``Activate`` when their time comes. A cancel is all or none, as Service Bus and the
+  deleted version-1 path answer: ONE ``CancelScheduled`` op deletes the rows only if every number
+  names a SCHEDULED row free to take (so a cancel never deletes an active or deferred message);
+  otherwise nothing changes and the reply is :class:`MessageNotFound` naming the others (number 0,
+  a scheduled ping's, is refused so before the store is asked). The store decides it in one
+  transaction, so another node activating or cancelling the same rows at once cannot split it. Times the
   core does not track (rows another node scheduled, told by :class:`DueInStore`) are acted on at
   that time the same way, with a window read; the store fences ``Activate``, so each message is
   activated once however many nodes act on its time.
@@ -242,7 +246,9 @@ from sodalite.model.store_ops import (
     SettleItem,
     StoredMessage,
     StoreOp,
+    Unscheduled,
 )
+from sodalite.model.store_ops import CancelScheduled as CancelScheduledOp
 from sodalite.model.store_ops import Settle as SettleOp
 
 Consumer = Hashable  # whoever receives: a receiver link's id, opaque to the core
@@ -314,6 +320,9 @@ class Schedule:
 
 @dataclass(frozen=True, slots=True)
 class CancelScheduled:
+    """Cancel scheduled messages, all or none: :class:`ScheduledCancelled` when every number named a
+    scheduled message (all deleted), else :class:`MessageNotFound` naming the others (none deleted)."""
+
     sequence_numbers: tuple[int, ...]
     reply_to: ReplyTo
 
@@ -621,7 +630,7 @@ class LockRenewed:
 @dataclass(frozen=True, slots=True)
 class ScheduledCancelled:
     reply_to: ReplyTo
-    sequence_numbers: tuple[int, ...]  # the ones that were still scheduled and are now gone
+    sequence_numbers: tuple[int, ...]  # every number asked, each once: all were scheduled and are now gone
 
 
 @dataclass(frozen=True, slots=True)
@@ -733,8 +742,8 @@ class DeferredReceived:
 class MessageNotFound:
     """``sequence_numbers`` name no deferred message that is free to take (gone, not deferred, or
     locked): nothing of the :class:`ReceiveDeferred` happened (com.microsoft:message-not-found). Also
-    the answer to a :class:`CancelScheduled` naming a number below 1, which no message has (a
-    scheduled ping's 0): nothing of it happened."""
+    the answer to a :class:`CancelScheduled` naming a number that is not a scheduled message free to
+    take (below 1, as a scheduled ping's 0; unknown, gone, activated, deferred): nothing of it happened."""
 
     reply_to: ReplyTo
     sequence_numbers: tuple[int, ...]
@@ -882,16 +891,23 @@ class _ClaimCtx:
 
 @dataclass(frozen=True, slots=True)
 class _QuietCtx:
-    """An op whose result needs nothing (a ReceiveAndDelete or cancel claim, its settle reads it)."""
+    """An op whose result needs nothing (a ReceiveAndDelete claim: its settle reads it)."""
 
 
 @dataclass(frozen=True, slots=True)
 class _TakeCtx:
-    """The COMPLETE that follows per-message claims: ReceiveAndDelete deliveries or a cancel."""
+    """The COMPLETE that follows per-message claims: ReceiveAndDelete deliveries."""
 
-    consumer: Consumer | None  # None: a cancel
-    reply_to: ReplyTo
+    consumer: Consumer
     records: tuple[MessageRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _CancelCtx:
+    """A cancel's one ``CancelScheduled`` op: the numbers asked, each once."""
+
+    reply_to: ReplyTo
+    sequence_numbers: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -985,8 +1001,8 @@ class _MoveOutCtx:
     sent: tuple[int, ...]  # the numbers in the MoveMessages (each once, none held here)
 
 
-_Ctx = (_AppendCtx | _ClaimCtx | _QuietCtx | _TakeCtx | _SettleCtx | _RenewCtx | _MoveCtx | _ActivateCtx | _DedupCtx
-        | _AcceptCtx | _SessionClaimCtx | _SessionRenewCtx | _StateCtx
+_Ctx = (_AppendCtx | _ClaimCtx | _QuietCtx | _TakeCtx | _CancelCtx | _SettleCtx | _RenewCtx | _MoveCtx | _ActivateCtx
+        | _DedupCtx | _AcceptCtx | _SessionClaimCtx | _SessionRenewCtx | _StateCtx
         | _DeferredClaimCtx | _DeferredTakeCtx | _PurgeCtx | _PublishCtx | _MoveOutCtx)
 
 
@@ -1283,18 +1299,13 @@ def _on_cancel(turn: _Turn, command: CancelScheduled) -> None:
     if not view.available:
         turn.replies.append(ServerBusy(command.reply_to))
         return
-    items: list[SettleItem] = []
-    for seq in dict.fromkeys(command.sequence_numbers):
-        token = _next_token(view)
-        # Only a SCHEDULED row can be claimed with state=SCHEDULED: a cancel never removes anything else.
-        turn.op(Claim(now, now + view.settings.lock_duration, view.settings.owner, (token,), (seq,),
-                      MessageState.SCHEDULED), _QuietCtx())
-        items.append(SettleItem(seq, token, Outcome.COMPLETE))
-    if not items:
+    numbers = tuple(dict.fromkeys(command.sequence_numbers))
+    if not numbers:
         turn.replies.append(ScheduledCancelled(command.reply_to, ()))
         return
-    records = tuple(_placeholder(i.sequence_number) for i in items)
-    turn.op(SettleOp(now, tuple(items)), _TakeCtx(None, command.reply_to, records))
+    # All or none, decided by the store in one operation: a number that is not a SCHEDULED row free
+    # to take (unknown, activated, active, deferred) cancels nothing (see _cancelled).
+    turn.op(CancelScheduledOp(now, numbers), _CancelCtx(command.reply_to, numbers))
 
 
 def _on_publish(turn: _Turn, command: Publish) -> None:
@@ -1375,11 +1386,6 @@ def _on_landed(turn: _Turn, records: tuple[MessageRecord, ...]) -> None:
             _admit(turn, record)
         else:
             view.landed_beyond = max(view.landed_beyond, seq)
-
-
-def _placeholder(seq: int) -> MessageRecord:
-    return MessageRecord(seq, 0, None, None, None, None, None, None, 0, MessageState.SCHEDULED, None, None,
-                         b"", 0, b"")
 
 
 # ---- settlement and renewal ---------------------------------------------------------------------------
@@ -1650,7 +1656,7 @@ def _pump(turn: _Turn) -> None:
                 turn.claims.append((Claim(now, now + lock_duration, view.settings.owner, (token,),
                                           (record.sequence_number,)), _QuietCtx()))
                 items.append(SettleItem(record.sequence_number, token, Outcome.COMPLETE))
-            turn.claims.append((SettleOp(now, tuple(items)), _TakeCtx(consumer, None, tuple(taken))))
+            turn.claims.append((SettleOp(now, tuple(items)), _TakeCtx(consumer, tuple(taken))))
 
 
 # ---- timers ---------------------------------------------------------------------------------------------
@@ -1847,6 +1853,8 @@ def _on_results(turn: _Turn, command: StoreResults) -> None:
                 _claimed(turn, ctx, result)
             case _TakeCtx(), Settled():
                 _taken(turn, ctx, result)
+            case _CancelCtx(), Unscheduled():
+                _cancelled(turn, ctx, result)
             case _SettleCtx(), Settled():
                 _settled(turn, ctx, result)
             case _RenewCtx(), Renewed():
@@ -1957,27 +1965,31 @@ def _claimed(turn: _Turn, ctx: _ClaimCtx, result: Claimed) -> None:
 
 def _taken(turn: _Turn, ctx: _TakeCtx, result: Settled) -> None:
     view = turn.view
-    done: list[int] = []
+    done = 0
     for record, ok in zip(ctx.records, result.applied, strict=True):
         view.claiming.discard(record.sequence_number)
         if not ok:
             continue
-        done.append(record.sequence_number)
-        if ctx.consumer is None:
-            view.counts.scheduled -= 1
-        else:
-            view.counts.active -= 1
-            turn.replies.append(Delivered(ctx.consumer, record, None, None))
-    if ctx.consumer is None:
-        if done and view.scheduled_heap:  # cancelled: their times are no longer this core's to count
-            cancelled = set(done)
-            view.scheduled_heap = [entry for entry in view.scheduled_heap if entry[1] not in cancelled]
-            heapq.heapify(view.scheduled_heap)
-        turn.replies.append(ScheduledCancelled(ctx.reply_to, tuple(done)))
-    else:
-        credit = view.credit.get(ctx.consumer)
-        if credit is not None:
-            credit.count += len(ctx.records) - len(done)
+        done += 1
+        view.counts.active -= 1
+        turn.replies.append(Delivered(ctx.consumer, record, None, None))
+    credit = view.credit.get(ctx.consumer)
+    if credit is not None:
+        credit.count += len(ctx.records) - done
+
+
+def _cancelled(turn: _Turn, ctx: _CancelCtx, result: Unscheduled) -> None:
+    """The store deleted every row asked, or none (``result.missing`` names why not)."""
+    view = turn.view
+    if result.missing:
+        turn.replies.append(MessageNotFound(ctx.reply_to, result.missing))
+        return
+    view.counts.scheduled -= len(ctx.sequence_numbers)
+    if view.scheduled_heap:  # cancelled: their times are no longer this core's to count
+        cancelled = set(ctx.sequence_numbers)
+        view.scheduled_heap = [entry for entry in view.scheduled_heap if entry[1] not in cancelled]
+        heapq.heapify(view.scheduled_heap)
+    turn.replies.append(ScheduledCancelled(ctx.reply_to, ctx.sequence_numbers))
 
 
 def _settled(turn: _Turn, ctx: _SettleCtx, result: Settled) -> None:
@@ -2115,12 +2127,11 @@ def _on_failed(turn: _Turn, command: StoreFailed) -> None:
                 for record in ctx.records:
                     view.claiming.discard(record.sequence_number)
                 _forget(view, ctx.records)
-                if isinstance(ctx, _TakeCtx) and ctx.consumer is None:
-                    turn.replies.append(ServerBusy(ctx.reply_to))
-                else:
-                    credit = view.credit.get(ctx.consumer)
-                    if credit is not None:
-                        credit.count += len(ctx.records)
+                credit = view.credit.get(ctx.consumer)
+                if credit is not None:
+                    credit.count += len(ctx.records)
+            case _CancelCtx():
+                turn.replies.append(ServerBusy(ctx.reply_to))
             case _SettleCtx():
                 for reply_to, token, _asked, _applied in ctx.entries:
                     if isinstance(reply_to, _DeliverTo):  # not deleted: its lock lapses, the credit is back

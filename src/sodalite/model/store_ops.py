@@ -206,6 +206,17 @@ class Purge:
 
 
 @dataclass(frozen=True, slots=True)
+class CancelScheduled:
+    """Delete the SCHEDULED rows ``sequence_numbers``, all or none: if one of them is not a SCHEDULED
+    row of this partition unlocked at ``now`` (never there, gone, activated, deferred, being taken),
+    nothing changes and :class:`Unscheduled` names those. One operation, so the check and the delete
+    are one store transaction (another node may activate or cancel the same rows)."""
+
+    now: int
+    sequence_numbers: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class RememberMessageIds:
     entries: tuple[tuple[str, int], ...]
 
@@ -276,7 +287,7 @@ class PutSessionState:
 
 StoreOp = (Append | AppendTo | Claim | Settle | RenewLocks | MoveMessages | Activate | RememberMessageIds
            | ForgetMessageIds | PruneMessageIds | ClaimMessageIds | ClaimSession | RenewSession | ReleaseSession
-           | PutSessionState | Purge)
+           | PutSessionState | Purge | CancelScheduled)
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,6 +349,14 @@ class Purged:
 
 
 @dataclass(frozen=True, slots=True)
+class Unscheduled:
+    """The answer to :class:`CancelScheduled`: the numbers asked (each once, in the order asked) that
+    were not SCHEDULED rows free to take. Empty: every row named was deleted; else nothing was."""
+
+    missing: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Done:
     """The result of an operation that returns nothing (every operation kept from the port's version 1)."""
 
@@ -349,4 +368,5 @@ class IdsClaimed:
     fresh: tuple[bool, ...]
 
 
-OpResult = Appended | Claimed | Settled | Renewed | Moved | Activated | SessionClaimed | Done | Purged | IdsClaimed
+OpResult = (Appended | Claimed | Settled | Renewed | Moved | Activated | SessionClaimed | Done | Purged | IdsClaimed
+            | Unscheduled)

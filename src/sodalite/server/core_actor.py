@@ -341,9 +341,11 @@ class CoreActor:
                     taken.append((as_delivered(item.message), item.lock_token, item.locked_until))
                 self._resolve(reply.reply_to, taken)
             case core.MessageNotFound():
+                # Service Bus's words for a cancel of an unknown number (Azure/azure-service-bus#239)
+                missing = ", ".join(str(n) for n in reply.sequence_numbers)
                 self._resolve(reply.reply_to, error=MessageNotFound(
-                    "no such deferred or scheduled message: sequence number(s) "
-                    f"{', '.join(str(n) for n in reply.sequence_numbers)}"))
+                    f"Messages not found. Missing sequence numbers: {missing} "
+                    "(no deferred or scheduled message free to take has them; nothing was done)"))
             case core.CompletedThrough():
                 self._resolve(reply.reply_to, reply.count)
             case core.MovedOut():
@@ -498,6 +500,7 @@ class CoreActor:
         return self._request(SubQueue.MAIN, lambda key: core.Schedule(tuple(drafts), key))
 
     def cancel_scheduled(self, sequence_numbers: list[int]) -> asyncio.Future[None]:
+        """All or none: MessageNotFound (nothing cancelled) unless every number is a scheduled message."""
         future = self._request(SubQueue.MAIN, lambda key: core.CancelScheduled(tuple(sequence_numbers), key))
         return _without_value(future)
 

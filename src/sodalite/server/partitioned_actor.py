@@ -306,6 +306,16 @@ class Partitioned(Generic[P]):
                        for p, indexes in self.route(drafts)])
 
     def cancel_scheduled(self, sequence_numbers: list[int]) -> asyncio.Future[None]:
+        """Each partition cancels the numbers its bits name all or none (one store transaction each);
+        a number naming no partition of the entity cancels nothing at all. Numbers of several
+        partitions are not one transaction: a partition missing one refuses only its own (README)."""
+        unknown = [n for n in sequence_numbers if not 0 <= partition_of_sequence_number(n) < len(self.partitions)]
+        if unknown:
+            refused: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            refused.set_exception(MessageNotFound("Messages not found. Missing sequence numbers: "
+                                                  f"{', '.join(str(n) for n in unknown)} (no partition of "
+                                                  "this entity numbers them; nothing was done)"))
+            return refused
         return all_of([p.cancel_scheduled(numbers) for p, numbers in self._by_sequence_number(sequence_numbers)])
 
     # ---- settlement by lock token -------------------------------------------------------------------

@@ -41,6 +41,7 @@ from sodalite.store.port import (
     Activated,
     Append,
     Appended,
+    CancelScheduled,
     Claim,
     Claimed,
     ClaimMessageIds,
@@ -83,6 +84,7 @@ from sodalite.store.port import (
     StoreOp,
     StoreOpV1,
     StoreOpV2,
+    Unscheduled,
     check_all_or_none,
     numbering_base,
     split_rules,
@@ -545,6 +547,18 @@ class MemoryStore:
             for n in doomed:
                 part.delete(n)
             return Purged(len(doomed))
+        if isinstance(op, CancelScheduled):
+            _check_int64(op.now, "now")
+            part = writable(op.ref)
+            asked = list(dict.fromkeys(op.sequence_numbers))
+            for n in asked:
+                _check_int64(n, "sequence number")
+            missing = tuple(n for n in asked if n not in part.messages
+                            or part.messages[n].state != MessageState.SCHEDULED or part.locked(n, op.now))
+            if not missing:
+                for n in asked:
+                    part.delete(n)
+            return Unscheduled(missing)
         if isinstance(op, ClaimSession):
             part = writable(op.ref)
 

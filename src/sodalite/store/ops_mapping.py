@@ -97,6 +97,8 @@ def to_port_op(op: core.StoreOp, ref: port.PartitionRef, dead_letter: port.Parti
             return port.PutSessionState(ref, op.session_id, op.state, op.updated_at)
         case core.Purge():
             return port.Purge(ref, op.now, op.through_sequence_number)
+        case core.CancelScheduled():
+            return port.CancelScheduled(ref, op.now, op.sequence_numbers)
 
 
 def to_core_result(result: port.OpResult) -> core.OpResult:

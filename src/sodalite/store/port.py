@@ -46,6 +46,7 @@ Renewed = _shared.Renewed
 SessionClaimed = _shared.SessionClaimed
 Settled = _shared.Settled
 StoredMessage = _shared.StoredMessage
+Unscheduled = _shared.Unscheduled
 
 
 @dataclass(frozen=True, slots=True)
@@ -543,6 +544,20 @@ class Purge:
 
 
 @dataclass(frozen=True, slots=True)
+class CancelScheduled:
+    """Cancel scheduled messages, all or none: delete the rows ``sequence_numbers`` names if every
+    one of them is a SCHEDULED row of the partition not locked at ``now``; if one is not (never
+    there, gone, activated, deferred, locked), change nothing. Result: :class:`Unscheduled` naming
+    those (each once, in the order asked; empty when the rows were deleted). The check and the delete
+    are one statement or transaction, so a node that activates or cancels the same row at the same
+    moment either goes first (and this one finds it missing) or finds it gone."""
+
+    ref: PartitionRef
+    now: int
+    sequence_numbers: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Purged:
     """How many messages :class:`Purge` deleted."""
 
@@ -591,12 +606,12 @@ class ReleaseSession:
 
 StoreOpV2 = (
     Append | Claim | Settle | RenewLocks | MoveMessages | Activate | Purge | ClaimSession | RenewSession
-    | ReleaseSession | ClaimMessageIds | PruneMessageIds
+    | ReleaseSession | ClaimMessageIds | PruneMessageIds | CancelScheduled
 )
 RuleOp = PutRule | DeleteRule
 StoreOp = StoreOpV1 | StoreOpV2 | DeleteIdleEntity | RuleOp
 OpResult = (Done | Appended | Claimed | Settled | Renewed | Moved | Activated | Purged | SessionClaimed
-            | IdleDeleted | IdsClaimed | RuleWritten)
+            | IdleDeleted | IdsClaimed | RuleWritten | Unscheduled)
 
 
 @dataclass(frozen=True, slots=True)

@@ -154,6 +154,7 @@ from sodalite.store.port import (
     Activated,
     Append,
     Appended,
+    CancelScheduled,
     ChangeSink,
     Claim,
     Claimed,
@@ -197,6 +198,7 @@ from sodalite.store.port import (
     SettleItem,
     StoredMessage,
     StoreOp,
+    Unscheduled,
     check_all_or_none,
     split_rules,
 )
@@ -804,6 +806,23 @@ _PURGE: Final = {
     )
     for bounded in (False, True)
 }
+# CancelScheduled, all or none in one statement: the rows named that are SCHEDULED and unlocked are
+# locked (FOR UPDATE: a node activating or cancelling one at the same moment goes first, and the row,
+# read again after its commit, no longer qualifies); the numbers asked that none of them is are
+# returned, in the order asked, and the rows are deleted (and counted off) only when there is none.
+_CANCEL_SCHEDULED: Final = (
+    "WITH asked AS (SELECT DISTINCT ON (seq) seq, ord FROM unnest(%(seq)s::bigint[]) WITH ORDINALITY AS a(seq, ord) "
+    "ORDER BY seq, ord), "
+    f"found AS (SELECT m.sequence_number FROM sodalite_messages m WHERE {_PARTITION} "
+    f"AND m.sequence_number = ANY(%(seq)s::bigint[]) AND m.state = 2 AND {_UNLOCKED} FOR UPDATE OF m), "
+    "missing AS (SELECT asked.seq, asked.ord FROM asked "
+    "WHERE NOT EXISTS (SELECT 1 FROM found WHERE found.sequence_number = asked.seq)), "
+    f"d AS (DELETE FROM sodalite_messages m WHERE {_PARTITION} "
+    "AND m.sequence_number = ANY(ARRAY(SELECT sequence_number FROM found)) AND NOT EXISTS (SELECT 1 FROM missing) "
+    f"RETURNING {_GONE}), "
+    f"adj AS ({_adjust('d')}) "
+    "SELECT seq FROM missing ORDER BY ord"
+)
 _CLAIM_NAMED_SESSION: Final = (
     "INSERT INTO sodalite_session_locks AS s (entity, partition, session_id, token, locked_until, owner) "
     "VALUES (%(e)s, %(p)s, %(sid)s, %(tok)s, %(until)s, %(owner)s) "
@@ -1415,6 +1434,13 @@ def _purge_plan(op: Purge) -> _Plan:
                  lambda rows: Purged(int(rows[0][0][0])))
 
 
+def _cancel_plan(op: CancelScheduled) -> _Plan:
+    params = {**_partition_params(op.ref), "now": _time(op.now, "now"),
+              "seq": [_int64(n, "sequence number") for n in op.sequence_numbers]}
+    return _Plan([_Step(_CANCEL_SCHEDULED, params, rows=True)],
+                 lambda rows: Unscheduled(tuple(int(r[0]) for r in rows[0])))
+
+
 def _rule_plan(op: PutRule | DeleteRule) -> _Plan:
     params: dict[str, Any] = {"s": _fold(op.subscription), "k": _fold(op.name)}
     if isinstance(op, DeleteRule):
@@ -1599,6 +1625,8 @@ def _plan(op: StoreOp) -> _Plan:
         return _activate_plan(op)
     if isinstance(op, Purge):
         return _purge_plan(op)
+    if isinstance(op, CancelScheduled):
+        return _cancel_plan(op)
     if isinstance(op, ClaimSession | RenewSession | ReleaseSession):
         return _session_plan(op)
     if isinstance(op, DeleteIdleEntity):

@@ -73,6 +73,7 @@ from sodalite.store.port import (
     Activated,
     Append,
     Appended,
+    CancelScheduled,
     Claim,
     Claimed,
     ClaimMessageIds,
@@ -116,6 +117,7 @@ from sodalite.store.port import (
     StoreOp,
     StoreOpV1,
     StoreOpV2,
+    Unscheduled,
     check_all_or_none,
     numbering_base,
     split_rules,
@@ -849,6 +851,21 @@ def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2, claims: _Claims) -> OpRes
             counts.add(state, size, -1)
         counts.write(conn, ref)
         return Purged(len(purged))
+    if isinstance(op, CancelScheduled):
+        # Under the write transaction (BEGIN IMMEDIATE): nothing changes the rows between the check and the delete.
+        asked = list(dict.fromkeys(op.sequence_numbers))
+        found = _select_locks(conn, ref, asked)
+
+        def cancellable(n: int) -> bool:
+            if n not in found:
+                return False
+            token, until, state, _, _ = found[n]
+            return state == int(MessageState.SCHEDULED) and (token is None or until is None or until <= op.now)
+
+        missing = tuple(n for n in asked if not cancellable(n))
+        if not missing and asked:
+            _delete_counted(conn, ref, asked)
+        return Unscheduled(missing)
     if isinstance(op, ClaimSession):
         session_id = op.session_id
         if session_id is None:

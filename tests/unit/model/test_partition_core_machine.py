@@ -26,6 +26,7 @@ from sodalite.model.partition_core import (
     DeferredReceived,
     Delivered,
     Landed,
+    MessageNotFound,
     MovedOut,
     MoveOut,
     PublishCopy,
@@ -38,6 +39,7 @@ from sodalite.model.partition_core import (
     RenewLock,
     Reply,
     Schedule,
+    ScheduledCancelled,
     Send,
     SendAccepted,
     Settle,
@@ -102,6 +104,11 @@ class PartitionCoreMachine(CoreMachine):
                 self._observe_deferred(reply)
             elif isinstance(reply, MovedOut):
                 self._observe_moved_out(reply)
+            elif isinstance(reply, ScheduledCancelled):  # all of them went, by this cancel
+                for seq in reply.sequence_numbers:
+                    assert seq not in h.store.rows and h.store.gone.get(seq) == "cancelled"
+            elif isinstance(reply, MessageNotFound) and reply.reply_to == "cancel":  # none went: the store said so
+                assert reply.sequence_numbers in h.store.refused_cancels or all(n < 1 for n in reply.sequence_numbers)
 
     def _observe_transaction(self, reply: Reply) -> None:
         """Committed (``Published``, or the last settlement's echo): every settlement applied (the row
@@ -216,8 +223,14 @@ class PartitionCoreMachine(CoreMachine):
 
     @rule(data=st.data())
     def cancel(self, data: st.DataObject) -> None:
+        """All or none: one to three numbers, scheduled or not (a number no message has among them), or
+        only numbers the store holds scheduled now."""
         seqs = sorted(self.accepted) or [1]
-        self._run(CancelScheduled((data.draw(st.sampled_from(seqs)),), "cancel"))
+        rows = self.harness.store.rows
+        scheduled = sorted(n for n, row in rows.items() if row.record.state == MessageState.SCHEDULED)
+        pool = scheduled if scheduled and data.draw(st.booleans()) else [*seqs, max(seqs) + 7]
+        numbers = data.draw(st.lists(st.sampled_from(pool), min_size=1, max_size=3))
+        self._run(CancelScheduled(tuple(numbers), "cancel"))
 
     @rule(n=st.integers(1, 3), delay=st.sampled_from([0, 600]), size=st.sampled_from([1, 40, 120]),
           race=st.booleans())

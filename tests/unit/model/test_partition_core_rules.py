@@ -439,15 +439,33 @@ def test_a_scheduled_message_numbered_below_the_window_is_still_delivered_first(
 
 
 def test_cancel_removes_a_scheduled_message_and_never_an_active_one() -> None:
+    """All or none (as Service Bus and the version-1 path): 2 is active and 9 unknown, so nothing of
+    the cancel happens, 1 included, and the reply names the two; 1 still comes due."""
     h = harness()
     send(h, draft("a", scheduled=10_000), draft("b"))
     h.run(CancelScheduled((1, 2, 9), "x"))
-    assert h.drain() == [ScheduledCancelled("x", (1,))]
-    assert list(h.store.rows) == [2] and h.view.counts.scheduled == 0 and h.view.counts.active == 1
+    assert h.drain() == [MessageNotFound("x", (2, 9))]
+    assert list(h.store.rows) == [1, 2] and h.view.counts.scheduled == 1 and h.view.counts.active == 1
     h.at(10_000)
     h.run(Tick())
     h.drain()
-    assert list(h.store.rows) == [2]
+    assert sorted(h.store.rows) == [1, 2] and h.store.rows[1].record.state == MessageState.ACTIVE
+    assert (h.view.counts.scheduled, h.view.counts.active) == (0, 2)
+
+
+def test_cancel_of_scheduled_messages_only_removes_them_all() -> None:
+    h = harness()
+    send(h, draft("a", scheduled=10_000), draft("b"), draft("c", scheduled=20_000), draft("d", scheduled=30_000))
+    h.run(CancelScheduled((3, 1, 3), "x"))  # a number named twice counts once
+    assert h.drain() == [ScheduledCancelled("x", (3, 1))]
+    assert sorted(h.store.rows) == [2, 4] and (h.view.counts.scheduled, h.view.counts.active) == (1, 1)
+    assert h.next_due == 30_000  # the cancelled times are no longer this core's to wake for
+    h.run(CancelScheduled((1,), "again"))  # gone now: refused, 4 untouched
+    assert h.drain() == [MessageNotFound("again", (1,))]
+    h.at(30_000)
+    h.run(Tick())
+    h.drain()
+    assert h.store.rows[4].record.state == MessageState.ACTIVE and h.view.counts.scheduled == 0
 
 
 def test_cancelling_number_zero_is_refused_as_not_found_and_cancels_nothing() -> None:

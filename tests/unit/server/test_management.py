@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-import pytest
-
 from sodalite.amqp.types import Array
 from sodalite.server import management
 from sodalite.server.core_actor import CoreActor
@@ -60,8 +58,6 @@ def test_receiving_an_unknown_sequence_number_is_404_message_not_found() -> None
     assert (response.status, response.condition) == (404, "com.microsoft:message-not-found")
 
 
-@pytest.mark.xfail(strict=True, reason="the version-1 actor answered 404 here; the partition core cancels unknown "
-                   "sequence numbers quietly (model/partition_core.py _on_cancel): which Service Bus does is open")
 def test_cancelling_an_unknown_schedule_is_404() -> None:
     response = _run("com.microsoft:cancel-scheduled-message", {"sequence-numbers": Array("long", (7,))})
     assert (response.status, response.condition) == (404, "com.microsoft:message-not-found")

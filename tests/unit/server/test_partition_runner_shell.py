@@ -296,8 +296,12 @@ def test_a_cancelled_scheduled_message_leaves_the_store(kind: str, tmp_path: pat
         assert s.of(SendAccepted) == [SendAccepted("schedule", (1,)), SendAccepted("send", (2,))]
         assert [(r.record.sequence_number, r.record.state) for r in await s.rows()] == [
             (1, MessageState.SCHEDULED), (2, MessageState.ACTIVE)]
-        # naming the active message too: a cancel takes only scheduled rows
-        s.runner.submit(CancelScheduled((1, 2), reply_to="cancel"))
+        # naming the active message too: a cancel takes only scheduled rows, all or none
+        s.runner.submit(CancelScheduled((1, 2), reply_to="refused"))
+        await s.runner.drained()
+        assert s.of(MessageNotFound) == [MessageNotFound("refused", (2,))]
+        assert len(await s.rows()) == 2
+        s.runner.submit(CancelScheduled((1,), reply_to="cancel"))
         await s.runner.drained()
         assert s.of(ScheduledCancelled) == [ScheduledCancelled("cancel", (1,))]
         assert s.of(ServerBusy) == []
@@ -305,10 +309,10 @@ def test_a_cancelled_scheduled_message_leaves_the_store(kind: str, tmp_path: pat
         assert (row.record.sequence_number, row.record.state, row.lock_token) == (2, MessageState.ACTIVE, None)
         counts = await s.worker.call(lambda: s.store.inner.counts(REF))
         assert (counts.scheduled, counts.active) == (0, 1)
-        # cancelling it again finds nothing; the time it was due passes without a delivery
+        # cancelling it again finds nothing (message-not-found); the time it was due passes without a delivery
         s.runner.submit(CancelScheduled((1,), reply_to="again"))
         await s.runner.drained()
-        assert s.of(ScheduledCancelled)[-1] == ScheduledCancelled("again", ())
+        assert s.of(MessageNotFound)[-1] == MessageNotFound("again", (1,))
         s.clock.advance(120_000)
         await s.runner.drained()
         assert [r.record.sequence_number for r in await s.rows()] == [2]
