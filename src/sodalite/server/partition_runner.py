@@ -114,10 +114,16 @@ class Clock(Protocol):
 
 
 class LoopClock:
-    """The wall clock in milliseconds; callbacks run on the running event loop."""
+    """``now`` in milliseconds (the wall clock, or the broker's injected clock); callbacks run on the
+    running event loop after the time still to go by that clock. A test's clock that jumps ahead does
+    not fire a timer early: whatever is due is decided again with the next command (every command
+    runs ``_due`` at that command's ``now``)."""
+
+    def __init__(self, now: Callable[[], int] | None = None) -> None:
+        self._now = now
 
     def now(self) -> int:
-        return int(time.time() * 1000)
+        return int(time.time() * 1000) if self._now is None else self._now()
 
     def call_at(self, when: int, callback: Callable[[], None]) -> Timer:
         delay = max(when - self.now(), 0) / 1000
