@@ -83,8 +83,8 @@ Service Bus rules kept (as the deleted in-memory partition of the version-1 path
   (ABANDON) so another receiver may take the message at once; sessions held here are released and
   their holders told :class:`SessionLost`. A settlement decided before the update still applies; a
   claim in flight at the update delivers with the lock it was claimed with. :class:`SettingsUpdated`
-  answers after that batch (its tokens are dead here even if the batch failed: the store's locks
-  then lapse at their time).
+  answers after that batch; its tokens are unusable even if the batch failed or the store was down
+  (the locks are kept, marked ``dropped``, until they lapse at their time, as the store's do).
 
 Sessions (``CoreSettings.requires_session``; transfers-locks-settlement seed, sdk-wire-contract.md
 section 4.3). Every stored message needs a SessionId (a
@@ -657,7 +657,7 @@ class ServerBusy:
 @dataclass(frozen=True, slots=True)
 class SettingsUpdated:
     """An :class:`UpdateSettings` is in force; ``dropped`` are the lock tokens it ended (their release
-    committed, or, if its batch failed, forgotten here: the store's locks then lapse at their time)."""
+    committed, or, if its batch failed or the store was down, unusable until they lapse at their time)."""
 
     reply_to: ReplyTo
     dropped: tuple[uuid.UUID, ...]
@@ -843,6 +843,7 @@ class HeldLock:
     settling: bool = False  # a settlement of it is in a batch not yet answered
     renewing: bool = False  # a renewal of it is in a batch not yet answered
     session_token: uuid.UUID | None = None  # a session's message: the session lock it rides on
+    dropped: bool = False  # an UpdateSettings ended it, but its release failed: unusable, it lapses at its time
 
     @property
     def busy(self) -> bool:
@@ -1253,17 +1254,19 @@ def _on_update_settings(turn: _Turn, command: UpdateSettings) -> None:
             turn.replies.append(SessionLost(held.consumer, held.session_id))
             for token in tokens:  # a settlement with one of them is SessionLockLost, as after a lapse
                 _note_lost(view, token, held.session_id)
+                view.locks[token].dropped = True
             dropped.extend(tokens)
         for lock in list(view.locks.values()):
             if lock.settling or lock.session_token is not None:
                 continue  # a settlement already decided applies; a session's went with its session
             dropped.append(lock.token)
             if lock.locked_until <= now:
-                continue  # lapsed already: _due ends it this turn
+                lock.dropped = True  # lapsed already: _due ends it (once the store is up)
+                continue
             if view.available:
                 _settle_lock(turn, lock, Outcome.ABANDON, _DROPPED)  # ends as a lapse would
             else:
-                _lapse(turn, lock)  # the store cannot hear of it: its lock there lapses at its time
+                lock.dropped = True  # the store cannot hear of it: unusable here, it lapses at its time
     turn.update = (command.reply_to, tuple(dropped))
 
 
@@ -1486,7 +1489,8 @@ def _usable_lock(turn: _Turn, token: uuid.UUID, reply_to: ReplyTo, *, renewal: b
             turn.replies.append(Refused(reply_to, "a message of a session has no lock of its own to renew; "
                                                   "renew the session lock"))
             return None
-    if lock is None or lock.settling or (renewal and lock.renewing) or lock.locked_until <= turn.now:
+    if (lock is None or lock.settling or lock.dropped or (renewal and lock.renewing)
+            or lock.locked_until <= turn.now):
         turn.replies.append(LockLost(reply_to, token))
         return None
     if not turn.view.available:
@@ -2215,13 +2219,12 @@ def _on_failed(turn: _Turn, command: StoreFailed) -> None:
                         if credit is not None:
                             credit.count += 1
                         continue
-                    if reply_to is _DROPPED:  # the update ended it all the same: the store's lock lapses
-                        dropped = view.locks.pop(token, None)
-                        if dropped is not None:
-                            view.locked_seqs.pop(dropped.record.sequence_number, None)
-                            _forget(view, (dropped.record,))
-                        continue
                     _unbusy(view, token, settling=True)
+                    if reply_to is _DROPPED:  # the update ended it all the same: it lapses at its time
+                        dropped = view.locks.get(token)
+                        if dropped is not None:
+                            dropped.dropped = True
+                        continue
                     if reply_to is not _NO_REPLY and reply_to is not answered:
                         turn.replies.append(ServerBusy(reply_to))
             case _RenewCtx():
