@@ -50,6 +50,12 @@ of ``AppendTo`` ops; once it committed each destination's core is told the rows 
 target's core there (:meth:`store_copies`, ``server/topic_actor.py``). A queue's ForwardTo needs
 nothing here: the broker routes each send when it arrives.
 
+An update of the entity's properties (:meth:`update_settings`, here or, on a shared store, through
+another node) is ``UpdateSettings`` to every sub-queue's core: the locks it granted end (released in
+the store in one fenced batch; a topic keeps its activator's), and their tokens are forgotten here
+when ``SettingsUpdated`` answers. The cores' clock is the broker's (``Broker(clock=...)``, the wall
+clock by default), so idleness and every timer follow one time.
+
 AMQP transactions (``server/core_transactions.py``): the core holding a transaction's locks (or
 its first send's partition) commits it as one ``Transact`` (:meth:`transact`): the settlements and
 every copy the transaction sends in one batch; once it committed the copies land as a ``Publish``'s do.

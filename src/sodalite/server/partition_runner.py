@@ -115,9 +115,9 @@ class Clock(Protocol):
 
 class LoopClock:
     """``now`` in milliseconds (the wall clock, or the broker's injected clock); callbacks run on the
-    running event loop after the time still to go by that clock. A test's clock that jumps ahead does
-    not fire a timer early: whatever is due is decided again with the next command (every command
-    runs ``_due`` at that command's ``now``)."""
+    running event loop after the time still to go by that clock. A test clock that jumps ahead does
+    not fire the timers it jumped past: what is due is decided with the next command (every decision
+    first ends what is due at its ``now``); one that stands still re-arms a timer fired early."""
 
     def __init__(self, now: Callable[[], int] | None = None) -> None:
         self._now = now
