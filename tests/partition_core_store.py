@@ -22,11 +22,13 @@ from sodalite.model.partition_core import (
     ReadCounts,
     ReadWindow,
     Reply,
+    SettingsUpdated,
     StoreAvailable,
     StoreFailed,
     StoreResults,
     StoreUnavailable,
     Tick,
+    UpdateSettings,
     View,
     WindowRead,
     decide,
@@ -424,6 +426,7 @@ class CoreMachine(RuleBasedStateMachine):
         self.accepted: set[int] = set()
         self.completed: set[int] = set()  # settled COMPLETE by a client or received-and-deleted
         self.delivered_tokens: list[uuid.UUID] = []
+        self.updates = 0  # UpdateSettings sent
 
     @property
     def harness(self) -> Harness:
@@ -452,11 +455,37 @@ class CoreMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.h is not None and bool(self.h.effects))
     @rule(fail=st.booleans())
     def carry_out(self, fail: bool) -> None:
-        self._observe(self.harness.step(fail=fail))
+        replies = self.harness.step(fail=fail)
+        self._observe_update(replies)
+        self._observe(replies)
 
     @rule(up=st.booleans())
     def availability(self, up: bool) -> None:
         self._run(StoreAvailable() if up else StoreUnavailable())
+
+    @rule(max_delivery=st.integers(1, 3), lock_duration=st.sampled_from([None, 700]))
+    def update(self, max_delivery: int, lock_duration: int | None) -> None:
+        """The entity's properties changed: every lock granted here ends (checked when answered)."""
+        h = self.harness
+        settings = replace(h.view.settings, max_delivery_count=max_delivery,
+                           lock_duration=h.view.settings.lock_duration if lock_duration is None else lock_duration)
+        self.updates += 1
+        replies = h.run(UpdateSettings(settings, ("update", self.updates)))
+        self._observe_update(replies)
+        self._observe(replies)
+
+    def _observe_update(self, replies: list[Reply]) -> None:
+        """A lock an update ended is never usable again: released in the store, or marked to lapse."""
+        h = self.harness
+        for reply in replies:
+            if isinstance(reply, SettingsUpdated):
+                for token in reply.dropped:
+                    lock = h.view.locks.get(token)
+                    if lock is None:  # released: the store no longer holds it either
+                        rows = h.store.rows.values()
+                        assert not any(row.lock_token == token and row.locked_at(h.now) for row in rows)
+                    else:
+                        assert lock.dropped or lock.settling, "a lock the update ended is still usable"
 
     @invariant()
     def nothing_lost_or_doubled(self) -> None:

@@ -30,6 +30,7 @@ QUEUES = [
     {"Name": "sess", "Properties": {"RequiresSession": True}},
     {"Name": "dlfwd-src", "Properties": {"ForwardDeadLetteredMessagesTo": "dlfwd-dst", "MaxDeliveryCount": 2}},
     {"Name": "dlfwd-dst", "Properties": {}},
+    {"Name": "updated", "Properties": {"LockDuration": "PT5M"}},
 ]
 
 
@@ -212,3 +213,45 @@ def test_dead_letters_forwarded_through_either_node_land_in_the_target_once(
     with ServiceBusClient.from_connection_string(b.connection_string) as client, \
             client.get_queue_receiver("dlfwd-src", sub_queue="deadletter", max_wait_time=2) as receiver:
         assert receiver.receive_messages(max_message_count=10, max_wait_time=3) == []
+
+
+def test_an_update_through_one_node_drops_the_locks_held_on_both(nodes: tuple[BrokerProcess, BrokerProcess]) -> None:
+    """Service Bus ends every lock on a queue when its properties change: the node that stores the
+    update drops the locks it granted, and the other node drops its own once it learns of the change
+    (it follows the store's entity records). Both messages, locked for 5 minutes, are free again at
+    once, their deliveries counted, and the other node locks them for the new LockDuration."""
+    from datetime import UTC, datetime, timedelta
+
+    from azure.servicebus.exceptions import MessageLockLostError
+    from azure.servicebus.management import ServiceBusAdministrationClient
+
+    a, b = nodes
+    _send(a, "updated", ["u0", "u1"])
+    with ServiceBusClient.from_connection_string(a.connection_string, retry_total=0) as ca, \
+            ca.get_queue_receiver("updated", max_wait_time=5) as on_a, \
+            ServiceBusClient.from_connection_string(b.connection_string, retry_total=0) as cb, \
+            cb.get_queue_receiver("updated", max_wait_time=5) as on_b:
+        [held_a] = on_a.receive_messages(max_message_count=1, max_wait_time=10)
+        [held_b] = on_b.receive_messages(max_message_count=1, max_wait_time=10)
+        assert sorted([str(held_a), str(held_b)]) == ["u0", "u1"]
+        admin = ServiceBusAdministrationClient.from_connection_string(a.admin_connection_string,
+                                                                      connection_verify=a.admin_certificate)
+        queue = admin.get_queue("updated")
+        queue.lock_duration = timedelta(seconds=30)
+        queue.max_delivery_count = 3
+        admin.update_queue(queue)
+        back: dict[str, tuple[int, datetime]] = {}
+        with cb.get_queue_receiver("updated", max_wait_time=2) as again:
+            deadline = time.monotonic() + 30  # the locks held would last 5 minutes
+            while len(back) < 2 and time.monotonic() < deadline:
+                for m in again.receive_messages(max_message_count=2, max_wait_time=2):
+                    assert m.locked_until_utc is not None
+                    back[str(m)] = (m.delivery_count or 0, m.locked_until_utc)
+                    again.complete_message(m)
+        assert sorted(back) == ["u0", "u1"], "a lock held on the updated queue was kept"
+        assert all(count == 1 for count, _ in back.values())  # the dropped delivery counted
+        soon = datetime.now(UTC) + timedelta(seconds=90)
+        assert all(until < soon for _, until in back.values())  # locked by node b for 30 s, not 5 minutes
+        for receiver, message in ((on_a, held_a), (on_b, held_b)):
+            with pytest.raises(MessageLockLostError):
+                receiver.complete_message(message)

@@ -81,6 +81,14 @@ Service Bus rules kept (as the deleted in-memory partition of the version-1 path
   activated once however many nodes act on its time.
 - AutoDeleteOnIdle: with no send, receive, settlement or management for the idle time, no
   receiver attached and nothing scheduled, the core replies :class:`IdleExpired` once.
+- an update of the entity's properties (:class:`UpdateSettings`, as the version-1 path did) ends
+  every lock granted here: message locks end as lapsed ones do (the delivery counts; used up or
+  expired, the message is dead-lettered or dropped), in the store by one fenced ``Settle``
+  (ABANDON) so another receiver may take the message at once; sessions held here are released and
+  their holders told :class:`SessionLost`. A settlement decided before the update still applies; a
+  claim in flight at the update delivers with the lock it was claimed with. :class:`SettingsUpdated`
+  answers after that batch; its tokens are unusable even if the batch failed or the store was down
+  (the locks are kept, marked ``dropped``, until they lapse at their time, as the store's do).
 
 Sessions (``CoreSettings.requires_session``; transfers-locks-settlement seed, sdk-wire-contract.md
 section 4.3). Every stored message needs a SessionId (a
@@ -254,6 +262,7 @@ from sodalite.model.store_ops import Settle as SettleOp
 Consumer = Hashable  # whoever receives: a receiver link's id, opaque to the core
 ReplyTo = Hashable  # what a reply answers: a delivery tag, a management request id, ...
 _NO_REPLY: ReplyTo = ("sodalite.partition_core", "no reply")  # a settlement the core made itself
+_DROPPED: ReplyTo = ("sodalite.partition_core", "dropped")  # a lock an UpdateSettings ended (no reply either)
 
 
 class ReceiveMode(enum.Enum):
@@ -397,6 +406,20 @@ class Touch:
 @dataclass(frozen=True, slots=True)
 class Tick:
     """A timer: the caller's ``next_due`` came."""
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateSettings:
+    """The entity's properties changed (through this node or, on a shared store, another): ``settings``
+    apply from now on. With ``drop_locks`` every lock this core granted ends, as Service Bus ends them
+    on an update: message locks as if they lapsed (the delivery counts; a message whose deliveries are
+    used up or that expired meanwhile is dead-lettered or dropped), released in the store by ONE fenced
+    ``Settle`` (ABANDON), and sessions held here are released (their holders get :class:`SessionLost`).
+    :class:`SettingsUpdated` answers once that batch is done (at once when there is none)."""
+
+    settings: CoreSettings
+    reply_to: ReplyTo = None
+    drop_locks: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -573,7 +596,7 @@ Command = (Send | Schedule | CancelScheduled | Receive | CloseConsumer | Settle 
            | StoreResults | StoreFailed | StoreAvailable | StoreUnavailable | WindowRead | AcceptSession
            | RenewSessionLock | GetSessionState | SetSessionState
            | ReceiveDeferred | CompleteThrough | CountsRead | Arrived | Landed | Publish | MoveOut | Transact
-           | DueInStore | RefreshCounts)
+           | DueInStore | RefreshCounts | UpdateSettings)
 
 
 # ---- replies and effects ----------------------------------------------------------------------------
@@ -638,6 +661,15 @@ class ServerBusy:
     """The store is unavailable or the batch failed: nothing of this request happened."""
 
     reply_to: ReplyTo
+
+
+@dataclass(frozen=True, slots=True)
+class SettingsUpdated:
+    """An :class:`UpdateSettings` is in force; ``dropped`` are the lock tokens it ended (their release
+    committed, or, if its batch failed or the store was down, unusable until they lapse at their time)."""
+
+    reply_to: ReplyTo
+    dropped: tuple[uuid.UUID, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -769,7 +801,7 @@ class MovedOut:
 Reply = (Delivered | SendAccepted | SettlementDone | LockLost | LockRenewed | ScheduledCancelled | ServerBusy
          | IdleExpired | Refused | SessionAccepted | SessionCannotBeLocked | NoSessionAvailable | SessionLockLost
          | SessionLost | SessionRenewed | SessionState | SessionStateSet
-         | DeferredReceived | MessageNotFound | CompletedThrough | Published | MovedOut)
+         | DeferredReceived | MessageNotFound | CompletedThrough | Published | MovedOut | SettingsUpdated)
 
 
 @dataclass(frozen=True, slots=True)
@@ -820,6 +852,7 @@ class HeldLock:
     settling: bool = False  # a settlement of it is in a batch not yet answered
     renewing: bool = False  # a renewal of it is in a batch not yet answered
     session_token: uuid.UUID | None = None  # a session's message: the session lock it rides on
+    dropped: bool = False  # an UpdateSettings ended it, but its release failed: unusable, it lapses at its time
 
     @property
     def busy(self) -> bool:
@@ -1061,6 +1094,8 @@ class View:
     counts_read_after: int | None = None
     counts_refresh: bool = False  # RefreshCounts asked for a ReadCounts not yet asked for
     history_pruned_at: int = 0  # on a shared store: when the store's history was last pruned
+    # UpdateSettings answered when the batch that drops its locks is done: batch id -> (reply_to, tokens)
+    updates_waiting: dict[int, tuple[ReplyTo, tuple[uuid.UUID, ...]]] = field(default_factory=dict)
 
 
 _LOST_TOKENS = 1024
@@ -1102,6 +1137,7 @@ class _Turn:
         "settles",
         "tail_ctxs",
         "tail_ops",
+        "update",
         "view",
     )
 
@@ -1117,6 +1153,7 @@ class _Turn:
         self.claims: list[tuple[StoreOp, _Ctx]] = []
         self.tail_ops: list[StoreOp] = []
         self.tail_ctxs: list[_Ctx] = []
+        self.update: tuple[ReplyTo, tuple[uuid.UUID, ...]] | None = None  # an UpdateSettings to answer
 
     def op(self, op: StoreOp, ctx: _Ctx) -> None:
         self.ops.append(op)
@@ -1133,8 +1170,10 @@ def decide(view: View, command: Command, now: int) -> Decision:
             view.counts_refresh = True
         case StoreResults():
             _on_results(turn, command)
+            _answer_update(turn, command.batch_id)
         case StoreFailed():
             _on_failed(turn, command)
+            _answer_update(turn, command.batch_id)
         case WindowRead():
             _on_window_read(turn, command)
         case StoreAvailable():
@@ -1205,6 +1244,8 @@ def decide(view: View, command: Command, now: int) -> Decision:
                     _on_move_out(turn, command)
                 case Transact():
                     _on_transact(turn, command)
+                case UpdateSettings():
+                    _on_update_settings(turn, command)
                 case Touch():
                     pass
     _due(turn)
@@ -1212,6 +1253,49 @@ def decide(view: View, command: Command, now: int) -> Decision:
     if view.settings.requires_session:
         _grant_waiters(turn)
     return _finish(turn)
+
+
+def _on_update_settings(turn: _Turn, command: UpdateSettings) -> None:
+    """New settings from now on; with ``drop_locks`` every lock granted here ends (see UpdateSettings)."""
+    view, now = turn.view, turn.now
+    view.settings = command.settings
+    window = command.settings.duplicate_window
+    if view.dedup is not None and window is not None and window != view.dedup.window_ms:
+        view.dedup = DuplicateDetector(window, view.dedup.history())
+    dropped: list[uuid.UUID] = []
+    if command.drop_locks:
+        for held in list(view.sessions.values()):
+            tokens = [lock.token for lock in _session_locks(view, held)]
+            _release_session(turn, held)  # its messages abandoned, the session lock released
+            turn.replies.append(SessionLost(held.consumer, held.session_id))
+            for token in tokens:  # a settlement with one of them is SessionLockLost, as after a lapse
+                _note_lost(view, token, held.session_id)
+                view.locks[token].dropped = True
+            dropped.extend(tokens)
+        for lock in list(view.locks.values()):
+            if lock.settling or lock.session_token is not None:
+                continue  # a settlement already decided applies; a session's went with its session
+            dropped.append(lock.token)
+            if lock.locked_until <= now:
+                lock.dropped = True  # lapsed already: _due ends it (once the store is up)
+                continue
+            if view.available:
+                _settle_lock(turn, lock, Outcome.ABANDON, _DROPPED)  # ends as a lapse would
+            else:
+                lock.dropped = True  # the store cannot hear of it: unusable here, it lapses at its time
+    turn.update = (command.reply_to, tuple(dropped))
+
+
+def _answer_update(turn: _Turn, batch_id: int) -> None:
+    update = turn.view.updates_waiting.pop(batch_id, None)
+    if update is not None:
+        turn.replies.append(SettingsUpdated(*update))
+
+
+def _note_lost(view: View, token: uuid.UUID, session_id: str) -> None:
+    view.lost_tokens[token] = session_id
+    if len(view.lost_tokens) > _LOST_TOKENS:
+        del view.lost_tokens[next(iter(view.lost_tokens))]
 
 
 def _touch(view: View, now: int) -> None:
@@ -1411,7 +1495,8 @@ def _usable_lock(turn: _Turn, token: uuid.UUID, reply_to: ReplyTo, *, renewal: b
             turn.replies.append(Refused(reply_to, "a message of a session has no lock of its own to renew; "
                                                   "renew the session lock"))
             return None
-    if lock is None or lock.settling or (renewal and lock.renewing) or lock.locked_until <= turn.now:
+    if (lock is None or lock.settling or lock.dropped or (renewal and lock.renewing)
+            or lock.locked_until <= turn.now):
         turn.replies.append(LockLost(reply_to, token))
         return None
     if not turn.view.available:
@@ -1827,6 +1912,11 @@ def _finish(turn: _Turn) -> Decision:
         batch_id = view.next_batch_id
         view.next_batch_id += 1
         view.pending[batch_id] = (tuple(turn.ctxs), ())
+    if turn.update is not None:  # answered once the batch that drops its locks is done
+        if batch_id is None:
+            turn.replies.append(SettingsUpdated(*turn.update))
+        else:
+            view.updates_waiting[batch_id] = turn.update
     read: ReadWindow | ReadCounts | None = _counts_read(view, batch_id)
     if (read is None and view.available and view.read_in_flight is None and not view.at_tail
             and view.window_size < view.settings.window_bytes // 2):
@@ -2009,7 +2099,7 @@ def _settled(turn: _Turn, ctx: _SettleCtx, result: Settled) -> None:
                 _forget(view, (lock.record,))
             continue
         if not ok:
-            if reply_to is not _NO_REPLY:
+            if reply_to is not _NO_REPLY and reply_to is not _DROPPED:
                 turn.replies.append(LockLost(reply_to, token))
             _forget(view, (lock.record,))
             continue
@@ -2028,7 +2118,7 @@ def _settled(turn: _Turn, ctx: _SettleCtx, result: Settled) -> None:
             if applied is Outcome.RELEASE:
                 record = record.with_delivery_count(max(record.delivery_count - 1, 0))
             _admit(turn, record)
-        if reply_to is not _NO_REPLY:
+        if reply_to is not _NO_REPLY and reply_to is not _DROPPED:
             turn.replies.append(SettlementDone(reply_to, token, asked))
 
 
@@ -2141,6 +2231,11 @@ def _on_failed(turn: _Turn, command: StoreFailed) -> None:
                             credit.count += 1
                         continue
                     _unbusy(view, token, settling=True)
+                    if reply_to is _DROPPED:  # the update ended it all the same: it lapses at its time
+                        dropped = view.locks.get(token)
+                        if dropped is not None:
+                            dropped.dropped = True
+                        continue
                     if reply_to is not _NO_REPLY and reply_to is not answered:
                         turn.replies.append(ServerBusy(reply_to))
             case _RenewCtx():

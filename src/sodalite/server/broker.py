@@ -61,6 +61,7 @@ from sodalite.server.fanout import CompiledRule, copies_for
 from sodalite.server.limits import ConnectionLimits
 from sodalite.server.listener import ProtocolFactory, SniffingListener
 from sodalite.server.metrics import BrokerMetrics
+from sodalite.server.partition_runner import LoopClock
 from sodalite.server.partitioned_actor import EntityActor, PartitionedCoreActor, each, partition_index
 from sodalite.server.registry import QUEUE, SUBSCRIPTION, TOPIC, Entity, Route, named_subscription_path
 from sodalite.server.store_worker import StoreWorker
@@ -177,12 +178,16 @@ class Broker:
                  more_stores: Sequence[tuple[str, MessagingStore]] = (), node_id: str = "node") -> None:
         self.namespace = namespace
         self.clock = clock
+        # The cores' clock (partition_runner.LoopClock): the same time, so one clock drives the broker.
+        self.core_clock = LoopClock(clock)
         # Every entity runs on the partition core and store port v2 (server/core_actor.py).
         self.node_id = node_id
         self._relays: dict[int, DeadLetterRelay] = {}  # per CoreActor id: its dead letters into another store
         # The messaging stores, each served by its own thread. The first also keeps the entity records.
         self.workers = [StoreWorker(store, DEFAULT_STORE), *(StoreWorker(s, name) for name, s in more_stores)]
         self.worker = self.workers[0]
+        for worker in self.workers:
+            worker.clock = clock
         self.max_frame_size = max_frame_size
         self.idle_timeout_ms = idle_timeout_ms
         # An empty frame after this much of our own silence on a connection whose client asked for
@@ -553,14 +558,15 @@ class Broker:
             # a partitioned topic's partition i and its subscriptions' partitions i share a store.
             kind_of_partition = TopicActor if record.kind == TOPIC else CoreActor
             partitions = [kind_of_partition(PartitionRef(path, i), settings, self.workers[i % len(self.workers)],
-                                            node_id=self.node_id) for i in range(self.namespace.partition_count)]
+                                            self.core_clock, node_id=self.node_id)
+                          for i in range(self.namespace.partition_count)]
             actor = (PartitionedTopicActor([p for p in partitions if isinstance(p, TopicActor)])
                      if record.kind == TOPIC else PartitionedCoreActor(partitions))
         else:
             # A subscription lives with its topic, so a send's copies commit in one transaction.
             worker = self._home_store(topic.name if topic is not None else path)
             kind_of_actor = TopicActor if record.kind == TOPIC else CoreActor
-            actor = kind_of_actor(PartitionRef(path, 0), settings, worker, node_id=self.node_id)
+            actor = kind_of_actor(PartitionRef(path, 0), settings, worker, self.core_clock, node_id=self.node_id)
         log.info("%s runs on the version-2 core (%d partitions)", record.path, len(each(actor)))
         for partition in each(actor):
             if partition.worker.offline:
@@ -751,7 +757,7 @@ class Broker:
                                  self._touched(entity.name)])
         settings, max_message_size = self._settings(properties, entity.partitioned)
         entity.properties, entity.max_message_size = properties, max_message_size
-        entity.actor.update_settings(settings)
+        await entity.actor.update_settings(settings)
         self._link_dead_letter_forwarding()
 
     def _check_forward_targets(self, properties: QueueProperties | SubscriptionProperties,
@@ -814,7 +820,7 @@ class Broker:
                                  self._touched(entity.name)])
         settings, max_message_size = self._settings(properties, entity.partitioned)
         entity.properties, entity.max_message_size = properties, max_message_size
-        entity.actor.update_settings(settings)
+        await entity.actor.update_settings(settings)
 
     async def create_subscription(self, topic: Entity, name: str, properties: SubscriptionProperties,
                                   rules: list[RuleDescription]) -> Entity:
@@ -850,7 +856,7 @@ class Broker:
                                  self._touched(entity.name)])
         settings, max_message_size = self._settings(properties, entity.partitioned)
         entity.properties, entity.max_message_size = properties, max_message_size
-        entity.actor.update_settings(settings)
+        await entity.actor.update_settings(settings)
         self._link_dead_letter_forwarding()
 
     # ---- AutoDeleteOnIdle ----------------------------------------------------------------------------
@@ -898,12 +904,13 @@ class Broker:
                         continue
                     log.info("took up %s, created through another node", record.path)
                 else:
-                    self._follow_changes(known, record)
+                    await self._follow_changes(known, record)
         self._link_dead_letter_forwarding()
         self._start_activations()
 
-    def _follow_changes(self, known: Entity, record: EntityRecord) -> None:
-        """Apply what another node changed in ``known``'s stored record: its properties (any kind) and
+    async def _follow_changes(self, known: Entity, record: EntityRecord) -> None:
+        """Apply what another node changed in ``known``'s stored record: its properties (any kind; the
+        locks this node holds on a queue or subscription end with it, as on the node that changed it) and
         a subscription's rules, compiled as ``add_rule`` compiles them. A record this node cannot read,
         or rules it cannot compile, are logged (once per stored version) and the old ones kept."""
         raw: dict[str, Any] = record.properties
@@ -920,7 +927,7 @@ class Broker:
         if properties != known.properties:
             settings, max_message_size = self._settings(properties, known.partitioned)
             known.properties, known.max_message_size = properties, max_message_size
-            known.actor.update_settings(settings)
+            await known.actor.update_settings(settings)
         if record.kind == SUBSCRIPTION:
             try:
                 descriptions = [RuleDescription.from_json(r) for r in raw.get("Rules", [])]

@@ -52,6 +52,12 @@ of ``AppendTo`` ops; once it committed each destination's core is told the rows 
 target's core there (:meth:`store_copies`, ``server/topic_actor.py``). A queue's ForwardTo needs
 nothing here: the broker routes each send when it arrives.
 
+An update of the entity's properties (:meth:`update_settings`, here or, on a shared store, through
+another node) is ``UpdateSettings`` to every sub-queue's core: the locks it granted end (released in
+the store in one fenced batch; a topic keeps its activator's), and their tokens are forgotten here
+when ``SettingsUpdated`` answers. The cores' clock is the broker's (``Broker(clock=...)``, the wall
+clock by default), so idleness and every timer follow one time.
+
 AMQP transactions (``server/core_transactions.py``): the core holding a transaction's locks (or
 its first send's partition) commits it as one ``Transact`` (:meth:`transact`): the settlements and
 every copy the transaction sends in one batch; once it committed the copies land as a ``Publish``'s do.
@@ -100,7 +106,7 @@ from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, Lock, MessageDraft
 from sodalite.model.store_ops import MoveItem, Outcome, StoredMessage
 from sodalite.server import wire
-from sodalite.server.entity_settings import EntitySettings, SubQueue, wall_clock_ms
+from sodalite.server.entity_settings import EntitySettings, SubQueue
 from sodalite.server.partition_runner import Clock, LoopClock, PartitionRunner
 from sodalite.server.store_worker import StoreWorker
 from sodalite.store.port import (
@@ -179,7 +185,7 @@ class CoreActor:
         self._forward: core.DeadLetterForward | None = None
         self._forward_actor: CoreActor | None = None
         self.on_dead_letters: Callable[[], None] | None = None  # rows came into the dead-letter queue (a relay)
-        self.last_activity = wall_clock_ms()
+        self.last_activity = self.clock.now()
         self._requests = itertools.count(1)
         self._futures: dict[Hashable, asyncio.Future[Any]] = {}
         self._given: dict[Any, int] = {}  # credit handed to the core, per receiver (a links.LinkConsumer)
@@ -350,6 +356,10 @@ class CoreActor:
                 self._resolve(reply.reply_to, reply.count)
             case core.MovedOut():
                 self._resolve(reply.reply_to, reply.sequence_numbers)
+            case core.SettingsUpdated():
+                for token in reply.dropped:  # a settlement with one of them is refused at once
+                    self._holders.pop(token, None)
+                self._resolve(reply.reply_to)
 
     def _deliver(self, sub: SubQueue, reply: core.Delivered) -> None:
         consumer: Any = reply.consumer
@@ -481,7 +491,7 @@ class CoreActor:
     # ---- sending ----------------------------------------------------------------------------------
 
     def _check_send(self, drafts: Sequence[MessageDraft]) -> None:
-        self.last_activity = wall_clock_ms()
+        self.last_activity = self.clock.now()
         if self.worker.full:
             raise StoreFull(f"the messaging store '{self.worker.name}' is full: new messages are refused "
                             "until space is freed (receiving and settling go on)")
@@ -505,7 +515,7 @@ class CoreActor:
         return _without_value(future)
 
     def note_activity(self) -> None:
-        self.last_activity = wall_clock_ms()
+        self.last_activity = self.clock.now()
         if self.available and SubQueue.MAIN in self.runners:
             self.runners[SubQueue.MAIN].submit(core.Touch())
 
@@ -607,7 +617,7 @@ class CoreActor:
         topic's own partition takes them as it takes scheduled messages that came due (its activator
         fans them out). Returns how many were appended."""
         self._runner(SubQueue.MAIN)  # available, or StoreUnavailable
-        self.last_activity = wall_clock_ms()
+        self.last_activity = self.clock.now()
         now = self.clock.now()
         records = [core.record_for(d, now, self.settings.default_ttl) for d in drafts]
         return await self.append_keyed(SubQueue.MAIN, records, keys)
@@ -669,7 +679,7 @@ class CoreActor:
     # ---- consumers --------------------------------------------------------------------------------
 
     def add_consumer(self, consumer: Any) -> None:
-        self.last_activity = wall_clock_ms()
+        self.last_activity = self.clock.now()
         self._consumers.add(consumer)
         self._given.setdefault(consumer, 0)
         self.credit_changed(consumer)
@@ -685,7 +695,7 @@ class CoreActor:
             runner.submit(core.CloseConsumer(consumer))
 
     def credit_changed(self, consumer: Any) -> None:
-        self.last_activity = wall_clock_ms()
+        self.last_activity = self.clock.now()
         if consumer not in self._consumers or not self.available:
             return
         runner = self.runners[consumer.sub_queue]
@@ -748,7 +758,7 @@ class CoreActor:
     # ---- sessions ---------------------------------------------------------------------------------
 
     def accept_session(self, owner: Any, session_id: str | None, timeout_ms: int) -> asyncio.Future[tuple[str, int]]:
-        self.last_activity = wall_clock_ms()
+        self.last_activity = self.clock.now()
         wait_until = self.clock.now() + timeout_ms if session_id is None else None
         # The core grants sessions to receivers it knows: register this one (no credit yet).
         peek_lock = getattr(owner, "peek_lock", True)
@@ -828,11 +838,30 @@ class CoreActor:
         last = max(self.last_activity, runner.view.last_activity)
         return now - last >= idle_for and runner.view.counts.scheduled == 0
 
-    def update_settings(self, settings: EntitySettings) -> None:
-        """New properties apply to what comes next; locks already granted keep their time."""
+    drops_locks_on_update = True  # a topic's own locks (its activator's) are no receiver's: kept
+
+    def update_settings(self, settings: EntitySettings) -> asyncio.Future[None]:
+        """The entity's properties changed (here, or through another node on a shared store): they
+        apply from now on, and every lock this node's cores granted on the entity ends, as Service
+        Bus ends them on an update (``core.UpdateSettings``): message locks as lapsed ones (the
+        delivery counts), released in the store so the message is free at once; session holders
+        lose their sessions. The future resolves once every sub-queue's core has dropped them."""
         self.settings = settings
+        loop = asyncio.get_running_loop()
+        waits: list[asyncio.Future[Any]] = []
         for sub, runner in self.runners.items():
-            runner.view.settings = core_settings(settings, sub, self.node_id, self._forward, self.worker.shared)
+            key = next(self._requests)
+            future: asyncio.Future[Any] = loop.create_future()
+            self._futures[key] = future
+            waits.append(future)
+            runner.submit(core.UpdateSettings(
+                core_settings(settings, sub, self.node_id, self._forward, self.worker.shared), key,
+                drop_locks=self.drops_locks_on_update))
+        if not waits:  # not loaded (its store offline at start): load() takes the settings
+            done: asyncio.Future[None] = loop.create_future()
+            done.set_result(None)
+            return done
+        return _without_value(asyncio.gather(*waits))
 
     # ---- copies stored by this entity's transaction into others -----------------------------------
 

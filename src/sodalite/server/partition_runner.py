@@ -120,10 +120,16 @@ class Clock(Protocol):
 
 
 class LoopClock:
-    """The wall clock in milliseconds; callbacks run on the running event loop."""
+    """``now`` in milliseconds (the wall clock, or the broker's injected clock); callbacks run on the
+    running event loop after the time still to go by that clock. A test clock that jumps ahead does
+    not fire the timers it jumped past: what is due is decided with the next command (every decision
+    first ends what is due at its ``now``); one that stands still re-arms a timer fired early."""
+
+    def __init__(self, now: Callable[[], int] | None = None) -> None:
+        self._now = now
 
     def now(self) -> int:
-        return int(time.time() * 1000)
+        return int(time.time() * 1000) if self._now is None else self._now()
 
     def call_at(self, when: int, callback: Callable[[], None]) -> Timer:
         delay = max(when - self.now(), 0) / 1000

@@ -126,7 +126,7 @@ class Partition(Protocol):
 
     def is_idle(self, now: int, idle_for: int) -> bool: ...
 
-    def update_settings(self, settings: EntitySettings) -> None: ...
+    def update_settings(self, settings: EntitySettings) -> asyncio.Future[None]: ...
 
     async def load(self) -> None: ...
 
@@ -223,9 +223,14 @@ class Partitioned(Generic[P]):
     def is_idle(self, now: int, idle_for: int) -> bool:
         return all(p.is_idle(now, idle_for) for p in self.partitions)
 
-    def update_settings(self, settings: EntitySettings) -> None:
-        for partition in self.partitions:
-            partition.update_settings(settings)
+    def update_settings(self, settings: EntitySettings) -> asyncio.Future[None]:
+        """Every partition takes the settings and drops its locks; done once all of them did."""
+        waits = [partition.update_settings(settings) for partition in self.partitions]
+
+        async def all_done() -> None:
+            await asyncio.gather(*waits)
+
+        return asyncio.ensure_future(all_done())
 
     async def load(self) -> None:
         for partition in self.partitions:

@@ -108,6 +108,7 @@ class StoreWorker:
         # for rows they did not append themselves (server/core_actor.py).
         self.shared = False
         self.full = False  # the store's disk is full: sends are refused until maintain() finds room
+        self.clock: Callable[[], int] = lambda: int(time.time() * 1000)  # ms; the broker sets its own
         # The last call reached the store (False after a StoreUnavailable): optional reads, such as a
         # shared store's count refresh, wait until something else got through again.
         self.reachable = True
@@ -410,7 +411,7 @@ class StoreWorker:
                 continue
             refs = list(self._due_refs.values())
             try:
-                read = await self.call(functools.partial(self.store.next_due_many, refs, int(time.time() * 1000)))
+                read = await self.call(functools.partial(self.store.next_due_many, refs, self.clock()))
             except SodaliteError:
                 continue  # the store is away: the partitions hear of it from their batches
             for ref, at in zip(refs, read, strict=True):

@@ -149,6 +149,7 @@ class TopicActor(CoreActor):
     """A non-partitioned topic on the core (see the module docstring)."""
 
     plan: Plan | None = None  # set by the broker once the topic's entity exists
+    drops_locks_on_update = False  # its locks are its activator's (scheduled messages coming due), no receiver's
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -51,9 +51,6 @@ def entity_paths(store: MemoryStore) -> list[str]:
     return [e.path for e in store.load_entities() if e.kind in ("queue", "topic", "subscription")]
 
 
-@pytest.mark.xfail(strict=True, reason="the partition cores note activity by the wall clock, not the broker's clock "
-                   "this test advances, so AutoDeleteOnIdle cannot be driven by it (the version-1 actor "
-                   "used the broker's)")
 def test_idle_queues_are_deleted_and_active_ones_kept() -> None:
     async def run() -> None:
         now = [T0]
@@ -150,8 +147,6 @@ def test_deleting_an_entity_detaches_its_links_with_not_found() -> None:
     asyncio.run(run())
 
 
-@pytest.mark.xfail(strict=True, reason="the version-1 actor dropped every lock when the queue was updated; a partition "
-                   "core keeps them (the settlement succeeds), and it has no in-memory partition to look into")
 def test_updating_a_queue_drops_the_locks_held_on_it() -> None:
     class Holder(Receiver):
         def __init__(self) -> None:
@@ -181,10 +176,12 @@ def test_updating_a_queue_drops_the_locks_held_on_it() -> None:
                                                               max_delivery_count=3))
             with pytest.raises(MessageLockLost):
                 entity.actor.complete(lock.token)
-            assert entity.actor.partition.available_count == 1  # free again, its delivery counted
-            [record] = entity.actor.partition.messages.values()
-            assert record.delivery_count == 1
-            assert entity.actor.settings.lock_duration == 30_000 and entity.actor.partition.max_delivery_count == 3
+            # Free again, its delivery counted: unlocked in the store, and ready in the core's window.
+            [row] = store.peek(PartitionRef("q"), 0, 1_000_000)
+            core = entity.actor.runners[SubQueue.MAIN].view
+            assert row.lock_token is None and list(core.window) == [row.record.sequence_number] and not core.locks
+            assert row.record.delivery_count == 1
+            assert entity.actor.settings.lock_duration == 30_000 and core.settings.max_delivery_count == 3
             [stored] = [e for e in store.load_entities() if e.kind == "queue"]
             assert stored.properties["LockDuration"] == "PT30S"  # persisted
             with pytest.raises(InvalidOperation):
@@ -195,9 +192,6 @@ def test_updating_a_queue_drops_the_locks_held_on_it() -> None:
     asyncio.run(run())
 
 
-@pytest.mark.xfail(strict=True, reason="the partition cores note activity by the wall clock, not the broker's clock "
-                   "this test advances, so AutoDeleteOnIdle cannot be driven by it (the version-1 actor "
-                   "used the broker's)")
 def test_topic_and_subscription_idleness_follow_the_seed() -> None:
     from sodalite.model.config import SubscriptionConfig, TopicConfig
     from sodalite.model.entities import SubscriptionProperties, TopicProperties
