@@ -44,6 +44,10 @@ def free_port_below_ephemeral_range() -> int:
     raise RuntimeError("no free port below the ephemeral range")
 
 
+class _PortTaken(RuntimeError):
+    """The broker could not bind a port it was given (taken between the probe and its bind)."""
+
+
 class BrokerProcess:
     def __init__(self, data_dir: Path, config: Path | None, port: int = 0, extra_args: list[str] | None = None) -> None:
         self.data_dir = data_dir
@@ -66,9 +70,21 @@ class BrokerProcess:
 
     def start(self, timeout: float = 120.0) -> BrokerProcess:
         # Ports fixed at the first start, below the ephemeral range, so a restart finds them free.
-        for listener in ("port", "admin_port", "amqps_port", "http_port"):
-            if getattr(self, listener) == 0:
+        chosen = [listener for listener in ("port", "admin_port", "amqps_port", "http_port")
+                  if getattr(self, listener) == 0]
+        for attempt in range(5):
+            for listener in chosen:
                 setattr(self, listener, free_port_below_ephemeral_range())
+            try:
+                return self._start_once(timeout)
+            except _PortTaken:
+                # Another process bound a port we probed free before the broker could (brokers of other
+                # workers pick from the same range): pick again. Ports a test fixed are not changed.
+                if not chosen or attempt == 4:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout: float) -> BrokerProcess:
         args = [str(SERVE), "--host", "127.0.0.1", "--port", str(self.port), "--data-dir", str(self.data_dir),
                 "--admin-port", str(self.admin_port), "--amqps-port", str(self.amqps_port),
                 "--http-port", str(self.http_port), *self.extra_args]
@@ -83,7 +99,11 @@ class BrokerProcess:
         while time.monotonic() < deadline:
             line = self.proc.stdout.readline()
             if not line:
-                raise RuntimeError("broker exited during startup:\n" + "".join(self.output))
+                output = "".join(self.output)
+                self.proc.wait(10)
+                if "address already in use" in output.lower():
+                    raise _PortTaken("broker exited during startup:\n" + output)
+                raise RuntimeError("broker exited during startup:\n" + output)
             self.output.append(line)
             admin = re.search(r"Management \(HTTPS, trust (\S+)\): (\S+)", line)
             if admin:
