@@ -49,8 +49,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One local[2] Spark session for every Spark test module (they run on one worker: tests/conftest.py),
-    with the `sodalite` data source registered."""
+    """One local[2] Spark session for the Spark test modules of a worker (they form two xdist units, each
+    on one worker: tests/conftest.py), with the `sodalite` data source registered."""
     pytest.importorskip("pyspark")
     from spark_local import local_session
 

@@ -8,7 +8,9 @@ move, ``model/partition_core.py``), with their dead-letter reason and descriptio
 ``test_forwarding.py``, imported unchanged), MaxDeliveryCount, expiry with
 DeadLetteringOnMessageExpiration, a subscription's filter that fails; past the hop limit into the
 transfer dead-letter queue where the target's forwarding stopped. Set at runtime through the
-administration client too.
+administration client too. (The client's dead-letter scenario runs on SQLite in
+``test_forwarding.py`` and here on PostgreSQL only; this module used to run it once more on SQLite
+when the core was opt-in.)
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusRece
 from azure.servicebus.management import ServiceBusAdministrationClient
 from broker_process import BrokerProcess, write_config
 
-# The version-1 scenario, unchanged (its dlfwd-src and dlfwd-dst are in QUEUES below).
-from test_forwarding import test_dead_lettered_messages_are_forwarded_with_their_source
+# test_forwarding's scenario, unchanged (its dlfwd-src and dlfwd-dst are in QUEUES below): it runs in
+# test_forwarding.py on SQLite, and here on PostgreSQL (test_the_same_on_postgresql).
+from test_forwarding import test_dead_lettered_messages_are_forwarded_with_their_source as _forwarded_with_source
 
 pytestmark = pytest.mark.interop
 
@@ -210,7 +213,7 @@ def pg_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProces
 def test_the_same_on_postgresql(pg_broker: BrokerProcess) -> None:
     """The forwarding settle and move are the PostgreSQL store's transactions too."""
     test_every_entity_forwarding_dead_letters_runs_on_the_core(pg_broker)
-    test_dead_lettered_messages_are_forwarded_with_their_source(pg_broker)
+    _forwarded_with_source(pg_broker)
     test_max_delivery_count_forwards_the_message_counted_afresh(pg_broker)
     test_a_filter_that_fails_forwards_the_subscriptions_copy(pg_broker)
     test_past_the_hop_limit_the_dead_letter_lands_in_the_transfer_dead_letter_queue(pg_broker)

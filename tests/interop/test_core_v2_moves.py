@@ -3,22 +3,13 @@
 The broker is started as users start it (``scripts/serve --core v2``). Browsing (the console's and
 the JSON API's listing of a queue or its dead-letter queue, and the selection of a move) reads the
 store; purges and moves go through the source queue's core as one fenced ``MoveMessages`` each
-chunk (``server/moves.py``, ``MoveOut`` in ``model/partition_core.py``). The scenarios are the
-existing console, CLI and JSON API tests, imported unchanged, so their assertions are the ones the
-version-1 path passes; each runs here with this module's fixtures (a ``--core v2`` broker):
-
-- ``test_console_cli``: resubmit by filter, move of all, counts, purge, a bad filter, an unknown queue;
-- ``test_console_browser``: the console story in headless Chromium (browse, open a message,
-  resubmit from the dead-letter queue, purge), when Chromium and its driver are installed;
-- ``test_console_resubmit_kill9``: 10,000 dead-lettered messages resubmitted through the JSON API,
-  the broker killed midway, each message found exactly once afterwards. The test makes its own
-  broker, so this module hands its module a ``BrokerProcess`` that serves with ``--core v2``.
-
-Spark's redrive (the same JSON API move) runs against a ``--core v2`` broker in
-``test_spark_core_v2_redrive.py``, a module of its own so it joins the Spark modules' one worker.
-Not brought over: the console browser's topics-and-subscriptions test and its login-expiry test
-(topics stay on the version-1 path under ``--core v2``; the login touches no queue), and the
-syphon scenario (it restores into a topic).
+chunk (``server/moves.py``, ``MoveOut`` in ``model/partition_core.py``). The console CLI, browser
+and kill -9 resubmit scenarios (``test_console_cli``, ``test_console_browser``,
+``test_console_resubmit_kill9``) run in their own modules on the core, the default and only one
+(this module used to run them once more with ``--core v2`` when the core was opt-in), and Spark's
+redrive (the same JSON API move) in ``test_spark_syphon_redrive.py``. What remains here is this
+module's own: a move from a queue on the core into a topic, a transactional send, and the moves
+between stores below.
 
 Moves the source's transaction cannot cover run against ``mixed``, a ``--core v2`` broker with two
 messaging stores (``MessagingStores``) and the ``mv-v1*`` entities (a queue that forwards its dead
@@ -30,7 +21,7 @@ own partition; its activator fans them out); into another store, the target appe
 (a topic: their copies, in its subscriptions) under their move keys first, then the source deletes
 them (a crash in between leaves the source copy, which a repeat of the move removes without copying
 it again). (A transactional send to a queue on the core, pinned here as not built until
-transactions came to the core, is stored at the discharge: ``test_core_v2_transactions.py`` runs
+transactions came to the core, is stored at the discharge: ``test_transactions.py`` runs
 the transaction scenarios.)
 """
 
@@ -39,47 +30,22 @@ from __future__ import annotations
 import time
 import zlib
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import test_console_cli
-import test_console_resubmit_kill9
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
 from broker_process import KEY, KEY_NAME, BrokerProcess, write_config
 from raw_client import RawClient, message
-
-# The scenarios (imported names are collected here, with this module's fixtures).
-from test_console_cli import test_resubmit_move_purge_and_counts_from_the_command_line  # noqa: F401
-from test_console_resubmit_kill9 import test_a_resubmit_killed_midway_loses_and_doubles_nothing  # noqa: F401
 
 from sodalite.amqp.link import SENDER
 from sodalite.amqp.performatives import Accepted, Declared, TransactionalState
 from sodalite.model.sas import generate_token
 
-try:  # the browser story needs selenium (its module skips itself without it)
-    import test_console_browser
-    from test_console_browser import browser  # noqa: F401
-    from test_console_browser import test_the_console_story_from_login_to_delete as _browser_story
-except pytest.skip.Exception:  # pragma: no cover - a machine without selenium
-    test_console_browser = None  # type: ignore[assignment]
-
 pytestmark = pytest.mark.interop
 
 V2 = ["--core", "v2"]
 PIN_QUEUE, PIN_TOPIC = "v2-pin", "v2-pin-topic"
-
-
-class CoreV2BrokerProcess(BrokerProcess):
-    """A broker that serves its queues on the version-2 core (for a module that makes its own)."""
-
-    def __init__(self, data_dir: Path, config: Path | None, port: int = 0, extra_args: list[str] | None = None) -> None:
-        super().__init__(data_dir, config, port, [*V2, *(extra_args or [])])
-
-
-@pytest.fixture(autouse=True)
-def _serve_on_the_core(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(test_console_resubmit_kill9, "BrokerProcess", CoreV2BrokerProcess)
 
 
 @pytest.fixture(scope="module")
@@ -91,19 +57,6 @@ def cli_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProce
                             extra_args=V2).start()
     yield process
     process.stop()
-
-
-if test_console_browser is not None:
-    test_the_console_story_from_login_to_delete = test_console_browser.pytestmark(_browser_story)
-
-    @pytest.fixture(scope="module")
-    def console_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-        base = tmp_path_factory.mktemp("core-v2-console-broker")
-        process = BrokerProcess(base / "data", write_config(base / "Config.json", [{"Name": "existing",
-                                                                                    "Properties": {}}]),
-                                extra_args=V2).start()
-        yield process
-        process.stop()
 
 
 # ---- moves into a topic, the version-1 path, another store, and from the version-1 path ------------------

@@ -1,33 +1,12 @@
-"""The partitioning scenarios once more, against a broker whose partitioned queues and topics run on
-the version-2 core.
+"""Partitioned queues and topics on the version-2 core: the start-up log, and a restart on the same files.
 
-The broker is started as users start it, with ``--core v2`` and the three SQLite messaging stores of
-``test_partitioning``: each partition of a partitioned queue is a ``CoreActor`` (partition i in store
-i mod 3) behind ``PartitionedCoreActor`` (``server/partitioned_actor.py``), numbered by the store
-from ``i << 48``; a partitioned topic is a ``TopicActor`` per partition behind
-``PartitionedTopicActor`` (``server/topic_actor.py``), its subscriptions partitioned queues on the
-core, the copies of topic partition i stored in partition i of each subscription (same store).
-The scenarios are the existing interop tests, imported unchanged, so their assertions are the ones
-the version-1 path passes; the module-scoped ``broker`` fixture here serves the tests that take
-one, and the tests that start brokers of their own (store outages, kill -9, quotas, a store offline
-at start) get ``--core v2`` through the autouse fixture below, which hands ``test_partitioning`` a
-``BrokerProcess`` that adds it.
-
-Every entity of that configuration is on the core, the partitioned topic
-(``test_a_partitioned_topic_fans_out_and_counts_add_up``) and the forwarding queues
-(``test_forwarding_keeps_the_partition_key``: ``pq-fwd`` forwards, ``pq-fwd-dst`` is forwarded into)
-included: until the partitioned topics came to the core, those stayed on version 1 (a deliberate
-change of ``Broker._kept_on_v1``'s rule, ``model/placement.py``). Every partitioning scenario of
-``test_partitioning`` is here; partitioned topics' own scenarios (keys, duplicate detection,
-schedules, forwarding, outages) are in ``test_core_v2_partitioned_topics.py``.
-
-The Spark reader's per-partition ``$management`` operations (bounds, peek and complete-through in
-one partition) run too: ``test_spark_broker_extension``'s partitioned scenario, with its own broker
-fixture (``ext_broker``) on the core.
-
-Two tests of this module's own: the broker's log names the queues it put on the core (so the
-scenarios ran where this module says), and a partitioned queue written by a version-1 broker is
-served by the core from the same files (no migration of sequence numbers).
+The partitioning scenarios themselves run in ``test_partitioning.py`` (the core is the default and
+only one; this module used to run them once more with ``--core v2`` when the core was opt-in) and
+the Spark reader's per-partition operations in ``test_spark_broker_extension.py``. Two tests of this
+module's own remain, against a broker with the three SQLite messaging stores of
+``test_partitioning``: the broker's log names the queues and topic it put on the core, each with its
+16 partitions, and a partitioned queue written by an earlier broker is served from the same files
+(no migration of sequence numbers).
 """
 
 from __future__ import annotations
@@ -37,30 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import test_partitioning
-import test_spark_broker_extension
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
-from broker_process import BrokerProcess, write_config
-from test_partitioning import (  # noqa: F401 - the scenarios, collected here with this module's fixtures
-    _config,
-    drain,
-    partition,
-    test_a_partitioned_topic_fans_out_and_counts_add_up,
-    test_a_store_configured_offline_starts_out_of_service,
-    test_a_store_outage_keeps_keyless_sends_going_and_loses_nothing,
-    test_forwarding_keeps_the_partition_key,
-    test_keyless_sends_spread_over_partitions_and_come_back_exactly_once,
-    test_one_partition_key_pins_messages_to_one_partition,
-    test_partitioned_messages_in_every_store_survive_a_kill,
-    test_peek_continues_partition_by_partition_and_deferral_works,
-    test_quotas_on_partitioned_entities,
-    test_scheduled_messages_on_a_partitioned_queue,
-    test_session_and_partition_key_must_agree,
-    test_sessions_on_a_partitioned_queue_keep_their_order,
-)
-from test_spark_broker_extension import (  # noqa: F401 - the Spark reader's per-partition operations
-    test_partitioned_entity_bounds_peek_and_complete_per_partition,
-)
+from broker_process import BrokerProcess
+from test_partitioning import _config, drain, partition
 
 pytestmark = pytest.mark.interop
 
@@ -68,15 +26,10 @@ V2 = ["--core", "v2"]
 
 
 class CoreV2BrokerProcess(BrokerProcess):
-    """A broker process served with ``--core v2`` (what the scenarios' own brokers become here)."""
+    """A broker process served with ``--core v2`` (the default, named as a user may name it)."""
 
     def __init__(self, data_dir: Path, config: Path | None, port: int = 0, extra_args: list[str] | None = None) -> None:
         super().__init__(data_dir, config, port, [*(extra_args or []), *V2])
-
-
-@pytest.fixture(autouse=True)
-def _brokers_on_the_core(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(test_partitioning, "BrokerProcess", CoreV2BrokerProcess)
 
 
 @pytest.fixture(scope="module")
@@ -87,21 +40,10 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     process.stop()
 
 
-@pytest.fixture(scope="module")
-def ext_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    """test_spark_broker_extension's broker, on the core."""
-    base = tmp_path_factory.mktemp("core-v2-spark-ext")
-    config = write_config(base / "Config.json", test_spark_broker_extension.QUEUES,
-                          AuthorizationRules=test_spark_broker_extension.RULES)
-    process = CoreV2BrokerProcess(base / "data", config).start()
-    yield process
-    process.stop()
-
-
 def test_partitioned_queues_and_topics_run_on_the_core(broker: BrokerProcess) -> None:
     """The broker names the entities it runs on the core: every partitioned queue, the forwarding
     ones included, the partitioned topic and its subscriptions, each with its 16 partitions, and
-    none on the version-1 path (so the scenarios above ran where they say)."""
+    none on the version-1 path (the configuration of ``test_partitioning``'s scenarios)."""
     output = "".join(broker.output)
     on_core = dict(re.findall(r"(\S+) runs on the version-2 core \((\d+) partitions\)", output))
     names = ("pq", "pq-keys", "pq-sessions", "pq-defer", "pq-fwd", "pq-fwd-dst", "pq-outage", "pt",

@@ -1,6 +1,6 @@
 """The official SDK's queue scenarios once more, on PARTITIONED queues run by the version-2 core.
 
-Scenarios of ``test_core_v2_interop_sdk`` (send and receive, ReceiveAndDelete, settlement, locks,
+The SDK scenarios of the plain-queue interop modules (send and receive, ReceiveAndDelete, settlement, locks,
 sessions, TTL, scheduling, deferral, dead-lettering, sync and aio), imported unchanged, against
 ``--core v2`` brokers with three messaging stores on which each module's queues are created with
 ``EnablePartitioning``: 16 partitions each, one ``CoreActor`` per
@@ -15,7 +15,7 @@ order) and ``test_dedup_and_quota.test_a_duplicate_message_id_is_accepted_and_dr
 duplicate detection each MessageId is its own partition key, so three ids land in three partitions;
 it expects them in send order) and ``test_sdk_aio.test_aio_send_batch_receive_settle`` (a single
 message, then a batch: two keyless sends, so two partitions; it expects the single one first). All
-three pass on plain queues on the core (test_core_v2_interop_sdk).
+three pass on plain queues on the core (their own modules).
 
 Left out, because they assert what a partitioned entity does differently, as Service Bus's does
 and the version-1 path's partitioned queues do: ``test_durability.test_thousand_messages_survive_kill_9``
@@ -29,7 +29,7 @@ Left out to keep the suite's time: the two scenarios that wait out session-lock 
 (``test_a_receive_and_delete_session_receiver_iterates_past_its_lock_duration``,
 ``test_session_lock_renewal_and_expiry``, about 35 s between them). A session lives in one partition,
 whose core is the plain queue's, and both run against plain queues on the core in
-``test_core_v2_interop_sdk``.
+``test_hardening_locks`` and ``test_sessions``.
 """
 
 from __future__ import annotations

@@ -3,11 +3,12 @@
 The broker is started as users start it (``scripts/serve --core v2``). A topic on the core stores a
 send's copies for all its subscriptions in one transaction of the topic's store
 (``server/topic_actor.py``), following a subscription's ForwardTo into queues and other topics on
-the core; each subscription is a queue on the core. Every scenario of ``test_topics.py`` that runs
-against its module broker is imported unchanged and served by this module's ``shop`` fixture, the
-same configuration started with ``--core v2``; the broker's start-up line shows that every entity of
-it is on the core. (``test_a_filter_that_does_not_parse_is_refused_with_its_position`` starts a
-broker of its own and is not repeated.)
+the core; each subscription is a queue on the core. The scenarios of ``test_topics.py`` run there
+(the core is the default and only one; this module used to run them once more with ``--core v2``
+when the core was opt-in). What remains here is this module's own: the ``shop`` fixture serves
+``test_topics.py``'s configuration and its start-up line shows that every entity of it is on the
+core; forwarding into a partitioned queue, a receiver already waiting, duplicate detection and
+kill -9 on a topic.
 """
 
 from __future__ import annotations
@@ -18,28 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import test_topics
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceivedMessage
 from azure.servicebus.exceptions import ServiceBusError
 from broker_process import BrokerProcess, write_config
 from test_topics import QUEUES, TOPICS, _drain
-
-# The scenarios, bound in test_topics.py's own order: they share the module broker, and some drain
-# what earlier ones left.
-test_each_subscription_gets_exactly_the_matching_messages = \
-    test_topics.test_each_subscription_gets_exactly_the_matching_messages
-test_an_action_changes_only_its_subscriptions_copy = test_topics.test_an_action_changes_only_its_subscriptions_copy
-test_sessions_on_a_subscription_and_forwarding_into_the_topic = \
-    test_topics.test_sessions_on_a_subscription_and_forwarding_into_the_topic
-test_topics_and_subscriptions_refuse_the_wrong_direction = \
-    test_topics.test_topics_and_subscriptions_refuse_the_wrong_direction
-test_a_subscription_can_forward_into_another_topic = test_topics.test_a_subscription_can_forward_into_another_topic
-test_a_filter_that_fails_dead_letters_per_the_subscription_and_the_send_succeeds = \
-    test_topics.test_a_filter_that_fails_dead_letters_per_the_subscription_and_the_send_succeeds
-test_the_topics_smaller_ttl_applies_to_its_subscriptions = \
-    test_topics.test_the_topics_smaller_ttl_applies_to_its_subscriptions
-test_messages_scheduled_on_a_topic_reach_its_subscriptions_when_due = \
-    test_topics.test_messages_scheduled_on_a_topic_reach_its_subscriptions_when_due
 
 pytestmark = pytest.mark.interop
 

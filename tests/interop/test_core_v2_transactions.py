@@ -1,11 +1,13 @@
 """AMQP transactions on the version-2 core, with the raw client as the transaction controller and the
 official SDK checking what is visible.
 
-The broker is started as users start it (``scripts/serve --core v2``). Every scenario of
-``test_transactions.py`` that runs against its module broker is imported unchanged and served by this
-module's ``tx_broker`` fixture, the same configuration started with ``--core v2``; the broker's
-start-up line shows that every entity of it is on the core. (``test_a_committed_transaction_survives_kill_9``
-starts a version-1 broker of its own; its version-2 counterpart is below, with the complete as well.)
+The broker is started as users start it (``scripts/serve --core v2``). The scenarios of
+``test_transactions.py`` run there (the core is the default and only one; this module used to run
+them once more with ``--core v2`` when the core was opt-in). What remains here is this module's
+own, against ``tx_broker`` (``test_transactions.py``'s configuration and a few queues and a topic
+more): the broker's start-up lines name every entity on the core; a transaction's send to the queue
+it settles on under duplicate detection, the combinations one core cannot commit (refused as not
+built), a transaction that sends to a topic first, and a discharged transaction under kill -9.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import test_transactions
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from broker_process import BrokerProcess, write_config
 from raw_client import message
@@ -24,17 +25,6 @@ from test_transactions import QUEUES, TOPICS, _address, _condition, _declare, _l
 from sodalite.amqp.link import SENDER
 from sodalite.amqp.performatives import Accepted, TransactionalState
 from sodalite.errors import NotImplementedOperation
-
-# The scenarios, bound in test_transactions.py's own order: they share the module broker.
-test_commit_makes_every_send_and_complete_visible_at_once = \
-    test_transactions.test_commit_makes_every_send_and_complete_visible_at_once
-test_rollback_leaves_no_send_and_the_message_locked_as_it_was = \
-    test_transactions.test_rollback_leaves_no_send_and_the_message_locked_as_it_was
-test_a_commit_whose_lock_was_lost_rolls_back_entirely = \
-    test_transactions.test_a_commit_whose_lock_was_lost_rolls_back_entirely
-test_unknown_transaction_ids_are_refused = test_transactions.test_unknown_transaction_ids_are_refused
-test_connection_loss_rolls_back_its_transactions = test_transactions.test_connection_loss_rolls_back_its_transactions
-test_partitioned_entities_follow_the_seed_rules = test_transactions.test_partitioned_entities_follow_the_seed_rules
 
 pytestmark = pytest.mark.interop
 
@@ -56,7 +46,7 @@ def tx_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProces
 
 
 def test_every_entity_of_the_transaction_scenarios_runs_on_the_core(tx_broker: BrokerProcess) -> None:
-    """The broker names each entity it runs on the core (so the scenarios above ran there): every queue,
+    """The broker names each entity it runs on the core (test_transactions.py's configuration): every queue,
     the partitioned ones with their partitions, the topic and its subscriptions."""
     on_core = dict(re.findall(r"(\S+) runs on the version-2 core \((\d+) partitions\)", "".join(tx_broker.output)))
     names = [q["Name"] for q in QUEUES + EXTRA_QUEUES] + ["tx-topic", "tx-topic/subscriptions/s1",

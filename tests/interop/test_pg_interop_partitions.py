@@ -3,7 +3,10 @@
 Three messaging stores, each a PostgreSQL database: the default one (``serve --store``) and two
 ``MessagingStores`` entries with a ``Url`` (``disk1``, ``disk2``: the names the partitioning tests
 expect). The partitioning scenarios are the existing interop tests, imported unchanged and run with
-this module's ``broker``. The outage test stops a real PostgreSQL server under a running broker.
+this module's ``broker``, whose start-up log names the partitioned queues it runs on the version-2
+core (a test moved here from ``test_core_v2_pg_partitioned.py``, which ran these scenarios once more
+with ``--core v2`` when the core was opt-in). The outage test stops a real PostgreSQL server under a
+running broker.
 """
 
 from __future__ import annotations
@@ -52,9 +55,15 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     base = tmp_path_factory.mktemp("pg-partitioning")
     config = _config(base, server.create_database("disk1"), server.create_database("disk2"))
     process = BrokerProcess(base / "data", config,
-                            extra_args=["--store", server.create_database("default")]).start()
+                            extra_args=["--store", server.create_database("default"), "--log-level", "INFO"]).start()
     yield process
     process.stop()
+
+
+def test_the_partitioned_queues_run_on_the_core(broker: BrokerProcess) -> None:
+    on_core = {line.split(" runs on the version-2 core")[0].split()[-1]
+               for line in broker.output if " runs on the version-2 core (16 partitions)" in line}
+    assert {"pq", "pq-keys", "pq-sessions", "pq-defer", "pq-outage"} <= on_core
 
 
 def test_a_database_lost_at_runtime_keeps_keyless_sends_going_and_loses_nothing(tmp_path: Path) -> None:

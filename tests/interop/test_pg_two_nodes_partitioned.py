@@ -57,10 +57,13 @@ def _send(node: BrokerProcess, queue: str, bodies: list[str], keyed: bool = Fals
                 sender.send_messages([ServiceBusMessage(b) for b in batch])
 
 
-def _drain(node: BrokerProcess, queue: str, want: int, seconds: float = 30) -> list[tuple[str, int, int]]:
+def _drain(node: BrokerProcess, queue: str, want: int, seconds: float = 30,
+           both: list[str] | None = None) -> list[tuple[str, int, int]]:
     """Receive and complete until ``want`` came, then 3 s more (a second copy would show), or until
-    ``seconds`` passed: (body, sequence number, delivery count) of each."""
+    ``seconds`` passed: (body, sequence number, delivery count) of each. With ``both`` (a list the
+    other node's receiver shares), ``want`` counts what the two received together."""
     got: list[tuple[str, int, int]] = []
+    counted = got if both is None else both
     deadline = time.monotonic() + seconds
     settle_until: float | None = None
     with ServiceBusClient.from_connection_string(node.connection_string) as client, \
@@ -68,17 +71,20 @@ def _drain(node: BrokerProcess, queue: str, want: int, seconds: float = 30) -> l
         while time.monotonic() < (deadline if settle_until is None else min(deadline, settle_until)):
             for m in receiver.receive_messages(max_message_count=50, max_wait_time=1):
                 got.append((str(m), int(m.sequence_number or 0), m.delivery_count or 0))
+                if both is not None:
+                    both.append(str(m))  # list.append is atomic: the two threads share it
                 receiver.complete_message(m)
-            if len(got) >= want and settle_until is None:
+            if len(counted) >= want and settle_until is None:
                 settle_until = time.monotonic() + 3
     return got
 
 
 def _both(a: BrokerProcess, b: BrokerProcess, queue: str, want: int, seconds: float = 30) -> list[str]:
     results: dict[str, list[tuple[str, int, int]]] = {}
+    both: list[str] = []  # what either node received: each stops 3 s after the two have all ``want``
 
     def receive(node: BrokerProcess, name: str) -> None:
-        results[name] = _drain(node, queue, want, seconds)
+        results[name] = _drain(node, queue, want, seconds, both)
 
     threads = [threading.Thread(target=receive, args=(node, name)) for node, name in ((a, "a"), (b, "b"))]
     for t in threads:

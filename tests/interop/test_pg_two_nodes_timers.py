@@ -46,10 +46,13 @@ def nodes(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[t
 
 
 def _receive(node: BrokerProcess, queue: str, want: int, seconds: float,
-             sub_queue: ServiceBusSubQueue | None = None) -> list[tuple[str, int, str | None]]:
+             sub_queue: ServiceBusSubQueue | None = None,
+             both: list[str] | None = None) -> list[tuple[str, int, str | None]]:
     """Receive and complete until ``want`` came, then for 3 s more (a second copy would show), or
-    until ``seconds`` passed: (body, sequence number, dead-letter reason) of each."""
+    until ``seconds`` passed: (body, sequence number, dead-letter reason) of each. With ``both`` (a
+    list the other node's receiver shares), ``want`` counts what the two received together."""
     got: list[tuple[str, int, str | None]] = []
+    counted = got if both is None else both
     deadline = time.monotonic() + seconds
     with ServiceBusClient.from_connection_string(node.connection_string) as client, \
             client.get_queue_receiver(queue, sub_queue=sub_queue, max_wait_time=2) as receiver:
@@ -57,8 +60,10 @@ def _receive(node: BrokerProcess, queue: str, want: int, seconds: float,
         while time.monotonic() < (deadline if settle_until is None else min(deadline, settle_until)):
             for m in receiver.receive_messages(max_message_count=50, max_wait_time=1):
                 got.append((str(m), int(m.sequence_number or 0), m.dead_letter_reason))
+                if both is not None:
+                    both.append(str(m))  # list.append is atomic: the two threads share it
                 receiver.complete_message(m)
-            if len(got) >= want and settle_until is None:
+            if len(counted) >= want and settle_until is None:
                 settle_until = time.monotonic() + 3
     return got
 
@@ -87,9 +92,10 @@ def test_messages_scheduled_while_both_nodes_run_are_activated_once(
             client.get_queue_sender("later-both") as sender:
         numbers = sender.schedule_messages([ServiceBusMessage(f"s{i}") for i in range(20)], due)
     results: dict[str, list[tuple[str, int, str | None]]] = {}
+    both: list[str] = []  # what either node received: each stops 3 s after the two have all 20
 
     def receive(node: BrokerProcess, name: str) -> None:
-        results[name] = _receive(node, "later-both", 20, seconds=25)
+        results[name] = _receive(node, "later-both", 20, seconds=25, both=both)
 
     threads = [threading.Thread(target=receive, args=(node, name)) for node, name in ((a, "a"), (b, "b"))]
     for t in threads:
@@ -127,10 +133,12 @@ def test_messages_that_expire_while_both_nodes_hold_them_are_dead_lettered_once(
             sender.send_messages([ServiceBusMessage(f"{prefix}{i}", time_to_live=timedelta(seconds=4))
                                   for i in range(10)])
     results: dict[str, list[tuple[str, int, str | None]]] = {}
+    both: list[str] = []  # what either node received: each stops 3 s after the two have all 20
 
     def receive(node: BrokerProcess, name: str) -> None:
         time.sleep(5)  # past their expiry: both nodes' windows held them
-        results[name] = _receive(node, "expires-both", 20, seconds=25, sub_queue=ServiceBusSubQueue.DEAD_LETTER)
+        results[name] = _receive(node, "expires-both", 20, seconds=25, sub_queue=ServiceBusSubQueue.DEAD_LETTER,
+                                 both=both)
 
     threads = [threading.Thread(target=receive, args=(node, name)) for node, name in ((a, "a"), (b, "b"))]
     for t in threads:

@@ -19,6 +19,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from peek_lock_taker import Taker
 from sodalite.admin import api, atom, console
 from sodalite.admin.control import ControlPlane
 from sodalite.admin.http import application
@@ -28,8 +29,6 @@ from sodalite.model import sas
 from sodalite.model.authorization import AccessRights, AuthorizationRule
 from sodalite.model.config import NamespaceConfig, QueueConfig, SubscriptionConfig, TopicConfig
 from sodalite.model.entities import QueueProperties
-from sodalite.model.message import MessageRecord
-from sodalite.model.partition import Lock
 from sodalite.server.broker import Broker
 from sodalite.server.core_actor import CoreActor
 from sodalite.server.entity_settings import SubQueue
@@ -105,40 +104,13 @@ async def send(env: Env, path: str, body: dict[str, Any], headers: dict[str, str
     assert response.status == 201, await response.text()
 
 
-class _Taker:
-    """A PeekLock receiver as a partition core sees it: takes what it is given, up to its credit."""
-
-    peek_lock, sub_queue, session_id, reserved = True, SubQueue.MAIN, None, 0
-
-    def __init__(self, credit: int) -> None:
-        self.left = credit
-        self.locks: list[Lock] = []
-
-    def credit(self) -> int:
-        return self.left
-
-    def deliver(self, record: MessageRecord, lock: Lock | None) -> None:
-        assert lock is not None
-        self.left -= 1
-        self.locks.append(lock)
-
-    def drain_requested(self) -> bool:
-        return False
-
-    def drained(self) -> None:
-        pass
-
-    def session_lost(self) -> None:
-        pass
-
-
 async def dead_letter_everything(env: Env, path: str) -> None:
     """What a receiver would do with the SDK: lock each message and dead-letter it."""
     entity = env.broker.entity(path)
     assert entity is not None and isinstance(entity.actor, CoreActor)
     actor = entity.actor
     count = len(await actor.peek(SubQueue.MAIN, 0, 1000))
-    taker = _Taker(count)
+    taker = Taker(count)
     actor.add_consumer(taker)
     for _ in range(3000):  # 30 s at most: a PeekLock delivery comes after its claim committed
         if len(taker.locks) == count:

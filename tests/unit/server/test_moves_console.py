@@ -12,6 +12,7 @@ from datetime import timedelta
 
 import pytest
 
+from peek_lock_taker import Taker
 from sodalite.amqp import message as amqp_message
 from sodalite.amqp.codec import encode_value
 from sodalite.amqp.types import Described, ULong
@@ -26,7 +27,7 @@ from sodalite.model.entities import (
     TopicProperties,
 )
 from sodalite.model.message import MessageRecord, MessageState
-from sodalite.model.partition import Lock, MessageDraft
+from sodalite.model.partition import MessageDraft
 from sodalite.server import moves, wire
 from sodalite.server.broker import Broker
 from sodalite.server.core_actor import CoreActor
@@ -42,33 +43,6 @@ def draft(message_id: str, color: str = "red") -> MessageDraft:
     encode_value(Described(ULong(amqp_message.APPLICATION_PROPERTIES), {"color": color}), out)
     encode_value(Described(ULong(amqp_message.DATA), b"body-" + message_id.encode()), out)
     return MessageDraft(message_id, None, None, None, None, True, None, b"", 0, bytes(out))
-
-
-class Taker:
-    """A PeekLock receiver that takes what it is given, up to its credit."""
-
-    peek_lock, sub_queue, session_id, reserved = True, SubQueue.MAIN, None, 0
-
-    def __init__(self, credit: int) -> None:
-        self.left = credit
-        self.got: list[tuple[MessageRecord, Lock]] = []
-
-    def credit(self) -> int:
-        return self.left
-
-    def deliver(self, record: MessageRecord, lock: Lock | None) -> None:
-        assert lock is not None
-        self.left -= 1
-        self.got.append((record, lock))
-
-    def drain_requested(self) -> bool:
-        return False
-
-    def drained(self) -> None:
-        pass
-
-    def session_lost(self) -> None:
-        pass
 
 
 async def dead_letter_all(entity: Entity, ids: list[str]) -> None:
