@@ -138,7 +138,10 @@ Complete-through (:class:`CompleteThrough`, a Sodalite extension for the Spark r
 numbered <= N in any state, except rows locked at ``now``); :class:`CompletedThrough` with the
 store's count after it commits. The window forgets its rows <= N, and moves ``cursor`` below them,
 when the purge is decided and again when it commits (a lock that kept a row, and lapsed in
-between, put it back; the read finds it again). ``Purged`` is one total, so once a purge with a
+between, put it back; the read finds it again). A lock that had lapsed by the purge's time kept
+nothing: when it is still held here at the commit (it was busy at its time, a renewal in flight,
+and the store was down when that answered, so it never lapsed), it goes with its row then, never
+lapsing back into the window. ``Purged`` is one total, so once a purge with a
 count committed, or when told :class:`RefreshCounts` (on a store other nodes write, whose
 sends and settlements this core does not see), the core asks for :class:`ReadCounts` (a read
 like :class:`ReadWindow`, at most one per decision, taking precedence) and replaces its counts
@@ -1025,6 +1028,7 @@ class _DeferredTakeCtx:
 class _PurgeCtx:
     reply_to: ReplyTo
     through: int
+    at: int  # the op's now: a row locked by then stays, others go
 
 
 @dataclass(frozen=True, slots=True)
@@ -1818,15 +1822,19 @@ def _due(turn: _Turn) -> None:
 
 
 def _lapse(turn: _Turn, lock: HeldLock) -> None:
-    view = turn.view
+    _drop_lock(turn.view, lock)
+    if lock.state is MessageState.ACTIVE:
+        _admit(turn, lock.record)
+
+
+def _drop_lock(view: View, lock: HeldLock) -> None:
+    """The lock is no longer held here (lapsed, or its row purged); a session's is remembered as lost."""
     del view.locks[lock.token]
     if lock.session_token is not None and lock.record.session_id is not None:
         view.lost_tokens[lock.token] = lock.record.session_id
         if len(view.lost_tokens) > _LOST_TOKENS:
             del view.lost_tokens[next(iter(view.lost_tokens))]
     view.locked_seqs.pop(lock.record.sequence_number, None)
-    if lock.state is MessageState.ACTIVE:
-        _admit(turn, lock.record)
 
 
 def _next_due(view: View, now: int) -> int | None:
@@ -2685,7 +2693,8 @@ def _on_complete_through(turn: _Turn, command: CompleteThrough) -> None:
         turn.replies.append(ServerBusy(command.reply_to))
         return
     _forget_window_through(view, command.sequence_number)
-    turn.op(Purge(turn.now, command.sequence_number), _PurgeCtx(command.reply_to, command.sequence_number))
+    turn.op(Purge(turn.now, command.sequence_number),
+            _PurgeCtx(command.reply_to, command.sequence_number, turn.now))
 
 
 def _forget_window_through(view: View, through: int) -> None:
@@ -2705,6 +2714,15 @@ def _forget_window_through(view: View, through: int) -> None:
 def _purged(turn: _Turn, ctx: _PurgeCtx, result: Purged, batch_id: int) -> None:
     view = turn.view
     _forget_window_through(view, ctx.through)  # rows that came back to it while the purge was in flight
+    # A lock that had lapsed by the purge's time did not keep its row: the purge deleted it. Such a lock
+    # is still here when it was busy at its time (a renewal in flight, answered since without extending
+    # it) and the store was down when that answer came (nothing lapses then). It goes now, so the core
+    # never holds a lock on a purged row nor lapses it back into the window later. Every batch decided
+    # before the purge has been answered, so a lock's time is the store's; a lock busy now is in a batch
+    # decided after the purge (a lapsed lock is neither renewed nor settled), whose answer says.
+    for lock in [lock for lock in view.locks.values() if lock.record.sequence_number <= ctx.through
+                 and lock.locked_until <= ctx.at and not lock.busy]:
+        _drop_lock(view, lock)
     if view.scheduled_heap:
         kept = [entry for entry in view.scheduled_heap if entry[1] > ctx.through]
         if len(kept) != len(view.scheduled_heap):

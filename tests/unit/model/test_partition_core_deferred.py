@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+
 from partition_core_store import FakeStore, Harness, draft
 from sodalite.model.message import MessageState
 from sodalite.model.partition_core import (
@@ -36,6 +38,7 @@ from sodalite.model.partition_core import (
     SessionLost,
     Settle,
     SettlementDone,
+    StoreAvailable,
     StoreUnavailable,
     Tick,
     new_view,
@@ -409,6 +412,42 @@ def test_a_lock_lapsing_while_the_purge_is_in_flight_keeps_its_message_deliverab
     assert s1 in h.store.rows
     assert [x.message.sequence_number for x in receive(h, 1)] == [s1]
     assert d.lock_token not in h.view.locks
+
+
+@pytest.mark.parametrize("renewal_fails", [False, True])
+@pytest.mark.parametrize("store_down", [False, True])
+def test_a_lock_the_purge_found_lapsed_while_its_renewal_was_in_flight_goes_with_its_row(
+        renewal_fails: bool, store_down: bool) -> None:
+    """A renewal in flight keeps the lock from lapsing at its time (its answer may extend it); a purge
+    decided at or after that time deletes the row, since the store's lock had lapsed by the purge's
+    time. When the renewal's answer leaves the lock as it was and the store is down (so nothing lapses
+    then), the purge's commit still takes the lock: the core never holds a lock on a row the purge
+    removed, nor puts that row back into the window when the store comes back (the Hypothesis
+    machine's shrunk example, issue 14)."""
+    h = harness()
+    (s1,) = send(h, draft("a"))
+    (d,) = receive(h, 1)
+    assert d.lock_token is not None and d.locked_until == LOCK
+    h.run(RenewLock(d.lock_token, "r"))  # at 0: asks for 0 + LOCK, the time the lock already has
+    h.at(LOCK)
+    h.run(Tick())
+    assert d.lock_token in h.view.locks  # busy: its renewal's answer decides
+    assert h.run(CompleteThrough(s1, "ct")) == []
+    if store_down:
+        h.run(StoreUnavailable())
+    replies = h.step(fail=renewal_fails) + h.drain()
+    assert (ServerBusy("r") if renewal_fails else LockRenewed("r", d.lock_token, LOCK)) in replies
+    assert CompletedThrough("ct", 1) in replies
+    assert s1 not in h.store.rows and h.store.gone[s1] == "purged"
+    assert d.lock_token not in h.view.locks and s1 not in h.view.locked_seqs
+    h.run(StoreAvailable())
+    h.at(2 * LOCK)
+    h.run(Tick())
+    h.drain()
+    assert s1 not in h.view.window
+    assert receive(h, 5) == []
+    assert settle(h, d.lock_token, Outcome.COMPLETE) == [LockLost("t", d.lock_token)]
+    assert counts(h) == (0, 0, 0)
 
 
 def test_a_failed_counts_read_is_asked_again() -> None:
