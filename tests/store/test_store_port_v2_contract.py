@@ -456,6 +456,29 @@ def test_settle_is_fenced_by_the_token_and_the_lock_time(store: MessagingStore) 
     assert everything(store, DLQ) == ()
 
 
+def test_a_settle_of_only_completions_is_fenced_item_by_item_and_counted(store: MessagingStore) -> None:
+    # (SQLite answers a Settle of a few completions with one conditional delete per item.)
+    append(store, msg(), msg(), msg(), msg())
+    claim(store, T0, tok(1), tok(2), tok(3), until=T0 + 10)
+    assert settle(store, T0 + 1, SettleItem(1, tok(2), Outcome.COMPLETE),  # another message's token
+                  SettleItem(2, tok(2), Outcome.COMPLETE),
+                  SettleItem(2, tok(2), Outcome.COMPLETE),  # settled already: no row left for it
+                  SettleItem(4, tok(4), Outcome.COMPLETE),  # never locked
+                  SettleItem(9, tok(9), Outcome.COMPLETE)) == (False, True, False, False, False)
+    assert numbers(everything(store, Q)) == [1, 3, 4]
+    check_counts(store, Q)
+    assert store.counts(Q).active == 3
+    # at locked_until the lock has lapsed: nothing is deleted
+    assert settle(store, T0 + 10, SettleItem(1, tok(1), Outcome.COMPLETE),
+                  SettleItem(3, tok(3), Outcome.COMPLETE)) == (False, False)
+    assert numbers(everything(store, Q)) == [1, 3, 4]
+    assert settle(store, T0 + 9, SettleItem(1, tok(1), Outcome.COMPLETE),
+                  SettleItem(3, tok(3), Outcome.COMPLETE)) == (True, True)
+    assert numbers(everything(store, Q)) == [4]
+    check_counts(store, Q)
+    assert store.counts(Q).active == 1 and store.counts(Q).size_in_bytes == msg().size
+
+
 def test_an_all_or_none_settle_applies_with_the_rest_of_its_batch(store: MessagingStore) -> None:
     append(store, msg(), msg())
     claim(store, T0, tok(1), tok(2), until=T0 + 10)

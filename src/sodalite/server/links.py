@@ -22,6 +22,8 @@ import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from prometheus_client import Counter
+
 from sodalite.amqp import events as ev
 from sodalite.amqp.link import Link
 from sodalite.amqp.performatives import Accepted, Rejected, Released, Source, TransactionalState
@@ -142,7 +144,7 @@ def _done() -> asyncio.Future[None]:
 class LinkConsumer(Endpoint):
     """A client receiver link, as the partition actor sees it (``entity_settings.Consumer``)."""
 
-    __slots__ = ("actor", "connection", "link", "peek_lock", "reserved", "session_id", "sub_queue")
+    __slots__ = ("_counters", "actor", "connection", "link", "peek_lock", "reserved", "session_id", "sub_queue")
 
     def __init__(self, connection: ConnectionPort, link: Link, actor: EntityActor,
                  sub_queue: SubQueue, peek_lock: bool) -> None:
@@ -153,6 +155,12 @@ class LinkConsumer(Endpoint):
         self.session_id: str | None = None
         self.peek_lock = peek_lock
         self.reserved = 0
+        self._counters: tuple[Counter, Counter] | None = None  # deliveries, messages out (labelled once)
+
+    def counters(self) -> tuple[Counter, Counter]:
+        if self._counters is None:
+            self._counters = self.connection.broker.metrics.consumer_counters(self.actor, self.sub_queue)
+        return self._counters
 
     # -- as the actor sees it
 
@@ -168,7 +176,10 @@ class LinkConsumer(Endpoint):
         else:
             payload = wire.delivery_payload(record, None, decimals_as_text=decimals_as_text)
             self.link.send_transfer(payload, uuid.uuid4().bytes_le, settled=True)
-        self.connection.broker.metrics.delivered(self.actor, self.sub_queue, removed=lock is None)
+        deliveries, messages_out = self.counters()
+        deliveries.inc()
+        if lock is None:  # received in ReceiveAndDelete: removed already (committed)
+            messages_out.inc()
         self.connection.flush_soon()
 
     def drain_requested(self) -> bool:
@@ -220,7 +231,7 @@ class LinkConsumer(Endpoint):
                     link.settle(delivery_id, Released())
                 return
             if settlement.removes:
-                metrics.count_out(future, actor, self.sub_queue)
+                metrics.count_out_to(future, self.counters()[1])
             echo = outcomes.echo_of(state)
         except SodaliteError as exc:
             if not event.settled:

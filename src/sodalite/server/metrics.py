@@ -89,6 +89,18 @@ class BrokerMetrics:
         settled.add_done_callback(lambda f: None if f.cancelled() or f.exception() is not None
                                   else self.messages_out.labels(label).inc(messages))
 
+    def consumer_counters(self, actor: AnyActor, sub_queue: SubQueue) -> tuple[Counter, Counter]:
+        """The deliveries and messages-out counters of one entity (sub-queue), labelled once: a
+        receiver link keeps them for its life instead of looking the label up per message."""
+        label = self.entity_label(actor, sub_queue)
+        return self.deliveries.labels(label), self.messages_out.labels(label)
+
+    @staticmethod
+    def count_out_to(settled: asyncio.Future[None], messages_out: Counter) -> None:
+        """:meth:`count_out` with the counter already labelled (:meth:`consumer_counters`)."""
+        settled.add_done_callback(lambda f: None if f.cancelled() or f.exception() is not None
+                                  else messages_out.inc())
+
     def delivered(self, actor: AnyActor, sub_queue: SubQueue, removed: bool) -> None:
         """A transfer to a receiver; ``removed`` when it was received in ReceiveAndDelete (already committed)."""
         label = self.entity_label(actor, sub_queue)

@@ -11,8 +11,11 @@ read to the effect queue, re-arms the timer at ``next_due``, and hands every rep
 decide is cheap and bounded, and the replies it releases at once (refusals, settlements of locks
 it no longer holds, ...) need no I/O.
 
-One worker task carries out the effect queue strictly in order, one effect (or one group) at a
-time, and feeds each answer back through ``submit``, so answers reach the core in the order the
+The effect queue is carried out strictly in order, one effect (or one group) at a time, with no
+task of its own: the first effect a turn queues is started at the end of that turn (so what else
+the turn decides can join its group), on the store's thread through the worker's callback calls
+(``StoreWorker.commit_soon`` and ``call_soon``); the callback, on the loop, feeds the answer back
+through ``submit`` and starts the next effect. So answers reach the core in the order the
 decisions emitted them (the core's contract):
 
 - a window read runs ``store.peek(ref, from, count, {ACTIVE})`` and is answered with
@@ -27,7 +30,7 @@ decisions emitted them (the core's contract):
   :class:`StoreFailed` (the core answers their requests :class:`ServerBusy` and finds their
   messages again by its next read). A batch whose operations cannot be expressed on the port
   fails alone, without touching the store. The store worker may merge the group further with other
-  partitions' batches of the same store into one transaction (``StoreWorker.commit``); the results
+  partitions' batches of the same store into one transaction (``StoreWorker.commit_soon``); the results
   come back split per partition just the same. A batch with an all-or-none ``Settle`` (an AMQP
   transaction's) is committed alone, here and in the worker: when the store finds one of its
   locks no longer this core's, it raises :class:`~sodalite.store.port.SettleFenced`, only that
@@ -39,12 +42,13 @@ leave together in the next transaction: the busier the partition, the fewer tran
 send. A send's acceptance is released only by its batch's results, i.e. after the commit.
 
 Timers: a timer is just a :class:`Tick` submitted at its time. After each decision the runner
-asks the clock for a callback at ``next_due`` (cancelling the one armed before, if the time
-changed); :class:`LoopClock` uses the event loop, a test's clock fires callbacks when the test
-moves time on, so tests need no sleeps.
+asks the clock for a callback at ``next_due`` (cancelling the one armed before if that one is
+later or nothing is due; an earlier one stays, and its Tick re-arms); :class:`LoopClock` uses
+the event loop, a test's clock fires callbacks when the test moves time on, so tests need no sleeps.
 
-:meth:`drained` waits until the effect queue is empty and the worker idle. :meth:`close` stops the
-worker and the timer; an effect in flight then has an outcome nobody hears of, as after a crash
+:meth:`drained` waits until the effect queue is empty and no effect is in flight (it raises if
+handling an answer failed, which stops the effects). :meth:`close` drops the queue and stops the
+timer; an effect in flight then has an outcome nobody hears of, as after a crash
 (the store stays the truth: the next runner on the same store starts from what it holds).
 The runner does not own the store worker: whoever made it closes it.
 """
@@ -88,10 +92,12 @@ from sodalite.store.port import (
     MoveMessages,
     OpResult,
     Outcome,
+    PartitionCounts,
     PartitionRef,
     Settle,
     Settled,
     SettleFenced,
+    StoredMessage,
     StoreOp,
 )
 
@@ -188,7 +194,9 @@ class PartitionRunner:
         self._encode = edit_encoder
         self._max_group = max(max_group, 1)
         self._effects: deque[_Batch | ReadWindow | ReadCounts] = deque()
-        self._wake = asyncio.Event()
+        self._busy = False  # an effect (or a group) is on the store's thread
+        self._start_scheduled = False
+        self._failure: BaseException | None = None  # an answer's handling raised: drained() raises it
         self._idle = asyncio.Event()
         self._idle.set()
         self._timer: Timer | None = None
@@ -201,7 +209,6 @@ class PartitionRunner:
         self._size_read_at = 0.0
         self._size_task: asyncio.Task[None] | None = None
         self._size_timer: asyncio.TimerHandle | None = None
-        self._task = asyncio.get_running_loop().create_task(self._work(), name=f"partition-runner {ref}")
 
     @classmethod
     async def start(cls, ref: PartitionRef, settings: CoreSettings, worker: StoreWorker, clock: Clock,
@@ -248,22 +255,19 @@ class PartitionRunner:
             self._effects.append(decision.read)
         if self._effects:
             self._idle.clear()
-            self._wake.set()
+            if not self._busy and not self._start_scheduled:
+                # At the end of this event-loop turn: what else is decided in it goes with it.
+                self._start_scheduled = True
+                asyncio.get_running_loop().call_soon(self._scheduled_start)
         self._arm(decision.next_due)
         for reply in decision.replies:
             self._on_reply(reply)
 
     async def drained(self) -> None:
         """Wait until every queued effect was carried out and answered."""
-        while not self._idle.is_set():
-            if self._task.done():
-                self._task.result()  # the worker died: raise its error here
-                raise RuntimeError(f"the partition runner of {self.ref} stopped")
-            idle = asyncio.ensure_future(self._idle.wait())
-            try:
-                await asyncio.wait({self._task, idle}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                idle.cancel()
+        await self._idle.wait()
+        if self._failure is not None:
+            raise RuntimeError(f"the partition runner of {self.ref} stopped") from self._failure
 
     async def close(self) -> None:
         self._closed = True
@@ -273,11 +277,8 @@ class PartitionRunner:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = self._timer_at = None
-        self._task.cancel()
-        try:
-            await self._task
-        except asyncio.CancelledError:
-            pass
+        self._effects.clear()  # an effect in flight has an outcome nobody hears of
+        self._idle.set()
 
     # ---- effects ------------------------------------------------------------------------------------
 
@@ -288,61 +289,111 @@ class PartitionRunner:
             log.error("partition %s: batch %d cannot go to the store: %s", self.ref, batch_id, error)
             return _Batch(batch_id, (), f"not expressible on the store port: {error}")
 
-    async def _work(self) -> None:
-        while True:
-            if not self._effects:
-                self._idle.set()
-                self._wake.clear()
-                await self._wake.wait()
-                continue
-            effect = self._effects.popleft()
-            if isinstance(effect, ReadWindow):
-                await self._read(effect)
-                continue
-            if isinstance(effect, ReadCounts):
-                await self._read_counts()
-                continue
-            group = [effect]
-            if effect.error is None and not effect.alone:
-                while (len(group) < self._max_group and self._effects and isinstance(self._effects[0], _Batch)
-                       and self._effects[0].error is None and not self._effects[0].alone):
-                    head = self._effects.popleft()
-                    assert isinstance(head, _Batch)
-                    group.append(head)
-            await self._commit(group)
+    def _scheduled_start(self) -> None:
+        self._start_scheduled = False
+        self._next_effect()
 
-    async def _read(self, read: ReadWindow) -> None:
-        ref, worker = self.ref, self._worker
-        try:
-            rows = await worker.call(lambda: worker.store.peek(ref, read.from_sequence_number, read.count, ACTIVE_ONLY))
-        except Exception as error:  # any failed read is answered None; the core reads again
-            self._log_failure("window read", error)
-            self._answer(WindowRead(None))
-        else:
-            self._answer(WindowRead(rows))
-
-    async def _read_counts(self) -> None:
-        ref, worker = self.ref, self._worker
-        try:
-            counts = await worker.call(lambda: worker.store.counts(ref))
-        except Exception as error:  # the core asks again
-            self._log_failure("counts read", error)
-            self._answer(CountsRead(None))
-        else:
-            self._answer(CountsRead((counts.active, counts.scheduled, counts.deferred)))
-
-    async def _commit(self, group: list[_Batch]) -> None:
+    def _next_effect(self) -> None:
+        """Start the effect at the head of the queue unless one is on the store's thread already;
+        its outcome comes back as a callback on the loop, which answers the core and starts the next."""
+        if self._closed:
+            return
+        if self._failure is not None:  # stopped: drained() raises instead of waiting for ever
+            self._idle.set()
+            return
+        if self._busy:
+            return
+        if not self._effects:
+            self._idle.set()
+            return
+        effect = self._effects.popleft()
+        if isinstance(effect, ReadWindow):
+            ref, worker, read = self.ref, self._worker, effect
+            self._start(lambda: worker.call_soon(
+                lambda: worker.store.peek(ref, read.from_sequence_number, read.count, ACTIVE_ONLY), self._window_read))
+            return
+        if isinstance(effect, ReadCounts):
+            ref, worker = self.ref, self._worker
+            self._start(lambda: worker.call_soon(lambda: worker.store.counts(ref), self._counts_read))
+            return
+        group = [effect]
+        if effect.error is None and not effect.alone:
+            while (len(group) < self._max_group and self._effects and isinstance(self._effects[0], _Batch)
+                   and self._effects[0].error is None and not self._effects[0].alone):
+                head = self._effects.popleft()
+                assert isinstance(head, _Batch)
+                group.append(head)
         if group[0].error is not None:
             self._answer(StoreFailed(group[0].batch_id, group[0].error))
+            self._next_effect()
             return
         ops = [op for batch in group for op in batch.ops]
+        self._start(lambda: self._worker.commit_soon(ops, lambda results, error: self._committed(group, ops, results,
+                                                                                                 error)))
+
+    def _start(self, hand_over: Callable[[], None]) -> None:
+        self._busy = True
         try:
-            results = _core_results(await self._worker.commit(ops), len(ops))
-        except SettleFenced as error:  # a batch alone (see _Batch.alone), rolled back
+            hand_over()
+        except BaseException:
+            self._busy = False
+            raise
+
+    def _done(self, carry_on: Callable[[], None]) -> None:
+        """An effect's outcome arrived: answer the core (``carry_on``), then start the next effect."""
+        if self._closed:
+            return
+        try:
+            carry_on()
+        except Exception as error:  # a bug: stop carrying out effects, as before: the queue stops
+            log.exception("partition %s: handling a store answer raised", self.ref)
+            self._failure = error
+            self._busy = False
+            self._idle.set()
+            return
+        self._busy = False
+        self._next_effect()
+
+    def _window_read(self, rows: tuple[StoredMessage, ...] | None, error: BaseException | None) -> None:
+        def carry_on() -> None:
+            if error is not None:  # any failed read is answered None; the core reads again
+                self._log_failure("window read", error)
+                self._answer(WindowRead(None))
+            else:
+                self._answer(WindowRead(rows))
+
+        self._done(carry_on)
+
+    def _counts_read(self, counts: PartitionCounts | None, error: BaseException | None) -> None:
+        def carry_on() -> None:
+            if error is not None or counts is None:  # the core asks again
+                self._log_failure("counts read", error or RuntimeError("no counts"))
+                self._answer(CountsRead(None))
+            else:
+                self._answer(CountsRead((counts.active, counts.scheduled, counts.deferred)))
+
+        self._done(carry_on)
+
+    def _committed(self, group: list[_Batch], ops: list[StoreOp], port_results: tuple[OpResult, ...] | None,
+                   error: BaseException | None) -> None:
+        self._done(lambda: self._carry_on_commit(group, ops, port_results, error))
+
+    def _carry_on_commit(self, group: list[_Batch], ops: list[StoreOp], port_results: tuple[OpResult, ...] | None,
+                         error: BaseException | None) -> None:
+        if isinstance(error, SettleFenced):  # a batch alone (see _Batch.alone), rolled back
             log.info("partition %s: %s", self.ref, error)
             self._answer(StoreFailed(group[0].batch_id, str(error), (error.op_index, error.item_index)))
             return
-        except Exception as error:  # a transaction that raised applied nothing
+        results: tuple[core_ops.OpResult, ...] = ()
+        if error is None:
+            assert port_results is not None
+            try:
+                results = _core_results(port_results, len(ops))
+            except Exception as mismatch:
+                error = mismatch
+        if error is not None:  # a transaction that raised applied nothing
+            if not isinstance(error, Exception):
+                raise error
             self._log_failure(f"transaction of {len(group)} batch(es)", error)
             for batch in group:
                 self._answer(StoreFailed(batch.batch_id, str(error)))
@@ -425,7 +476,7 @@ class PartitionRunner:
         except Exception:  # a reply callback's bug must not stop the partition's effects
             log.exception("partition %s: answering %s raised", self.ref, type(command).__name__)
 
-    def _log_failure(self, what: str, error: Exception) -> None:
+    def _log_failure(self, what: str, error: BaseException) -> None:
         if isinstance(error, SodaliteError):
             log.warning("partition %s: %s failed: %s", self.ref, what, error)
         else:
@@ -435,6 +486,11 @@ class PartitionRunner:
 
     def _arm(self, due: int | None) -> None:
         if due == self._timer_at and (due is None or self._timer is not None):
+            return
+        if due is not None and self._timer is not None and self._timer_at is not None and self._timer_at <= due:
+            # An earlier timer stays: its Tick decides nothing early (decide looks at the time) and
+            # re-arms at the then next due time. Each settlement moves the earliest lock's time on,
+            # and cancelling and re-arming a loop timer per settlement costs more than that Tick.
             return
         if self._timer is not None:
             self._timer.cancel()

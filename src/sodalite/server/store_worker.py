@@ -21,6 +21,13 @@ in it fails with that error (each runner answers its requests ServerBusy). A bat
 too (``shared``) is not merged: there two nodes' transactions could take the partitions' counter
 rows in opposite orders and deadlock, so each batch stays its own transaction.
 
+The hand-off costs one wake-up each way and nothing more: :meth:`StoreWorker.commit_soon` (what the
+runners use; :meth:`commit` is the same with a future) queues the batch with a callback, one group
+is on the store's thread at a time, and the thread posts the transaction's outcome back with ONE
+``call_soon_threadsafe``, whose handler splits the results and calls every caller's callback in
+that same turn, then sends the next group (what queued meanwhile) at once. No task, future chain
+or extra event-loop turn per transaction; :meth:`call_soon` does the same for a read.
+
 Several nodes on one store (``shared``): the store's optional change feed (``feed``, PostgreSQL's
 LISTEN/NOTIFY, wired by the composition root) announces other nodes' commits from a thread of its
 own. The worker is its sink: it hands each announcement to the event loop, where a partition that
@@ -47,6 +54,7 @@ import functools
 import logging
 import string
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -64,6 +72,8 @@ from sodalite.store.port import (
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# How a commit's outcome is handed back: (results, None) after the commit, (None, error) when it failed.
+Committed = Callable[[tuple[OpResult, ...] | None, BaseException | None], None]
 MAX_GROUP_OPS = 4096  # operations merged into one transaction at most (a batch is never split)
 MAINTENANCE_DELAY = 1.0  # seconds after a batch (and between tries while the store is full)
 SHARED_POLL_SECONDS = 0.25  # a waiting receiver looks for other nodes' rows this often without a live feed
@@ -116,8 +126,9 @@ class StoreWorker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._maintenance: asyncio.TimerHandle | None = None
         self._closing = False
-        self._queued: list[tuple[Sequence[StoreOp], asyncio.Future[tuple[OpResult, ...]]]] = []
-        self._committer: asyncio.Task[None] | None = None
+        self._queued: deque[tuple[Sequence[StoreOp], Committed]] = deque()
+        self._in_flight = False  # a group is on the store's thread
+        self._flush_scheduled = False
         self.transactions = 0  # group commits carried out (one store transaction each)
 
     async def call(self, fn: Callable[[], T]) -> T:
@@ -148,51 +159,140 @@ class StoreWorker:
     async def commit(self, batch: Sequence[StoreOp]) -> tuple[OpResult, ...]:
         """Commit ``batch`` in the store's next transaction, together with the batches of other
         partitions that queue up meanwhile (module docstring); the results of ``batch``'s ops."""
-        if self.shared:
-            return await self.apply(batch)
-        if self.offline:
-            raise StoreUnavailable(f"the messaging store '{self.name}' is offline; retry shortly")
         future: asyncio.Future[tuple[OpResult, ...]] = asyncio.get_running_loop().create_future()
-        self._queued.append((batch, future))
-        if self._committer is None:
-            self._committer = asyncio.get_running_loop().create_task(self._commit_queued())
+
+        def done(results: tuple[OpResult, ...] | None, error: BaseException | None) -> None:
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                assert results is not None
+                future.set_result(results)
+
+        self.commit_soon(batch, done)
         return await future
 
-    async def _commit_queued(self) -> None:
+    def commit_soon(self, batch: Sequence[StoreOp], done: Committed) -> None:
+        """:meth:`commit` without a future: ``done(results, None)`` or ``done(None, error)`` is called
+        on the event loop once the transaction holding ``batch`` committed or failed, never before
+        this call returned. Call on the event loop."""
+        loop = asyncio.get_running_loop()
+        if self.offline:
+            loop.call_soon(done, None, StoreUnavailable(f"the messaging store '{self.name}' is offline; retry shortly"))
+            return
+        self._queued.append((batch, done))
+        if not self._in_flight and not self._flush_scheduled:
+            # Wait for the end of this event-loop turn: what else queues in it leaves together.
+            self._flush_scheduled = True
+            loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Send the next group to the store's thread (on the loop; at most one group in flight)."""
+        self._flush_scheduled = False
+        if self._in_flight or not self._queued:
+            return
+        group: list[tuple[Sequence[StoreOp], Committed]] = []
+        size = 0
+        while self._queued and (not group or size + len(self._queued[0][0]) <= MAX_GROUP_OPS):
+            alone = _alone(self._queued[0][0])
+            if group and alone:
+                break
+            entry = self._queued.popleft()
+            group.append(entry)
+            size += len(entry[0])
+            if alone or self.shared:  # a shared store's batches stay transactions of their own
+                break
+        loop = asyncio.get_running_loop()
+        if self.offline:
+            error = StoreUnavailable(f"the messaging store '{self.name}' is offline; retry shortly")
+            loop.call_soon(self._committed, group, None, error, 0.0)
+            self._in_flight = True
+            return
+        ops = [op for batch, _ in group for op in batch]
+        store = self.store
+
+        def job() -> None:  # on the store's thread: one transaction, then ONE hand-off back to the loop
+            started = time.perf_counter()
+            try:
+                results = store.apply(ops)
+            except BaseException as error:  # the transaction applied nothing
+                self._post(loop, self._committed, group, None, error, 0.0)
+            else:
+                self._post(loop, self._committed, group, results, None, time.perf_counter() - started)
+
         try:
-            while self._queued:
-                group: list[tuple[Sequence[StoreOp], asyncio.Future[tuple[OpResult, ...]]]] = []
-                size = 0
-                while self._queued and (not group or size + len(self._queued[0][0]) <= MAX_GROUP_OPS):
-                    alone = _alone(self._queued[0][0])
-                    if group and alone:
-                        break
-                    batch, future = self._queued.pop(0)
-                    group.append((batch, future))
-                    size += len(batch)
-                    if alone:
-                        break
-                ops = [op for batch, _ in group for op in batch]
-                try:
-                    results = await self.apply(ops)
-                except asyncio.CancelledError:
-                    for _, future in group + self._queued:
-                        future.cancel()
-                    self._queued.clear()
-                    raise
-                except Exception as error:  # nothing of the transaction was applied
-                    for _, future in group:
-                        if not future.done():
-                            future.set_exception(error)
-                    continue
-                self.transactions += 1
-                at = 0
-                for batch, future in group:
-                    if not future.done():
-                        future.set_result(results[at:at + len(batch)])
-                    at += len(batch)
-        finally:
-            self._committer = None
+            self._executor.submit(job)
+        except RuntimeError as error:  # the worker closed (executor shut down)
+            loop.call_soon(self._committed, group, None, StoreUnavailable(f"the messaging store '{self.name}' "
+                                                                         f"is closed: {error}"), 0.0)
+        self._in_flight = True
+
+    @staticmethod
+    def _post(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: object) -> None:
+        try:
+            loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:  # the loop closed meanwhile: nobody is left to hear of the outcome
+            pass
+
+    def _committed(self, group: list[tuple[Sequence[StoreOp], Committed]], results: tuple[OpResult, ...] | None,
+                   error: BaseException | None, seconds: float) -> None:
+        self._in_flight = False
+        if error is None:
+            assert results is not None
+            self.reachable = True
+            self.transactions += 1
+            self._schedule_maintenance()
+            if self.on_commit is not None:
+                self.on_commit(seconds)
+            at = 0
+            for batch, done in group:
+                self._tell(done, results[at:at + len(batch)], None)
+                at += len(batch)
+        else:
+            if isinstance(error, StoreFull):
+                self.full = True
+                self._schedule_maintenance()
+            elif isinstance(error, StoreUnavailable):
+                self.reachable = False
+            for _, done in group:
+                self._tell(done, None, error)
+        if self._queued:  # what queued while this transaction was in flight leaves together now
+            self._flush()
+
+    def _tell(self, done: Committed, results: tuple[OpResult, ...] | None, error: BaseException | None) -> None:
+        try:
+            done(results, error)
+        except Exception:
+            log.exception("store %s: a commit's outcome could not be handed on", self.name)
+
+    def call_soon(self, fn: Callable[[], T], done: Callable[[T | None, BaseException | None], None]) -> None:
+        """:meth:`call` without a future: runs ``fn`` on the store's thread, then ``done(value, None)``
+        or ``done(None, error)`` on the event loop (never before this call returned)."""
+        loop = asyncio.get_running_loop()
+        if self.offline:
+            loop.call_soon(done, None, StoreUnavailable(f"the messaging store '{self.name}' is offline; retry shortly"))
+            return
+
+        def answered(value: T | None, error: BaseException | None) -> None:
+            if isinstance(error, StoreUnavailable) and not isinstance(error, StoreFull):
+                self.reachable = False
+            elif error is None:
+                self.reachable = True
+            done(value, error)
+
+        def job() -> None:
+            try:
+                value = fn()
+            except BaseException as error:
+                self._post(loop, answered, None, error)
+            else:
+                self._post(loop, answered, value, None)
+
+        try:
+            self._executor.submit(job)
+        except RuntimeError as error:
+            loop.call_soon(done, None, StoreUnavailable(f"the messaging store '{self.name}' is closed: {error}"))
 
     def _timed_apply(self, batch: Sequence[StoreOp]) -> tuple[float, tuple[OpResult, ...]]:
         started = time.perf_counter()

@@ -178,10 +178,24 @@ def _split_delivery_annotations(tail: bytes) -> tuple[dict[Any, Any], bytes]:
     return (dict(value) if isinstance(value, dict) else {}), tail[end:]
 
 
+def _lock_token_section_prefix() -> bytes:
+    """The delivery-annotations section holding only the lock token, less the token's 16 bytes: the
+    same for every PeekLock delivery, so it is encoded once (the encoder puts the uuid last)."""
+    section = amqp_message.encode_section(amqp_message.DELIVERY_ANNOTATIONS,
+                                          {Symbol(_LOCK_TOKEN.decode()): uuid.UUID(int=0)})
+    assert section.endswith(bytes(16))
+    return section[:-16]
+
+
+_LOCK_TOKEN_SECTION_PREFIX = _lock_token_section_prefix()
+
+
 def _delivery_annotations_section(lock_token: uuid.UUID | None, tail: bytes) -> tuple[bytes, bytes]:
     """The delivery-annotations section to send (lock token first) and the tail without the stored one."""
-    if lock_token is None and not tail.startswith(_DELIVERY_ANNOTATIONS_PREFIX):
-        return b"", tail
+    if not tail.startswith(_DELIVERY_ANNOTATIONS_PREFIX):
+        if lock_token is None:
+            return b"", tail
+        return _LOCK_TOKEN_SECTION_PREFIX + lock_token.bytes, tail  # the common case, without the encoder
     client, rest = _split_delivery_annotations(tail)
     values: dict[Any, Any] = {} if lock_token is None else {Symbol(_LOCK_TOKEN.decode()): lock_token}
     values.update(client)
@@ -245,6 +259,8 @@ _DECIMAL_CODES = (b"\x74", b"\x84", b"\x94")  # their AMQP constructors (the SDK
 
 def decimal_properties_as_text(tail: bytes) -> bytes:
     """The tail with each decimal application property as its decimal string (``"1.5"``)."""
+    if not any(code in tail for code in _DECIMAL_CODES):  # no decimal constructor byte anywhere: none
+        return tail
     section = next((s for s in amqp_message.split_sections(tail) if s.code == amqp_message.APPLICATION_PROPERTIES),
                    None)
     if section is None or not any(code in tail[section.value_start : section.end] for code in _DECIMAL_CODES):

@@ -464,6 +464,15 @@ _SELECT_LOCKS: Final = (
     "SELECT sequence_number, lock_token, locked_until, state, length(annotations), length(tail) "
     f"FROM messages WHERE {_KEY} AND {_IN_JSON}"
 )
+# A completion of a row this lock still holds: its state and size (for the counters) only if the
+# token matches and the lock has not lapsed, then the delete by key. (Not one DELETE .. RETURNING:
+# SQLite opens, unlinks and closes a temporary file for that every time, measured.)
+_LOCKED_ROW: Final = (
+    "SELECT state, length(annotations) + length(tail) FROM messages WHERE entity = ?1 AND partition = ?2 "
+    "AND sequence_number = ?3 AND lock_token = ?4 AND locked_until > ?5"
+)
+# Settlements of at most this many items that are all completions take the one-statement path.
+COMPLETE_ONE_BY_ONE: Final = 8
 _DELETE_RETURNING: Final = (
     f"DELETE FROM messages WHERE {_KEY} AND {_IN_JSON} RETURNING state, length(annotations) + length(tail)"
 )
@@ -656,6 +665,25 @@ def _select_locks(conn: sqlite3.Connection, ref: PartitionRef,
             for n, token, until, state, annotations, tail in rows}
 
 
+def _complete_locked(conn: sqlite3.Connection, op: Settle) -> Settled:
+    """A Settle of only completions (the common case: one message a receiver completes): per item a
+    read of the row under the item's unexpired lock and, if found, its delete by key; then the
+    counters. Two statements for one item instead of the general path's four, with the same outcome
+    as its read of the locks and delete by number (a second item for the same number finds no row)."""
+    ref = op.ref
+    counts = _Counts()
+    applied: list[bool] = []
+    for item in op.items:
+        key = (ref.entity, ref.partition, item.sequence_number)
+        row = conn.execute(_LOCKED_ROW, (*key, item.lock_token.bytes, op.now)).fetchone()
+        applied.append(row is not None)
+        if row is not None:
+            conn.execute(_SETTLE[Outcome.COMPLETE], key)
+            counts.add(row[0], row[1], -1)
+    counts.write(conn, ref)
+    return Settled(tuple(applied))
+
+
 def _select_rows(conn: sqlite3.Connection, ref: PartitionRef,
                  numbers: Sequence[int]) -> dict[int, StoredMessage]:
     rows = conn.execute(_FETCH, (ref.entity, ref.partition, json.dumps(list(numbers)))).fetchall()
@@ -716,6 +744,9 @@ def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2, claims: _Claims) -> OpRes
             return Claimed(())
         rows = conn.execute(*_claim_statement(op)).fetchall()
         return Claimed(tuple(sorted((_stored_from_row(r) for r in rows), key=lambda s: s.record.sequence_number)))
+    if isinstance(op, Settle) and len(op.items) <= COMPLETE_ONE_BY_ONE \
+            and all(item.outcome is Outcome.COMPLETE for item in op.items):
+        return _complete_locked(conn, op)
     if isinstance(op, Settle):
         locks = _select_locks(conn, ref, [item.sequence_number for item in op.items])
         applied: list[bool] = []

@@ -550,6 +550,19 @@ def test_delivery_annotations_carry_the_lock_token_then_the_clients() -> None:
     assert [s.code for s in amqp_message.split_sections(plain_payload)][:2] == [HEADER, MESSAGE_ANNOTATIONS]
 
 
+@settings(max_examples=50, suppress_health_check=[HealthCheck.too_slow])
+@given(st.uuids())
+def test_a_lock_token_alone_is_the_generic_encoders_section_byte_for_byte(token: uuid.UUID) -> None:
+    # A PeekLock delivery of a message without delivery-annotations of its own (the common case)
+    # gets its section from an encoding of the constant part made once, plus the token's bytes.
+    rec = record_from(properties("m") + data(b"p"))
+    payload = wire.delivery_payload(rec, T0, lock_token=token)
+    sections = amqp_message.split_sections(payload)
+    expected = amqp_message.encode_section(DELIVERY_ANNOTATIONS, {Symbol("x-opt-lock-token"): token})
+    assert payload[sections[1].start:sections[1].end] == expected
+    assert amqp_message.section_value(payload, sections[1]) == {"x-opt-lock-token": token}
+
+
 def test_sequence_number_is_encoded_as_a_long() -> None:
     rec = record_from(properties("m") + data(b"x"), seq=3)
     payload = wire.delivery_payload(rec, None)
