@@ -23,6 +23,7 @@ from azure.servicebus.exceptions import (
 from azure.servicebus.management import ServiceBusAdministrationClient
 from broker_process import BrokerProcess, write_config
 
+from ctrl_c import ctrl_c_at_default
 from sodalite.client import PairedNamespaceClient, PairedNamespaceOptions
 from sodalite.client import backlog as bl
 from sodalite.errors import BacklogQueueSetupFailed, FailoverExhausted, PairedClientClosed, SecondaryUnavailable
@@ -309,7 +310,8 @@ def test_the_syphon_command_drains_and_stops_on_ctrl_c(pair: Pair) -> None:
                "--secondary", pair.secondary.connection_string, "--primary-namespace", "clins",
                "--backlog-queue-count", "2", "--receive-wait", "1", "--retry-pause", "1",
                "--progress-interval", "0.5", "--ca-file", str(pair.secondary.data_dir / "admin-cert.pem")]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               preexec_fn=ctrl_c_at_default)  # as from a terminal, whatever this run ignores
     lines: list[str] = []
     try:
         assert process.stdout is not None

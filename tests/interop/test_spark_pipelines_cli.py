@@ -20,6 +20,8 @@ import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from broker_process import BrokerProcess, write_config
 
+from ctrl_c import ctrl_c_at_default
+
 pq = pytest.importorskip("pyarrow.parquet")
 pytest.importorskip("pyspark")
 from pyspark.sql import SparkSession  # noqa: E402
@@ -126,7 +128,8 @@ def test_replicate_stops_cleanly_on_ctrl_c_and_resumes(brokers: tuple[BrokerProc
     args = [sys.executable, "-m", "sodalite.cli.main", "pipeline", "replicate", "pl-live",
             "--target-connection-string", target.connection_string, "--checkpoint", str(tmp_path / "c"),
             "--master", "local[2]", "--trigger", "1 second"]
-    proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=ctrl_c_at_default)  # as from a terminal, whatever this run ignores
     lines: list[str] = []
     try:
         assert proc.stdout is not None
