@@ -90,8 +90,8 @@ def run_syphon(args: argparse.Namespace) -> None:
         stop.set()
         signal.signal(signal.SIGTERM, previous)
         # Each syphon leaves its receive within --receive-wait once told to stop and closes its own
-        # receiver: wait for that first. Closing the clients under a receive still in flight on another
-        # thread could block the exit on a loaded machine (a Ctrl-C that did not stop the command).
+        # receiver (which releases what it had prefetched): wait for that before closing the clients,
+        # so no receive is in flight on a connection being closed under it.
         for thread in threads:
             thread.join(timeout=args.receive_wait + args.retry_pause + 10)
         for client in (primary, secondary):
