@@ -11,8 +11,9 @@ be used as map keys interchangeably with them.
 from __future__ import annotations
 
 import decimal
+import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 
 class UByte(int):
@@ -182,3 +183,13 @@ class Array:
 
     def __getitem__(self, index: int) -> Any:
         return self.items[index]
+
+
+# Any AMQP value as this package decodes and encodes it: the Python types above stand for the
+# natural encodings, the wrappers (all subclasses of int, float, str or bytes) for the rest.
+AmqpValue: TypeAlias = (
+    bool | int | float | str | bytes | uuid.UUID | Described | Array
+    | list["AmqpValue"] | dict["AmqpValue", "AmqpValue"] | None
+)
+# An AMQP map (message-annotations, application-properties, a request body) as decoded.
+AmqpMap: TypeAlias = dict[AmqpValue, AmqpValue]

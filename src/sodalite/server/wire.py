@@ -15,13 +15,13 @@ annotations spliced in front of the client's, then the rest of the tail unchange
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
 
 from sodalite.amqp import message as amqp_message
 from sodalite.amqp.codec import decode, skip_value
 from sodalite.amqp.errors import DecodeError
-from sodalite.amqp.types import Decimal32, Decimal64, Decimal128, Int, Symbol
+from sodalite.amqp.types import AmqpMap, AmqpValue, Decimal32, Decimal64, Decimal128, Int, Symbol
 from sodalite.errors import ArgumentError, MessageSizeExceeded
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import PING_CONTENT_TYPE, MessageDraft
@@ -45,7 +45,7 @@ _UINT_MAX = 0xFFFF_FFFF
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
-def message_id_text(value: Any) -> str | None:
+def message_id_text(value: AmqpValue) -> str | None:
     """Service Bus message ids are strings; other AMQP id types are rendered canonically."""
     if value is None:
         return None
@@ -54,7 +54,7 @@ def message_id_text(value: Any) -> str | None:
     return str(value)
 
 
-def _ranged(value: Any, high: int, what: str, low: int = 0) -> int | None:
+def _ranged(value: AmqpValue, high: int, what: str, low: int = 0) -> int | None:
     """An integer field as an int; None if it is absent or not an integer.
 
     A value outside the field's AMQP range (a long where a uint belongs) is refused: it could be
@@ -95,7 +95,7 @@ def parse_message(payload: bytes, max_message_size: int) -> MessageDraft:
     annotation_count = 0
     scheduled: int | None = None
     partition_key: str | None = None
-    delivery_annotations: dict[Any, Any] = {}
+    delivery_annotations: AmqpMap = {}
     tail: list[bytes] = []
     ping = False
     for s in sections:
@@ -169,7 +169,7 @@ def received_messages(payload: bytes, message_format: int, max_message_size: int
     return [with_message_id(d) for d in parse_transfer(payload, message_format, max_message_size)]
 
 
-def _split_delivery_annotations(tail: bytes) -> tuple[dict[Any, Any], bytes]:
+def _split_delivery_annotations(tail: bytes) -> tuple[AmqpMap, bytes]:
     """The client's delivery-annotations kept at the front of a tail, and the rest of the tail."""
     if not tail.startswith(_DELIVERY_ANNOTATIONS_PREFIX):
         return {}, tail
@@ -197,7 +197,7 @@ def _delivery_annotations_section(lock_token: uuid.UUID | None, tail: bytes) -> 
             return b"", tail
         return _LOCK_TOKEN_SECTION_PREFIX + lock_token.bytes, tail  # the common case, without the encoder
     client, rest = _split_delivery_annotations(tail)
-    values: dict[Any, Any] = {} if lock_token is None else {Symbol(_LOCK_TOKEN.decode()): lock_token}
+    values: AmqpMap = {} if lock_token is None else {Symbol(_LOCK_TOKEN.decode()): lock_token}
     values.update(client)
     return amqp_message.encode_section(amqp_message.DELIVERY_ANNOTATIONS, values), rest
 
@@ -240,7 +240,7 @@ def delivery_payload(record: MessageRecord, locked_until: int | None, with_state
 PYTHON_SDK_PRODUCT = "azsdk-python-servicebus"
 
 
-def decimals_as_text(open_properties: dict[Any, Any] | None) -> bool:
+def decimals_as_text(open_properties: AmqpMap | None) -> bool:
     """Whether the client that opened a connection with these properties needs decimals as text.
 
     The Python SDK (7.x, ``product`` in its open frame) encodes a ``decimal.Decimal`` application
@@ -288,12 +288,14 @@ DEAD_LETTER_REASON = "DeadLetterReason"
 DEAD_LETTER_DESCRIPTION = "DeadLetterErrorDescription"
 
 
-def with_application_properties(tail: bytes, updates: dict[str, Any]) -> bytes:
+def with_application_properties(tail: bytes, updates: Mapping[str, AmqpValue]) -> bytes:
     """The tail with ``updates`` merged into its application-properties."""
     return replace_application_properties(tail, {**application_properties(tail), **updates})
 
 
-def application_properties(tail: bytes) -> dict[Any, Any]:
+def application_properties(tail: bytes) -> dict[str, AmqpValue]:
+    """The tail's application-properties: a map with string keys (AMQP 1.0 part 3, 3.2.5), taken as
+    decoded (symbol keys stay symbols, which are strings too)."""
     for s in amqp_message.split_sections(tail):
         if s.code == amqp_message.APPLICATION_PROPERTIES:
             value = amqp_message.section_value(tail, s)
@@ -301,14 +303,14 @@ def application_properties(tail: bytes) -> dict[Any, Any]:
     return {}
 
 
-def replace_application_properties(tail: bytes, values: dict[Any, Any]) -> bytes:
+def replace_application_properties(tail: bytes, values: Mapping[str, AmqpValue]) -> bytes:
     """The tail with its application-properties set to ``values``; only that section is re-encoded.
 
     If the message has no application-properties section, one is placed where AMQP puts it: after
     the properties section, before the body.
     """
     sections = amqp_message.split_sections(tail)
-    encoded = amqp_message.encode_section(amqp_message.APPLICATION_PROPERTIES, values)
+    encoded = amqp_message.encode_section(amqp_message.APPLICATION_PROPERTIES, dict(values))
     existing = next((s for s in sections if s.code == amqp_message.APPLICATION_PROPERTIES), None)
     if existing is not None:
         return tail[: existing.start] + encoded + tail[existing.end :]
@@ -328,7 +330,7 @@ def dead_lettered(record: MessageRecord, reason: str | None, description: str | 
 def dead_letter_tail(tail: bytes, reason: str | None, description: str | None) -> bytes:
     """The tail with ``DeadLetterReason`` and ``DeadLetterErrorDescription`` set as application
     properties (each only when given; the tail itself when neither is)."""
-    updates: dict[str, Any] = {}
+    updates: dict[str, AmqpValue] = {}
     if reason is not None:
         updates[DEAD_LETTER_REASON] = reason
     if description is not None:
@@ -360,7 +362,7 @@ def with_dead_letter_source(entries: bytes, count: int, source: str) -> tuple[by
     return entries + amqp_message.annotation_entry(DEAD_LETTER_SOURCE, source), count + 1
 
 
-def merged_annotations(record: MessageRecord, updates: dict[Any, Any]) -> tuple[bytes, int]:
+def merged_annotations(record: MessageRecord, updates: Mapping[str, object]) -> tuple[bytes, int]:
     """The record's annotation entries with ``updates`` merged in (keys as symbols), and their count.
 
     Service-owned annotations cannot be set this way, as on input.
@@ -368,9 +370,10 @@ def merged_annotations(record: MessageRecord, updates: dict[Any, Any]) -> tuple[
     return merged_annotation_entries(record.annotations, record.annotation_count, updates)
 
 
-def merged_annotation_entries(entries: bytes, count: int, updates: dict[Any, Any]) -> tuple[bytes, int]:
+def merged_annotation_entries(entries: bytes, count: int, updates: Mapping[str, object]) -> tuple[bytes, int]:
     """Encoded annotation ``entries`` (``count`` of them) with ``updates`` merged in, as for
-    :func:`merged_annotations`."""
+    :func:`merged_annotations`. The values are as the core's edits carry them (``object``: any value
+    the AMQP encoder takes)."""
     # Decode the stored entries as the map they are (past the section's 00 53 72 descriptor).
     current = decode(amqp_message.encode_annotations(entries, count)[3:]) if count else {}
     merged = dict(current) if isinstance(current, dict) else {}
