@@ -11,29 +11,34 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from datetime import datetime, timedelta
+from typing import Protocol, Required, TypedDict, TypeVar, cast
 
-from sodalite.amqp.types import Array, Described, Long, Timestamp, ULong
-from sodalite.errors import ArgumentError, NotImplementedOperation
+from sodalite.amqp.types import AmqpMap, AmqpValue, Array, Described, Long, Timestamp, ULong
+from sodalite.errors import ArgumentError, ConfigurationError, NotImplementedOperation
 from sodalite.model.authorization import AccessRights
 from sodalite.model.entities import (
     CorrelationFilter,
     FalseFilter,
     Filter,
     RuleDescription,
+    ScalarValue,
     SqlFilter,
     SqlRuleAction,
     TrueFilter,
 )
+from sodalite.model.json_types import json_type
 from sodalite.model.settlement import from_disposition_status
 from sodalite.server import outcomes, wire
 from sodalite.server.amqp_errors import report
 from sodalite.server.core_actor import CoreActor
+from sodalite.server.endpoint import ConnectionPort
 from sodalite.server.entity_settings import SubQueue
 from sodalite.server.metrics import BrokerMetrics
 from sodalite.server.partitioned_actor import EntityActor, each
+from sodalite.server.registry import SUBSCRIPTION, Entity
 
 T = TypeVar("T")
 
@@ -41,22 +46,166 @@ OK = 200
 NO_CONTENT = 204
 PEEK_LOCK = 1  # receiver-settle-mode in receive-by-sequence-number (the SDK sends a uint)
 
+
+# ---- request bodies: the keys each operation reads (sdk-wire-contract.md 6.2-6.11). The values are
+# as decoded, unchecked (AmqpValue); each operation checks the ones it uses and answers 400 if wrong.
+
+RenewLockRequest = TypedDict("RenewLockRequest", {"lock-tokens": AmqpValue}, total=False)  # array<uuid>
+PeekRequest = TypedDict("PeekRequest", {
+    "from-sequence-number": AmqpValue,  # long
+    "message-count": AmqpValue,  # int
+    "session-id": AmqpValue,  # str, from a session receiver
+}, total=False)
+# Each entry of "messages" is a map: "message" (bin, the encoded message) and, unread here,
+# "message-id", "session-id", "partition-key".
+class ScheduleRequest(TypedDict, total=False):
+    messages: AmqpValue
+CancelScheduledRequest = TypedDict("CancelScheduledRequest", {"sequence-numbers": AmqpValue}, total=False)
+ReceiveBySequenceNumberRequest = TypedDict("ReceiveBySequenceNumberRequest", {
+    "sequence-numbers": AmqpValue,  # array<long>
+    "receiver-settle-mode": AmqpValue,  # uint: 1 PeekLock, 0 ReceiveAndDelete
+    "session-id": AmqpValue,
+}, total=False)
+UpdateDispositionRequest = TypedDict("UpdateDispositionRequest", {
+    "lock-tokens": AmqpValue,  # array<uuid>
+    "disposition-status": AmqpValue,  # "completed" | "abandoned" | "defered" | "suspended"
+    "deadletter-reason": AmqpValue,
+    "deadletter-description": AmqpValue,
+    "properties-to-modify": AmqpValue,  # map; never sent by the Python SDK
+    "session-id": AmqpValue,
+}, total=False)
+SessionRequest = TypedDict("SessionRequest", {"session-id": AmqpValue}, total=False)  # renew lock, get state
+SetSessionStateRequest = TypedDict("SetSessionStateRequest", {
+    "session-id": AmqpValue,
+    "session-state": AmqpValue,  # bin, or null to clear
+}, total=False)
+GetMessageSessionsRequest = TypedDict("GetMessageSessionsRequest", {
+    "last-updated-time": AmqpValue,  # ts; LIST_ALL_SESSIONS for the default listing
+    "skip": AmqpValue,
+    "top": AmqpValue,
+}, total=False)
+AddRuleRequest = TypedDict("AddRuleRequest", {
+    "rule-name": AmqpValue,
+    "rule-description": AmqpValue,  # a map, read as a RuleDescriptionMap
+}, total=False)
+RemoveRuleRequest = TypedDict("RemoveRuleRequest", {"rule-name": AmqpValue}, total=False)
+
+
+class EnumerateRulesRequest(TypedDict, total=False):
+    skip: AmqpValue
+    top: AmqpValue
+
+
+class PartitionRequest(TypedDict, total=False):
+    partition: AmqpValue
+
+
+CompleteThroughRequest = TypedDict("CompleteThroughRequest", {
+    "partition": AmqpValue,
+    "sequence-number": AmqpValue,
+}, total=False)
+PeekPartitionRequest = TypedDict("PeekPartitionRequest", {
+    "partition": AmqpValue,
+    "from-sequence-number": AmqpValue,
+    "message-count": AmqpValue,
+}, total=False)
+# Every key any operation reads: what execute() hands on. Each operation's own request type above
+# names a subset of these keys, so it accepts this.
+ManagementRequest = TypedDict("ManagementRequest", {
+    "lock-tokens": AmqpValue, "from-sequence-number": AmqpValue, "message-count": AmqpValue,
+    "session-id": AmqpValue, "messages": AmqpValue, "sequence-numbers": AmqpValue,
+    "receiver-settle-mode": AmqpValue, "disposition-status": AmqpValue, "deadletter-reason": AmqpValue,
+    "deadletter-description": AmqpValue, "properties-to-modify": AmqpValue, "session-state": AmqpValue,
+    "last-updated-time": AmqpValue, "skip": AmqpValue, "top": AmqpValue, "rule-name": AmqpValue,
+    "rule-description": AmqpValue, "partition": AmqpValue, "sequence-number": AmqpValue,
+}, total=False)
+RuleDescriptionMap = TypedDict("RuleDescriptionMap", {
+    "sql-filter": AmqpValue,  # map: "expression"
+    "correlation-filter": AmqpValue,  # map: the _CORRELATION_KEYS and "properties"
+    "sql-rule-action": AmqpValue,  # map: "expression"
+}, total=False)
+
+
+# ---- response bodies
+
+
+class Empty(TypedDict):
+    """The body of an operation that answers only its status."""
+
+
+# One message in peek-message, receive-by-sequence-number and peek-partition answers: the encoded
+# message, and its lock token when received in PeekLock.
+DeliveredMessage = TypedDict("DeliveredMessage", {"message": Required[bytes], "lock-token": uuid.UUID}, total=False)
+
+
+class MessagesResponse(TypedDict):
+    messages: list[DeliveredMessage]
+
+
+class RenewLockResponse(TypedDict):
+    expirations: Array  # array<ts>
+
+
+ScheduleResponse = TypedDict("ScheduleResponse", {"sequence-numbers": Array})  # array<long>
+
+
+class RenewSessionLockResponse(TypedDict):
+    expiration: Timestamp
+
+
+GetSessionStateResponse = TypedDict("GetSessionStateResponse", {"session-state": bytes | None})
+GetMessageSessionsResponse = TypedDict("GetMessageSessionsResponse", {"skip": int, "sessions-ids": Array})
+RuleEntry = TypedDict("RuleEntry", {"rule-description": Described})
+
+
+class EnumerateRulesResponse(TypedDict):
+    rules: list[RuleEntry]
+
+
+class CountResponse(TypedDict):
+    count: Long
+
+
+PartitionBounds = TypedDict("PartitionBounds", {
+    "partition": int, "first-sequence-number": Long | None, "next-sequence-number": Long,
+})
+
+
+class PartitionBoundsResponse(TypedDict):
+    partitions: list[PartitionBounds]
+
+
+ResponseBody = (Empty | MessagesResponse | RenewLockResponse | ScheduleResponse | RenewSessionLockResponse
+                | GetSessionStateResponse | GetMessageSessionsResponse | EnumerateRulesResponse | CountResponse
+                | PartitionBoundsResponse)
+
+
 @dataclass(frozen=True, slots=True)
 class Response:
     status: int
-    body: dict[str, Any] | None = None
+    body: ResponseBody | None = None
     description: str = "OK"
     condition: str | None = None
+
+
+class Rules(Protocol):
+    """What rule operations need of the broker."""
+
+    metrics: BrokerMetrics
+
+    async def add_rule(self, subscription: Entity, rule: RuleDescription) -> None: ...
+
+    async def remove_rule(self, subscription: Entity, name: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
 class Context:
     actor: EntityActor
     sub_queue: SubQueue
-    owner: Any  # holds locks taken here (the client connection); they outlive it, until they expire
+    owner: ConnectionPort  # holds locks taken here (the client connection); they outlive it, until they expire
     max_message_size: int
-    broker: Any = None  # for rule operations on a subscription
-    entity: Any = None
+    broker: Rules | None = None  # for rule operations on a subscription
+    entity: Entity | None = None
     # Raises Unauthorized unless the caller's token grants the right (None: no check, e.g. in unit tests).
     authorise: Callable[[AccessRights], None] | None = None
     decimals_as_text: bool = False  # the client cannot read decimal128 (wire.decimals_as_text)
@@ -67,31 +216,32 @@ class Context:
         return metrics if isinstance(metrics, BrokerMetrics) else None
 
 
-Operation = Callable[[Context, dict[str, Any]], Awaitable[Response]]
+Operation = Callable[[Context, ManagementRequest], Awaitable[Response]]
 
 
-def _int_arg(body: dict[str, Any], key: str, default: int | None = None) -> int:
+def _int_arg(body: Mapping[str, object], key: str, default: int | None = None) -> int:
     value = body.get(key, default)
     if not isinstance(value, int) or isinstance(value, bool):
         raise ArgumentError(f"'{key}' must be an integer")
     return int(value)
 
 
-def _array(body: dict[str, Any], key: str, kind: type) -> list[Any]:
+def _array(body: Mapping[str, object], key: str, kind: type[T]) -> list[T]:
     value = body.get(key)
     items = list(value) if isinstance(value, Array | list | tuple) else []
-    if not items or not all(isinstance(v, kind) and not isinstance(v, bool) for v in items):
+    kept = [v for v in items if isinstance(v, kind) and not isinstance(v, bool)]
+    if not items or len(kept) < len(items):
         raise ArgumentError(f"'{key}' must be a non-empty array")
-    return items
+    return kept
 
 
-async def renew_lock(ctx: Context, body: dict[str, Any]) -> Response:
+async def renew_lock(ctx: Context, body: RenewLockRequest) -> Response:
     expirations = [Timestamp(await ctx.actor.renew_lock(token))
                    for token in _array(body, "lock-tokens", uuid.UUID)]
     return Response(OK, {"expirations": Array("timestamp", tuple(expirations))})
 
 
-def _session_id(body: dict[str, Any], required: bool = True) -> str | None:
+def _session_id(body: Mapping[str, object], required: bool = True) -> str | None:
     value = body.get("session-id")
     if isinstance(value, str):
         return value
@@ -100,7 +250,7 @@ def _session_id(body: dict[str, Any], required: bool = True) -> str | None:
     return None
 
 
-async def peek_message(ctx: Context, body: dict[str, Any]) -> Response:
+async def peek_message(ctx: Context, body: PeekRequest) -> Response:
     start = _int_arg(body, "from-sequence-number", 1)
     count = _int_arg(body, "message-count", 1)
     records = await ctx.actor.peek(ctx.sub_queue, start, max(0, count), _session_id(body, required=False))
@@ -112,7 +262,7 @@ async def peek_message(ctx: Context, body: dict[str, Any]) -> Response:
     ]})
 
 
-async def schedule_message(ctx: Context, body: dict[str, Any]) -> Response:
+async def schedule_message(ctx: Context, body: ScheduleRequest) -> Response:
     entries = body.get("messages")
     if not isinstance(entries, list) or not entries:
         raise ArgumentError("'messages' must be a non-empty list")
@@ -138,28 +288,29 @@ async def schedule_message(ctx: Context, body: dict[str, Any]) -> Response:
     return Response(OK, {"sequence-numbers": Array("long", tuple(Long(n) for n in numbers))})
 
 
-async def cancel_scheduled_message(ctx: Context, body: dict[str, Any]) -> Response:
+async def cancel_scheduled_message(ctx: Context, body: CancelScheduledRequest) -> Response:
     await ctx.actor.cancel_scheduled(_array(body, "sequence-numbers", int))
-    return Response(OK, {})
+    return Response(OK, Empty())
 
 
-async def receive_by_sequence_number(ctx: Context, body: dict[str, Any]) -> Response:
+async def receive_by_sequence_number(ctx: Context, body: ReceiveBySequenceNumberRequest) -> Response:
     numbers = _array(body, "sequence-numbers", int)
     mode = _int_arg(body, "receiver-settle-mode", PEEK_LOCK)
     taken_now = await ctx.actor.receive_deferred(ctx.sub_queue, numbers, mode == PEEK_LOCK,
                                                  _session_id(body, required=False))
-    messages = [{"message": wire.delivery_payload(r, until, with_state=True, lock_token=token,
-                                                decimals_as_text=ctx.decimals_as_text), "lock-token": token}
-                if token is not None else
-                {"message": wire.delivery_payload(r, None, with_state=True, decimals_as_text=ctx.decimals_as_text)}
-                for r, token, until in taken_now]
+    messages: list[DeliveredMessage] = [
+        {"message": wire.delivery_payload(r, until, with_state=True, lock_token=token,
+                                          decimals_as_text=ctx.decimals_as_text), "lock-token": token}
+        if token is not None else
+        {"message": wire.delivery_payload(r, None, with_state=True, decimals_as_text=ctx.decimals_as_text)}
+        for r, token, until in taken_now]
     return Response(OK, {"messages": messages})
 
 
-async def update_disposition(ctx: Context, body: dict[str, Any]) -> Response:
+async def update_disposition(ctx: Context, body: UpdateDispositionRequest) -> Response:
     tokens = _array(body, "lock-tokens", uuid.UUID)
     if not tokens:
-        return Response(OK, {})
+        return Response(OK, Empty())
     settlement = from_disposition_status(body.get("disposition-status"),
                                          deadletter_reason=body.get("deadletter-reason"),
                                          deadletter_description=body.get("deadletter-description"),
@@ -174,36 +325,36 @@ async def update_disposition(ctx: Context, body: dict[str, Any]) -> Response:
         if settlement.removes and ctx.metrics is not None:
             ctx.metrics.count_out(future, actor, ctx.sub_queue)
     await asyncio.gather(*futures)
-    return Response(OK, {})
+    return Response(OK, Empty())
 
 
-async def renew_session_lock(ctx: Context, body: dict[str, Any]) -> Response:
+async def renew_session_lock(ctx: Context, body: SessionRequest) -> Response:
     session_id = _session_id(body)
     assert session_id is not None
     return Response(OK, {"expiration": Timestamp(await ctx.actor.renew_session_lock(session_id))})
 
 
-async def get_session_state(ctx: Context, body: dict[str, Any]) -> Response:
+async def get_session_state(ctx: Context, body: SessionRequest) -> Response:
     session_id = _session_id(body)
     assert session_id is not None
     return Response(OK, {"session-state": await ctx.actor.get_session_state(session_id)})
 
 
-async def set_session_state(ctx: Context, body: dict[str, Any]) -> Response:
+async def set_session_state(ctx: Context, body: SetSessionStateRequest) -> Response:
     session_id = _session_id(body)
     assert session_id is not None
     state = body.get("session-state")
     if state is not None and not isinstance(state, bytes):
         raise ArgumentError("'session-state' must be binary or null")
     await ctx.actor.set_session_state(session_id, state)
-    return Response(OK, {})
+    return Response(OK, Empty())
 
 
 # "no filter": DateTime.MaxValue in ms, which the SDK sends for a default listing (contract 6.10)
 LIST_ALL_SESSIONS = 253402300800000
 
 
-async def get_message_sessions(ctx: Context, body: dict[str, Any]) -> Response:
+async def get_message_sessions(ctx: Context, body: GetMessageSessionsRequest) -> Response:
     since = _int_arg(body, "last-updated-time", LIST_ALL_SESSIONS)
     skip = max(0, _int_arg(body, "skip", 0))
     top = max(0, _int_arg(body, "top", 100))
@@ -223,34 +374,74 @@ _CORRELATION_KEYS = ("correlation-id", "message-id", "to", "reply-to", "label", 
                      "content-type")
 
 
-def _subscription(ctx: Context) -> Any:
-    if ctx.entity is None or getattr(ctx.entity, "kind", None) != "subscription":
+def _subscription(ctx: Context) -> Entity:
+    if ctx.entity is None or ctx.entity.kind != SUBSCRIPTION:
         raise ArgumentError("rule operations are for a subscription's $management node")
     return ctx.entity
 
 
-def _str_map(value: Any) -> dict[str, Any]:
+def _rules(ctx: Context) -> Rules:
+    if ctx.broker is None:
+        raise ArgumentError("rule operations need the broker")
+    return ctx.broker
+
+
+def _str_map(value: AmqpValue) -> dict[str, AmqpValue]:
     return {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}
 
 
-def rule_from_request(name: str, description: dict[str, Any]) -> RuleDescription:
+def _rule_description(value: AmqpValue) -> RuleDescriptionMap:
+    fields = _str_map(value)
+    description = RuleDescriptionMap()
+    if "sql-filter" in fields:
+        description["sql-filter"] = fields["sql-filter"]
+    if "correlation-filter" in fields:
+        description["correlation-filter"] = fields["correlation-filter"]
+    if "sql-rule-action" in fields:
+        description["sql-rule-action"] = fields["sql-rule-action"]
+    return description
+
+
+def _correlation_text(correlation: dict[str, AmqpValue], key: str) -> str | None:
+    """One string field of a correlation filter, refused as CorrelationFilter itself refuses it."""
+    value = correlation.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ConfigurationError(f"CorrelationFilter.{key.replace('-', '_')}: must be a string, "
+                                 f"got {type(value).__name__}")
+    return value
+
+
+def _correlation_properties(correlation: dict[str, AmqpValue]) -> dict[str, ScalarValue]:
+    """A correlation filter's application properties, refused as CorrelationFilter itself refuses them."""
+    properties: dict[str, ScalarValue] = {}
+    for key, value in _str_map(correlation.get("properties")).items():
+        if not isinstance(value, bool | int | str | float | datetime | timedelta):
+            raise ConfigurationError(f"CorrelationFilter.properties[{key!r}]: must be a string, number or "
+                                     f"boolean (or a date-time or duration), got {json_type(value)}")
+        properties[key] = value
+    return properties
+
+
+def rule_from_request(name: str, description: RuleDescriptionMap) -> RuleDescription:
     """A RuleDescription from add-rule's map; the filter defaults to TrueFilter as the service's does."""
     sql = _str_map(description.get("sql-filter"))
     correlation = _str_map(description.get("correlation-filter"))
     action = _str_map(description.get("sql-rule-action"))
     filter_: Filter
     if sql:
-        if not isinstance(sql.get("expression"), str):
+        expression = sql.get("expression")
+        if not isinstance(expression, str):
             raise ArgumentError("sql-filter needs a string 'expression'")
-        filter_ = SqlFilter(sql["expression"])
+        filter_ = SqlFilter(expression)
     elif correlation:
-        fields = {key.replace("-", "_"): correlation.get(key) for key in _CORRELATION_KEYS}
-        properties = {str(k): v for k, v in _str_map(correlation.get("properties")).items()}
-        filter_ = CorrelationFilter(**fields, properties=properties)
+        text = [_correlation_text(correlation, key) for key in _CORRELATION_KEYS]
+        filter_ = CorrelationFilter(text[0], text[1], text[2], text[3], text[4], text[5], text[6], text[7],
+                                    _correlation_properties(correlation))
     else:
         filter_ = TrueFilter()
-    expression = action.get("expression")
-    return RuleDescription(name, filter_, SqlRuleAction(expression) if isinstance(expression, str) else None)
+    action_expression = action.get("expression")
+    return RuleDescription(name, filter_,
+                           SqlRuleAction(action_expression) if isinstance(action_expression, str) else None)
 
 
 def rule_to_wire(rule: RuleDescription) -> Described:
@@ -270,23 +461,25 @@ def rule_to_wire(rule: RuleDescription) -> Described:
     return Described(ULong(RULE_DESCRIPTION), [filter_, action, rule.name])
 
 
-async def add_rule(ctx: Context, body: dict[str, Any]) -> Response:
+async def add_rule(ctx: Context, body: AddRuleRequest) -> Response:
     name = body.get("rule-name")
     if not isinstance(name, str) or not name:
         raise ArgumentError("'rule-name' must be a non-empty string")
-    await ctx.broker.add_rule(_subscription(ctx), rule_from_request(name, _str_map(body.get("rule-description"))))
-    return Response(OK, {})
+    subscription = _subscription(ctx)
+    await _rules(ctx).add_rule(subscription, rule_from_request(name, _rule_description(body.get("rule-description"))))
+    return Response(OK, Empty())
 
 
-async def remove_rule(ctx: Context, body: dict[str, Any]) -> Response:
+async def remove_rule(ctx: Context, body: RemoveRuleRequest) -> Response:
     name = body.get("rule-name")
     if not isinstance(name, str):
         raise ArgumentError("'rule-name' must be a string")
-    await ctx.broker.remove_rule(_subscription(ctx), name)
-    return Response(OK, {})
+    subscription = _subscription(ctx)
+    await _rules(ctx).remove_rule(subscription, name)
+    return Response(OK, Empty())
 
 
-async def enumerate_rules(ctx: Context, body: dict[str, Any]) -> Response:
+async def enumerate_rules(ctx: Context, body: EnumerateRulesRequest) -> Response:
     skip = max(0, _int_arg(body, "skip", 0))
     top = max(0, _int_arg(body, "top", 100))
     rules = [r.description for r in _subscription(ctx).rules][skip : skip + top]
@@ -302,7 +495,7 @@ PARTITION_BOUNDS = "com.sodalite:partition-bounds"
 PEEK_PARTITION = "com.sodalite:peek-partition"
 
 
-def _partition(ctx: Context, body: dict[str, Any]) -> CoreActor:
+def _partition(ctx: Context, body: Mapping[str, object]) -> CoreActor:
     partitions = each(ctx.actor)
     index = _int_arg(body, "partition", 0)
     if not 0 <= index < len(partitions):
@@ -310,7 +503,7 @@ def _partition(ctx: Context, body: dict[str, Any]) -> CoreActor:
     return partitions[index]
 
 
-async def complete_through_sequence_number(ctx: Context, body: dict[str, Any]) -> Response:
+async def complete_through_sequence_number(ctx: Context, body: CompleteThroughRequest) -> Response:
     """Remove every unlocked message of one partition numbered ``sequence-number`` or lower; answers
     ``count`` (how many went) once the delete is durable. Idempotent: a repeat removes nothing more."""
     partition = _partition(ctx, body)
@@ -318,11 +511,11 @@ async def complete_through_sequence_number(ctx: Context, body: dict[str, Any]) -
     return Response(OK, {"count": Long(count)})
 
 
-async def partition_bounds(ctx: Context, body: dict[str, Any]) -> Response:
+async def partition_bounds(ctx: Context, body: PartitionRequest) -> Response:
     """Per partition: the first stored sequence number (null when empty) and the next one to be made
     visible; everything numbered below ``next-sequence-number`` that will ever be visible already is."""
     partitions = each(ctx.actor)
-    bounds = []
+    bounds: list[PartitionBounds] = []
     for index, partition in enumerate(partitions):
         first, next_number = await partition.bounds(ctx.sub_queue)
         bounds.append({"partition": index, "first-sequence-number": None if first is None else Long(first),
@@ -330,7 +523,7 @@ async def partition_bounds(ctx: Context, body: dict[str, Any]) -> Response:
     return Response(OK, {"partitions": bounds})
 
 
-async def peek_partition(ctx: Context, body: dict[str, Any]) -> Response:
+async def peek_partition(ctx: Context, body: PeekPartitionRequest) -> Response:
     """Peek within one partition only, failing (rather than skipping it) when its store is unavailable."""
     partition = _partition(ctx, body)
     start = _int_arg(body, "from-sequence-number", 0)
@@ -383,7 +576,13 @@ REQUIRED_RIGHTS: dict[str, AccessRights] = {
 }
 
 
-async def execute(ctx: Context, operation: Any, body: Any) -> Response:
+def _request(body: AmqpMap) -> ManagementRequest:
+    """The request map with string keys. Its values stay unchecked (each operation checks what it
+    reads) and keys no operation reads are carried along unread: hence the cast."""
+    return cast(ManagementRequest, {str(k): v for k, v in body.items()})
+
+
+async def execute(ctx: Context, operation: AmqpValue, body: AmqpValue) -> Response:
     """Run one request; every failure becomes a response, never an exception."""
     handler = OPERATIONS.get(str(operation))
     try:
@@ -393,8 +592,9 @@ async def execute(ctx: Context, operation: Any, body: Any) -> Response:
             ctx.authorise(REQUIRED_RIGHTS.get(str(operation), AccessRights.MANAGE))
         if not isinstance(body, dict):
             raise ArgumentError("the request body must be a map")
-        return await handler(ctx, {str(k): v for k, v in body.items()})
+        return await handler(ctx, _request(body))
     except Exception as exc:  # an unexpected failure is answered too, as an internal error
         entity = ctx.entity.name if ctx.entity is not None else ctx.actor.ref.entity
+        # (getattr: the unit tests stand a bare object in for the connection)
         error, description = report(exc, ctx.metrics, getattr(ctx.owner, "peer", None), entity, "management")
         return Response(error.http_status, None, description, error.condition)
