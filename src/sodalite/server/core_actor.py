@@ -85,10 +85,11 @@ import functools
 import itertools
 import logging
 import uuid
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol, TypeVar, cast
 
+from sodalite.amqp.types import AmqpValue
 from sodalite.errors import (
     InvalidOperation,
     MessageLockLost,
@@ -119,6 +120,12 @@ from sodalite.store.port import (
 )
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# The annotations a client asks abandon or defer to set (``modified.message-annotations``, or
+# ``properties-to-modify`` in update-disposition), as decoded.
+AnnotationEdits = Mapping[AmqpValue, AmqpValue]
 
 ALL_STATES = frozenset(MessageState)
 Taken = tuple[MessageRecord, uuid.UUID | None, int | None]  # a message received by number: record, lock token, until
@@ -155,13 +162,39 @@ def as_delivered(record: MessageRecord) -> MessageRecord:
     return replace(record, delivery_count=record.delivery_count - 1)
 
 
+class Receiver(Hashable, Protocol):
+    """A receiver as a core actor sees it: a client's receiver link (``links.LinkConsumer``), one
+    partition's share of one (``partitioned_actor._Share``) or a topic's own activator. The actor
+    hands it to the core as the core's opaque consumer id, and the core hands it back with each
+    delivery."""
+
+    @property
+    def sub_queue(self) -> SubQueue: ...
+
+    @property
+    def peek_lock(self) -> bool: ...
+
+    @property
+    def session_id(self) -> str | None: ...  # the session it holds, on a session entity
+
+    def credit(self) -> int: ...
+
+    def deliver(self, record: MessageRecord, lock: Lock | None) -> None: ...
+
+    def drain_requested(self) -> bool: ...
+
+    def drained(self) -> None: ...
+
+    def session_lost(self) -> None: ...
+
+
 class _Sessions:
     """What links.py does to an actor's session registry: release a late grant."""
 
     def __init__(self, actor: CoreActor) -> None:
         self._actor = actor
 
-    def release(self, owner: Any) -> None:
+    def release(self, owner: Receiver) -> None:
         self._actor.remove_consumer(owner)
 
 
@@ -187,17 +220,19 @@ class CoreActor:
         self.on_dead_letters: Callable[[], None] | None = None  # rows came into the dead-letter queue (a relay)
         self.last_activity = self.clock.now()
         self._requests = itertools.count(1)
+        # Requests waiting for their reply, by reply-to key. Each future's value is the type its
+        # request's public method promises (an int, a list of numbers, ...): the table holds them all.
         self._futures: dict[Hashable, asyncio.Future[Any]] = {}
-        self._given: dict[Any, int] = {}  # credit handed to the core, per receiver (a links.LinkConsumer)
-        self._consumers: set[Any] = set()
+        self._given: dict[Receiver, int] = {}  # credit handed to the core, per receiver (a links.LinkConsumer)
+        self._consumers: set[Receiver] = set()
         self._holders: dict[uuid.UUID, SubQueue] = {}  # lock token -> the sub-queue whose core holds it
-        self._draining: set[Any] = set()
+        self._draining: set[Receiver] = set()
         self._available = True
         self._closed = False
         self._poller: asyncio.Task[None] | None = None
         self._targets: dict[PartitionRef, tuple[CoreActor, SubQueue]] = {}  # where Publish copies land
-        self._unwatch: list[Any] = []  # stop the store worker's wake-ups, one per sub-queue
-        self._session_waits: dict[Any, Hashable] = {}  # owner -> request key of its accept-next-session
+        self._unwatch: list[Callable[[], None]] = []  # stop the store worker's wake-ups, one per sub-queue
+        self._session_waits: dict[Receiver, Hashable] = {}  # owner -> request key of its accept-next-session
 
     # ---- life -------------------------------------------------------------------------------------
 
@@ -266,8 +301,9 @@ class CoreActor:
             raise StoreUnavailable(f"the messaging store '{self.worker.name}' is unavailable; retry shortly")
         return self.runners[sub]
 
-    def _request(self, sub: SubQueue, make: Any) -> asyncio.Future[Any]:
-        """Submit ``make(reply_to)`` to ``sub``'s core; the future its reply resolves."""
+    def _request(self, sub: SubQueue, make: Callable[[int], core.Command]) -> asyncio.Future[Any]:
+        """Submit ``make(reply_to)`` to ``sub``'s core; the future its reply resolves (with the value
+        :meth:`_on_reply` gives that reply: the caller's method names its type)."""
         runner = self._runner(sub)
         key = next(self._requests)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -275,7 +311,7 @@ class CoreActor:
         runner.submit(make(key))
         return future
 
-    def _resolve(self, key: Hashable, value: Any = None, error: SodaliteError | None = None) -> None:
+    def _resolve(self, key: Hashable, value: object = None, error: SodaliteError | None = None) -> None:
         future = self._futures.pop(key, None)
         if future is None or future.done():
             return
@@ -331,8 +367,8 @@ class CoreActor:
                 self._resolve(reply.reply_to, error=SessionLockLost(
                     f"the lock on session '{reply.session_id}' was lost"))
             case core.SessionLost():
-                lost: Any = reply.consumer
-                lost.session_lost()
+                # (the core hands back the receivers this actor gave it: links' consumers)
+                cast(Receiver, reply.consumer).session_lost()
             case core.SessionRenewed():
                 self._resolve(reply.reply_to, reply.locked_until)
             case core.SessionState():
@@ -362,7 +398,7 @@ class CoreActor:
                 self._resolve(reply.reply_to)
 
     def _deliver(self, sub: SubQueue, reply: core.Delivered) -> None:
-        consumer: Any = reply.consumer
+        consumer = cast(Receiver, reply.consumer)  # as this actor gave it to the core
         given = self._given.get(consumer)
         if given is not None:
             self._given[consumer] = max(given - 1, 0)
@@ -524,7 +560,7 @@ class CoreActor:
     def holds(self, token: uuid.UUID) -> bool:
         return token in self._holders
 
-    def _settle(self, token: uuid.UUID, outcome: Outcome, properties: dict[Any, Any] | None = None,
+    def _settle(self, token: uuid.UUID, outcome: Outcome, properties: AnnotationEdits | None = None,
                 reason: str | None = None, description: str | None = None) -> asyncio.Future[None]:
         sub = self._holders.get(token)
         if sub is None:
@@ -536,10 +572,10 @@ class CoreActor:
     def complete(self, token: uuid.UUID) -> asyncio.Future[None]:
         return self._settle(token, Outcome.COMPLETE)
 
-    def abandon(self, token: uuid.UUID, properties_to_modify: dict[Any, Any] | None = None) -> asyncio.Future[None]:
+    def abandon(self, token: uuid.UUID, properties_to_modify: AnnotationEdits | None = None) -> asyncio.Future[None]:
         return self._settle(token, Outcome.ABANDON, properties_to_modify)
 
-    def defer(self, token: uuid.UUID, properties_to_modify: dict[Any, Any] | None = None) -> asyncio.Future[None]:
+    def defer(self, token: uuid.UUID, properties_to_modify: AnnotationEdits | None = None) -> asyncio.Future[None]:
         return self._settle(token, Outcome.DEFER, properties_to_modify)
 
     def dead_letter(self, token: uuid.UUID, reason: str | None, description: str | None) -> asyncio.Future[None]:
@@ -678,13 +714,13 @@ class CoreActor:
 
     # ---- consumers --------------------------------------------------------------------------------
 
-    def add_consumer(self, consumer: Any) -> None:
+    def add_consumer(self, consumer: Receiver) -> None:
         self.last_activity = self.clock.now()
         self._consumers.add(consumer)
         self._given.setdefault(consumer, 0)
         self.credit_changed(consumer)
 
-    def remove_consumer(self, consumer: Any) -> None:
+    def remove_consumer(self, consumer: Receiver) -> None:
         """A receiver left: its credit ends; its locks live on in the store until they expire (a
         session receiver's session is released, and the messages riding on it with it)."""
         self._consumers.discard(consumer)
@@ -694,7 +730,7 @@ class CoreActor:
         if runner is not None and self.available:
             runner.submit(core.CloseConsumer(consumer))
 
-    def credit_changed(self, consumer: Any) -> None:
+    def credit_changed(self, consumer: Receiver) -> None:
         self.last_activity = self.clock.now()
         if consumer not in self._consumers or not self.available:
             return
@@ -717,11 +753,11 @@ class CoreActor:
         runner = self.runners.get(sub)
         return len(runner.view.window_order) if runner is not None and self.available else 0
 
-    def given(self, consumer: Any) -> int:
+    def given(self, consumer: Receiver) -> int:
         """The credit ``consumer`` gave the core that it has not delivered on yet, claimed or not."""
         return self._given.get(consumer, 0)
 
-    def withdraw_credit(self, consumer: Any) -> int:
+    def withdraw_credit(self, consumer: Receiver) -> int:
         """Take back the credit ``consumer`` (not a session receiver) gave this core and the core has
         not used for a claim yet; claims already in flight still deliver. Returns how much."""
         runner = self.runners.get(consumer.sub_queue)
@@ -743,7 +779,7 @@ class CoreActor:
         if runner is not None:
             await runner.drained()
 
-    async def _drain(self, consumer: Any, runner: PartitionRunner) -> None:
+    async def _drain(self, consumer: Receiver, runner: PartitionRunner) -> None:
         """Answer a drain once everything ready was delivered: the rest of the credit is spent."""
         try:
             await runner.drained()
@@ -757,7 +793,8 @@ class CoreActor:
 
     # ---- sessions ---------------------------------------------------------------------------------
 
-    def accept_session(self, owner: Any, session_id: str | None, timeout_ms: int) -> asyncio.Future[tuple[str, int]]:
+    def accept_session(self, owner: Receiver, session_id: str | None,
+                       timeout_ms: int) -> asyncio.Future[tuple[str, int]]:
         self.last_activity = self.clock.now()
         wait_until = self.clock.now() + timeout_ms if session_id is None else None
         # The core grants sessions to receivers it knows: register this one (no credit yet).
@@ -776,7 +813,7 @@ class CoreActor:
             future.add_done_callback(lambda _: self._session_waits.pop(owner, None))
         return future
 
-    def cancel_session_wait(self, owner: Any) -> None:
+    def cancel_session_wait(self, owner: Receiver) -> None:
         """Withdraw ``owner``'s wait for the next session (another partition granted it one): the
         core forgets the receiver (a session granted meanwhile is released) and the wait's future
         ends with OperationTimeout, so nothing waits for a reply that will not come."""
@@ -848,10 +885,10 @@ class CoreActor:
         lose their sessions. The future resolves once every sub-queue's core has dropped them."""
         self.settings = settings
         loop = asyncio.get_running_loop()
-        waits: list[asyncio.Future[Any]] = []
+        waits: list[asyncio.Future[None]] = []
         for sub, runner in self.runners.items():
             key = next(self._requests)
-            future: asyncio.Future[Any] = loop.create_future()
+            future: asyncio.Future[None] = loop.create_future()
             self._futures[key] = future
             waits.append(future)
             runner.submit(core.UpdateSettings(
@@ -935,7 +972,7 @@ class CoreActor:
         entries = self.publish_entries(planned)
         future = self._request(sub, lambda key: core.Transact(tuple(settles), entries, key, tuple(deduplicate)))
 
-        def settled(f: asyncio.Future[Any]) -> None:
+        def settled(f: asyncio.Future[None]) -> None:
             if not f.cancelled() and f.exception() is None:
                 for settle in settles:
                     self._holders.pop(settle.token, None)
@@ -944,10 +981,10 @@ class CoreActor:
         return _without_value(future)
 
 
-def _without_value(future: asyncio.Future[Any]) -> asyncio.Future[None]:
+def _without_value(future: asyncio.Future[T]) -> asyncio.Future[None]:
     out: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-    def done(f: asyncio.Future[Any]) -> None:
+    def done(f: asyncio.Future[T]) -> None:
         if out.done():
             return
         if f.cancelled():

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -40,8 +40,8 @@ class SubQueue(enum.Enum):
         return path, cls.MAIN
 
 
-class Consumer(Protocol):
-    """A receiver link as the actor sees it."""
+class Consumer(Hashable, Protocol):
+    """A receiver link as the actor sees it (hashable: it is the core's consumer id too)."""
 
     peek_lock: bool
     sub_queue: SubQueue

@@ -141,6 +141,9 @@ class _Activator:
     def deliver(self, message: MessageRecord, lock: Lock | None) -> None:
         self._topic._activated(message, lock)
 
+    def drained(self) -> None:
+        pass  # never asked to drain
+
     def session_lost(self) -> None:
         pass
 
