@@ -52,7 +52,7 @@ import functools
 import uuid
 import zlib
 from collections.abc import Iterator, Sequence
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from sodalite.errors import (
     InvalidOperation,
@@ -63,7 +63,7 @@ from sodalite.errors import (
 )
 from sodalite.model.message import MessageRecord
 from sodalite.model.partition import Lock, MessageDraft
-from sodalite.server.core_actor import CoreActor, Taken
+from sodalite.server.core_actor import AnnotationEdits, CoreActor, Receiver, Taken
 from sodalite.server.entity_settings import Consumer, EntitySettings, SubQueue, all_of
 from sodalite.server.store_worker import StoreWorker
 from sodalite.store.port import PARTITION_SHIFT, PartitionRef
@@ -99,7 +99,7 @@ def partition_key(draft: MessageDraft, duplicate_detection: bool) -> str | None:
 
 
 class _OwnerRelease(Protocol):
-    def release(self, owner: Any) -> object: ...
+    def release(self, owner: Receiver) -> object: ...
 
 
 class Partition(Protocol):
@@ -143,24 +143,25 @@ class Partition(Protocol):
 
     def complete(self, token: uuid.UUID) -> asyncio.Future[None]: ...
 
-    def abandon(self, token: uuid.UUID, properties_to_modify: dict[Any, Any] | None = None) -> asyncio.Future[None]: ...
+    def abandon(self, token: uuid.UUID,
+                properties_to_modify: AnnotationEdits | None = None) -> asyncio.Future[None]: ...
 
-    def defer(self, token: uuid.UUID, properties_to_modify: dict[Any, Any] | None = None) -> asyncio.Future[None]: ...
+    def defer(self, token: uuid.UUID, properties_to_modify: AnnotationEdits | None = None) -> asyncio.Future[None]: ...
 
     def dead_letter(self, token: uuid.UUID, reason: str | None, description: str | None) -> asyncio.Future[None]: ...
 
     def release(self, token: uuid.UUID) -> None: ...
 
-    def add_consumer(self, consumer: Any) -> None: ...
+    def add_consumer(self, consumer: Receiver) -> None: ...
 
-    def remove_consumer(self, consumer: Any) -> None: ...
+    def remove_consumer(self, consumer: Receiver) -> None: ...
 
-    def credit_changed(self, consumer: Any) -> None: ...
+    def credit_changed(self, consumer: Receiver) -> None: ...
 
-    def accept_session(self, owner: Any, session_id: str | None,
+    def accept_session(self, owner: Receiver, session_id: str | None,
                        timeout_ms: int) -> asyncio.Future[tuple[str, int]]: ...
 
-    def cancel_session_wait(self, owner: Any) -> None: ...
+    def cancel_session_wait(self, owner: Receiver) -> None: ...
 
     def set_session_state(self, session_id: str, state: bytes | None) -> asyncio.Future[None]: ...
 
@@ -176,7 +177,7 @@ class _Sessions(Generic[P]):
     def __init__(self, partitions: Sequence[P]) -> None:
         self._partitions = partitions
 
-    def release(self, owner: Any) -> None:
+    def release(self, owner: Receiver) -> None:
         for partition in self._partitions:
             partition.sessions.release(owner)
 
@@ -335,10 +336,10 @@ class Partitioned(Generic[P]):
     def complete(self, token: uuid.UUID) -> asyncio.Future[None]:
         return self.holder(token).complete(token)
 
-    def abandon(self, token: uuid.UUID, properties_to_modify: dict[Any, Any] | None = None) -> asyncio.Future[None]:
+    def abandon(self, token: uuid.UUID, properties_to_modify: AnnotationEdits | None = None) -> asyncio.Future[None]:
         return self.holder(token).abandon(token, properties_to_modify)
 
-    def defer(self, token: uuid.UUID, properties_to_modify: dict[Any, Any] | None = None) -> asyncio.Future[None]:
+    def defer(self, token: uuid.UUID, properties_to_modify: AnnotationEdits | None = None) -> asyncio.Future[None]:
         return self.holder(token).defer(token, properties_to_modify)
 
     def dead_letter(self, token: uuid.UUID, reason: str | None, description: str | None) -> asyncio.Future[None]:
@@ -352,7 +353,8 @@ class Partitioned(Generic[P]):
 
     # ---- sessions -----------------------------------------------------------------------------------
 
-    def accept_session(self, owner: Any, session_id: str | None, timeout_ms: int) -> asyncio.Future[tuple[str, int]]:
+    def accept_session(self, owner: Receiver, session_id: str | None,
+                       timeout_ms: int) -> asyncio.Future[tuple[str, int]]:
         """A named session in its partition; the next available one from whichever partition has one
         first (every partition is asked; the first grant wins and the others are withdrawn)."""
         if session_id is not None:
@@ -393,10 +395,10 @@ class Partitioned(Generic[P]):
             combined.set_exception(failures[0])
         return combined
 
-    def _granted(self, owner: Any, partition: P) -> None:
+    def _granted(self, owner: Receiver, partition: P) -> None:
         """``partition`` granted ``owner`` the next session (a hook for the faces)."""
 
-    def cancel_session_wait(self, owner: Any) -> None:
+    def cancel_session_wait(self, owner: Receiver) -> None:
         for partition in self.partitions:
             partition.cancel_session_wait(owner)
 
@@ -453,7 +455,7 @@ class PartitionedCoreActor(Partitioned[CoreActor]):
     def __init__(self, partitions: Sequence[CoreActor]) -> None:
         super().__init__(partitions)
         self._shares: dict[Consumer, list[_Share]] = {}  # per receiver link that holds no session
-        self._session_partition: dict[Any, CoreActor] = {}  # a session receiver -> the partition granting it
+        self._session_partition: dict[Receiver, CoreActor] = {}  # a session receiver -> the partition granting it
         self._draining: set[Consumer] = set()
         self._cursor = 0  # where the next credit hand-out starts
         self._poller: asyncio.Task[None] | None = None
@@ -531,7 +533,7 @@ class PartitionedCoreActor(Partitioned[CoreActor]):
 
     # ---- settlement ---------------------------------------------------------------------------------
 
-    def abandon(self, token: uuid.UUID, properties_to_modify: dict[Any, Any] | None = None) -> asyncio.Future[None]:
+    def abandon(self, token: uuid.UUID, properties_to_modify: AnnotationEdits | None = None) -> asyncio.Future[None]:
         future = super().abandon(token, properties_to_modify)
         future.add_done_callback(self._offer_soon)  # the message is ready again
         return future
@@ -659,7 +661,7 @@ class PartitionedCoreActor(Partitioned[CoreActor]):
             if consumer not in self._draining:
                 self._offer(consumer)
 
-    def _offer_soon(self, _: asyncio.Future[Any]) -> None:
+    def _offer_soon(self, _: asyncio.Future[None]) -> None:
         self._offer_all()
 
     def _poll(self) -> None:
@@ -697,7 +699,7 @@ class PartitionedCoreActor(Partitioned[CoreActor]):
 
     # ---- sessions -----------------------------------------------------------------------------------
 
-    def _granted(self, owner: Any, partition: CoreActor) -> None:
+    def _granted(self, owner: Receiver, partition: CoreActor) -> None:
         self._session_partition[owner] = partition
 
     def renew_session_lock(self, session_id: str) -> asyncio.Future[int]:
