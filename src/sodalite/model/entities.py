@@ -15,14 +15,14 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, Literal, Self
+from typing import Any, Final, Literal, Self, TypeVar
 
 from sodalite.errors import ConfigurationError
 from sodalite.model.authorization import AuthorizationRule, rules_from_json
-from sodalite.model.json_types import json_type
+from sodalite.model.json_types import JsonObject, JsonValue, json_type
 
 # --------------------------------------------------------------------------------------------------
 # Durations
@@ -128,6 +128,8 @@ def _error(path: str, reason: str) -> ConfigurationError:
     return ConfigurationError(f"{path}: {reason}")
 
 
+# Typed loosely below: the values of a JSON object as parsed, not yet checked. The config reader (config.py)
+# hands some straight to the constructors that check them, so they cannot be typed ``object``.
 def _expect_object(value: object, path: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise _error(path or "(document)", f"must be a JSON object, got {json_type(value)}")
@@ -137,7 +139,7 @@ def _expect_object(value: object, path: str) -> Mapping[str, Any]:
     return value
 
 
-def _expect_array(value: object, path: str) -> list[Any]:
+def _expect_array(value: object, path: str) -> list[object]:
     if not isinstance(value, list):
         raise _error(path, f"must be a JSON array, got {json_type(value)}")
     return value
@@ -149,7 +151,7 @@ def _expect_string(value: object, path: str) -> str:
     return value
 
 
-def _check_keys(obj: Mapping[str, Any], allowed: tuple[str, ...], path: str) -> None:
+def _check_keys(obj: Mapping[str, object], allowed: tuple[str, ...], path: str) -> None:
     """Reject any key of ``obj`` not in ``allowed``, suggesting the closest allowed key."""
     for key in obj:
         if key in allowed:
@@ -160,7 +162,7 @@ def _check_keys(obj: Mapping[str, Any], allowed: tuple[str, ...], path: str) -> 
         raise _error(_join(path, str(key)), f"unknown property{hint}; allowed: {', '.join(allowed)}")
 
 
-def _require(obj: Mapping[str, Any], key: str, path: str) -> Any:
+def _require(obj: Mapping[str, Any], key: str, path: str) -> Any:  # (unchecked, as above)
     if key not in obj:
         raise _error(_join(path, key), "required property is missing")
     return obj[key]
@@ -242,23 +244,28 @@ class _Spec:
 
     json: str
     kind: _Kind
-    low: Any = None
-    high: Any = None
+    low: int | timedelta | None = None  # an int property's bounds are ints, a duration's timedeltas
+    high: int | timedelta | None = None
 
 
 def _meta(spec: _Spec) -> dict[str, _Spec]:
     return {"spec": spec}
 
 
-def _range_problem(value: Any, low: Any, high: Any, show: Any) -> str | None:
+_Bound = TypeVar("_Bound", int, timedelta)
+
+
+def _range_problem(value: _Bound, low: _Bound | None, high: _Bound | None,
+                   show: Callable[[_Bound], str]) -> str | None:
     too_low = low is not None and value < low
     too_high = high is not None and value > high
     if not (too_low or too_high):
         return None
     if low is not None and high is not None and high not in (_INT32_MAX, TIMESPAN_MAX):
         return f"must be between {show(low)} and {show(high)}, got {show(value)}"
-    if too_low:
+    if low is not None and too_low:
         return f"must be at least {show(low)}, got {show(value)}"
+    assert high is not None
     return f"must be at most {show(high)}, got {show(value)}"
 
 
@@ -272,10 +279,12 @@ def _value_problem(spec: _Spec, value: object) -> str | None:
             return None
         if not isinstance(value, int) or isinstance(value, bool):
             return f"must be an integer, got {_describe(value)}"
+        assert not isinstance(spec.low, timedelta) and not isinstance(spec.high, timedelta)
         return _range_problem(value, spec.low, spec.high, str)
     if kind == "duration":
         if not isinstance(value, timedelta):
             return f"must be a duration, got {json_type(value)}"
+        assert not isinstance(spec.low, int) and not isinstance(spec.high, int)
         return _range_problem(value, spec.low, spec.high, _show_duration)
     if kind == "forward":
         if value is None:
@@ -346,22 +355,23 @@ def _decode(spec: _Spec, raw: object, path: str) -> object:
     return raw
 
 
-def _encode(spec: _Spec, value: object) -> object:
+def _encode(spec: _Spec, value: object) -> JsonValue:
     if spec.kind == "duration":
         assert isinstance(value, timedelta)
         return format_duration(value)
     if spec.kind == "authorization_rules":
         assert isinstance(value, tuple)
         return [rule.to_json() for rule in value]
+    assert value is None or isinstance(value, bool | int | str)  # the other kinds' values (checked)
     return value
 
 
-def _from_json_fields(cls: type, data: object, path: str) -> dict[str, Any]:
+def _from_json_fields(cls: type, data: object, path: str) -> dict[str, object]:
     """Decode and validate a properties object into keyword arguments for ``cls``."""
     obj = _expect_object(data, path)
     specs = {f.metadata["spec"].json: f for f in fields(cls)}
     _check_keys(obj, tuple(specs), path)
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, object] = {}  # each value checked against its field's spec
     for key, raw in obj.items():
         f = specs[key]
         spec: _Spec = f.metadata["spec"]
@@ -374,8 +384,8 @@ def _from_json_fields(cls: type, data: object, path: str) -> dict[str, Any]:
     return kwargs
 
 
-def _to_json_fields(obj: object) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _to_json_fields(obj: object) -> JsonObject:
+    out: JsonObject = {}
     for f in fields(obj):  # type: ignore[arg-type]
         spec: _Spec = f.metadata["spec"]
         value = getattr(obj, f.name)
@@ -423,12 +433,12 @@ class _EntityProperties:
     def __post_init__(self) -> None:
         _validate_fields(self)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """Every property by its Service Bus name; durations as ISO 8601, absent values as null."""
         return _to_json_fields(self)
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any], *, path: str = "") -> Self:
+    def from_json(cls, d: Mapping[str, object], *, path: str = "") -> Self:
         """Build from Service Bus-named properties; missing ones take their defaults.
 
         ``path`` prefixes error messages (the JSON path of ``d`` in a larger document)."""
@@ -521,7 +531,7 @@ _JSON_DATETIME: Final = "DateTime"
 _JSON_DURATION: Final = "Duration"
 
 
-def _scalar_to_json(value: ScalarValue) -> object:
+def _scalar_to_json(value: ScalarValue) -> JsonValue:
     if isinstance(value, datetime):
         return {_JSON_DATETIME: value.isoformat()}
     if isinstance(value, timedelta):
@@ -529,7 +539,7 @@ def _scalar_to_json(value: ScalarValue) -> object:
     return value
 
 
-def _scalars_to_json(values: Mapping[str, ScalarValue]) -> dict[str, object]:
+def _scalars_to_json(values: Mapping[str, ScalarValue]) -> JsonObject:
     return {key: _scalar_to_json(value) for key, value in values.items()}
 
 
@@ -682,23 +692,23 @@ class RuleDescription:
                 "RuleDescription.action", f"must be a SqlRuleAction, got {type(self.action).__name__}"
             )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The rule in the emulator's Config.json shape: ``{"Name": ..., "Properties": {...}}``."""
-        props: dict[str, Any] = {}
+        props: JsonObject = {}
         flt = self.filter
         if isinstance(flt, SqlFilter):
             props["FilterType"] = "Sql"
             props["SqlFilter"] = {"SqlExpression": flt.expression, "Parameters": _scalars_to_json(flt.parameters)}
         elif isinstance(flt, CorrelationFilter):
             props["FilterType"] = "Correlation"
-            correlation: dict[str, Any] = {
+            correlation: JsonObject = {
                 key: getattr(flt, attr) for attr, key in CORRELATION_FIELDS if getattr(flt, attr) is not None
             }
             correlation["Properties"] = _scalars_to_json(flt.properties)
             props["CorrelationFilter"] = correlation
         else:
             props["FilterType"] = "True" if isinstance(flt, TrueFilter) else "False"
-        action: dict[str, Any] | None = None
+        action: JsonObject | None = None
         if self.action is not None:
             action = {"SqlExpression": self.action.expression}
             if self.action.parameters:
@@ -707,7 +717,7 @@ class RuleDescription:
         return {"Name": self.name, "Properties": props}
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any], *, path: str = "") -> RuleDescription:
+    def from_json(cls, d: Mapping[str, object], *, path: str = "") -> RuleDescription:
         """Parse a rule in the emulator's Config.json shape (see :meth:`to_json`).
 
         ``FilterType`` is one of ``Sql``, ``Correlation``, ``True``, ``False`` (any case); the
@@ -753,7 +763,7 @@ class RuleDescription:
         return cls(name, flt, action)
 
 
-def _sql_expression(obj: Mapping[str, Any], path: str) -> str:
+def _sql_expression(obj: Mapping[str, object], path: str) -> str:
     where = _join(path, "SqlExpression")
     expression = _require(obj, "SqlExpression", path)
     problem = _sql_problem(expression)
@@ -792,13 +802,17 @@ def _sql_filter_from_json(raw: object, path: str) -> SqlFilter:
 def _correlation_filter_from_json(raw: object, path: str) -> CorrelationFilter:
     obj = _expect_object(raw, path)
     _check_keys(obj, (*(key for _, key in CORRELATION_FIELDS), "Properties"), path)
-    kwargs: dict[str, Any] = {}
+    texts: dict[str, str | None] = {}
     for attr, key in CORRELATION_FIELDS:
         value = obj.get(key)
         if value is not None and not isinstance(value, str):
             raise _error(_join(path, key), f"must be a string, got {json_type(value)}")
-        kwargs[attr] = value
+        texts[attr] = value
     properties = _scalars_from_json(obj.get("Properties"), _join(path, "Properties"))
-    if all(value is None for value in kwargs.values()) and not properties:
+    if all(value is None for value in texts.values()) and not properties:
         raise _error(path, "a correlation filter must set at least one property")
-    return CorrelationFilter(**kwargs, properties=properties)
+    return CorrelationFilter(
+        correlation_id=texts["correlation_id"], message_id=texts["message_id"], to=texts["to"],
+        reply_to=texts["reply_to"], label=texts["label"], session_id=texts["session_id"],
+        reply_to_session_id=texts["reply_to_session_id"], content_type=texts["content_type"],
+        properties=properties)

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TypeAlias
+
+# A JSON document as json.loads gives it and json.dumps takes it.
+JsonValue: TypeAlias = str | int | float | bool | list["JsonValue"] | dict[str, "JsonValue"] | None
+JsonObject: TypeAlias = dict[str, JsonValue]
 
 
 def json_type(value: object) -> str:
