@@ -367,7 +367,7 @@ class CoreActor:
                 self._resolve(reply.reply_to, error=SessionLockLost(
                     f"the lock on session '{reply.session_id}' was lost"))
             case core.SessionLost():
-                # (the core hands back the receivers this actor gave it: links' consumers)
+                # (the core hands back the receiver this actor gave it)
                 cast(Receiver, reply.consumer).session_lost()
             case core.SessionRenewed():
                 self._resolve(reply.reply_to, reply.locked_until)
