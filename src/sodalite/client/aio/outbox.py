@@ -13,24 +13,32 @@ from collections.abc import Iterable
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any
 
 from azure.servicebus import ServiceBusMessage
 
-from sodalite.client.outbox_core import FailedMessage, OutboxStore, PendingRow, batch_of, check_kind, decode
+from sodalite.client.outbox_core import (
+    AfterRefusal,
+    FailedMessage,
+    ForwardingClient,
+    OutboxStore,
+    PendingRow,
+    Undecodable,
+    after_refusal,
+    batch_of,
+    check_batch_size,
+    check_can_forward,
+    check_kind,
+    decode_rows,
+    make_sender,
+    refusal_text,
+    send_payload,
+)
 from sodalite.client.replication_core import signals_unavailable
-from sodalite.errors import ConfigurationError
 
 __all__ = ["Outbox", "OutboxSender"]
 
 _log = logging.getLogger("sodalite.client.aio.outbox")
-
-
-class ForwardingClient(Protocol):
-    """What the outbox forwards through: the asyncio ServiceBusClient or ReplicatedClient."""
-
-    def get_queue_sender(self, queue_name: str) -> Any: ...
-    def get_topic_sender(self, topic_name: str) -> Any: ...
 
 
 class Outbox:
@@ -42,8 +50,7 @@ class Outbox:
     def __init__(self, path: str | Path, client: ForwardingClient | None = None, *,
                  retry_interval: timedelta = timedelta(seconds=1), batch_size: int = 100,
                  send_timeout: float | None = 30.0) -> None:
-        if batch_size < 1:
-            raise ConfigurationError(f"Outbox batch_size must be at least 1, not {batch_size}")
+        check_batch_size(batch_size)
         self.path = Path(path)
         self.client = client
         self.retry_interval = retry_interval
@@ -91,8 +98,7 @@ class Outbox:
 
     async def forward(self) -> int:
         """Forward in order until empty or no namespace is reachable; returns how many left the outbox."""
-        if self.client is None:
-            raise ConfigurationError("this Outbox has no client to forward through")
+        check_can_forward(self.client)
         store = await self._open()
         done = 0
         async with self._forward_lock:
@@ -110,39 +116,34 @@ class Outbox:
         return done
 
     async def _forward_rows(self, store: OutboxStore, rows: list[PendingRow]) -> int:
-        messages: list[ServiceBusMessage] = []
-        for row in rows:
-            try:
-                messages.append(decode(row.message))
-            except Exception as error:
-                await asyncio.to_thread(store.fail, [row], f"the stored message cannot be decoded: {error}")
-                return 1
-        sender = self._sender(rows[0].kind, rows[0].entity)
+        messages = decode_rows(rows)
+        if isinstance(messages, Undecodable):
+            await asyncio.to_thread(store.fail, [messages.row], messages.error)
+            return 1
         try:
-            await sender.send_messages(messages if len(messages) > 1 else messages[0], timeout=self.send_timeout)
+            await self._sender(rows[0].kind, rows[0].entity).send_messages(send_payload(messages),
+                                                                           timeout=self.send_timeout)
         except Exception as error:
-            if signals_unavailable(error):
+            step = after_refusal(rows, error)
+            if step is AfterRefusal.KEEP:
                 raise
-            if len(rows) > 1:
+            if step is AfterRefusal.SPLIT:
                 return await self._forward_rows(store, rows[:1])
             _log.warning("outbox: message %s for %s refused: %s", rows[0].seq, rows[0].entity, error)
-            await asyncio.to_thread(store.fail, rows, f"{type(error).__name__}: {error}")
+            await asyncio.to_thread(store.fail, rows, refusal_text(error))
             return 1
         await asyncio.to_thread(store.forwarded, rows)
         return len(rows)
 
     def _sender(self, kind: str, entity: str) -> Any:
-        assert self.client is not None
         key = (kind, entity)
         if key not in self._senders:
-            self._senders[key] = (self.client.get_queue_sender(entity) if kind == "queue"
-                                  else self.client.get_topic_sender(entity))
+            self._senders[key] = make_sender(check_can_forward(self.client), kind, entity)
         return self._senders[key]
 
     def start(self) -> None:
         """Forward in a background task until ``close``."""
-        if self.client is None:
-            raise ConfigurationError("this Outbox has no client to forward through")
+        check_can_forward(self.client)
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
