@@ -23,23 +23,8 @@ from typing import Any, Protocol
 
 from azure.servicebus import ServiceBusMessage
 
-from sodalite.client.outbox_core import (
-    AfterRefusal,
-    FailedMessage,
-    ForwardingClient,
-    OutboxStore,
-    PendingRow,
-    Undecodable,
-    after_refusal,
-    batch_of,
-    check_batch_size,
-    check_can_forward,
-    check_kind,
-    decode_rows,
-    make_sender,
-    refusal_text,
-    send_payload,
-)
+from sodalite.client import outbox_core as core
+from sodalite.client.outbox_core import FailedMessage, ForwardingClient
 from sodalite.client.replication_core import signals_unavailable
 
 __all__ = ["Outbox", "OutboxSender"]
@@ -58,12 +43,12 @@ class Outbox:
     def __init__(self, path: str | Path, client: ForwardingClient | None = None, *,
                  retry_interval: timedelta = timedelta(seconds=1), batch_size: int = 100,
                  send_timeout: float | None = 30.0) -> None:
-        check_batch_size(batch_size)
+        core.check_batch_size(batch_size)
         self.path = Path(path)
         self.client = client
         self.retry_interval = retry_interval
         self.send_timeout = send_timeout
-        self._store = OutboxStore(self.path, batch_size)
+        self._store = core.OutboxStore(self.path, batch_size)
         self._forward_lock = threading.Lock()
         self._senders: dict[tuple[str, str], _Sender] = {}
         self._wake = threading.Event()
@@ -79,8 +64,8 @@ class Outbox:
 
     def send_messages(self, kind: str, entity: str, message: ServiceBusMessage | Iterable[ServiceBusMessage]) -> None:
         """Accept messages for ``entity`` (``kind`` "queue" or "topic"); returns once they are durable."""
-        check_kind(kind)
-        self._store.accept(kind, entity, batch_of(message))
+        core.check_kind(kind)
+        self._store.accept(kind, entity, core.batch_of(message))
         self._wake.set()
 
     def __len__(self) -> int:
@@ -95,7 +80,7 @@ class Outbox:
     def forward(self) -> int:
         """Forward pending messages in order until none is left or no namespace is reachable; returns
         how many left the outbox (forwarded, or set aside as failed)."""
-        check_can_forward(self.client)
+        core.check_can_forward(self.client)
         done = 0
         with self._forward_lock:
             while not self._stopping.is_set():
@@ -111,22 +96,22 @@ class Outbox:
                     raise
         return done
 
-    def _forward_rows(self, rows: list[PendingRow]) -> int:
-        messages = decode_rows(rows)
-        if isinstance(messages, Undecodable):
+    def _forward_rows(self, rows: list[core.PendingRow]) -> int:
+        messages = core.decode_rows(rows)
+        if isinstance(messages, core.Undecodable):
             self._store.fail([messages.row], messages.error)
             return 1
         try:
-            self._sender(rows[0].kind, rows[0].entity).send_messages(send_payload(messages),
+            self._sender(rows[0].kind, rows[0].entity).send_messages(core.send_payload(messages),
                                                                      timeout=self.send_timeout)
         except Exception as error:
-            step = after_refusal(rows, error)
-            if step is AfterRefusal.KEEP:
+            step = core.after_refusal(rows, error)
+            if step is core.AfterRefusal.KEEP:
                 raise
-            if step is AfterRefusal.SPLIT:
+            if step is core.AfterRefusal.SPLIT:
                 return self._forward_rows(rows[:1])
             _log.warning("outbox: message %s for %s refused: %s", rows[0].seq, rows[0].entity, error)
-            self._store.fail(rows, refusal_text(error))
+            self._store.fail(rows, core.refusal_text(error))
             return 1
         self._store.forwarded(rows)
         return len(rows)
@@ -135,12 +120,12 @@ class Outbox:
         key = (kind, entity)
         sender = self._senders.get(key)
         if sender is None:
-            sender = self._senders[key] = make_sender(check_can_forward(self.client), kind, entity)
+            sender = self._senders[key] = core.make_sender(core.check_can_forward(self.client), kind, entity)
         return sender
 
     def start(self) -> None:
         """Forward in a background thread until ``close``."""
-        check_can_forward(self.client)
+        core.check_can_forward(self.client)
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="sodalite-outbox", daemon=True)
             self._thread.start()

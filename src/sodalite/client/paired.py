@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any
@@ -34,7 +34,6 @@ from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.servicebus import (
     ServiceBusClient,
     ServiceBusMessage,
-    ServiceBusMessageBatch,
     ServiceBusReceivedMessage,
     ServiceBusReceiver,
     ServiceBusSender,
@@ -43,26 +42,16 @@ from azure.servicebus.exceptions import ServiceBusAuthenticationError
 from azure.servicebus.management import ServiceBusAdministrationClient
 
 from sodalite.client import backlog
+from sodalite.client import paired_core as core
 from sodalite.client.failover import is_failover_error
 from sodalite.client.paired_core import (
     RETRY_PAUSE,
-    SETUP_ERRORS,
     SYPHON_BATCH,
-    BacklogRound,
-    HandlerCache,
-    Outgoing,
     PairedMessageBatch,
     PairedNamespaceOptions,
-    PairedState,
-    RetryPrimary,
-    SideState,
+    Sendable,
     SyphonCounters,
-    after_primary_failure,
     backlog_setup_error,
-    first_line,
-    outgoing,
-    queue_or_topic_sender,
-    raw_batch_cannot_fail_over,
 )
 from sodalite.client.paired_messages import ping_message, plan_syphon_batch, refusal, to_backlog_message
 from sodalite.errors import PairedClientClosed
@@ -88,11 +77,11 @@ def ensure_backlog_queues(secondary_connection_string: str, names: list[str], **
                     admin.create_queue(name, **backlog.BACKLOG_QUEUE_PROPERTIES.as_kwargs())
                 except ResourceExistsError:
                     pass  # another client created it meanwhile
-            except SETUP_ERRORS as exc:
+            except core.SETUP_ERRORS as exc:
                 raise backlog_setup_error(name, exc) from exc
 
 
-class NamespaceSide(SideState):
+class NamespaceSide(core.SideState):
     """One of the two namespace clients; closing or faulting it closes the other (coordination)."""
 
     def __init__(self, role: str, client: ServiceBusClient, on_down: Callable[[NamespaceSide], None],
@@ -134,8 +123,6 @@ def close_sdk_client(client: ServiceBusClient) -> None:
             time.sleep(0.05)
 
 
-Sendable = ServiceBusMessage | Iterable[ServiceBusMessage] | PairedMessageBatch | ServiceBusMessageBatch
-
 
 class PairedSender:
     """A sender to one entity of the primary namespace that fails over to the backlog queues."""
@@ -146,7 +133,7 @@ class PairedSender:
         self._topic = topic
         self._primary: ServiceBusSender | None = None
         self._backlog_index: int | None = None
-        self._backlog_senders: HandlerCache[int, ServiceBusSender] = HandlerCache(
+        self._backlog_senders: core.HandlerCache[int, ServiceBusSender] = core.HandlerCache(
             lambda index: client.secondary.client.get_queue_sender(client.backlog_names[index]))
         self._lock = threading.Lock()
 
@@ -174,7 +161,7 @@ class PairedSender:
 
     def _primary_sender(self) -> ServiceBusSender:
         if self._primary is None:
-            self._primary = queue_or_topic_sender(self._client.primary.client, self.entity_path, self._topic)
+            self._primary = core.queue_or_topic_sender(self._client.primary.client, self.entity_path, self._topic)
         return self._primary
 
     def _drop_primary(self) -> None:
@@ -189,18 +176,18 @@ class PairedSender:
         """Send to the primary, or, once the entity is failed over, to a backlog queue."""
         with self._lock:
             self._client.check_open()
-            send = outgoing(message)
+            send = core.outgoing(message)
             if send.empty:
                 return
             if not self._client.book.failed_over(self.entity_path):
                 if self._send_to_primary(send, timeout):
                     return
             elif send.raw_batch is not None:
-                raise raw_batch_cannot_fail_over(just_now=False)
+                raise core.raw_batch_cannot_fail_over(just_now=False)
             self._client.start_pinging(self.entity_path)
             self._send_to_backlog(send.messages, timeout)
 
-    def _send_to_primary(self, send: Outgoing, timeout: float | None) -> bool:
+    def _send_to_primary(self, send: core.Outgoing, timeout: float | None) -> bool:
         """True once the primary took it; False when the entity failed over meanwhile."""
         pause = RETRY_PAUSE[0]
         while True:
@@ -213,11 +200,12 @@ class PairedSender:
                 if not is_failover_error(exc):
                     raise
                 self._drop_primary()
-                step = after_primary_failure(self._client.book, self.entity_path, time.monotonic(), pause)
-                if not isinstance(step, RetryPrimary):
-                    log.warning("entity '%s' fails over to the backlog queues: %s", self.entity_path, first_line(exc))
+                step = core.after_primary_failure(self._client.book, self.entity_path, time.monotonic(), pause)
+                if not isinstance(step, core.RetryPrimary):
+                    log.warning("entity '%s' fails over to the backlog queues: %s", self.entity_path,
+                                core.first_line(exc))
                     if send.raw_batch is not None:
-                        raise raw_batch_cannot_fail_over(just_now=True) from exc
+                        raise core.raw_batch_cannot_fail_over(just_now=True) from exc
                     return False
                 self._client.check_open()
                 time.sleep(step.wait)
@@ -225,7 +213,7 @@ class PairedSender:
 
     def _send_to_backlog(self, messages: list[ServiceBusMessage], timeout: float | None) -> None:
         rewritten = [to_backlog_message(m, self.entity_path) for m in messages]
-        walk = BacklogRound(self._client.book, self.entity_path, self._client.backlog_names)
+        walk = core.BacklogRound(self._client.book, self.entity_path, self._client.backlog_names)
         while True:
             self._client.check_open()
             index = self._backlog_index = walk.pick(self._backlog_index)
@@ -269,7 +257,8 @@ class Syphon:
         self.counters = SyphonCounters()
         self._on_fault = on_fault
         self._on_progress = on_progress
-        self._senders: HandlerCache[str, ServiceBusSender] = HandlerCache(primary.get_queue_sender, key=str.lower)
+        self._senders: core.HandlerCache[str, ServiceBusSender] = core.HandlerCache(primary.get_queue_sender,
+                                                                                    key=str.lower)
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -289,7 +278,7 @@ class Syphon:
             except Exception as exc:
                 if self.stop.is_set():
                     return
-                log.info("syphon of '%s' pauses: %s", self.backlog_queue, first_line(exc))
+                log.info("syphon of '%s' pauses: %s", self.backlog_queue, core.first_line(exc))
                 self._close_senders()
                 self.stop.wait(self.retry_pause.total_seconds())
         self._close_senders()
@@ -344,7 +333,7 @@ class Syphon:
                 log.debug("closing a syphon sender failed", exc_info=True)
 
 
-class PairedNamespaceClient(PairedState):
+class PairedNamespaceClient(core.PairedState):
     """A primary namespace paired with a secondary one that holds its backlog queues."""
 
     def __init__(self, primary_connection_string: str, options: PairedNamespaceOptions, **kwargs: Any) -> None:
@@ -428,7 +417,7 @@ class PairedNamespaceClient(PairedState):
                     with self.primary.client.get_queue_sender(path) as sender:
                         sender.send_messages(ping_message())
                 except Exception as exc:
-                    log.info("ping of '%s' failed: %s", path, first_line(exc))
+                    log.info("ping of '%s' failed: %s", path, core.first_line(exc))
                     continue
                 log.warning("entity '%s' answers again; sends go to the primary", path)
                 self.book.ping_succeeded(path)

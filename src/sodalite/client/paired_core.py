@@ -116,7 +116,10 @@ class Outgoing:
         return self.raw_batch if self.raw_batch is not None else self.messages
 
 
-def outgoing(message: ServiceBusMessage | Iterable[ServiceBusMessage] | ServiceBusMessageBatch) -> Outgoing:
+Sendable = ServiceBusMessage | Iterable[ServiceBusMessage] | PairedMessageBatch | ServiceBusMessageBatch
+
+
+def outgoing(message: Sendable) -> Outgoing:
     if isinstance(message, KeepingMessageBatch):
         return Outgoing(message.messages)
     if isinstance(message, ServiceBusMessageBatch):

@@ -17,23 +17,8 @@ from typing import Any
 
 from azure.servicebus import ServiceBusMessage
 
-from sodalite.client.outbox_core import (
-    AfterRefusal,
-    FailedMessage,
-    ForwardingClient,
-    OutboxStore,
-    PendingRow,
-    Undecodable,
-    after_refusal,
-    batch_of,
-    check_batch_size,
-    check_can_forward,
-    check_kind,
-    decode_rows,
-    make_sender,
-    refusal_text,
-    send_payload,
-)
+from sodalite.client import outbox_core as core
+from sodalite.client.outbox_core import FailedMessage, ForwardingClient
 from sodalite.client.replication_core import signals_unavailable
 
 __all__ = ["Outbox", "OutboxSender"]
@@ -50,13 +35,13 @@ class Outbox:
     def __init__(self, path: str | Path, client: ForwardingClient | None = None, *,
                  retry_interval: timedelta = timedelta(seconds=1), batch_size: int = 100,
                  send_timeout: float | None = 30.0) -> None:
-        check_batch_size(batch_size)
+        core.check_batch_size(batch_size)
         self.path = Path(path)
         self.client = client
         self.retry_interval = retry_interval
         self.send_timeout = send_timeout
         self._batch_size = batch_size
-        self._store: OutboxStore | None = None
+        self._store: core.OutboxStore | None = None
         self._forward_lock = asyncio.Lock()
         self._senders: dict[tuple[str, str], Any] = {}
         self._wake = asyncio.Event()
@@ -69,9 +54,9 @@ class Outbox:
         await outbox._open()
         return outbox
 
-    async def _open(self) -> OutboxStore:
+    async def _open(self) -> core.OutboxStore:
         if self._store is None:
-            self._store = await asyncio.to_thread(OutboxStore, self.path, self._batch_size)
+            self._store = await asyncio.to_thread(core.OutboxStore, self.path, self._batch_size)
         return self._store
 
     def get_queue_sender(self, queue_name: str) -> OutboxSender:
@@ -83,9 +68,9 @@ class Outbox:
     async def send_messages(self, kind: str, entity: str,
                             message: ServiceBusMessage | Iterable[ServiceBusMessage]) -> None:
         """Accept messages for ``entity``; returns once they are durable in the file."""
-        check_kind(kind)
+        core.check_kind(kind)
         store = await self._open()
-        await asyncio.to_thread(store.accept, kind, entity, batch_of(message))
+        await asyncio.to_thread(store.accept, kind, entity, core.batch_of(message))
         self._wake.set()
 
     async def pending_count(self) -> int:
@@ -98,7 +83,7 @@ class Outbox:
 
     async def forward(self) -> int:
         """Forward in order until empty or no namespace is reachable; returns how many left the outbox."""
-        check_can_forward(self.client)
+        core.check_can_forward(self.client)
         store = await self._open()
         done = 0
         async with self._forward_lock:
@@ -115,22 +100,22 @@ class Outbox:
                     raise
         return done
 
-    async def _forward_rows(self, store: OutboxStore, rows: list[PendingRow]) -> int:
-        messages = decode_rows(rows)
-        if isinstance(messages, Undecodable):
+    async def _forward_rows(self, store: core.OutboxStore, rows: list[core.PendingRow]) -> int:
+        messages = core.decode_rows(rows)
+        if isinstance(messages, core.Undecodable):
             await asyncio.to_thread(store.fail, [messages.row], messages.error)
             return 1
         try:
-            await self._sender(rows[0].kind, rows[0].entity).send_messages(send_payload(messages),
+            await self._sender(rows[0].kind, rows[0].entity).send_messages(core.send_payload(messages),
                                                                            timeout=self.send_timeout)
         except Exception as error:
-            step = after_refusal(rows, error)
-            if step is AfterRefusal.KEEP:
+            step = core.after_refusal(rows, error)
+            if step is core.AfterRefusal.KEEP:
                 raise
-            if step is AfterRefusal.SPLIT:
+            if step is core.AfterRefusal.SPLIT:
                 return await self._forward_rows(store, rows[:1])
             _log.warning("outbox: message %s for %s refused: %s", rows[0].seq, rows[0].entity, error)
-            await asyncio.to_thread(store.fail, rows, refusal_text(error))
+            await asyncio.to_thread(store.fail, rows, core.refusal_text(error))
             return 1
         await asyncio.to_thread(store.forwarded, rows)
         return len(rows)
@@ -138,12 +123,12 @@ class Outbox:
     def _sender(self, kind: str, entity: str) -> Any:
         key = (kind, entity)
         if key not in self._senders:
-            self._senders[key] = make_sender(check_can_forward(self.client), kind, entity)
+            self._senders[key] = core.make_sender(core.check_can_forward(self.client), kind, entity)
         return self._senders[key]
 
     def start(self) -> None:
         """Forward in a background task until ``close``."""
-        check_can_forward(self.client)
+        core.check_can_forward(self.client)
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
 

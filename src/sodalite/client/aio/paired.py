@@ -14,39 +14,21 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any
 
 from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
-from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch, ServiceBusReceivedMessage
+from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver, ServiceBusSender
 from azure.servicebus.aio.management import ServiceBusAdministrationClient
 from azure.servicebus.exceptions import ServiceBusAuthenticationError
 
 from sodalite.client import backlog
+from sodalite.client import paired_core as core
 from sodalite.client.failover import is_failover_error
-from sodalite.client.paired_core import (
-    RETRY_PAUSE,
-    SETUP_ERRORS,
-    SYPHON_BATCH,
-    BacklogRound,
-    HandlerCache,
-    Outgoing,
-    PairedMessageBatch,
-    PairedNamespaceOptions,
-    PairedState,
-    RetryPrimary,
-    SideState,
-    SyphonCounters,
-    after_primary_failure,
-    backlog_setup_error,
-    first_line,
-    outgoing,
-    queue_or_topic_sender,
-    raw_batch_cannot_fail_over,
-)
+from sodalite.client.paired_core import PairedMessageBatch, PairedNamespaceOptions, Sendable
 from sodalite.client.paired_messages import ping_message, plan_syphon_batch, refusal, to_backlog_message
 from sodalite.errors import PairedClientClosed
 
@@ -69,11 +51,11 @@ async def ensure_backlog_queues(secondary_connection_string: str, names: list[st
                     await admin.create_queue(name, **backlog.BACKLOG_QUEUE_PROPERTIES.as_kwargs())
                 except ResourceExistsError:
                     pass
-            except SETUP_ERRORS as exc:
-                raise backlog_setup_error(name, exc) from exc
+            except core.SETUP_ERRORS as exc:
+                raise core.backlog_setup_error(name, exc) from exc
 
 
-class NamespaceSide(SideState):
+class NamespaceSide(core.SideState):
     """One of the two namespace clients; closing or faulting it closes the other (coordination)."""
 
     def __init__(self, role: str, client: ServiceBusClient, on_down: Callable[[NamespaceSide], None],
@@ -111,8 +93,6 @@ async def close_sdk_client(client: ServiceBusClient) -> None:
             await asyncio.sleep(0.05)
 
 
-Sendable = ServiceBusMessage | Iterable[ServiceBusMessage] | PairedMessageBatch | ServiceBusMessageBatch
-
 
 class PairedSender:
     """A sender to one entity of the primary namespace that fails over to the backlog queues."""
@@ -123,7 +103,7 @@ class PairedSender:
         self._topic = topic
         self._primary: ServiceBusSender | None = None
         self._backlog_index: int | None = None
-        self._backlog_senders: HandlerCache[int, ServiceBusSender] = HandlerCache(
+        self._backlog_senders: core.HandlerCache[int, ServiceBusSender] = core.HandlerCache(
             lambda index: client.secondary.client.get_queue_sender(client.backlog_names[index]))
         self._lock = asyncio.Lock()
 
@@ -150,7 +130,7 @@ class PairedSender:
 
     def _primary_sender(self) -> ServiceBusSender:
         if self._primary is None:
-            self._primary = queue_or_topic_sender(self._client.primary.client, self.entity_path, self._topic)
+            self._primary = core.queue_or_topic_sender(self._client.primary.client, self.entity_path, self._topic)
         return self._primary
 
     async def _drop_primary(self) -> None:
@@ -166,20 +146,20 @@ class PairedSender:
         async with self._lock:
             await self._client.open()
             self._client.check_open()
-            send = outgoing(message)
+            send = core.outgoing(message)
             if send.empty:
                 return
             if not self._client.book.failed_over(self.entity_path):
                 if await self._send_to_primary(send, timeout):
                     return
             elif send.raw_batch is not None:
-                raise raw_batch_cannot_fail_over(just_now=False)
+                raise core.raw_batch_cannot_fail_over(just_now=False)
             self._client.start_pinging(self.entity_path)
             await self._send_to_backlog(send.messages, timeout)
 
-    async def _send_to_primary(self, send: Outgoing, timeout: float | None) -> bool:
+    async def _send_to_primary(self, send: core.Outgoing, timeout: float | None) -> bool:
         """True once the primary took it; False when the entity failed over meanwhile."""
-        pause = RETRY_PAUSE[0]
+        pause = core.RETRY_PAUSE[0]
         while True:
             try:
                 await self._primary_sender().send_messages(send.to_primary, timeout=timeout)
@@ -190,11 +170,12 @@ class PairedSender:
                 if not is_failover_error(exc):
                     raise
                 await self._drop_primary()
-                step = after_primary_failure(self._client.book, self.entity_path, time.monotonic(), pause)
-                if not isinstance(step, RetryPrimary):
-                    log.warning("entity '%s' fails over to the backlog queues: %s", self.entity_path, first_line(exc))
+                step = core.after_primary_failure(self._client.book, self.entity_path, time.monotonic(), pause)
+                if not isinstance(step, core.RetryPrimary):
+                    log.warning("entity '%s' fails over to the backlog queues: %s", self.entity_path,
+                                core.first_line(exc))
                     if send.raw_batch is not None:
-                        raise raw_batch_cannot_fail_over(just_now=True) from exc
+                        raise core.raw_batch_cannot_fail_over(just_now=True) from exc
                     return False
                 self._client.check_open()
                 await asyncio.sleep(step.wait)
@@ -202,7 +183,7 @@ class PairedSender:
 
     async def _send_to_backlog(self, messages: list[ServiceBusMessage], timeout: float | None) -> None:
         rewritten = [to_backlog_message(m, self.entity_path) for m in messages]
-        walk = BacklogRound(self._client.book, self.entity_path, self._client.backlog_names)
+        walk = core.BacklogRound(self._client.book, self.entity_path, self._client.backlog_names)
         while True:
             self._client.check_open()
             index = self._backlog_index = walk.pick(self._backlog_index)
@@ -238,9 +219,10 @@ class Syphon:
         self.receive_wait = receive_wait
         self.retry_pause = retry_pause
         self.stop = stop
-        self.counters = SyphonCounters()
+        self.counters = core.SyphonCounters()
         self._on_fault = on_fault
-        self._senders: HandlerCache[str, ServiceBusSender] = HandlerCache(primary.get_queue_sender, key=str.lower)
+        self._senders: core.HandlerCache[str, ServiceBusSender] = core.HandlerCache(primary.get_queue_sender,
+                                                                                    key=str.lower)
 
     async def run(self) -> None:
         try:
@@ -249,7 +231,7 @@ class Syphon:
                     async with self.secondary.get_queue_receiver(self.backlog_queue) as receiver:
                         while not self.stop.is_set():
                             received = await receiver.receive_messages(
-                                max_message_count=SYPHON_BATCH, max_wait_time=self.receive_wait.total_seconds())
+                                max_message_count=core.SYPHON_BATCH, max_wait_time=self.receive_wait.total_seconds())
                             if received:
                                 await self.move(receiver, received)
                 except ServiceBusAuthenticationError as exc:
@@ -259,7 +241,7 @@ class Syphon:
                 except Exception as exc:
                     if self.stop.is_set():
                         return
-                    log.info("syphon of '%s' pauses: %s", self.backlog_queue, first_line(exc))
+                    log.info("syphon of '%s' pauses: %s", self.backlog_queue, core.first_line(exc))
                     await self._close_senders()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self.stop.wait(), self.retry_pause.total_seconds())
@@ -302,7 +284,7 @@ class Syphon:
                 self.counters.moved += 1
 
 
-class PairedNamespaceClient(PairedState):
+class PairedNamespaceClient(core.PairedState):
     """A primary namespace paired with a secondary one that holds its backlog queues (asyncio)."""
 
     def __init__(self, primary_connection_string: str, options: PairedNamespaceOptions, **kwargs: Any) -> None:
@@ -409,7 +391,7 @@ class PairedNamespaceClient(PairedState):
                     async with self.primary.client.get_queue_sender(path) as sender:
                         await sender.send_messages(ping_message())
                 except Exception as exc:
-                    log.info("ping of '%s' failed: %s", path, first_line(exc))
+                    log.info("ping of '%s' failed: %s", path, core.first_line(exc))
                     continue
                 log.warning("entity '%s' answers again; sends go to the primary", path)
                 self.book.ping_succeeded(path)

@@ -25,33 +25,10 @@ from azure.servicebus import (
 )
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver, ServiceBusSender
 
+from sodalite.client import replication_core as core
 from sodalite.client.batch import KeepingMessageBatch
 from sodalite.client.dedup import DuplicateFilter
-from sodalite.client.replication_core import (
-    DEFERRED_NOT_BUILT,
-    PRIMARY,
-    SECONDARY,
-    Attempts,
-    Outcome,
-    ReplicationMode,
-    active_send_result,
-    admit_all,
-    batch_limit,
-    earliest,
-    expired,
-    held_to_settle,
-    messages_of,
-    no_reply,
-    receive_deadline,
-    refuse_sequence_number,
-    reply_queue,
-    session_at_start,
-    settle_method,
-    settle_options,
-    settlement_outcome_is_assured,
-    signals_unavailable,
-    with_message_id,
-)
+from sodalite.client.replication_core import PRIMARY, SECONDARY, Outcome, ReplicationMode
 from sodalite.client.replication_shared import ClientPairs, Factories, ReceiverState, SessionMakers, session_factories
 from sodalite.errors import NotImplementedOperation
 
@@ -130,17 +107,17 @@ class ReplicatedSender:
         entities' (a namespace that cannot be reached is left out), and each message gets a MessageId
         as it is added, so both copies share it."""
         limits: list[int] = []
-        attempts = Attempts()
+        attempts = core.Attempts()
         for sender in self._senders:
             try:
                 limits.append((await sender.create_message_batch(max_size_in_bytes)).max_size_in_bytes)
             except Exception as error:
                 attempts.failed(error)
-        return KeepingMessageBatch(batch_limit(limits, attempts), set_message_ids=True)
+        return KeepingMessageBatch(core.batch_limit(limits, attempts), set_message_ids=True)
 
     async def send_messages(self, message: ServiceBusMessage | Iterable[ServiceBusMessage] | KeepingMessageBatch,
                             *, timeout: float | None = None) -> None:
-        batch = messages_of(message)
+        batch = core.messages_of(message)
         if not batch:
             return
         if self._client.mode is ReplicationMode.ACTIVE:
@@ -156,7 +133,7 @@ class ReplicatedSender:
         for outcome in (first, second):
             if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
                 raise outcome  # a cancellation is not a failed copy
-        result = active_send_result(first if isinstance(first, Exception) else None,
+        result = core.active_send_result(first if isinstance(first, Exception) else None,
                                     second if isinstance(second, Exception) else None)
         if result.error is not None:
             raise result.error from result.cause
@@ -165,7 +142,7 @@ class ReplicatedSender:
 
     async def _send_passive(self, batch: list[ServiceBusMessage], timeout: float | None) -> None:
         active = self._client._roles.active(self._key)
-        attempts = Attempts()
+        attempts = core.Attempts()
         for index in (active, 1 - active):
             try:
                 await self._senders[index].send_messages(batch, timeout=timeout)
@@ -203,10 +180,10 @@ class ReplicatedReceiver(ReceiverState[ServiceBusReceiver]):
     async def receive_messages(self, max_message_count: int | None = 1,
                                max_wait_time: float | None = None) -> list[ServiceBusReceivedMessage]:
         wanted = max(1, max_message_count or 1)
-        deadline = receive_deadline(max_wait_time, self._max_wait_time, time.monotonic())
+        deadline = core.receive_deadline(max_wait_time, self._max_wait_time, time.monotonic())
         while True:
             delivered = await self._one_round(wanted, deadline)
-            if delivered or expired(deadline, time.monotonic()):
+            if delivered or core.expired(deadline, time.monotonic()):
                 return delivered
 
     async def _one_round(self, wanted: int, deadline: float | None) -> list[ServiceBusReceivedMessage]:
@@ -220,11 +197,11 @@ class ReplicatedReceiver(ReceiverState[ServiceBusReceiver]):
                 copies = await (await self._open(index)).receive_messages(max_message_count=wanted,
                                                                           max_wait_time=slice_)
             except Exception as error:
-                if not signals_unavailable(error):
+                if not core.signals_unavailable(error):
                     raise
                 await self._namespace_down(index, error)
                 continue
-            delivered, quiet = admit_all(self._tracker, copies, (index, receiver))
+            delivered, quiet = core.admit_all(self._tracker, copies, (index, receiver))
             for copy in quiet:
                 await self._settle(receiver, copy, Outcome.COMPLETE, {})
             if delivered:
@@ -251,11 +228,11 @@ class ReplicatedReceiver(ReceiverState[ServiceBusReceiver]):
 
     async def _settle(self, receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage, outcome: Outcome,
                       options: dict[str, Any], *, raise_errors: bool = False) -> None:
-        settle: Callable[..., Awaitable[None]] = getattr(receiver, settle_method(outcome))
+        settle: Callable[..., Awaitable[None]] = getattr(receiver, core.settle_method(outcome))
         try:
-            await settle(message, **settle_options(outcome, options))
+            await settle(message, **core.settle_options(outcome, options))
         except Exception as error:
-            if raise_errors and not settlement_outcome_is_assured(error):
+            if raise_errors and not core.settlement_outcome_is_assured(error):
                 raise
             _log.info("settling a copy (%s) failed: %s", outcome.value, error)
 
@@ -266,7 +243,7 @@ class ReplicatedReceiver(ReceiverState[ServiceBusReceiver]):
             if receiver is self._receivers[index]:
                 await self._settle(receiver, message, outcome, options, raise_errors=True)
         finally:
-            for copy, source in held_to_settle(held, self._receivers):
+            for copy, source in core.held_to_settle(held, self._receivers):
                 await self._settle(source, copy, outcome, options)
 
     async def complete_message(self, message: ServiceBusReceivedMessage) -> None:
@@ -288,10 +265,10 @@ class ReplicatedReceiver(ReceiverState[ServiceBusReceiver]):
     async def peek_messages(self, max_message_count: int = 1, *, sequence_number: int | None = None,
                             timeout: float | None = None) -> list[ServiceBusReceivedMessage]:
         """Peek both namespaces, each MessageId once (as the sync receiver's ``peek_messages``)."""
-        refuse_sequence_number(sequence_number)
+        core.refuse_sequence_number(sequence_number)
         wanted = max(1, max_message_count)
         found: list[ServiceBusReceivedMessage] = []
-        attempts = Attempts()
+        attempts = core.Attempts()
         for index in (PRIMARY, SECONDARY):
             if len(found) >= wanted:
                 break
@@ -308,7 +285,7 @@ class ReplicatedReceiver(ReceiverState[ServiceBusReceiver]):
 
     async def receive_deferred_messages(self, sequence_numbers: int | list[int], **kwargs: Any) -> NoReturn:
         """Not built: a deferred message has a different sequence number in each namespace."""
-        raise NotImplementedOperation(DEFERRED_NOT_BUILT)
+        raise NotImplementedOperation(core.DEFERRED_NOT_BUILT)
 
     async def _open(self, index: int) -> ServiceBusReceiver:
         receiver = self._receivers[index]
@@ -318,7 +295,7 @@ class ReplicatedReceiver(ReceiverState[ServiceBusReceiver]):
         return receiver
 
     async def reply(self, request: ServiceBusReceivedMessage, reply: ServiceBusMessage) -> None:
-        queue = reply_queue(request, reply)
+        queue = core.reply_queue(request, reply)
         index, _ = self._tracker.source_of(request)
         async with self._client._client(index).get_queue_sender(queue) as sender:
             await sender.send_messages(reply)
@@ -357,7 +334,7 @@ class ReplicatedSessionReceiver(ReplicatedReceiver):
     def __init__(self, client: ReplicatedClient, makers: _SessionMakers, session: str | ServiceBusSessionFilter,
                  duplicate_filter: DuplicateFilter | None, kwargs: dict[str, Any]) -> None:
         self._makers = makers
-        self._session_id = session_at_start(session)
+        self._session_id = core.session_at_start(session)
         super().__init__(client, session_factories(makers, lambda: self._session_id), duplicate_filter, kwargs)
 
     @property
@@ -375,7 +352,7 @@ class ReplicatedSessionReceiver(ReplicatedReceiver):
     async def _resolve(self) -> None:
         if self._session_id is not None:
             return
-        attempts = Attempts()
+        attempts = core.Attempts()
         for index in (PRIMARY, SECONDARY):
             try:
                 receiver = await self._open(index)
@@ -417,7 +394,7 @@ class ReplicatedSession:
         """``call`` on both namespaces' session (or the first that answers); the results of those that
         answered (none answering raises)."""
         results: list[T] = []
-        attempts = Attempts()
+        attempts = core.Attempts()
         for index in (PRIMARY, SECONDARY):
             try:
                 results.append(await call(await self._receiver._open(index)))
@@ -443,7 +420,7 @@ class ReplicatedSession:
 
     @property
     def locked_until_utc(self) -> datetime | None:
-        return earliest(r.session.locked_until_utc for r, opened in zip(self._receiver._receivers,
+        return core.earliest(r.session.locked_until_utc for r, opened in zip(self._receiver._receivers,
                                                                         self._receiver._opened, strict=True)
                         if opened)
 
@@ -462,9 +439,9 @@ class ReplicatedRequestSender:
         request is reissued to the backup (same MessageId) and, when its reply comes, the two switch
         roles; both failing raises the backup's error (OperationTimeoutError when no reply came) and
         leaves the roles. So a request takes at most twice ``timeout``."""
-        with_message_id(message)
+        core.with_message_id(message)
         active = self.active
-        attempts = Attempts()
+        attempts = core.Attempts()
         for index in (active, 1 - active):
             try:
                 reply = await self._round_trip(index, message, timeout)
@@ -489,7 +466,7 @@ class ReplicatedRequestSender:
                 if reply.correlation_id == message.message_id:
                     return reply
                 _log.info("dropped a reply to an earlier request (%s)", reply.correlation_id)
-        raise no_reply(message, timeout, index)
+        raise core.no_reply(message, timeout, index)
 
     async def close(self) -> None:
         for handler in (*self._requests, *self._replies):
