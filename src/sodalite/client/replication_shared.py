@@ -31,11 +31,12 @@ from sodalite.client.replication_core import (
     check_pair,
     queue_pair,
     receives_and_deletes,
-    session_at_start,
     session_to_ask,
     subscription_pair,
     topic_pair,
 )
+
+__all__ = ["ClientPairs", "Factories", "ReceiverState", "SessionMakers", "session_factories"]
 
 W = TypeVar("W")  # the SDK's sender (sync or asyncio)
 R = TypeVar("R")  # the SDK's receiver
@@ -160,5 +161,3 @@ def session_factories(makers: SessionMakers[R], session_id: Callable[[], str | N
     """A session receiver's factories: each asks for the session picked so far, or the next available."""
     return (lambda: makers[0](session_to_ask(session_id())), lambda: makers[1](session_to_ask(session_id())))
 
-
-__all__ = ["ClientPairs", "Factories", "ReceiverState", "SessionMakers", "session_at_start", "session_factories"]

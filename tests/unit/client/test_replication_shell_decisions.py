@@ -50,6 +50,7 @@ from sodalite.client.replication_core import (
     topic_pair,
     with_message_id,
 )
+from sodalite.client.replication_shared import session_factories
 from sodalite.errors import ConfigurationError
 
 GOOD = "Endpoint=sb://a.example:5672;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true;"
@@ -247,3 +248,13 @@ def test_a_request_keeps_its_message_id_and_a_missing_reply_is_a_timeout() -> No
     error = no_reply(ServiceBusMessage("x", message_id="m1"), 5.0, SECONDARY)
     assert isinstance(error, OperationTimeoutError)
     assert "no reply to request m1 within 5.0 s from request endpoint 1" in str(error)
+
+
+def test_a_session_receivers_factories_ask_for_the_session_picked_so_far() -> None:
+    picked: list[str] = []
+    makers = (lambda sid: ("primary", sid), lambda sid: ("secondary", sid))
+    factories = session_factories(makers, lambda: picked[0] if picked else None)
+    assert factories[0]() == ("primary", NEXT_AVAILABLE_SESSION)
+    picked.append("s7")  # the primary's next available session turned out to be s7
+    assert factories[1]() == ("secondary", "s7")
+    assert factories[0]() == ("primary", "s7")
