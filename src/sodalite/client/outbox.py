@@ -23,9 +23,9 @@ from typing import Any, Protocol
 
 from azure.servicebus import ServiceBusMessage
 
-from sodalite.client.outbox_core import FailedMessage, OutboxStore, PendingRow, batch_of, check_kind, decode
+from sodalite.client import outbox_core as core
+from sodalite.client.outbox_core import FailedMessage, ForwardingClient
 from sodalite.client.replication_core import signals_unavailable
-from sodalite.errors import ConfigurationError
 
 __all__ = ["Outbox", "OutboxSender"]
 
@@ -37,26 +37,18 @@ class _Sender(Protocol):
     def close(self) -> None: ...
 
 
-class ForwardingClient(Protocol):
-    """What the outbox forwards through: ServiceBusClient and ReplicatedClient both fit."""
-
-    def get_queue_sender(self, queue_name: str) -> Any: ...
-    def get_topic_sender(self, topic_name: str) -> Any: ...
-
-
 class Outbox:
     """A durable queue of outgoing messages in the SQLite file ``path``, forwarded through ``client``."""
 
     def __init__(self, path: str | Path, client: ForwardingClient | None = None, *,
                  retry_interval: timedelta = timedelta(seconds=1), batch_size: int = 100,
                  send_timeout: float | None = 30.0) -> None:
-        if batch_size < 1:
-            raise ConfigurationError(f"Outbox batch_size must be at least 1, not {batch_size}")
+        core.check_batch_size(batch_size)
         self.path = Path(path)
         self.client = client
         self.retry_interval = retry_interval
         self.send_timeout = send_timeout
-        self._store = OutboxStore(self.path, batch_size)
+        self._store = core.OutboxStore(self.path, batch_size)
         self._forward_lock = threading.Lock()
         self._senders: dict[tuple[str, str], _Sender] = {}
         self._wake = threading.Event()
@@ -72,8 +64,8 @@ class Outbox:
 
     def send_messages(self, kind: str, entity: str, message: ServiceBusMessage | Iterable[ServiceBusMessage]) -> None:
         """Accept messages for ``entity`` (``kind`` "queue" or "topic"); returns once they are durable."""
-        check_kind(kind)
-        self._store.accept(kind, entity, batch_of(message))
+        core.check_kind(kind)
+        self._store.accept(kind, entity, core.batch_of(message))
         self._wake.set()
 
     def __len__(self) -> int:
@@ -88,8 +80,7 @@ class Outbox:
     def forward(self) -> int:
         """Forward pending messages in order until none is left or no namespace is reachable; returns
         how many left the outbox (forwarded, or set aside as failed)."""
-        if self.client is None:
-            raise ConfigurationError("this Outbox has no client to forward through")
+        core.check_can_forward(self.client)
         done = 0
         with self._forward_lock:
             while not self._stopping.is_set():
@@ -105,41 +96,36 @@ class Outbox:
                     raise
         return done
 
-    def _forward_rows(self, rows: list[PendingRow]) -> int:
-        messages: list[ServiceBusMessage] = []
-        for row in rows:
-            try:
-                messages.append(decode(row.message))
-            except Exception as error:  # a damaged row must not block the rest
-                self._store.fail([row], f"the stored message cannot be decoded: {error}")
-                return 1
-        sender = self._sender(rows[0].kind, rows[0].entity)
+    def _forward_rows(self, rows: list[core.PendingRow]) -> int:
+        messages = core.decode_rows(rows)
+        if isinstance(messages, core.Undecodable):
+            self._store.fail([messages.row], messages.error)
+            return 1
         try:
-            sender.send_messages(messages if len(messages) > 1 else messages[0], timeout=self.send_timeout)
+            self._sender(rows[0].kind, rows[0].entity).send_messages(core.send_payload(messages),
+                                                                     timeout=self.send_timeout)
         except Exception as error:
-            if signals_unavailable(error):
+            step = core.after_refusal(rows, error)
+            if step is core.AfterRefusal.KEEP:
                 raise
-            if len(rows) > 1:  # find the one the broker refuses: send the first alone
+            if step is core.AfterRefusal.SPLIT:
                 return self._forward_rows(rows[:1])
             _log.warning("outbox: message %s for %s refused: %s", rows[0].seq, rows[0].entity, error)
-            self._store.fail(rows, f"{type(error).__name__}: {error}")
+            self._store.fail(rows, core.refusal_text(error))
             return 1
         self._store.forwarded(rows)
         return len(rows)
 
     def _sender(self, kind: str, entity: str) -> _Sender:
-        assert self.client is not None
         key = (kind, entity)
         sender = self._senders.get(key)
         if sender is None:
-            made = self.client.get_queue_sender(entity) if kind == "queue" else self.client.get_topic_sender(entity)
-            sender = self._senders[key] = made
+            sender = self._senders[key] = core.make_sender(core.check_can_forward(self.client), kind, entity)
         return sender
 
     def start(self) -> None:
         """Forward in a background thread until ``close``."""
-        if self.client is None:
-            raise ConfigurationError("this Outbox has no client to forward through")
+        core.check_can_forward(self.client)
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="sodalite-outbox", daemon=True)
             self._thread.start()

@@ -13,12 +13,18 @@ it does not block the rows behind it.
 
 A file that SQLite cannot read, that fails ``PRAGMA quick_check``, or that is some other
 application's database raises ``OutboxCorrupt`` naming the file; the outbox never writes to it.
+
+The forwarders' decisions live here too, so the sync and asyncio ``Outbox`` only do the I/O: a run
+of rows is decoded (``decode_rows``: a row that cannot be decoded is set aside alone), sent, and a
+failed send is judged by ``after_refusal``: an availability error keeps the rows and stops
+forwarding; a refused batch is split to find the refused row; a refused row is set aside.
 """
 
 from __future__ import annotations
 
 import base64
 import datetime
+import enum
 import json
 import sqlite3
 import threading
@@ -26,11 +32,12 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.amqp import AmqpMessageBodyType
 
+from sodalite.client.failover import is_failover_error
 from sodalite.errors import ConfigurationError, OutboxCorrupt
 
 APPLICATION_ID = 0x534F4442  # "SODB": marks a SQLite file as a Sodalite outbox
@@ -270,3 +277,70 @@ def check_kind(kind: str) -> None:
 
 def batch_of(message: ServiceBusMessage | Iterable[ServiceBusMessage]) -> list[ServiceBusMessage]:
     return [message] if isinstance(message, ServiceBusMessage) else list(message)
+
+
+# ---- forwarding decisions, shared by the sync and asyncio forwarders -----------------------------
+
+class ForwardingClient(Protocol):
+    """What an outbox forwards through: a ServiceBusClient or a ReplicatedClient, sync or asyncio."""
+
+    def get_queue_sender(self, queue_name: str) -> Any: ...
+    def get_topic_sender(self, topic_name: str) -> Any: ...
+
+
+def check_batch_size(batch_size: int) -> None:
+    if batch_size < 1:
+        raise ConfigurationError(f"Outbox batch_size must be at least 1, not {batch_size}")
+
+
+def check_can_forward(client: ForwardingClient | None) -> ForwardingClient:
+    if client is None:
+        raise ConfigurationError("this Outbox has no client to forward through")
+    return client
+
+
+def make_sender(client: ForwardingClient, kind: str, entity: str) -> Any:
+    """The SDK sender for ``entity`` (making one opens nothing: the SDK connects on the first send)."""
+    return client.get_queue_sender(entity) if kind == "queue" else client.get_topic_sender(entity)
+
+
+@dataclass(frozen=True, slots=True)
+class Undecodable:
+    """A stored row that cannot be decoded: it goes to ``failed`` with ``error`` so it blocks nothing."""
+
+    row: PendingRow
+    error: str
+
+
+def decode_rows(rows: list[PendingRow]) -> list[ServiceBusMessage] | Undecodable:
+    """The messages of ``rows`` in order, or the first row that cannot be decoded."""
+    messages: list[ServiceBusMessage] = []
+    for row in rows:
+        try:
+            messages.append(decode(row.message))
+        except Exception as error:  # a damaged row must not block the rest
+            return Undecodable(row, f"the stored message cannot be decoded: {error}")
+    return messages
+
+
+def send_payload(messages: list[ServiceBusMessage]) -> ServiceBusMessage | list[ServiceBusMessage]:
+    """What one send carries: a lone message as itself (the SDK sends it unbatched), else the list."""
+    return messages if len(messages) > 1 else messages[0]
+
+
+class AfterRefusal(enum.Enum):
+    """What a forwarder does when a send of ``rows`` failed."""
+
+    KEEP = "keep"  # the namespace may be unavailable: stop forwarding, keep the rows (raise the error)
+    SPLIT = "split"  # a batch was refused: send its first row alone to find the one the broker refuses
+    SET_ASIDE = "set-aside"  # one row refused for good: move it to ``failed`` with ``refusal_text``
+
+
+def after_refusal(rows: list[PendingRow], error: BaseException) -> AfterRefusal:
+    if is_failover_error(error):
+        return AfterRefusal.KEEP
+    return AfterRefusal.SPLIT if len(rows) > 1 else AfterRefusal.SET_ASIDE
+
+
+def refusal_text(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"

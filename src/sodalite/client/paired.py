@@ -1,7 +1,8 @@
 """Paired namespaces: sends that fail over to backlog queues in a secondary namespace (sync form).
 
 Theory of operation (paired-namespaces seed; clarifications, issue 15; the state machine itself is
-``failover.FailoverBook``):
+``failover.FailoverBook``, and the decisions both this module and its asyncio twin follow are in
+``paired_core``: this module does only the sync I/O):
 
 - Opening the client checks the secondary namespace's backlog queues through
   ``ServiceBusAdministrationClient`` and creates the missing ones with the seed's properties.
@@ -24,63 +25,42 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any
 
-from azure.core.exceptions import (
-    ClientAuthenticationError,
-    HttpResponseError,
-    ResourceExistsError,
-    ResourceNotFoundError,
-    ServiceRequestError,
-)
+from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.servicebus import (
     ServiceBusClient,
     ServiceBusMessage,
-    ServiceBusMessageBatch,
     ServiceBusReceivedMessage,
     ServiceBusReceiver,
     ServiceBusSender,
 )
-from azure.servicebus.exceptions import (
-    ServiceBusAuthenticationError,
-)
+from azure.servicebus.exceptions import ServiceBusAuthenticationError
 from azure.servicebus.management import ServiceBusAdministrationClient
 
 from sodalite.client import backlog
-from sodalite.client.batch import KeepingMessageBatch
-from sodalite.client.failover import FailoverBook, is_failover_error
-from sodalite.client.paired_messages import as_list, ping_message, plan_syphon_batch, refusal, to_backlog_message
-from sodalite.errors import BacklogQueueSetupFailed, FailoverExhausted, PairedClientClosed, SecondaryUnavailable
+from sodalite.client import paired_core as core
+from sodalite.client.failover import is_failover_error
+from sodalite.client.paired_core import (
+    RETRY_PAUSE,
+    SYPHON_BATCH,
+    PairedMessageBatch,
+    PairedNamespaceOptions,
+    Sendable,
+    SyphonCounters,
+    backlog_setup_error,
+)
+from sodalite.client.paired_messages import ping_message, plan_syphon_batch, refusal, to_backlog_message
+from sodalite.errors import PairedClientClosed
 
 log = logging.getLogger(__name__)
 
-SYPHON_BATCH = 100
-RETRY_PAUSE = (0.1, 1.0)  # first and longest pause between retries of the primary while the timer runs
-
-
-@dataclass(frozen=True, slots=True)
-class PairedNamespaceOptions:
-    """How a paired client behaves (the seed's SendAvailabilityPairedNamespaceOptions)."""
-
-    secondary_connection_string: str
-    backlog_queue_count: int = 10
-    failover_interval: timedelta = timedelta(seconds=10)
-    ping_primary_interval: timedelta = timedelta(minutes=1)
-    enable_syphon: bool = True
-    primary_namespace: str | None = None  # None: the first label of the primary's host name
-    syphon_receive_wait: timedelta = timedelta(minutes=15)  # the syphon's long poll
-
-    def __post_init__(self) -> None:
-        if self.backlog_queue_count < 1:
-            raise ValueError(f"backlog_queue_count must be at least 1, got {self.backlog_queue_count}")
-        for name in ("failover_interval", "ping_primary_interval", "syphon_receive_wait"):
-            if getattr(self, name) < timedelta(0):
-                raise ValueError(f"{name} must not be negative")
-
+__all__ = ["RETRY_PAUSE", "SYPHON_BATCH", "NamespaceSide", "PairedMessageBatch", "PairedNamespaceClient",
+           "PairedNamespaceOptions", "PairedSender", "Sendable", "Syphon", "SyphonCounters", "backlog_setup_error",
+           "close_sdk_client", "ensure_backlog_queues"]
 
 def ensure_backlog_queues(secondary_connection_string: str, names: list[str], **kwargs: Any) -> None:
     """Create the backlog queues that do not exist; leave existing ones as they are."""
@@ -97,40 +77,19 @@ def ensure_backlog_queues(secondary_connection_string: str, names: list[str], **
                     admin.create_queue(name, **backlog.BACKLOG_QUEUE_PROPERTIES.as_kwargs())
                 except ResourceExistsError:
                     pass  # another client created it meanwhile
-            except (ClientAuthenticationError, HttpResponseError, ServiceRequestError) as exc:
+            except core.SETUP_ERRORS as exc:
                 raise backlog_setup_error(name, exc) from exc
 
 
-def backlog_setup_error(name: str, exc: Exception) -> BacklogQueueSetupFailed | SecondaryUnavailable:
-    """The clear error for a management call about backlog queue ``name`` that failed with ``exc``."""
-    status = exc.status_code if isinstance(exc, HttpResponseError) else None
-    if isinstance(exc, ClientAuthenticationError) or status in (401, 403):
-        return BacklogQueueSetupFailed(
-            f"backlog queue '{name}' could not be read or created in the secondary namespace: "
-            f"{_first_line(exc)} (the key needs Manage rights)")
-    if isinstance(exc, ServiceRequestError):
-        return SecondaryUnavailable(f"the secondary namespace cannot be reached to set up backlog queue "
-                                    f"'{name}': {_first_line(exc)}")
-    return SecondaryUnavailable(f"the secondary namespace refused backlog queue '{name}': {_first_line(exc)}")
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-class NamespaceSide:
+class NamespaceSide(core.SideState):
     """One of the two namespace clients; closing or faulting it closes the other (coordination)."""
 
     def __init__(self, role: str, client: ServiceBusClient, on_down: Callable[[NamespaceSide], None],
                  before_close: Callable[[], None] = lambda: None) -> None:
-        self.role = role
+        super().__init__(role)
         self.client = client
-        self.closed = False
-        self.fault: BaseException | None = None
         self._on_down = on_down
         self._before_close = before_close
-        self._lock = threading.Lock()
 
     def close(self) -> None:
         self._down(None)
@@ -139,11 +98,8 @@ class NamespaceSide:
         self._down(exc)
 
     def _down(self, fault: BaseException | None) -> None:
-        with self._lock:
-            if self.closed:
-                return
-            self.closed = True
-            self.fault = fault
+        if not self._goes_down(fault):
+            return
         self._before_close()  # stop the pumps first: they open receivers on this client
         try:
             close_sdk_client(self.client)
@@ -167,13 +123,6 @@ def close_sdk_client(client: ServiceBusClient) -> None:
             time.sleep(0.05)
 
 
-class PairedMessageBatch(KeepingMessageBatch):
-    """What ``PairedSender.create_message_batch`` returns: an SDK ``ServiceBusMessageBatch`` that keeps its
-    messages, so a failover can rewrite them for a backlog queue."""
-
-
-Sendable = ServiceBusMessage | Iterable[ServiceBusMessage] | PairedMessageBatch | ServiceBusMessageBatch
-
 
 class PairedSender:
     """A sender to one entity of the primary namespace that fails over to the backlog queues."""
@@ -184,7 +133,8 @@ class PairedSender:
         self._topic = topic
         self._primary: ServiceBusSender | None = None
         self._backlog_index: int | None = None
-        self._backlog_senders: dict[int, ServiceBusSender] = {}
+        self._backlog_senders: core.HandlerCache[int, ServiceBusSender] = core.HandlerCache(
+            lambda index: client.secondary.client.get_queue_sender(client.backlog_names[index]))
         self._lock = threading.Lock()
 
     def __enter__(self) -> PairedSender:
@@ -211,9 +161,7 @@ class PairedSender:
 
     def _primary_sender(self) -> ServiceBusSender:
         if self._primary is None:
-            side = self._client.primary.client
-            self._primary = (side.get_topic_sender(self.entity_path) if self._topic
-                             else side.get_queue_sender(self.entity_path))
+            self._primary = core.queue_or_topic_sender(self._client.primary.client, self.entity_path, self._topic)
         return self._primary
 
     def _drop_primary(self) -> None:
@@ -228,99 +176,69 @@ class PairedSender:
         """Send to the primary, or, once the entity is failed over, to a backlog queue."""
         with self._lock:
             self._client.check_open()
-            raw_batch: ServiceBusMessageBatch | None = None
-            if isinstance(message, KeepingMessageBatch):
-                messages: list[ServiceBusMessage] = message.messages
-            elif isinstance(message, ServiceBusMessageBatch):
-                raw_batch, messages = message, []  # made elsewhere: it goes as it is, or not at all
-            else:
-                messages = as_list(message)
-            if raw_batch is None and not messages:
+            send = core.outgoing(message)
+            if send.empty:
                 return
-            book = self._client.book
-            if not book.failed_over(self.entity_path):
-                pause = RETRY_PAUSE[0]
-                while True:
-                    try:
-                        self._primary_sender().send_messages(raw_batch if raw_batch is not None else messages,
-                                                             timeout=timeout)
-                        book.primary_succeeded(self.entity_path)
-                        return
-                    except Exception as exc:
-                        self._client.note_primary_error(exc)  # an authentication failure faults the pair
-                        if not is_failover_error(exc):
-                            raise
-                        self._drop_primary()
-                        if book.primary_failed(self.entity_path, time.monotonic()):
-                            log.warning("entity '%s' fails over to the backlog queues: %s", self.entity_path,
-                                        _first_line(exc))
-                            if raw_batch is not None:
-                                raise FailoverExhausted(
-                                    "the primary is unavailable and an SDK ServiceBusMessageBatch cannot be "
-                                    "redirected to a backlog queue (its messages cannot be read back); "
-                                        "make it with this sender's create_message_batch()") from exc
-                            break
-                        self._client.check_open()
-                        time.sleep(min(pause, max(0.01, book.time_left(self.entity_path, time.monotonic()))))
-                        pause = min(pause * 2, RETRY_PAUSE[1])
-            elif raw_batch is not None:
-                raise FailoverExhausted("the entity is failed over and an SDK ServiceBusMessageBatch cannot be "
-                                        "redirected to a backlog queue (its messages cannot be read back); "
-                                        "make it with this sender's create_message_batch()")
+            if not self._client.book.failed_over(self.entity_path):
+                if self._send_to_primary(send, timeout):
+                    return
+            elif send.raw_batch is not None:
+                raise core.raw_batch_cannot_fail_over(just_now=False)
             self._client.start_pinging(self.entity_path)
-            self._send_to_backlog(messages, timeout)
+            self._send_to_backlog(send.messages, timeout)
+
+    def _send_to_primary(self, send: core.Outgoing, timeout: float | None) -> bool:
+        """True once the primary took it; False when the entity failed over meanwhile."""
+        pause = RETRY_PAUSE[0]
+        while True:
+            try:
+                self._primary_sender().send_messages(send.to_primary, timeout=timeout)
+                self._client.book.primary_succeeded(self.entity_path)
+                return True
+            except Exception as exc:
+                self._client.note_primary_error(exc)  # an authentication failure faults the pair
+                if not is_failover_error(exc):
+                    raise
+                self._drop_primary()
+                step = core.after_primary_failure(self._client.book, self.entity_path, time.monotonic(), pause)
+                if not isinstance(step, core.RetryPrimary):
+                    log.warning("entity '%s' fails over to the backlog queues: %s", self.entity_path,
+                                core.first_line(exc))
+                    if send.raw_batch is not None:
+                        raise core.raw_batch_cannot_fail_over(just_now=True) from exc
+                    return False
+                self._client.check_open()
+                time.sleep(step.wait)
+                pause = step.next_pause
 
     def _send_to_backlog(self, messages: list[ServiceBusMessage], timeout: float | None) -> None:
         rewritten = [to_backlog_message(m, self.entity_path) for m in messages]
-        book = self._client.book
-        last: BaseException | None = None
-        tried: set[int] = set()
+        walk = core.BacklogRound(self._client.book, self.entity_path, self._client.backlog_names)
         while True:
             self._client.check_open()
-            index = book.pick_backlog(self._backlog_index, tried)
-            if index is None:
-                raise FailoverExhausted(
-                    f"neither the primary entity '{self.entity_path}' nor any backlog queue took the message"
-                    + (f": {_first_line(last)}" if last is not None else "")) from last
-            self._backlog_index = index
+            index = self._backlog_index = walk.pick(self._backlog_index)
             sender = self._backlog_senders.get(index)
-            if sender is None:
-                sender = self._client.secondary.client.get_queue_sender(self._client.backlog_names[index])
-                self._backlog_senders[index] = sender
-            tried.add(index)
             try:
                 sender.send_messages(rewritten, timeout=timeout)
-                book.backlog_succeeded(index)
-                return
             except Exception as exc:
-                if not is_failover_error(exc):
-                    raise
-                last = exc
-                log.warning("backlog queue '%s' leaves the rotation: %s", self._client.backlog_names[index],
-                            _first_line(exc))
-                book.drop_backlog(index)
-                self._backlog_senders.pop(index, None)
+                walk.failed(index, exc)
+                self._backlog_senders.pop(index)
                 try:
                     sender.close()
                 except Exception:
                     log.debug("closing a broken backlog sender failed", exc_info=True)
+                continue
+            walk.succeeded(index)
+            return
 
     def close(self) -> None:
         with self._lock:
             self._drop_primary()
-            for sender in self._backlog_senders.values():
+            for sender in self._backlog_senders.take_all():
                 try:
                     sender.close()
                 except Exception:
                     log.debug("closing a backlog sender failed", exc_info=True)
-            self._backlog_senders.clear()
-
-
-@dataclass(slots=True)
-class SyphonCounters:
-    moved: int = 0
-    dead_lettered: int = 0
-    pings_dropped: int = 0
 
 
 class Syphon:
@@ -339,7 +257,8 @@ class Syphon:
         self.counters = SyphonCounters()
         self._on_fault = on_fault
         self._on_progress = on_progress
-        self._senders: dict[str, ServiceBusSender] = {}
+        self._senders: core.HandlerCache[str, ServiceBusSender] = core.HandlerCache(primary.get_queue_sender,
+                                                                                    key=str.lower)
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -359,18 +278,17 @@ class Syphon:
             except Exception as exc:
                 if self.stop.is_set():
                     return
-                log.info("syphon of '%s' pauses: %s", self.backlog_queue, _first_line(exc))
+                log.info("syphon of '%s' pauses: %s", self.backlog_queue, core.first_line(exc))
                 self._close_senders()
                 self.stop.wait(self.retry_pause.total_seconds())
         self._close_senders()
 
     def _close_senders(self) -> None:
-        for sender in self._senders.values():
+        for sender in self._senders.take_all():
             try:
                 sender.close()
             except Exception:
                 log.debug("closing a syphon sender failed", exc_info=True)
-        self._senders.clear()
 
     def move(self, receiver: ServiceBusReceiver, received: list[ServiceBusReceivedMessage]) -> None:
         """Send each message to its entity in the primary, then complete it in the backlog.
@@ -387,17 +305,16 @@ class Syphon:
             self.counters.dead_lettered += 1
         for position, (path, pairs) in enumerate(plan.groups):
             try:
-                self._sender(path).send_messages([restored for _, restored in pairs])
+                self._senders.get(path).send_messages([restored for _, restored in pairs])  # queue or topic
             except Exception as exc:
                 self._drop_sender(path)
                 refused = refusal(path, exc)
                 if refused is None:
-                    for _, rest in plan.groups[position:]:
-                        for message, _ in rest:
-                            try:
-                                receiver.abandon_message(message)
-                            except Exception:
-                                log.debug("abandon failed; the lock will expire", exc_info=True)
+                    for message in plan.unsent_from(position):
+                        try:
+                            receiver.abandon_message(message)
+                        except Exception:
+                            log.debug("abandon failed; the lock will expire", exc_info=True)
                     raise
                 for message, _ in pairs:
                     receiver.dead_letter_message(message, reason=refused[0], error_description=refused[1])
@@ -407,15 +324,8 @@ class Syphon:
                 receiver.complete_message(message)
                 self.counters.moved += 1
 
-    def _sender(self, path: str) -> ServiceBusSender:
-        sender = self._senders.get(path.lower())
-        if sender is None:
-            sender = self.primary.get_queue_sender(path)  # a queue's or a topic's address alike
-            self._senders[path.lower()] = sender
-        return sender
-
     def _drop_sender(self, path: str) -> None:
-        sender = self._senders.pop(path.lower(), None)
+        sender = self._senders.pop(path)
         if sender is not None:
             try:
                 sender.close()
@@ -423,22 +333,16 @@ class Syphon:
                 log.debug("closing a syphon sender failed", exc_info=True)
 
 
-class PairedNamespaceClient:
+class PairedNamespaceClient(core.PairedState):
     """A primary namespace paired with a secondary one that holds its backlog queues."""
 
     def __init__(self, primary_connection_string: str, options: PairedNamespaceOptions, **kwargs: Any) -> None:
         """``kwargs`` (``connection_verify``, ``retry_total``, ...) go to every client made here."""
-        self.options = options
-        self.primary_namespace = options.primary_namespace or backlog.namespace_of(primary_connection_string)
-        self.backlog_names = backlog.backlog_queue_names(self.primary_namespace, options.backlog_queue_count)
-        self.book = FailoverBook(options.failover_interval, options.backlog_queue_count,
-                                 backlog_retry_after=options.ping_primary_interval)
+        super().__init__(primary_connection_string, options)
         self._kwargs = kwargs
         self._primary_connection_string = primary_connection_string
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._lock = threading.Lock()
-        self._closed: PairedClientClosed | None = None
         self.syphons: list[Syphon] = []
         ensure_backlog_queues(options.secondary_connection_string, self.backlog_names, **kwargs)
         self.primary = NamespaceSide(
@@ -470,14 +374,10 @@ class PairedNamespaceClient:
 
     def _side_down(self, side: NamespaceSide) -> None:
         other = self.secondary if side is self.primary else self.primary
-        reason = f"the {side.role} namespace client " + (
-            f"faulted: {_first_line(side.fault)}" if side.fault is not None else "closed")
-        with self._lock:
-            if self._closed is None:
-                self._closed = PairedClientClosed(reason)
+        self._close_with(side.down_reason())
         self._stop.set()
         if not other.closed:
-            other.set_fault(PairedClientClosed(reason))
+            other.set_fault(PairedClientClosed(side.down_reason()))
 
     def _fault_from(self, role: str, exc: BaseException) -> None:
         (self.primary if role == "primary" else self.secondary).set_fault(exc)
@@ -486,19 +386,8 @@ class PairedNamespaceClient:
         if isinstance(exc, ServiceBusAuthenticationError):
             self.primary.set_fault(exc)
 
-    def check_open(self) -> None:
-        closed = self._closed
-        if closed is not None:
-            raise PairedClientClosed(closed.description)
-
-    @property
-    def closed(self) -> bool:
-        return self._closed is not None
-
     def close(self) -> None:
-        with self._lock:
-            if self._closed is None:
-                self._closed = PairedClientClosed("the paired client is closed")
+        self._close_with("the paired client is closed")
         self._stop.set()
         for side in (self.primary, self.secondary):
             if not side.closed:
@@ -528,7 +417,7 @@ class PairedNamespaceClient:
                     with self.primary.client.get_queue_sender(path) as sender:
                         sender.send_messages(ping_message())
                 except Exception as exc:
-                    log.info("ping of '%s' failed: %s", path, _first_line(exc))
+                    log.info("ping of '%s' failed: %s", path, core.first_line(exc))
                     continue
                 log.warning("entity '%s' answers again; sends go to the primary", path)
                 self.book.ping_succeeded(path)

@@ -85,6 +85,10 @@ class SyphonPlan:
     dead_letters: list[tuple[ServiceBusReceivedMessage, str, str]]  # message, reason, description
     groups: list[tuple[str, list[tuple[ServiceBusReceivedMessage, ServiceBusMessage]]]]  # one send per group
 
+    def unsent_from(self, position: int) -> list[ServiceBusReceivedMessage]:
+        """The messages of group ``position`` and those after it (abandoned when that group's send fails)."""
+        return [message for _, pairs in self.groups[position:] for message, _ in pairs]
+
 
 def plan_syphon_batch(received: list[ServiceBusReceivedMessage], now: datetime) -> SyphonPlan:
     """Restore each message; consecutive messages for one entity form one group (one send)."""

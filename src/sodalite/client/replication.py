@@ -27,15 +27,17 @@ both, under the same name unless the caller names the secondary's.
   operation: a failed send or no reply within the timeout reissues the request to the backup, and
   its reply switches the roles; both failing leaves them. ``get_request_receiver`` serves both request queues and
   replies into the namespace each request came from.
+
+This module does only the sync I/O. What to do comes from ``replication_core`` (copy verdicts, turns,
+roles, which errors mean "namespace unavailable", what a failed attempt leads to), and which SDK
+handlers to make from ``replication_shared``; the asyncio twin uses the same two modules.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta
@@ -43,33 +45,20 @@ from types import TracebackType
 from typing import Any, NoReturn, TypeVar
 
 from azure.servicebus import (
-    NEXT_AVAILABLE_SESSION,
     ServiceBusClient,
     ServiceBusMessage,
     ServiceBusReceivedMessage,
-    ServiceBusReceiveMode,
     ServiceBusReceiver,
     ServiceBusSender,
     ServiceBusSessionFilter,
 )
-from azure.servicebus.exceptions import OperationTimeoutError
 
+from sodalite.client import replication_core as core
 from sodalite.client.batch import KeepingMessageBatch
 from sodalite.client.dedup import DuplicateFilter
-from sodalite.client.replication_core import (
-    DEFERRED_NOT_BUILT,
-    CopyTracker,
-    Outcome,
-    PeekMemory,
-    ReplicationMode,
-    Verdict,
-    check_pair,
-    messages_of,
-    refuse_sequence_number,
-    settlement_outcome_is_assured,
-    signals_unavailable,
-)
-from sodalite.errors import ConfigurationError, NotImplementedOperation
+from sodalite.client.replication_core import PRIMARY, SECONDARY, Outcome, ReplicationMode
+from sodalite.client.replication_shared import ClientPairs, Factories, ReceiverState, SessionMakers, session_factories
+from sodalite.errors import NotImplementedOperation
 
 __all__ = ["ReplicatedClient", "ReplicatedReceiver", "ReplicatedRequestSender", "ReplicatedSender",
            "ReplicatedSession", "ReplicatedSessionReceiver", "ReplicationMode"]
@@ -77,115 +66,42 @@ __all__ = ["ReplicatedClient", "ReplicatedReceiver", "ReplicatedRequestSender", 
 _log = logging.getLogger("sodalite.client.replication")
 T = TypeVar("T")
 
-PRIMARY, SECONDARY = 0, 1
-_SessionMakers = tuple[Callable[[str | ServiceBusSessionFilter], ServiceBusReceiver],
-                       Callable[[str | ServiceBusSessionFilter], ServiceBusReceiver]]
+_Factories = Factories[ServiceBusReceiver]
+_SessionMakers = SessionMakers[ServiceBusReceiver]
 
 
-class _Roles:
-    """Which namespace is active, per entity, for one client (passive replication)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._active: dict[str, int] = {}
-
-    def active(self, key: str, default: int = PRIMARY) -> int:
-        with self._lock:
-            return self._active.setdefault(key, default)
-
-    def switch_from(self, key: str, failed: int) -> None:
-        with self._lock:
-            if self._active.get(key, PRIMARY) == failed:
-                self._active[key] = 1 - failed
-
-
-class ReplicatedClient:
+class ReplicatedClient(ClientPairs[ServiceBusSender, ServiceBusReceiver, "ReplicatedSender", "ReplicatedReceiver",
+                                   "ReplicatedRequestSender"]):
     """Two namespaces, one client. ``client_kwargs`` go to both ``ServiceBusClient``s."""
 
     def __init__(self, primary: str, secondary: str, *, mode: ReplicationMode = ReplicationMode.ACTIVE,
                  retry_interval: timedelta = timedelta(seconds=2), **client_kwargs: Any) -> None:
-        check_pair(primary, secondary)
-        if not isinstance(mode, ReplicationMode):
-            raise ConfigurationError(f"mode must be a ReplicationMode, not {mode!r}")
-        self.mode = mode
-        self.retry_interval = retry_interval
+        super().__init__(primary, secondary, mode, retry_interval)
         self._clients = (ServiceBusClient.from_connection_string(primary, **client_kwargs),
                          ServiceBusClient.from_connection_string(secondary, **client_kwargs))
-        self._roles = _Roles()
-        self._handlers: list[ReplicatedSender | ReplicatedReceiver | ReplicatedRequestSender] = []
 
-    # -- senders ---------------------------------------------------------------------------------
-    def get_queue_sender(self, queue_name: str, *, secondary_queue_name: str | None = None,
-                         **kwargs: Any) -> ReplicatedSender:
-        names = (queue_name, secondary_queue_name or queue_name)
-        senders = (self._clients[0].get_queue_sender(names[0], **kwargs),
-                   self._clients[1].get_queue_sender(names[1], **kwargs))
-        return self._keep(ReplicatedSender(self, senders, f"queue:{names[0]}|{names[1]}"))
+    @property
+    def _sdk(self) -> tuple[ServiceBusClient, ServiceBusClient]:
+        return self._clients
 
-    def get_topic_sender(self, topic_name: str, *, secondary_topic_name: str | None = None,
-                         **kwargs: Any) -> ReplicatedSender:
-        names = (topic_name, secondary_topic_name or topic_name)
-        senders = (self._clients[0].get_topic_sender(names[0], **kwargs),
-                   self._clients[1].get_topic_sender(names[1], **kwargs))
-        return self._keep(ReplicatedSender(self, senders, f"topic:{names[0]}|{names[1]}"))
+    def _new_sender(self, senders: tuple[ServiceBusSender, ServiceBusSender], key: str) -> ReplicatedSender:
+        return ReplicatedSender(self, senders, key)
 
-    # -- receivers -------------------------------------------------------------------------------
-    def get_queue_receiver(self, queue_name: str, *, secondary_queue_name: str | None = None,
-                           duplicate_filter: DuplicateFilter | None = None, **kwargs: Any) -> ReplicatedReceiver:
-        names = (queue_name, secondary_queue_name or queue_name)
-        session = kwargs.pop("session_id", None)
-        if session is not None:
-            makers: _SessionMakers = (
-                lambda sid: self._clients[0].get_queue_receiver(names[0], session_id=sid, **kwargs),
-                lambda sid: self._clients[1].get_queue_receiver(names[1], session_id=sid, **kwargs))
-            return self._keep(ReplicatedSessionReceiver(self, makers, session, duplicate_filter, kwargs))
-        factories: tuple[Callable[[], ServiceBusReceiver], Callable[[], ServiceBusReceiver]] = (
-            lambda: self._clients[0].get_queue_receiver(names[0], **kwargs),
-            lambda: self._clients[1].get_queue_receiver(names[1], **kwargs))
-        return self._keep(ReplicatedReceiver(self, factories, duplicate_filter, kwargs))
+    def _new_receiver(self, factories: _Factories, duplicate_filter: DuplicateFilter | None,
+                      kwargs: dict[str, Any]) -> ReplicatedReceiver:
+        return ReplicatedReceiver(self, factories, duplicate_filter, kwargs)
 
-    def get_subscription_receiver(self, topic_name: str, subscription_name: str, *,
-                                  secondary_topic_name: str | None = None,
-                                  secondary_subscription_name: str | None = None,
-                                  duplicate_filter: DuplicateFilter | None = None,
-                                  **kwargs: Any) -> ReplicatedReceiver:
-        second = (secondary_topic_name or topic_name, secondary_subscription_name or subscription_name)
-        session = kwargs.pop("session_id", None)
-        if session is not None:
-            makers: _SessionMakers = (
-                lambda sid: self._clients[0].get_subscription_receiver(topic_name, subscription_name,
-                                                                       session_id=sid, **kwargs),
-                lambda sid: self._clients[1].get_subscription_receiver(second[0], second[1], session_id=sid,
-                                                                       **kwargs))
-            return self._keep(ReplicatedSessionReceiver(self, makers, session, duplicate_filter, kwargs))
-        factories: tuple[Callable[[], ServiceBusReceiver], Callable[[], ServiceBusReceiver]] = (
-            lambda: self._clients[0].get_subscription_receiver(topic_name, subscription_name, **kwargs),
-            lambda: self._clients[1].get_subscription_receiver(second[0], second[1], **kwargs))
-        return self._keep(ReplicatedReceiver(self, factories, duplicate_filter, kwargs))
+    def _new_session_receiver(self, makers: _SessionMakers, session: str | ServiceBusSessionFilter,
+                              duplicate_filter: DuplicateFilter | None, kwargs: dict[str, Any]) -> ReplicatedReceiver:
+        return ReplicatedSessionReceiver(self, makers, session, duplicate_filter, kwargs)
 
-    # -- request/reply ---------------------------------------------------------------------------
-    def get_request_sender(self, queue_name: str, *, reply_queue_name: str, secondary_queue_name: str | None = None,
-                           secondary_reply_queue_name: str | None = None) -> ReplicatedRequestSender:
-        """Requests to a pair of queues (role-switching, relay pattern), replies on a reply queue."""
-        requests = (self._clients[0].get_queue_sender(queue_name),
-                    self._clients[1].get_queue_sender(secondary_queue_name or queue_name))
-        reply_names = (reply_queue_name, secondary_reply_queue_name or reply_queue_name)
-        replies = (self._clients[0].get_queue_receiver(reply_names[0]),
-                   self._clients[1].get_queue_receiver(reply_names[1]))
-        return self._keep(ReplicatedRequestSender(requests, replies, reply_names))
-
-    def get_request_receiver(self, queue_name: str, *, secondary_queue_name: str | None = None,
-                             duplicate_filter: DuplicateFilter | None = None, **kwargs: Any) -> ReplicatedReceiver:
-        """The service's side: both request queues, duplicates dropped; answer with ``receiver.reply``."""
-        return self.get_queue_receiver(queue_name, secondary_queue_name=secondary_queue_name,
-                                       duplicate_filter=duplicate_filter, **kwargs)
+    def _new_request_sender(self, requests: tuple[ServiceBusSender, ServiceBusSender],
+                            replies: tuple[ServiceBusReceiver, ServiceBusReceiver],
+                            reply_names: tuple[str, str]) -> ReplicatedRequestSender:
+        return ReplicatedRequestSender(requests, replies, reply_names)
 
     def _client(self, index: int) -> ServiceBusClient:
         return self._clients[index]
-
-    def _keep(self, handler: T) -> T:
-        self._handlers.append(handler)  # type: ignore[arg-type]
-        return handler
 
     def close(self) -> None:
         for handler in self._handlers:
@@ -224,22 +140,17 @@ class ReplicatedSender:
         (each namespace's link is asked; one that cannot be reached is left out), and each message
         gets a MessageId as it is added, so both copies share it."""
         limits: list[int] = []
-        first_error: Exception | None = None
+        attempts = core.Attempts()
         for sender in self._senders:
             try:
                 limits.append(sender.create_message_batch(max_size_in_bytes).max_size_in_bytes)
             except Exception as error:
-                if not signals_unavailable(error):
-                    raise
-                first_error = first_error or error
-        if not limits:
-            assert first_error is not None
-            raise first_error
-        return KeepingMessageBatch(min(limits), set_message_ids=True)
+                attempts.failed(error)
+        return KeepingMessageBatch(core.batch_limit(limits, attempts), set_message_ids=True)
 
     def send_messages(self, message: ServiceBusMessage | Iterable[ServiceBusMessage] | KeepingMessageBatch, *,
                       timeout: float | None = None) -> None:
-        batch = messages_of(message)
+        batch = core.messages_of(message)
         if not batch:
             return
         if self._client.mode is ReplicationMode.ACTIVE:
@@ -254,7 +165,8 @@ class ReplicatedSender:
         # share no object it mutates.
         raw = [m.raw_amqp_message for m in batch]
         second: Future[None] = self._pool.submit(self._senders[SECONDARY].send_messages, raw, timeout=timeout)
-        first_error: BaseException | None = None
+        first_error: Exception | None = None
+        second_error: Exception | None = None
         try:
             self._senders[PRIMARY].send_messages(batch, timeout=timeout)
         except Exception as error:
@@ -262,28 +174,28 @@ class ReplicatedSender:
         try:
             second.result()
         except Exception as error:
-            if first_error is not None:
-                raise error from first_error
-            _log.warning("the secondary copy was not sent (the primary's was): %s", error)
-            return
-        if first_error is not None:
-            _log.warning("the primary copy was not sent (the secondary's was): %s", first_error)
+            second_error = error
+        result = core.active_send_result(first_error, second_error)
+        if result.error is not None:
+            raise result.error from result.cause
+        if result.lost is not None:
+            _log.warning("copy %d was not sent (the other was): %s", result.lost, result.lost_error)
 
     def _send_passive(self, batch: list[ServiceBusMessage], timeout: float | None) -> None:
         active = self._client._roles.active(self._key)
-        try:
-            self._senders[active].send_messages(batch, timeout=timeout)
+        attempts = core.Attempts()
+        for index in (active, 1 - active):
+            try:
+                self._senders[index].send_messages(batch, timeout=timeout)
+            except Exception as error:
+                attempts.failed(error)
+                continue
+            if index != active:
+                _log.warning("namespace %d unavailable (%s); the backup takes the active role", active,
+                             attempts.errors[0])
+                self._client._roles.switch_from(self._key, active)
             return
-        except Exception as error:
-            if not signals_unavailable(error):
-                raise
-            first_error = error
-        try:
-            self._senders[1 - active].send_messages(batch, timeout=timeout)
-        except Exception as error:
-            raise error from first_error
-        _log.warning("namespace %d unavailable (%s); the backup takes the active role", active, first_error)
-        self._client._roles.switch_from(self._key, active)
+        attempts.give_up()
 
     def close(self) -> None:
         if self._pool is not None:
@@ -302,108 +214,69 @@ class ReplicatedSender:
         self.close()
 
 
-class ReplicatedReceiver:
+class ReplicatedReceiver(ReceiverState[ServiceBusReceiver]):
     """Receives from both namespaces; each MessageId reaches the application once (within the filter's window)."""
 
-    def __init__(self, client: ReplicatedClient,
-                 factories: tuple[Callable[[], ServiceBusReceiver], Callable[[], ServiceBusReceiver]],
-                 duplicate_filter: DuplicateFilter | None, kwargs: dict[str, Any]) -> None:
+    def __init__(self, client: ReplicatedClient, factories: _Factories, duplicate_filter: DuplicateFilter | None,
+                 kwargs: dict[str, Any]) -> None:
+        super().__init__(client.retry_interval, factories, duplicate_filter, kwargs)
         self._client = client
-        self._factories = factories
-        self._receivers: list[ServiceBusReceiver] = [factories[0](), factories[1]()]
-        self._opened = [False, False]
-        self._down_until = [0.0, 0.0]
-        self._next = PRIMARY
-        self._calls = 0
-        self._owns_filter = duplicate_filter is None
-        self.duplicate_filter = duplicate_filter if duplicate_filter is not None else DuplicateFilter()
-        mode = kwargs.get("receive_mode", ServiceBusReceiveMode.PEEK_LOCK)
-        self._tracker: CopyTracker[tuple[int, ServiceBusReceiver]] = CopyTracker(
-            self.duplicate_filter, mode in (ServiceBusReceiveMode.RECEIVE_AND_DELETE, "receiveanddelete"))
-        self._max_wait_time: float | None = kwargs.get("max_wait_time")
-        self.probe_wait = 0.5  # seconds each namespace is given per turn while the other has nothing
-        self._peeked = PeekMemory(self.duplicate_filter)
 
     def receive_messages(self, max_message_count: int | None = 1,
                          max_wait_time: float | None = None) -> list[ServiceBusReceivedMessage]:
         wanted = max(1, max_message_count or 1)
-        wait = max_wait_time if max_wait_time is not None else self._max_wait_time
-        deadline = None if wait is None else time.monotonic() + wait
+        deadline = core.receive_deadline(max_wait_time, self._max_wait_time, time.monotonic())
         while True:
             delivered = self._one_round(wanted, deadline)
-            if delivered:
+            if delivered or core.expired(deadline, time.monotonic()):
                 return delivered
-            if deadline is not None and time.monotonic() >= deadline:
-                return []
 
     def _one_round(self, wanted: int, deadline: float | None) -> list[ServiceBusReceivedMessage]:
-        self._calls += 1
-        order = [self._next, 1 - self._next]
-        if self._calls % 4 == 0:
-            order.reverse()  # now and then the other namespace goes first, so neither starves
-        for index in order:
-            now = time.monotonic()
-            if self._down_until[index] > now:
+        for index in self._turns.order():
+            slice_ = self._turns.slice_for(index, time.monotonic(), deadline, self.probe_wait)
+            if slice_ is None:
                 continue
-            slice_ = self.probe_wait if deadline is None else max(0.05, min(self.probe_wait, deadline - now))
             receiver = self._receivers[index]
             try:
-                if not self._opened[index]:
-                    # Opening counts against a receive's max_wait_time in the SDK; a short probe
-                    # would time out on a slow open, so open first (what `with receiver:` does).
-                    receiver.__enter__()
-                    self._opened[index] = True
-                copies = receiver.receive_messages(max_message_count=wanted, max_wait_time=slice_)
+                # Opening counts against a receive's max_wait_time in the SDK; a short probe
+                # would time out on a slow open, so open first (what `with receiver:` does).
+                copies = self._open(index).receive_messages(max_message_count=wanted, max_wait_time=slice_)
             except Exception as error:
-                if not signals_unavailable(error):
+                if not core.signals_unavailable(error):
                     raise
                 self._namespace_down(index, error)
                 continue
-            delivered = self._admit(copies, (index, receiver))
+            delivered, quiet = core.admit_all(self._tracker, copies, (index, receiver))
+            for copy in quiet:
+                self._settle(receiver, copy, Outcome.COMPLETE, {})
             if delivered:
-                self._next = index
+                self._turns.delivered(index)
                 return delivered
-        if all(until > time.monotonic() for until in self._down_until):
-            time.sleep(min(0.2, self._client.retry_interval.total_seconds()))
+        if pause := self._turns.idle_pause(time.monotonic()):
+            time.sleep(pause)
         return []
-
-    def _admit(self, copies: list[ServiceBusReceivedMessage],
-               source: tuple[int, ServiceBusReceiver]) -> list[ServiceBusReceivedMessage]:
-        delivered: list[ServiceBusReceivedMessage] = []
-        for copy in copies:
-            verdict = self._tracker.admit(copy, source)
-            if verdict is Verdict.DELIVER:
-                delivered.append(copy)
-            elif verdict is Verdict.SETTLE_QUIETLY:
-                self._settle(source[1], copy, Outcome.COMPLETE, {})
-        return delivered
 
     def _namespace_down(self, index: int, error: BaseException) -> None:
         _log.warning("receiving from namespace %d failed (%s); retrying it in %s", index, error,
                      self._client.retry_interval)
-        self._down_until[index] = time.monotonic() + self._client.retry_interval.total_seconds()
+        self._turns.down(index, time.monotonic())
+        self._tracker.forget_source((index, self._receivers[index]))
+        self._replace(index)
+
+    def _replace(self, index: int) -> None:
         old = self._receivers[index]
-        self._tracker.forget_source((index, old))
         try:
             old.close()
         except Exception:
-            _log.debug("closing a failed receiver failed", exc_info=True)
-        self._receivers[index] = self._factories[index]()
-        self._opened[index] = False
+            _log.debug("closing a replaced receiver failed", exc_info=True)
+        self._renewed(index)
 
     def _settle(self, receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage, outcome: Outcome,
                 options: dict[str, Any], *, raise_errors: bool = False) -> None:
         try:
-            if outcome is Outcome.COMPLETE:
-                receiver.complete_message(message)
-            elif outcome is Outcome.ABANDON:
-                receiver.abandon_message(message)
-            elif outcome is Outcome.DEAD_LETTER:
-                receiver.dead_letter_message(message, **options)
-            else:
-                receiver.defer_message(message)
+            getattr(receiver, core.settle_method(outcome))(message, **core.settle_options(outcome, options))
         except Exception as error:
-            if raise_errors and not settlement_outcome_is_assured(error):
+            if raise_errors and not core.settlement_outcome_is_assured(error):
                 raise
             _log.info("settling a copy (%s) failed: %s", outcome.value, error)
 
@@ -417,9 +290,8 @@ class ReplicatedReceiver:
                 _log.info("a copy's receiver was replaced after a failure; its settlement (%s) is skipped",
                           outcome.value)
         finally:
-            for copy, source in held:
-                if source[1] is self._receivers[source[0]]:
-                    self._settle(source[1], copy, outcome, options)
+            for copy, source in core.held_to_settle(held, self._receivers):
+                self._settle(source, copy, outcome, options)
 
     def complete_message(self, message: ServiceBusReceivedMessage) -> None:
         self._settle_app_copy(message, Outcome.COMPLETE)
@@ -442,28 +314,26 @@ class ReplicatedReceiver:
         """Peek both namespaces, each MessageId once: the primary first, the secondary for what is left
         of ``max_message_count``. Each namespace's SDK receiver continues where its last peek stopped;
         a MessageId this receiver peeked before, or whose copy was completed, is left out."""
-        refuse_sequence_number(sequence_number)
+        core.refuse_sequence_number(sequence_number)
         wanted = max(1, max_message_count)
         found: list[ServiceBusReceivedMessage] = []
-        errors: list[BaseException] = []
+        attempts = core.Attempts()
         for index in (PRIMARY, SECONDARY):
             if len(found) >= wanted:
                 break
             try:
                 copies = self._open(index).peek_messages(max_message_count=wanted - len(found), timeout=timeout)
             except Exception as error:
-                if not signals_unavailable(error):
-                    raise
-                errors.append(error)
+                attempts.failed(error)
                 continue
             found += self._peeked.fresh(copies)
-        if len(errors) == 2:
-            raise errors[1] from errors[0]
+        if len(attempts.errors) == 2:
+            attempts.give_up()
         return found
 
     def receive_deferred_messages(self, sequence_numbers: int | list[int], **kwargs: Any) -> NoReturn:
         """Not built: a deferred message has a different sequence number in each namespace."""
-        raise NotImplementedOperation(DEFERRED_NOT_BUILT)
+        raise NotImplementedOperation(core.DEFERRED_NOT_BUILT)
 
     def _open(self, index: int) -> ServiceBusReceiver:
         receiver = self._receivers[index]
@@ -474,11 +344,9 @@ class ReplicatedReceiver:
 
     def reply(self, request: ServiceBusReceivedMessage, reply: ServiceBusMessage) -> None:
         """Send ``reply`` to the request's ReplyTo queue, in the namespace the request came from."""
-        if not request.reply_to:
-            raise ConfigurationError("the request has no ReplyTo; there is nowhere to send the reply")
+        queue = core.reply_queue(request, reply)
         index, _ = self._tracker.source_of(request)
-        reply.correlation_id = request.message_id
-        with self._client._client(index).get_queue_sender(request.reply_to) as sender:
+        with self._client._client(index).get_queue_sender(queue) as sender:
             sender.send_messages(reply)
 
     def __iter__(self) -> Iterator[ServiceBusReceivedMessage]:
@@ -517,12 +385,8 @@ class ReplicatedSessionReceiver(ReplicatedReceiver):
     def __init__(self, client: ReplicatedClient, makers: _SessionMakers, session: str | ServiceBusSessionFilter,
                  duplicate_filter: DuplicateFilter | None, kwargs: dict[str, Any]) -> None:
         self._makers = makers
-        self._session_id: str | None = None if session == NEXT_AVAILABLE_SESSION else str(session)
-        super().__init__(client, (lambda: makers[0](self._session_or_next()),
-                                  lambda: makers[1](self._session_or_next())), duplicate_filter, kwargs)
-
-    def _session_or_next(self) -> str | ServiceBusSessionFilter:
-        return NEXT_AVAILABLE_SESSION if self._session_id is None else self._session_id
+        self._session_id = core.session_at_start(session)
+        super().__init__(client, session_factories(makers, lambda: self._session_id), duplicate_filter, kwargs)
 
     @property
     def session_id(self) -> str:
@@ -540,32 +404,20 @@ class ReplicatedSessionReceiver(ReplicatedReceiver):
         """Pick the session of a NEXT_AVAILABLE_SESSION receiver: the first namespace that has one."""
         if self._session_id is not None:
             return
-        errors: list[BaseException] = []
+        attempts = core.Attempts()
         for index in (PRIMARY, SECONDARY):
             try:
                 receiver = self._open(index)
             except Exception as error:
-                if not signals_unavailable(error):  # OperationTimeoutError: no session free there
-                    raise
-                errors.append(error)
+                attempts.failed(error)  # OperationTimeoutError: no session free there
                 self._replace(index)
                 continue
             self._session_id = receiver.session.session_id
-            other = 1 - index
-            self._replace(other)  # its NEXT_AVAILABLE receiver (never opened) becomes this session's
-            if errors:
-                self._down_until[other] = time.monotonic() + self._client.retry_interval.total_seconds()
+            self._replace(1 - index)  # its NEXT_AVAILABLE receiver (never opened) becomes this session's
+            if attempts.errors:
+                self._turns.down(1 - index, time.monotonic())
             return
-        raise errors[-1] from errors[0]
-
-    def _replace(self, index: int) -> None:
-        old = self._receivers[index]
-        try:
-            old.close()
-        except Exception:
-            _log.debug("closing a session receiver failed", exc_info=True)
-        self._receivers[index] = self._factories[index]()
-        self._opened[index] = False
+        attempts.give_up()
 
     def receive_messages(self, max_message_count: int | None = 1,
                          max_wait_time: float | None = None) -> list[ServiceBusReceivedMessage]:
@@ -588,33 +440,27 @@ class ReplicatedSession:
         self._receiver = receiver
         self.session_id = receiver.session_id
 
-    def _each(self, call: Callable[[ServiceBusReceiver], T]) -> list[T]:
-        """``call`` on both namespaces' session; the results of those that answered (both failing raises)."""
+    def _each(self, call: Callable[[ServiceBusReceiver], T], *, first_only: bool = False) -> list[T]:
+        """``call`` on both namespaces' session (or the first that answers); the results of those that
+        answered (none answering raises)."""
         results: list[T] = []
-        errors: list[BaseException] = []
+        attempts = core.Attempts()
         for index in (PRIMARY, SECONDARY):
             try:
                 results.append(call(self._receiver._open(index)))
             except Exception as error:
-                if not signals_unavailable(error):
-                    raise
-                errors.append(error)
+                attempts.failed(error)
+                continue
+            if first_only:
+                break
         if not results:
-            raise errors[-1] from errors[0]
+            attempts.give_up()
         return results
 
     def get_state(self, *, timeout: float | None = None) -> bytes | None:
         """The primary's session state, the secondary's when the primary cannot be reached."""
-        errors: list[BaseException] = []
-        for index in (PRIMARY, SECONDARY):
-            try:
-                state: bytes | None = self._receiver._open(index).session.get_state(timeout=timeout)
-                return state
-            except Exception as error:
-                if not signals_unavailable(error):
-                    raise
-                errors.append(error)
-        raise errors[-1] from errors[0]
+        states: list[bytes | None] = self._each(lambda r: r.session.get_state(timeout=timeout), first_only=True)
+        return states[0]
 
     def set_state(self, state: str | bytes | bytearray | None, *, timeout: float | None = None) -> None:
         """Written to both namespaces; succeeds when one of them took it."""
@@ -626,10 +472,9 @@ class ReplicatedSession:
 
     @property
     def locked_until_utc(self) -> datetime | None:
-        times = [r.session.locked_until_utc for r, opened in zip(self._receiver._receivers, self._receiver._opened,
-                                                                 strict=True) if opened]
-        known = [t for t in times if t is not None]
-        return min(known) if known else None
+        return core.earliest(r.session.locked_until_utc for r, opened in zip(self._receiver._receivers,
+                                                                        self._receiver._opened, strict=True)
+                        if opened)
 
 
 class ReplicatedRequestSender:
@@ -648,22 +493,21 @@ class ReplicatedRequestSender:
         request is reissued to the backup (same MessageId) and, when its reply comes, the two switch
         roles; both failing raises the backup's error (OperationTimeoutError when no reply came) and
         leaves the roles. So a request takes at most twice ``timeout``."""
-        if message.message_id is None:
-            message.message_id = str(uuid.uuid4())
+        core.with_message_id(message)
         active = self.active
-        try:
-            return self._round_trip(active, message, timeout)
-        except Exception as error:
-            if not signals_unavailable(error):  # OperationTimeoutError (no reply) is one of them
-                raise
-            first_error = error
-        _log.warning("request endpoint %d failed (%s); reissuing the request to the backup", active, first_error)
-        try:
-            reply = self._round_trip(1 - active, message, timeout)
-        except Exception as error:
-            raise error from first_error
-        self.active = 1 - active
-        return reply
+        attempts = core.Attempts()
+        for index in (active, 1 - active):
+            try:
+                reply = self._round_trip(index, message, timeout)
+            except Exception as error:
+                attempts.failed(error)  # OperationTimeoutError (no reply) is one of them
+                if index == active:
+                    _log.warning("request endpoint %d failed (%s); reissuing the request to the backup", index,
+                                 error)
+                continue
+            self.active = index
+            return reply
+        attempts.give_up()
 
     def _round_trip(self, index: int, message: ServiceBusMessage, timeout: float) -> ServiceBusReceivedMessage:
         message.reply_to = self._reply_names[index]
@@ -676,8 +520,7 @@ class ReplicatedRequestSender:
                 if reply.correlation_id == message.message_id:
                     return reply
                 _log.info("dropped a reply to an earlier request (%s)", reply.correlation_id)
-        raise OperationTimeoutError(message=f"no reply to request {message.message_id} within {timeout} s "
-                                            f"from request endpoint {index}")
+        raise core.no_reply(message, timeout, index)
 
     def close(self) -> None:
         for handler in (*self._requests, *self._replies):

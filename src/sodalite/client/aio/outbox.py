@@ -13,24 +13,17 @@ from collections.abc import Iterable
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any
 
 from azure.servicebus import ServiceBusMessage
 
-from sodalite.client.outbox_core import FailedMessage, OutboxStore, PendingRow, batch_of, check_kind, decode
+from sodalite.client import outbox_core as core
+from sodalite.client.outbox_core import FailedMessage, ForwardingClient
 from sodalite.client.replication_core import signals_unavailable
-from sodalite.errors import ConfigurationError
 
 __all__ = ["Outbox", "OutboxSender"]
 
 _log = logging.getLogger("sodalite.client.aio.outbox")
-
-
-class ForwardingClient(Protocol):
-    """What the outbox forwards through: the asyncio ServiceBusClient or ReplicatedClient."""
-
-    def get_queue_sender(self, queue_name: str) -> Any: ...
-    def get_topic_sender(self, topic_name: str) -> Any: ...
 
 
 class Outbox:
@@ -42,14 +35,13 @@ class Outbox:
     def __init__(self, path: str | Path, client: ForwardingClient | None = None, *,
                  retry_interval: timedelta = timedelta(seconds=1), batch_size: int = 100,
                  send_timeout: float | None = 30.0) -> None:
-        if batch_size < 1:
-            raise ConfigurationError(f"Outbox batch_size must be at least 1, not {batch_size}")
+        core.check_batch_size(batch_size)
         self.path = Path(path)
         self.client = client
         self.retry_interval = retry_interval
         self.send_timeout = send_timeout
         self._batch_size = batch_size
-        self._store: OutboxStore | None = None
+        self._store: core.OutboxStore | None = None
         self._forward_lock = asyncio.Lock()
         self._senders: dict[tuple[str, str], Any] = {}
         self._wake = asyncio.Event()
@@ -62,9 +54,9 @@ class Outbox:
         await outbox._open()
         return outbox
 
-    async def _open(self) -> OutboxStore:
+    async def _open(self) -> core.OutboxStore:
         if self._store is None:
-            self._store = await asyncio.to_thread(OutboxStore, self.path, self._batch_size)
+            self._store = await asyncio.to_thread(core.OutboxStore, self.path, self._batch_size)
         return self._store
 
     def get_queue_sender(self, queue_name: str) -> OutboxSender:
@@ -76,9 +68,9 @@ class Outbox:
     async def send_messages(self, kind: str, entity: str,
                             message: ServiceBusMessage | Iterable[ServiceBusMessage]) -> None:
         """Accept messages for ``entity``; returns once they are durable in the file."""
-        check_kind(kind)
+        core.check_kind(kind)
         store = await self._open()
-        await asyncio.to_thread(store.accept, kind, entity, batch_of(message))
+        await asyncio.to_thread(store.accept, kind, entity, core.batch_of(message))
         self._wake.set()
 
     async def pending_count(self) -> int:
@@ -91,8 +83,7 @@ class Outbox:
 
     async def forward(self) -> int:
         """Forward in order until empty or no namespace is reachable; returns how many left the outbox."""
-        if self.client is None:
-            raise ConfigurationError("this Outbox has no client to forward through")
+        core.check_can_forward(self.client)
         store = await self._open()
         done = 0
         async with self._forward_lock:
@@ -109,40 +100,35 @@ class Outbox:
                     raise
         return done
 
-    async def _forward_rows(self, store: OutboxStore, rows: list[PendingRow]) -> int:
-        messages: list[ServiceBusMessage] = []
-        for row in rows:
-            try:
-                messages.append(decode(row.message))
-            except Exception as error:
-                await asyncio.to_thread(store.fail, [row], f"the stored message cannot be decoded: {error}")
-                return 1
-        sender = self._sender(rows[0].kind, rows[0].entity)
+    async def _forward_rows(self, store: core.OutboxStore, rows: list[core.PendingRow]) -> int:
+        messages = core.decode_rows(rows)
+        if isinstance(messages, core.Undecodable):
+            await asyncio.to_thread(store.fail, [messages.row], messages.error)
+            return 1
         try:
-            await sender.send_messages(messages if len(messages) > 1 else messages[0], timeout=self.send_timeout)
+            await self._sender(rows[0].kind, rows[0].entity).send_messages(core.send_payload(messages),
+                                                                           timeout=self.send_timeout)
         except Exception as error:
-            if signals_unavailable(error):
+            step = core.after_refusal(rows, error)
+            if step is core.AfterRefusal.KEEP:
                 raise
-            if len(rows) > 1:
+            if step is core.AfterRefusal.SPLIT:
                 return await self._forward_rows(store, rows[:1])
             _log.warning("outbox: message %s for %s refused: %s", rows[0].seq, rows[0].entity, error)
-            await asyncio.to_thread(store.fail, rows, f"{type(error).__name__}: {error}")
+            await asyncio.to_thread(store.fail, rows, core.refusal_text(error))
             return 1
         await asyncio.to_thread(store.forwarded, rows)
         return len(rows)
 
     def _sender(self, kind: str, entity: str) -> Any:
-        assert self.client is not None
         key = (kind, entity)
         if key not in self._senders:
-            self._senders[key] = (self.client.get_queue_sender(entity) if kind == "queue"
-                                  else self.client.get_topic_sender(entity))
+            self._senders[key] = core.make_sender(core.check_can_forward(self.client), kind, entity)
         return self._senders[key]
 
     def start(self) -> None:
         """Forward in a background task until ``close``."""
-        if self.client is None:
-            raise ConfigurationError("this Outbox has no client to forward through")
+        core.check_can_forward(self.client)
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
 

@@ -3,7 +3,8 @@
 Theory of operation: as in the sync module (one ``failover.FailoverBook`` per client, senders that
 retry the primary for ``failover_interval`` and then write rewritten messages to backlog queues,
 one ping task per failed-over entity, one syphon task per backlog queue, and close/fault
-coordination between the two namespace clients), with tasks for threads. The client opens in
+coordination between the two namespace clients), with tasks for threads; the decisions come from
+``paired_core``, shared with the sync module. The client opens in
 ``async with`` (or ``await client.open()``), where it checks and creates the backlog queues.
 """
 
@@ -13,45 +14,27 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any
 
-from azure.core.exceptions import (
-    ClientAuthenticationError,
-    HttpResponseError,
-    ResourceExistsError,
-    ResourceNotFoundError,
-    ServiceRequestError,
-)
-from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch, ServiceBusReceivedMessage
+from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
+from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver, ServiceBusSender
 from azure.servicebus.aio.management import ServiceBusAdministrationClient
 from azure.servicebus.exceptions import ServiceBusAuthenticationError
 
 from sodalite.client import backlog
-from sodalite.client.batch import KeepingMessageBatch
-from sodalite.client.failover import FailoverBook, is_failover_error
-from sodalite.client.paired import (
-    RETRY_PAUSE,
-    SYPHON_BATCH,
-    PairedMessageBatch,
-    PairedNamespaceOptions,
-    SyphonCounters,
-    backlog_setup_error,
-)
-from sodalite.client.paired_messages import as_list, ping_message, plan_syphon_batch, refusal, to_backlog_message
-from sodalite.errors import FailoverExhausted, PairedClientClosed
+from sodalite.client import paired_core as core
+from sodalite.client.failover import is_failover_error
+from sodalite.client.paired_core import PairedMessageBatch, PairedNamespaceOptions, Sendable
+from sodalite.client.paired_messages import ping_message, plan_syphon_batch, refusal, to_backlog_message
+from sodalite.errors import PairedClientClosed
 
 log = logging.getLogger(__name__)
 
 __all__ = ["PairedMessageBatch", "PairedNamespaceClient", "PairedNamespaceOptions", "PairedSender", "Syphon"]
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 async def ensure_backlog_queues(secondary_connection_string: str, names: list[str], **kwargs: Any) -> None:
@@ -68,19 +51,17 @@ async def ensure_backlog_queues(secondary_connection_string: str, names: list[st
                     await admin.create_queue(name, **backlog.BACKLOG_QUEUE_PROPERTIES.as_kwargs())
                 except ResourceExistsError:
                     pass
-            except (ClientAuthenticationError, HttpResponseError, ServiceRequestError) as exc:
-                raise backlog_setup_error(name, exc) from exc
+            except core.SETUP_ERRORS as exc:
+                raise core.backlog_setup_error(name, exc) from exc
 
 
-class NamespaceSide:
+class NamespaceSide(core.SideState):
     """One of the two namespace clients; closing or faulting it closes the other (coordination)."""
 
     def __init__(self, role: str, client: ServiceBusClient, on_down: Callable[[NamespaceSide], None],
                  before_close: Callable[[], None] = lambda: None) -> None:
-        self.role = role
+        super().__init__(role)
         self.client = client
-        self.closed = False
-        self.fault: BaseException | None = None
         self._on_down = on_down
         self._before_close = before_close
 
@@ -91,10 +72,8 @@ class NamespaceSide:
         await self._down(exc)
 
     async def _down(self, fault: BaseException | None) -> None:
-        if self.closed:
+        if not self._goes_down(fault):
             return
-        self.closed = True
-        self.fault = fault
         self._before_close()  # stop the pumps first: they open receivers on this client
         try:
             await close_sdk_client(self.client)
@@ -114,8 +93,6 @@ async def close_sdk_client(client: ServiceBusClient) -> None:
             await asyncio.sleep(0.05)
 
 
-Sendable = ServiceBusMessage | Iterable[ServiceBusMessage] | PairedMessageBatch | ServiceBusMessageBatch
-
 
 class PairedSender:
     """A sender to one entity of the primary namespace that fails over to the backlog queues."""
@@ -126,7 +103,8 @@ class PairedSender:
         self._topic = topic
         self._primary: ServiceBusSender | None = None
         self._backlog_index: int | None = None
-        self._backlog_senders: dict[int, ServiceBusSender] = {}
+        self._backlog_senders: core.HandlerCache[int, ServiceBusSender] = core.HandlerCache(
+            lambda index: client.secondary.client.get_queue_sender(client.backlog_names[index]))
         self._lock = asyncio.Lock()
 
     async def __aenter__(self) -> PairedSender:
@@ -152,9 +130,7 @@ class PairedSender:
 
     def _primary_sender(self) -> ServiceBusSender:
         if self._primary is None:
-            side = self._client.primary.client
-            self._primary = (side.get_topic_sender(self.entity_path) if self._topic
-                             else side.get_queue_sender(self.entity_path))
+            self._primary = core.queue_or_topic_sender(self._client.primary.client, self.entity_path, self._topic)
         return self._primary
 
     async def _drop_primary(self) -> None:
@@ -170,88 +146,65 @@ class PairedSender:
         async with self._lock:
             await self._client.open()
             self._client.check_open()
-            raw_batch: ServiceBusMessageBatch | None = None
-            if isinstance(message, KeepingMessageBatch):
-                messages: list[ServiceBusMessage] = message.messages
-            elif isinstance(message, ServiceBusMessageBatch):
-                raw_batch, messages = message, []  # made elsewhere: it goes as it is, or not at all
-            else:
-                messages = as_list(message)
-            if raw_batch is None and not messages:
+            send = core.outgoing(message)
+            if send.empty:
                 return
-            book = self._client.book
-            if not book.failed_over(self.entity_path):
-                pause = RETRY_PAUSE[0]
-                while True:
-                    try:
-                        await self._primary_sender().send_messages(
-                            raw_batch if raw_batch is not None else messages, timeout=timeout)
-                        book.primary_succeeded(self.entity_path)
-                        return
-                    except Exception as exc:
-                        await self._client.note_primary_error(exc)  # an authentication failure faults the pair
-                        if not is_failover_error(exc):
-                            raise
-                        await self._drop_primary()
-                        if book.primary_failed(self.entity_path, time.monotonic()):
-                            log.warning("entity '%s' fails over to the backlog queues: %s", self.entity_path,
-                                        _first_line(exc))
-                            if raw_batch is not None:
-                                raise FailoverExhausted(
-                                    "the primary is unavailable and an SDK ServiceBusMessageBatch cannot be "
-                                    "redirected to a backlog queue (its messages cannot be read back); "
-                                        "make it with this sender's create_message_batch()") from exc
-                            break
-                        self._client.check_open()
-                        await asyncio.sleep(min(pause, max(0.01, book.time_left(self.entity_path, time.monotonic()))))
-                        pause = min(pause * 2, RETRY_PAUSE[1])
-            elif raw_batch is not None:
-                raise FailoverExhausted("the entity is failed over and an SDK ServiceBusMessageBatch cannot be "
-                                        "redirected to a backlog queue (its messages cannot be read back); "
-                                        "make it with this sender's create_message_batch()")
+            if not self._client.book.failed_over(self.entity_path):
+                if await self._send_to_primary(send, timeout):
+                    return
+            elif send.raw_batch is not None:
+                raise core.raw_batch_cannot_fail_over(just_now=False)
             self._client.start_pinging(self.entity_path)
-            await self._send_to_backlog(messages, timeout)
+            await self._send_to_backlog(send.messages, timeout)
+
+    async def _send_to_primary(self, send: core.Outgoing, timeout: float | None) -> bool:
+        """True once the primary took it; False when the entity failed over meanwhile."""
+        pause = core.RETRY_PAUSE[0]
+        while True:
+            try:
+                await self._primary_sender().send_messages(send.to_primary, timeout=timeout)
+                self._client.book.primary_succeeded(self.entity_path)
+                return True
+            except Exception as exc:
+                await self._client.note_primary_error(exc)  # an authentication failure faults the pair
+                if not is_failover_error(exc):
+                    raise
+                await self._drop_primary()
+                step = core.after_primary_failure(self._client.book, self.entity_path, time.monotonic(), pause)
+                if not isinstance(step, core.RetryPrimary):
+                    log.warning("entity '%s' fails over to the backlog queues: %s", self.entity_path,
+                                core.first_line(exc))
+                    if send.raw_batch is not None:
+                        raise core.raw_batch_cannot_fail_over(just_now=True) from exc
+                    return False
+                self._client.check_open()
+                await asyncio.sleep(step.wait)
+                pause = step.next_pause
 
     async def _send_to_backlog(self, messages: list[ServiceBusMessage], timeout: float | None) -> None:
         rewritten = [to_backlog_message(m, self.entity_path) for m in messages]
-        book = self._client.book
-        last: BaseException | None = None
-        tried: set[int] = set()
+        walk = core.BacklogRound(self._client.book, self.entity_path, self._client.backlog_names)
         while True:
             self._client.check_open()
-            index = book.pick_backlog(self._backlog_index, tried)
-            if index is None:
-                raise FailoverExhausted(
-                    f"neither the primary entity '{self.entity_path}' nor any backlog queue took the message"
-                    + (f": {_first_line(last)}" if last is not None else "")) from last
-            self._backlog_index = index
+            index = self._backlog_index = walk.pick(self._backlog_index)
             sender = self._backlog_senders.get(index)
-            if sender is None:
-                sender = self._client.secondary.client.get_queue_sender(self._client.backlog_names[index])
-                self._backlog_senders[index] = sender
-            tried.add(index)
             try:
                 await sender.send_messages(rewritten, timeout=timeout)
-                book.backlog_succeeded(index)
-                return
             except Exception as exc:
-                if not is_failover_error(exc):
-                    raise
-                last = exc
-                log.warning("backlog queue '%s' leaves the rotation: %s", self._client.backlog_names[index],
-                            _first_line(exc))
-                book.drop_backlog(index)
-                self._backlog_senders.pop(index, None)
+                walk.failed(index, exc)
+                self._backlog_senders.pop(index)
                 with contextlib.suppress(Exception):
                     await sender.close()
+                continue
+            walk.succeeded(index)
+            return
 
     async def close(self) -> None:
         async with self._lock:
             await self._drop_primary()
-            for sender in self._backlog_senders.values():
+            for sender in self._backlog_senders.take_all():
                 with contextlib.suppress(Exception):
                     await sender.close()
-            self._backlog_senders.clear()
 
 
 class Syphon:
@@ -266,9 +219,10 @@ class Syphon:
         self.receive_wait = receive_wait
         self.retry_pause = retry_pause
         self.stop = stop
-        self.counters = SyphonCounters()
+        self.counters = core.SyphonCounters()
         self._on_fault = on_fault
-        self._senders: dict[str, ServiceBusSender] = {}
+        self._senders: core.HandlerCache[str, ServiceBusSender] = core.HandlerCache(primary.get_queue_sender,
+                                                                                    key=str.lower)
 
     async def run(self) -> None:
         try:
@@ -277,7 +231,7 @@ class Syphon:
                     async with self.secondary.get_queue_receiver(self.backlog_queue) as receiver:
                         while not self.stop.is_set():
                             received = await receiver.receive_messages(
-                                max_message_count=SYPHON_BATCH, max_wait_time=self.receive_wait.total_seconds())
+                                max_message_count=core.SYPHON_BATCH, max_wait_time=self.receive_wait.total_seconds())
                             if received:
                                 await self.move(receiver, received)
                 except ServiceBusAuthenticationError as exc:
@@ -287,7 +241,7 @@ class Syphon:
                 except Exception as exc:
                     if self.stop.is_set():
                         return
-                    log.info("syphon of '%s' pauses: %s", self.backlog_queue, _first_line(exc))
+                    log.info("syphon of '%s' pauses: %s", self.backlog_queue, core.first_line(exc))
                     await self._close_senders()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self.stop.wait(), self.retry_pause.total_seconds())
@@ -295,10 +249,9 @@ class Syphon:
             await self._close_senders()
 
     async def _close_senders(self) -> None:
-        for sender in self._senders.values():
+        for sender in self._senders.take_all():
             with contextlib.suppress(Exception):
                 await sender.close()
-        self._senders.clear()
 
     async def move(self, receiver: ServiceBusReceiver, received: list[ServiceBusReceivedMessage]) -> None:
         plan = plan_syphon_batch(received, datetime.now(UTC))
@@ -310,18 +263,17 @@ class Syphon:
             self.counters.dead_lettered += 1
         for position, (path, pairs) in enumerate(plan.groups):
             try:
-                await self._sender(path).send_messages([restored for _, restored in pairs])
+                await self._senders.get(path).send_messages([restored for _, restored in pairs])  # queue or topic
             except Exception as exc:
-                sender = self._senders.pop(path.lower(), None)
+                sender = self._senders.pop(path)
                 if sender is not None:
                     with contextlib.suppress(Exception):
                         await sender.close()
                 refused = refusal(path, exc)
                 if refused is None:
-                    for _, rest in plan.groups[position:]:
-                        for message, _ in rest:
-                            with contextlib.suppress(Exception):
-                                await receiver.abandon_message(message)
+                    for message in plan.unsent_from(position):
+                        with contextlib.suppress(Exception):
+                            await receiver.abandon_message(message)
                     raise
                 for message, _ in pairs:
                     await receiver.dead_letter_message(message, reason=refused[0], error_description=refused[1])
@@ -331,28 +283,16 @@ class Syphon:
                 await receiver.complete_message(message)
                 self.counters.moved += 1
 
-    def _sender(self, path: str) -> ServiceBusSender:
-        sender = self._senders.get(path.lower())
-        if sender is None:
-            sender = self.primary.get_queue_sender(path)
-            self._senders[path.lower()] = sender
-        return sender
 
-
-class PairedNamespaceClient:
+class PairedNamespaceClient(core.PairedState):
     """A primary namespace paired with a secondary one that holds its backlog queues (asyncio)."""
 
     def __init__(self, primary_connection_string: str, options: PairedNamespaceOptions, **kwargs: Any) -> None:
         """``kwargs`` (``connection_verify``, ``retry_total``, ...) go to every client made here."""
-        self.options = options
-        self.primary_namespace = options.primary_namespace or backlog.namespace_of(primary_connection_string)
-        self.backlog_names = backlog.backlog_queue_names(self.primary_namespace, options.backlog_queue_count)
-        self.book = FailoverBook(options.failover_interval, options.backlog_queue_count,
-                                 backlog_retry_after=options.ping_primary_interval)
+        super().__init__(primary_connection_string, options)
         self._kwargs = kwargs
         self._stop = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._closed: PairedClientClosed | None = None
         self._opened = False
         self._opening = asyncio.Lock()
         self.syphons: list[Syphon] = []
@@ -401,13 +341,10 @@ class PairedNamespaceClient:
 
     def _side_down(self, side: NamespaceSide) -> None:
         other = self.secondary if side is self.primary else self.primary
-        reason = f"the {side.role} namespace client " + (
-            f"faulted: {_first_line(side.fault)}" if side.fault is not None else "closed")
-        if self._closed is None:
-            self._closed = PairedClientClosed(reason)
+        self._close_with(side.down_reason())
         self._stop.set()
         if not other.closed:
-            self._spawn(other.set_fault(PairedClientClosed(reason)))
+            self._spawn(other.set_fault(PairedClientClosed(side.down_reason())))
 
     async def _fault_from(self, role: str, exc: BaseException) -> None:
         await (self.primary if role == "primary" else self.secondary).set_fault(exc)
@@ -416,17 +353,8 @@ class PairedNamespaceClient:
         if isinstance(exc, ServiceBusAuthenticationError):
             await self.primary.set_fault(exc)
 
-    def check_open(self) -> None:
-        if self._closed is not None:
-            raise PairedClientClosed(self._closed.description)
-
-    @property
-    def closed(self) -> bool:
-        return self._closed is not None
-
     async def close(self) -> None:
-        if self._closed is None:
-            self._closed = PairedClientClosed("the paired client is closed")
+        self._close_with("the paired client is closed")
         self._stop.set()
         for side in (self.primary, self.secondary):
             if not side.closed:
@@ -463,7 +391,7 @@ class PairedNamespaceClient:
                     async with self.primary.client.get_queue_sender(path) as sender:
                         await sender.send_messages(ping_message())
                 except Exception as exc:
-                    log.info("ping of '%s' failed: %s", path, _first_line(exc))
+                    log.info("ping of '%s' failed: %s", path, core.first_line(exc))
                     continue
                 log.warning("entity '%s' answers again; sends go to the primary", path)
                 self.book.ping_succeeded(path)
