@@ -16,7 +16,8 @@ from collections.abc import Iterator
 
 import java_sdk_build
 import pytest
-from azure.servicebus import ServiceBusClient
+from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus.exceptions import MessagingEntityNotFoundError
 from broker_process import BrokerProcess, write_config
 
 JAVA = shutil.which("java")
@@ -46,10 +47,10 @@ def java_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc
     process.stop()
 
 
-def run_scenario(broker: BrokerProcess, scenario: str) -> str:
+def run_scenario(broker: BrokerProcess, scenario: str, *properties: str) -> str:
     assert JAVA is not None
-    command = [JAVA, "-cp", java_sdk_build.classpath(), "sodalite.interop.Scenarios", broker.connection_string,
-               scenario]
+    command = [JAVA, *properties, "-cp", java_sdk_build.classpath(), "sodalite.interop.Scenarios",
+               broker.connection_string, scenario]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=180)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0 and f"PASS {scenario}" in proc.stdout.splitlines(), output[-4000:]
@@ -98,3 +99,14 @@ def test_java_schedule_cancel_defer_and_dead_letter(java_broker: BrokerProcess) 
         with client.get_queue_receiver("java-states") as receiver:
             left = receiver.peek_messages(max_message_count=10)
     assert [m.message_id for m in left] == ["sched-kept"]  # still scheduled; the cancelled one is gone
+
+
+def test_java_administration_client(java_broker: BrokerProcess) -> None:
+    # The Java administration client always dials https on port 443; the scenario adds a pipeline
+    # policy that sends its requests to the broker's plain-HTTP management port instead.
+    endpoint = f"http://127.0.0.1:{java_broker.http_port}"
+    run_scenario(java_broker, "administration", f"-Dsodalite.admin.endpoint={endpoint}")
+    with ServiceBusClient.from_connection_string(java_broker.connection_string, retry_total=0) as client:
+        with pytest.raises(MessagingEntityNotFoundError):  # the queue Java made and deleted is gone
+            with client.get_queue_sender("java-made") as sender:
+                sender.send_messages(ServiceBusMessage("x"))

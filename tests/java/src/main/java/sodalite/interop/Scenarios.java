@@ -2,6 +2,10 @@ package sodalite.interop;
 
 import com.azure.core.util.BinaryData;
 import com.azure.messaging.servicebus.ServiceBusClientBuilder;
+import com.azure.messaging.servicebus.administration.ServiceBusAdministrationClient;
+import com.azure.messaging.servicebus.administration.ServiceBusAdministrationClientBuilder;
+import com.azure.messaging.servicebus.administration.models.CreateQueueOptions;
+import com.azure.messaging.servicebus.administration.models.QueueProperties;
 import com.azure.messaging.servicebus.ServiceBusMessage;
 import com.azure.messaging.servicebus.ServiceBusReceivedMessage;
 import com.azure.messaging.servicebus.ServiceBusReceiverClient;
@@ -13,6 +17,7 @@ import com.azure.messaging.servicebus.models.CompleteOptions;
 import com.azure.messaging.servicebus.models.DeadLetterOptions;
 import com.azure.messaging.servicebus.models.ServiceBusReceiveMode;
 import com.azure.messaging.servicebus.models.SubQueue;
+import java.net.URI;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.time.OffsetDateTime;
@@ -40,7 +45,8 @@ public final class Scenarios {
             "messaging", Scenarios::messaging,
             "transactions", Scenarios::transactions,
             "sessions", Scenarios::sessions,
-            "schedule-defer-dead-letter", Scenarios::scheduleDeferDeadLetter);
+            "schedule-defer-dead-letter", Scenarios::scheduleDeferDeadLetter,
+            "administration", Scenarios::administration);
         Consumer<String> run = scenarios.get(scenario);
         if (run == null) {
             System.out.println("FAIL " + scenario + ": no such scenario; known: " + scenarios.keySet());
@@ -267,5 +273,34 @@ public final class Scenarios {
             equal("java-description", dead.get(0).getDeadLetterErrorDescription(), "dead-letter description");
             deadLetters.complete(dead.get(0));
         }
+    }
+
+    /** The administration client: a queue created, read, listed and deleted. */
+    private static void administration(String connection) {
+        ServiceBusAdministrationClientBuilder builder = new ServiceBusAdministrationClientBuilder()
+            .connectionString(connection);
+        String endpoint = System.getProperty("sodalite.admin.endpoint");
+        if (endpoint != null) {  // the SDK always dials https on 443: a policy sends it to the broker's port
+            URI target = URI.create(endpoint);
+            builder.addPolicy((context, next) -> {
+                URI asked = URI.create(context.getHttpRequest().getUrl().toString());
+                context.getHttpRequest().setUrl(target.getScheme() + "://" + target.getAuthority()
+                    + asked.getRawPath() + (asked.getRawQuery() == null ? "" : "?" + asked.getRawQuery()));
+                return next.process();
+            });
+        }
+        ServiceBusAdministrationClient admin = builder.buildClient();
+        QueueProperties made = admin.createQueue("java-made", new CreateQueueOptions()
+            .setMaxDeliveryCount(4).setLockDuration(Duration.ofSeconds(20)));
+        equal("java-made", made.getName(), "created queue's name");
+        QueueProperties read = admin.getQueue("java-made");
+        equal(4, read.getMaxDeliveryCount(), "max delivery count");
+        equal(Duration.ofSeconds(20), read.getLockDuration(), "lock duration");
+        List<String> names = new ArrayList<>();
+        admin.listQueues().forEach(q -> names.add(q.getName()));
+        check(names.contains("java-made") && names.contains("java-msg"), "listed: " + names);
+        check(admin.getQueueExists("java-made"), "exists");
+        admin.deleteQueue("java-made");
+        check(!admin.getQueueExists("java-made"), "deleted");
     }
 }
