@@ -91,12 +91,16 @@ def audience_path(audience: str) -> tuple[str, str]:
     match = re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://([^/]*)(/.*)?$", audience)
     if match is None:
         return "", audience.strip("/").lower()
-    host = match.group(1).rsplit("@", 1)[-1]
+    return host_of(match.group(1)), (match.group(2) or "").strip("/").lower()
+
+
+def host_of(authority: str) -> str:
+    """The lower-cased host of ``[user@]host[:port]`` (an IPv6 host keeps its brackets): the AMQP open's
+    hostname may carry the port, as the Go SDK sends it (``localhost:5672``)."""
+    host = authority.rsplit("@", 1)[-1]
     if host.startswith("["):
-        host = host.split("]")[0] + "]"
-    else:
-        host = host.split(":")[0]
-    return host.lower(), (match.group(2) or "").strip("/").lower()
+        return (host.split("]")[0] + "]").lower()
+    return host.split(":")[0].lower()
 
 
 def covers(granted_path: str, entity_path: str) -> bool:

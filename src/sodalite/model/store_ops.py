@@ -58,11 +58,11 @@ class StoredMessage:
 @dataclass(frozen=True, slots=True)
 class AnnotationEdit:
     """What to write over a row: ``base`` (the row's encoded client annotations, ``base_count``
-    entries) with ``properties`` set (properties-to-modify, opaque to the core: message annotations,
-    as the broker has always kept them) and, when given, the dead-letter reason and description the
-    service or the client set. Service Bus carries those two as application properties, which live
-    in the row's tail: ``base_tail`` is that tail as the core read it, for the caller to write them
-    into (an edit with a reason or description and no ``base_tail`` cannot be written)."""
+    entries), ``properties`` to set (properties-to-modify, opaque to the core) and, when given, the
+    dead-letter reason and description the service or the client set. Service Bus carries all of
+    them as application properties, which live in the row's tail: ``base_tail`` is that tail as the
+    core read it, for the caller to write them into (an edit that sets any and has no ``base_tail``
+    cannot be written)."""
 
     base: bytes
     base_count: int

@@ -76,7 +76,7 @@ class ConnectionAuth:
         token_host, token_path = sas.audience_path(token.audience)
         name_host, name_path = sas.audience_path(name) if name else (token_host, token_path)
         grant = self.connection.broker.authorize(body, name_path)  # the namespace's keys, or the entity's own
-        if token_host != name_host or (hostname and token_host and token_host != hostname.lower()):
+        if token_host != name_host or (hostname and token_host and token_host != sas.host_of(hostname)):
             raise Unauthorized(f"the audience '{token.audience}' is outside this namespace")
         if not sas.covers(token_path, name_path):
             raise Unauthorized(f"the token for '{token.audience}' does not cover '{name}'")

@@ -28,7 +28,7 @@ from sodalite.amqp import events as ev
 from sodalite.amqp.link import Link
 from sodalite.amqp.performatives import Accepted, Rejected, Released, Source, TransactionalState
 from sodalite.amqp.states import LinkState
-from sodalite.amqp.types import Long, Symbol
+from sodalite.amqp.types import Described, Long, Symbol
 from sodalite.errors import InvalidOperation, MessageSizeExceeded, SessionLockLost, SodaliteError
 from sodalite.model.authorization import AccessRights
 from sodalite.model.message import MessageRecord
@@ -276,7 +276,12 @@ def attach_consumer(connection: ConnectionPort, link: Link, entity: Entity, sub_
         link.accept(source=source, initial_delivery_count=0, max_message_size=0)
         consumer.actor.add_consumer(consumer)
         return
-    requested = filters[SESSION_FILTER]
+    # The Python SDK sends the session id (or null) plain; Go, Java and .NET send it as a described value
+    # (AMQP filter-set entries are described types): the reply echoes the form the client used.
+    asked = filters[SESSION_FILTER]
+    requested = asked.value if isinstance(asked, Described) else asked
+    if isinstance(requested, bytes):
+        requested = requested.decode("utf-8", "replace")
     properties = {str(k): v for k, v in (remote.properties or {}).items()}
     timeout = properties.get(SESSION_TIMEOUT)
     timeout_ms = int(timeout) if isinstance(timeout, int) and timeout > 0 else DEFAULT_SESSION_WAIT_MS
@@ -301,7 +306,8 @@ def attach_consumer(connection: ConnectionPort, link: Link, entity: Entity, sub_
             session_id, locked_until = future.result()
             consumer.session_id = session_id
             link.accept(
-                source=replace(source, filter={Symbol(SESSION_FILTER): session_id}),
+                source=replace(source, filter={Symbol(SESSION_FILTER): Described(asked.descriptor, session_id)
+                                               if isinstance(asked, Described) else session_id}),
                 properties={Symbol(LOCKED_UNTIL_UTC): Long(DOTNET_EPOCH_TICKS + locked_until * 10_000)},
                 initial_delivery_count=0, max_message_size=0)
             consumer.actor.add_consumer(consumer)

@@ -137,27 +137,30 @@ class LoopClock:
 
 
 def encode_edit(edit: core_ops.AnnotationEdit) -> tuple[bytes, int, bytes | None]:
-    """The edit as the port stores it: the annotations (``base`` with ``properties`` merged in, as v1
-    merges properties-to-modify: message annotations), their count, and the new tail when the edit
-    sets a dead-letter reason or description, else None (the row keeps its tail).
+    """The edit as the port stores it: the annotations (``base``, with ``x-opt-deadletter-source`` for
+    a forwarded dead letter), their count, and the new tail when the edit sets application properties,
+    else None (the row keeps its tail).
 
-    Service Bus carries ``DeadLetterReason`` and ``DeadLetterErrorDescription`` as application
-    properties; they are written into ``base_tail`` exactly as v1 writes them
-    (:func:`~sodalite.server.wire.dead_letter_tail`); a ``dead_letter_source`` (ForwardDeadLetteredMessagesTo)
-    becomes the ``x-opt-deadletter-source`` annotation. An edit with either and no ``base_tail``
-    raises ValueError: its batch cannot go to the store (the reason would be lost)."""
-    if edit.properties:
-        annotations, count = wire.merged_annotation_entries(edit.base, edit.base_count, dict(edit.properties))
-    else:
-        annotations, count = edit.base, edit.base_count
+    Service Bus applies a settlement's properties-to-modify (``modified.message-annotations`` of an
+    abandon or defer, .NET's and Java's ``propertiesToModify``) to the message's application
+    properties, where the next receiver reads them, and carries ``DeadLetterReason`` and
+    ``DeadLetterErrorDescription`` there too: all are written into ``base_tail``, the reason and
+    description last. A ``dead_letter_source`` (ForwardDeadLetteredMessagesTo) becomes the
+    ``x-opt-deadletter-source`` annotation. An edit that sets properties and has no ``base_tail``
+    raises ValueError: its batch cannot go to the store (they would be lost)."""
+    annotations, count = edit.base, edit.base_count
     if edit.dead_letter_source is not None:  # a forwarded dead letter names the entity it left
         annotations, count = wire.with_dead_letter_source(annotations, count, edit.dead_letter_source)
-    reason, description = edit.dead_letter_reason, edit.dead_letter_description
-    if reason is None and description is None:
+    updates = {str(key): value for key, value in edit.properties}
+    if edit.dead_letter_reason is not None:
+        updates[wire.DEAD_LETTER_REASON] = edit.dead_letter_reason
+    if edit.dead_letter_description is not None:
+        updates[wire.DEAD_LETTER_DESCRIPTION] = edit.dead_letter_description
+    if not updates:
         return annotations, count, None
     if edit.base_tail is None:
-        raise ValueError("an edit sets a dead-letter reason or description but carries no message tail")
-    return annotations, count, wire.dead_letter_tail(edit.base_tail, reason, description)
+        raise ValueError("an edit sets application properties but carries no message tail")
+    return annotations, count, wire.with_application_properties(edit.base_tail, updates)
 
 
 def _core_results(results: tuple[OpResult, ...], expected: int) -> tuple[core_ops.OpResult, ...]:

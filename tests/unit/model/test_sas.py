@@ -257,3 +257,14 @@ def test_grant_from_a_token_audience() -> None:
     _, granted = sas.audience_path(sas.validate_token(CAPTURED, KEYS, NOW).audience)
     assert sas.covers(granted, "queue1") and sas.covers(granted, "Queue1/$management")
     assert not sas.covers(granted, "queue10")
+
+
+@pytest.mark.parametrize(("authority", "host"), [
+    ("localhost", "localhost"),
+    ("localhost:5672", "localhost"),  # the Go SDK's open hostname carries the port
+    ("NS.servicebus.windows.net:5671", "ns.servicebus.windows.net"),
+    ("user@host:1", "host"),
+    ("[::1]:5672", "[::1]"),
+])
+def test_host_of_drops_the_port_and_user(authority: str, host: str) -> None:
+    assert sas.host_of(authority) == host

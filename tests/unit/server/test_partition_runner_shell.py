@@ -15,7 +15,6 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 from sodalite.amqp import message as amqp_message
-from sodalite.amqp.codec import decode
 from sodalite.errors import StoreUnavailable
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import MessageDraft
@@ -446,8 +445,8 @@ def test_core_ops_map_to_port_ops_of_the_partition() -> None:
 
 
 @STORES
-def test_dead_letter_goes_to_the_dead_letter_partition_with_modified_annotations(kind: str,
-                                                                               tmp_path: pathlib.Path) -> None:
+def test_dead_letter_goes_to_the_dead_letter_partition_with_modified_properties(kind: str,
+                                                                              tmp_path: pathlib.Path) -> None:
     async def body(s: Setup) -> None:
         s.runner.submit(Send((draft(b"bad"), draft(b"good")), reply_to="send"))
         s.runner.submit(Receive("consumer", 1))
@@ -461,10 +460,10 @@ def test_dead_letter_goes_to_the_dead_letter_partition_with_modified_annotations
         assert [r.record.tail[-4:] for r in await s.rows()] == [b"good"]
         dead = await s.worker.call(lambda: s.store.inner.peek(DLQ, 0, 10))
         assert [(r.record.sequence_number, r.record.tail[-3:], r.record.annotation_count) for r in dead] == [
-            (1, b"bad", 1)]
-        assert b"x-opt-note" in dead[0].record.annotations
+            (1, b"bad", 0)]
+        # properties to modify are application properties, as Service Bus applies them
         assert wire.application_properties(dead[0].record.tail) == {
-            "DeadLetterReason": "Bad", "DeadLetterErrorDescription": "bad body"}
+            "x-opt-note": 5, "DeadLetterReason": "Bad", "DeadLetterErrorDescription": "bad body"}
     run(kind, tmp_path, body)
 
 
@@ -477,14 +476,6 @@ def rich_draft(body: bytes, ttl: int | None = None) -> MessageDraft:
                      amqp_message.encode_section(amqp_message.APPLICATION_PROPERTIES, {"color": "red", "n": 7}),
                      amqp_message.encode_section(amqp_message.DATA, body)))
     return MessageDraft("id-" + body.decode(), None, None, ttl, None, None, None, b"", 0, tail)
-
-
-def annotations_of(record: MessageRecord) -> dict[str, object]:
-    if not record.annotation_count:
-        return {}
-    value = decode(amqp_message.encode_annotations(record.annotations, record.annotation_count)[3:])
-    assert isinstance(value, dict)
-    return {str(k): v for k, v in value.items()}
 
 
 async def _dead_letters(s: Setup) -> list[MessageRecord]:
@@ -561,7 +552,7 @@ def test_the_last_allowed_delivery_dead_letters_with_max_delivery_count_exceeded
             await s.runner.drained()
             first, _ = (d for d in s.of(Delivered) if isinstance(d, Delivered))
             assert first.lock_token is not None
-            # an abandon ends the last delivery (a Settle DEAD_LETTER); properties to modify stay annotations
+            # an abandon ends the last delivery (a Settle DEAD_LETTER); properties to modify are kept
             s.runner.submit(Settle(first.lock_token, Outcome.ABANDON, reply_to="abandon",
                                    properties_to_modify=(("x-opt-note", 5),)))
             await s.runner.drained()
@@ -570,7 +561,7 @@ def test_the_last_allowed_delivery_dead_letters_with_max_delivery_count_exceeded
             abandoned, lapsed = await _dead_letters(s)
             assert (abandoned.message_id, lapsed.message_id) == ("id-abandoned", "id-lapsed")
             assert dead_letter_properties(abandoned) == ("MaxDeliveryCountExceeded", "delivered 1 times")
-            assert annotations_of(abandoned) == {"x-opt-note": 5}
+            assert wire.application_properties(abandoned.tail)["x-opt-note"] == 5
             assert dead_letter_properties(lapsed)[0] == "MaxDeliveryCountExceeded"
             assert await s.rows() == ()
         finally:
@@ -596,18 +587,21 @@ def test_an_abandon_that_finds_the_message_expired_dead_letters_it_with_its_prop
             await s.runner.drained()
             (dead,) = await _dead_letters(s)
             assert dead_letter_properties(dead) == ("TTLExpiredException", "the message expired")
-            assert annotations_of(dead) == {"x-opt-note": "kept"}  # as v1 keeps them
+            assert wire.application_properties(dead.tail)["x-opt-note"] == "kept"
         finally:
             await _teardown(s)
     asyncio.run(main())
 
 
-def test_an_edit_with_a_reason_and_no_tail_cannot_be_encoded() -> None:
+def test_an_edit_with_properties_and_no_tail_cannot_be_encoded() -> None:
     with pytest.raises(ValueError):
         encode_edit(AnnotationEdit(b"", 0, dead_letter_reason="lost"))
-    assert encode_edit(AnnotationEdit(b"", 0, (("k", 1),))) == (*wire.merged_annotation_entries(b"", 0, {"k": 1}),
-                                                                None)
+    with pytest.raises(ValueError):
+        encode_edit(AnnotationEdit(b"", 0, (("k", 1),)))
     tail = rich_draft(b"x").tail
+    assert encode_edit(AnnotationEdit(b"", 0, (("k", 1),), base_tail=tail)) == (
+        b"", 0, wire.with_application_properties(tail, {"k": 1}))
+    assert encode_edit(AnnotationEdit(b"", 0, base_tail=tail)) == (b"", 0, None)
     assert encode_edit(AnnotationEdit(b"", 0, dead_letter_description="why", base_tail=tail)) == (
         b"", 0, wire.dead_letter_tail(tail, None, "why"))
 

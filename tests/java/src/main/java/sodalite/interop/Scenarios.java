@@ -1,0 +1,306 @@
+package sodalite.interop;
+
+import com.azure.core.util.BinaryData;
+import com.azure.messaging.servicebus.ServiceBusClientBuilder;
+import com.azure.messaging.servicebus.administration.ServiceBusAdministrationClient;
+import com.azure.messaging.servicebus.administration.ServiceBusAdministrationClientBuilder;
+import com.azure.messaging.servicebus.administration.models.CreateQueueOptions;
+import com.azure.messaging.servicebus.administration.models.QueueProperties;
+import com.azure.messaging.servicebus.ServiceBusMessage;
+import com.azure.messaging.servicebus.ServiceBusReceivedMessage;
+import com.azure.messaging.servicebus.ServiceBusReceiverClient;
+import com.azure.messaging.servicebus.ServiceBusSenderClient;
+import com.azure.messaging.servicebus.ServiceBusSessionReceiverClient;
+import com.azure.messaging.servicebus.ServiceBusTransactionContext;
+import com.azure.messaging.servicebus.models.AbandonOptions;
+import com.azure.messaging.servicebus.models.CompleteOptions;
+import com.azure.messaging.servicebus.models.DeadLetterOptions;
+import com.azure.messaging.servicebus.models.ServiceBusReceiveMode;
+import com.azure.messaging.servicebus.models.SubQueue;
+import java.net.URI;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.time.OffsetDateTime;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.function.Consumer;
+
+/**
+ * Service Bus scenarios written against the official Java SDK, one per run:
+ * {@code java sodalite.interop.Scenarios <connection string> <scenario>}. A scenario checks what the
+ * SDK returns and prints {@code PASS <scenario>}, or {@code FAIL <scenario>: <why>} and exits 1. Where it
+ * leaves something in the broker, tests/interop/test_java_sdk.py checks it with the Python SDK.
+ */
+public final class Scenarios {
+    private static final Duration WAIT = Duration.ofSeconds(10);
+
+    private Scenarios() {
+    }
+
+    public static void main(String[] args) {
+        String connection = args[0];
+        String scenario = args[1];
+        Map<String, Consumer<String>> scenarios = Map.of(
+            "messaging", Scenarios::messaging,
+            "transactions", Scenarios::transactions,
+            "sessions", Scenarios::sessions,
+            "schedule-defer-dead-letter", Scenarios::scheduleDeferDeadLetter,
+            "administration", Scenarios::administration);
+        Consumer<String> run = scenarios.get(scenario);
+        if (run == null) {
+            System.out.println("FAIL " + scenario + ": no such scenario; known: " + scenarios.keySet());
+            System.exit(2);
+        }
+        try {
+            run.accept(connection);
+        } catch (Throwable failure) {
+            System.out.println("FAIL " + scenario + ": " + failure);
+            failure.printStackTrace(System.out);
+            System.out.flush();
+            System.exit(1);
+        }
+        System.out.println("PASS " + scenario);
+        System.out.flush();
+        System.exit(0);  // the SDK's reactor threads would otherwise keep the JVM alive a while
+    }
+
+    private static void check(boolean condition, String what) {
+        if (!condition) {
+            throw new AssertionError(what);
+        }
+    }
+
+    private static <T> void equal(T expected, T actual, String what) {
+        check(expected == null ? actual == null : expected.equals(actual),
+            what + ": expected " + expected + ", got " + actual);
+    }
+
+    private static List<ServiceBusReceivedMessage> receive(ServiceBusReceiverClient receiver, int count) {
+        List<ServiceBusReceivedMessage> got = new ArrayList<>();
+        long deadline = System.nanoTime() + WAIT.toNanos() * 3;
+        while (got.size() < count && System.nanoTime() < deadline) {
+            receiver.receiveMessages(count - got.size(), WAIT).forEach(got::add);
+        }
+        return got;
+    }
+
+    /** Send with properties, peek, receive in PeekLock, renew, abandon, complete; ReceiveAndDelete. */
+    private static void messaging(String connection) {
+        ServiceBusClientBuilder builder = new ServiceBusClientBuilder().connectionString(connection);
+        try (ServiceBusSenderClient sender = builder.sender().queueName("java-msg").buildClient();
+             ServiceBusReceiverClient receiver = builder.receiver().queueName("java-msg").buildClient()) {
+            ServiceBusMessage message = new ServiceBusMessage(BinaryData.fromString("hello from java"))
+                .setMessageId("java-1").setSubject("greeting").setCorrelationId("corr-1")
+                .setContentType("text/plain").setTimeToLive(Duration.ofMinutes(5));
+            message.getApplicationProperties().put("origin", "java");
+            message.getApplicationProperties().put("count", 7L);
+            sender.sendMessage(message);
+            sender.sendMessages(List.of(new ServiceBusMessage("batch 1").setMessageId("java-2"),
+                new ServiceBusMessage("batch 2").setMessageId("java-3")));
+
+            List<ServiceBusReceivedMessage> peeked = new ArrayList<>();
+            receiver.peekMessages(10).forEach(peeked::add);
+            equal(3, peeked.size(), "peeked");
+            equal(1L, peeked.get(0).getSequenceNumber(), "first sequence number");
+
+            List<ServiceBusReceivedMessage> got = receive(receiver, 3);
+            equal(3, got.size(), "received");
+            ServiceBusReceivedMessage first = got.get(0);
+            equal("java-1", first.getMessageId(), "message id");
+            equal("hello from java", first.getBody().toString(), "body");
+            equal("greeting", first.getSubject(), "subject");
+            equal("corr-1", first.getCorrelationId(), "correlation id");
+            equal("text/plain", first.getContentType(), "content type");
+            equal("java", first.getApplicationProperties().get("origin"), "application property origin");
+            equal(7L, first.getApplicationProperties().get("count"), "application property count");
+            equal(0L, first.getDeliveryCount(), "delivery count (the wire's, 0 on a first delivery)");
+            check(first.getLockToken() != null && !first.getLockToken().isEmpty(), "a lock token");
+            OffsetDateTime lockedUntil = first.getLockedUntil();
+            OffsetDateTime renewed = receiver.renewMessageLock(first);
+            check(!renewed.isBefore(lockedUntil), "renewal moves the lock on: " + lockedUntil + " -> " + renewed);
+
+            receiver.abandon(first, new AbandonOptions().setPropertiesToModify(Map.of("abandoned", "yes")));
+            receiver.complete(got.get(1));
+            receiver.complete(got.get(2));
+            List<ServiceBusReceivedMessage> again = receive(receiver, 1);
+            equal(1, again.size(), "the abandoned message comes back");
+            equal("java-1", again.get(0).getMessageId(), "abandoned message id");
+            equal(1L, again.get(0).getDeliveryCount(), "delivery count after abandon");
+            equal("yes", again.get(0).getApplicationProperties().get("abandoned"), "property set by abandon");
+            receiver.complete(again.get(0));
+        }
+        try (ServiceBusSenderClient sender = builder.sender().queueName("java-msg").buildClient();
+             ServiceBusReceiverClient receiver = builder.receiver().queueName("java-msg")
+                 .receiveMode(ServiceBusReceiveMode.RECEIVE_AND_DELETE).buildClient()) {
+            sender.sendMessage(new ServiceBusMessage("gone once read").setMessageId("java-rad"));
+            List<ServiceBusReceivedMessage> got = receive(receiver, 1);
+            equal(1, got.size(), "received and deleted");
+            equal("java-rad", got.get(0).getMessageId(), "message id");
+            List<ServiceBusReceivedMessage> peeked = new ArrayList<>();
+            receiver.peekMessages(10).forEach(peeked::add);
+            equal(0, peeked.size(), "nothing left after ReceiveAndDelete");
+        }
+    }
+
+    /**
+     * Transactions (the Python SDK has none): a send rolled back is never seen, a send committed is; a
+     * complete rolled back leaves the message with the broker (the SDK will not settle that delivery
+     * again: it comes back when its lock lapses, java-tx locks for 5 s); a complete and a send in one
+     * transaction. Leaves two messages in java-tx-out for the Python side to find.
+     */
+    private static void transactions(String connection) {
+        ServiceBusClientBuilder builder = new ServiceBusClientBuilder().connectionString(connection);
+        try (ServiceBusSenderClient sender = builder.sender().queueName("java-tx").buildClient();
+             ServiceBusReceiverClient receiver = builder.receiver().queueName("java-tx").buildClient()) {
+            ServiceBusTransactionContext rolledBack = sender.createTransaction();
+            sender.sendMessage(new ServiceBusMessage("never").setMessageId("tx-rolled-back"), rolledBack);
+            sender.rollbackTransaction(rolledBack);
+            ServiceBusTransactionContext committed = sender.createTransaction();
+            sender.sendMessage(new ServiceBusMessage("in").setMessageId("tx-in"), committed);
+            sender.commitTransaction(committed);
+
+            List<ServiceBusReceivedMessage> got = receive(receiver, 1);
+            equal(1, got.size(), "the committed send arrives");
+            equal("tx-in", got.get(0).getMessageId(), "message id");
+            List<ServiceBusReceivedMessage> more = new ArrayList<>();
+            receiver.receiveMessages(1, Duration.ofSeconds(2)).forEach(more::add);
+            equal(0, more.size(), "the rolled-back send never arrives");
+
+            ServiceBusTransactionContext undo = receiver.createTransaction();
+            receiver.complete(got.get(0), new CompleteOptions().setTransactionContext(undo));
+            receiver.rollbackTransaction(undo);
+            List<ServiceBusReceivedMessage> peeked = new ArrayList<>();
+            receiver.peekMessages(10).forEach(peeked::add);
+            equal(1, peeked.size(), "a rolled-back complete leaves the message");
+
+            List<ServiceBusReceivedMessage> again = receive(receiver, 1);
+            equal(1, again.size(), "the message comes back once its lock lapses");
+            equal("tx-in", again.get(0).getMessageId(), "message id");
+            equal(1L, again.get(0).getDeliveryCount(), "delivery count after the lapsed lock");
+
+            ServiceBusTransactionContext forward = receiver.createTransaction();
+            receiver.complete(again.get(0), new CompleteOptions().setTransactionContext(forward));
+            sender.sendMessage(new ServiceBusMessage("out").setMessageId("tx-forwarded"), forward);
+            receiver.commitTransaction(forward);
+            List<ServiceBusReceivedMessage> forwarded = receive(receiver, 1);
+            equal(1, forwarded.size(), "the send of the committed transaction");
+            equal("tx-forwarded", forwarded.get(0).getMessageId(), "forwarded message id");
+            receiver.complete(forwarded.get(0));
+            peeked.clear();
+            receiver.peekMessages(10).forEach(peeked::add);
+            equal(0, peeked.size(), "nothing left: the completes committed");
+        }
+        try (ServiceBusSenderClient out = builder.sender().queueName("java-tx-out").buildClient()) {
+            ServiceBusTransactionContext committed = out.createTransaction();
+            out.sendMessage(new ServiceBusMessage("for python").setMessageId("java-tx-1"), committed);
+            out.sendMessage(new ServiceBusMessage("for python too").setMessageId("java-tx-2"), committed);
+            ServiceBusTransactionContext rolledBack = out.createTransaction();
+            out.sendMessage(new ServiceBusMessage("never").setMessageId("java-tx-never"), rolledBack);
+            out.commitTransaction(committed);
+            out.rollbackTransaction(rolledBack);
+        }
+    }
+
+    /** Sessions: the next session, its messages in order, its state set and read back. */
+    private static void sessions(String connection) {
+        ServiceBusClientBuilder builder = new ServiceBusClientBuilder().connectionString(connection);
+        try (ServiceBusSenderClient sender = builder.sender().queueName("java-sessions").buildClient()) {
+            for (int i = 0; i < 3; i++) {
+                sender.sendMessage(new ServiceBusMessage("a" + i).setSessionId("java-a").setMessageId("a" + i));
+            }
+            sender.sendMessage(new ServiceBusMessage("b0").setSessionId("java-b").setMessageId("b0"));
+        }
+        ServiceBusSessionReceiverClient sessions = builder.sessionReceiver().queueName("java-sessions").buildClient();
+        try (ServiceBusReceiverClient a = sessions.acceptSession("java-a")) {
+            equal("java-a", a.getSessionId(), "session id");
+            List<ServiceBusReceivedMessage> got = receive(a, 3);
+            equal(3, got.size(), "the session's messages");
+            for (int i = 0; i < 3; i++) {
+                equal("a" + i, got.get(i).getMessageId(), "order in the session");
+                equal("java-a", got.get(i).getSessionId(), "message's session id");
+                a.complete(got.get(i));
+            }
+            a.setSessionState("step-3".getBytes(StandardCharsets.UTF_8));
+            equal("step-3", new String(a.getSessionState(), StandardCharsets.UTF_8), "session state");
+            OffsetDateTime renewed = a.renewSessionLock();
+            check(renewed.isAfter(OffsetDateTime.now()), "renewed session lock in the future: " + renewed);
+        }
+        try (ServiceBusReceiverClient next = sessions.acceptNextSession()) {
+            equal("java-b", next.getSessionId(), "the next session with messages");
+            List<ServiceBusReceivedMessage> got = receive(next, 1);
+            equal(1, got.size(), "session b's message");
+            equal("b0", got.get(0).getMessageId(), "message id");
+            next.complete(got.get(0));
+        } finally {
+            sessions.close();
+        }
+    }
+
+    /** Schedule and cancel, defer and receive by sequence number, dead-letter and read the DLQ. */
+    private static void scheduleDeferDeadLetter(String connection) {
+        ServiceBusClientBuilder builder = new ServiceBusClientBuilder().connectionString(connection);
+        try (ServiceBusSenderClient sender = builder.sender().queueName("java-states").buildClient();
+             ServiceBusReceiverClient receiver = builder.receiver().queueName("java-states").buildClient();
+             ServiceBusReceiverClient deadLetters = builder.receiver().queueName("java-states")
+                 .subQueue(SubQueue.DEAD_LETTER_QUEUE).buildClient()) {
+            long cancelled = sender.scheduleMessage(new ServiceBusMessage("later").setMessageId("sched-cancelled"),
+                OffsetDateTime.now().plusHours(1));
+            sender.scheduleMessage(new ServiceBusMessage("soon").setMessageId("sched-soon"),
+                OffsetDateTime.now().plusSeconds(2));
+            long kept = sender.scheduleMessage(new ServiceBusMessage("kept").setMessageId("sched-kept"),
+                OffsetDateTime.now().plusHours(1));
+            sender.cancelScheduledMessage(cancelled);
+            List<ServiceBusReceivedMessage> peeked = new ArrayList<>();
+            receiver.peekMessages(10).forEach(peeked::add);
+            check(peeked.stream().noneMatch(m -> m.getSequenceNumber() == cancelled), "the cancelled one is gone");
+            check(peeked.stream().anyMatch(m -> m.getSequenceNumber() == kept), "the other scheduled one is peeked");
+
+            List<ServiceBusReceivedMessage> soon = receive(receiver, 1);
+            equal(1, soon.size(), "the scheduled message arrives when due");
+            equal("sched-soon", soon.get(0).getMessageId(), "message id");
+            long deferred = soon.get(0).getSequenceNumber();
+            receiver.defer(soon.get(0));
+            ServiceBusReceivedMessage back = receiver.receiveDeferredMessage(deferred);
+            equal("sched-soon", back.getMessageId(), "deferred message by its sequence number");
+            receiver.deadLetter(back, new DeadLetterOptions().setDeadLetterReason("java-reason")
+                .setDeadLetterErrorDescription("java-description"));
+
+            List<ServiceBusReceivedMessage> dead = receive(deadLetters, 1);
+            equal(1, dead.size(), "the dead-lettered message");
+            equal("sched-soon", dead.get(0).getMessageId(), "dead-lettered message id");
+            equal("java-reason", dead.get(0).getDeadLetterReason(), "dead-letter reason");
+            equal("java-description", dead.get(0).getDeadLetterErrorDescription(), "dead-letter description");
+            deadLetters.complete(dead.get(0));
+        }
+    }
+
+    /** The administration client: a queue created, read, listed and deleted. */
+    private static void administration(String connection) {
+        ServiceBusAdministrationClientBuilder builder = new ServiceBusAdministrationClientBuilder()
+            .connectionString(connection);
+        String endpoint = System.getProperty("sodalite.admin.endpoint");
+        if (endpoint != null) {  // the SDK always dials https on 443: a policy sends it to the broker's port
+            URI target = URI.create(endpoint);
+            builder.addPolicy((context, next) -> {
+                URI asked = URI.create(context.getHttpRequest().getUrl().toString());
+                context.getHttpRequest().setUrl(target.getScheme() + "://" + target.getAuthority()
+                    + asked.getRawPath() + (asked.getRawQuery() == null ? "" : "?" + asked.getRawQuery()));
+                return next.process();
+            });
+        }
+        ServiceBusAdministrationClient admin = builder.buildClient();
+        QueueProperties made = admin.createQueue("java-made", new CreateQueueOptions()
+            .setMaxDeliveryCount(4).setLockDuration(Duration.ofSeconds(20)));
+        equal("java-made", made.getName(), "created queue's name");
+        QueueProperties read = admin.getQueue("java-made");
+        equal(4, read.getMaxDeliveryCount(), "max delivery count");
+        equal(Duration.ofSeconds(20), read.getLockDuration(), "lock duration");
+        List<String> names = new ArrayList<>();
+        admin.listQueues().forEach(q -> names.add(q.getName()));
+        check(names.contains("java-made") && names.contains("java-msg"), "listed: " + names);
+        check(admin.getQueueExists("java-made"), "exists");
+        admin.deleteQueue("java-made");
+        check(!admin.getQueueExists("java-made"), "deleted");
+    }
+}
