@@ -62,8 +62,9 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
+from sodalite.amqp.types import AmqpValue
 from sodalite.errors import SodaliteError
 from sodalite.model import store_ops as core_ops
 from sodalite.model.message import MessageState
@@ -151,7 +152,8 @@ def encode_edit(edit: core_ops.AnnotationEdit) -> tuple[bytes, int, bytes | None
     annotations, count = edit.base, edit.base_count
     if edit.dead_letter_source is not None:  # a forwarded dead letter names the entity it left
         annotations, count = wire.with_dead_letter_source(annotations, count, edit.dead_letter_source)
-    updates = {str(key): value for key, value in edit.properties}
+    # The core keeps them opaque; they were decoded from the client's AMQP map (or set by the service).
+    updates: dict[str, AmqpValue] = {str(key): cast("AmqpValue", value) for key, value in edit.properties}
     if edit.dead_letter_reason is not None:
         updates[wire.DEAD_LETTER_REASON] = edit.dead_letter_reason
     if edit.dead_letter_description is not None:
