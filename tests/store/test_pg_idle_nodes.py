@@ -14,14 +14,12 @@ an offset the test moves on; the test calls ``sweep_idle`` and node b's ``record
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 
-import pytest
-
 from peek_lock_taker import Taker
-from pg_server import fresh_schema_url, module_database
+from pg_server import fresh_schema_url
 from sodalite.cli.stores import build_broker
 from sodalite.model.config import NamespaceConfig, QueueConfig, SubscriptionConfig, TopicConfig
 from sodalite.model.entities import QueueProperties, SubscriptionProperties, TopicProperties
@@ -38,11 +36,6 @@ NAMESPACE = NamespaceConfig(
     topics=(TopicConfig("news", TopicProperties(auto_delete_on_idle=IDLE),
                         subscriptions=(SubscriptionConfig("all", SubscriptionProperties()),)),),
 )
-
-
-@pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    yield from module_database("idle_nodes")
 
 
 Scenario = Callable[[Broker, Broker, list[int]], Awaitable[None]]

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
 from types import SimpleNamespace
 
 import psycopg
-import pytest
 
-from pg_server import fresh_schema_url, module_database
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.store.port import (
     Append,
@@ -29,6 +26,7 @@ from sodalite.store.port import (
     SettleItem,
 )
 from sodalite.store.postgres import GENERATIONS, MIGRATIONS, SCHEMA_VERSION, PostgresStore
+from store.pg_rows import one, record
 
 Q = PartitionRef("orders", 0)
 DLQ = PartitionRef("orders/$deadletterqueue", 0)
@@ -36,23 +34,8 @@ S = PartitionRef("sessions", 1)
 
 
 def _record(seq: int = 0, **changes: object) -> MessageRecord:
-    fields: dict[str, object] = dict(
-        sequence_number=seq, enqueued_time=1_000, message_id=f"m{seq}", session_id=None, partition_key=None,
-        time_to_live=None, expires_at=None, scheduled_enqueue_time=None, delivery_count=0,
-        state=MessageState.ACTIVE, durable=True, priority=None, annotations=b"ann", annotation_count=1,
-        tail=b"body-" + bytes(str(seq), "ascii"))
-    fields.update(changes)
-    return MessageRecord(**fields)  # type: ignore[arg-type]
-
-
-@pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    yield from module_database("ring")
-
-
-@pytest.fixture
-def url(database: str) -> str:
-    return fresh_schema_url(database)
+    return record(**{"sequence_number": seq, "message_id": f"m{seq}", "tail": b"body-" + bytes(str(seq), "ascii"),
+                     **changes})
 
 
 _V1_INSERT = (
@@ -125,10 +108,8 @@ def test_a_schema_1_database_is_migrated_in_place_with_its_numbers_and_counts(ur
 
 
 def _ring_bytes(conn: psycopg.Connection[tuple[object, ...]]) -> int:
-    row = conn.execute(" + ".join(f"pg_total_relation_size('sodalite_messages_g{g}')"
-                                  for g in range(GENERATIONS)).join(("SELECT ", ""))).fetchone()  # type: ignore[arg-type]
-    assert row is not None
-    return int(row[0])  # type: ignore[call-overload]
+    return one(conn, " + ".join(f"pg_total_relation_size('sodalite_messages_g{g}')"
+                                for g in range(GENERATIONS)).join(("SELECT ", "")))
 
 
 def _cycle(store: PostgresStore, now: int, batch: int) -> None:
