@@ -1,13 +1,19 @@
-"""What the PostgreSQL store tests write and read: a message record to append, and one number from
-a query (a table's size, a count). The fixtures that open the database are in conftest.py. Imported
+"""What the PostgreSQL store tests write and read: a message record to append, a cycle of messages
+through a partition (appended, claimed, completed), and one number from a query (a table's size, a
+count). The fixtures that open the database are in conftest.py. Imported
 as ``store.pg_rows`` (``tests`` is on the pytest path, as for ``pg_server``).
 """
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable
+
 import psycopg
 
 from sodalite.model.message import MessageRecord, MessageState
+from sodalite.store.port import Append, Appended, Claim, Claimed, Outcome, PartitionRef, Settle, Settled, SettleItem
+from sodalite.store.postgres import PostgresStore
 
 
 def record(**changes: object) -> MessageRecord:
@@ -19,6 +25,20 @@ def record(**changes: object) -> MessageRecord:
         tail=b"body")
     fields.update(changes)
     return MessageRecord(**fields)  # type: ignore[arg-type]
+
+
+def cycle(store: PostgresStore, ref: PartitionRef, now: int, batch: int,
+          make: Callable[[], MessageRecord] = record) -> None:
+    """Append ``batch`` messages made by ``make`` to ``ref``, claim them and complete them, each step
+    all of them."""
+    (appended,) = store.apply([Append(ref, tuple(make() for _ in range(batch)))])
+    assert isinstance(appended, Appended)
+    tokens = tuple(uuid.uuid4() for _ in range(batch))
+    (claimed,) = store.apply([Claim(ref, now=now, locked_until=now + 60_000, owner="t", tokens=tokens)])
+    assert isinstance(claimed, Claimed) and len(claimed.messages) == batch
+    (settled,) = store.apply([Settle(ref, now=now, items=tuple(
+        SettleItem(m.record.sequence_number, tokens[i], Outcome.COMPLETE) for i, m in enumerate(claimed.messages)))])
+    assert settled == Settled((True,) * batch)
 
 
 def one(conn: psycopg.Connection[tuple[object, ...]], sql: str) -> int:

@@ -29,7 +29,7 @@ from sodalite.store.port import (
     SettleItem,
 )
 from sodalite.store.postgres import GENERATIONS, MIGRATIONS, SCHEMA_VERSION, PostgresStore
-from store.pg_rows import one, record
+from store.pg_rows import cycle, one, record
 
 Q = PartitionRef("orders", 0)
 DLQ = PartitionRef("orders/$deadletterqueue", 0)
@@ -37,17 +37,6 @@ DLQ = PartitionRef("orders/$deadletterqueue", 0)
 _COUNTER_TABLES = ("sodalite_partitions", *(f"sodalite_counters_g{g}" for g in range(GENERATIONS)))
 _COUNTER_BYTES = "SELECT " + " + ".join(
     f"coalesce(pg_total_relation_size(to_regclass('{t}')), 0)" for t in _COUNTER_TABLES)
-
-
-def _cycle(store: PostgresStore, now: int, batch: int) -> None:
-    (appended,) = store.apply([Append(Q, tuple(record() for _ in range(batch)))])
-    assert isinstance(appended, Appended)
-    tokens = tuple(uuid.uuid4() for _ in range(batch))
-    (claimed,) = store.apply([Claim(Q, now=now, locked_until=now + 60_000, owner="t", tokens=tokens)])
-    assert isinstance(claimed, Claimed) and len(claimed.messages) == batch
-    (settled,) = store.apply([Settle(Q, now=now, items=tuple(
-        SettleItem(m.record.sequence_number, tokens[i], Outcome.COMPLETE) for i, m in enumerate(claimed.messages)))])
-    assert settled == Settled((True,) * batch)
 
 
 def test_a_long_transaction_does_not_grow_the_counters(url: str) -> None:
@@ -62,7 +51,7 @@ def test_a_long_transaction_does_not_grow_the_counters(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as monitor, psycopg.connect(url) as reporter:
         monitor.execute("CREATE TABLE report_data (id int PRIMARY KEY, amount int)")
         monitor.execute("INSERT INTO report_data SELECT g, g FROM generate_series(1, 100) g")
-        _cycle(store, now, 5)
+        cycle(store, Q, now, 5)
         store.maintain()
         base_bytes = one(monitor, "SELECT pg_relation_size('sodalite_partitions')")
         before = one(monitor, _COUNTER_BYTES)
@@ -72,7 +61,7 @@ def test_a_long_transaction_does_not_grow_the_counters(url: str) -> None:
         for _round in range(40):
             for _ in range(15):
                 now += 10
-                _cycle(store, now, 5)
+                cycle(store, Q, now, 5)
             store.maintain()
             sizes.append(one(monitor, _COUNTER_BYTES))
         counts = store.counts(Q)
@@ -104,7 +93,7 @@ def test_counters_stay_exact_through_ring_turns_moves_and_dead_letters(url: str)
     store.apply([Settle(Q, now=now, items=(SettleItem(kept, tokens[0], Outcome.DEFER),))])
     for _ in range(30):
         now += 10
-        _cycle(store, now, 10)
+        cycle(store, Q, now, 10)
         store.maintain()
     assert store.ring_switches >= 2 and store.truncations >= 2
     # Two dead-lettered, then one of them moved back into the queue with a new number.

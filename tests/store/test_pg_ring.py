@@ -26,7 +26,7 @@ from sodalite.store.port import (
     SettleItem,
 )
 from sodalite.store.postgres import GENERATIONS, MIGRATIONS, SCHEMA_VERSION, PostgresStore
-from store.pg_rows import one, record
+from store.pg_rows import cycle, one, record
 
 Q = PartitionRef("orders", 0)
 DLQ = PartitionRef("orders/$deadletterqueue", 0)
@@ -112,17 +112,6 @@ def _ring_bytes(conn: psycopg.Connection[tuple[object, ...]]) -> int:
                                 for g in range(GENERATIONS)).join(("SELECT ", "")))
 
 
-def _cycle(store: PostgresStore, now: int, batch: int) -> None:
-    (appended,) = store.apply([Append(Q, tuple(_record() for _ in range(batch)))])
-    assert isinstance(appended, Appended)
-    tokens = tuple(uuid.uuid4() for _ in range(batch))
-    (claimed,) = store.apply([Claim(Q, now=now, locked_until=now + 60_000, owner="t", tokens=tokens)])
-    assert isinstance(claimed, Claimed) and len(claimed.messages) == batch
-    (settled,) = store.apply([Settle(Q, now=now, items=tuple(
-        SettleItem(m.record.sequence_number, tokens[i], Outcome.COMPLETE) for i, m in enumerate(claimed.messages)))])
-    assert settled == Settled((True,) * batch)
-
-
 def test_the_ring_turns_while_a_long_transaction_holds_back_vacuum_and_keeps_every_live_message(url: str) -> None:
     """With a REPEATABLE READ transaction on the user's own table held open, the cycle goes on: the
     ring switches generations and truncates drained ones (moving the few live rows on), so the
@@ -148,7 +137,7 @@ def test_the_ring_turns_while_a_long_transaction_holds_back_vacuum_and_keeps_eve
         for _round in range(40):
             for _ in range(3):
                 now += 10
-                _cycle(store, now, 50)
+                cycle(store, Q, now, 50, _record)
             store.maintain()
             sizes.append(_ring_bytes(monitor))
         horizon = monitor.execute("SELECT backend_xmin FROM pg_stat_activity WHERE pid = %s",
@@ -183,7 +172,7 @@ def test_truncation_gives_way_to_a_reader_of_sodalite_tables_and_comes_back_late
     with psycopg.connect(url) as reader:
         for _ in range(3):
             now += 10
-            _cycle(store, now, 50)
+            cycle(store, Q, now, 50, _record)
             store.maintain()  # the ring switches: the previous generation now waits to be truncated
         assert store.ring_switches >= 1
         reader.execute("BEGIN")
@@ -201,7 +190,7 @@ def test_truncation_gives_way_to_a_reader_of_sodalite_tables_and_comes_back_late
         assert finished.is_set(), "maintain() queued behind the reader"
         assert store.lock_timeouts > put_off
         now += 10
-        _cycle(store, now, 10)  # the store still works while the reader holds its lock
+        cycle(store, Q, now, 10, _record)  # the store still works while the reader holds its lock
         reader.rollback()
     truncated = store.truncations
     store.maintain()
