@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 
 import pytest
 
+from failing_store import FailingStore
 from peek_lock_taker import Taker
 from sodalite.errors import MessageNotFound, OperationTimeout, StoreUnavailable
 from sodalite.model.partition import MessageDraft
@@ -24,7 +25,7 @@ from sodalite.server.entity_settings import EntitySettings, SubQueue
 from sodalite.server.partitioned_actor import PartitionedCoreActor, partition_index
 from sodalite.server.store_worker import StoreWorker
 from sodalite.store.memory import MemoryStore
-from sodalite.store.port import OpResult, PartitionCounts, PartitionRef, StoreOp
+from sodalite.store.port import PartitionRef
 
 SETTINGS = EntitySettings(lock_duration=60_000, default_ttl=None, max_message_size=262144)
 BODY = b"\x00\x53\x75\xa0\x01x"
@@ -265,22 +266,6 @@ def test_an_offline_store_is_skipped_by_keyless_sends_and_refuses_pinned_ones() 
         assert actor.counts()["active"] == 7
 
     run(body)
-
-
-class FailingStore(MemoryStore):
-    """A memory store that can be made to fail every commit and read, as a database that went away."""
-
-    down = False
-
-    def apply(self, batch: Sequence[StoreOp]) -> tuple[OpResult, ...]:
-        if self.down:
-            raise StoreUnavailable("the database went away")
-        return super().apply(batch)
-
-    def counts(self, ref: PartitionRef) -> PartitionCounts:
-        if self.down:
-            raise StoreUnavailable("the database went away")
-        return super().counts(ref)
 
 
 def test_a_store_that_fails_a_commit_takes_its_partitions_out_until_it_answers(

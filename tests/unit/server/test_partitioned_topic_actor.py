@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
+from failing_store import FailingStore
 from peek_lock_taker import Taker
 from sodalite.errors import StoreUnavailable
 from sodalite.model import partition_core as core
@@ -26,7 +27,7 @@ from sodalite.server.partitioned_actor import PartitionedCoreActor, partition_in
 from sodalite.server.store_worker import StoreWorker
 from sodalite.server.topic_actor import PartitionedTopicActor, TopicActor
 from sodalite.store.memory import MemoryStore
-from sodalite.store.port import OpResult, PartitionCounts, PartitionRef, StoreOp
+from sodalite.store.port import PartitionRef
 
 SETTINGS = EntitySettings(lock_duration=60_000, default_ttl=None, max_message_size=262144)
 DEDUP = EntitySettings(lock_duration=60_000, default_ttl=None, max_message_size=262144,
@@ -37,22 +38,6 @@ COUNT = 4
 
 def draft(*, key: str | None = None, message_id: str | None = None, at: int | None = None) -> MessageDraft:
     return MessageDraft(message_id, None, key, None, at, None, None, b"", 0, BODY)
-
-
-class FailingStore(MemoryStore):
-    """A memory store that can be made to fail every commit and read, as a database that went away."""
-
-    down = False
-
-    def apply(self, batch: Sequence[StoreOp]) -> tuple[OpResult, ...]:
-        if self.down:
-            raise StoreUnavailable("the database went away")
-        return super().apply(batch)
-
-    def counts(self, ref: PartitionRef) -> PartitionCounts:
-        if self.down:
-            raise StoreUnavailable("the database went away")
-        return super().counts(ref)
 
 
 def _plan(subscription: PartitionedCoreActor, index: int) -> Callable[[Sequence[MessageDraft], int], list[list[Copy]]]:
