@@ -7,7 +7,8 @@ the locks alone). PeekLock by default (every delivery then carries a lock); ``pe
 ReceiveAndDelete, ``session_id`` for a receiver that holds a session. A test asks it to drain by
 setting ``drain``: once the actor has drained it, its credit is spent and ``was_drained`` counts up.
 With no credit it is an attached receiver that is given nothing, which keeps its entity in use.
-Shared by the console, JSON API, actor, lifecycle and dead-letter relay tests.
+Shared by the console, JSON API, actor, lifecycle and dead-letter relay unit tests and the
+idle-nodes store test.
 """
 
 from __future__ import annotations
