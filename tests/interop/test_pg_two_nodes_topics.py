@@ -35,7 +35,6 @@ from azure.servicebus.management import (
 from broker_process import KEY, KEY_NAME, BrokerProcess, write_config
 from pg_nodes import node_pair
 
-from pg_server import module_database
 from sodalite.model.sas import generate_token
 
 pytestmark = pytest.mark.interop
@@ -44,11 +43,6 @@ BOUND = 30.0  # seconds: generous against the 1 s promise
 NAMESPACE_RULES = [{"KeyName": KEY_NAME, "PrimaryKey": KEY},
                    {"KeyName": "sender", "PrimaryKey": "send-key", "Rights": ["Send"]}]
 TOPICS = [{"Name": "configured", "Properties": {}, "Subscriptions": [{"Name": "all", "Properties": {}}]}]
-
-
-@pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    yield from module_database("topics")
 
 
 @pytest.fixture(scope="module")
