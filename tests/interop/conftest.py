@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 from broker_process import BrokerProcess, write_config
 
+from pg_server import module_database
+
 QUEUES = [
     {"Name": "queue.1", "Properties": {}},
     {"Name": "orders", "Properties": {"LockDuration": "PT5S", "MaxDeliveryCount": 10}},
@@ -36,6 +38,15 @@ QUEUES = [
     {"Name": "tiny", "Properties": {"MaxSizeInMegabytes": 1}},
     {"Name": "ttl-cap", "Properties": {"DefaultMessageTimeToLive": "PT1M"}},
 ]
+
+
+@pytest.fixture(scope="module")
+def database(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A PostgreSQL database of the module's own (named after it) on this process's server
+    (tests/pg_server.py), dropped after the module; skipped when PostgreSQL is missing. The two-node
+    modules start their nodes on it (pg_nodes.node_pair)."""
+    module = request.module.__name__.rpartition(".")[2]
+    yield from module_database(module.removeprefix("test_pg_").removeprefix("test_"))
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,8 @@
 
 ``node`` is one ``scripts/serve --store postgresql://... --core v2 --node-id NAME`` process;
 ``node_pair`` starts ``node-a`` and ``node-b`` on the same configuration and database, yields them and
-stops both (a module fixture: ``yield from node_pair(...)``, after ``module_database`` gave the URL).
+stops both (a module fixture: ``yield from node_pair(...)``, on the URL of the ``database`` fixture of
+tests/interop/conftest.py).
 """
 
 from __future__ import annotations

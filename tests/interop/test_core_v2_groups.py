@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,15 +22,16 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.exceptions import ServiceBusServerBusyError
-from azure.servicebus.management import ServiceBusAdministrationClient
-from broker_process import BrokerProcess, write_config
+from broker_process import BrokerProcess
 from test_partitioning import PARTITIONS, STORES, _switch, partition, store_of_partition
+from three_stores import admin as _admin
+from three_stores import drain as _drain
+from three_stores import send_each as _send
+from three_stores import serve, start
 
 from sodalite.server.partitioned_actor import partition_index
 
 pytestmark = pytest.mark.interop
-
-V2 = ["--core", "v2"]
 
 
 def named(prefix: str, store: str) -> str:
@@ -79,51 +79,9 @@ TOPICS = [
 ]
 
 
-def _config(base: Path) -> Path:
-    stores = [{"Name": "disk1", "Path": "stores/disk1.db"}, {"Name": "disk2", "Path": "stores/disk2.db"}]
-    return write_config(base / "Config.json", QUEUES, Topics=TOPICS, MessagingStores=stores)
-
-
-def _start(base: Path) -> BrokerProcess:
-    return BrokerProcess(base / "data", _config(base), extra_args=[*V2, "--log-level", "INFO"]).start()
-
-
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = _start(tmp_path_factory.mktemp("core-v2-groups"))
-    yield process
-    process.stop()
-
-
-def _admin(broker: BrokerProcess) -> ServiceBusAdministrationClient:
-    return ServiceBusAdministrationClient.from_connection_string(broker.admin_connection_string,
-                                                                 connection_verify=broker.admin_certificate)
-
-
-def _send(broker: BrokerProcess, topic: str, messages: list[ServiceBusMessage]) -> None:
-    with ServiceBusClient.from_connection_string(broker.connection_string) as client, \
-            client.get_topic_sender(topic) as sender:
-        for message in messages:
-            sender.send_messages(message)
-
-
-def _drain(broker: BrokerProcess, entity: str, want: int, subscription: str | None = None) -> list[Any]:
-    """Receive and complete until ``want`` messages came (within 30 s), then look 2 s more for any too many."""
-    got: list[Any] = []
-    with ServiceBusClient.from_connection_string(broker.connection_string) as client:
-        receiver = (client.get_queue_receiver(entity, max_wait_time=5) if subscription is None
-                    else client.get_subscription_receiver(entity, subscription, max_wait_time=5))
-        with receiver:
-            deadline = time.monotonic() + 30
-            while len(got) < want and time.monotonic() < deadline:
-                batch = receiver.receive_messages(max_message_count=50, max_wait_time=5)
-                for message in batch:
-                    receiver.complete_message(message)
-                got += batch
-            for message in receiver.receive_messages(max_message_count=10, max_wait_time=2):
-                receiver.complete_message(message)
-                got.append(message)
-    return got
+    yield from serve(tmp_path_factory.mktemp("core-v2-groups"), QUEUES, TOPICS)
 
 
 def _bodies(messages: list[Any]) -> list[str]:
@@ -228,7 +186,7 @@ def test_an_outage_of_the_target_store_fails_sends_and_loses_nothing(tmp_path: P
     """disk1 (FAR's store, PQ's partitions 1, 4, ...) offline: a send to TOPIC, whose copies go to FAR,
     fails with the retryable server-busy a store outage gives, and stores no copy anywhere; sends
     acknowledged before and after, and a kill -9, lose nothing."""
-    process = _start(tmp_path)
+    process = start(tmp_path, QUEUES, TOPICS)
     try:
         _send(process, TOPIC, [ServiceBusMessage(f"before{i}", application_properties={"colour": "red"})
                                for i in range(3)])

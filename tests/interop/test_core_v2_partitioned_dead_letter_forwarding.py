@@ -18,20 +18,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSubQueue
-from azure.servicebus.management import ServiceBusAdministrationClient, SqlRuleFilter
-from broker_process import BrokerProcess, write_config
+from azure.servicebus.management import SqlRuleFilter
+from broker_process import BrokerProcess
 from test_partitioning import PARTITIONS, STORES, _switch, key_in_store, partition
+from three_stores import admin as _admin
+from three_stores import serve, start
 
 from sodalite.server.partitioned_actor import partition_index
 
 pytestmark = pytest.mark.interop
 
-V2 = ["--core", "v2"]
 STRICT = [{"Name": "sum", "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpression": "quantity + 1 > 0"}}}]
 QUEUES = [
     {"Name": "pdl-src", "Properties": {"EnablePartitioning": True, "MaxDeliveryCount": 2,
@@ -54,22 +54,9 @@ def named_in(store: str, prefix: str) -> str:
     return next(f"{prefix}-{i}" for i in range(100) if home_of(f"{prefix}-{i}") == store)
 
 
-def _config(base: Path) -> Path:
-    stores = [{"Name": "disk1", "Path": "stores/disk1.db"}, {"Name": "disk2", "Path": "stores/disk2.db"}]
-    return write_config(base / "Config.json", QUEUES, Topics=TOPICS, MessagingStores=stores)
-
-
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    base = tmp_path_factory.mktemp("core-v2-partitioned-fdlq")
-    process = BrokerProcess(base / "data", _config(base), extra_args=[*V2, "--log-level", "INFO"]).start()
-    yield process
-    process.stop()
-
-
-def _admin(broker: BrokerProcess) -> ServiceBusAdministrationClient:
-    return ServiceBusAdministrationClient.from_connection_string(broker.admin_connection_string,
-                                                                 connection_verify=broker.admin_certificate)
+    yield from serve(tmp_path_factory.mktemp("core-v2-partitioned-fdlq"), QUEUES, TOPICS)
 
 
 def _dead_letter_one_per_store(broker: BrokerProcess, queue: str, tag: str) -> dict[str, str]:
@@ -278,9 +265,7 @@ def test_a_dead_letter_waiting_for_the_relay_survives_a_kill(tmp_path_factory: p
     the source's dead-letter queue (should the relay not have run yet)."""
     base = tmp_path_factory.mktemp("core-v2-partitioned-fdlq-kill")
     target = named_in("disk2", "pdl-far")
-    stores = [{"Name": "disk1", "Path": "stores/disk1.db"}, {"Name": "disk2", "Path": "stores/disk2.db"}]
-    process = BrokerProcess(base / "data", write_config(base / "Config.json", [], MessagingStores=stores),
-                            extra_args=[*V2, "--log-level", "INFO"]).start()
+    process = start(base, [], [])
     try:
         admin = _admin(process)
         admin.create_queue(target)

@@ -13,23 +13,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import test_console_cli
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSubQueue
-from broker_process import BrokerProcess, write_config
+from broker_process import BrokerProcess
 
 # The scenario (collected here with this module's cli_broker, whose queues are partitioned).
 from test_console_cli import test_resubmit_move_purge_and_counts_from_the_command_line  # noqa: F401
 from test_console_resubmit_kill9 import call, message_ids
 from test_partitioning import PARTITIONS, STORES, key_in_store, partition
+from three_stores import serve
 
 from sodalite.server.partitioned_actor import partition_index
 
 pytestmark = pytest.mark.interop
 
-V2 = ["--core", "v2"]
 PARTITIONED = {"EnablePartitioning": True}
 RED = [{"Name": "red", "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpression": "color = 'red'"}}}]
 QUEUES = [
@@ -45,13 +44,7 @@ TOPICS = [{"Name": "pmv-topic", "Properties": PARTITIONED, "Subscriptions": [
 
 @pytest.fixture(scope="module")
 def cli_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    base: Path = tmp_path_factory.mktemp("core-v2-partitioned-moves")
-    stores = [{"Name": "disk1", "Path": "stores/disk1.db"}, {"Name": "disk2", "Path": "stores/disk2.db"}]
-    process = BrokerProcess(base / "data", write_config(base / "Config.json", QUEUES, Topics=TOPICS,
-                                                        MessagingStores=stores),
-                            extra_args=[*V2, "--log-level", "INFO"]).start()
-    yield process
-    process.stop()
+    yield from serve(tmp_path_factory.mktemp("core-v2-partitioned-moves"), QUEUES, TOPICS)
 
 
 def _dead_letter(broker: BrokerProcess, queue: str, messages: dict[str, str]) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,15 +21,16 @@ from typing import Any
 import pytest
 from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusClient, ServiceBusMessage
 from azure.servicebus.exceptions import ServiceBusServerBusyError
-from azure.servicebus.management import ServiceBusAdministrationClient
-from broker_process import BrokerProcess, write_config
+from broker_process import BrokerProcess
 from test_partitioning import PARTITIONS, _switch, key_in_store, partition, store_of_partition
+from three_stores import admin as _admin
+from three_stores import drain, serve, start
+from three_stores import send_each as _send
 
 from sodalite.server.partitioned_actor import partition_index
 
 pytestmark = pytest.mark.interop
 
-V2 = ["--core", "v2"]
 QUEUES = [{"Name": "pq-in", "Properties": {"EnablePartitioning": True}}]
 TOPICS = [
     {"Name": "ptk", "Properties": {"EnablePartitioning": True},
@@ -45,63 +45,13 @@ TOPICS = [
 ]
 
 
-def _config(base: Path) -> Path:
-    stores = [{"Name": "disk1", "Path": "stores/disk1.db"}, {"Name": "disk2", "Path": "stores/disk2.db"}]
-    return write_config(base / "Config.json", QUEUES, Topics=TOPICS, MessagingStores=stores)
-
-
-def _start(base: Path) -> BrokerProcess:
-    return BrokerProcess(base / "data", _config(base), extra_args=[*V2, "--log-level", "INFO"]).start()
-
-
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = _start(tmp_path_factory.mktemp("core-v2-partitioned-topics"))
-    yield process
-    process.stop()
+    yield from serve(tmp_path_factory.mktemp("core-v2-partitioned-topics"), QUEUES, TOPICS)
 
 
-def _admin(broker: BrokerProcess) -> ServiceBusAdministrationClient:
-    return ServiceBusAdministrationClient.from_connection_string(broker.admin_connection_string,
-                                                                 connection_verify=broker.admin_certificate)
-
-
-def _send(broker: BrokerProcess, topic: str, messages: list[ServiceBusMessage]) -> None:
-    with ServiceBusClient.from_connection_string(broker.connection_string) as client, \
-            client.get_topic_sender(topic) as sender:
-        for message in messages:
-            sender.send_messages(message)
-
-
-def _drain(broker: BrokerProcess, topic: str, subscription: str, want: int, **kwargs: Any) -> list[Any]:
-    """Receive and complete until ``want`` messages came (within 30 s), then look 2 s more for any too many."""
-    got: list[Any] = []
-    with ServiceBusClient.from_connection_string(broker.connection_string) as client, \
-            client.get_subscription_receiver(topic, subscription, max_wait_time=5, **kwargs) as receiver:
-        deadline = time.monotonic() + 30
-        while len(got) < want and time.monotonic() < deadline:
-            batch = receiver.receive_messages(max_message_count=50, max_wait_time=5)
-            for message in batch:
-                receiver.complete_message(message)
-            got += batch
-        for message in receiver.receive_messages(max_message_count=10, max_wait_time=2):
-            receiver.complete_message(message)
-            got.append(message)
-    return got
-
-
-def _drain_queue(broker: BrokerProcess, queue: str, want: int) -> list[Any]:
-    got: list[Any] = []
-    with ServiceBusClient.from_connection_string(broker.connection_string) as client, \
-            client.get_queue_receiver(queue, max_wait_time=5) as receiver:
-        deadline = time.monotonic() + 30
-        while len(got) < want and time.monotonic() < deadline:
-            batch = receiver.receive_messages(max_message_count=50, max_wait_time=5)
-            for message in batch:
-                receiver.complete_message(message)
-            got += batch
-        got += receiver.receive_messages(max_message_count=10, max_wait_time=2)
-    return got
+def _drain(broker: BrokerProcess, topic: str, subscription: str, want: int) -> list[Any]:
+    return drain(broker, topic, want, subscription)
 
 
 def test_every_entity_runs_on_the_core(broker: BrokerProcess) -> None:
@@ -125,7 +75,7 @@ def test_a_keyed_send_lands_in_its_partition_of_every_subscription(broker: Broke
     assert sorted(str(m) for m in got) == sorted(f"m-{key}" for key in keys)
     assert all(partition(m.sequence_number) == partition_index(m.session_id, PARTITIONS) for m in got)
     assert {store_of_partition(partition(m.sequence_number)) for m in got} == {"default", "disk1", "disk2"}
-    forwarded = _drain_queue(broker, "pq-in", len(keys))
+    forwarded = drain(broker, "pq-in", len(keys))
     assert sorted(str(m) for m in forwarded) == sorted(f"m-{key}" for key in keys)
     assert all(partition(m.sequence_number) == partition_index(m.session_id, PARTITIONS) for m in forwarded)
     with ServiceBusClient.from_connection_string(broker.connection_string) as client, \
@@ -198,14 +148,14 @@ def test_forwarding_into_a_queue_in_one_store_and_into_a_partitioned_queue(broke
     keys = [f"single-{i}" for i in range(24)]
     _send(broker, "pts", [ServiceBusMessage(f"one-{key}", partition_key=key) for key in keys])
     assert {store_of_partition(partition_index(key, PARTITIONS)) for key in keys} == {"default", "disk1", "disk2"}
-    assert sorted(str(m) for m in _drain_queue(broker, "single-store", len(keys))) == sorted(f"one-{k}" for k in keys)
+    assert sorted(str(m) for m in drain(broker, "single-store", len(keys))) == sorted(f"one-{k}" for k in keys)
     admin.delete_subscription("pts", "to-single")
     for name in ("a", "b"):
         assert len(_drain(broker, "pts", name, len(keys))) == len(keys)
     admin.create_queue("pq-later", enable_partitioning=True)
     admin.create_subscription("pts", "to-partitioned", forward_to="pq-later")
     _send(broker, "pts", [ServiceBusMessage("via", partition_key="v")])
-    [message] = _drain_queue(broker, "pq-later", 1)
+    [message] = drain(broker, "pq-later", 1)
     assert str(message) == "via" and partition(message.sequence_number) == partition_index("v", PARTITIONS)
     admin.delete_subscription("pts", "to-partitioned")
     for name in ("a", "b"):
@@ -215,7 +165,7 @@ def test_forwarding_into_a_queue_in_one_store_and_into_a_partitioned_queue(broke
 
 
 def test_a_store_outage_suspends_only_its_partitions_and_loses_nothing(tmp_path: Path) -> None:
-    process = _start(tmp_path)
+    process = start(tmp_path, QUEUES, TOPICS)
     try:
         _switch(process, "disk1", "offline")
         sent = [f"o{i}" for i in range(20)]

@@ -20,7 +20,19 @@ import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from broker_process import BrokerProcess, write_config
 from raw_client import message
-from test_transactions import QUEUES, TOPICS, _address, _condition, _declare, _locked, _peek, _raw
+from test_transactions import (
+    QUEUES,
+    TOPICS,
+    _address,
+    _begun,
+    _condition,
+    _declare,
+    _enlist,
+    _left_open,
+    _locked,
+    _peek,
+    _raw,
+)
 
 from sodalite.amqp.link import SENDER
 from sodalite.amqp.performatives import Accepted, TransactionalState
@@ -64,10 +76,7 @@ def test_a_received_message_is_completed_and_forwarded_to_the_same_queue_once(tx
             sender.send_messages(ServiceBusMessage("first", message_id="known"))
         raw = _raw(tx_broker)
         try:
-            receiver, first = _locked(raw, tx_broker, "tx-v2-dedup")
-            controller = raw.coordinator()
-            txn = _declare(raw, controller)
-            link = raw.attach(_address(tx_broker, "tx-v2-dedup"), SENDER)
+            receiver, first, controller, txn, link = _begun(raw, tx_broker, "tx-v2-dedup", "tx-v2-dedup")
             accepted = TransactionalState(txn, Accepted())
             assert raw.send_in_transaction(link, message(b"again", "known"), txn) == accepted
             assert raw.send_in_transaction(link, message(b"next", "next"), txn) == accepted
@@ -168,22 +177,11 @@ def test_a_discharged_transaction_survives_kill_9_and_an_open_one_leaves_nothing
             sender.send_messages([ServiceBusMessage("done"), ServiceBusMessage("open")])
         raw = _raw(broker)
         try:
-            receiver, done = _locked(raw, broker, "tx-source")
-            controller = raw.coordinator()
-            txn = _declare(raw, controller)
-            link = raw.attach(_address(broker, "tx-durable"), SENDER)
-            accepted = TransactionalState(txn, Accepted())
-            for body in (b"d1", b"d2"):
-                assert raw.send_in_transaction(link, message(body), txn) == accepted
-            assert raw.settle(receiver, done, accepted) == accepted
+            receiver, done, controller, txn, link = _begun(raw, broker, "tx-source", "tx-durable")
+            _enlist(raw, txn, link, [b"d1", b"d2"], receiver, done)
             assert raw.discharge(controller, txn) == Accepted()
             # A second transaction is left open when the broker dies: none of it may show.
-            receiver.issue_credit(1)
-            pending = raw.receive(receiver).delivery_id
-            open_txn = _declare(raw, controller)
-            open_state = TransactionalState(open_txn, Accepted())
-            assert raw.send_in_transaction(link, message(b"never"), open_txn) == open_state
-            assert raw.settle(receiver, pending, open_state) == open_state
+            _left_open(raw, controller, receiver, link)
             broker.kill()  # the first discharge was accepted, so its sends and complete are on disk
         finally:
             raw.close()

@@ -19,8 +19,6 @@ from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from broker_process import BrokerProcess, write_config
 from pg_nodes import node_pair
 
-from pg_server import module_database
-
 pytestmark = pytest.mark.interop
 
 QUEUES = [
@@ -32,11 +30,6 @@ QUEUES = [
     {"Name": "dlfwd-dst", "Properties": {}},
     {"Name": "updated", "Properties": {"LockDuration": "PT5M"}},
 ]
-
-
-@pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    yield from module_database("twonodes")
 
 
 @pytest.fixture(scope="module")

@@ -21,8 +21,6 @@ from azure.servicebus.management import ServiceBusAdministrationClient
 from broker_process import BrokerProcess, write_config
 from pg_nodes import node_pair
 
-from pg_server import module_database
-
 pytestmark = pytest.mark.interop
 
 DEDUP = {"RequiresDuplicateDetection": True, "DuplicateDetectionHistoryTimeWindow": "PT10M"}
@@ -32,11 +30,6 @@ QUEUES = [
 ]
 TOPICS = [{"Name": "tdedup", "Properties": DEDUP,
            "Subscriptions": [{"Name": "s1", "Properties": {}}, {"Name": "s2", "Properties": {}}]}]
-
-
-@pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    yield from module_database("twonodesdedup")
 
 
 @pytest.fixture(scope="module")

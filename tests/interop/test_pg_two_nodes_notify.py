@@ -21,17 +21,10 @@ from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from broker_process import BrokerProcess, write_config
 from pg_nodes import node_pair
 
-from pg_server import module_database
-
 pytestmark = pytest.mark.interop
 
 POLL = "60"  # the fallback polls: far longer than any bound below
 BOUND = 30.0
-
-
-@pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    yield from module_database("notify")
 
 
 @pytest.fixture(scope="module")

@@ -21,8 +21,6 @@ from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from broker_process import BrokerProcess, write_config
 from pg_nodes import node_pair
 
-from pg_server import module_database
-
 pytestmark = pytest.mark.interop
 
 QUEUES = [
@@ -32,11 +30,6 @@ QUEUES = [
     {"Name": "source", "Properties": {"ForwardTo": "target"}},
     {"Name": "target", "Properties": {}},
 ]
-
-
-@pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    yield from module_database("twonodes_parted")
 
 
 @pytest.fixture(scope="module")

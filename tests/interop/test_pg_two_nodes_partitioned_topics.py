@@ -25,7 +25,6 @@ from azure.servicebus.management import ServiceBusAdministrationClient
 from broker_process import BrokerProcess, write_config
 from pg_nodes import node_pair
 
-from pg_server import module_database
 from sodalite.server.partitioned_actor import partition_index
 
 pytestmark = pytest.mark.interop
@@ -39,11 +38,6 @@ TOPICS = [{"Name": "spread", "Properties": {"EnablePartitioning": True},
                                                                  "SqlFilter": {"SqlExpression": "n % 2 = 0"}}}]}]},
           {"Name": "contended", "Properties": {"EnablePartitioning": True},
            "Subscriptions": [{"Name": "work", "Properties": {"LockDuration": "PT30S"}}]}]
-
-
-@pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    yield from module_database("ptopics")
 
 
 @pytest.fixture(scope="module")

@@ -28,19 +28,12 @@ from azure.servicebus.management import ServiceBusAdministrationClient, SqlRuleF
 from broker_process import BrokerProcess, write_config
 from pg_nodes import node_pair
 
-from pg_server import module_database
-
 pytestmark = pytest.mark.interop
 
 BOUND = 30.0  # seconds: generous against the 1 s promise
 TOPIC = "rules"
 TOPICS = [{"Name": TOPIC, "Properties": {},
            "Subscriptions": [{"Name": "many", "Properties": {}}, {"Name": "contested", "Properties": {}}]}]
-
-
-@pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    yield from module_database("rules")
 
 
 @pytest.fixture(scope="module")

@@ -22,8 +22,6 @@ from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQ
 from broker_process import BrokerProcess, write_config
 from pg_nodes import node_pair
 
-from pg_server import module_database
-
 pytestmark = pytest.mark.interop
 
 QUEUES = [
@@ -32,11 +30,6 @@ QUEUES = [
     {"Name": "expires", "Properties": {"DeadLetteringOnMessageExpiration": True}},
     {"Name": "expires-both", "Properties": {"DeadLetteringOnMessageExpiration": True}},
 ]
-
-
-@pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    yield from module_database("twonodes_timers")
 
 
 @pytest.fixture(scope="module")

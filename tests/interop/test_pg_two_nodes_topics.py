@@ -35,7 +35,6 @@ from azure.servicebus.management import (
 from broker_process import KEY, KEY_NAME, BrokerProcess, write_config
 from pg_nodes import node_pair
 
-from pg_server import module_database
 from sodalite.model.sas import generate_token
 
 pytestmark = pytest.mark.interop
@@ -44,11 +43,6 @@ BOUND = 30.0  # seconds: generous against the 1 s promise
 NAMESPACE_RULES = [{"KeyName": KEY_NAME, "PrimaryKey": KEY},
                    {"KeyName": "sender", "PrimaryKey": "send-key", "Rights": ["Send"]}]
 TOPICS = [{"Name": "configured", "Properties": {}, "Subscriptions": [{"Name": "all", "Properties": {}}]}]
-
-
-@pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    yield from module_database("topics")
 
 
 @pytest.fixture(scope="module")
@@ -105,14 +99,22 @@ def _serves_subscription(node: BrokerProcess, topic: str, subscription: str) -> 
         return False
 
 
+def _topic_made_through_a(a: BrokerProcess, b: BrokerProcess, topic: str,
+                          *subscriptions: str) -> ServiceBusAdministrationClient:
+    """Create ``topic`` and its ``subscriptions`` through node A's management API, and wait until node B
+    serves every one; node A's administration client, for the test to go on with."""
+    admin = _admin(a)
+    admin.create_topic(topic)
+    for name in subscriptions:
+        admin.create_subscription(topic, name)
+    _eventually(f"node b serves the subscriptions of {topic} made through node a",
+                lambda: all(_serves_subscription(b, topic, name) for name in subscriptions))
+    return admin
+
+
 def test_a_topic_created_through_one_node_fans_out_through_both(nodes: tuple[BrokerProcess, BrokerProcess]) -> None:
     a, b = nodes
-    admin = _admin(a)
-    admin.create_topic("made")
-    admin.create_subscription("made", "one")
-    admin.create_subscription("made", "two")
-    _eventually("node b serves the subscriptions made through node a",
-                lambda: _serves_subscription(b, "made", "one") and _serves_subscription(b, "made", "two"))
+    admin = _topic_made_through_a(a, b, "made", "one", "two")
     _publish(a, "made", [ServiceBusMessage(f"a{i}") for i in range(20)])
     _publish(b, "made", [ServiceBusMessage(f"b{i}") for i in range(20)])
     everything = sorted([f"a{i}" for i in range(20)] + [f"b{i}" for i in range(20)])
@@ -131,10 +133,7 @@ def test_a_configured_topic_takes_sends_through_either_node(nodes: tuple[BrokerP
 def test_a_rule_added_through_one_node_filters_sends_through_the_other(
         nodes: tuple[BrokerProcess, BrokerProcess]) -> None:
     a, b = nodes
-    admin = _admin(a)
-    admin.create_topic("filtered")
-    admin.create_subscription("filtered", "red")
-    _eventually("node b serves the subscription", lambda: _serves_subscription(b, "filtered", "red"))
+    admin = _topic_made_through_a(a, b, "filtered", "red")
     admin.create_rule("filtered", "red", "red-only", filter=SqlRuleFilter("color = 'red'"))
     admin.delete_rule("filtered", "red", "$Default")
 
@@ -159,11 +158,7 @@ def test_a_rule_added_through_one_node_filters_sends_through_the_other(
 def test_a_subscription_deleted_through_one_node_gets_no_copies_of_sends_through_the_other(
         nodes: tuple[BrokerProcess, BrokerProcess]) -> None:
     a, b = nodes
-    admin = _admin(a)
-    admin.create_topic("pruned")
-    admin.create_subscription("pruned", "keep")
-    admin.create_subscription("pruned", "drop")
-    _eventually("node b serves the subscriptions", lambda: _serves_subscription(b, "pruned", "drop"))
+    admin = _topic_made_through_a(a, b, "pruned", "keep", "drop")
     sent: list[str] = []
     stop = threading.Event()
 
@@ -198,10 +193,7 @@ def test_a_subscription_deleted_through_one_node_gets_no_copies_of_sends_through
 def test_scheduled_messages_on_a_topic_are_published_once_across_nodes(
         nodes: tuple[BrokerProcess, BrokerProcess]) -> None:
     a, b = nodes
-    admin = _admin(a)
-    admin.create_topic("later")
-    admin.create_subscription("later", "s")
-    _eventually("node b serves the subscription", lambda: _serves_subscription(b, "later", "s"))
+    admin = _topic_made_through_a(a, b, "later", "s")
     due = datetime.now(UTC) + timedelta(seconds=15)
     for node, name in ((a, "a"), (b, "b")):
         with ServiceBusClient.from_connection_string(node.connection_string) as client, \
@@ -256,10 +248,7 @@ def test_a_namespace_key_regenerated_through_one_node_is_the_only_one_the_other_
 def test_a_topics_own_rule_added_through_one_node_authenticates_on_the_other(
         nodes: tuple[BrokerProcess, BrokerProcess]) -> None:
     a, b = nodes
-    admin = _admin(a)
-    admin.create_topic("keyed")
-    admin.create_subscription("keyed", "s")
-    _eventually("node b serves the topic", lambda: _serves_subscription(b, "keyed", "s"))
+    admin = _topic_made_through_a(a, b, "keyed", "s")
     assert not _sends(b, "keyed-send", "keyed-secret", "keyed")
     topic = admin.get_topic("keyed")
     topic.authorization_rules = [AuthorizationRule(claim_type="SharedAccessKey", claim_value="None",

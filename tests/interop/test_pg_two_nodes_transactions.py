@@ -19,15 +19,16 @@ import textwrap
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceivedMessage
+from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusReceiver
 from broker_process import BrokerProcess, write_config
 from raw_client import message
-from test_transactions import _address, _condition, _declare, _locked, _raw
+from test_transactions import _address, _begun, _condition, _declare, _enlist, _left_open, _locked, _raw
 
 from pg_server import shared_server
 from sodalite.amqp.link import SENDER
@@ -99,16 +100,17 @@ def _peek(node: BrokerProcess, queue: str) -> list[str]:
         return sorted(str(m) for m in receiver.peek_messages(max_message_count=50))
 
 
-def _receive_one(sdk: ServiceBusClient, queue: str, seconds: float = 30) -> tuple[Any, ServiceBusReceivedMessage]:
-    """A peek-lock receiver (left open: its caller closes it) and the first message it got."""
-    receiver = sdk.get_queue_receiver(queue)
-    receiver.__enter__()
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        got = receiver.receive_messages(max_message_count=1, max_wait_time=2)
-        if got:
-            return receiver, got[0]
-    receiver.__exit__(None, None, None)
+@contextmanager
+def _one_received(sdk: ServiceBusClient, queue: str,
+                  seconds: float = 30) -> Iterator[tuple[ServiceBusReceiver, ServiceBusReceivedMessage]]:
+    """A peek-lock receiver on ``queue`` and the first message it got, for the block; closed after it."""
+    with sdk.get_queue_receiver(queue) as receiver:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            got = receiver.receive_messages(max_message_count=1, max_wait_time=2)
+            if got:
+                yield receiver, got[0]
+                return
     raise AssertionError(f"nothing received from {queue} within {seconds} s")
 
 
@@ -125,14 +127,8 @@ def test_a_transaction_through_node_a_completes_and_sends_atomically_seen_throug
     _send(b, "txn-source", "work")
     raw = _raw(a)
     try:
-        receiver, work = _locked(raw, a, "txn-source")
-        controller = raw.coordinator()
-        txn = _declare(raw, controller)
-        link = raw.attach(_address(a, "txn-target"), SENDER)
-        accepted = TransactionalState(txn, Accepted())
-        for body in (b"r1", b"r2"):
-            assert raw.send_in_transaction(link, message(body), txn) == accepted
-        assert raw.settle(receiver, work, accepted) == accepted
+        receiver, work, controller, txn, link = _begun(raw, a, "txn-source", "txn-target")
+        _enlist(raw, txn, link, [b"r1", b"r2"], receiver, work)
         assert _peek(b, "txn-target") == [] and _peek(b, "txn-source") == ["work"]  # nothing before the discharge
         assert raw.discharge(controller, txn) == Accepted()
     finally:
@@ -147,23 +143,15 @@ def test_a_lock_that_lapsed_and_was_taken_through_node_b_fails_the_discharge_and
     _send(a, "lapse-source", "contested")
     raw = _raw(a)
     try:
-        receiver, held = _locked(raw, a, "lapse-source")
-        controller = raw.coordinator()
-        txn = _declare(raw, controller)
-        link = raw.attach(_address(a, "lapse-target"), SENDER)
-        accepted = TransactionalState(txn, Accepted())
-        assert raw.send_in_transaction(link, message(b"never"), txn) == accepted
-        assert raw.settle(receiver, held, accepted) == accepted
+        receiver, held, controller, txn, link = _begun(raw, a, "lapse-source", "lapse-target")
+        _enlist(raw, txn, link, [b"never"], receiver, held)
         # The 5 s lock lapses; node B's receiver takes the message.
         with ServiceBusClient.from_connection_string(b.connection_string) as sdk:
-            b_receiver, taken = _receive_one(sdk, "lapse-source")
-            try:
+            with _one_received(sdk, "lapse-source") as (b_receiver, taken):
                 assert str(taken) == "contested" and taken.delivery_count == 1  # delivered once before, on A
                 assert _condition(raw.discharge(controller, txn)) == TransactionRolledBack.condition
                 assert _peek(a, "lapse-target") == [] and _peek(b, "lapse-target") == []
                 b_receiver.complete_message(taken)  # still node B's lock: the transaction changed nothing
-            finally:
-                b_receiver.__exit__(None, None, None)
     finally:
         raw.close()
     assert _peek(a, "lapse-source") == [] and _peek(b, "lapse-target") == []
@@ -180,17 +168,10 @@ def test_a_lock_taken_through_another_node_while_the_committing_node_still_held_
         _send(a, "fenced-source", "contested")
         raw = _raw(a)
         try:
-            receiver, held = _locked(raw, a, "fenced-source")
-            controller = raw.coordinator()
-            txn = _declare(raw, controller)
-            link = raw.attach(_address(a, "fenced-target"), SENDER)
-            accepted = TransactionalState(txn, Accepted())
-            for body in (b"never-1", b"never-2"):
-                assert raw.send_in_transaction(link, message(body), txn) == accepted
-            assert raw.settle(receiver, held, accepted) == accepted
+            receiver, held, controller, txn, link = _begun(raw, a, "fenced-source", "fenced-target")
+            _enlist(raw, txn, link, [b"never-1", b"never-2"], receiver, held)
             with ServiceBusClient.from_connection_string(c.connection_string) as sdk:
-                c_receiver, taken = _receive_one(sdk, "fenced-source")
-                try:
+                with _one_received(sdk, "fenced-source") as (c_receiver, taken):
                     assert str(taken) == "contested"
                     # C's clock is ahead (its lock ends two minutes after A's would): the premise holds.
                     assert taken.locked_until_utc is not None
@@ -200,8 +181,6 @@ def test_a_lock_taken_through_another_node_while_the_committing_node_still_held_
                     assert _peek(b, "fenced-target") == []
                     assert _peek(b, "fenced-source") == ["contested"]  # A's complete did not apply either
                     c_receiver.complete_message(taken)  # C's lock is intact
-                finally:
-                    c_receiver.__exit__(None, None, None)
         finally:
             raw.close()
         assert _peek(b, "fenced-source") == [] and _peek(b, "fenced-target") == []
@@ -236,30 +215,16 @@ def test_kill_9_of_node_a_loses_no_committed_transaction_and_stores_no_half_of_o
     raw = _raw(a)
     racing: dict[str, Any] = {}
     try:
-        receiver, done = _locked(raw, a, "kill-source")
-        controller = raw.coordinator()
-        link = raw.attach(_address(a, "kill-target"), SENDER)
-        txn = _declare(raw, controller)
-        accepted = TransactionalState(txn, Accepted())
-        for body in (b"d1", b"d2"):
-            assert raw.send_in_transaction(link, message(body), txn) == accepted
-        assert raw.settle(receiver, done, accepted) == accepted
+        receiver, done, controller, txn, link = _begun(raw, a, "kill-source", "kill-target")
+        _enlist(raw, txn, link, [b"d1", b"d2"], receiver, done)
         assert raw.discharge(controller, txn) == Accepted()  # committed: must survive
         # A second transaction left open when node A dies: none of it may show.
-        receiver.issue_credit(1)
-        pending = raw.receive(receiver).delivery_id
-        open_txn = _declare(raw, controller)
-        open_state = TransactionalState(open_txn, Accepted())
-        assert raw.send_in_transaction(link, message(b"never"), open_txn) == open_state
-        assert raw.settle(receiver, pending, open_state) == open_state
+        _left_open(raw, controller, receiver, link)
         # A third one is being discharged when node A is killed: all of it or nothing.
         mid_receiver, mid = _locked(raw, a, "mid-source")
         mid_link = raw.attach(_address(a, "mid-target"), SENDER)
         mid_txn = _declare(raw, controller)
-        mid_state = TransactionalState(mid_txn, Accepted())
-        for body in (b"m1", b"m2", b"m3"):
-            assert raw.send_in_transaction(mid_link, message(body), mid_txn) == mid_state
-        assert raw.settle(mid_receiver, mid, mid_state) == mid_state
+        _enlist(raw, mid_txn, mid_link, [b"m1", b"m2", b"m3"], mid_receiver, mid)
 
         def discharge() -> None:
             try:
@@ -284,9 +249,6 @@ def test_kill_9_of_node_a_loses_no_committed_transaction_and_stores_no_half_of_o
     assert _peek(a, "kill-target") == ["d1", "d2"] and _peek(a, "mid-target") == mid_target
     # "open" was never settled: once node A's lock lapses it is received again, through either node.
     with ServiceBusClient.from_connection_string(b.connection_string) as sdk:
-        b_receiver, again = _receive_one(sdk, "kill-source")
-        try:
+        with _one_received(sdk, "kill-source") as (b_receiver, again):
             assert str(again) == "open"
             b_receiver.complete_message(again)
-        finally:
-            b_receiver.__exit__(None, None, None)

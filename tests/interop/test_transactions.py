@@ -4,7 +4,7 @@ client, which speaks them as a transaction controller does; the official SDK che
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,33 @@ def _locked(raw: RawClient, broker: BrokerProcess, queue: str) -> tuple[Link, in
     return receiver, raw.receive(receiver).delivery_id
 
 
+def _begun(raw: RawClient, broker: BrokerProcess, source: str, target: str) -> tuple[Link, int, Link, bytes, Link]:
+    """What a transaction that completes a message and sends on starts from: a peek-lock receiver on
+    ``source`` and the delivery-id of the message it got, a coordinator and a transaction declared on
+    it, and a sender on ``target``."""
+    receiver, delivery = _locked(raw, broker, source)
+    controller = raw.coordinator()
+    txn = _declare(raw, controller)
+    return receiver, delivery, controller, txn, raw.attach(_address(broker, target), SENDER)
+
+
+def _enlist(raw: RawClient, txn: bytes, sender: Link, bodies: Iterable[bytes], receiver: Link, delivery: int) -> None:
+    """Send each of ``bodies`` on ``sender``, then complete ``delivery`` on ``receiver``, in ``txn``:
+    each is echoed as enlisted in it."""
+    in_txn = TransactionalState(txn, Accepted())
+    for body in bodies:
+        assert raw.send_in_transaction(sender, message(body), txn) == in_txn
+    assert raw.settle(receiver, delivery, in_txn) == in_txn
+
+
+def _left_open(raw: RawClient, controller: Link, receiver: Link, sender: Link) -> None:
+    """A further transaction that is left open: it completes the next message ``receiver`` gets and
+    sends "never" on ``sender``."""
+    receiver.issue_credit(1)
+    pending = raw.receive(receiver).delivery_id
+    _enlist(raw, _declare(raw, controller), sender, [b"never"], receiver, pending)
+
+
 def test_commit_makes_every_send_and_complete_visible_at_once(tx_broker: BrokerProcess) -> None:
     with ServiceBusClient.from_connection_string(tx_broker.connection_string) as sdk:
         with sdk.get_queue_sender("tx-a") as sender:
@@ -119,13 +146,8 @@ def test_rollback_leaves_no_send_and_the_message_locked_as_it_was(tx_broker: Bro
             sender.send_messages(ServiceBusMessage("keep"))
         raw = _raw(tx_broker)
         try:
-            receiver, keep = _locked(raw, tx_broker, "tx-roll")
-            controller = raw.coordinator()
-            txn = _declare(raw, controller)
-            sender_link = raw.attach(_address(tx_broker, "tx-roll"), SENDER)
-            assert raw.send_in_transaction(sender_link, message(b"never"), txn) == TransactionalState(txn, Accepted())
-            in_txn = TransactionalState(txn, Accepted())
-            assert raw.settle(receiver, keep, in_txn) == in_txn
+            receiver, keep, controller, txn, sender_link = _begun(raw, tx_broker, "tx-roll", "tx-roll")
+            _enlist(raw, txn, sender_link, [b"never"], receiver, keep)
 
             assert raw.discharge(controller, txn, fail=True) == Accepted()
             assert _peek(sdk, "tx-roll") == ["keep"]
@@ -147,13 +169,8 @@ def test_a_commit_whose_lock_was_lost_rolls_back_entirely(tx_broker: BrokerProce
             sender.send_messages(ServiceBusMessage("locked"))
         raw = _raw(tx_broker)
         try:
-            receiver, locked = _locked(raw, tx_broker, "tx-lost")
-            controller = raw.coordinator()
-            txn = _declare(raw, controller)
-            sender_link = raw.attach(_address(tx_broker, "tx-lost"), SENDER)
-            assert raw.send_in_transaction(sender_link, message(b"sent"), txn) == TransactionalState(txn, Accepted())
-            in_txn = TransactionalState(txn, Accepted())
-            assert raw.settle(receiver, locked, in_txn) == in_txn
+            receiver, locked, controller, txn, sender_link = _begun(raw, tx_broker, "tx-lost", "tx-lost")
+            _enlist(raw, txn, sender_link, [b"sent"], receiver, locked)
             # Settled outside the transaction: the lock the transaction enlisted is gone.
             assert isinstance(raw.settle(receiver, locked, Modified(delivery_failed=True)), Modified)
 
@@ -187,12 +204,8 @@ def test_connection_loss_rolls_back_its_transactions(tx_broker: BrokerProcess) -
         with sdk.get_queue_sender("tx-conn") as sender:
             sender.send_messages(ServiceBusMessage("held"))
         raw = _raw(tx_broker)
-        receiver, held = _locked(raw, tx_broker, "tx-conn")
-        controller = raw.coordinator()
-        txn = _declare(raw, controller)
-        sender_link = raw.attach(_address(tx_broker, "tx-conn"), SENDER)
-        assert raw.send_in_transaction(sender_link, message(b"lost"), txn) == TransactionalState(txn, Accepted())
-        assert raw.settle(receiver, held, TransactionalState(txn, Accepted())) == TransactionalState(txn, Accepted())
+        receiver, held, _, txn, sender_link = _begun(raw, tx_broker, "tx-conn", "tx-conn")
+        _enlist(raw, txn, sender_link, [b"lost"], receiver, held)
         raw.sock.close()  # no close frame: the connection just goes
 
         with sdk.get_queue_receiver("tx-conn") as sdk_receiver:

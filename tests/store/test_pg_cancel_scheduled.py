@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import psycopg
-import pytest
 
-from pg_server import fresh_schema_url, module_database
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.store.port import Append, Appended, CancelScheduled, OpResult, PartitionRef, Unscheduled
 from sodalite.store.postgres import PostgresStore
+from store.pg_rows import record
 
 Q = PartitionRef("orders", 0)
 NOW = 1_000_000
@@ -28,20 +26,8 @@ LATER = NOW + 3_600_000
 
 
 def _scheduled() -> MessageRecord:
-    return MessageRecord(
-        sequence_number=0, enqueued_time=NOW, message_id="m", session_id=None, partition_key=None,
-        time_to_live=None, expires_at=None, scheduled_enqueue_time=LATER, delivery_count=0,
-        state=MessageState.SCHEDULED, durable=True, priority=None, annotations=b"", annotation_count=0, tail=b"body")
-
-
-@pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    yield from module_database("cancel")
-
-
-@pytest.fixture
-def url(database: str) -> str:
-    return fresh_schema_url(database)
+    return record(enqueued_time=NOW, scheduled_enqueue_time=LATER, state=MessageState.SCHEDULED, annotations=b"",
+                  annotation_count=0)
 
 
 def _cancel_while_another_node_holds(url: str, change: str, commit: bool) -> tuple[OpResult, list[int], list[int]]:

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
 
 import psycopg
 import pytest
 
-from pg_server import fresh_schema_url, module_database
-from sodalite.model.message import MessageRecord, MessageState
+from sodalite.model.message import MessageState
 from sodalite.store.port import (
     Append,
     Appended,
@@ -31,6 +29,7 @@ from sodalite.store.port import (
     SettleItem,
 )
 from sodalite.store.postgres import GENERATIONS, MIGRATIONS, SCHEMA_VERSION, PostgresStore
+from store.pg_rows import cycle, one, record
 
 Q = PartitionRef("orders", 0)
 DLQ = PartitionRef("orders/$deadletterqueue", 0)
@@ -38,43 +37,6 @@ DLQ = PartitionRef("orders/$deadletterqueue", 0)
 _COUNTER_TABLES = ("sodalite_partitions", *(f"sodalite_counters_g{g}" for g in range(GENERATIONS)))
 _COUNTER_BYTES = "SELECT " + " + ".join(
     f"coalesce(pg_total_relation_size(to_regclass('{t}')), 0)" for t in _COUNTER_TABLES)
-
-
-def _record(**changes: object) -> MessageRecord:
-    fields: dict[str, object] = dict(
-        sequence_number=0, enqueued_time=1_000, message_id="m", session_id=None, partition_key=None,
-        time_to_live=None, expires_at=None, scheduled_enqueue_time=None, delivery_count=0,
-        state=MessageState.ACTIVE, durable=True, priority=None, annotations=b"ann", annotation_count=1,
-        tail=b"body")
-    fields.update(changes)
-    return MessageRecord(**fields)  # type: ignore[arg-type]
-
-
-@pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    yield from module_database("counters")
-
-
-@pytest.fixture
-def url(database: str) -> str:
-    return fresh_schema_url(database)
-
-
-def _one(conn: psycopg.Connection[tuple[object, ...]], sql: str) -> int:
-    row = conn.execute(sql).fetchone()  # type: ignore[arg-type]
-    assert row is not None
-    return int(row[0])  # type: ignore[call-overload]
-
-
-def _cycle(store: PostgresStore, now: int, batch: int) -> None:
-    (appended,) = store.apply([Append(Q, tuple(_record() for _ in range(batch)))])
-    assert isinstance(appended, Appended)
-    tokens = tuple(uuid.uuid4() for _ in range(batch))
-    (claimed,) = store.apply([Claim(Q, now=now, locked_until=now + 60_000, owner="t", tokens=tokens)])
-    assert isinstance(claimed, Claimed) and len(claimed.messages) == batch
-    (settled,) = store.apply([Settle(Q, now=now, items=tuple(
-        SettleItem(m.record.sequence_number, tokens[i], Outcome.COMPLETE) for i, m in enumerate(claimed.messages)))])
-    assert settled == Settled((True,) * batch)
 
 
 def test_a_long_transaction_does_not_grow_the_counters(url: str) -> None:
@@ -89,24 +51,24 @@ def test_a_long_transaction_does_not_grow_the_counters(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as monitor, psycopg.connect(url) as reporter:
         monitor.execute("CREATE TABLE report_data (id int PRIMARY KEY, amount int)")
         monitor.execute("INSERT INTO report_data SELECT g, g FROM generate_series(1, 100) g")
-        _cycle(store, now, 5)
+        cycle(store, Q, now, 5)
         store.maintain()
-        base_bytes = _one(monitor, "SELECT pg_relation_size('sodalite_partitions')")
-        before = _one(monitor, _COUNTER_BYTES)
+        base_bytes = one(monitor, "SELECT pg_relation_size('sodalite_partitions')")
+        before = one(monitor, _COUNTER_BYTES)
         reporter.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         reporter.execute("SELECT sum(amount) FROM report_data").fetchone()
         sizes = []
         for _round in range(40):
             for _ in range(15):
                 now += 10
-                _cycle(store, now, 5)
+                cycle(store, Q, now, 5)
             store.maintain()
-            sizes.append(_one(monitor, _COUNTER_BYTES))
+            sizes.append(one(monitor, _COUNTER_BYTES))
         counts = store.counts(Q)
         horizon = monitor.execute("SELECT backend_xmin FROM pg_stat_activity WHERE pid = %s",
                                   (reporter.info.backend_pid,)).fetchone()
         assert horizon is not None and horizon[0] is not None  # the snapshot really was held throughout
-        assert _one(monitor, "SELECT pg_relation_size('sodalite_partitions')") == base_bytes
+        assert one(monitor, "SELECT pg_relation_size('sodalite_partitions')") == base_bytes
         reporter.rollback()
     assert max(sizes) <= before + 64 * 1024, (before, sizes)
     assert store.truncations >= 3
@@ -122,8 +84,8 @@ def test_counters_stay_exact_through_ring_turns_moves_and_dead_letters(url: str)
     store = PostgresStore(url, rotate_bytes=8 * 1024)
     store.open()
     now = 1_000_000
-    store.apply([Append(Q, (_record(state=MessageState.SCHEDULED, scheduled_enqueue_time=10**12),
-                            _record(tail=b"x" * 100)))])
+    store.apply([Append(Q, (record(state=MessageState.SCHEDULED, scheduled_enqueue_time=10**12),
+                            record(tail=b"x" * 100)))])
     tokens = (uuid.uuid4(),)
     (claimed,) = store.apply([Claim(Q, now=now, locked_until=now + 10**9, owner="t", tokens=tokens)])
     assert isinstance(claimed, Claimed)
@@ -131,11 +93,11 @@ def test_counters_stay_exact_through_ring_turns_moves_and_dead_letters(url: str)
     store.apply([Settle(Q, now=now, items=(SettleItem(kept, tokens[0], Outcome.DEFER),))])
     for _ in range(30):
         now += 10
-        _cycle(store, now, 10)
+        cycle(store, Q, now, 10)
         store.maintain()
     assert store.ring_switches >= 2 and store.truncations >= 2
     # Two dead-lettered, then one of them moved back into the queue with a new number.
-    store.apply([Append(Q, (_record(), _record()))])
+    store.apply([Append(Q, (record(), record()))])
     tokens = (uuid.uuid4(), uuid.uuid4())
     (claimed,) = store.apply([Claim(Q, now=now, locked_until=now + 60_000, owner="t", tokens=tokens)])
     assert isinstance(claimed, Claimed) and len(claimed.messages) == 2
@@ -166,11 +128,11 @@ def test_numbering_takes_the_partition_row_and_two_stores_never_share_a_number(u
     first, second = PostgresStore(url, application_name="counter-a"), PostgresStore(url, application_name="b")
     first.open()
     second.open()
-    first.apply([Append(Q, (_record(),))])
+    first.apply([Append(Q, (record(),))])
     with psycopg.connect(url) as holder, psycopg.connect(url, autocommit=True) as monitor:
         holder.execute("SELECT 1 FROM sodalite_partitions WHERE partition = 0 FOR UPDATE").fetchall()
         results: list[object] = []
-        worker = threading.Thread(target=lambda: results.append(first.apply([Append(Q, (_record(),))])[0]))
+        worker = threading.Thread(target=lambda: results.append(first.apply([Append(Q, (record(),))])[0]))
         worker.start()
         for _ in range(300):
             waiting = monitor.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'counter-a' "
@@ -189,7 +151,7 @@ def test_numbering_takes_the_partition_row_and_two_stores_never_share_a_number(u
 
     def append(store: PostgresStore, name: str) -> None:
         for _ in range(40):
-            (appended,) = store.apply([Append(Q, (_record(), _record(), _record()))])
+            (appended,) = store.apply([Append(Q, (record(), record(), record()))])
             assert isinstance(appended, Appended)
             got[name].extend(appended.sequence_numbers)
 
@@ -249,7 +211,7 @@ def test_a_schema_2_database_is_migrated_in_place_with_its_counters_and_locks(ur
                 counts.last_sequence_number, counts.first_sequence_number) == (2, 1, 1, size, 9, 3)
         assert store.counts(DLQ).active == 1
         assert store.counts(Q).last_sequence_number == 9
-        (appended,) = store.apply([Append(Q, (_record(),))])
+        (appended,) = store.apply([Append(Q, (record(),))])
         assert appended == Appended((10,))
         (settled,) = store.apply([Settle(Q, now=1, items=(SettleItem(7, token, Outcome.COMPLETE),))])
         assert settled == Settled((True,))

@@ -11,13 +11,9 @@ from __future__ import annotations
 import random
 import threading
 import uuid
-from collections.abc import Iterator
 
 import psycopg
-import pytest
 
-from pg_server import fresh_schema_url, module_database
-from sodalite.model.message import MessageRecord, MessageState
 from sodalite.store.port import (
     Append,
     Appended,
@@ -29,38 +25,18 @@ from sodalite.store.port import (
     RememberMessageIds,
 )
 from sodalite.store.postgres import GENERATIONS, HISTORY_ROTATE_BYTES, MIGRATIONS, SCHEMA_VERSION, PostgresStore
+from store.pg_rows import one, record
 
 Q = PartitionRef("orders", 0)
 _HISTORY_BYTES = "SELECT " + " + ".join(
     f"pg_total_relation_size('sodalite_duplicate_history_g{g}')" for g in range(GENERATIONS))
 
 
-def _record(message_id: str | None) -> MessageRecord:
-    return MessageRecord(0, 1_000, message_id, None, None, None, None, None, 0, MessageState.ACTIVE, True, None,
-                         b"ann", 1, b"body")
-
-
-@pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    yield from module_database("dedup")
-
-
-@pytest.fixture
-def url(database: str) -> str:
-    return fresh_schema_url(database)
-
-
-def _one(conn: psycopg.Connection[tuple[object, ...]], sql: str) -> int:
-    row = conn.execute(sql).fetchone()  # type: ignore[arg-type]
-    assert row is not None
-    return int(row[0])  # type: ignore[call-overload]
-
-
 def _send(store: PostgresStore, now: int, *ids: str, window: int = 60_000) -> tuple[IdsClaimed, Appended]:
     """A send with duplicate detection as the core makes it: claim the ids, append what they gate."""
     claim = uuid.uuid4()
     claimed, appended = store.apply([ClaimMessageIds(Q, now, window, claim, ids),
-                                     Append(Q, tuple(_record(i) for i in ids), DedupGate(Q, claim, ids))])
+                                     Append(Q, tuple(record(message_id=i) for i in ids), DedupGate(Q, claim, ids))])
     assert isinstance(claimed, IdsClaimed) and isinstance(appended, Appended)
     return claimed, appended
 
@@ -132,7 +108,7 @@ def test_a_long_transaction_does_not_grow_the_history(url: str) -> None:
                 store.apply([ForgetMessageIds(Q, tuple(m for mids in gone for m in mids), now - 1_000)])
             if batch % 10 == 0:
                 store.maintain()
-                sizes.append(_one(monitor, _HISTORY_BYTES))
+                sizes.append(one(monitor, _HISTORY_BYTES))
         horizon = monitor.execute("SELECT backend_xmin FROM pg_stat_activity WHERE pid = %s",
                                   (reporter.info.backend_pid,)).fetchone()
         assert horizon is not None and horizon[0] is not None  # the snapshot really was held throughout
@@ -168,7 +144,7 @@ def test_a_schema_3_database_is_migrated_in_place_with_its_history(url: str) -> 
         claim = uuid.uuid4()
         claimed, appended = store.apply([
             ClaimMessageIds(Q, 61_000, 60_000, claim, ("old", "older", "new")),
-            Append(Q, (_record("old"), _record("older"), _record("new")),
+            Append(Q, (record(message_id="old"), record(message_id="older"), record(message_id="new")),
                    DedupGate(Q, claim, ("old", "older", "new")))])
         assert claimed == IdsClaimed((False, True, True))  # "older" was past the window
         assert appended == Appended((0, 1, 2))

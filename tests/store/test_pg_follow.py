@@ -16,13 +16,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from pg_server import fresh_schema_url, module_database
+from pg_server import fresh_schema_url
 from sodalite.cli.stores import build_broker
 from sodalite.errors import Unauthorized
 from sodalite.model.authorization import AuthorizationRule
@@ -41,11 +41,6 @@ NAMESPACE = NamespaceConfig(
     authorization_rules=(AuthorizationRule("root", "root-key"),
                          AuthorizationRule("sender", "send-key")),
 )
-
-
-@pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    yield from module_database("follow")
 
 
 Scenario = Callable[[Broker, Broker], Awaitable[None]]

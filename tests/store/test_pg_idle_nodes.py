@@ -14,18 +14,17 @@ an offset the test moves on; the test calls ``sweep_idle`` and node b's ``record
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 
-import pytest
-
-from pg_server import fresh_schema_url, module_database
+from peek_lock_taker import Taker
+from pg_server import fresh_schema_url
 from sodalite.cli.stores import build_broker
 from sodalite.model.config import NamespaceConfig, QueueConfig, SubscriptionConfig, TopicConfig
 from sodalite.model.entities import QueueProperties, SubscriptionProperties, TopicProperties
 from sodalite.server.broker import ACTIVITY_LAPSE, ACTIVITY_SECONDS, Broker
-from sodalite.server.entity_settings import SubQueue, wall_clock_ms
+from sodalite.server.entity_settings import wall_clock_ms
 
 MINUTE = 60_000
 IDLE = timedelta(minutes=5)
@@ -37,32 +36,6 @@ NAMESPACE = NamespaceConfig(
     topics=(TopicConfig("news", TopicProperties(auto_delete_on_idle=IDLE),
                         subscriptions=(SubscriptionConfig("all", SubscriptionProperties()),)),),
 )
-
-
-class Receiver:
-    """An attached receiver with no credit: it is receiving, so its entity is in use."""
-
-    peek_lock, sub_queue, session_id, reserved = True, SubQueue.MAIN, None, 0
-
-    def credit(self) -> int:
-        return 0
-
-    def deliver(self, record: object, lock: object) -> None:
-        raise AssertionError("no credit, no delivery")
-
-    def drain_requested(self) -> bool:
-        return False
-
-    def drained(self) -> None:
-        pass
-
-    def session_lost(self) -> None:
-        pass
-
-
-@pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    yield from module_database("idle_nodes")
 
 
 Scenario = Callable[[Broker, Broker, list[int]], Awaitable[None]]
@@ -102,7 +75,7 @@ def test_an_entity_served_on_one_node_is_not_deleted_by_the_others_sweep_and_goe
     async def scenario(a: Broker, b: Broker, offset: list[int]) -> None:
         served, subscription = b.entity("idle"), b.entity("news/subscriptions/all")
         assert served is not None and subscription is not None
-        receiver, listener = Receiver(), Receiver()
+        receiver, listener = Taker(0), Taker(0)
         served.actor.add_consumer(receiver)  # a receiver on node b only
         subscription.actor.add_consumer(listener)  # and one on the topic's subscription
         offset[0] += 6 * MINUTE  # idle for longer than AutoDeleteOnIdle on node a
@@ -131,7 +104,7 @@ def test_a_node_that_stops_refreshing_lapses_after_three_intervals(database: str
     async def scenario(a: Broker, b: Broker, offset: list[int]) -> None:
         served = b.entity("orphan")
         assert served is not None
-        served.actor.add_consumer(Receiver())
+        served.actor.add_consumer(Taker(0))
         offset[0] += 6 * MINUTE
         await b.record_activity()
         assert "orphan" not in await a.sweep_idle()  # node b serves it

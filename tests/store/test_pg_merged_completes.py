@@ -8,12 +8,7 @@ A real server is started by this process (``tests/pg_server.py``); each test has
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
-import pytest
-
-from pg_server import fresh_schema_url, module_database
-from sodalite.model.message import MessageRecord, MessageState
 from sodalite.store.memory import MemoryStore
 from sodalite.store.port import (
     Append,
@@ -28,6 +23,7 @@ from sodalite.store.port import (
     StoreOp,
 )
 from sodalite.store.postgres import PostgresStore
+from store.pg_rows import record
 
 Q = PartitionRef("orders", 0)
 OTHER = PartitionRef("other", 0)
@@ -35,28 +31,8 @@ NOW = 1_000_000
 LOCK = 30_000
 
 
-def _record() -> MessageRecord:
-    return MessageRecord(
-        sequence_number=0, enqueued_time=1_000, message_id="m", session_id=None, partition_key=None,
-        time_to_live=None, expires_at=None, scheduled_enqueue_time=None, delivery_count=0,
-        state=MessageState.ACTIVE, durable=True, priority=None, annotations=b"ann", annotation_count=1, tail=b"body")
-
-
-@pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    yield from module_database("merged")
-
-
-@pytest.fixture
-def postgres(database: str) -> Iterator[PostgresStore]:
-    store = PostgresStore(fresh_schema_url(database))
-    store.open()
-    yield store
-    store.close()
-
-
 def _setup(store: MessagingStore, tokens: list[uuid.UUID], other_token: uuid.UUID) -> list[tuple[int, uuid.UUID]]:
-    store.apply([Append(Q, tuple(_record() for _ in tokens)), Append(OTHER, (_record(),))])
+    store.apply([Append(Q, tuple(record() for _ in tokens)), Append(OTHER, (record(),))])
     # half the messages locked until NOW + LOCK, the other half until NOW + 2 * LOCK
     half = len(tokens) // 2
     (first,) = store.apply([Claim(Q, NOW, NOW + LOCK, "node", tuple(tokens[:half]))])
@@ -84,24 +60,24 @@ def _batch(locked: list[tuple[int, uuid.UUID]], other_token: uuid.UUID) -> list[
     return ops
 
 
-def test_back_to_back_completes_run_as_one_statement_with_the_reference_results(postgres: PostgresStore) -> None:
+def test_back_to_back_completes_run_as_one_statement_with_the_reference_results(store: PostgresStore) -> None:
     tokens = [uuid.uuid4() for _ in range(40)]
     other_token = uuid.uuid4()
     memory = MemoryStore()
     memory.open()
     expected_locked = _setup(memory, tokens, other_token)
-    locked = _setup(postgres, tokens, other_token)
+    locked = _setup(store, tokens, other_token)
     assert locked == expected_locked
     batch = _batch(locked, other_token)
-    before = postgres.statements
-    got: tuple[OpResult, ...] = postgres.apply(batch)
-    statements = postgres.statements - before
+    before = store.statements
+    got: tuple[OpResult, ...] = store.apply(batch)
+    statements = store.statements - before
     assert got == memory.apply(batch)
     # 30 completes + 2 more (a stale token; a number already in the run) merge into one statement
     # (the repeated number cannot join the first run, so it starts the second); then OTHER, the
     # 4-item settle with the next completes, the abandon: far fewer statements than operations.
     assert statements < len(batch) / 3, statements
     for ref in (Q, OTHER):
-        assert postgres.counts(ref) == memory.counts(ref)
-    assert [m.record.sequence_number for m in postgres.peek(Q, 0, 100)] == \
+        assert store.counts(ref) == memory.counts(ref)
+    assert [m.record.sequence_number for m in store.peek(Q, 0, 100)] == \
         [m.record.sequence_number for m in memory.peek(Q, 0, 100)]

@@ -19,9 +19,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pg_server import PgServer, find_bin_dir, fresh_schema_url, module_database
+from pg_server import PgServer, find_bin_dir
 from sodalite.errors import StoreUnavailable
-from sodalite.model.message import MessageRecord, MessageState
+from sodalite.model.message import MessageState
 from sodalite.store.port import (
     Activate,
     Append,
@@ -35,39 +35,12 @@ from sodalite.store.port import (
     SettleItem,
 )
 from sodalite.store.postgres import PostgresStore, channel_name
+from store.pg_rows import record
 
 Q = PartitionRef("orders", 0)
 Q1 = PartitionRef("orders", 1)
 DLQ = PartitionRef("orders/$deadletterqueue", 0)
 WAIT = 30.0  # a generous bound for anything asynchronous
-
-
-def _record(**changes: object) -> MessageRecord:
-    fields: dict[str, object] = dict(
-        sequence_number=0, enqueued_time=1_000, message_id="m", session_id=None, partition_key=None,
-        time_to_live=None, expires_at=None, scheduled_enqueue_time=None, delivery_count=0,
-        state=MessageState.ACTIVE, durable=True, priority=None, annotations=b"ann", annotation_count=1,
-        tail=b"body")
-    fields.update(changes)
-    return MessageRecord(**fields)  # type: ignore[arg-type]
-
-
-@pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    yield from module_database("notify")
-
-
-@pytest.fixture
-def url(database: str) -> str:
-    return fresh_schema_url(database)
-
-
-@pytest.fixture
-def store(url: str) -> Iterator[PostgresStore]:
-    s = PostgresStore(url)
-    s.open()
-    yield s
-    s.close()
 
 
 class Listener:
@@ -107,35 +80,35 @@ def _ready(payloads: list[str]) -> list[tuple[int, str]]:
 def test_a_committed_append_sends_one_notification_naming_its_partition(
         store: PostgresStore, listener: Listener) -> None:
     # two appends to one partition in one batch, 150 messages: still one notification for it
-    store.apply([Append(Q, tuple(_record() for _ in range(100))), Append(Q, tuple(_record() for _ in range(50)))])
+    store.apply([Append(Q, tuple(record() for _ in range(100))), Append(Q, tuple(record() for _ in range(50)))])
     assert _ready(listener.payloads()) == [(0, "orders")]
     # another partition in the same batch gets its own
-    store.apply([Append(Q, (_record(),)), Append(Q1, (_record(),))])
+    store.apply([Append(Q, (record(),)), Append(Q1, (record(),))])
     assert sorted(_ready(listener.payloads())) == [(0, "orders"), (1, "orders")]
     # the notification carries the store's origin, so its own node can skip it
-    store.apply([Append(Q, (_record(),))])
+    store.apply([Append(Q, (record(),))])
     (payload,) = listener.payloads()
     assert payload.split(" ")[1] == store.origin
 
 
 def test_a_rolled_back_batch_sends_none(store: PostgresStore, listener: Listener) -> None:
-    store.apply([Append(Q, (_record(),))])
+    store.apply([Append(Q, (record(),))])
     assert len(listener.payloads()) == 1
     # a value that does not fit 64 bits fails the whole batch: it rolls back
     with pytest.raises(StoreUnavailable):
-        store.apply([Append(Q, (_record(),)), PutEntity(EntityRecord("orders", "queue", {})),
-                     Append(Q, (_record(enqueued_time=2**63),))])
+        store.apply([Append(Q, (record(),)), PutEntity(EntityRecord("orders", "queue", {})),
+                     Append(Q, (record(enqueued_time=2**63),))])
     assert listener.payloads() == []
     assert store.counts(Q).active == 1  # nothing of it was stored either
 
 
 def test_only_batches_that_make_messages_ready_announce_them(store: PostgresStore, listener: Listener) -> None:
     now = 10_000
-    store.apply([Append(Q, (_record(state=MessageState.SCHEDULED, scheduled_enqueue_time=now),))])
+    store.apply([Append(Q, (record(state=MessageState.SCHEDULED, scheduled_enqueue_time=now),))])
     assert listener.payloads() == []  # a scheduled message is not ready
     store.apply([Activate(Q, now, 10)])
     assert _ready(listener.payloads()) == [(0, "orders")]
-    store.apply([Append(Q, (_record(), _record(), _record()),)])
+    store.apply([Append(Q, (record(), record(), record()),)])
     listener.payloads()
     tokens = tuple(uuid.uuid4() for _ in range(4))
     (claimed,) = store.apply([Claim(Q, now, now + 60_000, "node", tokens)])
@@ -194,8 +167,8 @@ def test_the_feed_hands_on_other_stores_announcements_and_skips_its_own(url: str
     try:
         sink.wait_for(lambda calls: "resynced" in calls, "the feed never connected")
         assert feed.live
-        store.apply([Append(Q, (_record(),)), PutEntity(EntityRecord("mine", "queue", {}))])  # its own store
-        other.apply([Append(Q1, (_record(),))])
+        store.apply([Append(Q, (record(),)), PutEntity(EntityRecord("mine", "queue", {}))])  # its own store
+        other.apply([Append(Q1, (record(),))])
         other.apply([PutEntity(EntityRecord("theirs", "queue", {}))])
         sink.wait_for(lambda calls: "entities" in calls, "the other store's entity change never came")
         # The own store's batch committed first: had it been handed on, it would be here by now.
@@ -226,7 +199,7 @@ def test_the_feed_listens_again_after_its_connection_is_killed(url: str, store: 
         assert _terminate_listener(url, name) == 1
         # it reconnects and says so: what was committed meanwhile was never announced
         sink.wait_for(lambda calls: calls.count("resynced") == 2, "the feed did not reconnect")
-        other.apply([Append(Q, (_record(),))])
+        other.apply([Append(Q, (record(),))])
         sink.wait_for(lambda calls: PartitionRef("orders", 0) in calls, "no notification after reconnecting")
     finally:
         feed.stop()
@@ -259,7 +232,7 @@ def test_the_feed_listens_again_after_the_database_restarts(tmp_path: object) ->
             deadline = time.monotonic() + WAIT
             while True:
                 try:
-                    other.apply([Append(Q, (_record(),))])
+                    other.apply([Append(Q, (record(),))])
                     break
                 except StoreUnavailable:
                     assert time.monotonic() < deadline
@@ -302,12 +275,12 @@ def test_the_store_worker_wakes_its_watchers_on_the_loop(url: str) -> None:
             assert sorted([await asyncio.wait_for(woken.get(), WAIT) for _ in range(3)]) == \
                 ["elsewhere", "entities", "orders"]
             assert worker.poll_seconds == NOTIFIED_POLL_SECONDS
-            other.apply([Append(Q, (_record(),))])
+            other.apply([Append(Q, (record(),))])
             assert await asyncio.wait_for(woken.get(), WAIT) == "orders"
             other.apply([PutEntity(EntityRecord("made", "queue", {}))])
             assert await asyncio.wait_for(woken.get(), WAIT) == "entities"
             unwatch()
-            other.apply([Append(Q, (_record(),)), Append(PartitionRef("elsewhere", 0), (_record(),))])
+            other.apply([Append(Q, (record(),)), Append(PartitionRef("elsewhere", 0), (record(),))])
             assert await asyncio.wait_for(woken.get(), WAIT) == "elsewhere"  # no longer "orders"
             await loop.run_in_executor(None, worker.feed.stop)
             assert worker.poll_seconds == SHARED_POLL_SECONDS  # no feed listening: poll fast again

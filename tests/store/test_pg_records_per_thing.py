@@ -20,12 +20,9 @@ regenerating different keys at once keep both, and the older release's one recor
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from pg_server import fresh_schema_url, module_database
+from pg_server import fresh_schema_url
 from sodalite.cli.stores import build_broker
 from sodalite.model.authorization import AuthorizationRule, KeyOverride, KeyOverrides
 from sodalite.model.config import NamespaceConfig, QueueConfig
@@ -35,11 +32,6 @@ from sodalite.store.port import EntityRecord, PutEntity
 from sodalite.store.postgres import PostgresStore
 
 NAMESPACE = NamespaceConfig("ns", queues=(QueueConfig("q"),))
-
-
-@pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    yield from module_database("times")
 
 
 def _times(broker: Broker, path: str) -> tuple[int, int] | None:

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
 from types import SimpleNamespace
 
 import psycopg
-import pytest
 
-from pg_server import fresh_schema_url, module_database
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.store.port import (
     Append,
@@ -29,6 +26,7 @@ from sodalite.store.port import (
     SettleItem,
 )
 from sodalite.store.postgres import GENERATIONS, MIGRATIONS, SCHEMA_VERSION, PostgresStore
+from store.pg_rows import cycle, one, record
 
 Q = PartitionRef("orders", 0)
 DLQ = PartitionRef("orders/$deadletterqueue", 0)
@@ -36,23 +34,8 @@ S = PartitionRef("sessions", 1)
 
 
 def _record(seq: int = 0, **changes: object) -> MessageRecord:
-    fields: dict[str, object] = dict(
-        sequence_number=seq, enqueued_time=1_000, message_id=f"m{seq}", session_id=None, partition_key=None,
-        time_to_live=None, expires_at=None, scheduled_enqueue_time=None, delivery_count=0,
-        state=MessageState.ACTIVE, durable=True, priority=None, annotations=b"ann", annotation_count=1,
-        tail=b"body-" + bytes(str(seq), "ascii"))
-    fields.update(changes)
-    return MessageRecord(**fields)  # type: ignore[arg-type]
-
-
-@pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    yield from module_database("ring")
-
-
-@pytest.fixture
-def url(database: str) -> str:
-    return fresh_schema_url(database)
+    return record(**{"sequence_number": seq, "message_id": f"m{seq}", "tail": b"body-" + bytes(str(seq), "ascii"),
+                     **changes})
 
 
 _V1_INSERT = (
@@ -125,21 +108,8 @@ def test_a_schema_1_database_is_migrated_in_place_with_its_numbers_and_counts(ur
 
 
 def _ring_bytes(conn: psycopg.Connection[tuple[object, ...]]) -> int:
-    row = conn.execute(" + ".join(f"pg_total_relation_size('sodalite_messages_g{g}')"
-                                  for g in range(GENERATIONS)).join(("SELECT ", ""))).fetchone()  # type: ignore[arg-type]
-    assert row is not None
-    return int(row[0])  # type: ignore[call-overload]
-
-
-def _cycle(store: PostgresStore, now: int, batch: int) -> None:
-    (appended,) = store.apply([Append(Q, tuple(_record() for _ in range(batch)))])
-    assert isinstance(appended, Appended)
-    tokens = tuple(uuid.uuid4() for _ in range(batch))
-    (claimed,) = store.apply([Claim(Q, now=now, locked_until=now + 60_000, owner="t", tokens=tokens)])
-    assert isinstance(claimed, Claimed) and len(claimed.messages) == batch
-    (settled,) = store.apply([Settle(Q, now=now, items=tuple(
-        SettleItem(m.record.sequence_number, tokens[i], Outcome.COMPLETE) for i, m in enumerate(claimed.messages)))])
-    assert settled == Settled((True,) * batch)
+    return one(conn, " + ".join(f"pg_total_relation_size('sodalite_messages_g{g}')"
+                                for g in range(GENERATIONS)).join(("SELECT ", "")))
 
 
 def test_the_ring_turns_while_a_long_transaction_holds_back_vacuum_and_keeps_every_live_message(url: str) -> None:
@@ -167,7 +137,7 @@ def test_the_ring_turns_while_a_long_transaction_holds_back_vacuum_and_keeps_eve
         for _round in range(40):
             for _ in range(3):
                 now += 10
-                _cycle(store, now, 50)
+                cycle(store, Q, now, 50, _record)
             store.maintain()
             sizes.append(_ring_bytes(monitor))
         horizon = monitor.execute("SELECT backend_xmin FROM pg_stat_activity WHERE pid = %s",
@@ -202,7 +172,7 @@ def test_truncation_gives_way_to_a_reader_of_sodalite_tables_and_comes_back_late
     with psycopg.connect(url) as reader:
         for _ in range(3):
             now += 10
-            _cycle(store, now, 50)
+            cycle(store, Q, now, 50, _record)
             store.maintain()  # the ring switches: the previous generation now waits to be truncated
         assert store.ring_switches >= 1
         reader.execute("BEGIN")
@@ -220,7 +190,7 @@ def test_truncation_gives_way_to_a_reader_of_sodalite_tables_and_comes_back_late
         assert finished.is_set(), "maintain() queued behind the reader"
         assert store.lock_timeouts > put_off
         now += 10
-        _cycle(store, now, 10)  # the store still works while the reader holds its lock
+        cycle(store, Q, now, 10, _record)  # the store still works while the reader holds its lock
         reader.rollback()
     truncated = store.truncations
     store.maintain()

@@ -10,12 +10,11 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 
 import psycopg
 import pytest
 
-from pg_server import PgServer, find_bin_dir, module_database
+from pg_server import PgServer, find_bin_dir
 from sodalite.errors import ConfigurationError, StoreUnavailable
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.store.port import Append, PartitionRef
@@ -29,11 +28,6 @@ def _record(seq: int) -> MessageRecord:
                          partition_key=None, time_to_live=None, expires_at=None, scheduled_enqueue_time=None,
                          delivery_count=0, state=MessageState.ACTIVE, durable=True, priority=None,
                          annotations=b"", annotation_count=0, tail=b"body")
-
-
-@pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    yield from module_database("adapter")
 
 
 def _schema(database: str) -> str:

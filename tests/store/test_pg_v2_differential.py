@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Iterator
 from dataclasses import replace
 
 import psycopg
 import pytest
 
-from pg_server import module_database
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.store.memory import MemoryStore
 from sodalite.store.port import (
@@ -46,11 +44,6 @@ Q_LOWER = PartitionRef("orders", 0)  # the same partition: paths compare case-in
 DLQ = PartitionRef("orders/$deadletterqueue", 0)
 REFS = (Q, DLQ)
 SESSIONS = (None, "a", "b", "c")
-
-
-@pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    yield from module_database("diff")
 
 
 class _Run:

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from peek_lock_taker import Taker
 from sodalite.model.message import MessageRecord
-from sodalite.model.partition import Lock, MessageDraft
+from sodalite.model.partition import MessageDraft
 from sodalite.server import dead_letter_relay
 from sodalite.server.core_actor import CoreActor
 from sodalite.server.dead_letter_relay import DeadLetterRelay, dead_letter_source
@@ -31,34 +32,6 @@ BODY = b"\x00\x53\x75\xa0\x01x"
 
 def draft(message_id: str) -> MessageDraft:
     return MessageDraft(message_id, None, None, 60_000, None, None, None, b"", 0, BODY)
-
-
-class Receiver:
-    """A receiver link as the actor sees one: the credit it was flowed, what it was given."""
-
-    def __init__(self) -> None:
-        self.link_credit = 1
-        self.peek_lock = True
-        self.sub_queue = SubQueue.MAIN
-        self.session_id: str | None = None
-        self.drain = False
-        self.got: list[tuple[MessageRecord, Lock | None]] = []
-
-    def credit(self) -> int:
-        return self.link_credit
-
-    def deliver(self, record: MessageRecord, lock: Lock | None) -> None:
-        self.link_credit -= 1
-        self.got.append((record, lock))
-
-    def drain_requested(self) -> bool:
-        return False
-
-    def drained(self) -> None:
-        pass
-
-    def session_lost(self) -> None:
-        pass
 
 
 async def eventually(check: Callable[[], Awaitable[bool]]) -> None:
@@ -99,7 +72,7 @@ def run(tmp_path: Path, body: Body) -> None:
 async def _dead_letter(source: CoreActor, message_id: str) -> None:
     """Send a message, receive it and dead-letter it."""
     await source.send([draft(message_id)])
-    receiver = Receiver()
+    receiver = Taker(1)
     source.add_consumer(receiver)
 
     async def received() -> bool:

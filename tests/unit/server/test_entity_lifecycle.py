@@ -7,10 +7,11 @@ from datetime import timedelta
 
 import pytest
 
+from peek_lock_taker import Taker
 from sodalite.errors import InvalidOperation, MessageLockLost
 from sodalite.model.config import NamespaceConfig, QueueConfig
 from sodalite.model.entities import QueueProperties
-from sodalite.model.partition import Lock, MessageDraft
+from sodalite.model.partition import MessageDraft
 from sodalite.server.broker import Broker
 from sodalite.server.entity_settings import SubQueue
 from sodalite.store.memory import MemoryStore
@@ -23,27 +24,6 @@ IDLE = QueueProperties(auto_delete_on_idle=timedelta(minutes=5))
 
 def draft(body: bytes = b"x", scheduled: int | None = None) -> MessageDraft:
     return MessageDraft(None, None, None, None, scheduled, None, None, b"", 0, body)
-
-
-class Receiver:
-    """An attached receiver with no credit: it is receiving, so the queue is not idle."""
-
-    peek_lock, sub_queue, session_id, reserved = True, SubQueue.MAIN, None, 0
-
-    def credit(self) -> int:
-        return 0
-
-    def deliver(self, record: object, lock: object) -> None:
-        raise AssertionError("no credit, no delivery")
-
-    def drain_requested(self) -> bool:
-        return False
-
-    def drained(self) -> None:
-        pass
-
-    def session_lost(self) -> None:
-        pass
 
 
 def entity_paths(store: MemoryStore) -> list[str]:
@@ -66,7 +46,7 @@ def test_idle_queues_are_deleted_and_active_ones_kept() -> None:
             assert busy and scheduled and watched
             await busy.actor.send([draft()])
             await scheduled.actor.send([draft(scheduled=T0 + 60 * MINUTE)])
-            watched.actor.add_consumer(Receiver())
+            watched.actor.add_consumer(Taker(0))
 
             now[0] += 4 * MINUTE
             assert await broker.sweep_idle() == []
@@ -148,18 +128,6 @@ def test_deleting_an_entity_detaches_its_links_with_not_found() -> None:
 
 
 def test_updating_a_queue_drops_the_locks_held_on_it() -> None:
-    class Holder(Receiver):
-        def __init__(self) -> None:
-            self.got: list[Lock] = []
-            self.left = 1
-
-        def credit(self) -> int:
-            return self.left
-
-        def deliver(self, record: object, lock: Lock) -> None:  # type: ignore[override]
-            self.left -= 1
-            self.got.append(lock)
-
     async def run() -> None:
         store = MemoryStore()
         broker = Broker(NamespaceConfig("ns", queues=(QueueConfig("q", QueueProperties()),)), store)
@@ -168,10 +136,10 @@ def test_updating_a_queue_drops_the_locks_held_on_it() -> None:
             entity = broker.entity("q")
             assert entity is not None
             await entity.actor.send([draft(b"\x00\x53\x75\xa0\x01m")])
-            holder = Holder()
+            holder = Taker(1)
             entity.actor.add_consumer(holder)
             await asyncio.sleep(0.01)
-            [lock] = holder.got
+            [lock] = holder.locks
             await broker.update_queue(entity, QueueProperties(lock_duration=timedelta(seconds=30),
                                                               max_delivery_count=3))
             with pytest.raises(MessageLockLost):

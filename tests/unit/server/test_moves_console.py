@@ -55,7 +55,7 @@ async def dead_letter_all(entity: Entity, ids: list[str]) -> None:
         if len(taker.got) == len(ids):
             break
         await asyncio.sleep(0.01)
-    for _, lock in taker.got:
+    for lock in taker.locks:
         await actor.dead_letter(lock.token, "Bad", "it was bad")
     actor.remove_consumer(taker)
 

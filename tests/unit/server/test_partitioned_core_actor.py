@@ -11,20 +11,21 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 
 import pytest
 
+from failing_store import FailingStore
+from peek_lock_taker import Taker
 from sodalite.errors import MessageNotFound, OperationTimeout, StoreUnavailable
-from sodalite.model.message import MessageRecord
-from sodalite.model.partition import Lock, MessageDraft
+from sodalite.model.partition import MessageDraft
 from sodalite.server import partitioned_actor
 from sodalite.server.core_actor import CoreActor
 from sodalite.server.entity_settings import EntitySettings, SubQueue
 from sodalite.server.partitioned_actor import PartitionedCoreActor, partition_index
 from sodalite.server.store_worker import StoreWorker
 from sodalite.store.memory import MemoryStore
-from sodalite.store.port import OpResult, PartitionCounts, PartitionRef, StoreOp
+from sodalite.store.port import PartitionRef
 
 SETTINGS = EntitySettings(lock_duration=60_000, default_ttl=None, max_message_size=262144)
 BODY = b"\x00\x53\x75\xa0\x01x"
@@ -33,39 +34,6 @@ COUNT = 4
 
 def draft(*, session_id: str | None = None, key: str | None = None, at: int | None = None) -> MessageDraft:
     return MessageDraft(None, session_id, key, None, at, None, None, b"", 0, BODY)
-
-
-class Receiver:
-    """A receiver link as the actors see one: credit it was flowed, what it was given."""
-
-    def __init__(self, credit: int, peek_lock: bool = True, session_id: str | None = None) -> None:
-        self.link_credit = credit
-        self.peek_lock = peek_lock
-        self.sub_queue = SubQueue.MAIN
-        self.session_id = session_id
-        self.reserved = 0
-        self.drain = False
-        self.was_drained = 0
-        self.got: list[tuple[MessageRecord, Lock | None]] = []
-
-    def credit(self) -> int:
-        return self.link_credit
-
-    def deliver(self, record: MessageRecord, lock: Lock | None) -> None:
-        assert self.link_credit > 0, "delivered beyond the link's credit"
-        self.link_credit -= 1
-        self.got.append((record, lock))
-
-    def drain_requested(self) -> bool:
-        return self.drain and self.link_credit > 0
-
-    def drained(self) -> None:
-        self.link_credit = 0
-        self.drain = False
-        self.was_drained += 1
-
-    def session_lost(self) -> None:
-        pass
 
 
 async def _entity(settings: EntitySettings = SETTINGS) -> tuple[PartitionedCoreActor, list[StoreWorker]]:
@@ -125,7 +93,7 @@ def test_a_receivers_credit_is_never_over_granted_across_partitions() -> None:
     must not claim more than the link's credit; the rest stays stored and comes with more credit."""
     async def body(actor: PartitionedCoreActor, _workers: list[StoreWorker]) -> None:
         await fill(actor, 2)
-        receiver = Receiver(3, peek_lock=False)
+        receiver = Taker(3, peek_lock=False)
         actor.add_consumer(receiver)
         await until(lambda: len(receiver.got) == 3)
         await settle_down()
@@ -144,7 +112,7 @@ def test_a_receivers_credit_is_never_over_granted_across_partitions() -> None:
 
 def test_credit_waits_for_messages_and_goes_where_they_arrive() -> None:
     async def body(actor: PartitionedCoreActor, _workers: list[StoreWorker]) -> None:
-        receiver = Receiver(2)
+        receiver = Taker(2)
         actor.add_consumer(receiver)
         await settle_down()
         pinned = partition_index("k", COUNT)
@@ -163,7 +131,7 @@ def test_competing_receivers_share_the_messages_without_stranding_credit() -> No
     """A message two receivers' credit could take goes to one; once it is gone, the other's credit
     is not left waiting in that partition: a message in another partition reaches it."""
     async def body(actor: PartitionedCoreActor, _workers: list[StoreWorker]) -> None:
-        first, second = Receiver(1), Receiver(1)
+        first, second = Taker(1), Taker(1)
         actor.add_consumer(first)
         actor.add_consumer(second)
         await actor.send([draft(key="a")])
@@ -181,11 +149,11 @@ def test_competing_receivers_share_the_messages_without_stranding_credit() -> No
 def test_a_lapsed_lock_brings_the_message_to_a_receiver_waiting_with_credit() -> None:
     async def body(actor: PartitionedCoreActor, _workers: list[StoreWorker]) -> None:
         await actor.send([draft()])
-        holder = Receiver(1)
+        holder = Taker(1)
         actor.add_consumer(holder)
         await until(lambda: len(holder.got) == 1)
         actor.remove_consumer(holder)  # its lock lives on until it lapses
-        waiting = Receiver(1)
+        waiting = Taker(1)
         actor.add_consumer(waiting)
         await until(lambda: len(waiting.got) == 1, timeout=5)
         assert waiting.got[0][0].sequence_number == holder.got[0][0].sequence_number
@@ -198,7 +166,7 @@ def test_a_drain_delivers_what_is_ready_then_ends_the_credit() -> None:
     async def body(actor: PartitionedCoreActor, _workers: list[StoreWorker]) -> None:
         await actor.send([draft()])
         await actor.send([draft()])  # two partitions
-        receiver = Receiver(5)
+        receiver = Taker(5)
         receiver.drain = True
         actor.add_consumer(receiver)
         actor.credit_changed(receiver)
@@ -222,7 +190,7 @@ def test_next_available_session_comes_from_any_partition_and_the_other_waits_are
         b = next(f"s-{i}" for i in range(100) if partition_index(f"s-{i}", COUNT) != partition_index(a, COUNT))
         await actor.send([draft(session_id=a)])
         await actor.send([draft(session_id=b)])
-        first, second, third = Receiver(0), Receiver(0), Receiver(0)
+        first, second, third = Taker(0), Taker(0), Taker(0)
         granted_first = (await actor.accept_session(first, None, 5_000))[0]
         granted_second = (await actor.accept_session(second, None, 5_000))[0]
         assert {granted_first, granted_second} == {a, b}  # the waits the winners withdrew held nothing back
@@ -241,7 +209,7 @@ def test_next_available_session_comes_from_any_partition_and_the_other_waits_are
 def test_deferred_messages_by_number_across_partitions_all_or_none() -> None:
     async def body(actor: PartitionedCoreActor, _workers: list[StoreWorker]) -> None:
         await fill(actor, 1)
-        receiver = Receiver(4)
+        receiver = Taker(4)
         actor.add_consumer(receiver)
         await until(lambda: len(receiver.got) == 4)
         for _, lock in receiver.got:
@@ -298,22 +266,6 @@ def test_an_offline_store_is_skipped_by_keyless_sends_and_refuses_pinned_ones() 
         assert actor.counts()["active"] == 7
 
     run(body)
-
-
-class FailingStore(MemoryStore):
-    """A memory store that can be made to fail every commit and read, as a database that went away."""
-
-    down = False
-
-    def apply(self, batch: Sequence[StoreOp]) -> tuple[OpResult, ...]:
-        if self.down:
-            raise StoreUnavailable("the database went away")
-        return super().apply(batch)
-
-    def counts(self, ref: PartitionRef) -> PartitionCounts:
-        if self.down:
-            raise StoreUnavailable("the database went away")
-        return super().counts(ref)
 
 
 def test_a_store_that_fails_a_commit_takes_its_partitions_out_until_it_answers(

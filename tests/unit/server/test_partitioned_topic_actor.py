@@ -15,10 +15,11 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
+from failing_store import FailingStore
+from peek_lock_taker import Taker
 from sodalite.errors import StoreUnavailable
 from sodalite.model import partition_core as core
-from sodalite.model.message import MessageRecord
-from sodalite.model.partition import Lock, MessageDraft
+from sodalite.model.partition import MessageDraft
 from sodalite.server import partitioned_actor
 from sodalite.server.core_actor import Copy, CoreActor
 from sodalite.server.entity_settings import EntitySettings, SubQueue
@@ -26,7 +27,7 @@ from sodalite.server.partitioned_actor import PartitionedCoreActor, partition_in
 from sodalite.server.store_worker import StoreWorker
 from sodalite.server.topic_actor import PartitionedTopicActor, TopicActor
 from sodalite.store.memory import MemoryStore
-from sodalite.store.port import OpResult, PartitionCounts, PartitionRef, StoreOp
+from sodalite.store.port import PartitionRef
 
 SETTINGS = EntitySettings(lock_duration=60_000, default_ttl=None, max_message_size=262144)
 DEDUP = EntitySettings(lock_duration=60_000, default_ttl=None, max_message_size=262144,
@@ -37,51 +38,6 @@ COUNT = 4
 
 def draft(*, key: str | None = None, message_id: str | None = None, at: int | None = None) -> MessageDraft:
     return MessageDraft(message_id, None, key, None, at, None, None, b"", 0, BODY)
-
-
-class Receiver:
-    """A receiver link as the actors see one: credit, and what it was given."""
-
-    peek_lock = False
-    sub_queue = SubQueue.MAIN
-    session_id = None
-
-    def __init__(self, credit: int) -> None:
-        self.link_credit = credit
-        self.got: list[MessageRecord] = []
-
-    def credit(self) -> int:
-        return self.link_credit
-
-    def deliver(self, record: MessageRecord, lock: Lock | None) -> None:
-        assert self.link_credit > 0
-        self.link_credit -= 1
-        self.got.append(record)
-
-    def drain_requested(self) -> bool:
-        return False
-
-    def drained(self) -> None:
-        pass
-
-    def session_lost(self) -> None:
-        pass
-
-
-class FailingStore(MemoryStore):
-    """A memory store that can be made to fail every commit and read, as a database that went away."""
-
-    down = False
-
-    def apply(self, batch: Sequence[StoreOp]) -> tuple[OpResult, ...]:
-        if self.down:
-            raise StoreUnavailable("the database went away")
-        return super().apply(batch)
-
-    def counts(self, ref: PartitionRef) -> PartitionCounts:
-        if self.down:
-            raise StoreUnavailable("the database went away")
-        return super().counts(ref)
 
 
 def _plan(subscription: PartitionedCoreActor, index: int) -> Callable[[Sequence[MessageDraft], int], list[list[Copy]]]:
@@ -124,13 +80,13 @@ def test_copies_go_to_the_subscription_partition_of_the_topic_partition_the_key_
                 await topic.publish([draft(key=key)])
             for _ in range(COUNT):
                 await topic.publish([draft(), draft()])  # keyless: a send's messages together, sends rotate
-            receiver = Receiver(100)
+            receiver = Taker(100, peek_lock=False)
             subscription.add_consumer(receiver)
-            await until(lambda: len(receiver.got) == len(keys) + 2 * COUNT)
-            keyed = [r for r in receiver.got if r.partition_key is not None]
+            await until(lambda: len(receiver.records) == len(keys) + 2 * COUNT)
+            keyed = [r for r in receiver.records if r.partition_key is not None]
             assert sorted(r.partition_key or "" for r in keyed) == sorted(keys)
             assert all(r.sequence_number >> 48 == partition_index(r.partition_key or "", COUNT) for r in keyed)
-            keyless = [r.sequence_number >> 48 for r in receiver.got if r.partition_key is None]
+            keyless = [r.sequence_number >> 48 for r in receiver.records if r.partition_key is None]
             assert sorted(keyless) == sorted([i for i in range(COUNT) for _ in range(2)])
             assert topic.counts()["active"] == 0  # the topic keeps nothing of a plain send
         finally:
@@ -150,11 +106,11 @@ def test_duplicate_detection_is_each_topic_partitions_own() -> None:
             await topic.publish([draft(message_id="m2", key="q")])
             await topic.publish([draft(message_id="m2", key=other)])  # another partition: another history
             await until(lambda: subscription.counts()["active"] == 3)
-            receiver = Receiver(10)
+            receiver = Taker(10, peek_lock=False)
             subscription.add_consumer(receiver)
-            await until(lambda: len(receiver.got) == 3)
+            await until(lambda: len(receiver.records) == 3)
             await asyncio.sleep(0.2)
-            assert sorted((str(r.message_id), r.sequence_number >> 48) for r in receiver.got) == sorted([
+            assert sorted((str(r.message_id), r.sequence_number >> 48) for r in receiver.records) == sorted([
                 ("m1", partition_index("m1", COUNT)), ("m2", partition_index("q", COUNT)),
                 ("m2", partition_index(other, COUNT))])
         finally:
@@ -173,10 +129,10 @@ def test_a_scheduled_message_waits_in_its_topic_partition_and_is_published_there
             assert [n >> 48 for n in numbers] == [partition_index(f"s{i}", COUNT) for i in range(4)]
             await topic.cancel_scheduled([numbers[0]])
             assert topic.counts()["scheduled"] == 3
-            receiver = Receiver(10)
+            receiver = Taker(10, peek_lock=False)
             subscription.add_consumer(receiver)
-            await until(lambda: len(receiver.got) == 3)
-            assert sorted((r.partition_key or "", r.sequence_number >> 48) for r in receiver.got) == sorted(
+            await until(lambda: len(receiver.records) == 3)
+            assert sorted((r.partition_key or "", r.sequence_number >> 48) for r in receiver.records) == sorted(
                 (f"s{i}", partition_index(f"s{i}", COUNT)) for i in range(1, 4))
             await until(lambda: topic.counts()["scheduled"] == 0 and topic.counts()["active"] == 0)
         finally:
@@ -206,12 +162,12 @@ def test_a_store_that_fails_a_publish_takes_only_its_topic_partitions_out(monkey
             bad.down = False
             await until(lambda: topic.available)
             await topic.publish([draft(key=pinned)])
-            receiver = Receiver(20)
+            receiver = Taker(20, peek_lock=False)
             await until(lambda: all(p.available for p in subscription.partitions))
             subscription.add_consumer(receiver)
-            await until(lambda: len(receiver.got) == 7)
+            await until(lambda: len(receiver.records) == 7)
             await asyncio.sleep(0.2)
-            partitions = [r.sequence_number >> 48 for r in receiver.got]
+            partitions = [r.sequence_number >> 48 for r in receiver.records]
             assert len(partitions) == 7 and partitions.count(partition_index(pinned, COUNT)) == 1
             assert set(partitions) - {partition_index(pinned, COUNT)} == {0, 2}
         finally:

@@ -14,10 +14,11 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
+from peek_lock_taker import Taker
 from sodalite.errors import StoreUnavailable
 from sodalite.model import partition_core as core
 from sodalite.model.message import MessageRecord
-from sodalite.model.partition import Lock, MessageDraft
+from sodalite.model.partition import MessageDraft
 from sodalite.server import partitioned_actor
 from sodalite.server.core_actor import Copy, CoreActor
 from sodalite.server.entity_settings import EntitySettings, SubQueue
@@ -35,34 +36,6 @@ BODY = b"\x00\x53\x75\xa0\x01x"
 
 def draft(body: str = "x", *, message_id: str | None = None, key: str | None = None) -> MessageDraft:
     return MessageDraft(message_id, None, key, None, None, None, None, b"", 0, BODY + body.encode())
-
-
-class Receiver:
-    """A ReceiveAndDelete receiver link as the actors see one."""
-
-    peek_lock = False
-    sub_queue = SubQueue.MAIN
-    session_id = None
-
-    def __init__(self, credit: int = 100) -> None:
-        self.link_credit = credit
-        self.got: list[MessageRecord] = []
-
-    def credit(self) -> int:
-        return self.link_credit
-
-    def deliver(self, record: MessageRecord, lock: Lock | None) -> None:
-        self.link_credit -= 1
-        self.got.append(record)
-
-    def drain_requested(self) -> bool:
-        return False
-
-    def drained(self) -> None:
-        pass
-
-    def session_lost(self) -> None:
-        pass
 
 
 class FailingStore(MemoryStore):
@@ -89,14 +62,14 @@ def _plan(*targets: CoreActor) -> Callable[[Sequence[MessageDraft], int], list[l
 
 
 async def _drain(actor: CoreActor, want: int) -> list[MessageRecord]:
-    receiver = Receiver()
+    receiver = Taker(100, peek_lock=False)
     actor.add_consumer(receiver)
     deadline = time.monotonic() + 5
-    while len(receiver.got) < want and time.monotonic() < deadline:
+    while len(receiver.records) < want and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.1)  # nothing more may come
     actor.remove_consumer(receiver)
-    return receiver.got
+    return receiver.records
 
 
 def _bodies(records: Sequence[MessageRecord]) -> list[bytes]:
