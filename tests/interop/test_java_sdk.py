@@ -35,6 +35,9 @@ QUEUES = [
     {"Name": "java-tx-out", "Properties": {}},
     {"Name": "java-sessions", "Properties": {"RequiresSession": True}},
     {"Name": "java-states", "Properties": {}},
+    {"Name": "java-via-in", "Properties": {"LockDuration": "PT5S"}},
+    {"Name": "java-via-out", "Properties": {}},
+    {"Name": "java-via-out-2", "Properties": {}},
 ]
 
 
@@ -110,3 +113,12 @@ def test_java_administration_client(java_broker: BrokerProcess) -> None:
         with pytest.raises(MessagingEntityNotFoundError):  # the queue Java made and deleted is gone
             with client.get_queue_sender("java-made") as sender:
                 sender.send_messages(ServiceBusMessage("x"))
+
+
+def test_java_cross_entity_transactions_send_via_the_first_entity(java_broker: BrokerProcess) -> None:
+    run_scenario(java_broker, "cross-entity-transactions")
+    # The committed transaction: via-2 completed, its two copies stored; the rolled-back one: via-1 kept
+    # (it comes back when its lock lapses), its copy never stored.
+    assert _drain(java_broker, "java-via-out") == ["via-forwarded"]
+    assert _drain(java_broker, "java-via-out-2") == ["via-forwarded-2"]
+    assert _drain(java_broker, "java-via-in") == ["via-1"]

@@ -46,7 +46,8 @@ public final class Scenarios {
             "transactions", Scenarios::transactions,
             "sessions", Scenarios::sessions,
             "schedule-defer-dead-letter", Scenarios::scheduleDeferDeadLetter,
-            "administration", Scenarios::administration);
+            "administration", Scenarios::administration,
+            "cross-entity-transactions", Scenarios::crossEntityTransactions);
         Consumer<String> run = scenarios.get(scenario);
         if (run == null) {
             System.out.println("FAIL " + scenario + ": no such scenario; known: " + scenarios.keySet());
@@ -302,5 +303,35 @@ public final class Scenarios {
         check(admin.getQueueExists("java-made"), "exists");
         admin.deleteQueue("java-made");
         check(!admin.getQueueExists("java-made"), "deleted");
+    }
+
+    /**
+     * Cross-entity transactions (send-via): with {@code enableCrossEntityTransactions} every link goes
+     * through the first entity the client touches; a message received from java-via-in is completed and
+     * copies sent to java-via-out and java-via-out-2 in one transaction. A rolled-back one changes nothing.
+     */
+    private static void crossEntityTransactions(String connection) {
+        ServiceBusClientBuilder builder = new ServiceBusClientBuilder().connectionString(connection)
+            .enableCrossEntityTransactions();
+        try (ServiceBusReceiverClient receiver = builder.receiver().queueName("java-via-in").buildClient();
+             ServiceBusSenderClient in = builder.sender().queueName("java-via-in").buildClient();
+             ServiceBusSenderClient out = builder.sender().queueName("java-via-out").buildClient();
+             ServiceBusSenderClient out2 = builder.sender().queueName("java-via-out-2").buildClient()) {
+            in.sendMessages(List.of(new ServiceBusMessage("one").setMessageId("via-1"),
+                new ServiceBusMessage("two").setMessageId("via-2")));
+            List<ServiceBusReceivedMessage> got = receive(receiver, 2);
+            equal(2, got.size(), "received");
+
+            ServiceBusTransactionContext undo = receiver.createTransaction();
+            receiver.complete(got.get(0), new CompleteOptions().setTransactionContext(undo));
+            out.sendMessage(new ServiceBusMessage("never").setMessageId("via-never"), undo);
+            receiver.rollbackTransaction(undo);
+
+            ServiceBusTransactionContext forward = receiver.createTransaction();
+            receiver.complete(got.get(1), new CompleteOptions().setTransactionContext(forward));
+            out.sendMessage(new ServiceBusMessage("forwarded").setMessageId("via-forwarded"), forward);
+            out2.sendMessage(new ServiceBusMessage("forwarded too").setMessageId("via-forwarded-2"), forward);
+            receiver.commitTransaction(forward);
+        }
     }
 }
