@@ -18,6 +18,7 @@ import java_sdk_build
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.exceptions import MessagingEntityNotFoundError
+from azure.servicebus.management import ServiceBusAdministrationClient
 from broker_process import BrokerProcess, write_config
 
 JAVA = shutil.which("java")
@@ -38,14 +39,17 @@ QUEUES = [
     {"Name": "java-via-in", "Properties": {"LockDuration": "PT5S"}},
     {"Name": "java-via-out", "Properties": {}},
     {"Name": "java-via-out-2", "Properties": {}},
+    {"Name": "java-processed", "Properties": {"LockDuration": "PT5S"}},
 ]
+TOPICS = [{"Name": "java-topic", "Properties": {},
+           "Subscriptions": [{"Name": "java-red", "Properties": {}}, {"Name": "java-all", "Properties": {}}]}]
 
 
 @pytest.fixture(scope="module")
 def java_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     java_sdk_build.ensure_built()
     base = tmp_path_factory.mktemp("java-broker")
-    process = BrokerProcess(base / "data", write_config(base / "Config.json", QUEUES)).start()
+    process = BrokerProcess(base / "data", write_config(base / "Config.json", QUEUES, Topics=TOPICS)).start()
     yield process
     process.stop()
 
@@ -122,3 +126,12 @@ def test_java_cross_entity_transactions_send_via_the_first_entity(java_broker: B
     assert _drain(java_broker, "java-via-out") == ["via-forwarded"]
     assert _drain(java_broker, "java-via-out-2") == ["via-forwarded-2"]
     assert _drain(java_broker, "java-via-in") == ["via-1"]
+
+
+def test_java_processor_client_and_a_topic_filtered_by_a_rule(java_broker: BrokerProcess) -> None:
+    endpoint = f"http://127.0.0.1:{java_broker.http_port}"
+    run_scenario(java_broker, "processor-and-topics", f"-Dsodalite.admin.endpoint={endpoint}")
+    admin = ServiceBusAdministrationClient.from_connection_string(
+        java_broker.admin_connection_string, connection_verify=java_broker.admin_certificate)
+    rules = {rule.name: rule.filter.sql_expression for rule in admin.list_rules("java-topic", "java-red")}
+    assert rules == {"red-only": "color = 'red' AND size > 2"}  # the rule Java made, read by Python
