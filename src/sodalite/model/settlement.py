@@ -47,7 +47,8 @@ class Verb(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class Settlement:
     """One settlement a client asked for. ``properties_to_modify`` applies to abandon and defer
-    (``modified.message-annotations``), the dead-letter fields to dead-letter only."""
+    (``modified.message-annotations``) and to dead-letter (the rejection's ``error.info`` beyond the
+    reason and description, as .NET and Java send them); the dead-letter fields to dead-letter only."""
 
     verb: Verb
     properties_to_modify: Mapping[Any, Any] | None = None
@@ -97,7 +98,9 @@ def from_outcome_fields(kind: OutcomeKind, *, undeliverable_here: bool = False,
     if kind is OutcomeKind.MODIFIED:
         return Settlement(Verb.DEFER if undeliverable_here else Verb.ABANDON, message_annotations)
     reason, description = dead_letter_details(error_description, error_info)
-    return Settlement(Verb.DEAD_LETTER, dead_letter_reason=reason, dead_letter_description=description)
+    others = {key: value for key, value in (error_info or {}).items()
+              if str(key) not in (DEAD_LETTER_REASON, DEAD_LETTER_ERROR_DESCRIPTION)}
+    return Settlement(Verb.DEAD_LETTER, others or None, dead_letter_reason=reason, dead_letter_description=description)
 
 
 def dead_letter_details(error_description: str | None,
@@ -122,7 +125,7 @@ def from_disposition_status(status: object, *, deadletter_reason: object = None,
     """The settlement a ``$management`` ``update-disposition`` request asks for (contract 6.7).
 
     ``properties-to-modify`` is never sent by the Python SDK but is part of the documented request;
-    a map there applies to abandon and defer like ``modified.message-annotations``.
+    a map there applies to abandon, defer and dead-letter (.NET and Java send it).
     """
     props = properties_to_modify if isinstance(properties_to_modify, Mapping) else None
     if status == COMPLETED:
@@ -132,7 +135,7 @@ def from_disposition_status(status: object, *, deadletter_reason: object = None,
     if status == DEFERRED:
         return Settlement(Verb.DEFER, props)
     if status == SUSPENDED:
-        return Settlement(Verb.DEAD_LETTER,
+        return Settlement(Verb.DEAD_LETTER, props,
                           dead_letter_reason=deadletter_reason if isinstance(deadletter_reason, str) else None,
                           dead_letter_description=(deadletter_description
                                                    if isinstance(deadletter_description, str) else None))

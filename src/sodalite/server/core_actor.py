@@ -578,8 +578,9 @@ class CoreActor:
     def defer(self, token: uuid.UUID, properties_to_modify: AnnotationEdits | None = None) -> asyncio.Future[None]:
         return self._settle(token, Outcome.DEFER, properties_to_modify)
 
-    def dead_letter(self, token: uuid.UUID, reason: str | None, description: str | None) -> asyncio.Future[None]:
-        return self._settle(token, Outcome.DEAD_LETTER, None, reason, description)
+    def dead_letter(self, token: uuid.UUID, reason: str | None, description: str | None,
+                    properties_to_modify: AnnotationEdits | None = None) -> asyncio.Future[None]:
+        return self._settle(token, Outcome.DEAD_LETTER, properties_to_modify, reason, description)
 
     def release(self, token: uuid.UUID) -> None:
         sub = self._holders.get(token)

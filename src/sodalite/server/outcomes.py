@@ -65,4 +65,4 @@ def carry_out(actor: EntityActor, token: uuid.UUID,
         return actor.abandon(token, props)
     if verb is Verb.DEFER:
         return actor.defer(token, props)
-    return actor.dead_letter(token, settlement.dead_letter_reason, settlement.dead_letter_description)
+    return actor.dead_letter(token, settlement.dead_letter_reason, settlement.dead_letter_description, props)

@@ -148,7 +148,8 @@ class Partition(Protocol):
 
     def defer(self, token: uuid.UUID, properties_to_modify: AnnotationEdits | None = None) -> asyncio.Future[None]: ...
 
-    def dead_letter(self, token: uuid.UUID, reason: str | None, description: str | None) -> asyncio.Future[None]: ...
+    def dead_letter(self, token: uuid.UUID, reason: str | None, description: str | None,
+                    properties_to_modify: AnnotationEdits | None = None) -> asyncio.Future[None]: ...
 
     def release(self, token: uuid.UUID) -> None: ...
 
@@ -342,8 +343,9 @@ class Partitioned(Generic[P]):
     def defer(self, token: uuid.UUID, properties_to_modify: AnnotationEdits | None = None) -> asyncio.Future[None]:
         return self.holder(token).defer(token, properties_to_modify)
 
-    def dead_letter(self, token: uuid.UUID, reason: str | None, description: str | None) -> asyncio.Future[None]:
-        return self.holder(token).dead_letter(token, reason, description)
+    def dead_letter(self, token: uuid.UUID, reason: str | None, description: str | None,
+                    properties_to_modify: AnnotationEdits | None = None) -> asyncio.Future[None]:
+        return self.holder(token).dead_letter(token, reason, description, properties_to_modify)
 
     def release(self, token: uuid.UUID) -> None:
         for partition in self.partitions:

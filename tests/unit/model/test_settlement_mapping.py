@@ -77,11 +77,24 @@ def test_suspended_carries_the_dead_letter_fields() -> None:
     assert from_disposition_status("suspended", deadletter_reason=3) == Settlement(Verb.DEAD_LETTER)
 
 
-def test_properties_to_modify_apply_to_abandon_and_defer_only() -> None:
+def test_properties_to_modify_apply_to_abandon_defer_and_dead_letter() -> None:
     assert from_disposition_status("abandoned", properties_to_modify={"a": 1}).properties_to_modify == {"a": 1}
     assert from_disposition_status("defered", properties_to_modify={"a": 1}).properties_to_modify == {"a": 1}
     assert from_disposition_status("completed", properties_to_modify={"a": 1}).properties_to_modify is None
     assert from_disposition_status("abandoned", properties_to_modify="no map").properties_to_modify is None
+    dead = from_disposition_status("suspended", deadletter_reason="r", properties_to_modify={"stage": "parse"})
+    assert (dead.verb, dead.properties_to_modify, dead.dead_letter_reason) == (
+        Verb.DEAD_LETTER, {"stage": "parse"}, "r")
+
+
+def test_a_rejection_info_beyond_reason_and_description_is_properties_to_modify() -> None:
+    # .NET and Java send a dead-letter's propertiesToModify in the rejected outcome's error.info
+    info = {"DeadLetterReason": "r", "DeadLetterErrorDescription": "d", "stage": "parse"}
+    dead = from_outcome_fields(OutcomeKind.REJECTED, error_info=info)
+    assert (dead.dead_letter_reason, dead.dead_letter_description) == ("r", "d")
+    assert dead.properties_to_modify == {"stage": "parse"}
+    plain = from_outcome_fields(OutcomeKind.REJECTED, error_info={"DeadLetterReason": "r"})
+    assert plain.properties_to_modify is None  # the Python SDK's rejection: reason and description only
 
 
 @pytest.mark.parametrize("status", ["deferred", "Completed", None, 1])

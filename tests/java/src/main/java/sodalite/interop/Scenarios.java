@@ -283,13 +283,14 @@ public final class Scenarios {
             ServiceBusReceivedMessage back = receiver.receiveDeferredMessage(deferred);
             equal("sched-soon", back.getMessageId(), "deferred message by its sequence number");
             receiver.deadLetter(back, new DeadLetterOptions().setDeadLetterReason("java-reason")
-                .setDeadLetterErrorDescription("java-description"));
+                .setDeadLetterErrorDescription("java-description").setPropertiesToModify(Map.of("stage", "parsing")));
 
             List<ServiceBusReceivedMessage> dead = receive(deadLetters, 1);
             equal(1, dead.size(), "the dead-lettered message");
             equal("sched-soon", dead.get(0).getMessageId(), "dead-lettered message id");
             equal("java-reason", dead.get(0).getDeadLetterReason(), "dead-letter reason");
             equal("java-description", dead.get(0).getDeadLetterErrorDescription(), "dead-letter description");
+            equal("parsing", dead.get(0).getApplicationProperties().get("stage"), "property set by dead-letter");
             deadLetters.complete(dead.get(0));
         }
     }
