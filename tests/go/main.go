@@ -173,7 +173,8 @@ func scheduleDeferDeadLetter(ctx context.Context, client *azservicebus.Client) {
 	back := must(receiver.ReceiveDeferredMessages(ctx, []int64{deferred}, nil))
 	check(len(back) == 1 && back[0].MessageID == "sched-soon", "deferred message by its sequence number")
 	no(receiver.DeadLetterMessage(ctx, back[0], &azservicebus.DeadLetterOptions{
-		Reason: ptr("go-reason"), ErrorDescription: ptr("go-description")}))
+		Reason: ptr("go-reason"), ErrorDescription: ptr("go-description"),
+		PropertiesToModify: map[string]any{"stage": "parsing"}}))
 
 	deadLetters := must(client.NewReceiverForQueue("go-states", &azservicebus.ReceiverOptions{
 		SubQueue: azservicebus.SubQueueDeadLetter}))
@@ -183,6 +184,8 @@ func scheduleDeferDeadLetter(ctx context.Context, client *azservicebus.Client) {
 	check(*dead[0].DeadLetterReason == "go-reason", "dead-letter reason %q", *dead[0].DeadLetterReason)
 	check(*dead[0].DeadLetterErrorDescription == "go-description", "dead-letter description %q",
 		*dead[0].DeadLetterErrorDescription)
+	check(dead[0].ApplicationProperties["stage"] == "parsing", "property set by dead-letter: %v",
+		dead[0].ApplicationProperties["stage"])
 	no(deadLetters.CompleteMessage(ctx, dead[0], nil))
 }
 
