@@ -1,7 +1,7 @@
 """The official Go SDK, ``azservicebus`` from the Go module proxy, against the broker.
 
 The scenarios are Go (``tests/go``), built by ``scripts/test``, or here when the binary is missing or
-older than its sources (``go_sdk_build``). Each test runs one scenario with the emulator connection
+older than its sources (``sdk_builds``). Each test runs one scenario with the emulator connection
 string of the one broker this module starts and asserts that it printed ``PASS``; the scenario
 checks what the SDK returns, and where it leaves messages behind, the Python SDK checks them from the
 other side. Two things only Go showed: its AMQP open names the host with its port (``localhost:5672``),
@@ -14,8 +14,8 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 
-import go_sdk_build
 import pytest
+import sdk_builds
 from azure.servicebus import ServiceBusClient
 from broker_process import BrokerProcess, write_config
 
@@ -35,7 +35,7 @@ QUEUES = [
 
 @pytest.fixture(scope="module")
 def go_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    go_sdk_build.ensure_built()
+    sdk_builds.ensure_built(sdk_builds.GO)
     base = tmp_path_factory.mktemp("go-broker")
     process = BrokerProcess(base / "data", write_config(base / "Config.json", QUEUES)).start()
     yield process
@@ -43,7 +43,7 @@ def go_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProces
 
 
 def run_scenario(broker: BrokerProcess, scenario: str) -> None:
-    proc = subprocess.run([str(go_sdk_build.BINARY), broker.connection_string, scenario],
+    proc = subprocess.run([str(sdk_builds.GO.path(sdk_builds.GO.outputs[0])), broker.connection_string, scenario],
                           capture_output=True, text=True, timeout=180)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0 and f"PASS {scenario}" in proc.stdout.splitlines(), output[-4000:]

@@ -1,7 +1,7 @@
 """The official Java SDK, ``azure-messaging-servicebus`` from Maven Central, against the broker.
 
 The scenarios are Java (``tests/java``, ``sodalite.interop.Scenarios``), built with Maven by
-``scripts/test``, or here when the build is missing or older than its sources (``java_sdk_build``).
+``scripts/test``, or here when the build is missing or older than its sources (``sdk_builds``).
 Each test runs one scenario in its own JVM with the emulator connection string of the one broker
 this module starts, and asserts that it printed ``PASS``; the scenario checks what the SDK returns,
 and where it leaves messages behind, the Python SDK checks them from the other side. Transactions are the reason for
@@ -14,8 +14,8 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 
-import java_sdk_build
 import pytest
+import sdk_builds
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.exceptions import MessagingEntityNotFoundError
 from azure.servicebus.management import ServiceBusAdministrationClient
@@ -47,7 +47,7 @@ TOPICS = [{"Name": "java-topic", "Properties": {},
 
 @pytest.fixture(scope="module")
 def java_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    java_sdk_build.ensure_built()
+    sdk_builds.ensure_built(sdk_builds.JAVA)
     base = tmp_path_factory.mktemp("java-broker")
     process = BrokerProcess(base / "data", write_config(base / "Config.json", QUEUES, Topics=TOPICS)).start()
     yield process
@@ -56,7 +56,7 @@ def java_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProc
 
 def run_scenario(broker: BrokerProcess, scenario: str, *properties: str) -> str:
     assert JAVA is not None
-    command = [JAVA, *properties, "-cp", java_sdk_build.classpath(), "sodalite.interop.Scenarios",
+    command = [JAVA, *properties, "-cp", sdk_builds.java_classpath(), "sodalite.interop.Scenarios",
                broker.connection_string, scenario]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=180)
     output = proc.stdout + proc.stderr

@@ -295,12 +295,15 @@ public final class Scenarios {
         }
     }
 
-    /** The administration client: a queue created, read, listed and deleted. */
-    private static void administration(String connection) {
+    /**
+     * The administration client for this broker. The SDK always dials https on port 443; with
+     * {@code -Dsodalite.admin.endpoint=<scheme://host:port>} a pipeline policy sends each request there.
+     */
+    private static ServiceBusAdministrationClient administrationClient(String connection) {
         ServiceBusAdministrationClientBuilder builder = new ServiceBusAdministrationClientBuilder()
             .connectionString(connection);
         String endpoint = System.getProperty("sodalite.admin.endpoint");
-        if (endpoint != null) {  // the SDK always dials https on 443: a policy sends it to the broker's port
+        if (endpoint != null) {
             URI target = URI.create(endpoint);
             builder.addPolicy((context, next) -> {
                 URI asked = URI.create(context.getHttpRequest().getUrl().toString());
@@ -309,7 +312,12 @@ public final class Scenarios {
                 return next.process();
             });
         }
-        ServiceBusAdministrationClient admin = builder.buildClient();
+        return builder.buildClient();
+    }
+
+    /** The administration client: a queue created, read, listed and deleted. */
+    private static void administration(String connection) {
+        ServiceBusAdministrationClient admin = administrationClient(connection);
         QueueProperties made = admin.createQueue("java-made", new CreateQueueOptions()
             .setMaxDeliveryCount(4).setLockDuration(Duration.ofSeconds(20)));
         equal("java-made", made.getName(), "created queue's name");
@@ -412,17 +420,7 @@ public final class Scenarios {
         check(failedOnce.contains("work-7"), "the failing handler ran");
         check(errors.isEmpty(), "processor errors: " + errors);
 
-        ServiceBusAdministrationClientBuilder adminBuilder = new ServiceBusAdministrationClientBuilder()
-            .connectionString(connection);
-        String endpoint = System.getProperty("sodalite.admin.endpoint");
-        URI target = URI.create(endpoint);
-        adminBuilder.addPolicy((context, next) -> {
-            URI asked = URI.create(context.getHttpRequest().getUrl().toString());
-            context.getHttpRequest().setUrl(target.getScheme() + "://" + target.getAuthority()
-                + asked.getRawPath() + (asked.getRawQuery() == null ? "" : "?" + asked.getRawQuery()));
-            return next.process();
-        });
-        ServiceBusAdministrationClient admin = adminBuilder.buildClient();
+        ServiceBusAdministrationClient admin = administrationClient(connection);
         admin.deleteRule("java-topic", "java-red", "$Default");
         admin.createRule("java-topic", "red-only", "java-red",  // topic, rule, subscription
             new CreateRuleOptions(new SqlRuleFilter("color = 'red' AND size > 2")));
