@@ -12,6 +12,7 @@ is the state every replicated receiver starts with: two SDK receivers (made, not
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
@@ -49,7 +50,7 @@ Factories = tuple[Callable[[], R], Callable[[], R]]
 SessionMakers = tuple[Callable[[str | ServiceBusSessionFilter], R], Callable[[str | ServiceBusSessionFilter], R]]
 
 
-class ClientPairs(Generic[W, R, SND, RCV, RQS]):
+class ClientPairs(ABC, Generic[W, R, SND, RCV, RQS]):
     """The getters of a replicated client: each makes one SDK handler per namespace."""
 
     def __init__(self, primary: str, secondary: str, mode: ReplicationMode, retry_interval: timedelta) -> None:
@@ -61,22 +62,22 @@ class ClientPairs(Generic[W, R, SND, RCV, RQS]):
 
     # -- what the shell provides: its two SDK clients, and its handler for each pair ----------------
     @property
-    def _sdk(self) -> tuple[SdkClient[W, R], SdkClient[W, R]]:
-        raise NotImplementedError
+    @abstractmethod
+    def _sdk(self) -> tuple[SdkClient[W, R], SdkClient[W, R]]: ...
 
-    def _new_sender(self, senders: tuple[W, W], key: str) -> SND:
-        raise NotImplementedError
+    @abstractmethod
+    def _new_sender(self, senders: tuple[W, W], key: str) -> SND: ...
 
+    @abstractmethod
     def _new_receiver(self, factories: Factories[R], duplicate_filter: DuplicateFilter | None,
-                      kwargs: dict[str, Any]) -> RCV:
-        raise NotImplementedError
+                      kwargs: dict[str, Any]) -> RCV: ...
 
+    @abstractmethod
     def _new_session_receiver(self, makers: SessionMakers[R], session: str | ServiceBusSessionFilter,
-                              duplicate_filter: DuplicateFilter | None, kwargs: dict[str, Any]) -> RCV:
-        raise NotImplementedError
+                              duplicate_filter: DuplicateFilter | None, kwargs: dict[str, Any]) -> RCV: ...
 
-    def _new_request_sender(self, requests: tuple[W, W], replies: tuple[R, R], reply_names: tuple[str, str]) -> RQS:
-        raise NotImplementedError
+    @abstractmethod
+    def _new_request_sender(self, requests: tuple[W, W], replies: tuple[R, R], reply_names: tuple[str, str]) -> RQS: ...
 
     # -- senders ---------------------------------------------------------------------------------
     def get_queue_sender(self, queue_name: str, *, secondary_queue_name: str | None = None, **kwargs: Any) -> SND:
