@@ -108,15 +108,18 @@ func messaging(ctx context.Context, client *azservicebus.Client) {
 	check(len(left) == 0, "nothing left after ReceiveAndDelete: %d", len(left))
 }
 
-// sessions: one named session's messages in order with its state, then the next session.
+// sessions: a named session (not the one next available) with its messages in order and its state,
+// then the next session.
 func sessions(ctx context.Context, client *azservicebus.Client) {
 	sender := must(client.NewSender("go-sessions", nil))
 	defer sender.Close(ctx)
+	// go-b's message goes first, so the next available session would be go-b: asking for go-a by
+	// name must get go-a (Go sends the name as a described filter value).
+	no(sender.SendMessage(ctx, &azservicebus.Message{Body: []byte("b0"), MessageID: ptr("b0"), SessionID: ptr("go-b")}, nil))
 	for i := 0; i < 3; i++ {
 		no(sender.SendMessage(ctx, &azservicebus.Message{Body: []byte(fmt.Sprint("a", i)),
 			MessageID: ptr(fmt.Sprint("a", i)), SessionID: ptr("go-a")}, nil))
 	}
-	no(sender.SendMessage(ctx, &azservicebus.Message{Body: []byte("b0"), MessageID: ptr("b0"), SessionID: ptr("go-b")}, nil))
 
 	a := must(client.AcceptSessionForQueue(ctx, "go-sessions", "go-a", nil))
 	check(a.SessionID() == "go-a", "session id %q", a.SessionID())
