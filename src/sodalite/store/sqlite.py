@@ -1209,6 +1209,23 @@ class SqliteStore:
             self.full = False
         return not self.full
 
+    def snapshot(self) -> SqliteSnapshot:
+        """This file as it is now, held by a read transaction of a connection of its own (WAL: the
+        store keeps committing meanwhile); call between transactions, on the store's thread."""
+        self._require()
+        try:
+            conn = sqlite3.connect(self._path, timeout=self._busy_timeout_ms / 1000, isolation_level=None,
+                                   check_same_thread=False)
+        except _DRIVER_ERRORS as exc:
+            raise StoreUnavailable(f"cannot open {self._path} for a backup: {_describe(exc)}") from exc
+        try:
+            conn.execute("BEGIN")
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # the read transaction starts here
+        except _DRIVER_ERRORS as exc:
+            conn.close()
+            raise StoreUnavailable(f"cannot read {self._path} for a backup: {_describe(exc)}") from exc
+        return SqliteSnapshot(conn, self._path)
+
     def close(self) -> None:
         self._abandon("the store was closed")
 
@@ -1365,3 +1382,32 @@ class SqliteStore:
         if self._closed:
             raise self._unavailable()
         raise StoreUnavailable(f"SQLite store {self._path} is not open: call open() first")
+
+
+class SqliteSnapshot:
+    """A read transaction on a store's file: :meth:`copy_to` copies the database as that transaction
+    sees it through SQLite's backup API in ONE step (all pages at once under the transaction's
+    snapshot, so the store's writers, which go on, never make it start over)."""
+
+    def __init__(self, conn: sqlite3.Connection, path: pathlib.Path) -> None:
+        self._conn = conn
+        self._path = path
+
+    def copy_to(self, destination: str) -> None:
+        try:
+            target = sqlite3.connect(destination, isolation_level=None)
+            try:
+                self._conn.backup(target, pages=-1)
+                target.execute("PRAGMA journal_mode = DELETE").fetchone()  # one self-contained file
+            finally:
+                target.close()
+            with open(destination, "rb") as copied:
+                os.fsync(copied.fileno())
+        except _DRIVER_ERRORS as exc:
+            raise StoreUnavailable(f"cannot copy {self._path} into {destination}: {_describe(exc)}") from exc
+
+    def close(self) -> None:
+        try:
+            self._conn.close()
+        except _DRIVER_ERRORS:
+            pass
