@@ -173,6 +173,7 @@ def test_a_backup_under_load_restores_every_unsettled_message_once(source: Broke
     print(f"backup under load: {seconds:.2f} s; {moves_after} moved, {sends} sent, {completed} completed "
           f"while it ran; {done.stdout.strip()}")
     assert "backed up 3 store(s)" in done.stdout
+    print(*(line.strip() for line in source.output if "backup of 3 stores" in line))  # how long commits waited
     manifest = json.loads((destination / "sodalite-backup.json").read_text())
     assert sorted(s["name"] for s in manifest["stores"]) == ["default", "disk1", "disk2"]
     assert (destination / "Config.json").exists()
