@@ -316,7 +316,8 @@ def log_out(driver: WebDriver, base: str) -> None:
 
 
 def test_serve_prints_the_console_url_and_the_login_page_shows_no_navigation(console_broker: BrokerProcess,
-                                                                            browser: WebDriver) -> None:
+                                                                            browser: WebDriver,
+                                                                            tmp_path: Path) -> None:
     printed = [line for line in console_broker.output if line.startswith("Console: ")]
     assert printed == [f"Console: http://localhost:{console_broker.http_port}/console/\n"], console_broker.output
     driver = browser
@@ -325,6 +326,7 @@ def test_serve_prints_the_console_url_and_the_login_page_shows_no_navigation(con
     wait_for(driver, lambda d: d.find_elements(By.ID, "login-key"), "the printed URL opens no login form")
     assert not driver.find_element(By.ID, "nav").is_displayed()
     assert not driver.find_element(By.ID, "logout").is_displayed()
+    assert driver.save_screenshot(str(tmp_path / "login.png"))
     fill(driver, "login-key-name", KEY_NAME)
     fill(driver, "login-key", KEY)
     driver.find_element(By.ID, "login-submit").click()
@@ -435,7 +437,8 @@ def test_dead_letters_show_as_dead_lettered_and_a_new_sub_queue_loads_at_once(co
     wait_for(driver, lambda d: not d.find_elements(By.CSS_SELECTOR, "#messages tr"), "the list did not reload")
 
 
-def test_access_keys_are_masked_until_shown(console_broker: BrokerProcess, browser: WebDriver) -> None:
+def test_access_keys_are_masked_until_shown(console_broker: BrokerProcess, browser: WebDriver,
+                                            tmp_path: Path) -> None:
     base = f"http://127.0.0.1:{console_broker.http_port}"
     driver = browser
     log_in(driver, base)
@@ -447,5 +450,6 @@ def test_access_keys_are_masked_until_shown(console_broker: BrokerProcess, brows
     assert keys and not [k for k in keys if k in page]  # no key is on the page
     driver.find_element(By.CSS_SELECTOR, primary + " button.reveal").click()
     wait_for(driver, lambda d: KEY in text_of(d, primary), "the key is not shown when asked")
+    assert driver.save_screenshot(str(tmp_path / "keys.png"))
     driver.find_element(By.CSS_SELECTOR, primary + " button.reveal").click()
     wait_for(driver, lambda d: KEY not in text_of(d, primary), "the key is not hidden again")

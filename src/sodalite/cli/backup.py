@@ -45,7 +45,7 @@ def register(subcommands: Any) -> None:
                        "directory, as of one point in time, while it serves")
     backup.add_argument("destination", type=Path, help="a new (or empty) directory on the broker's machine")
     commands._admin_options(backup)
-    backup.set_defaults(handler=_backup)
+    backup.set_defaults(handler=_backup, timeout=3600.0)  # a large store takes a while to copy
     restore = subcommands.add_parser(
         "restore", help="put a backup into a data directory no broker is using; sequence numbers move past "
                         "anything the backed-up broker may have issued since")
@@ -168,6 +168,8 @@ def _restore(args: argparse.Namespace) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(target.name + ".partial")
         shutil.copyfile(backup / name, partial)
+        with open(partial, "rb") as copied:
+            os.fsync(copied.fileno())
         if name in stores:
             for stale in (target.with_name(target.name + "-wal"), target.with_name(target.name + "-shm")):
                 stale.unlink(missing_ok=True)  # a replaced store's journal must not be replayed onto the copy
