@@ -179,6 +179,11 @@ def _restore(args: argparse.Namespace) -> None:
     moved = sum(_move_counters(data_dir / f, entities, partitions, margin) for f in stores)
     print(f"restored {len(stores)} store(s) into {data_dir} from the backup of "
           f"{_when(manifest['takenAt'])}; {moved} partition counters moved {margin} numbers past the backup's")
+    for store in manifest["stores"]:
+        if "configuredPath" in store:  # configured outside the data directory: the configuration still says so
+            print(f"note: the store '{store['name']}' was configured at {store['configuredPath']}; its copy is "
+                  f"{data_dir / store['file']}: set its Path in the configuration to that before starting",
+                  file=sys.stderr)
     if manifest.get("config"):
         print(f"start it with: sodalite serve --data-dir {data_dir} --config {data_dir / manifest['config']}")
     else:

@@ -65,7 +65,10 @@ async def make_backup(broker: Broker, source: BackupSource, destination: str) ->
                                 "pg_basebackup (docs/operations.md); sodalite backup copies SQLite stores")
         relative = store_file(source.data_dir, worker.name, store.path)
         destinations[worker.name] = target / relative
-        stores.append({"name": worker.name, "file": relative})
+        entry: dict[str, Any] = {"name": worker.name, "file": relative}
+        if relative.startswith("stores-absolute/"):
+            entry["configuredPath"] = str(store.path)  # restore says where the configuration must point
+        stores.append(entry)
     try:
         target.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
