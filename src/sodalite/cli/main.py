@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
+import os
 import signal
 import socket
 import sys
@@ -21,10 +23,12 @@ from sodalite.admin.control import ControlPlane
 from sodalite.admin.http import application
 from sodalite.admin.tls import certificate_host, ensure_certificate, server_context
 from sodalite.amqpclient.connection_string import ENDPOINTS_FILE
+from sodalite.cli import backup as backup_commands
 from sodalite.cli import commands as client_commands
 from sodalite.cli import logging_setup
 from sodalite.cli import pipeline as pipeline_commands
 from sodalite.cli import syphon as syphon_command
+from sodalite.cli.backup_service import BackupSource, make_backup
 from sodalite.cli.control_bridge import BrokerControl
 from sodalite.cli.key_bridge import BrokerKeys
 from sodalite.cli.stores import build_broker, default_node_id, redact_url
@@ -106,6 +110,7 @@ def _parser() -> argparse.ArgumentParser:
     client_commands.register(commands)
     syphon_command.register(commands)
     pipeline_commands.register(commands)
+    backup_commands.register(commands)
     return parser
 
 
@@ -202,6 +207,7 @@ class Endpoints:
     admin_port: int | None = None
     http_port: int | None = None
     certificate: str | None = None
+    pid: int = 0  # the broker's process: `sodalite restore` refuses a data directory a live one holds
 
     def write(self, data_dir: Path) -> None:
         path = data_dir / ENDPOINTS_FILE
@@ -218,7 +224,10 @@ async def _management_runner(args: argparse.Namespace, broker: Broker) -> web.Ap
     if args.admin_port < 0 and args.http_port < 0 and not args.management_on_amqp_port:
         return None
     keys = BrokerKeys(broker, _shown_host(args.host))
-    control = ControlPlane(BrokerControl(broker, int(time.time() * 1000), keys), broker.namespace.name,
+    source = BackupSource(args.data_dir, args.config)
+    control = ControlPlane(BrokerControl(broker, int(time.time() * 1000), keys,
+                                         backup=functools.partial(make_backup, broker, source)),
+                           broker.namespace.name,
                            sku=broker.namespace.sku,
                            max_message_size_in_kilobytes=broker.namespace.max_message_size_in_kilobytes)
 
@@ -252,6 +261,19 @@ async def _serve_management(args: argparse.Namespace, runner: web.AppRunner | No
         await web.SockSite(runner, sock).start()
         endpoints.http_port = sock.getsockname()[1]
         print(f"Management (HTTP): http://{args.host}:{sock.getsockname()[1]}", flush=True)
+    url = console_url(args.host, endpoints)
+    if url is not None:
+        print(f"Console: {url}", flush=True)
+
+
+def console_url(host: str, endpoints: Endpoints) -> str | None:
+    """Where a browser opens the web console: the plain-HTTP management port when it is on (no
+    certificate to trust), else the HTTPS one."""
+    if endpoints.http_port is not None:
+        return f"http://{_shown_host(host)}:{endpoints.http_port}/console/"
+    if endpoints.admin_port is not None:
+        return f"https://{_shown_host(host)}:{endpoints.admin_port}/console/"
+    return None
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -305,7 +327,7 @@ async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
     where = f"data in {args.data_dir}" if args.store is None else f"messages in {redact_url(args.store)}"
     print(f"Sodalite {__version__} node {node_id} listening on {listening}, {where}", flush=True)
     print(f"Entities: {entities}", flush=True)
-    endpoints = Endpoints(amqp_port=port, amqps_port=broker.amqps_port)
+    endpoints = Endpoints(amqp_port=port, amqps_port=broker.amqps_port, pid=os.getpid())
     await _serve_management(args, runner, broker, endpoints)
     if shared is not None:
         print(f"Management (HTTPS or HTTP on the AMQP port, trust {cert}): "

@@ -188,6 +188,7 @@ class Broker:
         self.worker = self.workers[0]
         for worker in self.workers:
             worker.clock = clock
+            worker.gate = self.workers[0].gate  # one cross-store gate for every store (server/backup.py)
         self.max_frame_size = max_frame_size
         self.idle_timeout_ms = idle_timeout_ms
         # An empty frame after this much of our own silence on a connection whose client asked for
