@@ -65,10 +65,25 @@ def _rows(databases: list[Path]) -> dict[str, dict[int, tuple[int, int]]]:
     return found
 
 
-def recount(databases: list[Path], entities: dict[str, str]) -> dict[str, Figures]:
+def _pg_rows(url: str) -> dict[str, dict[int, tuple[int, int]]]:
+    """:func:`_rows` for a PostgreSQL messaging store (its ``sodalite_messages``, every generation)."""
+    import psycopg
+
+    found: dict[str, dict[int, tuple[int, int]]] = {}
+    with psycopg.connect(url, autocommit=True) as connection:
+        for entity, state, count, size in connection.execute(
+                "SELECT lower(convert_from(entity, 'UTF8')), state, count(*), "
+                "coalesce(sum(length(annotations) + length(tail)), 0) FROM sodalite_messages GROUP BY 1, 2"):
+            held = found.setdefault(str(entity), {})
+            before = held.get(int(state), (0, 0))
+            held[int(state)] = (before[0] + int(count), before[1] + int(size))
+    return found
+
+
+def recount(databases: list[Path], entities: dict[str, str], store_url: str | None = None) -> dict[str, Figures]:
     """The figures of each entity (``{path: kind}``, kind ``queue``, ``topic`` or ``subscription``) as
-    the rows of the SQLite files say (module docstring)."""
-    rows = _rows(databases)
+    the rows of the SQLite files (or, with ``store_url``, of that PostgreSQL store) say (module docstring)."""
+    rows = _pg_rows(store_url) if store_url is not None else _rows(databases)
 
     def count(path: str, *states: int) -> int:
         held = rows.get(path.lower(), {})
@@ -78,7 +93,7 @@ def recount(databases: list[Path], entities: dict[str, str]) -> dict[str, Figure
         return sum(sz for _, sz in rows.get(path.lower(), {}).values())
 
     figures: dict[str, Figures] = {}
-    for path, kind in entities.items():
+    for path in entities:
         own = [path, path + DEAD_LETTER, path + TRANSFER_DEAD_LETTER]
         figures[path] = {
             "active": count(path, ACTIVE, DEFERRED), "scheduled": count(path, SCHEDULED),
@@ -145,12 +160,13 @@ def _differences(expected: dict[str, Figures], shown: dict[str, Figures], face: 
             if path in expected and value != expected[path][name]]
 
 
-def mismatches(broker: BrokerProcess, *, atom: bool = True, only: Callable[[str], bool] | None = None) -> list[str]:
+def mismatches(broker: BrokerProcess, *, atom: bool = True, only: Callable[[str], bool] | None = None,
+               store_url: str | None = None) -> list[str]:
     """Every runtime figure (JSON API, and the SDK's over ATOM unless ``atom`` is False) that differs
     from the store's recount, in words; empty when they all agree. ``only``: the entity paths to check
-    (all when None)."""
+    (all when None). ``store_url``: the broker keeps its messages in this PostgreSQL database."""
     entities, shown = json_figures(broker)
-    expected = recount(store_files(broker.data_dir), entities)
+    expected = recount(store_files(broker.data_dir), entities, store_url)
     if only is not None:
         entities = {p: k for p, k in entities.items() if only(p)}
         shown = {p: f for p, f in shown.items() if p in entities}
@@ -161,13 +177,13 @@ def mismatches(broker: BrokerProcess, *, atom: bool = True, only: Callable[[str]
 
 
 def assert_counts_true(broker: BrokerProcess, when: str, *, atom: bool = True, within: float = 10.0,
-                       only: Callable[[str], bool] | None = None) -> None:
+                       only: Callable[[str], bool] | None = None, store_url: str | None = None) -> None:
     """At a quiescent point: the runtime figures equal the store's recount. The broker reads its byte
     counts back after commits at most every 200 ms, so agreement may take a moment; a figure still
     wrong ``within`` seconds later fails the test with every difference."""
     deadline = time.monotonic() + within
     while True:
-        found = mismatches(broker, atom=atom, only=only)
+        found = mismatches(broker, atom=atom, only=only, store_url=store_url)
         if not found:
             return
         if time.monotonic() > deadline:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceivedMessage, ServiceBusSubQueue
@@ -64,7 +64,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     process.stop()
 
 
-def _family(*names: str) -> object:
+def _family(*names: str) -> Callable[[str], bool]:
     lowered = tuple(n.lower() for n in names)
     return lambda path: path.lower().startswith(lowered)
 
@@ -242,3 +242,48 @@ def test_every_count_is_true_after_a_restart(broker: BrokerProcess) -> None:
     broker.start()
     assert mismatches(broker) == [], "runtime counts differ from the store right after a restart"
     assert_counts_true(broker, "after the restart")
+
+
+# ---- PostgreSQL: the same runners over a PostgreSQL messaging store ------------------------------------------
+
+PG_SRC, PG_DST, PG_TOPIC = "pg-src", "pg-dst", "pg-topic"
+
+
+@pytest.fixture(scope="module")
+def pg_broker(tmp_path_factory: pytest.TempPathFactory, database: str) -> Iterator[BrokerProcess]:
+    base = tmp_path_factory.mktemp("runtime-counts-pg")
+    queues = [{"Name": PG_SRC, "Properties": {}}, {"Name": PG_DST, "Properties": {}}]
+    topics = [{"Name": PG_TOPIC, "Properties": {}, "Subscriptions": SUBSCRIPTIONS}]
+    process = BrokerProcess(base / "data", write_config(base / "Config.json", queues, Topics=topics),
+                            extra_args=["--store", database])
+    process.start()
+    yield process
+    process.stop()
+
+
+def test_every_count_is_true_on_postgresql(pg_broker: BrokerProcess, database: str) -> None:
+    """Dead-lettering, a move, a resubmit, a purge and a topic's sends on a PostgreSQL store, and a restart."""
+    def check(when: str) -> None:
+        assert_counts_true(pg_broker, when, store_url=database)
+
+    with ServiceBusClient.from_connection_string(pg_broker.connection_string) as client:
+        _send(client, PG_SRC, 6)
+        _dead_letter(client, PG_SRC, 6)
+        check("after dead-lettering")
+        numbers = [m["sequenceNumber"] for m in api(pg_broker, "GET", f"/entities/{PG_SRC}/$messages"
+                                                    "?subQueue=deadletter&count=3")["messages"]]
+        assert api(pg_broker, "POST", f"/entities/{PG_SRC}/$move",
+                   {"subQueue": "deadletter", "sequenceNumbers": numbers, "target": PG_DST})["moved"] == 3
+        check("after a move into another queue")
+        _move(pg_broker, PG_SRC, None, "deadletter", 3)
+        check("after a resubmit")
+        assert api(pg_broker, "POST", f"/entities/{PG_SRC}/$purge", {})["purged"] == 3
+        check("after a purge")
+        with client.get_topic_sender(PG_TOPIC) as sender:
+            sender.send_messages([ServiceBusMessage(BODY, application_properties={"color": "red"})
+                                  for _ in range(2)])
+        _dead_letter(client, PG_TOPIC, 1, subscription="red")
+        check("after sends to a topic and a dead letter in a subscription")
+    pg_broker.stop()
+    pg_broker.start()
+    assert mismatches(pg_broker, store_url=database) == [], "runtime counts differ from the store after a restart"
