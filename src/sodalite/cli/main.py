@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import socket
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from aiohttp import web
@@ -26,6 +27,7 @@ from sodalite.cli import logging_setup
 from sodalite.cli import pipeline as pipeline_commands
 from sodalite.cli import syphon as syphon_command
 from sodalite.cli.control_bridge import BrokerControl
+from sodalite.cli.data_dir_lock import DataDirectoryInUse, DataDirectoryLock, remove_own_endpoints
 from sodalite.cli.key_bridge import BrokerKeys
 from sodalite.cli.stores import build_broker, default_node_id, redact_url
 from sodalite.errors import ConfigurationError, StoreUnavailable
@@ -194,7 +196,8 @@ class Endpoints:
     """Where this broker listens, written to ``<data-dir>/endpoints.json`` for the client commands.
 
     The command line run in the same directory then finds a moved management port and the
-    certificate the broker serves (``--tls-cert`` included) without being told.
+    certificate the broker serves (``--tls-cert`` included) without being told. ``pid`` names the
+    broker that wrote it: only that process removes it (cli/data_dir_lock.py).
     """
 
     amqp_port: int = 0
@@ -202,6 +205,7 @@ class Endpoints:
     admin_port: int | None = None
     http_port: int | None = None
     certificate: str | None = None
+    pid: int = field(default_factory=os.getpid)
 
     def write(self, data_dir: Path) -> None:
         path = data_dir / ENDPOINTS_FILE
@@ -209,8 +213,9 @@ class Endpoints:
 
     @staticmethod
     def remove(data_dir: Path) -> None:
-        """On a clean stop: no stale ports for the next client command to dial."""
-        (data_dir / ENDPOINTS_FILE).unlink(missing_ok=True)
+        """On a clean stop: no stale ports for the next client command to dial (a file another
+        process wrote is left alone)."""
+        remove_own_endpoints(data_dir / ENDPOINTS_FILE)
 
 
 async def _management_runner(args: argparse.Namespace, broker: Broker) -> web.AppRunner | None:
@@ -333,9 +338,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command != "serve":
         return client_commands.run(args)
     logging_setup.configure(args.log_level, args.log_format)
+    lock = DataDirectoryLock(args.data_dir)
     try:
         namespace = load_namespace(args.config)
+        lock.acquire()  # before anything in the data directory is touched; held until the process ends
         asyncio.run(_serve(args, namespace))
+    except DataDirectoryInUse as exc:
+        print(f"sodalite: {exc}", file=sys.stderr)
+        return 1
     except ConfigurationError as exc:
         print(f"sodalite: invalid configuration: {exc.description}", file=sys.stderr)
         return 2
@@ -345,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"sodalite: {exc}", file=sys.stderr)
         return 1
+    finally:
+        lock.release()
     return 0
 
 
