@@ -97,6 +97,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-connections", type=int, default=defaults.max_connections,
                        help="open connections at most; one more is refused with amqp:resource-limit-exceeded "
                             f"(default {defaults.max_connections})")
+    serve.add_argument("--auth-timeout", type=float, default=None, metavar="SECONDS",
+                       help="seconds after its open a connection has to get a token accepted on $cbs, or it is "
+                            "closed with amqp:unauthorized-access (default: --handshake-timeout)")
+    serve.add_argument("--max-unauthenticated-connections", type=int, default=defaults.max_unauthenticated,
+                       metavar="N",
+                       help="connections not yet authenticated at most (always fewer than --max-connections); "
+                            "past it the one that waited longest gives way to a newcomer "
+                            f"(default {defaults.max_unauthenticated})")
     serve.add_argument("--max-sessions-per-connection", type=int, default=defaults.max_sessions,
                        help=f"AMQP sessions one connection may begin (default {defaults.max_sessions})")
     serve.add_argument("--max-links-per-connection", type=int, default=defaults.max_links,
@@ -294,8 +302,14 @@ async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
     node_id = args.node_id or default_node_id(args.port)
     broker = build_broker(namespace, args.data_dir, synchronous=args.sync, store_url=args.store, node_id=node_id,
                           core=args.core, shared_poll_seconds=args.shared_poll_seconds)
+    if args.max_unauthenticated_connections < 1:
+        raise ConfigurationError("--max-unauthenticated-connections must be at least 1")
+    if args.auth_timeout is not None and args.auth_timeout <= 0:
+        raise ConfigurationError("--auth-timeout must be more than 0 seconds")
     broker.limits = ConnectionLimits(args.handshake_timeout, args.max_connections,
-                                     args.max_sessions_per_connection, args.max_links_per_connection)
+                                     args.max_sessions_per_connection, args.max_links_per_connection,
+                                     max_unauthenticated=args.max_unauthenticated_connections,
+                                     auth_timeout=args.auth_timeout)
     asyncio.get_running_loop().set_exception_handler(AcceptFailureLog())
     cert, key = certificate(args)  # generated whenever missing, whichever listeners are on
     tls = server_context(cert, key)
