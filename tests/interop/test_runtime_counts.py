@@ -43,6 +43,11 @@ SETTLE = "st-q"
 SCHEDULE = "sc-q"
 TOPIC = _named("tp-topic", 0)
 EXPIRE = "ex-q"
+FWD_SRC, FWD_DST = "fw-src", "fw-dst"
+LOOP_A, LOOP_B = "fw-loop-a", "fw-loop-b"
+DL_FWD_SRC, DL_FWD_DST = "fw-dl-src", "fw-dl-dst"
+PARTITIONED = "pt-q"
+SESSIONS = "ss-q"
 
 RED = [{"Name": "red", "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpression": "color = 'red'"}}}]
 SUBSCRIPTIONS = [{"Name": "all", "Properties": {}}, {"Name": "red", "Properties": {}, "Rules": RED}]
@@ -54,7 +59,14 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     queues = [{"Name": name, "Properties": {}} for name in (MOVE_SRC, MOVE_DST, MOVE_FAR, RESUBMIT, PURGE,
                                                             SETTLE, SCHEDULE)]
     queues += [{"Name": MOVE_PARTITIONED, "Properties": {"EnablePartitioning": True}},
-               {"Name": EXPIRE, "Properties": {"DeadLetteringOnMessageExpiration": True}}]
+               {"Name": EXPIRE, "Properties": {"DeadLetteringOnMessageExpiration": True}},
+               {"Name": FWD_SRC, "Properties": {"ForwardTo": FWD_DST}}, {"Name": FWD_DST, "Properties": {}},
+               {"Name": LOOP_A, "Properties": {"ForwardTo": LOOP_B}},
+               {"Name": LOOP_B, "Properties": {"ForwardTo": LOOP_A}},
+               {"Name": DL_FWD_SRC, "Properties": {"ForwardDeadLetteredMessagesTo": DL_FWD_DST, "MaxDeliveryCount": 1}},
+               {"Name": DL_FWD_DST, "Properties": {}},
+               {"Name": PARTITIONED, "Properties": {"EnablePartitioning": True, "MaxDeliveryCount": 2}},
+               {"Name": SESSIONS, "Properties": {"RequiresSession": True}}]
     topics = [{"Name": MOVE_TOPIC, "Properties": {}, "Subscriptions": SUBSCRIPTIONS},
               {"Name": TOPIC, "Properties": {}, "Subscriptions": SUBSCRIPTIONS}]
     process = BrokerProcess(base / "data", write_config(
@@ -233,6 +245,50 @@ def test_expiry_into_the_dead_letter_queue_keeps_every_count_true(broker: Broker
                     with client.get_queue_receiver(EXPIRE) as main:
                         main.receive_messages(max_message_count=1, max_wait_time=2)  # nothing: they expired
         assert_counts_true(broker, "after messages expired into the dead-letter queue", only=only)
+
+
+def test_forwarding_and_forwarded_dead_letters_keep_every_count_true(broker: BrokerProcess) -> None:
+    only = _family(FWD_SRC, FWD_DST, LOOP_A, LOOP_B, DL_FWD_SRC, DL_FWD_DST)
+    with ServiceBusClient.from_connection_string(broker.connection_string) as client:
+        _send(client, FWD_SRC, 3)  # lands in FWD_DST
+        _send(client, LOOP_A, 2)  # forwarded round the loop to the hop limit: a transfer dead letter
+        _send(client, DL_FWD_SRC, 3)
+        receiver, got = _take(client, DL_FWD_SRC, 3)
+        try:
+            receiver.dead_letter_message(got[0], reason="Bad")  # type: ignore[attr-defined]
+            receiver.abandon_message(got[1])  # type: ignore[attr-defined]  # MaxDeliveryCount 1: dead-lettered
+            receiver.complete_message(got[2])  # type: ignore[attr-defined]
+        finally:
+            receiver.__exit__(None, None, None)  # type: ignore[attr-defined]
+        assert_counts_true(broker, "after forwarding and forwarded dead letters", only=only)
+
+
+def test_partitioned_queues_sessions_and_receive_and_delete_keep_every_count_true(broker: BrokerProcess) -> None:
+    only = _family(PARTITIONED, SESSIONS)
+    with ServiceBusClient.from_connection_string(broker.connection_string) as client:
+        _send(client, PARTITIONED, 8)
+        receiver, got = _take(client, PARTITIONED, 4)
+        try:
+            for m in got[:2]:
+                receiver.dead_letter_message(m, reason="Bad")  # type: ignore[attr-defined]
+            receiver.defer_message(got[2])  # type: ignore[attr-defined]
+            receiver.abandon_message(got[3])  # type: ignore[attr-defined]
+        finally:
+            receiver.__exit__(None, None, None)  # type: ignore[attr-defined]
+        assert_counts_true(broker, "after settlements in a partitioned queue", only=only)
+        _move(broker, PARTITIONED, None, "deadletter", 2)
+        assert_counts_true(broker, "after a resubmit in a partitioned queue", only=only)
+        with client.get_queue_receiver(PARTITIONED, receive_mode="receiveanddelete") as taker:
+            taken = taker.receive_messages(max_message_count=3, max_wait_time=10)
+            assert taken
+        assert_counts_true(broker, "after receive-and-delete", only=only)
+        with client.get_queue_sender(SESSIONS) as sender:
+            sender.send_messages([ServiceBusMessage(BODY, session_id=f"s{i % 2}") for i in range(4)])
+        with client.get_queue_receiver(SESSIONS, session_id="s0") as session:
+            for m in session.receive_messages(max_message_count=2, max_wait_time=10):
+                session.complete_message(m)
+            session.session.set_state(b"some state")
+        assert_counts_true(broker, "after a session's messages were completed", only=only)
 
 
 def test_every_count_is_true_after_a_restart(broker: BrokerProcess) -> None:
