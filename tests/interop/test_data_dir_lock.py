@@ -1,6 +1,6 @@
 """One broker per data directory: a second ``scripts/serve`` on it is refused; nobody removes another's endpoints.
 
-The first broker holds an OS lock (``flock`` on ``<data dir>/sodalite.lock``) for its lifetime; a
+The first broker holds an OS lock (``flock`` on ``<data dir>/broker.lock``) for its lifetime; a
 second one started on the same directory exits at once, non-zero, with one line naming the directory
 and the first one's PID, and without touching anything there (the first keeps serving and its
 ``endpoints.json`` stays). The client commands, which read ``endpoints.json`` to find the broker,

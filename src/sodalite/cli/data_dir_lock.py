@@ -2,7 +2,7 @@
 
 Theory of operation. Two brokers writing one SQLite file each believe they number, lock and count
 its partitions alone; one removing the other's ``endpoints.json`` on exit leaves the client commands
-without ports. So ``serve`` takes an exclusive ``flock`` on ``<data dir>/sodalite.lock`` before it
+without ports. So ``serve`` takes an exclusive ``flock`` on ``<data dir>/broker.lock`` before it
 touches anything else there (the store, the certificate, ``endpoints.json``) and keeps the file
 descriptor open until the process ends: the kernel releases the lock however the process ends,
 ``kill -9`` included, so a stale lock never outlives its broker and never needs removing by hand.
@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 from typing import Final
 
-LOCK_FILE: Final = "sodalite.lock"
+LOCK_FILE: Final = "broker.lock"  # the name `sodalite restore` looks for (cli/backup.py)
 
 
 class DataDirectoryInUse(RuntimeError):

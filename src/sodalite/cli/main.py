@@ -10,7 +10,7 @@ import signal
 import socket
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from aiohttp import web
@@ -213,7 +213,7 @@ class Endpoints:
     admin_port: int | None = None
     http_port: int | None = None
     certificate: str | None = None
-    pid: int = field(default_factory=os.getpid)
+    pid: int = 0  # the broker's process: `sodalite restore` refuses a data directory a live one holds
 
     def write(self, data_dir: Path) -> None:
         path = data_dir / ENDPOINTS_FILE
@@ -324,7 +324,7 @@ async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
     where = f"data in {args.data_dir}" if args.store is None else f"messages in {redact_url(args.store)}"
     print(f"Sodalite {__version__} node {node_id} listening on {listening}, {where}", flush=True)
     print(f"Entities: {entities}", flush=True)
-    endpoints = Endpoints(amqp_port=port, amqps_port=broker.amqps_port)
+    endpoints = Endpoints(amqp_port=port, amqps_port=broker.amqps_port, pid=os.getpid())
     await _serve_management(args, runner, broker, endpoints)
     if shared is not None:
         print(f"Management (HTTPS or HTTP on the AMQP port, trust {cert}): "
