@@ -30,6 +30,7 @@ from sodalite.cli import pipeline as pipeline_commands
 from sodalite.cli import syphon as syphon_command
 from sodalite.cli.backup_service import BackupSource, make_backup
 from sodalite.cli.control_bridge import BrokerControl
+from sodalite.cli.data_dir_lock import DataDirectoryInUse, DataDirectoryLock, remove_own_endpoints
 from sodalite.cli.key_bridge import BrokerKeys
 from sodalite.cli.stores import build_broker, default_node_id, redact_url
 from sodalite.errors import ConfigurationError, StoreUnavailable
@@ -99,6 +100,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-connections", type=int, default=defaults.max_connections,
                        help="open connections at most; one more is refused with amqp:resource-limit-exceeded "
                             f"(default {defaults.max_connections})")
+    serve.add_argument("--auth-timeout", type=float, default=None, metavar="SECONDS",
+                       help="seconds after its open a connection has to get a token accepted on $cbs, or it is "
+                            "closed with amqp:unauthorized-access (default: --handshake-timeout)")
+    serve.add_argument("--max-unauthenticated-connections", type=int, default=defaults.max_unauthenticated,
+                       metavar="N",
+                       help="connections not yet authenticated at most (always fewer than --max-connections); "
+                            "past it the one that waited longest gives way to a newcomer "
+                            f"(default {defaults.max_unauthenticated})")
     serve.add_argument("--max-sessions-per-connection", type=int, default=defaults.max_sessions,
                        help=f"AMQP sessions one connection may begin (default {defaults.max_sessions})")
     serve.add_argument("--max-links-per-connection", type=int, default=defaults.max_links,
@@ -199,7 +208,8 @@ class Endpoints:
     """Where this broker listens, written to ``<data-dir>/endpoints.json`` for the client commands.
 
     The command line run in the same directory then finds a moved management port and the
-    certificate the broker serves (``--tls-cert`` included) without being told.
+    certificate the broker serves (``--tls-cert`` included) without being told. ``pid`` names the
+    broker that wrote it: only that process removes it (cli/data_dir_lock.py).
     """
 
     amqp_port: int = 0
@@ -215,8 +225,9 @@ class Endpoints:
 
     @staticmethod
     def remove(data_dir: Path) -> None:
-        """On a clean stop: no stale ports for the next client command to dial."""
-        (data_dir / ENDPOINTS_FILE).unlink(missing_ok=True)
+        """On a clean stop: no stale ports for the next client command to dial (a file another
+        process wrote is left alone)."""
+        remove_own_endpoints(data_dir / ENDPOINTS_FILE)
 
 
 async def _management_runner(args: argparse.Namespace, broker: Broker) -> web.AppRunner | None:
@@ -311,8 +322,14 @@ async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
     node_id = args.node_id or default_node_id(args.port)
     broker = build_broker(namespace, args.data_dir, synchronous=args.sync, store_url=args.store, node_id=node_id,
                           core=args.core, shared_poll_seconds=args.shared_poll_seconds)
+    if args.max_unauthenticated_connections < 1:
+        raise ConfigurationError("--max-unauthenticated-connections must be at least 1")
+    if args.auth_timeout is not None and args.auth_timeout <= 0:
+        raise ConfigurationError("--auth-timeout must be more than 0 seconds")
     broker.limits = ConnectionLimits(args.handshake_timeout, args.max_connections,
-                                     args.max_sessions_per_connection, args.max_links_per_connection)
+                                     args.max_sessions_per_connection, args.max_links_per_connection,
+                                     max_unauthenticated=args.max_unauthenticated_connections,
+                                     auth_timeout=args.auth_timeout)
     asyncio.get_running_loop().set_exception_handler(AcceptFailureLog())
     cert, key = certificate(args)  # generated whenever missing, whichever listeners are on
     tls = server_context(cert, key)
@@ -355,9 +372,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command != "serve":
         return client_commands.run(args)
     logging_setup.configure(args.log_level, args.log_format)
+    lock = DataDirectoryLock(args.data_dir)
     try:
         namespace = load_namespace(args.config)
+        lock.acquire()  # before anything in the data directory is touched; held until the process ends
         asyncio.run(_serve(args, namespace))
+    except DataDirectoryInUse as exc:
+        print(f"sodalite: {exc}", file=sys.stderr)
+        return 1
     except ConfigurationError as exc:
         print(f"sodalite: invalid configuration: {exc.description}", file=sys.stderr)
         return 2
@@ -367,6 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"sodalite: {exc}", file=sys.stderr)
         return 1
+    finally:
+        lock.release()
     return 0
 
 

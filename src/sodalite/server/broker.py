@@ -197,6 +197,9 @@ class Broker:
         self.container_id = f"sodalite-{namespace.name}"
         self.entities: dict[str, Entity] = {}
         self.connections: set[BrokerConnection] = set()
+        # Those of them with no token accepted yet, oldest first, with when each was accepted
+        # (monotonic seconds): the allowance of server/limits.py.
+        self.unauthenticated: dict[BrokerConnection, float] = {}
         self.limits = ConnectionLimits()  # per connection and in all (server/limits.py)
         # The namespace's shared access rules, with keys regenerated at runtime (start() applies stored ones).
         self.authorization_rules: tuple[AuthorizationRule, ...] = namespace.authorization_rules

@@ -470,7 +470,9 @@ class CoreActor:
     def _on_moved(self, target: PartitionRef, count: int) -> None:
         for sub, ref in self.refs.items():
             if ref == target and sub in self.runners:
-                self.runners[sub].submit(core.Arrived(count))
+                runner = self.runners[sub]
+                runner.submit(core.Arrived(count))
+                runner.refresh_size()  # rows another batch moved in: their bytes show at the next read
                 if sub is SubQueue.DEAD_LETTER and count and self.on_dead_letters is not None:
                     self.on_dead_letters()
                 return
