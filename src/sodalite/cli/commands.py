@@ -19,21 +19,17 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import quote
 
-from sodalite.amqp.types import Int, Long
-from sodalite.amqpclient import AmqpClient, ClientError, connection_string
-from sodalite.amqpclient.message_codec import OutgoingMessage, describe_message, encode_message
-from sodalite.cli.admin_client import AdminClient, AdminError
-from sodalite.cli.api_client import ApiClient, ApiError
-from sodalite.cli.export import export_namespace
+from sodalite.amqpclient import connection_string
 from sodalite.errors import ConfigurationError, SodaliteError
-from sodalite.model.entities import (
-    DEFAULT_RULE_NAME,
-    RuleDescription,
-    parse_duration,
-)
+
+if TYPE_CHECKING:  # imported where used, so the parser (and `sodalite --help`) loads none of them
+    from sodalite.amqpclient import AmqpClient
+    from sodalite.cli.admin_client import AdminClient
+    from sodalite.cli.api_client import ApiClient
+    from sodalite.model.entities import RuleDescription
 
 DEFAULT_ADMIN_PORT: Final = 5443
 DEFAULT_DATA_DIR: Final = Path("sodalite-data")
@@ -209,6 +205,10 @@ _NAMES: Final[dict[str, tuple[str, ...]]] = {
 
 def run(args: argparse.Namespace) -> int:
     """Run a client command; print the broker's refusal and return 1 if it refused."""
+    from sodalite.amqpclient import ClientError
+    from sodalite.cli.admin_client import AdminError
+    from sodalite.cli.api_client import ApiError
+
     handler: Callable[[argparse.Namespace], None] = args.handler
     try:
         handler(args)
@@ -264,6 +264,8 @@ def _settings_for(args: argparse.Namespace) -> connection_string.ConnectionSetti
 
 
 def _amqp(args: argparse.Namespace) -> AmqpClient:
+    from sodalite.amqpclient import AmqpClient
+
     settings = _settings_for(args)
     return AmqpClient(settings.host, settings.port, settings.key_name, settings.key,
                       tls=_tls_context(args) if settings.tls else None, timeout=args.timeout)
@@ -279,6 +281,8 @@ def _admin_port(args: argparse.Namespace) -> int:
 
 
 def _admin(args: argparse.Namespace) -> AdminClient:
+    from sodalite.cli.admin_client import AdminClient
+
     settings = _settings_for(args)
     return AdminClient(settings.host, _admin_port(args), settings.key_name, settings.key,
                        context=None if args.http else _tls_context(args), timeout=args.timeout)
@@ -319,6 +323,9 @@ def _body(args: argparse.Namespace) -> bytes:
 
 
 def _send(args: argparse.Namespace) -> None:
+    from sodalite.amqpclient.message_codec import OutgoingMessage, encode_message
+    from sodalite.model.entities import parse_duration
+
     message = OutgoingMessage(
         body=_body(args), message_id=args.message_id, session_id=args.session_id,
         partition_key=args.partition_key, subject=args.subject, correlation_id=args.correlation_id,
@@ -332,6 +339,10 @@ def _send(args: argparse.Namespace) -> None:
 
 
 def _peek(args: argparse.Namespace) -> None:
+    from sodalite.amqp.types import Int, Long
+    from sodalite.amqpclient import ClientError
+    from sodalite.amqpclient.message_codec import describe_message
+
     entity = args.entity + ("/$DeadLetterQueue" if args.dead_letter else "")
     shown: list[dict[str, Any]] = []
     with _amqp(args) as client:
@@ -391,6 +402,8 @@ def _settings(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def _rule(args: argparse.Namespace, name: str) -> RuleDescription:
+    from sodalite.model.entities import RuleDescription
+
     properties: dict[str, Any]
     if args.sql is not None:
         properties = {"FilterType": "Sql", "SqlFilter": {"SqlExpression": args.sql}}
@@ -415,6 +428,8 @@ def _rule(args: argparse.Namespace, name: str) -> RuleDescription:
 
 def _entity_record(api: ApiClient, kind: str, path: str) -> dict[str, Any]:
     """The entity of ``kind`` at ``path``, with its properties; a 404 when there is none of that kind."""
+    from sodalite.cli.api_client import ApiError
+
     try:
         record: dict[str, Any] = api.call("GET", api.entity(path))
     except ApiError as exc:
@@ -432,6 +447,8 @@ def _own_name(record: dict[str, Any]) -> str:
 
 
 def _entity_command(args: argparse.Namespace) -> None:
+    from sodalite.model.entities import DEFAULT_RULE_NAME
+
     kind, action = args.kind, args.action
     api = _api(args)
     if kind == "rule":
@@ -467,6 +484,8 @@ def _entity_command(args: argparse.Namespace) -> None:
 
 
 def _rule_command(api: ApiClient, args: argparse.Namespace) -> None:
+    from sodalite.cli.api_client import ApiError
+
     action = args.action
     subscription = _path("rule", args)
     rules_route = api.entity(subscription) + "/$rules"
@@ -508,6 +527,8 @@ def _rule_command(api: ApiClient, args: argparse.Namespace) -> None:
 
 
 def _export(args: argparse.Namespace) -> None:
+    from sodalite.cli.export import export_namespace
+
     document = json.dumps(export_namespace(_admin(args)), indent=2, ensure_ascii=False) + "\n"
     if args.output is None:
         sys.stdout.write(document)
@@ -517,6 +538,8 @@ def _export(args: argparse.Namespace) -> None:
 
 
 def _api(args: argparse.Namespace) -> ApiClient:
+    from sodalite.cli.api_client import ApiClient
+
     settings = _settings_for(args)
     return ApiClient(settings.host, _admin_port(args), settings.key_name, settings.key,
                      context=None if args.http else _tls_context(args), timeout=args.timeout)

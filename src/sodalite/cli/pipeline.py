@@ -16,12 +16,13 @@ from typing import Any
 
 from sodalite.amqpclient import connection_string
 from sodalite.errors import ConfigurationError, SodaliteError
+from sodalite.extras import MissingExtra
 
 PROGRESS_EVERY_S = 5.0
 
 
 def register(commands: Any) -> None:
-    pipeline = commands.add_parser("pipeline", help="data pipelines on Spark (needs the sodalite[spark] extra)")
+    pipeline = commands.add_parser("pipeline", help="data pipelines on Spark (needs the 'spark' extra)")
     actions = pipeline.add_subparsers(dest="action", required=True)
 
     export = actions.add_parser("export", help="an entity or its dead-letter queue to Parquet (or another "
@@ -92,12 +93,9 @@ def _source_connection(args: argparse.Namespace) -> str:
 
 
 def _session(master: str, name: str) -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    from sodalite.spark import session  # workers on this Python unless the user or the cluster chose one
 
-    return (SparkSession.builder.master(master).appName(name).config("spark.ui.showConsoleProgress", "false")
-            .getOrCreate())
+    return session(master, name, {"spark.ui.showConsoleProgress": "false"})
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -207,9 +205,8 @@ def _interrupted(exc: BaseException) -> bool:
 def run(args: argparse.Namespace) -> int:
     try:
         import pyspark  # noqa: F401
-    except ImportError:
-        print("error: the Spark pipelines need the sodalite[spark] extra (pip install 'sodalite[spark]')",
-              file=sys.stderr)
+    except ImportError as exc:
+        print(f"error: {MissingExtra('spark', 'the Spark pipelines', exc)}", file=sys.stderr)
         return 2
     started = time.monotonic()
     try:

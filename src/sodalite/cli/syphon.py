@@ -8,7 +8,7 @@ both clients and prints the totals. A message in flight when it stops stays lock
 queue until its lock expires, then is moved by the next run: nothing is lost, at worst one is sent
 twice.
 
-Needs the official SDK (``pip install 'sodalite[client]'``); works against any Service Bus namespace.
+Needs the official SDK (the ``client`` extra); works against any Service Bus namespace.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import threading
 import time
 from datetime import timedelta
 from typing import Any
+
+from sodalite.extras import MissingExtra
 
 
 def register(commands: Any) -> None:
@@ -50,8 +52,7 @@ def run_syphon(args: argparse.Namespace) -> None:
         from sodalite.client import backlog
         from sodalite.client.paired import Syphon, close_sdk_client, ensure_backlog_queues
     except ImportError as exc:  # the SDK is an optional dependency of the broker
-        raise ValueError(f"sodalite syphon needs the azure-servicebus SDK (pip install 'sodalite[client]'): "
-                         f"{exc}") from None
+        raise ValueError(str(MissingExtra("client", "sodalite syphon", exc))) from None
     namespace = args.primary_namespace or backlog.namespace_of(args.primary)
     names = backlog.backlog_queue_names(namespace, args.backlog_queue_count)
     kwargs: dict[str, Any] = {}

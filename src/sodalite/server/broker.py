@@ -59,7 +59,7 @@ from sodalite.server.dead_letter_relay import DeadLetterRelay
 from sodalite.server.entity_settings import Clock, EntitySettings, SubQueue, wall_clock_ms
 from sodalite.server.fanout import CompiledRule, copies_for
 from sodalite.server.limits import ConnectionLimits
-from sodalite.server.listener import ProtocolFactory, SniffingListener
+from sodalite.server.listener import ListenFailed, ProtocolFactory, SniffingListener
 from sodalite.server.metrics import BrokerMetrics
 from sodalite.server.partition_runner import LoopClock
 from sodalite.server.partitioned_actor import EntityActor, PartitionedCoreActor, each, partition_index
@@ -469,10 +469,16 @@ class Broker:
         if self.worker.shared:  # other nodes change entities in this store too
             self._entity_follower = loop.create_task(self._follow_entities_forever())
             self._activity_recorder = loop.create_task(self._record_activity_forever())
-        self._server = await SniffingListener.start(host, port, lambda: BrokerConnection(self), management,
-                                                    management_tls, sniff_timeout=self.limits.handshake_timeout)
+        try:
+            self._server = await SniffingListener.start(host, port, lambda: BrokerConnection(self), management,
+                                                        management_tls, sniff_timeout=self.limits.handshake_timeout)
+        except OSError as exc:
+            raise ListenFailed("amqp", host, port, exc) from None
         if tls is not None and tls_port >= 0:
-            self._tls_server = await loop.create_server(lambda: BrokerConnection(self), host, tls_port, ssl=tls)
+            try:
+                self._tls_server = await loop.create_server(lambda: BrokerConnection(self), host, tls_port, ssl=tls)
+            except OSError as exc:
+                raise ListenFailed("amqps", host, tls_port, exc) from None
             self.amqps_port = int(self._tls_server.sockets[0].getsockname()[1])
         self.port = self._server.port
         return self.port
