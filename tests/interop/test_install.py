@@ -137,6 +137,12 @@ def test_a_wheel_installed_into_a_clean_venv_serves_with_its_console(wheel_venv:
     where = subprocess.run([str(python), "-c", probe], check=True, capture_output=True, text=True,
                            env=clean).stdout.splitlines()
     assert where[0].startswith(str(wheel_venv)) and where[1] == "[]", where
+    # A missing extra names a command that installs it into this installation: the wheel it came from.
+    refused = subprocess.run([str(wheel_venv / "bin" / "sodalite"), "pipeline", "export", "q", "--path",
+                              str(tmp_path / "out"), "--checkpoint", str(tmp_path / "cp")],
+                             capture_output=True, text=True, env=clean, timeout=60)
+    assert refused.returncode == 2 and "'spark' extra" in refused.stderr, refused.stderr
+    assert re.search(r"pip install '\S+sodalite-[^' ]+\.whl\[spark\]'", refused.stderr), refused.stderr
     broker = Served([str(wheel_venv / "bin" / "sodalite"), "serve", *FREE, "--data-dir", str(tmp_path / "data")],
                     {**clean, "PYTHONUNBUFFERED": "1"})
     try:

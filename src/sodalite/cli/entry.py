@@ -82,6 +82,10 @@ def parser() -> argparse.ArgumentParser:
                        help=f"AMQP sessions one connection may begin (default {defaults.max_sessions})")
     serve.add_argument("--max-links-per-connection", type=int, default=defaults.max_links,
                        help=f"links one connection may attach (default {defaults.max_links})")
+    serve.add_argument("--stop-timeout", type=float, default=10.0, metavar="SECONDS",
+                       help="on SIGTERM or Ctrl-C: stop accepting, let the store work in flight commit and its "
+                            "replies go out for at most this long, then close every connection with "
+                            "amqp:connection:forced, which the SDKs retry by reconnecting (default 10)")
     serve.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default) or ERROR")
     serve.add_argument("--log-format", choices=logging_setup.FORMATS, default="text",
                        help="text (default) or json: one JSON object per line with time, level, logger, "

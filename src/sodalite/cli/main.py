@@ -266,10 +266,12 @@ async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     Endpoints.remove(args.data_dir)
+    # The broker first: its connections (AMQP over WebSockets included, which the management app's
+    # cleanup would otherwise wait on) are told to reconnect once their work in flight is answered.
+    await broker.shutdown(args.stop_timeout)
     for each in (runner, metrics_runner):
         if each is not None:
             await each.cleanup()
-    await broker.stop()
 
 
 class BadOption(Exception):

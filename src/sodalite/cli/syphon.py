@@ -21,6 +21,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from sodalite.cli.progress import Progress
 from sodalite.extras import MissingExtra
 
 
@@ -78,10 +79,13 @@ def run_syphon(args: argparse.Namespace) -> None:
         thread.start()
     started = time.monotonic()
     shown = (-1, -1)
+    status = Progress("syphon: moved")  # on a terminal: one status line, count and rate
     try:
-        while not stop.wait(args.progress_interval):
+        while not stop.wait(1.0 if status.terminal else args.progress_interval):
             totals = _totals(syphons)
-            if totals != shown:
+            if status.terminal:
+                status.update(totals[0], detail=f"dead-lettered {totals[1]}")
+            elif totals != shown:
                 print(f"syphon: moved {totals[0]}, dead-lettered {totals[1]} "
                       f"({time.monotonic() - started:.0f} s)", flush=True)
                 shown = totals
@@ -103,7 +107,7 @@ def run_syphon(args: argparse.Namespace) -> None:
         for thread in threads:
             thread.join(timeout=5)
     moved, dead = _totals(syphons)
-    print(f"syphon: stopped; moved {moved}, dead-lettered {dead}", flush=True)
+    status.finish(f"syphon: stopped; moved {moved}, dead-lettered {dead} in {status.elapsed()}")
     if faults:
         raise ValueError("; ".join(faults))
 
