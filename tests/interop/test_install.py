@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -121,6 +122,7 @@ def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     subprocess.run([sys.executable, "-m", "build", "--outdir", str(work / "dist"), str(source)],
                    check=True, capture_output=True, env=clean, timeout=400)
     wheel = next((work / "dist").glob("sodalite-*.whl"))
+    (work / "wheel-name").write_text(str(wheel))
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=clean, timeout=120)
     subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--quiet",
@@ -129,6 +131,16 @@ def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def test_a_wheel_installed_into_a_clean_venv_serves_with_its_console(wheel_venv: Path, tmp_path: Path) -> None:
+    # The wheel's metadata: no driver in the base install; AMQP over WebSockets comes with the client extra.
+    wheel = Path((wheel_venv.parent / "wheel-name").read_text())
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = archive.read(next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    requires = [line.removeprefix("Requires-Dist: ") for line in metadata.splitlines()
+                if line.startswith("Requires-Dist: ")]
+    base = [r for r in requires if "extra ==" not in r]
+    assert not [r for r in base if r.startswith(("psycopg", "pyspark", "azure-servicebus", "websocket-client"))], base
+    assert any(r.startswith("websocket-client") and 'extra == "client"' in r for r in requires), requires
+    assert any(r.startswith("build") and 'extra == "dev"' in r for r in requires), requires
     clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     python = wheel_venv / "bin" / "python"
     # The installed package is the wheel's, not this checkout's; none of the extras came with it.
