@@ -68,3 +68,11 @@ def test_a_port_in_use_names_the_option_that_chose_it(option: str, taken_port: i
     line = _one_line(_serve(option, str(taken_port), data_dir=tmp_path / "data"))
     assert line.startswith(f"sodalite serve: {option} {taken_port}: "), line
     assert "address already in use" in line.lower()
+
+
+def test_an_address_this_machine_cannot_listen_on_names_the_host(tmp_path: Path) -> None:
+    result = subprocess.run([str(SODALITE), "serve", "--host", "no-such-host.invalid", "--port", "0",
+                             "--amqps-port", "0", "--admin-port", "0", "--http-port", "0",
+                             "--data-dir", str(tmp_path / "data")], capture_output=True, text=True, timeout=60)
+    line = _one_line(result)
+    assert line.startswith("sodalite serve: --host no-such-host.invalid: "), line

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
 import os
 import signal
@@ -310,8 +311,12 @@ def check_options(args: argparse.Namespace) -> None:
 
 
 def _listen_failure(exc: ListenFailed) -> str:
+    # A name that does not resolve (a negative getaddrinfo code) or an address not on this machine.
+    if isinstance(exc.cause, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL or (exc.errno or 0) < 0:
+        reason = str(exc.cause.strerror or exc.cause).split(" (while attempting", 1)[0]
+        return f"--host {exc.host}: cannot listen on this address: {reason}"
     option = _LISTENER_OPTIONS.get(exc.listener, exc.listener)
-    reason = os.strerror(exc.errno).lower() if exc.errno else str(exc.strerror)
+    reason = os.strerror(exc.errno).lower() if exc.errno and exc.errno > 0 else str(exc.strerror)
     return f"{option} {exc.port}: cannot listen on {exc.host}:{exc.port}: {reason}"
 
 

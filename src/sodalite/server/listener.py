@@ -50,7 +50,7 @@ class ListenFailed(OSError):
 
     def __init__(self, listener: str, host: str, port: int, cause: OSError) -> None:
         super().__init__(cause.errno, cause.strerror or str(cause))
-        self.listener, self.host, self.port = listener, host, port
+        self.listener, self.host, self.port, self.cause = listener, host, port, cause
 
 
 class SniffingListener:
