@@ -26,7 +26,12 @@ WORKER_PYTHON_SETTINGS = ("spark.pyspark.python", "spark.executorEnv.PYSPARK_PYT
 
 def register(spark: Any) -> None:
     """Register the ``sodalite`` format with a SparkSession."""
-    from sodalite.spark.source import SodaliteDataSource
+    try:
+        from sodalite.spark.source import SodaliteDataSource
+    except ImportError as exc:
+        if isinstance(exc, MissingExtra) or (exc.name or "").split(".")[0] not in ("pyspark", "pyarrow", "pandas"):
+            raise
+        raise MissingExtra("spark", "the sodalite data source", exc) from None
 
     spark.dataSource.register(SodaliteDataSource)
 
