@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from sodalite.amqp import events as ev
 from sodalite.amqp.connection import Connection
 from sodalite.amqp.link import Link
+from sodalite.amqp.performatives import Error
 from sodalite.amqp.sasl import SaslServerConfig
 from sodalite.amqp.states import ConnectionState
 from sodalite.errors import EntityNotFound, QuotaExceeded, SodaliteError, Unauthorized
@@ -46,6 +47,11 @@ log = logging.getLogger(__name__)
 HANDSHAKE_RECHECK_S = 15.0  # before open no heartbeat is due; the timer looks again this often
 MIN_TICK_S = 0.05
 CLOSE_GRACE_S = 2.0  # after the broker's close, a peer that does not answer it is dropped
+
+
+#: What a connection is closed with when the broker stops (AMQP 1.0 2.8.15, "an operator intervened"):
+#: retryable for the SDKs (pyamqp's retry policy and ServiceBusConnectionError), which reconnect.
+SHUTDOWN_CONDITION = "amqp:connection:forced"
 
 
 class BrokerConnection(asyncio.Protocol):
@@ -124,6 +130,30 @@ class BrokerConnection(asyncio.Protocol):
         if self._heartbeat is not None:
             self._heartbeat.cancel()
         self.auth.cancel()
+
+    # ---- graceful stop ---------------------------------------------------------------------------
+
+    def stop_reading(self) -> None:
+        """The broker is stopping: take no more frames from this client; what it sent is still carried out."""
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            try:
+                transport.pause_reading()
+            except (AttributeError, NotImplementedError, RuntimeError):  # a transport that cannot pause
+                pass
+
+    def close_for_shutdown(self, description: str) -> None:
+        """Close with ``amqp:connection:forced``: after the replies already owed (they go first), the
+        client is told the broker is going away, which the SDKs treat as retryable: they reconnect."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if self.amqp.phase is ConnectionState.OPENED:
+            self.amqp.close(Error(SHUTDOWN_CONDITION, description, None))
+            self.broker.metrics.error_sent(SHUTDOWN_CONDITION)
+            self.flush()
+        if not transport.is_closing():
+            transport.close()  # after what is buffered has been written
 
     # ---- output ----------------------------------------------------------------------------------
 

@@ -292,7 +292,8 @@ class CoreActor:
 
     @property
     def available(self) -> bool:
-        return self._available and not self.worker.offline
+        # Closed (the broker stopping): links torn down afterwards ask nothing more of the runners.
+        return self._available and not self._closed and not self.worker.offline
 
     # ---- requests and replies ---------------------------------------------------------------------
 
