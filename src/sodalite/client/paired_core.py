@@ -25,6 +25,7 @@ from azure.core.exceptions import ClientAuthenticationError, HttpResponseError, 
 from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch
 
 from sodalite.client import backlog
+from sodalite.client.availability import PUMP_SLICE, bounded_wait
 from sodalite.client.batch import KeepingMessageBatch
 from sodalite.client.failover import FailoverBook, is_failover_error
 from sodalite.client.paired_messages import as_list
@@ -147,6 +148,17 @@ class RetryPrimary:
 
 
 FAIL_OVER = "fail over"
+
+
+def attempt_limit(book: FailoverBook, path: str, now: float, app_timeout: float | None) -> float:
+    """The timeout of one send to the primary: never past the end of the failover timer (the whole
+    interval while none runs), the application's own ``timeout`` when shorter."""
+    return bounded_wait(app_timeout, book.time_left(path, now))
+
+
+def pump_slice(receive_wait: timedelta) -> float:
+    """One receive of a syphon's long poll: at most ``PUMP_SLICE``, so a stop is seen that soon."""
+    return min(receive_wait.total_seconds(), PUMP_SLICE) or PUMP_SLICE
 
 
 def after_primary_failure(book: FailoverBook, path: str, now: float, pause: float) -> RetryPrimary | str:
