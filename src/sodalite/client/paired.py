@@ -201,7 +201,8 @@ class PairedSender:
         while True:
             try:
                 # Each attempt ends before the failover timer does (the whole interval while none runs).
-                limit = core.attempt_limit(self._client.book, self.entity_path, time.monotonic(), timeout)
+                began = time.monotonic()
+                limit = core.attempt_limit(self._client.book, self.entity_path, began, timeout)
                 self._primary_sender().send_messages(send.to_primary, timeout=limit)
                 self._client.book.primary_succeeded(self.entity_path)
                 return True
@@ -210,7 +211,7 @@ class PairedSender:
                 if not is_failover_error(exc):
                     raise
                 self._drop_primary()
-                step = core.after_primary_failure(self._client.book, self.entity_path, time.monotonic(), pause)
+                step = core.after_primary_failure(self._client.book, self.entity_path, time.monotonic(), pause, began)
                 if not isinstance(step, core.RetryPrimary):
                     log.warning("entity '%s' fails over to the backlog queues: %s", self.entity_path,
                                 core.first_line(exc))

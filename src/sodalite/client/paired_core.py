@@ -161,9 +161,11 @@ def pump_slice(receive_wait: timedelta) -> float:
     return min(receive_wait.total_seconds(), PUMP_SLICE) or PUMP_SLICE
 
 
-def after_primary_failure(book: FailoverBook, path: str, now: float, pause: float) -> RetryPrimary | str:
-    """A send to the primary failed with a failover error: retry it, or ``FAIL_OVER`` once the timer ran out."""
-    if book.primary_failed(path, now):
+def after_primary_failure(book: FailoverBook, path: str, now: float, pause: float,
+                          began: float | None = None) -> RetryPrimary | str:
+    """A send to the primary (an attempt that ``began`` then) failed with a failover error: retry it, or
+    ``FAIL_OVER`` once the timer ran out. The timer starts when the first failed attempt began."""
+    if book.primary_failed(path, now, began):
         return FAIL_OVER
     return RetryPrimary(min(pause, max(0.01, book.time_left(path, now))), min(pause * 2, RETRY_PAUSE[1]))
 
