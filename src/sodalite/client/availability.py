@@ -120,6 +120,16 @@ class Availability:
                 self.clears += 1
             return since
 
+    def copy_failed(self, key: str, index: int, error: BaseException, now: float, *, probes: bool) -> bool:
+        """What a replicated sender does with a failed copy: True when the caller starts the probe of
+        ``index`` (a failover error newly marked it and the client ``probes``: active mode); a client
+        that does not probe (passive mode) keeps the mark as "in doubt" only."""
+        start = self.failed(key, index, error, now)
+        if start and not probes:
+            self.probe_stopped(key, index)
+            return False
+        return start
+
     def probe_stopped(self, key: str, index: int) -> None:
         with self._lock:
             self._probing.discard((key, index))

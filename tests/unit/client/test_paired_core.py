@@ -193,3 +193,17 @@ def test_attempt_limits_and_timeouts() -> None:
     assert not marks.failed("q", 0, ServiceBusConnectionError(message="refused"), 2.0)  # one probe
     assert marks.targets("q") == [1] and marks.single_copy_sends == 1
     assert marks.clear("q", 0) == 1.0 and marks.targets("q") == [0, 1]
+
+
+def test_a_passive_client_keeps_a_failed_namespace_in_doubt_without_a_probe() -> None:
+    from azure.servicebus.exceptions import ServiceBusConnectionError
+
+    from sodalite.client.availability import Availability
+    marks = Availability()
+    refused = ServiceBusConnectionError(message="refused")
+    assert not marks.copy_failed("q", 0, refused, 1.0, probes=False)
+    assert marks.marked("q", 0)  # in doubt: its next attempt gets the short timeout
+    marks.succeeded("q", 0)
+    assert not marks.marked("q", 0)
+    assert marks.copy_failed("q", 1, refused, 2.0, probes=True)  # active: the one caller starts the probe
+    assert not marks.copy_failed("q", 1, refused, 3.0, probes=True)

@@ -200,14 +200,11 @@ class ReplicatedSender:
 
     def _failed(self, index: int, error: BaseException) -> None:
         """A copy failed: a failover error marks its namespace (and, in active mode, starts its probe)."""
-        if not self._client.availability.failed(self._key, index, error, time.monotonic()):
-            return
-        if self._client.mode is ReplicationMode.ACTIVE:
+        if self._client.availability.copy_failed(self._key, index, error, time.monotonic(),
+                                                 probes=self._client.mode is ReplicationMode.ACTIVE):
             _log.warning("namespace %d marked unavailable for '%s' (%s); sends go to the other one until a probe "
                          "answers", index, self._key, first_line(error))
             self._client._start_probe(self._key, index, self._probes[index])
-        else:
-            self._client.availability.probe_stopped(self._key, index)
 
     async def _send_active(self, batch: list[ServiceBusMessage], timeout: float | None) -> None:
         targets = self._client.availability.targets(self._key)
