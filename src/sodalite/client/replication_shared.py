@@ -116,7 +116,9 @@ class ClientPairs(ABC, Generic[W, R, SND, RCV, RQS]):
         return self._receiver(pair, duplicate_filter, kwargs)
 
     def _receiver(self, pair: EntityPair, duplicate_filter: DuplicateFilter | None, kwargs: dict[str, Any]) -> RCV:
-        one, two = self._sdk
+        # The attempt clients: a namespace that is down fails a receive (or an open) in a moment and
+        # rests, instead of holding the receive for the application's whole retry chain.
+        one, two = self._attempt_sdk
         session = kwargs.pop("session_id", None)
         if session is not None:
             makers: SessionMakers[R] = (lambda sid: pair.receiver(one, 0, session_id=sid, **kwargs),
