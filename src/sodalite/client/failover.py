@@ -105,6 +105,11 @@ class FailoverBook:
                 return True
             return False
 
+    def failing(self, path: str) -> bool:
+        """True while the entity's failover timer runs (a failover error, no success since)."""
+        with self._lock:
+            return self._record(path).failing_since is not None
+
     def time_left(self, path: str, now: float) -> float:
         """Seconds until the running timer fails the entity over (the full interval when none runs)."""
         with self._lock:

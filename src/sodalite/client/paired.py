@@ -367,10 +367,10 @@ class PairedNamespaceClient(core.PairedState):
         ensure_backlog_queues(options.secondary_connection_string, self.backlog_names, **second)
         self.primary = NamespaceSide(
             "primary", ServiceBusClient.from_connection_string(primary_connection_string, **first), self._side_down,
-            self._stop.set, ServiceBusClient.from_connection_string(primary_connection_string, **first_attempts))
+            self._stop_background, ServiceBusClient.from_connection_string(primary_connection_string, **first_attempts))
         self.secondary = NamespaceSide(
             "secondary", ServiceBusClient.from_connection_string(options.secondary_connection_string, **second),
-            self._side_down, self._stop.set,
+            self._side_down, self._stop_background,
             ServiceBusClient.from_connection_string(options.secondary_connection_string, **second_attempts))
         if options.enable_syphon:
             for name in self.backlog_names:
@@ -402,6 +402,17 @@ class PairedNamespaceClient(core.PairedState):
         if not other.closed:
             other.set_fault(PairedClientClosed(side.down_reason()))
 
+    def _stop_background(self) -> None:
+        """Tell the pumps and pingers to stop and give them the budget to finish what they hold (never
+        waiting for the calling thread itself: a pump may be the one that faults a side)."""
+        self._stop.set()
+        deadline = time.monotonic() + CLOSE_BUDGET
+        with self._threads_lock:
+            threads = list(self._threads)
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout=max(0.0, deadline - time.monotonic()))
+
     def _fault_from(self, role: str, exc: BaseException) -> None:
         (self.primary if role == "primary" else self.secondary).set_fault(exc)
 
@@ -413,13 +424,7 @@ class PairedNamespaceClient(core.PairedState):
         """Stop the background work first (syphon pumps and pingers finish what they are doing, within
         the budget), then close the namespace clients under them."""
         self._close_with("the paired client is closed")
-        self._stop.set()
-        deadline = time.monotonic() + CLOSE_BUDGET
-        with self._threads_lock:
-            threads = list(self._threads)
-        for thread in threads:
-            if thread is not threading.current_thread():
-                thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        self._stop_background()
         for side in (self.primary, self.secondary):
             if not side.closed:
                 side.close()

@@ -25,7 +25,7 @@ from azure.core.exceptions import ClientAuthenticationError, HttpResponseError, 
 from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch
 
 from sodalite.client import backlog
-from sodalite.client.availability import PUMP_SLICE, bounded_wait
+from sodalite.client.availability import PUMP_SLICE, SHORT_ATTEMPT, bounded_wait
 from sodalite.client.batch import KeepingMessageBatch
 from sodalite.client.failover import FailoverBook, is_failover_error
 from sodalite.client.paired_messages import as_list
@@ -151,9 +151,12 @@ FAIL_OVER = "fail over"
 
 
 def attempt_limit(book: FailoverBook, path: str, now: float, app_timeout: float | None) -> float:
-    """The timeout of one send to the primary: never past the end of the failover timer (the whole
-    interval while none runs), the application's own ``timeout`` when shorter."""
-    return bounded_wait(app_timeout, book.time_left(path, now))
+    """The timeout of one send to the primary: never past the end of the running failover timer; while
+    none runs, the whole interval (at least ``SHORT_ATTEMPT``, so a short interval does not cut healthy
+    sends short). The application's own ``timeout`` wins when shorter."""
+    if book.failing(path):
+        return bounded_wait(app_timeout, book.time_left(path, now))
+    return bounded_wait(app_timeout, max(book.failover_interval.total_seconds(), SHORT_ATTEMPT))
 
 
 def pump_slice(receive_wait: timedelta) -> float:

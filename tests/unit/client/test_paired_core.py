@@ -180,6 +180,7 @@ def test_attempt_limits_and_timeouts() -> None:
     assert attempt_limit(book, "orders", 100.0, 3.0) == 3.0  # the application's shorter timeout wins
     after_primary_failure(book, "orders", 100.0, RETRY_PAUSE[0])
     assert attempt_limit(book, "orders", 109.0, None) == pytest.approx(1.0)  # never past the timer
+    assert attempt_limit(_book(interval=0.0), "orders", 100.0, None) == 2.0  # healthy sends are not cut short
     assert attempt_timeout(None, False, 2.0) is None and attempt_timeout(30.0, False, 2.0) == 30.0
     assert attempt_timeout(None, True, 2.0) == 2.0 and attempt_timeout(0.5, True, 2.0) == 0.5
     kwargs = attempt_client_kwargs({"retry_total": 9, "retry_backoff_factor": 3, "connection_verify": "ca.pem"})

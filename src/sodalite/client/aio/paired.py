@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any
@@ -60,7 +60,8 @@ class NamespaceSide(core.SideState):
     """One of the two namespace clients; closing or faulting it closes the other (coordination)."""
 
     def __init__(self, role: str, client: ServiceBusClient, on_down: Callable[[NamespaceSide], None],
-                 before_close: Callable[[], None] = lambda: None, attempts: ServiceBusClient | None = None) -> None:
+                 before_close: Callable[[], Awaitable[None]] | None = None,
+                 attempts: ServiceBusClient | None = None) -> None:
         super().__init__(role)
         self.client = client
         # the same namespace with the library's short retry policy: primary sends, pings, syphon moves
@@ -77,7 +78,8 @@ class NamespaceSide(core.SideState):
     async def _down(self, fault: BaseException | None) -> None:
         if not self._goes_down(fault):
             return
-        self._before_close()  # stop the pumps first: they open receivers on this client
+        if self._before_close is not None:
+            await self._before_close()  # stop the pumps first: they open receivers on this client
         try:
             if self.attempts is not self.client:
                 await close_sdk_client(self.attempts)
@@ -307,15 +309,16 @@ class PairedNamespaceClient(core.PairedState):
         self._kwargs = second  # the administration client's: it speaks to the secondary
         self._stop = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._closing: set[asyncio.Task[None]] = set()  # tasks closing a side (coordination)
         self._opened = False
         self._opening = asyncio.Lock()
         self.syphons: list[Syphon] = []
         self.primary = NamespaceSide(
             "primary", ServiceBusClient.from_connection_string(primary_connection_string, **first), self._side_down,
-            self._stop.set, ServiceBusClient.from_connection_string(primary_connection_string, **first_attempts))
+            self._stop_background, ServiceBusClient.from_connection_string(primary_connection_string, **first_attempts))
         self.secondary = NamespaceSide(
             "secondary", ServiceBusClient.from_connection_string(options.secondary_connection_string, **second),
-            self._side_down, self._stop.set,
+            self._side_down, self._stop_background,
             ServiceBusClient.from_connection_string(options.secondary_connection_string, **second_attempts))
 
     async def open(self) -> None:
@@ -347,10 +350,11 @@ class PairedNamespaceClient(core.PairedState):
                         tb: TracebackType | None) -> None:
         await self.close()
 
-    def _spawn(self, work: Any) -> None:
+    def _spawn(self, work: Any) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     # ---- close/fault coordination ---------------------------------------------------------------
 
@@ -359,7 +363,23 @@ class PairedNamespaceClient(core.PairedState):
         self._close_with(side.down_reason())
         self._stop.set()
         if not other.closed:
-            self._spawn(other.set_fault(PairedClientClosed(side.down_reason())))
+            closing = self._spawn(other.set_fault(PairedClientClosed(side.down_reason())))
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
+
+    async def _stop_background(self) -> None:
+        """Tell the pumps and pingers to stop and give them the budget to finish what they hold; what is
+        left then is cancelled (never the calling task itself: a pump may be the one that faults a side;
+        nor a task that is closing a side, which ends by itself)."""
+        self._stop.set()
+        current = asyncio.current_task()
+        tasks = [task for task in self._tasks if task is not current and task not in self._closing]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=CLOSE_BUDGET)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=0.5)
 
     async def _fault_from(self, role: str, exc: BaseException) -> None:
         await (self.primary if role == "primary" else self.secondary).set_fault(exc)
@@ -372,15 +392,7 @@ class PairedNamespaceClient(core.PairedState):
         """Stop the background work first (syphon pumps and pingers finish what they are doing, within
         the budget; what is left then is cancelled), then close the namespace clients under them."""
         self._close_with("the paired client is closed")
-        self._stop.set()
-        current = asyncio.current_task()
-        tasks = [task for task in self._tasks if task is not current]
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=CLOSE_BUDGET)
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.wait(pending, timeout=0.5)
+        await self._stop_background()
         for side in (self.primary, self.secondary):
             if not side.closed:
                 await side.close()
