@@ -30,6 +30,7 @@ from sodalite.cli.key_bridge import BrokerKeys
 from sodalite.cli.stores import build_broker, default_node_id, redact_url
 from sodalite.errors import ConfigurationError, StoreUnavailable
 from sodalite.model.config import NamespaceConfig, default_namespace, load_config_text
+from sodalite.server import delivery_trace
 from sodalite.server.broker import Broker
 from sodalite.server.connection_handler import BrokerConnection
 from sodalite.server.limits import AcceptFailureLog, ConnectionLimits
@@ -99,6 +100,9 @@ def _parser() -> argparse.ArgumentParser:
                        help=f"AMQP sessions one connection may begin (default {defaults.max_sessions})")
     serve.add_argument("--max-links-per-connection", type=int, default=defaults.max_links,
                        help=f"links one connection may attach (default {defaults.max_links})")
+    # Test-only (hidden): append every ReceiveAndDelete transfer written, detach and restore to PATH
+    # (server/delivery_trace.py), so tests count deliveries on the broker's side.
+    serve.add_argument("--delivery-trace", type=Path, default=None, help=argparse.SUPPRESS)
     serve.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default) or ERROR")
     serve.add_argument("--log-format", choices=logging_setup.FORMATS, default="text",
                        help="text (default) or json: one JSON object per line with time, level, logger, "
@@ -286,6 +290,8 @@ def _print_amqps(args: argparse.Namespace, broker: Broker, cert: Path) -> None:
 
 
 async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
+    if args.delivery_trace is not None:
+        delivery_trace.start(args.delivery_trace)
     node_id = args.node_id or default_node_id(args.port)
     broker = build_broker(namespace, args.data_dir, synchronous=args.sync, store_url=args.store, node_id=node_id,
                           core=args.core, shared_poll_seconds=args.shared_poll_seconds)

@@ -54,6 +54,7 @@ class BrokerConnection(asyncio.Protocol):
             silence_heartbeat_s=broker.silence_heartbeat_s,
             first_outgoing_id=0x80000000,  # keeps our delivery-ids apart from the SDK's (pitfall 6)
         )
+        self.amqp.track_written = True  # transfers written or never written: the endpoints hear of both
         self.transport: asyncio.Transport | None = None
         self.auth = ConnectionAuth(self)  # the grants of this connection's put-tokens
         self._flush_scheduled = False
@@ -111,10 +112,29 @@ class BrokerConnection(asyncio.Protocol):
         if transport is None:
             return
         data = self.amqp.data_to_send(time.monotonic())
-        if data and not transport.is_closing():
+        written = not transport.is_closing()
+        if data and written:
             transport.write(data)
+        if self.amqp.written or self.amqp.dropped:
+            self._report_written(written)
         if self.amqp.closed and not transport.is_closing():
             transport.close()
+
+    def _report_written(self, written: bool) -> None:
+        """Tell each link's endpoint which of its transfers left (handed to the socket) or, the
+        transport closing, never will."""
+        sent, self.amqp.written = self.amqp.written, []
+        dropped, self.amqp.dropped = self.amqp.dropped, []
+        for link, delivery_id in dropped:
+            if isinstance(link.context, Endpoint):
+                link.context.on_unsent((delivery_id,))
+        for link, delivery_id in sent:
+            endpoint = link.context
+            if isinstance(endpoint, Endpoint):
+                if written:
+                    endpoint.on_written(delivery_id)
+                else:
+                    endpoint.on_unsent((delivery_id,))
 
     def _arm_heartbeat(self) -> None:
         """One timer per connection, at the next moment the AMQP layer has a heartbeat or idle check due.
@@ -185,6 +205,8 @@ class BrokerConnection(asyncio.Protocol):
         elif isinstance(event, ev.LinkDetached):
             endpoint = event.link.context
             if isinstance(endpoint, Endpoint):
+                if event.unsent:
+                    endpoint.on_unsent(event.unsent)
                 endpoint.on_detached()
         elif isinstance(event, ev.ConnectionClosed) and event.error is not None and not event.by_peer:
             log.warning("closing connection %s: %s %s", self.peer, event.error.condition, event.error.description,

@@ -65,6 +65,13 @@ class Endpoint:
     def on_detached(self) -> None:
         """The link is gone (detached by either side, or its session or connection ended)."""
 
+    def on_written(self, delivery_id: int) -> None:
+        """A transfer the broker sent on the link was handed to the socket."""
+
+    def on_unsent(self, delivery_ids: tuple[int, ...]) -> None:
+        """Transfers the broker queued on the link were never written (the link, its session or its
+        connection went first): the peer never saw them. Called before :meth:`on_detached`."""
+
     def needs(self) -> tuple[str, AccessRights | None] | None:
         """The entity path the link works on and the right it needs while attached; None: no token needed."""
         return None
