@@ -179,7 +179,8 @@ class RawClient:
         session.outgoing_unsettled[delivery_id] = (link, tag)
         head = Transfer(link.handle, delivery_id, tag, message_format, False, False, None,
                         TransactionalState(txn_id)).encode()
-        session._send_transfer_frame(framing.frame(framing.FRAME_AMQP, session.channel, head + payload))
+        session._send_transfer_frame(framing.frame(framing.FRAME_AMQP, session.channel, head + payload), link,
+                                     delivery_id, True)
         return self.outcome(link, delivery_id)
 
     def receive(self, link: Link) -> ev.Delivery:
