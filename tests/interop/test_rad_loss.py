@@ -107,7 +107,7 @@ def test_go_receive_and_delete_receiver_closing_while_streaming_loses_nothing(
         output = proc.stdout + proc.stderr
         assert proc.returncode == 0 and f"PASS {scenario}" in proc.stdout.splitlines(), output[-4000:]
         received = int(next(line.split()[1] for line in proc.stdout.splitlines() if line.startswith("RECEIVED ")))
-        written, after, stored = _accounted(traced, queue, GO_MESSAGES, received)
+        _, after, stored = _accounted(traced, queue, GO_MESSAGES, received)
         if scenario == "rad-close":
             # The receiver drained its credit before its detach: it holds every transfer written before
             # the detach was processed, so sent = received + still stored + written after the detach.
@@ -118,23 +118,26 @@ def test_go_receive_and_delete_receiver_closing_while_streaming_loses_nothing(
 def test_python_receive_and_delete_receiver_closing_while_streaming_loses_nothing(
         traced: tuple[BrokerProcess, Path]) -> None:
     broker, _ = traced
-    sent = 1000
+    sent = 3000
     with ServiceBusClient.from_connection_string(broker.connection_string) as client:
         with client.get_queue_sender("py-rad") as sender:
-            for start in range(0, sent, 250):
-                sender.send_messages([ServiceBusMessage(b"x" * 256) for _ in range(250)])
+            for _ in range(0, sent, 50):
+                sender.send_messages([ServiceBusMessage(b"x" * 4096) for _ in range(50)])
         received = 0
-        for _ in range(3):  # each receiver asks for more than arrives before it closes
+        for _ in range(3):  # each receiver prefetches more than arrives before it closes, after its first message
             with client.get_queue_receiver("py-rad", receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE,
-                                           prefetch_count=300) as receiver:
-                received += len(receiver.receive_messages(max_message_count=300, max_wait_time=0.2))
-    _accounted(traced, "py-rad", sent, received)
+                                           prefetch_count=1000) as receiver:
+                received += len(receiver.receive_messages(max_message_count=1, max_wait_time=5))
+    written, _, stored = _accounted(traced, "py-rad", sent, received)
+    assert 0 < received <= written and stored > 0, (received, written, stored)
 
 
 def test_raw_receive_and_delete_link_detached_with_credit_outstanding_loses_nothing(
         traced: tuple[BrokerProcess, Path]) -> None:
     broker, _ = traced
-    client = RawClient(broker.port)
+    # A small session window: the broker can write only this many transfers until the client reads
+    # them, so the rest wait in the broker's session when the link detaches.
+    client = RawClient(broker.port, session_window=16)
     audience = f"sb://localhost:{broker.port}/"
     expiry = int(time.time()) + 300
     assert client.put_token(audience, generate_token(audience, KEY_NAME, KEY, expiry), expiry * 1000) == 202
@@ -148,12 +151,12 @@ def test_raw_receive_and_delete_link_detached_with_credit_outstanding_loses_noth
         deadline = time.monotonic() + 30
         while _stored(broker, "raw-rad") < sent and time.monotonic() < deadline:
             time.sleep(0.2)
-        # Credit for everything, then detach at once: whatever the broker had claimed and not written
-        # when the detach came must be put back; nothing is read from the socket meanwhile.
+        # Credit for everything, and a detach once the broker has used the session window: whatever it had
+        # claimed and not written (queued in its session, or not handed over yet) must be put back.
         receiver = client.attach(address, RECEIVER, snd_settle_mode=1)
         receiver.issue_credit(sent)
         client.flush()
-        time.sleep(0.05)
+        time.sleep(1.0)  # nothing read meanwhile: the window stays closed
         receiver.detach(None)
         client.flush()
         client.wait(lambda e: isinstance(e, ev.LinkDetached) and e.link is receiver, timeout=30)
@@ -161,4 +164,4 @@ def test_raw_receive_and_delete_link_detached_with_credit_outstanding_loses_noth
     finally:
         client.close()
     written, _, stored = _accounted(traced, "raw-rad", sent, received)
-    assert stored > 0  # the detach came while the broker streamed
+    assert stored > 0 and written > 0, (written, stored)  # the detach came while the broker streamed

@@ -36,6 +36,7 @@ from sodalite.amqp.events import (
     SessionBegun,
     SessionEnded,
 )
+from sodalite.amqp.link import Link
 from sodalite.amqp.performatives import (
     PERFORMATIVE_CODES,
     SASL_CODES,
@@ -55,7 +56,6 @@ from sodalite.amqp.performatives import (
     lift_performative,
 )
 from sodalite.amqp.sasl import SASL_AUTH, SASL_OK, SaslClientConfig, SaslServerConfig, parse_plain
-from sodalite.amqp.link import Link
 from sodalite.amqp.session import DEFAULT_WINDOW, Session
 from sodalite.amqp.states import (
     CONNECTION_TRANSITIONS,

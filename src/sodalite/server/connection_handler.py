@@ -58,6 +58,9 @@ class BrokerConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.auth = ConnectionAuth(self)  # the grants of this connection's put-tokens
         self._flush_scheduled = False
+        # The transport's buffer is past its high-water mark (asyncio flow control): output waits in the
+        # AMQP connection, where a transfer whose link goes before it leaves is taken back, not lost.
+        self._paused = False
         self._heartbeat: asyncio.TimerHandle | None = None
         self.peer = "?"
         self.decimals_as_text = False  # the client cannot read decimal128 (wire.decimals_as_text)
@@ -106,10 +109,17 @@ class BrokerConnection(asyncio.Protocol):
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self.flush)
 
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self.flush()
+
     def flush(self) -> None:
         self._flush_scheduled = False
         transport = self.transport
-        if transport is None:
+        if transport is None or (self._paused and not self.amqp.closed):
             return
         data = self.amqp.data_to_send(time.monotonic())
         written = not transport.is_closing()
