@@ -16,6 +16,7 @@ import json
 import shutil
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +27,8 @@ from broker_process import KEY, KEY_NAME, BrokerProcess, write_config
 from raw_client import RawClient, message
 
 from sodalite.amqp import events as ev
+from sodalite.amqp.codec import encode_value
+from sodalite.amqp.types import Array, Described, Long, UInt, ULong
 from sodalite.amqp.link import RECEIVER, SENDER
 from sodalite.model.sas import generate_token
 
@@ -34,7 +37,8 @@ pytestmark = pytest.mark.interop
 GO = shutil.which("go")
 GO_RUNS = 20  # alternately: the receiver closes, and the whole connection closes, while the broker streams
 GO_MESSAGES = 1500
-QUEUES = [{"Name": name, "Properties": {}} for name in ("py-rad", "raw-rad", *(f"go-rad-{i}" for i in range(GO_RUNS)))]
+QUEUES = [{"Name": name, "Properties": {}}
+          for name in ("py-rad", "raw-rad", "mgmt-rad", *(f"go-rad-{i}" for i in range(GO_RUNS)))]
 
 
 @pytest.fixture(scope="module")
@@ -165,3 +169,48 @@ def test_raw_receive_and_delete_link_detached_with_credit_outstanding_loses_noth
         client.close()
     written, _, stored = _accounted(traced, "raw-rad", sent, received)
     assert stored > 0 and written > 0, (written, stored)  # the detach came while the broker streamed
+
+
+def test_management_receive_and_delete_by_number_whose_response_is_never_written_loses_nothing(
+        traced: tuple[BrokerProcess, Path]) -> None:
+    """receive-by-sequence-number in ReceiveAndDelete mode deletes the deferred message before its
+    response is written; when the response link is gone first, the message stays deferred."""
+    broker, _ = traced
+    with ServiceBusClient.from_connection_string(broker.connection_string) as sdk:
+        with sdk.get_queue_sender("mgmt-rad") as sender:
+            sender.send_messages(ServiceBusMessage(b"deferred"))
+        with sdk.get_queue_receiver("mgmt-rad") as receiver:
+            [taken] = receiver.receive_messages(max_message_count=1, max_wait_time=10)
+            receiver.defer_message(taken)
+            number = taken.sequence_number
+            assert number is not None
+            [before] = receiver.peek_messages(max_message_count=1, sequence_number=number)
+    client = RawClient(broker.port)
+    audience = f"sb://localhost:{broker.port}/"
+    expiry = int(time.time()) + 300
+    assert client.put_token(audience, generate_token(audience, KEY_NAME, KEY, expiry), expiry * 1000) == 202
+    node = f"amqps://localhost:{broker.port}/mgmt-rad/$management"
+    try:
+        response = client.attach(node, RECEIVER)
+        response.issue_credit(10)
+        request = client.attach(node, SENDER)
+        out = bytearray()
+        encode_value(Described(ULong(0x73), [uuid.uuid4(), None, None, None, node]), out)
+        encode_value(Described(ULong(0x74), {"operation": "com.microsoft:receive-by-sequence-number"}), out)
+        encode_value(Described(ULong(0x77), {"sequence-numbers": Array("long", (Long(number),)),
+                                             "receiver-settle-mode": UInt(0)}), out)
+        request.send_transfer(bytes(out), b"r1", settled=True)
+        response.detach(None)  # in the same write as the request: its response can never be written
+        client.flush()
+        client.wait(lambda e: isinstance(e, ev.LinkDetached) and e.link is response)
+    finally:
+        client.close()
+    with ServiceBusClient.from_connection_string(broker.connection_string) as sdk, \
+            sdk.get_queue_receiver("mgmt-rad") as receiver:
+        deadline = time.monotonic() + 30
+        while not receiver.peek_messages(max_message_count=10, sequence_number=number) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        [back] = receiver.receive_deferred_messages([number])
+        assert (back.sequence_number, b"".join(back.body)) == (number, b"deferred")
+        assert back.delivery_count == before.delivery_count  # the response never written was no delivery
+        receiver.complete_message(back)

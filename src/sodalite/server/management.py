@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol, Required, TypedDict, TypeVar, cast
 
@@ -186,6 +186,8 @@ class Response:
     body: ResponseBody | None = None
     description: str = "OK"
     condition: str | None = None
+    # Run if the response is never written (its link went first): what the operation took goes back.
+    give_back: Callable[[], None] | None = field(default=None, compare=False)
 
 
 class Rules(Protocol):
@@ -304,7 +306,13 @@ async def receive_by_sequence_number(ctx: Context, body: ReceiveBySequenceNumber
         if token is not None else
         {"message": wire.delivery_payload(r, None, with_state=True, decimals_as_text=ctx.decimals_as_text)}
         for r, token, until in taken_now]
-    return Response(OK, {"messages": messages})
+    if mode == PEEK_LOCK or not taken_now:
+        return Response(OK, {"messages": messages})
+    # ReceiveAndDelete: deleted already; if the response never leaves, they go back in place (with the
+    # claim counted, as the core's Unsent takes them).
+    actor, sub = ctx.actor, ctx.sub_queue
+    taken = [r.with_delivery_count(r.delivery_count + 1) for r, _, _ in taken_now]
+    return Response(OK, {"messages": messages}, give_back=lambda: actor.unsent(sub, taken))
 
 
 async def update_disposition(ctx: Context, body: UpdateDispositionRequest) -> Response:
