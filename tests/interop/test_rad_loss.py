@@ -28,8 +28,8 @@ from raw_client import RawClient, message
 
 from sodalite.amqp import events as ev
 from sodalite.amqp.codec import encode_value
-from sodalite.amqp.types import Array, Described, Long, UInt, ULong
 from sodalite.amqp.link import RECEIVER, SENDER
+from sodalite.amqp.types import Array, Described, Long, UInt, ULong
 from sodalite.model.sas import generate_token
 
 pytestmark = pytest.mark.interop
