@@ -38,7 +38,7 @@ GO = shutil.which("go")
 GO_RUNS = 20  # alternately: the receiver closes, and the whole connection closes, while the broker streams
 GO_MESSAGES = 1500
 QUEUES = [{"Name": name, "Properties": {}}
-          for name in ("py-rad", "raw-rad", "mgmt-rad", *(f"go-rad-{i}" for i in range(GO_RUNS)))]
+          for name in ("py-rad", "raw-rad", "mgmt-rad", "raw-peek-lock", *(f"go-rad-{i}" for i in range(GO_RUNS)))]
 
 
 @pytest.fixture(scope="module")
@@ -214,3 +214,46 @@ def test_management_receive_and_delete_by_number_whose_response_is_never_written
         assert (back.sequence_number, b"".join(back.body)) == (number, b"deferred")
         assert back.delivery_count == before.delivery_count  # the response never written was no delivery
         receiver.complete_message(back)
+
+
+def test_peek_lock_deliveries_never_written_are_released_with_their_delivery_count(
+        traced: tuple[BrokerProcess, Path]) -> None:
+    """A PeekLock receiver detaching while transfers wait in the broker's session: those were never
+    delivered, so they are free again at once and their delivery count is not raised (the ones written
+    stay locked by their receiver until their lock lapses, as in Service Bus)."""
+    broker, _ = traced
+    sent = 100
+    client = RawClient(broker.port, session_window=16)
+    audience = f"sb://localhost:{broker.port}/"
+    expiry = int(time.time()) + 300
+    assert client.put_token(audience, generate_token(audience, KEY_NAME, KEY, expiry), expiry * 1000) == 202
+    address = f"amqps://localhost:{broker.port}/raw-peek-lock"
+    try:
+        sender = client.attach(address, SENDER)
+        for i in range(sent):
+            sender.send_transfer(message(b"p%d" % i), b"%d" % i, settled=True)
+        client.flush()
+        deadline = time.monotonic() + 30
+        while _stored(broker, "raw-peek-lock") < sent and time.monotonic() < deadline:
+            time.sleep(0.2)
+        receiver = client.attach(address, RECEIVER)
+        receiver.issue_credit(sent)
+        client.flush()
+        time.sleep(1.0)  # the session window (16) is used up; the rest wait in the broker's session
+        receiver.detach(None)
+        client.flush()
+        client.wait(lambda e: isinstance(e, ev.LinkDetached) and e.link is receiver, timeout=30)
+    finally:
+        client.close()
+    with ServiceBusClient.from_connection_string(broker.connection_string) as sdk, \
+            sdk.get_queue_receiver("raw-peek-lock") as again:
+        got: list[int] = []
+        counts: set[int] = set()
+        deadline = time.monotonic() + 20
+        while len(got) < sent - 16 and time.monotonic() < deadline:  # (the $cbs reply took a window slot too)
+            batch = again.receive_messages(max_message_count=sent, max_wait_time=2)
+            got += [m.sequence_number or 0 for m in batch]
+            counts |= {m.delivery_count or 0 for m in batch}
+        # those never written come back at once (not after the 60 s lock), never counted as delivered
+        assert len(got) >= sent - 16 and sorted(got) == list(range(sent - len(got) + 1, sent + 1)), got
+        assert counts == {0}, counts
