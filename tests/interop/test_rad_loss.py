@@ -38,7 +38,7 @@ GO = shutil.which("go")
 GO_RUNS = 20  # alternately: the receiver closes, and the whole connection closes, while the broker streams
 GO_MESSAGES = 1100  # more than the broker's window of ready messages holds (1 MiB of these): a read is in flight
 QUEUES = [{"Name": name, "Properties": {}}
-          for name in ("py-rad", "raw-rad", "mgmt-rad", "raw-peek-lock", *(f"go-rad-{i}" for i in range(GO_RUNS)))]
+          for name in ("py-rad", "raw-rad", "mgmt-rad", "raw-peek-lock", "spark-restore", *(f"go-rad-{i}" for i in range(GO_RUNS)))]
 
 
 @pytest.fixture(scope="module")
@@ -257,3 +257,57 @@ def test_peek_lock_deliveries_never_written_are_released_with_their_delivery_cou
         # those never written come back at once (not after the 60 s lock), never counted as delivered
         assert len(got) >= sent - 16 and sorted(got) == list(range(sent - len(got) + 1, sent + 1)), got
         assert counts == {0}, counts
+
+
+def test_spark_consume_complete_removes_only_the_numbers_its_batch_read(traced: tuple[BrokerProcess, Path]) -> None:
+    """A ReceiveAndDelete message put back in place lands below the Spark reader's position: the
+    reader's commit removes the numbers its batch read, not everything below its end, so the message
+    put back stays for the receivers that read the queue. (The driver's side of the data source,
+    called as Spark calls it; the rows are read as an executor reads them.)"""
+    from sodalite.spark.options import source_options
+    from sodalite.spark.source import StreamReader, _read
+
+    broker, _ = traced
+    queue = "spark-restore"
+    with ServiceBusClient.from_connection_string(broker.connection_string) as sdk, sdk.get_queue_sender(queue) as s:
+        s.send_messages([ServiceBusMessage(f"s{i}", message_id=f"s{i}") for i in range(10)])
+    # A ReceiveAndDelete receiver takes 1, 2 and 3; its session window (2) lets only some be written,
+    # so the others wait in the broker's session, deleted, when the reader plans its batch.
+    client = RawClient(broker.port, session_window=2)
+    audience = f"sb://localhost:{broker.port}/"
+    expiry = int(time.time()) + 300
+    assert client.put_token(audience, generate_token(audience, KEY_NAME, KEY, expiry), expiry * 1000) == 202
+    try:
+        receiver = client.attach(f"amqps://localhost:{broker.port}/{queue}", RECEIVER, snd_settle_mode=1)
+        receiver.issue_credit(3)
+        client.flush()
+        deadline = time.monotonic() + 30
+        while _stored(broker, queue) > 7 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _stored(broker, queue) == 7
+        reader = StreamReader(source_options({"connectionstring": broker.connection_string, "entity": queue,
+                                              "consume": "complete"}))
+        try:
+            start = reader.initialOffset()
+            end = reader.latestOffset(start, reader.getDefaultReadLimit())
+            [part] = reader.partitions(start, end)
+            read = [r for batch in _read(reader.broker, reader.options, ("sequenceNumber", "messageId"), part)
+                    for r in batch.to_pylist()]
+            assert sorted(r["messageId"] for r in read) == [f"s{i}" for i in range(3, 10)]
+            receiver.detach(None)  # those never written come back in place, below the reader's end
+            client.flush()
+            client.wait(lambda e: isinstance(e, ev.LinkDetached) and e.link is receiver)
+            deadline = time.monotonic() + 30
+            restored = [e["sequence_number"] for e in _trace(traced[1], queue) if e["event"] == "restored"]
+            while _stored(broker, queue) < 7 + len(restored) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert restored and _stored(broker, queue) == 7 + len(restored)
+            reader.commit(end)  # the batch is done: its messages go, and only they
+            reader.latestOffset(end, reader.getDefaultReadLimit())
+        finally:
+            reader.stop()
+    finally:
+        client.close()
+    with ServiceBusClient.from_connection_string(broker.connection_string) as sdk, sdk.get_queue_receiver(queue) as r:
+        left = r.peek_messages(max_message_count=20, sequence_number=0)
+        assert [m.sequence_number for m in left] == sorted(restored)  # only what the batch read went
