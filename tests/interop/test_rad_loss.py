@@ -38,7 +38,8 @@ GO = shutil.which("go")
 GO_RUNS = 20  # alternately: the receiver closes, and the whole connection closes, while the broker streams
 GO_MESSAGES = 1100  # more than the broker's window of ready messages holds (1 MiB of these): a read is in flight
 QUEUES = [{"Name": name, "Properties": {}}
-          for name in ("py-rad", "raw-rad", "mgmt-rad", "raw-peek-lock", "spark-restore", *(f"go-rad-{i}" for i in range(GO_RUNS)))]
+          for name in ("py-rad", "raw-rad", "mgmt-rad", "raw-peek-lock", "spark-restore",
+                       *(f"go-rad-{i}" for i in range(GO_RUNS)))]
 
 
 @pytest.fixture(scope="module")
