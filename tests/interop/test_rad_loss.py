@@ -37,9 +37,9 @@ pytestmark = pytest.mark.interop
 GO = shutil.which("go")
 GO_RUNS = 20  # alternately: the receiver closes, and the whole connection closes, while the broker streams
 GO_MESSAGES = 1100  # more than the broker's window of ready messages holds (1 MiB of these): a read is in flight
-QUEUES = [{"Name": name, "Properties": {}}
-          for name in ("py-rad", "raw-rad", "mgmt-rad", "raw-peek-lock", "spark-restore",
-                       *(f"go-rad-{i}" for i in range(GO_RUNS)))]
+PLAIN = ("py-rad", "raw-rad", "mgmt-rad", "raw-peek-lock", "spark-restore", *(f"go-rad-{i}" for i in range(GO_RUNS)))
+QUEUES = [{"Name": "sess-rad", "Properties": {"RequiresSession": True}},
+          *({"Name": name, "Properties": {}} for name in PLAIN)]
 
 
 @pytest.fixture(scope="module")
@@ -312,3 +312,36 @@ def test_spark_consume_complete_removes_only_the_numbers_its_batch_read(traced: 
     with ServiceBusClient.from_connection_string(broker.connection_string) as sdk, sdk.get_queue_receiver(queue) as r:
         left = r.peek_messages(max_message_count=20, sequence_number=0)
         assert [m.sequence_number for m in left] == sorted(restored)  # only what the batch read went
+
+
+def test_session_receive_and_delete_receiver_closing_while_streaming_loses_nothing_and_keeps_order(
+        traced: tuple[BrokerProcess, Path]) -> None:
+    """A ReceiveAndDelete session receiver (the Python SDK) closing while the broker streams its
+    session: what was written is a prefix of the session, and everything else is still stored, in
+    order (put back under its own numbers)."""
+    broker, path = traced
+    sent = 2000
+    with ServiceBusClient.from_connection_string(broker.connection_string) as client:
+        with client.get_queue_sender("sess-rad") as sender:
+            for _ in range(0, sent, 50):
+                sender.send_messages([ServiceBusMessage(b"x" * 4096, session_id="s") for _ in range(50)])
+        with client.get_queue_receiver("sess-rad", session_id="s", prefetch_count=1000,
+                                       receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as receiver:
+            received = len(receiver.receive_messages(max_message_count=1, max_wait_time=5))
+    deadline = time.monotonic() + 30
+    while True:
+        written = sorted(int(str(e["sequence_number"])) for e in _trace(path, "sess-rad") if e["event"] == "written")
+        with ServiceBusClient.from_connection_string(broker.connection_string) as client, \
+                client.get_queue_receiver("sess-rad", session_id="s") as peeker:
+            stored: list[int] = []
+            while True:
+                page = peeker.peek_messages(max_message_count=250, sequence_number=(stored[-1] + 1) if stored else 0)
+                if not page:
+                    break
+                stored += [m.sequence_number or 0 for m in page]
+        if len(written) + len(stored) == sent or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert 0 < received <= len(written) and stored, (received, len(written), len(stored))
+    assert written == list(range(1, len(written) + 1))  # in session order
+    assert stored == list(range(len(written) + 1, sent + 1))  # the rest, in place: 0 unaccounted

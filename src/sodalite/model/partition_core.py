@@ -1128,6 +1128,8 @@ class View:
     history_pruned_at: int = 0  # on a shared store: when the store's history was last pruned
     # UpdateSettings answered when the batch that drops its locks is done: batch id -> (reply_to, tokens)
     updates_waiting: dict[int, tuple[ReplyTo, tuple[uuid.UUID, ...]]] = field(default_factory=dict)
+    # ReceiveAndDelete messages never written whose Restore failed (the store was down): tried again
+    restore_again: list[MessageRecord] = field(default_factory=list)
 
 
 _LOST_TOKENS = 1024
@@ -1284,6 +1286,9 @@ def decide(view: View, command: Command, now: int) -> Decision:
                     _on_update_settings(turn, command)
                 case Touch():
                     pass
+    if view.restore_again and view.available:
+        records, view.restore_again = tuple(view.restore_again), []
+        turn.op(Restore(records), _RestoreCtx(records))
     _due(turn)
     _pump(turn)
     if view.settings.requires_session:
@@ -2337,6 +2342,8 @@ def _on_failed(turn: _Turn, command: StoreFailed) -> None:
                     view.cursor = min(view.cursor, min(ctx.sent) - 1)
                     view.at_tail = False
                 turn.replies.append(ServerBusy(ctx.reply_to))
+            case _RestoreCtx():  # still deleted: put back once the store answers again (Restore is idempotent)
+                view.restore_again.extend(ctx.records)
             case _DeferredTakeCtx():
                 for token in ctx.tokens:  # not deleted: the locks lapse and the messages stay deferred
                     _unbusy(view, token, settling=True)

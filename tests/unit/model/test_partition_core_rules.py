@@ -328,6 +328,20 @@ def test_receive_and_delete_messages_never_written_are_put_back_in_place() -> No
     assert [d.message.delivery_count for d in again] == [1, 1, 1]  # the count as the claim stored it
 
 
+def test_a_restore_the_store_refused_is_tried_again() -> None:
+    h = harness()
+    send(h, draft("a"))
+    h.run(Receive("c", 1, ReceiveMode.RECEIVE_AND_DELETE))
+    [got] = deliveries(h.drain())
+    h.run(Unsent((got.message,)))
+    h.step(fail=True)  # the store was down: still deleted
+    assert h.store.rows == {}
+    h.run(Touch())  # the next command puts it back
+    h.drain()
+    assert list(h.store.rows) == [1] and h.store.rows[1].record.delivery_count == 0
+    assert h.view.counts.active == 1
+
+
 def test_a_read_in_flight_when_a_claim_fails_does_not_skip_the_message_the_claim_gave_back() -> None:
     """The failed claim forgets its message (cursor moves below it) while a read from above it is in
     flight; that read's short answer must not declare the window complete past the message."""
