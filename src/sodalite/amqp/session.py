@@ -5,7 +5,9 @@ directions, and keeps the transfer windows of 2.5.6. The incoming window is reop
 session flow whenever it falls to half, so a producer never stalls on it; window violations are
 tolerated rather than enforced, because the official Python SDK counts one transfer-id per
 delivery on send but one per frame on receive (sdk-wire-contract.md 1.5, pitfall 9). Outgoing
-transfer frames wait in a queue while the peer's incoming window is closed.
+transfer frames wait in a queue while the peer's incoming window is closed; when their link goes,
+its frames still queued here or in the connection's output are taken back and their delivery-ids
+reported (``LinkDetached.unsent``).
 
 Deliveries in flight are tracked per direction (``outgoing_unsettled`` for deliveries this side
 sent, ``incoming_unsettled`` for deliveries it received), because delivery-ids are only unique per

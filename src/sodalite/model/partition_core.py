@@ -141,7 +141,8 @@ puts each row back under its own number with its state and the delivery count it
 claim (a transfer never written was no delivery), unlocked; after the commit it is counted again
 and a ready one rejoins the window by number (or is found by the next read), so it is the next
 one delivered, as a released message is. A restored number lies below numbers already handed
-out, which is why the Spark reader removes exactly the numbers it read (:class:`CompleteNumbers`).
+out, which is why the Spark reader removes exactly the numbers it read (a ``MoveOut`` of them,
+docs/spark.md), never everything through a number.
 
 Complete-through (:class:`CompleteThrough`, a Sodalite extension for the Spark reader): one
 ``Purge(through)``, the port's semantics and the version-1 ``complete_through``'s (every row

@@ -12,7 +12,9 @@ acknowledged, a settlement echoed and a renewal answered once it is durable.
 
 Credit: a receiver link's credit is handed to the core as ``Receive`` commands (the difference
 between the link's credit and what the core was given). A delivery the link can no longer take (its
-credit was lowered, or it detached) is released back at once, which gives the delivery count back.
+credit was lowered, or it detached) is released back at once, which gives the delivery count back;
+a ReceiveAndDelete one (deleted already) is put back in place (``core.Unsent``, :meth:`unsent`), as
+are those the link took but whose transfers were never written (``links.LinkConsumer``).
 A drain is answered once the runner's effects are done: whatever was ready was delivered by then.
 
 Moves between sub-queues (dead-lettering) are one store transaction of the source runner; the

@@ -10,7 +10,10 @@ calls :func:`attach_producer` or :func:`attach_consumer`.
   connection's transactions.
 * A consumer is what the partition actor delivers to. In PeekLock each delivery's tag is its lock
   token; the client's disposition is read by ``server/outcomes.py`` and carried out by the actor,
-  and the broker echoes the outcome only once it is durable (sdk-wire-contract.md 5.1). A session
+  and the broker echoes the outcome only once it is durable (sdk-wire-contract.md 5.1). It keeps
+  each delivery until the connection reports its transfer written to the socket; one never written
+  (the link, its session or its connection went first: the AMQP layer takes such transfers back) is
+  given back: a ReceiveAndDelete message put back in place, a PeekLock lock released. A session
   receiver's attach is answered only when the actor grants it a session, which may take up to the
   client's timeout.
 """
