@@ -8,8 +8,9 @@ the transaction coordinator); every later event of that link (transfer, disposit
 detach) goes to its endpoint. This module owns only what belongs to the whole connection: the
 socket, output flushing (once per loop iteration, however many frames were produced, so pipelined
 work leaves in few writes; held in the AMQP connection while the transport is paused, so transfers
-not yet written can still be taken back; each endpoint told which of its transfers were written), the heartbeat and handshake timers, the connection limit, and the
-detaching of links whose entity is deleted. A malformed frame closes only this connection (the
+not yet written can still be taken back; each endpoint told which of its transfers were written),
+the heartbeat and handshake timers, the connection limit, and the detaching of links whose entity
+is deleted. A malformed frame closes only this connection (the
 AMQP layer answers with a close carrying the error); the broker goes on.
 """
 
