@@ -52,6 +52,9 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerPro
     try:
         yield process, trace
     finally:
+        for client in _clients.values():
+            client.close()
+        _clients.clear()
         process.stop()
 
 
@@ -73,9 +76,15 @@ def _written(entries: list[dict[str, object]]) -> tuple[int, int]:
     return written, after
 
 
+_clients: dict[str, ServiceBusClient] = {}  # one SDK connection per broker for the counts (module's own)
+
+
 def _stored(broker: BrokerProcess, queue: str) -> int:
-    with ServiceBusClient.from_connection_string(broker.connection_string) as client, \
-            client.get_queue_receiver(queue) as receiver:
+    """How many messages ``queue`` holds, by peeking them all (the store's truth, not a counter)."""
+    client = _clients.get(broker.connection_string)
+    if client is None:
+        client = _clients[broker.connection_string] = ServiceBusClient.from_connection_string(broker.connection_string)
+    with client.get_queue_receiver(queue) as receiver:
         count, next_number = 0, 0
         while True:
             page = receiver.peek_messages(max_message_count=250, sequence_number=next_number)
