@@ -6,7 +6,7 @@ system time read from /proc/<pid>/stat) and latency percentiles for each phase. 
 test run:
 
     .venv/bin/python benchmarks/send_receive.py [--messages 10000] [--size 1024] [--sync FULL|NORMAL]
-        [--partitioned] [--stores N] [--store postgresql://...]
+        [--partitioned] [--stores N] [--store postgresql://...] [--receive-and-delete [--rounds N]]
 
 ``--store`` puts the default messaging store in that PostgreSQL database (docs/postgresql.md).
 """
@@ -138,6 +138,25 @@ def receive_phase(meter: Meter, connection_string: str, count: int) -> list[floa
     return latencies
 
 
+def receive_and_delete_phase(meter: Meter, connection_string: str, count: int) -> list[float]:
+    """ReceiveAndDelete with the sync SDK (prefetch 300): the latencies are per receive call."""
+    latencies: list[float] = []
+    done = 0
+    with ServiceBusClient.from_connection_string(connection_string) as client:
+        with client.get_queue_receiver(QUEUE, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE,
+                                       prefetch_count=300) as r:
+            meter.start()
+            while done < count:
+                t = time.perf_counter()
+                batch = r.receive_messages(max_message_count=300, max_wait_time=5)
+                latencies.append(time.perf_counter() - t)
+                if not batch:
+                    raise RuntimeError(f"only {done} of {count} messages came back")
+                done += len(batch)
+            meter.stop()
+    return latencies
+
+
 async def _receive_concurrently(meter: Meter, connection_string: str, count: int) -> list[float]:
     latencies: list[float] = []
 
@@ -168,6 +187,9 @@ def main() -> int:
     parser.add_argument("--partitioned", action="store_true", help="a partitioned queue (16 partitions)")
     parser.add_argument("--stores", type=int, default=1, help="messaging stores the partitions spread over")
     parser.add_argument("--store", default=None, help="a PostgreSQL URL for the default messaging store")
+    parser.add_argument("--receive-and-delete", action="store_true",
+                        help="only send, then receive in ReceiveAndDelete mode (sync SDK), --rounds times")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds of --receive-and-delete (default 1)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sodalite-bench-") as tmp:
         proc, connection_string = start_broker(Path(tmp), args.sync, args.partitioned, args.stores, args.store)
@@ -176,6 +198,12 @@ def main() -> int:
             print(f"Sodalite benchmark: {args.messages} messages of {args.size} bytes, {where}, "
                   f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
             n, size = args.messages, args.size
+            if args.receive_and_delete:
+                for _ in range(args.rounds):
+                    phase("send (batches, sync SDK)", proc.pid, n, lambda m: send_phase(m, connection_string, n, size))
+                    phase("receive (ReceiveAndDelete, sync SDK, prefetch 300)", proc.pid, n,
+                          lambda m: receive_and_delete_phase(m, connection_string, n))
+                return 0
             phase("send (batches, sync SDK)", proc.pid, n, lambda m: send_phase(m, connection_string, n, size))
             phase("receive+complete (PeekLock, sync SDK)", proc.pid, n,
                   lambda m: receive_phase(m, connection_string, n))

@@ -63,6 +63,8 @@ from sodalite.model.store_ops import (
     Renewed,
     RenewLocks,
     RenewSession,
+    Restore,
+    Restored,
     SessionClaimed,
     Settle,
     Settled,
@@ -342,6 +344,15 @@ class FakeStore:
                 else:
                     self.refused_cancels.append(missing)
                 return Unscheduled(missing)
+            case Restore():
+                back = []
+                for record in op.messages:
+                    ok = record.sequence_number > 0 and record.sequence_number not in self.rows
+                    if ok:
+                        self.rows[record.sequence_number] = Row(record)
+                        self.gone.pop(record.sequence_number, None)
+                    back.append(ok)
+                return Restored(tuple(back))
         raise AssertionError(op)
 
     def peek(self, from_seq: int, count: int) -> tuple[StoredMessage, ...]:

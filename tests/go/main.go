@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -192,9 +193,61 @@ func scheduleDeferDeadLetter(ctx context.Context, client *azservicebus.Client) {
 	no(deadLetters.CompleteMessage(ctx, dead[0], nil))
 }
 
+// receiveAndDeleteClose: the SDK's own TestReceiverReceiveAndDeleteDoesNotLoseMessages, on `queue`
+// with `count` messages: a ReceiveAndDelete receiver at its default credit asks for all of them,
+// closes while the broker streams (or the whole connection closes: `whole`), and then takes what it
+// had cached. It prints how many it
+// received ("RECEIVED n"); the broker's delivery trace accounts for the rest
+// (tests/interop/test_rad_loss.py).
+func receiveAndDeleteClose(ctx context.Context, client *azservicebus.Client, queue string, count int, whole bool) {
+	sender := must(client.NewSender(queue, nil))
+	batch := must(sender.NewMessageBatch(ctx, nil))
+	for i := 0; i < count; i++ {
+		message := &azservicebus.Message{Body: make([]byte, 1024), ApplicationProperties: map[string]any{"Index": i}}
+		if err := batch.AddMessage(message, nil); err != nil {
+			no(sender.SendMessageBatch(ctx, batch, nil))
+			batch = must(sender.NewMessageBatch(ctx, nil))
+			no(batch.AddMessage(message, nil))
+		}
+	}
+	no(sender.SendMessageBatch(ctx, batch, nil))
+	no(sender.Close(ctx))
+	receiver := must(client.NewReceiverForQueue(queue, &azservicebus.ReceiverOptions{
+		ReceiveMode: azservicebus.ReceiveModeReceiveAndDelete,
+	}))
+	before := must(receiver.ReceiveMessages(ctx, count, &azservicebus.ReceiveMessagesOptions{
+		TimeAfterFirstMessage: time.Millisecond,
+	}))
+	received := len(before)
+	if whole { // the connection goes with the receiver open: what it had cached goes with it
+		no(client.Close(ctx))
+		fmt.Printf("RECEIVED %d (connection closed)\n", received)
+		return
+	}
+	no(receiver.Close(ctx))
+	for {
+		cached, err := receiver.ReceiveMessages(ctx, 2, nil)
+		if err != nil {
+			break // closed: nothing more cached
+		}
+		received += len(cached)
+	}
+	fmt.Printf("RECEIVED %d (%d before the close)\n", received, len(before))
+}
+
 func main() {
 	connection, scenario := os.Args[1], os.Args[2]
 	scenarios := map[string]func(context.Context, *azservicebus.Client){
+		"rad-close": func(ctx context.Context, client *azservicebus.Client) {
+			count, err := strconv.Atoi(os.Args[4])
+			no(err)
+			receiveAndDeleteClose(ctx, client, os.Args[3], count, false)
+		},
+		"rad-close-connection": func(ctx context.Context, client *azservicebus.Client) {
+			count, err := strconv.Atoi(os.Args[4])
+			no(err)
+			receiveAndDeleteClose(ctx, client, os.Args[3], count, true)
+		},
 		"messaging":                  messaging,
 		"sessions":                   sessions,
 		"schedule-defer-dead-letter": scheduleDeferDeadLetter,
@@ -214,6 +267,6 @@ func main() {
 	}()
 	client := must(azservicebus.NewClientFromConnectionString(connection, nil))
 	run(ctx, client)
-	no(client.Close(ctx))
+	_ = client.Close(ctx) // (closed already by rad-close-connection)
 	fmt.Printf("PASS %s\n", scenario)
 }

@@ -48,10 +48,12 @@ def message_with(body: bytes, *, message_id: str | None = None, session_id: str 
 
 
 class RawClient:
-    def __init__(self, port: int, hostname: str = "localhost", max_frame_size: int = 262144) -> None:
+    def __init__(self, port: int, hostname: str = "localhost", max_frame_size: int = 262144,
+                 session_window: int | None = None) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        window = {} if session_window is None else {"session_window": session_window}
         self.conn = Connection(server=False, container_id=f"raw-{uuid.uuid4()}", sasl_client=SaslClientConfig(),
-                               hostname=hostname, max_frame_size=max_frame_size)
+                               hostname=hostname, max_frame_size=max_frame_size, **window)
         self.conn.start()
         self.session = self.conn.begin()
         self.events: list[ev.Event] = []
@@ -179,7 +181,8 @@ class RawClient:
         session.outgoing_unsettled[delivery_id] = (link, tag)
         head = Transfer(link.handle, delivery_id, tag, message_format, False, False, None,
                         TransactionalState(txn_id)).encode()
-        session._send_transfer_frame(framing.frame(framing.FRAME_AMQP, session.channel, head + payload))
+        session._send_transfer_frame(framing.frame(framing.FRAME_AMQP, session.channel, head + payload), link,
+                                     delivery_id, True)
         return self.outcome(link, delivery_id)
 
     def receive(self, link: Link) -> ev.Delivery:

@@ -68,6 +68,8 @@ from sodalite.store.port import (
     Renewed,
     RenewLocks,
     RenewSession,
+    Restore,
+    Restored,
     SessionClaimed,
     Settle,
     Settled,
@@ -837,6 +839,42 @@ def test_purge_spares_locked_messages(store: MessagingStore) -> None:
     assert one(store, Purge(Q, T0, None)) == Purged(0)
 
 
+# -- restore (a ReceiveAndDelete delivery never written) -------------------------------------------
+
+
+def test_restore_puts_a_taken_message_back_in_place_as_it_was(v2: V2) -> None:
+    store = v2.store
+    append(store, msg(message_id="a"), msg(message_id="b", delivery_count=2), msg(message_id="c"))
+    before = [s.record for s in everything(store, Q)]
+    # ReceiveAndDelete: claim then delete in one batch (the delivery count went up with the claim)
+    results = run(store, Claim(Q, T0, T0 + 30_000, OWNER, toks(1, 2)),
+                  Settle(Q, T0, (SettleItem(1, tok(1), Outcome.COMPLETE), SettleItem(2, tok(2), Outcome.COMPLETE))))
+    assert results[1] == Settled((True, True))
+    assert numbers(everything(store, Q)) == [3]
+    # the transfer of 2 was never written: back under its number, with its count as before the claim
+    assert one(store, Restore(Q, (before[1],))) == Restored((True,))
+    assert [s.record for s in everything(store, Q)] == [before[1], before[2]]
+    back = stored(store, 2)
+    assert back is not None and back.lock_token is None and back.record.delivery_count == 2
+    # a number held already is left as it is; numbers are not reused by the next append
+    assert one(store, Restore(Q, (before[2], before[0]))) == Restored((False, True))
+    assert append(store, msg(message_id="d")) == [4]
+    assert store.counts(Q) == PartitionCounts(4, 0, 0, 4 * msg().size, 4, 1)
+    # durable, and claimable again in order
+    store = v2.reopen() if v2.persistent else store
+    assert numbers(everything(store, Q)) == [1, 2, 3, 4]
+    assert numbers(claim(store, T0 + 1, tok(5), tok(6))) == [1, 2]
+
+
+def test_restore_keeps_the_state_and_counts_it(store: MessagingStore) -> None:
+    append(store, msg(state=MessageState.DEFERRED), msg())
+    deferred = everything(store, Q)[0].record
+    run(store, MoveMessages(Q, T0, (MoveItem(1),), None))
+    assert one(store, Restore(Q, (deferred, deferred))) == Restored((True, False))
+    assert store.counts(Q) == PartitionCounts(1, 0, 1, 2 * msg().size, 2, 1)
+    assert one(store, Restore(Q, ())) == Restored(())
+
+
 # -- session locks ---------------------------------------------------------------------------------
 
 
@@ -1283,6 +1321,10 @@ DELETE = st.tuples(st.just("delete"), st.lists(st.integers(1, 20), max_size=3))
 # A cancel: picks among the scheduled rows the reference shows, and perhaps one more number (any row, or none).
 CANCEL = st.tuples(st.just("cancel"), st.lists(PICK, max_size=3), st.one_of(st.none(), st.integers(1, 25)))
 TICK = st.tuples(st.just("tick"), st.integers(0, 150))
+# ReceiveAndDelete whose transfers were not all written: claim and delete up to n in one batch, then
+# put back (Restore) those the mask picks, as they were before the claim, plus perhaps a number held.
+TAKE_RESTORE = st.tuples(st.just("take_restore"), st.integers(1, 4), st.lists(st.booleans(), min_size=4, max_size=4),
+                         st.booleans())
 # A send with duplicate detection: the ids claimed (None: a message without one), the window, and
 # whose history gates it (the partition's own, or another's: a topic's copies).
 DEDUP = st.tuples(st.just("dedup"), st.lists(st.sampled_from([None, "a", "b", "c", "d"]), min_size=1, max_size=4),
@@ -1293,7 +1335,7 @@ FORGET = st.tuples(st.just("forget"), st.lists(st.sampled_from(["a", "b", "c", "
 ROUND = st.tuples(APPEND, CLAIM, RENEW, SETTLE, TICK, CLAIM_SESSION, SESSION_LOCK, MOVE, ACTIVATE, CLAIM, SETTLE,
                   TICK).map(list)
 SINGLE = st.one_of(APPEND, CLAIM, SETTLE, RENEW, MOVE, ACTIVATE, PURGE, CLAIM_SESSION, SESSION_LOCK, DELETE,
-                   TICK, DEDUP, FORGET, SETTLE_ALL, CANCEL).map(lambda command: [command])
+                   TICK, DEDUP, FORGET, SETTLE_ALL, CANCEL, TAKE_RESTORE).map(lambda command: [command])
 COMMANDS = st.lists(st.one_of(ROUND, SINGLE), min_size=2, max_size=8).map(
     lambda chunks: [command for chunk in chunks for command in chunk])
 
@@ -1445,6 +1487,21 @@ class Differential:
             result = self.both(CancelScheduled(Q, self.now, tuple(asked)))
             if result == Unscheduled(()):
                 self.applied["CancelScheduled"] = self.applied.get("CancelScheduled", 0) + 1
+        elif kind == "take_restore":
+            n, mask, held = args
+            before = {s.record.sequence_number: s.record for s in self.reference.peek(Q, 0, 1000)}
+            tokens = self.tokens(n)
+            batch = [Claim(Q, self.now, self.now + 100, OWNER, tokens)]
+            expected = self.reference.apply(batch)
+            assert self.durable.apply(batch) == expected, batch
+            taken = expected[0].messages  # type: ignore[union-attr]
+            delete = Settle(Q, self.now, tuple(SettleItem(s.record.sequence_number, s.lock_token, Outcome.COMPLETE)
+                                               for s in taken if s.lock_token is not None))
+            self.both(delete)
+            back = [before[s.record.sequence_number] for s, keep in zip(taken, mask, strict=False) if keep]
+            if held and before:
+                back.append(next(iter(before.values())))  # held still, or taken and put back just before
+            self.both(Restore(Q, tuple(back)))
         elif kind == "tick":
             self.now += args[0]
         else:  # pragma: no cover
@@ -1494,6 +1551,7 @@ def test_durable_adapters_match_the_memory_reference(adapter: str, request: pyte
 # One fixed tour through the same comparison that makes every kind of operation take effect.
 TOUR: list[tuple[Any, ...]] = [
     ("append", Q, [(None, MessageState.ACTIVE, None, 0, b"x", 0)]),
+    ("take_restore", 2, [False, True, False, False], True),
     ("claim", 3, 100, None, MessageState.ACTIVE, None),
     ("renew", [(0, True), (2, True)], 200),
     ("settle", [(0, True, Outcome.DEAD_LETTER, b"why", b"a dead-letter reason in a longer tail"),
@@ -1561,4 +1619,4 @@ def test_durable_adapters_match_the_memory_reference_on_a_tour(adapter: str, tmp
     finally:
         durable.close()
     assert set(run.applied) == {"Append", "Claim", "Settle", "RenewLocks", "MoveMessages", "Activate",
-                                "ClaimSession", "RenewSession", "ReleaseSession", "Purge"}, run.applied
+                                "ClaimSession", "RenewSession", "ReleaseSession", "Purge", "Restore"}, run.applied

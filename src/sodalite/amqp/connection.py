@@ -36,6 +36,7 @@ from sodalite.amqp.events import (
     SessionBegun,
     SessionEnded,
 )
+from sodalite.amqp.link import Link
 from sodalite.amqp.performatives import (
     PERFORMATIVE_CODES,
     SASL_CODES,
@@ -100,6 +101,12 @@ class Connection:
         self.remote_sessions: dict[int, Session] = {}  # by the peer's channel
         self._reader = framing.FrameReader(max_frame_size)
         self._out: list[bytes] = []
+        # Transfer frames in _out, for a link that goes before they are written: (index, link,
+        # delivery-id, last frame of the delivery). Deliveries written by data_to_send: ``written``.
+        self._out_transfers: list[tuple[int, Link, int, bool]] = []
+        self.written: list[tuple[Link, int]] = []
+        self.track_written = False  # the owner reads ``written`` and ``dropped`` (the broker's bookkeeping)
+        self.dropped: list[tuple[Link, int]] = []  # transfers queued after our close: never written
         self._deferred: list[bytes] = []
         self._events: list[Event] = []
         self._open_sent = False
@@ -121,6 +128,11 @@ class Connection:
             return b""
         data = b"".join(self._out)
         self._out.clear()
+        if self._out_transfers:
+            if self.track_written:
+                self.written.extend((link, delivery_id) for _, link, delivery_id, last in self._out_transfers
+                                    if last)
+            self._out_transfers.clear()
         self._last_sent = now
         return data
 
@@ -230,6 +242,31 @@ class Connection:
             self._out.append(data)
         else:
             self._deferred.append(data)  # a client pipelines begin/attach behind its open
+
+    def _write_transfer(self, data: bytes, link: Link, delivery_id: int, last: bool) -> None:
+        """A transfer frame: written like any frame, and remembered until it leaves (data_to_send)."""
+        if self._close_sent or self.closed or not self._open_sent:
+            if self.track_written and last:
+                self.dropped.append((link, delivery_id))
+            return
+        self._out_transfers.append((len(self._out), link, delivery_id, last))
+        self._out.append(data)
+
+    def _withdraw_transfers(self, link: Link) -> tuple[list[int], int]:
+        """Take ``link``'s transfer frames out of the output not yet sent: (their delivery-ids, frames)."""
+        if not self._out_transfers:
+            return [], 0
+        ids: list[int] = []
+        kept: list[tuple[int, Link, int, bool]] = []
+        for entry in self._out_transfers:
+            if entry[1] is link:
+                self._out[entry[0]] = b""
+                ids.append(entry[2])
+            else:
+                kept.append(entry)
+        frames = len(self._out_transfers) - len(kept)
+        self._out_transfers = kept
+        return ids, frames
 
     def _send_frame(self, ftype: int, channel: int, body: bytes) -> None:
         self._out.append(framing.frame(ftype, channel, body))

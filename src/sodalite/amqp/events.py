@@ -70,11 +70,14 @@ class LinkAttached:
 
 @dataclass(frozen=True, slots=True)
 class LinkDetached:
-    """The link is gone: the peer detached it, or its session or connection ended."""
+    """The link is gone: the peer detached it, or its session or connection ended. ``unsent``: the
+    delivery-ids of transfers this side queued on the link that were never written out (taken back
+    from the session's and the connection's outgoing queues: the peer never saw them)."""
 
     link: Link
     error: Error | None
     closed: bool
+    unsent: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

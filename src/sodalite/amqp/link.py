@@ -54,7 +54,7 @@ class LinkSession(Protocol):
 
     def _send_performative(self, performative: Composite) -> None: ...
 
-    def _send_transfer_frame(self, data: bytes) -> None: ...
+    def _send_transfer_frame(self, data: bytes, link: Link, delivery_id: int, last: bool) -> None: ...
 
     def _allocate_delivery_id(self) -> int: ...
 
@@ -173,14 +173,16 @@ class Link:
         max_frame = session.remote_max_frame_size
         if 8 + 64 + len(delivery_tag) + len(payload) <= max_frame:
             session._send_transfer_frame(framing.encode_transfer(
-                channel, self.handle, delivery_id, delivery_tag, message_format, settled, False, payload))
+                channel, self.handle, delivery_id, delivery_tag, message_format, settled, False, payload),
+                self, delivery_id, True)
             return delivery_id
         room = max_frame - framing.transfer_overhead(self.handle, delivery_id, delivery_tag, message_format)
         for start in range(0, len(payload), room):
             chunk = payload[start : start + room]
             more = start + room < len(payload)
             session._send_transfer_frame(framing.encode_transfer(
-                channel, self.handle, delivery_id, delivery_tag, message_format, settled, more, chunk))
+                channel, self.handle, delivery_id, delivery_tag, message_format, settled, more, chunk),
+                self, delivery_id, not more)
         return delivery_id
 
     def drained(self) -> None:

@@ -5,7 +5,9 @@ directions, and keeps the transfer windows of 2.5.6. The incoming window is reop
 session flow whenever it falls to half, so a producer never stalls on it; window violations are
 tolerated rather than enforced, because the official Python SDK counts one transfer-id per
 delivery on send but one per frame on receive (sdk-wire-contract.md 1.5, pitfall 9). Outgoing
-transfer frames wait in a queue while the peer's incoming window is closed.
+transfer frames wait in a queue while the peer's incoming window is closed; when their link goes,
+its frames still queued here or in the connection's output are taken back and their delivery-ids
+reported (``LinkDetached.unsent``).
 
 Deliveries in flight are tracked per direction (``outgoing_unsettled`` for deliveries this side
 sent, ``incoming_unsettled`` for deliveries it received), because delivery-ids are only unique per
@@ -52,6 +54,10 @@ class SessionConnection(Protocol):
 
     def _write(self, data: bytes) -> None: ...
 
+    def _write_transfer(self, data: bytes, link: Link, delivery_id: int, last: bool) -> None: ...
+
+    def _withdraw_transfers(self, link: Link) -> tuple[list[int], int]: ...
+
 
 class Session:
     __slots__ = (
@@ -80,7 +86,8 @@ class Session:
         self.remote_links: dict[int, Link] = {}
         self.outgoing_unsettled: dict[int, tuple[Link, bytes]] = {}
         self.incoming_unsettled: dict[int, tuple[Link, bytes]] = {}
-        self._blocked: deque[bytes] = deque()
+        # transfer frames waiting for the peer's window: (frame, link, delivery-id, last frame of it)
+        self._blocked: deque[tuple[bytes, Link, int, bool]] = deque()
         self.state = SessionState.UNMAPPED
 
     def _advance(self, event: SessionEvent) -> SessionState:
@@ -138,18 +145,32 @@ class Session:
     def _send_performative(self, performative: Composite) -> None:
         self._write(framing.frame(framing.FRAME_AMQP, self.channel, performative.encode()))
 
-    def _send_transfer_frame(self, data: bytes) -> None:
+    def _send_transfer_frame(self, data: bytes, link: Link, delivery_id: int, last: bool) -> None:
         self.next_outgoing_id = (self.next_outgoing_id + 1) & 0xFFFFFFFF
         if self.remote_incoming_window > 0 and not self._blocked:
             self.remote_incoming_window -= 1
-            self._write(data)
+            self.connection._write_transfer(data, link, delivery_id, last)
         else:
-            self._blocked.append(data)
+            self._blocked.append((data, link, delivery_id, last))
 
     def _flush_blocked(self) -> None:
         while self._blocked and self.remote_incoming_window > 0:
             self.remote_incoming_window -= 1
-            self._write(self._blocked.popleft())
+            self.connection._write_transfer(*self._blocked.popleft())
+
+    def _withdraw(self, link: Link) -> tuple[int, ...]:
+        """Take back the transfer frames of ``link`` not written out yet (blocked here, or waiting in
+        the connection's output): the peer never sees them. Transfer-ids are implicit (one per frame),
+        so the frames after them are numbered as if they had never been queued. Their delivery-ids."""
+        ids, frames = self.connection._withdraw_transfers(link)
+        self.remote_incoming_window += frames  # they had used the peer's window
+        if self._blocked and any(entry[1] is link for entry in self._blocked):
+            kept = deque(entry for entry in self._blocked if entry[1] is not link)
+            frames += len(self._blocked) - len(kept)
+            ids.extend(entry[2] for entry in self._blocked if entry[1] is link)
+            self._blocked = kept
+        self.next_outgoing_id = (self.next_outgoing_id - frames) & 0xFFFFFFFF
+        return tuple(dict.fromkeys(ids))
 
     def _allocate_delivery_id(self) -> int:
         delivery_id = self.next_delivery_id
@@ -269,7 +290,7 @@ class Session:
         for table in (self.outgoing_unsettled, self.incoming_unsettled):
             for delivery_id in [i for i, (lk, _) in table.items() if lk is link]:
                 del table[delivery_id]
-        self.connection._emit(LinkDetached(link, error, closed))
+        self.connection._emit(LinkDetached(link, error, closed, self._withdraw(link)))
 
     def _end_all_links(self, error: Error | None) -> None:
         for link in list(self.links.values()):

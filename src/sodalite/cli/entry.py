@@ -95,6 +95,9 @@ def parser() -> argparse.ArgumentParser:
                        help="on SIGTERM or Ctrl-C: stop accepting, let the store work in flight commit and its "
                             "replies go out for at most this long, then close every connection with "
                             "amqp:connection:forced, which the SDKs retry by reconnecting (default 10)")
+    # Test-only (hidden): append every ReceiveAndDelete transfer written, detach and restore to PATH
+    # (server/delivery_trace.py), so tests count deliveries on the broker's side.
+    serve.add_argument("--delivery-trace", type=Path, default=None, help=argparse.SUPPRESS)
     serve.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default) or ERROR")
     serve.add_argument("--log-format", choices=logging_setup.FORMATS, default="text",
                        help="text (default) or json: one JSON object per line with time, level, logger, "

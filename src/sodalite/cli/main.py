@@ -39,6 +39,7 @@ from sodalite.cli.key_bridge import BrokerKeys
 from sodalite.cli.stores import build_broker, default_node_id, redact_url
 from sodalite.errors import ConfigurationError, StoreUnavailable
 from sodalite.model.config import NamespaceConfig, default_namespace, load_config_text
+from sodalite.server import delivery_trace
 from sodalite.server.broker import Broker
 from sodalite.server.connection_handler import BrokerConnection
 from sodalite.server.limits import AcceptFailureLog, ConnectionLimits
@@ -255,6 +256,8 @@ def _print_amqps(args: argparse.Namespace, broker: Broker, cert: Path) -> None:
 
 
 async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
+    if args.delivery_trace is not None:
+        delivery_trace.start(args.delivery_trace)
     node_id = args.node_id or default_node_id(args.port)
     broker = build_broker(namespace, args.data_dir, synchronous=args.sync, store_url=args.store, node_id=node_id,
                           core=args.core, shared_poll_seconds=args.shared_poll_seconds)

@@ -133,6 +133,17 @@ deferred message is never dead-lettered for MaxDeliveryCount or TTL when its loc
 version-1 path does both on abandon and lapse), and the store never claims an expired deferred
 row (so it is not found).
 
+ReceiveAndDelete transfers never written (:class:`Unsent`). A ReceiveAndDelete delivery is
+deleted before it is handed out (a crash loses at most the transfers in flight, never delivers one
+twice). When the caller finds it could not write the transfer (the receiver's link, session or
+connection went away first, or its credit was gone), it hands the records back: one ``Restore``
+puts each row back under its own number with its state and the delivery count it had before the
+claim (a transfer never written was no delivery), unlocked; after the commit it is counted again
+and a ready one rejoins the window by number (or is found by the next read), so it is the next
+one delivered, as a released message is. A restored number lies below numbers already handed
+out, which is why the Spark reader removes exactly the numbers it read (a ``MoveOut`` of them,
+docs/spark.md), never everything through a number.
+
 Complete-through (:class:`CompleteThrough`, a Sodalite extension for the Spark reader): one
 ``Purge(through)``, the port's semantics and the version-1 ``complete_through``'s (every row
 numbered <= N in any state, except rows locked at ``now``); :class:`CompletedThrough` with the
@@ -252,6 +263,8 @@ from sodalite.model.store_ops import (
     Renewed,
     RenewLocks,
     RenewSession,
+    Restore,
+    Restored,
     SessionClaimed,
     Settled,
     SettleItem,
@@ -353,6 +366,17 @@ class CloseConsumer:
     """The consumer detached: no more deliveries to it; its locks live until they end."""
 
     consumer: Consumer
+
+
+@dataclass(frozen=True, slots=True)
+class Unsent:
+    """ReceiveAndDelete deliveries whose delete committed but whose transfer was never written (the
+    receiver's link, session or connection went away first, or it had no credit left): each
+    ``records`` entry as :class:`Delivered` (or :class:`DeferredReceived`) carried it, with the
+    claim counted. They are put back in place, the delivery given back (see "ReceiveAndDelete
+    transfers never written" in the module docstring)."""
+
+    records: tuple[MessageRecord, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -599,7 +623,7 @@ Command = (Send | Schedule | CancelScheduled | Receive | CloseConsumer | Settle 
            | StoreResults | StoreFailed | StoreAvailable | StoreUnavailable | WindowRead | AcceptSession
            | RenewSessionLock | GetSessionState | SetSessionState
            | ReceiveDeferred | CompleteThrough | CountsRead | Arrived | Landed | Publish | MoveOut | Transact
-           | DueInStore | RefreshCounts | UpdateSettings)
+           | DueInStore | RefreshCounts | UpdateSettings | Unsent)
 
 
 # ---- replies and effects ----------------------------------------------------------------------------
@@ -1038,9 +1062,14 @@ class _MoveOutCtx:
     sent: tuple[int, ...]  # the numbers in the MoveMessages (each once, none held here)
 
 
+@dataclass(frozen=True, slots=True)
+class _RestoreCtx:
+    records: tuple[MessageRecord, ...]
+
+
 _Ctx = (_AppendCtx | _ClaimCtx | _QuietCtx | _TakeCtx | _CancelCtx | _SettleCtx | _RenewCtx | _MoveCtx | _ActivateCtx
         | _DedupCtx | _AcceptCtx | _SessionClaimCtx | _SessionRenewCtx | _StateCtx
-        | _DeferredClaimCtx | _DeferredTakeCtx | _PurgeCtx | _PublishCtx | _MoveOutCtx)
+        | _DeferredClaimCtx | _DeferredTakeCtx | _PurgeCtx | _PublishCtx | _MoveOutCtx | _RestoreCtx)
 
 
 @dataclass(slots=True)
@@ -1100,6 +1129,8 @@ class View:
     history_pruned_at: int = 0  # on a shared store: when the store's history was last pruned
     # UpdateSettings answered when the batch that drops its locks is done: batch id -> (reply_to, tokens)
     updates_waiting: dict[int, tuple[ReplyTo, tuple[uuid.UUID, ...]]] = field(default_factory=dict)
+    # ReceiveAndDelete messages never written whose Restore failed (the store was down): tried again
+    restore_again: list[MessageRecord] = field(default_factory=list)
 
 
 _LOST_TOKENS = 1024
@@ -1200,6 +1231,10 @@ def decide(view: View, command: Command, now: int) -> Decision:
                 view.store_due = command.at if view.store_due is None else min(view.store_due, command.at)
         case Tick():
             pass
+        case Unsent():
+            if command.records:  # as they were before the claim: a transfer never written was no delivery
+                records = tuple(r.with_delivery_count(max(r.delivery_count - 1, 0)) for r in command.records)
+                turn.op(Restore(records), _RestoreCtx(records))
         case _:
             _touch(view, now)
             match command:
@@ -1252,6 +1287,9 @@ def decide(view: View, command: Command, now: int) -> Decision:
                     _on_update_settings(turn, command)
                 case Touch():
                     pass
+    if view.restore_again and view.available:
+        records, view.restore_again = tuple(view.restore_again), []
+        turn.op(Restore(records), _RestoreCtx(records))
     _due(turn)
     _pump(turn)
     if view.settings.requires_session:
@@ -1995,6 +2033,8 @@ def _on_results(turn: _Turn, command: StoreResults) -> None:
                     turn.replies.append(Published(ctx.reply_to, tuple(ctx.stored)))
             case _MoveOutCtx(), Moved():
                 _moved_out(turn, ctx, result, command.batch_id)
+            case _RestoreCtx(), Restored():
+                _restored(turn, ctx, result)
             case _DedupCtx(), IdsClaimed():
                 _drop_ids(view, ctx.message_ids, result)
             case _:
@@ -2070,10 +2110,27 @@ def _taken(turn: _Turn, ctx: _TakeCtx, result: Settled) -> None:
             continue
         done += 1
         view.counts.active -= 1
-        turn.replies.append(Delivered(ctx.consumer, record, None, None))
+        # As the claim stored it (it counted this delivery), like every other delivery's record.
+        turn.replies.append(Delivered(ctx.consumer, record.with_delivery_count(record.delivery_count + 1), None, None))
     credit = view.credit.get(ctx.consumer)
     if credit is not None:
         credit.count += len(ctx.records) - done
+
+
+def _restored(turn: _Turn, ctx: _RestoreCtx, result: Restored) -> None:
+    """Deliveries never written are back in the store: counted again, and ready ones are first in
+    line again (by number), as a released message is."""
+    view = turn.view
+    for record, ok in zip(ctx.records, result.applied, strict=True):
+        if not ok:
+            continue
+        if record.state is MessageState.DEFERRED:
+            view.counts.deferred += 1
+            continue
+        view.counts.active += 1
+        _session_ready(view, record.session_id)
+        if view.at_tail or record.sequence_number <= view.cursor:  # else the next read finds it
+            _admit(turn, record)
 
 
 def _cancelled(turn: _Turn, ctx: _CancelCtx, result: Unscheduled) -> None:
@@ -2286,6 +2343,8 @@ def _on_failed(turn: _Turn, command: StoreFailed) -> None:
                     view.cursor = min(view.cursor, min(ctx.sent) - 1)
                     view.at_tail = False
                 turn.replies.append(ServerBusy(ctx.reply_to))
+            case _RestoreCtx():  # still deleted: put back once the store answers again (Restore is idempotent)
+                view.restore_again.extend(ctx.records)
             case _DeferredTakeCtx():
                 for token in ctx.tokens:  # not deleted: the locks lapse and the messages stay deferred
                     _unbusy(view, token, settling=True)

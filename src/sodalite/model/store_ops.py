@@ -285,9 +285,21 @@ class PutSessionState:
     updated_at: int
 
 
+@dataclass(frozen=True, slots=True)
+class Restore:
+    """Put rows back exactly as they were before a claim took them: each record under its own
+    ``sequence_number`` (a number the partition gave it, so never a reuse), with its state,
+    delivery count, times, annotations and tail, unlocked. A ReceiveAndDelete delivery whose
+    delete committed but whose transfer was never written (its link, session or connection went
+    away first) comes back in place this way. A number the partition holds already is left as
+    it is. Answered by :class:`Restored`."""
+
+    messages: tuple[MessageRecord, ...]
+
+
 StoreOp = (Append | AppendTo | Claim | Settle | RenewLocks | MoveMessages | Activate | RememberMessageIds
            | ForgetMessageIds | PruneMessageIds | ClaimMessageIds | ClaimSession | RenewSession | ReleaseSession
-           | PutSessionState | Purge | CancelScheduled)
+           | PutSessionState | Purge | CancelScheduled | Restore)
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,6 +369,14 @@ class Unscheduled:
 
 
 @dataclass(frozen=True, slots=True)
+class Restored:
+    """Per message of :class:`Restore`, in order: True when it was put back (False: its number
+    was held already)."""
+
+    applied: tuple[bool, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Done:
     """The result of an operation that returns nothing (every operation kept from the port's version 1)."""
 
@@ -369,4 +389,4 @@ class IdsClaimed:
 
 
 OpResult = (Appended | Claimed | Settled | Renewed | Moved | Activated | SessionClaimed | Done | Purged | IdsClaimed
-            | Unscheduled)
+            | Unscheduled | Restored)

@@ -7,11 +7,13 @@ endpoint (``server/endpoint.py``: entity links in ``server/links.py``, ``$cbs``,
 the transaction coordinator); every later event of that link (transfer, disposition, credit,
 detach) goes to its endpoint. This module owns only what belongs to the whole connection: the
 socket, output flushing (once per loop iteration, however many frames were produced, so pipelined
-work leaves in few writes), the heartbeat and handshake timers, the connection limit, the
-authentication deadline and the allowance of connections not yet authenticated
-(``server/limits.py``: a connection is authenticated once a token was accepted on ``$cbs``, seen as
-a grant on its ``ConnectionAuth`` after a transfer; until then it is in ``broker.unauthenticated``),
-and the detaching of links whose entity is deleted. A malformed frame closes only this connection (the
+work leaves in few writes; held in the AMQP connection while the transport is paused, so transfers
+not yet written can still be taken back; each endpoint told which of its transfers were written),
+the heartbeat and handshake timers, the connection limit, the authentication deadline and the
+allowance of connections not yet authenticated (``server/limits.py``: a connection is authenticated
+once a token was accepted on ``$cbs``, seen as a grant on its ``ConnectionAuth`` after a transfer;
+until then it is in ``broker.unauthenticated``), and the detaching of links whose entity is deleted.
+A malformed frame closes only this connection (the
 AMQP layer answers with a close carrying the error); the broker goes on.
 """
 
@@ -65,9 +67,13 @@ class BrokerConnection(asyncio.Protocol):
             silence_heartbeat_s=broker.silence_heartbeat_s,
             first_outgoing_id=0x80000000,  # keeps our delivery-ids apart from the SDK's (pitfall 6)
         )
+        self.amqp.track_written = True  # transfers written or never written: the endpoints hear of both
         self.transport: asyncio.Transport | None = None
         self.auth = ConnectionAuth(self)  # the grants of this connection's put-tokens
         self._flush_scheduled = False
+        # The transport's buffer is past its high-water mark (asyncio flow control): output waits in the
+        # AMQP connection, where a transfer whose link goes before it leaves is taken back, not lost.
+        self._paused = False
         self._heartbeat: asyncio.TimerHandle | None = None
         self.peer = "?"
         self.decimals_as_text = False  # the client cannot read decimal128 (wire.decimals_as_text)
@@ -162,16 +168,42 @@ class BrokerConnection(asyncio.Protocol):
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self.flush)
 
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self.flush()
+
     def flush(self) -> None:
         self._flush_scheduled = False
         transport = self.transport
-        if transport is None:
+        if transport is None or (self._paused and not self.amqp.closed):
             return
         data = self.amqp.data_to_send(time.monotonic())
-        if data and not transport.is_closing():
+        written = not transport.is_closing()
+        if data and written:
             transport.write(data)
+        if self.amqp.written or self.amqp.dropped:
+            self._report_written(written)
         if self.amqp.closed and not transport.is_closing():
             transport.close()
+
+    def _report_written(self, written: bool) -> None:
+        """Tell each link's endpoint which of its transfers left (handed to the socket) or, the
+        transport closing, never will."""
+        sent, self.amqp.written = self.amqp.written, []
+        dropped, self.amqp.dropped = self.amqp.dropped, []
+        for link, delivery_id in dropped:
+            if isinstance(link.context, Endpoint):
+                link.context.on_unsent((delivery_id,))
+        for link, delivery_id in sent:
+            endpoint = link.context
+            if isinstance(endpoint, Endpoint):
+                if written:
+                    endpoint.on_written(delivery_id)
+                else:
+                    endpoint.on_unsent((delivery_id,))
 
     def _arm_heartbeat(self) -> None:
         """One timer per connection, at the next moment the AMQP layer has a heartbeat or idle check due.
@@ -309,6 +341,8 @@ class BrokerConnection(asyncio.Protocol):
         elif isinstance(event, ev.LinkDetached):
             endpoint = event.link.context
             if isinstance(endpoint, Endpoint):
+                if event.unsent:
+                    endpoint.on_unsent(event.unsent)
                 endpoint.on_detached()
         elif isinstance(event, ev.ConnectionClosed) and event.error is not None and not event.by_peer:
             log.warning("closing connection %s: %s %s", self.peer, event.error.condition, event.error.description,

@@ -12,7 +12,9 @@ acknowledged, a settlement echoed and a renewal answered once it is durable.
 
 Credit: a receiver link's credit is handed to the core as ``Receive`` commands (the difference
 between the link's credit and what the core was given). A delivery the link can no longer take (its
-credit was lowered, or it detached) is released back at once, which gives the delivery count back.
+credit was lowered, or it detached) is released back at once, which gives the delivery count back;
+a ReceiveAndDelete one (deleted already) is put back in place (``core.Unsent``, :meth:`unsent`), as
+are those the link took but whose transfers were never written (``links.LinkConsumer``).
 A drain is answered once the runner's effects are done: whatever was ready was delivered by then.
 
 Moves between sub-queues (dead-lettering) are one store transaction of the source runner; the
@@ -106,7 +108,7 @@ from sodalite.model import partition_core as core
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, Lock, MessageDraft
 from sodalite.model.store_ops import MoveItem, Outcome, StoredMessage
-from sodalite.server import wire
+from sodalite.server import delivery_trace, wire
 from sodalite.server.entity_settings import EntitySettings, SubQueue
 from sodalite.server.partition_runner import Clock, LoopClock, PartitionRunner
 from sodalite.server.store_worker import StoreWorker
@@ -405,12 +407,12 @@ class CoreActor:
             self._given[consumer] = max(given - 1, 0)
         token = reply.lock_token
         if consumer not in self._consumers or consumer.credit() <= 0:
-            # The link can no longer take it: give it back (a release returns the delivery count).
+            # The link can no longer take it: give it back. A release returns the delivery count; a
+            # ReceiveAndDelete message (deleted already, its transfer never written) is put back in place.
             if token is not None:
                 self.runners[sub].submit(core.Settle(token, Outcome.RELEASE))
             else:
-                log.warning("queue %s: a ReceiveAndDelete message for a receiver that left was dropped: %d",
-                            self.ref.entity, reply.message.sequence_number)
+                self.unsent(sub, (reply.message,))
             return
         message = as_delivered(reply.message)
         if token is None:
@@ -589,6 +591,19 @@ class CoreActor:
         sub = self._holders.get(token)
         if sub is not None and self.available:
             self.runners[sub].submit(core.Settle(token, Outcome.RELEASE))
+
+    def unsent(self, sub: SubQueue, records: Sequence[MessageRecord]) -> None:
+        """ReceiveAndDelete messages taken for a receiver whose transfers were never written (its link,
+        session or connection went away first): put back in place (``core.Unsent``), each with the
+        record its delivery carried."""
+        runner = self.runners.get(sub)
+        if runner is None or not records:
+            return
+        runner.submit(core.Unsent(tuple(records)))
+        trace = delivery_trace.current()
+        if trace is not None:
+            for record in records:
+                trace.restored(self.refs[sub].entity, record.sequence_number)
 
     def renew_lock(self, token: uuid.UUID) -> asyncio.Future[int]:
         sub = self._holders.get(token)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from sodalite.amqp import events as ev
@@ -65,6 +66,13 @@ class Endpoint:
     def on_detached(self) -> None:
         """The link is gone (detached by either side, or its session or connection ended)."""
 
+    def on_written(self, delivery_id: int) -> None:
+        """A transfer the broker sent on the link was handed to the socket."""
+
+    def on_unsent(self, delivery_ids: tuple[int, ...]) -> None:
+        """Transfers the broker queued on the link were never written (the link, its session or its
+        connection went first): the peer never saw them. Called before :meth:`on_detached`."""
+
     def needs(self) -> tuple[str, AccessRights | None] | None:
         """The entity path the link works on and the right it needs while attached; None: no token needed."""
         return None
@@ -77,21 +85,39 @@ class Endpoint:
 class ControlLink(Endpoint):
     """A request or response link of a request/response node (``$cbs``, an entity's ``$management``)."""
 
-    __slots__ = ("connection", "node")
+    __slots__ = ("connection", "node", "unwritten")
 
     def __init__(self, connection: ConnectionPort, node: str) -> None:
         self.connection = connection
         self.node = node
+        # On a response link: what to do if a response is never written (by delivery-id), e.g. put
+        # back the messages a ReceiveAndDelete receive-by-sequence-number took.
+        self.unwritten: dict[int, Callable[[], None]] = {}
 
-    def respond(self, request_link: Link, payload: bytes) -> None:
+    def respond(self, request_link: Link, payload: bytes, give_back: Callable[[], None] | None = None) -> None:
         """Send a response on the node's response link: the client's receiver on the same session
-        whose address is the node itself (sdk-wire-contract.md 6.1)."""
+        whose address is the node itself (sdk-wire-contract.md 6.1). ``give_back`` runs if the response
+        is never written (no response link, or it went before the bytes left)."""
         for link in request_link.session.links.values():
             ctx = link.context
             if link.role is SENDER and isinstance(ctx, ControlLink) and ctx.node == self.node and link.attached:
-                link.send_transfer(payload, uuid.uuid4().bytes, settled=True)
+                delivery_id = link.send_transfer(payload, uuid.uuid4().bytes, settled=True)
+                if give_back is not None:
+                    ctx.unwritten[delivery_id] = give_back
                 return
         log.warning("no response link for %s on %s", self.node, self.connection.peer)
+        if give_back is not None:
+            give_back()
+
+    def on_written(self, delivery_id: int) -> None:
+        if self.unwritten:
+            self.unwritten.pop(delivery_id, None)
+
+    def on_unsent(self, delivery_ids: tuple[int, ...]) -> None:
+        for delivery_id in delivery_ids:
+            give_back = self.unwritten.pop(delivery_id, None)
+            if give_back is not None:
+                give_back()
 
 
 def accept_control(link: Link) -> None:

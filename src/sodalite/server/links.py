@@ -10,7 +10,10 @@ calls :func:`attach_producer` or :func:`attach_consumer`.
   connection's transactions.
 * A consumer is what the partition actor delivers to. In PeekLock each delivery's tag is its lock
   token; the client's disposition is read by ``server/outcomes.py`` and carried out by the actor,
-  and the broker echoes the outcome only once it is durable (sdk-wire-contract.md 5.1). A session
+  and the broker echoes the outcome only once it is durable (sdk-wire-contract.md 5.1). It keeps
+  each delivery until the connection reports its transfer written to the socket; one never written
+  (the link, its session or its connection went first: the AMQP layer takes such transfers back) is
+  given back: a ReceiveAndDelete message put back in place, a PeekLock lock released. A session
   receiver's attach is answered only when the actor grants it a session, which may take up to the
   client's timeout.
 """
@@ -33,7 +36,7 @@ from sodalite.errors import InvalidOperation, MessageSizeExceeded, SessionLockLo
 from sodalite.model.authorization import AccessRights
 from sodalite.model.message import MessageRecord
 from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, Lock, MessageDraft
-from sodalite.server import outcomes, wire
+from sodalite.server import delivery_trace, outcomes, wire
 from sodalite.server.amqp_errors import client_error
 from sodalite.server.endpoint import ConnectionPort, Endpoint
 from sodalite.server.entity_settings import SubQueue
@@ -144,7 +147,8 @@ def _done() -> asyncio.Future[None]:
 class LinkConsumer(Endpoint):
     """A client receiver link, as the partition actor sees it (``entity_settings.Consumer``)."""
 
-    __slots__ = ("_counters", "actor", "connection", "link", "peek_lock", "reserved", "session_id", "sub_queue")
+    __slots__ = ("_counters", "actor", "connection", "link", "peek_lock", "reserved", "session_id", "sub_queue",
+                 "unwritten")
 
     def __init__(self, connection: ConnectionPort, link: Link, actor: EntityActor,
                  sub_queue: SubQueue, peek_lock: bool) -> None:
@@ -156,6 +160,9 @@ class LinkConsumer(Endpoint):
         self.peek_lock = peek_lock
         self.reserved = 0
         self._counters: tuple[Counter, Counter] | None = None  # deliveries, messages out (labelled once)
+        # Deliveries queued on the link and not written to the socket yet, by delivery-id: given
+        # back if they never are (a ReceiveAndDelete message put back in place, a lock released).
+        self.unwritten: dict[int, tuple[MessageRecord, Lock | None]] = {}
 
     def counters(self) -> tuple[Counter, Counter]:
         if self._counters is None:
@@ -168,19 +175,35 @@ class LinkConsumer(Endpoint):
         return self.link.link_credit if self.link.attached else 0
 
     def deliver(self, record: MessageRecord, lock: Lock | None) -> None:
+        if not self.link.attached:  # gone since the actor looked: never written
+            self._give_back([(record, lock)])
+            return
         decimals_as_text = self.connection.decimals_as_text
         if lock is not None:
             payload = wire.delivery_payload(record, lock.locked_until, lock_token=lock.token,
                                             decimals_as_text=decimals_as_text)
-            self.link.send_transfer(payload, wire.lock_token_tag(lock.token), settled=False)
+            delivery_id = self.link.send_transfer(payload, wire.lock_token_tag(lock.token), settled=False)
         else:
             payload = wire.delivery_payload(record, None, decimals_as_text=decimals_as_text)
-            self.link.send_transfer(payload, uuid.uuid4().bytes_le, settled=True)
+            delivery_id = self.link.send_transfer(payload, uuid.uuid4().bytes_le, settled=True)
+        self.unwritten[delivery_id] = (record, lock)
         deliveries, messages_out = self.counters()
         deliveries.inc()
         if lock is None:  # received in ReceiveAndDelete: removed already (committed)
             messages_out.inc()
         self.connection.flush_soon()
+
+    def _give_back(self, taken: list[tuple[MessageRecord, Lock | None]]) -> None:
+        """Deliveries never written: locks released (the delivery count given back), ReceiveAndDelete
+        messages put back in place."""
+        records = []
+        for record, lock in taken:
+            if lock is not None:
+                self.actor.release(lock.token)
+            else:
+                records.append(record)
+        if records:
+            self.actor.unsent(self.sub_queue, records)
 
     def drain_requested(self) -> bool:
         return self.link.attached and self.link.drain and self.link.link_credit > 0
@@ -207,7 +230,22 @@ class LinkConsumer(Endpoint):
     def on_credit(self) -> None:
         self.actor.credit_changed(self)
 
+    def on_written(self, delivery_id: int) -> None:
+        entry = self.unwritten.pop(delivery_id, None)
+        if entry is not None and entry[1] is None:
+            trace = delivery_trace.current()
+            if trace is not None:
+                trace.written(self.actor.ref.entity + self.sub_queue.value, entry[0].sequence_number, self.link.name)
+
+    def on_unsent(self, delivery_ids: tuple[int, ...]) -> None:
+        taken = [entry for entry in (self.unwritten.pop(i, None) for i in delivery_ids) if entry is not None]
+        if taken:
+            self._give_back(taken)
+
     def on_detached(self) -> None:
+        trace = delivery_trace.current()
+        if trace is not None and not self.peek_lock:
+            trace.detached(self.actor.ref.entity + self.sub_queue.value, self.link.name)
         self.actor.remove_consumer(self)  # also ends a session wait or a session lock
 
     def on_delivery_updated(self, event: ev.DeliveryUpdated) -> None:

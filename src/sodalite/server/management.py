@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol, Required, TypedDict, TypeVar, cast
 
@@ -31,6 +31,7 @@ from sodalite.model.entities import (
 )
 from sodalite.model.json_types import json_type
 from sodalite.model.settlement import from_disposition_status
+from sodalite.model.store_ops import MoveItem
 from sodalite.server import outcomes, wire
 from sodalite.server.amqp_errors import report
 from sodalite.server.core_actor import CoreActor
@@ -103,6 +104,10 @@ class PartitionRequest(TypedDict, total=False):
 CompleteThroughRequest = TypedDict("CompleteThroughRequest", {
     "partition": AmqpValue,
     "sequence-number": AmqpValue,
+}, total=False)
+CompleteNumbersRequest = TypedDict("CompleteNumbersRequest", {
+    "partition": AmqpValue,
+    "sequence-numbers": AmqpValue,
 }, total=False)
 PeekPartitionRequest = TypedDict("PeekPartitionRequest", {
     "partition": AmqpValue,
@@ -186,6 +191,8 @@ class Response:
     body: ResponseBody | None = None
     description: str = "OK"
     condition: str | None = None
+    # Run if the response is never written (its link went first): what the operation took goes back.
+    give_back: Callable[[], None] | None = field(default=None, compare=False)
 
 
 class Rules(Protocol):
@@ -304,7 +311,13 @@ async def receive_by_sequence_number(ctx: Context, body: ReceiveBySequenceNumber
         if token is not None else
         {"message": wire.delivery_payload(r, None, with_state=True, decimals_as_text=ctx.decimals_as_text)}
         for r, token, until in taken_now]
-    return Response(OK, {"messages": messages})
+    if mode == PEEK_LOCK or not taken_now:
+        return Response(OK, {"messages": messages})
+    # ReceiveAndDelete: deleted already; if the response never leaves, they go back in place (with the
+    # claim counted, as the core's Unsent takes them).
+    actor, sub = ctx.actor, ctx.sub_queue
+    taken = [r.with_delivery_count(r.delivery_count + 1) for r, _, _ in taken_now]
+    return Response(OK, {"messages": messages}, give_back=lambda: actor.unsent(sub, taken))
 
 
 async def update_disposition(ctx: Context, body: UpdateDispositionRequest) -> Response:
@@ -491,6 +504,7 @@ async def enumerate_rules(ctx: Context, body: EnumerateRulesRequest) -> Response
 # ---- Sodalite extensions (docs/spark.md): what the Spark data source needs; no Service Bus SDK sends them.
 
 COMPLETE_THROUGH = "com.sodalite:complete-through-sequence-number"
+COMPLETE_NUMBERS = "com.sodalite:complete-sequence-numbers"
 PARTITION_BOUNDS = "com.sodalite:partition-bounds"
 PEEK_PARTITION = "com.sodalite:peek-partition"
 
@@ -509,6 +523,17 @@ async def complete_through_sequence_number(ctx: Context, body: CompleteThroughRe
     partition = _partition(ctx, body)
     count = await partition.complete_through(ctx.sub_queue, _int_arg(body, "sequence-number"))
     return Response(OK, {"count": Long(count)})
+
+
+async def complete_sequence_numbers(ctx: Context, body: CompleteNumbersRequest) -> Response:
+    """Remove exactly the unlocked messages of one partition with these numbers (in any state); answers
+    ``count`` (how many went) once the delete is durable. Idempotent: a number gone is skipped. The
+    Spark reader removes what its committed batches read this way, never "everything below N" (a
+    message put back below N, a ReceiveAndDelete transfer never written, was not read)."""
+    partition = _partition(ctx, body)
+    numbers = list(dict.fromkeys(_array(body, "sequence-numbers", int)))
+    gone = await partition.move_out(ctx.sub_queue, [MoveItem(n) for n in numbers], None)
+    return Response(OK, {"count": Long(sum(1 for n in gone if n is not None))})
 
 
 async def partition_bounds(ctx: Context, body: PartitionRequest) -> Response:
@@ -549,6 +574,7 @@ OPERATIONS: dict[str, Operation] = {
     "com.microsoft:remove-rule": remove_rule,
     "com.microsoft:enumerate-rules": enumerate_rules,
     COMPLETE_THROUGH: complete_through_sequence_number,
+    COMPLETE_NUMBERS: complete_sequence_numbers,
     PARTITION_BOUNDS: partition_bounds,
     PEEK_PARTITION: peek_partition,
 }
@@ -571,6 +597,7 @@ REQUIRED_RIGHTS: dict[str, AccessRights] = {
     "com.microsoft:remove-rule": AccessRights.MANAGE,
     "com.microsoft:enumerate-rules": AccessRights.MANAGE,
     COMPLETE_THROUGH: AccessRights.LISTEN,
+    COMPLETE_NUMBERS: AccessRights.LISTEN,
     PARTITION_BOUNDS: AccessRights.LISTEN,
     PEEK_PARTITION: AccessRights.LISTEN,
 }

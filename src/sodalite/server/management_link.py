@@ -63,7 +63,7 @@ class ManagementLink(ControlLink):
                                           "statusDescription": response.description}
             if response.condition is not None:
                 properties["errorCondition"] = Symbol(response.condition)
-            self.respond(link, encode_response(request.message_id, properties, response.body))
+            self.respond(link, encode_response(request.message_id, properties, response.body), response.give_back)
             conn.flush_soon()
 
         task.add_done_callback(respond)

@@ -95,6 +95,7 @@ from sodalite.store.port import (
     Outcome,
     PartitionCounts,
     PartitionRef,
+    Restore,
     Settle,
     Settled,
     SettleFenced,
@@ -411,7 +412,7 @@ class PartitionRunner:
             self._answer(StoreResults(batch.batch_id, results[at:at + len(batch.ops)]))
             at += len(batch.ops)
         self._report_moves(ops, results)
-        self._size_appended += sum(m.size for op in ops if isinstance(op, Append) and op.ref == self.ref
+        self._size_appended += sum(m.size for op in ops if isinstance(op, Append | Restore) and op.ref == self.ref
                                    for m in op.messages)
         self._refresh_size()
 

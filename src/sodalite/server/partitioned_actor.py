@@ -153,6 +153,8 @@ class Partition(Protocol):
 
     def release(self, token: uuid.UUID) -> None: ...
 
+    def unsent(self, sub: SubQueue, records: Sequence[MessageRecord]) -> None: ...
+
     def add_consumer(self, consumer: Receiver) -> None: ...
 
     def remove_consumer(self, consumer: Receiver) -> None: ...
@@ -352,6 +354,15 @@ class Partitioned(Generic[P]):
             if partition.holds(token):
                 partition.release(token)
                 return
+
+    def unsent(self, sub: SubQueue, records: Sequence[MessageRecord]) -> None:
+        """ReceiveAndDelete messages whose transfers were never written: back into their partitions."""
+        by_partition: dict[int, list[MessageRecord]] = {}
+        for record in records:
+            by_partition.setdefault(partition_of_sequence_number(record.sequence_number), []).append(record)
+        for index, taken in by_partition.items():
+            if 0 <= index < len(self.partitions):
+                self.partitions[index].unsent(sub, taken)
 
     # ---- sessions -----------------------------------------------------------------------------------
 

@@ -18,6 +18,8 @@ from sodalite.errors import ConfigurationError, SodaliteError
 from sodalite.spark import sections
 
 COMPLETE_THROUGH: Final = "com.sodalite:complete-through-sequence-number"
+COMPLETE_NUMBERS: Final = "com.sodalite:complete-sequence-numbers"
+COMPLETE_CHUNK: Final = 5000  # sequence numbers per complete-sequence-numbers request
 PARTITION_BOUNDS: Final = "com.sodalite:partition-bounds"
 PEEK_PARTITION: Final = "com.sodalite:peek-partition"
 PEEK_PAGE: Final = 1000
@@ -150,6 +152,15 @@ class Broker:
         body = self._management(entity, COMPLETE_THROUGH, {"partition": partition,
                                                            "sequence-number": sequence_number})
         return int(body["count"])
+
+    def complete_numbers(self, entity: str, partition: int, numbers: list[int]) -> int:
+        """Remove exactly these messages of ``partition`` (the unlocked ones still there); how many went."""
+        removed = 0
+        for start in range(0, len(numbers), COMPLETE_CHUNK):
+            body = self._management(entity, COMPLETE_NUMBERS, {
+                "partition": partition, "sequence-numbers": numbers[start:start + COMPLETE_CHUNK]})
+            removed += int(body["count"])
+        return removed
 
     def check_sender(self, entity: str) -> None:
         try:

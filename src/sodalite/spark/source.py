@@ -13,10 +13,15 @@ skips empty stretches, and honours the read limit (``maxMessagesPerTrigger``: ``
 sharing it across partitions in sequence-number spans, which never undercount messages. Under
 ``Trigger.AvailableNow`` the bounds taken when the trigger starts cap every batch.
 
-With ``consume=complete`` the source removes what Spark has committed: in ``commit(end)``, and in
-``latestOffset(start)`` for everything below ``start`` (Spark commits batch N only while it plans
-N+1, and never calls commit for the last batch of a run). Removal is the broker's "complete through
-sequence number in partition", which skips locked messages and is idempotent.
+With ``consume=complete`` the source removes what Spark has committed, and exactly that: the
+numbers a batch reads are fixed when ``latestOffset`` plans it (a peek of its ranges on the driver)
+and kept in its end offset (``"read"``: per entity and partition, inclusive runs), which Spark
+checkpoints before the batch runs; the batch's tasks read only those numbers, and the source removes
+them, with the broker's "complete sequence numbers" (which skips locked messages and is
+idempotent), in ``commit(end)`` and again in ``latestOffset(start)`` (Spark commits batch N only
+while it plans N+1, and never calls commit for the last batch of a run). Never "everything below
+N": a ReceiveAndDelete message whose transfer was never written is put back under its own number,
+below numbers already read, and was not read.
 
 Everything here pickles: connections open on first use and are dropped when pickled.
 """
@@ -72,6 +77,9 @@ class SequenceRange(InputPartition):
     start: int
     end: int
     entity: str = ""  # the entity's path on the broker; "" in ranges planned before several entities
+    # consume=complete: the numbers this batch reads, as inclusive runs (planned on the driver and kept
+    # in the batch's end offset, so a replay reads and removes the same); None: whatever the range holds.
+    numbers: tuple[tuple[int, int], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -133,11 +141,27 @@ def _read(broker: Broker, options: SourceOptions, columns: tuple[str, ...], part
     """The range's rows as Arrow record batches, one per peeked page, built column by column."""
     path = part.entity or options.path
     extra = {SOURCE_ENTITY: path} if options.several else None
+    wanted = None if part.numbers is None else {n for low, high in part.numbers for n in range(low, high + 1)}
     try:
         for page in broker.peek_pages(path, part.partition, part.start, part.end):
+            if wanted is not None:
+                page = [payload for payload in page if sequence_number(payload) in wanted]
+                if not page:
+                    continue
             yield rows.peeked_batch(page, columns, extra)
     finally:
         broker.close()
+
+
+def _runs(numbers: list[int]) -> list[list[int]]:
+    """Ascending numbers as inclusive [low, high] runs (an offset stays small: numbers are mostly consecutive)."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return runs
 
 
 def _partition_base(partition: int) -> int:
@@ -174,12 +198,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.broker = Broker(options.connection_string)
         self._bounds = self._fetch_bounds()  # checks each entity and the key on the driver, now
         self._available_now: dict[Key, int] | None = None
-        self._completed: dict[Key, int] = {}
+        self._removed: Any = None  # the last "read" entry removed (one is removed once per run)
         self._wanted()
 
     def __getstate__(self) -> dict[str, Any]:
         return {"options": self.options, "columns": self.columns, "broker": self.broker, "_bounds": self._bounds,
-                "_available_now": self._available_now, "_completed": dict(self._completed)}
+                "_available_now": self._available_now, "_removed": self._removed}
 
     def _fetch_bounds(self) -> dict[str, list[Bounds]]:
         return {path: self.broker.bounds(path) for path in self.options.paths}
@@ -259,7 +283,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: Offset, limit: ReadLimit) -> Offset:
         positions = self._positions(start)
         if self.options.consume:
-            self._complete_below(positions)  # everything below start has been committed by now
+            self._complete_read(start)  # the batch that ended at start: Spark has committed it by now
         self._bounds = self._fetch_bounds()
         low: dict[Key, int] = {}
         high: dict[Key, int] = {}
@@ -281,7 +305,22 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = dict(positions)
         for key in low:
             end[key] = max(positions.get(key, _partition_base(key[1])), low[key] + take[key])
-        return self._offset(end)
+        offset = self._offset(end)
+        if self.options.consume:
+            # The numbers the batch will read, fixed now and kept in its offset (durable in the
+            # checkpoint): it reads and removes exactly those, never "everything below N" (a
+            # message put back below N, a ReceiveAndDelete transfer never written, was not read).
+            read: dict[str, dict[str, list[list[int]]]] = {}
+            for (path, partition), n in end.items():
+                begin = positions.get((path, partition), _partition_base(partition))
+                if n > begin:
+                    numbers = [sequence_number(payload)
+                               for page in self.broker.peek_pages(path, partition, begin, n) for payload in page]
+                    if numbers:
+                        read.setdefault(path, {})[str(partition)] = _runs(numbers)
+            if read:
+                offset["read"] = read
+        return offset
 
     def _within_bytes(self, low: dict[Key, int], take: dict[Key, int], budget: int) -> dict[Key, int]:
         """Cut ``take`` so the admitted messages' sizes (as stored, peeked on the driver) total at most
@@ -316,7 +355,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: Offset, end: Offset) -> list[SequenceRange]:
         begin, finish = self._positions(start), self._positions(end)
-        return [SequenceRange(p, begin.get((path, p), _partition_base(p)), n, path)
+        read = end.get("read") if self.options.consume else None
+        planned = read if isinstance(read, dict) else None
+
+        def numbers(path: str, p: int) -> tuple[tuple[int, int], ...] | None:
+            if planned is None:
+                return None
+            runs = planned.get(path, {}).get(str(p), [])
+            return tuple((int(low), int(high)) for low, high in runs)
+
+        return [SequenceRange(p, begin.get((path, p), _partition_base(p)), n, path, numbers(path, p))
                 for (path, p), n in sorted(finish.items()) if n > begin.get((path, p), _partition_base(p))]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -325,17 +373,21 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: Offset) -> None:
         if self.options.consume:
-            self._complete_below(self._positions(end))
+            self._complete_read(end)
 
     def stop(self) -> None:
         self.broker.close()
 
-    def _complete_below(self, positions: dict[Key, int]) -> None:
-        for (path, partition), next_number in positions.items():
-            through = next_number - 1
-            if through >= _partition_base(partition) and through > self._completed.get((path, partition), -1):
-                self.broker.complete_through(path, partition, through)
-                self._completed[path, partition] = through
+    def _complete_read(self, offset: Offset) -> None:
+        """Remove exactly the messages the batch ending at ``offset`` read (its ``read`` entry), once."""
+        read = offset.get("read")
+        if not isinstance(read, dict) or read == self._removed:
+            return
+        for path, parts in read.items():
+            for partition, runs in parts.items():
+                numbers = [n for low, high in runs for n in range(int(low), int(high) + 1)]
+                self.broker.complete_numbers(path, int(partition), numbers)
+        self._removed = read
 
 
 def _share(low: dict[Key, int], high: dict[Key, int], budget: int | None) -> dict[Key, int]:

@@ -76,6 +76,8 @@ from sodalite.store.port import (
     Renewed,
     RenewLocks,
     RenewSession,
+    Restore,
+    Restored,
     RuleWritten,
     SessionClaimed,
     Settle,
@@ -547,6 +549,20 @@ class MemoryStore:
             for n in doomed:
                 part.delete(n)
             return Purged(len(doomed))
+        if isinstance(op, Restore):
+            part = writable(op.ref)
+            restored: list[bool] = []
+            for m in op.messages:
+                _check_record(op.ref, m)
+                n = m.sequence_number
+                if n <= 0 or n in part.messages:
+                    restored.append(False)
+                    continue
+                part.messages[n] = m
+                part.locks.pop(n, None)
+                part.last_sequence_number = max(part.last_sequence_number, n)
+                restored.append(True)
+            return Restored(tuple(restored))
         if isinstance(op, CancelScheduled):
             _check_int64(op.now, "now")
             part = writable(op.ref)

@@ -99,6 +99,8 @@ def to_port_op(op: core.StoreOp, ref: port.PartitionRef, dead_letter: port.Parti
             return port.Purge(ref, op.now, op.through_sequence_number)
         case core.CancelScheduled():
             return port.CancelScheduled(ref, op.now, op.sequence_numbers)
+        case core.Restore():
+            return port.Restore(ref, op.messages)
 
 
 def to_core_result(result: port.OpResult) -> core.OpResult:

@@ -43,6 +43,7 @@ IdsClaimed = _shared.IdsClaimed
 Moved = _shared.Moved
 Outcome = _shared.Outcome
 Renewed = _shared.Renewed
+Restored = _shared.Restored
 SessionClaimed = _shared.SessionClaimed
 Settled = _shared.Settled
 StoredMessage = _shared.StoredMessage
@@ -558,6 +559,19 @@ class CancelScheduled:
 
 
 @dataclass(frozen=True, slots=True)
+class Restore:
+    """Put messages back exactly as they were: each record under its own ``sequence_number`` (one
+    the partition gave it, at most its high-water mark, so never a reuse: nothing moves the mark),
+    with its state, delivery count, times, annotations and tail, lock cleared, counted. A number
+    the partition holds already is left as it is. Used for ReceiveAndDelete deliveries whose delete
+    committed but whose transfer was never written (the receiver left first): the message is back
+    in its place. Result: :class:`Restored`, one flag per message."""
+
+    ref: PartitionRef
+    messages: tuple[MessageRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Purged:
     """How many messages :class:`Purge` deleted."""
 
@@ -606,12 +620,12 @@ class ReleaseSession:
 
 StoreOpV2 = (
     Append | Claim | Settle | RenewLocks | MoveMessages | Activate | Purge | ClaimSession | RenewSession
-    | ReleaseSession | ClaimMessageIds | PruneMessageIds | CancelScheduled
+    | ReleaseSession | ClaimMessageIds | PruneMessageIds | CancelScheduled | Restore
 )
 RuleOp = PutRule | DeleteRule
 StoreOp = StoreOpV1 | StoreOpV2 | DeleteIdleEntity | RuleOp
 OpResult = (Done | Appended | Claimed | Settled | Renewed | Moved | Activated | Purged | SessionClaimed
-            | IdleDeleted | IdsClaimed | RuleWritten | Unscheduled)
+            | IdleDeleted | IdsClaimed | RuleWritten | Unscheduled | Restored)
 
 
 @dataclass(frozen=True, slots=True)

@@ -191,6 +191,8 @@ from sodalite.store.port import (
     Renewed,
     RenewLocks,
     RenewSession,
+    Restore,
+    Restored,
     RuleWritten,
     SessionClaimed,
     Settle,
@@ -774,6 +776,23 @@ def _transfer_sql(fence: str) -> str:
     )
 
 
+# Restore: rows put back under their own numbers (each number once, none the partition holds in any
+# generation), unlocked, counted in the current generation's counter row. Returns the numbers put back.
+_RESTORE: Final = (
+    "WITH fresh AS (SELECT DISTINCT ON (m.sequence_number) m.* "
+    f"FROM {_UNNEST_MESSAGES} WHERE m.sequence_number > 0 AND NOT EXISTS (SELECT 1 FROM sodalite_messages t "
+    "WHERE t.entity = %(e)s AND t.partition = %(p)s AND t.sequence_number = m.sequence_number) "
+    "ORDER BY m.sequence_number, m.ord), "
+    f"ins AS (INSERT INTO sodalite_messages ({_ALL_COLUMNS}) "
+    f"SELECT {_CURRENT_GENERATION}, %(e)s, %(p)s, fresh.sequence_number, "
+    + ", ".join(f"fresh.{n}" for n in _FIELD_NAMES) + ", NULL, NULL, NULL "
+    "FROM fresh RETURNING sequence_number, state, annotations, tail), "
+    f"bump AS (INSERT INTO sodalite_counters AS c ({_COUNTER_COLUMNS}) "
+    f"SELECT {_CURRENT_GENERATION}, %(e)s, %(p)s, x.top, x.a, x.s, x.d, x.z "
+    f"FROM (SELECT count(*), max(sequence_number), {_COUNTS_OF_NEW} FROM ins) x(n, top, a, s, d, z) "
+    f"WHERE x.n > 0 {_ADD_COUNTERS}) "
+    "SELECT sequence_number FROM ins"
+)
 _DEAD_LETTER: Final = _transfer_sql(_FENCED)
 _MOVE_TO: Final = _transfer_sql(_UNLOCKED)
 _MOVE_AWAY: Final = (
@@ -1434,6 +1453,22 @@ def _purge_plan(op: Purge) -> _Plan:
                  lambda rows: Purged(int(rows[0][0][0])))
 
 
+def _restore_plan(op: Restore) -> _Plan:
+    if not op.messages:
+        return _Plan(finish=lambda _: Restored(()))
+    params = {**_partition_params(op.ref), **_message_arrays(op.ref, op.messages, numbered=True)}
+
+    def restored(rows: list[_Rows]) -> OpResult:
+        back = {int(r[0]) for r in rows[0]}
+        flags: list[bool] = []
+        for m in op.messages:  # a number given twice is put back once: the first
+            flags.append(m.sequence_number in back)
+            back.discard(m.sequence_number)
+        return Restored(tuple(flags))
+
+    return _Plan([_Step(_RESTORE, params, rows=True)], restored)
+
+
 def _cancel_plan(op: CancelScheduled) -> _Plan:
     params = {**_partition_params(op.ref), "now": _time(op.now, "now"),
               "seq": [_int64(n, "sequence number") for n in op.sequence_numbers]}
@@ -1566,6 +1601,9 @@ def _announcements(batch: Sequence[StoreOp], origin: str) -> tuple[list[str], li
         elif isinstance(op, Activate):
             if op.limit > 0:
                 ready[(op.ref.entity, op.ref.partition)] = None
+        elif isinstance(op, Restore):
+            if any(m.state == MessageState.ACTIVE for m in op.messages):
+                ready[(op.ref.entity, op.ref.partition)] = None
         elif isinstance(op, Settle):
             for item in op.items:
                 if item.outcome in (Outcome.ABANDON, Outcome.RELEASE):
@@ -1627,6 +1665,8 @@ def _plan(op: StoreOp) -> _Plan:
         return _purge_plan(op)
     if isinstance(op, CancelScheduled):
         return _cancel_plan(op)
+    if isinstance(op, Restore):
+        return _restore_plan(op)
     if isinstance(op, ClaimSession | RenewSession | ReleaseSession):
         return _session_plan(op)
     if isinstance(op, DeleteIdleEntity):

@@ -109,6 +109,8 @@ from sodalite.store.port import (
     Renewed,
     RenewLocks,
     RenewSession,
+    Restore,
+    Restored,
     RuleWritten,
     SessionClaimed,
     Settle,
@@ -852,6 +854,24 @@ def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2, claims: _Claims) -> OpRes
             counts.add(state, size, -1)
         counts.write(conn, ref)
         return Purged(len(purged))
+    if isinstance(op, Restore):
+        own = [m.sequence_number for m in op.messages]
+        held = {n for (n,) in conn.execute(
+            f"SELECT sequence_number FROM messages WHERE {_KEY} AND {_IN_JSON}",
+            (ref.entity, ref.partition, json.dumps(own))).fetchall()} if own else set()
+        back: list[MessageRecord] = []
+        restored: list[bool] = []
+        for m in op.messages:
+            ok = m.sequence_number > 0 and m.sequence_number not in held
+            restored.append(ok)
+            if ok:
+                held.add(m.sequence_number)
+                back.append(m)
+        if back:
+            conn.execute(_RAISE_HIGH_WATER_MARK, (ref.entity, ref.partition, max(m.sequence_number for m in back)))
+            conn.executemany(_INSERT_MESSAGE, [_message_row(ref.entity, ref.partition, m) for m in back])
+            _count_records(conn, ref, back)
+        return Restored(tuple(restored))
     if isinstance(op, CancelScheduled):
         # Under the write transaction (BEGIN IMMEDIATE): nothing changes the rows between the check and the delete.
         asked = list(dict.fromkeys(op.sequence_numbers))

@@ -30,6 +30,7 @@ from sodalite.model.partition_core import (
     StoreUnavailable,
     Tick,
     Touch,
+    Unsent,
     new_view,
 )
 from sodalite.model.store_ops import (
@@ -306,6 +307,39 @@ def test_a_failed_receive_and_delete_delivers_nothing_and_loses_nothing() -> Non
     assert [d.message.sequence_number for d in got] == [1]
     assert h.store.rows == {}
 
+
+
+def test_receive_and_delete_messages_never_written_are_put_back_in_place() -> None:
+    """Taken for a receiver that left before their transfers were written: back under their own
+    numbers, with the delivery count they had, first in line again, and counted."""
+    h = harness()
+    send(h, draft("a"), draft("b"), draft("c"))
+    h.run(Receive("c", 2, ReceiveMode.RECEIVE_AND_DELETE))
+    got = deliveries(h.drain())
+    assert [(d.message.sequence_number, d.message.delivery_count) for d in got] == [(1, 1), (2, 1)]
+    assert sorted(h.store.rows) == [3] and h.view.counts.active == 1
+    h.run(Unsent(tuple(d.message for d in got)))
+    h.drain()
+    assert sorted(h.store.rows) == [1, 2, 3] and h.view.counts.active == 3
+    assert [h.store.rows[n].record.delivery_count for n in (1, 2)] == [0, 0]
+    assert all(h.store.rows[n].lock_token is None for n in (1, 2))
+    again = deliveries(h.run(Receive("d", 3, ReceiveMode.PEEK_LOCK))) + deliveries(h.drain())
+    assert [d.message.sequence_number for d in again] == [1, 2, 3]
+    assert [d.message.delivery_count for d in again] == [1, 1, 1]  # the count as the claim stored it
+
+
+def test_a_restore_the_store_refused_is_tried_again() -> None:
+    h = harness()
+    send(h, draft("a"))
+    h.run(Receive("c", 1, ReceiveMode.RECEIVE_AND_DELETE))
+    [got] = deliveries(h.drain())
+    h.run(Unsent((got.message,)))
+    h.step(fail=True)  # the store was down: still deleted
+    assert h.store.rows == {}
+    h.run(Touch())  # the next command puts it back
+    h.drain()
+    assert list(h.store.rows) == [1] and h.store.rows[1].record.delivery_count == 0
+    assert h.view.counts.active == 1
 
 
 def test_a_read_in_flight_when_a_claim_fails_does_not_skip_the_message_the_claim_gave_back() -> None:
