@@ -85,6 +85,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="PEM certificate (chain) for amqps and the HTTPS management API; default: one "
                             "generated into the data directory")
     serve.add_argument("--tls-key", type=Path, default=None, help="PEM private key of --tls-cert")
+    serve.add_argument("--allow-plain-sasl-without-tls", action="store_true",
+                       help="offer SASL PLAIN (a key name and key, as JMS clients log in) on plain TCP to "
+                            "clients on other hosts too; by default it is offered only over TLS and on loopback")
     serve.add_argument("--metrics-port", type=int, default=-1,
                        help="also serve Prometheus /metrics over plain HTTP on this port (off by default; "
                             "the management API serves /metrics too)")
@@ -291,6 +294,7 @@ async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
                           core=args.core, shared_poll_seconds=args.shared_poll_seconds)
     broker.limits = ConnectionLimits(args.handshake_timeout, args.max_connections,
                                      args.max_sessions_per_connection, args.max_links_per_connection)
+    broker.plain_sasl_without_tls = args.allow_plain_sasl_without_tls
     asyncio.get_running_loop().set_exception_handler(AcceptFailureLog())
     cert, key = certificate(args)  # generated whenever missing, whichever listeners are on
     tls = server_context(cert, key)

@@ -200,6 +200,9 @@ class Broker:
         # The namespace's shared access rules, with keys regenerated at runtime (start() applies stored ones).
         self.authorization_rules: tuple[AuthorizationRule, ...] = namespace.authorization_rules
         self.key_overrides = KeyOverrides()
+        # SASL PLAIN (a key name and key in clear) is offered over TLS and on loopback; on plain TCP
+        # from another host only when the operator allows it (--allow-plain-sasl-without-tls).
+        self.plain_sasl_without_tls = False
         self.entity_times: dict[str, list[int]] = {}  # lower-cased path -> [created, updated], ms
         self.port = 0  # the AMQP port start() bound
         self._server: SniffingListener | None = None
@@ -235,6 +238,21 @@ class Broker:
             return None
         rules: tuple[AuthorizationRule, ...] = getattr(entity.properties, "authorization_rules", ())
         return rules
+
+    def entity_scopes(self) -> list[tuple[str, Sequence[AuthorizationRule]]]:
+        """Every queue and topic that has rules of its own (lower-cased path), with those rules."""
+        scopes: list[tuple[str, Sequence[AuthorizationRule]]] = []
+        for path, entity in self.entities.items():
+            properties = entity.properties
+            if isinstance(properties, QueueProperties | TopicProperties) and properties.authorization_rules:
+                scopes.append((path, properties.authorization_rules))
+        return scopes
+
+    def keys_changed(self) -> None:
+        """Keys or rules changed (regenerated, a rule edited or deleted, an entity deleted): a connection
+        that logged in with a key (SASL PLAIN) that no longer grants what it granted is closed."""
+        for connection in list(self.connections):
+            connection.check_key_login()
 
     def authorize(self, token: str, target_path: str) -> Authorization:
         """What ``token`` grants for ``target_path``; raises Unauthorized."""
@@ -274,6 +292,7 @@ class Broker:
             self.authorization_rules = updated
         else:
             entity.properties = properties
+        self.keys_changed()
         return after
 
     def _with_key_overrides(self, name: str, properties: Any) -> Any:
@@ -757,6 +776,7 @@ class Broker:
                                  self._touched(entity.name)])
         settings, max_message_size = self._settings(properties, entity.partitioned)
         entity.properties, entity.max_message_size = properties, max_message_size
+        self.keys_changed()
         await entity.actor.update_settings(settings)
         self._link_dead_letter_forwarding()
 
@@ -820,6 +840,7 @@ class Broker:
                                  self._touched(entity.name)])
         settings, max_message_size = self._settings(properties, entity.partitioned)
         entity.properties, entity.max_message_size = properties, max_message_size
+        self.keys_changed()
         await entity.actor.update_settings(settings)
 
     async def create_subscription(self, topic: Entity, name: str, properties: SubscriptionProperties,
@@ -856,6 +877,7 @@ class Broker:
                                  self._touched(entity.name)])
         settings, max_message_size = self._settings(properties, entity.partitioned)
         entity.properties, entity.max_message_size = properties, max_message_size
+        self.keys_changed()
         await entity.actor.update_settings(settings)
         self._link_dead_letter_forwarding()
 
@@ -927,6 +949,7 @@ class Broker:
         if properties != known.properties:
             settings, max_message_size = self._settings(properties, known.partitioned)
             known.properties, known.max_message_size = properties, max_message_size
+            self.keys_changed()
             await known.actor.update_settings(settings)
         if record.kind == SUBSCRIPTION:
             try:
@@ -965,6 +988,7 @@ class Broker:
             self.key_overrides = overrides
             self.authorization_rules, _ = apply_overrides(self.namespace.authorization_rules, overrides.namespace)
             log.info("applied the shared access keys regenerated through another node")
+            self.keys_changed()
 
     async def _store_created(self, record: EntityRecord) -> None:
         """Store a new entity's record, and remove whatever an earlier entity of its path left behind
@@ -992,6 +1016,7 @@ class Broker:
             entity.topic.subscriptions.pop(entity.name.lower(), None)
         for connection in list(self.connections):
             connection.entity_deleted(entity)
+        self.keys_changed()  # its own rules went with it
         await entity.actor.close()
 
     async def _sweep_idle_forever(self) -> None:

@@ -15,6 +15,7 @@ AMQP layer answers with a close carrying the error); the broker goes on.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -24,7 +25,7 @@ from sodalite.amqp.connection import Connection
 from sodalite.amqp.link import Link
 from sodalite.amqp.sasl import SaslServerConfig
 from sodalite.amqp.states import ConnectionState
-from sodalite.errors import EntityNotFound, QuotaExceeded
+from sodalite.errors import EntityNotFound, QuotaExceeded, Unauthorized
 from sodalite.model.authorization import AccessRights
 from sodalite.server import wire
 from sodalite.server.amqp_errors import client_error
@@ -50,7 +51,7 @@ class BrokerConnection(asyncio.Protocol):
         self.amqp = Connection(
             server=True, container_id=broker.container_id, max_frame_size=broker.max_frame_size,
             channel_max=max(0, limits.max_sessions - 1),  # one session more closes the connection
-            idle_timeout_ms=broker.idle_timeout_ms, sasl_server=SaslServerConfig(),
+            idle_timeout_ms=broker.idle_timeout_ms, sasl_server=self._sasl_config(plain=True),
             silence_heartbeat_s=broker.silence_heartbeat_s,
             first_outgoing_id=0x80000000,  # keeps our delivery-ids apart from the SDK's (pitfall 6)
         )
@@ -71,6 +72,9 @@ class BrokerConnection(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        if not (transport.get_extra_info("ssl_object") is not None or _loopback(peer)
+                or self.broker.plain_sasl_without_tls):
+            self.amqp.sasl_server = self._sasl_config(plain=False)  # no key in clear over the network
         limits = self.broker.limits
         self._handshake = asyncio.get_running_loop().call_later(limits.handshake_timeout, self._handshake_expired)
         if len(self.broker.connections) >= limits.max_connections:
@@ -97,6 +101,31 @@ class BrokerConnection(asyncio.Protocol):
         if self._heartbeat is not None:
             self._heartbeat.cancel()
         self.auth.cancel()
+
+    # ---- SASL ----------------------------------------------------------------------------------------
+
+    def _sasl_config(self, *, plain: bool) -> SaslServerConfig:
+        """MSSBCBS and ANONYMOUS (then ``$cbs`` tokens), and PLAIN (a rule's key name and key) where offered."""
+        if plain:
+            return SaslServerConfig(plain_validator=self._key_login)
+        return SaslServerConfig(mechanisms=("MSSBCBS", "ANONYMOUS"))
+
+    def _key_login(self, key_name: str, key: str) -> bool:
+        if self.auth.key_login(key_name, key):
+            return True
+        log.info("refused SASL PLAIN from %s: '%s' is not a key name with that key", self.peer, key_name,
+                 extra={"connection": self.peer, "kind": "connection"})
+        self.broker.metrics.error_sent("amqp:unauthorized-access")
+        return False
+
+    def check_key_login(self) -> None:
+        """Close this connection if the key it logged in with no longer grants what it granted."""
+        if self.auth.key_still_valid() or self.amqp.closed:
+            return
+        self.amqp.close(client_error(Unauthorized(
+            f"the key '{self.auth.key_name}' this connection logged in with was regenerated or its rule changed"),
+            self.broker.metrics, self.peer, None))
+        self.flush_soon()
 
     # ---- output ----------------------------------------------------------------------------------
 
@@ -218,3 +247,12 @@ class BrokerConnection(asyncio.Protocol):
             if isinstance(endpoint, Endpoint) and endpoint.serves(entity):
                 link.detach(error)
         self.flush_soon()
+
+
+def _loopback(peer: object) -> bool:
+    if not isinstance(peer, tuple) or not peer:
+        return False
+    try:
+        return ipaddress.ip_address(str(peer[0]).split("%")[0]).is_loopback
+    except ValueError:
+        return False
