@@ -13,6 +13,7 @@ target is a ``Coordinator``               the connection's transactions (``serve
                                           (a token covering the entity; rights per operation)
 ``<entity>`` (client sender)              :class:`~sodalite.server.links.Producer` (Send right)
 ``<entity>[/<sub-queue>]`` (receiver)     :class:`~sodalite.server.links.LinkConsumer` (Listen right)
+the same, distribution-mode ``copy``      :class:`~sodalite.server.browser.Browser` (Listen; peeks)
 ========================================  ==========================================================
 
 A client cannot send to a sub-queue or a subscription, nor receive from a topic. Past the
@@ -30,6 +31,7 @@ from sodalite.server import links
 from sodalite.server.addresses import CBS_NODE, entity_path, management_entity
 from sodalite.server.amqp_errors import client_error
 from sodalite.server.auth import CbsLink, ConnectionAuth
+from sodalite.server.browser import COPY, Browser
 from sodalite.server.endpoint import ConnectionPort, accept_control
 from sodalite.server.entity_settings import SubQueue
 from sodalite.server.management_link import ManagementLink
@@ -82,6 +84,9 @@ def route_attach(connection: ConnectionPort, auth: ConnectionAuth, link: Link, l
         return None
     if link.role is RECEIVER:
         links.attach_producer(connection, link, entity)
+    elif remote.source is not None and remote.source.distribution_mode == COPY:
+        link.context = Browser(connection, link, entity, sub_queue)  # a browser peeks (JMS QueueBrowser)
+        link.accept(source=remote.source, initial_delivery_count=0, max_message_size=0)
     else:
         links.attach_consumer(connection, link, entity, sub_queue)
     return None
