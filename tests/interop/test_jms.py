@@ -35,6 +35,7 @@ QUEUES = [{"Name": f"jms-{name}", "Properties": properties} for name, properties
     ("transacted", {"LockDuration": "PT5S"}),
     ("client-ack", {"LockDuration": "PT5S"}),
     ("ttl", {}),
+    ("delivery-delay", {}),
     ("wrong-key", {}),
 )]
 
@@ -88,6 +89,10 @@ def test_jms_client_acknowledge_and_recover(jms_broker: BrokerProcess) -> None:
 
 def test_jms_time_to_live(jms_broker: BrokerProcess) -> None:
     run_scenario(jms_broker, "ttl")
+
+
+def test_jms_delivery_delay_schedules_the_message(jms_broker: BrokerProcess) -> None:
+    run_scenario(jms_broker, "delivery-delay")
 
 
 def test_jms_wrong_key_is_refused(jms_broker: BrokerProcess) -> None:

@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# What the open offers. JMS clients (Apache Qpid JMS) look for DELAYED_DELIVERY before they send a
+# message with a delivery delay: the broker schedules it (wire.py reads its x-opt-delivery-time).
+OFFERED_CAPABILITIES = ("DELAYED_DELIVERY",)
 HANDSHAKE_RECHECK_S = 15.0  # before open no heartbeat is due; the timer looks again this often
 MIN_TICK_S = 0.05
 
@@ -54,6 +57,7 @@ class BrokerConnection(asyncio.Protocol):
             idle_timeout_ms=broker.idle_timeout_ms, sasl_server=self._sasl_config(plain=True),
             silence_heartbeat_s=broker.silence_heartbeat_s,
             first_outgoing_id=0x80000000,  # keeps our delivery-ids apart from the SDK's (pitfall 6)
+            offered_capabilities=OFFERED_CAPABILITIES,
         )
         self.transport: asyncio.Transport | None = None
         self.auth = ConnectionAuth(self)  # the grants of this connection's put-tokens

@@ -57,6 +57,7 @@ public final class Scenarios {
         scenarios.put("transacted", Scenarios::transacted);
         scenarios.put("client-ack-recover", Scenarios::clientAckRecover);
         scenarios.put("ttl", Scenarios::ttl);
+        scenarios.put("delivery-delay", Scenarios::deliveryDelay);
         scenarios.put("wrong-key", Scenarios::wrongKey);
         Scenario run = scenarios.get(scenario);
         if (run == null) {
@@ -288,6 +289,30 @@ public final class Scenarios {
             long expiration = got.getJMSExpiration();
             check(Math.abs(expiration - (sent + 600_000)) < 60_000, "JMSExpiration about sent + TTL: " + expiration);
             check(consumer.receive(NOTHING_MS) == null, "the expired one never arrives");
+        }
+    }
+
+    /** A message with a delivery delay is a scheduled message: it arrives when its delay has passed. */
+    private void deliveryDelay() throws Exception {
+        try (Connection connection = connect()) {
+            Session session = connection.createSession(false, Session.AUTO_ACKNOWLEDGE);
+            Queue queue = session.createQueue("jms-delivery-delay");
+            MessageProducer producer = session.createProducer(queue);
+            producer.setDeliveryDelay(4000);
+            long sent = System.currentTimeMillis();
+            producer.send(session.createTextMessage("later"));
+            producer.setDeliveryDelay(0);
+            producer.send(session.createTextMessage("now"));
+            MessageConsumer consumer = session.createConsumer(queue);
+            Message first = consumer.receive(WAIT_MS);
+            equal("now", ((TextMessage) first).getText(), "the undelayed message first");
+            Message later = consumer.receive(WAIT_MS);
+            long arrived = System.currentTimeMillis();
+            check(later != null, "the delayed message arrives");
+            equal("later", ((TextMessage) later).getText(), "the delayed message");
+            check(arrived - sent >= 3500, "not before its delay: " + (arrived - sent) + " ms");
+            check(Math.abs(later.getJMSDeliveryTime() - (sent + 4000)) < 2000,
+                  "JMSDeliveryTime " + later.getJMSDeliveryTime() + " about sent + 4000 = " + (sent + 4000));
         }
     }
 
