@@ -12,12 +12,22 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import sdk_builds
-from azure.servicebus import ServiceBusClient
+from azure.servicebus import ServiceBusClient, ServiceBusReceiver
+from azure.servicebus.management import ServiceBusAdministrationClient
 from broker_process import KEY, KEY_NAME, BrokerProcess, write_config
+from raw_client import RawClient
+
+from sodalite.amqp import events as ev
+from sodalite.amqp.link import RECEIVER
+from sodalite.amqp.performatives import Source, Target
+from sodalite.amqp.sasl import SaslClientConfig
+from sodalite.amqp.types import Array, Symbol
 
 JAVA = shutil.which("java")
 MVN = shutil.which("mvn")
@@ -40,11 +50,18 @@ QUEUES = [{"Name": f"jms-{name}", "Properties": properties} for name, properties
 )]
 
 
+TOPICS = [{"Name": "jms-topic", "Properties": {}, "Subscriptions": []}]
+LISTEN_ONLY = ("listen-only", "listen-only-key")
+NAMESPACE_RULES = [{"KeyName": KEY_NAME, "PrimaryKey": KEY},
+                   {"KeyName": LISTEN_ONLY[0], "PrimaryKey": LISTEN_ONLY[1], "Rights": ["Listen"]}]
+
+
 @pytest.fixture(scope="module")
 def jms_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     sdk_builds.ensure_built(sdk_builds.JMS)
     base = tmp_path_factory.mktemp("jms-broker")
-    process = BrokerProcess(base / "data", write_config(base / "Config.json", QUEUES)).start()
+    process = BrokerProcess(base / "data", write_config(base / "Config.json", QUEUES, Topics=TOPICS,
+                                                                 AuthorizationRules=NAMESPACE_RULES)).start()
     yield process
     process.stop()
 
@@ -60,11 +77,21 @@ def run_scenario(broker: BrokerProcess, scenario: str, key_name: str = KEY_NAME,
     return output
 
 
+def _texts(receiver: ServiceBusReceiver) -> list[str]:
+    bodies = [m.body for m in receiver.peek_messages(max_message_count=50)]
+    return [b.decode() if isinstance(b, bytes) else str(b) for b in bodies]
+
+
 def _peek(broker: BrokerProcess, queue: str) -> list[str]:
     with ServiceBusClient.from_connection_string(broker.connection_string) as client:
         with client.get_queue_receiver(queue) as receiver:
-            bodies = [m.body for m in receiver.peek_messages(max_message_count=50)]
-            return [b.decode() if isinstance(b, bytes) else str(b) for b in bodies]
+            return _texts(receiver)
+
+
+def _peek_subscription(broker: BrokerProcess, topic: str, subscription: str) -> list[str]:
+    with ServiceBusClient.from_connection_string(broker.connection_string) as client:
+        with client.get_subscription_receiver(topic, subscription) as receiver:
+            return _texts(receiver)
 
 
 def test_jms_send_and_receive_every_message_and_property_type(jms_broker: BrokerProcess) -> None:
@@ -98,3 +125,48 @@ def test_jms_delivery_delay_schedules_the_message(jms_broker: BrokerProcess) -> 
 def test_jms_wrong_key_is_refused(jms_broker: BrokerProcess) -> None:
     run_scenario(jms_broker, "wrong-key")
     assert _peek(jms_broker, "jms-wrong-key") == ["ok"]  # only the right key's message
+
+
+def _subscriptions(broker: BrokerProcess, topic: str) -> list[str]:
+    admin = ServiceBusAdministrationClient.from_connection_string(
+        broker.admin_connection_string, connection_verify=broker.admin_certificate)
+    with admin:
+        return sorted(s.name for s in admin.list_subscriptions(topic))
+
+
+def test_jms_topic_consumers_of_each_kind(jms_broker: BrokerProcess) -> None:
+    run_scenario(jms_broker, "topics")
+    # The durable subscriptions stay, holding what was sent last; the non-durable ones went with
+    # their consumers.
+    deadline = time.monotonic() + 10
+    while (names := _subscriptions(jms_broker, "jms-topic")) != ["durable-one", "shared-durable"]:
+        assert time.monotonic() < deadline, names
+        time.sleep(0.2)
+    # durable-one also kept what was sent to the topic after its consumer closed.
+    assert _peek_subscription(jms_broker, "jms-topic", "durable-one") == ["kept-for-shared", "left-for-later"]
+    assert _peek_subscription(jms_broker, "jms-topic", "shared-durable") == ["left-for-later"]
+
+
+def test_jms_topic_consumer_needs_manage(jms_broker: BrokerProcess) -> None:
+    run_scenario(jms_broker, "topic-needs-manage", *LISTEN_ONLY)
+
+
+def test_non_durable_topic_subscriptions_a_killed_broker_left_are_swept_at_start(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "Config.json", [], Topics=TOPICS)
+    process = BrokerProcess(tmp_path / "data", config).start()
+    try:
+        client = RawClient(process.port, sasl=SaslClientConfig(mechanism="PLAIN", username=KEY_NAME, password=KEY))
+        source = Source("jms-topic", capabilities=Array("symbol", (Symbol("topic"),)))
+        link = client.session.attach("jms-volatile-probe", RECEIVER, source, Target(None))
+        client.wait(lambda e: isinstance(e, ev.LinkAttached) and e.link is link)
+        deadline = time.monotonic() + 10
+        while not (names := _subscriptions(process, "jms-topic")):
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert len(names) == 1 and names[0].startswith("jms-volatile-"), names
+        process.kill()  # the consumer's connection never closes: its subscription stays in the store
+        client.sock.close()
+        process.start()
+        assert _subscriptions(process, "jms-topic") == []
+    finally:
+        process.stop()

@@ -41,8 +41,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # What the open offers. JMS clients (Apache Qpid JMS) look for DELAYED_DELIVERY before they send a
-# message with a delivery delay: the broker schedules it (wire.py reads its x-opt-delivery-time).
-OFFERED_CAPABILITIES = ("DELAYED_DELIVERY",)
+# message with a delivery delay (the broker schedules it: wire.py reads its x-opt-delivery-time), and for
+# SHARED-SUBS before they make a shared topic consumer (server/topic_consumers.py).
+OFFERED_CAPABILITIES = ("DELAYED_DELIVERY", "SHARED-SUBS")
 HANDSHAKE_RECHECK_S = 15.0  # before open no heartbeat is due; the timer looks again this often
 MIN_TICK_S = 0.05
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -144,7 +145,8 @@ def _done() -> asyncio.Future[None]:
 class LinkConsumer(Endpoint):
     """A client receiver link, as the partition actor sees it (``entity_settings.Consumer``)."""
 
-    __slots__ = ("_counters", "actor", "connection", "link", "peek_lock", "reserved", "session_id", "sub_queue")
+    __slots__ = ("_counters", "actor", "connection", "link", "on_gone", "peek_lock", "reserved", "session_id",
+                 "sub_queue")
 
     def __init__(self, connection: ConnectionPort, link: Link, actor: EntityActor,
                  sub_queue: SubQueue, peek_lock: bool) -> None:
@@ -156,6 +158,7 @@ class LinkConsumer(Endpoint):
         self.peek_lock = peek_lock
         self.reserved = 0
         self._counters: tuple[Counter, Counter] | None = None  # deliveries, messages out (labelled once)
+        self.on_gone: Callable[[], None] | None = None  # after the link went (a topic consumer's subscription)
 
     def counters(self) -> tuple[Counter, Counter]:
         if self._counters is None:
@@ -209,6 +212,9 @@ class LinkConsumer(Endpoint):
 
     def on_detached(self) -> None:
         self.actor.remove_consumer(self)  # also ends a session wait or a session lock
+        gone, self.on_gone = self.on_gone, None
+        if gone is not None:
+            gone()
 
     def on_delivery_updated(self, event: ev.DeliveryUpdated) -> None:
         if not self.peek_lock:

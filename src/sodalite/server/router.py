@@ -14,9 +14,11 @@ target is a ``Coordinator``               the connection's transactions (``serve
 ``<entity>`` (client sender)              :class:`~sodalite.server.links.Producer` (Send right)
 ``<entity>[/<sub-queue>]`` (receiver)     :class:`~sodalite.server.links.LinkConsumer` (Listen right)
 the same, distribution-mode ``copy``      :class:`~sodalite.server.browser.Browser` (Listen; peeks)
+``<topic>`` (receiver, capability topic)  a subscription made for it (``server/topic_consumers.py``)
 ========================================  ==========================================================
 
-A client cannot send to a sub-queue or a subscription, nor receive from a topic. Past the
+A client cannot send to a sub-queue or a subscription, nor receive from a topic (except a JMS topic
+consumer, which names the topic with the capability ``topic``). Past the
 connection's link limit an attach is refused, and a peer that keeps attaching regardless (each
 refusal waits for its detach) loses the connection.
 """
@@ -27,7 +29,7 @@ from sodalite.amqp.link import RECEIVER, Link
 from sodalite.amqp.performatives import Coordinator, Error
 from sodalite.errors import InvalidOperation, QuotaExceeded, SodaliteError
 from sodalite.model.authorization import AccessRights
-from sodalite.server import links
+from sodalite.server import links, topic_consumers
 from sodalite.server.addresses import CBS_NODE, entity_path, management_entity
 from sodalite.server.amqp_errors import client_error
 from sodalite.server.auth import CbsLink, ConnectionAuth
@@ -78,13 +80,16 @@ def route_attach(connection: ConnectionPort, auth: ConnectionAuth, link: Link, l
         if link.role is RECEIVER and entity.kind == SUBSCRIPTION:
             raise InvalidOperation("messages cannot be sent to a subscription; send to its topic")
         if link.role is not RECEIVER and entity.kind == TOPIC:
-            raise InvalidOperation("messages cannot be received from a topic; receive from a subscription")
+            if remote.source is None or "topic" not in topic_consumers.capabilities(remote.source):
+                raise InvalidOperation("messages cannot be received from a topic; receive from a subscription")
+            topic_consumers.attach(connection, link, entity)  # a JMS topic consumer: its subscription
+            return None
     except SodaliteError as exc:
         link.refuse(client_error(exc, broker.metrics, connection.peer, path))
         return None
     if link.role is RECEIVER:
         links.attach_producer(connection, link, entity)
-    elif remote.source is not None and remote.source.distribution_mode == COPY:
+    elif remote.source is not None and remote.source.distribution_mode == COPY and not remote.source.durable:
         link.context = Browser(connection, link, entity, sub_queue)  # a browser peeks (JMS QueueBrowser)
         link.accept(source=remote.source, initial_delivery_count=0, max_message_size=0)
     else:

@@ -14,6 +14,7 @@ import jakarta.jms.QueueBrowser;
 import jakarta.jms.Session;
 import jakarta.jms.StreamMessage;
 import jakarta.jms.TextMessage;
+import jakarta.jms.Topic;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collections;
@@ -59,6 +60,8 @@ public final class Scenarios {
         scenarios.put("ttl", Scenarios::ttl);
         scenarios.put("delivery-delay", Scenarios::deliveryDelay);
         scenarios.put("wrong-key", Scenarios::wrongKey);
+        scenarios.put("topics", Scenarios::topics);
+        scenarios.put("topic-needs-manage", Scenarios::topicNeedsManage);
         Scenario run = scenarios.get(scenario);
         if (run == null) {
             System.out.println("FAIL " + scenario + ": no such scenario; known: " + scenarios.keySet());
@@ -313,6 +316,69 @@ public final class Scenarios {
             check(arrived - sent >= 3500, "not before its delay: " + (arrived - sent) + " ms");
             check(Math.abs(later.getJMSDeliveryTime() - (sent + 4000)) < 2000,
                   "JMSDeliveryTime " + later.getJMSDeliveryTime() + " about sent + 4000 = " + (sent + 4000));
+        }
+    }
+
+    /** The four kinds of topic subscription: durable or not, shared or not. */
+    private void topics() throws Exception {
+        try (Connection connection = new JmsConnectionFactory(keyName, key, uri).createConnection()) {
+            connection.setClientID("jms-client");
+            connection.start();
+            Session session = connection.createSession(false, Session.AUTO_ACKNOWLEDGE);
+            Topic topic = session.createTopic("jms-topic");
+            MessageProducer producer = session.createProducer(topic);
+
+            // Non-durable, not shared: each consumer gets every message.
+            MessageConsumer first = session.createConsumer(topic);
+            MessageConsumer second = session.createConsumer(topic);
+            producer.send(session.createTextMessage("to-both"));
+            equal(List.of("to-both"), texts(first), "first non-durable consumer");
+            equal(List.of("to-both"), texts(second), "second non-durable consumer");
+            first.close();
+            second.close();
+
+            // Shared, non-durable: the consumers of one name share its messages.
+            MessageConsumer shareA = session.createSharedConsumer(topic, "shared-volatile");
+            MessageConsumer shareB = session.createSharedConsumer(topic, "shared-volatile");
+            for (int i = 0; i < 4; i++) {
+                producer.send(session.createTextMessage("shared-" + i));
+            }
+            List<String> shared = new ArrayList<>(texts(shareA));
+            shared.addAll(texts(shareB));
+            Collections.sort(shared);
+            equal(List.of("shared-0", "shared-1", "shared-2", "shared-3"), shared, "shared, each message once");
+            shareA.close();
+            shareB.close();
+
+            // Durable, not shared: what arrives while no consumer is open waits for the next one.
+            MessageConsumer durable = session.createDurableConsumer(topic, "durable-one");
+            durable.close();
+            producer.send(session.createTextMessage("while-away"));
+            durable = session.createDurableConsumer(topic, "durable-one");
+            equal(List.of("while-away"), texts(durable), "durable consumer, after reopening");
+            durable.close();
+
+            // Shared and durable: likewise, and shared.
+            MessageConsumer sharedDurable = session.createSharedDurableConsumer(topic, "shared-durable");
+            sharedDurable.close();
+            producer.send(session.createTextMessage("kept-for-shared"));
+            sharedDurable = session.createSharedDurableConsumer(topic, "shared-durable");
+            equal(List.of("kept-for-shared"), texts(sharedDurable), "shared durable consumer, after reopening");
+            sharedDurable.close();
+            producer.send(session.createTextMessage("left-for-later"));  // kept by both durable subscriptions
+        }
+    }
+
+    /** Making a topic consumer's subscription needs Manage: a key with Listen only is refused. */
+    private void topicNeedsManage() throws Exception {
+        try (Connection connection = connect()) {
+            Session session = connection.createSession(false, Session.AUTO_ACKNOWLEDGE);
+            try {
+                session.createConsumer(session.createTopic("jms-topic"));
+                throw new AssertionError("a topic consumer was made without Manage");
+            } catch (JMSException refused) {
+                check(String.valueOf(refused.getMessage()).contains("Manage"), "refused for Manage: " + refused);
+            }
         }
     }
 
