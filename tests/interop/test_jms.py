@@ -24,7 +24,7 @@ from broker_process import KEY, KEY_NAME, BrokerProcess, write_config
 from raw_client import RawClient
 
 from sodalite.amqp import events as ev
-from sodalite.amqp.link import RECEIVER
+from sodalite.amqp.link import RECEIVER, SENDER
 from sodalite.amqp.performatives import Source, Target
 from sodalite.amqp.sasl import SaslClientConfig
 from sodalite.amqp.types import Array, Symbol
@@ -46,6 +46,7 @@ QUEUES = [{"Name": f"jms-{name}", "Properties": properties} for name, properties
     ("client-ack", {"LockDuration": "PT5S"}),
     ("ttl", {}),
     ("delivery-delay", {}),
+    ("requests", {}),
     ("wrong-key", {}),
 )]
 
@@ -147,26 +148,62 @@ def test_jms_topic_consumers_of_each_kind(jms_broker: BrokerProcess) -> None:
     assert _peek_subscription(jms_broker, "jms-topic", "shared-durable") == ["left-for-later"]
 
 
+def test_jms_temporary_queues_and_topics_go_with_their_connection(jms_broker: BrokerProcess) -> None:
+    run_scenario(jms_broker, "temporary")
+    admin = ServiceBusAdministrationClient.from_connection_string(
+        jms_broker.admin_connection_string, connection_verify=jms_broker.admin_certificate)
+    deadline = time.monotonic() + 10
+    with admin:
+        while left := [e.name for e in [*admin.list_queues(), *admin.list_topics()] if e.name.startswith("jms-temp-")]:
+            assert time.monotonic() < deadline, left
+            time.sleep(0.2)
+
+
 def test_jms_topic_consumer_needs_manage(jms_broker: BrokerProcess) -> None:
     run_scenario(jms_broker, "topic-needs-manage", *LISTEN_ONLY)
 
 
-def test_non_durable_topic_subscriptions_a_killed_broker_left_are_swept_at_start(tmp_path: Path) -> None:
+def _queues(broker: BrokerProcess) -> list[str]:
+    admin = ServiceBusAdministrationClient.from_connection_string(
+        broker.admin_connection_string, connection_verify=broker.admin_certificate)
+    with admin:
+        return sorted(q.name for q in admin.list_queues())
+
+
+def _login(broker: BrokerProcess) -> RawClient:
+    return RawClient(broker.port, sasl=SaslClientConfig(mechanism="PLAIN", username=KEY_NAME, password=KEY))
+
+
+def test_what_a_killed_broker_left_of_temporary_destinations_and_subscriptions_is_swept_at_start(
+        tmp_path: Path) -> None:
     config = write_config(tmp_path / "Config.json", [], Topics=TOPICS)
     process = BrokerProcess(tmp_path / "data", config).start()
     try:
-        client = RawClient(process.port, sasl=SaslClientConfig(mechanism="PLAIN", username=KEY_NAME, password=KEY))
+        client = _login(process)
         source = Source("jms-topic", capabilities=Array("symbol", (Symbol("topic"),)))
         link = client.session.attach("jms-volatile-probe", RECEIVER, source, Target(None))
         client.wait(lambda e: isinstance(e, ev.LinkAttached) and e.link is link)
+        anchor = client.session.attach("temp-anchor", SENDER, Source(None), Target(
+            None, dynamic=True, capabilities=Array("symbol", (Symbol("temporary-queue"),))))
+        attached = client.wait(lambda e: isinstance(e, ev.LinkAttached) and e.link is anchor)
+        assert isinstance(attached, ev.LinkAttached)
         deadline = time.monotonic() + 10
         while not (names := _subscriptions(process, "jms-topic")):
             assert time.monotonic() < deadline
             time.sleep(0.2)
         assert len(names) == 1 and names[0].startswith("jms-volatile-"), names
-        process.kill()  # the consumer's connection never closes: its subscription stays in the store
+        [temp] = [q for q in _queues(process) if q.startswith("jms-temp-")]
+        # Only the connection that made a temporary queue may consume from it.
+        other = _login(process)
+        refused = other.attach(temp, RECEIVER)
+        detached = other.wait(lambda e: isinstance(e, ev.LinkDetached) and e.link is refused)
+        assert isinstance(detached, ev.LinkDetached) and detached.error is not None
+        assert detached.error.condition == "amqp:unauthorized-access"
+        other.close()
+        process.kill()  # the consumer's connection never closes: what it made stays in the store
         client.sock.close()
         process.start()
         assert _subscriptions(process, "jms-topic") == []
+        assert not [q for q in _queues(process) if q.startswith("jms-temp-")]
     finally:
         process.stop()

@@ -51,7 +51,7 @@ from sodalite.model.entities import (
 )
 from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDraft
 from sodalite.model.partition_core import record_for as core_record
-from sodalite.server import topic_consumers, wire
+from sodalite.server import temporary, topic_consumers, wire
 from sodalite.server.addresses import entity_path
 from sodalite.server.connection_handler import BrokerConnection
 from sodalite.server.core_actor import Copy, CoreActor
@@ -206,6 +206,8 @@ class Broker:
         # Non-durable JMS topic consumers' subscriptions (lower-cased path) -> the links reading them
         # (server/topic_consumers.py): removed when the last one goes.
         self.volatile_subscriptions: dict[str, set[int]] = {}
+        # JMS temporary queues and topics (lower-cased path) -> id() of the connection that made them.
+        self.temporary_owners: dict[str, int] = {}
         self.entity_times: dict[str, list[int]] = {}  # lower-cased path -> [created, updated], ms
         self.port = 0  # the AMQP port start() bound
         self._server: SniffingListener | None = None
@@ -484,6 +486,9 @@ class Broker:
         if not self.worker.shared:  # (on a shared store another node's consumers may be reading them)
             for left in topic_consumers.left_behind(list(self.entities.values())):
                 log.info("removing %s, a non-durable topic consumer's subscription left by an earlier run", left.name)
+                await self._delete_entity(left)
+            for left in temporary.left_behind(list(self.entities.values())):
+                log.info("removing %s, a temporary destination left by an earlier run", left.name)
                 await self._delete_entity(left)
         self._start_activations()
         # The summary of the time the version-1 path existed, which operators and tests read (it is gone:

@@ -15,6 +15,7 @@ target is a ``Coordinator``               the connection's transactions (``serve
 ``<entity>[/<sub-queue>]`` (receiver)     :class:`~sodalite.server.links.LinkConsumer` (Listen right)
 the same, distribution-mode ``copy``      :class:`~sodalite.server.browser.Browser` (Listen; peeks)
 ``<topic>`` (receiver, capability topic)  a subscription made for it (``server/topic_consumers.py``)
+dynamic target (client sender)            a temporary queue or topic (``server/temporary.py``)
 ========================================  ==========================================================
 
 A client cannot send to a sub-queue or a subscription, nor receive from a topic (except a JMS topic
@@ -29,7 +30,7 @@ from sodalite.amqp.link import RECEIVER, Link
 from sodalite.amqp.performatives import Coordinator, Error
 from sodalite.errors import InvalidOperation, QuotaExceeded, SodaliteError
 from sodalite.model.authorization import AccessRights
-from sodalite.server import links, topic_consumers
+from sodalite.server import links, temporary, topic_consumers
 from sodalite.server.addresses import CBS_NODE, entity_path, management_entity
 from sodalite.server.amqp_errors import client_error
 from sodalite.server.auth import CbsLink, ConnectionAuth
@@ -50,6 +51,9 @@ def route_attach(connection: ConnectionPort, auth: ConnectionAuth, link: Link, l
     assert remote is not None
     if isinstance(remote.target, Coordinator):
         connection.transactions.attach_coordinator(link)
+        return None
+    if link.role is RECEIVER and temporary.is_dynamic(remote.target):
+        temporary.attach(connection, link)  # a JMS temporary queue or topic, alive while this link is
         return None
     terminus = remote.target if link.role is RECEIVER else remote.source
     path = entity_path(terminus.address if terminus is not None else None)
@@ -79,8 +83,11 @@ def route_attach(connection: ConnectionPort, auth: ConnectionAuth, link: Link, l
             raise InvalidOperation("messages cannot be sent to a dead-letter queue")
         if link.role is RECEIVER and entity.kind == SUBSCRIPTION:
             raise InvalidOperation("messages cannot be sent to a subscription; send to its topic")
+        if link.role is not RECEIVER:
+            temporary.check_owner(connection, entity)
         if link.role is not RECEIVER and entity.kind == TOPIC:
-            if remote.source is None or "topic" not in topic_consumers.capabilities(remote.source):
+            if remote.source is None or not {"topic", temporary.TEMPORARY_TOPIC} & topic_consumers.capabilities(
+                    remote.source):
                 raise InvalidOperation("messages cannot be received from a topic; receive from a subscription")
             topic_consumers.attach(connection, link, entity)  # a JMS topic consumer: its subscription
             return None

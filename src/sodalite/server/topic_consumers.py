@@ -43,7 +43,7 @@ MAX_NAME = 50  # Service Bus subscription names
 _NOT_IN_NAME = re.compile(r"[^A-Za-z0-9._-]")
 
 
-def _symbols(value: object) -> set[str]:
+def symbols(value: object) -> set[str]:
     if value is None:
         return set()
     if isinstance(value, str):
@@ -55,7 +55,7 @@ def _symbols(value: object) -> set[str]:
 
 
 def capabilities(source: Source) -> set[str]:
-    return _symbols(source.capabilities)
+    return symbols(source.capabilities)
 
 
 def subscription_name(link_name: str, source: Source) -> tuple[str, bool]:

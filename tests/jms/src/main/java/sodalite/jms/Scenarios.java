@@ -13,6 +13,8 @@ import jakarta.jms.Queue;
 import jakarta.jms.QueueBrowser;
 import jakarta.jms.Session;
 import jakarta.jms.StreamMessage;
+import jakarta.jms.TemporaryQueue;
+import jakarta.jms.TemporaryTopic;
 import jakarta.jms.TextMessage;
 import jakarta.jms.Topic;
 import java.util.ArrayList;
@@ -61,6 +63,7 @@ public final class Scenarios {
         scenarios.put("delivery-delay", Scenarios::deliveryDelay);
         scenarios.put("wrong-key", Scenarios::wrongKey);
         scenarios.put("topics", Scenarios::topics);
+        scenarios.put("temporary", Scenarios::temporary);
         scenarios.put("topic-needs-manage", Scenarios::topicNeedsManage);
         Scenario run = scenarios.get(scenario);
         if (run == null) {
@@ -366,6 +369,34 @@ public final class Scenarios {
             equal(List.of("kept-for-shared"), texts(sharedDurable), "shared durable consumer, after reopening");
             sharedDurable.close();
             producer.send(session.createTextMessage("left-for-later"));  // kept by both durable subscriptions
+        }
+    }
+
+    /** Temporary queues and topics: request and reply through them; they go with their connection. */
+    private void temporary() throws Exception {
+        try (Connection connection = connect()) {
+            Session session = connection.createSession(false, Session.AUTO_ACKNOWLEDGE);
+            TemporaryQueue replies = session.createTemporaryQueue();
+            check(replies.getQueueName().startsWith("jms-temp-"), "a temporary queue's name: " + replies.getQueueName());
+            Queue requests = session.createQueue("jms-requests");
+            TextMessage request = session.createTextMessage("ping");
+            request.setJMSReplyTo(replies);
+            session.createProducer(requests).send(request);
+            Message got = session.createConsumer(requests).receive(WAIT_MS);
+            check(got != null, "the request arrives");
+            Queue replyTo = (Queue) got.getJMSReplyTo();
+            equal(replies.getQueueName(), replyTo.getQueueName(), "reply-to names the temporary queue");
+            session.createProducer(replyTo).send(session.createTextMessage("pong"));
+            MessageConsumer replyConsumer = session.createConsumer(replies);
+            equal(List.of("pong"), texts(replyConsumer), "the reply, through the temporary queue");
+            replyConsumer.close();
+            replies.delete();
+
+            TemporaryTopic events = session.createTemporaryTopic();
+            MessageConsumer listener = session.createConsumer(events);
+            session.createProducer(events).send(session.createTextMessage("event"));
+            equal(List.of("event"), texts(listener), "through the temporary topic");
+            session.createTemporaryQueue();  // left for the connection's close to remove
         }
     }
 
