@@ -47,11 +47,13 @@ QUEUES = [{"Name": f"jms-{name}", "Properties": properties} for name, properties
     ("ttl", {}),
     ("delivery-delay", {}),
     ("requests", {}),
+    ("selectors", {}),
     ("wrong-key", {}),
 )]
 
 
-TOPICS = [{"Name": "jms-topic", "Properties": {}, "Subscriptions": []}]
+TOPICS = [{"Name": "jms-topic", "Properties": {}, "Subscriptions": []},
+          {"Name": "jms-selector-topic", "Properties": {}, "Subscriptions": []}]
 LISTEN_ONLY = ("listen-only", "listen-only-key")
 NAMESPACE_RULES = [{"KeyName": KEY_NAME, "PrimaryKey": KEY},
                    {"KeyName": LISTEN_ONLY[0], "PrimaryKey": LISTEN_ONLY[1], "Rights": ["Listen"]}]
@@ -157,6 +159,10 @@ def test_jms_temporary_queues_and_topics_go_with_their_connection(jms_broker: Br
         while left := [e.name for e in [*admin.list_queues(), *admin.list_topics()] if e.name.startswith("jms-temp-")]:
             assert time.monotonic() < deadline, left
             time.sleep(0.2)
+
+
+def test_jms_selectors_on_browsers_and_topic_consumers(jms_broker: BrokerProcess) -> None:
+    run_scenario(jms_broker, "selectors")
 
 
 def test_jms_topic_consumer_needs_manage(jms_broker: BrokerProcess) -> None:

@@ -5,7 +5,8 @@ Theory of operation. A JMS ``QueueBrowser`` (Apache Qpid JMS) attaches a receive
 this endpoint reads the entity's messages in sequence-number order from a cursor, as the link's credit
 allows, and sends each pre-settled without a lock, so nothing changes in the entity (no lock, no delivery
 count). When the client drains the link (Qpid JMS does, to learn that the browse is over) and the read
-finds no more, the link is drained. One read is in flight at a time; credit that arrives meanwhile is
+finds no more, the link is drained. A JMS selector on the link (``server/selectors.py``) shows only the
+messages it selects. One read is in flight at a time; credit that arrives meanwhile is
 served when it ends.
 """
 
@@ -21,6 +22,7 @@ from sodalite.server import wire
 from sodalite.server.endpoint import ConnectionPort, Endpoint
 from sodalite.server.entity_settings import SubQueue
 from sodalite.server.registry import Entity
+from sodalite.server.selectors import Selector
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +33,12 @@ PAGE = 100  # messages one read asks the store for at most
 class Browser(Endpoint):
     """A receiver that peeks: every message of the entity once, in order, none taken."""
 
-    __slots__ = ("_reading", "connection", "cursor", "entity", "link", "sub_queue")
+    __slots__ = ("_reading", "connection", "cursor", "entity", "link", "selector", "sub_queue")
 
-    def __init__(self, connection: ConnectionPort, link: Link, entity: Entity, sub_queue: SubQueue) -> None:
+    def __init__(self, connection: ConnectionPort, link: Link, entity: Entity, sub_queue: SubQueue,
+                 selector: Selector | None = None) -> None:
         self.connection = connection
+        self.selector = selector  # a JMS selector: only the messages it selects are shown
         self.link = link
         self.entity = entity
         self.sub_queue = sub_queue
@@ -65,9 +69,11 @@ class Browser(Endpoint):
                 if not link.attached:
                     return
                 for record in records:
+                    self.cursor = record.sequence_number + 1
+                    if self.selector is not None and not self.selector.matches(record):
+                        continue
                     link.send_transfer(wire.delivery_payload(record, None, decimals_as_text=conn.decimals_as_text),
                                        uuid.uuid4().bytes_le, settled=True)
-                    self.cursor = record.sequence_number + 1
                 conn.flush_soon()
                 if len(records) < count:  # nothing more for now
                     if link.drain and link.link_credit > 0:

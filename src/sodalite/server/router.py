@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from sodalite.amqp.link import RECEIVER, Link
 from sodalite.amqp.performatives import Coordinator, Error
-from sodalite.errors import InvalidOperation, QuotaExceeded, SodaliteError
+from sodalite.errors import InvalidOperation, NotImplementedOperation, QuotaExceeded, SodaliteError
 from sodalite.model.authorization import AccessRights
-from sodalite.server import links, temporary, topic_consumers
+from sodalite.server import links, selectors, temporary, topic_consumers
 from sodalite.server.addresses import CBS_NODE, entity_path, management_entity
 from sodalite.server.amqp_errors import client_error
 from sodalite.server.auth import CbsLink, ConnectionAuth
@@ -97,8 +97,18 @@ def route_attach(connection: ConnectionPort, auth: ConnectionAuth, link: Link, l
     if link.role is RECEIVER:
         links.attach_producer(connection, link, entity)
     elif remote.source is not None and remote.source.distribution_mode == COPY and not remote.source.durable:
-        link.context = Browser(connection, link, entity, sub_queue)  # a browser peeks (JMS QueueBrowser)
+        try:
+            selector = selectors.selector_of(remote.source)
+            compiled = selectors.Selector(selector) if selector is not None else None
+        except SodaliteError as exc:
+            link.refuse(client_error(exc, broker.metrics, connection.peer, path))
+            return None
+        link.context = Browser(connection, link, entity, sub_queue, compiled)  # a browser peeks (JMS QueueBrowser)
         link.accept(source=remote.source, initial_delivery_count=0, max_message_size=0)
+    elif selectors.selector_of(remote.source) is not None:
+        link.refuse(client_error(NotImplementedOperation(
+            "message selectors are supported on queue browsers and topic consumers, not on queue consumers"),
+            broker.metrics, connection.peer, path))
     else:
         links.attach_consumer(connection, link, entity, sub_queue)
     return None

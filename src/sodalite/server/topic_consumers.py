@@ -13,8 +13,10 @@ says which kind of JMS subscription it is:
 * non-durable, not shared: a subscription of its own, ``jms-volatile-<random>``, removed with its link.
 
 Names are cut to Service Bus's 50 characters with characters a subscription name cannot hold replaced by
-``-``. Making a subscription needs Manage on the topic (reading an existing one needs Listen). What a
-broker that stopped abruptly left of the non-durable ones is removed at its next start (``sweep``).
+``-``. A consumer's JMS selector becomes the new subscription's rule (a SQL filter); an existing
+durable subscription keeps the rule it was made with. Making a subscription needs Manage on the topic
+(reading an existing one needs Listen). What a broker that stopped abruptly left of the non-durable
+ones is removed at its next start (``left_behind``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from sodalite.amqp.states import LinkState
 from sodalite.errors import SodaliteError
 from sodalite.model.authorization import AccessRights
 from sodalite.model.entities import DEFAULT_RULE_NAME, RuleDescription, SubscriptionProperties, TrueFilter
-from sodalite.server import links
+from sodalite.server import links, selectors
 from sodalite.server.amqp_errors import client_error
 from sodalite.server.endpoint import ConnectionPort
 from sodalite.server.entity_settings import SubQueue
@@ -93,6 +95,9 @@ def attach(connection: ConnectionPort, link: Link, topic: Entity) -> None:
         return
     try:
         connection.authorise(topic.name, AccessRights.MANAGE)
+        selector = selectors.selector_of(remote.source)
+        rule_filter = selectors.sql_filter(selector) if selector is not None else TrueFilter()
+        RuleDescription(DEFAULT_RULE_NAME, rule_filter)
     except SodaliteError as exc:
         link.refuse(client_error(exc, broker.metrics, connection.peer, path))
         return
@@ -101,7 +106,7 @@ def attach(connection: ConnectionPort, link: Link, topic: Entity) -> None:
         try:
             found = broker.entity(path)
             subscription = found if found is not None else await broker.create_subscription(
-                topic, name, SubscriptionProperties(), [RuleDescription(DEFAULT_RULE_NAME, TrueFilter())])
+                topic, name, SubscriptionProperties(), [RuleDescription(DEFAULT_RULE_NAME, rule_filter)])
         except SodaliteError as exc:
             if link.state is LinkState.ATTACH_RECEIVED:
                 link.refuse(client_error(exc, broker.metrics, connection.peer, path))

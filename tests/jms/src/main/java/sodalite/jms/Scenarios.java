@@ -64,6 +64,7 @@ public final class Scenarios {
         scenarios.put("wrong-key", Scenarios::wrongKey);
         scenarios.put("topics", Scenarios::topics);
         scenarios.put("temporary", Scenarios::temporary);
+        scenarios.put("selectors", Scenarios::selectors);
         scenarios.put("topic-needs-manage", Scenarios::topicNeedsManage);
         Scenario run = scenarios.get(scenario);
         if (run == null) {
@@ -369,6 +370,54 @@ public final class Scenarios {
             equal(List.of("kept-for-shared"), texts(sharedDurable), "shared durable consumer, after reopening");
             sharedDurable.close();
             producer.send(session.createTextMessage("left-for-later"));  // kept by both durable subscriptions
+        }
+    }
+
+    private static List<String> browse(Session session, Queue queue, String selector) throws JMSException {
+        QueueBrowser browser = session.createBrowser(queue, selector);
+        List<String> seen = new ArrayList<>();
+        Enumeration<?> e = browser.getEnumeration();
+        while (e.hasMoreElements()) {
+            seen.add(((TextMessage) e.nextElement()).getText());
+        }
+        browser.close();
+        return seen;
+    }
+
+    /** Selectors (Service Bus SQL filters) on browsers and topic consumers; a queue consumer's is refused. */
+    private void selectors() throws Exception {
+        try (Connection connection = connect()) {
+            Session session = connection.createSession(false, Session.AUTO_ACKNOWLEDGE);
+            Queue queue = session.createQueue("jms-selectors");
+            MessageProducer producer = session.createProducer(queue);
+            String[] colors = {"red", "blue", "red", "green"};
+            for (int i = 0; i < colors.length; i++) {
+                TextMessage m = session.createTextMessage("m" + i + "-" + colors[i]);
+                m.setStringProperty("color", colors[i]);
+                m.setIntProperty("n", i);
+                producer.send(m);
+            }
+            equal(List.of("m0-red", "m2-red"), browse(session, queue, "color = 'red'"), "browsed red");
+            equal(List.of("m2-red", "m3-green"), browse(session, queue, "n >= 2 AND color <> 'blue'"), "browsed n >= 2");
+            equal(List.of("m1-blue", "m3-green"), browse(session, queue, "color IN ('blue', 'green')"), "browsed IN");
+            try {
+                session.createConsumer(queue, "color = 'red'");
+                throw new AssertionError("a queue consumer with a selector was made");
+            } catch (JMSException refused) {
+                check(String.valueOf(refused.getMessage()).contains("selectors"), "refused: " + refused);
+            }
+            equal(4, texts(session.createConsumer(queue)).size(), "all four still there");
+
+            Topic topic = session.createTopic("jms-selector-topic");
+            MessageConsumer reds = session.createConsumer(topic, "color = 'red'");
+            MessageProducer publisher = session.createProducer(topic);
+            for (String color : colors) {
+                TextMessage m = session.createTextMessage("t-" + color);
+                m.setStringProperty("color", color);
+                publisher.send(m);
+            }
+            equal(List.of("t-red", "t-red"), texts(reds), "the topic consumer's selector");
+            reds.close();
         }
     }
 
