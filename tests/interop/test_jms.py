@@ -165,6 +165,11 @@ def test_jms_selectors_on_browsers_and_topic_consumers(jms_broker: BrokerProcess
     run_scenario(jms_broker, "selectors")
 
 
+def test_jms_unsubscribe_deletes_a_durable_subscription(jms_broker: BrokerProcess) -> None:
+    run_scenario(jms_broker, "unsubscribe")
+    assert "to-be-removed" not in _subscriptions(jms_broker, "jms-selector-topic")
+
+
 def test_jms_topic_consumer_needs_manage(jms_broker: BrokerProcess) -> None:
     run_scenario(jms_broker, "topic-needs-manage", *LISTEN_ONLY)
 

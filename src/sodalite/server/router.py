@@ -52,9 +52,6 @@ def route_attach(connection: ConnectionPort, auth: ConnectionAuth, link: Link, l
     if isinstance(remote.target, Coordinator):
         connection.transactions.attach_coordinator(link)
         return None
-    if link.role is RECEIVER and temporary.is_dynamic(remote.target):
-        temporary.attach(connection, link)  # a JMS temporary queue or topic, alive while this link is
-        return None
     terminus = remote.target if link.role is RECEIVER else remote.source
     path = entity_path(terminus.address if terminus is not None else None)
     broker = connection.broker
@@ -65,6 +62,12 @@ def route_attach(connection: ConnectionPort, auth: ConnectionAuth, link: Link, l
         if links_held > limit + REFUSED_LINKS_SLACK:
             return error
         link.refuse(error)
+        return None
+    if link.role is RECEIVER and temporary.is_dynamic(remote.target):
+        temporary.attach(connection, link)  # a JMS temporary queue or topic, alive while this link is
+        return None
+    if link.role is not RECEIVER and remote.source is None:
+        topic_consumers.unsubscribe(connection, link)  # a JMS unsubscribe names a durable subscription
         return None
     try:
         if path == CBS_NODE:

@@ -16,7 +16,9 @@ Names are cut to Service Bus's 50 characters with characters a subscription name
 ``-``. A consumer's JMS selector becomes the new subscription's rule (a SQL filter); an existing
 durable subscription keeps the rule it was made with. Making a subscription needs Manage on the topic
 (reading an existing one needs Listen). What a broker that stopped abruptly left of the non-durable
-ones is removed at its next start (``left_behind``).
+ones is removed at its next start (``left_behind``). ``Session.unsubscribe`` attaches a receiver with no
+source, named as the durable consumer's link was: the subscription of that name goes when that link does
+(``unsubscribe``; Manage needed).
 """
 
 from __future__ import annotations
@@ -29,12 +31,13 @@ import uuid
 from sodalite.amqp.link import Link
 from sodalite.amqp.performatives import Source
 from sodalite.amqp.states import LinkState
-from sodalite.errors import SodaliteError
+from sodalite.amqp.types import Array, Symbol
+from sodalite.errors import EntityNotFound, SodaliteError
 from sodalite.model.authorization import AccessRights
 from sodalite.model.entities import DEFAULT_RULE_NAME, RuleDescription, SubscriptionProperties, TrueFilter
 from sodalite.server import links, selectors
 from sodalite.server.amqp_errors import client_error
-from sodalite.server.endpoint import ConnectionPort
+from sodalite.server.endpoint import ConnectionPort, Endpoint
 from sodalite.server.entity_settings import SubQueue
 from sodalite.server.registry import SUBSCRIPTION, Entity, named_subscription_path
 
@@ -146,3 +149,51 @@ def left_behind(entities: list[Entity]) -> list[Entity]:
     """The non-durable topic-consumer subscriptions among ``entities`` (a stopped broker's, at start)."""
     return [e for e in entities if e.kind == SUBSCRIPTION
             and e.name.rsplit("/", 1)[-1].lower().startswith(VOLATILE_PREFIX)]
+
+
+# ---- Session.unsubscribe ------------------------------------------------------------------------------
+
+
+class Unsubscriber(Endpoint):
+    """The link of a JMS ``unsubscribe``: when it goes, the durable subscription it named is deleted."""
+
+    __slots__ = ("connection", "subscription")
+
+    def __init__(self, connection: ConnectionPort, subscription: Entity) -> None:
+        self.connection = connection
+        self.subscription = subscription
+
+    def serves(self, entity: Entity) -> bool:
+        return entity is self.subscription
+
+    def on_detached(self) -> None:
+        broker = self.connection.broker
+        if broker.entity(self.subscription.name) is self.subscription:
+            asyncio.get_running_loop().create_task(broker.delete_entity(self.subscription))
+
+
+def unsubscribe(connection: ConnectionPort, link: Link) -> None:
+    """A receiver with no source names a durable subscription by its link name (Qpid JMS's unsubscribe):
+    answered with the subscription's topic as source if there is one (and Manage on it), with no source
+    if there is none (the client then reports that the subscription does not exist)."""
+    broker = connection.broker
+    name = _NOT_IN_NAME.sub("-", link.name.split("|", 1)[0]).lower()[:MAX_NAME]
+    found = [e for e in broker.entities.values() if e.kind == SUBSCRIPTION and e.topic is not None
+             and e.name.rsplit("/", 1)[-1].lower() == name and not name.startswith(VOLATILE_PREFIX)]
+    if len(found) != 1:
+        problem = (f"no durable subscription named '{name}'" if not found else
+                   f"the subscription name '{name}' is used on several topics: delete it through the management API")
+        link.refuse(client_error(EntityNotFound(problem), broker.metrics, connection.peer, name))
+        return
+    subscription = found[0]
+    topic = subscription.topic
+    assert topic is not None
+    try:
+        connection.authorise(topic.name, AccessRights.MANAGE)
+    except SodaliteError as exc:
+        link.refuse(client_error(exc, broker.metrics, connection.peer, subscription.name))
+        return
+    link.context = Unsubscriber(connection, subscription)
+    link.accept(source=Source(topic.name, durable=2, expiry_policy=Symbol("never"),
+                              capabilities=Array("symbol", (Symbol("topic"),))),
+                initial_delivery_count=0, max_message_size=0)

@@ -66,6 +66,7 @@ public final class Scenarios {
         scenarios.put("temporary", Scenarios::temporary);
         scenarios.put("selectors", Scenarios::selectors);
         scenarios.put("topic-needs-manage", Scenarios::topicNeedsManage);
+        scenarios.put("unsubscribe", Scenarios::unsubscribe);
         Scenario run = scenarios.get(scenario);
         if (run == null) {
             System.out.println("FAIL " + scenario + ": no such scenario; known: " + scenarios.keySet());
@@ -446,6 +447,24 @@ public final class Scenarios {
             session.createProducer(events).send(session.createTextMessage("event"));
             equal(List.of("event"), texts(listener), "through the temporary topic");
             session.createTemporaryQueue();  // left for the connection's close to remove
+        }
+    }
+
+    /** Session.unsubscribe deletes a durable subscription; one that does not exist is an error. */
+    private void unsubscribe() throws Exception {
+        try (Connection connection = new JmsConnectionFactory(keyName, key, uri).createConnection()) {
+            connection.setClientID("jms-unsubscriber");
+            connection.start();
+            Session session = connection.createSession(false, Session.AUTO_ACKNOWLEDGE);
+            Topic topic = session.createTopic("jms-selector-topic");
+            session.createDurableConsumer(topic, "to-be-removed").close();
+            session.unsubscribe("to-be-removed");
+            try {
+                session.unsubscribe("to-be-removed");
+                throw new AssertionError("unsubscribed twice");
+            } catch (jakarta.jms.InvalidDestinationException gone) {
+                check(true, "gone");
+            }
         }
     }
 
