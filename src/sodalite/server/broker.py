@@ -94,6 +94,7 @@ MAX_TRANSFER_HOPS = 4  # Service Bus forwards a message at most this many times 
 # entity loader skips, at "$authorizationrules/<$namespace or lower-cased path>/<key name>" ('$' keeps it apart
 # from entity names), so two nodes regenerating different keys at once keep both. An older release kept
 # them all in one record at "$authorizationrules" (KeyOverrides.to_json); start() splits it.
+MAX_SUBSCRIPTIONS_PER_TOPIC = 2000  # Service Bus quotas: subscriptions per topic
 KEY_OVERRIDES_PATH, KEY_OVERRIDES_KIND = "$authorizationrules", "authorization-rules"
 # When each entity was created and last updated: one record per entity, of a kind the loader skips, at
 # "$entitytimes/<lower-cased path>" ('$' keeps it apart from entity names), holding [created, updated] (ms)
@@ -206,6 +207,9 @@ class Broker:
         # Non-durable JMS topic consumers' subscriptions (lower-cased path) -> the links reading them
         # (server/topic_consumers.py): removed when the last one goes.
         self.volatile_subscriptions: dict[str, set[int]] = {}
+        # Service Bus's quota of subscriptions per topic (Standard and Premium: 2,000); a JMS topic
+        # consumer's subscription counts as any other.
+        self.max_subscriptions_per_topic = MAX_SUBSCRIPTIONS_PER_TOPIC
         # JMS temporary queues and topics (lower-cased path) -> id() of the connection that made them.
         self.temporary_owners: dict[str, int] = {}
         self.entity_times: dict[str, list[int]] = {}  # lower-cased path -> [created, updated], ms
@@ -867,6 +871,9 @@ class Broker:
         path = named_subscription_path(topic.name, name)
         if self.entity(path) is not None:
             raise EntityAlreadyExists(f"the subscription '{name}' already exists on '{topic.name}'")
+        if len(topic.subscriptions) >= self.max_subscriptions_per_topic:
+            raise QuotaExceeded(f"the topic '{topic.name}' already has {len(topic.subscriptions)} subscriptions, "
+                                f"its quota ({self.max_subscriptions_per_topic})")
         self._check_forward_targets(properties, topic=topic)
         for rule in rules:
             self._compile_rule(rule)  # refuse a bad filter before anything is stored
