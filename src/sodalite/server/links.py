@@ -145,8 +145,8 @@ def _done() -> asyncio.Future[None]:
 class LinkConsumer(Endpoint):
     """A client receiver link, as the partition actor sees it (``entity_settings.Consumer``)."""
 
-    __slots__ = ("_counters", "actor", "connection", "link", "on_gone", "peek_lock", "reserved", "session_id",
-                 "sub_queue")
+    __slots__ = ("_counters", "actor", "connection", "link", "on_gone", "peek_lock", "reserved", "selects",
+                 "session_id", "sub_queue")
 
     def __init__(self, connection: ConnectionPort, link: Link, actor: EntityActor,
                  sub_queue: SubQueue, peek_lock: bool) -> None:
@@ -159,6 +159,7 @@ class LinkConsumer(Endpoint):
         self.reserved = 0
         self._counters: tuple[Counter, Counter] | None = None  # deliveries, messages out (labelled once)
         self.on_gone: Callable[[], None] | None = None  # after the link went (a topic consumer's subscription)
+        self.selects: Callable[[MessageRecord], bool] | None = None  # a JMS selector: only what it selects
 
     def counters(self) -> tuple[Counter, Counter]:
         if self._counters is None:
@@ -261,14 +262,17 @@ class LinkConsumer(Endpoint):
         future.add_done_callback(confirm)
 
 
-def attach_consumer(connection: ConnectionPort, link: Link, entity: Entity, sub_queue: SubQueue) -> None:
-    """Accept a receiver on ``entity``; a session receiver waits for the actor to grant a session."""
+def attach_consumer(connection: ConnectionPort, link: Link, entity: Entity, sub_queue: SubQueue,
+                    selects: Callable[[MessageRecord], bool] | None = None) -> None:
+    """Accept a receiver on ``entity``; a session receiver waits for the actor to grant a session.
+    ``selects`` (a JMS selector) limits what it is given to the messages it selects."""
     remote = link.remote_attach
     assert remote is not None
     metrics, peer = connection.broker.metrics, connection.peer
     source = remote.source if remote.source is not None else Source(None)
     consumer = LinkConsumer(connection, link, entity.actor, sub_queue,
                             peek_lock=remote.snd_settle_mode != RECEIVE_AND_DELETE)
+    consumer.selects = selects
     link.context = consumer
     filters = {str(k): v for k, v in (source.filter or {}).items()}
     wants_session = SESSION_FILTER in filters

@@ -108,10 +108,16 @@ def route_attach(connection: ConnectionPort, auth: ConnectionAuth, link: Link, l
             return None
         link.context = Browser(connection, link, entity, sub_queue, compiled)  # a browser peeks (JMS QueueBrowser)
         link.accept(source=remote.source, initial_delivery_count=0, max_message_size=0)
-    elif selectors.selector_of(remote.source) is not None:
-        link.refuse(client_error(NotImplementedOperation(
-            "message selectors are supported on queue browsers and topic consumers, not on queue consumers"),
-            broker.metrics, connection.peer, path))
+    elif (selector := selectors.selector_of(remote.source)) is not None:
+        try:
+            if entity.partitioned or entity.requires_session:
+                raise NotImplementedOperation("message selectors are not supported on partitioned or "
+                                              "session-enabled entities")
+            compiled = selectors.Selector(selector)
+        except SodaliteError as exc:
+            link.refuse(client_error(exc, broker.metrics, connection.peer, path))
+            return None
+        links.attach_consumer(connection, link, entity, sub_queue, compiled.matches)
     else:
         links.attach_consumer(connection, link, entity, sub_queue)
     return None

@@ -4,8 +4,9 @@ Apache Qpid JMS sends a consumer's or browser's selector in its source's filter 
 ``jms-selector``, a described string (descriptor ``apache.org:selector-filter:string``, code
 ``0x0000468C00000004``). Service Bus evaluates JMS selectors with its SQL filter language; so does this
 broker (``model/filters.py``): application properties by name, system properties as ``sys.<Name>``.
-A browser applies it to what it peeks; a topic consumer's subscription gets it as its rule; a queue
-consumer's is refused (not built).
+A browser applies it to what it peeks; a queue consumer's goes to the partition core with its credit
+(``partition_core.Receive.selects``: it is given only the window messages it selects); a topic
+consumer's subscription gets it as its rule. Partitioned and session-enabled queues refuse one.
 """
 
 from __future__ import annotations
