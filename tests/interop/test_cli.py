@@ -76,7 +76,7 @@ def test_peek_shows_messages_and_the_dead_letter_queue(broker: BrokerProcess, tm
             sender.send_messages([ServiceBusMessage(f"p{i}", application_properties={"i": i}) for i in range(3)])
         with client.get_queue_receiver(queue, max_wait_time=10) as receiver:
             [taken] = receiver.receive_messages(max_message_count=1, max_wait_time=10)
-            receiver.dead_letter_message(taken, reason="bad")
+            receiver.dead_letter_message(taken, reason="bad", error_description="no such customer")
     shown = [json.loads(line) for line in ok(cli(broker, tmp_path, "peek", queue, "--json")).splitlines()]
     assert [m["body"] for m in shown] == ["p1", "p2"]
     assert [m["application_properties"]["i"] for m in shown] == [1, 2]
@@ -89,6 +89,9 @@ def test_peek_shows_messages_and_the_dead_letter_queue(broker: BrokerProcess, tm
     assert [m["body"] for m in dead] == ["p0"]
     assert dead[0]["application_properties"]["DeadLetterReason"] == "bad"
     assert "(2 messages)" in ok(cli(broker, tmp_path, "peek", queue))
+    # The text output says why a message was dead-lettered.
+    text = ok(cli(broker, tmp_path, "peek", queue, "--dead-letter")).splitlines()
+    assert 'reason="bad" description="no such customer"' in text[0] and text[0].endswith('"p0"'), text
 
 
 def test_refusals_are_reported_with_their_condition(broker: BrokerProcess, tmp_path: Path) -> None:

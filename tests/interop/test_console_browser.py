@@ -16,9 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
+from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusMessageState, ServiceBusSubQueue
 from azure.servicebus.exceptions import MessagingEntityNotFoundError
 from broker_process import KEY, KEY_NAME, BrokerProcess, write_config
+from test_console_resubmit_kill9 import call
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.common.exceptions import (  # noqa: E402
@@ -184,8 +185,8 @@ def test_the_console_story_from_login_to_delete(console_broker: BrokerProcess, b
     driver.find_element(By.CSS_SELECTOR, "#messages input.pick").click()
     driver.find_element(By.ID, "move-selected").click()
     said = accept_confirmation(driver)
-    assert said.startswith("Move 1 message(s)")
-    wait_for(driver, lambda d: "Moved 1 of 1" in text_of(d, "#notice"), "the resubmit was not confirmed")
+    assert said.startswith("Resubmit 1 message(s)")  # back to its own entity: a resubmit, not a move
+    wait_for(driver, lambda d: "Resubmitted 1 of 1" in text_of(d, "#notice"), "the resubmit was not confirmed")
 
     # Receive it with the SDK: same MessageId and properties, delivery count reset, reason gone.
     with ServiceBusClient.from_connection_string(console_broker.connection_string) as client:
@@ -289,11 +290,166 @@ def test_topics_subscriptions_rules_keys_and_stores_from_the_console(console_bro
 
     driver.get(base + "/console/#/keys")
     wait_for(driver, lambda d: KEY_NAME in text_of(d, "main"), "no keys page")
-    before = text_of(driver, "main")
+    secondary = f'tr[data-key-name="{KEY_NAME}"][data-scope=""] td.secondary-key'
+    for reveal in driver.find_elements(By.CSS_SELECTOR, secondary + " button.reveal"):  # none without a key yet
+        reveal.click()
+    before = text_of(driver, secondary)
     driver.find_element(By.XPATH, "//button[text()='Regenerate secondary']").click()
     assert "SecondaryKey" in accept_confirmation(driver)
     wait_for(driver, lambda d: "Regenerated the SecondaryKey" in text_of(d, "#notice"), "no regeneration")
-    wait_for(driver, lambda d: text_of(d, "main") != before, "the key did not change on the page")
+    wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, secondary + " button.reveal"), "no keys page")
+    driver.find_element(By.CSS_SELECTOR, secondary + " button.reveal").click()
+    wait_for(driver, lambda d: text_of(d, secondary + " code") not in (before.removesuffix(" Hide"), "••••••••••••"),
+             "the key did not change on the page")
 
     driver.get(base + "/console/#/stores")
     wait_for(driver, lambda d: "default" in text_of(d, "main") and "online" in text_of(d, "main"), "no stores page")
+
+
+def log_out(driver: WebDriver, base: str) -> None:
+    driver.get(base + "/console/")
+    wait_for(driver, lambda d: d.find_elements(By.ID, "login-key") or d.find_elements(By.ID, "entity-table"),
+             "neither the login form nor the namespace page")
+    if driver.find_elements(By.ID, "entity-table"):
+        driver.find_element(By.ID, "logout").click()
+        wait_for(driver, lambda d: d.find_elements(By.ID, "login-key"), "no login form after logging out")
+
+
+def test_serve_prints_the_console_url_and_the_login_page_shows_no_navigation(console_broker: BrokerProcess,
+                                                                            browser: WebDriver,
+                                                                            tmp_path: Path) -> None:
+    printed = [line for line in console_broker.output if line.startswith("Console: ")]
+    assert printed == [f"Console: http://localhost:{console_broker.http_port}/console/\n"], console_broker.output
+    driver = browser
+    log_out(driver, f"http://127.0.0.1:{console_broker.http_port}")
+    driver.get(printed[0].removeprefix("Console: ").strip())
+    wait_for(driver, lambda d: d.find_elements(By.ID, "login-key"), "the printed URL opens no login form")
+    assert not driver.find_element(By.ID, "nav").is_displayed()
+    assert not driver.find_element(By.ID, "logout").is_displayed()
+    assert driver.save_screenshot(str(tmp_path / "login.png"))
+    fill(driver, "login-key-name", KEY_NAME)
+    fill(driver, "login-key", KEY)
+    driver.find_element(By.ID, "login-submit").click()
+    wait_for(driver, lambda d: d.find_elements(By.ID, "entity-table"), "no namespace page")
+    assert driver.find_element(By.ID, "logout").is_displayed()
+
+
+def test_a_new_notice_replaces_the_previous_one(console_broker: BrokerProcess, browser: WebDriver) -> None:
+    base = f"http://127.0.0.1:{console_broker.http_port}"
+    driver = browser
+    log_in(driver, base)
+    driver.get(base + "/console/#/entity/existing")
+    wait_for(driver, lambda d: d.find_elements(By.ID, "send-body"), "no entity page")
+    fill(driver, "send-body", "one")
+    driver.find_element(By.ID, "send-submit").click()
+    wait_for(driver, lambda d: "Sent a message" in text_of(d, "#notice"), "the send was not confirmed")
+    driver.find_element(By.ID, "move-selected").click()  # nothing selected: an error
+    wait_for(driver, lambda d: "Select messages first" in text_of(d, "#error"), "no error shown")
+    assert not driver.find_element(By.ID, "notice").is_displayed()  # the success is gone
+    fill(driver, "send-body", "two")
+    driver.find_element(By.ID, "send-submit").click()
+    wait_for(driver, lambda d: d.find_element(By.ID, "notice").is_displayed(), "the second send was not confirmed")
+    assert not driver.find_element(By.ID, "error").is_displayed()  # the error is gone
+    with ServiceBusClient.from_connection_string(console_broker.connection_string) as client, \
+            client.get_queue_receiver("existing", max_wait_time=5) as receiver:
+        for message in receiver.receive_messages(max_message_count=10, max_wait_time=5):
+            receiver.complete_message(message)
+
+
+def test_a_topic_lists_its_subscriptions_and_rules_read_as_filters_and_actions(console_broker: BrokerProcess,
+                                                                               browser: WebDriver,
+                                                                               tmp_path: Path) -> None:
+    base = f"http://127.0.0.1:{console_broker.http_port}"
+    driver = browser
+    shots = DOCS_SHOTS if os.environ.get("SODALITE_CONSOLE_SCREENSHOTS") == "1" else tmp_path
+    shots.mkdir(parents=True, exist_ok=True)
+    call(console_broker, "POST", "/entities", {"kind": "topic", "path": "shop"})
+    for name in ("audit", "big-orders"):
+        call(console_broker, "POST", "/entities", {"kind": "subscription", "path": f"shop/subscriptions/{name}"})
+    with ServiceBusClient.from_connection_string(console_broker.connection_string) as client, \
+            client.get_topic_sender("shop") as sender:
+        sender.send_messages([ServiceBusMessage("a"), ServiceBusMessage("b")])
+    log_in(driver, base)
+
+    driver.get(base + "/console/#/entity/shop")
+    wait_for(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#subscription-rows tr[data-path]")) == 2,
+             "the topic's page does not list its subscriptions")
+    for name in ("audit", "big-orders"):
+        row = f'#subscription-rows tr[data-path="shop/subscriptions/{name}"]'
+        wait_for(driver, lambda d, r=row: text_of(d, r + ' td[data-count="active"]') == "2", f"{name}'s count")
+    assert driver.save_screenshot(str(shots / "topic.png"))
+
+    # A subscription's rules: filters and actions as text, a correlation filter added from the form.
+    driver.find_element(By.LINK_TEXT, "big-orders").click()
+    wait_for(driver, lambda d: d.find_elements(By.ID, "rule-add"), "no rules panel")
+    rules = text_of(driver, "#rules")
+    assert "$Default" in rules and "True filter" in rules and "every message" in rules
+    assert "FilterType" not in rules and "{" not in rules  # not raw JSON
+    fill(driver, "rule-name", "big-red")
+    Select(driver.find_element(By.ID, "rule-filter-type")).select_by_value("Correlation")
+    assert not driver.find_element(By.ID, "rule-filter").is_displayed()
+    fill(driver, "rule-correlation-subject", "big")
+    fill(driver, "rule-correlation-properties", "color=red\npriority:=2")
+    fill(driver, "rule-action", "SET sys.To = 'warehouse'")
+    driver.find_element(By.ID, "rule-add").click()
+    row = 'tr[data-rule="big-red"]'
+    wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, row), "the correlation rule is not listed")
+    assert text_of(driver, row + " td.filter-kind") == "Correlation filter"
+    assert text_of(driver, row + " td.filter") == "Subject = 'big' AND color = 'red' AND priority = 2"
+    assert text_of(driver, row + " td.action") == "SET sys.To = 'warehouse'"
+    assert text_of(driver, 'tr[data-rule="$Default"] td.action') == "none"
+    assert "Added rule big-red" in text_of(driver, "#notice")
+    assert driver.save_screenshot(str(shots / "rules.png"))
+    stored = {r["name"]: r["rule"]["Properties"] for r in
+              call(console_broker, "GET", "/entities/shop/subscriptions/big-orders/$rules")}
+    assert stored["big-red"]["FilterType"] == "Correlation"
+    assert stored["big-red"]["CorrelationFilter"]["Label"] == "big"
+    assert stored["big-red"]["CorrelationFilter"]["Properties"] == {"color": "red", "priority": 2}
+
+
+def test_dead_letters_show_as_dead_lettered_and_a_new_sub_queue_loads_at_once(console_broker: BrokerProcess,
+                                                                                browser: WebDriver) -> None:
+    base = f"http://127.0.0.1:{console_broker.http_port}"
+    driver = browser
+    call(console_broker, "POST", "/entities", {"kind": "queue", "path": "poisoned"})
+    with ServiceBusClient.from_connection_string(console_broker.connection_string) as client:
+        with client.get_queue_sender("poisoned") as sender:
+            sender.send_messages(ServiceBusMessage("bad", message_id="bad-1"))
+        with client.get_queue_receiver("poisoned", max_wait_time=10) as receiver:
+            for message in receiver.receive_messages(max_message_count=1, max_wait_time=10):
+                receiver.dead_letter_message(message, reason="Poison")
+        # What the SDK reads keeps its three values: a dead-lettered message's state is Active.
+        with client.get_queue_receiver("poisoned", sub_queue=ServiceBusSubQueue.DEAD_LETTER) as dead:
+            peeked = dead.peek_messages(max_message_count=1)
+            assert [m.state for m in peeked] == [ServiceBusMessageState.ACTIVE]
+    log_in(driver, base)
+    driver.get(base + "/console/#/entity/poisoned")
+    wait_for(driver, lambda d: d.find_elements(By.ID, "browse-sub-queue"), "no message browser")
+    driver.find_element(By.ID, "browse-peek").click()
+    wait_for(driver, lambda d: "no messages" in text_of(d, "#page-info"), "the active sub-queue is not empty")
+    Select(driver.find_element(By.ID, "browse-sub-queue")).select_by_value("deadletter")  # no Peek pressed
+    wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#messages tr"), "the dead letters did not load")
+    assert text_of(driver, "#messages tr td.state") == "Dead-lettered"
+    driver.find_element(By.CSS_SELECTOR, "#messages tr td:nth-child(3)").click()
+    wait_for(driver, lambda d: d.find_elements(By.ID, "system-properties"), "the message did not open")
+    assert "State Dead-lettered" in text_of(driver, "#system-properties")
+    Select(driver.find_element(By.ID, "browse-sub-queue")).select_by_value("active")
+    wait_for(driver, lambda d: not d.find_elements(By.CSS_SELECTOR, "#messages tr"), "the list did not reload")
+
+
+def test_access_keys_are_masked_until_shown(console_broker: BrokerProcess, browser: WebDriver,
+                                            tmp_path: Path) -> None:
+    base = f"http://127.0.0.1:{console_broker.http_port}"
+    driver = browser
+    log_in(driver, base)
+    driver.get(base + "/console/#/keys")
+    primary = f'tr[data-key-name="{KEY_NAME}"][data-scope=""] td.primary-key'
+    wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, primary), "no keys page")
+    page = text_of(driver, "main")
+    keys = [k for rule in call(console_broker, "GET", "/keys") for k in (rule["primaryKey"], rule["secondaryKey"]) if k]
+    assert keys and not [k for k in keys if k in page]  # no key is on the page
+    driver.find_element(By.CSS_SELECTOR, primary + " button.reveal").click()
+    wait_for(driver, lambda d: KEY in text_of(d, primary), "the key is not shown when asked")
+    assert driver.save_screenshot(str(tmp_path / "keys.png"))
+    driver.find_element(By.CSS_SELECTOR, primary + " button.reveal").click()
+    wait_for(driver, lambda d: KEY not in text_of(d, primary), "the key is not hidden again")

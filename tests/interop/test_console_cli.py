@@ -49,7 +49,7 @@ def dead_letter(broker: BrokerProcess, queue: str, bodies: list[tuple[str, str]]
 
 def test_resubmit_move_purge_and_counts_from_the_command_line(cli_broker: BrokerProcess) -> None:
     dead_letter(cli_broker, "cli-orders", [("a", "red"), ("b", "blue"), ("c", "red")])
-    assert messages(cli_broker, "resubmit", "cli-orders", "--filter", "color = 'red'") == "moved 2 of 2\n"
+    assert messages(cli_broker, "resubmit", "cli-orders", "--sql", "color = 'red'") == "moved 2 of 2\n"
     assert messages(cli_broker, "move", "cli-orders", "--to", "cli-parking", "--all") == "moved 1 of 1\n"
     counts = {e["path"]: e["counts"] for e in json.loads(messages(cli_broker, "counts", "--json"))}
     assert counts["cli-orders"]["active"] == 2 and counts["cli-orders"]["deadLetter"] == 0
@@ -67,3 +67,25 @@ def test_resubmit_move_purge_and_counts_from_the_command_line(cli_broker: Broker
     assert "HTTP 400" in error
     error = messages(cli_broker, "purge", "no-such-queue", expect=1)
     assert "HTTP 404 MessagingEntityNotFound" in error
+
+
+def test_counts_are_an_aligned_table(cli_broker: BrokerProcess) -> None:
+    dead_letter(cli_broker, "cli-parking", [("long-enough", "green")])
+    lines = messages(cli_broker, "counts").splitlines()
+    header, rows = lines[0], lines[1:]
+    assert header.split() == ["ENTITY", "KIND", "ACTIVE", "DEAD-LETTER", "SCHEDULED", "DEFERRED", "AVAILABILITY"]
+    assert {row.split()[0] for row in rows} >= {"cli-orders", "cli-parking"}
+    # Every row has its columns where the header has them: numbers end under their heading's end.
+    for heading in ("ACTIVE", "DEAD-LETTER", "SCHEDULED", "DEFERRED"):
+        end = header.index(heading) + len(heading)
+        assert all(row[end - 1].isdigit() and (len(row) == end or row[end] == " ") for row in rows), lines
+    start = header.index("AVAILABILITY")
+    assert all(row[start - 1] == " " and row[start] != " " for row in rows), lines
+
+
+def test_the_earlier_filter_flag_still_works_and_is_not_advertised(cli_broker: BrokerProcess) -> None:
+    dead_letter(cli_broker, "cli-orders", [("old-flag", "violet")])
+    assert messages(cli_broker, "resubmit", "cli-orders", "--filter", "color = 'violet'") == "moved 1 of 1\n"
+    shown = subprocess.run([sys.executable, "-m", "sodalite.cli.main", "messages", "resubmit", "--help"],
+                           capture_output=True, text=True, timeout=60).stdout
+    assert "--sql" in shown and "--filter" not in shown

@@ -16,16 +16,17 @@ from pathlib import Path
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.exceptions import ServiceBusConnectionError
-from broker_process import BrokerProcess, write_config
+from broker_process import KEY, KEY_NAME, BrokerProcess, write_config
 from raw_client import RawClient
 
 from sodalite.amqp import events as ev
 from sodalite.amqp.link import RECEIVER, SENDER
+from sodalite.model.sas import generate_token
 
 pytestmark = pytest.mark.interop
 
-LIMIT_ARGS = ["--handshake-timeout", "2", "--max-connections", "4", "--max-sessions-per-connection", "4",
-              "--max-links-per-connection", "8"]
+LIMIT_ARGS = ["--handshake-timeout", "2", "--auth-timeout", "30", "--max-connections", "4",
+              "--max-sessions-per-connection", "4", "--max-links-per-connection", "8"]
 
 
 @pytest.fixture(scope="module")
@@ -82,10 +83,15 @@ def test_a_connection_that_never_finishes_its_handshake_is_closed(limited_broker
 
 
 def test_connections_past_the_limit_are_refused_with_a_clear_error(limited_broker: BrokerProcess) -> None:
+    """Four authenticated connections fill the limit (unauthenticated ones have a smaller allowance of
+    their own and give way: tests/interop/test_hardening_authentication.py)."""
     held = [RawClient(limited_broker.port) for _ in range(4)]
     try:
         for client in held:
             client.wait(lambda e: isinstance(e, ev.SessionBegun))
+            expires = int(time.time()) + 3600
+            assert client.put_token("sb://localhost/", generate_token("sb://localhost/", KEY_NAME, KEY, expires),
+                                    expires * 1000) == 202
         extra = RawClient(limited_broker.port)
         try:
             closed = extra.wait(lambda e: isinstance(e, ev.ConnectionClosed), timeout=30)

@@ -188,3 +188,25 @@ def test_plain_is_refused_on_plain_tcp_from_elsewhere_unless_allowed(tmp_path: P
         assert ok
     finally:
         process.stop()
+
+
+def test_a_key_login_counts_as_authenticated_for_the_authentication_deadline(tmp_path: Path) -> None:
+    process = _start(tmp_path, "--auth-timeout", "1")
+    try:
+        client, ok = _login(process.port, KEY_NAME, KEY)
+        try:
+            assert ok
+            client.wait(lambda e: isinstance(e, ev.ConnectionOpened))
+            time.sleep(2.5)  # past the deadline: a connection without a token would be closed by now
+            sender = client.attach("plain-open", SENDER)
+            assert isinstance(_send(client, sender, b"still here"), Accepted)
+        finally:
+            client.close()
+        anonymous = RawClient(process.port)  # no token, no key: closed at the deadline
+        try:
+            closed = anonymous.wait(lambda e: isinstance(e, ev.ConnectionClosed), timeout=10)
+            assert isinstance(closed, ev.ConnectionClosed)
+        finally:
+            anonymous.sock.close()
+    finally:
+        process.stop()

@@ -124,7 +124,9 @@ def test_redrive_moves_filtered_dead_letters_once_with_delivery_count_reset(
     env = {"SODALITE_CONNECTION_STRING": primary.connection_string}
     api = f"http://127.0.0.1:{primary.http_port}"
     condition = "deadLetterReason = 'MaxDeliveryCountExceeded'"
-    result = pipeline(tmp_path, "redrive", "rd-work", "--api-url", api, "--filter", condition, env=env)
+    # No --api-url: the CLI finds the management API in the broker's data directory, as the other commands do.
+    result = pipeline(tmp_path, "redrive", "rd-work", "--data-dir", str(primary.data_dir), "--spark-sql", condition,
+                      env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "selected 4, moved 4, skipped 0" in result.stdout
     # The runs after the CLI's, in-process.

@@ -507,6 +507,11 @@ async def switch_store(request: web.Request) -> web.Response:
     return _ok(request.app[CONTROL].set_store_online(caller, request.match_info["name"], online))
 
 
+async def backup(request: web.Request) -> web.Response:
+    body = await _body(request)
+    return _ok(await request.app[CONTROL].backup(caller_of(request), body.get("destination")))
+
+
 async def openapi(request: web.Request) -> web.Response:
     return web.json_response(document(MAX_PEEK, MAX_BODY))
 
@@ -543,6 +548,7 @@ def add_routes(app: web.Application, control: ControlPlane, sessions: Sessions |
     r.add_post(PREFIX + "/keys/regenerate", regenerate_key)
     r.add_get(PREFIX + "/stores", stores)
     r.add_post(PREFIX + "/stores/{name}/{state:offline|online}", switch_store)
+    r.add_post(PREFIX + "/backup", backup)
     r.add_route("*", PREFIX + "/{tail:.*}", _no_route)
 
 

@@ -152,6 +152,17 @@ class StoreRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class BackupRecord:
+    """A backup made (``sodalite backup``): where, as of when (ms since the epoch), which stores, its size."""
+
+    destination: str
+    taken_at: int
+    stores: tuple[str, ...]
+    files: tuple[str, ...]
+    size_in_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class NamespaceRecord:
     name: str
     entities: tuple[EntityRecord, ...]
@@ -291,6 +302,10 @@ class RuntimePort(Protocol):
     def stores(self) -> list[StoreRecord]: ...
 
     def set_store_online(self, name: str, online: bool) -> None: ...
+
+    async def backup(self, destination: str) -> BackupRecord:
+        """Copy every messaging store and the configuration into the new directory ``destination``
+        (an absolute path on the broker's machine), as of one point in time, while serving."""
 
     def authorize(self, token: str, path: str) -> Authorization:
         """What a SAS token grants for ``path`` (raises Unauthorized for a bad or expired token)."""
@@ -589,6 +604,15 @@ class ControlPlane:
         self.runtime.set_store_online(name, online)
         self._audit(caller, "store-online" if online else "store-offline", name)
         return self.runtime.stores()
+
+    async def backup(self, caller: Caller, destination: object) -> BackupRecord:
+        self._check(caller, "", AccessRights.MANAGE)
+        if not isinstance(destination, str) or not destination.strip():
+            raise ArgumentError("destination: the directory to write the backup into (an absolute path on the "
+                                "broker's machine)")
+        record = await self.runtime.backup(destination)
+        self._audit(caller, "backup", record.destination, count=len(record.stores))
+        return record
 
 
 def split_subscription(path: str) -> tuple[str, str]:

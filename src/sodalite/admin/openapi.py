@@ -154,5 +154,8 @@ def document(max_peek: int, max_body: int) -> dict[str, Any]:
                                                          "description": "the new key (default: 32 random bytes)"}}})},
             "/api/v1/stores": {"get": _op("Messaging stores and whether each is online", "Manage", obj)},
             "/api/v1/stores/{name}/{state}": {"post": _op("Take a store offline or bring it online", "Manage", obj)},
+            "/api/v1/backup": {"post": _op("Copy every SQLite store and the configuration into a new directory "
+                                           "({destination}: an absolute path on the broker's machine), as of one "
+                                           "point in time, while serving", "Manage", obj)},
         },
     }

@@ -16,24 +16,22 @@ import json
 import os
 import ssl
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import quote
 
-from sodalite.amqp.types import Int, Long
-from sodalite.amqpclient import AmqpClient, ClientError, connection_string
-from sodalite.amqpclient.message_codec import OutgoingMessage, describe_message, encode_message
-from sodalite.cli.admin_client import AdminClient, AdminError
-from sodalite.cli.api_client import ApiClient, ApiError
-from sodalite.cli.export import export_namespace
+from sodalite.amqpclient import connection_string
+from sodalite.cli.progress import Progress
 from sodalite.errors import ConfigurationError, SodaliteError
-from sodalite.model.entities import (
-    DEFAULT_RULE_NAME,
-    RuleDescription,
-    parse_duration,
-)
+
+if TYPE_CHECKING:  # imported where used, so the parser (and `sodalite --help`) loads none of them
+    from sodalite.amqpclient import AmqpClient
+    from sodalite.cli.admin_client import AdminClient
+    from sodalite.cli.api_client import ApiClient
+    from sodalite.model.entities import RuleDescription
 
 DEFAULT_ADMIN_PORT: Final = 5443
 DEFAULT_DATA_DIR: Final = Path("sodalite-data")
@@ -146,7 +144,9 @@ def register(commands: Any) -> None:
                                      help="a property by its Service Bus name, e.g. LockDuration=PT1M, "
                                           "MaxDeliveryCount=5, RequiresSession=true")
                 if kind == "subscription" and action == "create":
-                    sub.add_argument("--sql-filter", help="the $Default rule's SQL filter (default: all messages)")
+                    sub.add_argument("--sql", metavar="SQL_FILTER",
+                                     help="the $Default rule's Service Bus SQL filter (default: all messages)")
+                    sub.add_argument("--sql-filter", dest="sql", help=argparse.SUPPRESS)  # the earlier name
             sub.set_defaults(handler=_entity_command, kind=kind)
 
 
@@ -177,7 +177,10 @@ def _register_messages(commands: Any) -> None:
         sub.add_argument("--sub-queue", choices=_SUB_QUEUES, default="deadletter")
         which = sub.add_mutually_exclusive_group(required=True)
         which.add_argument("--sequence", type=int, nargs="+", help="these sequence numbers")
-        which.add_argument("--filter", help="those a Service Bus SQL filter over their properties selects")
+        which.add_argument("--sql", metavar="SQL_FILTER",
+                           help="those a Service Bus SQL filter over their properties selects, "
+                                "e.g. \"DeadLetterReason = 'MaxDeliveryCountExceeded'\"")
+        which.add_argument("--filter", dest="sql", help=argparse.SUPPRESS)  # the earlier name, still accepted
         which.add_argument("--all", action="store_true", help="every message of the sub-queue")
         sub.set_defaults(handler=_messages_command)
     cancel = actions.add_parser("cancel-scheduled", help="cancel scheduled messages by sequence number")
@@ -189,7 +192,7 @@ def _register_messages(commands: Any) -> None:
 
 def _rule_options(parser: argparse.ArgumentParser) -> None:
     kinds = parser.add_mutually_exclusive_group()
-    kinds.add_argument("--sql", help="a SQL filter expression")
+    kinds.add_argument("--sql", metavar="SQL_FILTER", help="a Service Bus SQL filter expression")
     kinds.add_argument("--true", action="store_true", help="match every message")
     kinds.add_argument("--false", action="store_true", help="match no message")
     kinds.add_argument("--correlation", action="append", metavar="FIELD=VALUE",
@@ -209,6 +212,10 @@ _NAMES: Final[dict[str, tuple[str, ...]]] = {
 
 def run(args: argparse.Namespace) -> int:
     """Run a client command; print the broker's refusal and return 1 if it refused."""
+    from sodalite.amqpclient import ClientError
+    from sodalite.cli.admin_client import AdminError
+    from sodalite.cli.api_client import ApiError
+
     handler: Callable[[argparse.Namespace], None] = args.handler
     try:
         handler(args)
@@ -233,8 +240,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _endpoints(args: argparse.Namespace) -> dict[str, Any]:
+    return noted_endpoints(Path(args.data_dir))
+
+
+def noted_endpoints(data_dir: Path) -> dict[str, Any]:
     """What the local broker noted in its data directory (ports, certificate); empty when nothing is there."""
-    path = Path(args.data_dir) / connection_string.ENDPOINTS_FILE
+    path = data_dir / connection_string.ENDPOINTS_FILE
     try:
         noted = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -264,6 +275,8 @@ def _settings_for(args: argparse.Namespace) -> connection_string.ConnectionSetti
 
 
 def _amqp(args: argparse.Namespace) -> AmqpClient:
+    from sodalite.amqpclient import AmqpClient
+
     settings = _settings_for(args)
     return AmqpClient(settings.host, settings.port, settings.key_name, settings.key,
                       tls=_tls_context(args) if settings.tls else None, timeout=args.timeout)
@@ -279,6 +292,8 @@ def _admin_port(args: argparse.Namespace) -> int:
 
 
 def _admin(args: argparse.Namespace) -> AdminClient:
+    from sodalite.cli.admin_client import AdminClient
+
     settings = _settings_for(args)
     return AdminClient(settings.host, _admin_port(args), settings.key_name, settings.key,
                        context=None if args.http else _tls_context(args), timeout=args.timeout)
@@ -319,6 +334,9 @@ def _body(args: argparse.Namespace) -> bytes:
 
 
 def _send(args: argparse.Namespace) -> None:
+    from sodalite.amqpclient.message_codec import OutgoingMessage, encode_message
+    from sodalite.model.entities import parse_duration
+
     message = OutgoingMessage(
         body=_body(args), message_id=args.message_id, session_id=args.session_id,
         partition_key=args.partition_key, subject=args.subject, correlation_id=args.correlation_id,
@@ -332,6 +350,10 @@ def _send(args: argparse.Namespace) -> None:
 
 
 def _peek(args: argparse.Namespace) -> None:
+    from sodalite.amqp.types import Int, Long
+    from sodalite.amqpclient import ClientError
+    from sodalite.amqpclient.message_codec import describe_message
+
     entity = args.entity + ("/$DeadLetterQueue" if args.dead_letter else "")
     shown: list[dict[str, Any]] = []
     with _amqp(args) as client:
@@ -353,11 +375,21 @@ def _peek(args: argparse.Namespace) -> None:
         if args.json:
             print(json.dumps(message, default=str))
         else:
-            print(f"#{message.get('sequence_number')} {message.get('enqueued_time')} "
-                  f"expires={message.get('expires_at') or 'never'} "
-                  f"id={message.get('message_id')} {json.dumps(message.get('body'), default=str)}")
+            print(_peeked_line(message))
     if not args.json:
         print(f"({len(shown)} message{'s' if len(shown) != 1 else ''})")
+
+
+def _peeked_line(message: dict[str, Any]) -> str:
+    """One peeked message as text; a dead-lettered one with its reason and description."""
+    line = (f"#{message.get('sequence_number')} {message.get('enqueued_time')} "
+            f"expires={message.get('expires_at') or 'never'} id={message.get('message_id')}")
+    properties = message.get("application_properties") or {}
+    if isinstance(properties, dict):
+        for key, label in (("DeadLetterReason", "reason"), ("DeadLetterErrorDescription", "description")):
+            if properties.get(key) is not None:
+                line += f" {label}={json.dumps(str(properties[key]))}"
+    return f"{line} {json.dumps(message.get('body'), default=str)}"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -391,6 +423,8 @@ def _settings(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def _rule(args: argparse.Namespace, name: str) -> RuleDescription:
+    from sodalite.model.entities import RuleDescription
+
     properties: dict[str, Any]
     if args.sql is not None:
         properties = {"FilterType": "Sql", "SqlFilter": {"SqlExpression": args.sql}}
@@ -415,6 +449,8 @@ def _rule(args: argparse.Namespace, name: str) -> RuleDescription:
 
 def _entity_record(api: ApiClient, kind: str, path: str) -> dict[str, Any]:
     """The entity of ``kind`` at ``path``, with its properties; a 404 when there is none of that kind."""
+    from sodalite.cli.api_client import ApiError
+
     try:
         record: dict[str, Any] = api.call("GET", api.entity(path))
     except ApiError as exc:
@@ -432,6 +468,8 @@ def _own_name(record: dict[str, Any]) -> str:
 
 
 def _entity_command(args: argparse.Namespace) -> None:
+    from sodalite.model.entities import DEFAULT_RULE_NAME
+
     kind, action = args.kind, args.action
     api = _api(args)
     if kind == "rule":
@@ -452,9 +490,9 @@ def _entity_command(args: argparse.Namespace) -> None:
         return
     if action == "create":
         body: dict[str, Any] = {"kind": kind, "path": path, "properties": _settings(args.set)}
-        if kind == "subscription" and args.sql_filter is not None:
+        if kind == "subscription" and args.sql is not None:
             body["rule"] = {"Name": DEFAULT_RULE_NAME,
-                            "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpression": args.sql_filter}}}
+                            "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpression": args.sql}}}
         result = api.call("POST", "/entities", body)
     else:
         existing = _entity_record(api, kind, path)
@@ -467,6 +505,8 @@ def _entity_command(args: argparse.Namespace) -> None:
 
 
 def _rule_command(api: ApiClient, args: argparse.Namespace) -> None:
+    from sodalite.cli.api_client import ApiError
+
     action = args.action
     subscription = _path("rule", args)
     rules_route = api.entity(subscription) + "/$rules"
@@ -508,6 +548,8 @@ def _rule_command(api: ApiClient, args: argparse.Namespace) -> None:
 
 
 def _export(args: argparse.Namespace) -> None:
+    from sodalite.cli.export import export_namespace
+
     document = json.dumps(export_namespace(_admin(args)), indent=2, ensure_ascii=False) + "\n"
     if args.output is None:
         sys.stdout.write(document)
@@ -517,6 +559,8 @@ def _export(args: argparse.Namespace) -> None:
 
 
 def _api(args: argparse.Namespace) -> ApiClient:
+    from sodalite.cli.api_client import ApiClient
+
     settings = _settings_for(args)
     return ApiClient(settings.host, _admin_port(args), settings.key_name, settings.key,
                      context=None if args.http else _tls_context(args), timeout=args.timeout)
@@ -528,15 +572,20 @@ def _messages_command(args: argparse.Namespace) -> None:
     if args.action == "counts":
         answer = api.call("GET", "/entities")
         if not args.json:
-            for entity in answer:
-                c = entity["counts"]
-                print(f"{entity['path']}  {entity['kind']}  active {c['active']}  dead-letter {c['deadLetter']}  "
-                      f"scheduled {c['scheduled']}  deferred {c['deferred']}  {entity['availability']}")
+            _print_table([{"entity": e["path"], "kind": e["kind"], "active": e["counts"]["active"],
+                           "dead-letter": e["counts"]["deadLetter"], "scheduled": e["counts"]["scheduled"],
+                           "deferred": e["counts"]["deferred"], "availability": e["availability"]} for e in answer],
+                         numeric=("active", "dead-letter", "scheduled", "deferred"), empty="(no entities)")
             return
     elif args.action == "purge":
+        shown = Progress("purging", stream=sys.stderr)
+        if shown.terminal and not args.json:
+            print(f"purging the {args.sub_queue} messages of {args.entity}...", end="", file=sys.stderr, flush=True)
         answer = api.call("POST", api.entity(args.entity) + "/$purge", {"subQueue": args.sub_queue})
+        if shown.terminal and not args.json:
+            print("\r\x1b[K", end="", file=sys.stderr, flush=True)
         if not args.json:
-            print(f"purged {answer['purged']}")
+            print(f"purged {answer['purged']}" + (f" in {shown.elapsed()}" if shown.terminal else ""))
             return
     elif args.action == "cancel-scheduled":
         answer = api.call("POST", api.entity(args.entity) + "/$cancel-scheduled", {"sequenceNumbers": args.sequence})
@@ -547,18 +596,41 @@ def _messages_command(args: argparse.Namespace) -> None:
         body: dict[str, Any] = {"subQueue": args.sub_queue}
         if args.sequence:
             body["sequenceNumbers"] = args.sequence
-        elif args.filter:
-            body["filter"] = args.filter
+        elif args.sql:
+            body["filter"] = args.sql
         else:
             body["all"] = True
         if args.action == "move":
             body["target"] = args.to
-        answer = api.call("POST", api.entity(args.entity) + "/$move", body)
+        answer = _move_with_progress(api, args.entity, body, quiet=args.json)
         if not args.json:
             print(f"moved {answer['moved']} of {answer['selected']}" +
                   (f" ({answer['skipped']} locked or gone, left in place)" if answer["skipped"] else ""))
             return
     print(json.dumps(answer))
+
+
+MOVE_POLL_S: Final = 0.25
+
+
+def _move_with_progress(api: ApiClient, entity: str, body: dict[str, Any], *, quiet: bool) -> dict[str, Any]:
+    """A move run in the broker's background, its progress shown (count, rate, time left) while it runs;
+    the outcome (selected, moved, skipped) when it has finished."""
+    from sodalite.cli.api_client import ApiError
+
+    operation: dict[str, Any] = api.call("POST", api.entity(entity) + "/$move", {**body, "background": True})
+    shown = Progress("moved", stream=sys.stderr)
+    while operation["state"] == "running":
+        if not quiet:
+            shown.update(int(operation["done"]), total=int(operation["total"]))
+        time.sleep(MOVE_POLL_S)
+        operation = api.call("GET", f"/operations/{quote(str(operation['id']), safe='')}")
+    if shown.terminal and not quiet:
+        shown.finish("")  # clears the status line; the caller prints the summary on stdout
+    if operation["state"] != "succeeded":
+        raise ApiError(500, "MoveFailed", str(operation.get("error") or "the move failed"))
+    outcome: dict[str, Any] = operation["outcome"]
+    return outcome
 
 
 def _store_command(args: argparse.Namespace) -> None:
@@ -612,14 +684,24 @@ def _print_list(kind: str, rows: list[dict[str, Any]], *, as_json: bool) -> None
     if as_json:
         print(json.dumps(rows, default=str))
         return
+    _print_table(rows, empty=f"(no {kind}s)")
+
+
+def _print_table(rows: list[dict[str, Any]], *, numeric: Sequence[str] = (), empty: str) -> None:
+    """Rows as columns under upper-case headings, numbers right-aligned."""
     if not rows:
-        print(f"(no {kind}s)")
+        print(empty)
         return
     columns = list(rows[0])
     widths = [max(len(c), *(len(str(row[c])) for row in rows)) for c in columns]
-    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+
+    def cells(values: Sequence[str]) -> str:
+        return "  ".join(v.rjust(w) if c in numeric else v.ljust(w)
+                         for c, v, w in zip(columns, values, widths, strict=True)).rstrip()
+
+    print(cells([c.upper() for c in columns]))
     for row in rows:
-        print("  ".join(str(row[c]).ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+        print(cells([str(row[c]) for c in columns]))
 
 
 def _shown(record: dict[str, Any]) -> dict[str, Any]:

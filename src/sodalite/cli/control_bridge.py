@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import datetime
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from sodalite.admin.control import (
+    BackupRecord,
     EntityCounts,
     EntityProperties,
     EntityRecord,
@@ -92,10 +93,12 @@ def shown_message(record: StoredMessage, sub: SubQueueName) -> MessageRecord:
 class BrokerControl:
     """``started``: the creation time an entity from before the broker kept times reports (ms)."""
 
-    def __init__(self, broker: Broker, started: int, keys: BrokerKeys) -> None:
+    def __init__(self, broker: Broker, started: int, keys: BrokerKeys,
+                 backup: Callable[[str], Awaitable[BackupRecord]] | None = None) -> None:
         self.broker = broker
         self.started = started
         self._keys = keys
+        self._backup = backup  # cli/backup_service.py, bound to the data directory and configuration
 
     # ---- entities ----------------------------------------------------------------------------------
 
@@ -297,6 +300,11 @@ class BrokerControl:
 
     def set_store_online(self, name: str, online: bool) -> None:
         self.broker.set_store_online(name, online)
+
+    async def backup(self, destination: str) -> BackupRecord:
+        if self._backup is None:
+            raise ArgumentError("this broker was started without a data directory to back up")
+        return await self._backup(destination)
 
     def authorize(self, token: str, path: str) -> Authorization:
         return self.broker.authorize(token, path)

@@ -1,16 +1,25 @@
-"""``sodalite`` command line."""
+"""``sodalite serve``: the broker process, its listeners and the management API.
+
+The parser and the dispatch are in ``entry.py`` (the console script), which imports this module only
+for ``serve``; ``main`` is kept here so ``python -m sodalite.cli.main`` works as before.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
+import functools
 import json
+import os
 import signal
 import socket
+import ssl
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Final
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
@@ -21,11 +30,11 @@ from sodalite.admin.control import ControlPlane
 from sodalite.admin.http import application
 from sodalite.admin.tls import certificate_host, ensure_certificate, server_context
 from sodalite.amqpclient.connection_string import ENDPOINTS_FILE
-from sodalite.cli import commands as client_commands
 from sodalite.cli import logging_setup
-from sodalite.cli import pipeline as pipeline_commands
-from sodalite.cli import syphon as syphon_command
+from sodalite.cli.backup_service import BackupSource, make_backup
 from sodalite.cli.control_bridge import BrokerControl
+from sodalite.cli.data_dir_lock import DataDirectoryInUse, DataDirectoryLock, remove_own_endpoints
+from sodalite.cli.entry import AMQPS_PORT
 from sodalite.cli.key_bridge import BrokerKeys
 from sodalite.cli.stores import build_broker, default_node_id, redact_url
 from sodalite.errors import ConfigurationError, StoreUnavailable
@@ -33,83 +42,8 @@ from sodalite.model.config import NamespaceConfig, default_namespace, load_confi
 from sodalite.server.broker import Broker
 from sodalite.server.connection_handler import BrokerConnection
 from sodalite.server.limits import AcceptFailureLog, ConnectionLimits
+from sodalite.server.listener import ListenFailed
 from sodalite.server.metrics import CONTENT_TYPE, BrokerMetrics
-
-DEFAULT_DATA_DIR = "sodalite-data"
-EMULATOR_HTTP_PORT = 5300  # where the emulator serves its management API, unencrypted
-AMQPS_PORT = 5671  # where the SDK dials TLS; it drops any port from the endpoint (contract 1.1)
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sodalite", description="A self-hosted Azure Service Bus broker.")
-    parser.add_argument("--version", action="version", version=f"sodalite {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="run the broker")
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=5672, help="AMQP port (default 5672; 0 picks a free one)")
-    serve.add_argument("--data-dir", default=DEFAULT_DATA_DIR, type=Path,
-                       help=f"where the SQLite messaging store lives (default ./{DEFAULT_DATA_DIR})")
-    serve.add_argument("--config", type=Path, default=None,
-                       help="an emulator-format Config.json; without it one queue, queue.1, is served")
-    serve.add_argument("--sync", choices=("FULL", "NORMAL"), default="FULL",
-                       help="SQLite synchronous mode: FULL fsyncs every commit (default); NORMAL may lose "
-                            "the last commits on power loss, never on a process crash")
-    serve.add_argument("--store", default=None, metavar="postgresql://...",
-                       help="keep the default messaging store in this PostgreSQL database instead of the data "
-                            "directory's SQLite file (docs/postgresql.md)")
-    serve.add_argument("--core", choices=("v1", "v2"), default="v2",
-                       help="v2 (the only one): every queue, topic and subscription runs on the partition core and "
-                            "store port v2, which keep no messages in memory. v1 was removed (refused with an "
-                            "error); the option stays so existing command lines work")
-    serve.add_argument("--node-id", default=None,
-                       help="this node's name, recorded in the log and in PostgreSQL's application_name "
-                            "(default: host name and AMQP port); several nodes on one database: docs/postgresql.md")
-    serve.add_argument("--shared-poll-seconds", type=float, default=None, metavar="SECONDS",
-                       help="several nodes on PostgreSQL: while LISTEN/NOTIFY works, how often a node still looks "
-                            "by itself for other nodes' messages while a receiver waits (default 2; 0.25 while it "
-                            "does not: a dead node's lock lapsing is never announced) and for their entity changes "
-                            "(default 1)")
-    serve.add_argument("--admin-port", type=int, default=5443,
-                       help="HTTPS port of the management API for ServiceBusAdministrationClient (default 5443; "
-                            "0 picks a free one; -1 turns it off)")
-    serve.add_argument("--http-port", type=int, default=EMULATOR_HTTP_PORT,
-                       help=f"the management API over plain HTTP, as the emulator serves it to .NET clients "
-                            f"(default {EMULATOR_HTTP_PORT}; 0 picks a free one; -1 turns it off)")
-    serve.add_argument("--amqps-port", type=int, default=AMQPS_PORT,
-                       help=f"AMQP over TLS port (default {AMQPS_PORT}; 0 picks a free one; -1 turns it off)")
-    serve.add_argument("--management-on-amqp-port", action=argparse.BooleanOptionalAction, default=True,
-                       help="also serve the management API on the AMQP port, told apart by the first bytes: "
-                            "HTTPS (with the broker's certificate) or plain HTTP, so the emulator connection "
-                            "string works for ServiceBusAdministrationClient too (default on)")
-    serve.add_argument("--tls-cert", type=Path, default=None,
-                       help="PEM certificate (chain) for amqps and the HTTPS management API; default: one "
-                            "generated into the data directory")
-    serve.add_argument("--tls-key", type=Path, default=None, help="PEM private key of --tls-cert")
-    serve.add_argument("--allow-plain-sasl-without-tls", action="store_true",
-                       help="offer SASL PLAIN (a key name and key, as JMS clients log in) on plain TCP to "
-                            "clients on other hosts too; by default it is offered only over TLS and on loopback")
-    serve.add_argument("--metrics-port", type=int, default=-1,
-                       help="also serve Prometheus /metrics over plain HTTP on this port (off by default; "
-                            "the management API serves /metrics too)")
-    defaults = ConnectionLimits()
-    serve.add_argument("--handshake-timeout", type=float, default=defaults.handshake_timeout,
-                       help="seconds a new connection has to finish its AMQP/SASL handshake and open "
-                            f"(default {defaults.handshake_timeout:.0f})")
-    serve.add_argument("--max-connections", type=int, default=defaults.max_connections,
-                       help="open connections at most; one more is refused with amqp:resource-limit-exceeded "
-                            f"(default {defaults.max_connections})")
-    serve.add_argument("--max-sessions-per-connection", type=int, default=defaults.max_sessions,
-                       help=f"AMQP sessions one connection may begin (default {defaults.max_sessions})")
-    serve.add_argument("--max-links-per-connection", type=int, default=defaults.max_links,
-                       help=f"links one connection may attach (default {defaults.max_links})")
-    serve.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default) or ERROR")
-    serve.add_argument("--log-format", choices=logging_setup.FORMATS, default="text",
-                       help="text (default) or json: one JSON object per line with time, level, logger, "
-                            "message and the record's fields (tracking_id, condition, entity, connection)")
-    client_commands.register(commands)
-    syphon_command.register(commands)
-    pipeline_commands.register(commands)
-    return parser
 
 
 def load_namespace(path: Path | None) -> NamespaceConfig:
@@ -186,7 +120,7 @@ async def _serve_metrics(args: argparse.Namespace, broker: Broker) -> web.AppRun
     app.add_routes([_metrics_route(broker.metrics)])
     runner = web.AppRunner(app)
     await runner.setup()
-    sock = _listen(args.host, args.metrics_port)
+    sock = _listen(args.host, args.metrics_port, "--metrics-port")
     await web.SockSite(runner, sock).start()
     print(f"Metrics (HTTP): http://{args.host}:{sock.getsockname()[1]}/metrics", flush=True)
     return runner
@@ -197,7 +131,8 @@ class Endpoints:
     """Where this broker listens, written to ``<data-dir>/endpoints.json`` for the client commands.
 
     The command line run in the same directory then finds a moved management port and the
-    certificate the broker serves (``--tls-cert`` included) without being told.
+    certificate the broker serves (``--tls-cert`` included) without being told. ``pid`` names the
+    broker that wrote it: only that process removes it (cli/data_dir_lock.py).
     """
 
     amqp_port: int = 0
@@ -205,6 +140,7 @@ class Endpoints:
     admin_port: int | None = None
     http_port: int | None = None
     certificate: str | None = None
+    pid: int = 0  # the broker's process: `sodalite restore` refuses a data directory a live one holds
 
     def write(self, data_dir: Path) -> None:
         path = data_dir / ENDPOINTS_FILE
@@ -212,8 +148,9 @@ class Endpoints:
 
     @staticmethod
     def remove(data_dir: Path) -> None:
-        """On a clean stop: no stale ports for the next client command to dial."""
-        (data_dir / ENDPOINTS_FILE).unlink(missing_ok=True)
+        """On a clean stop: no stale ports for the next client command to dial (a file another
+        process wrote is left alone)."""
+        remove_own_endpoints(data_dir / ENDPOINTS_FILE)
 
 
 async def _management_runner(args: argparse.Namespace, broker: Broker) -> web.AppRunner | None:
@@ -221,7 +158,10 @@ async def _management_runner(args: argparse.Namespace, broker: Broker) -> web.Ap
     if args.admin_port < 0 and args.http_port < 0 and not args.management_on_amqp_port:
         return None
     keys = BrokerKeys(broker, _shown_host(args.host))
-    control = ControlPlane(BrokerControl(broker, int(time.time() * 1000), keys), broker.namespace.name,
+    source = BackupSource(args.data_dir, args.config)
+    control = ControlPlane(BrokerControl(broker, int(time.time() * 1000), keys,
+                                         backup=functools.partial(make_backup, broker, source)),
+                           broker.namespace.name,
                            sku=broker.namespace.sku,
                            max_message_size_in_kilobytes=broker.namespace.max_message_size_in_kilobytes)
 
@@ -244,21 +184,47 @@ async def _serve_management(args: argparse.Namespace, runner: web.AppRunner | No
         return
     if args.admin_port >= 0:
         cert, key = certificate(args)
-        sock = _listen(args.host, args.admin_port)
-        await web.SockSite(runner, sock, ssl_context=server_context(cert, key)).start()
+        sock = _listen(args.host, args.admin_port, "--admin-port")
+        await web.SockSite(runner, sock, ssl_context=_tls_context(args, cert, key)).start()
         port = sock.getsockname()[1]
         endpoints.admin_port, endpoints.certificate = port, str(cert.resolve())
         print(f"Management (HTTPS, trust {cert}): {connection_string(args.host, port, broker.namespace)}",
               flush=True)
     if args.http_port >= 0:
-        sock = _listen(args.host, args.http_port)
+        sock = _listen(args.host, args.http_port, "--http-port")
         await web.SockSite(runner, sock).start()
         endpoints.http_port = sock.getsockname()[1]
         print(f"Management (HTTP): http://{args.host}:{sock.getsockname()[1]}", flush=True)
+    url = console_url(args.host, endpoints)
+    if url is not None:
+        print(f"Console: {url}", flush=True)
 
 
-def _listen(host: str, port: int) -> socket.socket:
-    sock = socket.create_server((host, port), reuse_port=False)
+def console_url(host: str, endpoints: Endpoints) -> str | None:
+    """Where a browser opens the web console: the plain-HTTP management port when it is on (no
+    certificate to trust), else the HTTPS one."""
+    if endpoints.http_port is not None:
+        return f"http://{_shown_host(host)}:{endpoints.http_port}/console/"
+    if endpoints.admin_port is not None:
+        return f"https://{_shown_host(host)}:{endpoints.admin_port}/console/"
+    return None
+
+
+def _tls_context(args: argparse.Namespace, cert: Path, key: Path) -> ssl.SSLContext:
+    try:
+        return server_context(cert, key)
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        where = "--tls-cert/--tls-key" if args.tls_cert is not None else "the generated certificate"
+        reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
+        raise BadOption(f"{where} {cert}, {key}: cannot be loaded as a PEM certificate chain and its "
+                        f"private key: {reason}") from None
+
+
+def _listen(host: str, port: int, option: str) -> socket.socket:
+    try:
+        sock = socket.create_server((host, port), reuse_port=False)
+    except OSError as exc:
+        raise ListenFailed(option, host, port, exc) from None
     sock.setblocking(False)
     return sock
 
@@ -292,12 +258,18 @@ async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
     node_id = args.node_id or default_node_id(args.port)
     broker = build_broker(namespace, args.data_dir, synchronous=args.sync, store_url=args.store, node_id=node_id,
                           core=args.core, shared_poll_seconds=args.shared_poll_seconds)
+    if args.max_unauthenticated_connections < 1:
+        raise ConfigurationError("--max-unauthenticated-connections must be at least 1")
+    if args.auth_timeout is not None and args.auth_timeout <= 0:
+        raise ConfigurationError("--auth-timeout must be more than 0 seconds")
     broker.limits = ConnectionLimits(args.handshake_timeout, args.max_connections,
-                                     args.max_sessions_per_connection, args.max_links_per_connection)
+                                     args.max_sessions_per_connection, args.max_links_per_connection,
+                                     max_unauthenticated=args.max_unauthenticated_connections,
+                                     auth_timeout=args.auth_timeout)
     broker.plain_sasl_without_tls = args.allow_plain_sasl_without_tls
     asyncio.get_running_loop().set_exception_handler(AcceptFailureLog())
     cert, key = certificate(args)  # generated whenever missing, whichever listeners are on
-    tls = server_context(cert, key)
+    tls = _tls_context(args, cert, key)
     runner = await _management_runner(args, broker)
     shared = runner if args.management_on_amqp_port else None
     port = await broker.start(args.host, args.port, tls=tls if args.amqps_port >= 0 else None,
@@ -309,7 +281,7 @@ async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
     where = f"data in {args.data_dir}" if args.store is None else f"messages in {redact_url(args.store)}"
     print(f"Sodalite {__version__} node {node_id} listening on {listening}, {where}", flush=True)
     print(f"Entities: {entities}", flush=True)
-    endpoints = Endpoints(amqp_port=port, amqps_port=broker.amqps_port)
+    endpoints = Endpoints(amqp_port=port, amqps_port=broker.amqps_port, pid=os.getpid())
     await _serve_management(args, runner, broker, endpoints)
     if shared is not None:
         print(f"Management (HTTPS or HTTP on the AMQP port, trust {cert}): "
@@ -324,22 +296,77 @@ async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     Endpoints.remove(args.data_dir)
+    # The broker first: its connections (AMQP over WebSockets included, which the management app's
+    # cleanup would otherwise wait on) are told to reconnect once their work in flight is answered.
+    await broker.shutdown(args.stop_timeout)
     for each in (runner, metrics_runner):
         if each is not None:
             await each.cleanup()
-    await broker.stop()
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.command == "pipeline":
-        return pipeline_commands.run(args)
-    if args.command != "serve":
-        return client_commands.run(args)
-    logging_setup.configure(args.log_level, args.log_format)
+class BadOption(Exception):
+    """A ``serve`` option that cannot work, said in one line that names it."""
+
+
+_PORT_OPTIONS: Final = (("--port", "port", False), ("--amqps-port", "amqps_port", True),
+                        ("--admin-port", "admin_port", True), ("--http-port", "http_port", True),
+                        ("--metrics-port", "metrics_port", True))
+_LISTENER_OPTIONS: Final = {"amqp": "--port", "amqps": "--amqps-port"}
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """Refuse options that cannot work before anything is opened, naming the option and the file."""
+    for option, name, may_be_off in _PORT_OPTIONS:
+        value = getattr(args, name)
+        if not (-1 if may_be_off else 0) <= value <= 65535:
+            raise BadOption(f"{option} {value}: a port is 0 to 65535 (0 picks a free one"
+                            + ("; -1 turns it off)" if may_be_off else ")"))
+    data_dir: Path = args.data_dir
+    if data_dir.exists() and not data_dir.is_dir():
+        raise BadOption(f"--data-dir {data_dir}: is a file, not a directory")
     try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadOption(f"--data-dir {data_dir}: cannot create it: {exc.strerror or exc}") from None
+    for option, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
+        if path is None:
+            continue
+        if not path.exists():
+            raise BadOption(f"{option} {path}: no such file")
+        if not path.is_file():
+            raise BadOption(f"{option} {path}: not a file")
+    if args.config is not None and not args.config.is_file():
+        raise BadOption(f"--config {args.config}: " + ("not a file" if args.config.exists() else "no such file"))
+
+
+def _listen_failure(exc: ListenFailed) -> str:
+    # A name that does not resolve (a negative getaddrinfo code) or an address not on this machine.
+    if isinstance(exc.cause, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL or (exc.errno or 0) < 0:
+        reason = str(exc.cause.strerror or exc.cause).split(" (while attempting", 1)[0]
+        return f"--host {exc.host}: cannot listen on this address: {reason}"
+    option = _LISTENER_OPTIONS.get(exc.listener, exc.listener)
+    reason = os.strerror(exc.errno).lower() if exc.errno and exc.errno > 0 else str(exc.strerror)
+    return f"{option} {exc.port}: cannot listen on {exc.host}:{exc.port}: {reason}"
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Run ``sodalite serve`` until SIGINT or SIGTERM; the exit code."""
+    logging_setup.configure(args.log_level, args.log_format)
+    lock = DataDirectoryLock(args.data_dir)
+    try:
+        check_options(args)
         namespace = load_namespace(args.config)
+        lock.acquire()  # before anything in the data directory is touched; held until the process ends
         asyncio.run(_serve(args, namespace))
+    except DataDirectoryInUse as exc:
+        print(f"sodalite: {exc}", file=sys.stderr)
+        return 1
+    except BadOption as exc:
+        print(f"sodalite serve: {exc}", file=sys.stderr)
+        return 2
+    except ListenFailed as exc:
+        print(f"sodalite serve: {_listen_failure(exc)}", file=sys.stderr)
+        return 1
     except ConfigurationError as exc:
         print(f"sodalite: invalid configuration: {exc.description}", file=sys.stderr)
         return 2
@@ -349,7 +376,15 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"sodalite: {exc}", file=sys.stderr)
         return 1
+    finally:
+        lock.release()
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from sodalite.cli.entry import main as entry
+
+    return entry(argv)
 
 
 if __name__ == "__main__":

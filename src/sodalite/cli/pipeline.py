@@ -11,17 +11,19 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
+from pathlib import Path
 from typing import Any
 
 from sodalite.amqpclient import connection_string
+from sodalite.cli.progress import Progress
 from sodalite.errors import ConfigurationError, SodaliteError
+from sodalite.extras import MissingExtra
 
 PROGRESS_EVERY_S = 5.0
 
 
 def register(commands: Any) -> None:
-    pipeline = commands.add_parser("pipeline", help="data pipelines on Spark (needs the sodalite[spark] extra)")
+    pipeline = commands.add_parser("pipeline", help="data pipelines on Spark (needs the 'spark' extra)")
     actions = pipeline.add_subparsers(dest="action", required=True)
 
     export = actions.add_parser("export", help="an entity or its dead-letter queue to Parquet (or another "
@@ -55,11 +57,16 @@ def register(commands: Any) -> None:
     redrive = actions.add_parser("redrive", help="dead-lettered messages matching a filter back to their entity "
                                                  "(or another), with the broker's move operation")
     redrive.add_argument("entity", help="queue name, or topic/subscriptions/subscription")
-    redrive.add_argument("--api-url", required=True,
-                         help="the broker's management API, e.g. http://127.0.0.1:5300 (serve --http-port)")
-    redrive.add_argument("--filter", default=None,
-                         help="Spark SQL over the schema's columns, "
-                              "e.g. \"deadLetterReason = 'MaxDeliveryCountExceeded'\"")
+    redrive.add_argument("--api-url", default=None,
+                         help="the broker's management API, e.g. http://127.0.0.1:5300 (default: the one the local "
+                              "broker noted in --data-dir, as the other commands find it)")
+    redrive.add_argument("--data-dir", type=Path, default=Path("sodalite-data"),
+                         help="the local broker's data directory, where it notes its ports (default ./sodalite-data)")
+    redrive.add_argument("--spark-sql", default=None, metavar="CONDITION",
+                         help="which dead-lettered messages: a Spark SQL condition over the data source's columns "
+                              "(Spark evaluates it), e.g. \"deadLetterReason = 'MaxDeliveryCountExceeded'\"; "
+                              "default all")
+    redrive.add_argument("--filter", dest="spark_sql", help=argparse.SUPPRESS)  # the earlier name, still accepted
     redrive.add_argument("--to", default=None, help="target queue or subscription (default: the entity itself)")
     redrive.add_argument("--ca-file", default=None, help="certificate to trust for an https API")
     redrive.add_argument("--connection-string", default=None,
@@ -92,12 +99,9 @@ def _source_connection(args: argparse.Namespace) -> str:
 
 
 def _session(master: str, name: str) -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    from sodalite.spark import session  # workers on this Python unless the user or the cluster chose one
 
-    return (SparkSession.builder.master(master).appName(name).config("spark.ui.showConsoleProgress", "false")
-            .getOrCreate())
+    return session(master, name, {"spark.ui.showConsoleProgress": "false"})
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -109,7 +113,7 @@ def _export(args: argparse.Namespace) -> int:
                              max_messages_per_trigger=args.max_messages_per_trigger,
                              available_now=args.available_now, processing_time=args.trigger,
                              starting_position=args.starting_position)
-    return _watch(spark, query)
+    return _watch(spark, query, "moved" if args.consume else "exported")
 
 
 def _replicate(args: argparse.Namespace) -> int:
@@ -122,7 +126,7 @@ def _replicate(args: argparse.Namespace) -> int:
                                 max_messages_per_trigger=args.max_messages_per_trigger,
                                 available_now=args.available_now, processing_time=args.trigger,
                                 starting_position=args.starting_position)
-    return _watch(spark, query)
+    return _watch(spark, query, "moved" if args.consume else "copied")
 
 
 def _syphon(args: argparse.Namespace) -> int:
@@ -141,48 +145,80 @@ def _syphon(args: argparse.Namespace) -> int:
     query = pipelines.syphon(spark, args.primary, args.secondary, names, args.checkpoint,
                              max_messages_per_trigger=args.max_messages_per_trigger,
                              available_now=args.available_now, processing_time=args.trigger)
-    return _watch(spark, query)
+    return _watch(spark, query, "moved")
+
+
+def _management_api(args: argparse.Namespace, connection: str) -> tuple[str, str | None]:
+    """--api-url, else the management API the local broker noted in its data directory (plain HTTP when
+    it serves it, else HTTPS trusting the certificate it serves)."""
+    if args.api_url:
+        return str(args.api_url), args.ca_file
+    from sodalite.cli.commands import noted_endpoints
+
+    noted = noted_endpoints(args.data_dir)
+    host = connection_string.parse(connection).host
+    if isinstance(noted.get("http_port"), int):
+        return f"http://{host}:{noted['http_port']}", args.ca_file
+    if isinstance(noted.get("admin_port"), int):
+        certificate = noted.get("certificate")
+        return f"https://{host}:{noted['admin_port']}", args.ca_file or (
+            certificate if isinstance(certificate, str) else None)
+    raise ConfigurationError(
+        f"--api-url: not given, and no broker noted its management API in {args.data_dir / 'endpoints.json'} "
+        "(pass --data-dir of the running broker, or --api-url)")
 
 
 def _redrive(args: argparse.Namespace) -> int:
     from sodalite.spark import pipelines
 
+    connection = _source_connection(args)
+    api_url, ca_file = _management_api(args, connection)
+    shown = Progress("redriving")
+    if shown.terminal:
+        print(f"redriving dead-lettered messages of {args.entity} (a Spark job; the broker's move)...", flush=True)
     spark = _session(args.master, "sodalite-redrive")
     try:
-        outcome = pipelines.redrive(spark, _source_connection(args), args.entity, args.api_url,
-                                    condition=args.filter, target=args.to, ca_file=args.ca_file)
+        outcome = pipelines.redrive(spark, connection, args.entity, api_url,
+                                    condition=args.spark_sql, target=args.to, ca_file=ca_file)
     finally:
         spark.stop()
-    print(f"selected {outcome.selected}, moved {outcome.moved}, skipped {outcome.skipped} (locked or gone)",
-          flush=True)
+    print(f"selected {outcome.selected}, moved {outcome.moved}, skipped {outcome.skipped} (locked or gone) "
+          f"in {shown.elapsed()}", flush=True)
     return 0
 
 
-def _print(progress: Any) -> None:
+def _show(shown: Progress, progress: Any) -> None:
     lag = ", ".join(f"{k}={v}" for k, v in sorted(progress.lag.items()) if v) or "0"
-    print(f"moved {progress.moved} messages, {progress.rate:.0f} msg/s, lag {lag}", flush=True)
+    shown.update(progress.moved, remaining=sum(progress.lag.values()), rate=progress.rate, detail=f"lag {lag}",
+                 force=not shown.terminal)
 
 
-def _watch(spark: Any, query: Any) -> int:
+def _watch(spark: Any, query: Any, verb: str) -> int:
+    """Follow the query: progress (count, rate, time left from the backlog) until it ends or Ctrl-C."""
     from sodalite.spark import pipelines
 
     seen: dict[int, int] = {}
+    shown = Progress(verb)
     try:
         while query.isActive:
-            query.awaitTermination(PROGRESS_EVERY_S)
-            _print(pipelines.progress(query, seen))
+            query.awaitTermination(1.0 if shown.terminal else PROGRESS_EVERY_S)
+            _show(shown, pipelines.progress(query, seen))
         failure = query.exception()
         if failure is not None:
+            shown.finish(f"{verb} {shown.done} {shown.noun} in {shown.elapsed()}, then the pipeline failed")
             print(f"error: the pipeline failed: {failure}", file=sys.stderr)
             return 1
+        shown.finish(f"{verb} {shown.done} {shown.noun} in {shown.elapsed()}")
         return 0
     except (KeyboardInterrupt, Exception) as exc:
         if not _interrupted(exc):
             raise
-        print("stopping (Ctrl-C): the checkpoint keeps the position", flush=True)
+        print("\nstopping (Ctrl-C): the checkpoint keeps the position" if shown.terminal else
+              "stopping (Ctrl-C): the checkpoint keeps the position", flush=True)
         try:
             query.stop()
-            _print(pipelines.progress(query, seen))
+            _show(shown, pipelines.progress(query, seen))
+            shown.finish(f"{verb} {shown.done} {shown.noun} in {shown.elapsed()} (stopped)")
         except Exception as error:  # the gateway went with the interrupt: the checkpoint still holds
             print(f"stopped without a last progress report ({type(error).__name__})", flush=True)
         return 130
@@ -207,15 +243,12 @@ def _interrupted(exc: BaseException) -> bool:
 def run(args: argparse.Namespace) -> int:
     try:
         import pyspark  # noqa: F401
-    except ImportError:
-        print("error: the Spark pipelines need the sodalite[spark] extra (pip install 'sodalite[spark]')",
-              file=sys.stderr)
+    except ImportError as exc:
+        print(f"error: {MissingExtra('spark', 'the Spark pipelines', exc)}", file=sys.stderr)
         return 2
-    started = time.monotonic()
     try:
         code: int = args.handler(args)
     except SodaliteError as exc:
         print(f"error: {getattr(exc, 'description', exc)}", file=sys.stderr)
         return 1
-    print(f"done in {time.monotonic() - started:.0f} s", flush=True)
     return code

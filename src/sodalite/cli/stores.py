@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from pathlib import Path
 
 from sodalite.errors import ConfigurationError
+from sodalite.extras import MissingExtra
 from sodalite.model.config import POSTGRESQL_URL_PREFIXES, MessagingStoreConfig, NamespaceConfig
 from sodalite.server.broker import Broker
 from sodalite.store.port import ChangeFeed, MessagingStore
@@ -28,8 +30,7 @@ def _postgres(url: str, node_id: str) -> MessagingStore:
     try:
         from sodalite.store.postgres import PostgresStore
     except ImportError as exc:  # psycopg is the `postgresql` extra
-        raise ConfigurationError(
-            f"a PostgreSQL store needs psycopg: pip install 'sodalite[postgresql]' ({exc})") from None
+        raise ConfigurationError(str(MissingExtra("postgresql", "a PostgreSQL store", exc))) from None
     # The node id goes into application_name, so pg_stat_activity shows which node holds a connection.
     return PostgresStore(url, application_name=f"sodalite {node_id}"[:63])
 
@@ -93,9 +94,10 @@ def _change_feed(store: MessagingStore, node_id: str) -> ChangeFeed:
 
 
 def _is_postgres(store: MessagingStore) -> bool:
-    from sodalite.store.postgres import PostgresStore  # only when PostgreSQL stores are in use
-
-    return isinstance(store, PostgresStore)
+    # Only a store built by _postgres can be one, and building it imported the module: asking an
+    # installation without the `postgresql` extra (no psycopg) must not import it.
+    module = sys.modules.get("sodalite.store.postgres")
+    return module is not None and isinstance(store, module.PostgresStore)
 
 
 def redact_url(url: str) -> str:

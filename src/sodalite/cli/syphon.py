@@ -8,7 +8,7 @@ both clients and prints the totals. A message in flight when it stops stays lock
 queue until its lock expires, then is moved by the next run: nothing is lost, at worst one is sent
 twice.
 
-Needs the official SDK (``pip install 'sodalite[client]'``); works against any Service Bus namespace.
+Needs the official SDK (the ``client`` extra); works against any Service Bus namespace.
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ import threading
 import time
 from datetime import timedelta
 from typing import Any
+
+from sodalite.cli.progress import Progress
+from sodalite.extras import MissingExtra
 
 
 def register(commands: Any) -> None:
@@ -50,8 +53,7 @@ def run_syphon(args: argparse.Namespace) -> None:
         from sodalite.client import backlog
         from sodalite.client.paired import Syphon, close_sdk_client, ensure_backlog_queues
     except ImportError as exc:  # the SDK is an optional dependency of the broker
-        raise ValueError(f"sodalite syphon needs the azure-servicebus SDK (pip install 'sodalite[client]'): "
-                         f"{exc}") from None
+        raise ValueError(str(MissingExtra("client", "sodalite syphon", exc))) from None
     namespace = args.primary_namespace or backlog.namespace_of(args.primary)
     names = backlog.backlog_queue_names(namespace, args.backlog_queue_count)
     kwargs: dict[str, Any] = {}
@@ -77,10 +79,13 @@ def run_syphon(args: argparse.Namespace) -> None:
         thread.start()
     started = time.monotonic()
     shown = (-1, -1)
+    status = Progress("syphon: moved")  # on a terminal: one status line, count and rate
     try:
-        while not stop.wait(args.progress_interval):
+        while not stop.wait(1.0 if status.terminal else args.progress_interval):
             totals = _totals(syphons)
-            if totals != shown:
+            if status.terminal:
+                status.update(totals[0], detail=f"dead-lettered {totals[1]}")
+            elif totals != shown:
                 print(f"syphon: moved {totals[0]}, dead-lettered {totals[1]} "
                       f"({time.monotonic() - started:.0f} s)", flush=True)
                 shown = totals
@@ -102,7 +107,7 @@ def run_syphon(args: argparse.Namespace) -> None:
         for thread in threads:
             thread.join(timeout=5)
     moved, dead = _totals(syphons)
-    print(f"syphon: stopped; moved {moved}, dead-lettered {dead}", flush=True)
+    status.finish(f"syphon: stopped; moved {moved}, dead-lettered {dead} in {status.elapsed()}")
     if faults:
         raise ValueError("; ".join(faults))
 

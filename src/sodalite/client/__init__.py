@@ -1,4 +1,14 @@
-"""Client-side resilience on the official azure-servicebus SDK (issue 15): works against any Service Bus."""
+"""Client-side resilience on the official azure-servicebus SDK: works against any Service Bus.
+
+Needs the SDK, the ``client`` extra; without it the import says which command installs it.
+"""
+
+try:
+    import azure.servicebus  # noqa: F401
+except ImportError as _missing:
+    from sodalite.extras import MissingExtra
+
+    raise MissingExtra("client", "sodalite.client (the client library)", _missing) from None
 
 from sodalite.client.dedup import DuplicateFilter
 from sodalite.client.outbox import Outbox, OutboxSender

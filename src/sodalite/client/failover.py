@@ -90,19 +90,25 @@ class FailoverBook:
             record = self._record(path)
             record.failing_since = None
 
-    def primary_failed(self, path: str, now: float) -> bool:
-        """Note a failover error; True once the entity is failed over (the interval has passed)."""
+    def primary_failed(self, path: str, now: float, began: float | None = None) -> bool:
+        """Note a failover error of an attempt that ``began`` then (``now`` if not given; the first
+        failure starts the timer when its attempt began); True once the entity is failed over."""
         with self._lock:
             record = self._record(path)
             if record.failed_over:
                 return True
             if record.failing_since is None:
-                record.failing_since = now
+                record.failing_since = now if began is None else min(began, now)
             if now - record.failing_since >= self.failover_interval.total_seconds():
                 record.failed_over = True
                 record.failovers += 1
                 return True
             return False
+
+    def failing(self, path: str) -> bool:
+        """True while the entity's failover timer runs (a failover error, no success since)."""
+        with self._lock:
+            return self._record(path).failing_since is not None
 
     def time_left(self, path: str, now: float) -> float:
         """Seconds until the running timer fails the entity over (the full interval when none runs)."""

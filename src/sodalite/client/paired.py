@@ -43,6 +43,7 @@ from azure.servicebus.management import ServiceBusAdministrationClient
 
 from sodalite.client import backlog
 from sodalite.client import paired_core as core
+from sodalite.client.availability import CLOSE_BUDGET, namespace_kwargs
 from sodalite.client.failover import is_failover_error
 from sodalite.client.paired_core import (
     RETRY_PAUSE,
@@ -82,12 +83,17 @@ def ensure_backlog_queues(secondary_connection_string: str, names: list[str], **
 
 
 class NamespaceSide(core.SideState):
-    """One of the two namespace clients; closing or faulting it closes the other (coordination)."""
+    """One of the two namespace clients; closing or faulting it closes the other (coordination).
+
+    ``client`` has the application's options; ``attempts`` (same namespace, the library's short retry
+    policy) carries the sends whose failure the library handles itself: the primary's sends, pings and
+    the syphon's moves."""
 
     def __init__(self, role: str, client: ServiceBusClient, on_down: Callable[[NamespaceSide], None],
-                 before_close: Callable[[], None] = lambda: None) -> None:
+                 before_close: Callable[[], None] = lambda: None, attempts: ServiceBusClient | None = None) -> None:
         super().__init__(role)
         self.client = client
+        self.attempts = attempts if attempts is not None else client
         self._on_down = on_down
         self._before_close = before_close
 
@@ -102,6 +108,8 @@ class NamespaceSide(core.SideState):
             return
         self._before_close()  # stop the pumps first: they open receivers on this client
         try:
+            if self.attempts is not self.client:
+                close_sdk_client(self.attempts)
             close_sdk_client(self.client)
         finally:
             self._on_down(self)
@@ -161,7 +169,7 @@ class PairedSender:
 
     def _primary_sender(self) -> ServiceBusSender:
         if self._primary is None:
-            self._primary = core.queue_or_topic_sender(self._client.primary.client, self.entity_path, self._topic)
+            self._primary = core.queue_or_topic_sender(self._client.primary.attempts, self.entity_path, self._topic)
         return self._primary
 
     def _drop_primary(self) -> None:
@@ -192,7 +200,10 @@ class PairedSender:
         pause = RETRY_PAUSE[0]
         while True:
             try:
-                self._primary_sender().send_messages(send.to_primary, timeout=timeout)
+                # Each attempt ends before the failover timer does (the whole interval while none runs).
+                began = time.monotonic()
+                limit = core.attempt_limit(self._client.book, self.entity_path, began, timeout)
+                self._primary_sender().send_messages(send.to_primary, timeout=limit)
                 self._client.book.primary_succeeded(self.entity_path)
                 return True
             except Exception as exc:
@@ -200,7 +211,7 @@ class PairedSender:
                 if not is_failover_error(exc):
                     raise
                 self._drop_primary()
-                step = core.after_primary_failure(self._client.book, self.entity_path, time.monotonic(), pause)
+                step = core.after_primary_failure(self._client.book, self.entity_path, time.monotonic(), pause, began)
                 if not isinstance(step, core.RetryPrimary):
                     log.warning("entity '%s' fails over to the backlog queues: %s", self.entity_path,
                                 core.first_line(exc))
@@ -265,8 +276,10 @@ class Syphon:
             try:
                 with self.secondary.get_queue_receiver(self.backlog_queue) as receiver:
                     while not self.stop.is_set():
+                        # The long poll in slices, so a close is seen within one (and nothing is closed
+                        # under a receive in progress).
                         received = receiver.receive_messages(max_message_count=SYPHON_BATCH,
-                                                             max_wait_time=self.receive_wait.total_seconds())
+                                                             max_wait_time=core.pump_slice(self.receive_wait))
                         if received:
                             self.move(receiver, received)
                             if self._on_progress is not None:
@@ -336,24 +349,32 @@ class Syphon:
 class PairedNamespaceClient(core.PairedState):
     """A primary namespace paired with a secondary one that holds its backlog queues."""
 
-    def __init__(self, primary_connection_string: str, options: PairedNamespaceOptions, **kwargs: Any) -> None:
-        """``kwargs`` (``connection_verify``, ``retry_total``, ...) go to every client made here."""
+    def __init__(self, primary_connection_string: str, options: PairedNamespaceOptions, *,
+                 primary_client_kwargs: dict[str, Any] | None = None,
+                 secondary_client_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        """``kwargs`` (``connection_verify``, ``retry_total``, ...) go to every client made here;
+        ``primary_client_kwargs`` / ``secondary_client_kwargs`` to one namespace's only, over them (each
+        broker's own CA file as ``connection_verify``, say)."""
         super().__init__(primary_connection_string, options)
         self._kwargs = kwargs
         self._primary_connection_string = primary_connection_string
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._threads_lock = threading.Lock()
         self.syphons: list[Syphon] = []
-        ensure_backlog_queues(options.secondary_connection_string, self.backlog_names, **kwargs)
+        first, first_attempts = namespace_kwargs(kwargs, primary_client_kwargs)
+        second, second_attempts = namespace_kwargs(kwargs, secondary_client_kwargs)
+        ensure_backlog_queues(options.secondary_connection_string, self.backlog_names, **second)
         self.primary = NamespaceSide(
-            "primary", ServiceBusClient.from_connection_string(primary_connection_string, **kwargs), self._side_down,
-            self._stop.set)
+            "primary", ServiceBusClient.from_connection_string(primary_connection_string, **first), self._side_down,
+            self._stop_background, ServiceBusClient.from_connection_string(primary_connection_string, **first_attempts))
         self.secondary = NamespaceSide(
-            "secondary", ServiceBusClient.from_connection_string(options.secondary_connection_string, **kwargs),
-            self._side_down, self._stop.set)
+            "secondary", ServiceBusClient.from_connection_string(options.secondary_connection_string, **second),
+            self._side_down, self._stop_background,
+            ServiceBusClient.from_connection_string(options.secondary_connection_string, **second_attempts))
         if options.enable_syphon:
             for name in self.backlog_names:
-                syphon = Syphon(self.primary.client, self.secondary.client, name, options.syphon_receive_wait,
+                syphon = Syphon(self.primary.attempts, self.secondary.client, name, options.syphon_receive_wait,
                                 options.ping_primary_interval, self._stop, on_fault=self._fault_from)
                 self.syphons.append(syphon)
                 self._spawn(syphon.run, f"syphon {name}")
@@ -367,8 +388,10 @@ class PairedNamespaceClient(core.PairedState):
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
+        with self._threads_lock:
+            self._threads = [t for t in self._threads if t.is_alive()]
+            self._threads.append(thread)
         thread.start()
-        self._threads.append(thread)
 
     # ---- close/fault coordination ---------------------------------------------------------------
 
@@ -379,6 +402,17 @@ class PairedNamespaceClient(core.PairedState):
         if not other.closed:
             other.set_fault(PairedClientClosed(side.down_reason()))
 
+    def _stop_background(self) -> None:
+        """Tell the pumps and pingers to stop and give them the budget to finish what they hold (never
+        waiting for the calling thread itself: a pump may be the one that faults a side)."""
+        self._stop.set()
+        deadline = time.monotonic() + CLOSE_BUDGET
+        with self._threads_lock:
+            threads = list(self._threads)
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout=max(0.0, deadline - time.monotonic()))
+
     def _fault_from(self, role: str, exc: BaseException) -> None:
         (self.primary if role == "primary" else self.secondary).set_fault(exc)
 
@@ -387,13 +421,13 @@ class PairedNamespaceClient(core.PairedState):
             self.primary.set_fault(exc)
 
     def close(self) -> None:
+        """Stop the background work first (syphon pumps and pingers finish what they are doing, within
+        the budget), then close the namespace clients under them."""
         self._close_with("the paired client is closed")
-        self._stop.set()
+        self._stop_background()
         for side in (self.primary, self.secondary):
             if not side.closed:
                 side.close()
-        for thread in self._threads:
-            thread.join(timeout=5)
 
     # ---- senders and pings ------------------------------------------------------------------------
 
@@ -414,7 +448,7 @@ class PairedNamespaceClient(core.PairedState):
         try:
             while not self._stop.wait(interval):
                 try:
-                    with self.primary.client.get_queue_sender(path) as sender:
+                    with self.primary.attempts.get_queue_sender(path) as sender:
                         sender.send_messages(ping_message())
                 except Exception as exc:
                     log.info("ping of '%s' failed: %s", path, core.first_line(exc))

@@ -25,6 +25,7 @@ from azure.core.exceptions import ClientAuthenticationError, HttpResponseError, 
 from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch
 
 from sodalite.client import backlog
+from sodalite.client.availability import PUMP_SLICE, SHORT_ATTEMPT, bounded_wait
 from sodalite.client.batch import KeepingMessageBatch
 from sodalite.client.failover import FailoverBook, is_failover_error
 from sodalite.client.paired_messages import as_list
@@ -149,9 +150,25 @@ class RetryPrimary:
 FAIL_OVER = "fail over"
 
 
-def after_primary_failure(book: FailoverBook, path: str, now: float, pause: float) -> RetryPrimary | str:
-    """A send to the primary failed with a failover error: retry it, or ``FAIL_OVER`` once the timer ran out."""
-    if book.primary_failed(path, now):
+def attempt_limit(book: FailoverBook, path: str, now: float, app_timeout: float | None) -> float:
+    """The timeout of one send to the primary: never past the end of the running failover timer; while
+    none runs, the whole interval (at least ``SHORT_ATTEMPT``, so a short interval does not cut healthy
+    sends short). The application's own ``timeout`` wins when shorter."""
+    if book.failing(path):
+        return bounded_wait(app_timeout, book.time_left(path, now))
+    return bounded_wait(app_timeout, max(book.failover_interval.total_seconds(), SHORT_ATTEMPT))
+
+
+def pump_slice(receive_wait: timedelta) -> float:
+    """One receive of a syphon's long poll: at most ``PUMP_SLICE``, so a stop is seen that soon."""
+    return min(receive_wait.total_seconds(), PUMP_SLICE) or PUMP_SLICE
+
+
+def after_primary_failure(book: FailoverBook, path: str, now: float, pause: float,
+                          began: float | None = None) -> RetryPrimary | str:
+    """A send to the primary (an attempt that ``began`` then) failed with a failover error: retry it, or
+    ``FAIL_OVER`` once the timer ran out. The timer starts when the first failed attempt began."""
+    if book.primary_failed(path, now, began):
         return FAIL_OVER
     return RetryPrimary(min(pause, max(0.01, book.time_left(path, now))), min(pause * 2, RETRY_PAUSE[1]))
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -54,16 +55,32 @@ from azure.servicebus import (
 )
 
 from sodalite.client import replication_core as core
+from sodalite.client.availability import CLOSE_BUDGET, attempt_timeout, namespace_kwargs
 from sodalite.client.batch import KeepingMessageBatch
 from sodalite.client.dedup import DuplicateFilter
+from sodalite.client.paired_core import first_line
 from sodalite.client.replication_core import PRIMARY, SECONDARY, Outcome, ReplicationMode
-from sodalite.client.replication_shared import ClientPairs, Factories, ReceiverState, SessionMakers, session_factories
+from sodalite.client.replication_shared import (
+    ClientPairs,
+    Factories,
+    ProbeMakers,
+    ReceiverState,
+    SessionMakers,
+    session_factories,
+)
 from sodalite.errors import NotImplementedOperation
 
 __all__ = ["ReplicatedClient", "ReplicatedReceiver", "ReplicatedRequestSender", "ReplicatedSender",
            "ReplicatedSession", "ReplicatedSessionReceiver", "ReplicationMode"]
 
 _log = logging.getLogger("sodalite.client.replication")
+
+
+def _close_quietly(handler: ServiceBusSender) -> None:
+    try:
+        handler.close()
+    except Exception:
+        _log.debug("closing a probe sender failed", exc_info=True)
 T = TypeVar("T")
 
 _Factories = Factories[ServiceBusReceiver]
@@ -75,17 +92,59 @@ class ReplicatedClient(ClientPairs[ServiceBusSender, ServiceBusReceiver, "Replic
     """Two namespaces, one client. ``client_kwargs`` go to both ``ServiceBusClient``s."""
 
     def __init__(self, primary: str, secondary: str, *, mode: ReplicationMode = ReplicationMode.ACTIVE,
-                 retry_interval: timedelta = timedelta(seconds=2), **client_kwargs: Any) -> None:
-        super().__init__(primary, secondary, mode, retry_interval)
-        self._clients = (ServiceBusClient.from_connection_string(primary, **client_kwargs),
-                         ServiceBusClient.from_connection_string(secondary, **client_kwargs))
+                 retry_interval: timedelta = timedelta(seconds=2), attempt_timeout: timedelta = timedelta(seconds=2),
+                 primary_client_kwargs: dict[str, Any] | None = None,
+                 secondary_client_kwargs: dict[str, Any] | None = None, **client_kwargs: Any) -> None:
+        super().__init__(primary, secondary, mode, retry_interval, attempt_timeout)
+        first, first_attempts = namespace_kwargs(client_kwargs, primary_client_kwargs)
+        second, second_attempts = namespace_kwargs(client_kwargs, secondary_client_kwargs)
+        self._clients = (ServiceBusClient.from_connection_string(primary, **first),
+                         ServiceBusClient.from_connection_string(secondary, **second))
+        self._attempt_clients = (ServiceBusClient.from_connection_string(primary, **first_attempts),
+                                 ServiceBusClient.from_connection_string(secondary, **second_attempts))
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._threads_lock = threading.Lock()
 
     @property
     def _sdk(self) -> tuple[ServiceBusClient, ServiceBusClient]:
         return self._clients
 
-    def _new_sender(self, senders: tuple[ServiceBusSender, ServiceBusSender], key: str) -> ReplicatedSender:
-        return ReplicatedSender(self, senders, key)
+    @property
+    def _attempt_sdk(self) -> tuple[ServiceBusClient, ServiceBusClient]:
+        return self._attempt_clients
+
+    def _new_sender(self, senders: tuple[ServiceBusSender, ServiceBusSender], key: str,
+                    probes: ProbeMakers[ServiceBusSender]) -> ReplicatedSender:
+        return ReplicatedSender(self, senders, key, probes)
+
+    def _start_probe(self, key: str, index: int, make: Callable[[], ServiceBusSender]) -> None:
+        thread = threading.Thread(target=self._probe, args=(key, index, make), name=f"probe {index} {key}",
+                                  daemon=True)
+        with self._threads_lock:
+            self._threads = [t for t in self._threads if t.is_alive()]
+            self._threads.append(thread)
+        thread.start()
+
+    def _probe(self, key: str, index: int, make: Callable[[], ServiceBusSender]) -> None:
+        """Until namespace ``index`` answers for ``key``: open a link to the entity (token, attach), send
+        nothing, close it; the first success clears the mark."""
+        try:
+            while not self._stop.wait(self.retry_interval.total_seconds()):
+                sender = make()
+                try:
+                    sender.create_message_batch()  # opens the link and reads its limit; sends nothing
+                except Exception as error:
+                    _log.info("probe of namespace %d for '%s' failed: %s", index, key, first_line(error))
+                    continue
+                finally:
+                    _close_quietly(sender)
+                since = self.availability.clear(key, index)
+                _log.warning("namespace %d answers again for '%s' (marked for %.1f s); sends go to both", index,
+                             key, time.monotonic() - since if since is not None else 0.0)
+                return
+        finally:
+            self.availability.probe_stopped(key, index)
 
     def _new_receiver(self, factories: _Factories, duplicate_filter: DuplicateFilter | None,
                       kwargs: dict[str, Any]) -> ReplicatedReceiver:
@@ -104,14 +163,25 @@ class ReplicatedClient(ClientPairs[ServiceBusSender, ServiceBusReceiver, "Replic
         return self._clients[index]
 
     def close(self) -> None:
+        """Stop the probes first (each finishes its attempt within the budget), then the handlers, then
+        the SDK clients under them."""
+        self._stop.set()
+        deadline = time.monotonic() + CLOSE_BUDGET
+        with self._threads_lock:
+            threads, self._threads = self._threads, []
+        for thread in threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
         for handler in self._handlers:
             try:
                 handler.close()
             except Exception:  # closing what may already be broken must not stop the rest
                 _log.debug("closing a replicated handler failed", exc_info=True)
         self._handlers.clear()
-        for client in self._clients:
-            client.close()
+        for client in (*self._attempt_clients, *self._clients):
+            try:
+                client.close()
+            except Exception:
+                _log.debug("closing an SDK client failed", exc_info=True)
 
     def __enter__(self) -> ReplicatedClient:
         return self
@@ -124,10 +194,12 @@ class ReplicatedClient(ClientPairs[ServiceBusSender, ServiceBusReceiver, "Replic
 class ReplicatedSender:
     """Sends to two entities as the client's mode says."""
 
-    def __init__(self, client: ReplicatedClient, senders: tuple[ServiceBusSender, ServiceBusSender], key: str) -> None:
+    def __init__(self, client: ReplicatedClient, senders: tuple[ServiceBusSender, ServiceBusSender], key: str,
+                 probes: ProbeMakers[ServiceBusSender]) -> None:
         self._client = client
         self._senders = senders
         self._key = key
+        self._probes = probes
         self._pool: ThreadPoolExecutor | None = None
 
     @property
@@ -158,24 +230,56 @@ class ReplicatedSender:
         else:
             self._send_passive(batch, timeout)
 
+    def _timeout(self, index: int, timeout: float | None) -> float | None:
+        return attempt_timeout(timeout, self._client.availability.marked(self._key, index),
+                               self._client.attempt_timeout.total_seconds())
+
+    def _sent(self, index: int) -> None:
+        self._client.availability.succeeded(self._key, index)
+
+    def _failed(self, index: int, error: BaseException) -> None:
+        """A copy failed: a failover error marks its namespace (and, in active mode, starts its probe)."""
+        if self._client.availability.copy_failed(self._key, index, error, time.monotonic(),
+                                                 probes=self._client.mode is ReplicationMode.ACTIVE):
+            _log.warning("namespace %d marked unavailable for '%s' (%s); sends go to the other one until a probe "
+                         "answers", index, self._key, first_line(error))
+            self._client._start_probe(self._key, index, self._probes[index])
+
     def _send_active(self, batch: list[ServiceBusMessage], timeout: float | None) -> None:
+        targets = self._client.availability.targets(self._key)
+        if len(targets) == 1:  # the other namespace is marked unavailable: one copy
+            index = targets[0]
+            try:
+                self._senders[index].send_messages(batch, timeout=self._timeout(index, timeout))
+            except Exception as error:
+                self._failed(index, error)
+                raise
+            self._sent(index)
+            _log.debug("one copy sent to namespace %d (the other is marked unavailable)", index)
+            return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replicated-send")
         # The secondary gets the messages' AMQP form: the SDK wraps it anew, so the two threads
         # share no object it mutates.
         raw = [m.raw_amqp_message for m in batch]
-        second: Future[None] = self._pool.submit(self._senders[SECONDARY].send_messages, raw, timeout=timeout)
-        first_error: Exception | None = None
-        second_error: Exception | None = None
+        second: Future[None] = self._pool.submit(self._senders[SECONDARY].send_messages, raw,
+                                                 timeout=self._timeout(SECONDARY, timeout))
+        errors: list[Exception | None] = [None, None]
         try:
-            self._senders[PRIMARY].send_messages(batch, timeout=timeout)
+            self._senders[PRIMARY].send_messages(batch, timeout=self._timeout(PRIMARY, timeout))
         except Exception as error:
-            first_error = error
+            errors[PRIMARY] = error
         try:
             second.result()
         except Exception as error:
-            second_error = error
-        result = core.active_send_result(first_error, second_error)
+            errors[SECONDARY] = error
+        for index in (PRIMARY, SECONDARY):
+            failure = errors[index]
+            if failure is None:
+                self._sent(index)
+            else:
+                self._failed(index, failure)
+        result = core.active_send_result(errors[PRIMARY], errors[SECONDARY])
         if result.error is not None:
             raise result.error from result.cause
         if result.lost is not None:
@@ -186,13 +290,15 @@ class ReplicatedSender:
         attempts = core.Attempts()
         for index in (active, 1 - active):
             try:
-                self._senders[index].send_messages(batch, timeout=timeout)
+                self._senders[index].send_messages(batch, timeout=self._timeout(index, timeout))
             except Exception as error:
+                self._failed(index, error)
                 attempts.failed(error)
                 continue
+            self._sent(index)
             if index != active:
                 _log.warning("namespace %d unavailable (%s); the backup takes the active role", active,
-                             attempts.errors[0])
+                             first_line(attempts.errors[0]))
                 self._client._roles.switch_from(self._key, active)
             return
         attempts.give_up()

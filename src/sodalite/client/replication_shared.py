@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from azure.servicebus import ServiceBusSessionFilter
 
+from sodalite.client.availability import Availability
 from sodalite.client.dedup import DuplicateFilter
 from sodalite.client.replication_core import (
     CopyTracker,
@@ -37,7 +38,7 @@ from sodalite.client.replication_core import (
     topic_pair,
 )
 
-__all__ = ["ClientPairs", "Factories", "ReceiverState", "SessionMakers", "session_factories"]
+__all__ = ["ClientPairs", "Factories", "ProbeMakers", "ReceiverState", "SessionMakers", "session_factories"]
 
 W = TypeVar("W")  # the SDK's sender (sync or asyncio)
 R = TypeVar("R")  # the SDK's receiver
@@ -48,15 +49,21 @@ H = TypeVar("H")
 
 Factories = tuple[Callable[[], R], Callable[[], R]]
 SessionMakers = tuple[Callable[[str | ServiceBusSessionFilter], R], Callable[[str | ServiceBusSessionFilter], R]]
+ProbeMakers = tuple[Callable[[], W], Callable[[], W]]  # a fresh sender to the entity in each namespace
 
 
 class ClientPairs(ABC, Generic[W, R, SND, RCV, RQS]):
     """The getters of a replicated client: each makes one SDK handler per namespace."""
 
-    def __init__(self, primary: str, secondary: str, mode: ReplicationMode, retry_interval: timedelta) -> None:
+    def __init__(self, primary: str, secondary: str, mode: ReplicationMode, retry_interval: timedelta,
+                 attempt_timeout: timedelta = timedelta(seconds=2)) -> None:
         check_pair(primary, secondary)  # before the SDK sees them: a clear error naming the bad one
         self.mode = check_mode(mode)
         self.retry_interval = retry_interval
+        if attempt_timeout <= timedelta(0):
+            raise ValueError(f"attempt_timeout must be positive, got {attempt_timeout}")
+        self.attempt_timeout = attempt_timeout
+        self.availability = Availability()  # which namespace is marked unavailable, per entity
         self._roles = Roles()
         self._handlers: list[SND | RCV | RQS] = []
 
@@ -65,8 +72,13 @@ class ClientPairs(ABC, Generic[W, R, SND, RCV, RQS]):
     @abstractmethod
     def _sdk(self) -> tuple[SdkClient[W, R], SdkClient[W, R]]: ...
 
+    @property
     @abstractmethod
-    def _new_sender(self, senders: tuple[W, W], key: str) -> SND: ...
+    def _attempt_sdk(self) -> tuple[SdkClient[W, R], SdkClient[W, R]]:
+        """The SDK clients senders use: the library's short retry policy (``availability``)."""
+
+    @abstractmethod
+    def _new_sender(self, senders: tuple[W, W], key: str, probes: ProbeMakers[W]) -> SND: ...
 
     @abstractmethod
     def _new_receiver(self, factories: Factories[R], duplicate_filter: DuplicateFilter | None,
@@ -87,8 +99,9 @@ class ClientPairs(ABC, Generic[W, R, SND, RCV, RQS]):
         return self._sender(topic_pair(topic_name, secondary_topic_name), kwargs)
 
     def _sender(self, pair: EntityPair, kwargs: dict[str, Any]) -> SND:
-        one, two = self._sdk
-        return self._keep(self._new_sender((pair.sender(one, 0, **kwargs), pair.sender(two, 1, **kwargs)), pair.key))
+        one, two = self._attempt_sdk
+        probes: ProbeMakers[W] = (lambda: pair.sender(one, 0, **kwargs), lambda: pair.sender(two, 1, **kwargs))
+        return self._keep(self._new_sender((probes[0](), probes[1]()), pair.key, probes))
 
     # -- receivers -------------------------------------------------------------------------------
     def get_queue_receiver(self, queue_name: str, *, secondary_queue_name: str | None = None,
@@ -103,7 +116,9 @@ class ClientPairs(ABC, Generic[W, R, SND, RCV, RQS]):
         return self._receiver(pair, duplicate_filter, kwargs)
 
     def _receiver(self, pair: EntityPair, duplicate_filter: DuplicateFilter | None, kwargs: dict[str, Any]) -> RCV:
-        one, two = self._sdk
+        # The attempt clients: a namespace that is down fails a receive (or an open) in a moment and
+        # rests, instead of holding the receive for the application's whole retry chain.
+        one, two = self._attempt_sdk
         session = kwargs.pop("session_id", None)
         if session is not None:
             makers: SessionMakers[R] = (lambda sid: pair.receiver(one, 0, session_id=sid, **kwargs),

@@ -59,7 +59,7 @@ from sodalite.server.dead_letter_relay import DeadLetterRelay
 from sodalite.server.entity_settings import Clock, EntitySettings, SubQueue, wall_clock_ms
 from sodalite.server.fanout import CompiledRule, copies_for
 from sodalite.server.limits import ConnectionLimits
-from sodalite.server.listener import ProtocolFactory, SniffingListener
+from sodalite.server.listener import ListenFailed, ProtocolFactory, SniffingListener
 from sodalite.server.metrics import BrokerMetrics
 from sodalite.server.partition_runner import LoopClock
 from sodalite.server.partitioned_actor import EntityActor, PartitionedCoreActor, each, partition_index
@@ -88,6 +88,7 @@ IDLE_SWEEP_SECONDS = 15.0  # AutoDeleteOnIdle is at least 5 minutes, so this is 
 # Several nodes: each refreshes its AutoDeleteOnIdle registrations (last activity, receivers attached)
 # in the store this often; a node's receivers stop counting after ACTIVITY_LAPSE intervals without one.
 ACTIVITY_SECONDS = 5.0
+SHUTDOWN_GRACE_S = 10.0  # a graceful stop waits this long at most for store work in flight
 ACTIVITY_LAPSE = 3
 MAX_TRANSFER_HOPS = 4  # Service Bus forwards a message at most this many times (DLQ overview)
 # Regenerated keys: one record per key name and scope (the namespace, or a queue or topic), of a kind the
@@ -189,6 +190,7 @@ class Broker:
         self.worker = self.workers[0]
         for worker in self.workers:
             worker.clock = clock
+            worker.gate = self.workers[0].gate  # one cross-store gate for every store (server/backup.py)
         self.max_frame_size = max_frame_size
         self.idle_timeout_ms = idle_timeout_ms
         # An empty frame after this much of our own silence on a connection whose client asked for
@@ -197,6 +199,9 @@ class Broker:
         self.container_id = f"sodalite-{namespace.name}"
         self.entities: dict[str, Entity] = {}
         self.connections: set[BrokerConnection] = set()
+        # Those of them with no token accepted yet, oldest first, with when each was accepted
+        # (monotonic seconds): the allowance of server/limits.py.
+        self.unauthenticated: dict[BrokerConnection, float] = {}
         self.limits = ConnectionLimits()  # per connection and in all (server/limits.py)
         # The namespace's shared access rules, with keys regenerated at runtime (start() applies stored ones).
         self.authorization_rules: tuple[AuthorizationRule, ...] = namespace.authorization_rules
@@ -216,6 +221,7 @@ class Broker:
         self.port = 0  # the AMQP port start() bound
         self._server: SniffingListener | None = None
         self._tls_server: asyncio.Server | None = None
+        self._closed_actors: set[int] = set()  # closed by a graceful stop before the stores
         self.amqps_port: int | None = None  # bound by start() when TLS is on
         self.metrics = BrokerMetrics(self)
         for worker in self.workers[1:]:
@@ -504,10 +510,16 @@ class Broker:
         if self.worker.shared:  # other nodes change entities in this store too
             self._entity_follower = loop.create_task(self._follow_entities_forever())
             self._activity_recorder = loop.create_task(self._record_activity_forever())
-        self._server = await SniffingListener.start(host, port, lambda: BrokerConnection(self), management,
-                                                    management_tls, sniff_timeout=self.limits.handshake_timeout)
+        try:
+            self._server = await SniffingListener.start(host, port, lambda: BrokerConnection(self), management,
+                                                        management_tls, sniff_timeout=self.limits.handshake_timeout)
+        except OSError as exc:
+            raise ListenFailed("amqp", host, port, exc) from None
         if tls is not None and tls_port >= 0:
-            self._tls_server = await loop.create_server(lambda: BrokerConnection(self), host, tls_port, ssl=tls)
+            try:
+                self._tls_server = await loop.create_server(lambda: BrokerConnection(self), host, tls_port, ssl=tls)
+            except OSError as exc:
+                raise ListenFailed("amqps", host, tls_port, exc) from None
             self.amqps_port = int(self._tls_server.sockets[0].getsockname()[1])
         self.port = self._server.port
         return self.port
@@ -1163,6 +1175,38 @@ class Broker:
         return [{"name": w.name, "online": not w.offline} for w in self.workers]
 
     async def stop(self) -> None:
+        """Stop at once: connections dropped, then the entities and the stores closed."""
+        self._stop_accepting()
+        for connection in list(self.connections):
+            if connection.transport is not None:
+                connection.transport.close()
+        await self._close_entities_and_stores()
+
+    async def shutdown(self, grace: float = SHUTDOWN_GRACE_S) -> None:
+        """Stop gracefully (SIGTERM), within about ``grace`` seconds.
+
+        Accept no connection and read no frame more; let the store work already begun commit and its
+        replies (dispositions, deliveries) reach the clients; then close each connection with
+        ``amqp:connection:forced``, which the SDKs retry by reconnecting, and close the stores. Work not
+        committed within ``grace`` is dropped unanswered, as a crash would drop it: never acknowledged, so
+        nothing acknowledged is lost, and the client's retry sends it again."""
+        self._stop_accepting()
+        for connection in list(self.connections):
+            connection.stop_reading()
+        try:
+            async with asyncio.timeout(grace):
+                for entity in list(self.entities.values()):
+                    await entity.actor.close()  # drains its partitions' store work, then stops them
+                    self._closed_actors.add(id(entity.actor))
+        except TimeoutError:
+            log.warning("stopping: store work still in flight after %.0f s; closing regardless", grace)
+        for connection in list(self.connections):
+            connection.flush()  # the replies of what just committed
+            connection.close_for_shutdown("the broker is shutting down; reconnect and retry")
+        await asyncio.sleep(0)  # let the transports write what they hold before the stores go
+        await self._close_entities_and_stores()
+
+    def _stop_accepting(self) -> None:
         for task in (self._idle_sweeper, self._activity_recorder):
             if task is not None:
                 task.cancel()
@@ -1175,10 +1219,10 @@ class Broker:
             self._server.close()
         if self._tls_server is not None:
             self._tls_server.close()
-        for connection in list(self.connections):
-            if connection.transport is not None:
-                connection.transport.close()
+
+    async def _close_entities_and_stores(self) -> None:
         for entity in self.entities.values():
-            await entity.actor.close()
+            if id(entity.actor) not in self._closed_actors:
+                await entity.actor.close()
         for worker in self.workers:
             await worker.close()

@@ -7,8 +7,12 @@ endpoint (``server/endpoint.py``: entity links in ``server/links.py``, ``$cbs``,
 the transaction coordinator); every later event of that link (transfer, disposition, credit,
 detach) goes to its endpoint. This module owns only what belongs to the whole connection: the
 socket, output flushing (once per loop iteration, however many frames were produced, so pipelined
-work leaves in few writes), the heartbeat and handshake timers, the connection limit, and the
-detaching of links whose entity is deleted. A malformed frame closes only this connection (the
+work leaves in few writes), the heartbeat and handshake timers, the connection limit, the
+authentication deadline and the allowance of connections not yet authenticated
+(``server/limits.py``: a connection is authenticated once a token was accepted on ``$cbs``, seen as
+a grant on its ``ConnectionAuth`` after a transfer, or once its SASL PLAIN login with a key succeeded;
+until then it is in ``broker.unauthenticated``),
+and the detaching of links whose entity is deleted. A malformed frame closes only this connection (the
 AMQP layer answers with a close carrying the error); the broker goes on.
 """
 
@@ -23,14 +27,16 @@ from typing import TYPE_CHECKING
 from sodalite.amqp import events as ev
 from sodalite.amqp.connection import Connection
 from sodalite.amqp.link import Link
+from sodalite.amqp.performatives import Error
 from sodalite.amqp.sasl import SaslServerConfig
 from sodalite.amqp.states import ConnectionState
-from sodalite.errors import EntityNotFound, QuotaExceeded, Unauthorized
+from sodalite.errors import EntityNotFound, QuotaExceeded, SodaliteError, Unauthorized
 from sodalite.model.authorization import AccessRights
 from sodalite.server import wire
 from sodalite.server.amqp_errors import client_error
 from sodalite.server.auth import ConnectionAuth
 from sodalite.server.endpoint import Endpoint
+from sodalite.server.limits import Admission, admit
 from sodalite.server.registry import Entity
 from sodalite.server.router import route_attach
 from sodalite.server.transactions import ConnectionTransactions
@@ -46,6 +52,12 @@ log = logging.getLogger(__name__)
 OFFERED_CAPABILITIES = ("DELAYED_DELIVERY", "SHARED-SUBS")
 HANDSHAKE_RECHECK_S = 15.0  # before open no heartbeat is due; the timer looks again this often
 MIN_TICK_S = 0.05
+CLOSE_GRACE_S = 2.0  # after the broker's close, a peer that does not answer it is dropped
+
+
+#: What a connection is closed with when the broker stops (AMQP 1.0 2.8.15, "an operator intervened"):
+#: retryable for the SDKs (pyamqp's retry policy and ServiceBusConnectionError), which reconnect.
+SHUTDOWN_CONDITION = "amqp:connection:forced"
 
 
 class BrokerConnection(asyncio.Protocol):
@@ -68,7 +80,10 @@ class BrokerConnection(asyncio.Protocol):
         self.decimals_as_text = False  # the client cannot read decimal128 (wire.decimals_as_text)
         self.transactions = ConnectionTransactions(self)  # AMQP transactions belong to the connection
         self._handshake: asyncio.TimerHandle | None = None
-        self.over_limit = False  # past max_connections: closed with an error once its open arrives
+        self.over_limit = False  # refused at accept: closed with ``refusal`` once its open arrives
+        self.refusal: SodaliteError | None = None
+        self._authentication: asyncio.TimerHandle | None = None  # the deadline for a first accepted token
+        self._drop: asyncio.TimerHandle | None = None  # after the broker's close, if the peer never answers
 
     # ---- asyncio.Protocol ----------------------------------------------------------------------
 
@@ -82,10 +97,25 @@ class BrokerConnection(asyncio.Protocol):
             self.amqp.sasl_server = self._sasl_config(plain=False)  # no key in clear over the network
         limits = self.broker.limits
         self._handshake = asyncio.get_running_loop().call_later(limits.handshake_timeout, self._handshake_expired)
-        if len(self.broker.connections) >= limits.max_connections:
+        waiting = self.broker.unauthenticated
+        now = time.monotonic()
+        oldest = self._oldest_waiting()
+        decision = admit(limits, len(self.broker.connections), len(waiting),
+                         None if oldest is None else now - waiting[oldest])
+        if decision is Admission.EVICT_OLDEST and oldest is not None:
+            oldest.give_way()
+        elif decision is not Admission.ADMIT:
             self.over_limit = True  # not counted: it lives only until its handshake ends
+            if decision is Admission.REFUSE_UNAUTHENTICATED:
+                self.refusal = QuotaExceeded(
+                    f"the broker has {len(waiting)} connections waiting to authenticate, its limit; "
+                    "try again later")
+            else:
+                self.refusal = QuotaExceeded(
+                    f"the broker has reached its limit of {limits.max_connections} connections; try again later")
             return
         self.broker.connections.add(self)
+        waiting[self] = now
         self.broker.metrics.connection_opened()
         self._arm_heartbeat()
 
@@ -101,11 +131,39 @@ class BrokerConnection(asyncio.Protocol):
         self._handle(self.amqp.connection_lost())
         self.transactions.connection_lost()  # its open transactions roll back
         self.broker.connections.discard(self)
+        self.broker.unauthenticated.pop(self, None)
+        for timer in (self._authentication, self._drop):
+            if timer is not None:
+                timer.cancel()
         if self._handshake is not None:
             self._handshake.cancel()
         if self._heartbeat is not None:
             self._heartbeat.cancel()
         self.auth.cancel()
+
+    # ---- graceful stop ---------------------------------------------------------------------------
+
+    def stop_reading(self) -> None:
+        """The broker is stopping: take no more frames from this client; what it sent is still carried out."""
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            try:
+                transport.pause_reading()
+            except (AttributeError, NotImplementedError, RuntimeError):  # a transport that cannot pause
+                pass
+
+    def close_for_shutdown(self, description: str) -> None:
+        """Close with ``amqp:connection:forced``: after the replies already owed (they go first), the
+        client is told the broker is going away, which the SDKs treat as retryable: they reconnect."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if self.amqp.phase is ConnectionState.OPENED:
+            self.amqp.close(Error(SHUTDOWN_CONDITION, description, None))
+            self.broker.metrics.error_sent(SHUTDOWN_CONDITION)
+            self.flush()
+        if not transport.is_closing():
+            transport.close()  # after what is buffered has been written
 
     # ---- SASL ----------------------------------------------------------------------------------------
 
@@ -117,6 +175,7 @@ class BrokerConnection(asyncio.Protocol):
 
     def _key_login(self, key_name: str, key: str) -> bool:
         if self.auth.key_login(key_name, key):
+            self._check_authenticated()  # a key proved: no longer waiting to authenticate
             return True
         log.info("refused SASL PLAIN from %s: '%s' is not a key name with that key", self.peer, key_name,
                  extra={"connection": self.peer, "kind": "connection"})
@@ -176,10 +235,75 @@ class BrokerConnection(asyncio.Protocol):
             self._handshake.cancel()
             self._handshake = None
         if self.over_limit:
-            limit = self.broker.limits.max_connections
-            self.amqp.close(client_error(QuotaExceeded(
-                f"the broker has reached its limit of {limit} connections; try again later"),
-                self.broker.metrics, self.peer, None))
+            refusal = self.refusal or QuotaExceeded("the broker takes no more connections now; try again later")
+            self.amqp.close(client_error(refusal, self.broker.metrics, self.peer, None))
+        elif self in self.broker.unauthenticated:
+            self._authentication = asyncio.get_running_loop().call_later(
+                self.broker.limits.authentication_deadline, self._authentication_expired)
+
+    # ---- authentication: the deadline and the allowance (server/limits.py) ---------------------------
+
+    def _check_authenticated(self) -> bool:
+        """Leave the unauthenticated allowance once a token was accepted (a grant exists); True if so."""
+        if self not in self.broker.unauthenticated:
+            return True
+        if not self.auth.grants:
+            return False
+        del self.broker.unauthenticated[self]
+        if self._authentication is not None:
+            self._authentication.cancel()
+            self._authentication = None
+        return True
+
+    def _oldest_waiting(self) -> BrokerConnection | None:
+        """The unauthenticated connection that has waited longest (those found authenticated leave)."""
+        waiting = self.broker.unauthenticated
+        while waiting:
+            oldest = next(iter(waiting))
+            if not oldest._check_authenticated():
+                return oldest
+        return None
+
+    def _authentication_expired(self) -> None:
+        self._authentication = None
+        if self._check_authenticated() or self.transport is None:
+            return
+        deadline = self.broker.limits.authentication_deadline
+        log.info("closing connection %s: no token accepted on $cbs within %g s of its open", self.peer, deadline,
+                 extra={"connection": self.peer, "kind": "connection"})
+        self._close_and_drop(Unauthorized(
+            f"no token was accepted on $cbs within {deadline:g} s of the connection's open; put a token "
+            "to $cbs right after opening"))
+
+    def give_way(self) -> None:
+        """The allowance of unauthenticated connections is full and this one waited longest: it goes."""
+        self.broker.unauthenticated.pop(self, None)
+        self.broker.connections.discard(self)
+        if self._authentication is not None:
+            self._authentication.cancel()
+            self._authentication = None
+        log.info("closing connection %s: still not authenticated while the allowance of connections waiting "
+                 "to authenticate is full", self.peer, extra={"connection": self.peer, "kind": "connection"})
+        if self.transport is None:
+            return
+        if self.amqp.phase is not ConnectionState.OPENED:
+            self.transport.abort()
+            return
+        self._close_and_drop(QuotaExceeded(
+            "the connection did not authenticate, and other connections waiting to authenticate need its place; "
+            "put a token to $cbs right after opening"))
+
+    def _close_and_drop(self, error: SodaliteError) -> None:
+        """Close with ``error``; a peer that does not answer the close within the grace is dropped."""
+        self.amqp.close(client_error(error, self.broker.metrics, self.peer, None))
+        self.flush()
+        if self.transport is not None and not self.transport.is_closing():
+            self._drop = asyncio.get_running_loop().call_later(CLOSE_GRACE_S, self._drop_now)
+
+    def _drop_now(self) -> None:
+        self._drop = None
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.abort()
 
     def _on_heartbeat(self) -> None:
         self._heartbeat = None
@@ -202,6 +326,8 @@ class BrokerConnection(asyncio.Protocol):
             endpoint = event.link.context
             if isinstance(endpoint, Endpoint):
                 endpoint.on_transfer(event.link, event.delivery)
+                if self in self.broker.unauthenticated:
+                    self._check_authenticated()  # a put-token to $cbs accepted: no longer waiting
         elif isinstance(event, ev.DeliveryUpdated):
             endpoint = event.link.context
             if isinstance(endpoint, Endpoint):

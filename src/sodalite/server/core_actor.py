@@ -298,7 +298,8 @@ class CoreActor:
 
     @property
     def available(self) -> bool:
-        return self._available and not self.worker.offline
+        # Closed (the broker stopping): links torn down afterwards ask nothing more of the runners.
+        return self._available and not self._closed and not self.worker.offline
 
     # ---- requests and replies ---------------------------------------------------------------------
 
@@ -476,7 +477,9 @@ class CoreActor:
     def _on_moved(self, target: PartitionRef, count: int) -> None:
         for sub, ref in self.refs.items():
             if ref == target and sub in self.runners:
-                self.runners[sub].submit(core.Arrived(count))
+                runner = self.runners[sub]
+                runner.submit(core.Arrived(count))
+                runner.refresh_size()  # rows another batch moved in: their bytes show at the next read
                 if sub is SubQueue.DEAD_LETTER and count and self.on_dead_letters is not None:
                     self.on_dead_letters()
                 return

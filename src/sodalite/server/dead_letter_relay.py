@@ -144,6 +144,11 @@ class DeadLetterRelay:
             self._cursor = page[-1].sequence_number + 1
 
     async def _relay(self, numbers: list[int]) -> None:
+        # Copy, delete and forget as one cross-store operation: a backup finds it wholly done or not begun.
+        async with self.source.worker.gate.spanning():
+            await self._relay_now(numbers)
+
+    async def _relay_now(self, numbers: list[int]) -> None:
         source = self.source
         now = source.clock.now()
         rows = [r.record for r in await source.fetch(SubQueue.DEAD_LETTER, numbers) if not r.locked_at(now)]

@@ -44,6 +44,15 @@ OUT_OF_RESOURCES_PAUSE = 1.0  # as asyncio's own servers do
 ProtocolFactory = Callable[[], asyncio.Protocol]
 
 
+class ListenFailed(OSError):
+    """A listener could not bind its address; ``listener`` says which one (``amqp``, ``amqps``), so the
+    command line can name the option that chose the port."""
+
+    def __init__(self, listener: str, host: str, port: int, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.listener, self.host, self.port, self.cause = listener, host, port, cause
+
+
 class SniffingListener:
     """Accepts on one socket; each connection goes to AMQP, HTTPS or HTTP by its first byte."""
 

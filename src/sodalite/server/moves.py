@@ -241,16 +241,19 @@ async def _move_on_core(source: CoreActor, sub: SubQueue, sequence_numbers: Sequ
                 destination.arrived(target_ref, taken)
         elif records:
             keys = [f"{key_prefix}{r.sequence_number}" for r in records]
-            forget = await _append_keyed(target, [moved_draft(r) for r in records], keys)
-            deleted = [n for n in await source.move_out(sub, [CoreMoveItem(r.sequence_number) for r in records],
-                                                        None) if n is not None]
+            # The append, the delete and the forgetting are one cross-store operation for a backup
+            # (server/backup.py): it finds the chunk wholly in the source or wholly in the target.
+            async with source.worker.gate.spanning():
+                forget = await _append_keyed(target, [moved_draft(r) for r in records], keys)
+                deleted = [n for n in await source.move_out(sub, [CoreMoveItem(r.sequence_number)
+                                                                  for r in records], None) if n is not None]
+                await _forget(forget, {f"{key_prefix}{n}" for n in deleted})
             moved += len(deleted)
             if len(deleted) < len(records):
                 log.warning("move from %s: %d messages were locked by a receiver while they were copied into %s; "
                             "they stay in both until the move is repeated, which removes the source copies "
                             "without copying them again (their move keys are kept)", ref.entity,
                             len(records) - len(deleted), target.name)
-            await _forget(forget, {f"{key_prefix}{n}" for n in deleted})
         done += len(part)
         if progress is not None:
             progress(done, len(numbers))

@@ -214,6 +214,7 @@ class PartitionRunner:
         self._size_read_at = 0.0
         self._size_task: asyncio.Task[None] | None = None
         self._size_timer: asyncio.TimerHandle | None = None
+        self._size_again = False  # something changed the partition while a read was in flight: read again
 
     @classmethod
     async def start(cls, ref: PartitionRef, settings: CoreSettings, worker: StoreWorker, clock: Clock,
@@ -234,8 +235,10 @@ class PartitionRunner:
     @property
     def size_in_bytes(self) -> int:
         """The partition's bytes (quotas, runtime information): the store's count, read again at most
-        every 200 ms after commits, plus what was appended since. It may run above the truth for up to
-        a read's time after a removal, never below it, so a quota is never passed."""
+        every 200 ms after every change (this runner's commits, and rows other runners' batches moved
+        in: :meth:`refresh_size`), plus what was appended since. It may run above the truth for up to
+        a read's time after a removal, never below it, so a quota is never passed; once nothing
+        changes any more, the last read came after the last change, so it is exact."""
         return self._size_read + self._size_appended
 
     @property
@@ -443,9 +446,20 @@ class PartitionRunner:
         self.submit(RefreshCounts())
         self._refresh_size()
 
+    def refresh_size(self) -> None:
+        """Another batch changed this partition's rows (a move or dead-lettering into it, a keyed
+        append): read its byte count again (the core is told ``Arrived``, which counts the messages)."""
+        self._refresh_size()
+
     def _refresh_size(self) -> None:
-        """Read the partition's byte count again: at once, or at the end of the 200 ms since the last read."""
-        if self._size_task is not None or self._size_timer is not None or self._closed:
+        """Read the partition's byte count again: at once, or at the end of the 200 ms since the last read.
+        Asked while a read is in flight, which may have run before the change: once more after it."""
+        if self._closed:
+            return
+        if self._size_task is not None:
+            self._size_again = True
+            return
+        if self._size_timer is not None:
             return
         loop = asyncio.get_running_loop()
         wait = self._size_read_at + 0.2 - time.monotonic()
@@ -472,6 +486,9 @@ class PartitionRunner:
             log.debug("partition %s: counting bytes failed: %s", self.ref, error)
         finally:
             self._size_task = None
+            if self._size_again:
+                self._size_again = False
+                self._refresh_size()
 
     def _answer(self, command: Command) -> None:
         if self._closed:

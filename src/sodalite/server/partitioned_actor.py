@@ -315,7 +315,7 @@ class Partitioned(Generic[P]):
     def cancel_scheduled(self, sequence_numbers: list[int]) -> asyncio.Future[None]:
         """Each partition cancels the numbers its bits name all or none (one store transaction each);
         a number naming no partition of the entity cancels nothing at all. Numbers of several
-        partitions are not one transaction: a partition missing one refuses only its own (README)."""
+        partitions are not one transaction: a partition missing one refuses only its own (docs/limits.md)."""
         unknown = [n for n in sequence_numbers if not 0 <= partition_of_sequence_number(n) < len(self.partitions)]
         if unknown:
             refused: asyncio.Future[None] = asyncio.get_running_loop().create_future()

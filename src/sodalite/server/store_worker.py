@@ -50,12 +50,15 @@ trip whatever the number of entities), only while the store answers, and hands e
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import functools
 import logging
 import string
+import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
@@ -83,7 +86,58 @@ DUE_REREAD_SECONDS = 10.0  # a partition re-reads the store's next due time this
 # On a store other nodes write: how often every watched partition's counters are read back (one read
 # for all; management answers follow other nodes' sends and settlements within about this long).
 SHARED_COUNTS_SECONDS = 0.5
+PARK_LIMIT_SECONDS = 60.0  # park(): the longest a store thread is held for a backup's point in time
 _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+class CrossStoreGate:
+    """What a backup waits for: operations that write several stores in steps (a cross-store move,
+    a dead letter relayed into another store, a topic send with copies in other stores) hold the
+    gate open while they run (:meth:`spanning`); a backup closes it (:meth:`closed`): new such
+    operations wait, those under way finish, and then every store is at a point where each of
+    them is wholly in one place. The broker gives all its store workers one gate.
+
+    Reentrant per task: an operation already inside a span (or a task it started) never waits for
+    the gate, so a nested span cannot deadlock against a backup waiting for the outer one."""
+
+    def __init__(self) -> None:
+        self._active = 0
+        self._closed: asyncio.Future[None] | None = None
+        self._drained: asyncio.Future[None] | None = None
+        self._inside: contextvars.ContextVar[bool] = contextvars.ContextVar("cross_store_span", default=False)
+
+    @contextlib.asynccontextmanager
+    async def spanning(self) -> AsyncIterator[None]:
+        if self._inside.get():
+            yield
+            return
+        while self._closed is not None:
+            await asyncio.shield(self._closed)
+        self._active += 1
+        token = self._inside.set(True)
+        try:
+            yield
+        finally:
+            self._inside.reset(token)
+            self._active -= 1
+            if self._active == 0 and self._drained is not None and not self._drained.done():
+                self._drained.set_result(None)
+
+    @contextlib.asynccontextmanager
+    async def closed(self) -> AsyncIterator[None]:
+        """Inside: no span runs, and none starts until the block ends. One closer at a time."""
+        while self._closed is not None:
+            await asyncio.shield(self._closed)
+        loop = asyncio.get_running_loop()
+        self._closed = loop.create_future()
+        try:
+            while self._active:
+                self._drained = loop.create_future()
+                await self._drained
+            yield
+        finally:
+            opened, self._closed, self._drained = self._closed, None, None
+            opened.set_result(None)
 
 
 def _alone(batch: Sequence[StoreOp]) -> bool:
@@ -130,6 +184,38 @@ class StoreWorker:
         self._in_flight = False  # a group is on the store's thread
         self._flush_scheduled = False
         self.transactions = 0  # group commits carried out (one store transaction each)
+        self.gate = CrossStoreGate()  # the broker gives all its workers one (CrossStoreGate)
+
+    def park(self, on_thread: Callable[[], T], release: threading.Event) -> asyncio.Future[T]:
+        """Run ``on_thread`` on the store's thread between two of its calls, then keep that thread
+        until ``release`` is set: no transaction or read of this store runs meanwhile (they queue,
+        as behind a long commit). The future has ``on_thread``'s result (or error) as soon as it
+        returned, before the release. Call on the event loop."""
+        loop = asyncio.get_running_loop()
+        arrived: asyncio.Future[T] = loop.create_future()
+
+        def settle(value: T | None, error: BaseException | None) -> None:
+            if arrived.done():
+                return
+            if error is not None:
+                arrived.set_exception(error)
+            else:
+                arrived.set_result(value)  # type: ignore[arg-type]
+
+        def job() -> None:
+            try:
+                value = on_thread()
+            except BaseException as error:
+                self._post(loop, settle, None, error)
+            else:
+                self._post(loop, settle, value, None)
+            release.wait(PARK_LIMIT_SECONDS)  # never kept longer, whatever the caller does
+
+        try:
+            self._executor.submit(job)
+        except RuntimeError as error:
+            arrived.set_exception(StoreUnavailable(f"the messaging store '{self.name}' is closed: {error}"))
+        return arrived
 
     async def call(self, fn: Callable[[], T]) -> T:
         if self.offline:

@@ -241,6 +241,12 @@ class TopicActor(CoreActor):
         return here, elsewhere
 
     async def _across(self, planned: list[tuple[str | None, list[Copy]]], complete: uuid.UUID | None) -> None:
+        # The other stores' batches and the topic's own are one cross-store operation for a backup
+        # (server/backup.py): it finds the send's copies everywhere or nowhere.
+        async with self.worker.gate.spanning():
+            await self._across_now(planned, complete)
+
+    async def _across_now(self, planned: list[tuple[str | None, list[Copy]]], complete: uuid.UUID | None) -> None:
         deduplicating = complete is None and self.settings.duplicate_detection_window is not None
         # With duplicate detection, sends with copies elsewhere go one at a time, each checked against
         # the history the one before committed: a resend stores no copy in another store either.

@@ -726,6 +726,27 @@ class ServedByOneProcess(Protocol):
         ...
 
 
+class StoreSnapshot(Protocol):
+    """One point in time of a store, held open (a read transaction) until closed; see :class:`Snapshots`."""
+
+    def copy_to(self, destination: str) -> None:
+        """Write the whole store as it was at the snapshot into a new file ``destination``, in one
+        step (writers go on meanwhile and never restart it)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Snapshots(Protocol):
+    """A store that can be backed up while it serves (a SQLite file): :meth:`snapshot` is called on
+    the store's own thread between transactions and returns at once; the copy is made later from
+    the snapshot, on another thread, while the store keeps committing (the broker's ``backup``)."""
+
+    def snapshot(self) -> StoreSnapshot:
+        ...
+
+
 class ChangeSink(Protocol):
     """What a :class:`ChangeFeed` tells the broker. Called from the feed's own thread: an
     implementation hands each call over to where it is used (the server: its event loop)."""

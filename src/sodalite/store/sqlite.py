@@ -60,8 +60,9 @@ import os
 import pathlib
 import sqlite3
 import string
+import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Final, assert_never
 
@@ -959,6 +960,8 @@ class SqliteStore:
         self.full = False  # a batch failed for lack of space and no room has come back since
         self._closed = False
         self._closed_reason = "the store was closed"
+        self._snapshots_open = 0  # backups reading a snapshot of this file now (snapshot())
+        self._snapshots_lock = threading.Lock()
 
     @property
     def path(self) -> pathlib.Path:
@@ -1202,12 +1205,38 @@ class SqliteStore:
             # The driver's execute() steps this pragma once (one page); executescript runs it through.
             # Then the checkpoint shrinks the file and empties the WAL.
             conn.executescript(f"PRAGMA incremental_vacuum({VACUUM_PAGES_PER_CALL:d});")
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            # TRUNCATE waits (busy timeout) for every reader of the WAL: while a backup's snapshot
+            # reads, that would hold this thread, and every commit behind it, for the whole copy.
+            mode = "PASSIVE" if self._snapshots_open else "TRUNCATE"
+            conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()
         except _DRIVER_ERRORS:
             self._rollback(conn)  # housekeeping only: the next call tries again
         if self.full and self._has_room() and self._make_reserve():
             self.full = False
         return not self.full
+
+    def snapshot(self) -> SqliteSnapshot:
+        """This file as it is now, held by a read transaction of a connection of its own (WAL: the
+        store keeps committing meanwhile); call between transactions, on the store's thread."""
+        self._require()
+        try:
+            conn = sqlite3.connect(self._path, timeout=self._busy_timeout_ms / 1000, isolation_level=None,
+                                   check_same_thread=False)
+        except _DRIVER_ERRORS as exc:
+            raise StoreUnavailable(f"cannot open {self._path} for a backup: {_describe(exc)}") from exc
+        try:
+            conn.execute("BEGIN")
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # the read transaction starts here
+        except _DRIVER_ERRORS as exc:
+            conn.close()
+            raise StoreUnavailable(f"cannot read {self._path} for a backup: {_describe(exc)}") from exc
+        with self._snapshots_lock:
+            self._snapshots_open += 1
+        return SqliteSnapshot(conn, self._path, self._snapshot_closed)
+
+    def _snapshot_closed(self) -> None:
+        with self._snapshots_lock:
+            self._snapshots_open -= 1
 
     def close(self) -> None:
         self._abandon("the store was closed")
@@ -1365,3 +1394,39 @@ class SqliteStore:
         if self._closed:
             raise self._unavailable()
         raise StoreUnavailable(f"SQLite store {self._path} is not open: call open() first")
+
+
+class SqliteSnapshot:
+    """A read transaction on a store's file: :meth:`copy_to` copies the database as that transaction
+    sees it through SQLite's backup API in ONE step (all pages at once under the transaction's
+    snapshot, so the store's writers, which go on, never make it start over)."""
+
+    def __init__(self, conn: sqlite3.Connection, path: pathlib.Path, on_close: Callable[[], None]) -> None:
+        self._conn: sqlite3.Connection | None = conn
+        self._path = path
+        self._on_close = on_close
+
+    def copy_to(self, destination: str) -> None:
+        if self._conn is None:
+            raise StoreUnavailable(f"the snapshot of {self._path} was closed")
+        try:
+            target = sqlite3.connect(destination, isolation_level=None)
+            try:
+                self._conn.backup(target, pages=-1)
+                target.execute("PRAGMA journal_mode = DELETE").fetchone()  # one self-contained file
+            finally:
+                target.close()
+            with open(destination, "rb") as copied:
+                os.fsync(copied.fileno())
+        except _DRIVER_ERRORS as exc:
+            raise StoreUnavailable(f"cannot copy {self._path} into {destination}: {_describe(exc)}") from exc
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            conn.close()
+        except _DRIVER_ERRORS:
+            pass
+        self._on_close()

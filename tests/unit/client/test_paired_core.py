@@ -160,3 +160,51 @@ def test_a_failed_group_leaves_it_and_every_later_group_unsent() -> None:
     assert plan.unsent_from(0) == [a, b, c]
     assert plan.unsent_from(1) == [b, c]
     assert plan.unsent_from(2) == []
+
+
+def test_the_failover_timer_starts_when_the_first_failed_attempt_began() -> None:
+    book = _book(interval=10.0)
+    # The attempt began at 100 and failed at 101.5 (a dead connection noticed late): 10 s from 100.
+    assert isinstance(after_primary_failure(book, "orders", 101.5, RETRY_PAUSE[0], began=100.0), RetryPrimary)
+    assert book.time_left("orders", 101.5) == pytest.approx(8.5)
+    assert after_primary_failure(book, "orders", 110.0, 1.0, began=109.0) == FAIL_OVER
+
+
+def test_attempt_limits_and_timeouts() -> None:
+    from datetime import timedelta as td
+
+    from sodalite.client.availability import Availability, attempt_client_kwargs, attempt_timeout
+    from sodalite.client.paired_core import attempt_limit, pump_slice
+    book = _book(interval=10.0)
+    assert attempt_limit(book, "orders", 100.0, None) == 10.0  # no timer: the whole interval
+    assert attempt_limit(book, "orders", 100.0, 3.0) == 3.0  # the application's shorter timeout wins
+    after_primary_failure(book, "orders", 100.0, RETRY_PAUSE[0])
+    assert attempt_limit(book, "orders", 109.0, None) == pytest.approx(1.0)  # never past the timer
+    assert attempt_limit(_book(interval=0.0), "orders", 100.0, None) == 2.0  # healthy sends are not cut short
+    assert attempt_timeout(None, False, 2.0) is None and attempt_timeout(30.0, False, 2.0) == 30.0
+    assert attempt_timeout(None, True, 2.0) == 2.0 and attempt_timeout(0.5, True, 2.0) == 0.5
+    kwargs = attempt_client_kwargs({"retry_total": 9, "retry_backoff_factor": 3, "connection_verify": "ca.pem"})
+    assert kwargs["retry_total"] == 1 and kwargs["connection_verify"] == "ca.pem"
+    assert pump_slice(td(minutes=15)) == 0.5 and pump_slice(td(seconds=0.2)) == 0.2
+    marks = Availability()
+    from azure.servicebus.exceptions import MessagingEntityNotFoundError, ServiceBusConnectionError
+    assert not marks.failed("q", 0, MessagingEntityNotFoundError(message="gone"), 1.0)  # not about availability
+    assert marks.targets("q") == [0, 1]
+    assert marks.failed("q", 0, ServiceBusConnectionError(message="refused"), 1.0)  # start the probe
+    assert not marks.failed("q", 0, ServiceBusConnectionError(message="refused"), 2.0)  # one probe
+    assert marks.targets("q") == [1] and marks.single_copy_sends == 1
+    assert marks.clear("q", 0) == 1.0 and marks.targets("q") == [0, 1]
+
+
+def test_a_passive_client_keeps_a_failed_namespace_in_doubt_without_a_probe() -> None:
+    from azure.servicebus.exceptions import ServiceBusConnectionError
+
+    from sodalite.client.availability import Availability
+    marks = Availability()
+    refused = ServiceBusConnectionError(message="refused")
+    assert not marks.copy_failed("q", 0, refused, 1.0, probes=False)
+    assert marks.marked("q", 0)  # in doubt: its next attempt gets the short timeout
+    marks.succeeded("q", 0)
+    assert not marks.marked("q", 0)
+    assert marks.copy_failed("q", 1, refused, 2.0, probes=True)  # active: the one caller starts the probe
+    assert not marks.copy_failed("q", 1, refused, 3.0, probes=True)

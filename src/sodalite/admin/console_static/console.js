@@ -21,16 +21,25 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
+// One message at a time: a new notice or error replaces whichever was shown before.
 function showError(message) {
   const box = document.getElementById("error");
   box.textContent = message;
   box.hidden = !message;
+  if (message) clearBox("notice");
 }
 
 function notice(message) {
   const box = document.getElementById("notice");
   box.textContent = message;
   box.hidden = !message;
+  if (message) clearBox("error");
+}
+
+function clearBox(id) {
+  const box = document.getElementById(id);
+  box.textContent = "";
+  box.hidden = true;
 }
 
 class ApiError extends Error {
@@ -300,6 +309,7 @@ async function renderEntity(path) {
     el("span", { class: "muted", id: "rate-now" }, "in 0 · out 0")), chart(rates.get(entity.path).history),
     el("div", { class: "muted" }, "blue: in (acknowledged sends) · orange: out (completed or received)"));
   const sections = [el("h1", {}, `${entity.kind} ${entity.path}`), counts, rateBox];
+  if (entity.kind === "topic") sections.push(await subscriptionsPanel(entity));
   if (entity.kind !== "topic") sections.push(browser(entity));
   if (entity.kind !== "subscription") sections.push(sendForm(entity));
   if (entity.kind === "subscription") sections.push(await rulesPanel(entity));
@@ -310,6 +320,7 @@ async function renderEntity(path) {
 
 async function refreshCounts(path) {
   const entity = await api("GET", entityUrl(path));
+  if (entity.kind === "topic") await refreshSubscriptions(entity);
   for (const cell of document.querySelectorAll("#entity-counts [data-count]")) {
     const key = cell.dataset.count;
     const text = key === "sizeInBytes" ? formatBytes(entity.counts.sizeInBytes) : String(entity.counts[key]);
@@ -323,6 +334,34 @@ async function refreshCounts(path) {
   if (old) old.replaceWith(chart(rate.history));
 }
 
+// ---- a topic's subscriptions ---------------------------------------------------------------------------
+
+const SUBSCRIPTION_COLUMNS = [["active", "Active"], ["deadLetter", "Dead-letter"], ["scheduled", "Scheduled"],
+                              ["deferred", "Deferred"], ["transferDeadLetter", "Transfer DLQ"]];
+
+async function subscriptionsPanel(topic) {
+  const body = el("tbody", { id: "subscription-rows" });
+  const panel = el("div", { class: "panel", id: "subscriptions" }, el("h2", {}, "Subscriptions"),
+    el("table", { id: "subscription-table" },
+      el("thead", {}, el("tr", {}, el("th", {}, "Subscription"),
+        ...SUBSCRIPTION_COLUMNS.map(([, label]) => el("th", { class: "num" }, label)), el("th", {}, "Status"))),
+      body));
+  await refreshSubscriptions(topic, body);
+  return panel;
+}
+
+async function refreshSubscriptions(topic, body) {
+  body = body || document.getElementById("subscription-rows");
+  if (!body) return;
+  const subscriptions = await api("GET", `/entities?kind=subscription&topic=${encodeURIComponent(topic.path)}`);
+  const rows = subscriptions.map((s) => el("tr", { "data-path": s.path },
+    el("td", {}, el("a", { href: "#/entity/" + encodeURIComponent(s.path) }, s.path.split("/").pop())),
+    ...SUBSCRIPTION_COLUMNS.map(([key]) => el("td", { class: "num", "data-count": key }, String(s.counts[key]))),
+    el("td", {}, s.status)));
+  body.replaceChildren(...rows);
+  if (!rows.length) body.append(el("tr", {}, el("td", { colspan: 7, class: "muted" }, "no subscriptions")));
+}
+
 // ---- the message browser ------------------------------------------------------------------------------------
 
 const SUB_QUEUES = [["active", "Active"], ["deferred", "Deferred"], ["scheduled", "Scheduled"],
@@ -333,8 +372,10 @@ const SUB_QUEUE_COUNTS = { active: "active", deferred: "deferred", scheduled: "s
 function browser(entity) {
   const b = { entity, from: 0, pages: [], next: null, messages: [] };
   state.browse = b;
-  const sub = el("select", { id: "browse-sub-queue" },
-                 ...SUB_QUEUES.map(([value, label]) => el("option", { value }, label)));
+  const sub = el("select", { id: "browse-sub-queue", onchange: () => guarded(async () => {
+    b.pages = [];
+    await load(0); // another sub-queue: its messages from the start
+  }) }, ...SUB_QUEUES.map(([value, label]) => el("option", { value }, label)));
   const from = el("input", { id: "browse-from", type: "number", min: 0, value: 0, size: 8 });
   const count = el("input", { id: "browse-count", type: "number", min: 1, max: 100, value: 25, size: 4 });
   const target = el("input", { id: "move-target", placeholder: `(its own: ${entity.path})`, size: 28 });
@@ -355,7 +396,7 @@ function browser(entity) {
     } },
       el("td", {}, el("input", { type: "checkbox", class: "pick", value: m.sequenceNumber })),
       el("td", { class: "num" }, String(m.sequenceNumber)), el("td", {}, m.messageId || ""),
-      el("td", {}, m.state), el("td", {}, time(m.enqueuedTime)), el("td", { class: "num" }, String(m.deliveryCount)),
+      el("td", { class: "state" }, shownState(m)), el("td", {}, time(m.enqueuedTime)), el("td", { class: "num" }, String(m.deliveryCount)),
       el("td", {}, m.subject || ""), el("td", {}, m.deadLetterReason || ""), el("td", { class: "num" }, String(m.size)))));
     pageInfo.textContent = page.messages.length ? `${page.messages.length} from #${start}` : "no messages";
     detail.replaceChildren();
@@ -369,12 +410,14 @@ function browser(entity) {
     const body = { subQueue: sub.value, target: target.value.trim() || undefined, ...selection };
     const preview = await api("POST", entityUrl(entity.path) + "/$move", { ...body, dryRun: true });
     const where = target.value.trim() || entity.path;
-    if (!confirm(`Move ${preview.selected} message(s) from ${entity.path} (${sub.value}) to ${where}?`)) return;
+    const moving = target.value.trim() !== ""; // to another entity: a move; else back to its own: a resubmit
+    const [verb, done] = moving ? ["Move", "Moved"] : ["Resubmit", "Resubmitted"];
+    if (!confirm(`${verb} ${preview.selected} message(s) from ${entity.path} (${sub.value}) to ${where}?`)) return;
     let outcome;
     if (preview.selected > 500) { // a long move runs in the background; show its progress
       let operation = await api("POST", entityUrl(entity.path) + "/$move", { ...body, background: true });
       while (operation.state === "running") {
-        notice(`Moving: ${operation.done} of ${operation.total}`);
+        notice(`${moving ? "Moving" : "Resubmitting"}: ${operation.done} of ${operation.total}`);
         await new Promise((resolve) => setTimeout(resolve, 500));
         operation = await api("GET", `/operations/${operation.id}`);
       }
@@ -383,7 +426,7 @@ function browser(entity) {
     } else {
       outcome = await api("POST", entityUrl(entity.path) + "/$move", body);
     }
-    notice(`Moved ${outcome.moved} of ${outcome.selected} message(s) to ${where}` +
+    notice(`${done} ${outcome.moved} of ${outcome.selected} message(s) to ${where}` +
            (outcome.skipped ? ` (${outcome.skipped} locked or gone, left in place)` : ""));
     await load(b.from);
   }
@@ -438,6 +481,14 @@ function browser(entity) {
   return panel;
 }
 
+// What the browser calls a message's state: a message in a dead-letter sub-queue is dead-lettered (the
+// broker's state field, like the message-state annotation the SDKs read, keeps its three values).
+function shownState(m) {
+  if (m.subQueue === "deadletter") return "Dead-lettered";
+  if (m.subQueue === "transferdeadletter") return "Dead-lettered (transfer)";
+  return m.state;
+}
+
 function decodeBody(base64) {
   const raw = atob(base64);
   const bytes = new Uint8Array(raw.length);
@@ -469,7 +520,7 @@ async function showMessage(entity, subQueue, sequenceNumber, detail) {
   const mode = el("select", { id: "body-mode", onchange: () => { pre.textContent = bodyAs(bytes, mode.value); } },
                   el("option", { value: "text" }, "Text"), el("option", { value: "json" }, "JSON"),
                   el("option", { value: "hex" }, "Hex"));
-  const system = [["Sequence number", m.sequenceNumber], ["MessageId", m.messageId], ["State", m.state],
+  const system = [["Sequence number", m.sequenceNumber], ["MessageId", m.messageId], ["State", shownState(m)],
     ["Enqueued (UTC)", time(m.enqueuedTime)], ["Delivery count", m.deliveryCount], ["Size", m.size],
     ["SessionId", m.sessionId], ["PartitionKey", m.partitionKey], ["ContentType", m.contentType],
     ["Subject", m.subject], ["CorrelationId", m.correlationId], ["To", m.to], ["ReplyTo", m.replyTo],
@@ -527,39 +578,130 @@ function sendForm(entity) {
 
 // ---- rules ---------------------------------------------------------------------------------------------------------
 
+// A correlation filter's fields as the console names them (Subject is the filter's Label).
+const CORRELATION_FIELDS = [["CorrelationId", "CorrelationId"], ["MessageId", "MessageId"], ["To", "To"],
+  ["ReplyTo", "ReplyTo"], ["Label", "Subject"], ["SessionId", "SessionId"], ["ReplyToSessionId", "ReplyToSessionId"],
+  ["ContentType", "ContentType"]];
+
+function quoted(value) {
+  return typeof value === "string" ? `'${value.replaceAll("'", "''")}'` : JSON.stringify(value);
+}
+
+// A rule's filter as a Service Bus Explorer user reads it: its kind, then its expression or its matches.
+function filterText(properties) {
+  switch (properties.FilterType) {
+    case "Sql": return properties.SqlFilter.SqlExpression;
+    case "Correlation": {
+      const c = properties.CorrelationFilter || {};
+      const parts = CORRELATION_FIELDS.filter(([key]) => c[key] !== undefined && c[key] !== null)
+        .map(([key, label]) => `${label} = ${quoted(c[key])}`);
+      for (const [key, value] of Object.entries(c.Properties || {})) parts.push(`${key} = ${quoted(value)}`);
+      return parts.join(" AND ");
+    }
+    case "True": return "every message";
+    case "False": return "no message";
+    default: return properties.FilterType;
+  }
+}
+
+function filterKind(properties) {
+  return { Sql: "SQL filter", Correlation: "Correlation filter", True: "True filter", False: "False filter" }[
+    properties.FilterType] || properties.FilterType;
+}
+
+// "name=value" lines (a string), "name:=JSON" for a number, boolean or null (as the CLI's --property).
+function parseProperties(text) {
+  const out = {};
+  for (const line of text.split("\n").map((l) => l.trim()).filter(Boolean)) {
+    const at = line.indexOf("=");
+    if (at < 1) throw new Error(`Correlation properties: '${line}' is not name=value`);
+    let key = line.slice(0, at), value = line.slice(at + 1);
+    if (key.endsWith(":")) {
+      key = key.slice(0, -1);
+      try { value = JSON.parse(value); } catch (e) { throw new Error(`Correlation properties: ${key}: ${e.message}`); }
+    }
+    out[key.trim()] = value;
+  }
+  return out;
+}
+
 async function rulesPanel(entity) {
   const rules = await api("GET", entityUrl(entity.path) + "/$rules");
   const name = el("input", { id: "rule-name", placeholder: "name" });
+  const kind = el("select", { id: "rule-filter-type" }, el("option", { value: "Sql" }, "SQL filter"),
+                  el("option", { value: "Correlation" }, "Correlation filter"),
+                  el("option", { value: "True" }, "True (every message)"),
+                  el("option", { value: "False" }, "False (no message)"));
   const sql = el("input", { id: "rule-filter", placeholder: "color = 'red'", size: 40 });
+  const sqlLabel = el("label", {}, "SQL filter", sql);
+  const correlationInputs = CORRELATION_FIELDS.map(([key, label]) =>
+    [key, el("input", { id: `rule-correlation-${label.toLowerCase()}`, size: 14 }), label]);
+  const correlationProps = el("textarea", { id: "rule-correlation-properties", rows: 2, cols: 30,
+                                            placeholder: "color=red\npriority:=2" });
+  const correlation = el("div", { class: "toolbar", id: "rule-correlation", hidden: true },
+    ...correlationInputs.map(([, input, label]) => el("label", {}, label, input)),
+    el("label", {}, "Application properties (name=value, name:=JSON)", correlationProps));
   const action = el("input", { id: "rule-action", placeholder: "SET x = 1 (optional)", size: 30 });
+  kind.addEventListener("change", () => {
+    sqlLabel.hidden = kind.value !== "Sql";
+    correlation.hidden = kind.value !== "Correlation";
+  });
+  const header = el("tr", {}, el("th", {}, "Name"), el("th", { colspan: 2 }, "Filter"), el("th", {}, "Action"),
+                    el("th", {}, ""));
   return el("div", { class: "panel", id: "rules" }, el("h2", {}, "Rules"),
-    el("table", {}, ...rules.map((r) => el("tr", {}, el("td", {}, r.name),
-      el("td", {}, el("code", {}, JSON.stringify(r.rule.Properties))),
+    el("table", { id: "rule-table" }, header, ...rules.map((r) => el("tr", { "data-rule": r.name }, el("td", {}, r.name),
+      el("td", { class: "muted filter-kind" }, filterKind(r.rule.Properties)),
+      el("td", { class: "filter" }, el("code", {}, filterText(r.rule.Properties))),
+      el("td", { class: "action" }, r.rule.Properties.Action
+        ? el("code", {}, r.rule.Properties.Action.SqlExpression) : el("span", { class: "muted" }, "none")),
       el("td", {}, el("button", { type: "button", class: "danger", onclick: () => guarded(async () => {
         if (!confirm(`Delete rule ${r.name}?`)) return;
         await api("DELETE", `${entityUrl(entity.path)}/$rules/${encodeURIComponent(r.name)}`);
         route();
       }) }, "Delete"))))),
-    el("form", { class: "inline", onsubmit: (event) => {
+    el("form", { onsubmit: (event) => {
       event.preventDefault();
       guarded(async () => {
-        const properties = { FilterType: "Sql", SqlFilter: { SqlExpression: sql.value } };
+        const properties = { FilterType: kind.value };
+        if (kind.value === "Sql") properties.SqlFilter = { SqlExpression: sql.value };
+        if (kind.value === "Correlation") {
+          const filter = {};
+          for (const [key, input] of correlationInputs) if (input.value.trim()) filter[key] = input.value.trim();
+          const props = parseProperties(correlationProps.value);
+          if (Object.keys(props).length) filter.Properties = props;
+          properties.CorrelationFilter = filter;
+        }
         if (action.value.trim()) properties.Action = { SqlExpression: action.value.trim() };
         await api("POST", entityUrl(entity.path) + "/$rules", { rule: { Name: name.value.trim(), Properties: properties } });
+        await route();
         notice(`Added rule ${name.value.trim()}`);
-        route();
       });
-    } }, el("label", {}, "Name", name), el("label", {}, "SQL filter", sql), el("label", {}, "Action", action),
-      el("button", { id: "rule-add", type: "submit" }, "Add rule")));
+    } }, el("div", { class: "toolbar" }, el("label", {}, "Name", name), el("label", {}, "Filter", kind), sqlLabel,
+           el("label", {}, "Action", action), el("button", { id: "rule-add", type: "submit" }, "Add rule")),
+      correlation));
 }
 
 // ---- keys and stores --------------------------------------------------------------------------------------------------
 
+// A key is shown masked until its Show button is pressed (someone may be looking over the shoulder).
+function secret(value) {
+  if (!value) return "";
+  const shown = el("code", { class: "secret" }, "••••••••••••");
+  const button = el("button", { type: "button", class: "secondary reveal" }, "Show");
+  button.addEventListener("click", () => {
+    const hidden = button.textContent === "Show";
+    shown.textContent = hidden ? value : "••••••••••••";
+    button.textContent = hidden ? "Hide" : "Show";
+  });
+  return el("span", { class: "key" }, shown, " ", button);
+}
+
 async function renderKeys() {
   const keys = await api("GET", "/keys");
-  const row = (k) => el("tr", {}, el("td", {}, k.entity || "(namespace)"), el("td", {}, k.keyName),
-    el("td", {}, k.rights.join(", ")), el("td", {}, el("code", {}, k.primaryKey || "")),
-    el("td", {}, el("code", {}, k.secondaryKey || "")),
+  const row = (k) => el("tr", { "data-key-name": k.keyName, "data-scope": k.entity || "" },
+    el("td", {}, k.entity || "(namespace)"), el("td", {}, k.keyName),
+    el("td", {}, k.rights.join(", ")), el("td", { class: "primary-key" }, secret(k.primaryKey)),
+    el("td", { class: "secondary-key" }, secret(k.secondaryKey)),
     el("td", {}, ...["PrimaryKey", "SecondaryKey"].map((type) => el("button", { type: "button", class: "secondary",
       onclick: () => guarded(async () => {
         if (!confirm(`Regenerate the ${type} of ${k.keyName}? Tokens signed with the old key stop working.`)) return;

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any
@@ -27,6 +27,7 @@ from azure.servicebus.exceptions import ServiceBusAuthenticationError
 
 from sodalite.client import backlog
 from sodalite.client import paired_core as core
+from sodalite.client.availability import CLOSE_BUDGET, namespace_kwargs
 from sodalite.client.failover import is_failover_error
 from sodalite.client.paired_core import PairedMessageBatch, PairedNamespaceOptions, Sendable
 from sodalite.client.paired_messages import ping_message, plan_syphon_batch, refusal, to_backlog_message
@@ -59,9 +60,12 @@ class NamespaceSide(core.SideState):
     """One of the two namespace clients; closing or faulting it closes the other (coordination)."""
 
     def __init__(self, role: str, client: ServiceBusClient, on_down: Callable[[NamespaceSide], None],
-                 before_close: Callable[[], None] = lambda: None) -> None:
+                 before_close: Callable[[], Awaitable[None]] | None = None,
+                 attempts: ServiceBusClient | None = None) -> None:
         super().__init__(role)
         self.client = client
+        # the same namespace with the library's short retry policy: primary sends, pings, syphon moves
+        self.attempts = attempts if attempts is not None else client
         self._on_down = on_down
         self._before_close = before_close
 
@@ -74,8 +78,11 @@ class NamespaceSide(core.SideState):
     async def _down(self, fault: BaseException | None) -> None:
         if not self._goes_down(fault):
             return
-        self._before_close()  # stop the pumps first: they open receivers on this client
+        if self._before_close is not None:
+            await self._before_close()  # stop the pumps first: they open receivers on this client
         try:
+            if self.attempts is not self.client:
+                await close_sdk_client(self.attempts)
             await close_sdk_client(self.client)
         finally:
             self._on_down(self)
@@ -130,7 +137,7 @@ class PairedSender:
 
     def _primary_sender(self) -> ServiceBusSender:
         if self._primary is None:
-            self._primary = core.queue_or_topic_sender(self._client.primary.client, self.entity_path, self._topic)
+            self._primary = core.queue_or_topic_sender(self._client.primary.attempts, self.entity_path, self._topic)
         return self._primary
 
     async def _drop_primary(self) -> None:
@@ -162,7 +169,10 @@ class PairedSender:
         pause = core.RETRY_PAUSE[0]
         while True:
             try:
-                await self._primary_sender().send_messages(send.to_primary, timeout=timeout)
+                # Each attempt ends before the failover timer does (the whole interval while none runs).
+                began = time.monotonic()
+                limit = core.attempt_limit(self._client.book, self.entity_path, began, timeout)
+                await self._primary_sender().send_messages(send.to_primary, timeout=limit)
                 self._client.book.primary_succeeded(self.entity_path)
                 return True
             except Exception as exc:
@@ -170,7 +180,7 @@ class PairedSender:
                 if not is_failover_error(exc):
                     raise
                 await self._drop_primary()
-                step = core.after_primary_failure(self._client.book, self.entity_path, time.monotonic(), pause)
+                step = core.after_primary_failure(self._client.book, self.entity_path, time.monotonic(), pause, began)
                 if not isinstance(step, core.RetryPrimary):
                     log.warning("entity '%s' fails over to the backlog queues: %s", self.entity_path,
                                 core.first_line(exc))
@@ -231,7 +241,7 @@ class Syphon:
                     async with self.secondary.get_queue_receiver(self.backlog_queue) as receiver:
                         while not self.stop.is_set():
                             received = await receiver.receive_messages(
-                                max_message_count=core.SYPHON_BATCH, max_wait_time=self.receive_wait.total_seconds())
+                                max_message_count=core.SYPHON_BATCH, max_wait_time=core.pump_slice(self.receive_wait))
                             if received:
                                 await self.move(receiver, received)
                 except ServiceBusAuthenticationError as exc:
@@ -287,21 +297,29 @@ class Syphon:
 class PairedNamespaceClient(core.PairedState):
     """A primary namespace paired with a secondary one that holds its backlog queues (asyncio)."""
 
-    def __init__(self, primary_connection_string: str, options: PairedNamespaceOptions, **kwargs: Any) -> None:
-        """``kwargs`` (``connection_verify``, ``retry_total``, ...) go to every client made here."""
+    def __init__(self, primary_connection_string: str, options: PairedNamespaceOptions, *,
+                 primary_client_kwargs: dict[str, Any] | None = None,
+                 secondary_client_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        """``kwargs`` (``connection_verify``, ``retry_total``, ...) go to every client made here;
+        ``primary_client_kwargs`` / ``secondary_client_kwargs`` to one namespace's only, over them (each
+        broker's own CA file as ``connection_verify``, say)."""
         super().__init__(primary_connection_string, options)
-        self._kwargs = kwargs
+        first, first_attempts = namespace_kwargs(kwargs, primary_client_kwargs)
+        second, second_attempts = namespace_kwargs(kwargs, secondary_client_kwargs)
+        self._kwargs = second  # the administration client's: it speaks to the secondary
         self._stop = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._closing: set[asyncio.Task[None]] = set()  # tasks closing a side (coordination)
         self._opened = False
         self._opening = asyncio.Lock()
         self.syphons: list[Syphon] = []
         self.primary = NamespaceSide(
-            "primary", ServiceBusClient.from_connection_string(primary_connection_string, **kwargs), self._side_down,
-            self._stop.set)
+            "primary", ServiceBusClient.from_connection_string(primary_connection_string, **first), self._side_down,
+            self._stop_background, ServiceBusClient.from_connection_string(primary_connection_string, **first_attempts))
         self.secondary = NamespaceSide(
-            "secondary", ServiceBusClient.from_connection_string(options.secondary_connection_string, **kwargs),
-            self._side_down, self._stop.set)
+            "secondary", ServiceBusClient.from_connection_string(options.secondary_connection_string, **second),
+            self._side_down, self._stop_background,
+            ServiceBusClient.from_connection_string(options.secondary_connection_string, **second_attempts))
 
     async def open(self) -> None:
         """Check and create the backlog queues, start the syphon; once (``async with`` calls it)."""
@@ -314,7 +332,7 @@ class PairedNamespaceClient(core.PairedState):
             self._opened = True
             if self.options.enable_syphon:
                 for name in self.backlog_names:
-                    syphon = Syphon(self.primary.client, self.secondary.client, name,
+                    syphon = Syphon(self.primary.attempts, self.secondary.client, name,
                                     self.options.syphon_receive_wait, self.options.ping_primary_interval,
                                     self._stop, on_fault=self._fault_from)
                     self.syphons.append(syphon)
@@ -332,10 +350,11 @@ class PairedNamespaceClient(core.PairedState):
                         tb: TracebackType | None) -> None:
         await self.close()
 
-    def _spawn(self, work: Any) -> None:
+    def _spawn(self, work: Any) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     # ---- close/fault coordination ---------------------------------------------------------------
 
@@ -344,7 +363,23 @@ class PairedNamespaceClient(core.PairedState):
         self._close_with(side.down_reason())
         self._stop.set()
         if not other.closed:
-            self._spawn(other.set_fault(PairedClientClosed(side.down_reason())))
+            closing = self._spawn(other.set_fault(PairedClientClosed(side.down_reason())))
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
+
+    async def _stop_background(self) -> None:
+        """Tell the pumps and pingers to stop and give them the budget to finish what they hold; what is
+        left then is cancelled (never the calling task itself: a pump may be the one that faults a side;
+        nor a task that is closing a side, which ends by itself)."""
+        self._stop.set()
+        current = asyncio.current_task()
+        tasks = [task for task in self._tasks if task is not current and task not in self._closing]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=CLOSE_BUDGET)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=0.5)
 
     async def _fault_from(self, role: str, exc: BaseException) -> None:
         await (self.primary if role == "primary" else self.secondary).set_fault(exc)
@@ -354,16 +389,13 @@ class PairedNamespaceClient(core.PairedState):
             await self.primary.set_fault(exc)
 
     async def close(self) -> None:
+        """Stop the background work first (syphon pumps and pingers finish what they are doing, within
+        the budget; what is left then is cancelled), then close the namespace clients under them."""
         self._close_with("the paired client is closed")
-        self._stop.set()
+        await self._stop_background()
         for side in (self.primary, self.secondary):
             if not side.closed:
                 await side.close()
-        tasks = list(self._tasks)
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=5)
-            for task in pending:
-                task.cancel()
 
     # ---- senders and pings ------------------------------------------------------------------------
 
@@ -388,7 +420,7 @@ class PairedNamespaceClient(core.PairedState):
                 if self._stop.is_set():
                     return
                 try:
-                    async with self.primary.client.get_queue_sender(path) as sender:
+                    async with self.primary.attempts.get_queue_sender(path) as sender:
                         await sender.send_messages(ping_message())
                 except Exception as exc:
                     log.info("ping of '%s' failed: %s", path, core.first_line(exc))

@@ -10,6 +10,7 @@ shared with the sync client, so both behave the same; this module does only the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -26,10 +27,19 @@ from azure.servicebus import (
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver, ServiceBusSender
 
 from sodalite.client import replication_core as core
+from sodalite.client.availability import CLOSE_BUDGET, attempt_timeout, namespace_kwargs
 from sodalite.client.batch import KeepingMessageBatch
 from sodalite.client.dedup import DuplicateFilter
+from sodalite.client.paired_core import first_line
 from sodalite.client.replication_core import PRIMARY, SECONDARY, Outcome, ReplicationMode
-from sodalite.client.replication_shared import ClientPairs, Factories, ReceiverState, SessionMakers, session_factories
+from sodalite.client.replication_shared import (
+    ClientPairs,
+    Factories,
+    ProbeMakers,
+    ReceiverState,
+    SessionMakers,
+    session_factories,
+)
 from sodalite.errors import NotImplementedOperation
 
 __all__ = ["ReplicatedClient", "ReplicatedReceiver", "ReplicatedRequestSender", "ReplicatedSender",
@@ -46,17 +56,60 @@ class ReplicatedClient(ClientPairs[ServiceBusSender, ServiceBusReceiver, "Replic
     """Two namespaces, one asyncio client. ``client_kwargs`` go to both ``ServiceBusClient``s."""
 
     def __init__(self, primary: str, secondary: str, *, mode: ReplicationMode = ReplicationMode.ACTIVE,
-                 retry_interval: timedelta = timedelta(seconds=2), **client_kwargs: Any) -> None:
-        super().__init__(primary, secondary, mode, retry_interval)
-        self._clients = (ServiceBusClient.from_connection_string(primary, **client_kwargs),
-                         ServiceBusClient.from_connection_string(secondary, **client_kwargs))
+                 retry_interval: timedelta = timedelta(seconds=2), attempt_timeout: timedelta = timedelta(seconds=2),
+                 primary_client_kwargs: dict[str, Any] | None = None,
+                 secondary_client_kwargs: dict[str, Any] | None = None, **client_kwargs: Any) -> None:
+        super().__init__(primary, secondary, mode, retry_interval, attempt_timeout)
+        first, first_attempts = namespace_kwargs(client_kwargs, primary_client_kwargs)
+        second, second_attempts = namespace_kwargs(client_kwargs, secondary_client_kwargs)
+        self._clients = (ServiceBusClient.from_connection_string(primary, **first),
+                         ServiceBusClient.from_connection_string(secondary, **second))
+        self._attempt_clients = (ServiceBusClient.from_connection_string(primary, **first_attempts),
+                                 ServiceBusClient.from_connection_string(secondary, **second_attempts))
+        self._stop = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     @property
     def _sdk(self) -> tuple[ServiceBusClient, ServiceBusClient]:
         return self._clients
 
-    def _new_sender(self, senders: tuple[ServiceBusSender, ServiceBusSender], key: str) -> ReplicatedSender:
-        return ReplicatedSender(self, senders, key)
+    @property
+    def _attempt_sdk(self) -> tuple[ServiceBusClient, ServiceBusClient]:
+        return self._attempt_clients
+
+    def _new_sender(self, senders: tuple[ServiceBusSender, ServiceBusSender], key: str,
+                    probes: ProbeMakers[ServiceBusSender]) -> ReplicatedSender:
+        return ReplicatedSender(self, senders, key, probes)
+
+    def _start_probe(self, key: str, index: int, make: Callable[[], ServiceBusSender]) -> None:
+        task = asyncio.get_running_loop().create_task(self._probe(key, index, make))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _probe(self, key: str, index: int, make: Callable[[], ServiceBusSender]) -> None:
+        """Until namespace ``index`` answers for ``key``: open a link to the entity (token, attach), send
+        nothing, close it; the first success clears the mark."""
+        try:
+            while not self._stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), self.retry_interval.total_seconds())
+                if self._stop.is_set():
+                    return
+                sender = make()
+                try:
+                    await sender.create_message_batch()  # opens the link and reads its limit; sends nothing
+                except Exception as error:
+                    _log.info("probe of namespace %d for '%s' failed: %s", index, key, first_line(error))
+                    continue
+                finally:
+                    with contextlib.suppress(Exception):
+                        await sender.close()
+                since = self.availability.clear(key, index)
+                _log.warning("namespace %d answers again for '%s' (marked for %.1f s); sends go to both", index,
+                             key, time.monotonic() - since if since is not None else 0.0)
+                return
+        finally:
+            self.availability.probe_stopped(key, index)
 
     def _new_receiver(self, factories: _Factories, duplicate_filter: DuplicateFilter | None,
                       kwargs: dict[str, Any]) -> ReplicatedReceiver:
@@ -75,14 +128,25 @@ class ReplicatedClient(ClientPairs[ServiceBusSender, ServiceBusReceiver, "Replic
         return self._clients[index]
 
     async def close(self) -> None:
+        """Stop the probes first (each finishes its attempt within the budget), then the handlers, then
+        the SDK clients under them."""
+        self._stop.set()
+        tasks = list(self._tasks)
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=CLOSE_BUDGET)
+            for task in pending:
+                task.cancel()
         for handler in self._handlers:
             try:
                 await handler.close()
             except Exception:
                 _log.debug("closing a replicated handler failed", exc_info=True)
         self._handlers.clear()
-        for client in self._clients:
-            await client.close()
+        for client in (*self._attempt_clients, *self._clients):
+            try:
+                await client.close()
+            except Exception:
+                _log.debug("closing an SDK client failed", exc_info=True)
 
     async def __aenter__(self) -> ReplicatedClient:
         return self
@@ -93,10 +157,12 @@ class ReplicatedClient(ClientPairs[ServiceBusSender, ServiceBusReceiver, "Replic
 
 
 class ReplicatedSender:
-    def __init__(self, client: ReplicatedClient, senders: tuple[ServiceBusSender, ServiceBusSender], key: str) -> None:
+    def __init__(self, client: ReplicatedClient, senders: tuple[ServiceBusSender, ServiceBusSender], key: str,
+                 probes: ProbeMakers[ServiceBusSender]) -> None:
         self._client = client
         self._senders = senders
         self._key = key
+        self._probes = probes
 
     @property
     def active_namespace(self) -> int:
@@ -125,16 +191,49 @@ class ReplicatedSender:
         else:
             await self._send_passive(batch, timeout)
 
+    def _timeout(self, index: int, timeout: float | None) -> float | None:
+        return attempt_timeout(timeout, self._client.availability.marked(self._key, index),
+                               self._client.attempt_timeout.total_seconds())
+
+    def _sent(self, index: int) -> None:
+        self._client.availability.succeeded(self._key, index)
+
+    def _failed(self, index: int, error: BaseException) -> None:
+        """A copy failed: a failover error marks its namespace (and, in active mode, starts its probe)."""
+        if self._client.availability.copy_failed(self._key, index, error, time.monotonic(),
+                                                 probes=self._client.mode is ReplicationMode.ACTIVE):
+            _log.warning("namespace %d marked unavailable for '%s' (%s); sends go to the other one until a probe "
+                         "answers", index, self._key, first_line(error))
+            self._client._start_probe(self._key, index, self._probes[index])
+
     async def _send_active(self, batch: list[ServiceBusMessage], timeout: float | None) -> None:
+        targets = self._client.availability.targets(self._key)
+        if len(targets) == 1:  # the other namespace is marked unavailable: one copy
+            index = targets[0]
+            try:
+                await self._senders[index].send_messages(batch, timeout=self._timeout(index, timeout))
+            except Exception as error:
+                self._failed(index, error)
+                raise
+            self._sent(index)
+            _log.debug("one copy sent to namespace %d (the other is marked unavailable)", index)
+            return
         raw = [m.raw_amqp_message for m in batch]  # the secondary's copies: no shared object is mutated
-        first, second = await asyncio.gather(self._senders[PRIMARY].send_messages(batch, timeout=timeout),
-                                             self._senders[SECONDARY].send_messages(raw, timeout=timeout),
-                                             return_exceptions=True)
+        first, second = await asyncio.gather(
+            self._senders[PRIMARY].send_messages(batch, timeout=self._timeout(PRIMARY, timeout)),
+            self._senders[SECONDARY].send_messages(raw, timeout=self._timeout(SECONDARY, timeout)),
+            return_exceptions=True)
         for outcome in (first, second):
             if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
                 raise outcome  # a cancellation is not a failed copy
-        result = core.active_send_result(first if isinstance(first, Exception) else None,
-                                    second if isinstance(second, Exception) else None)
+        errors = [first if isinstance(first, Exception) else None, second if isinstance(second, Exception) else None]
+        for index in (PRIMARY, SECONDARY):
+            failure = errors[index]
+            if failure is None:
+                self._sent(index)
+            else:
+                self._failed(index, failure)
+        result = core.active_send_result(errors[PRIMARY], errors[SECONDARY])
         if result.error is not None:
             raise result.error from result.cause
         if result.lost is not None:
@@ -145,13 +244,15 @@ class ReplicatedSender:
         attempts = core.Attempts()
         for index in (active, 1 - active):
             try:
-                await self._senders[index].send_messages(batch, timeout=timeout)
+                await self._senders[index].send_messages(batch, timeout=self._timeout(index, timeout))
             except Exception as error:
+                self._failed(index, error)
                 attempts.failed(error)
                 continue
+            self._sent(index)
             if index != active:
                 _log.warning("namespace %d unavailable (%s); the backup takes the active role", active,
-                             attempts.errors[0])
+                             first_line(attempts.errors[0]))
                 self._client._roles.switch_from(self._key, active)
             return
         attempts.give_up()
