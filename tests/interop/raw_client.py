@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import ssl
 import time
 import uuid
 from collections.abc import Callable
@@ -49,11 +50,14 @@ def message_with(body: bytes, *, message_id: str | None = None, session_id: str 
 
 class RawClient:
     def __init__(self, port: int, hostname: str = "localhost", max_frame_size: int = 262144,
-                 session_window: int | None = None) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+                 session_window: int | None = None, *, sasl: SaslClientConfig | None = None,
+                 host: str = "127.0.0.1", tls: ssl.SSLContext | None = None) -> None:
+        sock = socket.create_connection((host, port), timeout=10)
+        self.sock = tls.wrap_socket(sock, server_hostname=hostname) if tls is not None else sock
         window = {} if session_window is None else {"session_window": session_window}
-        self.conn = Connection(server=False, container_id=f"raw-{uuid.uuid4()}", sasl_client=SaslClientConfig(),
-                               hostname=hostname, max_frame_size=max_frame_size, **window)
+        self.conn = Connection(server=False, container_id=f"raw-{uuid.uuid4()}",
+                               sasl_client=sasl or SaslClientConfig(), hostname=hostname,
+                               max_frame_size=max_frame_size, **window)
         self.conn.start()
         self.session = self.conn.begin()
         self.events: list[ev.Event] = []

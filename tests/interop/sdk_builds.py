@@ -1,7 +1,8 @@
-"""Build the other SDKs' scenarios (tests/java with Maven, tests/go with `go build`) when their build is
-missing or older than their sources: `scripts/test` runs `python tests/interop/sdk_builds.py java go`
-before the suite, and test_java_sdk.py / test_go_sdk.py call :func:`ensure_built` before their tests
-(so each module also runs alone). A first build downloads the SDK (Maven Central, the Go module proxy)."""
+"""Build the other SDKs' scenarios (tests/java and tests/jms with Maven, tests/go with `go build`) when their
+build is missing or older than their sources: `scripts/test` runs `python tests/interop/sdk_builds.py java
+jms go` before the suite, and test_java_sdk.py / test_jms.py / test_go_sdk.py call :func:`ensure_built`
+before their tests (so each module also runs alone). A first build downloads the SDK or client library
+(Maven Central, the Go module proxy)."""
 
 from __future__ import annotations
 
@@ -43,9 +44,11 @@ JAVA = Build("java", TESTS / "java", "mvn", ("pom.xml", "src/**/*.java"),
              ("target/sodalite-java-interop-1.jar", "target/classpath.txt"),
              ("package", "dependency:build-classpath", "-Dmdep.outputFile={dir}/target/classpath.txt", "-DskipTests",
               "-q", "-B", "-Dstyle.color=never"))
+JMS = Build("jms", TESTS / "jms", "mvn", ("pom.xml", "src/**/*.java"),
+            ("target/sodalite-jms-interop-1.jar", "target/classpath.txt"), JAVA.command)
 GO = Build("go", TESTS / "go", "go", ("go.mod", "go.sum", "*.go"), ("target/sodalite-go-interop",),
            ("build", "-o", "{dir}/target/sodalite-go-interop", "."))
-BUILDS = {build.name: build for build in (JAVA, GO)}
+BUILDS = {build.name: build for build in (JAVA, JMS, GO)}
 
 
 def ensure_built(build: Build) -> None:
@@ -62,8 +65,8 @@ def ensure_built(build: Build) -> None:
     stamp.write_text(want)
 
 
-def java_classpath() -> str:
-    return f"{JAVA.path(JAVA.outputs[0])}:{JAVA.path(JAVA.outputs[1]).read_text().strip()}"
+def java_classpath(build: Build = JAVA) -> str:
+    return f"{build.path(build.outputs[0])}:{build.path(build.outputs[1]).read_text().strip()}"
 
 
 if __name__ == "__main__":

@@ -79,8 +79,10 @@ class Connection:
                  sasl_server: SaslServerConfig | None = None, sasl_client: SaslClientConfig | None = None,
                  hostname: str | None = None, properties: dict[Any, Any] | None = None,
                  session_window: int = DEFAULT_WINDOW, first_outgoing_id: int = 0,
-                 handle_max: int = 255, silence_heartbeat_s: float | None = None) -> None:
+                 handle_max: int = 255, silence_heartbeat_s: float | None = None,
+                 offered_capabilities: tuple[str, ...] = ()) -> None:
         self.server = server
+        self.offered_capabilities = offered_capabilities  # sent in our open
         self.container_id = container_id
         self.max_frame_size = max_frame_size
         self.channel_max = channel_max
@@ -275,7 +277,9 @@ class Connection:
         self._open_sent = True
         self._send_frame(framing.FRAME_AMQP, 0, Open(
             self.container_id, None if self.server else self.hostname, self.max_frame_size,
-            self.channel_max, self.idle_timeout_ms, None, None, None, None, self.properties).encode())
+            self.channel_max, self.idle_timeout_ms, None, None,
+            Array("symbol", tuple(Symbol(c) for c in self.offered_capabilities)) if self.offered_capabilities else None,
+            None, self.properties).encode())
         self._out.extend(self._deferred)
         self._deferred.clear()
 

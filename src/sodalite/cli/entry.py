@@ -69,6 +69,9 @@ def parser() -> argparse.ArgumentParser:
                        help="PEM certificate (chain) for amqps and the HTTPS management API; default: one "
                             "generated into the data directory")
     serve.add_argument("--tls-key", type=Path, default=None, help="PEM private key of --tls-cert")
+    serve.add_argument("--allow-plain-sasl-without-tls", action="store_true",
+                       help="offer SASL PLAIN (a key name and key, as JMS clients log in) on plain TCP to "
+                            "clients on other hosts too; by default it is offered only over TLS and on loopback")
     serve.add_argument("--metrics-port", type=int, default=-1,
                        help="also serve Prometheus /metrics over plain HTTP on this port (off by default; "
                             "the management API serves /metrics too)")

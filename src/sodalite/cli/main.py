@@ -269,6 +269,7 @@ async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
                                      args.max_sessions_per_connection, args.max_links_per_connection,
                                      max_unauthenticated=args.max_unauthenticated_connections,
                                      auth_timeout=args.auth_timeout)
+    broker.plain_sasl_without_tls = args.allow_plain_sasl_without_tls
     asyncio.get_running_loop().set_exception_handler(AcceptFailureLog())
     cert, key = certificate(args)  # generated whenever missing, whichever listeners are on
     tls = _tls_context(args, cert, key)

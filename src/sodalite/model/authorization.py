@@ -19,6 +19,8 @@ Pure: time comes in as an argument, random keys come in from the caller.
 
 from __future__ import annotations
 
+import hmac
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -249,6 +251,33 @@ def authorize(token: str, namespace_rules: Sequence[AuthorizationRule], lookup: 
     raise failure or Unauthorized(f"unknown SharedAccessKeyName {parsed.key_name!r}")
 
 
+def key_matches(rule: AuthorizationRule, key: str) -> bool:
+    """Whether ``key`` is the rule's primary or secondary key, compared in constant time: both keys are
+    always compared, so the time taken tells nothing about which one (or how much of it) matched."""
+    given = key.encode("utf-8")
+    primary = hmac.compare_digest(given, rule.primary_key.encode("utf-8"))
+    secondary = rule.secondary_key is not None and hmac.compare_digest(given, rule.secondary_key.encode("utf-8"))
+    return primary | secondary
+
+
+def key_grants(key_name: str, key: str, namespace_rules: Sequence[AuthorizationRule],
+               entity_rules: Iterable[tuple[str, Sequence[AuthorizationRule]]]) -> tuple[Authorization, ...]:
+    """What a key name and key given directly (SASL PLAIN, as a JMS client logs in) grant: the rights
+    of the namespace's rule of that name if the key is one of its keys (namespace-wide), and of each
+    queue's or topic's own rule of that name whose key it is (on that entity only). Empty: refused.
+
+    ``entity_rules`` gives each queue or topic (lower-cased path) with its own rules. The grants do not
+    expire; they last while the rule still has that key (see :func:`key_grants` again on a change).
+    """
+    grants: list[Authorization] = []
+    scopes: list[tuple[str | None, Sequence[AuthorizationRule]]] = [(None, namespace_rules), *entity_rules]
+    for entity, rules in scopes:
+        rule = next((r for r in rules if r.key_name == key_name), None)
+        if rule is not None and key_matches(rule, key):
+            grants.append(Authorization(rule.key_name, rule.rights, entity, "", math.inf))
+    return tuple(grants)
+
+
 def missing_right(right: AccessRights) -> Unauthorized:
     return Unauthorized(f"Unauthorized access. '{right.value}' claim(s) are required to perform this operation.")
 
@@ -354,6 +383,8 @@ __all__ = [
     "authorize",
     "entity_scope",
     "find_rule",
+    "key_grants",
+    "key_matches",
     "missing_right",
     "parse_rights",
     "regenerated",

@@ -223,7 +223,7 @@ import enum
 import heapq
 import uuid
 from bisect import bisect_right, insort
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
 
 from sodalite.model.dedup import DuplicateDetector
@@ -354,11 +354,16 @@ class CancelScheduled:
 
 @dataclass(frozen=True, slots=True)
 class Receive:
-    """Give ``consumer`` ``count`` more credit (attach it if new)."""
+    """Give ``consumer`` ``count`` more credit (attach it if new).
+
+    ``selects`` (a JMS selector) limits what the consumer is given to the ready messages it selects;
+    it sees only those within the window, so a window full of messages it does not select keeps the
+    ones behind from it until other consumers take some."""
 
     consumer: Consumer
     count: int
     mode: ReceiveMode = ReceiveMode.PEEK_LOCK
+    selects: Callable[[MessageRecord], bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -890,6 +895,7 @@ class HeldLock:
 class _Credit:
     count: int
     mode: ReceiveMode
+    selects: Callable[[MessageRecord], bool] | None = None
 
 
 @dataclass(slots=True)
@@ -1247,10 +1253,11 @@ def decide(view: View, command: Command, now: int) -> Decision:
                 case Receive():
                     credit = view.credit.get(command.consumer)
                     if credit is None:
-                        view.credit[command.consumer] = _Credit(max(command.count, 0), command.mode)
+                        view.credit[command.consumer] = _Credit(max(command.count, 0), command.mode, command.selects)
                     else:
                         credit.count += max(command.count, 0)
                         credit.mode = command.mode
+                        credit.selects = command.selects
                     held = _session_of(view, command.consumer)
                     if held is not None and not held.renewing and held.locked_until > now:
                         _on_renew_session(turn, held.session_id, _NO_REPLY)  # asking (any flow) extends the session
@@ -1693,6 +1700,31 @@ def _leave_expired(turn: _Turn, record: MessageRecord) -> None:
         turn.drop_moves.append((MoveItem(record.sequence_number), record))
 
 
+def _take_selected(turn: _Turn, count: int, selects: Callable[[MessageRecord], bool]) -> list[MessageRecord]:
+    """Up to ``count`` window messages a selector selects, in order; the others stay for other consumers."""
+    view, now = turn.view, turn.now
+    taken: list[MessageRecord] = []
+    kept: list[int] = []
+    order = view.window_order
+    for index, seq in enumerate(order):
+        if len(taken) >= count:
+            kept.extend(order[index:])
+            break
+        record = view.window[seq]
+        if _expired(record, now) or record.delivery_count >= view.settings.max_delivery_count:
+            del view.window[seq]
+            view.window_size -= record.size
+            _admit(turn, record)  # not back into the window: it leaves
+        elif selects(record):
+            del view.window[seq]
+            view.window_size -= record.size
+            taken.append(record)
+        else:
+            kept.append(seq)
+    view.window_order = kept
+    return taken
+
+
 def _take_from_window(view: View) -> MessageRecord:
     seq = view.window_order.pop(0)
     record = view.window.pop(seq)
@@ -1760,12 +1792,15 @@ def _pump(turn: _Turn) -> None:
     lock_duration = view.settings.lock_duration
     for consumer, credit in view.credit.items():
         taken: list[MessageRecord] = []
-        while credit.count > len(taken) and view.window_order:
-            record = _take_from_window(view)
-            if _expired(record, now) or record.delivery_count >= view.settings.max_delivery_count:
-                _admit(turn, record)  # not back into the window: it leaves
-                continue
-            taken.append(record)
+        if credit.selects is not None:  # a JMS selector: only what it selects, the rest stays
+            taken = _take_selected(turn, credit.count, credit.selects)
+        else:
+            while credit.count > len(taken) and view.window_order:
+                record = _take_from_window(view)
+                if _expired(record, now) or record.delivery_count >= view.settings.max_delivery_count:
+                    _admit(turn, record)  # not back into the window: it leaves
+                    continue
+                taken.append(record)
         if not taken:
             continue
         credit.count -= len(taken)

@@ -10,12 +10,18 @@ on this connection: an audience path and the rights of the key that signed it, u
   operations check theirs per request).
 * One timer per connection fires at the earliest expiry of a live grant; then every link whose
   endpoint ``needs()`` a right no live grant still gives is detached with ``amqp:unauthorized-access``.
+* A client may instead log in with SASL PLAIN, a rule's key name and key as user name and password
+  (what a JMS client does, as with Service Bus Premium): :meth:`ConnectionAuth.key_login` turns them
+  into grants that do not expire (``model.authorization.key_grants``: a namespace rule namespace-wide,
+  an entity's own rule on that entity only). They last while the rule still has that key: when keys
+  or rules change, :meth:`ConnectionAuth.key_still_valid` tells the connection whether to close.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from typing import Any
 
@@ -25,7 +31,7 @@ from sodalite.amqp.performatives import Accepted
 from sodalite.amqp.types import Int
 from sodalite.errors import EntityNotFound, SodaliteError, Unauthorized
 from sodalite.model import sas
-from sodalite.model.authorization import AccessRights, Authorization, missing_right
+from sodalite.model.authorization import AccessRights, Authorization, key_grants, missing_right
 from sodalite.server.amqp_errors import client_error, report
 from sodalite.server.endpoint import ConnectionPort, ControlLink, Endpoint
 from sodalite.server.entity_settings import SubQueue
@@ -40,18 +46,49 @@ EXPIRY_SLACK_S = 0.05  # the expiry timer fires this long after the earliest exp
 class ConnectionAuth:
     """The grants of one connection and the checks made against them."""
 
-    __slots__ = ("_expiry", "connection", "grants")
+    __slots__ = ("_expiry", "_key", "_key_grants", "connection", "grants", "key_name")
 
     def __init__(self, connection: ConnectionPort) -> None:
         self.connection = connection
-        self.grants: list[Authorization] = []  # from this connection's put-tokens
+        self.grants: list[Authorization] = []  # from this connection's put-tokens (and its SASL PLAIN login)
         self._expiry: asyncio.TimerHandle | None = None
+        self.key_name: str | None = None  # the rule a SASL PLAIN login named, once it succeeded
+        self._key: str | None = None
+        self._key_grants: tuple[Authorization, ...] = ()
+
+    @property
+    def authenticated(self) -> bool:
+        """The client proved a key: a SASL PLAIN login, or a put-token that was accepted."""
+        return self.key_name is not None or bool(self.grants)
+
+    def key_login(self, key_name: str, key: str) -> bool:
+        """SASL PLAIN with a rule's key name and key: True (and the rule's rights, as grants that do not
+        expire) if the key is one of that rule's keys, on the namespace or on a queue or topic."""
+        grants = key_grants(key_name, key, self.connection.broker.authorization_rules,
+                            self.connection.broker.entity_scopes())
+        if not grants:
+            return False
+        self.key_name, self._key, self._key_grants = key_name, key, grants
+        self.grants.extend(grants)
+        return True
+
+    def key_still_valid(self) -> bool:
+        """After keys or rules changed: whether the key this connection logged in with still grants what
+        it granted (False: it was regenerated, or its rule deleted or changed; the connection must go)."""
+        if self.key_name is None or self._key is None:
+            return True
+        now = key_grants(self.key_name, self._key, self.connection.broker.authorization_rules,
+                         self.connection.broker.entity_scopes())
+        return set(self._key_grants) <= set(now)
 
     def authorise(self, path: str, right: AccessRights | None) -> None:
         """Raise Unauthorized unless a live token on this connection covers ``path`` with ``right``."""
         now = time.time()
         covering = [g for g in self.grants if g.expires_at > now and g.covers(path)]
         if not covering:
+            if self.key_name is not None:
+                raise Unauthorized(f"the key '{self.key_name}' this connection logged in with does not grant "
+                                   f"access to '{path}'")
             raise Unauthorized(f"no valid token covers '{path}'; send a put-token to $cbs first")
         if right is not None and not any(g.allows(right) for g in covering):
             raise missing_right(right)
@@ -90,7 +127,7 @@ class ConnectionAuth:
         """One timer, at the earliest expiry of a live grant: then links no grant covers any more go."""
         self.cancel()
         now = time.time()
-        live = [g.expires_at for g in self.grants if g.expires_at > now]
+        live = [g.expires_at for g in self.grants if now < g.expires_at < math.inf]
         if live:
             self._expiry = asyncio.get_running_loop().call_later(min(live) - now + EXPIRY_SLACK_S, self._on_expiry)
 

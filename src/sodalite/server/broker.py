@@ -51,7 +51,7 @@ from sodalite.model.entities import (
 )
 from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDraft
 from sodalite.model.partition_core import record_for as core_record
-from sodalite.server import wire
+from sodalite.server import temporary, topic_consumers, wire
 from sodalite.server.addresses import entity_path
 from sodalite.server.connection_handler import BrokerConnection
 from sodalite.server.core_actor import Copy, CoreActor
@@ -95,6 +95,7 @@ MAX_TRANSFER_HOPS = 4  # Service Bus forwards a message at most this many times 
 # entity loader skips, at "$authorizationrules/<$namespace or lower-cased path>/<key name>" ('$' keeps it apart
 # from entity names), so two nodes regenerating different keys at once keep both. An older release kept
 # them all in one record at "$authorizationrules" (KeyOverrides.to_json); start() splits it.
+MAX_SUBSCRIPTIONS_PER_TOPIC = 2000  # Service Bus quotas: subscriptions per topic
 KEY_OVERRIDES_PATH, KEY_OVERRIDES_KIND = "$authorizationrules", "authorization-rules"
 # When each entity was created and last updated: one record per entity, of a kind the loader skips, at
 # "$entitytimes/<lower-cased path>" ('$' keeps it apart from entity names), holding [created, updated] (ms)
@@ -205,6 +206,17 @@ class Broker:
         # The namespace's shared access rules, with keys regenerated at runtime (start() applies stored ones).
         self.authorization_rules: tuple[AuthorizationRule, ...] = namespace.authorization_rules
         self.key_overrides = KeyOverrides()
+        # SASL PLAIN (a key name and key in clear) is offered over TLS and on loopback; on plain TCP
+        # from another host only when the operator allows it (--allow-plain-sasl-without-tls).
+        self.plain_sasl_without_tls = False
+        # Non-durable JMS topic consumers' subscriptions (lower-cased path) -> the links reading them
+        # (server/topic_consumers.py): removed when the last one goes.
+        self.volatile_subscriptions: dict[str, set[int]] = {}
+        # Service Bus's quota of subscriptions per topic (Standard and Premium: 2,000); a JMS topic
+        # consumer's subscription counts as any other.
+        self.max_subscriptions_per_topic = MAX_SUBSCRIPTIONS_PER_TOPIC
+        # JMS temporary queues and topics (lower-cased path) -> id() of the connection that made them.
+        self.temporary_owners: dict[str, int] = {}
         self.entity_times: dict[str, list[int]] = {}  # lower-cased path -> [created, updated], ms
         self.port = 0  # the AMQP port start() bound
         self._server: SniffingListener | None = None
@@ -241,6 +253,21 @@ class Broker:
             return None
         rules: tuple[AuthorizationRule, ...] = getattr(entity.properties, "authorization_rules", ())
         return rules
+
+    def entity_scopes(self) -> list[tuple[str, Sequence[AuthorizationRule]]]:
+        """Every queue and topic that has rules of its own (lower-cased path), with those rules."""
+        scopes: list[tuple[str, Sequence[AuthorizationRule]]] = []
+        for path, entity in self.entities.items():
+            properties = entity.properties
+            if isinstance(properties, QueueProperties | TopicProperties) and properties.authorization_rules:
+                scopes.append((path, properties.authorization_rules))
+        return scopes
+
+    def keys_changed(self) -> None:
+        """Keys or rules changed (regenerated, a rule edited or deleted, an entity deleted): a connection
+        that logged in with a key (SASL PLAIN) that no longer grants what it granted is closed."""
+        for connection in list(self.connections):
+            connection.check_key_login()
 
     def authorize(self, token: str, target_path: str) -> Authorization:
         """What ``token`` grants for ``target_path``; raises Unauthorized."""
@@ -280,6 +307,7 @@ class Broker:
             self.authorization_rules = updated
         else:
             entity.properties = properties
+        self.keys_changed()
         return after
 
     def _with_key_overrides(self, name: str, properties: Any) -> Any:
@@ -465,6 +493,13 @@ class Broker:
                 if record.kind == kind:
                     await self._load(record)
         self._link_dead_letter_forwarding()
+        if not self.worker.shared:  # (on a shared store another node's consumers may be reading them)
+            for left in topic_consumers.left_behind(list(self.entities.values())):
+                log.info("removing %s, a non-durable topic consumer's subscription left by an earlier run", left.name)
+                await self._delete_entity(left)
+            for left in temporary.left_behind(list(self.entities.values())):
+                log.info("removing %s, a temporary destination left by an earlier run", left.name)
+                await self._delete_entity(left)
         self._start_activations()
         # The summary of the time the version-1 path existed, which operators and tests read (it is gone:
         # nothing is on it).
@@ -769,6 +804,7 @@ class Broker:
                                  self._touched(entity.name)])
         settings, max_message_size = self._settings(properties, entity.partitioned)
         entity.properties, entity.max_message_size = properties, max_message_size
+        self.keys_changed()
         await entity.actor.update_settings(settings)
         self._link_dead_letter_forwarding()
 
@@ -832,6 +868,7 @@ class Broker:
                                  self._touched(entity.name)])
         settings, max_message_size = self._settings(properties, entity.partitioned)
         entity.properties, entity.max_message_size = properties, max_message_size
+        self.keys_changed()
         await entity.actor.update_settings(settings)
 
     async def create_subscription(self, topic: Entity, name: str, properties: SubscriptionProperties,
@@ -846,6 +883,9 @@ class Broker:
         path = named_subscription_path(topic.name, name)
         if self.entity(path) is not None:
             raise EntityAlreadyExists(f"the subscription '{name}' already exists on '{topic.name}'")
+        if len(topic.subscriptions) >= self.max_subscriptions_per_topic:
+            raise QuotaExceeded(f"the topic '{topic.name}' already has {len(topic.subscriptions)} subscriptions, "
+                                f"its quota ({self.max_subscriptions_per_topic})")
         self._check_forward_targets(properties, topic=topic)
         for rule in rules:
             self._compile_rule(rule)  # refuse a bad filter before anything is stored
@@ -868,6 +908,7 @@ class Broker:
                                  self._touched(entity.name)])
         settings, max_message_size = self._settings(properties, entity.partitioned)
         entity.properties, entity.max_message_size = properties, max_message_size
+        self.keys_changed()
         await entity.actor.update_settings(settings)
         self._link_dead_letter_forwarding()
 
@@ -939,6 +980,7 @@ class Broker:
         if properties != known.properties:
             settings, max_message_size = self._settings(properties, known.partitioned)
             known.properties, known.max_message_size = properties, max_message_size
+            self.keys_changed()
             await known.actor.update_settings(settings)
         if record.kind == SUBSCRIPTION:
             try:
@@ -977,6 +1019,7 @@ class Broker:
             self.key_overrides = overrides
             self.authorization_rules, _ = apply_overrides(self.namespace.authorization_rules, overrides.namespace)
             log.info("applied the shared access keys regenerated through another node")
+            self.keys_changed()
 
     async def _store_created(self, record: EntityRecord) -> None:
         """Store a new entity's record, and remove whatever an earlier entity of its path left behind
@@ -1004,6 +1047,7 @@ class Broker:
             entity.topic.subscriptions.pop(entity.name.lower(), None)
         for connection in list(self.connections):
             connection.entity_deleted(entity)
+        self.keys_changed()  # its own rules went with it
         await entity.actor.close()
 
     async def _sweep_idle_forever(self) -> None:

@@ -11,15 +11,16 @@ work leaves in few writes; held in the AMQP connection while the transport is pa
 not yet written can still be taken back; each endpoint told which of its transfers were written),
 the heartbeat and handshake timers, the connection limit, the authentication deadline and the
 allowance of connections not yet authenticated (``server/limits.py``: a connection is authenticated
-once a token was accepted on ``$cbs``, seen as a grant on its ``ConnectionAuth`` after a transfer;
-until then it is in ``broker.unauthenticated``), and the detaching of links whose entity is deleted.
-A malformed frame closes only this connection (the
+once a token was accepted on ``$cbs``, seen as a grant on its ``ConnectionAuth`` after a transfer,
+or once its SASL PLAIN login with a key succeeded; until then it is in ``broker.unauthenticated``),
+and the detaching of links whose entity is deleted. A malformed frame closes only this connection (the
 AMQP layer answers with a close carrying the error); the broker goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -46,6 +47,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# What the open offers. JMS clients (Apache Qpid JMS) look for DELAYED_DELIVERY before they send a
+# message with a delivery delay (the broker schedules it: wire.py reads its x-opt-delivery-time), and for
+# SHARED-SUBS before they make a shared topic consumer (server/topic_consumers.py).
+OFFERED_CAPABILITIES = ("DELAYED_DELIVERY", "SHARED-SUBS")
 HANDSHAKE_RECHECK_S = 15.0  # before open no heartbeat is due; the timer looks again this often
 MIN_TICK_S = 0.05
 CLOSE_GRACE_S = 2.0  # after the broker's close, a peer that does not answer it is dropped
@@ -63,9 +68,10 @@ class BrokerConnection(asyncio.Protocol):
         self.amqp = Connection(
             server=True, container_id=broker.container_id, max_frame_size=broker.max_frame_size,
             channel_max=max(0, limits.max_sessions - 1),  # one session more closes the connection
-            idle_timeout_ms=broker.idle_timeout_ms, sasl_server=SaslServerConfig(),
+            idle_timeout_ms=broker.idle_timeout_ms, sasl_server=self._sasl_config(plain=True),
             silence_heartbeat_s=broker.silence_heartbeat_s,
             first_outgoing_id=0x80000000,  # keeps our delivery-ids apart from the SDK's (pitfall 6)
+            offered_capabilities=OFFERED_CAPABILITIES,
         )
         self.amqp.track_written = True  # transfers written or never written: the endpoints hear of both
         self.transport: asyncio.Transport | None = None
@@ -91,6 +97,9 @@ class BrokerConnection(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        if not (transport.get_extra_info("ssl_object") is not None or _loopback(peer)
+                or self.broker.plain_sasl_without_tls):
+            self.amqp.sasl_server = self._sasl_config(plain=False)  # no key in clear over the network
         limits = self.broker.limits
         self._handshake = asyncio.get_running_loop().call_later(limits.handshake_timeout, self._handshake_expired)
         waiting = self.broker.unauthenticated
@@ -160,6 +169,32 @@ class BrokerConnection(asyncio.Protocol):
             self.flush()
         if not transport.is_closing():
             transport.close()  # after what is buffered has been written
+
+    # ---- SASL ----------------------------------------------------------------------------------------
+
+    def _sasl_config(self, *, plain: bool) -> SaslServerConfig:
+        """MSSBCBS and ANONYMOUS (then ``$cbs`` tokens), and PLAIN (a rule's key name and key) where offered."""
+        if plain:
+            return SaslServerConfig(plain_validator=self._key_login)
+        return SaslServerConfig(mechanisms=("MSSBCBS", "ANONYMOUS"))
+
+    def _key_login(self, key_name: str, key: str) -> bool:
+        if self.auth.key_login(key_name, key):
+            self._check_authenticated()  # a key proved: no longer waiting to authenticate
+            return True
+        log.info("refused SASL PLAIN from %s: '%s' is not a key name with that key", self.peer, key_name,
+                 extra={"connection": self.peer, "kind": "connection"})
+        self.broker.metrics.error_sent("amqp:unauthorized-access")
+        return False
+
+    def check_key_login(self) -> None:
+        """Close this connection if the key it logged in with no longer grants what it granted."""
+        if self.auth.key_still_valid() or self.amqp.closed:
+            return
+        self.amqp.close(client_error(Unauthorized(
+            f"the key '{self.auth.key_name}' this connection logged in with was regenerated or its rule changed"),
+            self.broker.metrics, self.peer, None))
+        self.flush_soon()
 
     # ---- output ----------------------------------------------------------------------------------
 
@@ -376,3 +411,12 @@ class BrokerConnection(asyncio.Protocol):
             if isinstance(endpoint, Endpoint) and endpoint.serves(entity):
                 link.detach(error)
         self.flush_soon()
+
+
+def _loopback(peer: object) -> bool:
+    if not isinstance(peer, tuple) or not peer:
+        return False
+    try:
+        return ipaddress.ip_address(str(peer[0]).split("%")[0]).is_loopback
+    except ValueError:
+        return False

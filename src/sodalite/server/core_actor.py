@@ -164,6 +164,12 @@ def as_delivered(record: MessageRecord) -> MessageRecord:
     return replace(record, delivery_count=record.delivery_count - 1)
 
 
+def _selects(consumer: object) -> Callable[[MessageRecord], bool] | None:
+    """A JMS consumer's selector (``links.LinkConsumer.selects``), if it has one."""
+    selects = getattr(consumer, "selects", None)
+    return selects if callable(selects) else None
+
+
 class Receiver(Hashable, Protocol):
     """A receiver as a core actor sees it: a client's receiver link (``links.LinkConsumer``), one
     partition's share of one (``partitioned_actor._Share``) or a topic's own activator. The actor
@@ -759,7 +765,7 @@ class CoreActor:
         mode = core.ReceiveMode.PEEK_LOCK if consumer.peek_lock else core.ReceiveMode.RECEIVE_AND_DELETE
         if more > 0:
             self._given[consumer] = given + more
-            runner.submit(core.Receive(consumer, more, mode))
+            runner.submit(core.Receive(consumer, more, mode, _selects(consumer)))
         elif consumer.session_id is not None:
             runner.submit(core.Receive(consumer, 0, mode))  # asking renews the session
         if consumer.drain_requested() and consumer not in self._draining:
@@ -788,7 +794,7 @@ class CoreActor:
             return 0
         mode = core.ReceiveMode.PEEK_LOCK if consumer.peek_lock else core.ReceiveMode.RECEIVE_AND_DELETE
         runner.submit(core.CloseConsumer(consumer))  # its credit goes ...
-        runner.submit(core.Receive(consumer, 0, mode))  # ... and it is known again, for the claims in flight
+        runner.submit(core.Receive(consumer, 0, mode, _selects(consumer)))  # ... and it is known again
         self._given[consumer] = max(self._given.get(consumer, 0) - unclaimed, 0)
         return unclaimed
 

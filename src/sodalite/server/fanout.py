@@ -23,6 +23,7 @@ from sodalite.amqp.types import Described, Symbol, ULong
 from sodalite.errors import FilterEvaluationError
 from sodalite.model.entities import RuleDescription
 from sodalite.model.filters import CompiledAction, CompiledFilter, MessageView, compile_action, compile_filter
+from sodalite.model.message import MessageRecord
 from sodalite.model.partition import MessageDraft
 from sodalite.server import wire
 
@@ -81,6 +82,22 @@ def message_view(draft: MessageDraft) -> MessageView:
     system["ScheduledEnqueueTimeUtc"] = (None if draft.scheduled_enqueue_time is None else
                                          datetime.fromtimestamp(draft.scheduled_enqueue_time / 1000, UTC))
     system["DeliveryCount"] = 0
+    return MessageView(system, user)
+
+
+def record_view(record: MessageRecord) -> MessageView:
+    """A stored message as a filter sees it (a JMS browser's selector reads it so)."""
+    fields, user = _sections(record.tail)
+    system: dict[str, Any] = {name: fields[i] for name, i in _PROPERTY_FIELDS.items()}
+    system["MessageId"] = record.message_id
+    system["PartitionKey"] = record.partition_key
+    system["Size"] = record.size
+    system["TimeToLive"] = None if record.time_to_live is None else timedelta(milliseconds=record.time_to_live)
+    system["ScheduledEnqueueTimeUtc"] = (None if record.scheduled_enqueue_time is None else
+                                         datetime.fromtimestamp(record.scheduled_enqueue_time / 1000, UTC))
+    system["EnqueuedTimeUtc"] = datetime.fromtimestamp(record.enqueued_time / 1000, UTC)
+    system["SequenceNumber"] = record.sequence_number
+    system["DeliveryCount"] = record.delivery_count
     return MessageView(system, user)
 
 

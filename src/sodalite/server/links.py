@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -147,8 +148,8 @@ def _done() -> asyncio.Future[None]:
 class LinkConsumer(Endpoint):
     """A client receiver link, as the partition actor sees it (``entity_settings.Consumer``)."""
 
-    __slots__ = ("_counters", "actor", "connection", "link", "peek_lock", "reserved", "session_id", "sub_queue",
-                 "unwritten")
+    __slots__ = ("_counters", "actor", "connection", "link", "on_gone", "peek_lock", "reserved", "selects",
+                 "session_id", "sub_queue", "unwritten")
 
     def __init__(self, connection: ConnectionPort, link: Link, actor: EntityActor,
                  sub_queue: SubQueue, peek_lock: bool) -> None:
@@ -163,6 +164,8 @@ class LinkConsumer(Endpoint):
         # Deliveries queued on the link and not written to the socket yet, by delivery-id: given
         # back if they never are (a ReceiveAndDelete message put back in place, a lock released).
         self.unwritten: dict[int, tuple[MessageRecord, Lock | None]] = {}
+        self.on_gone: Callable[[], None] | None = None  # after the link went (a topic consumer's subscription)
+        self.selects: Callable[[MessageRecord], bool] | None = None  # a JMS selector: only what it selects
 
     def counters(self) -> tuple[Counter, Counter]:
         if self._counters is None:
@@ -247,6 +250,9 @@ class LinkConsumer(Endpoint):
         if trace is not None and not self.peek_lock:
             trace.detached(self.actor.ref.entity + self.sub_queue.value, self.link.name)
         self.actor.remove_consumer(self)  # also ends a session wait or a session lock
+        gone, self.on_gone = self.on_gone, None
+        if gone is not None:
+            gone()
 
     def on_delivery_updated(self, event: ev.DeliveryUpdated) -> None:
         if not self.peek_lock:
@@ -293,14 +299,17 @@ class LinkConsumer(Endpoint):
         future.add_done_callback(confirm)
 
 
-def attach_consumer(connection: ConnectionPort, link: Link, entity: Entity, sub_queue: SubQueue) -> None:
-    """Accept a receiver on ``entity``; a session receiver waits for the actor to grant a session."""
+def attach_consumer(connection: ConnectionPort, link: Link, entity: Entity, sub_queue: SubQueue,
+                    selects: Callable[[MessageRecord], bool] | None = None) -> None:
+    """Accept a receiver on ``entity``; a session receiver waits for the actor to grant a session.
+    ``selects`` (a JMS selector) limits what it is given to the messages it selects."""
     remote = link.remote_attach
     assert remote is not None
     metrics, peer = connection.broker.metrics, connection.peer
     source = remote.source if remote.source is not None else Source(None)
     consumer = LinkConsumer(connection, link, entity.actor, sub_queue,
                             peek_lock=remote.snd_settle_mode != RECEIVE_AND_DELETE)
+    consumer.selects = selects
     link.context = consumer
     filters = {str(k): v for k, v in (source.filter or {}).items()}
     wants_session = SESSION_FILTER in filters

@@ -13,9 +13,13 @@ target is a ``Coordinator``               the connection's transactions (``serve
                                           (a token covering the entity; rights per operation)
 ``<entity>`` (client sender)              :class:`~sodalite.server.links.Producer` (Send right)
 ``<entity>[/<sub-queue>]`` (receiver)     :class:`~sodalite.server.links.LinkConsumer` (Listen right)
+the same, distribution-mode ``copy``      :class:`~sodalite.server.browser.Browser` (Listen; peeks)
+``<topic>`` (receiver, capability topic)  a subscription made for it (``server/topic_consumers.py``)
+dynamic target (client sender)            a temporary queue or topic (``server/temporary.py``)
 ========================================  ==========================================================
 
-A client cannot send to a sub-queue or a subscription, nor receive from a topic. Past the
+A client cannot send to a sub-queue or a subscription, nor receive from a topic (except a JMS topic
+consumer, which names the topic with the capability ``topic``). Past the
 connection's link limit an attach is refused, and a peer that keeps attaching regardless (each
 refusal waits for its detach) loses the connection.
 """
@@ -24,12 +28,13 @@ from __future__ import annotations
 
 from sodalite.amqp.link import RECEIVER, Link
 from sodalite.amqp.performatives import Coordinator, Error
-from sodalite.errors import InvalidOperation, QuotaExceeded, SodaliteError
+from sodalite.errors import InvalidOperation, NotImplementedOperation, QuotaExceeded, SodaliteError
 from sodalite.model.authorization import AccessRights
-from sodalite.server import links
+from sodalite.server import links, selectors, temporary, topic_consumers
 from sodalite.server.addresses import CBS_NODE, entity_path, management_entity
 from sodalite.server.amqp_errors import client_error
 from sodalite.server.auth import CbsLink, ConnectionAuth
+from sodalite.server.browser import COPY, Browser
 from sodalite.server.endpoint import ConnectionPort, accept_control
 from sodalite.server.entity_settings import SubQueue
 from sodalite.server.management_link import ManagementLink
@@ -58,6 +63,12 @@ def route_attach(connection: ConnectionPort, auth: ConnectionAuth, link: Link, l
             return error
         link.refuse(error)
         return None
+    if link.role is RECEIVER and temporary.is_dynamic(remote.target):
+        temporary.attach(connection, link)  # a JMS temporary queue or topic, alive while this link is
+        return None
+    if link.role is not RECEIVER and remote.source is None:
+        topic_consumers.unsubscribe(connection, link)  # a JMS unsubscribe names a durable subscription
+        return None
     try:
         if path == CBS_NODE:
             link.context = CbsLink(connection, CBS_NODE, auth, hostname)
@@ -75,13 +86,38 @@ def route_attach(connection: ConnectionPort, auth: ConnectionAuth, link: Link, l
             raise InvalidOperation("messages cannot be sent to a dead-letter queue")
         if link.role is RECEIVER and entity.kind == SUBSCRIPTION:
             raise InvalidOperation("messages cannot be sent to a subscription; send to its topic")
+        if link.role is not RECEIVER:
+            temporary.check_owner(connection, entity)
         if link.role is not RECEIVER and entity.kind == TOPIC:
-            raise InvalidOperation("messages cannot be received from a topic; receive from a subscription")
+            if remote.source is None or not {"topic", temporary.TEMPORARY_TOPIC} & topic_consumers.capabilities(
+                    remote.source):
+                raise InvalidOperation("messages cannot be received from a topic; receive from a subscription")
+            topic_consumers.attach(connection, link, entity)  # a JMS topic consumer: its subscription
+            return None
     except SodaliteError as exc:
         link.refuse(client_error(exc, broker.metrics, connection.peer, path))
         return None
     if link.role is RECEIVER:
         links.attach_producer(connection, link, entity)
+    elif remote.source is not None and remote.source.distribution_mode == COPY and not remote.source.durable:
+        try:
+            selector = selectors.selector_of(remote.source)
+            compiled = selectors.Selector(selector) if selector is not None else None
+        except SodaliteError as exc:
+            link.refuse(client_error(exc, broker.metrics, connection.peer, path))
+            return None
+        link.context = Browser(connection, link, entity, sub_queue, compiled)  # a browser peeks (JMS QueueBrowser)
+        link.accept(source=remote.source, initial_delivery_count=0, max_message_size=0)
+    elif (selector := selectors.selector_of(remote.source)) is not None:
+        try:
+            if entity.partitioned or entity.requires_session:
+                raise NotImplementedOperation("message selectors are not supported on partitioned or "
+                                              "session-enabled entities")
+            compiled = selectors.Selector(selector)
+        except SodaliteError as exc:
+            link.refuse(client_error(exc, broker.metrics, connection.peer, path))
+            return None
+        links.attach_consumer(connection, link, entity, sub_queue, compiled.matches)
     else:
         links.attach_consumer(connection, link, entity, sub_queue)
     return None

@@ -32,6 +32,9 @@ SERVICE_OWNED_ANNOTATIONS = frozenset({
     "x-opt-partition-id",
 })
 SCHEDULED_ENQUEUE_TIME = "x-opt-scheduled-enqueue-time"
+# A JMS message with a delivery delay (Apache Qpid JMS: milliseconds since the epoch, a long) is a
+# scheduled message, as Service Bus treats it.
+JMS_DELIVERY_TIME = "x-opt-delivery-time"
 PARTITION_KEY = "x-opt-partition-key"
 
 _SEQUENCE_NUMBER = b"x-opt-sequence-number"
@@ -115,6 +118,8 @@ def parse_message(payload: bytes, max_message_size: int) -> MessageDraft:
             kept = {k: v for k, v in value.items() if str(k) not in SERVICE_OWNED_ANNOTATIONS}
             when = kept.get(SCHEDULED_ENQUEUE_TIME)
             scheduled = _ranged(when, _INT64_MAX, SCHEDULED_ENQUEUE_TIME, _INT64_MIN)
+            if scheduled is None:
+                scheduled = _ranged(kept.get(JMS_DELIVERY_TIME), _INT64_MAX, JMS_DELIVERY_TIME, _INT64_MIN)
             key = kept.get(PARTITION_KEY)
             partition_key = key if isinstance(key, str) else None
             annotations = amqp_message.map_entries(kept)

@@ -17,6 +17,7 @@ from sodalite.model.authorization import (
     authorize,
     entity_scope,
     find_rule,
+    key_grants,
     missing_right,
     parse_rights,
     regenerated,
@@ -157,3 +158,20 @@ def test_overrides_round_trip_through_json() -> None:
     assert KeyOverrides.from_json(overrides.to_json()) == overrides
     replaced = overrides.with_override(None, KeyOverride("K", "p3", None, "p", "s"))
     assert [o.primary_key for o in replaced.namespace] == ["p3"]
+
+
+# ---- a key name and key given directly (SASL PLAIN) ---------------------------------------------------
+
+
+def test_a_key_grants_its_rules_rights_namespace_wide_or_on_its_entity_only() -> None:
+    scopes = list(ENTITIES.items())
+    [grant] = key_grants("sender", "send-key-2", NAMESPACE, scopes)  # the secondary key counts
+    assert (grant.entity, grant.rights) == (None, frozenset({SEND}))
+    assert grant.covers("orders") and grant.covers("news/subscriptions/s") and grant.allows(SEND)
+    assert not grant.allows(LISTEN)
+    [grant] = key_grants("orders-listen", "orders-key", NAMESPACE, scopes)
+    assert grant.entity == "orders" and grant.covers("orders/$deadletterqueue") and not grant.covers("news")
+    assert key_grants("sender", "orders-key", NAMESPACE, scopes) == ()  # another rule's key
+    assert key_grants("root", "root-ke", NAMESPACE, scopes) == ()  # a prefix of the key
+    assert key_grants("nobody", "root-key", NAMESPACE, scopes) == ()
+    assert key_grants("root", "", NAMESPACE, scopes) == ()

@@ -8,9 +8,15 @@ from datetime import timedelta
 import pytest
 
 from peek_lock_taker import Taker
-from sodalite.errors import InvalidOperation, MessageLockLost
-from sodalite.model.config import NamespaceConfig, QueueConfig
-from sodalite.model.entities import QueueProperties
+from sodalite.errors import InvalidOperation, MessageLockLost, QuotaExceeded
+from sodalite.model.config import NamespaceConfig, QueueConfig, TopicConfig
+from sodalite.model.entities import (
+    DEFAULT_RULE_NAME,
+    QueueProperties,
+    RuleDescription,
+    SubscriptionProperties,
+    TrueFilter,
+)
 from sodalite.model.partition import MessageDraft
 from sodalite.server.broker import Broker
 from sodalite.server.entity_settings import SubQueue
@@ -189,6 +195,26 @@ def test_topic_and_subscription_idleness_follow_the_seed() -> None:
             now[0] += 1 * MINUTE
             assert await broker.sweep_idle() == ["t"]  # and with it its remaining subscription
             assert broker.entities == {} and entity_paths(store) == []
+        finally:
+            await broker.stop()
+
+    asyncio.run(run())
+
+
+def test_a_topic_takes_subscriptions_up_to_its_quota() -> None:
+    async def run() -> None:
+        broker = Broker(NamespaceConfig("ns", topics=(TopicConfig("news"),)), MemoryStore(), clock=lambda: T0)
+        await broker.start("127.0.0.1", 0)
+        try:
+            topic = broker.entity("news")
+            assert topic is not None
+            broker.max_subscriptions_per_topic = 2
+            rules = [RuleDescription(DEFAULT_RULE_NAME, TrueFilter())]
+            for name in ("a", "b"):
+                await broker.create_subscription(topic, name, SubscriptionProperties(), rules)
+            with pytest.raises(QuotaExceeded, match="already has 2 subscriptions"):
+                await broker.create_subscription(topic, "c", SubscriptionProperties(), rules)
+            assert broker.entity("news/subscriptions/c") is None
         finally:
             await broker.stop()
 
