@@ -8,7 +8,8 @@ with null terminus and a closing detach, sdk-wire-contract.md 1.6). The address 
 terminus                                  endpoint
 ========================================  ==========================================================
 target is a ``Coordinator``               the connection's transactions (``server/transactions.py``)
-``$cbs``                                  :class:`~sodalite.server.auth.CbsLink` (no token needed)
+``$cbs``                                  :class:`~sodalite.server.auth.CbsLink` (no token needed;
+                                          one sender and one receiver at a time)
 ``<entity>[/<sub-queue>]/$management``    :class:`~sodalite.server.management_link.ManagementLink`
                                           (a token covering the entity; rights per operation)
 ``<entity>`` (client sender)              :class:`~sodalite.server.links.Producer` (Send right)
@@ -60,6 +61,13 @@ def route_attach(connection: ConnectionPort, auth: ConnectionAuth, link: Link, l
         return None
     try:
         if path == CBS_NODE:
+            if any(other is not link and other.role is link.role and other.attached
+                   and isinstance(other.context, CbsLink) for other in connection.links()):
+                # As Service Bus: one $cbs sender and one receiver at a time on a connection (the Go SDK
+                # opens a fresh pair per token, detaching the last one first, and starts a new connection
+                # when refused). A link whose detach was processed no longer counts.
+                raise InvalidOperation(f"a {'sender' if link.role is RECEIVER else 'receiver'} link to $cbs is "
+                                       "already attached on this connection; detach it first")
             link.context = CbsLink(connection, CBS_NODE, auth, hostname)
             accept_control(link)
             return None
