@@ -198,6 +198,7 @@ func main() {
 		"messaging":                  messaging,
 		"sessions":                   sessions,
 		"schedule-defer-dead-letter": scheduleDeferDeadLetter,
+		"error-texts":                errorTexts,
 	}
 	run, known := scenarios[scenario]
 	if !known {

@@ -241,6 +241,63 @@ def test_an_entity_manage_key_manages_its_entity_only(broker: BrokerProcess) -> 
     assert _admin(broker, KEY_NAME, KEY).get_queue("open").name == "open"
 
 
+def _status_line_and_detail(broker: BrokerProcess, method: str, path: str, token: str) -> tuple[int, str, str]:
+    """(status, reason phrase, the body's Detail) of a management API request."""
+    request = urllib.request.Request(f"https://localhost:{broker.admin_port}{path}", method=method,
+                                     data=b"" if method == "PUT" else None,
+                                     headers={"Authorization": token, "Content-Type": "application/atom+xml"})
+    context = ssl.create_default_context(cafile=broker.admin_certificate)
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=context) as response:
+            return response.status, response.reason, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        body = exc.read().decode()
+        detail = body.split("<Detail>", 1)[-1].split("</Detail>", 1)[0]
+        return exc.code, exc.reason, detail
+
+
+@pytest.mark.parametrize(("method", "path", "words"), [
+    ("GET", "/open", "Manage,EntityRead claims required for this operation"),
+    ("GET", "/$Resources/queues", "Manage,EntityRead claims required for this operation"),
+    ("GET", "/news", "Manage,EntityRead claims required for this operation"),
+    ("PUT", "/canneverbecreated", "Authorization failed for specified action: Manage,EntityWrite"),
+    ("PUT", "/open", "Authorization failed for specified action: Manage,EntityWrite"),
+    ("DELETE", "/open", "Authorization failed for specified action: Manage,EntityDelete."),
+])
+def test_management_refusals_without_manage_use_service_bus_words(broker: BrokerProcess, method: str, path: str,
+                                                                  words: str) -> None:
+    """The texts the SDKs' own tests compare (the Go SDK's TestAdminClient_LackPermissions_*): the Detail
+    opens with Service Bus's words and still ends with the tracking id."""
+    status, _, detail = _status_line_and_detail(broker, method, path, _http_token(broker, "listener", "listen-key"))
+    assert status == 401 and detail.startswith(words) and "TrackingId:" in detail, (status, detail)
+
+
+@pytest.mark.parametrize(("method", "path", "operation"), [
+    ("GET", "/news/subscriptions/all", "GetSubscription"),
+    ("GET", "/news/subscriptions", "EnumerateSubscriptions"),
+    ("PUT", "/news/subscriptions/canneverbecreated", "CreateOrUpdateSubscription"),
+    ("DELETE", "/news/subscriptions/all", "DeleteSubscription"),
+])
+def test_subscription_refusals_without_manage_name_the_operation(broker: BrokerProcess, method: str, path: str,
+                                                                 operation: str) -> None:
+    """Service Bus names the subscription operation, with a sub-code, in the status line as well (the Go SDK's
+    error shows the status line: ``401 SubCode=40100: Unauthorized : Unauthorized access for 'GetSubscription'``)."""
+    status, reason, detail = _status_line_and_detail(broker, method, path,
+                                                     _http_token(broker, "listener", "listen-key"))
+    words = f"SubCode=40100: Unauthorized : Unauthorized access for '{operation}' operation"
+    assert (status, reason) == (401, words) and detail.startswith(words), (status, reason, detail)
+
+
+def test_the_python_admin_client_shows_the_service_bus_words(broker: BrokerProcess) -> None:
+    admin = _admin(broker, "listener", "listen-key")
+    with pytest.raises(ClientAuthenticationError) as refused:
+        admin.get_queue("open")
+    assert "Manage,EntityRead claims required for this operation" in str(refused.value)
+    with pytest.raises(ClientAuthenticationError) as refused:
+        admin.create_queue("canneverbecreated")
+    assert "Authorization failed for specified action: Manage,EntityWrite" in str(refused.value)
+
+
 def _http(broker: BrokerProcess, method: str, path: str, token: str | None,
           body: dict[str, Any] | None = None) -> tuple[int, Any]:
     headers = {"Authorization": token} if token else {}

@@ -750,6 +750,8 @@ class Broker:
         """
         fixed = ("requires_session", "enable_partitioning", "requires_duplicate_detection")
         changed = [name for name in fixed if getattr(properties, name) != getattr(entity.properties, name)]
+        if "requires_session" in changed:  # Service Bus's words (the Go SDK's admin tests compare them)
+            raise InvalidOperation("The value for the RequiresSession property of an existing Queue cannot be changed")
         if changed:
             raise InvalidOperation(f"{', '.join(changed)} cannot be changed on an existing queue")
         self._check_forward_targets(properties, entity)
@@ -849,7 +851,8 @@ class Broker:
     async def update_subscription(self, entity: Entity, properties: SubscriptionProperties) -> None:
         """Store new properties (its rules kept) and apply them; every lock held on it is dropped."""
         if properties.requires_session != entity.requires_session:
-            raise InvalidOperation("requires_session cannot be changed on an existing subscription")
+            raise InvalidOperation("The value for the RequiresSession property of an existing Subscription cannot be "
+                                   "changed")
         self._check_forward_targets(properties, entity)
         record = {"Properties": properties.to_json()}  # its rules are rows of their own, left as they are
         await self.worker.apply([PutEntity(EntityRecord(entity.name, SUBSCRIPTION, record)),
