@@ -27,7 +27,8 @@ from broker_process import KEY, KEY_NAME, BrokerProcess, write_config
 from raw_client import RawClient, message
 
 from sodalite.amqp import events as ev
-from sodalite.amqp.link import SENDER
+from sodalite.amqp.link import RECEIVER, SENDER
+from sodalite.client.failover import is_entity_not_found
 from sodalite.model.sas import generate_token
 
 pytestmark = pytest.mark.interop
@@ -218,6 +219,86 @@ def test_a_link_is_detached_when_its_token_lapses_and_kept_when_renewed(broker: 
         lapsing.close()
         renewed.close()
     assert _drain(broker, "expiry") == ["still allowed"]
+
+
+# ---- put-token for an entity that does not exist ------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "status"), [
+    ("", 202),  # the namespace: nothing to look up
+    ("open", 202),
+    ("Open/$DeadLetterQueue", 202),
+    ("open/$Transfer/$DeadLetterQueue", 202),
+    ("open/$management", 202),
+    ("news", 202),
+    ("news/Subscriptions/all", 202),
+    ("news/subscriptions/all/$deadletterqueue", 202),
+    ("news/subscriptions/all/$management", 202),
+    ("missing", 404),
+    ("missing/$DeadLetterQueue", 404),
+    ("missing/$Transfer/$DeadLetterQueue", 404),
+    ("missing/$management", 404),
+    ("news/subscriptions/missing", 404),
+    ("news/subscriptions/missing/$management", 404),
+    ("open/subscriptions/all", 404),
+])
+def test_put_token_for_an_entity_that_does_not_exist_is_answered_404(broker: BrokerProcess, name: str,
+                                                                      status: int) -> None:
+    """As Service Bus (the Go SDK's live tests, the Python suite's test_sb_client_bad_entity): the token is
+    checked, then the entity its name is about (sub-queues, $management and subscription paths resolved)."""
+    client = RawClient(broker.port)
+    try:
+        expiry = int(time.time()) + 300
+        audience = f"sb://localhost:{broker.port}/{name}"
+        token = generate_token(f"sb://localhost:{broker.port}/", KEY_NAME, KEY, expiry)
+        assert client.put_token(audience, token, expiry * 1000) == status
+    finally:
+        client.close()
+
+
+def test_put_token_checks_the_token_before_the_entity(broker: BrokerProcess) -> None:
+    client = RawClient(broker.port)
+    try:
+        audience = f"sb://localhost:{broker.port}/missing"
+        expiry = int(time.time()) + 300
+        assert client.put_token(audience, generate_token(audience, KEY_NAME, "wrong", expiry), expiry * 1000) == 401
+        expired = int(time.time()) - 60
+        assert client.put_token(audience, generate_token(audience, KEY_NAME, KEY, expired), expired * 1000) == 401
+        other = generate_token(f"sb://elsewhere:{broker.port}/missing", KEY_NAME, KEY, expiry)
+        assert client.put_token(audience, other, expiry * 1000) == 401
+        assert client.put_token(audience, generate_token(audience, KEY_NAME, KEY, expiry), expiry * 1000) == 404
+    finally:
+        client.close()
+
+
+def test_a_token_refresh_for_a_deleted_entity_is_answered_404_and_its_links_go(broker: BrokerProcess) -> None:
+    admin = _admin(broker, KEY_NAME, KEY)
+    admin.create_queue("short-lived")
+    client = RawClient(broker.port)
+    try:
+        audience = f"sb://localhost:{broker.port}/short-lived"
+        expiry = int(time.time()) + 300
+        assert client.put_token(audience, generate_token(audience, KEY_NAME, KEY, expiry), expiry * 1000) == 202
+        receiver = client.attach(audience, RECEIVER)
+        assert receiver.attached
+        admin.delete_queue("short-lived")
+        detached = client.wait(lambda e: isinstance(e, ev.LinkDetached) and e.link is receiver)
+        assert isinstance(detached, ev.LinkDetached) and detached.error is not None
+        assert detached.error.condition == "amqp:not-found"
+        assert client.put_token(audience, generate_token(audience, KEY_NAME, KEY, expiry), expiry * 1000) == 404
+    finally:
+        client.close()
+
+
+def test_the_sdk_raises_an_authentication_error_for_an_entity_that_does_not_exist(broker: BrokerProcess) -> None:
+    """What the released Python suite's test_sb_client_bad_entity expects, with the SDK's default retries."""
+    with ServiceBusClient.from_connection_string(broker.connection_string) as client:
+        with pytest.raises(ServiceBusAuthenticationError), client.get_queue_sender("invalid") as sender:
+            sender.send_messages(ServiceBusMessage("test"))
+        with pytest.raises(ServiceBusAuthenticationError) as refused, \
+                client.get_subscription_receiver("news", "invalid") as receiver:
+            receiver.receive_messages(max_wait_time=1)
+        assert is_entity_not_found(refused.value)
 
 
 # ---- HTTP -------------------------------------------------------------------------------------------
