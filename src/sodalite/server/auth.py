@@ -208,10 +208,12 @@ class CbsLink(ControlLink):
     async def _after_store_read(self, link: Link, message_id: Any, grant: Authorization, path: str) -> None:
         try:
             await self.connection.broker.follow_entities()
-        except SodaliteError as exc:  # the store is away: the entity cannot be told missing
+        except Exception as exc:  # the store is away: the entity cannot be told missing
             log.warning("put-token for '%s' from %s: the store could not be read: %s", path, self.connection.peer, exc)
-            self._answer(link, message_id, exc)
+            self._answer(link, message_id, exc, entity_name(path))
             return
+        if not link.attached:
+            return  # the client went meanwhile: nothing to answer, no grant to keep
         if self.auth.entity_of(path) is not None:
             self.auth.add_grant(grant)
             self._answer(link, message_id, None)
@@ -222,11 +224,12 @@ class CbsLink(ControlLink):
         self._answer(link, message_id, self.auth.not_found(path), entity_name(path))
         self.auth.detach_links_of(path)  # a refresh after the entity went: its links go too
 
-    def _answer(self, link: Link, message_id: Any, error: SodaliteError | None, entity: str | None = None) -> None:
+    def _answer(self, link: Link, message_id: Any, error: Exception | None, entity: str | None = None) -> None:
         conn = self.connection
         status, description = 202, "Accepted"
         if error is not None:
-            status, description = error.http_status, report(error, conn.broker.metrics, conn.peer, entity, "cbs")[1]
+            reported, description = report(error, conn.broker.metrics, conn.peer, entity, "cbs")
+            status = reported.http_status
         if not link.attached:
             return  # (the answer to a put-token that waited for the store, after the link went)
         self.respond(link, encode_response(
