@@ -199,6 +199,8 @@ func main() {
 		"sessions":                   sessions,
 		"schedule-defer-dead-letter": scheduleDeferDeadLetter,
 		"error-texts":                errorTexts,
+		"missing-entity":             missingEntity,
+		"embedded-sas":               embeddedSAS,
 	}
 	run, known := scenarios[scenario]
 	if !known {

@@ -75,3 +75,11 @@ def test_go_schedule_cancel_defer_and_dead_letter(go_broker: BrokerProcess) -> N
 
 def test_go_error_texts_in_service_bus_words(go_broker: BrokerProcess) -> None:
     run_scenario(go_broker, "error-texts")
+
+
+def test_go_missing_entity_is_not_found_at_put_token(go_broker: BrokerProcess) -> None:
+    run_scenario(go_broker, "missing-entity")
+
+
+def test_go_connection_string_with_a_host_port_shared_access_signature(go_broker: BrokerProcess) -> None:
+    run_scenario(go_broker, "embedded-sas")
