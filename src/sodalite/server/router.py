@@ -45,19 +45,20 @@ def route_attach(connection: ConnectionPort, auth: ConnectionAuth, link: Link, l
     connection with when the peer is so far past the link limit that refusing is not enough."""
     remote = link.remote_attach
     assert remote is not None
-    if isinstance(remote.target, Coordinator):
-        connection.transactions.attach_coordinator(link)
-        return None
+    coordinator = isinstance(remote.target, Coordinator)
     terminus = remote.target if link.role is RECEIVER else remote.source
-    path = entity_path(terminus.address if terminus is not None else None)
+    path = "" if coordinator else entity_path(getattr(terminus, "address", None))
     broker = connection.broker
     limit = broker.limits.max_links
-    if links_held > limit:
+    if links_held > limit:  # transaction coordinators count too
         error = client_error(QuotaExceeded(f"a connection may attach at most {limit} links"),
                              broker.metrics, connection.peer, path)
         if links_held > limit + REFUSED_LINKS_SLACK:
             return error
         link.refuse(error)
+        return None
+    if coordinator:
+        connection.transactions.attach_coordinator(link)
         return None
     try:
         if path == CBS_NODE:
