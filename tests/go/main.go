@@ -201,6 +201,7 @@ func main() {
 		"error-texts":                errorTexts,
 		"missing-entity":             missingEntity,
 		"embedded-sas":               embeddedSAS,
+		"websocket":                  overWebSocket,
 	}
 	run, known := scenarios[scenario]
 	if !known {

@@ -10,6 +10,7 @@ which the token check must accept, and it sends and reads the session filter as 
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -43,9 +44,9 @@ def go_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProces
     process.stop()
 
 
-def run_scenario(broker: BrokerProcess, scenario: str) -> None:
+def run_scenario(broker: BrokerProcess, scenario: str, env: dict[str, str] | None = None) -> None:
     proc = subprocess.run([str(sdk_builds.GO.path(sdk_builds.GO.outputs[0])), broker.connection_string, scenario],
-                          capture_output=True, text=True, timeout=180)
+                          capture_output=True, text=True, timeout=180, env={**os.environ, **(env or {})})
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0 and f"PASS {scenario}" in proc.stdout.splitlines(), output[-4000:]
 
@@ -83,3 +84,8 @@ def test_go_missing_entity_is_not_found_at_put_token(go_broker: BrokerProcess) -
 
 def test_go_connection_string_with_a_host_port_shared_access_signature(go_broker: BrokerProcess) -> None:
     run_scenario(go_broker, "embedded-sas")
+
+
+def test_go_amqp_over_a_websocket_with_the_subprotocol_amqp(go_broker: BrokerProcess) -> None:
+    run_scenario(go_broker, "websocket",
+                 {"SODALITE_WS_URL": f"ws://localhost:{go_broker.http_port}/$servicebus/websocket"})
