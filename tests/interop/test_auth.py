@@ -104,7 +104,7 @@ def _go_style_token(audience: str, expiry: int) -> str:
     return f"SharedAccessSignature sr={escaped}&sig={signature}&se={expiry}&skn={KEY_NAME}"
 
 
-@pytest.mark.parametrize("audience", ["localhost:{port}", "localhost:{port}/misc"])
+@pytest.mark.parametrize("audience", ["localhost:{port}", "localhost:{port}/misc", "localhost", "localhost/misc"])
 def test_scheme_less_host_port_audience_is_accepted(broker: BrokerProcess, audience: str) -> None:
     _send_with(broker, _go_style_token(audience.format(port=broker.port), int(time.time()) + 300))
     with ServiceBusClient.from_connection_string(broker.connection_string) as client:

@@ -12,6 +12,7 @@ import json
 import ssl
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +30,7 @@ from raw_client import RawClient, message
 from sodalite.amqp import events as ev
 from sodalite.amqp.link import RECEIVER, SENDER
 from sodalite.client.failover import is_entity_not_found
-from sodalite.model.sas import generate_token
+from sodalite.model.sas import generate_token, sign
 
 pytestmark = pytest.mark.interop
 
@@ -367,6 +368,18 @@ def test_subscription_refusals_without_manage_name_the_operation(broker: BrokerP
                                                      _http_token(broker, "listener", "listen-key"))
     words = f"SubCode=40100: Unauthorized : Unauthorized access for '{operation}' operation"
     assert (status, reason) == (401, words) and detail.startswith(words), (status, reason, detail)
+
+
+def test_the_management_api_takes_a_scheme_less_audience_of_its_host(broker: BrokerProcess) -> None:
+    """The Go SDK's administration client signs its requests with the connection string's embedded SAS,
+    whose sr is the bare namespace (``localhost``, as its CreateConnectionStringWithSASUsingExpiry makes it)."""
+    expiry = int(time.time()) + 300
+    for audience, path, status in (("localhost", "/open", 200), ("localhost/open", "/open", 200),
+                                   ("localhost/open", "/other", 401), ("elsewhere", "/open", 401)):
+        escaped = urllib.parse.quote_plus(audience).lower()
+        signature = urllib.parse.quote_plus(sign(escaped, expiry, KEY))
+        token = f"SharedAccessSignature sr={escaped}&sig={signature}&se={expiry}&skn={KEY_NAME}"
+        assert _status_line_and_detail(broker, "GET", path, token)[0] == status, (audience, path)
 
 
 def test_the_python_admin_client_shows_the_service_bus_words(broker: BrokerProcess) -> None:

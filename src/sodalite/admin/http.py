@@ -79,7 +79,8 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
             authority = request.app.get(_keys.KEYS)
             if authority is not None:
                 # Manage, namespace- or entity-wide
-                granted = _keys.authorize_request(authority, token, request.path, request.method)
+                granted = _keys.authorize_request(authority, token, request.path, request.method,
+                                                  sas.host_of(request.host))
                 request[CALLER] = Caller(token, granted.key_name, granted)
             else:  # the control plane authorizes the token itself
                 request[CALLER] = Caller(token, sas.parse_token(token).key_name)

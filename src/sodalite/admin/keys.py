@@ -47,10 +47,11 @@ class KeyAuthority(Protocol):
 KEYS: web.AppKey[KeyAuthority] = web.AppKey("keys", KeyAuthority)
 
 
-def authorize_request(keys: KeyAuthority, token: str, path: str, method: str = "GET") -> Authorization:
-    """The token's authorization for the management API's ``path``; raises Unauthorized without Manage."""
+def authorize_request(keys: KeyAuthority, token: str, path: str, method: str = "GET", host: str = "") -> Authorization:
+    """The token's authorization for the management API's ``path`` (``host``: the request's host name, which
+    an audience without a scheme may open with); raises Unauthorized without Manage."""
     target = path.strip("/")
-    granted = authorize(token, keys.namespace_rules(), keys.entity_rules, target, time.time())
+    granted = authorize(token, keys.namespace_rules(), keys.entity_rules, target, time.time(), host)
     if not granted.covers(target):
         raise Unauthorized(f"the token does not cover '/{target}'")
     if not granted.allows(AccessRights.MANAGE):

@@ -86,9 +86,10 @@ class ConnectionAuth:
             raise Unauthorized("the token must be a string")
         name = str(props.get("name") or "")
         token = sas.parse_token(body)
-        token_host, token_path = sas.audience_path(token.audience)
-        name_host, name_path = sas.audience_path(name) if name else (token_host, token_path)
-        grant = self.connection.broker.authorize(body, name_path)  # the namespace's keys, or the entity's own
+        host = sas.host_of(hostname)  # the open's: an audience without a scheme may open with it
+        token_host, token_path = sas.audience_path(token.audience, host)
+        name_host, name_path = sas.audience_path(name, host) if name else (token_host, token_path)
+        grant = self.connection.broker.authorize(body, name_path, host)  # the namespace's keys, or the entity's
         if token_host != name_host or (hostname and token_host and token_host != sas.host_of(hostname)):
             raise Unauthorized(f"the audience '{token.audience}' is outside this namespace")
         if not sas.covers(token_path, name_path):

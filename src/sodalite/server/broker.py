@@ -236,9 +236,10 @@ class Broker:
         rules: tuple[AuthorizationRule, ...] = getattr(entity.properties, "authorization_rules", ())
         return rules
 
-    def authorize(self, token: str, target_path: str) -> Authorization:
-        """What ``token`` grants for ``target_path``; raises Unauthorized."""
-        return authorize(token, self.authorization_rules, self.entity_rules, target_path, time.time())
+    def authorize(self, token: str, target_path: str, host: str = "") -> Authorization:
+        """What ``token`` grants for ``target_path`` (``host``: the namespace's host name the client used, for
+        an audience without a scheme); raises Unauthorized."""
+        return authorize(token, self.authorization_rules, self.entity_rules, target_path, time.time(), host)
 
     async def regenerate_key(self, entity_path: str | None, key_name: str, key_type: KeyType,
                              key: str | None = None) -> AuthorizationRule:

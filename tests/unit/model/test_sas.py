@@ -286,3 +286,16 @@ def test_go_sdk_bare_namespace_token_validates_and_grants_the_namespace() -> Non
                 f"&se={NOW + 60}&skn=name"
         parsed = sas.validate_token(token, {"name": ("k",)}, NOW)
         assert sas.audience_path(parsed.audience) == ("localhost", granted)
+
+
+@pytest.mark.parametrize(("audience", "host", "expected"), [
+    ("localhost", "localhost", ("localhost", "")),  # the Go SDK's bare namespace without a port
+    ("LocalHost/Orders", "localhost", ("localhost", "orders")),
+    ("ns.servicebus.windows.net/q", "ns.servicebus.windows.net", ("ns.servicebus.windows.net", "q")),
+    ("localhost", "", ("", "localhost")),  # the host unknown: a path, as before
+    ("orders/q", "localhost", ("", "orders/q")),  # another first segment: a path
+    ("sb://elsewhere/q", "localhost", ("elsewhere", "q")),  # a scheme says the host itself
+])
+def test_a_bare_audience_opening_with_the_namespace_host(audience: str, host: str,
+                                                         expected: tuple[str, str]) -> None:
+    assert sas.audience_path(audience, host) == expected
