@@ -95,6 +95,12 @@ class MessageLockLost(SodaliteError):
     retryable = False
 
 
+#: Service Bus's words for a lost message lock, which the SDKs' own tests compare (the Go SDK's
+#: ``TestReceiverRenewLock`` looks for the first sentence and the start of the second).
+LOCK_SUPPLIED_INVALID = ("The lock supplied is invalid. Either the lock expired, or the message has already been "
+                         "removed from the queue, or was received by a different receiver instance.")
+
+
 class MessageNotFound(SodaliteError):
     """No message with the given sequence number or lock token exists."""
 

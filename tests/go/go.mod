@@ -2,7 +2,10 @@ module sodalite/go-interop
 
 go 1.25.0
 
-require github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus v1.11.0
+require (
+	github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus v1.11.0
+	github.com/coder/websocket v1.8.15
+)
 
 require (
 	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.23.0 // indirect

@@ -251,6 +251,10 @@ func main() {
 		"messaging":                  messaging,
 		"sessions":                   sessions,
 		"schedule-defer-dead-letter": scheduleDeferDeadLetter,
+		"error-texts":                errorTexts,
+		"missing-entity":             missingEntity,
+		"embedded-sas":               embeddedSAS,
+		"websocket":                  overWebSocket,
 	}
 	run, known := scenarios[scenario]
 	if !known {

@@ -379,3 +379,23 @@ def test_created_topic_subscription_and_rule_survive_a_restart(fresh_broker: Bro
             sender.send_messages([ServiceBusMessage("gold", application_properties={"tier": "gold"}),
                                   ServiceBusMessage("tin", application_properties={"tier": "tin"})])
         assert _receive_all(client, "made-live", "s") == ["gold"]
+
+
+def test_requires_session_cannot_change_in_service_bus_words(broker: BrokerProcess) -> None:
+    """The refusal the SDKs' own tests compare (the Go SDK's admin tests, for queues and subscriptions)."""
+    admin = _admin(broker)
+    queue = admin.create_queue("adm-rs-queue")
+    queue.requires_session = True
+    with pytest.raises(HttpResponseError) as refused:
+        admin.update_queue(queue)
+    assert "The value for the RequiresSession property of an existing Queue cannot be changed" in str(refused.value)
+    admin.create_topic("adm-rs-topic")
+    subscription = admin.create_subscription("adm-rs-topic", "s")
+    subscription.requires_session = True
+    with pytest.raises(HttpResponseError) as refused:
+        admin.update_subscription("adm-rs-topic", subscription)
+    assert ("The value for the RequiresSession property of an existing Subscription cannot be changed"
+            in str(refused.value))
+    assert admin.get_subscription("adm-rs-topic", "s").requires_session is False
+    admin.delete_topic("adm-rs-topic")
+    admin.delete_queue("adm-rs-queue")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from urllib.parse import quote_plus
 
 import pytest
 from azure.core.credentials import AzureSasCredential
@@ -14,7 +15,7 @@ from raw_client import RawClient
 from sodalite.amqp import events as ev
 from sodalite.amqp.link import SENDER
 from sodalite.amqp.performatives import Source, Target
-from sodalite.model.sas import generate_token
+from sodalite.model.sas import generate_token, sign
 
 pytestmark = pytest.mark.interop
 
@@ -93,6 +94,30 @@ def test_audience_outside_the_namespace_is_refused(broker: BrokerProcess) -> Non
     token = generate_token("sb://elsewhere.example:5672/misc", KEY_NAME, KEY, int(time.time()) + 300)
     with pytest.raises(ServiceBusAuthenticationError):
         _send_with(broker, token)
+
+
+def _go_style_token(audience: str, expiry: int) -> str:
+    """A token as the Go SDK's ``sas.CreateConnectionStringWithSASUsingExpiry`` makes it: ``sr`` is the
+    namespace as ``host:port`` (no scheme), lower-cased and query-escaped, signed as written."""
+    escaped = quote_plus(audience).lower()
+    signature = quote_plus(sign(escaped, expiry, KEY))
+    return f"SharedAccessSignature sr={escaped}&sig={signature}&se={expiry}&skn={KEY_NAME}"
+
+
+@pytest.mark.parametrize("audience", ["localhost:{port}", "localhost:{port}/misc", "localhost", "localhost/misc"])
+def test_scheme_less_host_port_audience_is_accepted(broker: BrokerProcess, audience: str) -> None:
+    _send_with(broker, _go_style_token(audience.format(port=broker.port), int(time.time()) + 300))
+    with ServiceBusClient.from_connection_string(broker.connection_string) as client:
+        with client.get_queue_receiver("misc") as receiver:
+            [m] = receiver.receive_messages(max_message_count=1, max_wait_time=10)
+            receiver.complete_message(m)
+            assert str(m) == "should not arrive"  # it did arrive: the token was good
+
+
+@pytest.mark.parametrize("audience", ["elsewhere.example:{port}", "elsewhere.example:{port}/misc"])
+def test_scheme_less_audience_of_another_host_is_refused(broker: BrokerProcess, audience: str) -> None:
+    with pytest.raises(ServiceBusAuthenticationError):
+        _send_with(broker, _go_style_token(audience.format(port=broker.port), int(time.time()) + 300))
 
 
 def test_token_for_another_entity_does_not_open_this_one(broker: BrokerProcess) -> None:

@@ -12,6 +12,7 @@ import json
 import ssl
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,8 +28,9 @@ from broker_process import KEY, KEY_NAME, BrokerProcess, write_config
 from raw_client import RawClient, message
 
 from sodalite.amqp import events as ev
-from sodalite.amqp.link import SENDER
-from sodalite.model.sas import generate_token
+from sodalite.amqp.link import RECEIVER, SENDER
+from sodalite.client.failover import is_entity_not_found
+from sodalite.model.sas import generate_token, sign
 
 pytestmark = pytest.mark.interop
 
@@ -220,6 +222,86 @@ def test_a_link_is_detached_when_its_token_lapses_and_kept_when_renewed(broker: 
     assert _drain(broker, "expiry") == ["still allowed"]
 
 
+# ---- put-token for an entity that does not exist ------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "status"), [
+    ("", 202),  # the namespace: nothing to look up
+    ("open", 202),
+    ("Open/$DeadLetterQueue", 202),
+    ("open/$Transfer/$DeadLetterQueue", 202),
+    ("open/$management", 202),
+    ("news", 202),
+    ("news/Subscriptions/all", 202),
+    ("news/subscriptions/all/$deadletterqueue", 202),
+    ("news/subscriptions/all/$management", 202),
+    ("missing", 404),
+    ("missing/$DeadLetterQueue", 404),
+    ("missing/$Transfer/$DeadLetterQueue", 404),
+    ("missing/$management", 404),
+    ("news/subscriptions/missing", 404),
+    ("news/subscriptions/missing/$management", 404),
+    ("open/subscriptions/all", 404),
+])
+def test_put_token_for_an_entity_that_does_not_exist_is_answered_404(broker: BrokerProcess, name: str,
+                                                                      status: int) -> None:
+    """As Service Bus (the Go SDK's live tests, the Python suite's test_sb_client_bad_entity): the token is
+    checked, then the entity its name is about (sub-queues, $management and subscription paths resolved)."""
+    client = RawClient(broker.port)
+    try:
+        expiry = int(time.time()) + 300
+        audience = f"sb://localhost:{broker.port}/{name}"
+        token = generate_token(f"sb://localhost:{broker.port}/", KEY_NAME, KEY, expiry)
+        assert client.put_token(audience, token, expiry * 1000) == status
+    finally:
+        client.close()
+
+
+def test_put_token_checks_the_token_before_the_entity(broker: BrokerProcess) -> None:
+    client = RawClient(broker.port)
+    try:
+        audience = f"sb://localhost:{broker.port}/missing"
+        expiry = int(time.time()) + 300
+        assert client.put_token(audience, generate_token(audience, KEY_NAME, "wrong", expiry), expiry * 1000) == 401
+        expired = int(time.time()) - 60
+        assert client.put_token(audience, generate_token(audience, KEY_NAME, KEY, expired), expired * 1000) == 401
+        other = generate_token(f"sb://elsewhere:{broker.port}/missing", KEY_NAME, KEY, expiry)
+        assert client.put_token(audience, other, expiry * 1000) == 401
+        assert client.put_token(audience, generate_token(audience, KEY_NAME, KEY, expiry), expiry * 1000) == 404
+    finally:
+        client.close()
+
+
+def test_a_token_refresh_for_a_deleted_entity_is_answered_404_and_its_links_go(broker: BrokerProcess) -> None:
+    admin = _admin(broker, KEY_NAME, KEY)
+    admin.create_queue("short-lived")
+    client = RawClient(broker.port)
+    try:
+        audience = f"sb://localhost:{broker.port}/short-lived"
+        expiry = int(time.time()) + 300
+        assert client.put_token(audience, generate_token(audience, KEY_NAME, KEY, expiry), expiry * 1000) == 202
+        receiver = client.attach(audience, RECEIVER)
+        assert receiver.attached
+        admin.delete_queue("short-lived")
+        detached = client.wait(lambda e: isinstance(e, ev.LinkDetached) and e.link is receiver)
+        assert isinstance(detached, ev.LinkDetached) and detached.error is not None
+        assert detached.error.condition == "amqp:not-found"
+        assert client.put_token(audience, generate_token(audience, KEY_NAME, KEY, expiry), expiry * 1000) == 404
+    finally:
+        client.close()
+
+
+def test_the_sdk_raises_an_authentication_error_for_an_entity_that_does_not_exist(broker: BrokerProcess) -> None:
+    """What the released Python suite's test_sb_client_bad_entity expects, with the SDK's default retries."""
+    with ServiceBusClient.from_connection_string(broker.connection_string) as client:
+        with pytest.raises(ServiceBusAuthenticationError), client.get_queue_sender("invalid") as sender:
+            sender.send_messages(ServiceBusMessage("test"))
+        with pytest.raises(ServiceBusAuthenticationError) as refused, \
+                client.get_subscription_receiver("news", "invalid") as receiver:
+            receiver.receive_messages(max_wait_time=1)
+        assert is_entity_not_found(refused.value)
+
+
 # ---- HTTP -------------------------------------------------------------------------------------------
 
 
@@ -239,6 +321,75 @@ def test_an_entity_manage_key_manages_its_entity_only(broker: BrokerProcess) -> 
     with pytest.raises(ClientAuthenticationError):
         list(admin.list_queues())
     assert _admin(broker, KEY_NAME, KEY).get_queue("open").name == "open"
+
+
+def _status_line_and_detail(broker: BrokerProcess, method: str, path: str, token: str) -> tuple[int, str, str]:
+    """(status, reason phrase, the body's Detail) of a management API request."""
+    request = urllib.request.Request(f"https://localhost:{broker.admin_port}{path}", method=method,
+                                     data=b"" if method == "PUT" else None,
+                                     headers={"Authorization": token, "Content-Type": "application/atom+xml"})
+    context = ssl.create_default_context(cafile=broker.admin_certificate)
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=context) as response:
+            return response.status, response.reason, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        body = exc.read().decode()
+        detail = body.split("<Detail>", 1)[-1].split("</Detail>", 1)[0]
+        return exc.code, exc.reason, detail
+
+
+@pytest.mark.parametrize(("method", "path", "words"), [
+    ("GET", "/open", "Manage,EntityRead claims required for this operation"),
+    ("GET", "/$Resources/queues", "Manage,EntityRead claims required for this operation"),
+    ("GET", "/news", "Manage,EntityRead claims required for this operation"),
+    ("PUT", "/canneverbecreated", "Authorization failed for specified action: Manage,EntityWrite"),
+    ("PUT", "/open", "Authorization failed for specified action: Manage,EntityWrite"),
+    ("DELETE", "/open", "Authorization failed for specified action: Manage,EntityDelete."),
+])
+def test_management_refusals_without_manage_use_service_bus_words(broker: BrokerProcess, method: str, path: str,
+                                                                  words: str) -> None:
+    """The texts the SDKs' own tests compare (the Go SDK's TestAdminClient_LackPermissions_*): the Detail
+    opens with Service Bus's words and still ends with the tracking id."""
+    status, _, detail = _status_line_and_detail(broker, method, path, _http_token(broker, "listener", "listen-key"))
+    assert status == 401 and detail.startswith(words) and "TrackingId:" in detail, (status, detail)
+
+
+@pytest.mark.parametrize(("method", "path", "operation"), [
+    ("GET", "/news/subscriptions/all", "GetSubscription"),
+    ("GET", "/news/subscriptions", "EnumerateSubscriptions"),
+    ("PUT", "/news/subscriptions/canneverbecreated", "CreateOrUpdateSubscription"),
+    ("DELETE", "/news/subscriptions/all", "DeleteSubscription"),
+])
+def test_subscription_refusals_without_manage_name_the_operation(broker: BrokerProcess, method: str, path: str,
+                                                                 operation: str) -> None:
+    """Service Bus names the subscription operation, with a sub-code, in the status line as well (the Go SDK's
+    error shows the status line: ``401 SubCode=40100: Unauthorized : Unauthorized access for 'GetSubscription'``)."""
+    status, reason, detail = _status_line_and_detail(broker, method, path,
+                                                     _http_token(broker, "listener", "listen-key"))
+    words = f"SubCode=40100: Unauthorized : Unauthorized access for '{operation}' operation"
+    assert (status, reason) == (401, words) and detail.startswith(words), (status, reason, detail)
+
+
+def test_the_management_api_takes_a_scheme_less_audience_of_its_host(broker: BrokerProcess) -> None:
+    """The Go SDK's administration client signs its requests with the connection string's embedded SAS,
+    whose sr is the bare namespace (``localhost``, as its CreateConnectionStringWithSASUsingExpiry makes it)."""
+    expiry = int(time.time()) + 300
+    for audience, path, status in (("localhost", "/open", 200), ("localhost/open", "/open", 200),
+                                   ("localhost/open", "/other", 401), ("elsewhere", "/open", 401)):
+        escaped = urllib.parse.quote_plus(audience).lower()
+        signature = urllib.parse.quote_plus(sign(escaped, expiry, KEY))
+        token = f"SharedAccessSignature sr={escaped}&sig={signature}&se={expiry}&skn={KEY_NAME}"
+        assert _status_line_and_detail(broker, "GET", path, token)[0] == status, (audience, path)
+
+
+def test_the_python_admin_client_shows_the_service_bus_words(broker: BrokerProcess) -> None:
+    admin = _admin(broker, "listener", "listen-key")
+    with pytest.raises(ClientAuthenticationError) as refused:
+        admin.get_queue("open")
+    assert "Manage,EntityRead claims required for this operation" in str(refused.value)
+    with pytest.raises(ClientAuthenticationError) as refused:
+        admin.create_queue("canneverbecreated")
+    assert "Authorization failed for specified action: Manage,EntityWrite" in str(refused.value)
 
 
 def _http(broker: BrokerProcess, method: str, path: str, token: str | None,

@@ -10,6 +10,7 @@ which the token check must accept, and it sends and reads the session filter as 
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ QUEUES = [
     {"Name": "go-msg", "Properties": {}},
     {"Name": "go-sessions", "Properties": {"RequiresSession": True}},
     {"Name": "go-states", "Properties": {}},
+    {"Name": "go-texts", "Properties": {}},
 ]
 
 
@@ -42,9 +44,9 @@ def go_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProces
     process.stop()
 
 
-def run_scenario(broker: BrokerProcess, scenario: str) -> None:
+def run_scenario(broker: BrokerProcess, scenario: str, env: dict[str, str] | None = None) -> None:
     proc = subprocess.run([str(sdk_builds.GO.path(sdk_builds.GO.outputs[0])), broker.connection_string, scenario],
-                          capture_output=True, text=True, timeout=180)
+                          capture_output=True, text=True, timeout=180, env={**os.environ, **(env or {})})
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0 and f"PASS {scenario}" in proc.stdout.splitlines(), output[-4000:]
 
@@ -70,3 +72,20 @@ def test_go_schedule_cancel_defer_and_dead_letter(go_broker: BrokerProcess) -> N
         with client.get_queue_receiver("go-states") as receiver:
             left = receiver.peek_messages(max_message_count=10)
     assert [m.message_id for m in left] == ["sched-kept"]  # still scheduled; the cancelled one is gone
+
+
+def test_go_error_texts_in_service_bus_words(go_broker: BrokerProcess) -> None:
+    run_scenario(go_broker, "error-texts")
+
+
+def test_go_missing_entity_is_not_found_at_put_token(go_broker: BrokerProcess) -> None:
+    run_scenario(go_broker, "missing-entity")
+
+
+def test_go_connection_string_with_a_host_port_shared_access_signature(go_broker: BrokerProcess) -> None:
+    run_scenario(go_broker, "embedded-sas")
+
+
+def test_go_amqp_over_a_websocket_with_the_subprotocol_amqp(go_broker: BrokerProcess) -> None:
+    run_scenario(go_broker, "websocket",
+                 {"SODALITE_WS_URL": f"ws://localhost:{go_broker.http_port}/$servicebus/websocket"})

@@ -126,12 +126,15 @@ def test_sessions_per_connection_are_limited(limited_broker: BrokerProcess) -> N
 
 
 def test_links_per_connection_are_limited_even_before_authentication(limited_broker: BrokerProcess) -> None:
-    client = RawClient(limited_broker.port)  # no put-token: attaching to $cbs needs none
+    client = RawClient(limited_broker.port)  # no put-token: $cbs and transaction coordinators need none
     try:
-        for i in range(8):
-            link = client.attach("$cbs", SENDER if i % 2 else RECEIVER)
-            assert link.state == "attached"
-        refused = client.attach("$cbs", SENDER)
+        # One $cbs pair (a second link in the same role would be refused as not allowed, as Service Bus
+        # refuses it), then transaction coordinators up to the limit.
+        assert client.attach("$cbs", RECEIVER).state == "attached"
+        assert client.attach("$cbs", SENDER).state == "attached"
+        for _ in range(6):
+            assert client.coordinator().state == "attached"
+        refused = client.coordinator()
         detached = client.wait(lambda e: isinstance(e, ev.LinkDetached) and e.link is refused)
         assert isinstance(detached, ev.LinkDetached) and detached.error is not None
         assert detached.error.condition == "amqp:resource-limit-exceeded"

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 import sdk_builds
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
-from azure.servicebus.exceptions import MessagingEntityNotFoundError
+from azure.servicebus.exceptions import ServiceBusAuthenticationError
 from azure.servicebus.management import ServiceBusAdministrationClient
 from broker_process import BrokerProcess, write_config
 
@@ -114,7 +114,7 @@ def test_java_administration_client(java_broker: BrokerProcess) -> None:
     endpoint = f"http://127.0.0.1:{java_broker.http_port}"
     run_scenario(java_broker, "administration", f"-Dsodalite.admin.endpoint={endpoint}")
     with ServiceBusClient.from_connection_string(java_broker.connection_string, retry_total=0) as client:
-        with pytest.raises(MessagingEntityNotFoundError):  # the queue Java made and deleted is gone
+        with pytest.raises(ServiceBusAuthenticationError):  # the queue Java made and deleted is gone (404)
             with client.get_queue_sender("java-made") as sender:
                 sender.send_messages(ServiceBusMessage("x"))
 

@@ -9,9 +9,9 @@ from broker_process import KEY, KEY_NAME, BrokerProcess
 from raw_client import RawClient, message
 
 from sodalite.amqp import events as ev
-from sodalite.amqp.link import RECEIVER, SENDER
+from sodalite.amqp.link import RECEIVER, SENDER, Link
 from sodalite.amqp.message import split_sections
-from sodalite.amqp.performatives import Accepted
+from sodalite.amqp.performatives import Accepted, Source, Target
 from sodalite.model.sas import generate_token
 
 pytestmark = pytest.mark.interop
@@ -97,5 +97,39 @@ def test_abandon_with_properties_to_modify_changes_the_redelivered_message(broke
         assert sections[0x70][4] == 1  # the abandon counted: delivery-count 1
         receiver.settle(again.delivery.delivery_id, Accepted(), settled=False)
         client.wait(lambda e: isinstance(e, ev.DeliveryUpdated) and e.link is receiver)
+    finally:
+        client.close()
+
+
+def _cbs_attach(client: RawClient, role: bool) -> tuple[Link, str | None]:
+    """Attach a $cbs link in ``role`` (the client's); the link and its refusal's condition (None: accepted)."""
+    link = client.session.attach(f"cbs-{time.monotonic()}", role, Source("$cbs"), Target("$cbs"))
+    client.wait(lambda e: isinstance(e, ev.LinkAttached) and e.link is link)
+    if link.state == "attached":
+        return link, None
+    detached = client.wait(lambda e: isinstance(e, ev.LinkDetached) and e.link is link)
+    assert isinstance(detached, ev.LinkDetached) and detached.error is not None
+    return link, detached.error.condition
+
+
+def test_one_cbs_sender_and_one_cbs_receiver_at_a_time(broker: BrokerProcess) -> None:
+    """As Service Bus: a second $cbs link in the same role on a connection is refused with not-allowed (the
+    Go SDK then opens a new connection); the other role is not affected, and a link whose detach was
+    processed no longer counts (the Go SDK opens a fresh pair for each token)."""
+    client = _client(broker)  # holds one $cbs pair, attached
+    try:
+        assert _cbs_attach(client, SENDER)[1] == "amqp:not-allowed"
+        assert _cbs_attach(client, RECEIVER)[1] == "amqp:not-allowed"
+        assert client._cbs is not None
+        request, response = client._cbs
+        request.detach()  # the request link goes; its detach is echoed before the next attach is sent
+        client.wait(lambda e: isinstance(e, ev.LinkDetached) and e.link is request)
+        assert _cbs_attach(client, RECEIVER)[1] == "amqp:not-allowed"  # the response link is still there
+        fresh, refused = _cbs_attach(client, SENDER)
+        assert refused is None
+        client._cbs = (fresh, response)  # the new request link works: a put-token through it is answered
+        audience = f"sb://localhost:{broker.port}/"
+        expiry = int(time.time()) + 300
+        assert client.put_token(audience, generate_token(audience, KEY_NAME, KEY, expiry), expiry * 1000) == 202
     finally:
         client.close()

@@ -89,6 +89,7 @@ def test_a_refused_message_is_set_aside_and_does_not_block_the_rest(outbox_broke
         [failed] = outbox.failed_messages()
         assert failed.entity == "no-such-queue" and failed.message is not None
         assert failed.message.message_id == "r-2" and "MessagingEntityNotFound" in failed.error
+        assert "'no-such-queue' could not be found" in failed.error
     assert [m.message_id for m in _receive_all(outbox_broker, "refused-after")] == ["r-1", "r-3"]
 
 

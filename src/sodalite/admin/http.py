@@ -54,7 +54,10 @@ def _error(exc: SodaliteError) -> web.Response:
     log.log(logging.INFO if expected else logging.WARNING, "management API error %s %s: %s",
             exc.http_status, exc.condition, detail,
             extra={"tracking_id": tracking_id, "condition": exc.condition, "status": exc.http_status, "kind": "http"})
-    return web.Response(status=exc.http_status, body=atom.error_body(exc.http_status, detail),
+    # Service Bus puts a sub-coded refusal in the status line too ("401 SubCode=40100: Unauthorized : ..."),
+    # which is what the Go SDK's error text shows.
+    reason = exc.description if exc.description.startswith(_keys.SUBCODE_PREFIX) else None
+    return web.Response(status=exc.http_status, reason=reason, body=atom.error_body(exc.http_status, detail),
                         content_type="application/xml")
 
 
@@ -75,7 +78,9 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
                 raise Unauthorized("the request has no SharedAccessSignature Authorization header")
             authority = request.app.get(_keys.KEYS)
             if authority is not None:
-                granted = _keys.authorize_request(authority, token, request.path)  # Manage, namespace- or entity-wide
+                # Manage, namespace- or entity-wide
+                granted = _keys.authorize_request(authority, token, request.path, request.method,
+                                                  sas.host_of(request.host))
                 request[CALLER] = Caller(token, granted.key_name, granted)
             else:  # the control plane authorizes the token itself
                 request[CALLER] = Caller(token, sas.parse_token(token).key_name)

@@ -47,15 +47,47 @@ class KeyAuthority(Protocol):
 KEYS: web.AppKey[KeyAuthority] = web.AppKey("keys", KeyAuthority)
 
 
-def authorize_request(keys: KeyAuthority, token: str, path: str) -> Authorization:
-    """The token's authorization for the management API's ``path``; raises Unauthorized without Manage."""
+def authorize_request(keys: KeyAuthority, token: str, path: str, method: str = "GET", host: str = "") -> Authorization:
+    """The token's authorization for the management API's ``path`` (``host``: the request's host name, which
+    an audience without a scheme may open with); raises Unauthorized without Manage."""
     target = path.strip("/")
-    granted = authorize(token, keys.namespace_rules(), keys.entity_rules, target, time.time())
+    granted = authorize(token, keys.namespace_rules(), keys.entity_rules, target, time.time(), host)
     if not granted.covers(target):
         raise Unauthorized(f"the token does not cover '/{target}'")
     if not granted.allows(AccessRights.MANAGE):
-        raise missing_right(AccessRights.MANAGE)
+        raise missing_manage(method, target)
     return granted
+
+
+#: The subscription operations' names in Service Bus's refusals, by method (a list is a GET of the collection).
+_SUBSCRIPTION_OPERATIONS = {"GET": "GetSubscription", "PUT": "CreateOrUpdateSubscription",
+                            "DELETE": "DeleteSubscription"}
+
+
+def missing_manage(method: str, path: str) -> Unauthorized:
+    """A request without Manage refused in Service Bus's words, which the SDKs' tests compare (the Go SDK's
+    ``TestAdminClient_LackPermissions_*``): a GET or list needs ``Manage,EntityRead``, a create or update
+    ``Manage,EntityWrite``, a delete ``Manage,EntityDelete``; subscription requests name the operation,
+    with the sub-code Service Bus also puts in the status line (``admin.http`` does that)."""
+    parts = [part.lower() for part in path.strip("/").split("/")]
+    method = method.upper()
+    operation = None
+    if len(parts) >= 3 and parts[-2] == "subscriptions":  # topic/subscriptions/name
+        operation = _SUBSCRIPTION_OPERATIONS.get(method)
+    elif len(parts) >= 2 and parts[-1] == "subscriptions" and method == "GET":  # topic/subscriptions
+        operation = "EnumerateSubscriptions"
+    if operation is not None:
+        return Unauthorized(f"{SUBCODE_PREFIX}40100: Unauthorized : Unauthorized access for '{operation}' operation")
+    if method == "GET":
+        return Unauthorized("Manage,EntityRead claims required for this operation.")
+    if method == "PUT":
+        return Unauthorized("Authorization failed for specified action: Manage,EntityWrite.")
+    if method == "DELETE":
+        return Unauthorized("Authorization failed for specified action: Manage,EntityDelete.")
+    return missing_right(AccessRights.MANAGE)
+
+
+SUBCODE_PREFIX = "SubCode="  # an error description that opens with it is also the response's status line
 
 
 def access_keys(record: KeyRecord) -> dict[str, str | None]:

@@ -2,16 +2,17 @@
 
 Theory of operation: the official SDKs (``TransportType.AmqpOverWebsocket`` in Python and .NET,
 ``webSocketOptions`` in JavaScript) open a WebSocket to ``/$servicebus/websocket`` asking for the
-subprotocol ``AMQPWSB10`` (AMQP WebSocket binding 1.0), then carry the AMQP byte stream, SASL
-header first, in binary messages. Message boundaries mean nothing: the bytes of all messages in
-order are the stream. So a WebSocket connection here is served exactly like a TCP one: the
-handler asks its owner for a fresh AMQP connection protocol (an ``asyncio.Protocol``; the CLI
-hands in the broker's), gives it a :class:`WebSocketTransport` that sends what it writes as binary
-messages, feeds it the payload of every binary message, and tells it the connection is lost when
-the WebSocket closes. The AMQP connection authenticates itself (SASL, then ``$cbs`` tokens), so
-the management API's Authorization header is not asked for on this path.
+subprotocol ``AMQPWSB10`` (AMQP WebSocket binding 1.0; the Go SDK asks for ``amqp``, which is
+accepted too), then carry the AMQP byte stream, SASL header first, in binary messages. Message
+boundaries mean nothing: the bytes of all messages in order are the stream. So a WebSocket
+connection here is served exactly like a TCP one: the handler asks its owner for a fresh AMQP
+connection protocol (an ``asyncio.Protocol``; the CLI hands in the broker's), gives it a
+:class:`WebSocketTransport` that sends what it writes as binary messages, feeds it the payload of
+every binary message, and tells it the connection is lost when the WebSocket closes. The AMQP
+connection authenticates itself (SASL, then ``$cbs`` tokens), so the management API's Authorization
+header is not asked for on this path.
 
-A request without the ``AMQPWSB10`` subprotocol is refused with 400 before the upgrade; a text
+A request without either subprotocol is refused with 400 before the upgrade; a text
 message closes the WebSocket with 1003 (unsupported data). Closing the AMQP connection sends what
 it wrote last, then closes the WebSocket (1000).
 """
@@ -31,6 +32,9 @@ log = logging.getLogger(__name__)
 
 PATH: Final = "/$servicebus/websocket"
 SUBPROTOCOL: Final = "AMQPWSB10"
+#: Every subprotocol served, in the order the server prefers them: the binding's own name, then the
+#: plain ``amqp`` the Go SDK (go-amqp's WebSocket dialer) asks for.
+SUBPROTOCOLS: Final = (SUBPROTOCOL, "amqp")
 #: The largest WebSocket message taken: clients write a few AMQP frames per message, each at most
 #: the broker's max-frame-size (256 KiB); aiohttp buffers a whole message before handing it over.
 MAX_MESSAGE_SIZE: Final = 16 * 1024 * 1024
@@ -159,13 +163,13 @@ class WebSocketTransport(asyncio.Transport):
 async def serve(request: web.Request) -> web.StreamResponse:
     """``GET /$servicebus/websocket``: upgrade, then serve one AMQP connection over the WebSocket."""
     endpoint = request.app[AMQP]
-    ws = web.WebSocketResponse(protocols=(SUBPROTOCOL,), max_msg_size=MAX_MESSAGE_SIZE, autoping=True)
+    ws = web.WebSocketResponse(protocols=SUBPROTOCOLS, max_msg_size=MAX_MESSAGE_SIZE, autoping=True)
     ready = ws.can_prepare(request)
     if not ready.ok:
         raise ArgumentError(f"{PATH} serves AMQP over WebSockets: it needs a WebSocket upgrade request "
-                            f"with the subprotocol {SUBPROTOCOL}")
-    if ready.protocol != SUBPROTOCOL:
-        raise ArgumentError(f"{PATH} needs the WebSocket subprotocol {SUBPROTOCOL} (Sec-WebSocket-Protocol)")
+                            f"with the subprotocol {SUBPROTOCOL} or amqp")
+    if ready.protocol not in SUBPROTOCOLS:
+        raise ArgumentError(f"{PATH} needs the WebSocket subprotocol {SUBPROTOCOL} or amqp (Sec-WebSocket-Protocol)")
     await ws.prepare(request)
     transport = WebSocketTransport(ws, request)
     protocol = endpoint()

@@ -180,7 +180,8 @@ class AmqpClient:
             "expiration": Timestamp(expiry * 1000)}, token)
         status = int(properties.get("status-code", 0))
         if status not in (200, 202):
-            raise ClientError("amqp:unauthorized-access",
+            # 404: the entity does not exist (Service Bus checks it at put-token, after the token itself)
+            raise ClientError("amqp:not-found" if status == 404 else "amqp:unauthorized-access",
                               str(properties.get("status-description") or f"put-token answered {status}"))
         self._authorised.add(entity)
 

@@ -32,7 +32,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from azure.servicebus.exceptions import (
+    MessagingEntityNotFoundError,
     OperationTimeoutError,
+    ServiceBusAuthenticationError,
     ServiceBusCommunicationError,
     ServiceBusConnectionError,
     ServiceBusError,
@@ -53,6 +55,24 @@ def is_failover_error(exc: BaseException) -> bool:
     if isinstance(exc, FAILOVER_ERRORS):
         return True
     return isinstance(exc, ServiceBusError) and INTERNAL_ERROR_TEXT in str(exc)
+
+
+def is_entity_not_found(exc: BaseException) -> bool:
+    """The entity does not exist: refused at attach (MessagingEntityNotFoundError), or its put-token answered
+    404, as Service Bus answers for a missing entity (the SDK raises ServiceBusAuthenticationError then, with
+    the put-token's status on the AMQP error it wraps)."""
+    if isinstance(exc, MessagingEntityNotFoundError):
+        return True
+    if not isinstance(exc, ServiceBusAuthenticationError):
+        return False
+    inner = getattr(exc, "inner_exception", None) or exc.__cause__
+    return getattr(inner, "status_code", None) == 404
+
+
+def is_namespace_auth_fault(exc: BaseException) -> bool:
+    """The namespace refused our credentials (a fault of the whole namespace client); a put-token refused
+    only because its entity does not exist is not one."""
+    return isinstance(exc, ServiceBusAuthenticationError) and not is_entity_not_found(exc)
 
 
 @dataclass(slots=True)

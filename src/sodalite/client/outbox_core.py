@@ -36,8 +36,9 @@ from typing import Any, Protocol
 
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.amqp import AmqpMessageBodyType
+from azure.servicebus.exceptions import MessagingEntityNotFoundError
 
-from sodalite.client.failover import is_failover_error
+from sodalite.client.failover import is_entity_not_found, is_failover_error
 from sodalite.errors import ConfigurationError, OutboxCorrupt
 
 APPLICATION_ID = 0x534F4442  # "SODB": marks a SQLite file as a Sodalite outbox
@@ -343,4 +344,9 @@ def after_refusal(rows: list[PendingRow], error: BaseException) -> AfterRefusal:
 
 
 def refusal_text(error: BaseException) -> str:
+    if is_entity_not_found(error) and not isinstance(error, MessagingEntityNotFoundError):
+        # The put-token was answered 404: the SDK says only "authentication", the answer says which entity.
+        inner = getattr(error, "inner_exception", None) or error
+        said = " ".join(str(inner).split())
+        return f"MessagingEntityNotFound: the entity does not exist (its put-token was answered 404): {said}"
     return f"{type(error).__name__}: {error}"

@@ -38,13 +38,12 @@ from azure.servicebus import (
     ServiceBusReceiver,
     ServiceBusSender,
 )
-from azure.servicebus.exceptions import ServiceBusAuthenticationError
 from azure.servicebus.management import ServiceBusAdministrationClient
 
 from sodalite.client import backlog
 from sodalite.client import paired_core as core
 from sodalite.client.availability import CLOSE_BUDGET, namespace_kwargs
-from sodalite.client.failover import is_failover_error
+from sodalite.client.failover import is_failover_error, is_namespace_auth_fault
 from sodalite.client.paired_core import (
     RETRY_PAUSE,
     SYPHON_BATCH,
@@ -284,11 +283,11 @@ class Syphon:
                             self.move(receiver, received)
                             if self._on_progress is not None:
                                 self._on_progress(self.backlog_queue, self.counters)
-            except ServiceBusAuthenticationError as exc:
-                if self._on_fault is not None:
-                    self._on_fault("secondary", exc)
-                return
             except Exception as exc:
+                if is_namespace_auth_fault(exc):  # (a missing backlog queue is not: it pauses, as below)
+                    if self._on_fault is not None:
+                        self._on_fault("secondary", exc)
+                    return
                 if self.stop.is_set():
                     return
                 log.info("syphon of '%s' pauses: %s", self.backlog_queue, core.first_line(exc))
@@ -417,7 +416,7 @@ class PairedNamespaceClient(core.PairedState):
         (self.primary if role == "primary" else self.secondary).set_fault(exc)
 
     def note_primary_error(self, exc: BaseException) -> None:
-        if isinstance(exc, ServiceBusAuthenticationError):
+        if is_namespace_auth_fault(exc):  # a put-token refused for a missing entity is not a namespace fault
             self.primary.set_fault(exc)
 
     def close(self) -> None:

@@ -9,9 +9,10 @@ from typing import Any
 
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage
 from azure.servicebus.amqp import AmqpMessageBodyType
-from azure.servicebus.exceptions import MessageSizeExceededError, MessagingEntityNotFoundError
+from azure.servicebus.exceptions import MessageSizeExceededError
 
 from sodalite.client import backlog
+from sodalite.client.failover import is_entity_not_found
 
 
 def body_bytes(message: ServiceBusMessage | ServiceBusReceivedMessage) -> bytes:
@@ -118,7 +119,7 @@ def plan_syphon_batch(received: list[ServiceBusReceivedMessage], now: datetime) 
 def refusal(path: str, exc: BaseException) -> tuple[str, str] | None:
     """Reason and description to dead-letter a group the primary refused for good; None to retry later."""
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    if isinstance(exc, MessagingEntityNotFoundError):
+    if is_entity_not_found(exc):  # refused at attach, or its put-token answered 404
         return backlog.TARGET_NOT_FOUND, f"the entity '{path}' does not exist in the primary namespace: {first}"
     if isinstance(exc, MessageSizeExceededError):
         return "MessageSizeExceeded", f"the entity '{path}' in the primary refused the message's size: {first}"

@@ -225,14 +225,14 @@ def entity_scope(path: str, lookup: EntityRules) -> tuple[str, Sequence[Authoriz
 
 
 def authorize(token: str, namespace_rules: Sequence[AuthorizationRule], lookup: EntityRules, target_path: str,
-              now: float) -> Authorization:
+              now: float, host: str = "") -> Authorization:
     """Validate ``token`` against the namespace's rules, then against the rules of the entity
     ``target_path`` names (``lookup`` gives a queue's or topic's own rules, None for anything else).
 
     Raises Unauthorized for an unknown key name, a bad signature or an expired token.
     """
     parsed = sas.parse_token(token)
-    _, audience_path = sas.audience_path(parsed.audience)
+    _, audience_path = sas.audience_path(parsed.audience, host)  # host: the namespace's, when known
     scopes: list[tuple[str | None, Sequence[AuthorizationRule]]] = [(None, namespace_rules)]
     found = entity_scope(target_path, lookup)
     if found is not None:

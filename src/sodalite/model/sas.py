@@ -80,16 +80,28 @@ def validate_token(token: str, keys: Mapping[str, tuple[str, ...]], now: float) 
     raise Unauthorized("the token's signature does not match")
 
 
-def audience_path(audience: str) -> tuple[str, str]:
-    """Split ``sb://host[:port]/path`` into (host without port, lower-cased path without slashes).
+# A scheme-less audience that opens with ``host:port`` names the namespace: the Go SDK's
+# ``sas.CreateConnectionStringWithSASUsingExpiry`` signs the bare fully qualified namespace,
+# ``localhost:5672``. No entity name holds a colon, so such a first segment is never an entity's.
+_BARE_AUTHORITY = re.compile(r"^((?:[a-zA-Z0-9._-]+|\[[0-9a-fA-F:.]+\]):[0-9]+)(/.*)?$")
+
+
+def audience_path(audience: str, host: str = "") -> tuple[str, str]:
+    """Split ``sb://host[:port]/path`` (or ``host:port/path`` without a scheme) into (host without port,
+    lower-cased path without slashes); an audience with neither is a bare path, with host "". A scheme-less
+    audience that opens with ``host`` (the namespace's host name, when the caller knows it) names the
+    namespace too: the Go SDK signs the bare fully qualified namespace, port or not.
 
     A query or fragment is not part of the path: the JavaScript administration client signs the
     whole request URL, ``https://host/queue?api-version=2021-05`` (entity names hold neither ``?``
     nor ``#``).
     """
     audience = re.split(r"[?#]", audience, maxsplit=1)[0]
-    match = re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://([^/]*)(/.*)?$", audience)
+    match = re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://([^/]*)(/.*)?$", audience) or _BARE_AUTHORITY.match(audience)
     if match is None:
+        first, _, rest = audience.strip("/").partition("/")
+        if host and first.lower() == host.lower():
+            return first.lower(), rest.strip("/").lower()
         return "", audience.strip("/").lower()
     return host_of(match.group(1)), (match.group(2) or "").strip("/").lower()
 

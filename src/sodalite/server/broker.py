@@ -269,9 +269,10 @@ class Broker:
         for connection in list(self.connections):
             connection.check_key_login()
 
-    def authorize(self, token: str, target_path: str) -> Authorization:
-        """What ``token`` grants for ``target_path``; raises Unauthorized."""
-        return authorize(token, self.authorization_rules, self.entity_rules, target_path, time.time())
+    def authorize(self, token: str, target_path: str, host: str = "") -> Authorization:
+        """What ``token`` grants for ``target_path`` (``host``: the namespace's host name the client used, for
+        an audience without a scheme); raises Unauthorized."""
+        return authorize(token, self.authorization_rules, self.entity_rules, target_path, time.time(), host)
 
     async def regenerate_key(self, entity_path: str | None, key_name: str, key_type: KeyType,
                              key: str | None = None) -> AuthorizationRule:
@@ -797,6 +798,8 @@ class Broker:
         """
         fixed = ("requires_session", "enable_partitioning", "requires_duplicate_detection")
         changed = [name for name in fixed if getattr(properties, name) != getattr(entity.properties, name)]
+        if "requires_session" in changed:  # Service Bus's words (the Go SDK's admin tests compare them)
+            raise InvalidOperation("The value for the RequiresSession property of an existing Queue cannot be changed")
         if changed:
             raise InvalidOperation(f"{', '.join(changed)} cannot be changed on an existing queue")
         self._check_forward_targets(properties, entity)
@@ -901,7 +904,8 @@ class Broker:
     async def update_subscription(self, entity: Entity, properties: SubscriptionProperties) -> None:
         """Store new properties (its rules kept) and apply them; every lock held on it is dropped."""
         if properties.requires_session != entity.requires_session:
-            raise InvalidOperation("requires_session cannot be changed on an existing subscription")
+            raise InvalidOperation("The value for the RequiresSession property of an existing Subscription cannot be "
+                                   "changed")
         self._check_forward_targets(properties, entity)
         record = {"Properties": properties.to_json()}  # its rules are rows of their own, left as they are
         await self.worker.apply([PutEntity(EntityRecord(entity.name, SUBSCRIPTION, record)),

@@ -93,6 +93,7 @@ from typing import Any, Protocol, TypeVar, cast
 
 from sodalite.amqp.types import AmqpValue
 from sodalite.errors import (
+    LOCK_SUPPLIED_INVALID,
     InvalidOperation,
     MessageLockLost,
     MessageNotFound,
@@ -346,8 +347,7 @@ class CoreActor:
                 self._resolve(reply.reply_to)
             case core.LockLost():
                 self._holders.pop(reply.token, None)
-                self._resolve(reply.reply_to, error=MessageLockLost(
-                    "the lock supplied is invalid: it expired, or the message was settled or received elsewhere"))
+                self._resolve(reply.reply_to, error=MessageLockLost(LOCK_SUPPLIED_INVALID))
             case core.LockRenewed():
                 self._resolve(reply.reply_to, reply.locked_until)
             case core.ScheduledCancelled():
@@ -575,8 +575,7 @@ class CoreActor:
                 reason: str | None = None, description: str | None = None) -> asyncio.Future[None]:
         sub = self._holders.get(token)
         if sub is None:
-            raise MessageLockLost("the lock supplied is invalid: it expired, or the message was settled or "
-                                  "received elsewhere")
+            raise MessageLockLost(LOCK_SUPPLIED_INVALID)
         edits = tuple((str(k), v) for k, v in (properties or {}).items())
         return self._request(sub, lambda key: core.Settle(token, outcome, key, edits, reason, description))
 
@@ -614,8 +613,7 @@ class CoreActor:
     def renew_lock(self, token: uuid.UUID) -> asyncio.Future[int]:
         sub = self._holders.get(token)
         if sub is None:
-            raise MessageLockLost("the lock supplied is invalid: it expired, or the message was settled or "
-                                  "received elsewhere")
+            raise MessageLockLost(LOCK_SUPPLIED_INVALID)
         return self._request(sub, lambda key: core.RenewLock(token, key))
 
     # ---- by sequence number -------------------------------------------------------------------------
@@ -973,8 +971,7 @@ class CoreActor:
         runner = self.runners.get(sub) if sub is not None else None
         lock = runner.view.locks.get(token) if runner is not None else None
         if sub is None or lock is None or lock.settling or lock.locked_until <= self.clock.now():
-            raise MessageLockLost("the lock supplied is invalid: it expired, or the message was settled or "
-                                  "received elsewhere")
+            raise MessageLockLost(LOCK_SUPPLIED_INVALID)
         self._runner(sub)  # StoreUnavailable while the store is offline
         return sub
 

@@ -42,7 +42,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from sodalite.errors import EntityNotFound, InvalidOperation, MessageLockLost, NotImplementedOperation
+from sodalite.errors import (
+    LOCK_SUPPLIED_INVALID,
+    EntityNotFound,
+    InvalidOperation,
+    MessageLockLost,
+    NotImplementedOperation,
+)
 from sodalite.model import partition_core as core
 from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDraft
 from sodalite.model.settlement import Settlement, Verb
@@ -105,7 +111,7 @@ def lock_holder(actor: EntityActor, token: uuid.UUID) -> Home:
     for partition in each(actor):
         if isinstance(partition, CoreActor) and partition.holds(token):
             return partition, partition.transactional_lock(token)
-    raise MessageLockLost("the lock token is unknown or the lock was lost")
+    raise MessageLockLost(LOCK_SUPPLIED_INVALID)
 
 
 def _partition(actor: EntityActor, draft: MessageDraft) -> CoreActor:

@@ -316,7 +316,9 @@ def attach_consumer(connection: ConnectionPort, link: Link, entity: Entity, sub_
     sessionful = entity.requires_session and sub_queue is SubQueue.MAIN
     if wants_session != sessionful:
         link.refuse(client_error(InvalidOperation(
-            "the entity requires sessions: use a session receiver" if sessionful
+            # Service Bus's words, which the Go SDK's TestSessionReceiver_NonSessionReceiver compares
+            "It is not possible for an entity that requires sessions to create a non-sessionful message receiver."
+            if sessionful
             else "the entity does not support sessions"), metrics, peer, entity.name))
         return
     if not sessionful:

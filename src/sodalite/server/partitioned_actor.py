@@ -55,6 +55,7 @@ from collections.abc import Iterator, Sequence
 from typing import Generic, Protocol, TypeVar
 
 from sodalite.errors import (
+    LOCK_SUPPLIED_INVALID,
     InvalidOperation,
     MessageLockLost,
     MessageNotFound,
@@ -334,7 +335,7 @@ class Partitioned(Generic[P]):
         for partition in self.partitions:
             if partition.holds(token):
                 return partition
-        raise MessageLockLost("the lock token is unknown or the lock was lost")
+        raise MessageLockLost(LOCK_SUPPLIED_INVALID)
 
     def complete(self, token: uuid.UUID) -> asyncio.Future[None]:
         return self.holder(token).complete(token)

@@ -8,7 +8,8 @@ with null terminus and a closing detach, sdk-wire-contract.md 1.6). The address 
 terminus                                  endpoint
 ========================================  ==========================================================
 target is a ``Coordinator``               the connection's transactions (``server/transactions.py``)
-``$cbs``                                  :class:`~sodalite.server.auth.CbsLink` (no token needed)
+``$cbs``                                  :class:`~sodalite.server.auth.CbsLink` (no token needed;
+                                          one sender and one receiver at a time)
 ``<entity>[/<sub-queue>]/$management``    :class:`~sodalite.server.management_link.ManagementLink`
                                           (a token covering the entity; rights per operation)
 ``<entity>`` (client sender)              :class:`~sodalite.server.links.Producer` (Send right)
@@ -49,19 +50,20 @@ def route_attach(connection: ConnectionPort, auth: ConnectionAuth, link: Link, l
     connection with when the peer is so far past the link limit that refusing is not enough."""
     remote = link.remote_attach
     assert remote is not None
-    if isinstance(remote.target, Coordinator):
-        connection.transactions.attach_coordinator(link)
-        return None
+    coordinator = isinstance(remote.target, Coordinator)
     terminus = remote.target if link.role is RECEIVER else remote.source
-    path = entity_path(terminus.address if terminus is not None else None)
+    path = "" if coordinator else entity_path(getattr(terminus, "address", None))
     broker = connection.broker
     limit = broker.limits.max_links
-    if links_held > limit:
+    if links_held > limit:  # transaction coordinators count too
         error = client_error(QuotaExceeded(f"a connection may attach at most {limit} links"),
                              broker.metrics, connection.peer, path)
         if links_held > limit + REFUSED_LINKS_SLACK:
             return error
         link.refuse(error)
+        return None
+    if coordinator:
+        connection.transactions.attach_coordinator(link)
         return None
     if link.role is RECEIVER and temporary.is_dynamic(remote.target):
         temporary.attach(connection, link)  # a JMS temporary queue or topic, alive while this link is
@@ -71,6 +73,13 @@ def route_attach(connection: ConnectionPort, auth: ConnectionAuth, link: Link, l
         return None
     try:
         if path == CBS_NODE:
+            if any(other is not link and other.role is link.role and other.attached
+                   and isinstance(other.context, CbsLink) for other in connection.links()):
+                # As Service Bus: one $cbs sender and one receiver at a time on a connection (the Go SDK
+                # opens a fresh pair per token, detaching the last one first, and starts a new connection
+                # when refused). A link whose detach was processed no longer counts.
+                raise InvalidOperation(f"a {'sender' if link.role is RECEIVER else 'receiver'} link to $cbs is "
+                                       "already attached on this connection; detach it first")
             link.context = CbsLink(connection, CBS_NODE, auth, hostname)
             accept_control(link)
             return None

@@ -11,6 +11,7 @@ from azure.servicebus.exceptions import (
     MessageSizeExceededError,
     MessagingEntityNotFoundError,
     OperationTimeoutError,
+    ServiceBusAuthenticationError,
     ServiceBusAuthorizationError,
     ServiceBusConnectionError,
     ServiceBusError,
@@ -20,8 +21,8 @@ from azure.servicebus.exceptions import (
 
 from sodalite.client import PairedNamespaceOptions
 from sodalite.client import backlog as bl
-from sodalite.client.failover import FailoverBook, is_failover_error
-from sodalite.client.paired_messages import to_backlog_message
+from sodalite.client.failover import FailoverBook, is_entity_not_found, is_failover_error, is_namespace_auth_fault
+from sodalite.client.paired_messages import refusal, to_backlog_message
 
 
 def test_the_timer_starts_on_a_failover_error_and_fails_over_after_the_interval() -> None:
@@ -178,3 +179,32 @@ def test_the_backlog_copy_of_an_sdk_message() -> None:
     assert copy.application_properties == {"k": "v", bl.PATH: "orders", bl.SESSION_ID: "s1",
                                            bl.TIME_TO_LIVE: 30_000, bl.SCHEDULED_ENQUEUE_TIME: when}
     assert str(copy) == "hello"
+
+
+def _put_token_refused(status: int) -> ServiceBusAuthenticationError:
+    """What the SDK raises when a put-token is answered ``status`` (its AMQP layer's TokenAuthFailure inside)."""
+    from azure.servicebus._pyamqp.error import TokenAuthFailure
+
+    return ServiceBusAuthenticationError(message="Service Bus has encountered an error.",
+                                         error=TokenAuthFailure(status, b"the messaging entity 'q' could not be found"))
+
+
+@pytest.mark.parametrize(("error", "not_found", "namespace_fault"), [
+    (MessagingEntityNotFoundError(message="gone"), True, False),
+    (_put_token_refused(404), True, False),  # Service Bus answers a put-token for a missing entity 404
+    (_put_token_refused(401), False, True),  # a wrong key: the namespace refuses the client
+    (ServiceBusAuthenticationError(message="no"), False, True),
+    (ServiceBusAuthorizationError(message="no"), False, False),
+    (ValueError("bad argument"), False, False),
+])
+def test_a_put_token_answered_404_is_a_missing_entity_not_a_namespace_fault(
+        error: Exception, not_found: bool, namespace_fault: bool) -> None:
+    assert is_entity_not_found(error) is not_found
+    assert is_namespace_auth_fault(error) is namespace_fault
+    assert not is_failover_error(error)
+
+
+def test_the_syphon_dead_letters_for_a_target_whose_put_token_was_answered_404() -> None:
+    reason, description = refusal("orders", _put_token_refused(404)) or ("", "")
+    assert reason == bl.TARGET_NOT_FOUND and "'orders' does not exist in the primary namespace" in description
+    assert refusal("orders", _put_token_refused(401)) is None  # retried later, not dead-lettered

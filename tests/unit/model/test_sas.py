@@ -216,6 +216,13 @@ def test_unencoded_signature_is_accepted() -> None:
     ("https://localhost:5443/$resources/queues?$skip=0&$top=100&api-version=2021-05",
      ("localhost", "$resources/queues")),
     ("https://host/q#frag", ("host", "q")),
+    # Without a scheme, host:port opens the audience (the Go SDK's CreateConnectionStringWithSASUsingExpiry).
+    ("localhost:5672", ("localhost", "")),
+    ("LocalHost:5672/", ("localhost", "")),
+    ("localhost:5672/Queue1", ("localhost", "queue1")),
+    ("ns.servicebus.windows.net:5671/t/subscriptions/s", ("ns.servicebus.windows.net", "t/subscriptions/s")),
+    ("[::1]:5672/q", ("[::1]", "q")),
+    ("localhost:x/q", ("", "localhost:x/q")),  # not a port: a path, as before
 ])
 def test_audience_path(audience: str, expected: tuple[str, str]) -> None:
     assert sas.audience_path(audience) == expected
@@ -268,3 +275,27 @@ def test_grant_from_a_token_audience() -> None:
 ])
 def test_host_of_drops_the_port_and_user(authority: str, host: str) -> None:
     assert sas.host_of(authority) == host
+
+
+def test_go_sdk_bare_namespace_token_validates_and_grants_the_namespace() -> None:
+    """What ``sas.CreateConnectionStringWithSASUsingExpiry`` makes: ``sr`` is the lower-cased, query-escaped
+    ``host:port`` (or ``host:port/entity``), signed as written."""
+    for audience, granted in (("localhost:5672", ""), ("localhost:5672/orders", "orders")):
+        escaped = quote_plus(audience).lower()
+        token = f"SharedAccessSignature sr={escaped}&sig={quote_plus(sas.sign(escaped, NOW + 60, 'k'))}" \
+                f"&se={NOW + 60}&skn=name"
+        parsed = sas.validate_token(token, {"name": ("k",)}, NOW)
+        assert sas.audience_path(parsed.audience) == ("localhost", granted)
+
+
+@pytest.mark.parametrize(("audience", "host", "expected"), [
+    ("localhost", "localhost", ("localhost", "")),  # the Go SDK's bare namespace without a port
+    ("LocalHost/Orders", "localhost", ("localhost", "orders")),
+    ("ns.servicebus.windows.net/q", "ns.servicebus.windows.net", ("ns.servicebus.windows.net", "q")),
+    ("localhost", "", ("", "localhost")),  # the host unknown: a path, as before
+    ("orders/q", "localhost", ("", "orders/q")),  # another first segment: a path
+    ("sb://elsewhere/q", "localhost", ("elsewhere", "q")),  # a scheme says the host itself
+])
+def test_a_bare_audience_opening_with_the_namespace_host(audience: str, host: str,
+                                                         expected: tuple[str, str]) -> None:
+    assert sas.audience_path(audience, host) == expected

@@ -23,12 +23,11 @@ from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver, ServiceBusSender
 from azure.servicebus.aio.management import ServiceBusAdministrationClient
-from azure.servicebus.exceptions import ServiceBusAuthenticationError
 
 from sodalite.client import backlog
 from sodalite.client import paired_core as core
 from sodalite.client.availability import CLOSE_BUDGET, namespace_kwargs
-from sodalite.client.failover import is_failover_error
+from sodalite.client.failover import is_failover_error, is_namespace_auth_fault
 from sodalite.client.paired_core import PairedMessageBatch, PairedNamespaceOptions, Sendable
 from sodalite.client.paired_messages import ping_message, plan_syphon_batch, refusal, to_backlog_message
 from sodalite.errors import PairedClientClosed
@@ -244,11 +243,11 @@ class Syphon:
                                 max_message_count=core.SYPHON_BATCH, max_wait_time=core.pump_slice(self.receive_wait))
                             if received:
                                 await self.move(receiver, received)
-                except ServiceBusAuthenticationError as exc:
-                    if self._on_fault is not None:
-                        await self._on_fault("secondary", exc)
-                    return
                 except Exception as exc:
+                    if is_namespace_auth_fault(exc):  # (a missing backlog queue is not: it pauses, as below)
+                        if self._on_fault is not None:
+                            await self._on_fault("secondary", exc)
+                        return
                     if self.stop.is_set():
                         return
                     log.info("syphon of '%s' pauses: %s", self.backlog_queue, core.first_line(exc))
@@ -385,7 +384,7 @@ class PairedNamespaceClient(core.PairedState):
         await (self.primary if role == "primary" else self.secondary).set_fault(exc)
 
     async def note_primary_error(self, exc: BaseException) -> None:
-        if isinstance(exc, ServiceBusAuthenticationError):
+        if is_namespace_auth_fault(exc):  # a put-token refused for a missing entity is not a namespace fault
             await self.primary.set_fault(exc)
 
     async def close(self) -> None:
