@@ -30,6 +30,7 @@ QUEUES = [
     {"Name": "go-msg", "Properties": {}},
     {"Name": "go-sessions", "Properties": {"RequiresSession": True}},
     {"Name": "go-states", "Properties": {}},
+    {"Name": "go-counts", "Properties": {}},
 ]
 
 
@@ -70,3 +71,7 @@ def test_go_schedule_cancel_defer_and_dead_letter(go_broker: BrokerProcess) -> N
         with client.get_queue_receiver("go-states") as receiver:
             left = receiver.peek_messages(max_message_count=10)
     assert [m.message_id for m in left] == ["sched-kept"]  # still scheduled; the cancelled one is gone
+
+
+def test_go_delivery_count_kept_by_a_dead_lettering(go_broker: BrokerProcess) -> None:
+    run_scenario(go_broker, "delivery-count")

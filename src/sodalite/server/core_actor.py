@@ -128,6 +128,7 @@ T = TypeVar("T")
 AnnotationEdits = Mapping[AmqpValue, AmqpValue]
 
 ALL_STATES = frozenset(MessageState)
+_ACTIVE_ONLY = frozenset({MessageState.ACTIVE})  # list-sessions: the sessions with active messages
 Taken = tuple[MessageRecord, uuid.UUID | None, int | None]  # a message received by number: record, lock token, until
 Copy = tuple["CoreActor", SubQueue, MessageRecord]
 """A message to store in a sub-queue of an entity on the core (a topic's copy, a transfer dead letter), unnumbered."""
@@ -832,11 +833,18 @@ class CoreActor:
     def set_session_state(self, session_id: str, state: bytes | None) -> asyncio.Future[None]:
         return _without_value(self._request(SubQueue.MAIN, lambda key: core.SetSessionState(session_id, state, key)))
 
-    def list_sessions(self, updated_after: int | None) -> list[str]:
-        """Sessions with state (after ``updated_after`` when given), as the core keeps them."""
+    async def list_sessions(self, updated_after: int | None) -> list[str]:
+        """With ``updated_after``: the sessions whose state changed after it, as the core keeps them.
+        Without (the SDKs' default, DateTime.MaxValue): every session that has active messages, read
+        from the store, or a state (Service Bus lists both)."""
+        self.note_activity()
         runner = self._runner(SubQueue.MAIN)
         states = runner.view.session_states
-        return sorted(sid for sid, (_, at) in states.items() if updated_after is None or at > updated_after)
+        if updated_after is not None:
+            return sorted(sid for sid, (_, at) in states.items() if at > updated_after)
+        ref, worker = self.refs[SubQueue.MAIN], self.worker
+        with_messages = await worker.call(lambda: worker.store.session_ids(ref, _ACTIVE_ONLY))
+        return sorted({*with_messages, *runner.view.session_states})
 
     # ---- what the broker reads --------------------------------------------------------------------
 

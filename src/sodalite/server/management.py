@@ -358,7 +358,7 @@ async def get_message_sessions(ctx: Context, body: GetMessageSessionsRequest) ->
     since = _int_arg(body, "last-updated-time", LIST_ALL_SESSIONS)
     skip = max(0, _int_arg(body, "skip", 0))
     top = max(0, _int_arg(body, "top", 100))
-    sessions = ctx.actor.list_sessions(None if since >= LIST_ALL_SESSIONS else since)
+    sessions = await ctx.actor.list_sessions(None if since >= LIST_ALL_SESSIONS else since)
     page = sessions[skip : skip + top]
     if not page:
         return Response(NO_CONTENT, None, "No sessions")

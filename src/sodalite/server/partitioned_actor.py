@@ -166,7 +166,7 @@ class Partition(Protocol):
 
     def set_session_state(self, session_id: str, state: bytes | None) -> asyncio.Future[None]: ...
 
-    def list_sessions(self, updated_after: int | None) -> list[str]: ...
+    async def list_sessions(self, updated_after: int | None) -> list[str]: ...
 
 
 P = TypeVar("P", bound=Partition)
@@ -407,8 +407,12 @@ class Partitioned(Generic[P]):
     def set_session_state(self, session_id: str, state: bytes | None) -> asyncio.Future[None]:
         return self.for_key(session_id).set_session_state(session_id, state)
 
-    def list_sessions(self, updated_after: int | None) -> list[str]:
-        return sorted({s for p in self.partitions if p.available for s in p.list_sessions(updated_after)})
+    async def list_sessions(self, updated_after: int | None) -> list[str]:
+        found: set[str] = set()
+        for partition in self.partitions:
+            if partition.available:
+                found.update(await partition.list_sessions(updated_after))
+        return sorted(found)
 
 
 class _Share:
