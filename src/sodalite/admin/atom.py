@@ -420,12 +420,16 @@ def _duration_value(text: str, where: str) -> timedelta:
         raise ArgumentError(f"{where}: {exc.description}") from None
 
 
-def _timestamp_value(text: str, where: str) -> datetime:
+def _timestamp_value(text: str, where: str, *, keep_naive: bool = False) -> datetime:
+    """A timestamp in UTC; one without a zone is UTC, or (``keep_naive``: a rule's parameter value,
+    which comes back as it was sent, as Service Bus gives it) stays without one."""
     try:
         value = datetime.fromisoformat(text.strip())
     except ValueError:
         raise ArgumentError(f"{where}: must be an ISO 8601 timestamp, got {_show(text)}") from None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    if value.tzinfo is None:
+        return value if keep_naive else value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
 
 
 def _member_value(kind: _Kind, element: ET.Element, where: str) -> Any:
@@ -521,7 +525,7 @@ def _key_value(value: ET.Element, where: str) -> Any:
         except ValueError:
             raise ArgumentError(f"{where}: must be a number, got {_show(text)}") from None
     if value_type == "dateTime":
-        return _timestamp_value(text, where)
+        return _timestamp_value(text, where, keep_naive=True)
     if value_type == "duration":
         return _duration_value(text, where)
     raise ArgumentError(f"{where}: unsupported value type {value_type!r} (expected string, int, long, boolean, "
@@ -734,6 +738,8 @@ def _xsd_value(value: object) -> tuple[str, str]:
     if isinstance(value, float):
         return "double", repr(value)
     if isinstance(value, datetime):
+        if value.tzinfo is None:  # sent without a zone: written back without one
+            return "dateTime", format_timestamp(value).removesuffix("Z")
         return "dateTime", format_timestamp(value)
     if isinstance(value, timedelta):
         return "duration", format_duration(value)

@@ -22,7 +22,7 @@ from typing import Protocol
 from aiohttp import web
 
 from sodalite.admin.control import Caller, ControlPlane, KeyRecord
-from sodalite.errors import ArgumentError, Unauthorized
+from sodalite.errors import ArgumentError, EntityNotFound, Unauthorized
 from sodalite.model.authorization import (
     KEY_TYPES,
     AccessRights,
@@ -47,13 +47,20 @@ class KeyAuthority(Protocol):
 KEYS: web.AppKey[KeyAuthority] = web.AppKey("keys", KeyAuthority)
 
 
-def authorize_request(keys: KeyAuthority, token: str, path: str) -> Authorization:
-    """The token's authorization for the management API's ``path``; raises Unauthorized without Manage."""
+def authorize_request(keys: KeyAuthority, token: str, path: str,
+                      missing: Callable[[], bool] | None = None) -> Authorization:
+    """The token's authorization for the management API's ``path``; raises Unauthorized without Manage.
+
+    ``missing`` (a read): whether ``path`` names nothing. A valid token without Manage then gets
+    EntityNotFound (404), as Service Bus answers; it is told Unauthorized only of what exists. A bad
+    signature, an expired token or another audience is Unauthorized whatever the path names."""
     target = path.strip("/")
     granted = authorize(token, keys.namespace_rules(), keys.entity_rules, target, time.time())
     if not granted.covers(target):
         raise Unauthorized(f"the token does not cover '/{target}'")
     if not granted.allows(AccessRights.MANAGE):
+        if missing is not None and missing():
+            raise EntityNotFound(f"the messaging entity '/{target}' could not be found")
         raise missing_right(AccessRights.MANAGE)
     return granted
 

@@ -117,11 +117,12 @@ class BrokerControl:
     def _times(self, entity: Entity) -> EntityTimes:
         times = self.broker.times_of(entity)
         created, updated = times if times is not None else (self.started, self.started)
-        return EntityTimes(created, updated, entity.actor.last_activity)
+        return EntityTimes(created, updated, entity.actor.accessed_at)
 
     def _record(self, entity: Entity, *, detail: bool,
                 totals: tuple[dict[str, int], dict[str, int]] | None = None) -> EntityRecord:
         partitions = each(entity.actor)
+        partition_count = len(partitions)
         counts = entity.actor.counts()
         deferred = sum(p.deferred_count() if isinstance(p, CoreActor) else p.partition.count(MessageState.DEFERRED)
                        for p in partitions)
@@ -147,7 +148,8 @@ class BrokerControl:
             status=entity.properties.status,
             topic=entity.topic.name if entity.topic is not None else None,
             properties=properties,
-            messages_in=sent.get(entity.name, 0), messages_out=removed.get(entity.name, 0), topic_figures=figures)
+            messages_in=sent.get(entity.name, 0), messages_out=removed.get(entity.name, 0), topic_figures=figures,
+            partition_count=partition_count)
 
     def entity_records(self, kind: str | None = None, topic: str | None = None) -> list[EntityRecord]:
         if topic is not None:

@@ -17,7 +17,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final, Literal, Self, TypeVar
 
 from sodalite.errors import ConfigurationError
@@ -552,7 +552,7 @@ def _scalar_from_json(value: object, where: str) -> object:
                 parsed = datetime.fromisoformat(text)
             except ValueError:
                 raise _error(where, f"{_JSON_DATETIME}: not an ISO 8601 date and time: {text!r}") from None
-            return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+            return parsed  # without a zone it stays so (a rule's parameter comes back as it was sent)
         if tag == _JSON_DURATION and isinstance(text, str):
             try:
                 return parse_duration(text)

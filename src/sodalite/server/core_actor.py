@@ -220,6 +220,7 @@ class CoreActor:
         self._forward_actor: CoreActor | None = None
         self.on_dead_letters: Callable[[], None] | None = None  # rows came into the dead-letter queue (a relay)
         self.last_activity = self.clock.now()
+        self._opened_at = self.last_activity  # AccessedAt stays unset until something happens after this
         self._requests = itertools.count(1)
         # Requests waiting for their reply, by reply-to key. Each future's value is the type its
         # request's public method promises (an int, a list of numbers, ...): the table holds them all.
@@ -876,6 +877,13 @@ class CoreActor:
         runner = self.runners.get(SubQueue.MAIN)
         last = self.last_activity if runner is None else max(self.last_activity, runner.view.last_activity)
         return last, len(self._consumers)
+
+    @property
+    def accessed_at(self) -> int | None:
+        """When the entity was last used (sent to, received from, browsed), None if not since this
+        actor opened it: Service Bus's AccessedAt is zero (0001-01-01) until the entity is used."""
+        last = self.activity()[0]
+        return last if last > self._opened_at else None
 
     def is_idle(self, now: int, idle_for: int) -> bool:
         runner = self.runners.get(SubQueue.MAIN)

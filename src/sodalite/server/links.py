@@ -168,13 +168,16 @@ class LinkConsumer(Endpoint):
         return self.link.link_credit if self.link.attached else 0
 
     def deliver(self, record: MessageRecord, lock: Lock | None) -> None:
-        decimals_as_text = self.connection.decimals_as_text
+        python_sdk_decimals = self.connection.python_sdk_decimals
         if lock is not None:
             payload = wire.delivery_payload(record, lock.locked_until, lock_token=lock.token,
-                                            decimals_as_text=decimals_as_text)
+                                            python_sdk_decimals=python_sdk_decimals)
             self.link.send_transfer(payload, wire.lock_token_tag(lock.token), settled=False)
         else:
-            payload = wire.delivery_payload(record, None, decimals_as_text=decimals_as_text)
+            # ReceiveAndDelete: no lock token, but a delivery-annotations section all the same (empty
+            # when the sender put none there), as Service Bus sends it: the SDKs read it as {}.
+            payload = wire.delivery_payload(record, None, python_sdk_decimals=python_sdk_decimals,
+                                            delivery_annotations=True)
             self.link.send_transfer(payload, uuid.uuid4().bytes_le, settled=True)
         deliveries, messages_out = self.counters()
         deliveries.inc()

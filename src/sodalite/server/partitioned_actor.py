@@ -118,6 +118,9 @@ class Partition(Protocol):
     @property
     def last_activity(self) -> int: ...
 
+    @property
+    def accessed_at(self) -> int | None: ...
+
     def counts(self) -> dict[str, int]: ...
 
     def size_in_bytes(self) -> int: ...
@@ -201,6 +204,10 @@ class Partitioned(Generic[P]):
     @property
     def last_activity(self) -> int:
         return max(p.last_activity for p in self.partitions)
+
+    @property
+    def accessed_at(self) -> int | None:
+        return max((at for p in self.partitions if (at := p.accessed_at) is not None), default=None)
 
     @property
     def available(self) -> bool:

@@ -1,0 +1,104 @@
+"""The management API answering as Service Bus does, where the Go SDK's live tests compare (Standard namespace).
+
+A partitioned entity's MaxSizeInMegabytes is its partition count times the size per partition;
+MaxMessageSizeInKilobytes is 256; AccessedAt is zero until the entity is used; an entity's
+authorization rules come back as sent; a key without Manage reading an entity that does not exist
+gets 404 (401 only for what exists).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterator
+
+import pytest
+from azure.core.exceptions import ClientAuthenticationError, HttpResponseError, ResourceNotFoundError
+from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus.management import AccessRights, AuthorizationRule, ServiceBusAdministrationClient
+from broker_process import KEY, KEY_NAME, BrokerProcess, write_config
+
+pytestmark = pytest.mark.interop
+
+NEVER = datetime.datetime(1, 1, 1, tzinfo=datetime.UTC)
+NAMESPACE_RULES = [{"KeyName": KEY_NAME, "PrimaryKey": KEY},
+                   {"KeyName": "sender", "PrimaryKey": "send-key", "Rights": ["Send"]}]
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    base = tmp_path_factory.mktemp("admin-as-service-bus")
+    config = write_config(base / "Config.json", [{"Name": "existing", "Properties": {}}],
+                          AuthorizationRules=NAMESPACE_RULES)
+    process = BrokerProcess(base / "data", config).start()
+    yield process
+    process.stop()
+
+
+def _admin(broker: BrokerProcess, key_name: str = KEY_NAME, key: str = KEY) -> ServiceBusAdministrationClient:
+    connection_string = broker.admin_connection_string.replace(KEY_NAME, key_name).replace(KEY, key)
+    return ServiceBusAdministrationClient.from_connection_string(
+        connection_string, connection_verify=broker.admin_certificate, retry_total=0)
+
+
+def test_a_partitioned_entity_reports_its_size_times_its_partitions(broker: BrokerProcess) -> None:
+    admin = _admin(broker)
+    admin.create_queue("parted", enable_partitioning=True, max_size_in_megabytes=1024)
+    admin.create_topic("parted-topic", enable_partitioning=True, max_size_in_megabytes=2048)
+    admin.create_queue("whole", max_size_in_megabytes=1024)
+    queue = admin.get_queue("parted")
+    assert queue.max_size_in_megabytes == 16 * 1024
+    assert admin.get_topic("parted-topic").max_size_in_megabytes == 16 * 2048
+    assert admin.get_queue("whole").max_size_in_megabytes == 1024
+    # What was read back can be written back: the size stays what it was.
+    queue.max_delivery_count = 3
+    admin.update_queue(queue)
+    again = admin.get_queue("parted")
+    assert (again.max_size_in_megabytes, again.max_delivery_count) == (16 * 1024, 3)
+
+
+def test_max_message_size_reads_256_on_a_standard_namespace(broker: BrokerProcess) -> None:
+    admin = _admin(broker)
+    admin.create_queue("sized-q")
+    admin.create_topic("sized-t")
+    assert admin.get_queue("sized-q").max_message_size_in_kilobytes == 256
+    assert admin.get_topic("sized-t").max_message_size_in_kilobytes == 256
+    assert {q.name: q.max_message_size_in_kilobytes for q in admin.list_queues()}["sized-q"] == 256
+
+
+def test_accessed_at_is_zero_until_the_entity_is_used(broker: BrokerProcess) -> None:
+    admin = _admin(broker)
+    admin.create_queue("unused")
+    runtime = admin.get_queue_runtime_properties("unused")
+    assert runtime.accessed_at_utc == NEVER
+    with ServiceBusClient.from_connection_string(broker.connection_string) as client, \
+            client.get_queue_sender("unused") as sender:
+        sender.send_messages(ServiceBusMessage("used"))
+    used = admin.get_queue_runtime_properties("unused").accessed_at_utc
+    assert used is not None and used >= runtime.created_at_utc - datetime.timedelta(seconds=1)
+
+
+def test_entity_authorization_rules_come_back_as_sent(broker: BrokerProcess) -> None:
+    admin = _admin(broker)
+    sent = AuthorizationRule(key_name="entity-key", primary_key="p" * 44, secondary_key="s" * 44,
+                             rights=[AccessRights.SEND, AccessRights.LISTEN])
+    admin.create_queue("keyed", authorization_rules=[sent])
+    [rule] = admin.get_queue("keyed").authorization_rules or []
+    assert (rule.key_name, rule.primary_key, rule.secondary_key) == ("entity-key", "p" * 44, "s" * 44)
+    assert sorted(rule.rights or []) == sorted([AccessRights.SEND, AccessRights.LISTEN])
+    assert (rule.created_at_utc, rule.modified_at_utc) == (None, None)
+
+
+def test_a_key_without_manage_is_told_404_for_what_does_not_exist_and_401_for_what_does(
+        broker: BrokerProcess) -> None:
+    sender = _admin(broker, "sender", "send-key")
+    with pytest.raises(ResourceNotFoundError):
+        sender.get_queue("nothing-here")
+    with pytest.raises(ResourceNotFoundError):
+        sender.get_topic("nothing-here")
+    with pytest.raises((ClientAuthenticationError, HttpResponseError)) as info:
+        sender.get_queue("existing")
+    assert getattr(info.value, "status_code", None) == 401
+    # A bad key is refused whatever the path names.
+    with pytest.raises((ClientAuthenticationError, HttpResponseError)) as bad:
+        _admin(broker, "sender", "wrong-key").get_queue("nothing-here")
+    assert getattr(bad.value, "status_code", None) == 401
