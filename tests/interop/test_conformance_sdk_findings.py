@@ -10,11 +10,20 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import pytest
-from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
+from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient as AsyncServiceBusClient
+from azure.servicebus.aio.management import ServiceBusAdministrationClient as AsyncAdministrationClient
+from azure.servicebus.management import (
+    CorrelationRuleFilter,
+    ServiceBusAdministrationClient,
+    SqlRuleAction,
+    SqlRuleFilter,
+    TrueRuleFilter,
+)
 from broker_process import BrokerProcess, write_config
 
 pytestmark = pytest.mark.interop
@@ -26,6 +35,8 @@ QUEUES = [
     {"Name": "ls-many", "Properties": {"RequiresSession": True}},
     {"Name": "ls-aio", "Properties": {"RequiresSession": True}},
     {"Name": "state-clear", "Properties": {"RequiresSession": True}},
+    {"Name": "decimal", "Properties": {}},
+    {"Name": "rad-annotations", "Properties": {}},
 ]
 
 
@@ -164,3 +175,80 @@ def test_session_state_set_to_null_or_empty_clears_it(broker: BrokerProcess, cle
             receiver.complete_message(message)
         # Cleared, and no messages left: the session is no longer listed.
         assert session not in list(client.list_queue_sessions("state-clear"))
+
+
+# ---- what the released Python suite still found -------------------------------------------------
+
+
+def test_a_decimal_application_property_comes_back_as_the_decimal_sent(broker: BrokerProcess) -> None:
+    with _client(broker) as client:
+        with client.get_queue_sender("decimal") as sender:
+            sender.send_messages(ServiceBusMessage("d", application_properties={"dec": Decimal("1.2345")}))
+        with client.get_queue_receiver("decimal") as receiver:
+            [message] = receiver.receive_messages(max_message_count=1, max_wait_time=10)
+            assert (message.application_properties or {})[b"dec"] == Decimal("1.2345")
+            receiver.complete_message(message)
+
+
+def test_a_receive_and_delete_message_has_empty_delivery_annotations(broker: BrokerProcess) -> None:
+    with _client(broker) as client:
+        with client.get_queue_sender("rad-annotations") as sender:
+            sender.send_messages(ServiceBusMessage(b"body"))
+        with client.get_queue_receiver("rad-annotations",
+                                       receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as receiver:
+            [message] = receiver.receive_messages(max_message_count=1, max_wait_time=10)
+            assert message.raw_amqp_message.delivery_annotations == {}
+
+
+WHEN = datetime(2020, 7, 5, 11, 12, 13)  # without a time zone, as the released suite sends it
+
+
+def _rules() -> list[tuple[str, object, SqlRuleAction | None]]:
+    correlation = CorrelationRuleFilter(correlation_id="testcid", properties={
+        "key_string": "str1", "key_int": 2, "key_long": 2**31 + 2, "key_bool": False, "key_datetime": WHEN,
+        "key_duration": timedelta(days=1, hours=2, minutes=3)})
+    return [("rule-1", correlation, SqlRuleAction("SET Priority = @param", parameters={"@param": WHEN})),
+            ("rule-2", SqlRuleFilter("Priority = @param1", parameters={"@param1": "str1"}), None),
+            ("rule-3", TrueRuleFilter(), None)]
+
+
+def _check_rule_1(rule: object) -> None:
+    assert isinstance(rule.filter, CorrelationRuleFilter)  # type: ignore[attr-defined]
+    assert rule.action.parameters["@param"] == WHEN  # type: ignore[attr-defined]  # no zone added
+    properties = rule.filter.properties  # type: ignore[attr-defined]
+    assert properties["key_datetime"] == WHEN and properties["key_long"] == 2**31 + 2
+    assert properties["key_duration"] == timedelta(days=1, hours=2, minutes=3)
+
+
+def test_rule_parameters_without_a_time_zone_come_back_as_sent(broker: BrokerProcess) -> None:
+    admin = ServiceBusAdministrationClient.from_connection_string(
+        broker.admin_connection_string, connection_verify=broker.admin_certificate)
+    admin.create_topic("rules-sync")
+    admin.create_subscription("rules-sync", "sub")
+    for name, rule_filter, action in _rules():
+        admin.create_rule("rules-sync", "sub", name, filter=rule_filter, action=action)
+    _check_rule_1(admin.get_rule("rules-sync", "sub", "rule-1"))
+    for name, _, _ in _rules():
+        admin.delete_rule("rules-sync", "sub", name)
+    assert [r.name for r in admin.list_rules("rules-sync", "sub")] == ["$Default"]
+
+
+def test_the_asyncio_client_creates_reads_and_deletes_the_same_rules(broker: BrokerProcess) -> None:
+    """The released asyncio twin got 404 deleting a rule: its check of rule 1's parameter (given back
+    with a time zone) failed first, and its cleanup then deleted rules 2 and 3, never created."""
+
+    async def run() -> list[str]:
+        admin = AsyncAdministrationClient.from_connection_string(
+            broker.admin_connection_string, connection_verify=broker.admin_certificate)
+        async with admin:
+            await admin.create_topic("rules-aio")
+            await admin.create_subscription("rules-aio", "sub")
+            for name, rule_filter, action in _rules():
+                await admin.create_rule("rules-aio", "sub", name, filter=rule_filter, action=action)
+                if name == "rule-1":
+                    _check_rule_1(await admin.get_rule("rules-aio", "sub", name))
+            for name, _, _ in _rules():
+                await admin.delete_rule("rules-aio", "sub", name)
+            return [r.name async for r in admin.list_rules("rules-aio", "sub")]
+
+    assert asyncio.run(run()) == ["$Default"]
