@@ -3,19 +3,24 @@
 A partitioned entity's MaxSizeInMegabytes is its partition count times the size per partition;
 MaxMessageSizeInKilobytes is 256; AccessedAt is zero until the entity is used; an entity's
 authorization rules come back as sent; a key without Manage reading an entity that does not exist
-gets 404 (401 only for what exists).
+gets 404 (401 only for what exists); ForwardTo and ForwardDeadLetteredMessagesTo come back in the
+form they were given.
 """
 
 from __future__ import annotations
 
 import datetime
+import time
 from collections.abc import Iterator
 
 import pytest
+import requests
 from azure.core.exceptions import ClientAuthenticationError, HttpResponseError, ResourceNotFoundError
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.management import AccessRights, AuthorizationRule, ServiceBusAdministrationClient
 from broker_process import KEY, KEY_NAME, BrokerProcess, write_config
+
+from sodalite.model.sas import generate_token
 
 pytestmark = pytest.mark.interop
 
@@ -102,3 +107,35 @@ def test_a_key_without_manage_is_told_404_for_what_does_not_exist_and_401_for_wh
     with pytest.raises((ClientAuthenticationError, HttpResponseError)) as bad:
         _admin(broker, "sender", "wrong-key").get_queue("nothing-here")
     assert getattr(bad.value, "status_code", None) == 401
+
+
+def test_forwarding_targets_come_back_in_the_form_given(broker: BrokerProcess) -> None:
+    admin = _admin(broker)
+    admin.create_queue("fwd-target")
+    admin.create_queue("fwd-sdk", forward_to="fwd-target")  # the SDK sends sb://<namespace>/fwd-target
+    given = admin.get_queue("fwd-sdk").forward_to
+    assert given == f"sb://localhost:{broker.admin_port}/fwd-target"
+    # A bare name, as other clients send it, comes back bare.
+    body = ('<entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml">'
+            '<QueueDescription xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect">'
+            "<ForwardTo>fwd-target</ForwardTo><ForwardDeadLetteredMessagesTo>fwd-target</ForwardDeadLetteredMessagesTo>"
+            "</QueueDescription></content></entry>")
+    audience = f"https://localhost:{broker.admin_port}/fwd-bare"
+    token = generate_token(audience, KEY_NAME, KEY, int(time.time()) + 300)
+    response = requests.put(f"https://localhost:{broker.admin_port}/fwd-bare?api-version=2021-05", data=body,
+                            headers={"Authorization": token, "Content-Type": "application/atom+xml"},
+                            verify=broker.admin_certificate, timeout=10)
+    assert response.status_code == 201, response.text
+    bare = admin.get_queue("fwd-bare")
+    assert (bare.forward_to, bare.forward_dead_lettered_messages_to) == ("fwd-target", "fwd-target")
+    with ServiceBusClient.from_connection_string(broker.connection_string) as client:
+        for source in ("fwd-sdk", "fwd-bare"):
+            with client.get_queue_sender(source) as sender:
+                sender.send_messages(ServiceBusMessage(source))
+        with client.get_queue_receiver("fwd-target", max_wait_time=5) as receiver:
+            got = sorted(str(m) for m in receiver.receive_messages(max_message_count=5, max_wait_time=10))
+            while len(got) < 2:
+                more = receiver.receive_messages(max_message_count=5, max_wait_time=5)
+                assert more, got
+                got = sorted(got + [str(m) for m in more])
+    assert got == ["fwd-bare", "fwd-sdk"]  # both forward

@@ -376,7 +376,8 @@ def _is_nil(element: ET.Element) -> bool:
 
 
 def _entity_name(text: str, where: str) -> str | None:
-    """``sb://host:port/name`` (or a bare name) -> ``name``; empty -> None (no forwarding)."""
+    """A forwarding target in the form given (``sb://host:port/name`` or a bare name, kept so: Service
+    Bus gives it back so); empty -> None (no forwarding)."""
     if not text:
         return None
     try:
@@ -388,7 +389,7 @@ def _entity_name(text: str, where: str) -> str | None:
     name = unquote(parts.path).strip("/")
     if not name or parts.query or parts.fragment:
         raise ArgumentError(f"{where}: {_show(text)} must name an entity, as in sb://host/name")
-    return name
+    return text
 
 
 def _text(element: ET.Element, where: str) -> str:
@@ -689,14 +690,6 @@ def _author(base_url: str) -> str:
     return parts.hostname or parts.netloc or base_url
 
 
-def _forward_address(base_url: str | None, name: str) -> str:
-    """A forwarding target as the service writes it: ``sb://host[:port]/name`` (bare without a base)."""
-    if base_url is None:
-        return name
-    host = urlsplit(base_url).netloc or base_url
-    return f"sb://{host}/{name}"
-
-
 def _count_details(runtime: EntityRuntime) -> str:
     inner = "".join(f"<d2p1:{name}>{getattr(runtime, attr)}</d2p1:{name}>" for name, attr in _COUNT_MEMBERS)
     return f'<CountDetails xmlns:d2p1="{COUNTS_NS}">{inner}</CountDetails>'
@@ -723,7 +716,7 @@ def _settable_member(name: str, kind: _Kind, value: Any, base_url: str | None) -
     if value is None:
         return None  # absent: the reader takes the default (or no forwarding, no metadata)
     if kind == "entity":
-        return _element(name, _forward_address(base_url, value))
+        return _element(name, value)  # in the form it was given
     if isinstance(value, bool):
         return _element(name, _bool(value))
     return _element(name, str(value))
