@@ -80,6 +80,11 @@ def test_accessed_at_is_zero_until_the_entity_is_used(broker: BrokerProcess) -> 
         sender.send_messages(ServiceBusMessage("used"))
     used = admin.get_queue_runtime_properties("unused").accessed_at_utc
     assert used is not None and used >= runtime.created_at_utc - datetime.timedelta(seconds=1)
+    admin.create_topic("unused-topic")
+    assert admin.get_topic_runtime_properties("unused-topic").accessed_at_utc == NEVER
+    # A subscription shows a time from the start, as Service Bus does (the Go SDK's live tests check it).
+    admin.create_subscription("unused-topic", "fresh")
+    assert admin.get_subscription_runtime_properties("unused-topic", "fresh").accessed_at_utc != NEVER
 
 
 def test_entity_authorization_rules_come_back_as_sent(broker: BrokerProcess) -> None:
@@ -115,6 +120,9 @@ def test_forwarding_targets_come_back_in_the_form_given(broker: BrokerProcess) -
     admin.create_queue("fwd-sdk", forward_to="fwd-target")  # the SDK sends sb://<namespace>/fwd-target
     given = admin.get_queue("fwd-sdk").forward_to
     assert given == f"sb://localhost:{broker.admin_port}/fwd-target"
+    # An https address (the Go SDK's form) is kept and names its entity too.
+    admin.create_queue("fwd-https", forward_to="https://localhost/fwd-target")
+    assert admin.get_queue("fwd-https").forward_to == "https://localhost/fwd-target"
     # A bare name, as other clients send it, comes back bare.
     body = ('<entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml">'
             '<QueueDescription xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect">'
@@ -129,13 +137,13 @@ def test_forwarding_targets_come_back_in_the_form_given(broker: BrokerProcess) -
     bare = admin.get_queue("fwd-bare")
     assert (bare.forward_to, bare.forward_dead_lettered_messages_to) == ("fwd-target", "fwd-target")
     with ServiceBusClient.from_connection_string(broker.connection_string) as client:
-        for source in ("fwd-sdk", "fwd-bare"):
+        for source in ("fwd-sdk", "fwd-bare", "fwd-https"):
             with client.get_queue_sender(source) as sender:
                 sender.send_messages(ServiceBusMessage(source))
         with client.get_queue_receiver("fwd-target", max_wait_time=5) as receiver:
             got = sorted(str(m) for m in receiver.receive_messages(max_message_count=5, max_wait_time=10))
-            while len(got) < 2:
+            while len(got) < 3:
                 more = receiver.receive_messages(max_message_count=5, max_wait_time=5)
                 assert more, got
                 got = sorted(got + [str(m) for m in more])
-    assert got == ["fwd-bare", "fwd-sdk"]  # both forward
+    assert got == ["fwd-bare", "fwd-https", "fwd-sdk"]  # each forwards

@@ -117,7 +117,10 @@ class BrokerControl:
     def _times(self, entity: Entity) -> EntityTimes:
         times = self.broker.times_of(entity)
         created, updated = times if times is not None else (self.started, self.started)
-        return EntityTimes(created, updated, entity.actor.accessed_at)
+        # A queue or topic reads AccessedAt zero until it is used; a subscription never does (Service Bus
+        # shows a fresh subscription's as a time: the Go SDK's live tests check both).
+        accessed = entity.actor.last_activity if entity.kind == SUBSCRIPTION else entity.actor.accessed_at
+        return EntityTimes(created, updated, accessed)
 
     def _record(self, entity: Entity, *, detail: bool,
                 totals: tuple[dict[str, int], dict[str, int]] | None = None) -> EntityRecord:

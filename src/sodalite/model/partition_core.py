@@ -292,6 +292,10 @@ class CoreSettings:
     requires_session: bool = False  # a session-enabled entity (see "Sessions" in the module docstring)
     shared_store: bool = False  # other nodes write the store: it decides duplicates (see "duplicate detection")
     forward_dead_letters: DeadLetterForward | None = None  # ForwardDeadLetteredMessagesTo (module docstring)
+    # Whether an abandon raises the delivery count. Not in a dead-letter queue: Service Bus keeps a dead
+    # letter's count as it was dead-lettered however often it is abandoned there (the Go SDK's live
+    # TestMessageSettlementUsingReceiver); the abandon is then a release with its properties kept.
+    abandon_counts: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -1541,6 +1545,8 @@ def _settle_lock(turn: _Turn, lock: HeldLock, asked: Outcome, reply_to: ReplyTo,
             applied = Outcome.DEAD_LETTER
             edit = _service_edit(record, MAX_DELIVERY_COUNT_EXCEEDED,
                                  f"delivered {record.delivery_count} times", properties_to_modify)
+        elif asked is Outcome.ABANDON and not view.settings.abandon_counts:
+            applied = Outcome.RELEASE
     lock.settling = True
     # A client's dead-lettering ends the delivery without counting it (as a complete or a defer); one
     # decided here for an abandon (deliveries used up, or expired) keeps the abandon's count.

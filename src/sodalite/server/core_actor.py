@@ -145,7 +145,7 @@ def core_settings(settings: EntitySettings, sub: SubQueue, owner: str,
     if sub is not SubQueue.MAIN:
         return core.CoreSettings(lock_duration=settings.lock_duration, default_ttl=None,
                                  max_delivery_count=1 << 30, dead_letter_on_expiration=False,
-                                 owner=owner)
+                                 owner=owner, abandon_counts=False)
     return core.CoreSettings(
         lock_duration=settings.lock_duration, default_ttl=settings.default_ttl,
         max_delivery_count=settings.max_delivery_count if settings.max_delivery_count is not None else 1 << 30,
@@ -220,7 +220,7 @@ class CoreActor:
         self._forward_actor: CoreActor | None = None
         self.on_dead_letters: Callable[[], None] | None = None  # rows came into the dead-letter queue (a relay)
         self.last_activity = self.clock.now()
-        self._opened_at = self.last_activity  # AccessedAt stays unset until something happens after this
+        self._used = False  # AccessedAt stays unset until the entity is used (_note_use)
         self._requests = itertools.count(1)
         # Requests waiting for their reply, by reply-to key. Each future's value is the type its
         # request's public method promises (an int, a list of numbers, ...): the table holds them all.
@@ -529,7 +529,7 @@ class CoreActor:
     # ---- sending ----------------------------------------------------------------------------------
 
     def _check_send(self, drafts: Sequence[MessageDraft]) -> None:
-        self.last_activity = self.clock.now()
+        self._note_use()
         if self.worker.full:
             raise StoreFull(f"the messaging store '{self.worker.name}' is full: new messages are refused "
                             "until space is freed (receiving and settling go on)")
@@ -553,7 +553,7 @@ class CoreActor:
         return _without_value(future)
 
     def note_activity(self) -> None:
-        self.last_activity = self.clock.now()
+        self._note_use()
         if self.available and SubQueue.MAIN in self.runners:
             self.runners[SubQueue.MAIN].submit(core.Touch())
 
@@ -656,7 +656,7 @@ class CoreActor:
         topic's own partition takes them as it takes scheduled messages that came due (its activator
         fans them out). Returns how many were appended."""
         self._runner(SubQueue.MAIN)  # available, or StoreUnavailable
-        self.last_activity = self.clock.now()
+        self._note_use()
         now = self.clock.now()
         records = [core.record_for(d, now, self.settings.default_ttl) for d in drafts]
         return await self.append_keyed(SubQueue.MAIN, records, keys)
@@ -718,7 +718,7 @@ class CoreActor:
     # ---- consumers --------------------------------------------------------------------------------
 
     def add_consumer(self, consumer: Receiver) -> None:
-        self.last_activity = self.clock.now()
+        self._note_use(consumer)
         self._consumers.add(consumer)
         self._given.setdefault(consumer, 0)
         self.credit_changed(consumer)
@@ -734,7 +734,7 @@ class CoreActor:
             runner.submit(core.CloseConsumer(consumer))
 
     def credit_changed(self, consumer: Receiver) -> None:
-        self.last_activity = self.clock.now()
+        self._note_use(consumer)
         if consumer not in self._consumers or not self.available:
             return
         runner = self.runners[consumer.sub_queue]
@@ -798,7 +798,7 @@ class CoreActor:
 
     def accept_session(self, owner: Receiver, session_id: str | None,
                        timeout_ms: int) -> asyncio.Future[tuple[str, int]]:
-        self.last_activity = self.clock.now()
+        self._note_use()
         wait_until = self.clock.now() + timeout_ms if session_id is None else None
         # The core grants sessions to receivers it knows: register this one (no credit yet).
         peek_lock = getattr(owner, "peek_lock", True)
@@ -878,12 +878,22 @@ class CoreActor:
         last = self.last_activity if runner is None else max(self.last_activity, runner.view.last_activity)
         return last, len(self._consumers)
 
+    def _note_use(self, consumer: Receiver | None = None) -> None:
+        """Something used the entity (a send, a receiver, credit, a session, a browse): it is active,
+        and it has been accessed unless the receiver is the broker's own (a topic's activator)."""
+        self.last_activity = self.clock.now()
+        if consumer is None or not self._own_consumer(consumer):
+            self._used = True
+
+    def _own_consumer(self, consumer: Receiver) -> bool:
+        """Whether ``consumer`` is the broker's own, not a client's (a topic's activator: TopicActor)."""
+        return False
+
     @property
     def accessed_at(self) -> int | None:
         """When the entity was last used (sent to, received from, browsed), None if not since this
         actor opened it: Service Bus's AccessedAt is zero (0001-01-01) until the entity is used."""
-        last = self.activity()[0]
-        return last if last > self._opened_at else None
+        return self.activity()[0] if self._used else None
 
     def is_idle(self, now: int, idle_for: int) -> bool:
         runner = self.runners.get(SubQueue.MAIN)
