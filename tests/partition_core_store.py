@@ -235,13 +235,17 @@ class FakeStore:
                         record = replace(row.record, state=MessageState.ACTIVE, expires_at=item.expires_at,
                                          enqueued_time=row.record.enqueued_time if item.enqueued_time is None
                                          else item.enqueued_time,
-                                         delivery_count=0 if item.reset_delivery_count else row.record.delivery_count)
+                                         delivery_count=0 if item.reset_delivery_count
+                                         else max(row.record.delivery_count - 1, 0) if item.give_back_delivery
+                                         else row.record.delivery_count)
                         other = self.other(item.target)
                         other.last += 1
                         other.rows[other.last] = Row(replace(record, sequence_number=other.last), edit=item.edit,
                                                      origin=item.sequence_number)
                     elif item.outcome is Outcome.DEAD_LETTER:
                         del self.rows[item.sequence_number]
+                        if item.give_back_delivery:
+                            row.record = row.record.with_delivery_count(max(row.record.delivery_count - 1, 0))
                         self._dead_letter(row, item.edit, item.keep_sequence_number)
                 return Settled(tuple(flags))
             case RenewLocks():

@@ -235,6 +235,39 @@ func receiveAndDeleteClose(ctx context.Context, client *azservicebus.Client, que
 	fmt.Printf("RECEIVED %d (%d before the close)\n", received, len(before))
 }
 
+// deliveryCount: abandon once, then dead-letter: the dead-lettering does not count the delivery it
+// ends, so the copy in the dead-letter queue shows the count of the second delivery (Go adds 1 to the
+// wire's count: 2). An abandon in the dead-letter queue does not count (as the SDK's own live
+// TestMessageSettlementUsingReceiver expects of Service Bus).
+func deliveryCount(ctx context.Context, client *azservicebus.Client) {
+	sender := must(client.NewSender("go-counts", nil))
+	defer sender.Close(ctx)
+	no(sender.SendMessage(ctx, &azservicebus.Message{Body: []byte("counted"), MessageID: ptr("go-count")}, nil))
+	receiver := must(client.NewReceiverForQueue("go-counts", nil))
+	defer receiver.Close(ctx)
+	first := receive(ctx, receiver.ReceiveMessages, 1)
+	check(len(first) == 1 && first[0].DeliveryCount == 1, "first delivery")
+	no(receiver.AbandonMessage(ctx, first[0], nil))
+	second := receive(ctx, receiver.ReceiveMessages, 1)
+	check(len(second) == 1 && second[0].DeliveryCount == 2, "second delivery: %d", second[0].DeliveryCount)
+	no(receiver.DeadLetterMessage(ctx, second[0], &azservicebus.DeadLetterOptions{Reason: ptr("go-counted")}))
+
+	deadLetters := must(client.NewReceiverForQueue("go-counts", &azservicebus.ReceiverOptions{
+		SubQueue: azservicebus.SubQueueDeadLetter}))
+	defer deadLetters.Close(ctx)
+	peeked := must(deadLetters.PeekMessages(ctx, 1, nil))
+	check(len(peeked) == 1, "peeked the dead letter")
+	check(peeked[0].DeliveryCount == 2, "peeked dead letter's delivery count %d", peeked[0].DeliveryCount)
+	dead := receive(ctx, deadLetters.ReceiveMessages, 1)
+	check(len(dead) == 1 && dead[0].MessageID == "go-count", "the dead-lettered message")
+	check(dead[0].DeliveryCount == 2, "dead letter's delivery count %d, want 2", dead[0].DeliveryCount)
+	no(deadLetters.AbandonMessage(ctx, dead[0], nil))
+	again := receive(ctx, deadLetters.ReceiveMessages, 1)
+	check(len(again) == 1 && again[0].DeliveryCount == 2, "after an abandon in the dead-letter queue: %d",
+		again[0].DeliveryCount)
+	no(deadLetters.CompleteMessage(ctx, again[0], nil))
+}
+
 func main() {
 	connection, scenario := os.Args[1], os.Args[2]
 	scenarios := map[string]func(context.Context, *azservicebus.Client){
@@ -255,6 +288,7 @@ func main() {
 		"missing-entity":             missingEntity,
 		"embedded-sas":               embeddedSAS,
 		"websocket":                  overWebSocket,
+		"delivery-count":             deliveryCount,
 	}
 	run, known := scenarios[scenario]
 	if !known {

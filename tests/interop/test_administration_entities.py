@@ -54,7 +54,8 @@ def test_topic_lifecycle_with_every_property(broker: BrokerProcess) -> None:
     assert created.name == "adm-topic"
     got = admin.get_topic("adm-topic")
     assert got.default_message_time_to_live == datetime.timedelta(hours=3)
-    assert (got.max_size_in_megabytes, got.requires_duplicate_detection) == (2048, True)
+    # Partitioned in a Standard namespace: the size per partition times its 16 partitions, as Service Bus shows it.
+    assert (got.max_size_in_megabytes, got.requires_duplicate_detection) == (16 * 2048, True)
     assert got.duplicate_detection_history_time_window == datetime.timedelta(minutes=2)
     assert (got.enable_batched_operations, got.support_ordering) == (False, False)
     assert got.auto_delete_on_idle == datetime.timedelta(hours=5)
@@ -69,7 +70,7 @@ def test_topic_lifecycle_with_every_property(broker: BrokerProcess) -> None:
     admin.update_topic(got)
     again = admin.get_topic("adm-topic")
     assert again.default_message_time_to_live == datetime.timedelta(hours=1)
-    assert (again.status, again.user_metadata, again.max_size_in_megabytes) == ("SendDisabled", "changed", 2048)
+    assert (again.status, again.user_metadata, again.max_size_in_megabytes) == ("SendDisabled", "changed", 16 * 2048)
 
     with pytest.raises(ResourceExistsError):
         admin.create_topic("adm-topic")

@@ -32,6 +32,7 @@ QUEUES = [
     {"Name": "go-sessions", "Properties": {"RequiresSession": True}},
     {"Name": "go-states", "Properties": {}},
     {"Name": "go-texts", "Properties": {}},
+    {"Name": "go-counts", "Properties": {}},
 ]
 
 
@@ -89,3 +90,7 @@ def test_go_connection_string_with_a_host_port_shared_access_signature(go_broker
 def test_go_amqp_over_a_websocket_with_the_subprotocol_amqp(go_broker: BrokerProcess) -> None:
     run_scenario(go_broker, "websocket",
                  {"SODALITE_WS_URL": f"ws://localhost:{go_broker.http_port}/$servicebus/websocket"})
+
+
+def test_go_delivery_count_kept_by_a_dead_lettering(go_broker: BrokerProcess) -> None:
+    run_scenario(go_broker, "delivery-count")

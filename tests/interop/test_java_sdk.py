@@ -18,7 +18,7 @@ import pytest
 import sdk_builds
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.exceptions import ServiceBusAuthenticationError
-from azure.servicebus.management import ServiceBusAdministrationClient
+from azure.servicebus.management import FalseRuleFilter, ServiceBusAdministrationClient
 from broker_process import BrokerProcess, write_config
 
 JAVA = shutil.which("java")
@@ -40,9 +40,11 @@ QUEUES = [
     {"Name": "java-via-out", "Properties": {}},
     {"Name": "java-via-out-2", "Properties": {}},
     {"Name": "java-processed", "Properties": {"LockDuration": "PT5S"}},
+    {"Name": "java-peek", "Properties": {}},
 ]
 TOPICS = [{"Name": "java-topic", "Properties": {},
-           "Subscriptions": [{"Name": "java-red", "Properties": {}}, {"Name": "java-all", "Properties": {}}]}]
+           "Subscriptions": [{"Name": "java-red", "Properties": {}}, {"Name": "java-all", "Properties": {}}]},
+          {"Name": "java-rules", "Properties": {}, "Subscriptions": [{"Name": "java-rules-sub", "Properties": {}}]}]
 
 
 @pytest.fixture(scope="module")
@@ -135,3 +137,30 @@ def test_java_processor_client_and_a_topic_filtered_by_a_rule(java_broker: Broke
         java_broker.admin_connection_string, connection_verify=java_broker.admin_certificate)
     rules = {rule.name: rule.filter.sql_expression for rule in admin.list_rules("java-topic", "java-red")}
     assert rules == {"red-only": "color = 'red' AND size > 2"}  # the rule Java made, read by Python
+
+
+def test_java_rule_manager_lists_creates_and_deletes_rules(java_broker: BrokerProcess) -> None:
+    admin = ServiceBusAdministrationClient.from_connection_string(
+        java_broker.admin_connection_string, connection_verify=java_broker.admin_certificate)
+    # A FalseFilter can be made only through the administration API (Java's rule manager sends SQL "1=0").
+    admin.create_rule("java-rules", "java-rules-sub", "never", filter=FalseRuleFilter())
+    run_scenario(java_broker, "rule-manager")
+    assert sorted(rule.name for rule in admin.list_rules("java-rules", "java-rules-sub")) == ["big", "orders", "red"]
+
+
+def test_java_peek_by_sequence_number(java_broker: BrokerProcess) -> None:
+    run_scenario(java_broker, "peek-by-sequence-number")
+    assert _peek_count(java_broker, "java-peek") == 0
+
+
+def test_java_session_state_cleared_by_null_and_by_an_empty_array(java_broker: BrokerProcess) -> None:
+    run_scenario(java_broker, "session-state")
+    with ServiceBusClient.from_connection_string(java_broker.connection_string) as client:
+        with client.get_queue_receiver("java-sessions", session_id="java-state") as receiver:
+            assert receiver.session.get_state() is None
+
+
+def test_java_administration_client_on_the_messaging_connection_string(java_broker: BrokerProcess) -> None:
+    endpoint = f"http://127.0.0.1:{java_broker.http_port}"
+    run_scenario(java_broker, "administration-on-the-messaging-connection-string",
+                 f"-Dsodalite.admin.endpoint={endpoint}")

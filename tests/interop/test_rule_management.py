@@ -80,6 +80,9 @@ def test_rules_are_added_enumerated_removed_and_kept_across_restarts(tmp_path: P
         filter_, action = rules["vip"]
         assert isinstance(filter_, Described) and filter_.value == ["tier = 'gold'"]
         assert isinstance(action, Described) and action.value == ["SET seen = 1"]
+        # The codes the SDKs decode (Java ServiceBusConstants, JS descriptorCodes): SQL filter and SQL
+        # action differ.
+        assert (filter_.descriptor, action.descriptor) == (0x0000001370000006, 0x0000013700000006)
         client.close()
 
         broker.kill()

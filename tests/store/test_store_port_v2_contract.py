@@ -588,6 +588,32 @@ def test_a_dead_letter_forwarded_into_another_queue_is_counted_afresh_with_its_n
     assert store.counts(target).active == 1 and store.counts(Q).active == 1
 
 
+def test_a_dead_letter_that_gives_its_delivery_back_keeps_the_count_from_before_the_claim(
+        store: MessagingStore) -> None:
+    """A client's dead-lettering does not count the delivery it ends (as a complete or a defer): the
+    copy's count is the row's minus the claim's one (not below 0); without the flag it keeps the row's
+    (an abandon that used up the deliveries counted). Into a partition of the same store as well."""
+    target = PartitionRef("gb-target", 0)
+    append(store, msg(), replace(msg(), delivery_count=3), msg())
+    claim(store, T0, *toks(1, 2, 3))  # counts 1, 4, 1
+    assert settle(store, T0, SettleItem(1, tok(1), Outcome.DEAD_LETTER, dead_letter_to=DLQ, keep_sequence_number=True,
+                                        give_back_delivery=True),
+                  SettleItem(2, tok(2), Outcome.DEAD_LETTER, dead_letter_to=target, give_back_delivery=True),
+                  SettleItem(3, tok(3), Outcome.DEAD_LETTER, dead_letter_to=DLQ,
+                             keep_sequence_number=True)) == (True, True, True)
+    assert [m.record.delivery_count for m in everything(store, DLQ)] == [0, 1]
+    assert [m.record.delivery_count for m in everything(store, target)] == [3]
+
+
+def test_session_ids_lists_each_session_with_messages_of_the_states_asked_once(store: MessagingStore) -> None:
+    append(store, msg(session_id="b"), msg(session_id="a"), msg(session_id="b"), msg(),
+           replace(msg(session_id="c"), state=MessageState.DEFERRED))
+    claim(store, T0, tok(1))  # locked messages still count
+    assert store.session_ids(Q, frozenset({MessageState.ACTIVE})) == ("a", "b")
+    assert store.session_ids(Q, frozenset(MessageState)) == ("a", "b", "c")
+    assert store.session_ids(DLQ, frozenset(MessageState)) == ()
+
+
 def test_a_dead_letter_kept_in_its_dead_letter_partition_keeps_its_number(v2: V2) -> None:
     """Settle DEAD_LETTER and MoveMessages with the keep flag (the core sets it when the target is
     the entity's own dead-letter partition): the copy keeps its number there, as Service Bus keeps

@@ -376,7 +376,8 @@ def _is_nil(element: ET.Element) -> bool:
 
 
 def _entity_name(text: str, where: str) -> str | None:
-    """``sb://host:port/name`` (or a bare name) -> ``name``; empty -> None (no forwarding)."""
+    """A forwarding target in the form given (``sb://host:port/name`` or a bare name, kept so: Service
+    Bus gives it back so); empty -> None (no forwarding)."""
     if not text:
         return None
     try:
@@ -388,7 +389,7 @@ def _entity_name(text: str, where: str) -> str | None:
     name = unquote(parts.path).strip("/")
     if not name or parts.query or parts.fragment:
         raise ArgumentError(f"{where}: {_show(text)} must name an entity, as in sb://host/name")
-    return name
+    return text
 
 
 def _text(element: ET.Element, where: str) -> str:
@@ -420,12 +421,16 @@ def _duration_value(text: str, where: str) -> timedelta:
         raise ArgumentError(f"{where}: {exc.description}") from None
 
 
-def _timestamp_value(text: str, where: str) -> datetime:
+def _timestamp_value(text: str, where: str, *, keep_naive: bool = False) -> datetime:
+    """A timestamp in UTC; one without a zone is UTC, or (``keep_naive``: a rule's parameter value,
+    which comes back as it was sent, as Service Bus gives it) stays without one."""
     try:
         value = datetime.fromisoformat(text.strip())
     except ValueError:
         raise ArgumentError(f"{where}: must be an ISO 8601 timestamp, got {_show(text)}") from None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    if value.tzinfo is None:
+        return value if keep_naive else value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
 
 
 def _member_value(kind: _Kind, element: ET.Element, where: str) -> Any:
@@ -521,7 +526,7 @@ def _key_value(value: ET.Element, where: str) -> Any:
         except ValueError:
             raise ArgumentError(f"{where}: must be a number, got {_show(text)}") from None
     if value_type == "dateTime":
-        return _timestamp_value(text, where)
+        return _timestamp_value(text, where, keep_naive=True)
     if value_type == "duration":
         return _duration_value(text, where)
     raise ArgumentError(f"{where}: unsupported value type {value_type!r} (expected string, int, long, boolean, "
@@ -685,14 +690,6 @@ def _author(base_url: str) -> str:
     return parts.hostname or parts.netloc or base_url
 
 
-def _forward_address(base_url: str | None, name: str) -> str:
-    """A forwarding target as the service writes it: ``sb://host[:port]/name`` (bare without a base)."""
-    if base_url is None:
-        return name
-    host = urlsplit(base_url).netloc or base_url
-    return f"sb://{host}/{name}"
-
-
 def _count_details(runtime: EntityRuntime) -> str:
     inner = "".join(f"<d2p1:{name}>{getattr(runtime, attr)}</d2p1:{name}>" for name, attr in _COUNT_MEMBERS)
     return f'<CountDetails xmlns:d2p1="{COUNTS_NS}">{inner}</CountDetails>'
@@ -719,7 +716,7 @@ def _settable_member(name: str, kind: _Kind, value: Any, base_url: str | None) -
     if value is None:
         return None  # absent: the reader takes the default (or no forwarding, no metadata)
     if kind == "entity":
-        return _element(name, _forward_address(base_url, value))
+        return _element(name, value)  # in the form it was given
     if isinstance(value, bool):
         return _element(name, _bool(value))
     return _element(name, str(value))
@@ -734,6 +731,8 @@ def _xsd_value(value: object) -> tuple[str, str]:
     if isinstance(value, float):
         return "double", repr(value)
     if isinstance(value, datetime):
+        if value.tzinfo is None:  # sent without a zone: written back without one
+            return "dateTime", format_timestamp(value).removesuffix("Z")
         return "dateTime", format_timestamp(value)
     if isinstance(value, timedelta):
         return "duration", format_duration(value)

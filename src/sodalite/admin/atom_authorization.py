@@ -2,8 +2,9 @@
 
 The service writes each rule as a ``SharedAccessAuthorizationRule`` with members in DataContract
 order: ``ClaimType`` (``SharedAccessKey``), ``ClaimValue`` (``None``), ``Rights`` (a list of
-``AccessRights``), ``CreatedTime``, ``ModifiedTime``, ``KeyName``, ``PrimaryKey``,
-``SecondaryKey`` (the order of the SDK's generated ``AuthorizationRule`` model). The element is
+``AccessRights``), ``KeyName``, ``PrimaryKey``, ``SecondaryKey`` (the order of the SDK's generated
+``AuthorizationRule`` model). An entity's rules come back as they were sent: without the
+``CreatedTime`` and ``ModifiedTime`` a client never sets (the Go SDK compares them). The element is
 meant to sit inside a description that declares the ``.../servicebus/connect`` namespace as its
 default and ``i`` as the XML Schema instance namespace, as every description ``admin.atom`` writes does.
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final
 from xml.sax.saxutils import escape
 
@@ -31,26 +32,22 @@ _KEY_MEMBERS: Final = ("KeyName", "PrimaryKey", "SecondaryKey")
 _IGNORED_MEMBERS: Final = frozenset({"ClaimType", "ClaimValue", "CreatedTime", "ModifiedTime"})
 
 
-def _timestamp(value: datetime) -> str:
-    value = value.astimezone(UTC)
-    return f"{value.year:04d}-{value:%m-%dT%H:%M:%S}.{value.microsecond:06d}Z"  # %Y does not pad year 1
-
-
-def _rule_xml(rule: AuthorizationRule, stamp: str) -> str:
+def _rule_xml(rule: AuthorizationRule) -> str:
     rights = "".join(f"<AccessRights>{right.value}</AccessRights>" for right in rights_in_order(rule.rights))
     # Left out when there is none: the SDK reads an empty or nil element as '' rather than None.
     secondary = f"<SecondaryKey>{escape(rule.secondary_key)}</SecondaryKey>" if rule.secondary_key is not None else ""
     return (f'<AuthorizationRule i:type="{RULE_TYPE}">'
             "<ClaimType>SharedAccessKey</ClaimType><ClaimValue>None</ClaimValue>"
-            f"<Rights>{rights}</Rights><CreatedTime>{stamp}</CreatedTime><ModifiedTime>{stamp}</ModifiedTime>"
+            f"<Rights>{rights}</Rights>"
             f"<KeyName>{escape(rule.key_name)}</KeyName><PrimaryKey>{escape(rule.primary_key)}</PrimaryKey>"
             f"{secondary}</AuthorizationRule>")
 
 
-def authorization_rules_xml(rules: Sequence[AuthorizationRule], created: datetime) -> str:
-    """The whole ``<AuthorizationRules>`` element (empty for an entity without rules of its own)."""
-    stamp = _timestamp(created)
-    return f"<AuthorizationRules>{''.join(_rule_xml(rule, stamp) for rule in rules)}</AuthorizationRules>"
+def authorization_rules_xml(rules: Sequence[AuthorizationRule], created: datetime | None = None) -> str:
+    """The whole ``<AuthorizationRules>`` element (empty for an entity without rules of its own).
+    ``created`` is kept for callers; the rules carry no times (they come back as sent)."""
+    del created
+    return f"<AuthorizationRules>{''.join(_rule_xml(rule) for rule in rules)}</AuthorizationRules>"
 
 
 def _local(tag: object) -> str:

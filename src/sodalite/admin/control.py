@@ -86,11 +86,12 @@ def kind_of(properties: EntityProperties) -> str:
 
 @dataclass(frozen=True, slots=True)
 class EntityTimes:
-    """Milliseconds since the epoch: created and last updated (as the broker keeps them), last used."""
+    """Milliseconds since the epoch: created and last updated (as the broker keeps them), last used
+    (None: not used since the broker opened it; AccessedAt then reads 0001-01-01, as Service Bus's)."""
 
     created_at: int
     updated_at: int
-    accessed_at: int
+    accessed_at: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +122,7 @@ class EntityRecord:
     messages_in: int = 0  # since the broker started: acknowledged sends (faces turn two readings into a rate)
     messages_out: int = 0  # since the broker started: completed, or received in ReceiveAndDelete
     topic_figures: TopicFigures | None = None  # topics only
+    partition_count: int = 1  # a partitioned queue's or topic's partitions (its MaxSizeInMegabytes is per partition)
 
     @property
     def name(self) -> str:

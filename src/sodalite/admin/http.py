@@ -14,6 +14,7 @@ import datetime
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from urllib.parse import quote
 
 from aiohttp import web
@@ -78,9 +79,9 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
                 raise Unauthorized("the request has no SharedAccessSignature Authorization header")
             authority = request.app.get(_keys.KEYS)
             if authority is not None:
-                # Manage, namespace- or entity-wide
-                granted = _keys.authorize_request(authority, token, request.path, request.method,
-                                                  sas.host_of(request.host))
+                granted = _keys.authorize_request(  # Manage, namespace- or entity-wide
+                    authority, token, request.path, request.method, sas.host_of(request.host),
+                    (lambda: _names_nothing(request)) if request.method in ("GET", "HEAD") else None)
                 request[CALLER] = Caller(token, granted.key_name, granted)
             else:  # the control plane authorizes the token itself
                 request[CALLER] = Caller(token, sas.parse_token(token).key_name)
@@ -92,6 +93,23 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
     except Exception as exc:
         log.exception("management request failed: %s %s", request.method, request.path)
         return _error(InternalError(f"internal error: {exc}"))
+
+
+def _names_nothing(request: web.Request) -> bool:
+    """Whether a read's path names an entity or rule that does not exist (not a list or the namespace)."""
+    path = request.path.strip("/")
+    if not path or path.startswith("$") or path.startswith(OWN_AUTHORIZATION):
+        return False
+    control = request.app.get(CONTROL)
+    if control is None:
+        return False
+    entity, marker, rule = path.partition("/rules/")
+    # A list of a topic's subscriptions or of a subscription's rules names its owner.
+    entity = entity.removesuffix("/rules").removesuffix("/subscriptions")
+    record = control.runtime.entity_record(entity)
+    if record is None:
+        return True
+    return bool(marker and rule) and not any(r.name.lower() == rule.lower() for r in control.runtime.rules(record.path))
 
 
 def _manager(request: web.Request) -> AtomService:
@@ -185,6 +203,11 @@ async def put_entity(request: web.Request) -> web.Response:
     if isinstance(description, QueueProperties | TopicProperties):
         current = (manager.queue(name) or manager.topic(name)) if updating else None
         _check_message_size(request, manager, description.max_message_size_in_kilobytes, current)
+        if (current is not None and current.size_factor > 1 and isinstance(current.description, type(description))
+                and description.max_size_in_megabytes == current.description.max_size_in_megabytes):
+            # The shown size (per partition times the partitions) sent back as it was read: unchanged.
+            description = replace(description,
+                                  max_size_in_megabytes=description.max_size_in_megabytes // current.size_factor)
     if isinstance(description, QueueProperties):
         await (manager.update_queue if updating else manager.create_queue)(name, description)
         found = manager.queue(name)

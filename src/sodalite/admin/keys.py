@@ -22,7 +22,7 @@ from typing import Protocol
 from aiohttp import web
 
 from sodalite.admin.control import Caller, ControlPlane, KeyRecord
-from sodalite.errors import ArgumentError, Unauthorized
+from sodalite.errors import ArgumentError, EntityNotFound, Unauthorized
 from sodalite.model.authorization import (
     KEY_TYPES,
     AccessRights,
@@ -47,15 +47,25 @@ class KeyAuthority(Protocol):
 KEYS: web.AppKey[KeyAuthority] = web.AppKey("keys", KeyAuthority)
 
 
-def authorize_request(keys: KeyAuthority, token: str, path: str, method: str = "GET", host: str = "") -> Authorization:
+def authorize_request(keys: KeyAuthority, token: str, path: str, method: str = "GET", host: str = "",
+                      missing: Callable[[], bool] | None = None) -> Authorization:
     """The token's authorization for the management API's ``path`` (``host``: the request's host name, which
-    an audience without a scheme may open with); raises Unauthorized without Manage."""
+    an audience without a scheme may open with); raises Unauthorized without Manage.
+
+    ``missing`` (a read): whether ``path`` names nothing. A valid token without Manage then gets
+    EntityNotFound (404) for a queue, topic or rule, as Service Bus answers; it is told Unauthorized only
+    of what exists. Subscription requests stay Unauthorized (Service Bus names the operation refused, the
+    Go SDK's ``TestAdminClient_LackPermissions_Subscription``). A bad signature, an expired token or
+    another audience is Unauthorized whatever the path names."""
     target = path.strip("/")
     granted = authorize(token, keys.namespace_rules(), keys.entity_rules, target, time.time(), host)
     if not granted.covers(target):
         raise Unauthorized(f"the token does not cover '/{target}'")
     if not granted.allows(AccessRights.MANAGE):
-        raise missing_manage(method, target)
+        refusal = missing_manage(method, target)
+        if missing is not None and SUBCODE_PREFIX not in str(refusal) and missing():
+            raise EntityNotFound(f"the messaging entity '/{target}' could not be found")
+        raise refusal
     return granted
 
 

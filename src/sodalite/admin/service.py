@@ -33,6 +33,9 @@ class Found:
     name: str  # its own spelling of its name (the entry's title, which the SDK names it after)
     description: Description
     runtime: EntityRuntime
+    # What the shown MaxSizeInMegabytes was multiplied by (a partitioned entity in a Standard namespace:
+    # its partition count); an update that echoes the shown value back means the stored one.
+    size_factor: int = 1
 
 
 def _time(ms: int) -> datetime.datetime:
@@ -44,7 +47,8 @@ def runtime_of(record: EntityRecord) -> EntityRuntime:
     as in Service Bus); a topic's size, scheduled count and subscription and filter counts."""
     counts, times = record.counts, record.times
     when = EntityRuntime(created_at=_time(times.created_at), updated_at=_time(times.updated_at),
-                         accessed_at=_time(times.accessed_at), availability=record.availability)
+                         accessed_at=None if times.accessed_at is None else _time(times.accessed_at),
+                         availability=record.availability)
     figures = record.topic_figures
     if record.kind == "topic" and figures is not None:
         return replace(when, scheduled=counts.scheduled, size_in_bytes=counts.size_in_bytes,
@@ -93,8 +97,23 @@ class AtomService:
     def queue_names(self) -> list[str]:
         return self._names("queue")
 
+    def _shown(self, record: EntityRecord | None) -> Found | None:
+        """A queue or topic as Service Bus shows it: its MaxMessageSizeInKilobytes is the namespace's
+        when it chose none (256 on Standard), and a partitioned one in a Standard namespace reports
+        its MaxSizeInMegabytes times its partition count (what it can hold in all)."""
+        found = _found(record)
+        if found is None or record is None or not isinstance(found.description, QueueProperties | TopicProperties):
+            return found
+        description = found.description
+        if description.max_message_size_in_kilobytes is None:
+            description = replace(description, max_message_size_in_kilobytes=self.max_message_size_in_kilobytes)
+        factor = record.partition_count if description.enable_partitioning and self.sku != "Premium" else 1
+        if factor > 1:
+            description = replace(description, max_size_in_megabytes=description.max_size_in_megabytes * factor)
+        return replace(found, description=description, size_factor=factor)
+
     def queue(self, name: str) -> Found | None:
-        return _found(self.control.find(self.caller, name, "queue"))
+        return self._shown(self.control.find(self.caller, name, "queue"))
 
     async def create_queue(self, name: str, properties: QueueProperties) -> None:
         await self.control.create_entity(self.caller, name, properties)
@@ -109,7 +128,7 @@ class AtomService:
         return self._names("topic")
 
     def topic(self, name: str) -> Found | None:
-        return _found(self.control.find(self.caller, name, "topic"))
+        return self._shown(self.control.find(self.caller, name, "topic"))
 
     async def create_topic(self, name: str, properties: TopicProperties) -> None:
         await self.control.create_entity(self.caller, name, properties)

@@ -120,11 +120,15 @@ class BrokerControl:
     def _times(self, entity: Entity) -> EntityTimes:
         times = self.broker.times_of(entity)
         created, updated = times if times is not None else (self.started, self.started)
-        return EntityTimes(created, updated, entity.actor.last_activity)
+        # A queue or topic reads AccessedAt zero until it is used; a subscription never does (Service Bus
+        # shows a fresh subscription's as a time: the Go SDK's live tests check both).
+        accessed = entity.actor.last_activity if entity.kind == SUBSCRIPTION else entity.actor.accessed_at
+        return EntityTimes(created, updated, accessed)
 
     def _record(self, entity: Entity, *, detail: bool,
                 totals: tuple[dict[str, int], dict[str, int]] | None = None) -> EntityRecord:
         partitions = each(entity.actor)
+        partition_count = len(partitions)
         counts = entity.actor.counts()
         deferred = sum(p.deferred_count() if isinstance(p, CoreActor) else p.partition.count(MessageState.DEFERRED)
                        for p in partitions)
@@ -150,7 +154,8 @@ class BrokerControl:
             status=entity.properties.status,
             topic=entity.topic.name if entity.topic is not None else None,
             properties=properties,
-            messages_in=sent.get(entity.name, 0), messages_out=removed.get(entity.name, 0), topic_figures=figures)
+            messages_in=sent.get(entity.name, 0), messages_out=removed.get(entity.name, 0), topic_figures=figures,
+            partition_count=partition_count)
 
     def entity_records(self, kind: str | None = None, topic: str | None = None) -> list[EntityRecord]:
         if topic is not None:

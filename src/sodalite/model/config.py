@@ -87,6 +87,7 @@ from sodalite.model.entities import (
     _expect_object,
     _join,
     _require,
+    forward_target,
     validate_entity_name,
 )
 from sodalite.model.json_types import json_type
@@ -537,7 +538,7 @@ def _check_forwarding(queues: tuple[QueueConfig, ...], topics: tuple[TopicConfig
             ("ForwardTo", props.forward_to),
             ("ForwardDeadLetteredMessagesTo", props.forward_dead_lettered_messages_to),
         ):
-            if target is not None and target.casefold() not in targets:
+            if target is not None and forward_target(target).casefold() not in targets:
                 raise _error(_join(where, key), f"no queue or topic named {target!r} in this namespace")
 
 

@@ -17,7 +17,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final, Literal, Self, TypeVar
 
 from sodalite.errors import ConfigurationError
@@ -182,6 +182,16 @@ _LEAF_NAME_RE: Final = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?",
 DEFAULT_RULE_NAME: Final = "$Default"
 
 
+_ADDRESS_PREFIX: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/]*")
+
+
+def forward_target(value: str) -> str:
+    """The entity a ForwardTo or ForwardDeadLetteredMessagesTo names: kept in the form it was given
+    (``q2``, ``sb://host:port/q2``, ``https://host/q2``, as Service Bus gives it back), read without
+    its scheme and authority."""
+    return _ADDRESS_PREFIX.sub("", value).strip("/")
+
+
 def entity_name_problem(name: object, kind: EntityKind) -> str | None:
     """Why ``name`` is not a valid Service Bus name for ``kind``, or None when it is.
 
@@ -289,7 +299,7 @@ def _value_problem(spec: _Spec, value: object) -> str | None:
     if kind == "forward":
         if value is None:
             return None
-        problem = entity_name_problem(value, "queue")
+        problem = entity_name_problem(forward_target(value) if isinstance(value, str) else value, "queue")
         return None if problem is None else f"must name a queue or topic: {problem}"
     if kind == "authorization_rules":
         return _authorization_rules_problem(value)
@@ -552,7 +562,7 @@ def _scalar_from_json(value: object, where: str) -> object:
                 parsed = datetime.fromisoformat(text)
             except ValueError:
                 raise _error(where, f"{_JSON_DATETIME}: not an ISO 8601 date and time: {text!r}") from None
-            return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+            return parsed  # without a zone it stays so (a rule's parameter comes back as it was sent)
         if tag == _JSON_DURATION and isinstance(text, str):
             try:
                 return parse_duration(text)

@@ -222,6 +222,11 @@ def _utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
+def _bound(value: Any) -> Any:
+    """A parameter's value as an expression uses it: a date-time without a zone is UTC."""
+    return _utc(value) if isinstance(value, datetime) else value
+
+
 def _truth(value: Any) -> bool | None:
     if value is None or isinstance(value, bool):
         return value
@@ -950,11 +955,11 @@ class _Parser:
         name: str = tok.value
         for key in ("@" + name, name):
             if key in self.parameters:
-                return self.parameters[key]
+                return _bound(self.parameters[key])
         lower = name.lower()
         for key, value in self.parameters.items():
             if isinstance(key, str) and key.removeprefix("@").lower() == lower:
-                return value
+                return _bound(value)
         raise self.error(tok, f"no value for parameter {tok.text!r}")
 
     # -- actions --------------------------------------------------------------------------------

@@ -305,6 +305,10 @@ class CoreSettings:
     requires_session: bool = False  # a session-enabled entity (see "Sessions" in the module docstring)
     shared_store: bool = False  # other nodes write the store: it decides duplicates (see "duplicate detection")
     forward_dead_letters: DeadLetterForward | None = None  # ForwardDeadLetteredMessagesTo (module docstring)
+    # Whether an abandon raises the delivery count. Not in a dead-letter queue: Service Bus keeps a dead
+    # letter's count as it was dead-lettered however often it is abandoned there (the Go SDK's live
+    # TestMessageSettlementUsingReceiver); the abandon is then a release with its properties kept.
+    abandon_counts: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -1152,7 +1156,7 @@ def new_view(settings: CoreSettings, now: int, *, token_seed: int, active: int =
     view = View(settings, Counts(active, scheduled, deferred), token_seed & ((1 << 64) - 1), now, dedup)
     view.last_appended = last_sequence_number
     view.history_pruned_at = now
-    view.session_states = {sid: (state, at) for sid, state, at in session_states}
+    view.session_states = {sid: (state, at) for sid, state, at in session_states if state}  # empty: cleared
     if active == 0:  # nothing ready: the window is complete and at the end
         view.at_tail, view.cursor = True, last_sequence_number
     if scheduled:  # their times are in the store, not here: poll until they are gone
@@ -1275,7 +1279,7 @@ def decide(view: View, command: Command, now: int) -> Decision:
                     if _held_session(turn, command.session_id, command.reply_to) is not None:
                         entry = view.session_states.get(command.session_id)
                         turn.replies.append(SessionState(command.reply_to, command.session_id,
-                                                         None if entry is None else entry[0]))
+                                                         entry[0] if entry is not None and entry[0] else None))
                 case SetSessionState():
                     _on_set_state(turn, command)
                 case Settle():
@@ -1586,9 +1590,13 @@ def _settle_lock(turn: _Turn, lock: HeldLock, asked: Outcome, reply_to: ReplyTo,
             applied = Outcome.DEAD_LETTER
             edit = _service_edit(record, MAX_DELIVERY_COUNT_EXCEEDED,
                                  f"delivered {record.delivery_count} times", properties_to_modify)
+        elif asked is Outcome.ABANDON and not view.settings.abandon_counts:
+            applied = Outcome.RELEASE
     lock.settling = True
-    item = (_dead_letter_settle(view, now, record, lock.token, edit) if applied is Outcome.DEAD_LETTER
-            else SettleItem(record.sequence_number, lock.token, applied, edit))
+    # A client's dead-lettering ends the delivery without counting it (as a complete or a defer); one
+    # decided here for an abandon (deliveries used up, or expired) keeps the abandon's count.
+    item = (_dead_letter_settle(view, now, record, lock.token, edit, give_back=asked is Outcome.DEAD_LETTER)
+            if applied is Outcome.DEAD_LETTER else SettleItem(record.sequence_number, lock.token, applied, edit))
     turn.settles.append((item, (reply_to, lock.token, asked, applied)))
 
 
@@ -1621,12 +1629,14 @@ def forwarded_expiry(forward: DeadLetterForward, time_to_live: int | None, now: 
 
 
 def _dead_letter_settle(view: View, now: int, record: MessageRecord, token: uuid.UUID,
-                        edit: AnnotationEdit | None) -> SettleItem:
+                        edit: AnnotationEdit | None, *, give_back: bool) -> SettleItem:
     """A locked message's dead-lettering: to the dead-letter queue, or forwarded (:func:`_forwarded`)
-    in the same fenced settle, arriving with its delivery count reset and enqueued now."""
+    in the same fenced settle, arriving with its delivery count reset and enqueued now. ``give_back``:
+    the delivery the claim counted does not count (the copy keeps the count from before it)."""
     forwarded = _forwarded(view, now, record, edit)
     if forwarded is None:
-        return SettleItem(record.sequence_number, token, Outcome.DEAD_LETTER, edit, keep_sequence_number=True)
+        return SettleItem(record.sequence_number, token, Outcome.DEAD_LETTER, edit, keep_sequence_number=True,
+                          give_back_delivery=give_back)
     forward = view.settings.forward_dead_letters
     assert forward is not None
     return SettleItem(record.sequence_number, token, Outcome.DEAD_LETTER, forwarded[0], forward.target,
@@ -2577,7 +2587,7 @@ def _session_messages_claimed(turn: _Turn, ctx: _SessionClaimCtx, result: Claime
         elif record.delivery_count > max_count:  # the claim counted one delivery past the maximum
             lock.settling = True
             edit = _service_edit(record, MAX_DELIVERY_COUNT_EXCEEDED, f"delivered {record.delivery_count - 1} times")
-            turn.settles.append((_dead_letter_settle(view, turn.now, record, lock.token, edit),
+            turn.settles.append((_dead_letter_settle(view, turn.now, record, lock.token, edit, give_back=True),
                                  (_NO_REPLY, lock.token, Outcome.DEAD_LETTER, Outcome.DEAD_LETTER)))
             missed += 1
             if held is not None and current:
@@ -2666,8 +2676,10 @@ def _on_set_state(turn: _Turn, command: SetSessionState) -> None:
     held = _held_session(turn, command.session_id, command.reply_to)
     if held is None:
         return
-    turn.tail_ops.append(PutSessionState(command.session_id, command.state, turn.now))
-    turn.tail_ctxs.append(_StateCtx(command.session_id, command.state, turn.now, command.reply_to))
+    # A zero-length state clears it, as null does: Service Bus reads either back as null.
+    state = command.state if command.state else None
+    turn.tail_ops.append(PutSessionState(command.session_id, state, turn.now))
+    turn.tail_ctxs.append(_StateCtx(command.session_id, state, turn.now, command.reply_to))
 
 
 def _due_sessions(turn: _Turn) -> None:

@@ -138,6 +138,10 @@ class SettleItem:
     expires_at: int | None = None
     # Into the entity's own dead-letter queue: the message keeps its sequence number there.
     keep_sequence_number: bool = False
+    # DEAD_LETTER that ends a delivery without counting it (a client's dead-lettering, or a claim that
+    # found the deliveries used up): the copy keeps the count from before the claim (stored - 1, not
+    # below 0), as a complete or a defer would. An abandon or a lapsed lock counts, and keeps it.
+    give_back_delivery: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,7 @@ from sodalite.model.entities import (
     RuleDescription,
     SubscriptionProperties,
     TopicProperties,
+    forward_target,
     validate_entity_name,
 )
 from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDraft
@@ -329,7 +330,7 @@ class Broker:
         """
         current, hops = entity, 0
         while current.forward_to:
-            target = self.entity(entity_path(current.forward_to))
+            target = self.entity(entity_path(forward_target(current.forward_to)))
             if target is None:
                 raise EntityNotFound(f"'{current.name}' forwards to '{current.forward_to}', "
                                      "which this broker does not serve")
@@ -406,7 +407,7 @@ class Broker:
         relays: dict[int, DeadLetterRelay] = {}
         for entity in self.entities.values():
             target_name = getattr(entity.properties, "forward_dead_lettered_messages_to", None)
-            target = self.entity(entity_path(target_name)) if target_name else None
+            target = self.entity(entity_path(forward_target(target_name))) if target_name else None
             if target_name and target is None:
                 log.warning("%s forwards dead-lettered messages to unknown %s; keeping them", entity.name,
                             target_name)
@@ -825,7 +826,7 @@ class Broker:
             target = getattr(properties, name, None)
             if not target:
                 continue
-            found = self.entity(entity_path(target))
+            found = self.entity(entity_path(forward_target(target)))
             if found is None:
                 raise EntityNotFound(f"the forwarding target '{target}' does not exist")
             if name == "forward_dead_lettered_messages_to":

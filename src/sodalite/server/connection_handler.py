@@ -82,7 +82,7 @@ class BrokerConnection(asyncio.Protocol):
         self._paused = False
         self._heartbeat: asyncio.TimerHandle | None = None
         self.peer = "?"
-        self.decimals_as_text = False  # the client cannot read decimal128 (wire.decimals_as_text)
+        self.python_sdk_decimals = False  # the client cannot read decimal128 (wire.python_sdk_decimals)
         self.transactions = ConnectionTransactions(self)  # AMQP transactions belong to the connection
         self._handshake: asyncio.TimerHandle | None = None
         self.over_limit = False  # refused at accept: closed with ``refusal`` once its open arrives
@@ -368,7 +368,7 @@ class BrokerConnection(asyncio.Protocol):
             if isinstance(endpoint, Endpoint):
                 endpoint.on_credit()
         elif isinstance(event, ev.ConnectionOpened):
-            self.decimals_as_text = wire.decimals_as_text(event.remote.properties)
+            self.python_sdk_decimals = wire.python_sdk_decimals(event.remote.properties)
             asyncio.get_running_loop().call_soon(self._arm_heartbeat)  # the peer's idle-time-out is known now
             self._on_opened()  # the handshake deadline ends; past max-connections, the refusal
         elif isinstance(event, ev.LinkAttachRequested):

@@ -131,6 +131,7 @@ T = TypeVar("T")
 AnnotationEdits = Mapping[AmqpValue, AmqpValue]
 
 ALL_STATES = frozenset(MessageState)
+_ACTIVE_ONLY = frozenset({MessageState.ACTIVE})  # list-sessions: the sessions with active messages
 Taken = tuple[MessageRecord, uuid.UUID | None, int | None]  # a message received by number: record, lock token, until
 Copy = tuple["CoreActor", SubQueue, MessageRecord]
 """A message to store in a sub-queue of an entity on the core (a topic's copy, a transfer dead letter), unnumbered."""
@@ -147,7 +148,7 @@ def core_settings(settings: EntitySettings, sub: SubQueue, owner: str,
     if sub is not SubQueue.MAIN:
         return core.CoreSettings(lock_duration=settings.lock_duration, default_ttl=None,
                                  max_delivery_count=1 << 30, dead_letter_on_expiration=False,
-                                 owner=owner)
+                                 owner=owner, abandon_counts=False)
     return core.CoreSettings(
         lock_duration=settings.lock_duration, default_ttl=settings.default_ttl,
         max_delivery_count=settings.max_delivery_count if settings.max_delivery_count is not None else 1 << 30,
@@ -228,6 +229,7 @@ class CoreActor:
         self._forward_actor: CoreActor | None = None
         self.on_dead_letters: Callable[[], None] | None = None  # rows came into the dead-letter queue (a relay)
         self.last_activity = self.clock.now()
+        self._used = False  # AccessedAt stays unset until the entity is used (_note_use)
         self._requests = itertools.count(1)
         # Requests waiting for their reply, by reply-to key. Each future's value is the type its
         # request's public method promises (an int, a list of numbers, ...): the table holds them all.
@@ -538,7 +540,7 @@ class CoreActor:
     # ---- sending ----------------------------------------------------------------------------------
 
     def _check_send(self, drafts: Sequence[MessageDraft]) -> None:
-        self.last_activity = self.clock.now()
+        self._note_use()
         if self.worker.full:
             raise StoreFull(f"the messaging store '{self.worker.name}' is full: new messages are refused "
                             "until space is freed (receiving and settling go on)")
@@ -562,7 +564,7 @@ class CoreActor:
         return _without_value(future)
 
     def note_activity(self) -> None:
-        self.last_activity = self.clock.now()
+        self._note_use()
         if self.available and SubQueue.MAIN in self.runners:
             self.runners[SubQueue.MAIN].submit(core.Touch())
 
@@ -676,7 +678,7 @@ class CoreActor:
         topic's own partition takes them as it takes scheduled messages that came due (its activator
         fans them out). Returns how many were appended."""
         self._runner(SubQueue.MAIN)  # available, or StoreUnavailable
-        self.last_activity = self.clock.now()
+        self._note_use()
         now = self.clock.now()
         records = [core.record_for(d, now, self.settings.default_ttl) for d in drafts]
         return await self.append_keyed(SubQueue.MAIN, records, keys)
@@ -738,7 +740,7 @@ class CoreActor:
     # ---- consumers --------------------------------------------------------------------------------
 
     def add_consumer(self, consumer: Receiver) -> None:
-        self.last_activity = self.clock.now()
+        self._note_use(consumer)
         self._consumers.add(consumer)
         self._given.setdefault(consumer, 0)
         self.credit_changed(consumer)
@@ -754,7 +756,7 @@ class CoreActor:
             runner.submit(core.CloseConsumer(consumer))
 
     def credit_changed(self, consumer: Receiver) -> None:
-        self.last_activity = self.clock.now()
+        self._note_use(consumer)
         if consumer not in self._consumers or not self.available:
             return
         runner = self.runners[consumer.sub_queue]
@@ -818,7 +820,7 @@ class CoreActor:
 
     def accept_session(self, owner: Receiver, session_id: str | None,
                        timeout_ms: int) -> asyncio.Future[tuple[str, int]]:
-        self.last_activity = self.clock.now()
+        self._note_use()
         wait_until = self.clock.now() + timeout_ms if session_id is None else None
         # The core grants sessions to receivers it knows: register this one (no credit yet).
         peek_lock = getattr(owner, "peek_lock", True)
@@ -854,11 +856,18 @@ class CoreActor:
     def set_session_state(self, session_id: str, state: bytes | None) -> asyncio.Future[None]:
         return _without_value(self._request(SubQueue.MAIN, lambda key: core.SetSessionState(session_id, state, key)))
 
-    def list_sessions(self, updated_after: int | None) -> list[str]:
-        """Sessions with state (after ``updated_after`` when given), as the core keeps them."""
+    async def list_sessions(self, updated_after: int | None) -> list[str]:
+        """With ``updated_after``: the sessions whose state changed after it, as the core keeps them.
+        Without (the SDKs' default, DateTime.MaxValue): every session that has active messages, read
+        from the store, or a state (Service Bus lists both)."""
+        self.note_activity()
         runner = self._runner(SubQueue.MAIN)
         states = runner.view.session_states
-        return sorted(sid for sid, (_, at) in states.items() if updated_after is None or at > updated_after)
+        if updated_after is not None:
+            return sorted(sid for sid, (_, at) in states.items() if at > updated_after)
+        ref, worker = self.refs[SubQueue.MAIN], self.worker
+        with_messages = await worker.call(lambda: worker.store.session_ids(ref, _ACTIVE_ONLY))
+        return sorted({*with_messages, *runner.view.session_states})
 
     # ---- what the broker reads --------------------------------------------------------------------
 
@@ -890,6 +899,23 @@ class CoreActor:
         runner = self.runners.get(SubQueue.MAIN)
         last = self.last_activity if runner is None else max(self.last_activity, runner.view.last_activity)
         return last, len(self._consumers)
+
+    def _note_use(self, consumer: Receiver | None = None) -> None:
+        """Something used the entity (a send, a receiver, credit, a session, a browse): it is active,
+        and it has been accessed unless the receiver is the broker's own (a topic's activator)."""
+        self.last_activity = self.clock.now()
+        if consumer is None or not self._own_consumer(consumer):
+            self._used = True
+
+    def _own_consumer(self, consumer: Receiver) -> bool:
+        """Whether ``consumer`` is the broker's own, not a client's (a topic's activator: TopicActor)."""
+        return False
+
+    @property
+    def accessed_at(self) -> int | None:
+        """When the entity was last used (sent to, received from, browsed), None if not since this
+        actor opened it: Service Bus's AccessedAt is zero (0001-01-01) until the entity is used."""
+        return self.activity()[0] if self._used else None
 
     def is_idle(self, now: int, idle_for: int) -> bool:
         runner = self.runners.get(SubQueue.MAIN)

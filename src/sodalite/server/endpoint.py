@@ -35,7 +35,7 @@ class ConnectionPort(Protocol):
 
     broker: Broker
     peer: str
-    decimals_as_text: bool  # the client cannot read decimal128 (wire.decimals_as_text)
+    python_sdk_decimals: bool  # the client cannot read decimal128 (wire.python_sdk_decimals)
     transactions: ConnectionTransactions
 
     def flush_soon(self) -> None: ...

@@ -181,13 +181,16 @@ class LinkConsumer(Endpoint):
         if not self.link.attached:  # gone since the actor looked: never written
             self._give_back([(record, lock)])
             return
-        decimals_as_text = self.connection.decimals_as_text
+        python_sdk_decimals = self.connection.python_sdk_decimals
         if lock is not None:
             payload = wire.delivery_payload(record, lock.locked_until, lock_token=lock.token,
-                                            decimals_as_text=decimals_as_text)
+                                            python_sdk_decimals=python_sdk_decimals)
             delivery_id = self.link.send_transfer(payload, wire.lock_token_tag(lock.token), settled=False)
         else:
-            payload = wire.delivery_payload(record, None, decimals_as_text=decimals_as_text)
+            # ReceiveAndDelete: no lock token, but a delivery-annotations section all the same (empty
+            # when the sender put none there), as Service Bus sends it: the SDKs read it as {}.
+            payload = wire.delivery_payload(record, None, python_sdk_decimals=python_sdk_decimals,
+                                            delivery_annotations=True)
             delivery_id = self.link.send_transfer(payload, uuid.uuid4().bytes_le, settled=True)
         self.unwritten[delivery_id] = (record, lock)
         deliveries, messages_out = self.counters()

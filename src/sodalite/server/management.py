@@ -215,7 +215,7 @@ class Context:
     entity: Entity | None = None
     # Raises Unauthorized unless the caller's token grants the right (None: no check, e.g. in unit tests).
     authorise: Callable[[AccessRights], None] | None = None
-    decimals_as_text: bool = False  # the client cannot read decimal128 (wire.decimals_as_text)
+    python_sdk_decimals: bool = False  # the client cannot read decimal128 (wire.python_sdk_decimals)
 
     @property
     def metrics(self) -> BrokerMetrics | None:
@@ -264,7 +264,7 @@ async def peek_message(ctx: Context, body: PeekRequest) -> Response:
     if not records:
         return Response(NO_CONTENT, None, "No messages to peek")
     return Response(OK, {"messages": [
-        {"message": wire.delivery_payload(r, None, with_state=True, decimals_as_text=ctx.decimals_as_text)}
+        {"message": wire.delivery_payload(r, None, with_state=True, python_sdk_decimals=ctx.python_sdk_decimals)}
         for r in records
     ]})
 
@@ -307,9 +307,9 @@ async def receive_by_sequence_number(ctx: Context, body: ReceiveBySequenceNumber
                                                  _session_id(body, required=False))
     messages: list[DeliveredMessage] = [
         {"message": wire.delivery_payload(r, until, with_state=True, lock_token=token,
-                                          decimals_as_text=ctx.decimals_as_text), "lock-token": token}
+                                          python_sdk_decimals=ctx.python_sdk_decimals), "lock-token": token}
         if token is not None else
-        {"message": wire.delivery_payload(r, None, with_state=True, decimals_as_text=ctx.decimals_as_text)}
+        {"message": wire.delivery_payload(r, None, with_state=True, python_sdk_decimals=ctx.python_sdk_decimals)}
         for r, token, until in taken_now]
     if mode == PEEK_LOCK or not taken_now:
         return Response(OK, {"messages": messages})
@@ -371,17 +371,19 @@ async def get_message_sessions(ctx: Context, body: GetMessageSessionsRequest) ->
     since = _int_arg(body, "last-updated-time", LIST_ALL_SESSIONS)
     skip = max(0, _int_arg(body, "skip", 0))
     top = max(0, _int_arg(body, "top", 100))
-    sessions = ctx.actor.list_sessions(None if since >= LIST_ALL_SESSIONS else since)
+    sessions = await ctx.actor.list_sessions(None if since >= LIST_ALL_SESSIONS else since)
     page = sessions[skip : skip + top]
     if not page:
         return Response(NO_CONTENT, None, "No sessions")
     return Response(OK, {"skip": skip + len(page), "sessions-ids": Array("string", tuple(page))})
 
 
-# Rule descriptions on the wire (AMQP request-response doc, "Rule operations").
+# Rule descriptions on the wire (AMQP request-response doc, "Rule operations"), with the codes the SDKs
+# decode (Java ServiceBusConstants, JS core-amqp descriptorCodes, .NET AmqpSqlFilter.Code and kin): the
+# filters are 0x00000013_7000000N, the rule description and the actions 0x00000137_0000000N.
 RULE_DESCRIPTION = 0x0000013700000004
-SQL_FILTER, TRUE_FILTER, FALSE_FILTER, CORRELATION_FILTER = (0x0000013700000006, 0x0000013700000007,
-                                                             0x0000013700000008, 0x0000013700000009)
+SQL_FILTER, TRUE_FILTER, FALSE_FILTER, CORRELATION_FILTER = (0x0000001370000006, 0x0000001370000007,
+                                                             0x0000001370000008, 0x0000001370000009)
 EMPTY_ACTION, SQL_ACTION = 0x0000013700000005, 0x0000013700000006
 _CORRELATION_KEYS = ("correlation-id", "message-id", "to", "reply-to", "label", "session-id", "reply-to-session-id",
                      "content-type")

@@ -53,7 +53,7 @@ class ManagementLink(ControlLink):
         path = self.path
         context = management.Context(entity.actor, self.sub_queue, conn, entity.max_message_size, conn.broker, entity,
                                      authorise=lambda right: conn.authorise(path, right),
-                                     decimals_as_text=conn.decimals_as_text)
+                                     python_sdk_decimals=conn.python_sdk_decimals)
         task = asyncio.get_running_loop().create_task(
             management.execute(context, request.application_properties.get("operation"), request.body))
 

@@ -119,6 +119,9 @@ class Partition(Protocol):
     @property
     def last_activity(self) -> int: ...
 
+    @property
+    def accessed_at(self) -> int | None: ...
+
     def counts(self) -> dict[str, int]: ...
 
     def size_in_bytes(self) -> int: ...
@@ -169,7 +172,7 @@ class Partition(Protocol):
 
     def set_session_state(self, session_id: str, state: bytes | None) -> asyncio.Future[None]: ...
 
-    def list_sessions(self, updated_after: int | None) -> list[str]: ...
+    async def list_sessions(self, updated_after: int | None) -> list[str]: ...
 
 
 P = TypeVar("P", bound=Partition)
@@ -204,6 +207,10 @@ class Partitioned(Generic[P]):
     @property
     def last_activity(self) -> int:
         return max(p.last_activity for p in self.partitions)
+
+    @property
+    def accessed_at(self) -> int | None:
+        return max((at for p in self.partitions if (at := p.accessed_at) is not None), default=None)
 
     @property
     def available(self) -> bool:
@@ -419,8 +426,12 @@ class Partitioned(Generic[P]):
     def set_session_state(self, session_id: str, state: bytes | None) -> asyncio.Future[None]:
         return self.for_key(session_id).set_session_state(session_id, state)
 
-    def list_sessions(self, updated_after: int | None) -> list[str]:
-        return sorted({s for p in self.partitions if p.available for s in p.list_sessions(updated_after)})
+    async def list_sessions(self, updated_after: int | None) -> list[str]:
+        found: set[str] = set()
+        for partition in self.partitions:
+            if partition.available:
+                found.update(await partition.list_sessions(updated_after))
+        return sorted(found)
 
 
 class _Share:

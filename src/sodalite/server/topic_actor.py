@@ -108,7 +108,7 @@ from sodalite.model import partition_core as core
 from sodalite.model.message import MessageRecord
 from sodalite.model.partition import Lock, MessageDraft
 from sodalite.server import wire
-from sodalite.server.core_actor import Copy, CoreActor, KeyedCopy, _without_value
+from sodalite.server.core_actor import Copy, CoreActor, KeyedCopy, Receiver, _without_value
 from sodalite.server.entity_settings import SubQueue, all_of
 from sodalite.server.partitioned_actor import PartitionedCoreActor
 from sodalite.server.store_worker import StoreWorker
@@ -161,6 +161,9 @@ class TopicActor(CoreActor):
         self._across_lock = asyncio.Lock()  # duplicate detection: publishes with copies elsewhere, one at a time
         # Publishes that failed because another store did (not this one): weakly held, read by _sent.
         self.failed_elsewhere: weakref.WeakSet[asyncio.Future[None]] = weakref.WeakSet()
+
+    def _own_consumer(self, consumer: Receiver) -> bool:
+        return consumer is self._activator  # its credit is no client's use of the topic
 
     async def load(self) -> None:
         await super().load()

@@ -14,9 +14,11 @@ annotations spliced in front of the client's, then the rest of the tail unchange
 
 from __future__ import annotations
 
+import decimal
 import uuid
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import Final
 
 from sodalite.amqp import message as amqp_message
 from sodalite.amqp.codec import decode, skip_value
@@ -193,13 +195,16 @@ def _lock_token_section_prefix() -> bytes:
 
 
 _LOCK_TOKEN_SECTION_PREFIX = _lock_token_section_prefix()
+_EMPTY_DELIVERY_ANNOTATIONS: Final = amqp_message.encode_section(amqp_message.DELIVERY_ANNOTATIONS, {})
 
 
-def _delivery_annotations_section(lock_token: uuid.UUID | None, tail: bytes) -> tuple[bytes, bytes]:
-    """The delivery-annotations section to send (lock token first) and the tail without the stored one."""
+def _delivery_annotations_section(lock_token: uuid.UUID | None, tail: bytes,
+                                  always: bool = False) -> tuple[bytes, bytes]:
+    """The delivery-annotations section to send (lock token first) and the tail without the stored one;
+    ``always``: an empty section rather than none when there is nothing to put in it."""
     if not tail.startswith(_DELIVERY_ANNOTATIONS_PREFIX):
         if lock_token is None:
-            return b"", tail
+            return (_EMPTY_DELIVERY_ANNOTATIONS if always else b""), tail
         return _LOCK_TOKEN_SECTION_PREFIX + lock_token.bytes, tail  # the common case, without the encoder
     client, rest = _split_delivery_annotations(tail)
     values: AmqpMap = {} if lock_token is None else {Symbol(_LOCK_TOKEN.decode()): lock_token}
@@ -215,11 +220,13 @@ def properties_position(tail: bytes) -> int:
 
 
 def delivery_payload(record: MessageRecord, locked_until: int | None, with_state: bool = False,
-                     lock_token: uuid.UUID | None = None, decimals_as_text: bool = False) -> bytes:
+                     lock_token: uuid.UUID | None = None, python_sdk_decimals: bool = False,
+                     delivery_annotations: bool = False) -> bytes:
     """The message as a receiver gets it; ``with_state`` adds ``x-opt-message-state`` (peek, deferred).
 
-    ``lock_token`` (a PeekLock delivery) goes into the delivery-annotations as ``x-opt-lock-token``.
-    ``decimals_as_text`` is for receivers that cannot read decimal128 (:func:`decimals_as_text`).
+    ``lock_token`` (a PeekLock delivery) goes into the delivery-annotations as ``x-opt-lock-token``;
+    ``delivery_annotations`` sends that section even when it is empty (a ReceiveAndDelete transfer).
+    ``python_sdk_decimals`` is for receivers that cannot read decimal128 (:func:`python_sdk_decimals`).
     """
     entries = [
         amqp_message.annotation_entry_long(_SEQUENCE_NUMBER, record.sequence_number),
@@ -230,13 +237,13 @@ def delivery_payload(record: MessageRecord, locked_until: int | None, with_state
     if with_state:
         entries.append(amqp_message.annotation_entry(_MESSAGE_STATE, Int(int(record.state))))
     entries.append(record.annotations)
-    delivery_annotations, tail = _delivery_annotations_section(lock_token, record.tail)
-    if decimals_as_text:
-        tail = decimal_properties_as_text(tail)
+    delivery_annotations_section, tail = _delivery_annotations_section(lock_token, record.tail, delivery_annotations)
+    if python_sdk_decimals:
+        tail = decimal_properties_for_python_sdk(tail)
     return b"".join((
         amqp_message.encode_header(record.durable, record.priority, record.time_to_live, None,
                                    record.delivery_count),
-        delivery_annotations,
+        delivery_annotations_section,
         amqp_message.encode_annotations(b"".join(entries), len(entries) - 1 + record.annotation_count),
         tail,
     ))
@@ -245,14 +252,16 @@ def delivery_payload(record: MessageRecord, locked_until: int | None, with_state
 PYTHON_SDK_PRODUCT = "azsdk-python-servicebus"
 
 
-def decimals_as_text(open_properties: AmqpMap | None) -> bool:
-    """Whether the client that opened a connection with these properties needs decimals as text.
+def python_sdk_decimals(open_properties: AmqpMap | None) -> bool:
+    """Whether the client that opened a connection with these properties reads decimals its own way.
 
     The Python SDK (7.x, ``product`` in its open frame) encodes a ``decimal.Decimal`` application
-    property as AMQP decimal128 correctly, but its decoder misplaces the exponent field and fails
-    on every non-zero decimal128 it receives, taking the receive call down with it. Such a
-    receiver is given the value's exact decimal text instead; every other client gets the
-    decimal128 as it was sent.
+    property as AMQP decimal128 (IEEE BID), but its decoder reads the layout Service Bus (.NET) writes:
+    the biased exponent as ``(byte0 & 0x7F) << 9 | byte1 >> 1`` and the significand as three 32-bit
+    words whose decimal digits it joins, 8 to a word. It fails on every non-zero BID decimal128,
+    taking the receive call down with it. Such a receiver is given each decimal in the layout it
+    reads (:func:`decimal_properties_for_python_sdk`), so it reads ``Decimal('1.2345')`` as Service
+    Bus gives it; every other client gets the decimal128 as it was sent.
     """
     product = {str(k): v for k, v in (open_properties or {}).items()}.get("product")
     return product == PYTHON_SDK_PRODUCT
@@ -262,8 +271,31 @@ _DECIMALS = (Decimal32, Decimal64, Decimal128)
 _DECIMAL_CODES = (b"\x74", b"\x84", b"\x94")  # their AMQP constructors (the SDK has no decimal32/64 decoder at all)
 
 
-def decimal_properties_as_text(tail: bytes) -> bytes:
-    """The tail with each decimal application property as its decimal string (``"1.5"``)."""
+_WORD: Final = 10**8  # the Python SDK's decoder joins each 32-bit word's digits as 8 decimal places
+_PY_BIAS: Final = 6176  # its decimal128 exponent bias
+
+
+def python_sdk_decimal128(value: decimal.Decimal) -> Decimal128 | str:
+    """``value`` as the Python SDK's decoder reads a decimal128 back exactly, or its decimal text
+    where no such bytes exist (more than 24 digits, NaN or infinity, or an exponent its reading
+    cannot hold: it takes 7 bits of byte 1 and 7 of byte 0 shifted by 9, so exponents -32 to 95).
+    A zero keeps its sign and exponent (its digits are none, which the decoder reads as 0)."""
+    if not value.is_finite():
+        return str(value)
+    sign, digits, exponent = value.as_tuple()
+    assert isinstance(exponent, int)
+    significand = int("".join(map(str, digits)) or "0")
+    biased = exponent + _PY_BIAS
+    if significand >= _WORD**3 or not 0 <= biased < 0x3000 or biased & 0x180:
+        return str(value)
+    words = (significand // _WORD**2, significand // _WORD % _WORD, significand % _WORD)
+    head = bytes([(0x80 if sign else 0) | (biased >> 9), (biased & 0x7F) << 1, 0, 0])
+    return Decimal128(head + b"".join(word.to_bytes(4, "big") for word in words))
+
+
+def decimal_properties_for_python_sdk(tail: bytes) -> bytes:
+    """The tail with each decimal application property in the layout the Python SDK reads
+    (:func:`python_sdk_decimal128`), so it decodes the value that was sent."""
     if not any(code in tail for code in _DECIMAL_CODES):  # no decimal constructor byte anywhere: none
         return tail
     section = next((s for s in amqp_message.split_sections(tail) if s.code == amqp_message.APPLICATION_PROPERTIES),
@@ -274,7 +306,7 @@ def decimal_properties_as_text(tail: bytes) -> bytes:
     if not isinstance(values, dict) or not any(isinstance(v, _DECIMALS) for v in values.values()):
         return tail
     return replace_application_properties(
-        tail, {k: str(v.to_decimal()) if isinstance(v, _DECIMALS) else v for k, v in values.items()})
+        tail, {k: python_sdk_decimal128(v.to_decimal()) if isinstance(v, _DECIMALS) else v for k, v in values.items()})
 
 
 def lock_token_tag(token: uuid.UUID) -> bytes:

@@ -481,7 +481,9 @@ class MemoryStore:
                     part.delete(n)
                     copy = replace(m, state=MessageState.ACTIVE, expires_at=item.expires_at,
                                    enqueued_time=m.enqueued_time if item.enqueued_time is None else item.enqueued_time,
-                                   delivery_count=0 if item.reset_delivery_count else m.delivery_count)
+                                   delivery_count=0 if item.reset_delivery_count
+                                   else max(0, m.delivery_count - 1) if item.give_back_delivery
+                                   else m.delivery_count)
                     if item.keep_sequence_number:
                         kept.setdefault(item.dead_letter_to, []).append(copy)
                     else:
@@ -649,6 +651,11 @@ class MemoryStore:
                     and (session_id is None or m.session_id == session_id)):
                 found.append(part.stored(n))
         return tuple(found)
+
+    def session_ids(self, ref: PartitionRef, states: frozenset[MessageState]) -> tuple[str, ...]:
+        part = self._read(ref)
+        return tuple(sorted({m.session_id for m in part.messages.values()
+                             if m.session_id is not None and m.state in states}))
 
     def fetch(self, ref: PartitionRef, sequence_numbers: Sequence[int]) -> tuple[StoredMessage, ...]:
         part = self._read(ref)

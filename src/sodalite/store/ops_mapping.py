@@ -60,7 +60,8 @@ def to_port_op(op: core.StoreOp, ref: port.PartitionRef, dead_letter: port.Parti
                 items.append(port.SettleItem(
                     item.sequence_number, item.lock_token, item.outcome, annotations, count,
                     to if item.outcome is core.Outcome.DEAD_LETTER else None, tail,
-                    item.reset_delivery_count, item.enqueued_time, item.expires_at, item.keep_sequence_number))
+                    item.reset_delivery_count, item.enqueued_time, item.expires_at, item.keep_sequence_number,
+                    item.give_back_delivery))
             return port.Settle(ref, op.now, tuple(items), op.all_or_none)
         case core.RenewLocks():
             return port.RenewLocks(ref, op.now, op.locked_until, op.items)

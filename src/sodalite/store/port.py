@@ -416,6 +416,9 @@ class SettleItem:
     # and every number the operation keeps there, in item order. False (a copy forwarded into another
     # queue): the target's next number.
     keep_sequence_number: bool = False
+    # DEAD_LETTER: the copy's delivery count is the row's minus one (not below 0): the delivery the claim
+    # counted ended without counting (a client's dead-lettering). Ignored with ``reset_delivery_count``.
+    give_back_delivery: bool = False
 
     def __post_init__(self) -> None:
         if self.outcome is Outcome.DEAD_LETTER and self.dead_letter_to is None:
@@ -685,6 +688,10 @@ class MessagingStore(Protocol):
              session_id: str | None = None) -> tuple[StoredMessage, ...]:
         """At most ``count`` messages numbered >= ``from_sequence_number``, in sequence-number order,
         locked or not; only of ``states`` when given, only of ``session_id`` when given."""
+
+    def session_ids(self, ref: PartitionRef, states: frozenset[MessageState]) -> tuple[str, ...]:
+        """The distinct session ids of the messages of ``states`` stored here, sorted (list-sessions:
+        the sessions that have messages, locked or not)."""
 
     def fetch(self, ref: PartitionRef, sequence_numbers: Sequence[int]) -> tuple[StoredMessage, ...]:
         """The messages with these numbers, in sequence-number order, each once; missing ones are

@@ -695,8 +695,8 @@ def _claim_sql(by_session: bool, by_numbers: bool) -> str:
 _CLAIM_SQL: Final = {(s, n): _claim_sql(s, n) for s in (False, True) for n in (False, True)}
 _SETTLE_ITEMS: Final = (
     "i AS (SELECT * FROM unnest(%(seq)s::bigint[], %(tok)s::uuid[], %(code)s::smallint[], %(ann)s::bytea[], "
-    "%(annc)s::bigint[], %(tl)s::bytea[], %(reset)s::boolean[], %(enq)s::bigint[], %(exp)s::bigint[]) "
-    "WITH ORDINALITY AS i(seq, tok, code, ann, annc, tl, reset, enq, exp, ord))"
+    "%(annc)s::bigint[], %(tl)s::bytea[], %(reset)s::boolean[], %(enq)s::bigint[], %(exp)s::bigint[], "
+    "%(back)s::boolean[]) WITH ORDINALITY AS i(seq, tok, code, ann, annc, tl, reset, enq, exp, back, ord))"
 )
 _CODE: Final = {Outcome.ABANDON: 0, Outcome.RELEASE: 1, Outcome.DEFER: 2, Outcome.COMPLETE: 3, Outcome.DEAD_LETTER: 4}
 _COMPLETE: Final = (
@@ -740,7 +740,8 @@ def _transfer_sql(fence: str) -> str:
     annotations and tail replaced and delivery count reset as each item says. Returns
     (old number, new number) per moved row."""
     copied = ", ".join(
-        f"CASE WHEN i.reset THEN 0 ELSE m.{n} END AS {n}" if n == "delivery_count"
+        f"CASE WHEN i.reset THEN 0 WHEN i.back THEN GREATEST(m.{n} - 1, 0) ELSE m.{n} END AS {n}"
+        if n == "delivery_count"
         else f"coalesce(i.ann, m.{n}) AS {n}" if n == "annotations"
         else f"CASE WHEN i.ann IS NULL THEN m.{n} ELSE i.annc END AS {n}" if n == "annotation_count"
         else f"coalesce(i.tl, m.{n}) AS {n}" if n == "tail"
@@ -1191,11 +1192,14 @@ def _message_arrays(ref: PartitionRef, messages: Sequence[MessageRecord], number
 
 
 def _item_arrays(items: Sequence[tuple[int, uuid.UUID | None, int, bytes | None, int, bytes | None, bool]],
-                 times: Sequence[tuple[int | None, int | None]] | None = None) -> dict[str, Any]:
+                 times: Sequence[tuple[int | None, int | None]] | None = None,
+                 backs: Sequence[bool] | None = None) -> dict[str, Any]:
     """Settle and move items as arrays: (number, token, outcome code, annotations, count, tail, reset),
-    and a moved copy's (enqueued time, expiry time), both None for settlements."""
+    a moved copy's (enqueued time, expiry time), both None for settlements, and whether a dead letter
+    gives its delivery back (count - 1: :attr:`SettleItem.give_back_delivery`)."""
     times = times if times is not None else [(None, None)] * len(items)
     return {
+        "back": list(backs) if backs is not None else [False] * len(items),
         "enq": [None if enq is None else _time(enq, "enqueued_time") for enq, _ in times],
         "exp": [None if exp is None else _time(exp, "expires_at") for _, exp in times],
         "seq": [_int64(seq, "sequence number") for seq, *_ in items],
@@ -1319,7 +1323,8 @@ def _settle_plan(op: Settle) -> _Plan:
         items = [op.items[i] for i in indexes]
         params = {**base, **_item_arrays([(it.sequence_number, it.lock_token, _CODE[it.outcome], it.annotations,
                                            it.annotation_count, it.tail, it.reset_delivery_count) for it in items],
-                                         [(it.enqueued_time, it.expires_at) for it in items])}
+                                         [(it.enqueued_time, it.expires_at) for it in items],
+                                         [it.give_back_delivery for it in items])}
         if group_key[0] == "complete":
             sql = _COMPLETE
         elif group_key[0] == "unlock":
@@ -1872,6 +1877,13 @@ class PostgresStore:
         sql += " ORDER BY sequence_number LIMIT %(n)s"
         (rows,) = self._read(f"peek {ref.entity!r} partition {ref.partition}", [(sql, params)])
         return tuple(_stored_from_row(r) for r in rows)
+
+    def session_ids(self, ref: PartitionRef, states: frozenset[MessageState]) -> tuple[str, ...]:
+        params = {**_partition_params(ref), "states": sorted(int(s) for s in states)}
+        sql = ("SELECT DISTINCT session_id FROM sodalite_messages WHERE entity = %(e)s AND partition = %(p)s "
+               "AND session_id IS NOT NULL AND state = ANY(%(states)s::smallint[]) ORDER BY session_id")
+        (rows,) = self._read(f"list the sessions of {ref.entity!r} partition {ref.partition}", [(sql, params)])
+        return tuple(sorted(str(_text(sid)) for (sid,) in rows))
 
     def fetch(self, ref: PartitionRef, sequence_numbers: Sequence[int]) -> tuple[StoredMessage, ...]:
         if not sequence_numbers:

@@ -793,7 +793,8 @@ def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2, claims: _Claims) -> OpRes
             copy = replace(
                 record, state=MessageState.ACTIVE, expires_at=item.expires_at,
                 enqueued_time=record.enqueued_time if item.enqueued_time is None else item.enqueued_time,
-                delivery_count=0 if item.reset_delivery_count else record.delivery_count)
+                delivery_count=0 if item.reset_delivery_count
+                else max(0, record.delivery_count - 1) if item.give_back_delivery else record.delivery_count)
             if item.keep_sequence_number:
                 kept.setdefault(item.dead_letter_to, []).append(copy)
             else:
@@ -1146,6 +1147,13 @@ class SqliteStore:
         params.append(count)
         (rows,) = self._read(f"peek {ref.entity!r} partition {ref.partition}", [(sql, tuple(params))])
         return tuple(_stored_from_row(r) for r in rows)
+
+    def session_ids(self, ref: PartitionRef, states: frozenset[MessageState]) -> tuple[str, ...]:
+        sql = ("SELECT DISTINCT session_id FROM messages WHERE entity = ? AND partition = ? AND session_id IS NOT NULL "
+               f"AND state IN ({', '.join(str(int(state)) for state in sorted(states)) or 'NULL'}) ORDER BY session_id")
+        (rows,) = self._read(f"list the sessions of {ref.entity!r} partition {ref.partition}",
+                             [(sql, (ref.entity, ref.partition))])
+        return tuple(str(sid) for (sid,) in rows)
 
     def fetch(self, ref: PartitionRef, sequence_numbers: Sequence[int]) -> tuple[StoredMessage, ...]:
         (rows,) = self._read(f"fetch from {ref.entity!r} partition {ref.partition}",

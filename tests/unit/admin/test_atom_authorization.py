@@ -37,7 +37,8 @@ def test_the_sdk_reads_what_we_write() -> None:
     assert (listener.key_name, listener.primary_key, listener.secondary_key) == ("listener", "p&<key>", None)
     assert listener.rights == [SdkAccessRights.LISTEN]
     assert admin.rights == ["Manage", "Send", "Listen"] and admin.secondary_key == "secondary"
-    assert listener.created_at_utc == CREATED and admin.modified_at_utc == CREATED
+    # As sent: no times (Service Bus gives an entity's rules back without them; the Go SDK compares them).
+    assert listener.created_at_utc is None and admin.modified_at_utc is None
 
 
 def test_we_read_what_the_sdk_writes() -> None:

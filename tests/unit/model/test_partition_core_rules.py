@@ -201,6 +201,18 @@ def test_abandon_puts_the_message_first_in_line_with_its_delivery_counted() -> N
     assert again.message.sequence_number == 1 and again.message.delivery_count == 2
 
 
+def test_where_an_abandon_does_not_count_it_releases_with_its_properties_and_says_abandoned() -> None:
+    """A dead-letter queue's core (abandon_counts False): the count stays as it was dead-lettered."""
+    h = harness(abandon_counts=False)
+    send(h, draft("a"))
+    (d,) = receive(h)
+    replies = h.run(Settle(d.lock_token, Outcome.ABANDON, "t", properties_to_modify=(("k", "v"),))) + h.drain()
+    assert SettlementDone("t", d.lock_token, Outcome.ABANDON) in replies
+    assert h.store.rows[1].record.delivery_count == 0 and h.store.rows[1].edit is not None
+    (again,) = receive(h)
+    assert again.message.delivery_count == 1  # the store's, before this delivery: the wire shows 0
+
+
 def test_release_gives_the_delivery_back() -> None:
     h = harness()
     send(h, draft("a"))

@@ -716,27 +716,47 @@ def test_decimal128_special_values() -> None:
     assert _decimal128(0, 0, 10**34).to_decimal() == 0  # non-canonical significand
 
 
-def test_decimal_properties_become_text_and_nothing_else_changes() -> None:
+def _python_sdk_reads(value: object) -> object:
+    """What the Python SDK's own decoder makes of a decimal128 the broker gives it."""
+    from azure.servicebus._pyamqp._decode import _decode_decimal128
+    return _decode_decimal128(memoryview(bytes(value)))[1] if isinstance(value, Decimal128) else value  # type: ignore[arg-type]
+
+
+def test_decimal_properties_are_given_as_the_python_sdk_reads_them_and_nothing_else_changes() -> None:
     tail = properties("m") + app_properties({"d": _decimal128(0, -1, 15), "i": Int(3)}) + data(b"p")
-    out = wire.decimal_properties_as_text(tail)
-    assert wire.application_properties(out) == {"d": "1.5", "i": 3}
+    out = wire.decimal_properties_for_python_sdk(tail)
+    given = wire.application_properties(out)
+    assert {k: _python_sdk_reads(v) for k, v in given.items()} == {"d": decimal.Decimal("1.5"), "i": 3}
     assert out.startswith(properties("m")) and out.endswith(data(b"p"))
     plain = properties("m") + app_properties({"i": Int(3)}) + data(b"\x94")
-    assert wire.decimal_properties_as_text(plain) is plain
+    assert wire.decimal_properties_for_python_sdk(plain) is plain
 
 
-def test_only_the_python_sdk_is_given_decimals_as_text() -> None:
-    assert wire.decimals_as_text({Symbol("product"): "azsdk-python-servicebus", Symbol("version"): "7.15.0"})
-    assert not wire.decimals_as_text({Symbol("product"): "MSJSClient"})
-    assert not wire.decimals_as_text(None)
+def test_only_the_python_sdk_is_given_python_sdk_decimals() -> None:
+    assert wire.python_sdk_decimals({Symbol("product"): "azsdk-python-servicebus", Symbol("version"): "7.15.0"})
+    assert not wire.python_sdk_decimals({Symbol("product"): "MSJSClient"})
+    assert not wire.python_sdk_decimals(None)
 
 
-def test_decimal32_and_decimal64_are_read_as_bid_and_given_as_text() -> None:
+def test_decimal32_and_decimal64_are_read_as_bid_and_given_as_the_python_sdk_reads_them() -> None:
     d64 = Decimal64(((1 << 63) | ((-2 + 398) << 53) | 225).to_bytes(8, "big"))
     d32 = Decimal32((((3 + 101) << 23) | 7).to_bytes(4, "big"))
     assert (str(d64.to_decimal()), str(d32.to_decimal())) == ("-2.25", "7E+3")
     tail = app_properties({"a": d64, "b": d32}) + data(b"p")
-    assert wire.application_properties(wire.decimal_properties_as_text(tail)) == {"a": "-2.25", "b": "7E+3"}
+    given = wire.application_properties(wire.decimal_properties_for_python_sdk(tail))
+    assert {k: _python_sdk_reads(v) for k, v in given.items()} == {"a": decimal.Decimal("-2.25"),
+                                                                  "b": decimal.Decimal("7E+3")}
+
+
+@pytest.mark.parametrize("text", ["1.2345", "-2.25", "0", "-0.00", "12345678901234567890.123", "9" * 24, "1E+95",
+                                  "1E-32"])
+def test_the_python_sdk_reads_back_each_decimal_it_can_hold(text: str) -> None:
+    assert _python_sdk_reads(wire.python_sdk_decimal128(decimal.Decimal(text))) == decimal.Decimal(text)
+
+
+@pytest.mark.parametrize("text", ["9" * 25, "1E+96", "1E-33", "NaN", "-Infinity"])
+def test_a_decimal_the_python_sdk_cannot_read_is_given_as_its_text(text: str) -> None:
+    assert wire.python_sdk_decimal128(decimal.Decimal(text)) == text
 
 
 def test_a_message_scheduled_at_the_end_of_time_with_a_ttl_keeps_a_storable_expiry() -> None:

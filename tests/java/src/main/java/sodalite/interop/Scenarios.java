@@ -5,10 +5,19 @@ import com.azure.messaging.servicebus.ServiceBusClientBuilder;
 import com.azure.messaging.servicebus.ServiceBusProcessorClient;
 import com.azure.messaging.servicebus.administration.ServiceBusAdministrationClient;
 import com.azure.messaging.servicebus.administration.ServiceBusAdministrationClientBuilder;
+import com.azure.messaging.servicebus.ServiceBusRuleManagerClient;
+import com.azure.messaging.servicebus.administration.models.CorrelationRuleFilter;
 import com.azure.messaging.servicebus.administration.models.CreateQueueOptions;
 import com.azure.messaging.servicebus.administration.models.CreateRuleOptions;
+import com.azure.messaging.servicebus.administration.models.FalseRuleFilter;
 import com.azure.messaging.servicebus.administration.models.QueueProperties;
+import com.azure.messaging.servicebus.administration.models.QueueRuntimeProperties;
+import com.azure.messaging.servicebus.administration.models.RuleProperties;
+import com.azure.messaging.servicebus.administration.models.SqlRuleAction;
 import com.azure.messaging.servicebus.administration.models.SqlRuleFilter;
+import com.azure.messaging.servicebus.administration.models.SubscriptionProperties;
+import com.azure.messaging.servicebus.administration.models.TopicProperties;
+import com.azure.messaging.servicebus.administration.models.TrueRuleFilter;
 import com.azure.messaging.servicebus.ServiceBusMessage;
 import com.azure.messaging.servicebus.ServiceBusReceivedMessage;
 import com.azure.messaging.servicebus.ServiceBusReceiverClient;
@@ -25,6 +34,7 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.time.OffsetDateTime;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -48,14 +58,19 @@ public final class Scenarios {
     public static void main(String[] args) {
         String connection = args[0];
         String scenario = args[1];
-        Map<String, Consumer<String>> scenarios = Map.of(
-            "messaging", Scenarios::messaging,
-            "transactions", Scenarios::transactions,
-            "sessions", Scenarios::sessions,
-            "schedule-defer-dead-letter", Scenarios::scheduleDeferDeadLetter,
-            "administration", Scenarios::administration,
-            "cross-entity-transactions", Scenarios::crossEntityTransactions,
-            "processor-and-topics", Scenarios::processorAndTopics);
+        Map<String, Consumer<String>> scenarios = Map.ofEntries(
+            Map.entry("messaging", Scenarios::messaging),
+            Map.entry("transactions", Scenarios::transactions),
+            Map.entry("sessions", Scenarios::sessions),
+            Map.entry("schedule-defer-dead-letter", Scenarios::scheduleDeferDeadLetter),
+            Map.entry("administration", Scenarios::administration),
+            Map.entry("cross-entity-transactions", Scenarios::crossEntityTransactions),
+            Map.entry("processor-and-topics", Scenarios::processorAndTopics),
+            Map.entry("rule-manager", Scenarios::ruleManager),
+            Map.entry("peek-by-sequence-number", Scenarios::peekBySequenceNumber),
+            Map.entry("session-state", Scenarios::sessionState),
+            Map.entry("administration-on-the-messaging-connection-string",
+                Scenarios::administrationOnMessagingConnection));
         Consumer<String> run = scenarios.get(scenario);
         if (run == null) {
             System.out.println("FAIL " + scenario + ": no such scenario; known: " + scenarios.keySet());
@@ -453,5 +468,154 @@ public final class Scenarios {
                 everything.complete(message);
             }
         }
+    }
+
+    private static Map<String, RuleProperties> rules(ServiceBusRuleManagerClient manager) {
+        Map<String, RuleProperties> found = new HashMap<>();
+        manager.listRules().forEach(rule -> found.put(rule.getName(), rule));
+        return found;
+    }
+
+    /**
+     * The rule manager (enumerate-rules, add-rule, remove-rule over $management): the default rule is
+     * listed with its true filter; SQL rules with and without an action, a correlation rule and a false
+     * filter are created and listed back as sent; deleting one leaves the others. The subscription then
+     * filters by what is left.
+     */
+    private static void ruleManager(String connection) {
+        ServiceBusClientBuilder builder = new ServiceBusClientBuilder().connectionString(connection);
+        try (ServiceBusRuleManagerClient manager = builder.ruleManager().topicName("java-rules")
+                 .subscriptionName("java-rules-sub").buildClient()) {
+            Map<String, RuleProperties> listed = rules(manager);
+            // "never" (a FalseFilter) was made through the administration API by the test before this ran.
+            equal(Set.of("$Default", "never"), listed.keySet(), "the subscription's rules");
+            check(listed.get("$Default").getFilter() instanceof TrueRuleFilter,
+                "the default rule's filter: " + listed.get("$Default").getFilter());
+            // The SDK decodes the empty rule action's code as no action.
+            equal(null, listed.get("$Default").getAction(), "the default rule's action");
+
+            manager.createRule("red", new CreateRuleOptions(new SqlRuleFilter("color = 'red'"))
+                .setAction(new SqlRuleAction("SET seen = 'yes'")));
+            manager.createRule("big", new CreateRuleOptions(new SqlRuleFilter("size > 10")));
+            CorrelationRuleFilter correlation = new CorrelationRuleFilter().setCorrelationId("order-1")
+                .setLabel("created");
+            correlation.getProperties().put("region", "eu");
+            manager.createRule("orders", new CreateRuleOptions(correlation));
+            manager.deleteRule("$Default");
+
+            listed = rules(manager);
+            equal(Set.of("red", "big", "orders", "never"), listed.keySet(), "rules after creating and deleting");
+            RuleProperties red = listed.get("red");
+            check(red.getFilter() instanceof SqlRuleFilter, "red's filter: " + red.getFilter());
+            equal("color = 'red'", ((SqlRuleFilter) red.getFilter()).getSqlExpression(), "red's expression");
+            check(red.getAction() instanceof SqlRuleAction, "red's action: " + red.getAction());
+            equal("SET seen = 'yes'", ((SqlRuleAction) red.getAction()).getSqlExpression(), "red's action expression");
+            equal(null, listed.get("big").getAction(), "big's action (empty)");
+            check(listed.get("orders").getFilter() instanceof CorrelationRuleFilter,
+                "orders' filter: " + listed.get("orders").getFilter());
+            CorrelationRuleFilter orders = (CorrelationRuleFilter) listed.get("orders").getFilter();
+            equal("order-1", orders.getCorrelationId(), "correlation id");
+            equal("created", orders.getLabel(), "subject");
+            equal("eu", orders.getProperties().get("region"), "correlation property");
+            check(listed.get("never").getFilter() instanceof FalseRuleFilter,
+                "never's filter: " + listed.get("never").getFilter());
+            manager.deleteRule("never");
+            equal(Set.of("red", "big", "orders"), rules(manager).keySet(), "rules after deleting one more");
+        }
+        try (ServiceBusSenderClient topic = builder.sender().topicName("java-rules").buildClient()) {
+            ServiceBusMessage red = new ServiceBusMessage("red").setMessageId("rule-red");
+            red.getApplicationProperties().put("color", "red");
+            ServiceBusMessage blue = new ServiceBusMessage("blue").setMessageId("rule-blue");
+            blue.getApplicationProperties().put("color", "blue");
+            blue.getApplicationProperties().put("size", 1);
+            topic.sendMessages(List.of(red, blue));
+        }
+        try (ServiceBusReceiverClient receiver = builder.receiver().topicName("java-rules")
+                 .subscriptionName("java-rules-sub").buildClient()) {
+            List<ServiceBusReceivedMessage> got = receive(receiver, 1);
+            equal(1, got.size(), "what the rules let through");
+            equal("rule-red", got.get(0).getMessageId(), "the red message");
+            equal("yes", got.get(0).getApplicationProperties().get("seen"), "the action's property");
+            receiver.complete(got.get(0));
+            List<ServiceBusReceivedMessage> more = new ArrayList<>();
+            receiver.receiveMessages(5, Duration.ofSeconds(2)).forEach(more::add);
+            equal(0, more.size(), "the blue one matches no rule");
+        }
+    }
+
+    /** Peek one message by its sequence number, and a page from a sequence number on. */
+    private static void peekBySequenceNumber(String connection) {
+        ServiceBusClientBuilder builder = new ServiceBusClientBuilder().connectionString(connection);
+        try (ServiceBusSenderClient sender = builder.sender().queueName("java-peek").buildClient();
+             ServiceBusReceiverClient receiver = builder.receiver().queueName("java-peek").buildClient()) {
+            List<ServiceBusMessage> batch = new ArrayList<>();
+            for (int i = 0; i < 5; i++) {
+                batch.add(new ServiceBusMessage("peek " + i).setMessageId("peek-" + i));
+            }
+            sender.sendMessages(batch);
+            List<ServiceBusReceivedMessage> all = new ArrayList<>();
+            receiver.peekMessages(10).forEach(all::add);
+            equal(5, all.size(), "peeked");
+            long third = all.get(2).getSequenceNumber();
+            ServiceBusReceivedMessage one = receiver.peekMessage(third);
+            equal("peek-2", one.getMessageId(), "peeked by its sequence number");
+            equal(third, one.getSequenceNumber(), "its sequence number");
+            List<ServiceBusReceivedMessage> page = new ArrayList<>();
+            receiver.peekMessages(2, third).forEach(page::add);
+            equal(2, page.size(), "a page from a sequence number");
+            equal("peek-2", page.get(0).getMessageId(), "the page's first");
+            equal("peek-3", page.get(1).getMessageId(), "the page's second");
+            page.clear();
+            receiver.peekMessages(10, all.get(4).getSequenceNumber() + 1).forEach(page::add);
+            equal(0, page.size(), "nothing after the last");
+            List<ServiceBusReceivedMessage> got = receive(receiver, 5);
+            equal(5, got.size(), "received");
+            got.forEach(receiver::complete);
+        }
+    }
+
+    /** Session state: set, read, cleared by null and by a zero-length array (read back as null). */
+    private static void sessionState(String connection) {
+        ServiceBusClientBuilder builder = new ServiceBusClientBuilder().connectionString(connection);
+        ServiceBusSessionReceiverClient sessions = builder.sessionReceiver().queueName("java-sessions").buildClient();
+        try (ServiceBusReceiverClient session = sessions.acceptSession("java-state")) {
+            equal(null, session.getSessionState(), "a new session's state");
+            session.setSessionState("one".getBytes(StandardCharsets.UTF_8));
+            equal("one", new String(session.getSessionState(), StandardCharsets.UTF_8), "the state set");
+            session.setSessionState(null);
+            equal(null, session.getSessionState(), "the state after setting null");
+            session.setSessionState("two".getBytes(StandardCharsets.UTF_8));
+            session.setSessionState(new byte[0]);
+            equal(null, session.getSessionState(), "the state after setting a zero-length array");
+        } finally {
+            sessions.close();
+        }
+    }
+
+    /**
+     * The administration client built from the messaging connection string (the one the SDK's
+     * messaging clients use), with the pipeline policy of {@link #administrationClient}: a queue's
+     * properties and runtime properties as Service Bus gives them, a topic, a subscription and a rule.
+     */
+    private static void administrationOnMessagingConnection(String connection) {
+        ServiceBusAdministrationClient admin = administrationClient(connection);
+        QueueProperties queue = admin.getQueue("java-msg");
+        equal("java-msg", queue.getName(), "queue name");
+        equal(1024L, queue.getMaxSizeInMegabytes(), "max size");
+        equal(256L, queue.getMaxMessageSizeInKilobytes(), "max message size on a Standard namespace");
+        QueueRuntimeProperties runtime = admin.getQueueRuntimeProperties("java-peek");
+        check(runtime.getCreatedAt() != null, "created at");
+        TopicProperties topic = admin.createTopic("java-made-topic");
+        equal("java-made-topic", topic.getName(), "created topic");
+        SubscriptionProperties subscription = admin.createSubscription("java-made-topic", "java-made-sub");
+        equal("java-made-sub", subscription.getSubscriptionName(), "created subscription");
+        admin.createRule("java-made-topic", "only-red", "java-made-sub",
+            new CreateRuleOptions(new SqlRuleFilter("color = 'red'")));
+        List<String> names = new ArrayList<>();
+        admin.listRules("java-made-topic", "java-made-sub").forEach(rule -> names.add(rule.getName()));
+        names.sort(null);
+        equal(List.of("$Default", "only-red"), names, "rules listed");
+        admin.deleteTopic("java-made-topic");
+        check(!admin.getTopicExists("java-made-topic"), "the topic is gone");
     }
 }
