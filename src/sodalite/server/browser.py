@@ -72,8 +72,8 @@ class Browser(Endpoint):
                     self.cursor = record.sequence_number + 1
                     if self.selector is not None and not self.selector.matches(record):
                         continue
-                    link.send_transfer(wire.delivery_payload(record, None, python_sdk_decimals=conn.python_sdk_decimals),
-                                       uuid.uuid4().bytes_le, settled=True)
+                    payload = wire.delivery_payload(record, None, python_sdk_decimals=conn.python_sdk_decimals)
+                    link.send_transfer(payload, uuid.uuid4().bytes_le, settled=True)
                 conn.flush_soon()
                 if len(records) < count:  # nothing more for now
                     if link.drain and link.link_credit > 0:
