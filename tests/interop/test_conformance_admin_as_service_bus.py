@@ -147,3 +147,18 @@ def test_forwarding_targets_come_back_in_the_form_given(broker: BrokerProcess) -
                 assert more, got
                 got = sorted(got + [str(m) for m in more])
     assert got == ["fwd-bare", "fwd-https", "fwd-sdk"]  # each forwards
+
+
+def test_partitioning_cannot_be_changed_in_service_bus_words(broker: BrokerProcess) -> None:
+    admin = _admin(broker)
+    admin.create_topic("fixed-topic")
+    admin.create_queue("fixed-queue")
+    topic = admin.get_topic("fixed-topic")
+    topic.enable_partitioning = True
+    with pytest.raises(HttpResponseError, match="Partitioning cannot be changed for Topic. "):
+        admin.update_topic(topic)
+    queue = admin.get_queue("fixed-queue")
+    queue.enable_partitioning = True
+    with pytest.raises(HttpResponseError, match="Partitioning cannot be changed for Queue. "):
+        admin.update_queue(queue)
+    assert admin.get_topic("fixed-topic").enable_partitioning is False  # nothing changed

@@ -801,6 +801,8 @@ class Broker:
         changed = [name for name in fixed if getattr(properties, name) != getattr(entity.properties, name)]
         if "requires_session" in changed:  # Service Bus's words (the Go SDK's admin tests compare them)
             raise InvalidOperation("The value for the RequiresSession property of an existing Queue cannot be changed")
+        if "enable_partitioning" in changed:
+            raise InvalidOperation("Partitioning cannot be changed for Queue. ")  # Service Bus's words
         if changed:
             raise InvalidOperation(f"{', '.join(changed)} cannot be changed on an existing queue")
         self._check_forward_targets(properties, entity)
@@ -866,6 +868,8 @@ class Broker:
         """Store new properties and apply them; partitioning and duplicate detection's on/off are fixed."""
         fixed = ("enable_partitioning", "requires_duplicate_detection")
         changed = [name for name in fixed if getattr(properties, name) != getattr(entity.properties, name)]
+        if "enable_partitioning" in changed:  # Service Bus's words (the Go SDK's TestAdminClient_UpdateTopic)
+            raise InvalidOperation("Partitioning cannot be changed for Topic. ")
         if changed:
             raise InvalidOperation(f"{', '.join(changed)} cannot be changed on an existing topic")
         await self.worker.apply([PutEntity(EntityRecord(entity.name, TOPIC, properties.to_json())),
