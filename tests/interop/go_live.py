@@ -48,34 +48,14 @@ NOT_APPLICABLE_TESTS = {
 }
 NOT_APPLICABLE_SUBTESTS = ["invalid_identity_creds", "Expired_SAS"]
 
-# Live tests that still fail for a conformance gap being fixed (each gap is named in docs/clients.md):
-# a failure outside this list fails the tier; one in it that passes is printed, so the list shrinks.
-KNOWN_GAPS = {
-    "root": {
-        "TestAdminClient_Queue_Forwarding",  # ForwardTo comes back as sb://, not in the form given
-        "TestAdminClient_TopicAndSubscriptionRuntimeProperties",  # AccessedAt not zero until used
-        "TestClient_ListSessionsForQueue_Live",  # sessions with messages but no state not listed
-        "TestNewClientWithWebsockets",  # the subprotocol `amqp` refused
-        "TestNewClientUsingSharedAccessSignature",  # sr as host:port without a scheme refused
-        "TestNewClientNewSenderNotFound", "TestNewClientNewReceiverNotFound",  # put-token: no 404
-        "TestClientNewSessionReceiverNotFound",
-        "TestMessageSettlementUsingReceiver",  # a dead-letter raises the delivery count
-        "TestReceiver_RenewMessageLock",  # the lock-lost text
-        "TestReceiverReceiveAndDeleteDoesNotLoseMessages",  # RAD transfers never written are lost
-        "TestSessionReceiver_acceptSession",  # a cleared session state
-        "TestSessionReceiver_nonSessionReceiver",  # the non-sessionful receiver text
-    },
-    "admin": {
-        "TestAdminClient_QueueWithMaxValues", "TestAdminClient_CreateQueue_Standard",  # entity forms
-        "TestAdminClient_CreateQueue_Premium", "TestAdminClient_UpdateQueue",
-        "TestAdminClient_TopicAndSubscription_Standard", "TestAdminClient_TopicAndSubscription_Premium",
-        "TestAdminClient_UpdateTopic", "TestAdminClient_UpdateSubscription",
-        "TestAdminClient_LackPermissions_Queue", "TestAdminClient_LackPermissions_Topic",  # error texts
-        "TestAdminClient_LackPermissions_Subscription",
-    },
-    "internal": {
-        "TestAMQPLinksCBSLinkStillOpen",  # a second $cbs link in one role not refused
-    },
+# Live tests that still fail for a conformance gap (each gap is named in docs/clients.md): a failure
+# outside this list fails the tier; one in it that passes is printed, so the list shrinks.
+KNOWN_GAPS: dict[str, set[str]] = {
+    # A topic's SizeInBytes read at once after a message is scheduled to it is sometimes still 0 (the
+    # size is read back from the store after the commit); the test passes in most runs.
+    "root": {"TestAdminClient_TopicAndSubscriptionRuntimeProperties"},
+    "admin": set(),
+    "internal": set(),
 }
 
 # (file, old, new): each must match exactly once, so a changed module fails loudly here.

@@ -155,10 +155,10 @@ def test_partitioning_cannot_be_changed_in_service_bus_words(broker: BrokerProce
     admin.create_queue("fixed-queue")
     topic = admin.get_topic("fixed-topic")
     topic.enable_partitioning = True
-    with pytest.raises(HttpResponseError, match="Partitioning cannot be changed for Topic. "):
+    with pytest.raises(HttpResponseError, match=r"Partitioning cannot be changed for Topic\. "):
         admin.update_topic(topic)
     queue = admin.get_queue("fixed-queue")
     queue.enable_partitioning = True
-    with pytest.raises(HttpResponseError, match="Partitioning cannot be changed for Queue. "):
+    with pytest.raises(HttpResponseError, match=r"Partitioning cannot be changed for Queue\. "):
         admin.update_queue(queue)
     assert admin.get_topic("fixed-topic").enable_partitioning is False  # nothing changed
