@@ -51,9 +51,7 @@ NOT_APPLICABLE_SUBTESTS = ["invalid_identity_creds", "Expired_SAS"]
 # Live tests that still fail for a conformance gap (each gap is named in docs/clients.md): a failure
 # outside this list fails the tier; one in it that passes is printed, so the list shrinks.
 KNOWN_GAPS: dict[str, set[str]] = {
-    # A topic's SizeInBytes read at once after a message is scheduled to it is sometimes still 0 (the
-    # size is read back from the store after the commit); the test passes in most runs.
-    "root": {"TestAdminClient_TopicAndSubscriptionRuntimeProperties"},
+    "root": set(),
     "admin": set(),
     "internal": set(),
 }

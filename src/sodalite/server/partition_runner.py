@@ -212,6 +212,7 @@ class PartitionRunner:
         self.on_moved: Callable[[PartitionRef, int], None] | None = None
         self._size_read = 0  # the partition's bytes as the store last counted them (read again after commits)
         self._size_appended = 0  # bytes appended since that read began (a removal shows at the next read)
+        self._size_in_flight = 0  # bytes appended before the read now in flight began, counted until it lands
         self._size_read_at = 0.0
         self._size_task: asyncio.Task[None] | None = None
         self._size_timer: asyncio.TimerHandle | None = None
@@ -240,7 +241,7 @@ class PartitionRunner:
         in: :meth:`refresh_size`), plus what was appended since. It may run above the truth for up to
         a read's time after a removal, never below it, so a quota is never passed; once nothing
         changes any more, the last read came after the last change, so it is exact."""
-        return self._size_read + self._size_appended
+        return self._size_read + self._size_in_flight + self._size_appended
 
     @property
     def view(self) -> View:
@@ -475,6 +476,7 @@ class PartitionRunner:
             return
         self._size_read_at = time.monotonic()
         appended, self._size_appended = self._size_appended, 0
+        self._size_in_flight += appended  # still counted while the read is out: its answer includes them
         self._size_task = asyncio.get_running_loop().create_task(self._read_size(appended))
 
     async def _read_size(self, appended: int) -> None:
@@ -486,6 +488,7 @@ class PartitionRunner:
             self._size_appended += appended
             log.debug("partition %s: counting bytes failed: %s", self.ref, error)
         finally:
+            self._size_in_flight -= appended
             self._size_task = None
             if self._size_again:
                 self._size_again = False
