@@ -424,7 +424,10 @@ async def send(request: web.Request) -> web.Response:
 async def purge(request: web.Request) -> web.Response:
     caller = caller_of(request)
     body = await _body(request)
-    count = await request.app[CONTROL].purge(caller, _path(request), _sub_queue(body.get("subQueue")))
+    sub = _sub_queue(body.get("subQueue"))
+    if body.get("background") is True:  # answered at once; its progress at /operations/{id}
+        return _ok(await request.app[CONTROL].start_purge(caller, _path(request), sub), 202)
+    count = await request.app[CONTROL].purge(caller, _path(request), sub)
     return web.json_response({"purged": count})
 
 

@@ -233,7 +233,8 @@ class MoveOutcome:
 
 @dataclass(frozen=True, slots=True)
 class OperationRecord:
-    """A move running in the background, for its progress: ``state`` is running, succeeded or failed."""
+    """A move or purge running in the background, for its progress: ``state`` is running, succeeded or
+    failed; a purge's outcome counts the messages deleted as moved."""
 
     id: str
     kind: str
@@ -286,7 +287,8 @@ class RuntimePort(Protocol):
 
     async def send(self, path: str, message: SendRequest) -> None: ...
 
-    async def purge(self, path: str, sub: SubQueueName) -> int: ...
+    async def purge(self, path: str, sub: SubQueueName, progress: Callable[[int, int], None] | None = None) -> int:
+        """``progress`` hears (looked at so far, total) after each chunk."""
 
     async def move(self, path: str, sub: SubQueueName, selection: Selection, target: str,
                    dry_run: bool = False, progress: Callable[[int, int], None] | None = None) -> MoveOutcome:
@@ -490,6 +492,35 @@ class ControlPlane:
                                                   done=outcome.selected, total=outcome.selected, outcome=outcome)
             self._audit(caller, "move", source.path, sub_queue=sub.value, to=destination.path,
                         selected=outcome.selected, moved=outcome.moved, skipped=outcome.skipped)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return record
+
+    async def start_purge(self, caller: Caller, path: str, sub: SubQueueName) -> OperationRecord:
+        """A purge in the background (checked now, so a refused request changes nothing); its progress
+        is read with :meth:`operation`, its outcome's ``moved`` is the number deleted."""
+        self._check(caller, path, AccessRights.LISTEN)
+        entity = self._entity(path)
+        record = OperationRecord(uuid.uuid4().hex, "purge", entity.path, entity.path, "running", 0, 0)
+        self._remember(record)
+
+        def progress(done: int, total: int) -> None:
+            self._operations[record.id] = replace(self._operations[record.id], done=done, total=total)
+
+        async def run() -> None:
+            try:
+                count = await self.runtime.purge(entity.path, sub, progress)
+            except SodaliteError as exc:
+                self._operations[record.id] = replace(self._operations[record.id], state="failed",
+                                                      error=exc.description)
+                self._audit(caller, "purge-failed", entity.path, error=exc.condition)
+                return
+            total = self._operations[record.id].total
+            self._operations[record.id] = replace(self._operations[record.id], state="succeeded", done=total,
+                                                  outcome=MoveOutcome(total, count, total - count))
+            self._audit(caller, "purge", entity.path, sub_queue=sub.value, count=count)
 
         task = asyncio.get_running_loop().create_task(run())
         self._tasks.add(task)

@@ -578,14 +578,11 @@ def _messages_command(args: argparse.Namespace) -> None:
                          numeric=("active", "dead-letter", "scheduled", "deferred"), empty="(no entities)")
             return
     elif args.action == "purge":
-        shown = Progress("purging", stream=sys.stderr)
-        if shown.terminal and not args.json:
-            print(f"purging the {args.sub_queue} messages of {args.entity}...", end="", file=sys.stderr, flush=True)
-        answer = api.call("POST", api.entity(args.entity) + "/$purge", {"subQueue": args.sub_queue})
-        if shown.terminal and not args.json:
-            print("\r\x1b[K", end="", file=sys.stderr, flush=True)
+        outcome = _operation_with_progress(api, args.entity, "$purge", {"subQueue": args.sub_queue}, "purged",
+                                           quiet=args.json)
+        answer = {"purged": outcome["moved"]}
         if not args.json:
-            print(f"purged {answer['purged']}" + (f" in {shown.elapsed()}" if shown.terminal else ""))
+            print(f"purged {answer['purged']}")
             return
     elif args.action == "cancel-scheduled":
         answer = api.call("POST", api.entity(args.entity) + "/$cancel-scheduled", {"sequenceNumbers": args.sequence})
@@ -616,10 +613,17 @@ MOVE_POLL_S: Final = 0.25
 def _move_with_progress(api: ApiClient, entity: str, body: dict[str, Any], *, quiet: bool) -> dict[str, Any]:
     """A move run in the broker's background, its progress shown (count, rate, time left) while it runs;
     the outcome (selected, moved, skipped) when it has finished."""
+    return _operation_with_progress(api, entity, "$move", body, "moved", quiet=quiet)
+
+
+def _operation_with_progress(api: ApiClient, entity: str, verb: str, body: dict[str, Any], shown_as: str, *,
+                             quiet: bool) -> dict[str, Any]:
+    """A move or purge (``verb``) run in the broker's background, its progress shown while it runs; the
+    outcome (selected, moved, skipped; a purge's deleted as moved) when it has finished."""
     from sodalite.cli.api_client import ApiError
 
-    operation: dict[str, Any] = api.call("POST", api.entity(entity) + "/$move", {**body, "background": True})
-    shown = Progress("moved", stream=sys.stderr)
+    operation: dict[str, Any] = api.call("POST", api.entity(entity) + "/" + verb, {**body, "background": True})
+    shown = Progress(shown_as, stream=sys.stderr)
     while operation["state"] == "running":
         if not quiet:
             shown.update(int(operation["done"]), total=int(operation["total"]))
@@ -628,7 +632,8 @@ def _move_with_progress(api: ApiClient, entity: str, body: dict[str, Any], *, qu
     if shown.terminal and not quiet:
         shown.finish("")  # clears the status line; the caller prints the summary on stdout
     if operation["state"] != "succeeded":
-        raise ApiError(500, "MoveFailed", str(operation.get("error") or "the move failed"))
+        what = verb.lstrip("$")
+        raise ApiError(500, f"{what.capitalize()}Failed", str(operation.get("error") or f"the {what} failed"))
     outcome: dict[str, Any] = operation["outcome"]
     return outcome
 

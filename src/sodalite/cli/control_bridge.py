@@ -253,10 +253,10 @@ class BrokerControl:
         self.broker.metrics.count_in(future, entity.name, len(drafts))
         await future
 
-    async def purge(self, path: str, sub: SubQueueName) -> int:
+    async def purge(self, path: str, sub: SubQueueName, progress: Callable[[int, int], None] | None = None) -> int:
         entity = self._entity(path)
         queue, states = _SUB_QUEUES[sub]
-        return (await moves.purge(entity, queue, states)).moved
+        return (await moves.purge(entity, queue, states, progress=progress)).moved
 
     async def move(self, path: str, sub: SubQueueName, selection: Selection, target: str,
                    dry_run: bool = False, progress: Callable[[int, int], None] | None = None) -> MoveOutcome:

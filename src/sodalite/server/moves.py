@@ -293,7 +293,8 @@ async def _move_from_partitions(source: PartitionedCoreActor, sub: SubQueue, seq
 
 
 async def _purge_on_core(actor: CoreActor, sub: SubQueue, states: frozenset[MessageState] | None,
-                         numbers: list[int], chunk: int) -> MoveResult:
+                         numbers: list[int], chunk: int, progress: Progress | None = None,
+                         base: int = 0, total: int = 0) -> MoveResult:
     deleted = 0
     for start in range(0, len(numbers), chunk):
         part = numbers[start : start + chunk]
@@ -302,22 +303,31 @@ async def _purge_on_core(actor: CoreActor, sub: SubQueue, states: frozenset[Mess
         if part:
             deleted += sum(1 for n in await actor.move_out(sub, [CoreMoveItem(n) for n in part], None)
                            if n is not None)
+        if progress is not None:
+            progress(base + min(start + chunk, len(numbers)), total or len(numbers))
     return MoveResult(deleted, len(numbers) - deleted)
 
 
 async def purge(entity: Entity, sub: SubQueue, states: frozenset[MessageState] | None = None, *,
-                sequence_numbers: Sequence[int] | None = None, chunk: int = 5000) -> MoveResult:
-    """Delete the sub-queue's unlocked messages (those in ``states``, or named, when given)."""
+                sequence_numbers: Sequence[int] | None = None, chunk: int = 5000,
+                progress: Progress | None = None) -> MoveResult:
+    """Delete the sub-queue's unlocked messages (those in ``states``, or named, when given); ``progress``
+    hears (looked at so far, total) after each chunk."""
     actor = entity.actor
     if sequence_numbers is None:
         numbers = await select_messages(entity, sub, states)
     else:
         numbers = list(dict.fromkeys(sequence_numbers))
+    if progress is not None:
+        progress(0, len(numbers))
     if isinstance(actor, PartitionedCoreActor):
         groups, unknown = _by_core_partition(actor, numbers)
-        results = [await _purge_on_core(partition, sub, states, part, chunk) for partition, part in groups]
+        results: list[MoveResult] = []
+        for partition, part in groups:
+            done = sum(r.moved + r.skipped for r in results)
+            results.append(await _purge_on_core(partition, sub, states, part, chunk, progress, done, len(numbers)))
         return MoveResult(sum(r.moved for r in results), sum(r.skipped for r in results) + unknown)
-    return await _purge_on_core(actor, sub, states, numbers, chunk)
+    return await _purge_on_core(actor, sub, states, numbers, chunk, progress)
 
 
 def require_entity(found: Entity | None, path: str) -> Entity:

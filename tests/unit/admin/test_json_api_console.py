@@ -475,6 +475,35 @@ def test_keys_stores_openapi_and_the_console_assets() -> None:
     run(test)
 
 
+def test_a_background_purge_reports_its_progress_and_outcome() -> None:
+    async def test(env: Env) -> None:
+        client = env.client
+        for i in range(7):
+            await send(env, "orders", {"body": f"p{i}", "messageId": f"p{i}"})
+        response = await client.post("/api/v1/entities/orders/$purge", headers=bearer("sender"),
+                                     json={"subQueue": "active", "background": True})
+        assert response.status == 403  # purging needs Listen: refused before it starts
+        response = await client.post("/api/v1/entities/orders/$purge", headers=ADMIN,
+                                     json={"subQueue": "active", "background": True})
+        assert response.status == 202
+        operation = await response.json()
+        assert operation["kind"] == "purge" and operation["source"] == "orders"
+        for _ in range(200):
+            operation = await (await client.get(f"/api/v1/operations/{operation['id']}", headers=ADMIN)).json()
+            if operation["state"] != "running":
+                break
+            await asyncio.sleep(0.02)
+        assert operation["state"] == "succeeded"
+        assert operation["outcome"] == {"selected": 7, "moved": 7, "skipped": 0}  # moved: deleted
+        assert operation["done"] == operation["total"] == 7
+        assert env.broker.entity("orders").actor.counts()["active"] == 0  # type: ignore[union-attr]
+        response = await client.post("/api/v1/entities/nosuch/$purge", headers=ADMIN,
+                                     json={"subQueue": "active", "background": True})
+        assert response.status == 404
+
+    run(test)
+
+
 def test_a_background_move_reports_its_progress_and_outcome() -> None:
     async def test(env: Env) -> None:
         client = env.client
