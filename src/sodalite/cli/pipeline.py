@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from sodalite.amqpclient import connection_string
 from sodalite.cli.progress import Progress
@@ -168,20 +169,38 @@ def _management_api(args: argparse.Namespace, connection: str) -> tuple[str, str
         "(pass --data-dir of the running broker, or --api-url)")
 
 
+REDRIVE_POLL_S: Final = 0.5
+
+
 def _redrive(args: argparse.Namespace) -> int:
     from sodalite.spark import pipelines
 
     connection = _source_connection(args)
     api_url, ca_file = _management_api(args, connection)
-    shown = Progress("redriving")
+    from sodalite.spark.redrive import MoveApi
+
+    shown = Progress("redrove")
     if shown.terminal:
         print(f"redriving dead-lettered messages of {args.entity} (a Spark job; the broker's move)...", flush=True)
+    api = MoveApi.of(api_url, connection, ca_file)
+    start = api.dead_letters(args.entity)
     spark = _session(args.master, "sodalite-redrive")
     try:
-        outcome = pipelines.redrive(spark, connection, args.entity, api_url,
-                                    condition=args.spark_sql, target=args.to, ca_file=ca_file)
+        with ThreadPoolExecutor(1) as pool:  # the job runs; this thread shows how far it is
+            job = pool.submit(pipelines.redrive, spark, connection, args.entity, api_url,
+                              condition=args.spark_sql, target=args.to, ca_file=ca_file)
+            while not job.done():
+                try:
+                    done = max(0, start - api.dead_letters(args.entity))  # what left the dead-letter queue
+                except SodaliteError:
+                    done = shown.done
+                # With a condition, how many it selects is known only at the end: no time left then.
+                shown.update(done, total=None if args.spark_sql else start)
+                wait([job], timeout=REDRIVE_POLL_S)
+            outcome = job.result()
     finally:
         spark.stop()
+    shown.finish("")
     print(f"selected {outcome.selected}, moved {outcome.moved}, skipped {outcome.skipped} (locked or gone) "
           f"in {shown.elapsed()}", flush=True)
     return 0

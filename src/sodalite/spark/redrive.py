@@ -54,14 +54,23 @@ class MoveApi:
 
     def move(self, entity: str, numbers: list[int], target: str | None) -> dict[str, int]:
         """Move ``numbers`` from ``entity``'s dead-letter queue to ``target`` (None: back to the entity)."""
-        token = sas.generate_token(self.url, self.key_name, self.key, int(time.time()) + TOKEN_LIFETIME_S)
         body: dict[str, Any] = {"subQueue": "deadletter", "sequenceNumbers": numbers}
         if target:
             body["target"] = target
+        reply = self._call("POST", entity, "/$move", body)
+        return {k: int(reply.get(k, 0)) for k in ("selected", "moved", "skipped")}
+
+    def dead_letters(self, entity: str) -> int:
+        """How many messages ``entity``'s dead-letter queue holds now (the command line's progress)."""
+        return int(self._call("GET", entity, "", None)["counts"]["deadLetter"])
+
+    def _call(self, method: str, entity: str, verb: str, body: dict[str, Any] | None) -> dict[str, Any]:
+        token = sas.generate_token(self.url, self.key_name, self.key, int(time.time()) + TOKEN_LIFETIME_S)
         request = urllib.request.Request(
-            f"{self.url}/api/v1/entities/{quote(entity.strip('/'), safe='/')}/$move", data=json.dumps(body).encode(),
+            f"{self.url}/api/v1/entities/{quote(entity.strip('/'), safe='/')}{verb}",
+            data=None if body is None else json.dumps(body).encode(),
             headers={"Authorization": "Bearer " + token, "Content-Type": "application/json",
-                     "Accept": "application/json"}, method="POST")
+                     "Accept": "application/json"}, method=method)
         context = ssl.create_default_context(cafile=self.ca_file) if self.url.startswith("https") else None
         try:
             with urllib.request.urlopen(request, timeout=120, context=context) as response:
@@ -73,10 +82,12 @@ class MoveApi:
                 raw = f"{error['code']}: {error['message']}"
             except (ValueError, KeyError, TypeError):
                 pass
-            raise MoveRefused(f"the broker refused to move from '{entity}' (HTTP {exc.code}): {raw}") from None
+            what = "move from" if method == "POST" else "read"
+            raise MoveRefused(f"the broker refused to {what} '{entity}' (HTTP {exc.code}): {raw}") from None
         except OSError as exc:
             raise MoveRefused(f"the broker's management API at {self.url} cannot be reached: {exc}") from None
-        return {k: int(reply.get(k, 0)) for k in ("selected", "moved", "skipped")}
+        answer: dict[str, Any] = reply
+        return answer
 
 
 def move_rows(api: MoveApi, entity: str, target: str | None, rows: Iterable[Any]) -> Iterator[tuple[int, int, int]]:
