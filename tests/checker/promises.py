@@ -240,6 +240,8 @@ def check_delivery_count(history: History, strict: bool = False) -> list[Violati
         for (op1, d1), (op2, d2) in itertools.pairwise(deliveries):
             if d1.sub == "deadletter" or d2.sub == "deadletter" or d1.queue != d2.queue:
                 continue
+            if op2.start < op1.end:
+                continue  # the two receives overlap in time: which delivery came first is unknown
             between = [s for s in settles[uid] if op1.end <= s.start and s.end <= op2.start]
             if any(s.kind == "deadletter" for s in between) or any(
                     m.end >= op1.start and m.start <= op2.end for m in moves):

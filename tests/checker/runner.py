@@ -70,6 +70,7 @@ class RunSpec:
     phases: int = 2  # quiescent points (recounts) between phases
     defect: str | None = None  # SODALITE_TEST_DEFECT for the broker (test-only switches)
     strict: bool = False
+    admin: bool = True  # resubmit, move and purge through the JSON API
     keep: Path | None = None  # where to leave the data directory and the history (None: a temporary one)
 
 
@@ -187,7 +188,7 @@ class _Run:
             while self.take():
                 action = rng.choices(
                     ["send", "batch", "duplicate", "schedule", "peeklock", "rad", "session", "deferred", "peek",
-                     "admin"], [12, 6, 3, 3, 12, 5, 6, 3, 3, 2])[0]
+                     "admin"], [12, 6, 3, 3, 12, 5, 6, 3, 3, 2 if self.spec.admin else 0])[0]
                 try:
                     getattr(self, "_" + action)(sb, client, rng, deferred)
                 except Exception as exc:  # a failure outside an op's own record: the client starts again
