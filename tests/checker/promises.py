@@ -99,7 +99,7 @@ def _entity(queue: str, sub: str) -> str:
 def _rad_allowance(history: History) -> dict[str, int]:
     """How many acknowledged messages per queue may be gone as ReceiveAndDelete transfers the
     application never saw: with the trace, the transfers written that it did not see; without, the
-    credit of every ReceiveAndDelete receive that a fault or an early close interrupted."""
+    credit of every ReceiveAndDelete receive less what it returned (the SDK discards its prefetch on close)."""
     allowance: dict[str, int] = defaultdict(int)
     if history.trace is not None:
         seen = _seen_rad(history)
@@ -113,8 +113,9 @@ def _rad_allowance(history: History) -> dict[str, int]:
         return allowance
     for op in history.ops:
         value = op.value if isinstance(op.value, dict) else {}
-        if op.kind == "receive" and value.get("mode") == "rad" and (op.result == INFO or value.get("closed_early")):
-            allowance[op.queue] += int(value.get("credit", 0))
+        if op.kind == "receive" and value.get("mode") == "rad":
+            # The SDK discards what it prefetched beyond what it returned when the receiver closes.
+            allowance[op.queue] += max(0, int(value.get("credit", 0)) - (len(op.deliveries) if op.result == OK else 0))
     return allowance
 
 

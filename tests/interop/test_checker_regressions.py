@@ -61,6 +61,16 @@ def test_size_in_bytes_after_a_resubmit_equals_the_store() -> None:
     assert violations == []
 
 
+@pytest.mark.xfail(strict=True, reason="SizeInBytes leaves out messages dead-lettered while the broker runs (0 "
+                   "instead of their size) until a restart: found by the sweep (seed 7, 40 operations, no faults); "
+                   "the counts after moves are the safety branch's fix")
+def test_size_in_bytes_after_a_dead_letter_equals_the_store() -> None:
+    """Minimized from the sweep (seed 7, no faults): a PeekLock dead-letter, then a quiescent recount."""
+    _history, violations = play([("send", PLAIN, 3), ("receive", PLAIN, "peeklock", 3, "deadletter"),
+                                 ("recount", "after the dead-letter")])
+    assert violations == []
+
+
 def test_counts_after_a_dead_letter_purge_equal_the_store() -> None:
     _history, violations = play([("send", PLAIN, 3), ("receive", PLAIN, "peeklock", 3, "deadletter"),
                                  ("purge", PLAIN), ("recount", "after the purge")])

@@ -65,7 +65,7 @@ def test_an_indeterminate_send_lost_is_not_a_violation() -> None:
 
 def test_receive_and_delete_losses_are_excused_up_to_the_credit_of_interrupted_receivers() -> None:
     sends = [_op("send", 0, 1, uids=(f"m{i}",)) for i in range(3)]
-    cut = _op("receive", 2, 3, result=INFO, value={"mode": "rad", "credit": 2})
+    cut = _op("receive", 2, 3, result=INFO, value={"mode": "rad", "credit": 2})  # raised: all its credit
     assert [v.promise for v in check_durable(_history(*sends, cut))] == ["durable"]  # 3 lost, 2 excused
     cut.value = {"mode": "rad", "credit": 3}
     assert check_durable(_history(*sends, cut)) == []
