@@ -5,6 +5,7 @@ clients, the same runner as ``scripts/fault-sweep``) reports a violation of the 
 from __future__ import annotations
 
 import pytest
+
 from checker.runner import RunSpec, run
 
 pytestmark = pytest.mark.interop
