@@ -71,6 +71,7 @@ class RunSpec:
     defect: str | None = None  # SODALITE_TEST_DEFECT for the broker (test-only switches)
     strict: bool = False
     admin: bool = True  # resubmit, move and purge through the JSON API
+    broker_args: tuple[str, ...] = ()  # more `serve` options, e.g. ("--max-connections", "20")
     keep: Path | None = None  # where to leave the data directory and the history (None: a temporary one)
 
 
@@ -96,7 +97,7 @@ class _Run:
         self.stop_faults = threading.Event()
         self.faults: Counter[str] = Counter()
         self.trace_path = base / "trace.jsonl"
-        extra = ["--delivery-trace", str(self.trace_path)] if HAS_TRACE else []
+        extra = [*spec.broker_args, *(["--delivery-trace", str(self.trace_path)] if HAS_TRACE else [])]
         self.broker = BrokerProcess(base / "data", write_config(base / "Config.json", QUEUES), extra_args=extra)
         if spec.defect:
             os.environ["SODALITE_TEST_DEFECT"] = spec.defect
@@ -158,8 +159,6 @@ class _Run:
                 threading.Thread(target=self._unauthenticated, args=(count, rng.uniform(1, 5)), daemon=True).start()
 
     def _restart(self) -> None:
-        if HAS_TRACE:
-            self.broker.extra_args = ["--delivery-trace", str(self.trace_path)]
         if self.spec.defect:
             os.environ["SODALITE_TEST_DEFECT"] = self.spec.defect
         try:

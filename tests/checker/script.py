@@ -11,7 +11,8 @@ Steps (tuples):
   ("move", queue, target)            the dead-letter queue moved (target None: resubmitted) via the JSON API
   ("purge", queue)                   the dead-letter queue purged via the JSON API
   ("kill9",)                         kill -9 and restart (a named fault point)
-  ("unauthenticated", n)             n connections that open and never authenticate (held)
+  ("unauthenticated", n)             n connections that send the AMQP header and nothing more (held)
+  ("opened-unauthenticated", n)      n connections through SASL and AMQP open that never put a token (held)
   ("wait", seconds)                  e.g. for locks to lapse
   ("recount", name)                  a quiescent point: runtime counts against the store
 """
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
+from raw_client import RawClient
 
 from checker.history import History, Op
 from checker.promises import Violation, check_all
@@ -36,10 +38,11 @@ from checker.runner import PARTITIONED, RunSpec, _Run
 Step = tuple[Any, ...]
 
 
-def play(steps: list[Step], defect: str | None = None, strict: bool = True) -> tuple[History, list[Violation]]:
+def play(steps: list[Step], defect: str | None = None, strict: bool = True,
+         broker_args: tuple[str, ...] = ()) -> tuple[History, list[Violation]]:
     base = Path(tempfile.mkdtemp(prefix="checker-script-"))
-    run_ = _Run(RunSpec(seed=0, defect=defect, faults=()), base)
-    held: list[socket.socket] = []
+    run_ = _Run(RunSpec(seed=0, defect=defect, faults=(), broker_args=broker_args), base)
+    held: list[Any] = []
     try:
         with ServiceBusClient.from_connection_string(run_.connection_string(via_proxy=False),
                                                      retry_total=1, retry_backoff_factor=0.1) as sb:
@@ -51,13 +54,14 @@ def play(steps: list[Step], defect: str | None = None, strict: bool = True) -> t
         run_.drain()
     finally:
         for s in held:
-            s.close()
+            with contextlib.suppress(Exception):
+                s.close()
         run_.close()
         shutil.rmtree(base, ignore_errors=True)
     return run_.history, check_all(run_.history, partitioned=frozenset({PARTITIONED}), strict=strict)
 
 
-def _step(run_: _Run, sb: ServiceBusClient, step: Step, held: list[socket.socket]) -> ServiceBusClient:
+def _step(run_: _Run, sb: ServiceBusClient, step: Step, held: list[Any]) -> ServiceBusClient:
     kind = step[0]
     rng = random.Random(0)
     if kind in ("send", "batch"):
@@ -70,12 +74,13 @@ def _step(run_: _Run, sb: ServiceBusClient, step: Step, held: list[socket.socket
                 message = ServiceBusMessage(uid + " " + "x" * options["size"], message_id=uid, session_id=session,
                                             application_properties={"uid": uid})
             made.append((message, uid))
-        with sb.get_queue_sender(queue) as sender:
-            if kind == "batch":
-                run_._call(Op(0, 0, "send", queue, uids=tuple(u for _m, u in made)),
-                           lambda: sender.send_messages([m for m, _u in made], timeout=10))
-            for message, uid in made if kind == "send" else []:
-                run_._call(Op(0, 0, "send", queue, uids=(uid,)), lambda m=message: sender.send_messages(m, timeout=10))
+        def send(messages: list[ServiceBusMessage]) -> None:  # the sender's open is part of the operation
+            with sb.get_queue_sender(queue) as sender:
+                sender.send_messages(messages, timeout=10)
+        if kind == "batch":
+            run_._call(Op(0, 0, "send", queue, uids=tuple(u for _m, u in made)), lambda: send([m for m, _u in made]))
+        for message, uid in made if kind == "send" else []:
+            run_._call(Op(0, 0, "send", queue, uids=(uid,)), lambda m=message: send([m]))
     elif kind == "receive":
         queue, mode, n, settle = step[1:5]
         receive_mode = ServiceBusReceiveMode.RECEIVE_AND_DELETE if mode == "rad" else ServiceBusReceiveMode.PEEK_LOCK
@@ -131,6 +136,12 @@ def _step(run_: _Run, sb: ServiceBusClient, step: Step, held: list[socket.socket
                 s = socket.create_connection(("127.0.0.1", run_.broker.port), timeout=2)
                 s.sendall(b"AMQP\x03\x01\x00\x00")
                 held.append(s)
+    elif kind == "opened-unauthenticated":
+        run_.fault("unauthenticated", f"{step[1]} opened connections")
+        for _ in range(step[1]):
+            client = RawClient(run_.broker.port)  # SASL and AMQP open done, no token ever put on $cbs
+            client.flush()
+            held.append(client)
     elif kind == "wait":
         time.sleep(step[1])
     elif kind == "recount":
