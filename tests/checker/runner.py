@@ -282,14 +282,14 @@ class _Run:
     def _deliveries(self, messages: list[Any], queue: str, mode: str, sub: str = "") -> tuple[Delivery, ...]:
         found = []
         for m in messages:
-            found.append(Delivery(uid=str(m), queue=queue, seq=m.sequence_number, count=m.delivery_count or 0,
+            found.append(Delivery(uid=uid_of(m), queue=queue, seq=m.sequence_number, count=m.delivery_count or 0,
                                   mode=mode, session=m.session_id, sub=sub))
         return tuple(found)
 
     def _settle_all(self, receiver: Any, messages: list[Any], client: int, queue: str, rng: random.Random,
                     deferred: list[tuple[str, int, str]]) -> None:
         for m in messages:
-            uid = str(m)
+            uid = uid_of(m)
             choice = rng.choices(["complete", "abandon", "deadletter", "defer", "renew", "lapse", "leave"],
                                  [10, 4, 2, 2, 2, 1 if "lock-expiry" in self.spec.faults else 0, 1])[0]
             if choice == "renew":
@@ -436,7 +436,7 @@ class _Run:
             for m in messages:
                 kind = "complete" if rng.random() < 0.7 else "abandon"
                 settle = receiver.complete_message if kind == "complete" else receiver.abandon_message
-                await self._acall(Op(0, client, kind, queue, uids=(str(m),)), asyncio.wait_for(settle(m), 15))
+                await self._acall(Op(0, client, kind, queue, uids=(uid_of(m),)), asyncio.wait_for(settle(m), 15))
 
     async def _acall(self, op: Op, awaitable: Any) -> Any:
         op.start = time.monotonic()
@@ -547,6 +547,12 @@ class _Run:
     def close(self) -> None:
         self.proxy.close()
         self.broker.kill()
+
+
+def uid_of(message: Any) -> str:
+    """The checker's id of a received message: its body up to the first space (the body is the id, or the id
+    and padding)."""
+    return str(message).split(" ", 1)[0]
 
 
 def _quietly(fn: Any) -> None:
