@@ -45,7 +45,7 @@ from checker.promises import Violation, check_all
 from checker.proxy import Proxy
 from sodalite.model.sas import generate_token
 
-FAULT_KINDS = ("kill9", "cut", "stall", "unauthenticated", "close-midstream", "lock-expiry")
+FAULT_KINDS = ("kill9", "cut", "stall", "unauthenticated", "close-midstream", "lock-expiry", "store-offline")
 PLAIN, SESSIONS, PARTITIONED, TARGET = "plain", "sess", "part", "target"
 QUEUES = [
     {"Name": PLAIN, "Properties": {"LockDuration": "PT5S", "MaxDeliveryCount": 1000}},
@@ -138,7 +138,7 @@ class _Run:
         self.record(Op(0, -1, "fault", start=now, end=now, result=OK, value=name, error=detail))
 
     def fault_loop(self, rng: random.Random) -> None:
-        kinds = [k for k in self.spec.faults if k in ("kill9", "cut", "stall", "unauthenticated")]
+        kinds = [k for k in self.spec.faults if k in ("kill9", "cut", "stall", "unauthenticated", "store-offline")]
         while kinds and not self.stop_faults.wait(rng.expovariate(1 / self.spec.fault_every)):
             kind = rng.choice(kinds)
             if kind == "kill9":
@@ -153,6 +153,22 @@ class _Run:
                 seconds = rng.uniform(0.5, 3)
                 self.proxy.stall(seconds)
                 self.fault("stall", f"{seconds:.1f}s")
+            elif kind == "store-offline":
+                seconds = rng.uniform(0.3, 2)
+                with self.broker_lock:  # not across a kill -9
+                    try:
+                        self.api("POST", "/api/v1/stores/default/offline")
+                    except Exception as exc:
+                        self.fault("store-offline", f"refused: {exc!r}"[:200])
+                        continue
+                    self.fault("store-offline", f"{seconds:.1f}s")
+                    time.sleep(seconds)
+                    for _ in range(10):
+                        try:
+                            self.api("POST", "/api/v1/stores/default/online")
+                            break
+                        except Exception:
+                            time.sleep(0.5)
             elif kind == "unauthenticated":
                 count = rng.randint(1, 8)
                 self.fault("unauthenticated", f"{count} connections")
