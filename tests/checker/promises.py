@@ -119,46 +119,61 @@ def _rad_allowance(history: History) -> dict[str, int]:
     return allowance
 
 
+def _settled_key(op: Op, uid: str) -> tuple[str, object]:
+    """A settlement names one copy of a message: (queue, sequence number) when recorded, else its uid. (An SDK
+    send retried after a cut can store two copies of one uid: the queues have no duplicate detection.)"""
+    seq = op.value.get("seq") if isinstance(op.value, dict) else None
+    return (op.queue, seq) if seq is not None else ("", uid)
+
+
+def _keys(d: Delivery) -> tuple[tuple[str, object], tuple[str, object]]:
+    return (d.queue, d.seq), ("", d.uid)
+
+
 def check_peeklock(history: History) -> list[Violation]:
     """A message whose complete returned success is never delivered again."""
-    completed: dict[str, Op] = {}
+    completed: dict[tuple[str, object], Op] = {}
     for op in history.ops:
         if op.kind == "complete" and op.result == OK:
             for uid in op.uids:
-                completed.setdefault(uid, op)
+                completed.setdefault(_settled_key(op, uid), op)
     violations = []
     for op, _pos, d in _deliveries(history):
-        done = completed.get(d.uid)
-        if done is not None and op.start > done.end:
-            violations.append(Violation("peeklock", f"{d.uid} delivered again (seq {d.seq}) after its complete "
-                                        "returned success", (done.index, op.index)))
-    stored = _stored_uids(history)
-    for uid, done in completed.items():
-        if uid in stored:
-            violations.append(Violation("peeklock", f"{uid} still stored after its complete returned success",
-                                        (done.index,)))
+        for key in _keys(d):
+            done = completed.get(key)
+            if done is not None and op.start > done.end and d.uid in done.uids:
+                violations.append(Violation("peeklock", f"{d.uid} delivered again (seq {d.seq}) after its complete "
+                                            "returned success", (done.index, op.index)))
+                break
+    for uid, queue, _sub, seq in history.stored:
+        for key in ((queue, seq), ("", uid)):
+            done = completed.get(key)
+            if done is not None and uid in done.uids:
+                violations.append(Violation("peeklock", f"{uid} still stored after its complete returned success",
+                                            (done.index,)))
+                break
     return violations
 
 
 def check_rad(history: History) -> list[Violation]:
     """A message received in ReceiveAndDelete mode is received by nobody else and is not stored after."""
-    by_uid: dict[str, list[tuple[Op, Delivery]]] = defaultdict(list)
+    by_copy: dict[tuple[str, int], list[tuple[Op, Delivery]]] = defaultdict(list)
     for op, _pos, d in _deliveries(history):
-        by_uid[d.uid].append((op, d))
-    stored = _stored_uids(history)
+        by_copy[(d.queue, d.seq)].append((op, d))
+    stored = {(queue, seq) for _uid, queue, _sub, seq in history.stored}
     violations = []
-    for uid, deliveries in by_uid.items():
+    for (queue, seq), deliveries in by_copy.items():
         rad = [(op, d) for op, d in deliveries if d.mode == "rad"]
         if not rad:
             continue
-        first_op = rad[0][0]
+        first_op, uid = rad[0][0], rad[0][1].uid
         later = [op for op, d in deliveries if op.start > first_op.end or (op is not first_op and d.mode == "rad")]
         if later or len(rad) > 1:
-            violations.append(Violation("rad", f"{uid} received in ReceiveAndDelete mode and delivered again",
-                                        tuple(sorted({op.index for op, _d in deliveries}))))
-        elif uid in stored:
-            violations.append(Violation("rad", f"{uid} received in ReceiveAndDelete mode and still stored",
-                                        (first_op.index,)))
+            violations.append(Violation("rad", f"{uid} (seq {seq} of {queue}) received in ReceiveAndDelete mode "
+                                        "and delivered again", tuple(sorted({op.index for op, _d in deliveries}))))
+        elif (queue, seq) in stored:
+            violations.append(Violation("rad", f"{uid} (seq {seq} of {queue}) received in ReceiveAndDelete mode "
+                                        "and still stored", (first_op.index,)))
     if history.trace is not None:
         state: dict[tuple[str, int], str] = {}
         for line, entry in enumerate(history.trace):
@@ -231,19 +246,20 @@ def check_delivery_count(history: History, strict: bool = False) -> list[Violati
             for uid in op.uids:
                 settles[uid].append(op)
     moves = [op for op in history.ops if op.kind == "move" and _may_have(op)]
-    per_uid: dict[str, list[tuple[Op, Delivery]]] = defaultdict(list)
+    per_copy: dict[tuple[str, str, int], list[tuple[Op, Delivery]]] = defaultdict(list)
     for op, _pos, d in _deliveries(history):
         if d.mode == "peeklock":
-            per_uid[d.uid].append((op, d))
+            per_copy[(d.uid, d.queue, d.seq)].append((op, d))
     violations = []
-    for uid, deliveries in per_uid.items():
+    for (uid, _queue, seq), deliveries in per_copy.items():
         deliveries.sort(key=lambda item: item[0].start)
         for (op1, d1), (op2, d2) in itertools.pairwise(deliveries):
             if d1.sub == "deadletter" or d2.sub == "deadletter" or d1.queue != d2.queue:
                 continue
             if op2.start < op1.end:
                 continue  # the two receives overlap in time: which delivery came first is unknown
-            between = [s for s in settles[uid] if op1.end <= s.start and s.end <= op2.start]
+            between = [s for s in settles[uid] if op1.end <= s.start and s.end <= op2.start
+                       and _settled_key(s, uid) in (("", uid), (s.queue, seq))]
             if any(s.kind == "deadletter" for s in between) or any(
                     m.end >= op1.start and m.start <= op2.end for m in moves):
                 continue  # another incarnation (resubmitted, moved): its count starts again

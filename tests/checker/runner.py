@@ -70,6 +70,7 @@ class RunSpec:
     phases: int = 2  # quiescent points (recounts) between phases
     defect: str | None = None  # SODALITE_TEST_DEFECT for the broker (test-only switches)
     strict: bool = False
+    rad: bool = True  # ReceiveAndDelete receives (without the broker's trace they excuse losses up to their credit)
     admin: bool = True  # resubmit, move and purge through the JSON API
     broker_args: tuple[str, ...] = ()  # more `serve` options, e.g. ("--max-connections", "20")
     keep: Path | None = None  # where to leave the data directory and the history (None: a temporary one)
@@ -203,7 +204,7 @@ class _Run:
             while self.take():
                 action = rng.choices(
                     ["send", "batch", "duplicate", "schedule", "peeklock", "rad", "session", "deferred", "peek",
-                     "admin"], [12, 6, 3, 3, 12, 5, 6, 3, 3, 2 if self.spec.admin else 0])[0]
+                     "admin"], [12, 6, 3, 3, 12, 5 if self.spec.rad else 0, 6, 3, 3, 2 if self.spec.admin else 0])[0]
                 try:
                     getattr(self, "_" + action)(sb, client, rng, deferred)
                 except Exception as exc:  # a failure outside an op's own record: the client starts again
@@ -317,7 +318,7 @@ class _Run:
                 choice = "complete"  # after the lock lapsed: the complete should fail (lock lost)
             if choice == "leave":
                 continue
-            op = Op(0, client, choice, queue, uids=(uid,))
+            op = Op(0, client, choice, queue, uids=(uid,), value={"seq": m.sequence_number})
             settle = {"complete": receiver.complete_message, "abandon": receiver.abandon_message,
                       "deadletter": receiver.dead_letter_message, "defer": receiver.defer_message}[choice]
             self._call(op, lambda m=m, settle=settle: settle(m))
@@ -367,7 +368,8 @@ class _Run:
                     receiver.__exit__(None, None, None)
 
     def _session(self, sb: ServiceBusClient, client: int, rng: random.Random, deferred: Any) -> None:
-        mode = ServiceBusReceiveMode.RECEIVE_AND_DELETE if rng.random() < 0.2 else ServiceBusReceiveMode.PEEK_LOCK
+        rad = self.spec.rad and rng.random() < 0.2
+        mode = ServiceBusReceiveMode.RECEIVE_AND_DELETE if rad else ServiceBusReceiveMode.PEEK_LOCK
         self._receive(sb, client, rng, deferred, SESSIONS, mode, session=True)
 
     def _deferred(self, sb: ServiceBusClient, client: int, rng: random.Random,
@@ -452,7 +454,8 @@ class _Run:
             for m in messages:
                 kind = "complete" if rng.random() < 0.7 else "abandon"
                 settle = receiver.complete_message if kind == "complete" else receiver.abandon_message
-                await self._acall(Op(0, client, kind, queue, uids=(uid_of(m),)), asyncio.wait_for(settle(m), 15))
+                await self._acall(Op(0, client, kind, queue, uids=(uid_of(m),), value={"seq": m.sequence_number}),
+                              asyncio.wait_for(settle(m), 15))
 
     async def _acall(self, op: Op, awaitable: Any) -> Any:
         op.start = time.monotonic()

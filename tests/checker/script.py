@@ -101,7 +101,8 @@ def _step(run_: _Run, sb: ServiceBusClient, step: Step, held: list[Any]) -> Serv
                 for m in messages:
                     settler = {"complete": receiver.complete_message, "abandon": receiver.abandon_message,
                                "deadletter": receiver.dead_letter_message, "defer": receiver.defer_message}[settle]
-                    run_._call(Op(0, 0, settle, queue, uids=(uid_of(m),)), lambda m=m, s=settler: s(m))
+                    run_._call(Op(0, 0, settle, queue, uids=(uid_of(m),), value={"seq": m.sequence_number}),
+                               lambda m=m, s=settler: s(m))
     elif kind == "midstream":
         queue, prefetch = step[1], step[2]
         receiver = sb.get_queue_receiver(queue, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE,

@@ -14,7 +14,8 @@ pytestmark = pytest.mark.interop
 @pytest.mark.parametrize(("defect", "promise"), [("ack-before-commit", "durable"),
                                                  ("complete-not-committed", "peeklock")])
 def test_the_sweep_catches_a_known_defect(defect: str, promise: str) -> None:
-    result = run(RunSpec(seed=7, ops=40, clients=2, async_client=False, faults=(), phases=1, admin=False,
+    # No ReceiveAndDelete: without the broker's delivery trace, each such receive excuses losses up to its credit.
+    result = run(RunSpec(seed=7, ops=40, clients=2, async_client=False, faults=(), phases=1, admin=False, rad=False,
                          defect=defect))
     assert promise in {v.promise for v in result.violations}, result.violations
 

@@ -151,3 +151,15 @@ def test_a_runtime_count_that_differs_from_the_recount_is_a_violation() -> None:
                                                          "store": {"active": 1, "sizeInBytes": 1005}}}))
     found = check_counts(history)
     assert [v.promise for v in found] == ["counts"] and "sizeInBytes 0 (store 1005)" in found[0].detail
+
+
+def test_two_copies_of_one_send_retried_by_the_sdk_are_told_apart_by_sequence_number() -> None:
+    """A send retried after a cut may store its message twice (no duplicate detection): not a redelivery."""
+    history = _history(_op("send", 0, 1, result=INFO, uids=("r",)),
+                       _op("receive", 2, 3, deliveries=(_d("r", 1, mode="rad"),)),
+                       _op("receive", 4, 5, deliveries=(_d("r", 2),)),
+                       _op("complete", 5, 6, uids=("r",), value={"seq": 2}),
+                       _op("receive", 7, 8, deliveries=(_d("r", 3),)))
+    assert check_rad(history) == [] and check_peeklock(history) == []
+    history.add(_op("receive", 9, 10, deliveries=(_d("r", 2, 1),)))
+    assert [v.promise for v in check_peeklock(history)] == ["peeklock"]
