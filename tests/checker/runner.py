@@ -72,6 +72,7 @@ class RunSpec:
     strict: bool = False
     rad: bool = True  # ReceiveAndDelete receives (without the broker's trace they excuse losses up to their credit)
     admin: bool = True  # resubmit, move and purge through the JSON API
+    save_failing: Path | None = None  # a folder: the history of a run with violations is written there
     broker_args: tuple[str, ...] = ()  # more `serve` options, e.g. ("--max-connections", "20")
     keep: Path | None = None  # where to leave the data directory and the history (None: a temporary one)
 
@@ -591,6 +592,9 @@ def run(spec: RunSpec) -> RunResult:
     violations = check_all(run_.history, partitioned=frozenset({PARTITIONED}), strict=spec.strict)
     if spec.keep is not None:
         (base / "history.json").write_text(run_.history.dumps())
+    if violations and spec.save_failing is not None:
+        spec.save_failing.mkdir(parents=True, exist_ok=True)
+        (spec.save_failing / f"seed-{spec.seed}-history.json").write_text(run_.history.dumps())
     else:
         shutil.rmtree(base, ignore_errors=True)
     return RunResult(spec, run_.history, violations, time.monotonic() - started, run_.faults)

@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="seeds run at once, each with its own broker")
     parser.add_argument("--shrink", type=int, default=8, help="re-runs spent shrinking each failing seed (0: none)")
     parser.add_argument("--minutes", type=float, default=0, help="stop starting seeds after this long (0: no limit)")
+    parser.add_argument("--save", type=Path, default=None, help="write the history of each failing seed here")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here as JSON")
     args = parser.parse_args(argv)
     faults = () if args.faults == "none" else tuple(f for f in args.faults.split(",") if f)
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(FAULT_KINDS)}")
     specs = [RunSpec(seed=s, ops=args.ops, clients=args.clients, async_client=not args.no_async, faults=faults,
                      phases=args.phases, defect=args.defect,
-                     admin=not args.no_admin) for s in range(args.seed, args.seed + args.seeds)]
+                     admin=not args.no_admin, save_failing=args.save) for s in range(args.seed, args.seed + args.seeds)]
     started = time.monotonic()
     totals: Counter[str] = Counter()
     fault_totals: Counter[str] = Counter()
