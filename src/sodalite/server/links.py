@@ -37,7 +37,7 @@ from sodalite.errors import InvalidOperation, MessageSizeExceeded, SessionLockLo
 from sodalite.model.authorization import AccessRights
 from sodalite.model.message import MessageRecord
 from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, Lock, MessageDraft
-from sodalite.server import delivery_trace, outcomes, wire
+from sodalite.server import delivery_trace, outcomes, test_defects, wire
 from sodalite.server.amqp_errors import client_error
 from sodalite.server.endpoint import ConnectionPort, Endpoint
 from sodalite.server.entity_settings import SubQueue
@@ -86,6 +86,10 @@ class Producer(Endpoint):
             drafts = wire.received_messages(delivery.payload, delivery.message_format, entity.max_message_size)
             drafts = _without_pings(entity, drafts)
             route = broker.route(entity)
+            if test_defects.ACTIVE and test_defects.on("ack-before-commit") and not delivery.settled:
+                link.settle(delivery.delivery_id, Accepted())  # test-only defect: acknowledged before the commit
+                if test_defects.every(4):
+                    drafts = []  # ... and the commit lost
             if not drafts:
                 future = _done()
             elif route.exceeded:
@@ -101,7 +105,7 @@ class Producer(Endpoint):
                                                                         entity.name, "rejected")))
             return
         broker.metrics.count_in(future, entity.name, len(drafts))
-        if delivery.settled:
+        if delivery.settled or test_defects.on("ack-before-commit"):
             return
         delivery_id = delivery.delivery_id
 
@@ -269,6 +273,11 @@ class LinkConsumer(Endpoint):
         link, delivery_id = event.link, event.delivery_id
         if isinstance(state, TransactionalState):
             conn.transactions.on_settlement(event, self, token)
+            return
+        if (test_defects.ACTIVE and test_defects.on("complete-not-committed") and isinstance(state, Accepted)
+                and test_defects.every(3)):
+            if not event.settled:  # test-only defect: the complete acknowledged, never carried out
+                link.settle(delivery_id, Accepted())
             return
         try:
             settlement = outcomes.settlement_of(state)

@@ -1,0 +1,152 @@
+"""Deterministic regression scripts: a minimized history replayed as steps, one after the other (each step
+a barrier: it ends before the next begins), with faults at named points, against a fresh broker; the
+history they make is checked with the same promise checks as the sweep, strictly (no deliveries the
+application cannot see, so a delivery count must rise by exactly one).
+
+Steps (tuples):
+  ("send", queue, n)                 n single sends (``session=`` and ``size=`` as a 4th item dict)
+  ("batch", queue, n)                one batch of n
+  ("receive", queue, mode, n, settle)  mode "peeklock" or "rad"; settle complete/abandon/deadletter/defer/leave
+  ("midstream", queue, prefetch)     a ReceiveAndDelete receiver with that prefetch, closed after one message
+  ("move", queue, target)            the dead-letter queue moved (target None: resubmitted) via the JSON API
+  ("purge", queue)                   the dead-letter queue purged via the JSON API
+  ("kill9",)                         kill -9 and restart (a named fault point)
+  ("unauthenticated", n)             n connections that send the AMQP header and nothing more (held)
+  ("opened-unauthenticated", n)      n connections through SASL and AMQP open that never put a token (held)
+  ("wait", seconds)                  e.g. for locks to lapse
+  ("recount", name)                  a quiescent point: runtime counts against the store
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
+from raw_client import RawClient
+
+from checker.history import History, Op
+from checker.promises import Violation, check_all
+from checker.runner import PARTITIONED, RunSpec, _Run, uid_of
+
+Step = tuple[Any, ...]
+
+
+def play(steps: list[Step], defect: str | None = None, strict: bool = True,
+         broker_args: tuple[str, ...] = ()) -> tuple[History, list[Violation]]:
+    base = Path(tempfile.mkdtemp(prefix="checker-script-"))
+    run_ = _Run(RunSpec(seed=0, defect=defect, faults=(), broker_args=broker_args), base)
+    held: list[Any] = []
+    try:
+        with ServiceBusClient.from_connection_string(run_.connection_string(via_proxy=False),
+                                                     retry_total=1, retry_backoff_factor=0.1) as sb:
+            for step in steps:
+                sb = _step(run_, sb, step, held)
+        time.sleep(0.5)
+        run_.recount("the end of the script")
+        run_.broker.stop()
+        run_.drain()
+    finally:
+        for s in held:
+            with contextlib.suppress(Exception):
+                s.close()
+        run_.close()
+        shutil.rmtree(base, ignore_errors=True)
+    return run_.history, check_all(run_.history, partitioned=frozenset({PARTITIONED}), strict=strict)
+
+
+def _step(run_: _Run, sb: ServiceBusClient, step: Step, held: list[Any]) -> ServiceBusClient:
+    kind = step[0]
+    rng = random.Random(0)
+    if kind in ("send", "batch"):
+        queue, n = step[1], step[2]
+        options = step[3] if len(step) > 3 else {}
+        made = []
+        for _ in range(n):
+            message, uid, session, _key = run_._message(0, rng, queue, session=options.get("session"))
+            if options.get("size"):
+                message = ServiceBusMessage(uid + " " + "x" * options["size"], message_id=uid, session_id=session,
+                                            application_properties={"uid": uid})
+            made.append((message, uid))
+        def send(messages: list[ServiceBusMessage]) -> None:  # the sender's open is part of the operation
+            with sb.get_queue_sender(queue) as sender:
+                sender.send_messages(messages, timeout=10)
+        if kind == "batch":
+            run_._call(Op(0, 0, "send", queue, uids=tuple(u for _m, u in made)), lambda: send([m for m, _u in made]))
+        for message, uid in made if kind == "send" else []:
+            run_._call(Op(0, 0, "send", queue, uids=(uid,)), lambda m=message: send([m]))
+    elif kind == "receive":
+        queue, mode, n, settle = step[1:5]
+        receive_mode = ServiceBusReceiveMode.RECEIVE_AND_DELETE if mode == "rad" else ServiceBusReceiveMode.PEEK_LOCK
+        with sb.get_queue_receiver(queue, receive_mode=receive_mode, max_wait_time=3) as receiver:
+            op = Op(0, 0, "receive", queue, value={"mode": mode, "credit": n})
+            got: list[Any] = []
+
+            def take() -> list[Any]:
+                while len(got) < n:
+                    batch = receiver.receive_messages(max_message_count=n - len(got), max_wait_time=3)
+                    if not batch:
+                        break
+                    got.extend(batch)
+                return got
+            messages = run_._call(op, take) or []
+            op.deliveries = run_._deliveries(messages, queue, mode)
+            if mode == "peeklock" and settle != "leave":
+                for m in messages:
+                    settler = {"complete": receiver.complete_message, "abandon": receiver.abandon_message,
+                               "deadletter": receiver.dead_letter_message, "defer": receiver.defer_message}[settle]
+                    run_._call(Op(0, 0, settle, queue, uids=(uid_of(m),), value={"seq": m.sequence_number}),
+                               lambda m=m, s=settler: s(m))
+    elif kind == "midstream":
+        queue, prefetch = step[1], step[2]
+        receiver = sb.get_queue_receiver(queue, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE,
+                                         prefetch_count=prefetch, max_wait_time=3)
+        op = Op(0, 0, "receive", queue, value={"mode": "rad", "credit": prefetch, "closed_early": True})
+        with receiver:
+            messages = run_._call(op, lambda: list(receiver.receive_messages(max_message_count=1, max_wait_time=3)))
+            op.deliveries = run_._deliveries(messages or [], queue, "rad")
+        run_.fault("close-midstream", "receiver")
+    elif kind == "move":
+        queue, target = step[1], step[2]
+        body: dict[str, Any] = {"subQueue": "deadletter", "all": True}
+        if target:
+            body["target"] = target
+        run_._call(Op(0, 0, "move", queue, value=target or queue),
+                   lambda: run_.api("POST", f"/api/v1/entities/{queue}/$move", body))
+    elif kind == "purge":
+        queue = step[1]
+        run_._call(Op(0, 0, "purge", queue, value="deadletter"),
+                   lambda: run_.api("POST", f"/api/v1/entities/{queue}/$purge", {"subQueue": "deadletter"}))
+    elif kind == "kill9":
+        sb.close()
+        run_.broker.kill()
+        run_.fault("kill9")
+        run_._restart()
+        return ServiceBusClient.from_connection_string(run_.connection_string(via_proxy=False),
+                                                      retry_total=1, retry_backoff_factor=0.1)
+    elif kind == "unauthenticated":
+        run_.fault("unauthenticated", f"{step[1]} connections")
+        for _ in range(step[1]):
+            with contextlib.suppress(OSError):
+                s = socket.create_connection(("127.0.0.1", run_.broker.port), timeout=2)
+                s.sendall(b"AMQP\x03\x01\x00\x00")
+                held.append(s)
+    elif kind == "opened-unauthenticated":
+        run_.fault("unauthenticated", f"{step[1]} opened connections")
+        for _ in range(step[1]):
+            client = RawClient(run_.broker.port)  # SASL and AMQP open done, no token ever put on $cbs
+            client.flush()
+            held.append(client)
+    elif kind == "wait":
+        time.sleep(step[1])
+    elif kind == "recount":
+        run_.recount(step[1])
+    else:
+        raise ValueError(f"unknown step {step!r}")
+    return sb

@@ -1,0 +1,139 @@
+"""The random sweep (``scripts/fault-sweep``): checker runs over a range of seeds, figures, and for each
+violation its seed and the shortest reproduction found by shrinking (bounded re-runs that drop
+operations, fault kinds, clients and phases while a violation of the same promise still shows)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+from checker.runner import FAULT_KINDS, RunResult, RunSpec, run
+
+
+def _promises(result: RunResult) -> set[str]:
+    return {v.promise for v in result.violations}
+
+
+def shrink(result: RunResult, max_runs: int = 8, log: object = print) -> RunResult:
+    """The smallest spec (fewer operations, fault kinds, clients, phases) still showing one of the
+    violated promises, within ``max_runs`` re-runs."""
+    wanted = _promises(result)
+    best, runs = result, 0
+
+    def candidates(spec: RunSpec) -> list[RunSpec]:
+        found = []
+        if spec.ops > 10:
+            found.append(replace(spec, ops=spec.ops // 2))
+        found += [replace(spec, faults=tuple(f for f in spec.faults if f != kind)) for kind in spec.faults]
+        if spec.clients > 1:
+            found.append(replace(spec, clients=spec.clients - 1))
+        if spec.async_client:
+            found.append(replace(spec, async_client=False))
+        if spec.phases > 1:
+            found.append(replace(spec, phases=1))
+        return found
+
+    progress = True
+    while progress and runs < max_runs:
+        progress = False
+        for spec in candidates(best.spec):
+            if runs >= max_runs:
+                break
+            runs += 1
+            attempt = run(spec)
+            log(f"  shrink {runs}/{max_runs}: {describe(spec)} -> {sorted(_promises(attempt)) or 'clean'}")
+            if _promises(attempt) & wanted:
+                best, progress = attempt, True
+                break
+    return best
+
+
+def describe(spec: RunSpec) -> str:
+    faults = ",".join(spec.faults) if spec.faults else "none"
+    return (f"--seed {spec.seed} --ops {spec.ops} --clients {spec.clients} --faults {faults} --phases {spec.phases}"
+            f"{'' if spec.async_client else ' --no-async'}{'' if spec.admin else ' --no-admin'}"
+            f"{f' --defect {spec.defect}' if spec.defect else ''}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fault-sweep", description=__doc__)
+    parser.add_argument("--seed", type=int, default=1, help="the first seed")
+    parser.add_argument("--seeds", type=int, default=1, help="how many seeds, from --seed on")
+    parser.add_argument("--ops", type=int, default=200, help="client operations per seed")
+    parser.add_argument("--clients", type=int, default=4, help="sync SDK clients (one asyncio client more)")
+    parser.add_argument("--no-async", action="store_true", help="no asyncio client")
+    parser.add_argument("--faults", default=",".join(FAULT_KINDS), help="fault kinds, comma-separated, or none")
+    parser.add_argument("--phases", type=int, default=2, help="quiescent points (recounts) per run")
+    parser.add_argument("--defect", default=None, help="a test-only defect switch for the broker (docs/reliability.md)")
+    parser.add_argument("--no-admin", action="store_true", help="no resubmit, move or purge through the JSON API")
+    parser.add_argument("--shrink-seeds", type=int, default=1, help="how many failing seeds to shrink")
+    parser.add_argument("--jobs", type=int, default=1, help="seeds run at once, each with its own broker")
+    parser.add_argument("--shrink", type=int, default=8, help="re-runs spent shrinking each failing seed (0: none)")
+    parser.add_argument("--minutes", type=float, default=0, help="stop starting seeds after this long (0: no limit)")
+    parser.add_argument("--save", type=Path, default=None, help="write the history of each failing seed here")
+    parser.add_argument("--json", type=Path, default=None, help="write the figures here as JSON")
+    args = parser.parse_args(argv)
+    faults = () if args.faults == "none" else tuple(f for f in args.faults.split(",") if f)
+    unknown = set(faults) - set(FAULT_KINDS)
+    if unknown:
+        parser.error(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(FAULT_KINDS)}")
+    specs = [RunSpec(seed=s, ops=args.ops, clients=args.clients, async_client=not args.no_async, faults=faults,
+                     phases=args.phases, defect=args.defect,
+                     admin=not args.no_admin, save_failing=args.save) for s in range(args.seed, args.seed + args.seeds)]
+    started = time.monotonic()
+    totals: Counter[str] = Counter()
+    fault_totals: Counter[str] = Counter()
+    failing: list[RunResult] = []
+
+    def one(spec: RunSpec) -> RunResult | None:
+        if args.minutes and time.monotonic() - started > args.minutes * 60:
+            return None
+        return run(spec)
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        for result in pool.map(one, specs):
+            if result is None:
+                continue
+            history = result.history
+            acked = {uid for op in history.ops if op.kind in ("send", "schedule") and op.result == "ok"
+                     for uid in op.uids}
+            totals["seeds"] += 1
+            totals["operations"] += result.client_ops
+            totals["ok"] += sum(op.result == "ok" and op.kind not in ("fault", "recount") for op in history.ops)
+            totals["info"] += sum(op.result == "info" for op in history.ops)
+            totals["messages checked"] += len(acked)
+            totals["recounts"] += sum(op.kind == "recount" for op in history.ops)
+            totals["violations"] += len(result.violations)
+            totals["seconds in runs"] += round(result.seconds)
+            fault_totals.update(result.faults)
+            print(f"seed {result.spec.seed}: {result.client_ops} ops, {len(acked)} messages, "
+                  f"faults {dict(result.faults)}, {result.seconds:.0f} s, "
+                  f"{len(result.violations)} violation(s)", flush=True)
+            for violation in result.violations[:20]:
+                print(f"  {violation}", flush=True)
+            if result.violations:
+                failing.append(result)
+    elapsed = time.monotonic() - started
+    for number, result in enumerate(failing):
+        print(f"VIOLATION seed {result.spec.seed}: {sorted(_promises(result))}", flush=True)
+        smallest = shrink(result, args.shrink) if args.shrink and number < args.shrink_seeds else result
+        print(f"  shortest reproduction: scripts/fault-sweep {describe(smallest.spec)}", flush=True)
+        for violation in smallest.violations[:5]:
+            print(f"    {violation}", flush=True)
+    figures = {**totals, "faults": dict(fault_totals), "wall seconds": round(elapsed),
+               "operations per second": round(totals["operations"] / elapsed, 2) if elapsed else 0,
+               "failing seeds": [r.spec.seed for r in failing]}
+    print(json.dumps(figures, indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=1))
+    return 1 if failing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

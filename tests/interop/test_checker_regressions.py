@@ -1,0 +1,90 @@
+"""The fault checker's regression scripts (docs/reliability.md): each failure the checker found, and each
+known defect it must catch, kept as a deterministic script (tests/checker/script.py) replayed against a
+fresh broker and checked with the sweep's promise checks, strictly.
+
+- The known defects re-enabled by the test-only ``SODALITE_TEST_DEFECT`` switches are caught (the proof
+  that the checker can fail).
+- The scripts minimized from the sweep's findings (and the defects known when the checker was built:
+  SizeInBytes after a move, a resubmit or a dead-letter; connections that never authenticate locking
+  out a client with a key) pass: each failed before its fix. A defect found and not yet fixed is marked
+  xfail(strict=True) with its reason, so its fix turns the mark into a failure to remove.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from checker.runner import HAS_TRACE, PLAIN, TARGET
+from checker.script import play
+
+pytestmark = pytest.mark.interop
+
+
+def _promises(violations: list[object]) -> set[str]:
+    return {v.promise for v in violations}  # type: ignore[attr-defined]
+
+
+def test_the_checker_catches_a_send_acknowledged_before_its_commit() -> None:
+    _history, violations = play([("send", PLAIN, 8)], defect="ack-before-commit")
+    assert "durable" in _promises(violations), violations
+
+
+def test_the_checker_catches_a_complete_acknowledged_but_not_committed() -> None:
+    _history, violations = play([("send", PLAIN, 3), ("receive", PLAIN, "peeklock", 3, "complete"),
+                                 ("wait", 5.5), ("receive", PLAIN, "peeklock", 3, "complete")],
+                                defect="complete-not-committed")
+    assert "peeklock" in _promises(violations), violations
+
+
+def test_kill9_with_messages_locked_keeps_every_promise() -> None:
+    """Locked, then the broker killed: each message comes back once, its delivery count one higher."""
+    _history, violations = play([("send", PLAIN, 5), ("receive", PLAIN, "peeklock", 5, "leave"), ("kill9",),
+                                 ("recount", "after a restart"), ("wait", 5.5),
+                                 ("receive", PLAIN, "peeklock", 5, "abandon"),
+                                 ("receive", PLAIN, "peeklock", 5, "complete")])
+    assert violations == []
+
+
+def test_size_in_bytes_after_a_move_equals_the_store() -> None:
+    """Minimized from the sweep (seed 1): dead-letter, move the dead-letter queue to another queue, recount."""
+    _history, violations = play([("send", PLAIN, 3), ("receive", PLAIN, "peeklock", 3, "deadletter"),
+                                 ("move", PLAIN, TARGET), ("recount", "after the move")])
+    assert violations == []
+
+
+def test_size_in_bytes_after_a_resubmit_equals_the_store() -> None:
+    _history, violations = play([("send", PLAIN, 3), ("receive", PLAIN, "peeklock", 3, "deadletter"),
+                                 ("move", PLAIN, None), ("recount", "after the resubmit")])
+    assert violations == []
+
+
+def test_size_in_bytes_after_a_dead_letter_equals_the_store() -> None:
+    """Minimized from the sweep (seed 7, no faults): a PeekLock dead-letter, then a quiescent recount."""
+    _history, violations = play([("send", PLAIN, 3), ("receive", PLAIN, "peeklock", 3, "deadletter"),
+                                 ("recount", "after the dead-letter")])
+    assert violations == []
+
+
+def test_counts_after_a_dead_letter_purge_equal_the_store() -> None:
+    _history, violations = play([("send", PLAIN, 3), ("receive", PLAIN, "peeklock", 3, "deadletter"),
+                                 ("purge", PLAIN), ("recount", "after the purge")])
+    assert violations == []
+
+
+@pytest.mark.skipif(not HAS_TRACE, reason="needs the broker's test-only delivery trace (serve --delivery-trace)")
+def test_a_receive_and_delete_receiver_closed_mid_stream_loses_nothing() -> None:
+    """Counted against the broker's delivery trace: every message is received, stored, or written."""
+    history, violations = play([("batch", PLAIN, 30, {"size": 4096}), ("batch", PLAIN, 30, {"size": 4096}),
+                                ("midstream", PLAIN, 50)])
+    assert [op.result for op in history.ops if op.kind in ("send", "receive")] == ["ok", "ok", "ok"]
+    assert violations == []
+
+
+def test_connections_that_never_authenticate_do_not_lock_out_a_client_with_a_key() -> None:
+    """The checker's "unauthenticated" fault at its worst: connections held open without a token, then a
+    client with the Root key sends; its send must be acknowledged."""
+    history, violations = play([("unauthenticated", 30), ("opened-unauthenticated", 30), ("wait", 1),
+                                ("send", PLAIN, 1)], broker_args=("--max-connections", "20"))
+    sends = [op for op in history.ops if op.kind == "send"]
+    assert [op.result for op in sends] == ["ok"], [op.error for op in sends]
+    assert violations == []
