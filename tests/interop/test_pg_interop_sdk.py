@@ -31,7 +31,7 @@ from test_sdk_sync import (  # noqa: F401
     test_entity_names_match_case_insensitively,
     test_receive_and_delete,
     test_send_one_and_receive_it,
-    test_unknown_queue_raises_entity_not_found,
+    test_unknown_queue_is_refused_at_put_token,
 )
 from test_sessions import (  # noqa: F401
     test_a_locked_session_cannot_be_taken_by_a_second_receiver,
