@@ -55,7 +55,7 @@ from pg_server import PgServer, find_bin_dir  # the tests' throwaway PostgreSQL 
 
 QUEUE = "bench"
 TARGETS = {"full": "Sodalite FULL", "normal": "Sodalite NORMAL", "null": "null peer", "rabbit": "RabbitMQ quorum",
-           "pg1": "Sodalite PG 1 node", "pg2": "Sodalite PG 2 nodes"}
+           "pg1": "Sodalite PG 1 node", "pg2": "Sodalite PG 2 nodes", "base": "Sodalite FULL before (A/B)"}
 ALIASES = {"v2full": "full", "v2normal": "normal"}  # the names of the partition core's targets while v1 existed
 _ROUND_TRIPS = re.compile(r'^sodalite_store_round_trips_total\{store="default"\} (\S+)$', re.MULTILINE)
 
@@ -288,7 +288,8 @@ def summary(results: list[tuple[int, Cycle]], n: int) -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for name in (TARGETS["full"], TARGETS["normal"]):
         for mode in ("sync", "aio"):
-            for other, other_mode in ((TARGETS["rabbit"], "pika"), (TARGETS["null"], mode), (TARGETS["full"], mode)):
+            for other, other_mode in ((TARGETS["rabbit"], "pika"), (TARGETS["null"], mode), (TARGETS["base"], mode),
+                                      (TARGETS["full"], mode)):
                 if other == name:
                     continue
                 pairs = [(rs[(name, mode)], rs[(other, other_mode)]) for rs in rounds.values()
@@ -346,7 +347,12 @@ def main() -> int:
                              "PostgreSQL, one node and two nodes on one database)")
     parser.add_argument("--modes", default="sync,aio", help="SDK client modes: sync,aio (default both)")
     parser.add_argument("--max-seconds", type=float, default=1800, help="run-time bound (default 1800)")
+    parser.add_argument("--base", type=Path, default=None, metavar="CHECKOUT",
+                        help="target 'base': Sodalite FULL served from this other checkout (e.g. a git worktree "
+                             "of main before a change), for an A/B in the same run")
     args = parser.parse_args()
+    if "base" in args.targets.split(",") and args.base is None:
+        parser.error("target 'base' needs --base CHECKOUT")
     targets = list(dict.fromkeys(ALIASES.get(t, t) for t in args.targets.split(",") if t))
     modes = [m for m in args.modes.split(",") if m]
     unknown = [t for t in targets if t not in TARGETS] + [m for m in modes if m not in ("sync", "aio")]
@@ -371,6 +377,8 @@ def main() -> int:
                 continue
             if t in ("full", "normal"):
                 brokers[t] = harness.start_sodalite(cleanup, tmp / t, t.upper(), [QUEUE], TARGETS[t])
+            elif t == "base":
+                brokers[t] = harness.start_sodalite(cleanup, tmp / t, "FULL", [QUEUE], TARGETS[t], root=args.base)
             elif t == "null":
                 brokers[t] = harness.start_null_peer(cleanup)
             else:

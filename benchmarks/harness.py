@@ -256,14 +256,15 @@ def sodalite_config(path: Path, queues: Sequence[str], lock_duration: str = "PT5
 
 
 def start_sodalite(cleanup: Cleanup, data_dir: Path, sync_mode: str, queues: Sequence[str],
-                   name: str | None = None, extra_args: Sequence[str] = ()) -> Broker:
-    """``scripts/serve`` on a free port; a data directory that already holds a store is reopened."""
+                   name: str | None = None, extra_args: Sequence[str] = (), root: Path = ROOT) -> Broker:
+    """``scripts/serve`` on a free port; a data directory that already holds a store is reopened.
+    ``root``: the checkout whose ``scripts/serve`` runs (another one for an A/B against an earlier commit)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     config = data_dir / "Config.json"
     if not config.exists():
         sodalite_config(config, queues)
     proc = subprocess.Popen(
-        [str(ROOT / "scripts" / "serve"), "--host", "127.0.0.1", "--port", "0", "--data-dir", str(data_dir / "data"),
+        [str(root / "scripts" / "serve"), "--host", "127.0.0.1", "--port", "0", "--data-dir", str(data_dir / "data"),
          "--config", str(config), "--sync", sync_mode, "--admin-port", "-1", "--http-port", "-1",
          "--amqps-port", "-1", *extra_args],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
