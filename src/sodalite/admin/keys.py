@@ -62,10 +62,9 @@ def authorize_request(keys: KeyAuthority, token: str, path: str, method: str = "
     if not granted.covers(target):
         raise Unauthorized(f"the token does not cover '/{target}'")
     if not granted.allows(AccessRights.MANAGE):
-        refusal = missing_manage(method, target)
-        if missing is not None and SUBCODE_PREFIX not in str(refusal) and missing():
+        if missing is not None and _subscription_operation(method, target) is None and missing():
             raise EntityNotFound(f"the messaging entity '/{target}' could not be found")
-        raise refusal
+        raise missing_manage(method, target)
     return granted
 
 
@@ -79,13 +78,8 @@ def missing_manage(method: str, path: str) -> Unauthorized:
     ``TestAdminClient_LackPermissions_*``): a GET or list needs ``Manage,EntityRead``, a create or update
     ``Manage,EntityWrite``, a delete ``Manage,EntityDelete``; subscription requests name the operation,
     with the sub-code Service Bus also puts in the status line (``admin.http`` does that)."""
-    parts = [part.lower() for part in path.strip("/").split("/")]
     method = method.upper()
-    operation = None
-    if len(parts) >= 3 and parts[-2] == "subscriptions":  # topic/subscriptions/name
-        operation = _SUBSCRIPTION_OPERATIONS.get(method)
-    elif len(parts) >= 2 and parts[-1] == "subscriptions" and method == "GET":  # topic/subscriptions
-        operation = "EnumerateSubscriptions"
+    operation = _subscription_operation(method, path)
     if operation is not None:
         return Unauthorized(f"{SUBCODE_PREFIX}40100: Unauthorized : Unauthorized access for '{operation}' operation")
     if method == "GET":
@@ -95,6 +89,16 @@ def missing_manage(method: str, path: str) -> Unauthorized:
     if method == "DELETE":
         return Unauthorized("Authorization failed for specified action: Manage,EntityDelete.")
     return missing_right(AccessRights.MANAGE)
+
+
+def _subscription_operation(method: str, path: str) -> str | None:
+    """The operation Service Bus names when it refuses a subscription request (None: not one)."""
+    parts = [part.lower() for part in path.strip("/").split("/")]
+    if len(parts) >= 3 and parts[-2] == "subscriptions":  # topic/subscriptions/name
+        return _SUBSCRIPTION_OPERATIONS.get(method.upper())
+    if len(parts) >= 2 and parts[-1] == "subscriptions" and method.upper() == "GET":  # topic/subscriptions
+        return "EnumerateSubscriptions"
+    return None
 
 
 SUBCODE_PREFIX = "SubCode="  # an error description that opens with it is also the response's status line
