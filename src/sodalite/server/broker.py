@@ -222,7 +222,6 @@ class Broker:
         self.port = 0  # the AMQP port start() bound
         self._server: SniffingListener | None = None
         self._tls_server: asyncio.Server | None = None
-        self._closed_actors: set[int] = set()  # closed by a graceful stop before the stores
         self.amqps_port: int | None = None  # bound by start() when TLS is on
         self.metrics = BrokerMetrics(self)
         for worker in self.workers[1:]:
@@ -1196,23 +1195,32 @@ class Broker:
 
         Accept no connection and read no frame more; let the store work already begun commit and its
         replies (dispositions, deliveries) reach the clients; then close each connection with
-        ``amqp:connection:forced``, which the SDKs retry by reconnecting, and close the stores. Work not
-        committed within ``grace`` is dropped unanswered, as a crash would drop it: never acknowledged, so
-        nothing acknowledged is lost, and the client's retry sends it again."""
+        ``amqp:connection:forced``, which the SDKs retry by reconnecting; then, the entities still
+        running, put back what those connections never got (ReceiveAndDelete messages taken for a
+        transfer never written, locks of deliveries never written), and only then close the entities
+        and the stores. Work not committed within ``grace`` is dropped unanswered, as a crash would drop
+        it: never acknowledged, so nothing acknowledged is lost, and the client's retry sends it again."""
         self._stop_accepting()
         for connection in list(self.connections):
             connection.stop_reading()
+        started = asyncio.get_running_loop().time()
         try:
             async with asyncio.timeout(grace):
                 for entity in list(self.entities.values()):
-                    await entity.actor.close()  # drains its partitions' store work, then stops them
-                    self._closed_actors.add(id(entity.actor))
+                    await entity.actor.drained()  # its partitions' store work committed and answered
         except TimeoutError:
             log.warning("stopping: store work still in flight after %.0f s; closing regardless", grace)
         for connection in list(self.connections):
             connection.flush()  # the replies of what just committed
             connection.close_for_shutdown("the broker is shutting down; reconnect and retry")
         await asyncio.sleep(0)  # let the transports write what they hold before the stores go
+        left = max(1.0, grace - (asyncio.get_running_loop().time() - started))
+        try:
+            async with asyncio.timeout(left):
+                for entity in list(self.entities.values()):
+                    await entity.actor.drained()  # the put-backs the closed connections asked for
+        except TimeoutError:
+            log.warning("stopping: putting back unwritten deliveries took over %.0f s; closing regardless", left)
         await self._close_entities_and_stores()
 
     def _stop_accepting(self) -> None:
@@ -1231,7 +1239,6 @@ class Broker:
 
     async def _close_entities_and_stores(self) -> None:
         for entity in self.entities.values():
-            if id(entity.actor) not in self._closed_actors:
-                await entity.actor.close()
+            await entity.actor.close()
         for worker in self.workers:
             await worker.close()

@@ -283,6 +283,15 @@ class CoreActor:
             runner.submit(core.StoreAvailable())
             runner.submit(core.Arrived(0))  # read the window again: the store is the truth
 
+    async def drained(self, timeout: float = 5.0) -> None:
+        """Wait (each runner at most ``timeout`` seconds) until the store work queued so far committed
+        and was answered; the actor keeps running."""
+        for runner in list(self.runners.values()):
+            try:
+                await asyncio.wait_for(runner.drained(), timeout)
+            except Exception:  # a runner that stopped or is slow: close() says so
+                return
+
     async def close(self) -> None:
         self._closed = True
         if self._poller is not None:

@@ -134,6 +134,8 @@ class Partition(Protocol):
 
     async def load(self) -> None: ...
 
+    async def drained(self, timeout: float = 5.0) -> None: ...
+
     async def close(self) -> None: ...
 
     def send(self, drafts: list[MessageDraft]) -> asyncio.Future[None]: ...
@@ -247,6 +249,10 @@ class Partitioned(Generic[P]):
     async def load(self) -> None:
         for partition in self.partitions:
             await partition.load()
+
+    async def drained(self, timeout: float = 5.0) -> None:
+        for partition in self.partitions:
+            await partition.drained(timeout)
 
     async def close(self) -> None:
         for partition in self.partitions:
