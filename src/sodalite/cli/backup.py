@@ -2,8 +2,9 @@
 
 ``backup`` asks the running broker, found from its data directory's ``endpoints.json`` as the other
 client commands find it, to copy every store and its configuration into DEST while it serves
-(``cli/backup_service.py`` on the broker's side). ``restore`` runs with no broker: it refuses a data
-directory a live broker holds, copies the backup's files in, and moves every partition's sequence
+(``cli/backup_service.py`` on the broker's side). ``restore`` runs with no broker: it takes the data
+directory's lock as ``serve`` does (so it is refused while a broker holds it, and a broker started
+meanwhile is refused until the restore ends), copies the backup's files in, and moves every partition's sequence
 counter forward past anything the backup's source may have issued after the backup (``margin``),
 so a number is never given to two messages.
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import errno
 import json
 import os
 import shutil
@@ -24,6 +24,7 @@ from typing import Any, Final
 
 from sodalite.amqpclient.connection_string import ENDPOINTS_FILE
 from sodalite.cli import commands
+from sodalite.cli.data_dir_lock import DataDirectoryInUse, DataDirectoryLock
 from sodalite.errors import ArgumentError
 
 MANIFEST: Final = "sodalite-backup.json"  # cli/backup_service.py writes it
@@ -35,8 +36,6 @@ PARTITION_SHIFT: Final = 48  # a sequence number's upper 16 bits name its partit
 BASE_MARGIN: Final = 1 << 32
 RATE_MARGIN: Final = 1_000_000
 SUB_QUEUE_SUFFIXES: Final = ("", "/$deadletterqueue", "/$transfer/$deadletterqueue")
-# The lock file a serving broker holds in its data directory (flock), once it keeps one.
-LOCK_FILES: Final = ("broker.lock", ".lock")
 
 
 def register(subcommands: Any) -> None:
@@ -77,13 +76,9 @@ def _backup(args: argparse.Namespace) -> None:
 # ---- restore -------------------------------------------------------------------------------------------
 
 
-def broker_holding(data_dir: Path) -> str | None:
-    """Why a broker may be using ``data_dir`` (None when none is): the lock file a serving broker
-    holds, or else the process its ``endpoints.json`` names, alive."""
-    for name in LOCK_FILES:
-        held = _lock_held(data_dir / name)
-        if held:
-            return f"a broker holds its lock file {data_dir / name}"
+def older_broker_serving(data_dir: Path) -> str | None:
+    """Why a broker of a release that held no lock may be serving ``data_dir`` (None when none is):
+    the process its ``endpoints.json`` names, alive. Today's brokers hold the directory's lock."""
     path = data_dir / ENDPOINTS_FILE
     try:
         noted = json.loads(path.read_text(encoding="utf-8"))
@@ -109,28 +104,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _lock_held(path: Path) -> bool:
-    if not path.exists():
-        return False
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: the endpoints check stands alone
-        return False
-    try:
-        fd = os.open(path, os.O_RDWR)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        return exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(fd)
-
-
 def _manifest(backup: Path) -> dict[str, Any]:
     try:
         manifest = json.loads((backup / MANIFEST).read_text(encoding="utf-8"))
@@ -150,9 +123,23 @@ def _restore(args: argparse.Namespace) -> None:
     manifest = _manifest(backup)
     if data_dir.exists() and not data_dir.is_dir():
         raise ArgumentError(f"--data-dir: {data_dir} is a file, not a directory")
-    holder = broker_holding(data_dir)
-    if holder is not None:
-        raise ArgumentError(f"--data-dir: {data_dir} is in use: {holder}; stop that broker first")
+    if data_dir.exists() and (data_dir / ENDPOINTS_FILE).exists():
+        holder = older_broker_serving(data_dir)
+        if holder is not None:
+            raise ArgumentError(f"--data-dir: {data_dir} is in use: {holder}; stop that broker first")
+    lock = DataDirectoryLock(data_dir)
+    try:
+        lock.acquire()
+    except DataDirectoryInUse as exc:
+        raise ArgumentError(f"--data-dir: {exc}") from None
+    try:
+        _restore_into(args, manifest, data_dir)
+    finally:
+        lock.release()
+
+
+def _restore_into(args: argparse.Namespace, manifest: dict[str, Any], data_dir: Path) -> None:
+    backup: Path = args.backup
     files: list[str] = list(manifest["files"])
     present = [f for f in files if (data_dir / f).exists()]
     if present and not args.force:
