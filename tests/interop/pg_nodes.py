@@ -1,6 +1,6 @@
 """Broker nodes on one PostgreSQL database, started as users start them, for the two-node modules.
 
-``node`` is one ``scripts/serve --store postgresql://... --core v2 --node-id NAME`` process;
+``node`` is one ``scripts/serve --store postgresql://... --node-id NAME`` process;
 ``node_pair`` starts ``node-a`` and ``node-b`` on the same configuration and database, yields them and
 stops both (a module fixture: ``yield from node_pair(...)``, on the URL of the ``database`` fixture of
 tests/interop/conftest.py).
@@ -16,7 +16,7 @@ from broker_process import BrokerProcess
 
 def node(base: Path, config: Path, url: str, name: str, extra: Sequence[str] = ()) -> BrokerProcess:
     return BrokerProcess(base / name, config,
-                         extra_args=["--store", url, "--core", "v2", "--node-id", name, *extra])
+                         extra_args=["--store", url, "--node-id", name, *extra])
 
 
 def node_pair(base: Path, config: Path, url: str,

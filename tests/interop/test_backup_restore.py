@@ -190,7 +190,7 @@ def test_a_backup_under_load_restores_every_unsettled_message_once(source: Broke
     restored_dir = tmp_path / "restored"
     sodalite("restore", str(destination), "--data-dir", str(restored_dir))
     restored = BrokerProcess(restored_dir, restored_dir / "Config.json",
-                             extra_args=["--core", "v2"]).start()
+                             extra_args=[]).start()
     try:
         found = {path: messages(restored, path) for path in EVERY_QUEUE}
         # No message twice: in each queue, and across the two the moves shuttle between.

@@ -3,14 +3,13 @@
 Three messaging stores, each a PostgreSQL database: the default one (``serve --store``) and two
 ``MessagingStores`` entries with a ``Url`` (``disk1``, ``disk2``: the names the partitioning tests
 expect). The partitioning scenarios are the existing interop tests, imported unchanged and run with
-this module's ``broker``, whose start-up log names the partitioned queues it runs on the version-2
-core (a test moved here from ``test_core_v2_pg_partitioned.py``, which ran these scenarios once more
-with ``--core v2`` when the core was opt-in). The outage test stops a real PostgreSQL server under a
-running broker.
+this module's ``broker``, whose start-up log names the partitioned queues it serves. The outage test
+stops a real PostgreSQL server under a running broker.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -61,8 +60,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 
 
 def test_the_partitioned_queues_run_on_the_core(broker: BrokerProcess) -> None:
-    on_core = {line.split(" runs on the version-2 core")[0].split()[-1]
-               for line in broker.output if " runs on the version-2 core (16 partitions)" in line}
+    on_core = set(re.findall(r"serving (\S+) \(16 partitions\)", "".join(broker.output)))
     assert {"pq", "pq-keys", "pq-sessions", "pq-defer", "pq-outage"} <= on_core
 
 

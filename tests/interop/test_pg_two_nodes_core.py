@@ -1,6 +1,6 @@
-"""Two broker nodes on one PostgreSQL database, plain queues on the version-2 core (issue 18, item 3).
+"""Two broker nodes on one PostgreSQL database, plain queues on the partition core (issue 18, item 3).
 
-Both nodes are started as users start them (``scripts/serve --store postgresql://... --core v2
+Both nodes are started as users start them (``scripts/serve --store postgresql://...
 --node-id ...``) with the same configuration, on a database of this module's own on the PostgreSQL
 server this test process starts (``tests/pg_server.py``). The store is the coordinator: sequence
 numbers come from the partition's counter row, claims are ``FOR UPDATE SKIP LOCKED``, session locks

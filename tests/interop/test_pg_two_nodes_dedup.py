@@ -1,6 +1,6 @@
 """Two broker nodes on one PostgreSQL database: duplicate detection and counts across nodes (issue 18).
 
-Both nodes are started as users start them (``scripts/serve --store postgresql://... --core v2
+Both nodes are started as users start them (``scripts/serve --store postgresql://...
 --node-id ...``) with the same configuration, on a database of this module's own on the PostgreSQL
 server this test process starts (``tests/pg_server.py``). The store decides duplicates: the batch
 that appends a message with a MessageId first takes the id in the same transaction, under the

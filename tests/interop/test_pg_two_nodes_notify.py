@@ -1,7 +1,7 @@
 """Two broker nodes on one PostgreSQL database learn of each other's work through LISTEN/NOTIFY
 (issue 18, storage-and-scale.md section 4), not through their polls.
 
-Both nodes run as users run them (``scripts/serve --store postgresql://... --core v2``), with the
+Both nodes run as users run them (``scripts/serve --store postgresql://...``), with the
 fallback polls set to a minute (``--shared-poll-seconds 60``): a message sent through node A must
 reach a receiver already waiting on node B, and a queue created through A's management API must be
 usable through B, each well before a poll could have found it (the bound is a generous 30 s; the

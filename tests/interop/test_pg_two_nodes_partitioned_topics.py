@@ -1,7 +1,7 @@
-"""Two broker nodes on one PostgreSQL database: partitioned topics on the version-2 core across nodes
+"""Two broker nodes on one PostgreSQL database: partitioned topics on the partition core across nodes
 (issues 14 and 18).
 
-Both nodes are started as users start them (``scripts/serve --store postgresql://... --core v2
+Both nodes are started as users start them (``scripts/serve --store postgresql://...
 --node-id ...``) with the same configuration, on a database of this module's own on the PostgreSQL
 server this test process starts (``tests/pg_server.py``); the official SDK is the client. A
 partitioned topic is a ``TopicActor`` per partition (``server/topic_actor.py``): a send through
@@ -78,9 +78,8 @@ def _admin(node: BrokerProcess) -> ServiceBusAdministrationClient:
 def test_the_partitioned_topics_run_on_the_core_on_both_nodes(nodes: tuple[BrokerProcess, BrokerProcess]) -> None:
     for node in nodes:
         output = "".join(node.output)
-        on_core = dict(re.findall(r"(\S+) runs on the version-2 core \((\d+) partitions\)", output))
+        on_core = dict(re.findall(r"serving (\S+) \((\d+) partitions\)", output))
         assert on_core.get("spread") == on_core.get("spread/subscriptions/all") == str(PARTITIONS)
-        assert re.search(r"on the version-1 path \([^)]*\): none", output)
 
 
 def test_a_send_through_one_node_reaches_a_subscription_receiver_on_the_other(

@@ -7,7 +7,7 @@ from the rules it knew, and the last write won). Whether a rule's name is taken 
 store: of two nodes adding one name at once, exactly one succeeds and the other answers as Service
 Bus does (409, the SDK's ResourceExistsError).
 
-Both nodes are started as users start them (``scripts/serve --store postgresql://... --core v2
+Both nodes are started as users start them (``scripts/serve --store postgresql://...
 --node-id ...``) on a database of this module's own on the PostgreSQL server this test process
 starts (``tests/pg_server.py``); the official SDK's ServiceBusAdministrationClient, one per node, is
 the client, called from threads. Waits for the other node's follow (promised within 1 s, issue 18.3)

@@ -7,7 +7,7 @@ time each node's queue asks the store to activate what is due, fenced there, so 
 activates each message. So a message scheduled through a node that then dies with ``kill -9`` still
 comes through the other node, once; and messages that expire while both nodes hold them in their
 windows are dead-lettered once. Nodes are started as users start them (``scripts/serve --store
-postgresql://... --core v2 --node-id ...``) on a database of this module's own.
+postgresql://... --node-id ...``) on a database of this module's own.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Two broker nodes on one PostgreSQL database: topics and subscriptions on the version-2 core
+"""Two broker nodes on one PostgreSQL database: topics and subscriptions on the partition core
 across nodes (issue 18, items 3 and 4).
 
-Both nodes are started as users start them (``scripts/serve --store postgresql://... --core v2
+Both nodes are started as users start them (``scripts/serve --store postgresql://...
 --node-id ...``) with the same configuration, on a database of this module's own on the PostgreSQL
 server this test process starts (``tests/pg_server.py``); the official SDK is the client, and the
 management API (HTTPS, the SDK's administration client) changes entities through node A only.

@@ -1,6 +1,6 @@
 """AMQP transactions across two broker nodes on one PostgreSQL database (issue 18).
 
-Nodes are started as users start them (``scripts/serve --store postgresql://... --core v2 --node-id
+Nodes are started as users start them (``scripts/serve --store postgresql://... --node-id
 ...``) with one configuration, on a database of this module's own. The raw client drives the
 coordinator (the Python SDK has no transactions); the official SDK checks what is stored.
 
@@ -61,7 +61,7 @@ def database() -> str:
 
 def _node(base: Path, url: str, name: str, skew: float = 0) -> BrokerProcess:
     node = BrokerProcess(base / name, write_config(base / "Config.json", QUEUES),
-                         extra_args=["--store", url, "--core", "v2", "--node-id", name, "--log-level", "INFO"])
+                         extra_args=["--store", url, "--node-id", name, "--log-level", "INFO"])
     if skew:
         site = base / f"{name}-clock"
         site.mkdir(exist_ok=True)

@@ -1,7 +1,7 @@
-"""A broker on the version-2 core over three SQLite messaging stores (the data directory's, ``disk1``
-and ``disk2``, as in test_partitioning), started as users start it (``scripts/serve --core v2``), and
-the SDK calls of the modules that use one (test_core_v2_groups, test_core_v2_partitioned_topics,
-test_core_v2_partitioned_dead_letter_forwarding, test_core_v2_partitioned_moves).
+"""A broker on the partition core over three SQLite messaging stores (the data directory's, ``disk1``
+and ``disk2``, as in test_partitioning), started as users start it (``scripts/serve``), and
+the SDK calls of the modules that use one (test_forwarding_across_stores, test_partitioned_topics,
+test_partitioned_dead_letter_forwarding, test_partitioned_moves).
 
 ``serve`` is the body of a module fixture (``yield from serve(base, QUEUES, TOPICS)``: started, yielded,
 stopped); ``start`` starts one for a test that stops it itself.
@@ -24,7 +24,7 @@ Entities = list[dict[str, Any]]
 def start(base: Path, queues: Entities, topics: Entities) -> BrokerProcess:
     stores = [{"Name": "disk1", "Path": "stores/disk1.db"}, {"Name": "disk2", "Path": "stores/disk2.db"}]
     config = write_config(base / "Config.json", queues, Topics=topics, MessagingStores=stores)
-    return BrokerProcess(base / "data", config, extra_args=["--core", "v2", "--log-level", "INFO"]).start()
+    return BrokerProcess(base / "data", config, extra_args=["--log-level", "INFO"]).start()
 
 
 def serve(base: Path, queues: Entities, topics: Entities) -> Iterator[BrokerProcess]:

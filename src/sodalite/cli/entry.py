@@ -41,10 +41,8 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--store", default=None, metavar="postgresql://...",
                        help="keep the default messaging store in this PostgreSQL database instead of the data "
                             "directory's SQLite file (docs/postgresql.md)")
-    serve.add_argument("--core", choices=("v1", "v2"), default="v2",
-                       help="v2 (the only one): every queue, topic and subscription runs on the partition core and "
-                            "store port v2, which keep no messages in memory. v1 was removed (refused with an "
-                            "error); the option stays so existing command lines work")
+    # Accepted so that command lines written when there were two cores still work; not in --help.
+    serve.add_argument("--core", choices=("v1", "v2"), default="v2", help=argparse.SUPPRESS)
     serve.add_argument("--node-id", default=None,
                        help="this node's name, recorded in the log and in PostgreSQL's application_name "
                             "(default: host name and AMQP port); several nodes on one database: docs/postgresql.md")

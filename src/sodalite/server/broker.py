@@ -502,10 +502,7 @@ class Broker:
                 log.info("removing %s, a temporary destination left by an earlier run", left.name)
                 await self._delete_entity(left)
         self._start_activations()
-        # The summary of the time the version-1 path existed, which operators and tests read (it is gone:
-        # nothing is on it).
-        log.info("core v2: %d entities on the version-2 core; on the version-1 path (partitioned, forwarding "
-                 "dead letters, or joined to one by forwarding): none", len(self.entities))
+        log.info("serving %d entities", len(self.entities))
         loop = asyncio.get_running_loop()
         self._idle_sweeper = loop.create_task(self._sweep_idle_forever())
         if self.worker.shared:  # other nodes change entities in this store too
@@ -615,7 +612,7 @@ class Broker:
             worker = self._home_store(topic.name if topic is not None else path)
             kind_of_actor = TopicActor if record.kind == TOPIC else CoreActor
             actor = kind_of_actor(PartitionRef(path, 0), settings, worker, self.core_clock, node_id=self.node_id)
-        log.info("%s runs on the version-2 core (%d partitions)", record.path, len(each(actor)))
+        log.info("serving %s (%d partitions)", record.path, len(each(actor)))
         for partition in each(actor):
             if partition.worker.offline:
                 partition.suspend()  # loads itself once its store is back

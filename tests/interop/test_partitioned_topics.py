@@ -1,6 +1,6 @@
-"""Partitioned topics and their subscriptions on the version-2 core, through the official SDK.
+"""Partitioned topics and their subscriptions on the partition core, through the official SDK.
 
-The broker is started as users start it (``scripts/serve --core v2``) with the three SQLite
+The broker is started as users start it (``scripts/serve``) with the three SQLite
 messaging stores of ``test_partitioning`` (partition i of every partitioned entity in store i mod
 3). A partitioned topic is a ``TopicActor`` per partition (``server/topic_actor.py``,
 ``PartitionedTopicActor``); a send is pinned to a topic partition as on a partitioned queue
@@ -56,11 +56,10 @@ def _drain(broker: BrokerProcess, topic: str, subscription: str, want: int) -> l
 
 def test_every_entity_runs_on_the_core(broker: BrokerProcess) -> None:
     output = "".join(broker.output)
-    on_core = dict(re.findall(r"(\S+) runs on the version-2 core \((\d+) partitions\)", output))
+    on_core = dict(re.findall(r"serving (\S+) \((\d+) partitions\)", output))
     names = ["pq-in", *(t["Name"] for t in TOPICS),
              *(f"{t['Name']}/subscriptions/{s['Name']}" for t in TOPICS for s in t["Subscriptions"])]
     assert {name: on_core.get(name) for name in names} == dict.fromkeys(names, str(PARTITIONS))
-    assert re.search(r"on the version-1 path \([^)]*\): none", output)
 
 
 def test_a_keyed_send_lands_in_its_partition_of_every_subscription(broker: BrokerProcess) -> None:
@@ -161,7 +160,7 @@ def test_forwarding_into_a_queue_in_one_store_and_into_a_partitioned_queue(broke
     for name in ("a", "b"):
         assert [str(m) for m in _drain(broker, "pts", name, 1)] == ["via"]
     # (Forwarding dead letters from a partitioned subscription is built since: it was refused here;
-    # test_core_v2_partitioned_dead_letter_forwarding.py sets it at runtime.)
+    # test_partitioned_dead_letter_forwarding.py sets it at runtime.)
 
 
 def test_a_store_outage_suspends_only_its_partitions_and_loses_nothing(tmp_path: Path) -> None:

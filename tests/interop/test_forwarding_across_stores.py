@@ -1,7 +1,7 @@
 """Forwarding groups across messaging stores, and mixing partitioned and non-partitioned entities,
-on the version-2 core, through the official SDK (issue 14).
+on the partition core, through the official SDK (issue 14).
 
-The broker is started as users start it (``scripts/serve --core v2``) with the three SQLite
+The broker is started as users start it (``scripts/serve``) with the three SQLite
 messaging stores of ``test_partitioning`` (the data directory's, ``disk1``, ``disk2``): a
 non-partitioned entity lives in the store its name hashes to (a subscription in its topic's),
 partition i of a partitioned one in store i mod 3. Entity names below are picked so that each lands
@@ -91,11 +91,10 @@ def _bodies(messages: list[Any]) -> list[str]:
 def test_the_entities_live_where_the_scenarios_need_them_and_all_run_on_the_core(broker: BrokerProcess) -> None:
     assert len({TOPIC, FAR, FAR_TOPIC}) == 3 and STORES[partition_index(FAR.lower(), 3)] == "disk1"
     output = "".join(broker.output)
-    on_core = set(re.findall(r"(\S+) runs on the version-2 core", output))
+    on_core = set(re.findall(r"serving (\S+) \(", output))
     names = [*(q["Name"] for q in QUEUES), *(t["Name"] for t in TOPICS),
              *(f"{t['Name']}/subscriptions/{s['Name']}" for t in TOPICS for s in t["Subscriptions"])]
     assert set(names) <= on_core, set(names) - on_core
-    assert re.search(r"on the version-1 path \([^)]*\): none", output)
 
 
 def test_a_topics_copies_reach_queues_and_subscriptions_in_other_stores(broker: BrokerProcess) -> None:

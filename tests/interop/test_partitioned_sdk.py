@@ -1,8 +1,8 @@
-"""The official SDK's queue scenarios once more, on PARTITIONED queues run by the version-2 core.
+"""The official SDK's queue scenarios once more, on PARTITIONED queues run by the partition core.
 
 The SDK scenarios of the plain-queue interop modules (send and receive, ReceiveAndDelete, settlement, locks,
 sessions, TTL, scheduling, deferral, dead-lettering, sync and aio), imported unchanged, against
-``--core v2`` brokers with three messaging stores on which each module's queues are created with
+``scripts/serve`` brokers with three messaging stores on which each module's queues are created with
 ``EnablePartitioning``: 16 partitions each, one ``CoreActor`` per
 partition behind ``PartitionedCoreActor``, a receiver's credit split over the partitions. Their
 assertions are the ones a plain queue passes, so they check that a client cannot tell the
@@ -105,7 +105,7 @@ def _partitioned(queues: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _process(base: Path, queues: list[dict[str, Any]]) -> BrokerProcess:
     stores = [{"Name": "disk1", "Path": "stores/disk1.db"}, {"Name": "disk2", "Path": "stores/disk2.db"}]
     config = write_config(base / "Config.json", _partitioned(queues), MessagingStores=stores)
-    return BrokerProcess(base / "data", config, extra_args=["--core", "v2"])
+    return BrokerProcess(base / "data", config, extra_args=[])
 
 
 def _started(base: Path, queues: list[dict[str, Any]]) -> BrokerProcess:

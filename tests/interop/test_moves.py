@@ -1,17 +1,17 @@
-"""Resubmit, move, purge and the console's browsing, against a broker whose queues run on the version-2 core.
+"""Resubmit, move, purge and the console's browsing, against a broker whose queues run on the partition core.
 
-The broker is started as users start it (``scripts/serve --core v2``). Browsing (the console's and
+The broker is started as users start it (``scripts/serve``). Browsing (the console's and
 the JSON API's listing of a queue or its dead-letter queue, and the selection of a move) reads the
 store; purges and moves go through the source queue's core as one fenced ``MoveMessages`` each
 chunk (``server/moves.py``, ``MoveOut`` in ``model/partition_core.py``). The console CLI, browser
 and kill -9 resubmit scenarios (``test_console_cli``, ``test_console_browser``,
 ``test_console_resubmit_kill9``) run in their own modules on the core, the default and only one
-(this module used to run them once more with ``--core v2`` when the core was opt-in), and Spark's
+(this module used to run them once more, when there were two cores), and Spark's
 redrive (the same JSON API move) in ``test_spark_syphon_redrive.py``. What remains here is this
 module's own: a move from a queue on the core into a topic, a transactional send, and the moves
 between stores below.
 
-Moves the source's transaction cannot cover run against ``mixed``, a ``--core v2`` broker with two
+Moves the source's transaction cannot cover run against ``mixed``, a ``scripts/serve`` broker with two
 messaging stores (``MessagingStores``) and the ``mv-v1*`` entities (a queue that forwards its dead
 letters into a partitioned queue; a partitioned topic joined by forwarding to it), which stayed on
 the version-1 path until every forwarding group ran on the core; they are on the core now, and the
@@ -44,7 +44,6 @@ from sodalite.model.sas import generate_token
 
 pytestmark = pytest.mark.interop
 
-V2 = ["--core", "v2"]
 PIN_QUEUE, PIN_TOPIC = "v2-pin", "v2-pin-topic"
 
 
@@ -54,7 +53,7 @@ def cli_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProce
     queues = [*test_console_cli.QUEUES, {"Name": PIN_QUEUE, "Properties": {}}]
     topics = [{"Name": PIN_TOPIC, "Properties": {}, "Subscriptions": [{"Name": "s", "Properties": {}}]}]
     process = BrokerProcess(base / "data", write_config(base / "Config.json", queues, Topics=topics),
-                            extra_args=V2).start()
+                            extra_args=[]).start()
     yield process
     process.stop()
 
@@ -136,7 +135,7 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     stores = [{"Name": "spare", "Path": "stores/spare.db"}]
     process = BrokerProcess(base / "data", write_config(base / "Config.json", queues, Topics=topics,
                                                         MessagingStores=stores),
-                            extra_args=[*V2, "--log-level", "INFO"]).start()
+                            extra_args=["--log-level", "INFO"]).start()
     yield process
     process.stop()
 
@@ -173,9 +172,9 @@ def test_the_mixed_broker_runs_every_entity_on_the_core(mixed: BrokerProcess) ->
     partitioned and non-partitioned entities, and dead letters forwarded through a relay, ran on the
     core (issue 14); this test asserted that placement, and now that none is left behind. The moves
     below into and out of those entities are then moves between entities on the core."""
-    on_core = " ".join(line for line in mixed.output if "runs on the version-2 core" in line)
+    on_core = " ".join(line for line in mixed.output if line.startswith("serving ") or " serving " in line)
     for name in (SRC, NEAR, FAR, TOPIC_NEAR, TOPIC_FAR, PARTITIONED, V1_QUEUE, V1_PARTITIONED, V1_TOPIC):
-        assert f"{name} runs on the version-2 core" in on_core
+        assert f"serving {name} (" in on_core
 
 
 def test_a_move_into_a_queue_in_another_store(mixed: BrokerProcess) -> None:

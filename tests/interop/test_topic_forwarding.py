@@ -1,14 +1,11 @@
-"""Topics, subscriptions and auto-forwarding on the version-2 core, through the official SDK.
+"""Topics, subscriptions and auto-forwarding on the partition core, through the official SDK.
 
-The broker is started as users start it (``scripts/serve --core v2``). A topic on the core stores a
-send's copies for all its subscriptions in one transaction of the topic's store
+The broker is started as users start it (``scripts/serve``). A topic on the core stores a send's
+copies for all its subscriptions in one transaction of the topic's store
 (``server/topic_actor.py``), following a subscription's ForwardTo into queues and other topics on
 the core; each subscription is a queue on the core. The scenarios of ``test_topics.py`` run there
-(the core is the default and only one; this module used to run them once more with ``--core v2``
-when the core was opt-in). What remains here is this module's own: the ``shop`` fixture serves
-``test_topics.py``'s configuration and its start-up line shows that every entity of it is on the
-core; forwarding into a partitioned queue, a receiver already waiting, duplicate detection and
-kill -9 on a topic.
+(the core is the default and only one). What remains here is this module's own: forwarding into a
+partitioned queue, a receiver already waiting, duplicate detection and kill -9 on a topic.
 """
 
 from __future__ import annotations
@@ -36,12 +33,6 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
                            extra_args=[*V2, "--log-level", "INFO"]).start()
     yield broker
     broker.stop()
-
-
-def test_every_entity_of_the_topic_scenarios_runs_on_the_core(shop: BrokerProcess) -> None:
-    [line] = [line for line in shop.output if "entities on the version-2 core" in line]
-    assert "on the version-1 path (partitioned, forwarding dead letters, or joined to one by forwarding): none" \
-        in line, line
 
 
 def test_forwarding_from_a_topic_on_the_core_into_a_partitioned_queue(shop: BrokerProcess) -> None:

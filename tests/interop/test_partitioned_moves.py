@@ -1,6 +1,6 @@
-"""Moves from a partitioned queue, and into a partitioned topic, on the version-2 core.
+"""Moves from a partitioned queue, and into a partitioned topic, on the partition core.
 
-The broker is started as users start it (``scripts/serve --core v2``) with the three SQLite
+The broker is started as users start it (``scripts/serve``) with the three SQLite
 messaging stores of ``test_partitioning`` (partition i of every partitioned entity in store i mod
 3); its start-up log says every entity runs on the core. The CLI and the JSON API drive the moves
 (``server/moves.py``): each partition's core moves its own rows; a move into a partitioned topic
@@ -92,11 +92,6 @@ def _received(client: ServiceBusClient, entity: str, want: int, subscription: st
 def _move(broker: BrokerProcess, source: str, target: str, expected: int, *selection: str) -> None:
     assert test_console_cli.messages(broker, "move", source, "--to", target, *(selection or ("--all",))) == \
         f"moved {expected} of {expected}\n"
-
-
-def test_every_entity_runs_on_the_core(cli_broker: BrokerProcess) -> None:
-    [line] = [line for line in cli_broker.output if "entities on the version-2 core" in line]
-    assert line.rstrip().endswith("by forwarding): none"), line
 
 
 def test_browse_and_move_every_partitions_dead_letters_into_a_queue(cli_broker: BrokerProcess) -> None:

@@ -1,7 +1,7 @@
-"""Partitioned queues and topics on the version-2 core: the start-up log, and a restart on the same files.
+"""Partitioned queues and topics on the partition core: the start-up log, and a restart on the same files.
 
 The partitioning scenarios themselves run in ``test_partitioning.py`` (the core is the default and
-only one; this module used to run them once more with ``--core v2`` when the core was opt-in) and
+only one; this module used to run them once more, when there were two cores) and
 the Spark reader's per-partition operations in ``test_spark_broker_extension.py``. Two tests of this
 module's own remain, against a broker with the three SQLite messaging stores of
 ``test_partitioning``: the broker's log names the queues and topic it put on the core, each with its
@@ -26,7 +26,7 @@ V2 = ["--core", "v2"]
 
 
 class CoreV2BrokerProcess(BrokerProcess):
-    """A broker process served with ``--core v2`` (the default, named as a user may name it)."""
+    """A broker process served with ``scripts/serve`` (the default, named as a user may name it)."""
 
     def __init__(self, data_dir: Path, config: Path | None, port: int = 0, extra_args: list[str] | None = None) -> None:
         super().__init__(data_dir, config, port, [*(extra_args or []), *V2])
@@ -45,11 +45,10 @@ def test_partitioned_queues_and_topics_run_on_the_core(broker: BrokerProcess) ->
     ones included, the partitioned topic and its subscriptions, each with its 16 partitions, and
     none on the version-1 path (the configuration of ``test_partitioning``'s scenarios)."""
     output = "".join(broker.output)
-    on_core = dict(re.findall(r"(\S+) runs on the version-2 core \((\d+) partitions\)", output))
+    on_core = dict(re.findall(r"serving (\S+) \((\d+) partitions\)", output))
     names = ("pq", "pq-keys", "pq-sessions", "pq-defer", "pq-fwd", "pq-fwd-dst", "pq-outage", "pt",
              "pt/subscriptions/all", "pt/subscriptions/red")
     assert {name: on_core.get(name) for name in names} == dict.fromkeys(names, "16")
-    assert re.search(r"on the version-1 path \([^)]*\): none", output)
 
 
 def test_a_partitioned_queue_written_by_version_1_is_served_by_the_core(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
-"""AMQP transactions on the version-2 core over a PostgreSQL messaging store (one node).
+"""AMQP transactions on the partition core over a PostgreSQL messaging store (one node).
 
 Every scenario of ``test_transactions.py`` that runs against its module broker, imported unchanged,
-served by this module's ``tx_broker``: the same configuration with ``--core v2`` and
+served by this module's ``tx_broker``: the same configuration with ``scripts/serve`` and
 ``--store postgresql://...``, so each commit is one ``Transact`` batch of the PostgreSQL store (the
 settlements fenced by token and every copy, in one database transaction). Several nodes:
 ``test_pg_two_nodes_transactions.py``.
@@ -45,7 +45,7 @@ def tx_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProces
     base = tmp_path_factory.mktemp("core-v2-pg-transactions")
     config = write_config(base / "Config.json", QUEUES, Topics=TOPICS)
     broker = BrokerProcess(base / "data", config,
-                           extra_args=["--core", "v2", "--store", server.create_database("transactions"),
+                           extra_args=["--store", server.create_database("transactions"),
                                        "--log-level", "INFO"]).start()
     yield broker
     broker.stop()
@@ -54,5 +54,5 @@ def tx_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProces
 def test_the_transaction_scenarios_ran_on_the_core_over_postgresql(tx_broker: BrokerProcess) -> None:
     output = "".join(tx_broker.output)
     for name in ("tx-a", "tx-b", "tx-topic", "tx-part"):
-        assert f"{name} runs on the version-2 core" in output
+        assert f"serving {name} (" in output
     assert not (tx_broker.data_dir / "messages.db").exists()  # the messages are in the PostgreSQL database

@@ -1,9 +1,9 @@
-"""AMQP transactions on the version-2 core, with the raw client as the transaction controller and the
+"""AMQP transactions on the partition core, with the raw client as the transaction controller and the
 official SDK checking what is visible.
 
-The broker is started as users start it (``scripts/serve --core v2``). The scenarios of
+The broker is started as users start it (``scripts/serve``). The scenarios of
 ``test_transactions.py`` run there (the core is the default and only one; this module used to run
-them once more with ``--core v2`` when the core was opt-in). What remains here is this module's
+them once more, when there were two cores). What remains here is this module's
 own, against ``tx_broker`` (``test_transactions.py``'s configuration and a few queues and a topic
 more): the broker's start-up lines name every entity on the core; a transaction's send to the queue
 it settles on under duplicate detection, the combinations one core cannot commit (refused as not
@@ -60,7 +60,7 @@ def tx_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProces
 def test_every_entity_of_the_transaction_scenarios_runs_on_the_core(tx_broker: BrokerProcess) -> None:
     """The broker names each entity it runs on the core (test_transactions.py's configuration): every queue,
     the partitioned ones with their partitions, the topic and its subscriptions."""
-    on_core = dict(re.findall(r"(\S+) runs on the version-2 core \((\d+) partitions\)", "".join(tx_broker.output)))
+    on_core = dict(re.findall(r"serving (\S+) \((\d+) partitions\)", "".join(tx_broker.output)))
     names = [q["Name"] for q in QUEUES + EXTRA_QUEUES] + ["tx-topic", "tx-topic/subscriptions/s1",
                                                            "tx-topic/subscriptions/s2"]
     partitioned = {q["Name"] for q in QUEUES if q["Properties"].get("EnablePartitioning")}
