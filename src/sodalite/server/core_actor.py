@@ -776,7 +776,7 @@ class CoreActor:
         """How many messages the core could hand out now (its window of ready ones); a partitioned
         queue gives a receiver's credit only where this is above 0."""
         runner = self.runners.get(sub)
-        return len(runner.view.window_order) if runner is not None and self.available else 0
+        return len(runner.view.window.order) if runner is not None and self.available else 0
 
     def given(self, consumer: Receiver) -> int:
         """The credit ``consumer`` gave the core that it has not delivered on yet, claimed or not."""
@@ -862,12 +862,12 @@ class CoreActor:
         from the store, or a state (Service Bus lists both)."""
         self.note_activity()
         runner = self._runner(SubQueue.MAIN)
-        states = runner.view.session_states
+        states = runner.view.sessions.states
         if updated_after is not None:
             return sorted(sid for sid, (_, at) in states.items() if at > updated_after)
         ref, worker = self.refs[SubQueue.MAIN], self.worker
         with_messages = await worker.call(lambda: worker.store.session_ids(ref, _ACTIVE_ONLY))
-        return sorted({*with_messages, *runner.view.session_states})
+        return sorted({*with_messages, *runner.view.sessions.states})
 
     # ---- what the broker reads --------------------------------------------------------------------
 
@@ -995,7 +995,7 @@ class CoreActor:
         core checks again when the transaction commits."""
         sub = self._holders.get(token)
         runner = self.runners.get(sub) if sub is not None else None
-        lock = runner.view.locks.get(token) if runner is not None else None
+        lock = runner.view.locks.held.get(token) if runner is not None else None
         if sub is None or lock is None or lock.settling or lock.locked_until <= self.clock.now():
             raise MessageLockLost(LOCK_SUPPLIED_INVALID)
         self._runner(sub)  # StoreUnavailable while the store is offline
