@@ -108,6 +108,7 @@ from sodalite.errors import (
 from sodalite.model import partition_core as core
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, Lock, MessageDraft
+from sodalite.model.quotas import entity_full
 from sodalite.model.store_ops import MoveItem, Outcome, StoredMessage
 from sodalite.server import delivery_trace, wire
 from sodalite.server.entity_settings import EntitySettings, SubQueue
@@ -544,9 +545,9 @@ class CoreActor:
         if self.worker.full:
             raise StoreFull(f"the messaging store '{self.worker.name}' is full: new messages are refused "
                             "until space is freed (receiving and settling go on)")
-        limit = self.settings.max_size_in_bytes
-        if limit is not None and self._size + sum(d.size for d in drafts) > limit:
-            raise QuotaExceeded(f"the entity '{self.ref.entity}' is full: its MaxSizeInMegabytes is reached")
+        refusal = entity_full(self.ref.entity, self._size, sum(d.size for d in drafts), self.settings.max_size_in_bytes)
+        if refusal is not None:
+            raise QuotaExceeded(refusal)
 
     def send(self, drafts: list[MessageDraft]) -> asyncio.Future[None]:
         self._check_send(drafts)

@@ -4,7 +4,7 @@ what every turn does (timers, deliveries, waiting session accepts), then the bat
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TypeVar, cast
 
 from sodalite.model.partition_core import (
     deferral,
@@ -56,8 +56,8 @@ from sodalite.model.partition_core.view import View, touch
 from sodalite.model.store_ops import MoveMessages, RenewLocks
 from sodalite.model.store_ops import Settle as SettleOp
 
-# A handler takes the command of its type (the table pairs them; Any spares a cast per entry).
-_Handler = Callable[[Turn, Any], None]
+_Handler = Callable[[Turn, Command], None]
+C = TypeVar("C")
 
 
 def decide(view: View, command: Command, now: int) -> Decision:
@@ -166,7 +166,7 @@ def _read(view: View, batch_id: int | None) -> ReadWindow | ReadCounts | None:
 # ---- the other commands -----------------------------------------------------------------------------------
 
 
-def _set_available(available: bool) -> _Handler:
+def _set_available(available: bool) -> Callable[[Turn, object], None]:
     def handle(turn: Turn, _command: object) -> None:
         turn.view.available = available
     return handle
@@ -199,40 +199,45 @@ def _nothing(_turn: Turn, _command: object) -> None:
     """A Tick or a Touch: what every turn does is all there is to do."""
 
 
-_HANDLERS: dict[type[Any], _Handler] = {
+def _on(kind: type[C], handler: Callable[[Turn, C], None]) -> tuple[type[object], _Handler]:
+    """A table entry: ``handler`` takes commands of ``kind`` (checked here, so dispatch needs no test)."""
+    return kind, cast(_Handler, handler)
+
+
+_HANDLERS: dict[type[object], _Handler] = dict([
     # the store and time
-    StoreResults: on_results,
-    StoreFailed: on_failed,
-    WindowRead: window.on_window_read,
-    CountsRead: maintenance.on_counts_read,
-    RefreshCounts: _on_refresh_counts,
-    StoreAvailable: _set_available(True),
-    StoreUnavailable: _set_available(False),
-    Arrived: _on_arrived,
-    Landed: sending.on_landed,
-    DueInStore: timers.on_due_in_store,
-    Unsent: sending.on_unsent,
-    Tick: _nothing,
+    _on(StoreResults, on_results),
+    _on(StoreFailed, on_failed),
+    _on(WindowRead, window.on_window_read),
+    _on(CountsRead, maintenance.on_counts_read),
+    _on(RefreshCounts, _on_refresh_counts),
+    _on(StoreAvailable, _set_available(True)),
+    _on(StoreUnavailable, _set_available(False)),
+    _on(Arrived, _on_arrived),
+    _on(Landed, sending.on_landed),
+    _on(DueInStore, timers.on_due_in_store),
+    _on(Unsent, sending.on_unsent),
+    _on(Tick, _nothing),
     # requests: each is a use of the entity (AutoDeleteOnIdle)
-    Send: _on_send,
-    Schedule: _on_send,
-    Publish: sending.on_publish,
-    CancelScheduled: sending.on_cancel,
-    Receive: receivers.on_receive,
-    CloseConsumer: receivers.on_close_consumer,
-    AcceptSession: sessions.on_accept,
-    RenewSessionLock: _on_renew_session,
-    GetSessionState: sessions.on_get_state,
-    SetSessionState: sessions.on_set_state,
-    Settle: settling.on_settle,
-    RenewLock: settling.on_renew,
-    ReceiveDeferred: deferral.on_receive_deferred,
-    CompleteThrough: maintenance.on_complete_through,
-    MoveOut: maintenance.on_move_out,
-    Transact: transactions.on_transact,
-    UpdateSettings: maintenance.on_update_settings,
-    Touch: _nothing,
-}
+    _on(Send, _on_send),
+    _on(Schedule, _on_send),
+    _on(Publish, sending.on_publish),
+    _on(CancelScheduled, sending.on_cancel),
+    _on(Receive, receivers.on_receive),
+    _on(CloseConsumer, receivers.on_close_consumer),
+    _on(AcceptSession, sessions.on_accept),
+    _on(RenewSessionLock, _on_renew_session),
+    _on(GetSessionState, sessions.on_get_state),
+    _on(SetSessionState, sessions.on_set_state),
+    _on(Settle, settling.on_settle),
+    _on(RenewLock, settling.on_renew),
+    _on(ReceiveDeferred, deferral.on_receive_deferred),
+    _on(CompleteThrough, maintenance.on_complete_through),
+    _on(MoveOut, maintenance.on_move_out),
+    _on(Transact, transactions.on_transact),
+    _on(UpdateSettings, maintenance.on_update_settings),
+    _on(Touch, _nothing),
+])
 _USES = frozenset({Send, Schedule, Publish, CancelScheduled, Receive, CloseConsumer, AcceptSession,
                    RenewSessionLock, GetSessionState, SetSessionState, Settle, RenewLock, ReceiveDeferred,
                    CompleteThrough, MoveOut, Transact, UpdateSettings, Touch})

@@ -66,7 +66,7 @@ class DeferredClaimCtx(Continuation):
 
     def done(self, turn: Turn, result: OpResult, batch_id: int) -> None:
         """All taken: PeekLock answers now (the locks are durable), ReceiveAndDelete completes them first.
-        Any missing (or the session lost, or the claim back too late): the ones taken are released
+        Some missing (or the session lost, or the claim back too late): the ones taken are released
         (their deliveries given back) and nothing was received."""
         if not isinstance(result, Claimed):
             return
