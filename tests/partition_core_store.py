@@ -495,7 +495,7 @@ class CoreMachine(RuleBasedStateMachine):
         for reply in replies:
             if isinstance(reply, SettingsUpdated):
                 for token in reply.dropped:
-                    lock = h.view.locks.get(token)
+                    lock = h.view.locks.held.get(token)
                     if lock is None:  # released: the store no longer holds it either
                         rows = h.store.rows.values()
                         assert not any(row.lock_token == token and row.locked_at(h.now) for row in rows)
@@ -521,8 +521,8 @@ class CoreMachine(RuleBasedStateMachine):
             return
         view, store = self.harness.view, self.harness.store
         counts = view.counts
-        if view.counts_stale_after:
-            assert view.counts_read_after is not None or not view.available, "counts stale, no read of them asked for"
+        if view.counts.stale_after:
+            assert view.counts.read_after is not None or not view.available, "counts stale, no read of them asked for"
             return
         assert (counts.active, counts.scheduled, counts.deferred) == store.counts()
 

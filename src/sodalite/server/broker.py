@@ -52,6 +52,9 @@ from sodalite.model.entities import (
 )
 from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDraft
 from sodalite.model.partition_core import record_for as core_record
+from sodalite.model.partitioning import partition_index
+from sodalite.model.quotas import namespace_full, topic_full
+from sodalite.model.routing import follow, past_hop_limit
 from sodalite.server import temporary, topic_consumers, wire
 from sodalite.server.addresses import entity_path
 from sodalite.server.connection_handler import BrokerConnection
@@ -63,7 +66,7 @@ from sodalite.server.limits import ConnectionLimits
 from sodalite.server.listener import ListenFailed, ProtocolFactory, SniffingListener
 from sodalite.server.metrics import BrokerMetrics
 from sodalite.server.partition_runner import LoopClock
-from sodalite.server.partitioned_actor import EntityActor, PartitionedCoreActor, each, partition_index
+from sodalite.server.partitioned_actor import EntityActor, PartitionedCoreActor, each
 from sodalite.server.registry import QUEUE, SUBSCRIPTION, TOPIC, Entity, Route, named_subscription_path
 from sodalite.server.store_worker import StoreWorker
 from sodalite.server.topic_actor import PartitionedTopicActor, TopicActor
@@ -91,7 +94,6 @@ IDLE_SWEEP_SECONDS = 15.0  # AutoDeleteOnIdle is at least 5 minutes, so this is 
 ACTIVITY_SECONDS = 5.0
 SHUTDOWN_GRACE_S = 10.0  # a graceful stop waits this long at most for store work in flight
 ACTIVITY_LAPSE = 3
-MAX_TRANSFER_HOPS = 4  # Service Bus forwards a message at most this many times (DLQ overview)
 # Regenerated keys: one record per key name and scope (the namespace, or a queue or topic), of a kind the
 # entity loader skips, at "$authorizationrules/<$namespace or lower-cased path>/<key name>" ('$' keeps it apart
 # from entity names), so two nodes regenerating different keys at once keep both. An older release kept
@@ -327,16 +329,16 @@ class Broker:
 
         A topic ends a route: it fans the message out to its subscriptions.
         """
-        current, hops = entity, 0
-        while current.forward_to:
+        def next_hop(current: Entity) -> Entity | None:
+            if not current.forward_to:
+                return None
             target = self.entity(entity_path(forward_target(current.forward_to)))
             if target is None:
                 raise EntityNotFound(f"'{current.name}' forwards to '{current.forward_to}', "
                                      "which this broker does not serve")
-            if hops == MAX_TRANSFER_HOPS:
-                return Route(current, hops, exceeded=True)
-            current, hops = target, hops + 1
-        return Route(current, hops, exceeded=False)
+            return target
+
+        return Route(*follow(entity, next_hop))
 
     def _start_activations(self) -> None:
         """Topics on the core publish their due scheduled messages only once their subscriptions are
@@ -350,9 +352,9 @@ class Broker:
         hop more), the transfer dead-letter queue where the chain reached the hop limit (with that
         description), or None where it ends in a topic (they stay in the entity's dead-letter queue)."""
         route = self.route(target)
-        total = route.hops + 1
-        if route.exceeded or total > MAX_TRANSFER_HOPS:
-            return route.entity, SubQueue.TRANSFER_DEAD_LETTER, f"forwarded {total} times"
+        limit = past_hop_limit(route.hops + 1, route.exceeded)
+        if limit is not None:
+            return route.entity, SubQueue.TRANSFER_DEAD_LETTER, limit
         if route.entity.kind == TOPIC:
             return None
         return route.entity, SubQueue.MAIN, None
@@ -670,10 +672,11 @@ class Broker:
                 else:
                     route = self.route(sub)
                     total = hops + route.hops
-                    if route.exceeded or total > MAX_TRANSFER_HOPS:
+                    limit = past_hop_limit(total, route.exceeded)
+                    if limit is not None:
                         target = self._on_core_at(topic, route.entity, index, copy.draft)
                         dead = wire.dead_lettered(core_record(copy.draft, now, None),
-                                                  MAX_TRANSFER_HOP_COUNT_EXCEEDED, f"forwarded {total} times")
+                                                  MAX_TRANSFER_HOP_COUNT_EXCEEDED, limit)
                         out.append((target, SubQueue.TRANSFER_DEAD_LETTER, dead))
                     elif route.entity.kind == TOPIC:
                         # A partitioned topic reached without an index (from a non-partitioned one): the
@@ -760,13 +763,10 @@ class Broker:
     def _check_entity_quota(self, partitioned: bool) -> None:
         """The namespace's quotas on queues plus topics, and on partitioned ones (seed: 10,000 and 100)."""
         entities = [e for e in self.entities.values() if e.kind in (QUEUE, TOPIC)]
-        if len(entities) >= self.namespace.max_entity_count:
-            raise QuotaExceeded(f"the namespace already has {len(entities)} queues and topics, its quota "
-                                f"(MaxEntityCount {self.namespace.max_entity_count})")
-        partitioned_count = sum(1 for e in entities if e.partitioned)
-        if partitioned and partitioned_count >= self.namespace.max_partitioned_entity_count:
-            raise QuotaExceeded(f"the namespace already has {partitioned_count} partitioned queues and topics, "
-                                f"its quota (MaxPartitionedEntityCount {self.namespace.max_partitioned_entity_count})")
+        refusal = namespace_full(len(entities), sum(1 for e in entities if e.partitioned), partitioned,
+                                 self.namespace.max_entity_count, self.namespace.max_partitioned_entity_count)
+        if refusal is not None:
+            raise QuotaExceeded(refusal)
 
     async def create_queue(self, name: str, properties: QueueProperties) -> Entity:
         async with self._entities_lock:
@@ -887,9 +887,9 @@ class Broker:
         path = named_subscription_path(topic.name, name)
         if self.entity(path) is not None:
             raise EntityAlreadyExists(f"the subscription '{name}' already exists on '{topic.name}'")
-        if len(topic.subscriptions) >= self.max_subscriptions_per_topic:
-            raise QuotaExceeded(f"the topic '{topic.name}' already has {len(topic.subscriptions)} subscriptions, "
-                                f"its quota ({self.max_subscriptions_per_topic})")
+        refusal = topic_full(topic.name, len(topic.subscriptions), self.max_subscriptions_per_topic)
+        if refusal is not None:
+            raise QuotaExceeded(refusal)
         self._check_forward_targets(properties, topic=topic)
         for rule in rules:
             self._compile_rule(rule)  # refuse a bad filter before anything is stored

@@ -108,6 +108,7 @@ from sodalite.errors import (
 from sodalite.model import partition_core as core
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, Lock, MessageDraft
+from sodalite.model.quotas import entity_full
 from sodalite.model.store_ops import MoveItem, Outcome, StoredMessage
 from sodalite.server import delivery_trace, wire
 from sodalite.server.entity_settings import EntitySettings, SubQueue
@@ -553,9 +554,9 @@ class CoreActor:
         if self.worker.full:
             raise StoreFull(f"the messaging store '{self.worker.name}' is full: new messages are refused "
                             "until space is freed (receiving and settling go on)")
-        limit = self.settings.max_size_in_bytes
-        if limit is not None and self._size + sum(d.size for d in drafts) > limit:
-            raise QuotaExceeded(f"the entity '{self.ref.entity}' is full: its MaxSizeInMegabytes is reached")
+        refusal = entity_full(self.ref.entity, self._size, sum(d.size for d in drafts), self.settings.max_size_in_bytes)
+        if refusal is not None:
+            raise QuotaExceeded(refusal)
 
     def send(self, drafts: list[MessageDraft]) -> asyncio.Future[None]:
         self._check_send(drafts)
@@ -785,7 +786,7 @@ class CoreActor:
         """How many messages the core could hand out now (its window of ready ones); a partitioned
         queue gives a receiver's credit only where this is above 0."""
         runner = self.runners.get(sub)
-        return len(runner.view.window_order) if runner is not None and self.available else 0
+        return len(runner.view.window.order) if runner is not None and self.available else 0
 
     def given(self, consumer: Receiver) -> int:
         """The credit ``consumer`` gave the core that it has not delivered on yet, claimed or not."""
@@ -871,12 +872,12 @@ class CoreActor:
         from the store, or a state (Service Bus lists both)."""
         self.note_activity()
         runner = self._runner(SubQueue.MAIN)
-        states = runner.view.session_states
+        states = runner.view.sessions.states
         if updated_after is not None:
             return sorted(sid for sid, (_, at) in states.items() if at > updated_after)
         ref, worker = self.refs[SubQueue.MAIN], self.worker
         with_messages = await worker.call(lambda: worker.store.session_ids(ref, _ACTIVE_ONLY))
-        return sorted({*with_messages, *runner.view.session_states})
+        return sorted({*with_messages, *runner.view.sessions.states})
 
     # ---- what the broker reads --------------------------------------------------------------------
 
@@ -1004,7 +1005,7 @@ class CoreActor:
         core checks again when the transaction commits."""
         sub = self._holders.get(token)
         runner = self.runners.get(sub) if sub is not None else None
-        lock = runner.view.locks.get(token) if runner is not None else None
+        lock = runner.view.locks.held.get(token) if runner is not None else None
         if sub is None or lock is None or lock.settling or lock.locked_until <= self.clock.now():
             raise MessageLockLost(LOCK_SUPPLIED_INVALID)
         self._runner(sub)  # StoreUnavailable while the store is offline

@@ -51,6 +51,7 @@ from sodalite.errors import (
 )
 from sodalite.model import partition_core as core
 from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDraft
+from sodalite.model.routing import past_hop_limit
 from sodalite.model.settlement import Settlement, Verb
 from sodalite.model.store_ops import Outcome
 from sodalite.server import wire
@@ -130,10 +131,10 @@ def plan_send(broker: Routes, entity: Entity, drafts: Sequence[MessageDraft]) ->
     for draft in drafts:
         part = _partition(destination.actor, draft)
         now = part.clock.now()
-        if route.exceeded:
+        limit = past_hop_limit(route.hops, route.exceeded)
+        if limit is not None:
             part.check_transactional_send([draft], stored_here=False)
-            dead = wire.dead_lettered(core.record_for(draft, now, None), MAX_TRANSFER_HOP_COUNT_EXCEEDED,
-                                      f"forwarded {route.hops} times")
+            dead = wire.dead_lettered(core.record_for(draft, now, None), MAX_TRANSFER_HOP_COUNT_EXCEEDED, limit)
             planned.append(PlannedSend(draft.message_id, ((part, SubQueue.TRANSFER_DEAD_LETTER, dead),),
                                        (part, SubQueue.MAIN), None))
         elif destination.kind == TOPIC:

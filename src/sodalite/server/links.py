@@ -36,7 +36,8 @@ from sodalite.amqp.types import Described, Long, Symbol
 from sodalite.errors import InvalidOperation, MessageSizeExceeded, SessionLockLost, SodaliteError
 from sodalite.model.authorization import AccessRights
 from sodalite.model.message import MessageRecord
-from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, Lock, MessageDraft
+from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, Lock
+from sodalite.model.routing import past_hop_limit, without_pings
 from sodalite.server import delivery_trace, outcomes, test_defects, wire
 from sodalite.server.amqp_errors import client_error
 from sodalite.server.endpoint import ConnectionPort, Endpoint
@@ -84,17 +85,19 @@ class Producer(Endpoint):
             if delivery.oversize:
                 raise MessageSizeExceeded(f"the message exceeds the entity limit of {entity.max_message_size} bytes")
             drafts = wire.received_messages(delivery.payload, delivery.message_format, entity.max_message_size)
-            drafts = _without_pings(entity, drafts)
+            drafts, pinged = without_pings(drafts)
+            if pinged:
+                entity.actor.note_activity()
             route = broker.route(entity)
+            limit = past_hop_limit(route.hops, route.exceeded)
             if test_defects.ACTIVE and test_defects.on("ack-before-commit") and not delivery.settled:
                 link.settle(delivery.delivery_id, Accepted())  # test-only defect: acknowledged before the commit
                 if test_defects.every(4):
                     drafts = []  # ... and the commit lost
             if not drafts:
                 future = _done()
-            elif route.exceeded:
-                future = route.entity.actor.send_to_transfer_dead_letter(
-                    drafts, MAX_TRANSFER_HOP_COUNT_EXCEEDED, f"forwarded {route.hops} times")
+            elif limit is not None:
+                future = route.entity.actor.send_to_transfer_dead_letter(drafts, MAX_TRANSFER_HOP_COUNT_EXCEEDED, limit)
             elif route.entity.kind == TOPIC:
                 future = broker.publish(route.entity, drafts)
             else:
@@ -129,15 +132,6 @@ def attach_producer(connection: ConnectionPort, link: Link, entity: Entity) -> N
     link.auto_credit = PRODUCER_CREDIT
     link.max_message_size = limit + BATCH_ENVELOPE_SLACK
     link.accept(max_message_size=limit)
-
-
-def _without_pings(entity: Entity, drafts: list[MessageDraft]) -> list[MessageDraft]:
-    """The drafts less any paired-namespace pings, which end here: the link's Send right has been
-    checked, the entity counts as used (AutoDeleteOnIdle), and nothing is stored or routed."""
-    if not any(d.ping for d in drafts):
-        return drafts
-    entity.actor.note_activity()
-    return [d for d in drafts if not d.ping]
 
 
 def _done() -> asyncio.Future[None]:

@@ -59,12 +59,13 @@ from sodalite.model.entities import SqlFilter
 from sodalite.model.filters import CompiledFilter, compile_filter
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import LAST_INSTANT_MS, MessageDraft
+from sodalite.model.partitioning import partition_of_sequence_number
 from sodalite.model.store_ops import MoveItem as CoreMoveItem
 from sodalite.server import wire
 from sodalite.server.core_actor import ALL_STATES, CoreActor
 from sodalite.server.entity_settings import SubQueue
 from sodalite.server.fanout import message_view
-from sodalite.server.partitioned_actor import PartitionedCoreActor, each, partition_of_sequence_number
+from sodalite.server.partitioned_actor import PartitionedCoreActor, each
 from sodalite.server.registry import Entity
 from sodalite.server.topic_actor import MovedKeys, PartitionedTopicActor, TopicActor
 from sodalite.store.port import ForgetMoveKeys

@@ -50,13 +50,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import uuid
-import zlib
 from collections.abc import Iterator, Sequence
 from typing import Generic, Protocol, TypeVar
 
 from sodalite.errors import (
     LOCK_SUPPLIED_INVALID,
-    InvalidOperation,
     MessageLockLost,
     MessageNotFound,
     SodaliteError,
@@ -64,39 +62,19 @@ from sodalite.errors import (
 )
 from sodalite.model.message import MessageRecord
 from sodalite.model.partition import Lock, MessageDraft
+from sodalite.model.partitioning import (
+    first_sequence_number,
+    partition_index,
+    partition_key,
+    partition_of_sequence_number,
+)
 from sodalite.server.core_actor import AnnotationEdits, CoreActor, Receiver, Taken
 from sodalite.server.entity_settings import Consumer, EntitySettings, SubQueue, all_of
 from sodalite.server.store_worker import StoreWorker
-from sodalite.store.port import PARTITION_SHIFT, PartitionRef
+from sodalite.store.port import PartitionRef
 
 POOL_POLL_SECONDS = 0.05  # how often credit no partition could use is offered again
 RECHECK_SECONDS = 1.0  # how often a partition whose store failed a commit asks it again
-
-
-def partition_index(key: str, count: int) -> int:
-    """The partition a key pins a message to; stable across restarts and processes."""
-    return zlib.crc32(key.encode("utf-8")) % count
-
-
-def partition_of_sequence_number(sequence_number: int) -> int:
-    return sequence_number >> PARTITION_SHIFT
-
-
-def partition_key(draft: MessageDraft, duplicate_detection: bool) -> str | None:
-    """The seed's partition key: SessionId, else PartitionKey, else MessageId under duplicate detection.
-
-    Raises InvalidOperation when SessionId and PartitionKey are both set and differ.
-    """
-    if draft.session_id is not None:
-        if draft.partition_key is not None and draft.partition_key != draft.session_id:
-            raise InvalidOperation(
-                f"the PartitionKey '{draft.partition_key}' differs from the SessionId '{draft.session_id}'")
-        return draft.session_id
-    if draft.partition_key is not None:
-        return draft.partition_key
-    if duplicate_detection and draft.message_id is not None:
-        return str(draft.message_id)
-    return None
 
 
 class _OwnerRelease(Protocol):
@@ -277,7 +255,7 @@ class Partitioned(Generic[P]):
         for index in range(first, len(self.partitions)):
             partition = self.partitions[index]
             if partition.available:
-                yield partition, from_sequence_number if index == first else index << PARTITION_SHIFT
+                yield partition, from_sequence_number if index == first else first_sequence_number(index)
 
     def next_partition(self) -> P:
         """The next partition whose store is available: a keyless send succeeds while any is."""

@@ -274,7 +274,7 @@ class TopicActor(CoreActor):
         (nor earlier in this send): the core decides again at its commit, this only spares the other
         stores' copies of a resend."""
         runner = self.runners.get(SubQueue.MAIN)
-        dedup = runner.view.dedup if runner is not None else None
+        dedup = runner.view.dedup.detector if runner is not None else None
         if dedup is None:
             return planned
         now, seen = self.clock.now(), set()

@@ -53,13 +53,13 @@ from sodalite.errors import (
     TransactionUnknown,
 )
 from sodalite.model.partition import MessageDraft
+from sodalite.model.partitioning import partition_key
 from sodalite.model.settlement import Settlement
 from sodalite.server import core_transactions as on_core
 from sodalite.server import outcomes, wire
 from sodalite.server.amqp_errors import client_error
 from sodalite.server.endpoint import ConnectionPort, Endpoint
 from sodalite.server.messages import decode_request
-from sodalite.server.partitioned_actor import partition_key
 from sodalite.server.registry import Entity
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ def test_a_row_another_core_locked_under_this_ones_claim_comes_back_when_that_lo
     a.drain()
     b.run(Arrived(1))  # b reads the row into its window: ready there too
     b.drain()
-    assert b.view.window_order == [1]
+    assert b.view.window.order == [1]
     a.run(Receive("ca", 1))
     assert [type(r) for r in a.drain()] == [Delivered]  # a holds the lock until 30,000, then dies
     b.run(Receive("cb", 1))

@@ -98,7 +98,7 @@ def test_the_dead_letter_queue_delivers_a_kept_number_below_its_cursor_once_told
     dlq.store.rows = queue.store.dead
     dlq.run(Arrived(1))
     dlq.drain()
-    assert dlq.view.at_tail and dlq.view.cursor == 4 and list(dlq.view.window) == [4]
+    assert dlq.view.window.at_tail and dlq.view.window.cursor == 4 and list(dlq.view.window.records) == [4]
     # Message 2 is dead-lettered later: its number lies below the window's cursor.
     dead_letter(queue, held[2])
     assert sorted(queue.store.dead) == [2, 4]

@@ -111,7 +111,7 @@ def test_peek_lock_claims_the_deferred_numbers_in_one_claim_and_answers_after_it
         assert row.lock_token == m.lock_token and row.locked_until == m.locked_until == LOCK
         # the deferral gave its delivery back (not a delivery attempt); this claim counts one
         assert m.message.state is MessageState.DEFERRED and m.message.delivery_count == 1
-        assert h.view.locks[m.lock_token].consumer == "m"
+        assert h.view.locks.held[m.lock_token].consumer == "m"
     assert h.store.rows[s2].lock_token is None
     assert counts(h) == (0, 0, 3)  # still deferred while locked
 
@@ -135,7 +135,7 @@ def test_an_abandoned_deferred_message_stays_deferred_and_out_of_the_window() ->
     assert isinstance(got, DeferredReceived)
     assert any(isinstance(r, SettlementDone) for r in settle(h, got.messages[0].lock_token, Outcome.ABANDON))
     assert h.store.rows[s1].record.state is MessageState.DEFERRED and h.store.rows[s1].lock_token is None
-    assert receive(h, 5) == [] and s1 not in h.view.window
+    assert receive(h, 5) == [] and s1 not in h.view.window.records
     assert counts(h) == (0, 0, 1)
     # the deferral gave one delivery back
     again = only(h.run(ReceiveDeferred((s1,), "rd2")) + h.drain(), DeferredReceived)
@@ -152,7 +152,7 @@ def test_a_lapsed_lock_of_a_deferred_message_leaves_it_deferred_not_ready() -> N
     h.at(LOCK)
     h.run(Tick())
     h.drain()
-    assert token not in h.view.locks and s1 not in h.view.window and not h.view.locked_seqs
+    assert token not in h.view.locks.held and s1 not in h.view.window.records and not h.view.locks.by_seq
     assert receive(h, 5) == []
     assert isinstance(settle(h, token, Outcome.COMPLETE)[0], LockLost)
     assert h.store.rows[s1].record.state is MessageState.DEFERRED and counts(h) == (0, 0, 1)
@@ -191,7 +191,7 @@ def test_a_number_not_deferred_and_free_fails_the_whole_request_and_the_others_a
     assert row.lock_token is None and row.record.delivery_count == 0 and row.record.state is MessageState.DEFERRED
     assert h.store.rows[s2].lock_token == locked.messages[0].lock_token  # the other holder keeps its lock
     assert h.store.rows[active].lock_token is None
-    assert set(h.view.locked_seqs) == {s2}
+    assert set(h.view.locks.by_seq) == {s2}
     assert counts(h) == (1, 0, 2)
     assert [d.message.sequence_number for d in receive(h, 5)] == [active]
 
@@ -207,7 +207,7 @@ def test_a_failed_claim_is_server_busy_and_locks_nothing() -> None:
     (s1,) = deferred(h, "a")
     h.run(ReceiveDeferred((s1,), "rd"))
     assert h.step(fail=True) == [ServerBusy("rd")]
-    assert not h.view.locks and h.store.rows[s1].lock_token is None
+    assert not h.view.locks.held and h.store.rows[s1].lock_token is None
     h.run(StoreUnavailable())
     assert h.run(ReceiveDeferred((s1,), "rd2")) == [ServerBusy("rd2")]
 
@@ -227,7 +227,7 @@ def test_receive_and_delete_completes_after_the_claim_and_answers_after_the_dele
     assert isinstance(got, DeferredReceived)
     assert [(m.message.sequence_number, m.lock_token, m.locked_until) for m in got.messages] == [
         (s2, None, None), (s1, None, None)]
-    assert h.store.rows == {} and not h.view.locks and counts(h) == (0, 0, 0)
+    assert h.store.rows == {} and not h.view.locks.held and counts(h) == (0, 0, 0)
 
 
 def test_receive_and_delete_with_a_missing_number_deletes_nothing() -> None:
@@ -248,7 +248,7 @@ def test_a_failed_delete_is_server_busy_and_the_message_stays_deferred() -> None
     h.at(LOCK)
     h.run(Tick())
     h.drain()
-    assert not h.view.locks and s1 not in h.view.window
+    assert not h.view.locks.held and s1 not in h.view.window.records
     assert h.store.rows[s1].record.state is MessageState.DEFERRED and counts(h) == (0, 0, 1)
     got = only(h.run(ReceiveDeferred((s1,), "rd2", ReceiveMode.RECEIVE_AND_DELETE)) + h.drain(), DeferredReceived)
     assert isinstance(got, DeferredReceived) and len(got.messages) == 1 and h.store.rows == {}
@@ -272,7 +272,7 @@ def session_harness() -> tuple[Harness, int, int]:
     h.run(Receive("r1", 0))
     h.run(AcceptSession("r1", "a", "acc"))
     h.drain()
-    assert h.view.consumer_sessions["r1"] == "a" and counts(h) == (0, 0, 2)
+    assert h.view.sessions.by_consumer["r1"] == "a" and counts(h) == (0, 0, 2)
     return h, sa, sb
 
 
@@ -285,21 +285,21 @@ def test_on_a_session_entity_the_session_must_be_named_and_held_here() -> None:
 
 def test_a_sessions_holder_gets_its_deferred_messages_with_locks_riding_on_the_session() -> None:
     h, sa, sb = session_harness()
-    held = h.view.sessions["a"]
+    held = h.view.sessions.held["a"]
     h.run(ReceiveDeferred((sa,), "rd", session_id="a"))
     ((_, ops),) = h.effects
     assert isinstance(ops[0], Claim) and ops[0].session_id == "a" and ops[0].locked_until == held.locked_until
     got = only(h.drain(), DeferredReceived)
     assert isinstance(got, DeferredReceived)
     token = got.messages[0].lock_token
-    assert token is not None and h.view.locks[token].session_token == held.token
+    assert token is not None and h.view.locks.held[token].session_token == held.token
     assert isinstance(only(h.run(RenewLock(token, "rn")), Refused), Refused)  # renew the session instead
     h.at(held.locked_until - 1)
     h.run(RenewSessionLock("a", "rs"))
     ((_, ops),) = h.effects
     assert {type(op) for op in ops} == {RenewSession, RenewLocks}
     h.drain()
-    assert h.store.rows[sa].locked_until == h.view.sessions["a"].locked_until
+    assert h.store.rows[sa].locked_until == h.view.sessions.held["a"].locked_until
     # Another session's deferred message is not this holder's to take.
     assert only(h.run(ReceiveDeferred((sb,), "rd2", session_id="a")) + h.drain(), MessageNotFound) == \
         MessageNotFound("rd2", (sb,))
@@ -310,10 +310,10 @@ def test_when_the_session_lock_lapses_its_deferred_message_stays_deferred() -> N
     got = only(h.run(ReceiveDeferred((sa,), "rd", session_id="a")) + h.drain(), DeferredReceived)
     assert isinstance(got, DeferredReceived)
     token = got.messages[0].lock_token
-    h.at(h.view.sessions["a"].locked_until)
+    h.at(h.view.sessions.held["a"].locked_until)
     replies = h.run(Tick()) + h.drain()
     assert SessionLost("r1", "a") in replies
-    assert not h.view.locks and sa not in h.view.window
+    assert not h.view.locks.held and sa not in h.view.window.records
     assert settle(h, token, Outcome.COMPLETE) == [SessionLockLost("t", "a", token)]
     assert h.store.rows[sa].record.state is MessageState.DEFERRED and counts(h) == (0, 0, 2)
 
@@ -321,7 +321,7 @@ def test_when_the_session_lock_lapses_its_deferred_message_stays_deferred() -> N
 def test_a_session_lost_while_the_claim_was_in_flight_gives_the_messages_back() -> None:
     h, sa, _sb = session_harness()
     h.run(ReceiveDeferred((sa,), "rd", session_id="a"))
-    h.view.sessions["a"].locked_until = h.now  # lost meanwhile (the core's view says so)
+    h.view.sessions.held["a"].locked_until = h.now  # lost meanwhile (the core's view says so)
     replies = h.drain()
     assert SessionLockLost("rd", "a") in replies and not any(isinstance(r, DeferredReceived) for r in replies)
     assert h.store.rows[sa].lock_token is None
@@ -349,10 +349,10 @@ def test_complete_through_purges_every_unlocked_message_up_to_n_and_counts_come_
     assert replies == [CompletedThrough("ct", 5)]  # s1, a4, a5, a6 and the scheduled one
     assert set(h.store.rows) == {s2, a3}
     assert [e for e in h.effects if isinstance(e, ReadCounts)] == [ReadCounts()]
-    assert h.view.counts_stale_after
+    assert h.view.counts.stale_after
     h.drain()
-    assert counts(h) == (1, 0, 1) and not h.view.counts_stale_after
-    assert not h.view.scheduled_heap
+    assert counts(h) == (1, 0, 1) and not h.view.counts.stale_after
+    assert not h.view.scheduled.heap
     # The locked ones are still the holders' to settle; nothing purged is delivered.
     assert receive(h, 5) == []
     back = settle(h, held.lock_token, Outcome.ABANDON)  # the credit given above takes it at once
@@ -366,10 +366,10 @@ def test_complete_through_forgets_the_window_and_the_next_message_is_delivered()
     seqs = send(h, *(draft(str(i)) for i in range(6)))
     h.run(Receive("c", 0))
     h.drain()
-    assert h.view.window  # read ahead
+    assert h.view.window.records  # read ahead
     replies = h.run(CompleteThrough(seqs[2], "ct")) + h.drain()
     assert CompletedThrough("ct", 3) in replies
-    assert all(seq > seqs[2] for seq in h.view.window)
+    assert all(seq > seqs[2] for seq in h.view.window.records)
     assert [d.message.sequence_number for d in receive(h, 10)] == seqs[3:]
     assert counts(h) == (3, 0, 0)
 
@@ -406,12 +406,12 @@ def test_a_lock_lapsing_while_the_purge_is_in_flight_keeps_its_message_deliverab
     h.run(CompleteThrough(s1, "ct"))
     h.at(LOCK)
     h.run(Tick())  # the lock lapses here: the message is ready again
-    assert s1 in h.view.window
+    assert s1 in h.view.window.records
     replies = h.drain()
     assert CompletedThrough("ct", 0) in replies
     assert s1 in h.store.rows
     assert [x.message.sequence_number for x in receive(h, 1)] == [s1]
-    assert d.lock_token not in h.view.locks
+    assert d.lock_token not in h.view.locks.held
 
 
 @pytest.mark.parametrize("renewal_fails", [False, True])
@@ -431,7 +431,7 @@ def test_a_lock_the_purge_found_lapsed_while_its_renewal_was_in_flight_goes_with
     h.run(RenewLock(d.lock_token, "r"))  # at 0: asks for 0 + LOCK, the time the lock already has
     h.at(LOCK)
     h.run(Tick())
-    assert d.lock_token in h.view.locks  # busy: its renewal's answer decides
+    assert d.lock_token in h.view.locks.held  # busy: its renewal's answer decides
     assert h.run(CompleteThrough(s1, "ct")) == []
     if store_down:
         h.run(StoreUnavailable())
@@ -439,12 +439,12 @@ def test_a_lock_the_purge_found_lapsed_while_its_renewal_was_in_flight_goes_with
     assert (ServerBusy("r") if renewal_fails else LockRenewed("r", d.lock_token, LOCK)) in replies
     assert CompletedThrough("ct", 1) in replies
     assert s1 not in h.store.rows and h.store.gone[s1] == "purged"
-    assert d.lock_token not in h.view.locks and s1 not in h.view.locked_seqs
+    assert d.lock_token not in h.view.locks.held and s1 not in h.view.locks.by_seq
     h.run(StoreAvailable())
     h.at(2 * LOCK)
     h.run(Tick())
     h.drain()
-    assert s1 not in h.view.window
+    assert s1 not in h.view.window.records
     assert receive(h, 5) == []
     assert settle(h, d.lock_token, Outcome.COMPLETE) == [LockLost("t", d.lock_token)]
     assert counts(h) == (0, 0, 0)
@@ -459,9 +459,9 @@ def test_a_failed_counts_read_is_asked_again() -> None:
     while not isinstance(h.effects[0], ReadCounts):
         h.step()
     h.step(fail=True)
-    assert h.view.counts_stale_after and any(isinstance(e, ReadCounts) for e in h.effects)
+    assert h.view.counts.stale_after and any(isinstance(e, ReadCounts) for e in h.effects)
     h.drain()
-    assert not h.view.counts_stale_after and counts(h) == (0, 0, 0)
+    assert not h.view.counts.stale_after and counts(h) == (0, 0, 0)
 
 
 def test_a_counts_read_answer_sets_the_counts_only_if_one_was_asked_for() -> None:

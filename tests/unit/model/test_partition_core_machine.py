@@ -182,7 +182,7 @@ class PartitionCoreMachine(CoreMachine):
         self._run(Receive("deferrer", 1))
         self.carry_out_all()
         for token in self.delivered_tokens[before:]:
-            lock = h.view.locks.get(token)
+            lock = h.view.locks.held.get(token)
             if lock is not None and lock.consumer == "deferrer":
                 self._run(Settle(token, Outcome.DEFER, "defer"))
         self.carry_out_all()
@@ -280,7 +280,7 @@ class PartitionCoreMachine(CoreMachine):
         key = ("tx", self.requests)
         bodies = tuple(f"tx{self.requests}-{i}".encode() for i in range(copies))
         copy_records = tuple(PublishCopy(TX_TARGET, record_for(draft(None, body=b), h.now, None)) for b in bodies)
-        settled = tuple((h.view.locks[t].record.sequence_number, t) for t in tokens if t in h.view.locks)
+        settled = tuple((h.view.locks.held[t].record.sequence_number, t) for t in tokens if t in h.view.locks.held)
         self.transacting[key] = (settled, bodies)
         self._run(Transact(tuple(Settle(t, outcome) for t in tokens), (PublishEntry(None, copy_records),), key))
 
@@ -307,17 +307,17 @@ class PartitionCoreMachine(CoreMachine):
             return
         h = self.harness
         view, store = h.view, h.store
-        seqs = [lock.record.sequence_number for lock in view.locks.values()]
+        seqs = [lock.record.sequence_number for lock in view.locks.held.values()]
         assert len(seqs) == len(set(seqs))
-        for token, lock in view.locks.items():
+        for token, lock in view.locks.held.items():
             row = store.rows.get(lock.record.sequence_number)
             assert row is not None and row.lock_token == token
         for seq, row in store.rows.items():
             if row.locked_at(h.now):
-                assert row.lock_token in view.locks, f"row {seq} locked by a token the core does not hold"
-        assert not (set(view.window) & set(view.locked_seqs))
-        assert view.window_size == sum(r.size for r in view.window.values())
-        assert len(view.window) <= 1 or view.window_size < view.settings.window_bytes + 120  # + one message
+                assert row.lock_token in view.locks.held, f"row {seq} locked by a token the core does not hold"
+        assert not (set(view.window.records) & set(view.locks.by_seq))
+        assert view.window.size == sum(r.size for r in view.window.records.values())
+        assert len(view.window.records) <= 1 or view.window.size < view.settings.window_bytes + 120  # + one message
 
     @invariant()
     def a_refused_transaction_never_stores_a_copy(self) -> None:
@@ -334,7 +334,8 @@ class PartitionCoreMachine(CoreMachine):
         self.settle_down(LOCK)
         self._run(Receive("final", 10_000, ReceiveMode.PEEK_LOCK))
         self.carry_out_all()
-        held = {lock.record.sequence_number for lock in self.harness.view.locks.values() if lock.consumer == "final"}
+        held = {lock.record.sequence_number for lock in self.harness.view.locks.held.values()
+                if lock.consumer == "final"}
         ready = self.ready()
         assert ready <= held, f"stuck: {sorted(ready - held)}"
 

@@ -73,9 +73,9 @@ def test_a_purge_by_number_takes_every_state_skips_the_locked_and_answers_after_
     assert set(h.store.rows) == {a, d}
     assert h.effects and isinstance(h.effects[0], ReadCounts)  # the states were the store's: read them back
     h.drain()
-    assert counts(h) == (2, 0, 0) and not h.view.counts_stale_after and not h.view.scheduled_heap
+    assert counts(h) == (2, 0, 0) and not h.view.counts.stale_after and not h.view.scheduled.heap
     assert [x.message.sequence_number for x in receive(h, 5)] == [d]  # c never delivered
-    assert h.view.locks and all(lock.record.sequence_number in (a, d) for lock in h.view.locks.values())
+    assert h.view.locks.held and all(lock.record.sequence_number in (a, d) for lock in h.view.locks.held.values())
 
 
 def test_a_move_into_a_target_carries_the_items_and_names_the_new_numbers() -> None:
@@ -97,9 +97,9 @@ def test_a_row_in_the_window_is_not_delivered_while_its_move_is_in_flight() -> N
     a, b = send(h, "a", "b")
     h.run(Receive("c", 0))
     h.drain()
-    assert set(h.view.window) == {a, b}
+    assert set(h.view.window.records) == {a, b}
     h.run(MoveOut(items(a), "mv", OTHER))
-    assert a not in h.view.window
+    assert a not in h.view.window.records
     delivered = [r for r in h.run(Receive("c", 5)) + h.drain() if isinstance(r, Delivered)]
     assert [x.message.sequence_number for x in delivered] == [b]
 
@@ -126,7 +126,7 @@ def test_a_row_locked_by_someone_else_stays_and_is_read_again() -> None:
     h.run(MoveOut(items(a, b), "mv"))
     assert h.drain() == [MovedOut("mv", (None, b))]
     assert a in store.rows and counts(h) == (1, 0, 0)
-    assert h.view.rescan_at == LOCK  # read again: found locked, so looked at again when the lock lapses
+    assert h.view.window.rescan_at == LOCK  # read again: found locked, so looked at again when the lock lapses
     h.at(LOCK + 1)
     assert [x.message.sequence_number for x in receive(h, 5)] == [a]
 
@@ -154,7 +154,7 @@ def test_counts_come_back_from_the_store_after_a_move() -> None:
     h.run(MoveOut(items(1, 3), "mv", OTHER))
     h.step()
     read = h.effects.popleft()
-    assert isinstance(read, ReadCounts) and h.view.counts_stale_after
+    assert isinstance(read, ReadCounts) and h.view.counts.stale_after
     h.run(CountsRead(h.store.counts()))
-    assert counts(h) == (1, 0, 0) and not h.view.counts_stale_after
+    assert counts(h) == (1, 0, 0) and not h.view.counts.stale_after
     assert h.store.rows[2].record.state is MessageState.ACTIVE

@@ -246,7 +246,7 @@ def test_landed_rows_below_the_cursor_join_the_window_at_once() -> None:
     h = subscription()
     h.run(Receive("r", 0))
     h.drain()
-    assert h.view.at_tail
+    assert h.view.window.at_tail
     rows = _landed_in(h, "a")
     h.run(Landed(rows))
     h.drain()

@@ -182,10 +182,10 @@ def test_a_lock_lapses_at_its_time_and_the_message_is_delivered_again_counted_tw
     assert h.next_due == LOCK
     h.at(LOCK - 1)
     h.run(Tick())
-    assert h.view.locks  # not yet
+    assert h.view.locks.held  # not yet
     h.at(LOCK)
     h.run(Tick())
-    assert not h.view.locks and h.store.rows[1].record.delivery_count == 1
+    assert not h.view.locks.held and h.store.rows[1].record.delivery_count == 1
     (again,) = receive(h)
     assert again.message.sequence_number == 1 and again.message.delivery_count == 2
     assert again.lock_token != d.lock_token
@@ -234,7 +234,7 @@ def test_renew_extends_the_lock_and_the_lapse_follows_the_new_time() -> None:
     assert h.store.rows[1].locked_until == 10_000 + LOCK
     h.at(LOCK)
     h.run(Tick())
-    assert h.view.locks and h.next_due == 10_000 + LOCK
+    assert h.view.locks.held and h.next_due == 10_000 + LOCK
     assert SettlementDone("t", d.lock_token, Outcome.COMPLETE) in settle(h, d.lock_token, Outcome.COMPLETE)
 
 
@@ -536,7 +536,7 @@ def test_scheduled_messages_of_an_earlier_run_are_activated_by_polling() -> None
     restarted.run(Tick())
     (d,) = deliveries(restarted.drain())
     assert d.message.sequence_number == 1
-    assert restarted.view.scheduled_untracked is False
+    assert restarted.view.scheduled.untracked is False
 
 
 # ---- duplicate detection ----------------------------------------------------------------------------------
@@ -608,11 +608,11 @@ def test_the_window_stays_within_its_byte_cap_and_every_message_is_delivered_in_
     body = b"x" * 100
     for i in range(30):
         send(h, draft(str(i), body=body))
-    assert h.view.window_size <= 1_000
+    assert h.view.window.size <= 1_000
     got: list[int] = []
     for _ in range(30):
         (d,) = receive(h, 1)
-        assert h.view.window_size <= 1_000
+        assert h.view.window.size <= 1_000
         got.append(d.message.sequence_number)
         settle(h, d.lock_token, Outcome.COMPLETE)
     assert got == list(range(1, 31))
@@ -629,4 +629,4 @@ def test_a_restart_reads_the_window_from_the_store_not_the_backlog() -> None:
     restarted.run(Receive("c", 10))
     got = [d.message.sequence_number for d in deliveries(restarted.drain())]
     assert got == list(range(1, 11))
-    assert len(restarted.view.window) <= 1
+    assert len(restarted.view.window.records) <= 1

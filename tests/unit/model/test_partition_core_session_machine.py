@@ -66,7 +66,7 @@ class SessionCoreMachine(CoreMachine):
         seq = reply.message.sequence_number
         first = seq not in self.ever_delivered
         self.ever_delivered.add(seq)
-        held = self.harness.view.sessions.get(reply.message.session_id or "")
+        held = self.harness.view.sessions.held.get(reply.message.session_id or "")
         if not first or held is None or held.consumer != reply.consumer:
             return
         if reply.message.scheduled_enqueue_time is not None:
@@ -102,7 +102,7 @@ class SessionCoreMachine(CoreMachine):
                 else:
                     row = h.store.rows[seq]
                     assert row.lock_token == reply.lock_token and row.locked_at(h.now)
-                    held = h.view.consumer_sessions.get(reply.consumer)
+                    held = h.view.sessions.by_consumer.get(reply.consumer)
                     assert held == reply.message.session_id, "delivered to a receiver not holding its session"
                     self.delivered_tokens.append(reply.lock_token)
             elif isinstance(reply, SettlementDone) and reply.outcome is Outcome.COMPLETE:
@@ -110,7 +110,7 @@ class SessionCoreMachine(CoreMachine):
                 self.completed.add(seq)
             elif isinstance(reply, SessionAccepted):
                 token, _until, _owner = h.store.session_locks[reply.session_id]
-                assert h.view.sessions[reply.session_id].token == token
+                assert h.view.sessions.held[reply.session_id].token == token
             elif isinstance(reply, SessionStateSet):
                 self.states[reply.session_id] = self.asked_states[reply.reply_to][1]
             elif isinstance(reply, SessionState):
@@ -123,7 +123,7 @@ class SessionCoreMachine(CoreMachine):
         PeekLock lock is the store's and rides on the session lock."""
         h = self.harness
         session = self.deferred_asks[reply.reply_to]
-        held = h.view.sessions.get(session)
+        held = h.view.sessions.held.get(session)
         for m in reply.messages:
             seq = m.message.sequence_number
             assert m.message.session_id == session and m.message.state is MessageState.DEFERRED
@@ -135,7 +135,7 @@ class SessionCoreMachine(CoreMachine):
                 assert seq not in self.completed
                 row = h.store.rows[seq]
                 assert row.lock_token == m.lock_token and row.locked_at(h.now)
-                assert h.view.locks[m.lock_token].session_token == held.token
+                assert h.view.locks.held[m.lock_token].session_token == held.token
                 self.delivered_tokens.append(m.lock_token)
 
     @rule(sessions=st.lists(st.sampled_from(SESSIONS), min_size=1, max_size=3),
@@ -171,7 +171,7 @@ class SessionCoreMachine(CoreMachine):
     @rule(data=st.data(), session=st.sampled_from(SESSIONS), mode=st.sampled_from(list(ReceiveMode)),
           stray=st.sampled_from([False, False, False, True]))
     def receive_deferred(self, data: st.DataObject, session: str, mode: ReceiveMode, stray: bool) -> None:
-        held = sorted(self.harness.view.sessions)
+        held = sorted(self.harness.view.sessions.held)
         if held and data.draw(st.booleans()):  # mostly a session held here: its holder asks
             session = data.draw(st.sampled_from(held))
         h = self.harness
@@ -193,7 +193,7 @@ class SessionCoreMachine(CoreMachine):
         h = self.harness
         self._run(Send((draft(None, session=session),), "s"))
         self.carry_out_all()
-        holder = next((c for c, sid in h.view.consumer_sessions.items() if sid == session), None)
+        holder = next((c for c, sid in h.view.sessions.by_consumer.items() if sid == session), None)
         if holder is None:  # a receiver of its own takes the session (and keeps it: receive_deferred needs a holder)
             holder = f"deferrer{len(self.deferred_asks)}-{session}"
             self._run(Receive(holder, 0, self.modes.setdefault(holder, ReceiveMode.PEEK_LOCK)))
@@ -203,11 +203,11 @@ class SessionCoreMachine(CoreMachine):
         self._run(Receive(holder, 1, self.modes.get(holder, ReceiveMode.PEEK_LOCK)))
         self.carry_out_all()
         for token in self.delivered_tokens[before:]:
-            lock = h.view.locks.get(token)
+            lock = h.view.locks.held.get(token)
             if lock is not None and lock.consumer == holder:
                 self._run(Settle(token, Outcome.DEFER, "defer"))
         self.carry_out_all()
-        held = h.view.consumer_sessions.get(holder)
+        held = h.view.sessions.by_consumer.get(holder)
         if then is not None and held is not None:  # its holder asks for them by number (answers left to the rules)
             numbers = tuple(seq for seq, row in h.store.rows.items() if row.record.state is MessageState.DEFERRED
                             and row.record.session_id == held and not row.locked_at(h.now))
@@ -237,16 +237,16 @@ class SessionCoreMachine(CoreMachine):
             return
         h = self.harness
         view, store = h.view, h.store
-        for token, lock in view.locks.items():
+        for token, lock in view.locks.held.items():
             row = store.rows.get(lock.record.sequence_number)
             assert row is not None and row.lock_token == token
         for seq, row in store.rows.items():
             if row.locked_at(h.now):
-                assert row.lock_token in view.locks, f"row {seq} locked by a token the core does not hold"
-        for sid, held in view.sessions.items():
+                assert row.lock_token in view.locks.held, f"row {seq} locked by a token the core does not hold"
+        for sid, held in view.sessions.held.items():
             assert store.session_locks[sid][0] == held.token, f"session {sid} held here but not in the store"
-            assert view.consumer_sessions[held.consumer] == sid
-        assert len(view.consumer_sessions) == len(set(view.consumer_sessions.values())) == len(view.sessions)
+            assert view.sessions.by_consumer[held.consumer] == sid
+        assert len(view.sessions.by_consumer) == len(set(view.sessions.by_consumer.values())) == len(view.sessions.held)
 
     def teardown(self) -> None:
         """Liveness: every receiver gone and time past every lock, a new receiver accepting the next
@@ -264,7 +264,7 @@ class SessionCoreMachine(CoreMachine):
             self._run(Receive(final, 10_000, ReceiveMode.PEEK_LOCK))
             self._run(AcceptSession(final, None, ("accept", final), None))
             self.carry_out_all()
-            got |= {lock.record.sequence_number for lock in h.view.locks.values() if lock.consumer == final}
+            got |= {lock.record.sequence_number for lock in h.view.locks.held.values() if lock.consumer == final}
         ready = self.ready()
         assert ready <= got, f"stuck: {sorted(ready - got)}"
 

@@ -107,7 +107,7 @@ def test_a_named_session_is_accepted_once_its_lock_is_in_the_store_even_without_
     replies = h.drain()
     assert replies == [SessionAccepted("acc", "r1", "a", LOCK)]
     token, until, _owner = h.store.session_locks["a"]
-    assert until == LOCK and h.view.sessions["a"].token == token
+    assert until == LOCK and h.view.sessions.held["a"].token == token
 
 
 def test_a_session_held_by_another_receiver_cannot_be_locked() -> None:
@@ -154,7 +154,7 @@ def test_only_the_holder_gets_its_sessions_messages_and_in_order() -> None:
     assert seqs(got_a) == [1, 3, 4]
     assert all(d.consumer == "ra" for d in got_a)
     assert all(h.store.rows[d.message.sequence_number].lock_token == d.lock_token for d in got_a)
-    assert all(d.locked_until == h.view.sessions["a"].locked_until for d in got_a)  # they ride on the session
+    assert all(d.locked_until == h.view.sessions.held["a"].locked_until for d in got_a)  # they ride on the session
     got_b = receive(h, "rb", 10)
     assert seqs(got_b) == [2]
     h.run(Receive("plain", 10))  # a receiver without a session gets nothing
@@ -236,7 +236,7 @@ def test_receiving_extends_the_session_lock() -> None:
     accept(h, "r", "a")
     h.at(10_000)
     receive(h, "r", 1)
-    assert h.view.sessions["a"].locked_until == 10_000 + LOCK
+    assert h.view.sessions.held["a"].locked_until == 10_000 + LOCK
     assert h.store.session_locks["a"][1] == 10_000 + LOCK
 
 
@@ -391,10 +391,10 @@ def test_a_session_claim_answered_after_its_lock_lapsed_holds_nothing() -> None:
     h.run(AcceptSession("r2", None, "next"))
     h.at(LOCK)  # both claims come back when their locks have already lapsed
     replies = h.step()
-    assert replies == [ServerBusy("named")] and h.view.sessions == {}
+    assert replies == [ServerBusy("named")] and h.view.sessions.held == {}
     replies = h.step() + h.drain()  # the next-available one is asked for again
     assert accepted(replies) == [("r2", "a")]
-    assert h.view.sessions["a"].locked_until == 2 * LOCK
+    assert h.view.sessions.held["a"].locked_until == 2 * LOCK
 
 
 def test_a_scheduled_message_of_a_held_session_reaches_its_holder_at_its_time() -> None:
@@ -426,7 +426,7 @@ def test_a_message_claim_answered_after_its_lock_lapsed_delivers_nothing_and_the
     h.at(LOCK)
     replies = h.step()
     assert [r for r in replies if isinstance(r, Delivered)] == []
-    assert h.view.locks == {} and 1 in h.view.window  # held by no one, ready again at once
+    assert h.view.locks.held == {} and 1 in h.view.window.records  # held by no one, ready again at once
     h.drain()
     assert SessionLost("r1", "a") in h.replies
     assert accepted(accept(h, "r2", "a")) == [("r2", "a")]

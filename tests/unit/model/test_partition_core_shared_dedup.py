@@ -51,8 +51,8 @@ def test_an_id_another_node_took_is_acknowledged_and_not_stored_and_the_store_de
     h.at(10)
     assert send(h, "a", "b") == [1]  # acknowledged; only "b" stored
     assert [row.record.message_id for row in h.store.rows.values()] == ["b"]
-    assert h.view.dedup is not None and not h.view.dedup.is_duplicate("a", 10)  # the filter let it go
-    assert h.view.dedup.is_duplicate("b", 10)
+    assert h.view.dedup.detector is not None and not h.view.dedup.detector.is_duplicate("a", 10)  # the filter let it go
+    assert h.view.dedup.detector.is_duplicate("b", 10)
     h.at(20)
     before = len(h.ops)
     assert send(h, "a") == []  # asked the store again: still a duplicate
@@ -98,7 +98,7 @@ def test_a_failed_batch_lets_the_id_go_from_the_filter() -> None:
     effect = h.effects.popleft()
     assert isinstance(effect, tuple)
     h.run(StoreFailed(effect[0], "down"))
-    assert h.view.dedup is not None and not h.view.dedup.is_duplicate("a", 0)
+    assert h.view.dedup.detector is not None and not h.view.dedup.detector.is_duplicate("a", 0)
 
 
 def copy(target: str, body: bytes) -> PublishCopy:

@@ -99,7 +99,7 @@ def test_settlements_and_sends_are_one_batch_answered_after_its_commit() -> None
     assert bodies(h.store.other("b")) == [b"b1"] and bodies(h.store.other("topic-s1")) == [b"t1"]
     assert old.message.sequence_number not in h.store.rows  # completed
     assert h.store.rows[other.message.sequence_number].record.state is MessageState.DEFERRED
-    assert h.view.locks == {}
+    assert h.view.locks.held == {}
     assert h.view.counts.active == 0 and h.view.counts.deferred == 1
 
 
@@ -247,8 +247,8 @@ def test_a_lock_another_node_took_before_the_batch_applied_rolls_the_whole_trans
     assert "b" not in h.store.others and HOME not in h.store.others  # no send stored
     assert h.store.rows[kept.message.sequence_number].record.state is MessageState.ACTIVE  # not deferred
     assert h.store.rows[taken.message.sequence_number].lock_owner == "node-b"
-    assert token(taken) not in h.view.locks
-    assert token(kept) in h.view.locks  # the other lock is still this receiver's
+    assert token(taken) not in h.view.locks.held
+    assert token(kept) in h.view.locks.held  # the other lock is still this receiver's
     replies = h.run(Settle(token(kept), Outcome.COMPLETE, "complete")) + h.drain()
     assert SettlementDone("complete", token(kept), Outcome.COMPLETE) in replies
     # The rolled-back transaction's MessageId was forgotten: a later send of it is stored.

@@ -153,7 +153,8 @@ def test_updating_a_queue_drops_the_locks_held_on_it() -> None:
             # Free again, its delivery counted: unlocked in the store, and ready in the core's window.
             [row] = store.peek(PartitionRef("q"), 0, 1_000_000)
             core = entity.actor.runners[SubQueue.MAIN].view
-            assert row.lock_token is None and list(core.window) == [row.record.sequence_number] and not core.locks
+            assert row.lock_token is None and list(core.window.records) == [row.record.sequence_number]
+            assert not core.locks.held
             assert row.record.delivery_count == 1
             assert entity.actor.settings.lock_duration == 30_000 and core.settings.max_delivery_count == 3
             [stored] = [e for e in store.load_entities() if e.kind == "queue"]
