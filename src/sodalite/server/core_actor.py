@@ -1,7 +1,7 @@
 """A queue run on the partition core and the store port v2 (``sodalite serve --core v2``).
 
 Theory of operation (storage-and-scale.md sections 1-3). The store holds every message and every
-lock; the pure core (``model/partition_core.py``) decides; one :class:`PartitionRunner` per
+lock; the pure core (``model/partition_core/``) decides; one :class:`PartitionRunner` per
 sub-queue (the queue, its dead-letter queue, its transfer dead-letter queue) carries out the core's
 store batches in order on the store's worker thread, group-committing batches queued back to back,
 and arms the core's timers. This class is only the adapter between the broker's endpoints and the

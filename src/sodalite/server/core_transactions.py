@@ -2,7 +2,7 @@
 
 Theory of operation. The connection's side is ``server/transactions.py`` (declare, enlist, discharge,
 roll back); this module is what it calls to plan, check and commit a transaction on the partition
-cores. Decisions are the core's (``model/partition_core.py``, ``Transact``).
+cores. Decisions are the core's (``model/partition_core/``, ``Transact``).
 
 * Enlisting a settlement finds the partition core holding the lock (:func:`lock_holder`) and checks
   the lock is live; the message stays locked. Enlisting a send plans it (:func:`plan_send`) as a

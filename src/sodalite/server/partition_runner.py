@@ -1,6 +1,6 @@
 """The I/O shell around the pure partition core: one partition's view, its store effects and timers.
 
-Theory of operation. The core (``model/partition_core.py``) decides and does no I/O; this runner
+Theory of operation. The core (``model/partition_core/``) decides and does no I/O; this runner
 is the caller its module docstring describes. It owns one partition's :class:`View` and nothing
 else keeps a reference to it. :meth:`PartitionRunner.submit` runs ``decide(view, command, now)``
 with ``now`` from the injected :class:`Clock` (milliseconds since the epoch, as the core and the
