@@ -181,6 +181,8 @@ def lag(primary: SiteStatus, secondary: SiteStatus, secondary_site: str) -> Lag:
     (PostgreSQL's replay_lag for the secondary's walsender, named by its site; else the time since
     its last replayed transaction when bytes remain); the mode is the walsender's sync state."""
     walsender = next((s for s in primary.standbys if s.name == secondary_site), None)
+    if walsender is None and len(primary.standbys) == 1:  # one standby streams: it is the secondary
+        walsender = primary.standbys[0]
     mode = "unknown"
     if primary.reachable:
         mode = "synchronous" if walsender is not None and walsender.sync_state in ("sync", "quorum") \
@@ -266,6 +268,9 @@ def promote(mode: PromotionMode, target_site: str, target_url: str, other_site: 
             raise StoreUnavailable(f"site '{target_site}': pg_promote() did not end recovery within 60 s")
         bound_lsn, bound_time = row[1], row[2]
         step(f"site '{target_site}' promoted (pg_promote), last replayed {bound_lsn}")
+        # The new primary may require a synchronous standby that streams from nobody yet (the old
+        # primary, until it rejoins): the promotion's own transaction is flushed here and not waited on.
+        conn.execute("SET synchronous_commit = local")
         with conn.transaction():
             conn.execute(CREATE_RECORD)
             current = conn.execute("SELECT epoch FROM sodalite_geo FOR UPDATE").fetchone()
