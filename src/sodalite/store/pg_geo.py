@@ -290,8 +290,20 @@ def promote(mode: PromotionMode, target_site: str, target_url: str, other_site: 
         # A site promoted back carries the read-only setting its own stop wrote: clear it.
         conn.execute("ALTER SYSTEM RESET default_transaction_read_only")
         conn.execute("SELECT pg_reload_conf()")
+        # pg_rewind reads the new timeline from the control file, which a promotion updates only at its
+        # next checkpoint: without one, rejoining the old primary finds "no rewind required" and fails.
+        conn.execute("CHECKPOINT")
     seconds = time.monotonic() - started
     step(f"site '{target_site}' is the primary (epoch {epoch})")
+    if fenced:
+        # The old primary's shutdown checkpoint would otherwise start exactly where the new primary's
+        # timeline forks off, where pg_rewind finds nothing to rewind yet the server cannot follow the
+        # new timeline: a checkpoint now puts a record of its own past the fork, and the rejoin rewinds.
+        try:
+            with _session(other_url, timeout, "checkpoint the old primary") as old:
+                old.execute("CHECKPOINT")
+        except StoreUnavailable:
+            pass
     return PromotionReport(target_site, mode.value, epoch,
                            final if mode is PromotionMode.PLANNED else bound_lsn,
                            None if mode is PromotionMode.PLANNED else bound_time, seconds, fenced, steps)
