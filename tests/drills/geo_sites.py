@@ -6,26 +6,34 @@ The databases come from tests/pg_cluster.py (one primary and one streaming stand
 is site ``a``'s database, the standby site ``b``'s). A node on a standby does not print its
 connection string until its site is promoted: :class:`GeoNode` returns from ``start`` once the
 node has printed its management port and ``Geo: site``, and :meth:`GeoNode.wait_serving` waits for
-the rest.
+the rest. :class:`Load` is the official SDK's load through one address.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker_process import BrokerProcess, free_port_below_ephemeral_range
+from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus.exceptions import ServiceBusError
+from broker_process import ROOT, BrokerProcess, free_port_below_ephemeral_range
 
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
+QUEUE = "geo"
+SENDERS = 2
+SODALITE = [sys.executable, "-m", "sodalite.cli.entry"]
 
 
 class GeoNode(BrokerProcess):
@@ -150,3 +158,99 @@ backend sodalite
     default-server on-marked-down shutdown-sessions
 {servers}
 """
+
+
+@dataclass
+class Load:
+    """What the SDK clients saw: acknowledged sends (id -> time), completions, every delivery."""
+
+    connection_string: str
+    acked: dict[str, float] = field(default_factory=dict)
+    completed: dict[int, float] = field(default_factory=dict)  # sequence number -> when completed
+    received: list[tuple[str, int, float]] = field(default_factory=list)  # (id, sequence number, time)
+    completed_then_delivered: list[int] = field(default_factory=list)  # sequence numbers
+    send_errors: int = 0
+    stop: threading.Event = field(default_factory=threading.Event)
+    sending: threading.Event = field(default_factory=threading.Event)
+    threads: list[threading.Thread] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self) -> None:
+        self.sending.set()
+        self.threads = [threading.Thread(target=self._send, args=(i,), daemon=True) for i in range(SENDERS)]
+        self.threads.append(threading.Thread(target=self._receive, daemon=True))
+        for thread in self.threads:
+            thread.start()
+
+    def _client(self) -> ServiceBusClient:
+        return ServiceBusClient.from_connection_string(self.connection_string, retry_total=2,
+                                                       retry_backoff_factor=0.2, retry_backoff_max=1)
+
+    def _send(self, index: int) -> None:
+        number = 0
+        while not self.stop.is_set():
+            if not self.sending.is_set():
+                time.sleep(0.05)
+                continue
+            body = f"s{index}-{number}"
+            try:
+                with self._client() as client, client.get_queue_sender(QUEUE) as sender:
+                    while not self.stop.is_set() and self.sending.is_set():
+                        sender.send_messages(ServiceBusMessage(body, message_id=body))
+                        with self.lock:
+                            self.acked[body] = time.time()
+                        number += 1
+                        body = f"s{index}-{number}"
+                        time.sleep(0.01)
+            except (ServiceBusError, OSError, RuntimeError):
+                with self.lock:
+                    self.send_errors += 1
+                time.sleep(0.1)  # the same body again: at-least-once
+
+    def _receive(self) -> None:
+        while not self.stop.is_set():
+            try:
+                with self._client() as client, client.get_queue_receiver(QUEUE, prefetch_count=0) as receiver:
+                    while not self.stop.is_set():
+                        for message in receiver.receive_messages(max_message_count=20, max_wait_time=1):
+                            body, number = str(message), message.sequence_number or 0
+                            with self.lock:
+                                if number in self.completed:
+                                    self.completed_then_delivered.append(number)
+                                self.received.append((body, number, time.time()))
+                            receiver.complete_message(message)
+                            with self.lock:
+                                self.completed[number] = time.time()
+            except (ServiceBusError, OSError, RuntimeError):
+                time.sleep(0.1)
+
+    def finish(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(30)
+
+    def longest_send_pause(self, after: float, before: float) -> float:
+        """The longest gap between two acknowledged sends in [after, before]."""
+        with self.lock:
+            times = sorted(t for t in self.acked.values() if after <= t <= before)
+        return max((b - a for a, b in itertools.pairwise(times)), default=before - after)
+
+    def acked_count(self) -> int:
+        with self.lock:
+            return len(self.acked)
+
+
+def geo(*args: str, timeout: float = 120) -> dict[str, Any]:
+    done = subprocess.run([*SODALITE, "geo", *args, "--json"], capture_output=True, text=True, timeout=timeout,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    answer: dict[str, Any] = json.loads(done.stdout)
+    return answer
+
+
+def wait_until(condition: Any, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)

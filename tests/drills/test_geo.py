@@ -21,126 +21,23 @@ again, duplicates, the client pause of each promotion.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import subprocess
-import sys
-import threading
 import time
+import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from azure.servicebus import ServiceBusClient, ServiceBusMessage
-from azure.servicebus.exceptions import ServiceBusError
-from broker_process import ROOT, write_config
+from broker_process import KEY, KEY_NAME, ROOT, write_config
 
-from drills.geo_sites import HAPROXY, GeoNode, HaProxy
+from drills.geo_sites import HAPROXY, QUEUE, SODALITE, GeoNode, HaProxy, Load, geo, wait_until
+from sodalite.model import sas
 
 pg_cluster = pytest.importorskip("pg_cluster")
 
-QUEUE = "geo"
-SENDERS = 2
-SODALITE = [sys.executable, "-m", "sodalite.cli.entry"]
-
-
-@dataclass
-class Load:
-    """What the SDK clients saw: acknowledged sends (id -> time), completions, every delivery."""
-
-    connection_string: str
-    acked: dict[str, float] = field(default_factory=dict)
-    completed: dict[int, float] = field(default_factory=dict)  # sequence number -> when completed
-    received: list[tuple[str, int, float]] = field(default_factory=list)  # (id, sequence number, time)
-    completed_then_delivered: list[int] = field(default_factory=list)  # sequence numbers
-    send_errors: int = 0
-    stop: threading.Event = field(default_factory=threading.Event)
-    sending: threading.Event = field(default_factory=threading.Event)
-    threads: list[threading.Thread] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def start(self) -> None:
-        self.sending.set()
-        self.threads = [threading.Thread(target=self._send, args=(i,), daemon=True) for i in range(SENDERS)]
-        self.threads.append(threading.Thread(target=self._receive, daemon=True))
-        for thread in self.threads:
-            thread.start()
-
-    def _client(self) -> ServiceBusClient:
-        return ServiceBusClient.from_connection_string(self.connection_string, retry_total=2,
-                                                       retry_backoff_factor=0.2, retry_backoff_max=1)
-
-    def _send(self, index: int) -> None:
-        number = 0
-        while not self.stop.is_set():
-            if not self.sending.is_set():
-                time.sleep(0.05)
-                continue
-            body = f"s{index}-{number}"
-            try:
-                with self._client() as client, client.get_queue_sender(QUEUE) as sender:
-                    while not self.stop.is_set() and self.sending.is_set():
-                        sender.send_messages(ServiceBusMessage(body, message_id=body))
-                        with self.lock:
-                            self.acked[body] = time.time()
-                        number += 1
-                        body = f"s{index}-{number}"
-                        time.sleep(0.01)
-            except (ServiceBusError, OSError, RuntimeError):
-                with self.lock:
-                    self.send_errors += 1
-                time.sleep(0.1)  # the same body again: at-least-once
-
-    def _receive(self) -> None:
-        while not self.stop.is_set():
-            try:
-                with self._client() as client, client.get_queue_receiver(QUEUE, prefetch_count=0) as receiver:
-                    while not self.stop.is_set():
-                        for message in receiver.receive_messages(max_message_count=20, max_wait_time=1):
-                            body, number = str(message), message.sequence_number or 0
-                            with self.lock:
-                                if number in self.completed:
-                                    self.completed_then_delivered.append(number)
-                                self.received.append((body, number, time.time()))
-                            receiver.complete_message(message)
-                            with self.lock:
-                                self.completed[number] = time.time()
-            except (ServiceBusError, OSError, RuntimeError):
-                time.sleep(0.1)
-
-    def finish(self) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(30)
-
-    def longest_send_pause(self, after: float, before: float) -> float:
-        """The longest gap between two acknowledged sends in [after, before]."""
-        with self.lock:
-            times = sorted(t for t in self.acked.values() if after <= t <= before)
-        return max((b - a for a, b in itertools.pairwise(times)), default=before - after)
-
-    def acked_count(self) -> int:
-        with self.lock:
-            return len(self.acked)
-
-
-def geo(*args: str, timeout: float = 120) -> dict[str, Any]:
-    done = subprocess.run([*SODALITE, "geo", *args, "--json"], capture_output=True, text=True, timeout=timeout,
-                          cwd=ROOT)
-    assert done.returncode == 0, done.stdout + done.stderr
-    answer: dict[str, Any] = json.loads(done.stdout)
-    return answer
-
-
-def wait_until(condition: Any, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
@@ -197,6 +94,25 @@ def test_promotion_refusals_change_nothing(sites: tuple[Any, str, GeoNode, GeoNo
                           capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 2 and "--forced" in done.stderr and "nothing was changed" in done.stderr
     assert primary.health()[0] == 200 and secondary.health()[1]["role"] == "secondary"
+
+    # The same status on either node's management API (the console's Geo panel reads it), and the lag
+    # with the replication mode in Prometheus /metrics.
+    token = sas.generate_token("sb://localhost/", KEY_NAME, KEY, int(time.time()) + 600)
+    for node in (primary, secondary):
+        request = urllib.request.Request(f"http://127.0.0.1:{node.http_port}/api/v1/geo",
+                                         headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            status = json.loads(response.read())
+        roles = {s["site"]: s["role"] for s in status["sites"]}
+        assert roles == {primary.site: "primary", secondary.site: "secondary"}, status
+        [lagging] = [s for s in status["sites"] if s["site"] == secondary.site]
+        assert lagging["lag"]["mode"] == "asynchronous" and lagging["lag"]["bytes"] is not None
+    with urllib.request.urlopen(f"http://127.0.0.1:{primary.http_port}/metrics", timeout=10) as response:
+        metrics = response.read().decode()
+    series = f'{{mode="asynchronous",namespace="sbemulatorns",secondary="{secondary.site}"}}'
+    assert f"sodalite_geo_replication_lag_bytes{series}" in metrics, [x for x in metrics.splitlines() if "geo" in x]
+    assert f"sodalite_geo_replication_lag_seconds{series}" in metrics
+    assert f'sodalite_geo_role{{namespace="sbemulatorns",role="primary",site="{primary.site}"}} 1.0' in metrics
 
 
 @pytest.mark.timeout(480)

@@ -100,6 +100,7 @@ class SiteStatus:
     bound_time: float | None = None
     synchronous_standby_names: str = ""
     standbys: tuple[Standby, ...] = ()
+    stream_name: str | None = None  # a standby's application_name, as its primary's walsender shows it
 
     def view(self) -> DatabaseView:
         return DatabaseView(self.reachable, self.in_recovery, self.read_only, self.primary_site, self.epoch)
@@ -130,7 +131,10 @@ def probe(url: str, *, timeout: float = 3.0) -> SiteStatus:
 def _probe(conn: psycopg.Connection[tuple[Any, ...]], url: str) -> SiteStatus:
     row = conn.execute(
         "SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only') = 'on', "
-        "(SELECT timeline_id FROM pg_control_checkpoint()), "
+        # A primary's timeline is the one it writes WAL on (its control file says so only after the
+        # first checkpoint since its promotion); a standby's is corrected below.
+        "CASE WHEN pg_is_in_recovery() THEN (SELECT timeline_id FROM pg_control_checkpoint()) "
+        "ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END, "
         "CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END::text, "
         "pg_last_wal_receive_lsn()::text, extract(epoch FROM pg_last_xact_replay_timestamp())::float8, "
         "extract(epoch FROM now())::float8, current_setting('synchronous_standby_names'), "
@@ -139,9 +143,14 @@ def _probe(conn: psycopg.Connection[tuple[Any, ...]], url: str) -> SiteStatus:
     in_recovery, read_only, timeline, lsn, receive_lsn, replayed, now, sync_names, has_record = row
     if in_recovery:
         # A standby's checkpoint timeline lags behind; the timeline it receives on is current.
-        received = conn.execute("SELECT received_tli FROM pg_stat_wal_receiver").fetchone()
+        received = conn.execute("SELECT received_tli, conninfo FROM pg_stat_wal_receiver").fetchone()
         if received is not None and received[0]:
             timeline = received[0]
+        # The name its primary knows its stream by (pg_stat_replication.application_name).
+        stream_name = _application_name(received[1] if received is not None else None) \
+            or str(conn.execute("SELECT current_setting('cluster_name')").fetchone()[0] or "") or None  # type: ignore[index]
+    else:
+        stream_name = None
     record: tuple[Any, ...] | None = None
     if has_record:
         record = conn.execute("SELECT primary_site, epoch, mode, bound_lsn, bound_time FROM sodalite_geo").fetchone()
@@ -153,7 +162,15 @@ def _probe(conn: psycopg.Connection[tuple[Any, ...]], url: str) -> SiteStatus:
         primary_site=None if record is None else str(record[0]), epoch=0 if record is None else int(record[1]),
         record_mode=None if record is None else str(record[2]), bound_lsn=None if record is None else record[3],
         bound_time=None if record is None or record[4] is None else int(record[4]) / 1000,
-        synchronous_standby_names=str(sync_names), standbys=standbys)
+        synchronous_standby_names=str(sync_names), standbys=standbys, stream_name=stream_name)
+
+
+def _application_name(conninfo: str | None) -> str | None:
+    for part in (conninfo or "").split():
+        key, sep, value = part.partition("=")
+        if sep and key == "application_name":
+            return value.strip("'") or None
+    return None
 
 
 def claim(url: str, site: str, *, timeout: float = 3.0) -> None:
@@ -178,9 +195,9 @@ class Lag:
 
 def lag(primary: SiteStatus, secondary: SiteStatus, secondary_site: str) -> Lag:
     """How far ``secondary`` is behind ``primary``: bytes of WAL not yet replayed, and seconds
-    (PostgreSQL's replay_lag for the secondary's walsender, named by its site; else the time since
+    (PostgreSQL's replay_lag of the secondary's stream, found by its application_name; else the time since
     its last replayed transaction when bytes remain); the mode is the walsender's sync state."""
-    walsender = next((s for s in primary.standbys if s.name == secondary_site), None)
+    walsender = next((s for s in primary.standbys if s.name in (secondary.stream_name, secondary_site)), None)
     if walsender is None and len(primary.standbys) == 1:  # one standby streams: it is the secondary
         walsender = primary.standbys[0]
     mode = "unknown"
