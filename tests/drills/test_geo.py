@@ -174,6 +174,7 @@ def test_geo_drill(sites: tuple[Any, str, GeoNode, GeoNode, HaProxy]) -> None:
         wait_until(lambda: load.acked_count() >= count + 50, "sends through HAProxy to site a")
         figures["forced_pause_s"] = round(load.longest_send_pause(killed - 1, time.time()), 2)
         figures["forced_bound"] = report["lsn"]
+        figures["forced_promotion_s"] = round(report["seconds"], 2)
 
         # 4. b's database comes back as a primary, un-rewound: its node is fenced by a's higher epoch.
         cluster.start_as_primary(db_b)

@@ -133,7 +133,8 @@ def test_local_failover_is_followed_and_a_forced_promotion_loses_nothing_when_sy
     with load.lock:
         seen = {body for body, _, _ in load.received}
     lost = [body for body in acked if body not in seen]
-    figures = {"acked": len(acked), "lost": len(lost), "forced_pause_s": round(pause, 2), "bound": report["lsn"]}
+    figures = {"acked": len(acked), "lost": len(lost), "forced_pause_s": round(pause, 2), "bound": report["lsn"],
+               "forced_promotion_s": round(report["seconds"], 2)}
     print("geo sync drill:", json.dumps(figures))
     if os.environ.get("SODALITE_DRILL_FIGURES"):  # docs/benchmarks.md
         Path(os.environ["SODALITE_DRILL_FIGURES"] + ".sync").write_text(json.dumps(figures, indent=2) + "\n")

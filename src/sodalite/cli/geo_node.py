@@ -71,7 +71,7 @@ class GeoNode:
         self.local = pg_geo.SiteStatus(pg_geo.redact(url), False, error="not asked yet")
         self.remote: pg_geo.SiteStatus | None = None
         self.decision = RoleDecision(Role.UNREACHABLE, "not asked yet")
-        self._changed = asyncio.Event()
+        self.ready = False  # the broker has started (a primary's first moments: loading, not listening yet)
         self._promoting = asyncio.Lock()
 
     # -- following ----------------------------------------------------------------------------------
@@ -107,14 +107,15 @@ class GeoNode:
 
     @property
     def serving(self) -> bool:
-        return self.decision.serving
+        """Serving clients: the primary's role, and the broker started."""
+        return self.decision.serving and self.ready
 
     # -- what it shows ----------------------------------------------------------------------------
 
     def health(self) -> tuple[int, dict[str, Any]]:
         body = {"role": self.decision.role.value, "reason": self.decision.reason, "site": self.site,
                 "timeline": self.local.timeline, "lsn": self.local.lsn, "epoch": self.local.epoch,
-                "inRecovery": self.local.in_recovery}
+                "inRecovery": self.local.in_recovery, "ready": self.ready}
         return (200 if self.serving else 503), body
 
     def lag(self) -> pg_geo.Lag | None:
@@ -237,9 +238,10 @@ class GeoGate:
                     self.broker.set_store_online(worker.name, False)
                     self._taken.append(worker.name)
 
-    async def broker_started(self, decision: RoleDecision) -> None:
+    async def broker_started(self, node: GeoNode) -> None:
         self.started = True
-        await self.apply(decision)
+        await self.apply(node.decision)
+        node.ready = True
 
 
 # Paths a node answers whatever its role: probes, metrics, the geo routes and the console's login.

@@ -324,7 +324,7 @@ async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
     if geo is None:
         await _serve_management(args, runner, broker, endpoints)
     else:
-        await gate.broker_started(geo.decision)
+        await gate.broker_started(geo)
         broker.metrics.registry.register(GeoCollector(geo))
     if shared is not None:
         print(f"Management (HTTPS or HTTP on the AMQP port, trust {cert}): "

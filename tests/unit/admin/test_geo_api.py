@@ -56,6 +56,7 @@ async def running(geo: bool = True) -> AsyncIterator[tuple[TestClient[web.Reques
     node = Promotions("east", "postgresql://127.0.0.1:1/east", Peer("west", "postgresql://127.0.0.1:1/west"),
                       "geons")
     node.promoted = []
+    node.ready = True  # the broker has started
 
     def faces(app: web.Application) -> None:
         api.add_routes(app, control)
