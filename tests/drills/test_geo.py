@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus.exceptions import ServiceBusConnectionError
 from broker_process import KEY, KEY_NAME, ROOT, write_config
 
 from drills.geo_sites import HAPROXY, QUEUE, SODALITE, GeoNode, HaProxy, Load, geo, wait_until
@@ -94,6 +96,13 @@ def test_promotion_refusals_change_nothing(sites: tuple[Any, str, GeoNode, GeoNo
                           capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 2 and "--forced" in done.stderr and "nothing was changed" in done.stderr
     assert primary.health()[0] == 200 and secondary.health()[1]["role"] == "secondary"
+
+    # A client dialling the secondary's node itself (not through HAProxy) is refused with server-busy,
+    # at its connection's open (the SDK reports a connection error, which it retries).
+    with ServiceBusClient.from_connection_string(secondary.connection_string_with(), retry_total=0) as client, \
+            pytest.raises(ServiceBusConnectionError, match=r"com\.microsoft:server-busy"), \
+            client.get_queue_sender(QUEUE) as sender:
+        sender.send_messages(ServiceBusMessage("refused"))
 
     # The same status on either node's management API (the console's Geo panel reads it), and the lag
     # with the replication mode in Prometheus /metrics.

@@ -218,13 +218,18 @@ class GeoGate:
     (:attr:`primary`); later, not serving takes its messaging stores out of service (partitions
     answer server-busy) and serving again brings them back."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, site: str) -> None:
         self.broker = broker
+        self.site = site
+        self.stand_in: Broker | None = None  # what answers on the AMQP port before the broker starts
         self.primary = asyncio.Event()
         self.started = False
         self._taken: list[str] = []  # the stores this gate took offline (an operator's own switch is kept)
 
     async def apply(self, decision: RoleDecision) -> None:
+        for each in (self.broker, self.stand_in):
+            if each is not None:
+                each.refusal = None if decision.serving else refusal(self.site, decision)
         if decision.serving:
             self.primary.set()
             if self.started:
@@ -244,6 +249,24 @@ class GeoGate:
         node.ready = True
 
 
+def refusal(site: str, decision: RoleDecision) -> ServerBusy:
+    return ServerBusy(f"this node (site '{site}') is {decision.role.value}: {decision.reason}; "
+                      "the namespace's primary site serves")
+
+
+async def refusing_listener(namespace: str, host: str, port: int, node: GeoNode) -> Broker:
+    """What answers on the AMQP port while the node waits to be the primary: a broker with nothing
+    loaded (no store of the site's is touched) that closes every connection at its open with
+    server-busy, which the SDKs retry. Stopped when the real broker takes the port."""
+    from sodalite.model.config import NamespaceConfig
+    from sodalite.store.memory import MemoryStore
+
+    stand_in = Broker(NamespaceConfig(namespace), MemoryStore(), node_id="geo-waiting")
+    stand_in.refusal = refusal(node.site, node.decision)
+    await stand_in.start(host, port)
+    return stand_in
+
+
 # Paths a node answers whatever its role: probes, metrics, the geo routes and the console's login.
 ALWAYS_SERVED: Final = ("/health", "/metrics", "/api/v1/geo", "/api/v1/login", "/api/v1/logout", "/api/v1/session",
                         "/api/v1/openapi.json", "/console")
@@ -260,8 +283,7 @@ def management_gate(node: GeoNode) -> Middleware:
             status, body = node.health()
             return web.json_response(body, status=status)
         if not node.serving and not request.path.startswith(ALWAYS_SERVED):
-            raise ServerBusy(f"this node (site '{node.site}') is {node.decision.role.value}: "
-                             f"{node.decision.reason}; the namespace's primary site serves")
+            raise refusal(node.site, node.decision)
         return await handler(request)
 
     return gate

@@ -294,10 +294,13 @@ async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
     if geo is not None:
         # The health endpoint answers while the node waits to be the primary; the broker loads nothing
         # from a standby (cli/geo_node.py).
-        from sodalite.cli.geo_node import GeoCollector, GeoGate
+        from sodalite.cli.geo_node import GeoCollector, GeoGate, refusing_listener
 
         await _serve_management(args, runner, broker, endpoints)
-        gate = GeoGate(broker)
+        gate = GeoGate(broker, geo.site)
+        # The AMQP port answers meanwhile: every connection closed at its open with server-busy.
+        gate.stand_in = stand_in = await refusing_listener(broker.namespace.name, args.host, args.port, geo)
+        args.port = stand_in.port
         following = asyncio.create_task(geo.follow(gate.apply))
         print(f"Geo: site {geo.site}; serving once this site is the namespace's primary", flush=True)
         waiting = asyncio.create_task(gate.primary.wait())
@@ -305,6 +308,8 @@ async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
         await asyncio.wait((waiting, stopping), return_when=asyncio.FIRST_COMPLETED)
         waiting.cancel()
         stopping.cancel()
+        gate.stand_in = None
+        await stand_in.stop()  # the port is the real broker's now
         if stop.is_set():
             following.cancel()
             for each in (runner,):
