@@ -50,7 +50,8 @@ from sodalite.model.geo import (
 )
 from sodalite.store.postgres import redact
 
-__all__ = ["Lag", "PromotionReport", "SiteStatus", "Standby", "claim", "lag", "probe", "promote", "redact"]
+__all__ = ["Lag", "PromotionReport", "SiteStatus", "Standby", "claim", "lag", "move_counters", "probe", "promote",
+           "redact"]
 
 CREATE_RECORD: Final = """
     CREATE TABLE IF NOT EXISTS sodalite_geo (
@@ -293,7 +294,7 @@ def promote(mode: PromotionMode, target_site: str, target_url: str, other_site: 
             current = conn.execute("SELECT epoch FROM sodalite_geo FOR UPDATE").fetchone()
             epoch = (0 if current is None else int(current[0])) + 1
             if mode is PromotionMode.FORCED:
-                moved = conn.execute(_MOVE_COUNTERS).rowcount
+                moved = move_counters(conn)
                 step(f"{moved} partition counters moved to the start of the epoch after next")
             conn.execute(
                 "INSERT INTO sodalite_geo (primary_site, epoch, changed_at, mode, bound_lsn, bound_time) "
@@ -356,6 +357,12 @@ _MOVE_COUNTERS: Final = f"""
     ON CONFLICT (entity, partition, generation) DO UPDATE SET
         last_sequence_number = GREATEST(c.last_sequence_number, excluded.last_sequence_number)
 """.replace("%(subs)s", "'{" + ",".join(f'"{s}"' for s in _SUB_QUEUES) + "}'")
+
+
+def move_counters(conn: psycopg.Connection[tuple[Any, ...]]) -> int:
+    """Move every partition's counter as :func:`~sodalite.model.geo.counter_after_forced_promotion`
+    says (in the caller's transaction); the number of partitions moved."""
+    return conn.execute(_MOVE_COUNTERS).rowcount
 
 
 class _session:
