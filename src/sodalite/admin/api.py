@@ -515,6 +515,16 @@ async def backup(request: web.Request) -> web.Response:
     return _ok(await request.app[CONTROL].backup(caller_of(request), body.get("destination")))
 
 
+async def geo_status(request: web.Request) -> web.Response:
+    return web.json_response(request.app[CONTROL].geo_status(caller_of(request)))
+
+
+async def geo_promote(request: web.Request) -> web.Response:
+    caller = caller_of(request)
+    body = await _body(request)
+    return web.json_response(await request.app[CONTROL].geo_promote(caller, body.get("site"), body.get("mode")))
+
+
 async def openapi(request: web.Request) -> web.Response:
     return web.json_response(document(MAX_PEEK, MAX_BODY))
 
@@ -552,6 +562,8 @@ def add_routes(app: web.Application, control: ControlPlane, sessions: Sessions |
     r.add_get(PREFIX + "/stores", stores)
     r.add_post(PREFIX + "/stores/{name}/{state:offline|online}", switch_store)
     r.add_post(PREFIX + "/backup", backup)
+    r.add_get(PREFIX + "/geo", geo_status)
+    r.add_post(PREFIX + "/geo/promote", geo_promote)
     r.add_route("*", PREFIX + "/{tail:.*}", _no_route)
 
 

@@ -26,7 +26,7 @@ import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from sodalite.errors import ArgumentError, EntityNotFound, Forbidden, SodaliteError
 from sodalite.model.authorization import AccessRights, Authorization
@@ -318,6 +318,14 @@ class RuntimePort(Protocol):
 # ---- the service ---------------------------------------------------------------------------------------
 
 
+class GeoPort(Protocol):
+    """A geo-replicated node's view of the two sites (``--geo-site``), and promotion."""
+
+    def status(self) -> dict[str, Any]: ...
+
+    async def promote(self, site: str, mode: str) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Caller:
     """Who asks: their token and key name (for the audit line). ``granted`` is what a face's own
@@ -348,6 +356,7 @@ class ControlPlane:
         self.max_message_size_in_kilobytes = max_message_size_in_kilobytes  # the namespace's limit
         self._operations: dict[str, OperationRecord] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self.geo: GeoPort | None = None  # set when the node runs with --geo-site
 
     # ---- authorization -------------------------------------------------------------------------
 
@@ -637,6 +646,25 @@ class ControlPlane:
         self.runtime.set_store_online(name, online)
         self._audit(caller, "store-online" if online else "store-offline", name)
         return self.runtime.stores()
+
+    def geo_status(self, caller: Caller) -> dict[str, Any]:
+        self._check(caller, "", AccessRights.MANAGE)
+        return self._geo().status()
+
+    async def geo_promote(self, caller: Caller, site: object, mode: object) -> dict[str, Any]:
+        self._check(caller, "", AccessRights.MANAGE)
+        if not isinstance(site, str) or not site:
+            raise ArgumentError("site: the name of the site to promote")
+        if mode not in ("planned", "forced"):
+            raise ArgumentError(f"mode: 'planned' or 'forced', got {mode!r}")
+        geo = self._geo()
+        self._audit(caller, "geo-promote", site, mode=mode)
+        return await geo.promote(site, mode)
+
+    def _geo(self) -> GeoPort:
+        if self.geo is None:
+            raise EntityNotFound("geo-replication is not configured on this node (start it with --geo-site)")
+        return self.geo
 
     async def backup(self, caller: Caller, destination: object) -> BackupRecord:
         self._check(caller, "", AccessRights.MANAGE)

@@ -157,5 +157,11 @@ def document(max_peek: int, max_body: int) -> dict[str, Any]:
             "/api/v1/backup": {"post": _op("Copy every SQLite store and the configuration into a new directory "
                                            "({destination}: an absolute path on the broker's machine), as of one "
                                            "point in time, while serving", "Manage", obj)},
+            "/api/v1/geo": {"get": _op("Geo-replication: each site's role, database position and the secondary's "
+                                       "replication lag", "Manage", obj)},
+            "/api/v1/geo/promote": {"post": _op("Promote a site: planned (waits until everything is replicated) "
+                                                "or forced (at once; the loss bound is reported)", "Manage", obj, {
+                "type": "object", "required": ["site", "mode"], "properties": {
+                    "site": {"type": "string"}, "mode": {"type": "string", "enum": ["planned", "forced"]}}})},
         },
     }

@@ -14,6 +14,7 @@ from pathlib import Path
 from sodalite import __version__
 from sodalite.cli import backup as backup_commands
 from sodalite.cli import commands as client_commands
+from sodalite.cli import geo as geo_commands
 from sodalite.cli import logging_setup
 from sodalite.cli import pipeline as pipeline_commands
 from sodalite.cli import syphon as syphon_command
@@ -96,6 +97,12 @@ def parser() -> argparse.ArgumentParser:
                        help="on SIGTERM or Ctrl-C: stop accepting, let the store work in flight commit and its "
                             "replies go out for at most this long, then close every connection with "
                             "amqp:connection:forced, which the SDKs retry by reconnecting (default 10)")
+    serve.add_argument("--geo-site", default=None, metavar="NAME",
+                       help="geo-replication: this node's site; it serves only while its database (--store) is "
+                            "the namespace's primary and answers server-busy otherwise (docs/geo-replication.md)")
+    serve.add_argument("--geo-peer", default=None, metavar="NAME=postgresql://...",
+                       help="geo-replication: the other site's name and database, asked to fence an old primary "
+                            "and for the replication lag")
     # Test-only (hidden): append every ReceiveAndDelete transfer written, detach and restore to PATH
     # (server/delivery_trace.py), so tests count deliveries on the broker's side.
     serve.add_argument("--delivery-trace", type=Path, default=None, help=argparse.SUPPRESS)
@@ -107,6 +114,7 @@ def parser() -> argparse.ArgumentParser:
     syphon_command.register(commands)
     pipeline_commands.register(commands)
     backup_commands.register(commands)
+    geo_commands.register(commands)
     return parser
 
 
@@ -114,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.command == "pipeline":
         return pipeline_commands.run(args)
+    if args.command == "geo":
+        return geo_commands.run(args)
     if args.command != "serve":
         return client_commands.run(args)
     from sodalite.cli.main import serve

@@ -19,7 +19,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
@@ -37,7 +37,7 @@ from sodalite.cli.data_dir_lock import DataDirectoryInUse, DataDirectoryLock, re
 from sodalite.cli.entry import AMQPS_PORT
 from sodalite.cli.key_bridge import BrokerKeys
 from sodalite.cli.stores import build_broker, default_node_id, redact_url
-from sodalite.errors import ConfigurationError, StoreUnavailable
+from sodalite.errors import ArgumentError, ConfigurationError, StoreUnavailable
 from sodalite.model.config import NamespaceConfig, default_namespace, load_config_text
 from sodalite.server import delivery_trace
 from sodalite.server.broker import Broker
@@ -45,6 +45,9 @@ from sodalite.server.connection_handler import BrokerConnection
 from sodalite.server.limits import AcceptFailureLog, ConnectionLimits
 from sodalite.server.listener import ListenFailed
 from sodalite.server.metrics import CONTENT_TYPE, BrokerMetrics
+
+if TYPE_CHECKING:
+    from sodalite.cli.geo_node import GeoNode
 
 
 def load_namespace(path: Path | None) -> NamespaceConfig:
@@ -154,7 +157,8 @@ class Endpoints:
         remove_own_endpoints(data_dir / ENDPOINTS_FILE)
 
 
-async def _management_runner(args: argparse.Namespace, broker: Broker) -> web.AppRunner | None:
+async def _management_runner(args: argparse.Namespace, broker: Broker,
+                             geo: GeoNode | None = None) -> web.AppRunner | None:
     """The management API's application, when any port serves it."""
     if args.admin_port < 0 and args.http_port < 0 and not args.management_on_amqp_port:
         return None
@@ -173,6 +177,11 @@ async def _management_runner(args: argparse.Namespace, broker: Broker) -> web.Ap
     app = application(control, keys=keys, faces=faces,
                       amqp=lambda: BrokerConnection(broker))  # AMQP over WebSockets, served as over TCP
     app.middlewares.append(_metrics_middleware(broker.metrics))
+    if geo is not None:  # /health with the node's role; 503 while it does not serve
+        from sodalite.cli.geo_node import management_gate
+
+        control.geo = geo
+        app.middlewares.append(management_gate(geo))
     runner = web.AppRunner(app)
     await runner.setup()
     return runner
@@ -273,8 +282,40 @@ async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
     asyncio.get_running_loop().set_exception_handler(AcceptFailureLog())
     cert, key = certificate(args)  # generated whenever missing, whichever listeners are on
     tls = _tls_context(args, cert, key)
-    runner = await _management_runner(args, broker)
+    geo = geo_node(args, broker)
+    runner = await _management_runner(args, broker, geo)
     shared = runner if args.management_on_amqp_port else None
+    endpoints = Endpoints(pid=os.getpid())
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    following: asyncio.Task[None] | None = None
+    if geo is not None:
+        # The health endpoint answers while the node waits to be the primary; the broker loads nothing
+        # from a standby (cli/geo_node.py).
+        from sodalite.cli.geo_node import GeoCollector, GeoGate, refusing_listener
+
+        await _serve_management(args, runner, broker, endpoints)
+        gate = GeoGate(broker, geo.site)
+        # The AMQP port answers meanwhile: every connection closed at its open with server-busy.
+        gate.stand_in = stand_in = await refusing_listener(broker.namespace.name, args.host, args.port, geo)
+        args.port = stand_in.port
+        following = asyncio.create_task(geo.follow(gate.apply))
+        print(f"Geo: site {geo.site}; serving once this site is the namespace's primary", flush=True)
+        waiting = asyncio.create_task(gate.primary.wait())
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait((waiting, stopping), return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        stopping.cancel()
+        gate.stand_in = None
+        await stand_in.stop()  # the port is the real broker's now
+        if stop.is_set():
+            following.cancel()
+            for each in (runner,):
+                if each is not None:
+                    await each.cleanup()
+            return
     port = await broker.start(args.host, args.port, tls=tls if args.amqps_port >= 0 else None,
                               tls_port=args.amqps_port,
                               management=shared.server if shared is not None else None,
@@ -284,8 +325,12 @@ async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
     where = f"data in {args.data_dir}" if args.store is None else f"messages in {redact_url(args.store)}"
     print(f"Sodalite {__version__} node {node_id} listening on {listening}, {where}", flush=True)
     print(f"Entities: {entities}", flush=True)
-    endpoints = Endpoints(amqp_port=port, amqps_port=broker.amqps_port, pid=os.getpid())
-    await _serve_management(args, runner, broker, endpoints)
+    endpoints.amqp_port, endpoints.amqps_port = port, broker.amqps_port
+    if geo is None:
+        await _serve_management(args, runner, broker, endpoints)
+    else:
+        await gate.broker_started(geo)
+        broker.metrics.registry.register(GeoCollector(geo))
     if shared is not None:
         print(f"Management (HTTPS or HTTP on the AMQP port, trust {cert}): "
               f"{connection_string(args.host, port, namespace)}", flush=True)
@@ -293,11 +338,9 @@ async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
     _print_amqps(args, broker, cert)
     endpoints.write(args.data_dir)
     print(f"Connection string: {connection_string(args.host, port, namespace)}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    if following is not None:
+        following.cancel()
     Endpoints.remove(args.data_dir)
     # The broker first: its connections (AMQP over WebSockets included, which the management app's
     # cleanup would otherwise wait on) are told to reconnect once their work in flight is answered.
@@ -305,6 +348,26 @@ async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
     for each in (runner, metrics_runner):
         if each is not None:
             await each.cleanup()
+
+
+def geo_node(args: argparse.Namespace, broker: Broker) -> GeoNode | None:
+    """--geo-site: this node follows its site's role (cli/geo_node.py); None without it."""
+    site = getattr(args, "geo_site", None)
+    peers = getattr(args, "geo_peer", None)
+    if site is None:
+        if peers:
+            raise BadOption("--geo-peer: give --geo-site too (this node's own site)")
+        return None
+    if args.store is None:
+        raise BadOption("--geo-site: geo-replication runs on PostgreSQL: give --store postgresql://... "
+                        "(this site's database)")
+    from sodalite.cli.geo_node import GeoNode, parse_peer
+
+    try:
+        peer = parse_peer(peers) if peers else None
+        return GeoNode(site, args.store, peer, broker.namespace.name)
+    except ArgumentError as exc:
+        raise BadOption(f"--geo-peer: {exc.description}") from None
 
 
 class BadOption(Exception):

@@ -212,6 +212,9 @@ class Broker:
         # SASL PLAIN (a key name and key in clear) is offered over TLS and on loopback; on plain TCP
         # from another host only when the operator allows it (--allow-plain-sasl-without-tls).
         self.plain_sasl_without_tls = False
+        # Set while this node does not serve (a geo secondary or fenced node): every new connection is
+        # closed at its open with this error (server-busy, which the SDKs retry).
+        self.refusal: SodaliteError | None = None
         # Non-durable JMS topic consumers' subscriptions (lower-cased path) -> the links reading them
         # (server/topic_consumers.py): removed when the last one goes.
         self.volatile_subscriptions: dict[str, set[int]] = {}

@@ -102,6 +102,10 @@ class BrokerConnection(asyncio.Protocol):
             self.amqp.sasl_server = self._sasl_config(plain=False)  # no key in clear over the network
         limits = self.broker.limits
         self._handshake = asyncio.get_running_loop().call_later(limits.handshake_timeout, self._handshake_expired)
+        if self.broker.refusal is not None:  # the node does not serve now: closed at its open, retryably
+            self.over_limit = True
+            self.refusal = self.broker.refusal
+            return
         waiting = self.broker.unauthenticated
         now = time.monotonic()
         oldest = self._oldest_waiting()

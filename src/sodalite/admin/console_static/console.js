@@ -727,6 +727,34 @@ async function renderStores() {
         }) }, s.online ? "Take offline" : "Bring online"))))));
 }
 
+// ---- geo-replication ------------------------------------------------------------------------------------------------
+
+async function renderGeo() {
+  const status = await api("GET", "/geo");
+  const when = (t) => (t == null ? "" : new Date(t * 1000).toISOString());
+  const promote = (site, mode) => el("button", { type: "button", class: mode === "forced" ? "danger" : "",
+    onclick: () => guarded(async () => {
+      const warning = mode === "forced" ? " Messages acknowledged after its last replayed transaction may be lost." : "";
+      if (!confirm(`Promote site ${site} (${mode})?${warning}`)) return;
+      const report = await api("POST", "/geo/promote", { site, mode });
+      notice(`Site ${report.site} is the primary (epoch ${report.epoch})` +
+        (mode === "forced" ? `; loss bound: LSN ${report.lsn} at ${when(report.bound_time)}` : "; nothing lost"));
+      await renderGeo();
+    }) }, `Promote (${mode})`);
+  const row = (s) => el("tr", { "data-site": s.site },
+    el("td", {}, s.site), el("td", { class: "geo-role" }, s.role), el("td", {}, s.reason),
+    el("td", {}, String(s.database.timeline ?? "")), el("td", {}, s.database.lsn || ""),
+    el("td", {}, String(s.database.epoch)),
+    el("td", { class: "geo-lag" }, s.lag ? `${s.lag.bytes ?? "?"} bytes, ${s.lag.seconds == null ? "?" : s.lag.seconds.toFixed(3) + " s"}` : ""),
+    el("td", { class: "geo-mode" }, s.lag ? s.lag.mode : ""),
+    el("td", {}, s.lastReplayedLsn ? `${s.lastReplayedLsn} at ${when(s.lastReplayedTime)}` : ""),
+    el("td", {}, ...(s.role === "primary" ? [] : [promote(s.site, "planned"), promote(s.site, "forced")])));
+  document.getElementById("main").replaceChildren(el("h1", {}, "Geo-replication"),
+    el("table", {}, el("tr", {}, ...["Site", "Role", "Why", "Timeline", "LSN", "Epoch", "Lag", "Mode",
+                                     "Last replayed", ""].map((h) => el("th", {}, h))),
+      ...status.sites.map(row)));
+}
+
 // ---- routing --------------------------------------------------------------------------------------------------------
 
 async function route() {
@@ -739,6 +767,7 @@ async function route() {
     if (hash.startsWith("#/entity/")) await renderEntity(decodeURIComponent(hash.slice("#/entity/".length)));
     else if (hash === "#/keys") await renderKeys();
     else if (hash === "#/stores") await renderStores();
+    else if (hash === "#/geo") await renderGeo();
     else await renderNamespace();
   });
 }
