@@ -19,6 +19,8 @@ What a test does with it (all blocking, all bounded):
 - :meth:`PgCluster.promote`: ``pg_ctl promote`` of a standby (waits until it accepts writes);
   :meth:`PgCluster.best_standby`: the live standby that received the most WAL (the one a promoter
   picks: it has every commit any standby acknowledged).
+- :meth:`PgCluster.set_synchronous`: change a primary's ``synchronous_standby_names`` (``""`` while
+  a one-standby cluster's only standby is rebuilt: otherwise every commit waits for it).
 - :meth:`PgCluster.follow`: point a live standby at a new primary (reloads ``primary_conninfo``;
   it follows the new timeline).
 - :meth:`PgCluster.rewind`: rebuild a killed (or stopped) old primary as a standby of the current
@@ -248,6 +250,12 @@ class PgCluster:
                 pass
             time.sleep(0.05)
         raise RuntimeError(f"{node.name} still in recovery {timeout} s after pg_ctl promote")
+
+    def set_synchronous(self, node: PgNode, names: str = SYNC_NAMES) -> None:
+        """Set a primary's ``synchronous_standby_names`` (``""``: commits wait for no standby, what a
+        promoter does while the last standby is being rebuilt, unless told to be strict) and reload."""
+        node.query(f"ALTER SYSTEM SET synchronous_standby_names = '{names}'")
+        node.query("SELECT pg_reload_conf()")
 
     def follow(self, node: PgNode, primary: PgNode) -> None:
         """Point a running standby at ``primary`` (``primary_conninfo`` reloaded; it follows the
