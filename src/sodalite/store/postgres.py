@@ -1888,6 +1888,7 @@ class PostgresStore:
             log.warning("PostgreSQL store %s: %s; it committed: its results stand", self._shown, unanswered)
             return
         what = "it did not commit" if committed is False else "its outcome is unknown (no primary answered)"
+        log.warning("PostgreSQL store %s: %s; %s: refused (retryable)", self._shown, unanswered, what)
         raise StoreUnavailable(f"PostgreSQL store {self._shown}: batch not applied: {unanswered}; {what}")
 
     def load_entities(self) -> list[EntityRecord]:
@@ -2149,6 +2150,8 @@ class PostgresStore:
                     self.statements += 2 + len(queries)
                 return [cur.fetchall() for cur in cursors]
         except (psycopg.Error, PoolTimeout, UnicodeDecodeError) as exc:
+            if isinstance(exc, psycopg.OperationalError | PoolTimeout):
+                self._failover.lost(_describe(exc))
             raise StoreUnavailable(f"PostgreSQL store {self._shown}: cannot {what}: {_describe(exc)}") from exc
 
     @staticmethod
