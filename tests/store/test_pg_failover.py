@@ -191,3 +191,31 @@ def test_a_url_with_no_reachable_host_at_start_names_every_host() -> None:
         assert f"127.0.0.1:{port}" in str(caught.value)
     assert "pw@" not in str(caught.value)
     assert store.status().role == "unreachable"
+
+
+def test_a_store_opened_on_a_standby_writes_nothing_until_it_is_promoted(cluster: PgCluster) -> None:
+    """``standby_ok`` (a geo-replication secondary's nodes): the store opens on a standby, answers
+    every batch with StoreUnavailable (server-busy) and says why, and writes once the standby is
+    promoted, without being reopened."""
+    primary, standby = cluster.nodes
+    db = cluster.create_database()
+    first = PostgresStore(cluster.url(db, [primary]), connect_timeout=2)
+    first.open()  # the schema, created on the primary, replicated
+    first.close()
+    cluster.wait_streaming(primary, 1)
+    _until(lambda: standby.query("SELECT count(*) FROM sodalite_schema_version", db)[0][0])
+    store = PostgresStore(cluster.url(db, [standby]), connect_timeout=2, standby_ok=True)
+    store.open()
+    try:
+        with pytest.raises(StoreUnavailable):
+            _append(store, "refused")
+        status = store.status()
+        assert not status.writable and status.role == "standby", status
+        cluster.kill(primary)
+        cluster.promote(standby)
+        cluster.set_synchronous(standby, "")
+        _until(lambda: _append(store, "after promotion"))
+        assert store.status().writable and store.status().host == standby.host
+        assert _stored(standby, db) == ["after promotion"]
+    finally:
+        store.close()

@@ -242,6 +242,20 @@ class Failover:
                 if conn is not None:
                     conn.close()
 
+    def connect_standby(self, **kwargs: Any) -> Any:
+        """A read-only connection to a standby of the cluster (to read the schema; never written to)."""
+        reports, connections = self._probe_all(psycopg.Connection, kwargs)
+        chosen = next((r.host for r in reports if r.reachable and r.in_recovery and
+                       (self.system_identifier is None or r.system_identifier == self.system_identifier)), None)
+        try:
+            if chosen is None:
+                raise NoPrimary("no standby answers: " + "; ".join(r.describe() for r in reports))
+            return connections.pop(chosen)
+        finally:
+            for conn in connections.values():
+                if conn is not None:
+                    conn.close()
+
     def probe(self) -> StoreStatus:
         """Ask every server now (blocking) and return the resulting status; connections are closed."""
         reports, connections = self._probe_all(psycopg.Connection, {})

@@ -1700,7 +1700,8 @@ class PostgresStore:
     """The store port over one PostgreSQL database (see the module docstring)."""
 
     def __init__(self, url: str, *, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-                 application_name: str = "sodalite", rotate_bytes: int = DEFAULT_ROTATE_BYTES) -> None:
+                 application_name: str = "sodalite", rotate_bytes: int = DEFAULT_ROTATE_BYTES,
+                 standby_ok: bool = False) -> None:
         self._url = check_url(url)
         self._shown = redact(url)
         if connect_timeout <= 0:
@@ -1712,6 +1713,8 @@ class PostgresStore:
         self._rotate_bytes = rotate_bytes
         self._pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]] | None = None
         self._closed = False
+        # Open on a standby (a geo-replication secondary): every call is refused until a primary answers.
+        self._standby_ok = standby_ok
         # Which server of a multi-host URL is written to, fenced by timeline (store/pg_failover.py).
         try:
             self._failover = pg_failover.Failover(url, shown=self._shown, connect_timeout=connect_timeout,
@@ -1765,14 +1768,17 @@ class PostgresStore:
                 self._migrate(conn)
                 row = conn.execute("SELECT current_schema()").fetchone()
         except pg_failover.NoPrimary as exc:
-            if self._failover.status().role == "unreachable":
+            if self._standby_ok and self._failover.status().role == "standby":
+                row = self._open_on_standby()
+            elif self._failover.status().role == "unreachable":
                 raise StoreUnavailable(
                     f"PostgreSQL store {self._shown}: cannot connect to any of {', '.join(self._failover.hosts)}: "
                     f"{exc}; check that the server is running and reachable, and that the URL's user, password "
                     "and database are right") from exc
-            raise StoreUnavailable(
-                f"PostgreSQL store {self._shown}: refused: {exc}. Sodalite writes only to a primary: name the "
-                "primary among the URL's hosts (a standby is read-only)") from exc
+            else:
+                raise StoreUnavailable(
+                    f"PostgreSQL store {self._shown}: refused: {exc}. Sodalite writes only to a primary: name the "
+                    "primary among the URL's hosts (a standby is read-only)") from exc
         except psycopg.Error as exc:
             raise StoreUnavailable(
                 f"PostgreSQL store {self._shown}: cannot connect: {_describe(exc)}; check that the server "
@@ -2182,6 +2188,28 @@ class PostgresStore:
                 conn.execute("INSERT INTO sodalite_schema_version (version) VALUES (%s)", (SCHEMA_VERSION,))
             elif version != SCHEMA_VERSION:
                 conn.execute("UPDATE sodalite_schema_version SET version = %s", (SCHEMA_VERSION,))
+
+    def _open_on_standby(self) -> tuple[Any, ...] | None:
+        """``standby_ok``: the schema as a standby holds it (it must be this Sodalite's: a standby cannot
+        migrate), and the schema's name; the store then answers nothing until a primary is reachable."""
+        try:
+            with self._failover.connect_standby(connect_timeout=max(1, int(self._timeout)),
+                                                application_name=self._application_name) as conn:
+                found = conn.execute("SELECT to_regclass('sodalite_schema_version') IS NOT NULL").fetchone()
+                version = conn.execute("SELECT version FROM sodalite_schema_version").fetchone() if (
+                    found is not None and found[0]) else None
+                row: tuple[Any, ...] | None = conn.execute("SELECT current_schema()").fetchone()
+        except psycopg.Error as exc:
+            raise StoreUnavailable(
+                f"PostgreSQL store {self._shown}: cannot read the standby: {_describe(exc)}") from exc
+        if version is None or int(version[0]) != SCHEMA_VERSION:
+            raise StoreUnavailable(
+                f"PostgreSQL store {self._shown}: the standby's Sodalite schema is "
+                f"{'absent' if version is None else f'version {version[0]}'}, not {SCHEMA_VERSION}: start this "
+                "Sodalite on the primary first (a standby cannot be migrated)")
+        log.warning("PostgreSQL store %s: opened on a standby: %s; nothing is written until a primary answers",
+                    self._shown, self._failover.status().reason)
+        return row
 
     def _unavailable(self) -> StoreUnavailable:
         return StoreUnavailable(f"PostgreSQL store {self._shown} is closed")
