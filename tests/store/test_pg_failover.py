@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 
 from pg_cluster import PgCluster, PgNode
@@ -50,7 +51,7 @@ def _until(predicate: Any, timeout: float = 30.0) -> Any:
             value = predicate()
             if value:
                 return value
-        except StoreUnavailable:
+        except (StoreUnavailable, psycopg.Error):  # not yet (a standby behind, no primary yet)
             if time.monotonic() > deadline:
                 raise
         if time.monotonic() > deadline:
