@@ -98,3 +98,19 @@ def test_the_url_s_hosts_and_ports_are_split_and_checked() -> None:
     check_hosts("u:pw@a:1,b:2")
     with pytest.raises(ValueError, match="not a number"):
         check_hosts("u@a:1,b:x")
+
+
+def test_a_node_lets_go_of_its_server_when_another_shows_a_higher_timeline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A standby promoted while the server written to still answers (the old primary was not
+    stopped): the periodic recheck raises the fence, so the next connection goes to the new one."""
+    import sodalite.store.pg_failover as pg_failover
+
+    failover = _failover()
+    assert _choose(failover, _primary("a:1", 1), _standby("b:2", 1)).host == "a:1"
+    probes: list[list[HostReport]] = [[_primary("a:1", 1), _primary("b:2", 2)]]
+    monkeypatch.setattr(failover, "_probe_all", lambda cls, kwargs: (probes[0], {}))
+    assert not failover.superseded()  # not yet due
+    monkeypatch.setattr(pg_failover.time, "monotonic", lambda: 10**9)
+    assert failover.superseded()
+    assert failover.status().role == "fenced" and failover.highest_timeline == 2
+    assert _choose(failover, _primary("a:1", 1), _primary("b:2", 2)).host == "b:2"

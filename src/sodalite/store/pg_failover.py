@@ -18,7 +18,10 @@ timeline too) and the cluster's system identifier, and writes only to a server t
 recovery, is on that highest timeline and belongs to that cluster. An old primary restarted as a
 primary before it was rewound is still on its old timeline, so it is never written to, even when it
 is the only server that answers (then nothing is written at all: the broker answers
-``com.microsoft:server-busy`` until the new primary is reachable). A primary's timeline is read from
+``com.microsoft:server-busy`` until the new primary is reachable). A connection is kept until it
+breaks; with several hosts, :meth:`Failover.superseded` (the store's maintenance, every
+:data:`RECHECK_EVERY` seconds) asks the others whether one shows a higher timeline, and the store
+then lets go of its server (a standby promoted while the old primary still answered). A primary's timeline is read from
 its current WAL file name (``pg_walfile_name(pg_current_wal_insert_lsn())``), which changes at the
 promotion itself; ``pg_control_checkpoint().timeline_id``, which changes only at the next
 checkpoint, and a standby's ``pg_stat_wal_receiver.received_tli`` are taken into account too.
@@ -74,6 +77,9 @@ OUTCOME_STATEMENT_TIMEOUT_MS: Final = 5000
 OUTCOME_KEEP: Final = "10 minutes"
 PRUNE_LIMIT: Final = 5000  # ids deleted by one maintenance call at most
 PRUNE_EVERY: Final = 30.0  # seconds between two prunes by one node
+# While connected, a node with several hosts asks the others this often whether one shows a higher
+# timeline (a standby promoted while the server written to still answers): then it lets go.
+RECHECK_EVERY: Final = 10.0
 
 # The schema's numbered migration (the store's MIGRATIONS list appends it): one row per batch.
 MIGRATION: Final[tuple[str, ...]] = (
@@ -207,6 +213,7 @@ class Failover:
         self.failovers = 0  # times the server written to changed (diagnostics)
         self._written_to: str | None = None
         self._last_prune = 0.0
+        self._last_recheck = time.monotonic()
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -255,6 +262,32 @@ class Failover:
             for conn in connections.values():
                 if conn is not None:
                     conn.close()
+
+    def superseded(self) -> bool:
+        """At most every RECHECK_EVERY seconds (and only with several hosts): ask every server whether
+        one of this cluster shows a timeline above the highest seen. If so, that timeline becomes the
+        fence and True says to drop the connection written to (the next one is chosen anew)."""
+        now = time.monotonic()
+        if len(self._hosts) < 2 or now - self._last_recheck < RECHECK_EVERY:
+            return False
+        self._last_recheck = now
+        reports, connections = self._probe_all(psycopg.Connection, {})
+        for conn in connections.values():
+            if conn is not None:
+                conn.close()
+        with self._lock:
+            same = [r for r in reports if r.reachable and
+                    (self.system_identifier is None or r.system_identifier == self.system_identifier)]
+            higher = max([r.timeline or 0 for r in same], default=0)
+            if higher <= self.highest_timeline:
+                return False
+            log.error("PostgreSQL store %s: a server shows timeline %s, above %s of the one written to (%s): a "
+                      "standby was promoted; letting go of it", self._shown, higher, self.highest_timeline,
+                      self._written_to)
+            self.highest_timeline = higher
+            self._status = StoreStatus(writable=False, role="fenced", timeline=higher, hosts=tuple(reports),
+                                       reason=f"a server shows timeline {higher}: the one written to is fenced")
+            return True
 
     def probe(self) -> StoreStatus:
         """Ask every server now (blocking) and return the resulting status; connections are closed."""

@@ -2019,6 +2019,8 @@ class PostgresStore:
                 self._turn_ring(conn)
                 if self._failover.prune_due():
                     pg_failover.prune(conn)
+                if self._failover.superseded():
+                    conn.close()  # a standby was promoted meanwhile: the pool drops it, the next call chooses
         except (psycopg.Error, PoolTimeout):
             pass  # housekeeping only: the next call tries again
         return True  # disk-full recovery is the server's
