@@ -268,6 +268,9 @@ class PgCluster:
         by default) with ``pg_rewind``, and start it."""
         source = primary or self.primary()
         self._terminate(node, signal.SIGINT)
+        # pg_rewind takes the source's timeline from its control file, which a freshly promoted server
+        # updates only at its next checkpoint: make it now.
+        source.query("CHECKPOINT")
         # Crash recovery first, if needed (pg_rewind does it in single-user mode); then copy what diverged.
         self._run(str(self.bin_dir / "pg_rewind"), "--target-pgdata", str(node.data),
                   "--source-server", f"host=127.0.0.1 port={source.port} user=postgres dbname=postgres",

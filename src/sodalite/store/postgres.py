@@ -121,8 +121,10 @@ Failures. Every psycopg or pool error, and every use after :meth:`PostgresStore.
 ``disk_full``), with the driver's exception as ``__cause__``; no psycopg type crosses the port. A
 connection lost mid-batch is discarded by the pool and replaced on the next call, so a database
 that comes back is used again without a restart. A batch whose ``COMMIT`` was sent but not
-acknowledged may or may not be durable; it is reported as not applied (at-least-once: a client
-retries the send), never as applied.
+acknowledged may or may not be durable: its id is looked up on the primary (the new one after a
+failover) and it is reported applied only if it committed, as not applied otherwise
+(:mod:`sodalite.store.pg_failover`, which also chooses the server of a multi-host URL and fences
+an old primary by its timeline). Schema version 7 adds the batch ids' table.
 
 Not thread-safe: the server calls one store from one worker thread.
 """
@@ -147,6 +149,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from sodalite.errors import ConfigurationError, StoreFull, StoreUnavailable
 from sodalite.model.message import MessageRecord, MessageState
+from sodalite.store import pg_failover
 from sodalite.store.port import (
     PARTITION_SHIFT,
     SUBSCRIPTION_KIND,
@@ -516,6 +519,7 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         WHERE kind = '{SUBSCRIPTION_KIND}' AND jsonb_exists(properties::jsonb, 'Rules')
         """,
     ),
+    pg_failover.MIGRATION,  # version 7: one row per batch, for the outcome of an unanswered COMMIT
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
@@ -1022,7 +1026,9 @@ def check_url(url: str) -> str:
         raise ConfigurationError(f"PostgreSQL store: the URL must be a string, got {type(url).__name__}")
     try:
         parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError on a port that is not a number
+        pg_failover.check_hosts(parts.netloc)  # several hosts: host:port,host:port (each port a number)
+        if "," not in parts.netloc:
+            parts.port  # noqa: B018 - raises ValueError on a port that is not a number
     except ValueError as exc:
         raise ConfigurationError(f"PostgreSQL store URL {redact(url)!r} is malformed: {exc}") from None
     if parts.scheme not in URL_SCHEMES:
@@ -1694,7 +1700,8 @@ class PostgresStore:
     """The store port over one PostgreSQL database (see the module docstring)."""
 
     def __init__(self, url: str, *, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-                 application_name: str = "sodalite", rotate_bytes: int = DEFAULT_ROTATE_BYTES) -> None:
+                 application_name: str = "sodalite", rotate_bytes: int = DEFAULT_ROTATE_BYTES,
+                 standby_ok: bool = False) -> None:
         self._url = check_url(url)
         self._shown = redact(url)
         if connect_timeout <= 0:
@@ -1706,6 +1713,14 @@ class PostgresStore:
         self._rotate_bytes = rotate_bytes
         self._pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]] | None = None
         self._closed = False
+        # Open on a standby (a geo-replication secondary): every call is refused until a primary answers.
+        self._standby_ok = standby_ok
+        # Which server of a multi-host URL is written to, fenced by timeline (store/pg_failover.py).
+        try:
+            self._failover = pg_failover.Failover(url, shown=self._shown, connect_timeout=connect_timeout,
+                                                  application_name=application_name)
+        except (ValueError, psycopg.Error) as exc:
+            raise ConfigurationError(f"PostgreSQL store URL {self._shown!r}: {exc}") from None
         # LISTEN/NOTIFY: this store's name in its own notifications (so its node skips them) and the
         # channel of its schema (known once open() has connected).
         self.origin = uuid.uuid4().hex[:12]
@@ -1721,6 +1736,8 @@ class PostgresStore:
         self.lock_timeouts = 0
         self.history_switches = 0
         self.history_truncations = 0
+        self.outcome_lookups = 0  # COMMITs unanswered, looked up by batch id ...
+        self.outcomes_committed = 0  # ... and found committed
 
     @property
     def url(self) -> str:
@@ -1742,13 +1759,26 @@ class PostgresStore:
             # and so tries again (the partitions' reload loop makes those calls while the database is away).
             reconnect_timeout=0,
             name=f"sodalite-{self._shown}",
+            connection_class=self._failover.connection_class(),  # the primary on the highest timeline
         )
         try:
             # The first connection decides: an unreachable database fails here, with what to do.
-            with psycopg.connect(self._url, autocommit=True, connect_timeout=max(1, int(self._timeout)),
-                                 application_name=self._application_name) as conn:
+            with self._failover.connect(autocommit=True, connect_timeout=max(1, int(self._timeout)),
+                                        application_name=self._application_name) as conn:
                 self._migrate(conn)
                 row = conn.execute("SELECT current_schema()").fetchone()
+        except pg_failover.NoPrimary as exc:
+            if self._standby_ok and self._failover.status().role == "standby":
+                row = self._open_on_standby()
+            elif self._failover.status().role == "unreachable":
+                raise StoreUnavailable(
+                    f"PostgreSQL store {self._shown}: cannot connect to any of {', '.join(self._failover.hosts)}: "
+                    f"{exc}; check that the server is running and reachable, and that the URL's user, password "
+                    "and database are right") from exc
+            else:
+                raise StoreUnavailable(
+                    f"PostgreSQL store {self._shown}: refused: {exc}. Sodalite writes only to a primary: name the "
+                    "primary among the URL's hosts (a standby is read-only)") from exc
         except psycopg.Error as exc:
             raise StoreUnavailable(
                 f"PostgreSQL store {self._shown}: cannot connect: {_describe(exc)}; check that the server "
@@ -1763,7 +1793,16 @@ class PostgresStore:
         """A listener for the notifications other stores on this database and schema send (one
         connection of its own; see :class:`PostgresChangeFeed`), skipping this store's own."""
         return PostgresChangeFeed(self._url, origin=self.origin, connect_timeout=self._timeout,
-                                  application_name=application_name or f"{self._application_name} listen"[:63])
+                                  application_name=application_name or f"{self._application_name} listen"[:63],
+                                  failover=self._failover)
+
+    def status(self) -> pg_failover.StoreStatus:
+        """Whether this store can write now and, if not, why (last known; no I/O: see pg_failover)."""
+        return self._failover.status()
+
+    def probe(self) -> pg_failover.StoreStatus:
+        """Ask every server of the URL now (blocking) and return the resulting status."""
+        return self._failover.probe()
 
     def apply(self, batch: Sequence[StoreOp]) -> tuple[OpResult, ...]:
         pool = self._require()
@@ -1782,12 +1821,17 @@ class PostgresStore:
         # An all-or-none Settle (a transaction's) is checked before the COMMIT, which then follows in a
         # second round trip, or a ROLLBACK and SettleFenced.
         fenced = any(isinstance(op, Settle) and op.all_or_none for op in batch)
+        # Every batch records its id and sends its COMMIT once its results are in: an unanswered COMMIT's
+        # outcome is then looked up by id, and its results are at hand (store/pg_failover.py).
+        batch_id = uuid.uuid4()
         if steps:
+            steps.append(_Step(pg_failover.RECORD_BATCH, {"batch": batch_id}))
             try:
                 with pool.connection() as conn:
-                    # BEGIN, the statements and COMMIT go out together, and one sync brings every result
-                    # back: one round trip. A statement that fails makes the server skip the rest up to
-                    # the sync (the COMMIT included), so nothing of the batch is applied.
+                    # BEGIN and the statements go out together, and one sync brings every result back;
+                    # then the COMMIT: two round trips. A statement that fails makes the server skip the
+                    # rest up to the sync, and the transaction is rolled back, so nothing of the batch is
+                    # applied. The COMMIT apart: its results are at hand if it goes unanswered.
                     extra = 0  # plan_cache_mode switches (_GENERIC_PLAN)
                     try:
                         cursors = []
@@ -1807,30 +1851,51 @@ class PostgresStore:
                                 else:
                                     cur.execute(step.sql, step.params)
                                 cursors.append(cur)
-                            if not fenced:
-                                conn.execute("COMMIT")
                         fetched = [cur.fetchall() if step.rows else [] for step, cur in zip(steps, cursors,
                                                                                             strict=True)]
                         if fenced:
                             for index, (op, result) in enumerate(zip(batch, _results(plans, fetched, len(takes)),
                                                                      strict=True)):
                                 check_all_or_none(index, op, result)  # SettleFenced: rolled back below
-                            self.round_trips += 1
+                        self.round_trips += 1
+                        try:
                             conn.execute("COMMIT")
+                        except psycopg.OperationalError as lost:
+                            if conn.broken or lost.sqlstate is None or lost.sqlstate.startswith("57P"):
+                                raise pg_failover.CommitUnanswered(batch_id, lost) from lost
+                            raise
                     except BaseException:
                         self._rollback(conn)
                         raise
                     finally:
                         self.round_trips += 1
                         self.statements += 2 + extra + sum(len(s.many) if s.many is not None else 1 for s in steps)
+            except pg_failover.CommitUnanswered as unanswered:
+                self._outcome(unanswered)  # returns when the batch committed; StoreUnavailable otherwise
             except (psycopg.Error, PoolTimeout) as exc:
                 if isinstance(exc, psycopg.errors.DiskFull):
                     raise StoreFull(
                         f"PostgreSQL store {self._shown}: the database's disk is full: new messages are refused "
                         f"until space is freed; nothing of this batch was stored ({_describe(exc)})") from exc
+                if isinstance(exc, psycopg.OperationalError | PoolTimeout):
+                    self._failover.lost(_describe(exc))
                 raise StoreUnavailable(
                     f"PostgreSQL store {self._shown}: batch not applied: {_describe(exc)}") from exc
         return _results(plans, fetched, len(takes))
+
+    def _outcome(self, unanswered: pg_failover.CommitUnanswered) -> None:
+        """A batch whose COMMIT went unanswered: return if it committed (on the primary now), else
+        raise StoreUnavailable (not committed, or not known within OUTCOME_WAIT)."""
+        self._failover.lost(str(unanswered))
+        self.outcome_lookups += 1
+        committed = pg_failover.resolve(unanswered.batch_id, self._require().connection)
+        if committed:
+            self.outcomes_committed += 1
+            log.warning("PostgreSQL store %s: %s; it committed: its results stand", self._shown, unanswered)
+            return
+        what = "it did not commit" if committed is False else "its outcome is unknown (no primary answered)"
+        log.warning("PostgreSQL store %s: %s; %s: refused (retryable)", self._shown, unanswered, what)
+        raise StoreUnavailable(f"PostgreSQL store {self._shown}: batch not applied: {unanswered}; {what}")
 
     def load_entities(self) -> list[EntityRecord]:
         rows, rule_rows = self._read("load entities", [(_SELECT_ENTITIES, ()), (_SELECT_RULES, ())])
@@ -1952,6 +2017,10 @@ class PostgresStore:
         try:
             with pool.connection() as conn:
                 self._turn_ring(conn)
+                if self._failover.prune_due():
+                    pg_failover.prune(conn)
+                if self._failover.superseded():
+                    conn.close()  # a standby was promoted meanwhile: the pool drops it, the next call chooses
         except (psycopg.Error, PoolTimeout):
             pass  # housekeeping only: the next call tries again
         return True  # disk-full recovery is the server's
@@ -2064,6 +2133,7 @@ class PostgresStore:
 
     def close(self) -> None:
         self._closed = True
+        self._failover.closed()
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.close(timeout=5)
@@ -2088,6 +2158,8 @@ class PostgresStore:
                     self.statements += 2 + len(queries)
                 return [cur.fetchall() for cur in cursors]
         except (psycopg.Error, PoolTimeout, UnicodeDecodeError) as exc:
+            if isinstance(exc, psycopg.OperationalError | PoolTimeout):
+                self._failover.lost(_describe(exc))
             raise StoreUnavailable(f"PostgreSQL store {self._shown}: cannot {what}: {_describe(exc)}") from exc
 
     @staticmethod
@@ -2118,6 +2190,28 @@ class PostgresStore:
                 conn.execute("INSERT INTO sodalite_schema_version (version) VALUES (%s)", (SCHEMA_VERSION,))
             elif version != SCHEMA_VERSION:
                 conn.execute("UPDATE sodalite_schema_version SET version = %s", (SCHEMA_VERSION,))
+
+    def _open_on_standby(self) -> tuple[Any, ...] | None:
+        """``standby_ok``: the schema as a standby holds it (it must be this Sodalite's: a standby cannot
+        migrate), and the schema's name; the store then answers nothing until a primary is reachable."""
+        try:
+            with self._failover.connect_standby(connect_timeout=max(1, int(self._timeout)),
+                                                application_name=self._application_name) as conn:
+                found = conn.execute("SELECT to_regclass('sodalite_schema_version') IS NOT NULL").fetchone()
+                version = conn.execute("SELECT version FROM sodalite_schema_version").fetchone() if (
+                    found is not None and found[0]) else None
+                row: tuple[Any, ...] | None = conn.execute("SELECT current_schema()").fetchone()
+        except psycopg.Error as exc:
+            raise StoreUnavailable(
+                f"PostgreSQL store {self._shown}: cannot read the standby: {_describe(exc)}") from exc
+        if version is None or int(version[0]) != SCHEMA_VERSION:
+            raise StoreUnavailable(
+                f"PostgreSQL store {self._shown}: the standby's Sodalite schema is "
+                f"{'absent' if version is None else f'version {version[0]}'}, not {SCHEMA_VERSION}: start this "
+                "Sodalite on the primary first (a standby cannot be migrated)")
+        log.warning("PostgreSQL store %s: opened on a standby: %s; nothing is written until a primary answers",
+                    self._shown, self._failover.status().reason)
+        return row
 
     def _unavailable(self) -> StoreUnavailable:
         return StoreUnavailable(f"PostgreSQL store {self._shown} is closed")
@@ -2152,8 +2246,11 @@ class PostgresChangeFeed:
     """
 
     def __init__(self, url: str, *, origin: str, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-                 application_name: str = "sodalite listen") -> None:
+                 application_name: str = "sodalite listen", failover: pg_failover.Failover | None = None) -> None:
         self._url = check_url(url)
+        # The store's choice of server: the feed listens on the primary the store writes to.
+        self._failover = failover or pg_failover.Failover(url, shown=redact(url), connect_timeout=connect_timeout,
+                                                          application_name=application_name)
         self._shown = redact(url)
         self._origin = origin
         self._timeout = connect_timeout
@@ -2185,9 +2282,9 @@ class PostgresChangeFeed:
         pause = 0.1
         while not self._stopping.is_set():
             try:
-                with psycopg.connect(self._url, autocommit=True, connect_timeout=max(1, int(self._timeout)),
-                                     application_name=self._application_name, keepalives=1,
-                                     keepalives_idle=10, keepalives_interval=5, keepalives_count=3) as conn:
+                with self._failover.connect(autocommit=True, connect_timeout=max(1, int(self._timeout)),
+                                            application_name=self._application_name, keepalives=1,
+                                            keepalives_idle=10, keepalives_interval=5, keepalives_count=3) as conn:
                     row = conn.execute("SELECT current_schema()").fetchone()
                     if row is None or row[0] is None:
                         raise StoreUnavailable(f"PostgreSQL store {self._shown}: no schema on the search_path")
