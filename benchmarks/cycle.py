@@ -22,9 +22,10 @@ machine hits all of them alike):
   the phase.
 
 Two SDK client modes: ``sync`` (a sync sender, then 4 concurrent receiver threads, each with its own
-client, completing one message at a time) and ``aio`` (an aio sender, then one aio receiver completing
-each received batch concurrently). Per phase it prints msg/s, broker CPU µs per message (user + system
-of the broker process tree over the phase), broker RSS after the phase and latency percentiles (per
+client, completing one message at a time) and ``aio`` (an aio sender, then one aio receiver with the
+same prefetch, completing each received batch concurrently). Per phase it prints msg/s, broker CPU µs
+per message (user + system of the broker process tree over the phase), the clients' CPU per message
+(this process's, where the SDK or pika clients run), broker RSS after the phase and latency percentiles (per
 batch send, per complete); then a summary with ranges over the rounds and the ratio columns
 Sodalite / RabbitMQ and Sodalite / null peer. Not part of the test run:
 
@@ -72,6 +73,7 @@ class Phase:
     node_cpu: list[float] = field(default_factory=list)
     db_cpu: float | None = None
     round_trips: int | None = None
+    client_cpu: float = 0.0  # CPU seconds of this process (the SDK or pika clients run in it) over the phase
 
 
 @dataclass
@@ -148,14 +150,21 @@ class Cycle:
     def cpu_us(self) -> float:
         return (self.send.cpu + self.receive.cpu) * 1e6 / self.count
 
+    @property
+    def client_us(self) -> float:
+        """The clients' CPU per message over the cycle (send + receive + complete)."""
+        return (self.send.client_cpu + self.receive.client_cpu) * 1e6 / self.count
+
     count: int = 0
 
 
 def measure(broker: Broker, count: int, run: Callable[[Meter], list[float] | None]) -> Phase:
     meter = Meter(broker.measured_pid)
+    client0 = time.process_time()
     latencies = run(meter) or []
+    client = time.process_time() - client0
     return Phase(count / meter.elapsed, meter.cpu * 1e6 / count, harness.rss_bytes(broker.measured_pid),
-                 harness.percentiles(latencies), meter.elapsed, meter.cpu)
+                 harness.percentiles(latencies), meter.elapsed, meter.cpu, client_cpu=client)
 
 
 def sdk_cycle(broker: Broker, mode: str, n: int, size: int, receivers: int, prefetch: int) -> Cycle:
@@ -165,7 +174,7 @@ def sdk_cycle(broker: Broker, mode: str, n: int, size: int, receivers: int, pref
         receive = measure(broker, n, lambda m: workloads.sdk_receive_threads(m, cs, QUEUE, n, receivers, prefetch))
     else:
         send = measure(broker, n, lambda m: workloads.sdk_aio_send(m, cs, QUEUE, n, size))
-        receive = measure(broker, n, lambda m: workloads.sdk_aio_receive(m, cs, QUEUE, n, prefetch * receivers))
+        receive = measure(broker, n, lambda m: workloads.sdk_aio_receive(m, cs, QUEUE, n, prefetch))
     return Cycle(broker.name, mode, send, receive, n)
 
 
@@ -259,7 +268,8 @@ def rabbit_cycle(broker: Broker, n: int, size: int, receivers: int, prefetch: in
 def print_cycle(r: int, c: Cycle) -> None:
     print(f"round {r} | {c.target:16} {c.mode:4} | send {c.send.rate:8,.0f} msg/s {c.send.cpu_us:6.1f} µs CPU/msg"
           f" | recv+complete {c.receive.rate:7,.0f} msg/s {c.receive.cpu_us:6.1f} µs CPU/msg"
-          f" | cycle {c.rate:7,.0f} msg/s {c.cpu_us:6.1f} µs CPU/msg | RSS {harness.mb(c.receive.rss)}", flush=True)
+          f" | cycle {c.rate:7,.0f} msg/s {c.cpu_us:6.1f} µs CPU/msg | client {c.client_us:6.1f} µs CPU/msg"
+          f" | RSS {harness.mb(c.receive.rss)}", flush=True)
     print(f"        send per batch: {c.send.latency}; per complete: {c.receive.latency}", flush=True)
 
 
@@ -269,14 +279,15 @@ def summary(results: list[tuple[int, Cycle]], n: int) -> None:
         by[(c.target, c.mode)].append(c)
     print(f"\n## Summary: {n} messages of 1 KB per cycle, ranges over {max(r for r, _ in results)} rounds\n")
     print("| target | client | send msg/s | send µs/msg | recv+complete msg/s | recv+complete µs/msg "
-          "| cycle msg/s | cycle µs/msg | RSS |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| cycle msg/s | cycle µs/msg | client cycle µs/msg | RSS |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for (target, mode), cs in by.items():
         print(f"| {target} | {mode} | {harness.span([c.send.rate for c in cs])} "
               f"| {harness.span([c.send.cpu_us for c in cs], '{:.1f}')} "
               f"| {harness.span([c.receive.rate for c in cs])} "
               f"| {harness.span([c.receive.cpu_us for c in cs], '{:.1f}')}"
               f" | {harness.span([c.rate for c in cs])} | {harness.span([c.cpu_us for c in cs], '{:.1f}')} "
+              f"| {harness.span([c.client_us for c in cs], '{:.1f}')} "
               f"| {harness.span([c.receive.rss / 1e6 for c in cs], '{:,.0f} MB')} |")
     rounds: dict[int, dict[tuple[str, str], Cycle]] = defaultdict(dict)
     for r, c in results:
@@ -340,7 +351,8 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=1024, help="message body bytes (default 1024)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     parser.add_argument("--receivers", type=int, default=4, help="concurrent sync receivers / consumers (default 4)")
-    parser.add_argument("--prefetch", type=int, default=100, help="prefetch per receiver (default 100)")
+    parser.add_argument("--prefetch", type=int, default=300,
+                        help="prefetch per receiver (default 300, the fixed configuration)")
     parser.add_argument("--targets", default="full,normal,null,rabbit",
                         help="comma-separated subset of full,normal,null,rabbit,pg1,pg2 (default: "
                              "full,normal,null,rabbit; v2full, v2normal: older names of full, normal; pg1, pg2: "

@@ -267,7 +267,9 @@ def start_sodalite(cleanup: Cleanup, data_dir: Path, sync_mode: str, queues: Seq
         [str(root / "scripts" / "serve"), "--host", "127.0.0.1", "--port", "0", "--data-dir", str(data_dir / "data"),
          "--config", str(config), "--sync", sync_mode, "--admin-port", "-1", "--http-port", "-1",
          "--amqps-port", "-1", *extra_args],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+        # the checkout's own sources, whatever the shared venv's editable install points at
+        env={**os.environ, "PYTHONPATH": str(root / "src")})
     broker = Broker(name or f"Sodalite {sync_mode}", proc, data_dir)
     cleanup.push(lambda: stop_process(proc))
     broker.connection_string = _await_connection_string(proc, 120, "the Sodalite broker")

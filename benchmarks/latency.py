@@ -205,7 +205,8 @@ def run_target(kind: str, cleanup: Cleanup, tmp: Path, args: argparse.Namespace)
         harness.declare_quorum(broker, QUEUE, BACKLOG)
     else:
         broker = harness.start_sodalite(cleanup, tmp / "sodalite", args.sync, [QUEUE, BACKLOG],
-                                         f"Sodalite {args.sync} {args.core}", extra_args=["--core", args.core])
+                                         f"Sodalite {args.sync} {args.core}", extra_args=["--core", args.core],
+                                         root=args.base if kind == "base" else harness.ROOT)
     results = {"empty": run_phase("empty broker", broker, kind, args)}
     if args.backlog and kind == "sodalite" and args.backlog_dir:
         results["backlog"] = beside_kept_backlog(broker, cleanup, args)
@@ -264,31 +265,40 @@ def main() -> int:
     parser.add_argument("--core", choices=("v2",), default="v2",
                         help="Sodalite's --core: v2, the partition core (version 1 was removed; kept for existing "
                              "command lines)")
-    parser.add_argument("--targets", default="sodalite,rabbit", help="sodalite,rabbit (default both)")
+    parser.add_argument("--targets", default="sodalite,rabbit",
+                        help="sodalite,rabbit (default both); base: Sodalite served from --base")
+    parser.add_argument("--base", type=Path, default=None, metavar="CHECKOUT",
+                        help="target 'base': Sodalite served from this other checkout (an A/B against main)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run the targets this many times, interleaved (default 1)")
     parser.add_argument("--backlog-dir", default="",
                         help="Sodalite only: a data directory kept after the run for the backlog phase; one that "
                              "already holds the backlog is reopened instead of filled again")
     parser.add_argument("--max-seconds", type=float, default=3600, help="run-time bound (default 3600)")
     args = parser.parse_args()
     targets = [t for t in args.targets.split(",") if t]
-    if any(t not in ("sodalite", "rabbit") for t in targets):
-        parser.error("targets are sodalite and rabbit")
+    if any(t not in ("sodalite", "rabbit", "base") for t in targets):
+        parser.error("targets are sodalite, base and rabbit")
+    if "base" in targets and args.base is None:
+        parser.error("target 'base' needs --base CHECKOUT")
     print(f"# Latency benchmark: {args.rate:,.0f} msg/s of 1 KB for {args.seconds:.0f} s per phase, "
           f"{args.receivers} receivers, backlog {args.backlog:,}; {harness.version_line()}", flush=True)
-    results: dict[str, dict[str, dict[str, float]]] = {}
+    results: list[tuple[str, dict[str, dict[str, float]]]] = []
     with harness.bounded_run(args.max_seconds) as cleanup:
-        for t in targets:
-            tmp = harness.temp_dir(cleanup, f"sodalite-latency-{t}-")
-            step = Cleanup()
-            try:
-                results[t] = run_target(t, step, tmp, args)
-            finally:
-                step.run()
-    names = {"sodalite": f"Sodalite {args.sync}", "rabbit": "RabbitMQ quorum"}
+        for _ in range(args.rounds):
+            for t in targets:
+                tmp = harness.temp_dir(cleanup, f"sodalite-latency-{t}-")
+                step = Cleanup()
+                try:
+                    results.append((t, run_target(t, step, tmp, args)))
+                finally:
+                    step.run()
+    names = {"sodalite": f"Sodalite {args.sync}", "rabbit": "RabbitMQ quorum",
+             "base": f"Sodalite {args.sync} before (A/B)"}
     print(f"\n## Summary: send-to-receive latency at {args.rate:,.0f} msg/s\n")
     print("| broker | queue | sender s | received msg/s | p50 | p99 | p99.9 | max | broker CPU µs/msg | RSS |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for t, phases in results.items():
+    for t, phases in results:
         for phase, r in phases.items():
             where = "empty broker" if phase == "empty" else f"beside {args.backlog:,} backlog"
             print(f"| {names[t]} | {where} | {r['send_s']:.1f} | {r['rate']:,.0f} | {r['p50'] * 1000:.1f} ms "

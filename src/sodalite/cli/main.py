@@ -11,6 +11,7 @@ import asyncio
 import errno
 import functools
 import json
+import logging
 import os
 import signal
 import socket
@@ -30,7 +31,7 @@ from sodalite.admin.control import ControlPlane
 from sodalite.admin.http import application
 from sodalite.admin.tls import certificate_host, ensure_certificate, server_context
 from sodalite.amqpclient.connection_string import ENDPOINTS_FILE
-from sodalite.cli import logging_setup
+from sodalite.cli import event_loop, logging_setup
 from sodalite.cli.backup_service import BackupSource, make_backup
 from sodalite.cli.control_bridge import BrokerControl
 from sodalite.cli.data_dir_lock import DataDirectoryInUse, DataDirectoryLock, remove_own_endpoints
@@ -423,7 +424,12 @@ def serve(args: argparse.Namespace) -> int:
         check_options(args)
         namespace = load_namespace(args.config)
         lock.acquire()  # before anything in the data directory is touched; held until the process ends
-        asyncio.run(_serve(args, namespace))
+        try:
+            loop_name, loop_factory = event_loop.loop_factory()
+        except ValueError as exc:
+            raise BadOption(str(exc)) from None
+        logging.getLogger(__name__).info("event loop: %s", loop_name)
+        event_loop.run(_serve(args, namespace), loop_factory)
     except DataDirectoryInUse as exc:
         print(f"sodalite: {exc}", file=sys.stderr)
         return 1

@@ -23,7 +23,7 @@ import asyncio
 import ipaddress
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from sodalite.amqp import events as ev
 from sodalite.amqp.connection import Connection
@@ -93,8 +93,8 @@ class BrokerConnection(asyncio.Protocol):
     # ---- asyncio.Protocol ----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport (uvloop's do not derive from asyncio.Transport, hence no isinstance check).
+        self.transport = cast("asyncio.Transport", transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         if not (transport.get_extra_info("ssl_object") is not None or _loopback(peer)

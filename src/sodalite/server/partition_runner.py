@@ -36,6 +36,18 @@ decisions emitted them (the core's contract):
   locks no longer this core's, it raises :class:`~sodalite.store.port.SettleFenced`, only that
   batch rolled back, and it is answered :class:`StoreFailed` with ``fenced`` naming the settlement.
 
+The commit window. A settlement of the sync SDK waits for its answer before the next one is sent, so
+with N such receivers at most N settlements can share a transaction; started the moment the previous
+one committed, a group holds only those that arrived while it was in flight (about N/2: the
+receivers fall into step, half of them per transaction). So a group that is smaller than the last
+round's (the batches the last transaction held plus those queued when it committed) waits for the
+rest, at most ``commit_window`` seconds (1 ms; :data:`COMMIT_WINDOW_SECONDS`) after it could have
+started, and leaves as soon as it is that large. Nothing is acknowledged earlier for it: a send,
+a settlement and a claim are still answered only by their batch's results, after the commit. A
+transaction that fails fails exactly the batches it held (each answered :class:`StoreFailed`, as
+without the window); the batches queued behind it go in the next one. A lone caller (the last round
+held one batch and nothing queued) never waits, nor does a read or a batch committed alone.
+
 Store I/O runs on the store's one worker thread (:class:`~sodalite.server.store_worker.StoreWorker`),
 so the event loop never waits for a commit, and commits that queue up while one is in flight
 leave together in the next transaction: the busier the partition, the fewer transactions per
@@ -107,6 +119,8 @@ log = logging.getLogger(__name__)
 
 DEAD_LETTER_SUFFIX = "/$deadletterqueue"  # as server/entity_settings.py's SubQueue.DEAD_LETTER names it
 ACTIVE_ONLY = frozenset({MessageState.ACTIVE})
+# How long a group of store batches smaller than the last round may wait for the rest (module docstring).
+COMMIT_WINDOW_SECONDS = 0.001
 
 
 class Timer(Protocol):
@@ -190,7 +204,8 @@ class PartitionRunner:
 
     def __init__(self, ref: PartitionRef, view: View, worker: StoreWorker, clock: Clock,
                  on_reply: Callable[[Reply], None], *, dead_letter: PartitionRef | None = None,
-                 edit_encoder: EditEncoder = encode_edit, max_group: int = 64) -> None:
+                 edit_encoder: EditEncoder = encode_edit, max_group: int = 64,
+                 commit_window: float = COMMIT_WINDOW_SECONDS) -> None:
         self.ref = ref
         self.dead_letter = dead_letter or PartitionRef(ref.entity + DEAD_LETTER_SUFFIX, ref.partition)
         self._view = view
@@ -202,6 +217,10 @@ class PartitionRunner:
         self._effects: deque[_Batch | ReadWindow | ReadCounts] = deque()
         self._busy = False  # an effect (or a group) is on the store's thread
         self._start_scheduled = False
+        self._window = commit_window
+        self._round = 1  # batches in the last transaction plus those queued when it committed
+        self._hold: asyncio.TimerHandle | None = None  # a small group waits for the rest until this fires
+        self._held_out = False  # the window closed: the head group leaves as it is
         self._failure: BaseException | None = None  # an answer's handling raised: drained() raises it
         self._idle = asyncio.Event()
         self._idle.set()
@@ -221,7 +240,8 @@ class PartitionRunner:
     @classmethod
     async def start(cls, ref: PartitionRef, settings: CoreSettings, worker: StoreWorker, clock: Clock,
                     on_reply: Callable[[Reply], None], *, token_seed: int | None = None,
-                    dead_letter: PartitionRef | None = None, max_group: int = 64) -> PartitionRunner:
+                    dead_letter: PartitionRef | None = None, max_group: int = 64,
+                    commit_window: float = COMMIT_WINDOW_SECONDS) -> PartitionRunner:
         """A runner for ``ref`` as the store holds it now: counters and metadata, no messages."""
         meta = await worker.call(lambda: worker.store.partition_meta(ref))
         counts = meta.counts
@@ -229,7 +249,8 @@ class PartitionRunner:
                         active=counts.active, scheduled=counts.scheduled, deferred=counts.deferred,
                         last_sequence_number=counts.last_sequence_number,
                         duplicate_history=meta.duplicate_history, session_states=meta.session_states)
-        runner = cls(ref, view, worker, clock, on_reply, dead_letter=dead_letter, max_group=max_group)
+        runner = cls(ref, view, worker, clock, on_reply, dead_letter=dead_letter, max_group=max_group,
+                     commit_window=commit_window)
         runner._size_read = counts.size_in_bytes
         runner.submit(Tick())  # anything already due (lapsed locks, activations, a first read)
         return runner
@@ -281,6 +302,7 @@ class PartitionRunner:
 
     async def close(self) -> None:
         self._closed = True
+        self._release_hold()
         if self._size_timer is not None:
             self._size_timer.cancel()
             self._size_timer = None
@@ -326,6 +348,13 @@ class PartitionRunner:
             ref, worker = self.ref, self._worker
             self._start(lambda: worker.call_soon(lambda: worker.store.counts(ref), self._counts_read))
             return
+        if (effect.error is None and not effect.alone and self._round > 1 and self._window > 0
+                and not self._held_out and 1 + self._batches_at_head(self._round - 1) < self._round):
+            self._effects.appendleft(effect)  # wait for the rest of the round (module docstring)
+            if self._hold is None:
+                self._hold = asyncio.get_running_loop().call_later(self._window, self._window_closed)
+            return
+        self._release_hold()
         group = [effect]
         if effect.error is None and not effect.alone:
             while (len(group) < self._max_group and self._effects and isinstance(self._effects[0], _Batch)
@@ -340,6 +369,26 @@ class PartitionRunner:
         ops = [op for batch in group for op in batch.ops]
         self._start(lambda: self._worker.commit_soon(ops, lambda results, error: self._committed(group, ops, results,
                                                                                                  error)))
+
+    def _batches_at_head(self, enough: int) -> int:
+        """How many batches that may share a transaction lead the queue (counting stops at ``enough``)."""
+        count = 0
+        for effect in self._effects:
+            if count >= enough or not isinstance(effect, _Batch) or effect.error is not None or effect.alone:
+                break
+            count += 1
+        return count
+
+    def _window_closed(self) -> None:
+        self._hold = None
+        self._held_out = True
+        self._next_effect()
+
+    def _release_hold(self) -> None:
+        self._held_out = False
+        if self._hold is not None:
+            self._hold.cancel()
+            self._hold = None
 
     def _start(self, hand_over: Callable[[], None]) -> None:
         self._busy = True
@@ -386,6 +435,9 @@ class PartitionRunner:
 
     def _committed(self, group: list[_Batch], ops: list[StoreOp], port_results: tuple[OpResult, ...] | None,
                    error: BaseException | None) -> None:
+        # The next round: this one's batches and those that queued meanwhile (after a failure: none).
+        self._round = 1 if error is not None else min(len(group) + self._batches_at_head(self._max_group),
+                                                      self._max_group)
         self._done(lambda: self._carry_on_commit(group, ops, port_results, error))
 
     def _carry_on_commit(self, group: list[_Batch], ops: list[StoreOp], port_results: tuple[OpResult, ...] | None,

@@ -889,3 +889,121 @@ def test_the_size_never_reads_low_while_the_store_is_counting(kind: str, tmp_pat
         assert final > 100
         assert min(seen) == final, seen
     run(kind, tmp_path, body)
+
+
+# ---- the commit window (partition_runner module docstring) ----------------------------------------------------
+
+
+async def _windowed(kind: str, tmp_path: pathlib.Path, window: float) -> Setup:
+    store = CountingStore(_make_store(kind, tmp_path))
+    worker = StoreWorker(store, "runner-test")
+    await worker.open()
+    replies: list[Reply] = []
+    clock = FakeClock()
+    runner = await PartitionRunner.start(REF, SETTINGS, worker, clock, replies.append, token_seed=7,
+                                         commit_window=window)
+    await runner.drained()
+    return Setup(store, worker, runner, clock, replies)
+
+
+async def _a_round_of_four(s: Setup, tag: str) -> None:
+    """Four callers in one turn: one transaction, and the next round is expected to be four."""
+    before = s.store.apply_calls
+    for i in range(4):
+        s.runner.submit(Send((draft(f"{tag}{i}".encode()),), reply_to=f"{tag}{i}"))
+    await s.runner.drained()
+    assert s.store.apply_calls - before == 1
+
+
+@STORES
+def test_a_round_of_callers_arriving_apart_shares_one_transaction(kind: str, tmp_path: pathlib.Path) -> None:
+    """Without the window the first two would leave alone the moment they could, and the other two
+    in a second transaction (the sync SDK's receivers fall into step in halves like this)."""
+    async def main() -> None:
+        s = await _windowed(kind, tmp_path, 5.0)  # a window far longer than the test: only the round ends it
+        try:
+            await _a_round_of_four(s, "a")
+            before = s.store.apply_calls
+            s.runner.submit(Send((draft(b"b0"),), reply_to="b0"))
+            s.runner.submit(Send((draft(b"b1"),), reply_to="b1"))
+            for _ in range(3):
+                await asyncio.sleep(0)  # a few loop turns later, the rest of the round
+            assert s.store.apply_calls == before  # the first two are waiting for them
+            assert [r for r in s.of(SendAccepted) if r.reply_to in ("b0", "b1")] == []  # and are not answered
+            s.runner.submit(Send((draft(b"b2"),), reply_to="b2"))
+            s.runner.submit(Send((draft(b"b3"),), reply_to="b3"))
+            await s.runner.drained()
+            assert s.store.apply_calls - before == 1
+            assert [r.reply_to for r in s.of(SendAccepted)][-4:] == ["b0", "b1", "b2", "b3"]
+        finally:
+            await _teardown(s)
+    asyncio.run(main())
+
+
+@STORES
+def test_a_round_not_filled_leaves_when_the_window_closes(kind: str, tmp_path: pathlib.Path) -> None:
+    async def main() -> None:
+        s = await _windowed(kind, tmp_path, 0.2)
+        try:
+            await _a_round_of_four(s, "a")
+            before = s.store.apply_calls
+            started = asyncio.get_running_loop().time()
+            s.runner.submit(Send((draft(b"alone"),), reply_to="alone"))
+            await s.runner.drained()
+            waited = asyncio.get_running_loop().time() - started
+            assert s.store.apply_calls - before == 1
+            assert s.of(SendAccepted)[-1] == SendAccepted("alone", (5,))
+            assert waited >= 0.19  # it waited for the window ...
+            # ... and the round is now one: the next lone caller does not wait.
+            started = asyncio.get_running_loop().time()
+            s.runner.submit(Send((draft(b"next"),), reply_to="next"))
+            await s.runner.drained()
+            assert asyncio.get_running_loop().time() - started < 0.19
+            assert s.of(SendAccepted)[-1] == SendAccepted("next", (6,))
+        finally:
+            await _teardown(s)
+    asyncio.run(main())
+
+
+@STORES
+def test_a_lone_caller_never_waits_for_the_window(kind: str, tmp_path: pathlib.Path) -> None:
+    async def main() -> None:
+        s = await _windowed(kind, tmp_path, 5.0)
+        try:
+            started = asyncio.get_running_loop().time()
+            for i in range(3):  # one at a time, each waiting for its answer (a single sync sender)
+                s.runner.submit(Send((draft(f"m{i}".encode()),), reply_to=i))
+                await s.runner.drained()
+            assert asyncio.get_running_loop().time() - started < 5.0
+            assert s.of(SendAccepted) == [SendAccepted(i, (i + 1,)) for i in range(3)]
+        finally:
+            await _teardown(s)
+    asyncio.run(main())
+
+
+@STORES
+def test_a_failed_windowed_transaction_fails_exactly_the_batches_it_held(kind: str, tmp_path: pathlib.Path) -> None:
+    async def main() -> None:
+        s = await _windowed(kind, tmp_path, 5.0)
+        try:
+            await _a_round_of_four(s, "a")
+            s.store.fail_next = True
+            s.runner.submit(Send((draft(b"b0"),), reply_to="b0"))
+            s.runner.submit(Send((draft(b"b1"),), reply_to="b1"))
+            await asyncio.sleep(0)
+            s.runner.submit(Send((draft(b"b2"),), reply_to="b2"))
+            s.runner.submit(Send((draft(b"b3"),), reply_to="b3"))
+            s.runner.submit(Send((draft(b"c0"),), reply_to="c0"))  # one more than the round: in it too
+            await s.runner.drained()
+            assert s.of(ServerBusy) == [ServerBusy(r) for r in ("b0", "b1", "b2", "b3", "c0")]
+            before = s.store.apply_calls
+            s.runner.submit(Send((draft(b"d0"),), reply_to="d0"))
+            started = asyncio.get_running_loop().time()
+            await s.runner.drained()  # after a failure the round starts again at one: no wait
+            assert asyncio.get_running_loop().time() - started < 5.0
+            assert s.store.apply_calls - before == 1
+            assert s.of(SendAccepted)[-1] == SendAccepted("d0", (5,))
+            assert [r.record.tail[-2:] for r in await s.rows()][-1] == b"d0"
+        finally:
+            await _teardown(s)
+    asyncio.run(main())
