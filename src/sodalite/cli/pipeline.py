@@ -241,8 +241,9 @@ def _show(shown: Progress, progress: Any, showing: bool) -> None:
     if not showing:  # quiet: counted for the summary only
         shown.done = progress.moved
         return
-    shown.update(progress.moved, remaining=sum(progress.lag.values()), rate=progress.rate,
-                 detail=lag_text(progress.lag, compact=shown.terminal), force=not shown.terminal)
+    known = bool(progress.lag)  # (not before the first batch has reported its offsets)
+    shown.update(progress.moved, remaining=sum(progress.lag.values()) if known else None, rate=progress.rate,
+                 detail=lag_text(progress.lag, compact=shown.terminal) if known else "", force=not shown.terminal)
 
 
 def _watch(spark: Any, query: Any, verb: str, args: argparse.Namespace | None = None,
