@@ -88,9 +88,10 @@ class Producer(Endpoint):
     outcome: it is answered ``accepted`` once the commit of every partition holding its messages is
     durable (one disposition frame per range of consecutive delivery-ids), ``rejected`` alone when it
     alone is refused (a malformed message, a SessionId missing where the entity requires one, a
-    quota its own size passes). A transfer that cannot join a group (in a transaction, or sent to a
-    forwarding chain that is too long) is handled after the group before it was submitted, so the
-    link's order holds.
+    quota its own size passes). A transfer that does not join the group (one in a transaction, or one
+    refused as a whole by the entity: a message without a SessionId where sessions are required) is
+    handled after the group before it was submitted, so the link's order holds. When the entity
+    forwards over too long a chain, each transfer of the group goes to the dead-letter queue on its own.
     """
 
     __slots__ = ("_flush_scheduled", "_pending", "connection", "entity")
