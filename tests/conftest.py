@@ -3,11 +3,14 @@
 Each test module is a unit of its own, so a module's tests share one worker and its module-scoped
 broker or database server (what `--dist loadfile` does). The modules that drive Spark form two units
 instead: the pipelines run through the CLI (test_spark_pipelines_*: a JVM per `sodalite pipeline`
-process, and the suite's session to resume them) and the rest (the data source, its projections, the
-syphon and redrive). Each unit shares one worker and one Spark session (tests/interop/conftest.py),
-so two session JVMs run at a time rather than one per worker, and the Python workers Spark starts
-(which must connect back to the JVM within Spark's fixed 10 s) do not compete with several other
-JVMs. (They were one unit, the suite's long pole: about 5 minutes of its 12 on a quiet machine.)
+process, and the suite's session to resume them) with the standalone cluster's module
+(test_spark_cluster.py: a master, two workers and their executors, and a driver JVM per run, so it
+runs after the other CLI runs rather than beside them), and the rest (the data source, its
+projections, the syphon and redrive). Each unit shares one worker and one Spark session
+(tests/interop/conftest.py), so two session JVMs run at a time rather than one per worker, and the
+Python workers Spark starts (which must connect back to the JVM within Spark's fixed 10 s) do not
+compete with several other JVMs. (They were one unit, the suite's long pole: about 5 minutes of its
+12 on a quiet machine.)
 
 The units are handed out longest first (LPT): `scripts/test` runs every tier in one session, and a
 long unit started last would leave the other workers idle while it finishes. The interop units
@@ -53,7 +56,8 @@ def unit_of(nodeid: str) -> str:
     path = nodeid.split("::", 1)[0]
     if not uses_spark(path):
         return path
-    return SPARK_PIPELINES_UNIT if path.rsplit("/", 1)[-1].startswith("test_spark_pipelines_") else SPARK_UNIT
+    own_jvms = path.rsplit("/", 1)[-1].startswith(("test_spark_pipelines_", "test_spark_cluster"))
+    return SPARK_PIPELINES_UNIT if own_jvms else SPARK_UNIT
 
 
 def is_interop(unit: str) -> bool:

@@ -127,7 +127,7 @@ def test_replicate_stops_cleanly_on_ctrl_c_and_resumes(brokers: tuple[BrokerProc
     env = cli_env(SODALITE_CONNECTION_STRING=source.connection_string)
     args = [sys.executable, "-m", "sodalite.cli.main", "pipeline", "replicate", "pl-live",
             "--target-connection-string", target.connection_string, "--checkpoint", str(tmp_path / "c"),
-            "--master", "local[2]", "--trigger", "1 second"]
+            "--master", "local[2]", "--trigger", "1 second", "--progress"]  # a pipe: progress lines when asked
     proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=ctrl_c_at_default)  # as from a terminal, whatever this run ignores
     lines: list[str] = []

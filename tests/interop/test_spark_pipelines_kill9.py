@@ -47,7 +47,8 @@ def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerPr
 
 
 def command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "sodalite.cli.main", "pipeline", *args, "--master", "local[2]"]
+    return [sys.executable, "-m", "sodalite.cli.main", "pipeline", *args, "--master", "local[2]",
+            "--progress"]  # (its output is a pipe: progress lines only when asked)
 
 
 def kill_mid_run(args: list[str], cwd: Path) -> str:

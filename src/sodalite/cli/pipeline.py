@@ -1,9 +1,14 @@
 """``sodalite pipeline export|replicate|syphon|redrive``: the Spark pipelines (docs/spark.md) from the command line.
 
 Each starts a Spark session (``--master``, default ``local[*]``), starts the pipeline's streaming
-query with a checkpoint directory, prints progress (messages moved, rate, lag per partition) every
-few seconds, and stops cleanly on Ctrl-C: the query stops, the session stops, and a later run with
-the same checkpoint carries on where it left off. ``--available-now`` reads what is there and ends.
+query with a checkpoint directory, shows its progress, and stops cleanly on Ctrl-C: the query stops,
+the session stops, and a later run with the same checkpoint carries on where it left off.
+``--available-now`` reads what is there and ends.
+
+Progress: on a terminal, one status line rewritten in place every second (messages moved, the last
+batch's rate, the lag: sequence numbers still to read, and in how many partitions); elsewhere (a
+pipe, a log file) nothing but the summary at the end, unless ``--progress`` asks for a plain line
+every ``--progress-interval`` seconds (with the lag of each partition that has one).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from sodalite.errors import ConfigurationError, SodaliteError
 from sodalite.extras import MissingExtra
 
 PROGRESS_EVERY_S = 5.0
+TERMINAL_EVERY_S = 1.0
 
 
 def register(commands: Any) -> None:
@@ -74,7 +80,16 @@ def register(commands: Any) -> None:
                          help=f"the namespace (default ${connection_string.ENVIRONMENT_VARIABLE}, "
                               "else the local broker)")
     redrive.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    _progress_options(redrive)
     redrive.set_defaults(handler=_redrive)
+
+
+def _progress_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--progress", action="store_true",
+                        help="print progress lines even when the output is not a terminal (on a terminal a status "
+                             "line is always shown)")
+    parser.add_argument("--progress-interval", type=float, default=PROGRESS_EVERY_S, metavar="SECONDS",
+                        help=f"seconds between progress lines with --progress (default {PROGRESS_EVERY_S:g})")
 
 
 def _common(parser: argparse.ArgumentParser, *, source: bool = True) -> None:
@@ -90,6 +105,7 @@ def _common(parser: argparse.ArgumentParser, *, source: bool = True) -> None:
                         help="messages per micro-batch at most (default 10000)")
     if source:
         parser.add_argument("--starting-position", default="earliest", help="earliest (default), latest or JSON")
+    _progress_options(parser)
 
 
 def _source_connection(args: argparse.Namespace) -> str:
@@ -114,7 +130,7 @@ def _export(args: argparse.Namespace) -> int:
                              max_messages_per_trigger=args.max_messages_per_trigger,
                              available_now=args.available_now, processing_time=args.trigger,
                              starting_position=args.starting_position)
-    return _watch(spark, query, "moved" if args.consume else "exported")
+    return _watch(spark, query, "moved" if args.consume else "exported", args)
 
 
 def _replicate(args: argparse.Namespace) -> int:
@@ -127,7 +143,7 @@ def _replicate(args: argparse.Namespace) -> int:
                                 max_messages_per_trigger=args.max_messages_per_trigger,
                                 available_now=args.available_now, processing_time=args.trigger,
                                 starting_position=args.starting_position)
-    return _watch(spark, query, "moved" if args.consume else "copied")
+    return _watch(spark, query, "moved" if args.consume else "copied", args)
 
 
 def _syphon(args: argparse.Namespace) -> int:
@@ -146,7 +162,7 @@ def _syphon(args: argparse.Namespace) -> int:
     query = pipelines.syphon(spark, args.primary, args.secondary, names, args.checkpoint,
                              max_messages_per_trigger=args.max_messages_per_trigger,
                              available_now=args.available_now, processing_time=args.trigger)
-    return _watch(spark, query, "moved")
+    return _watch(spark, query, "moved", args)
 
 
 def _management_api(args: argparse.Namespace, connection: str) -> tuple[str, str | None]:
@@ -179,7 +195,8 @@ def _redrive(args: argparse.Namespace) -> int:
     api_url, ca_file = _management_api(args, connection)
     from sodalite.spark.redrive import MoveApi
 
-    shown = Progress("redrove")
+    shown = Progress("redrove", every=args.progress_interval)
+    showing = shown.terminal or args.progress
     if shown.terminal:
         print(f"redriving dead-lettered messages of {args.entity} (a Spark job; the broker's move)...", flush=True)
     api = MoveApi.of(api_url, connection, ca_file)
@@ -195,7 +212,10 @@ def _redrive(args: argparse.Namespace) -> int:
                 except SodaliteError:
                     done = shown.done
                 # With a condition, how many it selects is known only at the end: no time left then.
-                shown.update(done, total=None if args.spark_sql else start)
+                if showing:
+                    shown.update(done, total=None if args.spark_sql else start)
+                else:
+                    shown.done = done
                 wait([job], timeout=REDRIVE_POLL_S)
             outcome = job.result()
     finally:
@@ -206,22 +226,41 @@ def _redrive(args: argparse.Namespace) -> int:
     return 0
 
 
-def _show(shown: Progress, progress: Any) -> None:
-    lag = ", ".join(f"{k}={v}" for k, v in sorted(progress.lag.items()) if v) or "0"
-    shown.update(progress.moved, remaining=sum(progress.lag.values()), rate=progress.rate, detail=f"lag {lag}",
-                 force=not shown.terminal)
+def lag_text(lag: dict[str, int], *, compact: bool) -> str:
+    """The lag for a progress line: ``lag 1200 in 3 of 16 partitions`` (a terminal's one line), or each
+    lagging partition, ``lag orders#0=700, orders#5=500`` (a log line); ``lag 0`` when read to the end."""
+    lagging = {key: value for key, value in lag.items() if value}
+    if not lagging:
+        return "lag 0"
+    if compact:
+        return f"lag {sum(lagging.values())} in {len(lagging)} of {len(lag)} partitions"
+    return "lag " + ", ".join(f"{key}={value}" for key, value in sorted(lagging.items()))
 
 
-def _watch(spark: Any, query: Any, verb: str) -> int:
-    """Follow the query: progress (count, rate, time left from the backlog) until it ends or Ctrl-C."""
+def _show(shown: Progress, progress: Any, showing: bool) -> None:
+    if not showing:  # quiet: counted for the summary only
+        shown.done = progress.moved
+        return
+    known = bool(progress.lag)  # (not before the first batch has reported its offsets)
+    shown.update(progress.moved, remaining=sum(progress.lag.values()) if known else None, rate=progress.rate,
+                 detail=lag_text(progress.lag, compact=shown.terminal) if known else "", force=not shown.terminal)
+
+
+def _watch(spark: Any, query: Any, verb: str, args: argparse.Namespace | None = None,
+           shown: Progress | None = None) -> int:
+    """Follow the query until it ends or Ctrl-C: a status line on a terminal (count, rate, lag, time
+    left from the backlog), a line every ``--progress-interval`` seconds elsewhere with ``--progress``,
+    else only the summary."""
     from sodalite.spark import pipelines
 
     seen: dict[int, int] = {}
-    shown = Progress(verb)
+    interval = PROGRESS_EVERY_S if args is None else float(args.progress_interval)
+    shown = shown if shown is not None else Progress(verb, every=interval)
+    showing = shown.terminal or bool(args is not None and args.progress)
     try:
         while query.isActive:
-            query.awaitTermination(1.0 if shown.terminal else PROGRESS_EVERY_S)
-            _show(shown, pipelines.progress(query, seen))
+            query.awaitTermination(TERMINAL_EVERY_S if shown.terminal else interval)
+            _show(shown, pipelines.progress(query, seen), showing)
         failure = query.exception()
         if failure is not None:
             shown.finish(f"{verb} {shown.done} {shown.noun} in {shown.elapsed()}, then the pipeline failed")
@@ -236,7 +275,7 @@ def _watch(spark: Any, query: Any, verb: str) -> int:
               "stopping (Ctrl-C): the checkpoint keeps the position", flush=True)
         try:
             query.stop()
-            _show(shown, pipelines.progress(query, seen))
+            _show(shown, pipelines.progress(query, seen), showing)
             shown.finish(f"{verb} {shown.done} {shown.noun} in {shown.elapsed()} (stopped)")
         except Exception as error:  # the gateway went with the interrupt: the checkpoint still holds
             print(f"stopped without a last progress report ({type(error).__name__})", flush=True)

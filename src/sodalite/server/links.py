@@ -33,10 +33,18 @@ from sodalite.amqp.link import Link
 from sodalite.amqp.performatives import Accepted, Rejected, Released, Source, TransactionalState
 from sodalite.amqp.states import LinkState
 from sodalite.amqp.types import Described, Long, Symbol
-from sodalite.errors import InvalidOperation, MessageSizeExceeded, SessionLockLost, SodaliteError
+from sodalite.errors import (
+    InvalidOperation,
+    MessageSizeExceeded,
+    QuotaExceeded,
+    SessionLockLost,
+    SodaliteError,
+    StoreUnavailable,
+)
 from sodalite.model.authorization import AccessRights
 from sodalite.model.message import MessageRecord
-from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, Lock
+from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, Lock, MessageDraft
+from sodalite.model.partitioning import partition_index, partition_key
 from sodalite.model.routing import past_hop_limit, without_pings
 from sodalite.server import delivery_trace, outcomes, test_defects, wire
 from sodalite.server.amqp_errors import client_error
@@ -60,14 +68,40 @@ BATCH_ENVELOPE_SLACK = 64 * 1024  # room for the batch envelope around a full-si
 # ---- the client's sender ---------------------------------------------------------------------------
 
 
-class Producer(Endpoint):
-    """A client sender link on an entity: the broker receives."""
+class _Run:
+    """One transfer's messages waiting in a producer's group: its delivery-id (None when it came settled)."""
 
-    __slots__ = ("connection", "entity")
+    __slots__ = ("delivery_id", "drafts", "sent")
+
+    def __init__(self, delivery_id: int | None, drafts: list[MessageDraft]) -> None:
+        self.delivery_id = delivery_id
+        self.drafts = drafts
+        self.sent: asyncio.Future[None] | None = None  # the send its messages went with (None: refused already)
+
+
+class Producer(Endpoint):
+    """A client sender link on an entity: the broker receives.
+
+    Transfers that arrive back to back on the link (the same event-loop turn: one read from the
+    socket holds many) are stored as one send per partition: their messages go to the partition's
+    core together, so they are one append in one commit, the cost of a batched send rather than one
+    decision, one store batch, one future and one disposition each. Each transfer keeps its own
+    outcome: it is answered ``accepted`` once the commit of every partition holding its messages is
+    durable (one disposition frame per range of consecutive delivery-ids), ``rejected`` alone when it
+    alone is refused (a malformed message, a SessionId missing where the entity requires one, a
+    quota its own size passes). A transfer that does not join the group (one in a transaction, or one
+    refused as a whole by the entity: a message without a SessionId where sessions are required) is
+    handled after the group before it was submitted, so the link's order holds. When the entity
+    forwards over too long a chain, each transfer of the group goes to the dead-letter queue on its own.
+    """
+
+    __slots__ = ("_flush_scheduled", "_pending", "connection", "entity")
 
     def __init__(self, connection: ConnectionPort, entity: Entity) -> None:
         self.connection = connection
         self.entity = entity
+        self._pending: list[tuple[Link, _Run]] = []
+        self._flush_scheduled = False
 
     def needs(self) -> tuple[str, AccessRights | None]:
         return self.entity.name.lower(), AccessRights.SEND
@@ -79,6 +113,7 @@ class Producer(Endpoint):
         entity, conn = self.entity, self.connection
         broker = conn.broker
         if isinstance(delivery.state, TransactionalState):
+            self.submit_pending()  # what came before it on the link goes first
             conn.transactions.on_send(link, entity, delivery)
             return
         try:
@@ -88,6 +123,13 @@ class Producer(Endpoint):
             drafts, pinged = without_pings(drafts)
             if pinged:
                 entity.actor.note_activity()
+            if drafts and _groupable(entity, drafts):
+                self._pending.append((link, _Run(None if delivery.settled else delivery.delivery_id, drafts)))
+                if not self._flush_scheduled:
+                    self._flush_scheduled = True  # at the end of this turn: the transfers read with it join
+                    asyncio.get_running_loop().call_soon(self.submit_pending)
+                return
+            self.submit_pending()
             route = broker.route(entity)
             limit = past_hop_limit(route.hops, route.exceeded)
             if test_defects.ACTIVE and test_defects.on("ack-before-commit") and not delivery.settled:
@@ -110,20 +152,154 @@ class Producer(Endpoint):
         broker.metrics.count_in(future, entity.name, len(drafts))
         if delivery.settled or test_defects.on("ack-before-commit"):
             return
-        delivery_id = delivery.delivery_id
+        run = _Run(delivery.delivery_id, drafts)
+        run.sent = future
+        self._answer_when_done([(link, run)])
 
-        def acknowledge(f: asyncio.Future[None]) -> None:
-            if not link.attached:
-                return
-            exc = f.exception()
-            if exc is None:
-                link.settle(delivery_id, Accepted())
+    def submit_pending(self) -> None:
+        """Send the transfers gathered so far: one send per partition they go to (see the class docstring)."""
+        self._flush_scheduled = False
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        try:
+            route = self.connection.broker.route(self.entity)
+        except SodaliteError:
+            route = None
+        if route is None or past_hop_limit(route.hops, route.exceeded) is not None:  # each transfer on its own
+            for link, run in pending:
+                self._submit([(link, run)])
+        else:
+            for runs, refusal in _shards(route.entity, pending):
+                if refusal is not None:
+                    self._refuse(runs, refusal)
+                else:
+                    self._submit(runs)
+        self._answer_when_done(pending)
+
+    def _submit(self, runs: list[tuple[Link, _Run]]) -> None:
+        """One send of ``runs``' messages (one partition's share, or one transfer). When the send is
+        refused before anything is stored only because of the messages together (a quota), each
+        transfer is tried on its own, so each gets the answer it would have got alone."""
+        conn = self.connection
+        broker = conn.broker
+        drafts = [d for _, run in runs for d in run.drafts]
+        try:
+            route = broker.route(self.entity)
+            limit = past_hop_limit(route.hops, route.exceeded)
+            if limit is not None:
+                future = route.entity.actor.send_to_transfer_dead_letter(drafts, MAX_TRANSFER_HOP_COUNT_EXCEEDED, limit)
+            elif route.entity.kind == TOPIC:
+                future = broker.publish(route.entity, drafts)
             else:
-                link.settle(delivery_id, Rejected(client_error(exc, broker.metrics, conn.peer, entity.name,
-                                                               "rejected")))
-            conn.flush_soon()
+                future = route.entity.actor.send(drafts)
+        except QuotaExceeded as exc:
+            if len(runs) > 1:
+                for each in runs:
+                    self._submit([each])
+            else:
+                self._refuse(runs, exc)
+            return
+        except SodaliteError as exc:
+            self._refuse(runs, exc)
+            return
+        broker.metrics.count_in(future, self.entity.name, len(drafts))
+        for _, run in runs:
+            run.sent = future
 
-        future.add_done_callback(acknowledge)
+    def _refuse(self, runs: list[tuple[Link, _Run]], exc: BaseException) -> None:
+        conn = self.connection
+        for link, run in runs:
+            if run.delivery_id is not None and link.attached:
+                link.settle(run.delivery_id, Rejected(client_error(exc, conn.broker.metrics, conn.peer,
+                                                                   self.entity.name, "rejected")))
+        conn.flush_soon()
+
+    def _answer_when_done(self, runs: list[tuple[Link, _Run]]) -> None:
+        """Once every send of ``runs`` is done (each after its commit), answer each unsettled
+        transfer with its own send's outcome, in delivery order: the accepted ones one disposition
+        per range of consecutive delivery-ids."""
+        answered = [(link, run) for link, run in runs if run.delivery_id is not None and run.sent is not None]
+        waiting = {id(run.sent): run.sent for _, run in answered if run.sent is not None}
+        if not waiting:
+            return
+        left = [len(waiting)]
+
+        def one_done(_: asyncio.Future[None]) -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                self._answer(answered)
+
+        for future in waiting.values():
+            future.add_done_callback(one_done)
+
+    def _answer(self, answered: list[tuple[Link, _Run]]) -> None:
+        conn = self.connection
+        accepted: list[tuple[Link, int]] = []
+        for link, run in answered:
+            assert run.sent is not None and run.delivery_id is not None
+            exc = None if run.sent.cancelled() else run.sent.exception()
+            if exc is None and not run.sent.cancelled():
+                accepted.append((link, run.delivery_id))
+            elif link.attached:
+                failure = exc if exc is not None else StoreUnavailable("the send was cancelled; retry")
+                link.settle(run.delivery_id, Rejected(client_error(failure, conn.broker.metrics, conn.peer,
+                                                                   self.entity.name, "rejected")))
+        _settle_ranges(accepted, Accepted())
+        conn.flush_soon()
+
+
+def _groupable(entity: Entity, drafts: list[MessageDraft]) -> bool:
+    """Whether a transfer's messages may join the link's group: not under a test defect that
+    acknowledges before the commit, and not refused for lacking a SessionId (refused alone)."""
+    if test_defects.ACTIVE and test_defects.on("ack-before-commit"):
+        return False
+    return not (entity.requires_session and any(d.session_id is None for d in drafts))
+
+
+def _shards(target: Entity, pending: list[tuple[Link, _Run]]
+            ) -> list[tuple[list[tuple[Link, _Run]], BaseException | None]]:
+    """``pending`` split by the partition of ``target`` its messages go to (one part for an entity
+    without partitions), in order; a transfer whose messages name several partitions or whose keys
+    conflict is a part of its own (with the refusal, for conflicting keys)."""
+    actor: Any = target.actor
+    partitions = getattr(actor, "partitions", None)
+    if not partitions or len(partitions) < 2:
+        return [(pending, None)]
+    dedup = actor.settings.duplicate_detection_window is not None
+    count = len(partitions)
+    parts: dict[object, list[tuple[Link, _Run]]] = {}
+    alone: list[tuple[list[tuple[Link, _Run]], BaseException | None]] = []
+    for link, run in pending:
+        try:
+            keys = {partition_key(d, dedup) for d in run.drafts}
+        except SodaliteError as exc:
+            alone.append(([(link, run)], exc))
+            continue
+        if len(keys) != 1:
+            alone.append(([(link, run)], None))
+            continue
+        key = keys.pop()
+        parts.setdefault(None if key is None else partition_index(key, count), []).append((link, run))
+    return [(runs, None) for runs in parts.values()] + alone
+
+
+def _settle_ranges(answered: list[tuple[Link, int]], outcome: Any) -> None:
+    """Settle each delivery with ``outcome``: one disposition per run of consecutive delivery-ids of one link."""
+    i, n = 0, len(answered)
+    while i < n:
+        link, first = answered[i]
+        last = first
+        while i + 1 < n and answered[i + 1][0] is link and answered[i + 1][1] == last + 1:
+            i += 1
+            last += 1
+        i += 1
+        if not link.attached:
+            continue
+        if last == first:
+            link.settle(first, outcome)
+        else:
+            link.session.disposition(link.role, first, last, True, outcome)
 
 
 def attach_producer(connection: ConnectionPort, link: Link, entity: Entity) -> None:

@@ -51,7 +51,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from sodalite.errors import ConfigurationError
-from sodalite.spark import rows
+from sodalite.spark import rows, verbatim
 from sodalite.spark.broker import Bounds, Broker, BrokerRequestError, sequence_number
 from sodalite.spark.options import (
     EARLIEST,
@@ -456,7 +456,10 @@ def send_rows(options: SinkOptions, iterator: Iterator[Any]) -> int:
             try:
                 if not target:
                     raise ValueError("it has no target: give option 'entity' or a non-null 'entity' column")
-                payload = rows.message_from_row(values, options.source_entity)
+                if verbatim.is_verbatim(values):  # a stored message as it is (replicate): not decoded
+                    payload = verbatim.verbatim_message(values, options.source_entity)
+                else:
+                    payload = rows.message_from_row(values, options.source_entity)
             except (ValueError, TypeError) as exc:
                 for entity in list(pending):  # the rows before it are sent, as they would be in a later chunk
                     flush(entity)
