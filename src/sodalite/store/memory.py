@@ -41,6 +41,7 @@ from sodalite.store.port import (
     Activated,
     Append,
     Appended,
+    AppendTo,
     CancelScheduled,
     Claim,
     Claimed,
@@ -55,6 +56,7 @@ from sodalite.store.port import (
     ForgetMoveKeys,
     IdleDeleted,
     IdsClaimed,
+    MessageOp,
     Moved,
     MoveMessages,
     OpResult,
@@ -70,6 +72,7 @@ from sodalite.store.port import (
     PutRule,
     PutSessionState,
     RecordActivity,
+    RecordOp,
     ReleaseSession,
     RememberMessageIds,
     RememberMoveKeys,
@@ -84,11 +87,10 @@ from sodalite.store.port import (
     Settled,
     StoredMessage,
     StoreOp,
-    StoreOpV1,
-    StoreOpV2,
     Unscheduled,
     check_all_or_none,
     numbering_base,
+    prepare_batch,
     split_rules,
 )
 
@@ -271,6 +273,7 @@ class MemoryStore:
 
     def apply(self, batch: Sequence[StoreOp]) -> tuple[OpResult, ...]:
         self._require_open()
+        batch = prepare_batch(batch)
         if self._fail_next is not None:
             exc, self._fail_next = self._fail_next, None
             if isinstance(exc, StoreUnavailable):
@@ -308,8 +311,10 @@ class MemoryStore:
             if isinstance(op, PutRule | DeleteRule):
                 results.append(_apply_rule(rules, op))
                 continue
-            if not isinstance(op, StoreOpV1):
-                results.append(self._apply_v2(op, writable, claims))
+            if isinstance(op, AppendTo):
+                op = op.as_append()
+            if not isinstance(op, RecordOp):
+                results.append(self._apply_message_op(op, writable, claims))
                 check_all_or_none(index, op, results[-1])  # raising leaves the store as it was
                 continue
             results.append(Done())
@@ -391,7 +396,7 @@ class MemoryStore:
         return tuple(results)
 
     @staticmethod
-    def _apply_v2(op: StoreOpV2, writable: Callable[[PartitionRef], _Partition],
+    def _apply_message_op(op: MessageOp, writable: Callable[[PartitionRef], _Partition],
                   claims: dict[tuple[_PartitionKey, str], uuid.UUID]) -> OpResult:
         if isinstance(op, Append):
             part = writable(op.ref)
@@ -477,7 +482,7 @@ class MemoryStore:
                     part.messages[n] = replace(m, state=MessageState.DEFERRED,
                                                delivery_count=max(0, m.delivery_count - 1))
                 elif item.outcome is Outcome.DEAD_LETTER:
-                    assert item.dead_letter_to is not None
+                    target = op.dead_letter_target(item)
                     part.delete(n)
                     copy = replace(m, state=MessageState.ACTIVE, expires_at=item.expires_at,
                                    enqueued_time=m.enqueued_time if item.enqueued_time is None else item.enqueued_time,
@@ -485,9 +490,9 @@ class MemoryStore:
                                    else max(0, m.delivery_count - 1) if item.give_back_delivery
                                    else m.delivery_count)
                     if item.keep_sequence_number:
-                        kept.setdefault(item.dead_letter_to, []).append(copy)
+                        kept.setdefault(target, []).append(copy)
                     else:
-                        writable(item.dead_letter_to).append(copy, numbering_base(item.dead_letter_to))
+                        writable(target).append(copy, numbering_base(target))
                 else:
                     assert_never(item.outcome)
             for ref, records in kept.items():
@@ -504,6 +509,7 @@ class MemoryStore:
             return Renewed(tuple(renewed))
         if isinstance(op, MoveMessages):
             part = writable(op.ref)
+            destination = op.destination
             moved: list[int | None] = []
             keeping: list[tuple[int, MessageRecord]] = []  # (place in the result, row) kept in the target
             for move in op.items:
@@ -513,7 +519,7 @@ class MemoryStore:
                     continue
                 gone = part.delete(n)
                 assert gone is not None
-                if op.target is None:
+                if destination is None:
                     moved.append(n)
                     continue
                 if move.annotations is not None:
@@ -527,9 +533,9 @@ class MemoryStore:
                     keeping.append((len(moved), gone))
                     moved.append(None)
                 else:
-                    moved.append(writable(op.target).append(gone, numbering_base(op.target)))
-            if keeping and op.target is not None:
-                numbers = writable(op.target).keep([m for _, m in keeping], numbering_base(op.target))
+                    moved.append(writable(destination).append(gone, numbering_base(destination)))
+            if keeping and destination is not None:
+                numbers = writable(destination).keep([m for _, m in keeping], numbering_base(destination))
                 for (index, _), number in zip(keeping, numbers, strict=True):
                     moved[index] = number
             return Moved(tuple(moved))

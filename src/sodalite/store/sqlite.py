@@ -74,6 +74,7 @@ from sodalite.store.port import (
     Activated,
     Append,
     Appended,
+    AppendTo,
     CancelScheduled,
     Claim,
     Claimed,
@@ -88,6 +89,7 @@ from sodalite.store.port import (
     ForgetMoveKeys,
     IdleDeleted,
     IdsClaimed,
+    MessageOp,
     Moved,
     MoveMessages,
     OpResult,
@@ -103,6 +105,7 @@ from sodalite.store.port import (
     PutRule,
     PutSessionState,
     RecordActivity,
+    RecordOp,
     ReleaseSession,
     RememberMessageIds,
     RememberMoveKeys,
@@ -118,11 +121,10 @@ from sodalite.store.port import (
     SettleItem,
     StoredMessage,
     StoreOp,
-    StoreOpV1,
-    StoreOpV2,
     Unscheduled,
     check_all_or_none,
     numbering_base,
+    prepare_batch,
     split_rules,
 )
 
@@ -716,7 +718,7 @@ def _claim_key(ref: PartitionRef, message_id: str) -> tuple[str, int, str]:
     return (ref.entity.translate(_ASCII_FOLD), ref.partition, message_id)
 
 
-def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2, claims: _Claims) -> OpResult:
+def _apply_message_op(conn: sqlite3.Connection, op: MessageOp, claims: _Claims) -> OpResult:
     ref = op.ref
     key = (ref.entity, ref.partition)
     if isinstance(op, Append):
@@ -787,7 +789,7 @@ def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2, claims: _Claims) -> OpRes
         counts.write(conn, ref)
         kept: dict[PartitionRef, list[MessageRecord]] = {}
         for item in dead:
-            assert item.dead_letter_to is not None
+            target = op.dead_letter_target(item)
             record = _replaced(dying[item.sequence_number].record, item.annotations, item.annotation_count,
                                item.tail)
             copy = replace(
@@ -796,9 +798,9 @@ def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2, claims: _Claims) -> OpRes
                 delivery_count=0 if item.reset_delivery_count
                 else max(0, record.delivery_count - 1) if item.give_back_delivery else record.delivery_count)
             if item.keep_sequence_number:
-                kept.setdefault(item.dead_letter_to, []).append(copy)
+                kept.setdefault(target, []).append(copy)
             else:
-                _append(conn, item.dead_letter_to, [copy])
+                _append(conn, target, [copy])
         for target, copies in kept.items():  # each target's kept numbers together (their numbers decide)
             _append_kept(conn, target, copies)
         return Settled(tuple(applied))
@@ -815,6 +817,7 @@ def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2, claims: _Claims) -> OpRes
                                        for (n, _), ok in zip(op.items, renewed, strict=True) if ok])
         return Renewed(tuple(renewed))
     if isinstance(op, MoveMessages):
+        destination = op.destination
         present = _select_rows(conn, ref, [item.sequence_number for item in op.items])
         moved: list[int | None] = []
         leaving: list[MessageRecord] = []
@@ -826,15 +829,15 @@ def _apply_v2(conn: sqlite3.Connection, op: StoreOpV2, claims: _Claims) -> OpRes
             moved.append(move.sequence_number)
             record = _replaced(stored.record, move.annotations, move.annotation_count, move.tail)
             leaving.append(replace(record, state=MessageState.ACTIVE,
-                                   expires_at=move.expires_at if op.target is not None else record.expires_at,
+                                   expires_at=move.expires_at if destination is not None else record.expires_at,
                                    enqueued_time=record.enqueued_time if move.enqueued_time is None
                                    else move.enqueued_time,
                                    delivery_count=0 if move.reset_delivery_count else record.delivery_count))
         if leaving:
             _delete_counted(conn, ref, [m.sequence_number for m in leaving])
-        if op.target is None:
+        if destination is None:
             return Moved(tuple(moved))
-        numbers = iter((_append_kept if op.keep_sequence_numbers else _append)(conn, op.target, leaving))
+        numbers = iter((_append_kept if op.keep_sequence_numbers else _append)(conn, destination, leaving))
         return Moved(tuple(None if n is None else next(numbers) for n in moved))
     if isinstance(op, Activate):
         if op.limit <= 0:
@@ -1041,6 +1044,7 @@ class SqliteStore:
 
     def apply(self, batch: Sequence[StoreOp]) -> tuple[OpResult, ...]:
         conn = self._require()
+        batch = prepare_batch(batch)
         try:
             conn.execute("BEGIN IMMEDIATE")
         except _DRIVER_ERRORS as exc:
@@ -1055,11 +1059,11 @@ class SqliteStore:
                     results.append(_delete_idle(conn, op))
                 elif isinstance(op, PutRule | DeleteRule):
                     results.append(_apply_rule(conn, op))
-                elif isinstance(op, StoreOpV1):
+                elif isinstance(op, RecordOp):
                     self._apply_one(conn, op)
                     results.append(Done())
                 else:
-                    results.append(_apply_v2(conn, op, claims))
+                    results.append(_apply_message_op(conn, op.as_append() if isinstance(op, AppendTo) else op, claims))
                     check_all_or_none(index, op, results[-1])  # SettleFenced: rolled back below
         except BaseException as exc:
             self._rollback(conn)
@@ -1308,7 +1312,7 @@ class SqliteStore:
     # -- internals --------------------------------------------------------------------------------
 
     @staticmethod
-    def _apply_one(conn: sqlite3.Connection, op: StoreOpV1) -> None:
+    def _apply_one(conn: sqlite3.Connection, op: RecordOp) -> None:
         if isinstance(op, PutEntity):
             _put_entity(conn, op.entity)
         elif isinstance(op, DeleteEntity):
