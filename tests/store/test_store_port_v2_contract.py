@@ -1284,7 +1284,7 @@ def test_sqlite_migrates_a_populated_version_4_file(tmp_path: Path) -> None:
 
 
 def test_sqlite_claims_and_due_reads_use_indexes(tmp_path: Path) -> None:
-    from sodalite.store import sqlite as adapter
+    from sodalite.store.sqlite import store as adapter
 
     store = SqliteStore(tmp_path / "plan.db")
     store.open()

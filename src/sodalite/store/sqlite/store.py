@@ -127,8 +127,8 @@ from sodalite.store.port import (
     prepare_batch,
     split_rules,
 )
+from sodalite.store.sqlite import schema
 
-SCHEMA_VERSION: Final = 6
 MIN_SQLITE_VERSION: Final = (3, 35, 0)  # UPDATE .. FROM (3.33) and RETURNING (3.35)
 SYNCHRONOUS_MODES: Final = ("FULL", "EXTRA", "NORMAL")
 _INT64_MAX: Final = 2**63 - 1
@@ -150,127 +150,6 @@ FREE_MARGIN_BYTES: Final = 4 * 1024 * 1024  # room needed beyond the reserve bef
 WAL_AUTOCHECKPOINT_PAGES: Final = 256  # 4 MiB of 16 KiB pages (SQLite's default is 1000)
 VACUUM_PAGES_PER_CALL: Final = 2048  # 32 MiB returned to the file system per maintain() at most
 
-_SCHEMA: Final = (
-    """
-    CREATE TABLE IF NOT EXISTS messages (
-        entity                 TEXT    NOT NULL COLLATE NOCASE,
-        partition              INTEGER NOT NULL,
-        sequence_number        INTEGER NOT NULL,
-        enqueued_time          INTEGER NOT NULL,
-        message_id             TEXT,
-        session_id             TEXT,
-        partition_key          TEXT,
-        time_to_live           INTEGER,
-        expires_at             INTEGER,
-        scheduled_enqueue_time INTEGER,
-        delivery_count         INTEGER NOT NULL,
-        state                  INTEGER NOT NULL,
-        durable                INTEGER,
-        priority               INTEGER,
-        annotations            BLOB    NOT NULL,
-        annotation_count       INTEGER NOT NULL,
-        tail                   BLOB    NOT NULL,
-        PRIMARY KEY (entity, partition, sequence_number)
-    )
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS partitions (
-        entity               TEXT    NOT NULL COLLATE NOCASE,
-        partition            INTEGER NOT NULL,
-        last_sequence_number INTEGER NOT NULL,
-        PRIMARY KEY (entity, partition)
-    ) WITHOUT ROWID
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS entities (
-        path       TEXT NOT NULL PRIMARY KEY COLLATE NOCASE,
-        kind       TEXT NOT NULL,
-        properties TEXT NOT NULL
-    ) WITHOUT ROWID
-    """,
-    # Schema version 2. Every statement is idempotent, so running them all migrates a version-1 file.
-    """
-    CREATE TABLE IF NOT EXISTS duplicate_history (
-        entity     TEXT    NOT NULL COLLATE NOCASE,
-        partition  INTEGER NOT NULL,
-        message_id TEXT    NOT NULL,
-        seen_at    INTEGER NOT NULL,
-        PRIMARY KEY (entity, partition, message_id)
-    ) WITHOUT ROWID
-    """,
-    # Schema version 3.
-    """
-    CREATE TABLE IF NOT EXISTS session_states (
-        entity     TEXT    NOT NULL COLLATE NOCASE,
-        partition  INTEGER NOT NULL,
-        session_id TEXT    NOT NULL,
-        state      BLOB    NOT NULL,
-        updated_at INTEGER NOT NULL,
-        PRIMARY KEY (entity, partition, session_id)
-    ) WITHOUT ROWID
-    """,
-    # Schema version 4.
-    """
-    CREATE TABLE IF NOT EXISTS move_keys (
-        entity    TEXT    NOT NULL COLLATE NOCASE,
-        partition INTEGER NOT NULL,
-        move_key  TEXT    NOT NULL,
-        PRIMARY KEY (entity, partition, move_key)
-    ) WITHOUT ROWID
-    """,
-)
-# Schema version 5 (store port v2). A version-4 file gets the lock columns by ALTER TABLE (see
-# _create_schema); these statements are idempotent.
-_SCHEMA_V5: Final = (
-    """
-    CREATE TABLE IF NOT EXISTS session_locks (
-        entity       TEXT    NOT NULL COLLATE NOCASE,
-        partition    INTEGER NOT NULL,
-        session_id   TEXT    NOT NULL,
-        token        BLOB    NOT NULL,
-        locked_until INTEGER NOT NULL,
-        owner        TEXT    NOT NULL,
-        PRIMARY KEY (entity, partition, session_id)
-    ) WITHOUT ROWID
-    """,
-    # Ready scan (claims): the next unlocked rows of a state in sequence-number order.
-    "CREATE INDEX IF NOT EXISTS messages_ready ON messages (entity, partition, state, sequence_number)",
-    # Session scan: one session's rows in order.
-    "CREATE INDEX IF NOT EXISTS messages_session ON messages (entity, partition, session_id, sequence_number) "
-    "WHERE session_id IS NOT NULL",
-    # Due scans: scheduled time (also Activate's order), expiry (covering the lock test), lock expiry.
-    "CREATE INDEX IF NOT EXISTS messages_scheduled ON messages "
-    "(entity, partition, scheduled_enqueue_time, sequence_number) WHERE state = 2",
-    "CREATE INDEX IF NOT EXISTS messages_expiry ON messages (entity, partition, expires_at, locked_until) "
-    "WHERE expires_at IS NOT NULL",
-    "CREATE INDEX IF NOT EXISTS messages_locks ON messages (entity, partition, locked_until) "
-    "WHERE locked_until IS NOT NULL",
-    "CREATE INDEX IF NOT EXISTS session_locks_due ON session_locks (entity, partition, locked_until)",
-    # AutoDeleteOnIdle registrations (RecordActivity, DeleteIdleEntity). Added to version 5 without a
-    # new version: a table of its own, created at every open if missing, that older releases ignore.
-    """
-    CREATE TABLE IF NOT EXISTS activity (
-        entity        TEXT    NOT NULL COLLATE NOCASE,
-        node          TEXT    NOT NULL,
-        last_activity INTEGER NOT NULL,
-        receivers     INTEGER NOT NULL,
-        refreshed_at  INTEGER NOT NULL,
-        PRIMARY KEY (entity, node)
-    ) WITHOUT ROWID
-    """,
-)
-# Schema version 6: a subscription's rules, one row each, in the order they were added (position).
-_SCHEMA_V6: Final = (
-    """
-    CREATE TABLE IF NOT EXISTS rules (
-        subscription TEXT    NOT NULL COLLATE NOCASE,
-        name         TEXT    NOT NULL COLLATE NOCASE,
-        position     INTEGER NOT NULL,
-        rule         TEXT    NOT NULL,
-        PRIMARY KEY (subscription, name)
-    ) WITHOUT ROWID
-    """,
-)
 # Added after the subscription's other rules, only when no rule of that name exists.
 _ADD_RULE: Final = (
     "INSERT OR IGNORE INTO rules (subscription, name, position, rule) "
@@ -288,24 +167,6 @@ _RECORD_ACTIVITY: Final = (
 _ACTIVITY_BUSY: Final = (
     "SELECT 1 FROM activity WHERE entity = ? AND (last_activity > ? OR (receivers > 0 AND refreshed_at > ?)) "
     "LIMIT 1"
-)
-_V5_COLUMNS: Final = {
-    "messages": ("lock_token BLOB", "locked_until INTEGER", "lock_owner TEXT"),
-    "partitions": ("active INTEGER NOT NULL DEFAULT 0", "scheduled INTEGER NOT NULL DEFAULT 0",
-                   "deferred INTEGER NOT NULL DEFAULT 0", "size_in_bytes INTEGER NOT NULL DEFAULT 0"),
-}
-# Counters computed once from the rows, when a version-4 file is migrated.
-_COUNT_EXISTING: Final = (
-    "INSERT INTO partitions (entity, partition, last_sequence_number) "
-    "SELECT entity, partition, max(sequence_number) FROM messages WHERE true GROUP BY entity, partition "
-    "ON CONFLICT (entity, partition) DO UPDATE "
-    "SET last_sequence_number = max(last_sequence_number, excluded.last_sequence_number)",
-    """
-    UPDATE partitions SET (active, scheduled, deferred, size_in_bytes) = (
-        SELECT coalesce(sum(m.state = 0), 0), coalesce(sum(m.state = 2), 0), coalesce(sum(m.state = 1), 0),
-               coalesce(sum(length(m.annotations) + length(m.tail)), 0)
-        FROM messages m WHERE m.entity = partitions.entity AND m.partition = partitions.partition)
-    """,
 )
 # The tables that hold what is stored per partition: DeleteEntity empties them for the entity.
 _PARTITION_TABLES: Final = (
@@ -1031,7 +892,7 @@ class SqliteStore:
                     f"SQLite store {self._path}: SQLite {sqlite3.sqlite_version} is too old; the store needs "
                     f"{'.'.join(map(str, MIN_SQLITE_VERSION))} or newer (UPDATE .. RETURNING)"
                 )
-            self._create_schema(conn)
+            schema.migrate(conn, str(self._path), {6: _move_rules_out_of_records})
         except BaseException as exc:
             if conn is not None:
                 conn.close()
@@ -1350,38 +1211,6 @@ class SqliteStore:
             conn.executemany(_FORGET_MOVE_KEY, [(op.ref.entity, op.ref.partition, k) for k in op.keys])
         else:
             assert_never(op)
-
-    def _create_schema(self, conn: sqlite3.Connection) -> None:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            (version,) = conn.execute("PRAGMA user_version").fetchone()
-            if version > SCHEMA_VERSION:
-                raise StoreUnavailable(
-                    f"SQLite store {self._path}: schema version {version} is newer than this "
-                    f"Sodalite supports ({SCHEMA_VERSION}); upgrade Sodalite"
-                )
-            for statement in _SCHEMA:
-                conn.execute(statement)
-            for table, columns in _V5_COLUMNS.items():
-                have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
-                for column in columns:
-                    if column.split()[0] not in have:
-                        conn.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
-            for statement in _SCHEMA_V5:
-                conn.execute(statement)
-            if version < 5:  # a new file counts nothing; an older one gets its counters once
-                for statement in _COUNT_EXISTING:
-                    conn.execute(statement)
-            for statement in _SCHEMA_V6:
-                conn.execute(statement)
-            if version < 6:  # an older file's subscription records give their rules to the rules table
-                _move_rules_out_of_records(conn)
-            if version != SCHEMA_VERSION:
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION:d}")
-            conn.execute("COMMIT")
-        except BaseException:
-            self._rollback(conn)
-            raise
 
     def _sync_directory(self) -> None:
         """Make the database file's directory entry durable (it may have just been created)."""
