@@ -90,3 +90,14 @@ def test_migration_files_are_numbered_without_gaps() -> None:
     assert [n for n, _, _ in schema.MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1))
     assert all(re.fullmatch(r"\d{4}_[a-z0-9_]+\.sql", name) for _, name, _ in schema.MIGRATIONS)
     assert sql_files.statements("SELECT 1;\n-- a comment\nSELECT\n  2;") == ["SELECT 1", "SELECT\n  2"]
+
+
+def test_every_statement_the_adapter_names_is_in_its_catalogue_and_every_one_is_used() -> None:
+    from sodalite.store.sqlite.rows import SQL
+
+    package = pathlib.Path(schema.__file__).parent
+    source = "\n".join(path.read_text() for path in package.glob("*.py"))
+    named = set(re.findall(r'SQL\["([a-z0-9_]+)"\]', source))
+    assert named - set(SQL) == set()
+    composed = {name for name in SQL if re.fullmatch(r"(settle|delete_entity|delete_sub_queues)_[a-z_]+", name)}
+    assert set(SQL) - named - composed == set()

@@ -1284,23 +1284,23 @@ def test_sqlite_migrates_a_populated_version_4_file(tmp_path: Path) -> None:
 
 
 def test_sqlite_claims_and_due_reads_use_indexes(tmp_path: Path) -> None:
-    from sodalite.store.sqlite import store as adapter
+    from sodalite.store.sqlite.rows import SQL, claim_statement
 
     store = SqliteStore(tmp_path / "plan.db")
     store.open()
     store.close()
     raw = sqlite3.connect(tmp_path / "plan.db")
     try:
-        claim_sql, claim_params = adapter._claim_statement(Claim(T0, T0 + 1, OWNER, toks(1, 2), ref=Q))
-        session_sql, session_params = adapter._claim_statement(Claim(T0, T0 + 1, OWNER, toks(1), session_id="s", ref=Q))
+        claim_sql, claim_params = claim_statement(Claim(T0, T0 + 1, OWNER, toks(1, 2), ref=Q))
+        session_sql, session_params = claim_statement(Claim(T0, T0 + 1, OWNER, toks(1), session_id="s", ref=Q))
         queries: list[tuple[str, tuple[Any, ...]]] = [
             (claim_sql, claim_params), (session_sql, session_params),
-            (adapter._SELECT_NEXT_DUE, (Q.entity, Q.partition, T0)),
-            (adapter._ACTIVATE, (Q.entity, Q.partition, T0, 10, Q.entity, Q.partition)),
-            (adapter._NEXT_FREE_SESSION, (T0, Q.entity, Q.partition)),
-            (adapter._SELECT_COUNTS, (Q.entity, Q.partition)),
+            (SQL["select_next_due"], (Q.entity, Q.partition, T0)),
+            (SQL["activate"], (Q.entity, Q.partition, T0, 10, Q.entity, Q.partition)),
+            (SQL["next_free_session"], (T0, Q.entity, Q.partition)),
+            (SQL["select_counts"], (Q.entity, Q.partition)),
         ]
-        by_numbers = [adapter._FETCH, adapter._SELECT_LOCKS, adapter._DELETE_RETURNING]
+        by_numbers = [SQL["fetch"], SQL["select_locks"], SQL["delete_returning"]]
         queries += [(sql, (Q.entity, Q.partition, "[1, 2]")) for sql in by_numbers]
         for sql, params in queries:
             plan = [row[3] for row in raw.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
