@@ -64,13 +64,14 @@ def populate(data_dir: Path, messages: int, dead: int) -> None:
         ref = PartitionRef(path, 0)
         for start in range(1, count + 1, CHUNK):
             # The store numbers them 1, 2, ... in order, as record() names them.
-            store.apply([Append(ref, tuple(record(s, path[:3], is_dead)
-                                           for s in range(start, min(start + CHUNK, count + 1))))])
+            store.apply([Append(tuple(record(s, path[:3], is_dead)
+                                           for s in range(start, min(start + CHUNK, count + 1))), ref=ref)])
     # The queue's own numbers continue after the dead-lettered ones, as if it had issued them.
     main = PartitionRef("redrive", 0)
     for start in range(1, dead + 1, CHUNK):
-        store.apply([Append(main, tuple(record(s, "red", False) for s in range(start, min(start + CHUNK, dead + 1))))])
-    store.apply([Purge(main, 0, None)])
+        store.apply([Append(tuple(record(s, "red", False) for s in range(start, min(start + CHUNK, dead + 1))),
+                            ref=main)])
+    store.apply([Purge(0, None, ref=main)])
     store.close()
 
 

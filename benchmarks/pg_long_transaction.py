@@ -54,7 +54,7 @@ from sodalite.store.port import (
     Claim,
     Claimed,
     ClaimMessageIds,
-    DedupGate,
+    Gate,
     Outcome,
     PartitionRef,
     PruneMessageIds,
@@ -129,27 +129,27 @@ def run_phase(store: PostgresStore, monitor: psycopg.Connection[tuple[object, ..
         if elapsed >= seconds:
             break
         now = max(now + 1, 1_700_000_000_000 + int(time.monotonic() * 1000))
-        send: list[StoreOp] = [Append(REF, batch)]
+        send: list[StoreOp] = [Append(batch, ref=REF)]
         if window:
             ids = tuple(uuid.uuid4().hex for _ in range(args.batch))
             claim = uuid.uuid4()
-            send = [ClaimMessageIds(REF, now, window, claim, ids),
-                    Append(REF, tuple(record(args.size, mid) for mid in ids), DedupGate(REF, claim, ids))]
+            send = [ClaimMessageIds(now, window, claim, ids, ref=REF),
+                    Append(tuple(record(args.size, mid) for mid in ids), Gate(claim, ids, ref=REF), ref=REF)]
             gone = False
             while seen and seen[0] < now - window:
                 seen.popleft()
                 gone = True
             if gone:  # as the core prunes on a shared store: every entry past the window
-                send.append(PruneMessageIds(REF, now - window))
+                send.append(PruneMessageIds(now - window, ref=REF))
             seen.append(now)
         appended = store.apply(send)[1 if window else 0]
         assert isinstance(appended, Appended) and all(appended.sequence_numbers)
         tokens = tuple(uuid.uuid4() for _ in range(args.batch))
-        (claimed,) = store.apply([Claim(REF, now=now, locked_until=now + 60_000, owner="drill", tokens=tokens)])
+        (claimed,) = store.apply([Claim(now=now, locked_until=now + 60_000, owner="drill", tokens=tokens, ref=REF)])
         assert isinstance(claimed, Claimed)
         items = tuple(SettleItem(m.record.sequence_number, m.lock_token, Outcome.COMPLETE)  # type: ignore[arg-type]
                       for m in claimed.messages)
-        store.apply([Settle(REF, now=now, items=items)])
+        store.apply([Settle(now=now, items=items, ref=REF)])
         phase.messages += len(claimed.messages)
         current = time.monotonic()
         if current - last_maintain >= 1.0:

@@ -31,13 +31,14 @@ def cycle(store: PostgresStore, ref: PartitionRef, now: int, batch: int,
           make: Callable[[], MessageRecord] = record) -> None:
     """Append ``batch`` messages made by ``make`` to ``ref``, claim them and complete them, each step
     all of them."""
-    (appended,) = store.apply([Append(ref, tuple(make() for _ in range(batch)))])
+    (appended,) = store.apply([Append(tuple(make() for _ in range(batch)), ref=ref)])
     assert isinstance(appended, Appended)
     tokens = tuple(uuid.uuid4() for _ in range(batch))
-    (claimed,) = store.apply([Claim(ref, now=now, locked_until=now + 60_000, owner="t", tokens=tokens)])
+    (claimed,) = store.apply([Claim(now=now, locked_until=now + 60_000, owner="t", tokens=tokens, ref=ref)])
     assert isinstance(claimed, Claimed) and len(claimed.messages) == batch
-    (settled,) = store.apply([Settle(ref, now=now, items=tuple(
-        SettleItem(m.record.sequence_number, tokens[i], Outcome.COMPLETE) for i, m in enumerate(claimed.messages)))])
+    (settled,) = store.apply([Settle(now=now, items=tuple(
+        SettleItem(m.record.sequence_number, tokens[i],
+                   Outcome.COMPLETE) for i, m in enumerate(claimed.messages)), ref=ref)])
     assert settled == Settled((True,) * batch)
 
 

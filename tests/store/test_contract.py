@@ -111,7 +111,7 @@ def load(store: MessagingStore, ref: PartitionRef) -> Loaded:
 
 def delete(ref: PartitionRef, numbers: tuple[int, ...]) -> MoveMessages:
     """Delete these messages (unlocked ones; none is locked here)."""
-    return MoveMessages(ref, 0, tuple(MoveItem(n) for n in numbers), None)
+    return MoveMessages(0, tuple(MoveItem(n) for n in numbers), target=None, ref=ref)
 
 
 def seqs(snapshot: Loaded) -> list[int]:
@@ -197,7 +197,7 @@ def store(harness: Harness) -> MessagingStore:
 
 
 def test_open_is_idempotent(store: MessagingStore) -> None:
-    store.apply([Append(Q1, (record(1),))])
+    store.apply([Append((record(1),), ref=Q1)])
     store.open()
     assert seqs(load(store, Q1)) == [1]
 
@@ -212,10 +212,10 @@ def test_an_empty_batch_is_fine(store: MessagingStore) -> None:
     store.apply([])
     store.apply(
         [
-            Append(Q1, ()),
+            Append((), ref=Q1),
             delete(Q1, ()),
-            RememberMessageIds(Q1, ()),
-            ForgetMessageIds(Q1, ()),
+            RememberMessageIds((), ref=Q1),
+            ForgetMessageIds((), ref=Q1),
         ]
     )
     assert load(store, Q1) == Loaded(messages=(), last_sequence_number=0)
@@ -224,18 +224,18 @@ def test_an_empty_batch_is_fine(store: MessagingStore) -> None:
 def test_use_before_open_raises(harness: Harness) -> None:
     fresh = harness.make()
     with pytest.raises(StoreUnavailable):
-        fresh.apply([Append(Q1, (record(1),))])
+        fresh.apply([Append((record(1),), ref=Q1)])
     with pytest.raises(StoreUnavailable):
         load(fresh, Q1)
     fresh.close()
 
 
 def test_close_then_every_call_raises(store: MessagingStore) -> None:
-    store.apply([Append(Q1, (record(1),))])
+    store.apply([Append((record(1),), ref=Q1)])
     store.close()
     store.close()  # closing twice is harmless
     with pytest.raises(StoreUnavailable) as info:
-        store.apply([Append(Q1, (record(2),))])
+        store.apply([Append((record(2),), ref=Q1)])
     assert type(info.value) is StoreUnavailable
     assert "closed" in info.value.description
     with pytest.raises(StoreUnavailable):
@@ -250,7 +250,7 @@ def test_close_then_every_call_raises(store: MessagingStore) -> None:
 
 def test_works_from_a_thread_other_than_the_creator(store: MessagingStore) -> None:
     def work() -> list[int]:
-        store.apply([Append(Q1, (record(1), record(2)))])
+        store.apply([Append((record(1), record(2)), ref=Q1)])
         store.apply([delete(Q1, (1,))])
         return seqs(load(store, Q1))
 
@@ -312,7 +312,7 @@ ROUND_TRIP_CASES = {
 
 @pytest.mark.parametrize("message", ROUND_TRIP_CASES.values(), ids=ROUND_TRIP_CASES.keys())
 def test_append_then_load_round_trips_every_field(harness: Harness, message: MessageRecord) -> None:
-    harness.store.apply([Append(Q1, (message,))])
+    harness.store.apply([Append((message,), ref=Q1)])
     _check_round_trip(harness.store, message)
     if harness.persistent:
         _check_round_trip(harness.reopen(), message)
@@ -336,7 +336,7 @@ def test_values_that_do_not_fit_64_bits_fail_the_batch(store: MessagingStore) ->
         record(1, time_to_live=2**64),
     ):
         with pytest.raises(StoreUnavailable):
-            store.apply([Append(Q2, (record(5),)), Append(Q1, (bad,))])
+            store.apply([Append((record(5),), ref=Q2), Append((bad,), ref=Q1)])
     assert load(store, Q1).messages == ()
     assert load(store, Q2).messages == ()
 
@@ -388,10 +388,10 @@ def test_delete_entity_removes_messages_of_every_partition(store: MessagingStore
         [
             PutEntity(queue("queue1")),
             PutEntity(queue("queue10")),
-            Append(Q1, (record(1), record(2))),
-            Append(Q1_P1, (record(5),)),
-            Append(PartitionRef("queue1", 7), (record(3),)),
-            Append(other, (record(1),)),
+            Append((record(1), record(2)), ref=Q1),
+            Append((record(5),), ref=Q1_P1),
+            Append((record(3),), ref=PartitionRef("queue1", 7)),
+            Append((record(1),), ref=other),
         ]
     )
     store.apply([DeleteEntity("Queue1")])
@@ -402,14 +402,14 @@ def test_delete_entity_removes_messages_of_every_partition(store: MessagingStore
     assert load(store, other) == Loaded(messages=(record(1),), last_sequence_number=1)
     assert store.load_entities() == [queue("queue10")]
     # A re-created entity starts afresh.
-    store.apply([PutEntity(queue("queue1")), Append(Q1, (record(1),))])
+    store.apply([PutEntity(queue("queue1")), Append((record(1),), ref=Q1)])
     assert load(store, Q1) == Loaded(messages=(record(1),), last_sequence_number=1)
 
 
 def test_properties_that_are_not_json_fail_the_batch(store: MessagingStore) -> None:
     for bad in ({"when": object()}, {"x": float("nan")}):
         with pytest.raises(StoreUnavailable):
-            store.apply([Append(Q1, (record(1),)), PutEntity(EntityRecord("q", "queue", bad))])
+            store.apply([Append((record(1),), ref=Q1), PutEntity(EntityRecord("q", "queue", bad))])
     assert store.load_entities() == []
     assert load(store, Q1).messages == ()
 
@@ -422,7 +422,7 @@ def history(store: MessagingStore, ref: PartitionRef = Q1) -> tuple[tuple[str, i
 
 
 def test_remember_then_load_orders_by_time_then_id(store: MessagingStore) -> None:
-    store.apply([RememberMessageIds(Q1, (("b", 20), ("a", 20), ("z", 10), ("ünï\x00cødé 🚀", 30), ("", 5)))])
+    store.apply([RememberMessageIds((("b", 20), ("a", 20), ("z", 10), ("ünï\x00cødé 🚀", 30), ("", 5)), ref=Q1)])
     assert history(store) == (("", 5), ("z", 10), ("a", 20), ("b", 20), ("ünï\x00cødé 🚀", 30))
     assert load(store, Q1) == Loaded(
         messages=(), last_sequence_number=0, duplicate_history=history(store)
@@ -431,18 +431,19 @@ def test_remember_then_load_orders_by_time_then_id(store: MessagingStore) -> Non
 
 
 def test_remember_is_an_upsert_and_ids_compare_exactly(store: MessagingStore) -> None:
-    store.apply([RememberMessageIds(Q1, (("a", 10), ("A", 11)))])
-    store.apply([RememberMessageIds(Q1, (("a", 50),))])
+    store.apply([RememberMessageIds((("a", 10), ("A", 11)), ref=Q1)])
+    store.apply([RememberMessageIds((("a", 50),), ref=Q1)])
     assert history(store) == (("A", 11), ("a", 50))
-    store.apply([RememberMessageIds(Q1, (("a", 5),))])  # the new time wins, even an earlier one
+    store.apply([RememberMessageIds((("a", 5),), ref=Q1)])  # the new time wins, even an earlier one
     assert history(store) == (("a", 5), ("A", 11))
-    store.apply([RememberMessageIds(Q1, (("x", 1), ("x", 3), ("x", 2)))])  # within one op, the last wins
+    store.apply([RememberMessageIds((("x", 1), ("x", 3), ("x", 2)), ref=Q1)])  # within one op, the last wins
     assert history(store) == (("x", 2), ("a", 5), ("A", 11))
 
 
 def test_forget_removes_only_the_named_ids_and_ignores_unknown_ones(store: MessagingStore) -> None:
-    store.apply([RememberMessageIds(Q1, (("a", 1), ("b", 2), ("c", 3)))])
-    store.apply([ForgetMessageIds(Q1, ("b", "nope", "A")), ForgetMessageIds(PartitionRef("nowhere", 2), ("a",))])
+    store.apply([RememberMessageIds((("a", 1), ("b", 2), ("c", 3)), ref=Q1)])
+    store.apply([ForgetMessageIds(("b", "nope", "A"), ref=Q1), ForgetMessageIds(("a",), ref=PartitionRef("nowhere",
+                                                                                                         2))])
     assert history(store) == (("a", 1), ("c", 3))
     assert history(store, PartitionRef("nowhere", 2)) == ()
 
@@ -450,10 +451,10 @@ def test_forget_removes_only_the_named_ids_and_ignores_unknown_ones(store: Messa
 def test_history_ops_apply_in_order_within_a_batch(store: MessagingStore) -> None:
     store.apply(
         [
-            RememberMessageIds(Q1, (("a", 1), ("b", 2))),
-            ForgetMessageIds(Q1, ("a",)),
-            RememberMessageIds(Q1, (("a", 9),)),
-            ForgetMessageIds(Q1, ("b",)),
+            RememberMessageIds((("a", 1), ("b", 2)), ref=Q1),
+            ForgetMessageIds(("a",), ref=Q1),
+            RememberMessageIds((("a", 9),), ref=Q1),
+            ForgetMessageIds(("b",), ref=Q1),
         ]
     )
     assert history(store) == (("a", 9),)
@@ -462,16 +463,16 @@ def test_history_ops_apply_in_order_within_a_batch(store: MessagingStore) -> Non
 def test_history_is_isolated_per_partition_and_entity_paths_fold_case(store: MessagingStore) -> None:
     store.apply(
         [
-            RememberMessageIds(Q1, (("a", 1),)),
-            RememberMessageIds(Q1_P1, (("a", 2), ("b", 2))),
-            RememberMessageIds(Q2, (("c", 3),)),
-            Append(Q1, (record(1),)),
+            RememberMessageIds((("a", 1),), ref=Q1),
+            RememberMessageIds((("a", 2), ("b", 2)), ref=Q1_P1),
+            RememberMessageIds((("c", 3),), ref=Q2),
+            Append((record(1),), ref=Q1),
         ]
     )
     store.apply(
         [
-            ForgetMessageIds(PartitionRef("QUEUE1", 1), ("a",)),
-            RememberMessageIds(PartitionRef("Queue1", 0), (("d", 4),)),
+            ForgetMessageIds(("a",), ref=PartitionRef("QUEUE1", 1)),
+            RememberMessageIds((("d", 4),), ref=PartitionRef("Queue1", 0)),
         ]
     )
     assert history(store) == (("a", 1), ("d", 4))
@@ -487,44 +488,44 @@ def test_history_is_isolated_per_partition_and_entity_paths_fold_case(store: Mes
 def test_history_survives_reopen(harness: Harness) -> None:
     harness.store.apply(
         [
-            Append(Q1, (record(1),)),
-            RememberMessageIds(Q1, (("id-1", 1_700_000_000_001), ("gone", 5))),
-            RememberMessageIds(Q1_P1, (("p1", INT64_MAX), ("min", INT64_MIN))),
+            Append((record(1),), ref=Q1),
+            RememberMessageIds((("id-1", 1_700_000_000_001), ("gone", 5)), ref=Q1),
+            RememberMessageIds((("p1", INT64_MAX), ("min", INT64_MIN)), ref=Q1_P1),
         ]
     )
-    harness.store.apply([ForgetMessageIds(Q1, ("gone",))])
+    harness.store.apply([ForgetMessageIds(("gone",), ref=Q1)])
     store = harness.reopen()
     assert history(store) == (("id-1", 1_700_000_000_001),)
     assert history(store, Q1_P1) == (("min", INT64_MIN), ("p1", INT64_MAX))
-    store.apply([RememberMessageIds(Q1, (("id-1", 7),))])
+    store.apply([RememberMessageIds((("id-1", 7),), ref=Q1)])
     assert history(harness.reopen()) == (("id-1", 7),)
 
 
 def test_history_values_that_cannot_be_stored_fail_the_batch(store: MessagingStore) -> None:
     for bad in (
-        RememberMessageIds(Q1, (("a", 1), ("b", INT64_MAX + 1))),
-        RememberMessageIds(Q1, (("a", 1), ("b", INT64_MIN - 1))),
-        RememberMessageIds(Q1, (("lone \ud800 surrogate", 1),)),
-        ForgetMessageIds(Q1, ("lone \udfff surrogate",)),
-        RememberMessageIds(PartitionRef("queue1", 2**63), (("a", 1),)),
+        RememberMessageIds((("a", 1), ("b", INT64_MAX + 1)), ref=Q1),
+        RememberMessageIds((("a", 1), ("b", INT64_MIN - 1)), ref=Q1),
+        RememberMessageIds((("lone \ud800 surrogate", 1),), ref=Q1),
+        ForgetMessageIds(("lone \udfff surrogate",), ref=Q1),
+        RememberMessageIds((("a", 1),), ref=PartitionRef("queue1", 2**63)),
     ):
         with pytest.raises(StoreUnavailable):
-            store.apply([RememberMessageIds(Q2, (("q2", 1),)), Append(Q2, (record(1),)), bad])
+            store.apply([RememberMessageIds((("q2", 1),), ref=Q2), Append((record(1),), ref=Q2), bad])
     assert load(store, Q1) == Loaded(messages=(), last_sequence_number=0)
     assert load(store, Q2) == Loaded(messages=(), last_sequence_number=0)
 
 
 def test_history_ops_are_atomic_with_the_rest_of_a_failing_batch(harness: Harness) -> None:
     store = harness.store
-    store.apply([Append(Q1, (record(1),)), RememberMessageIds(Q1, (("a", 1), ("b", 2)))])
+    store.apply([Append((record(1),), ref=Q1), RememberMessageIds((("a", 1), ("b", 2)), ref=Q1)])
     before = load(store, Q1)
     with pytest.raises(StoreUnavailable):
         store.apply(
             [
-                RememberMessageIds(Q1, (("c", 3), ("a", 9))),
-                ForgetMessageIds(Q1, ("b",)),
-                RememberMessageIds(Q2, (("q2", 1),)),
-                Append(Q1, (record(1, enqueued_time=INT64_MIN - 1),)),  # does not fit: the whole batch fails
+                RememberMessageIds((("c", 3), ("a", 9)), ref=Q1),
+                ForgetMessageIds(("b",), ref=Q1),
+                RememberMessageIds((("q2", 1),), ref=Q2),
+                Append((record(1, enqueued_time=INT64_MIN - 1),), ref=Q1),  # does not fit: the whole batch fails
             ]
         )
     assert load(store, Q1) == before
@@ -537,16 +538,16 @@ def test_delete_entity_removes_the_history_of_every_partition(store: MessagingSt
     store.apply(
         [
             PutEntity(queue("queue1")),
-            RememberMessageIds(Q1, (("a", 1),)),
-            RememberMessageIds(Q1_P1, (("b", 2),)),
-            RememberMessageIds(PartitionRef("queue10", 0), (("c", 3),)),
+            RememberMessageIds((("a", 1),), ref=Q1),
+            RememberMessageIds((("b", 2),), ref=Q1_P1),
+            RememberMessageIds((("c", 3),), ref=PartitionRef("queue10", 0)),
         ]
     )
     store.apply([DeleteEntity("QUEUE1")])
     assert history(store) == ()
     assert history(store, Q1_P1) == ()
     assert history(store, PartitionRef("queue10", 0)) == (("c", 3),)
-    store.apply([RememberMessageIds(Q1, (("a", 4),))])  # a re-created entity starts afresh
+    store.apply([RememberMessageIds((("a", 4),), ref=Q1)])  # a re-created entity starts afresh
     assert history(store) == (("a", 4),)
 
 
@@ -568,7 +569,7 @@ def test_delete_entity_removes_its_sub_queues_but_not_other_entities(store: Mess
     ]
     store.apply([PutEntity(queue("orders")), PutEntity(queue("orders/eu")), PutEntity(queue("orders10"))])
     for i, ref in enumerate(own + others, start=1):
-        store.apply([Append(ref, (record(i),)), RememberMessageIds(ref, ((f"id-{i}", i),))])
+        store.apply([Append((record(i),), ref=ref), RememberMessageIds(((f"id-{i}", i),), ref=ref)])
     store.apply([DeleteEntity("oRdErS")])
     empty = Loaded(messages=(), last_sequence_number=0)
     for ref in own:
@@ -595,11 +596,11 @@ def _populate(store: MessagingStore) -> None:
             PutEntity(queue("queue1")),
             PutEntity(queue("queue2")),
             PutEntity(queue("doomed")),
-            Append(Q1, (record(1), record(2))),
-            Append(Q2, (record(1),)),
-            Append(PartitionRef("doomed", 0), (record(1),)),
-            RememberMessageIds(Q1, (("m-1", 100), ("m-2", 200))),
-            RememberMessageIds(PartitionRef("doomed", 0), (("d-1", 100),)),
+            Append((record(1), record(2)), ref=Q1),
+            Append((record(1),), ref=Q2),
+            Append((record(1),), ref=PartitionRef("doomed", 0)),
+            RememberMessageIds((("m-1", 100), ("m-2", 200)), ref=Q1),
+            RememberMessageIds((("d-1", 100),), ref=PartitionRef("doomed", 0)),
         ]
     )
 
@@ -617,13 +618,13 @@ def _mixed_batch(tail: list[StoreOp]) -> list[StoreOp]:
     return [
         PutEntity(queue("new-queue")),
         PutEntity(queue("QUEUE1", changed=True)),
-        Append(Q1, (record(3), record(4))),
-        Append(Q1_P1, (record(1),)),
+        Append((record(3), record(4)), ref=Q1),
+        Append((record(1),), ref=Q1_P1),
         delete(Q2, (1,)),
         DeleteEntity("doomed"),
-        RememberMessageIds(Q1, (("m-3", 300), ("m-1", 400))),
-        ForgetMessageIds(Q1, ("m-2",)),
-        RememberMessageIds(Q1_P1, (("p-1", 500),)),
+        RememberMessageIds((("m-3", 300), ("m-1", 400)), ref=Q1),
+        ForgetMessageIds(("m-2",), ref=Q1),
+        RememberMessageIds((("p-1", 500),), ref=Q1_P1),
         *tail,
     ]
 
@@ -645,7 +646,7 @@ def test_memory_store_injected_failure_applies_nothing() -> None:
     injected = StoreUnavailable("partition store offline")
     store.fail_next_apply(injected)
     with pytest.raises(StoreUnavailable) as info:
-        store.apply([Append(Q1, (record(9),))])
+        store.apply([Append((record(9),), ref=Q1)])
     assert info.value is injected
     assert seqs(load(store, Q1)) == [1, 2, 3, 4]
 
@@ -657,7 +658,7 @@ def test_stats_count_messages_and_their_size(store: MessagingStore) -> None:
     a = record(1, annotations=b"12345", tail=b"x" * 100)
     b = record(2, annotations=b"", tail=b"y" * 1000)
     c = record(3, annotations=b"ab", tail=b"")
-    store.apply([Append(Q1, (a, b, c)), Append(Q2, (record(1, tail=b"z" * 7),))])
+    store.apply([Append((a, b, c), ref=Q1), Append((record(1, tail=b"z" * 7),), ref=Q2)])
     assert store.stats(Q1) == PartitionStats(message_count=3, size_in_bytes=a.size + b.size + c.size)
     assert store.stats(Q1) == PartitionStats(3, 1107)
     store.apply([delete(Q1, (2,))])
@@ -682,7 +683,7 @@ def test_sqlite_accepts_durable_synchronous_modes(tmp_path: Path, mode: str) -> 
     store = SqliteStore(tmp_path / "x.db", synchronous=mode)
     assert store.synchronous == mode.upper()
     store.open()
-    store.apply([Append(Q1, (record(1),))])
+    store.apply([Append((record(1),), ref=Q1)])
     assert seqs(load(store, Q1)) == [1]
     store.close()
 
@@ -708,7 +709,7 @@ def test_sqlite_migrates_a_version_1_file(tmp_path: Path) -> None:
     db = tmp_path / "v1.db"
     store = SqliteStore(db)
     store.open()
-    store.apply([PutEntity(queue("queue1")), Append(Q1, (record(1), record(2))), delete(Q1, (2,))])
+    store.apply([PutEntity(queue("queue1")), Append((record(1), record(2)), ref=Q1), delete(Q1, (2,))])
     store.close()
     # Make it the file a version-1 Sodalite left: no duplicate_history or session_states, user_version 1.
     raw = sqlite3.connect(db)
@@ -723,7 +724,7 @@ def test_sqlite_migrates_a_version_1_file(tmp_path: Path) -> None:
     try:
         assert load(store, Q1) == Loaded(messages=(record(1),), last_sequence_number=2)
         assert store.load_entities() == [queue("queue1")]
-        store.apply([RememberMessageIds(Q1, (("a", 1),))])
+        store.apply([RememberMessageIds((("a", 1),), ref=Q1)])
         assert history(store) == (("a", 1),)
     finally:
         store.close()
@@ -769,10 +770,10 @@ def test_sqlite_reports_a_locked_database_as_unavailable(tmp_path: Path) -> None
     try:
         locker.execute("BEGIN IMMEDIATE")
         with pytest.raises(StoreUnavailable) as info:
-            store.apply([Append(Q1, (record(1),))])
+            store.apply([Append((record(1),), ref=Q1)])
         assert "locked" in info.value.description
         locker.execute("ROLLBACK")
-        store.apply([Append(Q1, (record(1),))])  # usable again once the lock is gone
+        store.apply([Append((record(1),), ref=Q1)])  # usable again once the lock is gone
         assert seqs(load(store, Q1)) == [1]
     finally:
         locker.close()
@@ -798,10 +799,10 @@ def test_sqlite_failed_commit_closes_the_store(tmp_path: Path) -> None:
     db = tmp_path / "x.db"
     store = SqliteStore(db)
     store.open()
-    store.apply([Append(Q1, (record(1),))])
+    store.apply([Append((record(1),), ref=Q1)])
     store._conn = cast(sqlite3.Connection, _CommitFails(cast(sqlite3.Connection, store._conn)))
     with pytest.raises(StoreUnavailable) as info:
-        store.apply([Append(Q1, (record(2),))])
+        store.apply([Append((record(2),), ref=Q1)])
     assert "may or may not" in info.value.description
     assert isinstance(info.value.__cause__, sqlite3.OperationalError)
     with pytest.raises(StoreUnavailable) as info:
@@ -840,8 +841,8 @@ for b in range(batches):
             annotations=b"", annotation_count=0, tail=(b"%d;" % seq) * 50,
         ))
     store.apply([
-        Append(ref, tuple(messages)),
-        RememberMessageIds(ref, tuple((m.message_id, m.enqueued_time) for m in messages)),
+        Append(tuple(messages), ref=ref),
+        RememberMessageIds(tuple((m.message_id, m.enqueued_time) for m in messages), ref=ref),
     ])
     if report_each:
         print("committed", seq, flush=True)
@@ -957,7 +958,7 @@ _JSON = st.recursive(
     max_leaves=6,
 )
 _OPS: st.SearchStrategy[StoreOp] = st.one_of(
-    st.builds(Append, _REFS, st.lists(_RECORDS, min_size=1, max_size=3).map(tuple)),
+    st.builds(Append, st.lists(_RECORDS, min_size=1, max_size=3).map(tuple), ref=_REFS),
     st.builds(delete, _REFS, st.lists(_SEQ, max_size=4).map(tuple)),
     st.builds(
         PutEntity,
@@ -971,10 +972,10 @@ _OPS: st.SearchStrategy[StoreOp] = st.one_of(
     st.builds(DeleteEntity, _PATHS),
     st.builds(
         RememberMessageIds,
-        _REFS,
         st.lists(st.tuples(_MESSAGE_IDS, st.integers(-5, 5) | _I64), max_size=4).map(tuple),
+        ref=_REFS,
     ),
-    st.builds(ForgetMessageIds, _REFS, st.lists(_MESSAGE_IDS, max_size=3).map(tuple)),
+    st.builds(ForgetMessageIds, st.lists(_MESSAGE_IDS, max_size=3).map(tuple), ref=_REFS),
 )
 _BATCHES = st.lists(st.lists(_OPS, min_size=0, max_size=5), min_size=1, max_size=12)
 _ALL_REFS = [
@@ -1036,10 +1037,10 @@ def test_session_state_is_set_replaced_cleared_and_kept_per_partition(store: Mes
 
     q = PartitionRef("sessq", 0)
     other = PartitionRef("sessq", 1)
-    store.apply([PutSessionState(q, "b", b"two", 20), PutSessionState(q, "a", b"one", 10),
-                 PutSessionState(other, "a", b"elsewhere", 5)])
+    store.apply([PutSessionState("b", b"two", 20, ref=q), PutSessionState("a", b"one", 10, ref=q),
+                 PutSessionState("a", b"elsewhere", 5, ref=other)])
     assert load(store, q).session_states == (("a", b"one", 10), ("b", b"two", 20))
-    store.apply([PutSessionState(q, "a", b"uno", 30), PutSessionState(q, "b", None, 40)])
+    store.apply([PutSessionState("a", b"uno", 30, ref=q), PutSessionState("b", None, 40, ref=q)])
     assert load(store, q).session_states == (("a", b"uno", 30),)
     assert load(store, other).session_states == (("a", b"elsewhere", 5),)
     store.apply([DeleteEntity("SESSQ")])
@@ -1052,7 +1053,7 @@ def test_sqlite_session_state_survives_reopen(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     first = SqliteStore(db)
     first.open()
-    first.apply([PutSessionState(PartitionRef("q"), "s", b"\x00state", 7)])
+    first.apply([PutSessionState("s", b"\x00state", 7, ref=PartitionRef("q"))])
     first.close()
     second = SqliteStore(db)
     second.open()
@@ -1062,7 +1063,7 @@ def test_sqlite_session_state_survives_reopen(tmp_path: Path) -> None:
 
 def test_maintain_keeps_everything_and_reports_room(store: MessagingStore) -> None:
     # Housekeeping (SQLite: WAL checkpoint and truncation, freed pages returned) loses nothing (13.12).
-    store.apply([Append(Q1, tuple(record(n) for n in range(1, 6)))])
+    store.apply([Append(tuple(record(n) for n in range(1, 6)), ref=Q1)])
     store.apply([delete(Q1, (1, 2))])
     assert store.maintain() is True
     assert seqs(load(store, Q1)) == [3, 4, 5]

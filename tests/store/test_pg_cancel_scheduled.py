@@ -37,13 +37,13 @@ def _cancel_while_another_node_holds(url: str, change: str, commit: bool) -> tup
     store = PostgresStore(url, application_name="cancelling-node")
     store.open()
     try:
-        (appended,) = store.apply([Append(Q, (_scheduled(), _scheduled()))])
+        (appended,) = store.apply([Append((_scheduled(), _scheduled()), ref=Q)])
         assert isinstance(appended, Appended)
         first, second = appended.sequence_numbers
         results: list[OpResult] = []
         with psycopg.connect(url) as other, psycopg.connect(url, autocommit=True) as watcher:
             other.execute(change, (first,))  # its transaction stays open: the row is locked by it
-            batch = [CancelScheduled(Q, NOW, (first, second))]
+            batch = [CancelScheduled(NOW, (first, second), ref=Q)]
             cancel = threading.Thread(target=lambda: results.extend(store.apply(batch)))
             cancel.start()
             deadline = time.monotonic() + 30

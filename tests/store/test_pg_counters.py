@@ -84,28 +84,28 @@ def test_counters_stay_exact_through_ring_turns_moves_and_dead_letters(url: str)
     store = PostgresStore(url, rotate_bytes=8 * 1024)
     store.open()
     now = 1_000_000
-    store.apply([Append(Q, (record(state=MessageState.SCHEDULED, scheduled_enqueue_time=10**12),
-                            record(tail=b"x" * 100)))])
+    store.apply([Append((record(state=MessageState.SCHEDULED, scheduled_enqueue_time=10**12),
+                            record(tail=b"x" * 100)), ref=Q)])
     tokens = (uuid.uuid4(),)
-    (claimed,) = store.apply([Claim(Q, now=now, locked_until=now + 10**9, owner="t", tokens=tokens)])
+    (claimed,) = store.apply([Claim(now=now, locked_until=now + 10**9, owner="t", tokens=tokens, ref=Q)])
     assert isinstance(claimed, Claimed)
     kept = claimed.messages[0].record.sequence_number
-    store.apply([Settle(Q, now=now, items=(SettleItem(kept, tokens[0], Outcome.DEFER),))])
+    store.apply([Settle(now=now, items=(SettleItem(kept, tokens[0], Outcome.DEFER),), ref=Q)])
     for _ in range(30):
         now += 10
         cycle(store, Q, now, 10)
         store.maintain()
     assert store.ring_switches >= 2 and store.truncations >= 2
     # Two dead-lettered, then one of them moved back into the queue with a new number.
-    store.apply([Append(Q, (record(), record()))])
+    store.apply([Append((record(), record()), ref=Q)])
     tokens = (uuid.uuid4(), uuid.uuid4())
-    (claimed,) = store.apply([Claim(Q, now=now, locked_until=now + 60_000, owner="t", tokens=tokens)])
+    (claimed,) = store.apply([Claim(now=now, locked_until=now + 60_000, owner="t", tokens=tokens, ref=Q)])
     assert isinstance(claimed, Claimed) and len(claimed.messages) == 2
-    (settled,) = store.apply([Settle(Q, now=now, items=tuple(
-        SettleItem(m.record.sequence_number, tokens[i], Outcome.DEAD_LETTER, dead_letter_to=DLQ)
-        for i, m in enumerate(claimed.messages)))])
+    (settled,) = store.apply([Settle(now=now, items=tuple(
+        SettleItem(m.record.sequence_number, tokens[i], Outcome.DEAD_LETTER, target=DLQ)
+        for i, m in enumerate(claimed.messages)), ref=Q)])
     assert settled == Settled((True, True))
-    (moved,) = store.apply([MoveMessages(DLQ, now=now, items=(MoveItem(1),), target=Q)])
+    (moved,) = store.apply([MoveMessages(now=now, items=(MoveItem(1),), target=Q, ref=DLQ)])
     assert moved == Moved((2 + 300 + 2 + 1,))
     store.maintain()
     for ref in (Q, DLQ):
@@ -128,11 +128,11 @@ def test_numbering_takes_the_partition_row_and_two_stores_never_share_a_number(u
     first, second = PostgresStore(url, application_name="counter-a"), PostgresStore(url, application_name="b")
     first.open()
     second.open()
-    first.apply([Append(Q, (record(),))])
+    first.apply([Append((record(),), ref=Q)])
     with psycopg.connect(url) as holder, psycopg.connect(url, autocommit=True) as monitor:
         holder.execute("SELECT 1 FROM sodalite_partitions WHERE partition = 0 FOR UPDATE").fetchall()
         results: list[object] = []
-        worker = threading.Thread(target=lambda: results.append(first.apply([Append(Q, (record(),))])[0]))
+        worker = threading.Thread(target=lambda: results.append(first.apply([Append((record(),), ref=Q)])[0]))
         worker.start()
         for _ in range(300):
             waiting = monitor.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'counter-a' "
@@ -151,7 +151,7 @@ def test_numbering_takes_the_partition_row_and_two_stores_never_share_a_number(u
 
     def append(store: PostgresStore, name: str) -> None:
         for _ in range(40):
-            (appended,) = store.apply([Append(Q, (record(), record(), record()))])
+            (appended,) = store.apply([Append((record(), record(), record()), ref=Q)])
             assert isinstance(appended, Appended)
             got[name].extend(appended.sequence_numbers)
 
@@ -211,9 +211,9 @@ def test_a_schema_2_database_is_migrated_in_place_with_its_counters_and_locks(ur
                 counts.last_sequence_number, counts.first_sequence_number) == (2, 1, 1, size, 9, 3)
         assert store.counts(DLQ).active == 1
         assert store.counts(Q).last_sequence_number == 9
-        (appended,) = store.apply([Append(Q, (record(),))])
+        (appended,) = store.apply([Append((record(),), ref=Q)])
         assert appended == Appended((10,))
-        (settled,) = store.apply([Settle(Q, now=1, items=(SettleItem(7, token, Outcome.COMPLETE),))])
+        (settled,) = store.apply([Settle(now=1, items=(SettleItem(7, token, Outcome.COMPLETE),), ref=Q)])
         assert settled == Settled((True,))
         store.maintain()  # generation 0 (two messages) is moved on and truncated
         assert store.truncations >= 1

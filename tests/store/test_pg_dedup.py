@@ -18,8 +18,8 @@ from sodalite.store.port import (
     Append,
     Appended,
     ClaimMessageIds,
-    DedupGate,
     ForgetMessageIds,
+    Gate,
     IdsClaimed,
     PartitionRef,
     RememberMessageIds,
@@ -35,8 +35,8 @@ _HISTORY_BYTES = "SELECT " + " + ".join(
 def _send(store: PostgresStore, now: int, *ids: str, window: int = 60_000) -> tuple[IdsClaimed, Appended]:
     """A send with duplicate detection as the core makes it: claim the ids, append what they gate."""
     claim = uuid.uuid4()
-    claimed, appended = store.apply([ClaimMessageIds(Q, now, window, claim, ids),
-                                     Append(Q, tuple(record(message_id=i) for i in ids), DedupGate(Q, claim, ids))])
+    claimed, appended = store.apply([ClaimMessageIds(now, window, claim, ids, ref=Q),
+                                     Append(tuple(record(message_id=i) for i in ids), Gate(claim, ids, ref=Q), ref=Q)])
     assert isinstance(claimed, IdsClaimed) and isinstance(appended, Appended)
     return claimed, appended
 
@@ -100,12 +100,12 @@ def test_a_long_transaction_does_not_grow_the_history(url: str) -> None:
         for batch in range(1_200):
             now += 100
             ids = tuple(f"m{batch}-{i}" for i in range(100))
-            store.apply([RememberMessageIds(Q, tuple((mid, now) for mid in ids))])
+            store.apply([RememberMessageIds(tuple((mid, now) for mid in ids), ref=Q)])
             recent.append((now, ids))
             gone = [mids for at, mids in recent if at < now - 1_000]
             recent = [(at, mids) for at, mids in recent if at >= now - 1_000]
             if gone:
-                store.apply([ForgetMessageIds(Q, tuple(m for mids in gone for m in mids), now - 1_000)])
+                store.apply([ForgetMessageIds(tuple(m for mids in gone for m in mids), now - 1_000, ref=Q)])
             if batch % 10 == 0:
                 store.maintain()
                 sizes.append(one(monitor, _HISTORY_BYTES))
@@ -143,13 +143,13 @@ def test_a_schema_3_database_is_migrated_in_place_with_its_history(url: str) -> 
         assert store.partition_meta(Q).duplicate_history == (("older", 100), ("old", 5000))
         claim = uuid.uuid4()
         claimed, appended = store.apply([
-            ClaimMessageIds(Q, 61_000, 60_000, claim, ("old", "older", "new")),
-            Append(Q, (record(message_id="old"), record(message_id="older"), record(message_id="new")),
-                   DedupGate(Q, claim, ("old", "older", "new")))])
+            ClaimMessageIds(61_000, 60_000, claim, ("old", "older", "new"), ref=Q),
+            Append((record(message_id="old"), record(message_id="older"), record(message_id="new")),
+                   Gate(claim, ("old", "older", "new"), ref=Q), ref=Q)])
         assert claimed == IdsClaimed((False, True, True))  # "older" was past the window
         assert appended == Appended((0, 1, 2))
         assert store.partition_meta(Q).duplicate_history == (("old", 5000), ("new", 61_000), ("older", 61_000))
-        store.apply([ForgetMessageIds(Q, ("old", "older"), 10_000)])
+        store.apply([ForgetMessageIds(("old", "older"), 10_000, ref=Q)])
         assert store.partition_meta(Q).duplicate_history == (("new", 61_000), ("older", 61_000))
     finally:
         store.close()

@@ -35,7 +35,7 @@ def _record(name: str) -> MessageRecord:
 
 
 def _append(store: PostgresStore, name: str) -> Any:
-    return store.apply([Append(Q, (_record(name),))])
+    return store.apply([Append((_record(name),), ref=Q)])
 
 
 def _stored(node: PgNode, database: str) -> list[str]:

@@ -21,7 +21,7 @@ IDLE_3 = PartitionRef("idle", 3)
 
 
 def next_number(store: PostgresStore, ref: PartitionRef) -> int:
-    (appended,) = store.apply([Append(ref, (record(),))])
+    (appended,) = store.apply([Append((record(),), ref=ref)])
     assert isinstance(appended, Appended)
     return appended.sequence_numbers[0]
 
@@ -33,8 +33,8 @@ def move(url: str) -> int:
 
 def test_every_partition_moves_to_the_epoch_after_next(store: PostgresStore, url: str) -> None:
     store.apply([PutEntity(EntityRecord("Orders", "queue", "{}")), PutEntity(EntityRecord("idle", "queue", "{}"))])
-    store.apply([Append(ORDERS, tuple(record() for _ in range(5)))])
-    store.apply([Append(ORDERS_3, tuple(record() for _ in range(2)))])
+    store.apply([Append(tuple(record() for _ in range(5)), ref=ORDERS)])
+    store.apply([Append(tuple(record() for _ in range(2)), ref=ORDERS_3)])
     assert move(url) > 0
     expected = {ORDERS: counter_after_forced_promotion(5, 0) + 1,
                 ORDERS_3: counter_after_forced_promotion((3 << 48) + 2, 3) + 1,

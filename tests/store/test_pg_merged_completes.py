@@ -32,19 +32,19 @@ LOCK = 30_000
 
 
 def _setup(store: MessagingStore, tokens: list[uuid.UUID], other_token: uuid.UUID) -> list[tuple[int, uuid.UUID]]:
-    store.apply([Append(Q, tuple(record() for _ in tokens)), Append(OTHER, (record(),))])
+    store.apply([Append(tuple(record() for _ in tokens), ref=Q), Append((record(),), ref=OTHER)])
     # half the messages locked until NOW + LOCK, the other half until NOW + 2 * LOCK
     half = len(tokens) // 2
-    (first,) = store.apply([Claim(Q, NOW, NOW + LOCK, "node", tuple(tokens[:half]))])
-    (second,) = store.apply([Claim(Q, NOW, NOW + 2 * LOCK, "node", tuple(tokens[half:]))])
-    store.apply([Claim(OTHER, NOW, NOW + LOCK, "node", (other_token,))])
+    (first,) = store.apply([Claim(NOW, NOW + LOCK, "node", tuple(tokens[:half]), ref=Q)])
+    (second,) = store.apply([Claim(NOW, NOW + 2 * LOCK, "node", tuple(tokens[half:]), ref=Q)])
+    store.apply([Claim(NOW, NOW + LOCK, "node", (other_token,), ref=OTHER)])
     assert isinstance(first, Claimed) and isinstance(second, Claimed)
     return [(m.record.sequence_number, m.lock_token or uuid.UUID(int=0)) for m in first.messages + second.messages]
 
 
 def _batch(locked: list[tuple[int, uuid.UUID]], other_token: uuid.UUID) -> list[StoreOp]:
     def complete(ref: PartitionRef, number: int, token: uuid.UUID, now: int) -> Settle:
-        return Settle(ref, now, (SettleItem(number, token, Outcome.COMPLETE),))
+        return Settle(now, (SettleItem(number, token, Outcome.COMPLETE),), ref=ref)
 
     ops: list[StoreOp] = []
     for index, (number, token) in enumerate(locked[:30]):
@@ -54,8 +54,8 @@ def _batch(locked: list[tuple[int, uuid.UUID]], other_token: uuid.UUID) -> list[
     ops.append(complete(Q, locked[30][0], uuid.uuid4(), NOW + 1))  # a stale token
     ops.append(complete(Q, locked[0][0], locked[0][1], NOW + 1))  # completed (or refused) just before
     ops.append(complete(OTHER, 1, other_token, NOW + 1))  # another partition ends the run
-    ops.append(Settle(Q, NOW + 1, tuple(SettleItem(n, t, Outcome.COMPLETE) for n, t in locked[31:35])))
-    ops.append(Settle(Q, NOW + 1, (SettleItem(locked[35][0], locked[35][1], Outcome.ABANDON),)))  # not a complete
+    ops.append(Settle(NOW + 1, tuple(SettleItem(n, t, Outcome.COMPLETE) for n, t in locked[31:35]), ref=Q))
+    ops.append(Settle(NOW + 1, (SettleItem(locked[35][0], locked[35][1], Outcome.ABANDON),), ref=Q))  # not a complete
     ops.extend(complete(Q, n, t, NOW + 1) for n, t in locked[36:40])
     return ops
 

@@ -80,52 +80,52 @@ def _ready(payloads: list[str]) -> list[tuple[int, str]]:
 def test_a_committed_append_sends_one_notification_naming_its_partition(
         store: PostgresStore, listener: Listener) -> None:
     # two appends to one partition in one batch, 150 messages: still one notification for it
-    store.apply([Append(Q, tuple(record() for _ in range(100))), Append(Q, tuple(record() for _ in range(50)))])
+    store.apply([Append(tuple(record() for _ in range(100)), ref=Q), Append(tuple(record() for _ in range(50)), ref=Q)])
     assert _ready(listener.payloads()) == [(0, "orders")]
     # another partition in the same batch gets its own
-    store.apply([Append(Q, (record(),)), Append(Q1, (record(),))])
+    store.apply([Append((record(),), ref=Q), Append((record(),), ref=Q1)])
     assert sorted(_ready(listener.payloads())) == [(0, "orders"), (1, "orders")]
     # the notification carries the store's origin, so its own node can skip it
-    store.apply([Append(Q, (record(),))])
+    store.apply([Append((record(),), ref=Q)])
     (payload,) = listener.payloads()
     assert payload.split(" ")[1] == store.origin
 
 
 def test_a_rolled_back_batch_sends_none(store: PostgresStore, listener: Listener) -> None:
-    store.apply([Append(Q, (record(),))])
+    store.apply([Append((record(),), ref=Q)])
     assert len(listener.payloads()) == 1
     # a value that does not fit 64 bits fails the whole batch: it rolls back
     with pytest.raises(StoreUnavailable):
-        store.apply([Append(Q, (record(),)), PutEntity(EntityRecord("orders", "queue", {})),
-                     Append(Q, (record(enqueued_time=2**63),))])
+        store.apply([Append((record(),), ref=Q), PutEntity(EntityRecord("orders", "queue", {})),
+                     Append((record(enqueued_time=2**63),), ref=Q)])
     assert listener.payloads() == []
     assert store.counts(Q).active == 1  # nothing of it was stored either
 
 
 def test_only_batches_that_make_messages_ready_announce_them(store: PostgresStore, listener: Listener) -> None:
     now = 10_000
-    store.apply([Append(Q, (record(state=MessageState.SCHEDULED, scheduled_enqueue_time=now),))])
+    store.apply([Append((record(state=MessageState.SCHEDULED, scheduled_enqueue_time=now),), ref=Q)])
     assert listener.payloads() == []  # a scheduled message is not ready
-    store.apply([Activate(Q, now, 10)])
+    store.apply([Activate(now, 10, ref=Q)])
     assert _ready(listener.payloads()) == [(0, "orders")]
-    store.apply([Append(Q, (record(), record(), record()),)])
+    store.apply([Append((record(), record(), record()), ref=Q,)])
     listener.payloads()
     tokens = tuple(uuid.uuid4() for _ in range(4))
-    (claimed,) = store.apply([Claim(Q, now, now + 60_000, "node", tokens)])
+    (claimed,) = store.apply([Claim(now, now + 60_000, "node", tokens, ref=Q)])
     assert isinstance(claimed, Claimed) and len(claimed.messages) == 4
     assert listener.payloads() == []  # a claim makes nothing ready
     first, second, third, fourth = claimed.messages
-    store.apply([Settle(Q, now, (SettleItem(first.record.sequence_number, first.lock_token or tokens[0],
-                                            Outcome.COMPLETE),))])
+    store.apply([Settle(now, (SettleItem(first.record.sequence_number, first.lock_token or tokens[0],
+                                            Outcome.COMPLETE),), ref=Q)])
     assert listener.payloads() == []  # neither does a complete
-    store.apply([Settle(Q, now, (SettleItem(second.record.sequence_number, second.lock_token or tokens[1],
-                                            Outcome.ABANDON),))])
+    store.apply([Settle(now, (SettleItem(second.record.sequence_number, second.lock_token or tokens[1],
+                                            Outcome.ABANDON),), ref=Q)])
     assert _ready(listener.payloads()) == [(0, "orders")]
-    store.apply([Settle(Q, now, (SettleItem(third.record.sequence_number, third.lock_token or tokens[2],
-                                            Outcome.DEAD_LETTER, dead_letter_to=DLQ),))])
+    store.apply([Settle(now, (SettleItem(third.record.sequence_number, third.lock_token or tokens[2],
+                                            Outcome.DEAD_LETTER, target=DLQ),), ref=Q)])
     assert _ready(listener.payloads()) == [(0, "orders/$deadletterqueue")]
-    store.apply([Settle(Q, now, (SettleItem(fourth.record.sequence_number, fourth.lock_token or tokens[3],
-                                            Outcome.RELEASE),))])
+    store.apply([Settle(now, (SettleItem(fourth.record.sequence_number, fourth.lock_token or tokens[3],
+                                            Outcome.RELEASE),), ref=Q)])
     assert _ready(listener.payloads()) == [(0, "orders")]
     store.apply([PutEntity(EntityRecord("orders", "queue", {}))])
     (payload,) = listener.payloads()
@@ -167,8 +167,8 @@ def test_the_feed_hands_on_other_stores_announcements_and_skips_its_own(url: str
     try:
         sink.wait_for(lambda calls: "resynced" in calls, "the feed never connected")
         assert feed.live
-        store.apply([Append(Q, (record(),)), PutEntity(EntityRecord("mine", "queue", {}))])  # its own store
-        other.apply([Append(Q1, (record(),))])
+        store.apply([Append((record(),), ref=Q), PutEntity(EntityRecord("mine", "queue", {}))])  # its own store
+        other.apply([Append((record(),), ref=Q1)])
         other.apply([PutEntity(EntityRecord("theirs", "queue", {}))])
         sink.wait_for(lambda calls: "entities" in calls, "the other store's entity change never came")
         # The own store's batch committed first: had it been handed on, it would be here by now.
@@ -199,7 +199,7 @@ def test_the_feed_listens_again_after_its_connection_is_killed(url: str, store: 
         assert _terminate_listener(url, name) == 1
         # it reconnects and says so: what was committed meanwhile was never announced
         sink.wait_for(lambda calls: calls.count("resynced") == 2, "the feed did not reconnect")
-        other.apply([Append(Q, (record(),))])
+        other.apply([Append((record(),), ref=Q)])
         sink.wait_for(lambda calls: PartitionRef("orders", 0) in calls, "no notification after reconnecting")
     finally:
         feed.stop()
@@ -232,7 +232,7 @@ def test_the_feed_listens_again_after_the_database_restarts(tmp_path: object) ->
             deadline = time.monotonic() + WAIT
             while True:
                 try:
-                    other.apply([Append(Q, (record(),))])
+                    other.apply([Append((record(),), ref=Q)])
                     break
                 except StoreUnavailable:
                     assert time.monotonic() < deadline
@@ -275,12 +275,12 @@ def test_the_store_worker_wakes_its_watchers_on_the_loop(url: str) -> None:
             assert sorted([await asyncio.wait_for(woken.get(), WAIT) for _ in range(3)]) == \
                 ["elsewhere", "entities", "orders"]
             assert worker.poll_seconds == NOTIFIED_POLL_SECONDS
-            other.apply([Append(Q, (record(),))])
+            other.apply([Append((record(),), ref=Q)])
             assert await asyncio.wait_for(woken.get(), WAIT) == "orders"
             other.apply([PutEntity(EntityRecord("made", "queue", {}))])
             assert await asyncio.wait_for(woken.get(), WAIT) == "entities"
             unwatch()
-            other.apply([Append(Q, (record(),)), Append(PartitionRef("elsewhere", 0), (record(),))])
+            other.apply([Append((record(),), ref=Q), Append((record(),), ref=PartitionRef("elsewhere", 0))])
             assert await asyncio.wait_for(woken.get(), WAIT) == "elsewhere"  # no longer "orders"
             await loop.run_in_executor(None, worker.feed.stop)
             assert worker.poll_seconds == SHARED_POLL_SECONDS  # no feed listening: poll fast again

@@ -100,7 +100,7 @@ def test_a_schema_1_database_is_migrated_in_place_with_its_numbers_and_counts(ur
         assert [m.record.session_id for m in store.peek(S, 0, 10, session_id="sess-a")] == ["sess-a"]
         assert [e.path for e in store.load_entities()] == ["Orders"]
         # Numbering goes on above the high-water mark, not above the highest stored number.
-        (appended,) = store.apply([Append(Q, (_record(), _record()))])
+        (appended,) = store.apply([Append((_record(), _record()), ref=Q)])
         assert appended == Appended((6, 7))
         assert store.counts(Q).active == 3
     finally:
@@ -124,12 +124,12 @@ def test_the_ring_turns_while_a_long_transaction_holds_back_vacuum_and_keeps_eve
         monitor.execute("CREATE TABLE report_data (id int PRIMARY KEY, amount int)")
         monitor.execute("INSERT INTO report_data SELECT g, g FROM generate_series(1, 100) g")
         # Two messages that stay: one deferred, one locked by a receiver that has not settled yet.
-        store.apply([Append(Q, (_record(message_id="stays-deferred"), _record(message_id="stays-locked")))])
+        store.apply([Append((_record(message_id="stays-deferred"), _record(message_id="stays-locked")), ref=Q)])
         first, second = uuid.uuid4(), uuid.uuid4()
-        (claimed,) = store.apply([Claim(Q, now=now, locked_until=now + 10**9, owner="t", tokens=(first, second))])
+        (claimed,) = store.apply([Claim(now=now, locked_until=now + 10**9, owner="t", tokens=(first, second), ref=Q)])
         assert isinstance(claimed, Claimed)
         deferred, locked = (m.record.sequence_number for m in claimed.messages)
-        store.apply([Settle(Q, now=now, items=(SettleItem(deferred, first, Outcome.DEFER),))])
+        store.apply([Settle(now=now, items=(SettleItem(deferred, first, Outcome.DEFER),), ref=Q)])
 
         reporter.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         reporter.execute("SELECT sum(amount) FROM report_data").fetchone()
@@ -156,7 +156,7 @@ def test_the_ring_turns_while_a_long_transaction_holds_back_vacuum_and_keeps_eve
     counts = store.counts(Q)
     assert (counts.active, counts.deferred, counts.scheduled) == (1, 1, 0)
     # The lock survived the moves: its holder can still settle with it.
-    (settled,) = store.apply([Settle(Q, now=now, items=(SettleItem(locked, second, Outcome.COMPLETE),))])
+    (settled,) = store.apply([Settle(now=now, items=(SettleItem(locked, second, Outcome.COMPLETE),), ref=Q)])
     assert settled == Settled((True,))
     store.close()
 

@@ -59,7 +59,7 @@ def test_every_migration_applies_in_turn_and_keeps_data(database: str) -> None:
     url = _in(database, schema)
     store = PostgresStore(url)
     store.open()
-    store.apply([Append(Q, (_record(1),))])
+    store.apply([Append((_record(1),), ref=Q)])
     store.close()
     # Pretend the database is one version older for each migration after the first: reopening
     # must run exactly the missing ones (idempotence is not required of them, so we re-create nothing).
@@ -147,16 +147,16 @@ def test_a_database_lost_at_runtime_fails_calls_then_comes_back_with_everything(
     try:
         store = PostgresStore(server.create_database("lost"), connect_timeout=2)
         store.open()
-        store.apply([Append(Q, (_record(1),))])
+        store.apply([Append((_record(1),), ref=Q)])
         server.halt()
         with pytest.raises(StoreUnavailable, match="batch not applied"):
-            store.apply([Append(Q, (_record(2),))])
+            store.apply([Append((_record(2),), ref=Q)])
         with pytest.raises(StoreUnavailable):
             store.peek(Q, 0, 10)
         server.resume()
         for _ in range(30):  # the pool reconnects in the background
             try:
-                store.apply([Append(Q, (_record(3),))])
+                store.apply([Append((_record(3),), ref=Q)])
                 break
             except StoreUnavailable:
                 time.sleep(0.5)

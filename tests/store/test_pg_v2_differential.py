@@ -80,13 +80,13 @@ class _Run:
         ref = r.choice((*REFS, Q_LOWER))
         kind = r.randrange(13)
         if kind <= 2:
-            return Append(ref, tuple(self.record() for _ in range(r.randrange(0, 5))))
+            return Append(tuple(self.record() for _ in range(r.randrange(0, 5))), ref=ref)
         if kind <= 4:
-            return Claim(ref, now=self.now, locked_until=self.now + r.randrange(1, 200), owner=r.choice(("n1", "n2")),
+            return Claim(now=self.now, locked_until=self.now + r.randrange(1, 200), owner=r.choice(("n1", "n2")),
                          tokens=tuple(self.token() for _ in range(r.randrange(0, 4))),
                          session_id=r.choice(SESSIONS),
                          sequence_numbers=tuple(self.numbers(store, ref)) if r.random() < 0.25 else None,
-                         state=r.choice((MessageState.ACTIVE, MessageState.ACTIVE, MessageState.DEFERRED)))
+                         state=r.choice((MessageState.ACTIVE, MessageState.ACTIVE, MessageState.DEFERRED)), ref=ref)
         if kind <= 6:
             items = []
             for _ in range(r.randrange(1, 4)):
@@ -96,35 +96,37 @@ class _Run:
                     seq, tok = r.randrange(1, 60), self.token()
                 outcome = r.choice(list(Outcome))
                 annotations = r.choice((None, b"\x01\x02"))
-                items.append(SettleItem(seq, tok, outcome, annotations, 1 if annotations else 0,
-                                        DLQ if outcome is Outcome.DEAD_LETTER else None))
+                items.append(SettleItem(seq, tok, outcome, annotations=annotations,
+                                        annotation_count=1 if annotations else 0,
+                                        target=DLQ if outcome is Outcome.DEAD_LETTER else None))
             # Mostly a settlement's dead letters keep their numbers, all of them (as the core asks);
             # a number the dead-letter partition holds already is replaced (the port's rule).
             if ref != DLQ and self.now % 3 != 0:
                 items = [replace(item, keep_sequence_number=item.outcome is Outcome.DEAD_LETTER) for item in items]
-            return Settle(ref, self.now, tuple(items))
+            return Settle(self.now, tuple(items), ref=ref)
         if kind == 7:
             picks = [(seq, tok) for _, seq, tok in r.sample(self.locks, min(len(self.locks), 3))]
-            return RenewLocks(ref, self.now, self.now + r.randrange(1, 300), tuple(picks) or ((1, self.token()),))
+            return RenewLocks(self.now, self.now + r.randrange(1, 300), tuple(picks) or ((1, self.token()),), ref=ref)
         if kind == 8:
-            items = tuple(MoveItem(seq, r.choice((None, b"\x07")), 1, r.random() < 0.5)
+            items = tuple(MoveItem(seq, annotations=r.choice((None, b"\x07")), annotation_count=1,
+                                   reset_delivery_count=r.random() < 0.5)
                           for seq in self.numbers(store, ref))
             target = r.choice((None, DLQ, Q))
-            return MoveMessages(ref, self.now, items, target,
-                                keep_sequence_numbers=target == DLQ and ref != DLQ and self.now % 3 != 0)
+            return MoveMessages(self.now, items, target=target,
+                                keep_sequence_numbers=target == DLQ and ref != DLQ and self.now % 3 != 0, ref=ref)
         if kind == 9:
-            return Activate(ref, self.now, r.randrange(0, 4))
+            return Activate(self.now, r.randrange(0, 4), ref=ref)
         if kind == 10:
             if r.random() < 0.5 or not self.session_locks:
-                return ClaimSession(ref, self.now, self.token(), self.now + r.randrange(1, 200), "n1",
-                                    r.choice(SESSIONS))
+                return ClaimSession(self.now, self.token(), self.now + r.randrange(1, 200), "n1",
+                                    r.choice(SESSIONS), ref=ref)
             sid, tok = r.choice(self.session_locks)
             if r.random() < 0.5:
-                return RenewSession(ref, self.now, sid, tok, self.now + r.randrange(1, 300))
-            return ReleaseSession(ref, sid, tok)
+                return RenewSession(self.now, sid, tok, self.now + r.randrange(1, 300), ref=ref)
+            return ReleaseSession(sid, tok, ref=ref)
         if kind == 11:
-            return Purge(ref, self.now, r.choice((None, r.randrange(1, 40))))
-        return MoveMessages(ref, self.now, tuple(MoveItem(seq) for seq in self.numbers(store, ref)), None)
+            return Purge(self.now, r.choice((None, r.randrange(1, 40))), ref=ref)
+        return MoveMessages(self.now, tuple(MoveItem(seq) for seq in self.numbers(store, ref)), target=None, ref=ref)
 
     def saw(self, batch: list[StoreOp], results: tuple[OpResult, ...]) -> None:
         for op, result in zip(batch, results, strict=True):

@@ -34,10 +34,10 @@ def _message(session_id: str | None) -> MessageRecord:
 def test_locks_left_by_an_earlier_run_are_dropped_and_their_deliveries_stay_counted(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "messages.db")
     store.open()
-    store.apply([Append(Q, (_message(None), _message("s")))])
-    [claimed] = store.apply([Claim(Q, T0, T0 + HOUR, "old-run", (uuid.UUID(int=1),), sequence_numbers=(1,))])
+    store.apply([Append((_message(None), _message("s")), ref=Q)])
+    [claimed] = store.apply([Claim(T0, T0 + HOUR, "old-run", (uuid.UUID(int=1),), sequence_numbers=(1,), ref=Q)])
     assert isinstance(claimed, Claimed) and len(claimed.messages) == 1
-    assert store.apply([ClaimSession(Q, T0, uuid.UUID(int=2), T0 + HOUR, "old-run", "s")]) == (SessionClaimed("s"),)
+    assert store.apply([ClaimSession(T0, uuid.UUID(int=2), T0 + HOUR, "old-run", "s", ref=Q)]) == (SessionClaimed("s"),)
     store.close()
 
     store = SqliteStore(tmp_path / "messages.db")  # the next run
@@ -45,9 +45,9 @@ def test_locks_left_by_an_earlier_run_are_dropped_and_their_deliveries_stay_coun
     assert isinstance(store, ServedByOneProcess)
     assert store.drop_locks_of_earlier_runs() == 2
     # Long before the old locks' time is up, the message and the session are free again.
-    [again] = store.apply([Claim(Q, T0 + 1, T0 + HOUR, "new-run", (uuid.UUID(int=3),), sequence_numbers=(1,))])
+    [again] = store.apply([Claim(T0 + 1, T0 + HOUR, "new-run", (uuid.UUID(int=3),), sequence_numbers=(1,), ref=Q)])
     assert isinstance(again, Claimed) and [r.record.delivery_count for r in again.messages] == [2]
-    assert store.apply([ClaimSession(Q, T0 + 1, uuid.UUID(int=4), T0 + HOUR, "new-run", "s")]) == (
+    assert store.apply([ClaimSession(T0 + 1, uuid.UUID(int=4), T0 + HOUR, "new-run", "s", ref=Q)]) == (
         SessionClaimed("s"),)
     assert store.drop_locks_of_earlier_runs() == 2  # the new run's own locks, were it to restart now
     store.close()

@@ -22,9 +22,9 @@ def test_the_copy_is_the_store_as_it_was_at_the_snapshot(tmp_path: Path) -> None
     store = SqliteStore(tmp_path / "messages.db")
     store.open()
     assert isinstance(store, Snapshots)
-    store.apply([Append(REF, _records(10))])
+    store.apply([Append(_records(10), ref=REF)])
     snapshot = store.snapshot()
-    store.apply([Append(REF, _records(5))])  # after the snapshot: the store goes on committing
+    store.apply([Append(_records(5), ref=REF)])  # after the snapshot: the store goes on committing
     snapshot.copy_to(str(tmp_path / "copy.db"))
     snapshot.close()
     assert store.counts(REF).active == 15
@@ -41,9 +41,9 @@ def test_housekeeping_does_not_wait_for_a_snapshot_being_copied(tmp_path: Path) 
     store's thread, and every commit behind it, for the whole copy)."""
     store = SqliteStore(tmp_path / "messages.db", busy_timeout_ms=3000)
     store.open()
-    store.apply([Append(REF, _records(2000, 1000))])
+    store.apply([Append(_records(2000, 1000), ref=REF)])
     snapshot = store.snapshot()
-    store.apply([Append(REF, _records(100, 1000))])  # the WAL has frames the reader's snapshot does not
+    store.apply([Append(_records(100, 1000), ref=REF)])  # the WAL has frames the reader's snapshot does not
     began = time.monotonic()
     store.maintain()
     took = time.monotonic() - began

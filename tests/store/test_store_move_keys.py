@@ -60,10 +60,10 @@ def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[]
 
 def test_keys_are_remembered_sorted_per_partition_and_forgotten(make: Callable[[], MessagingStore]) -> None:
     store = make()
-    store.apply([RememberMoveKeys(T, ("b/x/0/2", "a/x/0/1")), RememberMoveKeys(T_P1, ("c/y/0/9",))])
+    store.apply([RememberMoveKeys(("b/x/0/2", "a/x/0/1"), ref=T), RememberMoveKeys(("c/y/0/9",), ref=T_P1)])
     assert load(store, T).move_keys == ("a/x/0/1", "b/x/0/2")
     assert load(store, T_P1).move_keys == ("c/y/0/9",)
-    store.apply([RememberMoveKeys(T, ("a/x/0/1",)), ForgetMoveKeys(T, ("b/x/0/2", "unknown"))])
+    store.apply([RememberMoveKeys(("a/x/0/1",), ref=T), ForgetMoveKeys(("b/x/0/2", "unknown"), ref=T)])
     assert load(store, T).move_keys == ("a/x/0/1",)
     assert load(store, PartitionRef("TARGET", 0)).move_keys == ("a/x/0/1",)  # paths fold case
     store.close()
@@ -71,12 +71,12 @@ def test_keys_are_remembered_sorted_per_partition_and_forgotten(make: Callable[[
 
 def test_append_with_its_key_is_one_transaction(make: Callable[[], MessagingStore]) -> None:
     store = make()
-    store.apply([Append(T, (_record(1),))])
+    store.apply([Append((_record(1),), ref=T)])
     with pytest.raises(StoreUnavailable):  # a value that does not fit 64 bits fails the whole batch
-        store.apply([RememberMoveKeys(T, ("s/q/0/7",)), Append(T, (replace(_record(1), enqueued_time=2**63),))])
+        store.apply([RememberMoveKeys(("s/q/0/7",), ref=T), Append((replace(_record(1), enqueued_time=2**63),), ref=T)])
     assert load(store, T).move_keys == ()
-    store.apply([Append(T, (_record(2),)), RememberMoveKeys(T, ("s/q/0/7",)),
-                 MoveMessages(SOURCE_DLQ, 0, (MoveItem(7),), None)])
+    store.apply([Append((_record(2),), ref=T), RememberMoveKeys(("s/q/0/7",), ref=T),
+                 MoveMessages(0, (MoveItem(7),), target=None, ref=SOURCE_DLQ)])
     snapshot = load(store, T)
     assert [m.sequence_number for m in snapshot.messages] == [1, 2]
     assert snapshot.move_keys == ("s/q/0/7",)
@@ -86,15 +86,16 @@ def test_append_with_its_key_is_one_transaction(make: Callable[[], MessagingStor
 def test_a_key_that_is_not_text_fails_the_batch(make: Callable[[], MessagingStore]) -> None:
     store = make()
     with pytest.raises(StoreUnavailable):
-        store.apply([Append(T, (_record(1),)), RememberMoveKeys(T, ("bad\ud800",))])
+        store.apply([Append((_record(1),), ref=T), RememberMoveKeys(("bad\ud800",), ref=T)])
     assert load(store, T).messages == ()
     store.close()
 
 
 def test_deleting_the_entity_forgets_its_keys(make: Callable[[], MessagingStore]) -> None:
     store = make()
-    store.apply([RememberMoveKeys(T, ("k1",)), RememberMoveKeys(PartitionRef("target/$deadletterqueue", 0), ("k2",)),
-                 RememberMoveKeys(PartitionRef("targetother", 0), ("k3",))])
+    store.apply([RememberMoveKeys(("k1",), ref=T), RememberMoveKeys(("k2",),
+                                                                    ref=PartitionRef("target/$deadletterqueue", 0)),
+                 RememberMoveKeys(("k3",), ref=PartitionRef("targetother", 0))])
     store.apply([DeleteEntity("target")])
     assert load(store, T).move_keys == ()
     assert load(store, PartitionRef("target/$deadletterqueue", 0)).move_keys == ()
@@ -105,7 +106,7 @@ def test_deleting_the_entity_forgets_its_keys(make: Callable[[], MessagingStore]
 def test_sqlite_keeps_keys_across_reopen(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "k.db")
     store.open()
-    store.apply([RememberMoveKeys(T, ("s/q/0/1",))])
+    store.apply([RememberMoveKeys(("s/q/0/1",), ref=T)])
     store.close()
     again = SqliteStore(tmp_path / "k.db")
     again.open()

@@ -42,11 +42,11 @@ from sodalite.store.port import (
     Claimed,
     ClaimMessageIds,
     ClaimSession,
-    DedupGate,
     DeleteEntity,
     Done,
     EntityRecord,
     ForgetMessageIds,
+    Gate,
     IdsClaimed,
     MessagingStore,
     Moved,
@@ -223,20 +223,20 @@ def numbers(messages: Sequence[StoredMessage]) -> list[int]:
 
 
 def append(store: MessagingStore, *messages: MessageRecord, ref: PartitionRef = Q) -> list[int]:
-    result = one(store, Append(ref, tuple(messages)))
+    result = one(store, Append(tuple(messages), ref=ref))
     assert isinstance(result, Appended)
     return list(result.sequence_numbers)
 
 
 def claim(store: MessagingStore, now: int, *tokens: uuid.UUID, until: int | None = None,
           **options: Any) -> tuple[StoredMessage, ...]:
-    result = one(store, Claim(Q, now, until if until is not None else now + 30_000, OWNER, tokens, **options))
+    result = one(store, Claim(now, until if until is not None else now + 30_000, OWNER, tokens, ref=Q, **options))
     assert isinstance(result, Claimed)
     return result.messages
 
 
 def settle(store: MessagingStore, now: int, *items: SettleItem) -> tuple[bool, ...]:
-    result = one(store, Settle(Q, now, items))
+    result = one(store, Settle(now, items, ref=Q))
     assert isinstance(result, Settled)
     return result.applied
 
@@ -251,11 +251,11 @@ def stored(store: MessagingStore, n: int, ref: PartitionRef = Q) -> StoredMessag
 
 def test_append_assigns_increasing_numbers_never_reused_after_deletes(store: MessagingStore) -> None:
     assert append(store, msg(), msg(), msg()) == [1, 2, 3]
-    run(store, MoveMessages(Q, T0, (MoveItem(3),), None))
-    assert one(store, Purge(Q, T0, None)) == Purged(2)
+    run(store, MoveMessages(T0, (MoveItem(3),), target=None, ref=Q))
+    assert one(store, Purge(T0, None, ref=Q)) == Purged(2)
     assert append(store, msg()) == [4]
     assert append(store, msg(), ref=OTHER) == [1]  # per partition
-    a, b = store.apply([Append(Q, (msg(),)), Append(Q, (msg(), msg()))])
+    a, b = store.apply([Append((msg(),), ref=Q), Append((msg(), msg()), ref=Q)])
     assert (a, b) == (Appended((5,)), Appended((6, 7)))
     assert numbers(everything(store, Q)) == [4, 5, 6, 7]
     assert store.counts(Q).last_sequence_number == 7
@@ -265,7 +265,7 @@ def test_append_assigns_increasing_numbers_never_reused_after_deletes(store: Mes
 
 def test_numbers_survive_a_reopen(v2: V2) -> None:
     append(v2.store, msg(), msg())
-    run(v2.store, MoveMessages(Q, T0, (MoveItem(1), MoveItem(2)), None))
+    run(v2.store, MoveMessages(T0, (MoveItem(1), MoveItem(2)), target=None, ref=Q))
     store = v2.reopen()
     assert append(store, msg()) == [3]
     assert store.counts(Q) == PartitionCounts(1, 0, 0, msg().size, 3, 3)
@@ -283,17 +283,17 @@ def test_partition_i_numbers_start_after_i_shifted_by_48(v2: V2) -> None:
     assert append(store, msg()) == [1]
     assert store.counts(p3).last_sequence_number == base + 3
     assert store.counts(p3).first_sequence_number == base + 1
-    claimed = one(store, Claim(p3, T0, T0 + 30_000, OWNER, toks(1, 2)))
+    claimed = one(store, Claim(T0, T0 + 30_000, OWNER, toks(1, 2), ref=p3))
     assert isinstance(claimed, Claimed) and numbers(claimed.messages) == [base + 1, base + 2]
-    dead = one(store, Settle(p3, T0, (SettleItem(base + 1, tok(1), Outcome.DEAD_LETTER, dead_letter_to=dlq3),)))
+    dead = one(store, Settle(T0, (SettleItem(base + 1, tok(1), Outcome.DEAD_LETTER, target=dlq3),), ref=p3))
     assert dead == Settled((True,))
     assert numbers(everything(store, dlq3)) == [base + 1]
-    moved = one(store, MoveMessages(p3, T0, (MoveItem(base + 3),), other3))
+    moved = one(store, MoveMessages(T0, (MoveItem(base + 3),), target=other3, ref=p3))
     assert moved == Moved((base + 1,))
     assert append(store, msg(), ref=p3) == [base + 4]  # never reused
     # A counter row some other operation created at 0 (a session state, a delete) is no lower bound.
     p6 = PartitionRef(Q.entity, 6)
-    run(store, PutSessionState(p6, "s", b"x", T0), MoveMessages(p6, T0, (MoveItem(1),), None))
+    run(store, PutSessionState("s", b"x", T0, ref=p6), MoveMessages(T0, (MoveItem(1),), target=None, ref=p6))
     assert append(store, msg(), ref=p6) == [(6 << PARTITION_SHIFT) + 1]
     for ref in (p3, dlq3, other3, p6):
         check_counts(store, ref)
@@ -313,7 +313,7 @@ def test_appended_messages_come_back_unlocked_and_whole(store: MessagingStore) -
 def test_a_batch_is_all_or_nothing(store: MessagingStore) -> None:
     append(store, msg())
     with pytest.raises(Exception):  # noqa: B017 - the adapter's own error for an impossible value
-        store.apply([Append(Q, (msg(),)), Append(Q, (msg(priority=2**64),))])
+        store.apply([Append((msg(),), ref=Q), Append((msg(priority=2**64),), ref=Q)])
     assert numbers(everything(store, Q)) == [1]
     assert append(store, msg()) == [2]
 
@@ -339,7 +339,7 @@ def test_claim_skips_expired_deferred_and_scheduled_messages(store: MessagingSto
            msg(state=MessageState.SCHEDULED, scheduled_enqueue_time=T0 - 1), msg(expires_at=T0 + 1), msg())
     assert numbers(claim(store, T0, *toks(1, 2, 3, 4))) == [4, 5]
     with pytest.raises(ValueError):
-        Claim(Q, T0, T0 + 1, OWNER, toks(1), state=MessageState.SCHEDULED)
+        Claim(T0, T0 + 1, OWNER, toks(1), state=MessageState.SCHEDULED, ref=Q)
 
 
 def test_a_lapsed_lock_is_claimed_again_with_the_count_raised(store: MessagingStore) -> None:
@@ -387,7 +387,7 @@ def test_a_scheduled_message_is_claimed_by_number_and_completed_to_cancel_it(sto
     assert stored(store, active) == untouched
     assert store.next_due(Q, T0 + 1) is None  # its scheduled time no longer counts
     with pytest.raises(ValueError, match="by sequence number"):
-        Claim(Q, T0, T0 + 1, OWNER, toks(4), state=MessageState.SCHEDULED)
+        Claim(T0, T0 + 1, OWNER, toks(4), state=MessageState.SCHEDULED, ref=Q)
 
 
 def test_cancel_scheduled_deletes_every_row_named_when_all_are_scheduled(store: MessagingStore) -> None:
@@ -397,7 +397,7 @@ def test_cancel_scheduled_deletes_every_row_named_when_all_are_scheduled(store: 
                              msg(state=scheduled, scheduled_enqueue_time=T0 + 30), msg())
     before = store.counts(Q)
     untouched = stored(store, active)
-    assert one(store, CancelScheduled(Q, T0, (c, a, c))) == Unscheduled(())  # named twice: once
+    assert one(store, CancelScheduled(T0, (c, a, c), ref=Q)) == Unscheduled(())  # named twice: once
     assert stored(store, a) is None and stored(store, c) is None
     after = store.counts(Q)
     assert (after.scheduled, after.active) == (1, 1)
@@ -405,7 +405,7 @@ def test_cancel_scheduled_deletes_every_row_named_when_all_are_scheduled(store: 
     assert after.last_sequence_number == before.last_sequence_number  # numbers are never reused
     assert stored(store, active) == untouched and stored(store, b) is not None
     assert store.next_due(Q, T0) == T0 + 20  # the cancelled times no longer count
-    assert one(store, CancelScheduled(Q, T0, ())) == Unscheduled(())
+    assert one(store, CancelScheduled(T0, (), ref=Q)) == Unscheduled(())
 
 
 def test_cancel_scheduled_changes_nothing_when_one_number_is_not_a_free_scheduled_row(store: MessagingStore) -> None:
@@ -416,26 +416,26 @@ def test_cancel_scheduled_changes_nothing_when_one_number_is_not_a_free_schedule
         msg(state=scheduled, scheduled_enqueue_time=T0 + 5), msg(), msg(state=MessageState.DEFERRED))
     # a row taken by number (what a cancel of an earlier release did) is not free to cancel while locked
     assert numbers(claim(store, T0, tok(1), sequence_numbers=(locked,), state=scheduled, until=T0 + 100)) == [locked]
-    assert numbers(one(store, Activate(Q, T0 + 10, 10)).messages) == [due]  # activated: no longer scheduled
+    assert numbers(one(store, Activate(T0 + 10, 10, ref=Q)).messages) == [due]  # activated: no longer scheduled
     rows = everything(store, Q)
     counts = store.counts(Q)
     unknown = active + 1000
-    result = one(store, CancelScheduled(Q, T0 + 10, (a, active, unknown, deferred, locked, due, a)))
+    result = one(store, CancelScheduled(T0 + 10, (a, active, unknown, deferred, locked, due, a), ref=Q))
     assert result == Unscheduled((active, unknown, deferred, locked, due))  # in the order asked, each once
     assert everything(store, Q) == rows and store.counts(Q) == counts  # nothing happened, a included
-    assert one(store, CancelScheduled(Q, T0 + 10, (locked,))) == Unscheduled((locked,))
+    assert one(store, CancelScheduled(T0 + 10, (locked,), ref=Q)) == Unscheduled((locked,))
     # once its lock lapsed, the row is a scheduled message like any other
-    assert one(store, CancelScheduled(Q, T0 + 100, (a, locked))) == Unscheduled(())
+    assert one(store, CancelScheduled(T0 + 100, (a, locked), ref=Q)) == Unscheduled(())
     assert stored(store, a) is None and stored(store, locked) is None and store.counts(Q).scheduled == 0
     # a number of another partition names no row here
-    assert one(store, CancelScheduled(OTHER, T0 + 100, (due,))) == Unscheduled((due,))
+    assert one(store, CancelScheduled(T0 + 100, (due,), ref=OTHER)) == Unscheduled((due,))
     assert stored(store, due) is not None
 
 
 def test_cancel_scheduled_in_a_failed_batch_cancels_nothing(store: MessagingStore) -> None:
     (a,) = append(store, msg(state=MessageState.SCHEDULED, scheduled_enqueue_time=T0 + 60_000))
     with pytest.raises(Exception):  # noqa: B017 - the adapter's own error for an impossible value
-        store.apply([CancelScheduled(Q, T0, (a,)), Append(Q, (msg(priority=2**64),))])
+        store.apply([CancelScheduled(T0, (a,), ref=Q), Append((msg(priority=2**64),), ref=Q)])
     assert stored(store, a) is not None and store.counts(Q).scheduled == 1
     check_counts(store, Q)
 
@@ -453,7 +453,7 @@ def test_settle_is_fenced_by_the_token_and_the_lock_time(store: MessagingStore) 
     assert everything(store, Q)[0] == before[0]
     # at locked_until the lock has lapsed: nothing changes
     assert settle(store, T0 + 10, SettleItem(1, tok(1), Outcome.COMPLETE),
-                  SettleItem(1, tok(1), Outcome.DEAD_LETTER, dead_letter_to=DLQ)) == (False, False)
+                  SettleItem(1, tok(1), Outcome.DEAD_LETTER, target=DLQ)) == (False, False)
     assert everything(store, Q)[0] == before[0]
     assert everything(store, DLQ) == ()
 
@@ -484,10 +484,10 @@ def test_a_settle_of_only_completions_is_fenced_item_by_item_and_counted(store: 
 def test_an_all_or_none_settle_applies_with_the_rest_of_its_batch(store: MessagingStore) -> None:
     append(store, msg(), msg())
     claim(store, T0, tok(1), tok(2), until=T0 + 10)
-    settled, sent, dead = run(store, Settle(Q, T0 + 1, (SettleItem(1, tok(1), Outcome.COMPLETE),
-                                                       SettleItem(2, tok(2), Outcome.DEAD_LETTER, dead_letter_to=DLQ)),
-                                            all_or_none=True),
-                              Append(OTHER, (msg(),)), Append(DLQ, (msg(),)))
+    settled, sent, dead = run(store, Settle(T0 + 1, (SettleItem(1, tok(1), Outcome.COMPLETE),
+                                                       SettleItem(2, tok(2), Outcome.DEAD_LETTER, target=DLQ)),
+                                            all_or_none=True, ref=Q),
+                              Append((msg(),), ref=OTHER), Append((msg(),), ref=DLQ))
     assert (settled, sent, dead) == (Settled((True, True)), Appended((1,)), Appended((2,)))
     assert everything(store, Q) == ()
     assert numbers(everything(store, DLQ)) == [1, 2] and numbers(everything(store, OTHER)) == [1]
@@ -499,14 +499,14 @@ def test_an_all_or_none_settle_whose_lock_another_owner_took_rolls_the_whole_bat
     (at T0 + 5), but the lock lapsed before the batch applied and node B claimed the message."""
     append(store, msg(), msg())
     claim(store, T0, tok(1), tok(2), until=T0 + 10)
-    taken = one(store, Claim(Q, T0 + 20, T0 + 100, "node-b", toks(5, 6)))
+    taken = one(store, Claim(T0 + 20, T0 + 100, "node-b", toks(5, 6), ref=Q))
     assert isinstance(taken, Claimed) and numbers(taken.messages) == [1, 2]
     before_q, before_counts = everything(store, Q), store.counts(Q)
-    batch: list[StoreOp] = [Append(OTHER, (msg(),)),
-                            Settle(Q, T0 + 5, (SettleItem(1, tok(5), Outcome.COMPLETE),  # B's token: applies
+    batch: list[StoreOp] = [Append((msg(),), ref=OTHER),
+                            Settle(T0 + 5, (SettleItem(1, tok(5), Outcome.COMPLETE),  # B's token: applies
                                                SettleItem(2, tok(2), Outcome.COMPLETE)),  # A's: B holds it
-                                   all_or_none=True),
-                            Append(Q, (msg(),))]
+                                   all_or_none=True, ref=Q),
+                            Append((msg(),), ref=Q)]
     with pytest.raises(SettleFenced) as fenced:
         store.apply(batch)
     assert (fenced.value.op_index, fenced.value.item_index, fenced.value.sequence_number) == (1, 1, 2)
@@ -550,9 +550,9 @@ def test_dead_letter_appends_to_the_dead_letter_partition_with_its_numbers(store
     append(store, msg(), ref=DLQ)
     append(store, msg(), msg(session_id="s", expires_at=T0 + 500), msg())
     claim(store, T0, *toks(1, 2, 3))
-    assert settle(store, T0, SettleItem(3, tok(3), Outcome.DEAD_LETTER, dead_letter_to=DLQ),
+    assert settle(store, T0, SettleItem(3, tok(3), Outcome.DEAD_LETTER, target=DLQ),
                   SettleItem(2, tok(2), Outcome.DEAD_LETTER, annotations=b"\xa3\x01r", annotation_count=3,
-                             dead_letter_to=DLQ)) == (True, True)
+                             target=DLQ)) == (True, True)
     assert numbers(everything(store, Q)) == [1]
     dead = everything(store, DLQ)
     assert numbers(dead) == [1, 2, 3]
@@ -561,11 +561,12 @@ def test_dead_letter_appends_to_the_dead_letter_partition_with_its_numbers(store
     assert dead[2] == StoredMessage(
         replace(msg(session_id="s", expires_at=None), sequence_number=3, delivery_count=1,
                 annotations=b"\xa3\x01r", annotation_count=3), None, None, None)
-    taken = one(store, Claim(DLQ, T0 + 1000, T0 + 31_000, OWNER, toks(7, 8, 9)))  # past its old expiry
+    taken = one(store, Claim(T0 + 1000, T0 + 31_000, OWNER, toks(7, 8, 9), ref=DLQ))  # past its old expiry
     assert isinstance(taken, Claimed) and numbers(taken.messages) == [1, 2, 3]
     assert store.counts(DLQ).last_sequence_number == 3
-    with pytest.raises(ValueError):
-        SettleItem(1, tok(1), Outcome.DEAD_LETTER)
+    # A DEAD_LETTER item that names no target goes to the settled partition's dead-letter queue.
+    unnamed = SettleItem(1, tok(1), Outcome.DEAD_LETTER)
+    assert Settle(T0, (unnamed,), ref=Q).dead_letter_target(unnamed) == DLQ
 
 
 def test_a_dead_letter_forwarded_into_another_queue_is_counted_afresh_with_its_new_times(
@@ -576,10 +577,10 @@ def test_a_dead_letter_forwarded_into_another_queue_is_counted_afresh_with_its_n
     target = PartitionRef("fdlq-target", 0)
     append(store, msg(), msg(expires_at=T0 + 500))
     claim(store, T0, *toks(1, 2))
-    assert settle(store, T0 + 10, SettleItem(1, tok(1), Outcome.DEAD_LETTER, dead_letter_to=target, tail=b"why",
+    assert settle(store, T0 + 10, SettleItem(1, tok(1), Outcome.DEAD_LETTER, target=target, tail=b"why",
                                              reset_delivery_count=True, enqueued_time=T0 + 10,
                                              expires_at=T0 + 60_000),
-                  SettleItem(2, tok(9), Outcome.DEAD_LETTER, dead_letter_to=target, reset_delivery_count=True,
+                  SettleItem(2, tok(9), Outcome.DEAD_LETTER, target=target, reset_delivery_count=True,
                              enqueued_time=T0 + 10)) == (True, False)  # a stale token moves nothing
     assert numbers(everything(store, Q)) == [2]
     (forwarded,) = everything(store, target)
@@ -596,10 +597,10 @@ def test_a_dead_letter_that_gives_its_delivery_back_keeps_the_count_from_before_
     target = PartitionRef("gb-target", 0)
     append(store, msg(), replace(msg(), delivery_count=3), msg())
     claim(store, T0, *toks(1, 2, 3))  # counts 1, 4, 1
-    assert settle(store, T0, SettleItem(1, tok(1), Outcome.DEAD_LETTER, dead_letter_to=DLQ, keep_sequence_number=True,
+    assert settle(store, T0, SettleItem(1, tok(1), Outcome.DEAD_LETTER, target=DLQ, keep_sequence_number=True,
                                         give_back_delivery=True),
-                  SettleItem(2, tok(2), Outcome.DEAD_LETTER, dead_letter_to=target, give_back_delivery=True),
-                  SettleItem(3, tok(3), Outcome.DEAD_LETTER, dead_letter_to=DLQ,
+                  SettleItem(2, tok(2), Outcome.DEAD_LETTER, target=target, give_back_delivery=True),
+                  SettleItem(3, tok(3), Outcome.DEAD_LETTER, target=DLQ,
                              keep_sequence_number=True)) == (True, True, True)
     assert [m.record.delivery_count for m in everything(store, DLQ)] == [0, 1]
     assert [m.record.delivery_count for m in everything(store, target)] == [3]
@@ -622,25 +623,25 @@ def test_a_dead_letter_kept_in_its_dead_letter_partition_keeps_its_number(v2: V2
     store = v2.store
     append(store, *(msg() for _ in range(6)))
     claim(store, T0, *toks(1, 2, 3, 4))
-    assert settle(store, T0, SettleItem(4, tok(4), Outcome.DEAD_LETTER, dead_letter_to=DLQ, tail=b"why",
+    assert settle(store, T0, SettleItem(4, tok(4), Outcome.DEAD_LETTER, target=DLQ, tail=b"why",
                                         keep_sequence_number=True),
-                  SettleItem(2, tok(2), Outcome.DEAD_LETTER, dead_letter_to=DLQ, keep_sequence_number=True),
-                  SettleItem(3, tok(9), Outcome.DEAD_LETTER, dead_letter_to=DLQ,
+                  SettleItem(2, tok(2), Outcome.DEAD_LETTER, target=DLQ, keep_sequence_number=True),
+                  SettleItem(3, tok(9), Outcome.DEAD_LETTER, target=DLQ,
                              keep_sequence_number=True)) == (True, True, False)  # a stale token keeps nothing
     assert numbers(everything(store, DLQ)) == [2, 4]
     assert stored(store, 4, DLQ) == StoredMessage(replace(msg(), sequence_number=4, delivery_count=1, tail=b"why"),
                                                   None, None, None)
     assert store.counts(DLQ).last_sequence_number == 4
     # Unlocked rows (expiry, MaxDeliveryCount) moved with the flag: below the counter, and above it.
-    assert one(store, MoveMessages(Q, T0 + 40_000, (MoveItem(1, tail=b"expired"), MoveItem(6), MoveItem(9)), DLQ,
-                                   keep_sequence_numbers=True)) == Moved((1, 6, None))
+    assert one(store, MoveMessages(T0 + 40_000, (MoveItem(1, tail=b"expired"), MoveItem(6), MoveItem(9)), target=DLQ,
+                                   keep_sequence_numbers=True, ref=Q)) == Moved((1, 6, None))
     assert numbers(everything(store, DLQ)) == [1, 2, 4, 6]
     assert stored(store, 1, DLQ) is not None and stored(store, 1, DLQ).record.tail == b"expired"  # type: ignore[union-attr]
     assert store.counts(DLQ).last_sequence_number == 6 and store.counts(DLQ).first_sequence_number == 1
     assert numbers(everything(store, Q)) == [3, 5]
     assert append(store, msg()) == [7]  # never reused by the source
     with pytest.raises(ValueError):
-        MoveMessages(Q, T0, (MoveItem(3),), None, keep_sequence_numbers=True)
+        MoveMessages(T0, (MoveItem(3),), target=None, keep_sequence_numbers=True, ref=Q)
     if v2.persistent:
         store = v2.reopen()
         assert numbers(everything(store, DLQ)) == [1, 2, 4, 6]
@@ -654,11 +655,12 @@ def test_kept_numbers_in_partitions_carry_their_partition(store: MessagingStore)
     base = 2 << PARTITION_SHIFT
     p2, dlq2 = PartitionRef(Q.entity, 2), PartitionRef(DLQ.entity, 2)
     assert append(store, msg(), msg(), ref=p2) == [base + 1, base + 2]
-    taken = one(store, Claim(p2, T0, T0 + 30_000, OWNER, toks(1)))
+    taken = one(store, Claim(T0, T0 + 30_000, OWNER, toks(1), ref=p2))
     assert isinstance(taken, Claimed)
-    assert one(store, Settle(p2, T0, (SettleItem(base + 1, tok(1), Outcome.DEAD_LETTER, dead_letter_to=dlq2,
-                                                 keep_sequence_number=True),))) == Settled((True,))
-    assert one(store, MoveMessages(p2, T0, (MoveItem(base + 2),), dlq2, keep_sequence_numbers=True)) == Moved(
+    assert one(store, Settle(T0, (SettleItem(base + 1, tok(1), Outcome.DEAD_LETTER, target=dlq2,
+                                                 keep_sequence_number=True),), ref=p2)) == Settled((True,))
+    assert one(store, MoveMessages(T0, (MoveItem(base + 2),), target=dlq2, keep_sequence_numbers=True,
+                                   ref=p2)) == Moved(
         (base + 2,))
     assert numbers(everything(store, dlq2)) == [base + 1, base + 2]
     assert store.counts(dlq2).last_sequence_number == base + 2
@@ -671,17 +673,17 @@ def test_a_dead_letter_numbered_by_its_entity_never_meets_a_kept_number(v2: V2) 
     dead-letter partition, numbered by the subscription's counter (as version 1 numbers it), so a
     message dead-lettered later keeps its number without meeting it. Gated appends too."""
     store = v2.store
-    assert one(store, Append(DLQ, (msg(), msg()), numbered_by=Q)) == Appended((1, 2))
+    assert one(store, Append((msg(), msg()), numbered_by=Q, ref=DLQ)) == Appended((1, 2))
     assert append(store, msg(), msg()) == [3, 4]
     claim(store, T0, tok(3))
-    assert settle(store, T0, SettleItem(3, tok(3), Outcome.DEAD_LETTER, dead_letter_to=DLQ,
+    assert settle(store, T0, SettleItem(3, tok(3), Outcome.DEAD_LETTER, target=DLQ,
                                         keep_sequence_number=True)) == (True,)
     assert numbers(everything(store, DLQ)) == [1, 2, 3]
     assert store.counts(DLQ).last_sequence_number == 3 and store.counts(Q).last_sequence_number == 4
     claim_id = tok(50)
-    results = run(store, ClaimMessageIds(OTHER, T0, 1000, claim_id, ("a",)),
-                  Append(DLQ, (msg(message_id="a"), msg(message_id="b"), msg()),
-                         DedupGate(OTHER, claim_id, ("a", "b", None)), numbered_by=Q))
+    results = run(store, ClaimMessageIds(T0, 1000, claim_id, ("a",), ref=OTHER),
+                  Append((msg(message_id="a"), msg(message_id="b"), msg()),
+                         Gate(claim_id, ("a", "b", None), ref=OTHER), numbered_by=Q, ref=DLQ))
     assert results[1] == Appended((5, 0, 6))
     assert numbers(everything(store, DLQ)) == [1, 2, 3, 5, 6]
     assert store.counts(Q).last_sequence_number == 6 and store.counts(DLQ).last_sequence_number == 6
@@ -702,18 +704,18 @@ def test_a_kept_number_the_dead_letter_partition_holds_already_is_replaced_above
     assert append(store, msg(tail=b"old"), msg(tail=b"old"), ref=DLQ) == [1, 2]  # the earlier release's
     append(store, *(msg() for _ in range(4)))
     claim(store, T0, *toks(1, 2, 3, 4))
-    assert settle(store, T0, SettleItem(2, tok(2), Outcome.DEAD_LETTER, dead_letter_to=DLQ, keep_sequence_number=True),
-                  SettleItem(4, tok(4), Outcome.DEAD_LETTER, dead_letter_to=DLQ,
+    assert settle(store, T0, SettleItem(2, tok(2), Outcome.DEAD_LETTER, target=DLQ, keep_sequence_number=True),
+                  SettleItem(4, tok(4), Outcome.DEAD_LETTER, target=DLQ,
                              keep_sequence_number=True)) == (True, True)
     assert numbers(everything(store, DLQ)) == [1, 2, 4, 5]
     assert [s.record.tail for s in everything(store, DLQ)] == [b"old", b"old", msg().tail, msg().tail]
     assert store.counts(DLQ).last_sequence_number == 5
-    assert one(store, MoveMessages(Q, T0 + 40_000, (MoveItem(1), MoveItem(3)), DLQ,
-                                   keep_sequence_numbers=True)) == Moved((6, 3))
+    assert one(store, MoveMessages(T0 + 40_000, (MoveItem(1), MoveItem(3)), target=DLQ,
+                                   keep_sequence_numbers=True, ref=Q)) == Moved((6, 3))
     assert numbers(everything(store, DLQ)) == [1, 2, 3, 4, 5, 6]
     assert store.counts(DLQ).last_sequence_number == 6
     # Numbered by the queue's counter (4) too, but above the dead-letter partition's (6): 7.
-    assert one(store, Append(DLQ, (msg(),), numbered_by=Q)) == Appended((7,))
+    assert one(store, Append((msg(),), numbered_by=Q, ref=DLQ)) == Appended((7,))
     assert store.counts(Q).last_sequence_number == 7
     assert append(store, msg()) == [8]
     check_counts(store, Q, DLQ)
@@ -733,10 +735,10 @@ def test_dead_letter_with_a_new_tail_carries_it_into_the_dead_letter_partition(s
     append(store, msg(), msg(), msg())
     claim(store, T0, *toks(1, 2, 3))
     reason_tail = msg().tail + b" and a dead-letter reason"  # opaque to the store; longer than msg()'s
-    assert settle(store, T0, SettleItem(1, tok(1), Outcome.DEAD_LETTER, dead_letter_to=DLQ, tail=reason_tail),
+    assert settle(store, T0, SettleItem(1, tok(1), Outcome.DEAD_LETTER, target=DLQ, tail=reason_tail),
                   SettleItem(2, tok(2), Outcome.DEAD_LETTER, annotations=b"\xa3\x01r", annotation_count=3,
-                             dead_letter_to=DLQ, tail=b"t"),
-                  SettleItem(3, tok(3), Outcome.DEAD_LETTER, dead_letter_to=DLQ, tail=b"")) == (True, True, True)
+                             target=DLQ, tail=b"t"),
+                  SettleItem(3, tok(3), Outcome.DEAD_LETTER, target=DLQ, tail=b"")) == (True, True, True)
     assert everything(store, Q) == ()
     dead = [s.record for s in everything(store, DLQ)]
     assert dead == [replace(msg(), sequence_number=1, delivery_count=1, tail=reason_tail),
@@ -771,8 +773,9 @@ def test_tail_replaced_before_abandon_and_defer_and_counted_at_its_new_size(stor
 def test_move_with_a_new_tail(store: MessagingStore) -> None:
     append(store, msg(), msg(), msg())
     claim(store, T0, tok(1), until=T0 + 10)  # 1 locked: it stays, tail untouched
-    result = one(store, MoveMessages(Q, T0, (MoveItem(1, tail=b"no"), MoveItem(2, tail=b"dead-lettered tail"),
-                                             MoveItem(3, annotations=b"r", annotation_count=1, tail=b"")), DLQ))
+    result = one(store, MoveMessages(T0, (MoveItem(1, tail=b"no"), MoveItem(2, tail=b"dead-lettered tail"),
+                                             MoveItem(3, annotations=b"r", annotation_count=1,
+                                                      tail=b"")), target=DLQ, ref=Q))
     assert result == Moved((None, 1, 2))
     assert stored(store, 1).record.tail == msg().tail  # type: ignore[union-attr]
     dead = [s.record for s in everything(store, DLQ)]
@@ -781,18 +784,18 @@ def test_move_with_a_new_tail(store: MessagingStore) -> None:
     assert store.counts(Q).size_in_bytes == msg().size
     assert store.counts(DLQ) == PartitionCounts(2, 0, 0, len(msg().annotations) + 18 + 1, 2, 1)
     # without a target, a tail changes nothing (the message is gone)
-    assert one(store, MoveMessages(Q, T0 + 10, (MoveItem(1, tail=b"gone"),), None)) == Moved((1,))
+    assert one(store, MoveMessages(T0 + 10, (MoveItem(1, tail=b"gone"),), target=None, ref=Q)) == Moved((1,))
     assert store.counts(Q) == PartitionCounts(0, 0, 0, 0, 3, None)
 
 
 def test_renew_locks(store: MessagingStore) -> None:
     append(store, msg(), msg())
     claim(store, T0, tok(1), tok(2), until=T0 + 10)
-    result = one(store, RenewLocks(Q, T0 + 5, T0 + 50, ((1, tok(1)), (2, tok(1)), (3, tok(3)))))
+    result = one(store, RenewLocks(T0 + 5, T0 + 50, ((1, tok(1)), (2, tok(1)), (3, tok(3))), ref=Q))
     assert result == Renewed((True, False, False))
     assert stored(store, 1).locked_until == T0 + 50  # type: ignore[union-attr]
     assert stored(store, 2).locked_until == T0 + 10  # type: ignore[union-attr]
-    assert one(store, RenewLocks(Q, T0 + 10, T0 + 60, ((2, tok(2)),))) == Renewed((False,))  # lapsed
+    assert one(store, RenewLocks(T0 + 10, T0 + 60, ((2, tok(2)),), ref=Q)) == Renewed((False,))  # lapsed
     assert settle(store, T0 + 20, SettleItem(1, tok(1), Outcome.COMPLETE)) == (True,)
 
 
@@ -803,17 +806,17 @@ def test_move_to_a_target_and_delete_without_one(store: MessagingStore) -> None:
     append(store, msg(), msg(expires_at=T0 + 5), msg(), msg(state=MessageState.DEFERRED, delivery_count=4))
     append(store, msg(), ref=OTHER)
     claim(store, T0, tok(1), until=T0 + 10)  # 1 locked
-    result = one(store, MoveMessages(Q, T0, (MoveItem(1), MoveItem(2), MoveItem(9),
+    result = one(store, MoveMessages(T0, (MoveItem(1), MoveItem(2), MoveItem(9),
                                              MoveItem(4, annotations=b"r", annotation_count=1,
-                                                      reset_delivery_count=True)), OTHER))
+                                                      reset_delivery_count=True)), target=OTHER, ref=Q))
     assert result == Moved((None, 2, None, 3))
     assert numbers(everything(store, Q)) == [1, 3]
     moved = everything(store, OTHER)
     assert moved[-1].record == replace(msg(), sequence_number=3, delivery_count=0, state=MessageState.ACTIVE,
                                        annotations=b"r", annotation_count=1)
     assert moved[-2].record == replace(msg(), sequence_number=2)  # moved, it has no expiry time any more
-    assert one(store, MoveMessages(Q, T0, (MoveItem(3), MoveItem(3)), None)) == Moved((3, None))
-    assert one(store, MoveMessages(Q, T0 + 10, (MoveItem(1),), None)) == Moved((1,))  # the lock lapsed
+    assert one(store, MoveMessages(T0, (MoveItem(3), MoveItem(3)), target=None, ref=Q)) == Moved((3, None))
+    assert one(store, MoveMessages(T0 + 10, (MoveItem(1),), target=None, ref=Q)) == Moved((1,))  # the lock lapsed
     assert everything(store, Q) == ()
 
 
@@ -822,10 +825,10 @@ def test_a_move_into_another_queue_restamps_the_copy_when_asked(store: Messaging
     time and expiry time, its count reset, state ACTIVE, in the same transaction as the delete."""
     append(store, msg(state=MessageState.DEFERRED, delivery_count=3),
            msg(state=MessageState.SCHEDULED, scheduled_enqueue_time=T0 + 99), msg(expires_at=T0 + 7))
-    result = one(store, MoveMessages(Q, T0 + 20, (
+    result = one(store, MoveMessages(T0 + 20, (
         MoveItem(1, reset_delivery_count=True, enqueued_time=T0 + 20, expires_at=T0 + 80),
         MoveItem(2, reset_delivery_count=True, enqueued_time=T0 + 20),
-        MoveItem(3, tail=b"t")), OTHER))
+        MoveItem(3, tail=b"t")), target=OTHER, ref=Q))
     assert result == Moved((1, 2, 3))
     first, second, third = (s.record for s in everything(store, OTHER))
     assert first == replace(msg(), sequence_number=1, enqueued_time=T0 + 20, expires_at=T0 + 80)
@@ -843,13 +846,13 @@ def test_activate_due_scheduled_messages_in_time_order(store: MessagingStore) ->
            msg(state=scheduled, scheduled_enqueue_time=T0 + 10),
            msg(state=scheduled, scheduled_enqueue_time=T0 + 99), msg())
     assert claim(store, T0 + 50, tok(1), tok(2)) != ()  # only the active one: 5
-    result = one(store, Activate(Q, T0 + 30, 2))
+    result = one(store, Activate(T0 + 30, 2, ref=Q))
     assert isinstance(result, Activated)
     assert numbers(result.messages) == [2, 3]
     assert all(s.record.state == MessageState.ACTIVE and s.lock_token is None for s in result.messages)
-    assert numbers(one(store, Activate(Q, T0 + 30, 10)).messages) == [1]
-    assert one(store, Activate(Q, T0 + 30, 10)) == Activated(())
-    assert one(store, Activate(Q, T0 + 1000, 0)) == Activated(())
+    assert numbers(one(store, Activate(T0 + 30, 10, ref=Q)).messages) == [1]
+    assert one(store, Activate(T0 + 30, 10, ref=Q)) == Activated(())
+    assert one(store, Activate(T0 + 1000, 0, ref=Q)) == Activated(())
     assert store.counts(Q).scheduled == 1
     assert numbers(claim(store, T0 + 50, *toks(3, 4, 5, 6))) == [1, 2, 3]
 
@@ -858,11 +861,11 @@ def test_purge_spares_locked_messages(store: MessagingStore) -> None:
     append(store, msg(), msg(state=MessageState.DEFERRED), msg(state=MessageState.SCHEDULED,
                                                               scheduled_enqueue_time=T0), msg(), msg())
     claim(store, T0, tok(1), until=T0 + 10)
-    assert one(store, Purge(Q, T0, 4)) == Purged(3)
+    assert one(store, Purge(T0, 4, ref=Q)) == Purged(3)
     assert numbers(everything(store, Q)) == [1, 5]
-    assert one(store, Purge(Q, T0 + 10, None)) == Purged(2)
+    assert one(store, Purge(T0 + 10, None, ref=Q)) == Purged(2)
     assert store.counts(Q) == PartitionCounts(0, 0, 0, 0, 5, None)
-    assert one(store, Purge(Q, T0, None)) == Purged(0)
+    assert one(store, Purge(T0, None, ref=Q)) == Purged(0)
 
 
 # -- restore (a ReceiveAndDelete delivery never written) -------------------------------------------
@@ -873,17 +876,17 @@ def test_restore_puts_a_taken_message_back_in_place_as_it_was(v2: V2) -> None:
     append(store, msg(message_id="a"), msg(message_id="b", delivery_count=2), msg(message_id="c"))
     before = [s.record for s in everything(store, Q)]
     # ReceiveAndDelete: claim then delete in one batch (the delivery count went up with the claim)
-    results = run(store, Claim(Q, T0, T0 + 30_000, OWNER, toks(1, 2)),
-                  Settle(Q, T0, (SettleItem(1, tok(1), Outcome.COMPLETE), SettleItem(2, tok(2), Outcome.COMPLETE))))
+    results = run(store, Claim(T0, T0 + 30_000, OWNER, toks(1, 2), ref=Q),
+                  Settle(T0, (SettleItem(1, tok(1), Outcome.COMPLETE), SettleItem(2, tok(2), Outcome.COMPLETE)), ref=Q))
     assert results[1] == Settled((True, True))
     assert numbers(everything(store, Q)) == [3]
     # the transfer of 2 was never written: back under its number, with its count as before the claim
-    assert one(store, Restore(Q, (before[1],))) == Restored((True,))
+    assert one(store, Restore((before[1],), ref=Q)) == Restored((True,))
     assert [s.record for s in everything(store, Q)] == [before[1], before[2]]
     back = stored(store, 2)
     assert back is not None and back.lock_token is None and back.record.delivery_count == 2
     # a number held already is left as it is; numbers are not reused by the next append
-    assert one(store, Restore(Q, (before[2], before[0]))) == Restored((False, True))
+    assert one(store, Restore((before[2], before[0]), ref=Q)) == Restored((False, True))
     assert append(store, msg(message_id="d")) == [4]
     assert store.counts(Q) == PartitionCounts(4, 0, 0, 4 * msg().size, 4, 1)
     # durable, and claimable again in order
@@ -895,27 +898,27 @@ def test_restore_puts_a_taken_message_back_in_place_as_it_was(v2: V2) -> None:
 def test_restore_keeps_the_state_and_counts_it(store: MessagingStore) -> None:
     append(store, msg(state=MessageState.DEFERRED), msg())
     deferred = everything(store, Q)[0].record
-    run(store, MoveMessages(Q, T0, (MoveItem(1),), None))
-    assert one(store, Restore(Q, (deferred, deferred))) == Restored((True, False))
+    run(store, MoveMessages(T0, (MoveItem(1),), target=None, ref=Q))
+    assert one(store, Restore((deferred, deferred), ref=Q)) == Restored((True, False))
     assert store.counts(Q) == PartitionCounts(1, 0, 1, 2 * msg().size, 2, 1)
-    assert one(store, Restore(Q, ())) == Restored(())
+    assert one(store, Restore((), ref=Q)) == Restored(())
 
 
 # -- session locks ---------------------------------------------------------------------------------
 
 
 def test_claim_session_by_id(store: MessagingStore) -> None:
-    take = ClaimSession(Q, T0, tok(1), T0 + 10, OWNER, "a")
+    take = ClaimSession(T0, tok(1), T0 + 10, OWNER, "a", ref=Q)
     assert one(store, take) == SessionClaimed("a")  # the session need not have messages
     assert one(store, replace(take, token=tok(2))) == SessionClaimed(None)
     assert one(store, replace(take, now=T0 + 10, token=tok(2), locked_until=T0 + 40)) == SessionClaimed("a")
-    assert one(store, RenewSession(Q, T0 + 11, "a", tok(1), T0 + 90)) == Renewed((False,))
-    assert one(store, RenewSession(Q, T0 + 11, "a", tok(2), T0 + 90)) == Renewed((True,))
+    assert one(store, RenewSession(T0 + 11, "a", tok(1), T0 + 90, ref=Q)) == Renewed((False,))
+    assert one(store, RenewSession(T0 + 11, "a", tok(2), T0 + 90, ref=Q)) == Renewed((True,))
     assert store.next_due(Q, T0 + 11) == T0 + 90
-    assert one(store, RenewSession(Q, T0 + 90, "a", tok(2), T0 + 99)) == Renewed((False,))  # lapsed
-    assert one(store, ReleaseSession(Q, "a", tok(1))) == Renewed((False,))
-    assert one(store, ReleaseSession(Q, "a", tok(2))) == Renewed((True,))  # by token only
-    assert one(store, ReleaseSession(Q, "a", tok(2))) == Renewed((False,))
+    assert one(store, RenewSession(T0 + 90, "a", tok(2), T0 + 99, ref=Q)) == Renewed((False,))  # lapsed
+    assert one(store, ReleaseSession("a", tok(1), ref=Q)) == Renewed((False,))
+    assert one(store, ReleaseSession("a", tok(2), ref=Q)) == Renewed((True,))  # by token only
+    assert one(store, ReleaseSession("a", tok(2), ref=Q)) == Renewed((False,))
     assert one(store, replace(take, token=tok(3))) == SessionClaimed("a")
 
 
@@ -923,7 +926,7 @@ def test_claim_the_next_available_session(store: MessagingStore) -> None:
     append(store, msg(), msg(session_id="x", expires_at=T0), msg(session_id="b", state=MessageState.DEFERRED),
            msg(session_id="c"), msg(session_id="b"), msg(session_id="d"))
     claim(store, T0, tok(9), sequence_numbers=(4,))  # c's only message is locked
-    take = ClaimSession(Q, T0, tok(1), T0 + 10, OWNER, None)
+    take = ClaimSession(T0, tok(1), T0 + 10, OWNER, None, ref=Q)
     assert one(store, take) == SessionClaimed("b")
     assert one(store, replace(take, token=tok(2))) == SessionClaimed("d")
     assert one(store, replace(take, token=tok(3))) == SessionClaimed(None)
@@ -974,7 +977,7 @@ def test_next_due_from_each_source(store: MessagingStore) -> None:
     claim(store, T0, tok(1), until=T0 + 300)
     assert next_due(store, Q, T0) == T0 + 300  # a lock lapsing (the locked one's expiry waits)
     assert next_due(store, Q, T0 + 300) == T0 + 400  # lapsed: its expiry counts again
-    one(store, ClaimSession(Q, T0, tok(2), T0 + 200, OWNER, "s"))
+    one(store, ClaimSession(T0, tok(2), T0 + 200, OWNER, "s", ref=Q))
     assert next_due(store, Q, T0) == T0 + 200  # a session lock lapsing
     append(store, msg(expires_at=T0 - 5, state=MessageState.DEFERRED))
     assert next_due(store, Q, T0) == T0 - 5  # already due
@@ -988,8 +991,8 @@ def test_next_due_from_each_source(store: MessagingStore) -> None:
 def test_partition_meta(v2: V2) -> None:
     store = v2.store
     append(store, msg(), msg(state=MessageState.DEFERRED))
-    run(store, RememberMessageIds(Q, (("b", 2), ("a", 2), ("c", 1))), PutSessionState(Q, "s2", b"two", 7),
-        PutSessionState(Q, "s1", b"one", 9), RememberMoveKeys(Q, ("k2", "k1")),
+    run(store, RememberMessageIds((("b", 2), ("a", 2), ("c", 1)), ref=Q), PutSessionState("s2", b"two", 7, ref=Q),
+        PutSessionState("s1", b"one", 9, ref=Q), RememberMoveKeys(("k2", "k1"), ref=Q),
         PutEntity(EntityRecord("queue1", "queue", {})))
     expected = PartitionMeta(PartitionCounts(1, 0, 1, 2 * msg().size, 2, 1), (("c", 1), ("a", 2), ("b", 2)),
                              (("s1", b"one", 9), ("s2", b"two", 7)), ("k1", "k2"))
@@ -1009,48 +1012,48 @@ def history(store: MessagingStore, ref: PartitionRef = Q) -> tuple[tuple[str, in
 
 def test_claim_message_ids_takes_new_ids_and_refuses_those_seen_within_the_window(v2: V2) -> None:
     store = v2.store
-    assert one(store, ClaimMessageIds(Q, T0, 1000, tok(1), ("a", "b", "a"))) == IdsClaimed((True, True, False))
+    assert one(store, ClaimMessageIds(T0, 1000, tok(1), ("a", "b", "a"), ref=Q)) == IdsClaimed((True, True, False))
     assert history(store) == (("a", T0), ("b", T0))
     # the window's edge still counts; a new id beside them is taken
-    assert one(store, ClaimMessageIds(Q, T0 + 1000, 1000, tok(2), ("a", "c"))) == IdsClaimed((False, True))
+    assert one(store, ClaimMessageIds(T0 + 1000, 1000, tok(2), ("a", "c"), ref=Q)) == IdsClaimed((False, True))
     # past the window an id is taken again, seen at the new time
-    assert one(store, ClaimMessageIds(Q, T0 + 1001, 1000, tok(3), ("b",))) == IdsClaimed((True,))
+    assert one(store, ClaimMessageIds(T0 + 1001, 1000, tok(3), ("b",), ref=Q)) == IdsClaimed((True,))
     assert history(store) == (("a", T0), ("c", T0 + 1000), ("b", T0 + 1001))
-    assert one(store, ClaimMessageIds(Q, T0, 1000, tok(4), ())) == IdsClaimed(())
+    assert one(store, ClaimMessageIds(T0, 1000, tok(4), (), ref=Q)) == IdsClaimed(())
     if v2.persistent:
         assert history(v2.reopen()) == (("a", T0), ("c", T0 + 1000), ("b", T0 + 1001))
 
 
 def test_a_gated_append_stores_only_the_messages_whose_id_its_batch_took(store: MessagingStore) -> None:
-    one(store, ClaimMessageIds(Q, T0, 1000, tok(1), ("old",)))
-    claimed, appended = run(store, ClaimMessageIds(Q, T0 + 1, 1000, tok(2), ("x", "old", "y")),
-                            Append(Q, (msg(message_id="x"), msg(message_id=None), msg(message_id="old"),
-                                       msg(message_id="y")), DedupGate(Q, tok(2), ("x", None, "old", "y"))))
+    one(store, ClaimMessageIds(T0, 1000, tok(1), ("old",), ref=Q))
+    claimed, appended = run(store, ClaimMessageIds(T0 + 1, 1000, tok(2), ("x", "old", "y"), ref=Q),
+                            Append((msg(message_id="x"), msg(message_id=None), msg(message_id="old"),
+                                       msg(message_id="y")), Gate(tok(2), ("x", None, "old", "y"), ref=Q), ref=Q))
     assert claimed == IdsClaimed((True, False, True))
     assert appended == Appended((1, 2, 0, 3))
     assert [s.record.message_id for s in everything(store, Q)] == ["x", None, "y"]
     # the same ids again (another node's send, say): nothing but the id-less message is stored
-    claimed, appended = run(store, ClaimMessageIds(Q, T0 + 2, 1000, tok(3), ("x", "y")),
-                            Append(Q, (msg(message_id="y"), msg(message_id=None), msg(message_id="x")),
-                                   DedupGate(Q, tok(3), ("y", None, "x"))))
+    claimed, appended = run(store, ClaimMessageIds(T0 + 2, 1000, tok(3), ("x", "y"), ref=Q),
+                            Append((msg(message_id="y"), msg(message_id=None), msg(message_id="x")),
+                                   Gate(tok(3), ("y", None, "x"), ref=Q), ref=Q))
     assert claimed == IdsClaimed((False, False))
     assert appended == Appended((0, 4, 0))
     # a message is checked under its gate id, not its own (a topic's copy renamed by a rule action)
-    claimed, appended = run(store, ClaimMessageIds(Q, T0 + 3, 1000, tok(4), ("z",)),
-                            Append(Q, (msg(message_id="renamed"), msg(message_id="x")),
-                                   DedupGate(Q, tok(4), ("z", "x"))))
+    claimed, appended = run(store, ClaimMessageIds(T0 + 3, 1000, tok(4), ("z",), ref=Q),
+                            Append((msg(message_id="renamed"), msg(message_id="x")),
+                                   Gate(tok(4), ("z", "x"), ref=Q), ref=Q))
     assert (claimed, appended) == (IdsClaimed((True,)), Appended((5, 0)))
     assert store.counts(Q).active == 5 and store.counts(Q).last_sequence_number == 5
     with pytest.raises(ValueError, match="one id"):
-        Append(Q, (msg(),), DedupGate(Q, tok(5), ()))
+        Append((msg(),), Gate(tok(5), (), ref=Q), ref=Q)
 
 
 def test_a_topic_history_gates_the_copies_in_each_subscription(store: MessagingStore) -> None:
     def publish(claim: uuid.UUID, now: int, *ids: str) -> tuple[OpResult, ...]:
-        gate = DedupGate(TOPIC, claim, ids)
-        return run(store, ClaimMessageIds(TOPIC, now, 500, claim, ids),
-                   Append(Q, tuple(msg(message_id=i) for i in ids), gate),
-                   Append(OTHER, tuple(msg(message_id=i) for i in ids), gate))
+        gate = Gate(claim, ids, ref=TOPIC)
+        return run(store, ClaimMessageIds(now, 500, claim, ids, ref=TOPIC),
+                   Append(tuple(msg(message_id=i) for i in ids), gate, ref=Q),
+                   Append(tuple(msg(message_id=i) for i in ids), gate, ref=OTHER))
 
     assert publish(tok(1), T0, "p", "q") == (IdsClaimed((True, True)), Appended((1, 2)), Appended((1, 2)))
     assert publish(tok(2), T0 + 10, "q", "r") == (IdsClaimed((False, True)), Appended((0, 3)), Appended((0, 3)))
@@ -1059,43 +1062,46 @@ def test_a_topic_history_gates_the_copies_in_each_subscription(store: MessagingS
 
 
 def test_forget_message_ids_spares_entries_seen_since(store: MessagingStore) -> None:
-    run(store, ClaimMessageIds(Q, T0, 100, tok(1), ("a", "b")), ClaimMessageIds(Q, T0 + 200, 100, tok(2), ("b", "c")))
+    run(store, ClaimMessageIds(T0, 100, tok(1), ("a", "b"), ref=Q), ClaimMessageIds(T0 + 200, 100, tok(2), ("b", "c"),
+                                                                                    ref=Q))
     assert history(store) == (("a", T0), ("b", T0 + 200), ("c", T0 + 200))
     # a node that saw "a" and "b" at T0 prunes them past their window; "b" was taken again since
-    one(store, ForgetMessageIds(Q, ("a", "b", "unknown"), seen_before=T0 + 101))
+    one(store, ForgetMessageIds(("a", "b", "unknown"), seen_before=T0 + 101, ref=Q))
     assert history(store) == (("b", T0 + 200), ("c", T0 + 200))
-    one(store, ForgetMessageIds(Q, ("b",)))
+    one(store, ForgetMessageIds(("b",), ref=Q))
     assert history(store) == (("c", T0 + 200),)
 
 
 def test_prune_message_ids_drops_every_entry_seen_before(store: MessagingStore) -> None:
-    run(store, ClaimMessageIds(Q, T0, 100, tok(1), ("a", "b")), ClaimMessageIds(Q, T0 + 50, 100, tok(2), ("c",)),
-        ClaimMessageIds(OTHER, T0, 100, tok(3), ("a",)))
-    assert one(store, PruneMessageIds(Q, T0 + 50)) == Done()
+    run(store, ClaimMessageIds(T0, 100, tok(1), ("a", "b"), ref=Q), ClaimMessageIds(T0 + 50, 100, tok(2), ("c",),
+                                                                                    ref=Q),
+        ClaimMessageIds(T0, 100, tok(3), ("a",), ref=OTHER))
+    assert one(store, PruneMessageIds(T0 + 50, ref=Q)) == Done()
     assert history(store) == (("c", T0 + 50),)
     assert history(store, OTHER) == (("a", T0),)  # another partition's history is its own
-    one(store, PruneMessageIds(Q, T0 + 51))
+    one(store, PruneMessageIds(T0 + 51, ref=Q))
     assert history(store) == ()
 
 
 def test_locks_and_session_locks_survive_a_reopen(v2: V2) -> None:
     append(v2.store, msg(session_id="s"))
     claim(v2.store, T0, tok(1), until=T0 + 100)
-    one(v2.store, ClaimSession(Q, T0, tok(2), T0 + 100, OWNER, "s"))
+    one(v2.store, ClaimSession(T0, tok(2), T0 + 100, OWNER, "s", ref=Q))
     store = v2.reopen()
     assert settle(store, T0 + 1, SettleItem(1, tok(1), Outcome.ABANDON)) == (True,)
-    assert one(store, RenewSession(Q, T0 + 1, "s", tok(2), T0 + 200)) == Renewed((True,))
+    assert one(store, RenewSession(T0 + 1, "s", tok(2), T0 + 200, ref=Q)) == Renewed((True,))
 
 
 def test_delete_entity_drops_session_locks(store: MessagingStore) -> None:
-    one(store, ClaimSession(Q, T0, tok(1), T0 + 100, OWNER, "s"))
+    one(store, ClaimSession(T0, tok(1), T0 + 100, OWNER, "s", ref=Q))
     run(store, DeleteEntity("queue1"))
     assert store.next_due(Q, T0) is None
-    assert one(store, ClaimSession(Q, T0, tok(2), T0 + 100, OWNER, "s")) == SessionClaimed("s")
+    assert one(store, ClaimSession(T0, tok(2), T0 + 100, OWNER, "s", ref=Q)) == SessionClaimed("s")
 
 
 def test_v1_ops_return_done(store: MessagingStore) -> None:
-    assert store.apply([PutEntity(EntityRecord("queue1", "queue", {})), ForgetMessageIds(Q, ())]) == (Done(), Done())
+    assert store.apply([PutEntity(EntityRecord("queue1", "queue", {})), ForgetMessageIds((), ref=Q)]) == (Done(),
+                                                                                                          Done())
     assert store.apply([]) == ()
 
 
@@ -1247,11 +1253,11 @@ def test_sqlite_migrates_a_populated_version_4_file(tmp_path: Path) -> None:
         assert store.counts(SUB_DLQ) == PartitionCounts(0, 0, 0, 0, 0, None)
         assert store.next_due(Q, T0) == T0 + 5_000
         # v2 works on the migrated rows, and numbering goes on after the old high-water mark
-        assert store.apply([Append(Q, (msg(),))]) == (Appended((9,)),)
-        got = store.apply([Claim(Q, T0, T0 + 100, OWNER, toks(1, 2, 3), session_id="s-1")])
+        assert store.apply([Append((msg(),), ref=Q)]) == (Appended((9,)),)
+        got = store.apply([Claim(T0, T0 + 100, OWNER, toks(1, 2, 3), session_id="s-1", ref=Q)])
         assert got == (Claimed((StoredMessage(replace(queue_messages[3], delivery_count=1), tok(1), T0 + 100, OWNER),
                                 StoredMessage(replace(queue_messages[4], delivery_count=1), tok(2), T0 + 100, OWNER))),)
-        assert store.apply([Settle(Q, T0, (SettleItem(6, tok(1), Outcome.DEAD_LETTER, dead_letter_to=DLQ),))]) == (
+        assert store.apply([Settle(T0, (SettleItem(6, tok(1), Outcome.DEAD_LETTER, target=DLQ),), ref=Q)]) == (
             Settled((True,)),)
         assert numbers(everything(store, DLQ)) == [1, 2]
         check_counts(store, Q, DLQ, SUB)
@@ -1278,23 +1284,23 @@ def test_sqlite_migrates_a_populated_version_4_file(tmp_path: Path) -> None:
 
 
 def test_sqlite_claims_and_due_reads_use_indexes(tmp_path: Path) -> None:
-    from sodalite.store import sqlite as adapter
+    from sodalite.store.sqlite.rows import SQL, claim_statement
 
     store = SqliteStore(tmp_path / "plan.db")
     store.open()
     store.close()
     raw = sqlite3.connect(tmp_path / "plan.db")
     try:
-        claim_sql, claim_params = adapter._claim_statement(Claim(Q, T0, T0 + 1, OWNER, toks(1, 2)))
-        session_sql, session_params = adapter._claim_statement(Claim(Q, T0, T0 + 1, OWNER, toks(1), session_id="s"))
+        claim_sql, claim_params = claim_statement(Claim(T0, T0 + 1, OWNER, toks(1, 2), ref=Q))
+        session_sql, session_params = claim_statement(Claim(T0, T0 + 1, OWNER, toks(1), session_id="s", ref=Q))
         queries: list[tuple[str, tuple[Any, ...]]] = [
             (claim_sql, claim_params), (session_sql, session_params),
-            (adapter._SELECT_NEXT_DUE, (Q.entity, Q.partition, T0)),
-            (adapter._ACTIVATE, (Q.entity, Q.partition, T0, 10, Q.entity, Q.partition)),
-            (adapter._NEXT_FREE_SESSION, (T0, Q.entity, Q.partition)),
-            (adapter._SELECT_COUNTS, (Q.entity, Q.partition)),
+            (SQL["select_next_due"], (Q.entity, Q.partition, T0)),
+            (SQL["activate"], (Q.entity, Q.partition, T0, 10, Q.entity, Q.partition)),
+            (SQL["next_free_session"], (T0, Q.entity, Q.partition)),
+            (SQL["select_counts"], (Q.entity, Q.partition)),
         ]
-        by_numbers = [adapter._FETCH, adapter._SELECT_LOCKS, adapter._DELETE_RETURNING]
+        by_numbers = [SQL["fetch"], SQL["select_locks"], SQL["delete_returning"]]
         queries += [(sql, (Q.entity, Q.partition, "[1, 2]")) for sql in by_numbers]
         for sql, params in queries:
             plan = [row[3] for row in raw.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
@@ -1383,11 +1389,11 @@ class Differential:
         self.session_tokens: list[tuple[str, uuid.UUID]] = []
         self.applied: dict[str, int] = {}
         # Every run starts from a small mixed backlog, so that claims find something whatever the draw.
-        self.both(Append(Q, tuple(
+        self.both(Append(tuple(
             msg(session_id=(None, "a", "b")[i % 3], expires_at=T0 + 100 * i if i % 4 == 3 else None,
                 state=MessageState.SCHEDULED if i == 5 else MessageState.ACTIVE,
                 scheduled_enqueue_time=T0 + 50 if i == 5 else None)
-            for i in range(10))))
+            for i in range(10)), ref=Q))
 
     def tokens(self, n: int) -> tuple[uuid.UUID, ...]:
         first = self.next_token
@@ -1432,50 +1438,50 @@ class Differential:
             last = self.reference.counts(Q).last_sequence_number
             numbered_by = Q if ref == DLQ and len(items) % 2 == 0 and not self.reference.fetch(
                 DLQ, list(range(last + 1, last + 1 + len(items)))) else None
-            self.both(Append(ref, tuple(
+            self.both(Append(tuple(
                 msg(session_id=sid, state=state, expires_at=None if ttl is None else self.now + ttl,
                     scheduled_enqueue_time=self.now + delay if state == MessageState.SCHEDULED else None,
                     annotations=annotations, delivery_count=count)
-                for sid, state, ttl, delay, annotations, count in items), numbered_by=numbered_by))
+                for sid, state, ttl, delay, annotations, count in items), numbered_by=numbered_by, ref=ref))
         elif kind == "claim":
             n, hold, session, state, numbers = args
             if state == MessageState.SCHEDULED and numbers is None:  # scheduled: by number only (cancel)
                 state = MessageState.ACTIVE
-            self.both(Claim(Q, self.now, self.now + hold, OWNER, self.tokens(n), session,
-                            None if numbers is None else tuple(numbers), state))
+            self.both(Claim(self.now, self.now + hold, OWNER, self.tokens(n), session_id=session,
+                            sequence_numbers=None if numbers is None else tuple(numbers), state=state, ref=Q))
         elif kind in ("settle", "settle_all"):
             picked = [(self.lock(pick, true_token), outcome, annotations, tail)
                       for pick, true_token, outcome, annotations, tail in args[0]]
             # Mostly the dead letters of a settlement keep their numbers (all of them, as the core
             # asks), unless the dead-letter partition holds one already.
             keep = args[0][0][0] % 3 != 0 and not self.reference.fetch(DLQ, [n for (n, _), *_ in picked])
-            items = [SettleItem(n, token, outcome, annotations, len(annotations or b""),
-                                DLQ if outcome is Outcome.DEAD_LETTER else None, tail,
+            items = [SettleItem(n, token, outcome, annotations=annotations, annotation_count=len(annotations or b""),
+                                target=DLQ if outcome is Outcome.DEAD_LETTER else None, tail=tail,
                                 keep_sequence_number=keep and outcome is Outcome.DEAD_LETTER)
                      for (n, token), outcome, annotations, tail in picked]
-            self.both(Settle(Q, self.now, tuple(items), all_or_none=kind == "settle_all"))
+            self.both(Settle(self.now, tuple(items), all_or_none=kind == "settle_all", ref=Q))
         elif kind == "renew":
             picks, hold = args
-            self.both(RenewLocks(Q, self.now, self.now + hold, tuple(self.lock(p, t) for p, t in picks)))
+            self.both(RenewLocks(self.now, self.now + hold, tuple(self.lock(p, t) for p, t in picks), ref=Q))
         elif kind == "move":
             numbers, target, reset, annotations, tail, *times = args
             enqueued, ttl = times if times else (None, None)
             # Into the dead-letter partition the rows mostly keep their numbers (expiry,
             # MaxDeliveryCount), unless one of them is there already.
             keep = target == DLQ and not reset and not self.reference.fetch(DLQ, numbers) and _unique(numbers)
-            self.both(MoveMessages(Q, self.now, tuple(
-                MoveItem(n, annotations, 2, reset_delivery_count=reset, tail=tail,
+            self.both(MoveMessages(self.now, tuple(
+                MoveItem(n, annotations=annotations, annotation_count=2, reset_delivery_count=reset, tail=tail,
                          enqueued_time=None if enqueued is None else self.now - enqueued,
-                         expires_at=None if ttl is None else self.now + ttl) for n in numbers), target,
-                keep_sequence_numbers=keep))
+                         expires_at=None if ttl is None else self.now + ttl) for n in numbers), target=target,
+                keep_sequence_numbers=keep, ref=Q))
         elif kind == "activate":
-            self.both(Activate(Q, self.now, args[0]))
+            self.both(Activate(self.now, args[0], ref=Q))
         elif kind == "purge":
-            self.both(Purge(Q, self.now, args[0]))
+            self.both(Purge(self.now, args[0], ref=Q))
         elif kind == "claim_session":
             session, hold = args
             token = self.tokens(1)[0]
-            result = self.both(ClaimSession(Q, self.now, token, self.now + hold, OWNER, session))
+            result = self.both(ClaimSession(self.now, token, self.now + hold, OWNER, session, ref=Q))
             assert isinstance(result, SessionClaimed)
             if result.session_id is not None:
                 self.session_tokens.append((result.session_id, token))
@@ -1485,24 +1491,24 @@ class Differential:
                 else ("a", tok(30_000))
             token = token if true_token else tok(30_000 + pick)
             if release:
-                self.both(ReleaseSession(Q, session, token))
+                self.both(ReleaseSession(session, token, ref=Q))
             else:
-                self.both(RenewSession(Q, self.now, session, token, self.now + hold))
+                self.both(RenewSession(self.now, session, token, self.now + hold, ref=Q))
         elif kind == "delete":
-            self.both(MoveMessages(Q, self.now, tuple(MoveItem(n) for n in args[0]), None))
+            self.both(MoveMessages(self.now, tuple(MoveItem(n) for n in args[0]), target=None, ref=Q))
         elif kind == "dedup":
             ids, window, (target, gate) = args
             claim = self.tokens(1)[0]
             batch: list[StoreOp] = [
-                ClaimMessageIds(gate, self.now, window, claim, tuple(i for i in ids if i is not None)),
-                Append(target, tuple(msg(message_id=i) for i in ids), DedupGate(gate, claim, tuple(ids)))]
+                ClaimMessageIds(self.now, window, claim, tuple(i for i in ids if i is not None), ref=gate),
+                Append(tuple(msg(message_id=i) for i in ids), Gate(claim, tuple(ids), ref=gate), ref=target)]
             expected = self.reference.apply(batch)
             assert self.durable.apply(batch) == expected, batch
             if any(expected[1].sequence_numbers):  # type: ignore[union-attr]
                 self.applied["ClaimMessageIds"] = self.applied.get("ClaimMessageIds", 0) + 1
         elif kind == "forget":
             ids, before = args
-            self.both(ForgetMessageIds(Q, tuple(ids), None if before is None else self.now - before))
+            self.both(ForgetMessageIds(tuple(ids), None if before is None else self.now - before, ref=Q))
         elif kind == "cancel":
             picks, extra = args
             scheduled = [s.record.sequence_number
@@ -1510,24 +1516,24 @@ class Differential:
             asked = [scheduled[p % len(scheduled)] for p in picks] if scheduled else []
             if extra is not None or not asked:
                 asked.append(extra or 1)
-            result = self.both(CancelScheduled(Q, self.now, tuple(asked)))
+            result = self.both(CancelScheduled(self.now, tuple(asked), ref=Q))
             if result == Unscheduled(()):
                 self.applied["CancelScheduled"] = self.applied.get("CancelScheduled", 0) + 1
         elif kind == "take_restore":
             n, mask, held = args
             before = {s.record.sequence_number: s.record for s in self.reference.peek(Q, 0, 1000)}
             tokens = self.tokens(n)
-            batch = [Claim(Q, self.now, self.now + 100, OWNER, tokens)]
+            batch = [Claim(self.now, self.now + 100, OWNER, tokens, ref=Q)]
             expected = self.reference.apply(batch)
             assert self.durable.apply(batch) == expected, batch
             taken = expected[0].messages  # type: ignore[union-attr]
-            delete = Settle(Q, self.now, tuple(SettleItem(s.record.sequence_number, s.lock_token, Outcome.COMPLETE)
-                                               for s in taken if s.lock_token is not None))
+            delete = Settle(self.now, tuple(SettleItem(s.record.sequence_number, s.lock_token, Outcome.COMPLETE)
+                                               for s in taken if s.lock_token is not None), ref=Q)
             self.both(delete)
             back = [before[s.record.sequence_number] for s, keep in zip(taken, mask, strict=False) if keep]
             if held and before:
                 back.append(next(iter(before.values())))  # held still, or taken and put back just before
-            self.both(Restore(Q, tuple(back)))
+            self.both(Restore(tuple(back), ref=Q))
         elif kind == "tick":
             self.now += args[0]
         else:  # pragma: no cover

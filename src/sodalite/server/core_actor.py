@@ -251,11 +251,10 @@ class CoreActor:
     async def load(self) -> None:
         """Start a runner per sub-queue from the store's counters and metadata (no messages)."""
         for sub in SubQueue:
-            target = self.refs[SubQueue.DEAD_LETTER] if sub is SubQueue.MAIN else self.refs[sub]
             runner = await PartitionRunner.start(
                 self.refs[sub], core_settings(self.settings, sub, self.node_id, self._forward, self.worker.shared),
                 self.worker, self.clock,
-                functools.partial(self._on_reply, sub), dead_letter=target)
+                functools.partial(self._on_reply, sub))
             runner.on_moved = self._on_moved
             self.runners[sub] = runner
             if self.worker.shared:  # another node made messages ready here: read again
@@ -727,8 +726,8 @@ class CoreActor:
                 if not fresh:
                     continue
                 numbered_by = actor.refs[SubQueue.MAIN] if sub is SubQueue.DEAD_LETTER else None
-                ops.append(Append(ref, tuple(r for r, _ in fresh), numbered_by=numbered_by))
-                ops.append(RememberMoveKeys(ref, tuple(dict.fromkeys(k for _, k in fresh))))
+                ops.append(Append(tuple(r for r, _ in fresh), numbered_by=numbered_by, ref=ref))
+                ops.append(RememberMoveKeys(tuple(dict.fromkeys(k for _, k in fresh)), ref=ref))
                 taken[ref] = len(fresh)
             if ops:
                 worker.store.apply(ops)
@@ -741,7 +740,7 @@ class CoreActor:
 
     async def forget_move_keys(self, keys: Sequence[str], sub: SubQueue = SubQueue.MAIN) -> None:
         """The source copies of moved messages are gone: their keys are no longer needed."""
-        await self.worker.apply([ForgetMoveKeys(self.refs[sub], tuple(keys))])
+        await self.worker.apply([ForgetMoveKeys(tuple(keys), ref=self.refs[sub])])
 
     def arrived(self, target: PartitionRef, count: int) -> None:
         """``count`` rows were moved into ``target`` (one of this queue's sub-queues) and committed."""

@@ -186,7 +186,7 @@ async def _forget(placed: list[MovedKeys], gone: set[str]) -> None:
     """Forget the keys of the source copies that are gone, one batch per store (a key left behind
     costs a row, never a message)."""
     for store in placed:
-        ops = [ForgetMoveKeys(ref, left) for ref, keys in store.keys.items()
+        ops = [ForgetMoveKeys(left, ref=ref) for ref, keys in store.keys.items()
                if (left := tuple(k for k in keys if k in gone))]
         if not ops:
             continue

@@ -5,7 +5,7 @@ is the caller its module docstring describes. It owns one partition's :class:`Vi
 else keeps a reference to it. :meth:`PartitionRunner.submit` runs ``decide(view, command, now)``
 with ``now`` from the injected :class:`Clock` (milliseconds since the epoch, as the core and the
 store port count time), then, in this order: appends the decision's store batch (mapped to port
-operations for this partition by :func:`~sodalite.store.ops_mapping.to_port_op`) and its window
+operations bound to this partition by :func:`bind`) and its window
 read to the effect queue, re-arms the timer at ``next_due``, and hands every reply to the
 ``on_reply`` callback. ``submit`` is synchronous and must be called on the event loop's thread;
 decide is cheap and bounded, and the replies it releases at once (refusals, settlements of locks
@@ -73,12 +73,11 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol, cast
+from dataclasses import dataclass, replace
+from typing import Protocol, TypeVar, cast
 
 from sodalite.amqp.types import AmqpValue
 from sodalite.errors import SodaliteError
-from sodalite.model import store_ops as core_ops
 from sodalite.model.message import MessageState
 from sodalite.model.partition_core import (
     Command,
@@ -98,10 +97,14 @@ from sodalite.model.partition_core import (
 )
 from sodalite.server import wire
 from sodalite.server.store_worker import StoreWorker
-from sodalite.store.ops_mapping import EditEncoder, to_core_result, to_port_op
 from sodalite.store.port import (
+    AnnotationEdit,
     Append,
+    AppendTo,
+    EntityOp,
+    Gate,
     Moved,
+    MoveItem,
     MoveMessages,
     OpResult,
     Outcome,
@@ -111,13 +114,13 @@ from sodalite.store.port import (
     Settle,
     Settled,
     SettleFenced,
+    SettleItem,
     StoredMessage,
     StoreOp,
 )
 
 log = logging.getLogger(__name__)
 
-DEAD_LETTER_SUFFIX = "/$deadletterqueue"  # as server/entity_settings.py's SubQueue.DEAD_LETTER names it
 ACTIVE_ONLY = frozenset({MessageState.ACTIVE})
 # How long a group of store batches smaller than the last round may wait for the rest (module docstring).
 COMMIT_WINDOW_SECONDS = 0.001
@@ -152,7 +155,7 @@ class LoopClock:
         return asyncio.get_running_loop().call_later(delay, callback)
 
 
-def encode_edit(edit: core_ops.AnnotationEdit) -> tuple[bytes, int, bytes | None]:
+def encode_edit(edit: AnnotationEdit) -> tuple[bytes, int, bytes | None]:
     """The edit as the port stores it: the annotations (``base``, with ``x-opt-deadletter-source`` for
     a forwarded dead letter), their count, and the new tail when the edit sets application properties,
     else None (the row keeps its tail).
@@ -180,11 +183,47 @@ def encode_edit(edit: core_ops.AnnotationEdit) -> tuple[bytes, int, bytes | None
     return annotations, count, wire.with_application_properties(edit.base_tail, updates)
 
 
-def _core_results(results: tuple[OpResult, ...], expected: int) -> tuple[core_ops.OpResult, ...]:
-    """The port's results as the core reads them (the core emits no op answered otherwise)."""
+EditEncoder = Callable[[AnnotationEdit], tuple[bytes, int, bytes | None]]
+"""An edit as the store keeps it: (encoded annotation map entries, entry count, the new tail or None
+to keep the row's)."""
+
+
+def _checked_results(results: tuple[OpResult, ...], expected: int) -> tuple[OpResult, ...]:
     if len(results) != expected:
         raise RuntimeError(f"the store answered {len(results)} results for {expected} operations")
-    return tuple(to_core_result(result) for result in results)
+    return results
+
+
+_Item = TypeVar("_Item", SettleItem, MoveItem)
+
+
+def bind(op: StoreOp, ref: PartitionRef, encode: EditEncoder) -> StoreOp:
+    """A core's operation as the store applies it: on partition ``ref`` (an ``AppendTo`` on its
+    target), its gate on ``ref``'s history, its annotation edits encoded (ValueError, TypeError:
+    an operation the store cannot be given)."""
+    if isinstance(op, AppendTo):
+        return _gated(op.as_append(), ref)
+    if isinstance(op, Append):
+        return _gated(replace(op, ref=ref), ref)
+    if isinstance(op, Settle) and any(item.edit is not None for item in op.items):
+        return replace(op, items=tuple(_encoded(item, encode) for item in op.items), ref=ref)
+    if isinstance(op, MoveMessages) and any(item.edit is not None for item in op.items):
+        return replace(op, items=tuple(_encoded(item, encode) for item in op.items), ref=ref)
+    if isinstance(op, EntityOp):
+        return op
+    return replace(op, ref=ref)
+
+
+def _gated(op: Append, ref: PartitionRef) -> Append:
+    gate = op.gate
+    return op if gate is None else replace(op, gate=Gate(gate.claim, gate.message_ids, ref=ref))
+
+
+def _encoded(item: _Item, encode: EditEncoder) -> _Item:
+    if item.edit is None:
+        return item
+    annotations, count, tail = encode(item.edit)
+    return replace(item, edit=None, annotations=annotations, annotation_count=count, tail=tail)
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,11 +242,9 @@ class PartitionRunner:
     """Runs one partition's core against its store (see the module docstring)."""
 
     def __init__(self, ref: PartitionRef, view: View, worker: StoreWorker, clock: Clock,
-                 on_reply: Callable[[Reply], None], *, dead_letter: PartitionRef | None = None,
-                 edit_encoder: EditEncoder = encode_edit, max_group: int = 64,
-                 commit_window: float = COMMIT_WINDOW_SECONDS) -> None:
+                 on_reply: Callable[[Reply], None], *, edit_encoder: EditEncoder = encode_edit,
+                 max_group: int = 64, commit_window: float = COMMIT_WINDOW_SECONDS) -> None:
         self.ref = ref
-        self.dead_letter = dead_letter or PartitionRef(ref.entity + DEAD_LETTER_SUFFIX, ref.partition)
         self._view = view
         self._worker = worker
         self._clock = clock
@@ -240,8 +277,7 @@ class PartitionRunner:
     @classmethod
     async def start(cls, ref: PartitionRef, settings: CoreSettings, worker: StoreWorker, clock: Clock,
                     on_reply: Callable[[Reply], None], *, token_seed: int | None = None,
-                    dead_letter: PartitionRef | None = None, max_group: int = 64,
-                    commit_window: float = COMMIT_WINDOW_SECONDS) -> PartitionRunner:
+                    max_group: int = 64, commit_window: float = COMMIT_WINDOW_SECONDS) -> PartitionRunner:
         """A runner for ``ref`` as the store holds it now: counters and metadata, no messages."""
         meta = await worker.call(lambda: worker.store.partition_meta(ref))
         counts = meta.counts
@@ -249,8 +285,7 @@ class PartitionRunner:
                         active=counts.active, scheduled=counts.scheduled, deferred=counts.deferred,
                         last_sequence_number=counts.last_sequence_number,
                         duplicate_history=meta.duplicate_history, session_states=meta.session_states)
-        runner = cls(ref, view, worker, clock, on_reply, dead_letter=dead_letter, max_group=max_group,
-                     commit_window=commit_window)
+        runner = cls(ref, view, worker, clock, on_reply, max_group=max_group, commit_window=commit_window)
         runner._size_read = counts.size_in_bytes
         runner.submit(Tick())  # anything already due (lapsed locks, activations, a first read)
         return runner
@@ -281,7 +316,7 @@ class PartitionRunner:
         decision = decide(self._view, command, self._clock.now())
         self._view = decision.view
         if decision.batch_id is not None:
-            self._effects.append(self._mapped(decision.batch_id, decision.store_ops))
+            self._effects.append(self._bound(decision.batch_id, decision.store_ops))
         if decision.read is not None:
             self._effects.append(decision.read)
         if self._effects:
@@ -314,10 +349,10 @@ class PartitionRunner:
 
     # ---- effects ------------------------------------------------------------------------------------
 
-    def _mapped(self, batch_id: int, ops: tuple[core_ops.StoreOp, ...]) -> _Batch:
+    def _bound(self, batch_id: int, ops: tuple[StoreOp, ...]) -> _Batch:
         try:
-            return _Batch(batch_id, tuple(to_port_op(op, self.ref, self.dead_letter, self._encode) for op in ops))
-        except ValueError as error:  # an op the port refuses to express
+            return _Batch(batch_id, tuple(bind(op, self.ref, self._encode) for op in ops))
+        except (ValueError, TypeError) as error:  # an op the store cannot be given
             log.error("partition %s: batch %d cannot go to the store: %s", self.ref, batch_id, error)
             return _Batch(batch_id, (), f"not expressible on the store port: {error}")
 
@@ -446,11 +481,11 @@ class PartitionRunner:
             log.info("partition %s: %s", self.ref, error)
             self._answer(StoreFailed(group[0].batch_id, str(error), (error.op_index, error.item_index)))
             return
-        results: tuple[core_ops.OpResult, ...] = ()
+        results: tuple[OpResult, ...] = ()
         if error is None:
             assert port_results is not None
             try:
-                results = _core_results(port_results, len(ops))
+                results = _checked_results(port_results, len(ops))
             except Exception as mismatch:
                 error = mismatch
         if error is not None:  # a transaction that raised applied nothing
@@ -474,19 +509,20 @@ class PartitionRunner:
         self._size_appended += size
         self._refresh_size()
 
-    def _report_moves(self, ops: list[StoreOp], results: tuple[core_ops.OpResult, ...]) -> None:
+    def _report_moves(self, ops: list[StoreOp], results: tuple[OpResult, ...]) -> None:
         if self.on_moved is None:
             return
         moved: dict[PartitionRef, int] = {}
         for op, result in zip(ops, results, strict=True):
             if isinstance(op, Settle) and isinstance(result, Settled):
                 for item, applied in zip(op.items, result.applied, strict=True):
-                    if applied and item.outcome is Outcome.DEAD_LETTER and item.dead_letter_to is not None:
-                        moved[item.dead_letter_to] = moved.get(item.dead_letter_to, 0) + 1
-            elif isinstance(op, MoveMessages) and op.target is not None and isinstance(result, Moved):
+                    if applied and item.outcome is Outcome.DEAD_LETTER:
+                        target = op.dead_letter_target(item)
+                        moved[target] = moved.get(target, 0) + 1
+            elif isinstance(op, MoveMessages) and op.destination is not None and isinstance(result, Moved):
                 count = sum(1 for n in result.sequence_numbers if n is not None)  # None: not moved (locked, gone)
                 if count:
-                    moved[op.target] = moved.get(op.target, 0) + count
+                    moved[op.destination] = moved.get(op.destination, 0) + count
         for target, count in moved.items():
             try:
                 self.on_moved(target, count)

@@ -157,6 +157,7 @@ from sodalite.store.port import (
     Activated,
     Append,
     Appended,
+    AppendTo,
     CancelScheduled,
     ChangeSink,
     Claim,
@@ -205,6 +206,7 @@ from sodalite.store.port import (
     StoreOp,
     Unscheduled,
     check_all_or_none,
+    prepare_batch,
     split_rules,
 )
 
@@ -632,7 +634,7 @@ _APPEND: Final = (
     + ", ".join(f"m.{n}" for n in _FIELD_NAMES) + ", NULL, NULL, NULL "
     f"FROM hw, {_UNNEST_MESSAGES} RETURNING sequence_number"
 )
-# v2 append with a DedupGate: only the messages without an id, or whose id the batch's
+# An append with a Gate: only the messages without an id, or whose id the batch's
 # ClaimMessageIds of the gate's partition took (marked with its claim), are numbered and stored;
 # the rows returned are (place in the batch, number) of those.
 _APPEND_GATED: Final = (
@@ -1318,8 +1320,7 @@ def _settle_plan(op: Settle) -> _Plan:
         if item.outcome is Outcome.COMPLETE:
             return ("complete",)
         if item.outcome is Outcome.DEAD_LETTER:
-            assert item.dead_letter_to is not None
-            return ("dead-letter", *_key(item.dead_letter_to), item.keep_sequence_number)
+            return ("dead-letter", *_key(op.dead_letter_target(item)), item.keep_sequence_number)
         return ("unlock",)
 
     steps: list[_Step] = []
@@ -1420,21 +1421,22 @@ def _renew_plan(op: RenewLocks) -> _Plan:
 
 def _move_plan(op: MoveMessages) -> _Plan:
     base = {**_partition_params(op.ref), "now": _time(op.now, "now")}
-    if op.target is not None:
-        base["te"], base["tp"] = _key(op.target)
-        base["same"] = _key(op.target) == _key(op.ref)
+    target = op.destination
+    if target is not None:
+        base["te"], base["tp"] = _key(target)
+        base["same"] = _key(target) == _key(op.ref)
         base["keep"] = op.keep_sequence_numbers
     numbers = [item.sequence_number for item in op.items]
     steps: list[_Step] = []
     groups: list[list[int]] = []
     # Into the partition it came from, a moved message gets a new number that a later item may name.
-    same = op.target is not None and _key(op.target) == _key(op.ref)
+    same = target is not None and _key(target) == _key(op.ref)
     for _, indexes in _batches([()] * len(op.items), numbers, one_by_one=same):
         items: list[MoveItem] = [op.items[i] for i in indexes]
         params = {**base, **_item_arrays([(it.sequence_number, None, 0, it.annotations, it.annotation_count,
                                            it.tail, it.reset_delivery_count) for it in items],
                                          [(it.enqueued_time, it.expires_at) for it in items])}
-        steps.append(_Step(_MOVE_AWAY if op.target is None else _MOVE_TO, params, rows=True))
+        steps.append(_Step(_MOVE_AWAY if target is None else _MOVE_TO, params, rows=True))
         groups.append(indexes)
 
     def finish(rows: list[_Rows]) -> OpResult:
@@ -1445,7 +1447,7 @@ def _move_plan(op: MoveMessages) -> _Plan:
                 moved[index] = new.get(numbers[index])
         return Moved(tuple(moved))
 
-    return _Plan(steps, finish, set() if op.target is None else {_key(op.target)})
+    return _Plan(steps, finish, set() if target is None else {_key(target)})
 
 
 def _activate_plan(op: Activate) -> _Plan:
@@ -1516,7 +1518,7 @@ def _session_plan(op: ClaimSession | RenewSession | ReleaseSession) -> _Plan:
     return _Plan([_Step(sql, params, rows=True)], lambda rows: Renewed((bool(rows[0]),)))
 
 
-def _v1_plan(op: StoreOp) -> _Plan:
+def _record_plan(op: StoreOp) -> _Plan:
     """The operations of the port's first version that touch no messages (results: Done)."""
     return _Plan([_Step(sql, many=rows) for sql, rows in _v1_statements(op)])
 
@@ -1619,11 +1621,11 @@ def _announcements(batch: Sequence[StoreOp], origin: str) -> tuple[list[str], li
             for item in op.items:
                 if item.outcome in (Outcome.ABANDON, Outcome.RELEASE):
                     ready[(op.ref.entity, op.ref.partition)] = None
-                elif item.outcome is Outcome.DEAD_LETTER and item.dead_letter_to is not None:
-                    ready[(item.dead_letter_to.entity, item.dead_letter_to.partition)] = None
+                elif item.outcome is Outcome.DEAD_LETTER:
+                    ready[op.dead_letter_target(item)] = None
         elif isinstance(op, MoveMessages):
-            if op.target is not None and op.items:
-                ready[(op.target.entity, op.target.partition)] = None
+            if op.destination is not None and op.items:
+                ready[op.destination] = None
         elif isinstance(op, ReleaseSession):
             ready[(op.ref.entity, op.ref.partition)] = None
         elif isinstance(op, PutEntity | DeleteEntity | DeleteIdleEntity | PutRule | DeleteRule):
@@ -1662,6 +1664,8 @@ _NOTIFY: Final = ("SELECT pg_notify(channel, payload) "
 def _plan(op: StoreOp) -> _Plan:
     if isinstance(op, Append):
         return _append_plan(op)
+    if isinstance(op, AppendTo):
+        return _append_plan(op.as_append())
     if isinstance(op, Claim):
         return _claim_plan(op)
     if isinstance(op, Settle):
@@ -1692,7 +1696,7 @@ def _plan(op: StoreOp) -> _Plan:
         return _Plan([_Step(_PRUNE_IDS, {**_partition_params(op.ref), "before": _time(op.seen_before, "seen_before")})])
     if isinstance(op, PutEntity | DeleteEntity | RememberMessageIds | ForgetMessageIds | PutSessionState
                   | RememberMoveKeys | ForgetMoveKeys | RecordActivity):
-        return _v1_plan(op)
+        return _record_plan(op)
     assert_never(op)
 
 
@@ -1806,6 +1810,7 @@ class PostgresStore:
 
     def apply(self, batch: Sequence[StoreOp]) -> tuple[OpResult, ...]:
         pool = self._require()
+        batch = prepare_batch(batch)
         plans = _plans(batch)  # validate and encode everything before touching the database
         takes = sorted({key for plan in plans for key in plan.takes})
         steps = [_Step(_TAKE_PARTITION, {"e": e, "p": p}) for e, p in takes]

@@ -51,19 +51,23 @@ from sodalite.model.partition_core import (
     Transact,
     record_for,
 )
-from sodalite.model.store_ops import AnnotationEdit, Outcome
-from sodalite.model.store_ops import MoveItem as CoreMoveItem
-from sodalite.model.store_ops import MoveMessages as CoreMoveMessages
-from sodalite.model.store_ops import Purge as CorePurge
-from sodalite.model.store_ops import Purged as CorePurged
-from sodalite.model.store_ops import Settle as CoreSettle
-from sodalite.model.store_ops import SettleItem as CoreSettleItem
+from sodalite.model.store_ops import (
+    AnnotationEdit,
+    Append,
+    AppendTo,
+    Gate,
+    MoveItem,
+    MoveMessages,
+    Outcome,
+    Purge,
+    SettleItem,
+)
+from sodalite.model.store_ops import Settle as SettleOp
 from sodalite.server import wire
-from sodalite.server.partition_runner import PartitionRunner, Timer, encode_edit
+from sodalite.server.partition_runner import PartitionRunner, Timer, bind, encode_edit
 from sodalite.server.store_worker import StoreWorker
 from sodalite.store import port
 from sodalite.store.memory import MemoryStore
-from sodalite.store.ops_mapping import to_core_result, to_port_op
 from sodalite.store.sqlite import SqliteStore
 
 REF = port.PartitionRef("runnerq", 0)
@@ -413,35 +417,43 @@ def test_a_new_runner_on_the_same_sqlite_file_finds_the_messages(tmp_path: pathl
     asyncio.run(main())
 
 
-def test_core_ops_map_to_port_ops_of_the_partition() -> None:
+def test_core_ops_are_bound_to_the_partition() -> None:
     token = uuid.uuid4()
     edit = AnnotationEdit(b"", 0, (("x-opt-custom", 5),), "Reason", "why", base_tail=b"tail")
 
     def encode(e: AnnotationEdit) -> tuple[bytes, int, bytes | None]:
         return b"enc:" + str(len(e.properties)).encode(), len(e.properties), (e.base_tail or b"") + b"+reason"
 
-    settle = to_port_op(CoreSettle(10, (CoreSettleItem(3, token, Outcome.DEAD_LETTER, edit),
-                                        CoreSettleItem(4, token, Outcome.COMPLETE))), REF, DLQ, encode)
-    assert settle == port.Settle(REF, 10, (port.SettleItem(3, token, Outcome.DEAD_LETTER, b"enc:1", 1, DLQ,
-                                                           tail=b"tail+reason"),
-                                           port.SettleItem(4, token, Outcome.COMPLETE)))
-    move = to_port_op(CoreMoveMessages(10, (CoreMoveItem(5),), to_dead_letter=True), REF, DLQ, encode)
-    assert move == port.MoveMessages(REF, 10, (port.MoveItem(5),), DLQ)
-    moved = to_port_op(CoreMoveMessages(10, (CoreMoveItem(6, edit),), to_dead_letter=True), REF, DLQ, encode)
-    assert moved == port.MoveMessages(REF, 10, (port.MoveItem(6, b"enc:1", 1, tail=b"tail+reason"),), DLQ)
-    drop = to_port_op(CoreMoveMessages(10, (CoreMoveItem(5),), to_dead_letter=False), REF, DLQ, encode)
-    assert drop == port.MoveMessages(REF, 10, (port.MoveItem(5),), None)
+    settle = bind(SettleOp(10, (SettleItem(3, token, Outcome.DEAD_LETTER, edit),
+                              SettleItem(4, token, Outcome.COMPLETE))), REF, encode)
+    assert settle == SettleOp(10, (SettleItem(3, token, Outcome.DEAD_LETTER, annotations=b"enc:1", annotation_count=1,
+                                            tail=b"tail+reason"),
+                                 SettleItem(4, token, Outcome.COMPLETE)), ref=REF)
+    assert isinstance(settle, SettleOp) and settle.dead_letter_target(settle.items[0]) == DLQ
+    move = bind(MoveMessages(10, (MoveItem(5),), to_dead_letter=True), REF, encode)
+    assert move == MoveMessages(10, (MoveItem(5),), to_dead_letter=True, ref=REF)
+    assert isinstance(move, MoveMessages) and move.destination == DLQ
+    moved = bind(MoveMessages(10, (MoveItem(6, edit),), to_dead_letter=True), REF, encode)
+    assert moved == MoveMessages(10, (MoveItem(6, annotations=b"enc:1", annotation_count=1, tail=b"tail+reason"),),
+                                 to_dead_letter=True, ref=REF)
+    drop = bind(MoveMessages(10, (MoveItem(5),), to_dead_letter=False), REF, encode)
+    assert drop == MoveMessages(10, (MoveItem(5),), ref=REF)
+    assert isinstance(drop, MoveMessages) and drop.destination is None
     # a move into another queue (resubmit, move): the target named, the server's bytes and times kept
-    item = CoreMoveItem(8, annotations=b"a", annotation_count=1, tail=b"t", reset_delivery_count=True,
-                        enqueued_time=20, expires_at=90)
-    into = to_port_op(CoreMoveMessages(10, (item,), to_dead_letter=False, target=("orders", 2)), REF, DLQ, encode)
-    assert into == port.MoveMessages(REF, 10, (port.MoveItem(8, b"a", 1, True, b"t", 20, 90),),
-                                     port.PartitionRef("orders", 2))
+    item = MoveItem(8, annotations=b"a", annotation_count=1, tail=b"t", reset_delivery_count=True,
+                    enqueued_time=20, expires_at=90)
+    into = bind(MoveMessages(10, (item,), to_dead_letter=False, target=("orders", 2)), REF, encode)
+    assert into == MoveMessages(10, (item,), target=("orders", 2), ref=REF)
+    assert isinstance(into, MoveMessages) and into.destination == port.PartitionRef("orders", 2)
     with pytest.raises(ValueError):
-        to_port_op(CoreMoveMessages(10, (item,), to_dead_letter=True, target=("orders", 2)), REF, DLQ, encode)
-    assert to_port_op(CorePurge(10, 7), REF, DLQ, encode) == port.Purge(REF, 10, 7)
-    assert to_core_result(port.Purged(3)) == CorePurged(3)
-    assert to_core_result(port.Settled((True,))) == port.Settled((True,))
+        MoveMessages(10, (item,), to_dead_letter=True, target=("orders", 2))
+    assert bind(Purge(10, 7), REF, encode) == Purge(10, 7, ref=REF)
+    # a topic's copies: appended where the core names, gated by this partition's history
+    claim = uuid.uuid4()
+    copies = AppendTo(port.PartitionRef("sub", 1), (), Gate(claim, ()))
+    assert bind(copies, REF, encode) == Append((), Gate(claim, (), ref=REF), ref=port.PartitionRef("sub", 1))
+    with pytest.raises(TypeError):
+        bind(AppendTo("sub", ()), REF, encode)
 
 
 @STORES
@@ -752,8 +764,8 @@ def test_move_out_into_another_queue_is_one_transaction_and_reports_only_the_row
         s.runner.submit(Receive("consumer", 1))  # 1 locked
         await s.runner.drained()
         applies = s.store.apply_calls
-        items = (CoreMoveItem(1), CoreMoveItem(2, reset_delivery_count=True, enqueued_time=START, expires_at=START + 9),
-                 CoreMoveItem(3))
+        items = (MoveItem(1), MoveItem(2, reset_delivery_count=True, enqueued_time=START, expires_at=START + 9),
+                 MoveItem(3))
         s.runner.submit(MoveOut(items, reply_to="mv", target=(target.entity, target.partition)))
         assert s.of(MovedOut) == []  # nothing before the commit
         await s.runner.drained()
@@ -765,7 +777,7 @@ def test_move_out_into_another_queue_is_one_transaction_and_reports_only_the_row
         assert [(m.record.enqueued_time, m.record.expires_at) for m in moved] == [(START, START + 9),
                                                                                   (START, None)]
         assert await _view_counts_are_the_stores(s) == (1, 0, 0)
-        s.runner.submit(MoveOut((CoreMoveItem(1),), reply_to="purge"))  # locked here: not even asked
+        s.runner.submit(MoveOut((MoveItem(1),), reply_to="purge"))  # locked here: not even asked
         assert s.of(MovedOut)[-1] == MovedOut("purge", (None,))
     run(kind, tmp_path, body)
 
@@ -851,7 +863,7 @@ def test_a_transaction_whose_lock_another_node_claimed_stores_nothing_and_other_
             # Node B, whose clock runs ahead, found it lapsed and claimed it.
             b_token = uuid.UUID(int=999)
             await s.worker.call(lambda: s.store.inner.apply(
-                [port.Claim(REF, START + LOCK + 1, START + 3 * LOCK, "node-b", (b_token,))]))
+                [port.Claim(START + LOCK + 1, START + 3 * LOCK, "node-b", (b_token,), ref=REF)]))
             copy = record_for(draft(b"never"), s.clock.now(), None)
             s.runner.submit(Transact((Settle(d.lock_token, Outcome.COMPLETE),),
                                      (PublishEntry(None, (PublishCopy(target, copy),)),), "txn"))

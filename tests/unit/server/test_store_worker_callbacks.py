@@ -78,8 +78,8 @@ def test_batches_queued_in_one_turn_share_one_transaction_and_hear_after_the_cal
         outcomes: list[Outcome] = []
         order: list[str] = []
         before = worker.transactions
-        worker.commit_soon([Append(A, (_message(), _message()))], _collector(outcomes, "a", order))
-        worker.commit_soon([Append(B, (_message(),))], _collector(outcomes, "b", order))
+        worker.commit_soon([Append((_message(), _message()), ref=A)], _collector(outcomes, "a", order))
+        worker.commit_soon([Append((_message(),), ref=B)], _collector(outcomes, "b", order))
         order.append("queued")
         assert outcomes == []  # never inside the call
         await _settled(outcomes, 2)
@@ -95,10 +95,10 @@ def test_batches_queued_while_one_is_in_flight_leave_together_next(tmp_path: pat
     async def body(store: _Failing, worker: StoreWorker) -> None:
         outcomes: list[Outcome] = []
         order: list[str] = []
-        worker.commit_soon([Append(A, (_message(),))], _collector(outcomes, "first", order))
+        worker.commit_soon([Append((_message(),), ref=A)], _collector(outcomes, "first", order))
         await asyncio.sleep(0)  # the first group is on the store's thread now
         for i in range(5):
-            worker.commit_soon([Append(A, (_message(),))], _collector(outcomes, f"n{i}", order))
+            worker.commit_soon([Append((_message(),), ref=A)], _collector(outcomes, f"n{i}", order))
         await _settled(outcomes, 6)
         assert order == ["first", "n0", "n1", "n2", "n3", "n4"]
         assert [r for r, _ in outcomes] == [(Appended((n,)),) for n in range(1, 7)]
@@ -112,12 +112,12 @@ def test_a_failed_transaction_fails_each_batch_of_its_group_and_the_next_commits
         outcomes: list[Outcome] = []
         order: list[str] = []
         store.fail_next = True
-        worker.commit_soon([Append(A, (_message(),))], _collector(outcomes, "a", order))
-        worker.commit_soon([Append(B, (_message(),))], _collector(outcomes, "b", order))
+        worker.commit_soon([Append((_message(),), ref=A)], _collector(outcomes, "a", order))
+        worker.commit_soon([Append((_message(),), ref=B)], _collector(outcomes, "b", order))
         await _settled(outcomes, 2)
         assert all(r is None and isinstance(e, StoreUnavailable) for r, e in outcomes)
         assert not worker.reachable
-        assert await worker.commit([Append(A, (_message(),))]) == (Appended((1,)),)  # nothing of the failed one
+        assert await worker.commit([Append((_message(),), ref=A)]) == (Appended((1,)),)  # nothing of the failed one
         assert worker.reachable
 
     _run(tmp_path, body)
@@ -128,7 +128,7 @@ def test_offline_commits_and_reads_fail_after_the_call(tmp_path: pathlib.Path) -
         outcomes: list[Outcome] = []
         order: list[str] = []
         worker.offline = True
-        worker.commit_soon([Append(A, (_message(),))], _collector(outcomes, "a", order))
+        worker.commit_soon([Append((_message(),), ref=A)], _collector(outcomes, "a", order))
         read: list[tuple[object, BaseException | None]] = []
         worker.call_soon(lambda: store.counts(A), lambda value, error: read.append((value, error)))
         assert outcomes == [] and read == []
@@ -139,14 +139,14 @@ def test_offline_commits_and_reads_fail_after_the_call(tmp_path: pathlib.Path) -
         worker.offline = False
         with pytest.raises(StoreUnavailable, match="injected"):
             store.fail_next = True
-            await worker.commit([Append(A, (_message(),))])
+            await worker.commit([Append((_message(),), ref=A)])
 
     _run(tmp_path, body)
 
 
 def test_call_soon_answers_a_read_or_its_error_on_the_loop(tmp_path: pathlib.Path) -> None:
     async def body(store: _Failing, worker: StoreWorker) -> None:
-        await worker.commit([Append(A, (_message(), _message()))])
+        await worker.commit([Append((_message(), _message()), ref=A)])
         answers: list[tuple[object, BaseException | None]] = []
         worker.call_soon(lambda: store.counts(A).active, lambda value, error: answers.append((value, error)))
 

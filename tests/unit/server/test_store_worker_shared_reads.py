@@ -64,8 +64,8 @@ def test_every_watched_partition_gets_its_counters_and_due_time_from_one_read_ea
     async def scenario() -> tuple[dict[str, list[PartitionCounts]], dict[str, list[int]], list[str]]:
         store = _Counting()
         store.open()
-        store.apply([Append(A, (_message(), _message())),
-                     Append(B, (_message(MessageState.SCHEDULED, scheduled=NOW + 60_000),))])
+        store.apply([Append((_message(), _message()), ref=A),
+                     Append((_message(MessageState.SCHEDULED, scheduled=NOW + 60_000),), ref=B)])
         worker = StoreWorker(store, "default")
         worker.shared = True
         counts: dict[str, list[PartitionCounts]] = {"a": [], "b": [], "quiet": []}
