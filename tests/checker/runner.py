@@ -44,6 +44,7 @@ from azure.servicebus.exceptions import (
     SessionLockLostError,
 )
 from broker_process import KEY, KEY_NAME, BrokerProcess, write_config
+from sdk_builds import GO
 
 from checker.history import FAIL, INFO, OK, Delivery, History, Op
 from checker.promises import Violation, check_all
@@ -68,6 +69,7 @@ SENDABLE = (PLAIN, PLAIN, SESSIONS, PARTITIONED)
 UID = re.compile(rb"u\d+x\d+x\d+")
 DEFINITE_FAILURES = (MessageLockLostError, SessionLockLostError, MessageNotFoundError, MessagingEntityNotFoundError)
 HAS_TRACE = importlib.util.find_spec("sodalite.server.delivery_trace") is not None
+GO_CLIENT = GO.path(GO.outputs[0])  # built by tests/interop/sdk_builds.py (scripts/fault-sweep builds it)
 WAIT = 0.5  # a receive's max_wait_time (seconds): how long an empty receive waits
 DISK_MB = 64  # the small filesystem (tmpfs) the data directory lives on when the disk-full fault is on
 
@@ -86,6 +88,7 @@ class RunSpec:
     rad: bool = True  # ReceiveAndDelete receives (without the broker's trace they excuse losses up to their credit)
     admin: bool = True  # resubmit, move and purge through the JSON API
     restart: float = 0.3  # the chance that the seed ends with a graceful restart and a recount after it
+    go: float = 0.0  # the chance that the seed has one more client, the official Go SDK (tests/go, built)
     save_failing: Path | None = None  # a folder: the history of a run with violations is written there
     broker_args: tuple[str, ...] = ()  # more `serve` options, e.g. ("--max-connections", "20")
 
@@ -640,6 +643,65 @@ class _Run:
             op = Op(0, client, "move", queue, value=body.get("target", queue))
             self._call(op, lambda: self.api("POST", f"/api/v1/entities/{queue}/$move", body))
 
+    # -- the Go client ------------------------------------------------------------------------------------
+    def go_loop(self, client: int, rng: random.Random) -> None:
+        """The official Go SDK as one more client (tests/go/checker.go): this thread picks its operations from
+        the seed and hands them to the Go program one at a time; the program writes the history lines."""
+        process = subprocess.Popen([str(GO_CLIENT), self.connection_string(via_proxy=rng.random() < 0.7), "checker"],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert process.stdin is not None and process.stdout is not None
+        offset = time.time() - time.monotonic()  # the Go program's wall-clock times, on this clock
+        try:
+            while self.take():
+                queue = self.q[rng.choice((PLAIN, PLAIN, PARTITIONED))]
+                if rng.random() < 0.5:
+                    request: dict[str, Any] = {"op": "send", "queue": queue, "messages": [
+                        {"uid": self.uid(client), "session": None,
+                         "key": f"k{rng.randint(0, 5)}" if self.roles[queue] == PARTITIONED and rng.random() < 0.7
+                         else None}
+                        for _ in range(rng.choice((1, 1, 1, 3)))]}
+                    if len({m["key"] for m in request["messages"]}) > 1:  # a batch goes to one partition
+                        for m in request["messages"]:
+                            m["key"] = request["messages"][0]["key"]
+                else:
+                    count = rng.randint(1, 6)
+                    request = {"op": "receive", "queue": queue, "count": count,
+                               "mode": "rad" if self.spec.rad and rng.random() < 0.2 else "peeklock",
+                               "settle": rng.choices(["complete", "abandon", "deadletter", "leave"], [10, 4, 1, 1],
+                                                     k=count)}
+                process.stdin.write(json.dumps(request) + "\n")
+                process.stdin.flush()
+                while (line := process.stdout.readline()):
+                    entry = json.loads(line)
+                    if entry.get("done"):
+                        break
+                    self._record_go(client, entry, offset)
+                else:
+                    raise RuntimeError("the Go client exited")
+        except Exception as exc:
+            self.record(Op(0, client, "client-error", start=time.monotonic(), end=time.monotonic(), result=INFO,
+                           error=f"go: {exc!r}"[:200]))
+            while self.take():  # the Go client's share of the budget goes unused
+                pass
+        finally:
+            with contextlib.suppress(Exception):
+                process.stdin.close()
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def _record_go(self, client: int, entry: dict[str, Any], offset: float) -> None:
+        queue = entry["queue"]
+        value = entry.get("value")
+        mode = value.get("mode", "peeklock") if isinstance(value, dict) else "peeklock"
+        deliveries = tuple(Delivery(uid=d["uid"], queue=queue, seq=d["seq"], count=d["count"], mode=mode,
+                                    session=d.get("session")) for d in entry.get("deliveries") or ())
+        self.record(Op(0, client, entry["kind"], queue, start=entry["start"] - offset, end=entry["end"] - offset,
+                       result=entry["result"], uids=tuple(entry.get("uids") or ()), deliveries=deliveries,
+                       value=value, error=entry.get("error", "")))
+
     # -- the asyncio client ------------------------------------------------------------------------------
     def async_loop(self, client: int, rng: random.Random) -> None:
         asyncio.run(self._async_main(client, rng))
@@ -776,6 +838,9 @@ class _Run:
         self.node.ensure()
         self.setup()
         self.timings["setup"] += time.monotonic() - started
+        go = master.random() < self.spec.go and GO_CLIENT.is_file()
+        if go:
+            self.faults["go-client"] += 1  # not a fault: the seeds with a Go client, counted with the faults
         per_phase = [self.spec.ops // self.spec.phases] * self.spec.phases
         per_phase[-1] += self.spec.ops - sum(per_phase)
         for phase, budget in enumerate(per_phase):
@@ -787,12 +852,22 @@ class _Run:
             if self.spec.async_client:
                 threads.append(threading.Thread(target=self.async_loop,
                                                 args=(self.spec.clients, random.Random(master.random()))))
+            if go:
+                threads.append(threading.Thread(target=self.go_loop,
+                                                args=(self.spec.clients + 1, random.Random(master.random()))))
             fault_rng = random.Random(master.random())
             fault_thread = threading.Thread(target=self.fault_loop, args=(fault_rng, self.plan(fault_rng, budget)))
             for t in [*threads, fault_thread]:
+                t.daemon = True
                 t.start()
+            deadline = time.monotonic() + 120 + self.spec.ops
             for t in threads:
-                t.join(600)
+                t.join(max(0.0, deadline - time.monotonic()))
+                if t.is_alive():  # a client stuck in a call: left behind, recorded, the run goes on
+                    self.record(Op(0, -1, "client-error", start=time.monotonic(), end=time.monotonic(), result=INFO,
+                                   error=f"a client thread still in a call after {120 + self.spec.ops} s"))
+                    with self.lock:
+                        self.remaining = 0
             self.stop_faults.set()
             with self.progress:
                 self.progress.notify_all()

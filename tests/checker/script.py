@@ -15,6 +15,8 @@ Steps (tuples):
   ("opened-unauthenticated", n)      n connections through SASL and AMQP open that never put a token (held)
   ("detach", queue, settle)          one PeekLock message received, its link detached, then settled
   ("update", queue, properties)      an entity update through the JSON API (Config.json property names)
+  ("offline",) / ("online",)         the store taken offline / back online via the JSON API
+  ("disk-full",) / ("disk-free",)    the data directory's filesystem filled / freed (``play(disk=True)``)
   ("wait", seconds)                  e.g. for locks to lapse
   ("recount", name)                  a quiescent point: runtime counts against the store
 """
@@ -39,17 +41,17 @@ from checker.runner import PARTITIONED, Node, RunSpec, _Run, uid_of
 Step = tuple[Any, ...]
 
 
-_NODES: dict[tuple[str | None, tuple[str, ...]], Node] = {}
+_NODES: dict[tuple[str | None, tuple[str, ...], bool], Node] = {}
 _SCRIPTS = itertools.count(1)
 
 
-def node_for(defect: str | None = None, broker_args: tuple[str, ...] = ()) -> Node:
+def node_for(defect: str | None = None, broker_args: tuple[str, ...] = (), disk: bool = False) -> Node:
     """A broker kept for the scripts that want the same defect switch and options (each script has queues of
     its own); ``close_nodes`` stops them all."""
-    key = (defect, broker_args)
+    key = (defect, broker_args, disk)
     node = _NODES.get(key)
     if node is None:
-        node = _NODES[key] = Node(defect, broker_args)
+        node = _NODES[key] = Node(defect, broker_args, disk=disk)
     node.ensure()
     return node
 
@@ -60,9 +62,10 @@ def close_nodes() -> None:
 
 
 def play(steps: list[Step], defect: str | None = None, strict: bool = True,
-         broker_args: tuple[str, ...] = ()) -> tuple[History, list[Violation]]:
-    """Replay ``steps`` (queues named by role: plain, sess, part, target) on queues of their own."""
-    node = node_for(defect, broker_args)
+         broker_args: tuple[str, ...] = (), disk: bool = False) -> tuple[History, list[Violation]]:
+    """Replay ``steps`` (queues named by role: plain, sess, part, target) on queues of their own; with
+    ``disk`` on a broker whose data directory is on a small filesystem (root only)."""
+    node = node_for(defect, broker_args, disk)
     run_ = _Run(RunSpec(seed=next(_SCRIPTS) * 1000 + os.getpid() % 1000, defect=defect, faults=(),
                         broker_args=broker_args), node)
     held: list[Any] = []
@@ -186,6 +189,19 @@ def _step(run_: _Run, sb: ServiceBusClient, step: Step, held: list[Any]) -> Serv
         run_._call(Op(0, 0, "update", queue, value={"properties": properties}),
                    lambda: run_.api("PUT", f"/api/v1/entities/{queue}", {"properties": properties}))
         run_.properties[queue] = properties
+    elif kind in ("offline", "online"):
+        run_.fault("store-offline", kind)
+        run_.api("POST", f"/api/v1/stores/default/{kind}")
+    elif kind == "disk-full":
+        assert run_.node.mount is not None, "play(disk=True) needs root to mount a small filesystem"
+        with contextlib.suppress(OSError), (run_.node.mount / "filler").open("wb") as out:
+            while True:
+                out.write(b"\0" * (1 << 20))
+                out.flush()
+        run_.fault("disk-full")
+    elif kind == "disk-free":
+        assert run_.node.mount is not None
+        (run_.node.mount / "filler").unlink(missing_ok=True)
     elif kind == "wait":
         time.sleep(step[1])
     elif kind == "recount":

@@ -17,6 +17,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from sdk_builds import GO, ensure_built
+
 from checker.runner import FAULT_KINDS, Node, RunResult, RunSpec, run
 
 
@@ -143,13 +145,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=0, help="stop starting seeds after this long (0: no limit)")
     parser.add_argument("--save", type=Path, default=None, help="write the history of each failing seed here")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here as JSON")
+    parser.add_argument("--go", type=float, default=0.25,
+                        help="the share of seeds with one more client, the official Go SDK (0: none)")
     parser.add_argument("--verbose", action="store_true", help="let the SDK log its warnings")
     args = parser.parse_args(argv)
     faults = () if args.faults == "none" else tuple(f for f in args.faults.split(",") if f)
     unknown = set(faults) - set(FAULT_KINDS)
     if unknown:
         parser.error(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(FAULT_KINDS)}")
-    specs = [RunSpec(seed=s, ops=args.ops, clients=args.clients, async_client=not args.no_async, faults=faults,
+    if args.go:
+        try:
+            ensure_built(GO)
+        except Exception as exc:
+            print(f"no Go client ({exc}): the seeds run without it", flush=True)
+            args.go = 0
+    specs = [RunSpec(seed=s, ops=args.ops, go=args.go, clients=args.clients, async_client=not args.no_async,
+                     faults=faults,
                      faults_per_kind=args.faults_per_kind, phases=args.phases, defect=args.defect,
                      admin=not args.no_admin, save_failing=args.save) for s in range(args.seed, args.seed + args.seeds)]
     started = time.monotonic()
@@ -182,6 +193,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{len(result.violations)} violation(s)", flush=True)
         for violation in result.violations[:20]:
             print(f"  {violation}", flush=True)
+        slowest = max((op for op in history.ops if op.kind != "recount"), key=lambda op: op.end - op.start,
+                      default=None)
+        if slowest is not None and slowest.end - slowest.start > 30:
+            print(f"  slowest operation: {slowest.kind} on {slowest.queue} by client {slowest.client}, "
+                  f"{slowest.end - slowest.start:.0f} s, {slowest.result} {slowest.error[:120]}", flush=True)
         if result.violations:
             failing.append(result)
     elapsed = time.monotonic() - started
@@ -191,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  shortest reproduction: scripts/fault-sweep {describe(smallest.spec)}", flush=True)
         for violation in smallest.violations[:5]:
             print(f"    {violation}", flush=True)
+    totals["seeds with a Go client"] = fault_totals.pop("go-client", 0)
     figures = {**totals, "faults": dict(sorted(fault_totals.items())), "wall seconds": round(elapsed),
                "seeds per hour": round(totals["seeds"] * 3600 / elapsed) if elapsed else 0,
                "operations per second": round(totals["operations"] / elapsed, 2) if elapsed else 0,
