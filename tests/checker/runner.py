@@ -44,6 +44,7 @@ from azure.servicebus.exceptions import (
     SessionLockLostError,
 )
 from broker_process import KEY, KEY_NAME, BrokerProcess, write_config
+from pg_nodes import node
 from sdk_builds import GO
 
 from checker.history import FAIL, INFO, OK, Delivery, History, Op
@@ -52,7 +53,8 @@ from checker.proxy import Proxy
 from sodalite.model.sas import generate_token
 
 # Faults the fault thread fires at points of the operation budget (each about once a seed) ...
-SCHEDULED_FAULTS = ("kill9", "cut", "stall", "unauthenticated", "store-offline", "entity-update", "disk-full")
+SCHEDULED_FAULTS = ("kill9", "cut", "stall", "unauthenticated", "store-offline", "entity-update", "disk-full",
+                    "pg-node-kill")
 # ... and faults a client makes as part of an operation (a receiver closed mid-stream, a link detached, a
 # lock left to lapse, a session released with its messages unsettled).
 CLIENT_FAULTS = ("close-midstream", "detach", "lock-expiry", "session-release")
@@ -89,6 +91,7 @@ class RunSpec:
     admin: bool = True  # resubmit, move and purge through the JSON API
     restart: float = 0.3  # the chance that the seed ends with a graceful restart and a recount after it
     go: float = 0.0  # the chance that the seed has one more client, the official Go SDK (tests/go, built)
+    pg: str | None = None  # a PostgreSQL database: the seed runs on two broker nodes sharing it (pg-node-kill)
     save_failing: Path | None = None  # a folder: the history of a run with violations is written there
     broker_args: tuple[str, ...] = ()  # more `serve` options, e.g. ("--max-connections", "20")
 
@@ -113,12 +116,14 @@ class Node:
     With ``disk=True`` (root only) its data directory is on a small tmpfs the node mounts, so the
     disk-full fault can fill it and free it."""
 
-    def __init__(self, defect: str | None = None, broker_args: tuple[str, ...] = (), disk: bool = False) -> None:
-        self.defect, self.broker_args = defect, broker_args
+    def __init__(self, defect: str | None = None, broker_args: tuple[str, ...] = (), disk: bool = False,
+                 pg: str | None = None) -> None:
+        self.defect, self.broker_args, self.pg = defect, broker_args, pg
         self.base = Path(tempfile.mkdtemp(prefix="checker-node-"))
         self.mount: Path | None = None
+        self.peer: BrokerProcess | None = None  # on PostgreSQL: the second node, on the same database
         data = self.base / "data"
-        if disk:
+        if disk and pg is None:
             mount = self.base / "disk"
             mount.mkdir()
             done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs", str(mount)],
@@ -127,27 +132,35 @@ class Node:
                 self.mount, data = mount, mount / "data"
         self.trace_path = self.base / "trace.jsonl"
         extra = [*broker_args, *(["--delivery-trace", str(self.trace_path)] if HAS_TRACE else [])]
-        self.broker = BrokerProcess(data, write_config(self.base / "Config.json", []), extra_args=extra)
+        config = write_config(self.base / "Config.json", [])
+        if pg is not None:
+            self.broker, self.peer = (node(self.base, config, pg, name, extra) for name in ("node-a", "node-b"))
+        else:
+            self.broker = BrokerProcess(data, config, extra_args=extra)
         self.lock = threading.Lock()  # one broker-wide fault at a time (no kill -9 across a store offline)
         self.start()
+        if self.peer is not None:
+            self.start(self.peer)
         self.proxy = Proxy(self.broker.port)
         self.seeds = 0
 
-    def start(self) -> None:
+    def start(self, broker: BrokerProcess | None = None) -> None:
         if self.defect:
             os.environ["SODALITE_TEST_DEFECT"] = self.defect
         try:
-            self.broker.start()
+            (broker or self.broker).start()
         finally:
             os.environ.pop("SODALITE_TEST_DEFECT", None)
 
-    def alive(self) -> bool:
-        return self.broker.proc is not None and self.broker.proc.poll() is None
+    @staticmethod
+    def alive(broker: BrokerProcess) -> bool:
+        return broker.proc is not None and broker.proc.poll() is None
 
     def ensure(self) -> None:
         """Started again if a seed left it down (a failed restart)."""
-        if not self.alive():
-            self.start()
+        for broker in (self.broker, self.peer):
+            if broker is not None and not self.alive(broker):
+                self.start(broker)
 
     def api(self, method: str, path: str, body: Any = None, timeout: float = 15) -> Any:
         token = generate_token(f"sb://localhost:{self.broker.port}/", KEY_NAME, KEY, int(time.time()) + 3600)
@@ -164,6 +177,8 @@ class Node:
     def close(self) -> None:
         self.proxy.close()
         self.broker.kill()
+        if self.peer is not None:
+            self.peer.kill()
         if self.mount is not None:
             subprocess.run(["umount", "-l", str(self.mount)], check=False, capture_output=True)
         shutil.rmtree(self.base, ignore_errors=True)
@@ -229,7 +244,8 @@ class _Run:
             return f"u{self.spec.seed}x{client}x{self.counter}"
 
     def connection_string(self, via_proxy: bool) -> str:
-        port = self.proxy.port if via_proxy else self.broker.port
+        """Through the proxy (to the first node), or straight to a node (on PostgreSQL the second)."""
+        port = self.proxy.port if via_proxy else (self.node.peer or self.broker).port
         return (f"Endpoint=sb://localhost:{port};SharedAccessKeyName={KEY_NAME};SharedAccessKey={KEY};"
                 "UseDevelopmentEmulator=true;")
 
@@ -252,9 +268,11 @@ class _Run:
         kinds = [k for k in self.spec.faults if k in SCHEDULED_FAULTS]
         if "disk-full" in kinds and self.node.mount is None:
             kinds.remove("disk-full")
-        mean = self.spec.faults_per_kind / self.spec.phases
+        if "pg-node-kill" in kinds and self.node.peer is None:
+            kinds.remove("pg-node-kill")
         events = []
-        for kind in kinds:
+        for kind in kinds:  # a node of a pair killed twice as often: only some seeds run on PostgreSQL
+            mean = self.spec.faults_per_kind * (2 if kind == "pg-node-kill" else 1) / self.spec.phases
             count = int(mean) + (rng.random() < mean - int(mean))
             events += [(rng.randrange(1, max(2, budget)), kind) for _ in range(count)]
         return sorted(events, reverse=True)
@@ -276,6 +294,16 @@ class _Run:
                 time.sleep(rng.uniform(0, 0.3))
                 began = time.monotonic()
                 self._restart()
+                self.timings["start after kill9"] += time.monotonic() - began
+        elif kind == "pg-node-kill":
+            assert self.node.peer is not None
+            victim = rng.choice((self.broker, self.node.peer))
+            with self.broker_lock:
+                victim.kill()
+                self.fault("pg-node-kill", "node-a" if victim is self.broker else "node-b")
+                time.sleep(rng.uniform(0, 0.5))
+                began = time.monotonic()
+                self._retry(lambda: self.node.start(victim), attempts=5)
                 self.timings["start after kill9"] += time.monotonic() - began
         elif kind == "cut":
             self.fault("cut", f"{self.proxy.cut()} connections")
@@ -760,6 +788,8 @@ class _Run:
 
     # -- quiescent points --------------------------------------------------------------------------------
     def store_rows(self) -> list[tuple[str, int, int, int, bytes]]:
+        if self.node.pg is not None:
+            return self._pg_rows(self.node.pg)
         db = sqlite3.connect(f"file:{self.broker.data_dir / 'messages.db'}?mode=ro", uri=True, timeout=10)
         try:
             rows = db.execute("SELECT entity, sequence_number, state, length(annotations) + length(tail), tail "
@@ -768,6 +798,17 @@ class _Run:
             db.close()
         mine = set(self.q.values())
         return [row for row in rows if row[0].lower().partition("/")[0] in mine]
+
+    def _pg_rows(self, url: str) -> list[tuple[str, int, int, int, bytes]]:
+        import psycopg
+
+        names = [name.lower() for name in self.q.values()]
+        with psycopg.connect(url, autocommit=True) as connection:
+            rows = connection.execute(
+                "SELECT convert_from(entity, 'UTF8'), sequence_number, state, "
+                "length(annotations) + length(tail), tail FROM sodalite_messages "
+                "WHERE split_part(lower(convert_from(entity, 'UTF8')), '/', 1) = ANY(%s)", (names,)).fetchall()
+        return [(str(e), int(q), int(st), int(sz), bytes(t)) for e, q, st, sz, t in rows]
 
     def recount(self, where: str) -> None:
         started = time.monotonic()
@@ -916,7 +957,7 @@ def run(spec: RunSpec, node: Node | None = None) -> RunResult:
     started = time.monotonic()
     own = node is None
     if node is None:
-        node = Node(spec.defect, spec.broker_args, disk="disk-full" in spec.faults and os.geteuid() == 0)
+        node = Node(spec.defect, spec.broker_args, disk="disk-full" in spec.faults and os.geteuid() == 0, pg=spec.pg)
     run_ = _Run(spec, node)
     try:
         run_.run()

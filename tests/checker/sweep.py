@@ -9,6 +9,7 @@ import json
 import logging
 import multiprocessing
 import os
+import random
 import sys
 import time
 from collections import Counter
@@ -20,6 +21,7 @@ from typing import Any
 from sdk_builds import GO, ensure_built
 
 from checker.runner import FAULT_KINDS, Node, RunResult, RunSpec, run
+from pg_server import shared_server
 
 
 def _promises(result: RunResult) -> set[str]:
@@ -64,42 +66,49 @@ def describe(spec: RunSpec) -> str:
     faults = ",".join(spec.faults) if spec.faults else "none"
     return (f"--seed {spec.seed} --ops {spec.ops} --clients {spec.clients} --faults {faults} --phases {spec.phases}"
             f"{'' if spec.async_client else ' --no-async'}{'' if spec.admin else ' --no-admin'}"
-            f"{f' --defect {spec.defect}' if spec.defect else ''} --jobs 1")
+            f"{f' --defect {spec.defect}' if spec.defect else ''} --go {spec.go} --pg {1 if spec.pg else 0} --jobs 1")
 
 
-def _worker(tasks: Any, results: Any, quiet: bool) -> None:
-    """A sweep process: one broker (a ``Node``) serving seed after seed from ``tasks``; a seed with another
-    defect switch, or a broker that would not start again, gets a new node."""
+def _worker(tasks: Any, results: Any, quiet: bool, database: str | None) -> None:
+    """A sweep process: brokers (``Node``s) serving seed after seed from ``tasks``, one for each defect switch
+    and store (SQLite, or two nodes on this worker's PostgreSQL ``database`` for the seeds marked ``pg``); a
+    broker that would not start again is replaced."""
     if quiet:
         logging.getLogger("azure").setLevel(logging.CRITICAL)
         logging.getLogger("asyncio").setLevel(logging.CRITICAL)
-    node: Node | None = None
+    nodes: dict[tuple[str | None, tuple[str, ...], bool], Node] = {}
     try:
         while (spec := tasks.get()) is not None:
+            if spec.pg is not None:
+                if database is None:
+                    results.put(f"seed {spec.seed}: no PostgreSQL database for this worker")
+                    continue
+                spec = replace(spec, pg=database)
+            key = (spec.defect, spec.broker_args, spec.pg is not None)
             try:
-                if node is not None and (node.defect != spec.defect or node.broker_args != spec.broker_args):
-                    node.close()
-                    node = None
+                node = nodes.get(key)
                 if node is None:
-                    node = Node(spec.defect, spec.broker_args,
-                                disk="disk-full" in spec.faults and os.geteuid() == 0)
+                    node = nodes[key] = Node(spec.defect, spec.broker_args,
+                                             disk="disk-full" in spec.faults and os.geteuid() == 0, pg=spec.pg)
                 results.put(run(spec, node))
             except Exception as exc:
                 results.put(f"seed {spec.seed}: the run itself failed: {exc!r}")
-                if node is not None:
-                    node.close()
-                    node = None
+                broken = nodes.pop(key, None)
+                if broken is not None:
+                    broken.close()
     finally:
-        if node is not None:
+        for node in nodes.values():
             node.close()
 
 
-def run_seeds(specs: list[RunSpec], jobs: int, minutes: float = 0, quiet: bool = True) -> Iterator[RunResult | str]:
-    """Each seed's result as it finishes, from ``jobs`` processes (each with its own broker). With ``minutes``,
-    no seed starts after that long."""
+def run_seeds(specs: list[RunSpec], jobs: int, minutes: float = 0, quiet: bool = True,
+              databases: list[str] | None = None) -> Iterator[RunResult | str]:
+    """Each seed's result as it finishes, from ``jobs`` processes (each with its own brokers, and its own of
+    ``databases`` for the seeds on PostgreSQL). With ``minutes``, no seed starts after that long."""
     context = multiprocessing.get_context("spawn")
     tasks, results = context.Queue(), context.Queue()
-    workers = [context.Process(target=_worker, args=(tasks, results, quiet), daemon=True) for _ in range(jobs)]
+    workers = [context.Process(target=_worker, args=(tasks, results, quiet, (databases or [None] * jobs)[i]),
+                               daemon=True) for i in range(jobs)]
     for worker in workers:
         worker.start()
     started = time.monotonic()
@@ -147,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="write the figures here as JSON")
     parser.add_argument("--go", type=float, default=0.25,
                         help="the share of seeds with one more client, the official Go SDK (0: none)")
+    parser.add_argument("--pg", type=float, default=0.25,
+                        help="the share of seeds on two broker nodes sharing a PostgreSQL database (0: none)")
     parser.add_argument("--verbose", action="store_true", help="let the SDK log its warnings")
     args = parser.parse_args(argv)
     faults = () if args.faults == "none" else tuple(f for f in args.faults.split(",") if f)
@@ -163,13 +174,24 @@ def main(argv: list[str] | None = None) -> int:
                      faults=faults,
                      faults_per_kind=args.faults_per_kind, phases=args.phases, defect=args.defect,
                      admin=not args.no_admin, save_failing=args.save) for s in range(args.seed, args.seed + args.seeds)]
+    databases = None
+    if args.pg:
+        try:
+            server = shared_server()
+            databases = [server.create_database("checker") for _ in range(args.jobs)]
+        except Exception as exc:
+            print(f"no PostgreSQL ({exc}): every seed runs on SQLite", flush=True)
+            args.pg = 0
+    for spec in specs:
+        if args.pg and random.Random(f"pg{spec.seed}").random() < args.pg:
+            spec.pg = "this worker's database"
     started = time.monotonic()
     totals: Counter[str] = Counter()
     fault_totals: Counter[str] = Counter()
     timings: Counter[str] = Counter()
     failing: list[RunResult] = []
     errors: list[str] = []
-    for result in run_seeds(specs, args.jobs, args.minutes, quiet=not args.verbose):
+    for result in run_seeds(specs, args.jobs, args.minutes, quiet=not args.verbose, databases=databases):
         if isinstance(result, str):
             errors.append(result)
             print(result, flush=True)
@@ -178,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         acked = {uid for op in history.ops if op.kind in ("send", "schedule") and op.result == "ok"
                  for uid in op.uids}
         totals["seeds"] += 1
+        totals["seeds on PostgreSQL (two nodes)"] += result.spec.pg is not None
         totals["operations"] += result.client_ops
         totals["ok"] += sum(op.result == "ok" and op.kind not in ("fault", "recount") for op in history.ops)
         totals["info"] += sum(op.result == "info" for op in history.ops)
