@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from checker.history import FAIL, INFO, OK, Delivery, History, Op
 
 SEND_KINDS = ("send", "schedule")
+CRASHES = ("kill9", "pg-node-kill")  # faults that kill a broker process
 RECEIVE_KINDS = ("receive", "receive_deferred")
 
 
@@ -147,6 +148,26 @@ def _rad_allowance(history: History) -> dict[str, int]:
         for entity, numbers in written.items():
             queue = entity.split("/", 1)[0]
             allowance[queue] += len(numbers - seen.get(entity, set()))
+        if any(op.kind == "fault" and op.value in CRASHES for op in history.ops):
+            # A crash may lose the transfers in flight: messages taken for a receiver (deleted), their
+            # transfers never written, and put back (a "restored" line, written when the put-back is
+            # asked) but not yet committed when the broker was killed; at most what the receives had in
+            # credit.
+            stored = {(queue, seq) for _uid, queue, _sub, seq in history.stored}
+            restored: dict[str, set[int]] = defaultdict(set)
+            for entry in history.trace:
+                if entry.get("event") == "restored":
+                    entity = str(entry["entity"])
+                    if (entity, int(entry["sequence_number"])) not in stored:
+                        restored[entity].add(int(entry["sequence_number"]))
+            credit: dict[str, int] = defaultdict(int)
+            for op in history.ops:
+                value = op.value if isinstance(op.value, dict) else {}
+                if op.kind == "receive" and value.get("mode") == "rad":
+                    credit[op.queue] += int(value.get("credit", 0))
+            for entity, numbers in restored.items():
+                queue = entity.split("/", 1)[0]
+                allowance[queue] += min(len(numbers - seen.get(entity, set())), credit[queue])
         return allowance
     for op in history.ops:
         value = op.value if isinstance(op.value, dict) else {}

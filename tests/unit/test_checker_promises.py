@@ -184,3 +184,14 @@ def test_a_session_state_set_is_read_back_until_another_set() -> None:
     assert [v.promise for v in lost] == ["durable"] and "'x'" in lost[0].detail
     maybe = _history(state("session_set", 0, "x"), state("session_set", 1.5, "y", INFO), state("session_get", 3, "x"))
     assert check_session_state(maybe) == []
+
+
+def test_a_crash_may_lose_receive_and_delete_messages_put_back_but_not_yet_committed() -> None:
+    def lost(*faults: Op) -> History:
+        history = _history(_op("send", 0, 1, uids=("a",)),
+                           _op("receive", 2, 3, value={"mode": "rad", "credit": 5}), *faults)
+        history.trace = [{"event": "restored", "entity": "q", "sequence_number": 1}]
+        return history
+
+    assert [v.promise for v in check_durable(lost())] == ["durable"]  # no crash: a put-back is not lost
+    assert check_durable(lost(_op("fault", 4, 4, value="kill9"))) == []
