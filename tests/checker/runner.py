@@ -530,7 +530,7 @@ class _Run:
         for m in messages:
             uid = uid_of(m)
             choice = rng.choices(["complete", "abandon", "deadletter", "defer", "renew", "lapse", "leave"],
-                                 [10, 4, 2, 2, 2, 0.15 if "lock-expiry" in self.spec.faults else 0, 1])[0]
+                                 [10, 4, 2, 2, 2, 0.4 if "lock-expiry" in self.spec.faults else 0, 1])[0]
             if choice == "renew":
                 self._call(Op(0, client, "renew", queue, uids=(uid,)), lambda m=m: receiver.renew_message_lock(m))
                 choice = "complete"
@@ -586,7 +586,7 @@ class _Run:
             if midstream:
                 op.value["closed_early"] = True
                 self.fault("close-midstream", "receiver")
-            elif session and not rad and messages and self.client_fault("session-release", rng, 0.25):
+            elif session and not rad and messages and self.client_fault("session-release", rng, 0.5):
                 # the session released (its receiver closed) with its messages locked and unsettled
                 self.fault("session-release", f"{op.session}: {len(messages)} unsettled")
             elif not rad and messages and self.client_fault("detach", rng, 0.12):

@@ -10,6 +10,7 @@ import logging
 import multiprocessing
 import os
 import random
+import signal
 import sys
 import time
 from collections import Counter
@@ -69,10 +70,16 @@ def describe(spec: RunSpec) -> str:
             f"{f' --defect {spec.defect}' if spec.defect else ''} --go {spec.go} --pg {1 if spec.pg else 0} --jobs 1")
 
 
+def _interrupt(_signal: int, _frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def _worker(tasks: Any, results: Any, quiet: bool, database: str | None) -> None:
     """A sweep process: brokers (``Node``s) serving seed after seed from ``tasks``, one for each defect switch
     and store (SQLite, or two nodes on this worker's PostgreSQL ``database`` for the seeds marked ``pg``); a
     broker that would not start again is replaced."""
+    signal.signal(signal.SIGTERM, _interrupt)  # stopped: its brokers stopped and its filesystem unmounted
+    signal.signal(signal.SIGINT, _interrupt)
     if quiet:
         logging.getLogger("azure").setLevel(logging.CRITICAL)
         logging.getLogger("asyncio").setLevel(logging.CRITICAL)
@@ -160,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the share of seeds on two broker nodes sharing a PostgreSQL database (0: none)")
     parser.add_argument("--verbose", action="store_true", help="let the SDK log its warnings")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
     faults = () if args.faults == "none" else tuple(f for f in args.faults.split(",") if f)
     unknown = set(faults) - set(FAULT_KINDS)
     if unknown:
