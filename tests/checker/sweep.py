@@ -5,6 +5,7 @@ operations, fault kinds, clients and phases while a violation of the same promis
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import logging
 import multiprocessing
@@ -21,7 +22,9 @@ from typing import Any
 
 from sdk_builds import GO, ensure_built
 
-from checker.runner import FAULT_KINDS, Node, RunResult, RunSpec, run
+from checker.history import History
+from checker.promises import check_all
+from checker.runner import FAULT_KINDS, PARTITIONED, Node, RunResult, RunSpec, run
 from pg_server import shared_server
 
 
@@ -141,6 +144,21 @@ def run_seeds(specs: list[RunSpec], jobs: int, minutes: float = 0, quiet: bool =
                 worker.kill()
 
 
+def recheck(paths: list[Path]) -> int:
+    """The promise checks over saved histories (``--save``; gzipped ones too): after a change to the checks."""
+    found = 0
+    for path in paths:
+        text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+        history = History.loads(text)
+        partitioned = frozenset(op.queue for op in history.ops if op.queue.startswith(PARTITIONED + "-"))
+        violations = check_all(history, partitioned=partitioned)
+        found += bool(violations)
+        print(f"{path.name}: {len(violations)} violation(s)")
+        for violation in violations[:20]:
+            print(f"  {violation}")
+    return 1 if found else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fault-sweep", description=__doc__)
     parser.add_argument("--seed", type=int, default=1, help="the first seed")
@@ -166,7 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pg", type=float, default=0.25,
                         help="the share of seeds on two broker nodes sharing a PostgreSQL database (0: none)")
     parser.add_argument("--verbose", action="store_true", help="let the SDK log its warnings")
+    parser.add_argument("--recheck", type=Path, nargs="+", default=None,
+                        help="only check saved histories (files written by --save, or .json.gz) and exit")
     args = parser.parse_args(argv)
+    if args.recheck:
+        return recheck(args.recheck)
     signal.signal(signal.SIGTERM, _interrupt)
     faults = () if args.faults == "none" else tuple(f for f in args.faults.split(",") if f)
     unknown = set(faults) - set(FAULT_KINDS)
