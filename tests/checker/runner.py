@@ -284,7 +284,11 @@ class _Run:
                     self.progress.wait(0.5)
             if self.stop_faults.is_set():
                 return
-            self.inject(kind, rng)
+            try:
+                self.inject(kind, rng)
+            except Exception as exc:  # a broker that would not start again: recorded, the seed goes on
+                self.record(Op(0, -1, "fault-error", start=time.monotonic(), end=time.monotonic(), result=INFO,
+                               error=f"{kind}: {exc!r}"[:300]))
 
     def inject(self, kind: str, rng: random.Random) -> None:
         if kind == "kill9":
@@ -303,7 +307,7 @@ class _Run:
                 self.fault("pg-node-kill", "node-a" if victim is self.broker else "node-b")
                 time.sleep(rng.uniform(0, 0.5))
                 began = time.monotonic()
-                self._retry(lambda: self.node.start(victim), attempts=5)
+                self._retry(lambda: self._start_again(victim), attempts=5)
                 self.timings["start after kill9"] += time.monotonic() - began
         elif kind == "cut":
             self.fault("cut", f"{self.proxy.cut()} connections")
@@ -370,7 +374,11 @@ class _Run:
             filler.unlink(missing_ok=True)
 
     def _restart(self) -> None:
-        self._retry(self.node.start, attempts=5)
+        self._retry(lambda: self._start_again(self.broker), attempts=5)
+
+    def _start_again(self, broker: BrokerProcess) -> None:
+        broker.kill()  # an earlier attempt that timed out may still be starting (and hold the data directory)
+        self.node.start(broker)
 
     def _unauthenticated(self, count: int, hold: float) -> None:
         """Connections that send the AMQP header (SASL), then nothing: never authenticate."""
