@@ -61,3 +61,14 @@ class History:
     def dumps(self) -> str:
         return json.dumps({"seed": self.seed, "ops": [asdict(op) for op in self.ops], "stored": self.stored,
                            "trace": self.trace}, default=str)
+
+    @classmethod
+    def loads(cls, text: str) -> History:
+        """A history written by :meth:`dumps` (``scripts/fault-sweep --save``)."""
+        raw = json.loads(text)
+        history = cls(seed=raw["seed"], stored=[tuple(s) for s in raw["stored"]], trace=raw["trace"])
+        for op in raw["ops"]:
+            op["deliveries"] = tuple(Delivery(**d) for d in op["deliveries"])
+            op["uids"] = tuple(op["uids"])
+            history.ops.append(Op(**op))
+        return history

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from checker.history import FAIL, INFO, OK, Delivery, History, Op
 
 SEND_KINDS = ("send", "schedule")
+CRASHES = ("kill9", "pg-node-kill")  # faults that kill a broker process
 RECEIVE_KINDS = ("receive", "receive_deferred")
 
 
@@ -63,10 +64,14 @@ def check_durable(history: History) -> list[Violation]:
         if d.sub == "deadletter":
             dead_lettered.setdefault(d.uid, _op.start)
     purges = [op for op in history.ops if op.kind == "purge" and _may_have(op)]
+    ttls = _ttl_updates(history)
+    last = max((op.end for op in history.ops), default=0.0)
     missing: dict[str, list[str]] = defaultdict(list)
     for uid, op in sorted(_acked(history).items(), key=lambda item: item[1].index):
         if uid in seen or uid in stored or uid in cancelled:
             continue
+        if any(max(op.start, start) + ttl < last for start, ttl in ttls.get(op.queue, ())):
+            continue  # expired by a rule: an entity update gave the queue a time to live it may have outlived
         if any(p.queue == op.queue and (p.value == "" or (p.value == "deadletter" and uid in dead_lettered
                                                             and dead_lettered[uid] < p.end)) for p in purges):
             continue
@@ -81,6 +86,39 @@ def check_durable(history: History) -> list[Violation]:
                 "durable", f"{len(uids)} acknowledged message(s) of {queue} neither delivered nor stored "
                 f"(at most {allowed} excused as ReceiveAndDelete transfers in flight): {', '.join(uids[:10])}",
                 tuple(sorted({acked[uid].index for uid in uids})[:10])))
+    return violations
+
+
+def _ttl_updates(history: History) -> dict[str, list[tuple[float, float]]]:
+    """Per queue, (start, seconds) of each entity update that may have set its default time to live."""
+    found: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for op in history.ops:
+        ttl = op.value.get("ttl") if op.kind == "update" and isinstance(op.value, dict) else None
+        if ttl is not None and _may_have(op):
+            found[op.queue].append((op.start, float(ttl)))
+    return found
+
+
+def check_session_state(history: History) -> list[Violation]:
+    """A session state set that returned success is what a later get of that session reads, until another
+    set that may have happened (ok or info) begins."""
+    violations = []
+    by_session: dict[tuple[str, str | None], list[Op]] = defaultdict(list)
+    for op in history.ops:
+        if op.kind in ("session_set", "session_get") and op.result != FAIL:
+            by_session[(op.queue, op.session)].append(op)
+    for (queue, session), ops in by_session.items():
+        sets = [op for op in ops if op.kind == "session_set"]
+        for get in (op for op in ops if op.kind == "session_get" and op.result == OK):
+            before = [s for s in sets if s.result == OK and s.end < get.start]
+            if not before:
+                continue
+            last = max(before, key=lambda s: s.end)
+            if any(s is not last and s.start < get.end and (s.result == INFO or s.end > last.start) for s in sets):
+                continue  # another set overlaps, or may take effect late (info): either value may be read
+            if get.value != last.value:
+                violations.append(Violation("durable", f"{queue} session {session}: state read {get.value!r} "
+                                            f"after a set of {last.value!r} returned success", (last.index, get.index)))
     return violations
 
 
@@ -110,6 +148,26 @@ def _rad_allowance(history: History) -> dict[str, int]:
         for entity, numbers in written.items():
             queue = entity.split("/", 1)[0]
             allowance[queue] += len(numbers - seen.get(entity, set()))
+        if any(op.kind == "fault" and op.value in CRASHES for op in history.ops):
+            # A crash may lose the transfers in flight: messages taken for a receiver (deleted), their
+            # transfers never written, and put back (a "restored" line, written when the put-back is
+            # asked) but not yet committed when the broker was killed; at most what the receives had in
+            # credit.
+            stored = {(queue, seq) for _uid, queue, _sub, seq in history.stored}
+            restored: dict[str, set[int]] = defaultdict(set)
+            for entry in history.trace:
+                if entry.get("event") == "restored":
+                    entity = str(entry["entity"])
+                    if (entity, int(entry["sequence_number"])) not in stored:
+                        restored[entity].add(int(entry["sequence_number"]))
+            credit: dict[str, int] = defaultdict(int)
+            for op in history.ops:
+                value = op.value if isinstance(op.value, dict) else {}
+                if op.kind == "receive" and value.get("mode") == "rad":
+                    credit[op.queue] += int(value.get("credit", 0))
+            for entity, numbers in restored.items():
+                queue = entity.split("/", 1)[0]
+                allowance[queue] += min(len(numbers - seen.get(entity, set())), credit[queue])
         return allowance
     for op in history.ops:
         value = op.value if isinstance(op.value, dict) else {}
@@ -322,4 +380,4 @@ def check_counts(history: History) -> list[Violation]:
 def check_all(history: History, partitioned: frozenset[str] = frozenset(), strict: bool = False) -> list[Violation]:
     return [*check_durable(history), *check_peeklock(history), *check_rad(history),
             *check_sequence(history, partitioned), *check_delivery_count(history, strict),
-            *check_session_order(history), *check_counts(history)]
+            *check_session_order(history), *check_session_state(history), *check_counts(history)]

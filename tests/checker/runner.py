@@ -2,10 +2,13 @@
 Python SDK (sync threads and one asyncio client) doing random operations from a seed, faults from the
 same seed, quiescent recounts, a final drain of the store, and the promise checks.
 
-``run(RunSpec(seed=...))`` returns the history and its violations. Everything random comes from the
-seed (each client and the fault thread have their own ``random.Random``); the interleaving of
-threads and the broker's timing are not, so a run is a search, and the deterministic regression
-scripts (tests/interop/test_checker_regressions.py) pin what a run found.
+``run(RunSpec(seed=...))`` returns the history and its violations. A broker (a ``Node``) serves many
+seeds one after the other: each seed creates its own queues (``plain-<seed>``, ...) through the JSON
+API and deletes them at its end, so no seed sees another's messages; a sweep runs several nodes in
+processes side by side. Everything random comes from the seed (each client and the fault thread have
+their own ``random.Random``; faults fire at points of the operation budget, not of the clock); the
+interleaving of threads and the broker's timing are not, so a run is a search, and the deterministic
+regression scripts (tests/drills/test_checker_regressions.py) pin what a run found.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ import re
 import shutil
 import socket
 import sqlite3
+import subprocess
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
@@ -39,24 +44,36 @@ from azure.servicebus.exceptions import (
     SessionLockLostError,
 )
 from broker_process import KEY, KEY_NAME, BrokerProcess, write_config
+from pg_nodes import node
+from sdk_builds import GO
 
 from checker.history import FAIL, INFO, OK, Delivery, History, Op
 from checker.promises import Violation, check_all
 from checker.proxy import Proxy
 from sodalite.model.sas import generate_token
 
-FAULT_KINDS = ("kill9", "cut", "stall", "unauthenticated", "close-midstream", "lock-expiry", "store-offline")
+# Faults the fault thread fires at points of the operation budget (each about once a seed) ...
+SCHEDULED_FAULTS = ("kill9", "cut", "stall", "unauthenticated", "store-offline", "entity-update", "disk-full",
+                    "pg-node-kill")
+# ... and faults a client makes as part of an operation (a receiver closed mid-stream, a link detached, a
+# lock left to lapse, a session released with its messages unsettled).
+CLIENT_FAULTS = ("close-midstream", "detach", "lock-expiry", "session-release")
+FAULT_KINDS = (*SCHEDULED_FAULTS, *CLIENT_FAULTS)
 PLAIN, SESSIONS, PARTITIONED, TARGET = "plain", "sess", "part", "target"
-QUEUES = [
-    {"Name": PLAIN, "Properties": {"LockDuration": "PT5S", "MaxDeliveryCount": 1000}},
-    {"Name": SESSIONS, "Properties": {"LockDuration": "PT5S", "MaxDeliveryCount": 1000, "RequiresSession": True}},
-    {"Name": PARTITIONED, "Properties": {"LockDuration": "PT5S", "MaxDeliveryCount": 1000, "EnablePartitioning": True}},
-    {"Name": TARGET, "Properties": {"MaxDeliveryCount": 1000}},
-]
+LOCK = "PT5S"  # the shortest lock the broker allows (as Service Bus)
+ROLES: dict[str, dict[str, Any]] = {
+    PLAIN: {"LockDuration": LOCK, "MaxDeliveryCount": 1000},
+    SESSIONS: {"LockDuration": LOCK, "MaxDeliveryCount": 1000, "RequiresSession": True},
+    PARTITIONED: {"LockDuration": LOCK, "MaxDeliveryCount": 1000, "EnablePartitioning": True},
+    TARGET: {"MaxDeliveryCount": 1000},
+}
 SENDABLE = (PLAIN, PLAIN, SESSIONS, PARTITIONED)
 UID = re.compile(rb"u\d+x\d+x\d+")
 DEFINITE_FAILURES = (MessageLockLostError, SessionLockLostError, MessageNotFoundError, MessagingEntityNotFoundError)
 HAS_TRACE = importlib.util.find_spec("sodalite.server.delivery_trace") is not None
+GO_CLIENT = GO.path(GO.outputs[0])  # built by tests/interop/sdk_builds.py (scripts/fault-sweep builds it)
+WAIT = 0.5  # a receive's max_wait_time (seconds): how long an empty receive waits
+DISK_MB = 64  # the small filesystem (tmpfs) the data directory lives on when the disk-full fault is on
 
 
 @dataclass
@@ -66,15 +83,17 @@ class RunSpec:
     clients: int = 4  # sync clients; one more asyncio client when async_client
     async_client: bool = True
     faults: tuple[str, ...] = FAULT_KINDS
-    fault_every: float = 1.5  # mean seconds between faults
+    faults_per_kind: float = 1.0  # mean injections of each scheduled fault kind per seed
     phases: int = 2  # quiescent points (recounts) between phases
     defect: str | None = None  # SODALITE_TEST_DEFECT for the broker (test-only switches)
     strict: bool = False
     rad: bool = True  # ReceiveAndDelete receives (without the broker's trace they excuse losses up to their credit)
     admin: bool = True  # resubmit, move and purge through the JSON API
+    restart: float = 0.3  # the chance that the seed ends with a graceful restart and a recount after it
+    go: float = 0.0  # the chance that the seed has one more client, the official Go SDK (tests/go, built)
+    pg: str | None = None  # a PostgreSQL database: the seed runs on two broker nodes sharing it (pg-node-kill)
     save_failing: Path | None = None  # a folder: the history of a run with violations is written there
     broker_args: tuple[str, ...] = ()  # more `serve` options, e.g. ("--max-connections", "20")
-    keep: Path | None = None  # where to leave the data directory and the history (None: a temporary one)
 
 
 @dataclass
@@ -84,32 +103,127 @@ class RunResult:
     violations: list[Violation]
     seconds: float
     faults: Counter[str] = field(default_factory=Counter)
+    timings: Counter[str] = field(default_factory=Counter)  # seconds by part of the run (setup, phases, ...)
 
     @property
     def client_ops(self) -> int:
         return sum(op.kind not in ("fault", "recount") for op in self.history.ops)
 
 
+class Node:
+    """A broker process (and the checker's TCP proxy in front of it) that serves seeds one after another.
+
+    With ``disk=True`` (root only) its data directory is on a small tmpfs the node mounts, so the
+    disk-full fault can fill it and free it."""
+
+    def __init__(self, defect: str | None = None, broker_args: tuple[str, ...] = (), disk: bool = False,
+                 pg: str | None = None) -> None:
+        self.defect, self.broker_args, self.pg = defect, broker_args, pg
+        self.base = Path(tempfile.mkdtemp(prefix="checker-node-"))
+        self.mount: Path | None = None
+        self.peer: BrokerProcess | None = None  # on PostgreSQL: the second node, on the same database
+        data = self.base / "data"
+        if disk and pg is None:
+            mount = self.base / "disk"
+            mount.mkdir()
+            done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs", str(mount)],
+                                  check=False, capture_output=True)
+            if done.returncode == 0:
+                self.mount, data = mount, mount / "data"
+        self.trace_path = self.base / "trace.jsonl"
+        extra = [*broker_args, *(["--delivery-trace", str(self.trace_path)] if HAS_TRACE else [])]
+        config = write_config(self.base / "Config.json", [])
+        if pg is not None:
+            self.broker, self.peer = (node(self.base, config, pg, name, extra) for name in ("node-a", "node-b"))
+        else:
+            self.broker = BrokerProcess(data, config, extra_args=extra)
+        self.lock = threading.Lock()  # one broker-wide fault at a time (no kill -9 across a store offline)
+        self.start()
+        if self.peer is not None:
+            self.start(self.peer)
+        self.proxy = Proxy(self.broker.port)
+        self.seeds = 0
+
+    def start(self, broker: BrokerProcess | None = None) -> None:
+        if self.defect:
+            os.environ["SODALITE_TEST_DEFECT"] = self.defect
+        try:
+            (broker or self.broker).start()
+        finally:
+            os.environ.pop("SODALITE_TEST_DEFECT", None)
+
+    @staticmethod
+    def alive(broker: BrokerProcess) -> bool:
+        return broker.proc is not None and broker.proc.poll() is None
+
+    def ensure(self) -> None:
+        """Started again if a seed left it down (a failed restart)."""
+        for broker in (self.broker, self.peer):
+            if broker is not None and not self.alive(broker):
+                self.start(broker)
+
+    def api(self, method: str, path: str, body: Any = None, timeout: float = 15) -> Any:
+        token = generate_token(f"sb://localhost:{self.broker.port}/", KEY_NAME, KEY, int(time.time()) + 3600)
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(f"http://127.0.0.1:{self.broker.http_port}{path}", data=data, method=method,
+                                         headers={"Authorization": "Bearer " + token,
+                                                  "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read() or b"null")
+
+    def trace_size(self) -> int:
+        return self.trace_path.stat().st_size if self.trace_path.exists() else 0
+
+    def close(self) -> None:
+        self.proxy.close()
+        self.broker.kill()
+        if self.peer is not None:
+            self.peer.kill()
+        if self.mount is not None:
+            subprocess.run(["umount", "-l", str(self.mount)], check=False, capture_output=True)
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
 class _Run:
-    def __init__(self, spec: RunSpec, base: Path) -> None:
-        self.spec, self.base = spec, base
+    def __init__(self, spec: RunSpec, node: Node) -> None:
+        self.spec, self.node, self.broker, self.proxy = spec, node, node.broker, node.proxy
         self.history = History(seed=spec.seed)
         self.lock = threading.Lock()
+        self.progress = threading.Condition(self.lock)
         self.remaining = 0
         self.stop_faults = threading.Event()
         self.faults: Counter[str] = Counter()
-        self.trace_path = base / "trace.jsonl"
-        extra = [*spec.broker_args, *(["--delivery-trace", str(self.trace_path)] if HAS_TRACE else [])]
-        self.broker = BrokerProcess(base / "data", write_config(base / "Config.json", QUEUES), extra_args=extra)
-        if spec.defect:
-            os.environ["SODALITE_TEST_DEFECT"] = spec.defect
-        try:
-            self.broker.start()
-        finally:
-            os.environ.pop("SODALITE_TEST_DEFECT", None)
-        self.proxy = Proxy(self.broker.port)
+        self.timings: Counter[str] = Counter()
+        self.q = {role: f"{role}-{spec.seed}" for role in ROLES}  # this seed's queues
+        self.roles = {name: role for role, name in self.q.items()}
+        self.properties = {name: dict(ROLES[role]) for role, name in self.q.items()}
+        self.lock_seconds = {name: 5.0 for name in self.q.values()}  # the longest lock a queue had this seed
+        self.trace_from = node.trace_size()
         self.counter = 0
-        self.broker_lock = threading.Lock()
+        self.broker_lock = node.lock
+        self.session_states: dict[tuple[str, str], int] = Counter()
+
+    def setup(self) -> None:
+        for name, properties in self.properties.items():
+            with contextlib.suppress(urllib.error.HTTPError):  # 409: left by an earlier run of this seed
+                self.node.api("DELETE", f"/api/v1/entities/{name}")
+            self._retry(lambda n=name, p=properties: self.node.api(
+                "POST", "/api/v1/entities", {"kind": "queue", "path": n, "properties": p}))
+
+    def teardown(self) -> None:
+        for name in self.q.values():
+            with contextlib.suppress(Exception):
+                self.node.api("DELETE", f"/api/v1/entities/{name}")
+
+    def _retry(self, fn: Any, attempts: int = 20) -> Any:
+        for attempt in range(attempts):
+            try:
+                return fn()
+            except Exception:
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(0.5)
+        return None
 
     # -- recording ---------------------------------------------------------------------------------------
     def record(self, op: Op) -> Op:
@@ -121,6 +235,7 @@ class _Run:
             if self.remaining <= 0:
                 return False
             self.remaining -= 1
+            self.progress.notify_all()
             return True
 
     def uid(self, client: int) -> str:
@@ -129,60 +244,141 @@ class _Run:
             return f"u{self.spec.seed}x{client}x{self.counter}"
 
     def connection_string(self, via_proxy: bool) -> str:
-        port = self.proxy.port if via_proxy else self.broker.port
+        """Through the proxy (to the first node), or straight to a node (on PostgreSQL the second)."""
+        port = self.proxy.port if via_proxy else (self.node.peer or self.broker).port
         return (f"Endpoint=sb://localhost:{port};SharedAccessKeyName={KEY_NAME};SharedAccessKey={KEY};"
                 "UseDevelopmentEmulator=true;")
+
+    def api(self, method: str, path: str, body: Any = None) -> Any:
+        return self.node.api(method, path, body)
 
     # -- faults ------------------------------------------------------------------------------------------
     def fault(self, name: str, detail: str = "") -> None:
         now = time.monotonic()
-        self.faults[name] += 1
-        self.record(Op(0, -1, "fault", start=now, end=now, result=OK, value=name, error=detail))
+        with self.lock:
+            self.faults[name] += 1
+            self.history.add(Op(0, -1, "fault", start=now, end=now, result=OK, value=name, error=detail))
 
-    def fault_loop(self, rng: random.Random) -> None:
-        kinds = [k for k in self.spec.faults if k in ("kill9", "cut", "stall", "unauthenticated", "store-offline")]
-        while kinds and not self.stop_faults.wait(rng.expovariate(1 / self.spec.fault_every)):
-            kind = rng.choice(kinds)
-            if kind == "kill9":
-                with self.broker_lock:
-                    self.broker.kill()
-                    self.fault("kill9")
-                    time.sleep(rng.uniform(0, 0.5))
-                    self._restart()
-            elif kind == "cut":
-                self.fault("cut", f"{self.proxy.cut()} connections")
-            elif kind == "stall":
-                seconds = rng.uniform(0.5, 3)
-                self.proxy.stall(seconds)
-                self.fault("stall", f"{seconds:.1f}s")
-            elif kind == "store-offline":
-                seconds = rng.uniform(0.3, 2)
-                with self.broker_lock:  # not across a kill -9
-                    try:
-                        self.api("POST", "/api/v1/stores/default/offline")
-                    except Exception as exc:
-                        self.fault("store-offline", f"refused: {exc!r}"[:200])
-                        continue
-                    self.fault("store-offline", f"{seconds:.1f}s")
-                    time.sleep(seconds)
-                    for _ in range(10):
-                        try:
-                            self.api("POST", "/api/v1/stores/default/online")
-                            break
-                        except Exception:
-                            time.sleep(0.5)
-            elif kind == "unauthenticated":
-                count = rng.randint(1, 8)
-                self.fault("unauthenticated", f"{count} connections")
-                threading.Thread(target=self._unauthenticated, args=(count, rng.uniform(1, 5)), daemon=True).start()
+    def client_fault(self, name: str, rng: random.Random, chance: float) -> bool:
+        return name in self.spec.faults and rng.random() < chance
+
+    def plan(self, rng: random.Random, budget: int) -> list[tuple[int, str]]:
+        """The scheduled faults of a phase: (operations left when it fires, kind), about
+        ``faults_per_kind / phases`` of each kind."""
+        kinds = [k for k in self.spec.faults if k in SCHEDULED_FAULTS]
+        if "disk-full" in kinds and self.node.mount is None:
+            kinds.remove("disk-full")
+        if "pg-node-kill" in kinds and self.node.peer is None:
+            kinds.remove("pg-node-kill")
+        events = []
+        for kind in kinds:  # a node of a pair killed twice as often: only some seeds run on PostgreSQL
+            mean = self.spec.faults_per_kind * (2 if kind == "pg-node-kill" else 1) / self.spec.phases
+            count = int(mean) + (rng.random() < mean - int(mean))
+            events += [(rng.randrange(1, max(2, budget)), kind) for _ in range(count)]
+        return sorted(events, reverse=True)
+
+    def fault_loop(self, rng: random.Random, events: list[tuple[int, str]]) -> None:
+        for left, kind in events:
+            with self.progress:
+                while self.remaining > left and not self.stop_faults.is_set():
+                    self.progress.wait(0.5)
+            if self.stop_faults.is_set():
+                return
+            try:
+                self.inject(kind, rng)
+            except Exception as exc:  # a broker that would not start again: recorded, the seed goes on
+                self.record(Op(0, -1, "fault-error", start=time.monotonic(), end=time.monotonic(), result=INFO,
+                               error=f"{kind}: {exc!r}"[:300]))
+
+    def inject(self, kind: str, rng: random.Random) -> None:
+        if kind == "kill9":
+            with self.broker_lock:
+                self.broker.kill()
+                self.fault("kill9")
+                time.sleep(rng.uniform(0, 0.3))
+                began = time.monotonic()
+                self._restart()
+                self.timings["start after kill9"] += time.monotonic() - began
+        elif kind == "pg-node-kill":
+            assert self.node.peer is not None
+            victim = rng.choice((self.broker, self.node.peer))
+            with self.broker_lock:
+                victim.kill()
+                self.fault("pg-node-kill", "node-a" if victim is self.broker else "node-b")
+                time.sleep(rng.uniform(0, 0.5))
+                began = time.monotonic()
+                self._retry(lambda: self._start_again(victim), attempts=5)
+                self.timings["start after kill9"] += time.monotonic() - began
+        elif kind == "cut":
+            self.fault("cut", f"{self.proxy.cut()} connections")
+        elif kind == "stall":
+            seconds = rng.uniform(0.5, 3)
+            self.proxy.stall(seconds)
+            self.fault("stall", f"{seconds:.1f}s")
+        elif kind == "store-offline":
+            seconds = rng.uniform(0.3, 2)
+            with self.broker_lock:  # not across a kill -9
+                try:
+                    self.api("POST", "/api/v1/stores/default/offline")
+                except Exception as exc:
+                    self.fault("store-offline", f"refused: {exc!r}"[:200])
+                    return
+                self.fault("store-offline", f"{seconds:.1f}s")
+                time.sleep(seconds)
+                self._retry(lambda: self.api("POST", "/api/v1/stores/default/online"), attempts=10)
+        elif kind == "unauthenticated":
+            count = rng.randint(1, 8)
+            self.fault("unauthenticated", f"{count} connections")
+            threading.Thread(target=self._unauthenticated, args=(count, rng.uniform(1, 5)), daemon=True).start()
+        elif kind == "entity-update":
+            self._update(rng)
+        elif kind == "disk-full":
+            self._disk_full(rng)
+
+    def _update(self, rng: random.Random) -> None:
+        """An entity update through the JSON API mid-run: the lock duration, the maximum delivery count or
+        the default time to live of one of the seed's queues."""
+        name = self.q[rng.choice((PLAIN, PARTITIONED, SESSIONS))]
+        properties = dict(self.properties[name])
+        what = rng.choice(("lock", "max-delivery", "ttl"))
+        if what == "lock":
+            seconds = rng.randint(5, 8)
+            properties["LockDuration"] = f"PT{seconds}S"
+            self.lock_seconds[name] = max(self.lock_seconds[name], float(seconds))
+        elif what == "max-delivery":
+            properties["MaxDeliveryCount"] = rng.choice((2, 3, 5, 10, 1000))
+        else:
+            properties["DefaultMessageTimeToLive"] = rng.choice(("PT20S", "PT40S", "PT2M", "P14D"))
+        op = Op(0, -1, "update", name, value={"properties": properties,
+                                             "ttl": _seconds(properties.get("DefaultMessageTimeToLive"))})
+        self._call(op, lambda: self.api("PUT", f"/api/v1/entities/{name}", {"properties": properties}))
+        if op.result != FAIL:
+            self.properties[name] = properties
+        self.fault("entity-update", f"{name} {what}")
+
+    def _disk_full(self, rng: random.Random) -> None:
+        """The data directory's filesystem filled to the last byte, held a moment, then freed."""
+        assert self.node.mount is not None
+        filler = self.node.mount / "filler"
+        seconds = rng.uniform(0.3, 2)
+        with self.broker_lock:  # not across a kill -9 (a restart on a full disk is another fault)
+            written = 0
+            with contextlib.suppress(OSError), filler.open("wb") as out:
+                chunk = b"\0" * (1 << 20)
+                while True:
+                    out.write(chunk)
+                    out.flush()
+                    written += len(chunk)
+            self.fault("disk-full", f"{written >> 20} MB filler, {seconds:.1f}s")
+            time.sleep(seconds)
+            filler.unlink(missing_ok=True)
 
     def _restart(self) -> None:
-        if self.spec.defect:
-            os.environ["SODALITE_TEST_DEFECT"] = self.spec.defect
-        try:
-            self.broker.start()
-        finally:
-            os.environ.pop("SODALITE_TEST_DEFECT", None)
+        self._retry(lambda: self._start_again(self.broker), attempts=5)
+
+    def _start_again(self, broker: BrokerProcess) -> None:
+        broker.kill()  # an earlier attempt that timed out may still be starting (and hold the data directory)
+        self.node.start(broker)
 
     def _unauthenticated(self, count: int, hold: float) -> None:
         """Connections that send the AMQP header (SASL), then nothing: never authenticate."""
@@ -199,6 +395,7 @@ class _Run:
     # -- clients -----------------------------------------------------------------------------------------
     def client_loop(self, client: int, rng: random.Random) -> None:
         deferred: list[tuple[str, int, str]] = []  # (queue, seq, uid) this client deferred
+        senders: dict[str, Any] = {}  # one sender per queue, kept across operations (opened again after a fault)
         sb = ServiceBusClient.from_connection_string(self.connection_string(via_proxy=rng.random() < 0.7),
                                                      retry_total=1, retry_backoff_factor=0.1)
         try:
@@ -207,16 +404,42 @@ class _Run:
                     ["send", "batch", "duplicate", "schedule", "peeklock", "rad", "session", "deferred", "peek",
                      "admin"], [12, 6, 3, 3, 12, 5 if self.spec.rad else 0, 6, 3, 3, 2 if self.spec.admin else 0])[0]
                 try:
-                    getattr(self, "_" + action)(sb, client, rng, deferred)
+                    if action in ("send", "batch", "duplicate", "schedule"):
+                        getattr(self, "_" + action)(sb, client, rng, senders)
+                    else:
+                        getattr(self, "_" + action)(sb, client, rng, deferred)
                 except Exception as exc:  # a failure outside an op's own record: the client starts again
                     self.record(Op(0, client, "client-error", start=time.monotonic(), end=time.monotonic(),
                                    result=INFO, error=repr(exc)[:200]))
+                    self._close_senders(senders)
                     sb.close()
                     sb = ServiceBusClient.from_connection_string(self.connection_string(via_proxy=True),
                                                                  retry_total=1, retry_backoff_factor=0.1)
         finally:
+            self._close_senders(senders)
             with contextlib.suppress(Exception):
                 sb.close()
+
+    @staticmethod
+    def _close_senders(senders: dict[str, Any]) -> None:
+        for sender in senders.values():
+            with contextlib.suppress(Exception):
+                sender.close()
+        senders.clear()
+
+    def _sender(self, sb: ServiceBusClient, senders: dict[str, Any], queue: str) -> Any:
+        if queue not in senders:
+            senders[queue] = sb.get_queue_sender(queue)
+        return senders[queue]
+
+    def _send_op(self, senders: dict[str, Any], queue: str, op: Op, fn: Any) -> Any:
+        value = self._call(op, fn)
+        if op.result != OK:  # the sender may be broken (a cut, a kill): opened again next time
+            sender = senders.pop(queue, None)
+            if sender is not None:
+                with contextlib.suppress(Exception):
+                    sender.close()
+        return value
 
     def _call(self, op: Op, fn: Any) -> Any:
         op.start = time.monotonic()
@@ -237,65 +460,71 @@ class _Run:
                  session: str | None = None) -> tuple[ServiceBusMessage, str, str | None, str | None]:
         uid = self.uid(client)
         key = None
-        if queue == SESSIONS:
+        role = self.roles.get(queue, queue)
+        if role == SESSIONS:
             session = session or f"s{rng.randint(0, 3)}"
-        elif queue == PARTITIONED and rng.random() < 0.7:
+        elif role == PARTITIONED and rng.random() < 0.7:
             key = f"k{rng.randint(0, 5)}"
         message = ServiceBusMessage(uid, message_id=message_id or uid, session_id=session, partition_key=key,
                                     application_properties={"uid": uid})
         return message, uid, session, key
 
-    def _send(self, sb: ServiceBusClient, client: int, rng: random.Random, _deferred: Any) -> None:
-        queue = rng.choice(SENDABLE)
+    def _send(self, sb: ServiceBusClient, client: int, rng: random.Random, senders: dict[str, Any]) -> None:
+        queue = self.q[rng.choice(SENDABLE)]
         message, uid, session, key = self._message(client, rng, queue)
-        with sb.get_queue_sender(queue) as sender:
-            op = Op(0, client, "send", queue, uids=(uid,), session=session, partition_key=key)
-            self._call(op, lambda: sender.send_messages(message, timeout=10))
-            if "close-midstream" in self.spec.faults and rng.random() < 0.1:
-                # a sender closed while its send is in flight
-                message2, uid2, s2, k2 = self._message(client, rng, queue, session=session)
-                op2 = Op(0, client, "send", queue, uids=(uid2,), session=s2, partition_key=k2)
-                self.fault("close-midstream", "sender")
-                timer = threading.Timer(0.005, _quietly, args=(sender.close,))
-                timer.start()
-                self._call(op2, lambda: sender.send_messages(message2, timeout=10))
-                timer.join()
+        sender = self._sender(sb, senders, queue)
+        op = Op(0, client, "send", queue, uids=(uid,), session=session, partition_key=key)
+        self._send_op(senders, queue, op, lambda: sender.send_messages(message, timeout=10))
+        if self.client_fault("close-midstream", rng, 0.05) and queue in senders:
+            # a sender closed while its send is in flight
+            senders.pop(queue)
+            message2, uid2, s2, k2 = self._message(client, rng, queue, session=session)
+            op2 = Op(0, client, "send", queue, uids=(uid2,), session=s2, partition_key=k2)
+            self.fault("close-midstream", "sender")
+            timer = threading.Timer(0.005, _quietly, args=(sender.close,))
+            timer.start()
+            self._call(op2, lambda: sender.send_messages(message2, timeout=10))
+            timer.join()
+            _quietly(sender.close)
 
-    def _batch(self, sb: ServiceBusClient, client: int, rng: random.Random, _deferred: Any) -> None:
-        queue = rng.choice(SENDABLE)
-        session = f"s{rng.randint(0, 3)}" if queue == SESSIONS else None
-        key = f"k{rng.randint(0, 5)}" if queue == PARTITIONED else None
+    def _batch(self, sb: ServiceBusClient, client: int, rng: random.Random, senders: dict[str, Any]) -> None:
+        role = rng.choice(SENDABLE)
+        queue = self.q[role]
+        session = f"s{rng.randint(0, 3)}" if role == SESSIONS else None
+        key = f"k{rng.randint(0, 5)}" if role == PARTITIONED else None
         made = [self._message(client, rng, queue, session=session) for _ in range(rng.randint(2, 8))]
         if key is not None:
             for message, *_ in made:
                 message.partition_key = key
-        with sb.get_queue_sender(queue) as sender:
-            op = Op(0, client, "send", queue, uids=tuple(m[1] for m in made), session=session, partition_key=key)
-            self._call(op, lambda: sender.send_messages([m[0] for m in made], timeout=10))
+        sender = self._sender(sb, senders, queue)
+        op = Op(0, client, "send", queue, uids=tuple(m[1] for m in made), session=session, partition_key=key)
+        self._send_op(senders, queue, op, lambda: sender.send_messages([m[0] for m in made], timeout=10))
 
-    def _duplicate(self, sb: ServiceBusClient, client: int, rng: random.Random, _deferred: Any) -> None:
+    def _duplicate(self, sb: ServiceBusClient, client: int, rng: random.Random, senders: dict[str, Any]) -> None:
         """Two messages with one MessageId (no duplicate detection on these queues: two messages)."""
         message_id = f"dup{rng.randint(0, 20)}"
-        with sb.get_queue_sender(PLAIN) as sender:
-            for _ in range(2):
-                message, uid, _s, _k = self._message(client, rng, PLAIN, message_id=message_id)
-                op = Op(0, client, "send", PLAIN, uids=(uid,))
-                self._call(op, lambda m=message: sender.send_messages(m, timeout=10))
+        queue = self.q[PLAIN]
+        for _ in range(2):
+            message, uid, _s, _k = self._message(client, rng, queue, message_id=message_id)
+            sender = self._sender(sb, senders, queue)
+            op = Op(0, client, "send", queue, uids=(uid,))
+            self._send_op(senders, queue, op, lambda m=message, s=sender: s.send_messages(m, timeout=10))
 
-    def _schedule(self, sb: ServiceBusClient, client: int, rng: random.Random, _deferred: Any) -> None:
-        queue = rng.choice((PLAIN, PARTITIONED))
+    def _schedule(self, sb: ServiceBusClient, client: int, rng: random.Random, senders: dict[str, Any]) -> None:
+        queue = self.q[rng.choice((PLAIN, PARTITIONED))]
         made = [self._message(client, rng, queue) for _ in range(rng.randint(1, 3))]
-        when = datetime.now(UTC) + timedelta(seconds=rng.uniform(0.5, 4))
-        with sb.get_queue_sender(queue) as sender:
-            op = Op(0, client, "schedule", queue, uids=tuple(m[1] for m in made))
-            numbers = self._call(op, lambda: sender.schedule_messages([m[0] for m in made], when, timeout=10))
-            if numbers is not None:
-                op.value = list(numbers)
-                if rng.random() < 0.4:
-                    chosen = rng.sample(range(len(numbers)), rng.randint(1, len(numbers)))
-                    cancel = Op(0, client, "cancel_scheduled", queue, uids=tuple(made[i][1] for i in chosen))
-                    self._call(cancel, lambda: sender.cancel_scheduled_messages([numbers[i] for i in chosen],
-                                                                                timeout=10))
+        when = datetime.now(UTC) + timedelta(seconds=rng.uniform(0.5, 3))
+        sender = self._sender(sb, senders, queue)
+        op = Op(0, client, "schedule", queue, uids=tuple(m[1] for m in made))
+        numbers = self._send_op(senders, queue, op,
+                                lambda: sender.schedule_messages([m[0] for m in made], when, timeout=10))
+        if numbers is not None:
+            op.value = list(numbers)
+            if rng.random() < 0.4 and queue in senders:
+                chosen = rng.sample(range(len(numbers)), rng.randint(1, len(numbers)))
+                cancel = Op(0, client, "cancel_scheduled", queue, uids=tuple(made[i][1] for i in chosen))
+                self._send_op(senders, queue, cancel,
+                              lambda: sender.cancel_scheduled_messages([numbers[i] for i in chosen], timeout=10))
 
     def _deliveries(self, messages: list[Any], queue: str, mode: str, sub: str = "") -> tuple[Delivery, ...]:
         found = []
@@ -309,13 +538,13 @@ class _Run:
         for m in messages:
             uid = uid_of(m)
             choice = rng.choices(["complete", "abandon", "deadletter", "defer", "renew", "lapse", "leave"],
-                                 [10, 4, 2, 2, 2, 1 if "lock-expiry" in self.spec.faults else 0, 1])[0]
+                                 [10, 4, 2, 2, 2, 0.4 if "lock-expiry" in self.spec.faults else 0, 1])[0]
             if choice == "renew":
                 self._call(Op(0, client, "renew", queue, uids=(uid,)), lambda m=m: receiver.renew_message_lock(m))
                 choice = "complete"
             if choice == "lapse":
                 self.fault("lock-expiry")
-                time.sleep(5.3)
+                time.sleep(self.lock_seconds[queue] + 0.3)
                 choice = "complete"  # after the lock lapsed: the complete should fail (lock lost)
             if choice == "leave":
                 continue
@@ -327,20 +556,20 @@ class _Run:
                 deferred.append((queue, m.sequence_number, uid))
 
     def _peeklock(self, sb: ServiceBusClient, client: int, rng: random.Random, deferred: Any) -> None:
-        queue = rng.choice((PLAIN, PARTITIONED))
+        queue = self.q[rng.choice((PLAIN, PARTITIONED))]
         self._receive(sb, client, rng, deferred, queue, ServiceBusReceiveMode.PEEK_LOCK)
 
     def _rad(self, sb: ServiceBusClient, client: int, rng: random.Random, deferred: Any) -> None:
-        queue = rng.choice((PLAIN, PARTITIONED))
+        queue = self.q[rng.choice((PLAIN, PARTITIONED))]
         self._receive(sb, client, rng, deferred, queue, ServiceBusReceiveMode.RECEIVE_AND_DELETE)
 
     def _receive(self, sb: ServiceBusClient, client: int, rng: random.Random, deferred: Any, queue: str,
                  mode: ServiceBusReceiveMode, session: bool = False) -> None:
         rad = mode == ServiceBusReceiveMode.RECEIVE_AND_DELETE
-        midstream = "close-midstream" in self.spec.faults and rng.random() < 0.2
+        midstream = self.client_fault("close-midstream", rng, 0.1)
         prefetch = rng.choice((0, 0, 5, 20)) if not midstream else 20
         count = rng.randint(1, 10)
-        kwargs: dict[str, Any] = {"receive_mode": mode, "prefetch_count": prefetch, "max_wait_time": 1}
+        kwargs: dict[str, Any] = {"receive_mode": mode, "prefetch_count": prefetch, "max_wait_time": WAIT}
         if session:
             kwargs["session_id"] = rng.choice((None, "s0", "s1", "s2", "s3"))
         name = "rad" if rad else "peeklock"
@@ -351,27 +580,69 @@ class _Run:
             nonlocal receiver
             receiver = sb.get_queue_receiver(queue, **kwargs)
             receiver.__enter__()
-            return list(receiver.receive_messages(max_message_count=1 if midstream else count, max_wait_time=1))
+            return list(receiver.receive_messages(max_message_count=1 if midstream else count,
+                                                            max_wait_time=WAIT))
         try:
             messages = self._call(op, go)
-            if messages is not None:
-                op.deliveries = self._deliveries(messages, queue, name)
-                if receiver is not None and getattr(receiver, "session", None) is not None:
-                    op.session = receiver.session.session_id
-                if midstream:
-                    op.value["closed_early"] = True
-                    self.fault("close-midstream", "receiver")
-                elif not rad and receiver is not None:
-                    self._settle_all(receiver, messages, client, queue, rng, deferred)
+            if messages is None or receiver is None:
+                return
+            op.deliveries = self._deliveries(messages, queue, name)
+            state = getattr(receiver, "session", None)
+            if state is not None:
+                op.session = state.session_id
+                self._session_state(receiver, client, queue, op.session, rng)
+            if midstream:
+                op.value["closed_early"] = True
+                self.fault("close-midstream", "receiver")
+            elif session and not rad and messages and self.client_fault("session-release", rng, 0.5):
+                # the session released (its receiver closed) with its messages locked and unsettled
+                self.fault("session-release", f"{op.session}: {len(messages)} unsettled")
+            elif not rad and messages and self.client_fault("detach", rng, 0.12):
+                self._detach(receiver, rng)
+                self._settle_all(receiver, messages, client, queue, rng, deferred)
+            elif rad and self.client_fault("detach", rng, 0.1):
+                self._detach(receiver, rng)
+                more = Op(0, client, "receive", queue, value={"mode": name, "credit": max(prefetch, count)})
+                again = self._call(more, lambda: list(receiver.receive_messages(max_message_count=count,
+                                                                                 max_wait_time=WAIT)))
+                more.deliveries = self._deliveries(again or [], queue, name)
+            elif not rad:
+                self._settle_all(receiver, messages, client, queue, rng, deferred)
         finally:
             if receiver is not None:
                 with contextlib.suppress(Exception):
                     receiver.__exit__(None, None, None)
 
+    def _detach(self, receiver: Any, rng: random.Random) -> None:
+        """The receiver's link detached under it (the connection and the AMQP session stay): the SDK's own
+        link object sends the detach (test-only reach into the SDK); what follows (settlements, a receive)
+        runs on a receiver whose link is gone, as after a detach the broker or the network made."""
+        link = getattr(getattr(receiver, "_handler", None), "_link", None)
+        if link is None:
+            return
+        close = rng.random() < 0.5
+        _quietly(lambda: link.detach(close=close))
+        self.fault("detach", "closed" if close else "detached")
+
+    def _session_state(self, receiver: Any, client: int, queue: str, session: str, rng: random.Random) -> None:
+        """Read the session's state, and sometimes set it to a new value: a set that returned success is
+        read back by every later get (sessions are locked: one holder sets at a time)."""
+        if rng.random() < 0.5:
+            return
+        get = Op(0, client, "session_get", queue, session=session)
+        state = self._call(get, receiver.session.get_state)
+        get.value = state.decode() if isinstance(state, bytes) else state
+        if rng.random() < 0.5:
+            with self.lock:
+                self.session_states[(queue, session)] += 1
+                value = f"{session}:{self.spec.seed}:{client}:{self.session_states[(queue, session)]}"
+            put = Op(0, client, "session_set", queue, session=session, value=value)
+            self._call(put, lambda: receiver.session.set_state(value.encode()))
+
     def _session(self, sb: ServiceBusClient, client: int, rng: random.Random, deferred: Any) -> None:
         rad = self.spec.rad and rng.random() < 0.2
         mode = ServiceBusReceiveMode.RECEIVE_AND_DELETE if rad else ServiceBusReceiveMode.PEEK_LOCK
-        self._receive(sb, client, rng, deferred, SESSIONS, mode, session=True)
+        self._receive(sb, client, rng, deferred, self.q[SESSIONS], mode, session=True)
 
     def _deferred(self, sb: ServiceBusClient, client: int, rng: random.Random,
                   deferred: list[tuple[str, int, str]]) -> None:
@@ -387,7 +658,7 @@ class _Run:
         return None
 
     def _peek(self, sb: ServiceBusClient, client: int, rng: random.Random, _deferred: Any) -> None:
-        queue = rng.choice((PLAIN, PARTITIONED, TARGET))
+        queue = self.q[rng.choice((PLAIN, PARTITIONED, TARGET))]
         with sb.get_queue_receiver(queue) as receiver:
             op = Op(0, client, "peek", queue)
             messages = self._call(op, lambda: list(receiver.peek_messages(max_message_count=20, timeout=10)))
@@ -396,7 +667,7 @@ class _Run:
 
     def _admin(self, sb: ServiceBusClient, client: int, rng: random.Random, _deferred: Any) -> None:
         """Through the JSON API: resubmit or move a dead-letter queue, or purge it."""
-        queue = rng.choice((PLAIN, PARTITIONED))
+        queue = self.q[rng.choice((PLAIN, PARTITIONED))]
         what = rng.choices(["resubmit", "move", "purge"], [3, 3, 1])[0]
         if what == "purge":
             op = Op(0, client, "purge", queue, value="deadletter")
@@ -404,18 +675,68 @@ class _Run:
         else:
             body: dict[str, Any] = {"subQueue": "deadletter", "all": True}
             if what == "move":
-                body["target"] = TARGET
+                body["target"] = self.q[TARGET]
             op = Op(0, client, "move", queue, value=body.get("target", queue))
             self._call(op, lambda: self.api("POST", f"/api/v1/entities/{queue}/$move", body))
 
-    def api(self, method: str, path: str, body: Any = None) -> Any:
-        token = generate_token(f"sb://localhost:{self.broker.port}/", KEY_NAME, KEY, int(time.time()) + 3600)
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(f"http://127.0.0.1:{self.broker.http_port}{path}", data=data, method=method,
-                                         headers={"Authorization": "Bearer " + token,
-                                                  "Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=15) as response:
-            return json.loads(response.read() or b"null")
+    # -- the Go client ------------------------------------------------------------------------------------
+    def go_loop(self, client: int, rng: random.Random) -> None:
+        """The official Go SDK as one more client (tests/go/checker.go): this thread picks its operations from
+        the seed and hands them to the Go program one at a time; the program writes the history lines."""
+        process = subprocess.Popen([str(GO_CLIENT), self.connection_string(via_proxy=rng.random() < 0.7), "checker"],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert process.stdin is not None and process.stdout is not None
+        offset = time.time() - time.monotonic()  # the Go program's wall-clock times, on this clock
+        try:
+            while self.take():
+                queue = self.q[rng.choice((PLAIN, PLAIN, PARTITIONED))]
+                if rng.random() < 0.5:
+                    request: dict[str, Any] = {"op": "send", "queue": queue, "messages": [
+                        {"uid": self.uid(client), "session": None,
+                         "key": f"k{rng.randint(0, 5)}" if self.roles[queue] == PARTITIONED and rng.random() < 0.7
+                         else None}
+                        for _ in range(rng.choice((1, 1, 1, 3)))]}
+                    if len({m["key"] for m in request["messages"]}) > 1:  # a batch goes to one partition
+                        for m in request["messages"]:
+                            m["key"] = request["messages"][0]["key"]
+                else:
+                    count = rng.randint(1, 6)
+                    request = {"op": "receive", "queue": queue, "count": count,
+                               "mode": "rad" if self.spec.rad and rng.random() < 0.2 else "peeklock",
+                               "settle": rng.choices(["complete", "abandon", "deadletter", "leave"], [10, 4, 1, 1],
+                                                     k=count)}
+                process.stdin.write(json.dumps(request) + "\n")
+                process.stdin.flush()
+                while (line := process.stdout.readline()):
+                    entry = json.loads(line)
+                    if entry.get("done"):
+                        break
+                    self._record_go(client, entry, offset)
+                else:
+                    raise RuntimeError("the Go client exited")
+        except Exception as exc:
+            self.record(Op(0, client, "client-error", start=time.monotonic(), end=time.monotonic(), result=INFO,
+                           error=f"go: {exc!r}"[:200]))
+            while self.take():  # the Go client's share of the budget goes unused
+                pass
+        finally:
+            with contextlib.suppress(Exception):
+                process.stdin.close()
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def _record_go(self, client: int, entry: dict[str, Any], offset: float) -> None:
+        queue = entry["queue"]
+        value = entry.get("value")
+        mode = value.get("mode", "peeklock") if isinstance(value, dict) else "peeklock"
+        deliveries = tuple(Delivery(uid=d["uid"], queue=queue, seq=d["seq"], count=d["count"], mode=mode,
+                                    session=d.get("session")) for d in entry.get("deliveries") or ())
+        self.record(Op(0, client, entry["kind"], queue, start=entry["start"] - offset, end=entry["end"] - offset,
+                       result=entry["result"], uids=tuple(entry.get("uids") or ()), deliveries=deliveries,
+                       value=value, error=entry.get("error", "")))
 
     # -- the asyncio client ------------------------------------------------------------------------------
     def async_loop(self, client: int, rng: random.Random) -> None:
@@ -432,7 +753,7 @@ class _Run:
                                    result=INFO, error=repr(exc)[:200]))
 
     async def _async_op(self, sb: Any, client: int, rng: random.Random) -> None:
-        queue = rng.choice((PLAIN, PARTITIONED))
+        queue = self.q[rng.choice((PLAIN, PARTITIONED))]
         if rng.random() < 0.5:
             message, uid, _session, key = self._message(client, rng, queue)
             op = Op(0, client, "send", queue, uids=(uid,), partition_key=key)
@@ -446,9 +767,9 @@ class _Run:
             await asyncio.wait_for(sender.send_messages(message), 15)
 
     async def _areceive(self, sb: Any, client: int, queue: str, op: Op, rng: random.Random) -> None:
-        async with sb.get_queue_receiver(queue, max_wait_time=1) as receiver:
+        async with sb.get_queue_receiver(queue, max_wait_time=WAIT) as receiver:
             messages = await self._acall(op, asyncio.wait_for(receiver.receive_messages(max_message_count=5,
-                                                                                       max_wait_time=1), 15))
+                                                                                       max_wait_time=WAIT), 15))
             if messages is None:
                 return
             op.deliveries = self._deliveries(list(messages), queue, "peeklock")
@@ -475,36 +796,51 @@ class _Run:
 
     # -- quiescent points --------------------------------------------------------------------------------
     def store_rows(self) -> list[tuple[str, int, int, int, bytes]]:
+        if self.node.pg is not None:
+            return self._pg_rows(self.node.pg)
         db = sqlite3.connect(f"file:{self.broker.data_dir / 'messages.db'}?mode=ro", uri=True, timeout=10)
         try:
-            return db.execute("SELECT entity, sequence_number, state, length(annotations) + length(tail), tail "
+            rows = db.execute("SELECT entity, sequence_number, state, length(annotations) + length(tail), tail "
                               "FROM messages").fetchall()
         finally:
             db.close()
+        mine = set(self.q.values())
+        return [row for row in rows if row[0].lower().partition("/")[0] in mine]
+
+    def _pg_rows(self, url: str) -> list[tuple[str, int, int, int, bytes]]:
+        import psycopg
+
+        names = [name.lower() for name in self.q.values()]
+        with psycopg.connect(url, autocommit=True) as connection:
+            rows = connection.execute(
+                "SELECT convert_from(entity, 'UTF8'), sequence_number, state, "
+                "length(annotations) + length(tail), tail FROM sodalite_messages "
+                "WHERE split_part(lower(convert_from(entity, 'UTF8')), '/', 1) = ANY(%s)", (names,)).fetchall()
+        return [(str(e), int(q), int(st), int(sz), bytes(t)) for e, q, st, sz, t in rows]
 
     def recount(self, where: str) -> None:
-        op = Op(0, -1, "recount", start=time.monotonic(), error=where)
+        started = time.monotonic()
+        op = Op(0, -1, "recount", start=started, error=where)
         value: dict[str, Any] = {}
-        for _attempt in range(8):
+        for _attempt in range(10):
             try:
                 value = self._recount_once()
             except Exception as exc:
                 op.result, op.error = INFO, f"{where}: {exc!r}"[:200]
                 time.sleep(1)
                 continue
-            op.result = OK
+            op.result, op.error = OK, where
             if all(both["api"] == both["store"] for both in value.values()):
                 break
-            time.sleep(1)  # a timer (a scheduled message coming due, a lock lapsing) may move a count: re-read
+            time.sleep(0.5)  # a timer (a scheduled message coming due, a lock lapsing) may move a count: re-read
         op.value, op.end = value, time.monotonic()
+        self.timings["recounts"] += op.end - started
         self.record(op)
 
     def _recount_once(self) -> dict[str, Any]:
-        store: dict[str, Counter[str]] = {q["Name"]: Counter() for q in QUEUES}
+        store: dict[str, Counter[str]] = {name: Counter() for name in self.q.values()}
         for entity, _seq, state, size, _tail in self.store_rows():
             base, _, sub = entity.lower().partition("/")
-            if base not in store:
-                continue
             counts = store[base]
             counts["sizeInBytes"] += size
             if sub == "$deadletterqueue":
@@ -524,22 +860,40 @@ class _Run:
         return result
 
     def drain(self) -> None:
-        """The final drain: every message still stored, read from the SQLite file."""
+        """The final drain: every message of the seed's queues still stored, read from the SQLite file."""
         for entity, seq, state, _size, tail in self.store_rows():
             found = UID.search(tail)
             if found:
                 base, _, sub = entity.lower().partition("/")
                 kind = "deadletter" if sub else {1: "deferred", 2: "scheduled"}.get(state, "")
                 self.history.stored.append((found.group().decode(), base, kind, seq))
-        if HAS_TRACE and self.trace_path.exists():
-            self.history.trace = [json.loads(line) for line in self.trace_path.read_text().splitlines() if line.strip()]
+        if HAS_TRACE and self.node.trace_path.exists():
+            with self.node.trace_path.open("rb") as trace:
+                trace.seek(self.trace_from)
+                lines = trace.read().decode(errors="replace").splitlines()
+            mine = set(self.q.values())
+            entries = []
+            for line in lines:
+                with contextlib.suppress(ValueError):
+                    entry = json.loads(line)
+                    if str(entry.get("entity", "")).lower().partition("/")[0] in mine:
+                        entries.append(entry)
+            self.history.trace = entries
 
     # -- the run -----------------------------------------------------------------------------------------
     def run(self) -> None:
         master = random.Random(self.spec.seed)
+        started = time.monotonic()
+        self.node.ensure()
+        self.setup()
+        self.timings["setup"] += time.monotonic() - started
+        go = master.random() < self.spec.go and GO_CLIENT.is_file()
+        if go:
+            self.faults["go-client"] += 1  # not a fault: the seeds with a Go client, counted with the faults
         per_phase = [self.spec.ops // self.spec.phases] * self.spec.phases
         per_phase[-1] += self.spec.ops - sum(per_phase)
         for phase, budget in enumerate(per_phase):
+            began = time.monotonic()
             self.remaining = budget
             self.stop_faults.clear()
             threads = [threading.Thread(target=self.client_loop, args=(c, random.Random(master.random())))
@@ -547,26 +901,41 @@ class _Run:
             if self.spec.async_client:
                 threads.append(threading.Thread(target=self.async_loop,
                                                 args=(self.spec.clients, random.Random(master.random()))))
-            fault_thread = threading.Thread(target=self.fault_loop, args=(random.Random(master.random()),))
+            if go:
+                threads.append(threading.Thread(target=self.go_loop,
+                                                args=(self.spec.clients + 1, random.Random(master.random()))))
+            fault_rng = random.Random(master.random())
+            fault_thread = threading.Thread(target=self.fault_loop, args=(fault_rng, self.plan(fault_rng, budget)))
             for t in [*threads, fault_thread]:
+                t.daemon = True
                 t.start()
+            deadline = time.monotonic() + 120 + self.spec.ops
             for t in threads:
-                t.join(600)
+                t.join(max(0.0, deadline - time.monotonic()))
+                if t.is_alive():  # a client stuck in a call: left behind, recorded, the run goes on
+                    self.record(Op(0, -1, "client-error", start=time.monotonic(), end=time.monotonic(), result=INFO,
+                                   error=f"a client thread still in a call after {120 + self.spec.ops} s"))
+                    with self.lock:
+                        self.remaining = 0
             self.stop_faults.set()
+            with self.progress:
+                self.progress.notify_all()
             fault_thread.join(120)
-            time.sleep(5.5)  # locks left by clients lapse (5 s), so the quiescent point has none held
+            self.timings["phases"] += time.monotonic() - began
             self.recount(f"the quiescent point after phase {phase + 1}")
-        self.broker.stop()
-        self._restart()
-        self.recount("the quiescent point after a restart")
-        time.sleep(4.5)  # every scheduled message comes due
+        if master.random() < self.spec.restart:
+            began = time.monotonic()
+            with self.broker_lock:
+                self.broker.stop()
+                self.timings["stop"] += time.monotonic() - began
+                self._restart()
+            self.timings["restart"] += time.monotonic() - began
+            self.recount("the quiescent point after a restart")
         self.recount("the final quiescent point")
-        self.broker.stop()
         self.drain()
-
-    def close(self) -> None:
-        self.proxy.close()
-        self.broker.kill()
+        began = time.monotonic()
+        self.teardown()
+        self.timings["teardown"] += time.monotonic() - began
 
 
 def uid_of(message: Any) -> str:
@@ -575,26 +944,38 @@ def uid_of(message: Any) -> str:
     return str(message).split(" ", 1)[0]
 
 
+def _seconds(duration: Any) -> float | None:
+    """An ISO 8601 duration of the forms the checker writes (PT20S, PT2M, P14D) in seconds."""
+    if not isinstance(duration, str):
+        return None
+    found = re.fullmatch(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?", duration)
+    if not found:
+        return None
+    days, hours, minutes, seconds = (int(g or 0) for g in found.groups())
+    return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
+
+
 def _quietly(fn: Any) -> None:
     with contextlib.suppress(Exception):
         fn()
 
 
-def run(spec: RunSpec) -> RunResult:
+def run(spec: RunSpec, node: Node | None = None) -> RunResult:
+    """One seed, on ``node`` (left running for the next seed) or on a node of its own."""
     started = time.monotonic()
-    base = spec.keep or Path(tempfile.mkdtemp(prefix=f"checker-{spec.seed}-"))
-    base.mkdir(parents=True, exist_ok=True)
-    run_ = _Run(spec, base)
+    own = node is None
+    if node is None:
+        node = Node(spec.defect, spec.broker_args, disk="disk-full" in spec.faults and os.geteuid() == 0, pg=spec.pg)
+    run_ = _Run(spec, node)
     try:
         run_.run()
     finally:
-        run_.close()
-    violations = check_all(run_.history, partitioned=frozenset({PARTITIONED}), strict=spec.strict)
-    if spec.keep is not None:
-        (base / "history.json").write_text(run_.history.dumps())
+        if own:
+            node.close()
+    node.seeds += 1
+    partitioned = frozenset({run_.q[PARTITIONED]})
+    violations = check_all(run_.history, partitioned=partitioned, strict=spec.strict)
     if violations and spec.save_failing is not None:
         spec.save_failing.mkdir(parents=True, exist_ok=True)
         (spec.save_failing / f"seed-{spec.seed}-history.json").write_text(run_.history.dumps())
-    else:
-        shutil.rmtree(base, ignore_errors=True)
-    return RunResult(spec, run_.history, violations, time.monotonic() - started, run_.faults)
+    return RunResult(spec, run_.history, violations, time.monotonic() - started, run_.faults, run_.timings)

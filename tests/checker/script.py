@@ -13,6 +13,10 @@ Steps (tuples):
   ("kill9",)                         kill -9 and restart (a named fault point)
   ("unauthenticated", n)             n connections that send the AMQP header and nothing more (held)
   ("opened-unauthenticated", n)      n connections through SASL and AMQP open that never put a token (held)
+  ("detach", queue, settle)          one PeekLock message received, its link detached, then settled
+  ("update", queue, properties)      an entity update through the JSON API (Config.json property names)
+  ("offline",) / ("online",)         the store taken offline / back online via the JSON API
+  ("disk-full",) / ("disk-free",)    the data directory's filesystem filled / freed (``play(disk=True)``)
   ("wait", seconds)                  e.g. for locks to lapse
   ("recount", name)                  a quiescent point: runtime counts against the store
 """
@@ -20,12 +24,11 @@ Steps (tuples):
 from __future__ import annotations
 
 import contextlib
+import itertools
+import os
 import random
-import shutil
 import socket
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
@@ -33,36 +36,62 @@ from raw_client import RawClient
 
 from checker.history import History, Op
 from checker.promises import Violation, check_all
-from checker.runner import PARTITIONED, RunSpec, _Run, uid_of
+from checker.runner import PARTITIONED, Node, RunSpec, _Run, uid_of
 
 Step = tuple[Any, ...]
 
 
+_NODES: dict[tuple[str | None, tuple[str, ...], bool], Node] = {}
+_SCRIPTS = itertools.count(1)
+
+
+def node_for(defect: str | None = None, broker_args: tuple[str, ...] = (), disk: bool = False) -> Node:
+    """A broker kept for the scripts that want the same defect switch and options (each script has queues of
+    its own); ``close_nodes`` stops them all."""
+    key = (defect, broker_args, disk)
+    node = _NODES.get(key)
+    if node is None:
+        node = _NODES[key] = Node(defect, broker_args, disk=disk)
+    node.ensure()
+    return node
+
+
+def close_nodes() -> None:
+    while _NODES:
+        _NODES.popitem()[1].close()
+
+
 def play(steps: list[Step], defect: str | None = None, strict: bool = True,
-         broker_args: tuple[str, ...] = ()) -> tuple[History, list[Violation]]:
-    base = Path(tempfile.mkdtemp(prefix="checker-script-"))
-    run_ = _Run(RunSpec(seed=0, defect=defect, faults=(), broker_args=broker_args), base)
+         broker_args: tuple[str, ...] = (), disk: bool = False) -> tuple[History, list[Violation]]:
+    """Replay ``steps`` (queues named by role: plain, sess, part, target) on queues of their own; with
+    ``disk`` on a broker whose data directory is on a small filesystem (root only)."""
+    node = node_for(defect, broker_args, disk)
+    run_ = _Run(RunSpec(seed=next(_SCRIPTS) * 1000 + os.getpid() % 1000, defect=defect, faults=(),
+                        broker_args=broker_args), node)
     held: list[Any] = []
     try:
+        run_.setup()
         with ServiceBusClient.from_connection_string(run_.connection_string(via_proxy=False),
                                                      retry_total=1, retry_backoff_factor=0.1) as sb:
             for step in steps:
                 sb = _step(run_, sb, step, held)
         time.sleep(0.5)
         run_.recount("the end of the script")
-        run_.broker.stop()
         run_.drain()
     finally:
         for s in held:
             with contextlib.suppress(Exception):
                 s.close()
-        run_.close()
-        shutil.rmtree(base, ignore_errors=True)
-    return run_.history, check_all(run_.history, partitioned=frozenset({PARTITIONED}), strict=strict)
+        run_.teardown()
+    return run_.history, check_all(run_.history, partitioned=frozenset({run_.q[PARTITIONED]}), strict=strict)
 
 
 def _step(run_: _Run, sb: ServiceBusClient, step: Step, held: list[Any]) -> ServiceBusClient:
     kind = step[0]
+    if len(step) > 1 and step[1] in run_.q:  # a role: this run's queue of that role
+        step = (kind, run_.q[step[1]], *step[2:])
+    if kind == "move" and step[2] in run_.q:
+        step = (kind, step[1], run_.q[step[2]])
     rng = random.Random(0)
     if kind in ("send", "batch"):
         queue, n = step[1], step[2]
@@ -143,6 +172,36 @@ def _step(run_: _Run, sb: ServiceBusClient, step: Step, held: list[Any]) -> Serv
             client = RawClient(run_.broker.port)  # SASL and AMQP open done, no token ever put on $cbs
             client.flush()
             held.append(client)
+    elif kind == "detach":
+        queue, settle = step[1], step[2]
+        with sb.get_queue_receiver(queue, max_wait_time=3) as receiver:
+            op = Op(0, 0, "receive", queue, value={"mode": "peeklock", "credit": 1})
+            messages = run_._call(op, lambda: list(receiver.receive_messages(max_message_count=1, max_wait_time=3)))
+            op.deliveries = run_._deliveries(messages or [], queue, "peeklock")
+            run_._detach(receiver, random.Random(1))
+            settler = {"complete": receiver.complete_message, "abandon": receiver.abandon_message,
+                       "deadletter": receiver.dead_letter_message, "defer": receiver.defer_message}[settle]
+            for m in messages or []:
+                run_._call(Op(0, 0, settle, queue, uids=(uid_of(m),), value={"seq": m.sequence_number}),
+                           lambda m=m, s=settler: s(m))
+    elif kind == "update":
+        queue, properties = step[1], {**run_.properties[step[1]], **step[2]}
+        run_._call(Op(0, 0, "update", queue, value={"properties": properties}),
+                   lambda: run_.api("PUT", f"/api/v1/entities/{queue}", {"properties": properties}))
+        run_.properties[queue] = properties
+    elif kind in ("offline", "online"):
+        run_.fault("store-offline", kind)
+        run_.api("POST", f"/api/v1/stores/default/{kind}")
+    elif kind == "disk-full":
+        assert run_.node.mount is not None, "play(disk=True) needs root to mount a small filesystem"
+        with contextlib.suppress(OSError), (run_.node.mount / "filler").open("wb") as out:
+            while True:
+                out.write(b"\0" * (1 << 20))
+                out.flush()
+        run_.fault("disk-full")
+    elif kind == "disk-free":
+        assert run_.node.mount is not None
+        (run_.node.mount / "filler").unlink(missing_ok=True)
     elif kind == "wait":
         time.sleep(step[1])
     elif kind == "recount":

@@ -289,6 +289,7 @@ func main() {
 		"embedded-sas":               embeddedSAS,
 		"websocket":                  overWebSocket,
 		"delivery-count":             deliveryCount,
+		"checker":                    func(context.Context, *azservicebus.Client) { checkerClient(connection) },
 	}
 	run, known := scenarios[scenario]
 	if !known {

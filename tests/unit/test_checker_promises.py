@@ -13,6 +13,7 @@ from checker.promises import (
     check_rad,
     check_sequence,
     check_session_order,
+    check_session_state,
 )
 
 
@@ -163,3 +164,34 @@ def test_two_copies_of_one_send_retried_by_the_sdk_are_told_apart_by_sequence_nu
     assert check_rad(history) == [] and check_peeklock(history) == []
     history.add(_op("receive", 9, 10, deliveries=(_d("r", 2, 1),)))
     assert [v.promise for v in check_peeklock(history)] == ["peeklock"]
+
+
+def test_a_message_an_entity_update_gave_a_short_time_to_live_may_expire() -> None:
+    lost = _history(_op("send", 0, 1, uids=("a",)), _op("recount", 100, 101, value={}))
+    assert [v.promise for v in check_durable(lost)] == ["durable"]
+    expired = _history(_op("update", 0.5, 0.6, value={"ttl": 20.0}), *lost.ops)
+    assert check_durable(expired) == []
+    too_long = _history(_op("update", 0.5, 0.6, value={"ttl": 200.0}), *lost.ops)
+    assert [v.promise for v in check_durable(too_long)] == ["durable"]
+
+
+def test_a_session_state_set_is_read_back_until_another_set() -> None:
+    def state(kind: str, start: float, value: str, result: str = OK) -> Op:
+        return _op(kind, start, start + 1, result=result, queue="s", session="s0", value=value)
+
+    assert check_session_state(_history(state("session_set", 0, "x"), state("session_get", 2, "x"))) == []
+    lost = check_session_state(_history(state("session_set", 0, "x"), state("session_get", 2, "old")))
+    assert [v.promise for v in lost] == ["durable"] and "'x'" in lost[0].detail
+    maybe = _history(state("session_set", 0, "x"), state("session_set", 1.5, "y", INFO), state("session_get", 3, "x"))
+    assert check_session_state(maybe) == []
+
+
+def test_a_crash_may_lose_receive_and_delete_messages_put_back_but_not_yet_committed() -> None:
+    def lost(*faults: Op) -> History:
+        history = _history(_op("send", 0, 1, uids=("a",)),
+                           _op("receive", 2, 3, value={"mode": "rad", "credit": 5}), *faults)
+        history.trace = [{"event": "restored", "entity": "q", "sequence_number": 1}]
+        return history
+
+    assert [v.promise for v in check_durable(lost())] == ["durable"]  # no crash: a put-back is not lost
+    assert check_durable(lost(_op("fault", 4, 4, value="kill9"))) == []

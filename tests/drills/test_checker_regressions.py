@@ -12,9 +12,11 @@ fresh broker and checked with the sweep's promise checks, strictly.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from checker.runner import HAS_TRACE, PLAIN, TARGET
+from checker.runner import HAS_TRACE, PARTITIONED, PLAIN, TARGET
 from checker.script import play
 
 pytestmark = pytest.mark.interop
@@ -90,4 +92,36 @@ def test_connections_that_never_authenticate_do_not_lock_out_a_client_with_a_key
                                 ("send", PLAIN, 1)], broker_args=("--max-connections", "20"))
     sends = [op for op in history.ops if op.kind == "send"]
     assert [op.result for op in sends] == ["ok"], [op.error for op in sends]
+    assert violations == []
+
+
+def test_a_link_detached_under_settlements_keeps_every_promise() -> None:
+    """The checker's "detach" fault at a named point: a PeekLock message received, its link detached (the
+    connection stays), then completed (the SDK reports it did not happen); the message comes back after its
+    lock lapses, its delivery count one higher."""
+    history, violations = play([("send", PLAIN, 2), ("detach", PLAIN, "complete"), ("wait", 5.5),
+                                ("receive", PLAIN, "peeklock", 2, "complete")])
+    counts = [d.count for op in history.ops if op.kind == "receive" for d in op.deliveries]
+    assert sorted(counts) == [0, 0, 1], counts
+    assert violations == []
+
+
+def test_an_entity_update_mid_run_keeps_the_counts_true() -> None:
+    """The checker's "entity-update" fault: MaxDeliveryCount lowered under abandoned messages, which are then
+    dead-lettered on their next abandon; the counts equal the store's."""
+    _history, violations = play([("send", PLAIN, 3), ("receive", PLAIN, "peeklock", 3, "abandon"),
+                                 ("update", PLAIN, {"MaxDeliveryCount": 2}),
+                                 ("receive", PLAIN, "peeklock", 3, "abandon"), ("recount", "after the update")])
+    assert violations == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting the small filesystem for the data directory needs root")
+def test_a_full_disk_refuses_sends_and_keeps_the_counts_true() -> None:
+    """The checker's "disk-full" fault at named points: sends refused while the data directory's filesystem
+    is full, accepted again once it is freed; every acknowledged send is stored, the counts are true."""
+    history, violations = play([("send", PARTITIONED, 2), ("disk-full",), ("send", PARTITIONED, 3, {"size": 100000}),
+                                ("disk-free",), ("send", PARTITIONED, 2), ("recount", "after the disk was freed")],
+                               disk=True)
+    results = [op.result for op in history.ops if op.kind == "send"]
+    assert results[:2] == ["ok", "ok"] and results[-2:] == ["ok", "ok"] and "info" in results[2:5], results
     assert violations == []
