@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -254,16 +255,18 @@ def refusal(site: str, decision: RoleDecision) -> ServerBusy:
                       "the namespace's primary site serves")
 
 
-async def refusing_listener(namespace: str, host: str, port: int, node: GeoNode) -> Broker:
-    """What answers on the AMQP port while the node waits to be the primary: a broker with nothing
-    loaded (no store of the site's is touched) that closes every connection at its open with
-    server-busy, which the SDKs retry. Stopped when the real broker takes the port."""
+async def refusing_listener(namespace: str, host: str, port: int, node: GeoNode, *,
+                            tls: ssl.SSLContext | None = None, tls_port: int = -1) -> Broker:
+    """What answers on the AMQP ports (amqp, and amqps with ``tls``) while the node waits to be the
+    primary: a broker with nothing loaded (no store of the site's is touched) that closes every
+    connection at its open with server-busy, which the SDKs retry. Stopped when the real broker
+    takes the ports."""
     from sodalite.model.config import NamespaceConfig
     from sodalite.store.memory import MemoryStore
 
     stand_in = Broker(NamespaceConfig(namespace), MemoryStore(), node_id="geo-waiting")
     stand_in.refusal = refusal(node.site, node.decision)
-    await stand_in.start(host, port)
+    await stand_in.start(host, port, tls=tls, tls_port=tls_port)
     return stand_in
 
 

@@ -300,8 +300,13 @@ async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
         await _serve_management(args, runner, broker, endpoints)
         gate = GeoGate(broker, geo.site)
         # The AMQP port answers meanwhile: every connection closed at its open with server-busy.
-        gate.stand_in = stand_in = await refusing_listener(broker.namespace.name, args.host, args.port, geo)
+        amqps = args.amqps_port >= 0
+        gate.stand_in = stand_in = await refusing_listener(broker.namespace.name, args.host, args.port, geo,
+                                                           tls=tls if amqps else None,
+                                                           tls_port=args.amqps_port)
         args.port = stand_in.port
+        if amqps:
+            args.amqps_port = stand_in.amqps_port or args.amqps_port  # the real broker takes the same port
         following = asyncio.create_task(geo.follow(gate.apply))
         print(f"Geo: site {geo.site}; serving once this site is the namespace's primary", flush=True)
         waiting = asyncio.create_task(gate.primary.wait())

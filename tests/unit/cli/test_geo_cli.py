@@ -52,3 +52,31 @@ def test_serve_geo_options_are_checked() -> None:
         geo_node(serve_args("--geo-peer", B), broker=None)  # type: ignore[arg-type]
     with pytest.raises(BadOption, match="--store postgresql"):
         geo_node(serve_args("--geo-site", "a"), broker=None)  # type: ignore[arg-type]
+
+
+def test_a_waiting_node_answers_on_its_amqps_port_too(tmp_path: Path) -> None:
+    """Before its first promotion a node's stand-in serves amqps as well as amqp (a client dialling
+    either port gets the AMQP handshake, then server-busy at its open), and says which port it bound."""
+    import asyncio
+    import ssl
+
+    from sodalite.admin.tls import ensure_certificate, server_context
+    from sodalite.cli.geo_node import GeoNode, refusing_listener
+
+    async def dial() -> None:
+        cert, key = ensure_certificate(tmp_path)
+        node = GeoNode("a", "postgresql://127.0.0.1:1/db", None, "ns")
+        stand_in = await refusing_listener("ns", "127.0.0.1", 0, node, tls=server_context(cert, key), tls_port=0)
+        try:
+            assert stand_in.amqps_port
+            client = ssl.create_default_context(cafile=str(cert))
+            client.check_hostname = False
+            reader, writer = await asyncio.open_connection("127.0.0.1", stand_in.amqps_port, ssl=client)
+            writer.write(b"AMQP\x03\x01\x00\x00")  # the SASL layer's header, as the SDKs send it
+            await writer.drain()
+            assert await asyncio.wait_for(reader.readexactly(8), 10) == b"AMQP\x03\x01\x00\x00"
+            writer.close()
+        finally:
+            await stand_in.stop()
+
+    asyncio.run(dial())
