@@ -138,11 +138,16 @@ class SodaliteDataSource(DataSource):
 
 
 def _read(broker: Broker, options: SourceOptions, columns: tuple[str, ...], part: SequenceRange) -> Iterator[Any]:
-    """The range's rows as Arrow record batches, one per peeked page, built column by column."""
+    """The range's rows as Arrow record batches: the broker's columnar pages as they arrive, or, from a
+    broker that does not serve them, one batch per peeked page, built here column by column."""
     path = part.entity or options.path
     extra = {SOURCE_ENTITY: path} if options.several else None
     wanted = None if part.numbers is None else {n for low, high in part.numbers for n in range(low, high + 1)}
     try:
+        batches = _column_batches(broker, columns, part, path, extra)
+        if batches is not None:
+            yield from batches
+            return
         for page in broker.peek_pages(path, part.partition, part.start, part.end):
             if wanted is not None:
                 page = [payload for payload in page if sequence_number(payload) in wanted]
@@ -151,6 +156,45 @@ def _read(broker: Broker, options: SourceOptions, columns: tuple[str, ...], part
             yield rows.peeked_batch(page, columns, extra)
     finally:
         broker.close()
+
+
+def _column_batches(broker: Broker, columns: tuple[str, ...], part: SequenceRange, path: str,
+                    extra: dict[str, Any] | None) -> Iterator[Any] | None:
+    """The range's rows from the broker's columnar pages (None when it does not serve them): kept as they
+    come when they hold exactly ``columns``; a batch that reads chosen numbers only (consume=complete)
+    is filtered on its sequence numbers, and ``sourceEntity`` is added as a constant column."""
+    asked = tuple(name for name in columns if not (extra and name in extra))
+    if part.numbers is not None and "sequenceNumber" not in asked:
+        asked += ("sequenceNumber",)
+    pages = broker.column_pages(path, part.partition, part.start, part.end, asked)
+    if pages is None:
+        return None
+    if asked == columns and part.numbers is None:
+        return pages
+    return _reshaped(pages, columns, part.numbers, extra)
+
+
+def _reshaped(pages: Iterator[Any], columns: tuple[str, ...], numbers: tuple[tuple[int, int], ...] | None,
+              extra: dict[str, Any] | None) -> Iterator[Any]:
+    import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
+
+    chosen = None if numbers is None else pa.array([n for low, high in numbers for n in range(low, high + 1)],
+                                                   type=pa.int64())
+    for batch in pages:
+        if chosen is not None:
+            batch = batch.filter(pc.is_in(batch.column("sequenceNumber"), value_set=chosen))
+            if batch.num_rows == 0:
+                continue
+        arrays, fields = [], []
+        for name in columns:
+            if extra and name in extra:
+                arrays.append(pa.array([extra[name]] * batch.num_rows, type=pa.string()))
+                fields.append(pa.field(name, pa.string()))
+            else:
+                arrays.append(batch.column(name))
+                fields.append(batch.schema.field(name))
+        yield pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
 
 
 def _runs(numbers: list[int]) -> list[list[int]]:
@@ -314,8 +358,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for (path, partition), n in end.items():
                 begin = positions.get((path, partition), _partition_base(partition))
                 if n > begin:
-                    numbers = [sequence_number(payload)
-                               for page in self.broker.peek_pages(path, partition, begin, n) for payload in page]
+                    numbers = self.broker.sequence_numbers(path, partition, begin, n)
                     if numbers:
                         read.setdefault(path, {})[str(partition)] = _runs(numbers)
             if read:
