@@ -8,13 +8,18 @@ each wait for the broker's acceptance, i.e. until the message is durable. A fail
 
 from __future__ import annotations
 
+import json
 import ssl
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
 from sodalite.amqpclient import AmqpClient, ClientError, connection_string
 from sodalite.errors import ConfigurationError, SodaliteError
+from sodalite.model import sas
 from sodalite.spark import sections
 
 COMPLETE_THROUGH: Final = "com.sodalite:complete-through-sequence-number"
@@ -125,6 +130,31 @@ class Broker:
         if reply.status != 200:
             raise _explain(entity, ClientError(reply.condition, reply.description or f"status {reply.status}"))
         return reply.body
+
+    def entity_names(self) -> list[str]:
+        """Every queue and subscription (``topic/subscriptions/name``) of the namespace, from the broker's
+        management API on the same port (listing entities needs the Manage right, as in Service Bus)."""
+        s = self.settings
+        base = f"{'https' if s.tls else 'http'}://{s.host}:{s.port}"
+        token = sas.generate_token(base, s.key_name, s.key, int(time.time()) + 600)
+        request = urllib.request.Request(f"{base}/api/v1/entities", headers={
+            "Authorization": "Bearer " + token, "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=self._timeout,
+                                        context=ssl.create_default_context() if s.tls else None) as response:
+                listed = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            if exc.code in (401, 403):
+                raise BrokerRequestError(
+                    f"option 'entityPattern': listing the entities needs a key with the Manage right, and the "
+                    f"connection string's key '{s.key_name}' does not have it (HTTP {exc.code})",
+                    "amqp:unauthorized-access") from None
+            raise BrokerRequestError(f"option 'entityPattern': the broker refused to list its entities "
+                                     f"(HTTP {exc.code})", "amqp:internal-error") from None
+        except (OSError, ValueError) as exc:
+            raise BrokerRequestError(f"option 'entityPattern': cannot list the entities at {base}: {exc}",
+                                     "amqp:connection:forced") from None
+        return [str(e["path"]) for e in listed if isinstance(e, dict) and e.get("kind") in ("queue", "subscription")]
 
     def bounds(self, entity: str) -> list[Bounds]:
         body = self._management(entity, PARTITION_BOUNDS, {})

@@ -59,9 +59,11 @@ from sodalite.spark.options import (
     SinkOptions,
     SourceOptions,
     entity_starting_positions,
+    matching,
     sink_options,
     source_options,
     starting_positions,
+    with_entities,
 )
 
 Offset = dict[str, Any]
@@ -119,16 +121,27 @@ class SodaliteDataSource(DataSource):
     def name(cls) -> str:
         return "sodalite"
 
-    def schema(self) -> str:
-        return _schema(bool((self.options.get("entities") or "").strip()))  # a sink has no source options
+    def schema(self) -> str:  # (a sink has no source options)
+        return _schema(bool((self.options.get("entities") or "").strip()) or "entitypattern" in self.options)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        options = source_options(self.options)
+        options = _resolved(source_options(self.options))
         return BatchReader(options, _columns(options, schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        options = source_options(self.options)
+        options = _resolved(source_options(self.options))
         return StreamReader(options, _columns(options, schema))
+
+
+def _resolved(options: SourceOptions) -> SourceOptions:
+    """Options given as 'entityPattern' with the entities it matches now (listed by the broker)."""
+    if options.entity_pattern is None:
+        return options
+    broker = Broker(options.connection_string)
+    try:
+        return with_entities(options, matching(options.entity_pattern, broker.entity_names()))
+    finally:
+        broker.close()
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return BatchWriter(sink_options(self.options), schema)
@@ -249,6 +262,14 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"options": self.options, "columns": self.columns, "broker": self.broker, "_bounds": self._bounds,
                 "_available_now": self._available_now, "_removed": self._removed}
 
+    def _follow_pattern(self) -> None:
+        """With 'entityPattern', read the entities it matches now (kept as they were if it matches none)."""
+        pattern = self.options.entity_pattern
+        if pattern is not None:
+            names = matching(pattern, self.broker.entity_names())
+            if names:
+                self.options = with_entities(self.options, names)
+
     def _fetch_bounds(self) -> dict[str, list[Bounds]]:
         return {path: self.broker.bounds(path) for path in self.options.paths}
 
@@ -256,7 +277,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Each partition's starting position (EARLIEST, LATEST or a sequence number)."""
         o = self.options
         if o.several:
-            texts = entity_starting_positions(o.starting_position, o.entities)
+            texts = entity_starting_positions(o.starting_position, o.entities, strict=o.entity_pattern is None)
             per_path = {o.path_of(e): texts[e] for e in o.entities}
         else:
             per_path = {o.path: o.starting_position}
@@ -276,7 +297,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.options.several:
             entities = offset.get("entities")
             held = sorted(entities) if isinstance(entities, dict) else [offset.get("entity")]
-            if held != sorted(self.options.paths):
+            if self.options.entity_pattern is not None and isinstance(entities, dict):
+                # A pattern's entities come and go: one it matches no more is left; a new one starts at its
+                # first message (latestOffset).
+                entities = {path: parts for path, parts in entities.items() if path in self.options.paths}
+            elif held != sorted(self.options.paths):
                 raise ConfigurationError(
                     f"the checkpoint holds offsets of entities {held}, but this query reads "
                     f"{sorted(self.options.paths)}: use a new checkpointLocation for a different set of entities")
@@ -325,6 +350,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                for path, bounds in self._fetch_bounds().items() for b in bounds}
 
     def latestOffset(self, start: Offset, limit: ReadLimit) -> Offset:
+        self._follow_pattern()
         positions = self._positions(start)
         if self.options.consume:
             self._complete_read(start)  # the batch that ended at start: Spark has committed it by now
