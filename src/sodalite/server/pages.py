@@ -22,6 +22,7 @@ message whatever its size).
 from __future__ import annotations
 
 import functools
+import struct
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -158,9 +159,7 @@ class _Tail:
                 self._slow(tail, properties, application)
                 return
             if code == amqp_message.PROPERTIES and properties:
-                value, end = decode_value(tail, value_start)
-                if isinstance(value, list):
-                    self.properties = (value + [None] * 13)[:13]
+                self.properties, end = _properties(tail, value_start)
             elif code == amqp_message.APPLICATION_PROPERTIES and application:
                 value, end = decode_value(tail, value_start)
                 if isinstance(value, dict):
@@ -184,6 +183,38 @@ class _Tail:
                     self.application = value
             elif s.code in (amqp_message.DATA, amqp_message.AMQP_VALUE, amqp_message.AMQP_SEQUENCE):
                 self.bodies.append(s)
+
+
+_u32u32: Final = struct.Struct(">II")
+
+
+def _properties(tail: bytes, pos: int) -> tuple[list[Any], int]:
+    """The properties list (13 fields, padded) and where it ends: nulls and short strings and symbols
+    (nearly every field a client sets) read here, anything else by the codec, as the row path reads it."""
+    code = tail[pos]
+    if code == 0xC0:
+        size, count, at = tail[pos + 1], tail[pos + 2], pos + 3
+        end = pos + 2 + size
+    elif code == 0xD0:
+        size, count = _u32u32.unpack_from(tail, pos + 1)
+        at, end = pos + 9, pos + 5 + size
+    else:
+        value, end = decode_value(tail, pos)
+        return ((value + [None] * 13)[:13] if isinstance(value, list) else [None] * 13), end
+    fields: list[Any] = [None] * max(13, count)
+    for index in range(count):
+        kind = tail[at]
+        if kind == 0x40:
+            at += 1
+        elif kind == 0xA1 or kind == 0xA3:
+            length = tail[at + 1]
+            fields[index] = tail[at + 2 : at + 2 + length].decode("utf-8" if kind == 0xA1 else "ascii")
+            at += 2 + length
+        else:
+            fields[index], at = decode_value(tail, at)
+    if at != end:
+        raise DecodeError("the properties list's size does not match its fields")
+    return fields[:13], end
 
 
 def _micros(value: Any) -> int | None:
