@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import ssl
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
@@ -134,6 +132,9 @@ class Broker:
     def entity_names(self) -> list[str]:
         """Every queue and subscription (``topic/subscriptions/name``) of the namespace, from the broker's
         management API on the same port (listing entities needs the Manage right, as in Service Bus)."""
+        import urllib.error  # (here: most readers never list, and every Spark worker imports this module)
+        import urllib.request
+
         s = self.settings
         base = f"{'https' if s.tls else 'http'}://{s.host}:{s.port}"
         token = sas.generate_token(base, s.key_name, s.key, int(time.time()) + 600)
