@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -182,6 +183,9 @@ def main() -> None:
     parser.add_argument("--max-per-trigger", type=int, default=50_000)
     parser.add_argument("--repeat", type=int, default=2, help="runs of each export and ceiling (default 2)")
     parser.add_argument("--fill-senders", type=int, default=4, help="connections filling the queue (default 4)")
+    parser.add_argument("--reuse", type=Path, default=None,
+                        help="a copy of broker A's directory (data/ and Config.json) already holding --messages "
+                             "messages in the export queue: no fill (and no replicate)")
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     n = args.messages
@@ -193,13 +197,19 @@ def main() -> None:
     lines: list[str] = []
     with tempfile.TemporaryDirectory(prefix="sodalite-spark-bench-") as tmp:
         base = Path(tmp)
+        if args.reuse is not None:  # broker A's directory from an earlier run, already filled
+            shutil.copytree(args.reuse, base / "a")
         proc, conn = start_broker(base / "a")
         target, target_conn = start_broker(base / "b")
         try:
-            took = fill(conn, QUEUE, n, args.size, args.fill_senders)
-            print(f"filled {n} messages of {args.size} B in {took:.1f} s ({n / took:,.0f} msg/s, own AMQP client)")
-            lines.append(f"{'fill A (own AMQP client, durable sends)':<44}: {n / took:>9,.0f} msg/s ({took:6.1f} s)")
+            if args.reuse is None:
+                took = fill(conn, QUEUE, n, args.size, args.fill_senders)
+                print(f"filled {n} messages of {args.size} B in {took:.1f} s ({n / took:,.0f} msg/s, own AMQP client)")
+                lines.append(f"{'fill A (own AMQP client, durable sends)':<44}: {n / took:>9,.0f} msg/s "
+                             f"({took:6.1f} s)")
             n_repl = n if args.replicate_messages is None else args.replicate_messages
+            if args.reuse is not None:
+                args.no_replicate = True
             if not args.no_replicate:
                 fill(conn, REPLICATED, n_repl, args.size, args.fill_senders)
             spark = (SparkSession.builder.master(args.master).config("spark.ui.enabled", "false")
