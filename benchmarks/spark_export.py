@@ -53,7 +53,8 @@ def cpu_seconds(pid: int) -> float:
 
 
 def tree_cpu(root: int) -> float:
-    """CPU seconds of every process below ``root`` that is alive now (Spark's JVM and Python workers)."""
+    """CPU seconds of every process below ``root`` (Spark's JVM and Python workers): each one alive now, with
+    the children it reaped (a Python worker that ended is counted in the daemon that forked it)."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -66,8 +67,9 @@ def tree_cpu(root: int) -> float:
     while stack:
         pid = stack.pop()
         try:
-            total += cpu_seconds(pid)
-        except (OSError, IndexError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
             continue
         stack += children.get(pid, [])
     return total
