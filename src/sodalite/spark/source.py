@@ -132,6 +132,12 @@ class SodaliteDataSource(DataSource):
         options = _resolved(source_options(self.options))
         return StreamReader(options, _columns(options, schema))
 
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return BatchWriter(sink_options(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return StreamWriter(sink_options(self.options), schema)
+
 
 def _resolved(options: SourceOptions) -> SourceOptions:
     """Options given as 'entityPattern' with the entities it matches now (listed by the broker)."""
@@ -142,12 +148,6 @@ def _resolved(options: SourceOptions) -> SourceOptions:
         return with_entities(options, matching(options.entity_pattern, broker.entity_names()))
     finally:
         broker.close()
-
-    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        return BatchWriter(sink_options(self.options), schema)
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return StreamWriter(sink_options(self.options), schema)
 
 
 def _read(broker: Broker, options: SourceOptions, columns: tuple[str, ...], part: SequenceRange) -> Iterator[Any]:
