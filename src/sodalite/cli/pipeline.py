@@ -115,16 +115,29 @@ def _source_connection(args: argparse.Namespace) -> str:
     return str(text)
 
 
-def _session(master: str, name: str) -> Any:
-    from sodalite.spark import session  # workers on this Python unless the user or the cluster chose one
+# A finite run (--available-now) on a small machine spends most of its time starting the JVM and warming
+# up; the C1 compiler alone and the serial collector about halve that (docs/spark-benchmarks.md, "The
+# command line's export"). Not for a pipeline that runs on, and never over the user's own driver options.
+QUICK_START_JVM_OPTIONS: Final = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
-    return session(master, name, {"spark.ui.showConsoleProgress": "false"})
+
+def _session(master: str, name: str, finite: bool = False) -> Any:
+    # (session: the workers on this Python unless the user or the cluster chose one)
+    from sodalite.spark import _cluster_defaults, session
+
+    config = {"spark.ui.showConsoleProgress": "false"}
+    chosen = "driver-java-options" in os.environ.get("PYSPARK_SUBMIT_ARGS", "") \
+        or "spark.driver.extraJavaOptions" in os.environ.get("PYSPARK_SUBMIT_ARGS", "") \
+        or "spark.driver.extraJavaOptions" in _cluster_defaults()
+    if finite and not chosen:
+        config["spark.driver.extraJavaOptions"] = QUICK_START_JVM_OPTIONS
+    return session(master, name, config)
 
 
 def _export(args: argparse.Namespace) -> int:
     from sodalite.spark import pipelines
 
-    spark = _session(args.master, "sodalite-export")
+    spark = _session(args.master, "sodalite-export", args.available_now)
     query = pipelines.export(spark, _source_connection(args), args.entity, args.path, args.checkpoint,
                              dead_letter=args.dead_letter, consume=args.consume, file_format=args.format,
                              max_messages_per_trigger=args.max_messages_per_trigger,
@@ -136,7 +149,7 @@ def _export(args: argparse.Namespace) -> int:
 def _replicate(args: argparse.Namespace) -> int:
     from sodalite.spark import pipelines
 
-    spark = _session(args.master, "sodalite-replicate")
+    spark = _session(args.master, "sodalite-replicate", args.available_now)
     connection_string.parse(args.target_connection_string)
     query = pipelines.replicate(spark, _source_connection(args), args.target_connection_string, args.entities,
                                 args.checkpoint, consume=args.consume,
@@ -158,7 +171,7 @@ def _syphon(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ConfigurationError(str(exc)) from None
     print(f"syphon: draining {names[0]} .. {names[-1]} into the primary", flush=True)
-    spark = _session(args.master, "sodalite-syphon")
+    spark = _session(args.master, "sodalite-syphon", args.available_now)
     query = pipelines.syphon(spark, args.primary, args.secondary, names, args.checkpoint,
                              max_messages_per_trigger=args.max_messages_per_trigger,
                              available_now=args.available_now, processing_time=args.trigger)

@@ -32,7 +32,7 @@ from sodalite.model.entities import (
 from sodalite.model.json_types import json_type
 from sodalite.model.settlement import from_disposition_status
 from sodalite.model.store_ops import MoveItem
-from sodalite.server import outcomes, wire
+from sodalite.server import outcomes, pages, wire
 from sodalite.server.amqp_errors import report
 from sodalite.server.core_actor import CoreActor
 from sodalite.server.endpoint import ConnectionPort
@@ -114,6 +114,14 @@ PeekPartitionRequest = TypedDict("PeekPartitionRequest", {
     "from-sequence-number": AmqpValue,
     "message-count": AmqpValue,
 }, total=False)
+PeekColumnsRequest = TypedDict("PeekColumnsRequest", {
+    "partition": AmqpValue,
+    "from-sequence-number": AmqpValue,
+    "to-sequence-number": AmqpValue,  # long, exclusive; optional
+    "message-count": AmqpValue,  # rows at most (capped at pages.MAX_ROWS)
+    "max-bytes": AmqpValue,  # stored bytes at most (capped at pages.MAX_BYTES)
+    "columns": AmqpValue,  # list of column names (docs/spark.md, "Schema")
+}, total=False)
 # Every key any operation reads: what execute() hands on. Each operation's own request type above
 # names a subset of these keys, so it accepts this.
 ManagementRequest = TypedDict("ManagementRequest", {
@@ -123,6 +131,7 @@ ManagementRequest = TypedDict("ManagementRequest", {
     "deadletter-description": AmqpValue, "properties-to-modify": AmqpValue, "session-state": AmqpValue,
     "last-updated-time": AmqpValue, "skip": AmqpValue, "top": AmqpValue, "rule-name": AmqpValue,
     "rule-description": AmqpValue, "partition": AmqpValue, "sequence-number": AmqpValue,
+    "to-sequence-number": AmqpValue, "max-bytes": AmqpValue, "columns": AmqpValue,
 }, total=False)
 RuleDescriptionMap = TypedDict("RuleDescriptionMap", {
     "sql-filter": AmqpValue,  # map: "expression"
@@ -180,9 +189,13 @@ class PartitionBoundsResponse(TypedDict):
     partitions: list[PartitionBounds]
 
 
+# A columnar page: the Arrow IPC stream, how many rows it holds, and where the next page starts.
+PageResponse = TypedDict("PageResponse", {"page": bytes, "count": Long, "next-sequence-number": Long})
+
+
 ResponseBody = (Empty | MessagesResponse | RenewLockResponse | ScheduleResponse | RenewSessionLockResponse
                 | GetSessionStateResponse | GetMessageSessionsResponse | EnumerateRulesResponse | CountResponse
-                | PartitionBoundsResponse)
+                | PartitionBoundsResponse | PageResponse)
 
 
 @dataclass(frozen=True, slots=True)
@@ -509,6 +522,7 @@ COMPLETE_THROUGH = "com.sodalite:complete-through-sequence-number"
 COMPLETE_NUMBERS = "com.sodalite:complete-sequence-numbers"
 PARTITION_BOUNDS = "com.sodalite:partition-bounds"
 PEEK_PARTITION = "com.sodalite:peek-partition"
+PEEK_PARTITION_COLUMNS = "com.sodalite:peek-partition-columns"
 
 
 def _partition(ctx: Context, body: Mapping[str, object]) -> CoreActor:
@@ -561,6 +575,28 @@ async def peek_partition(ctx: Context, body: PeekPartitionRequest) -> Response:
     ]})
 
 
+async def peek_partition_columns(ctx: Context, body: PeekColumnsRequest) -> Response:
+    """Peek within one partition, answered as a columnar page (server/pages.py): an Arrow IPC stream of
+    the ``columns`` asked for, of the messages numbered from ``from-sequence-number`` up to (not
+    including) ``to-sequence-number``, bounded by ``message-count`` rows and ``max-bytes`` of stored
+    messages. Not implemented (the reader then peeks rows) where pyarrow is not installed."""
+    if not pages.available():
+        raise NotImplementedOperation(f"{PEEK_PARTITION_COLUMNS} needs pyarrow on the broker; "
+                                      f"use {PEEK_PARTITION}")
+    partition = _partition(ctx, body)
+    names = pages.columns(body.get("columns"))
+    start = _int_arg(body, "from-sequence-number", 0)
+    end = None if body.get("to-sequence-number") is None else _int_arg(body, "to-sequence-number")
+    rows = min(max(1, _int_arg(body, "message-count", pages.DEFAULT_ROWS)), pages.MAX_ROWS)
+    max_bytes = min(max(1, _int_arg(body, "max-bytes", pages.DEFAULT_BYTES)), pages.MAX_BYTES)
+    count = rows if end is None else max(0, min(rows, end - start))
+    peeked = await partition.peek(ctx.sub_queue, start, count) if count else []
+    records = pages.within([r for r in peeked if end is None or r.sequence_number < end], max_bytes)
+    page = await asyncio.get_running_loop().run_in_executor(None, pages.build, records, names)
+    after = records[-1].sequence_number + 1 if records else start
+    return Response(OK, {"page": page, "count": Long(len(records)), "next-sequence-number": Long(after)})
+
+
 OPERATIONS: dict[str, Operation] = {
     "com.microsoft:renew-lock": renew_lock,
     "com.microsoft:peek-message": peek_message,
@@ -579,6 +615,7 @@ OPERATIONS: dict[str, Operation] = {
     COMPLETE_NUMBERS: complete_sequence_numbers,
     PARTITION_BOUNDS: partition_bounds,
     PEEK_PARTITION: peek_partition,
+    PEEK_PARTITION_COLUMNS: peek_partition_columns,
 }
 
 
@@ -602,6 +639,7 @@ REQUIRED_RIGHTS: dict[str, AccessRights] = {
     COMPLETE_NUMBERS: AccessRights.LISTEN,
     PARTITION_BOUNDS: AccessRights.LISTEN,
     PEEK_PARTITION: AccessRights.LISTEN,
+    PEEK_PARTITION_COLUMNS: AccessRights.LISTEN,
 }
 
 

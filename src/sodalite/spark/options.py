@@ -6,8 +6,9 @@ Spark hands options over as a case-insensitive map of strings with lower-cased k
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Final
 
 from sodalite.amqpclient import connection_string
@@ -28,6 +29,9 @@ class SourceOptions:
     consume: bool
     max_bytes_per_trigger: int | None = None
     several: bool = False  # given as 'entities': rows carry a sourceEntity column, offsets name each entity
+    # 'entityPattern': a regular expression over queue and subscription names; ``entities`` are those it
+    # matched when the source last listed them (see :func:`matching`)
+    entity_pattern: str | None = None
 
     @property
     def entity(self) -> str:
@@ -124,16 +128,51 @@ def _positive(options: Mapping[str, str], name: str) -> int | None:
     return value
 
 
+def _pattern(options: Mapping[str, str]) -> str | None:
+    text = options.get("entitypattern")
+    if text is None:
+        return None
+    if not text.strip():
+        raise ConfigurationError("option 'entityPattern': give a regular expression over entity names")
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise ConfigurationError(f"option 'entityPattern': '{text}' is not a regular expression: {exc}") from None
+    return str(text)
+
+
+def matching(pattern: str, names: Iterable[str]) -> tuple[str, ...]:
+    """The entity names ``pattern`` matches as a whole, ignoring case (entity names are case-insensitive),
+    in order."""
+    compiled = re.compile(pattern, re.IGNORECASE)
+    return tuple(sorted((n for n in names if compiled.fullmatch(n)), key=str.lower))
+
+
+def with_entities(options: SourceOptions, names: tuple[str, ...]) -> SourceOptions:
+    """The options of a source given as 'entityPattern', reading ``names`` (what the pattern matches now)."""
+    if not names:
+        raise ConfigurationError(f"option 'entityPattern': '{options.entity_pattern}' matches no queue or "
+                                 "subscription (it must match a whole name, e.g. 'orders-.*' or "
+                                 "'events/subscriptions/.*')")
+    return replace(options, entities=names)
+
+
 def _entities(options: Mapping[str, str]) -> tuple[tuple[str, ...], bool]:
     one = (options.get("entity") or "").strip()
     several = (options.get("entities") or "").strip()
-    if one and several:
-        raise ConfigurationError("options 'entity' and 'entities' exclude each other: give one entity in 'entity' "
-                                 "or a comma-separated list in 'entities'")
+    given = [name for name, value in (("entity", one), ("entities", several),
+                                      ("entityPattern", options.get("entitypattern"))) if value is not None and value]
+    if len(given) > 1:
+        raise ConfigurationError(f"options {' and '.join(repr(g) for g in given)} exclude each other: give one entity "
+                                 "in 'entity', a comma-separated list in 'entities', or a regular expression in "
+                                 "'entityPattern'")
+    if "entityPattern" in given:
+        return (), True
     if one:
         return (_entity(one, "entity"),), False
     if not several:
-        raise ConfigurationError("option 'entity' (or 'entities', a comma-separated list) is required")
+        raise ConfigurationError("option 'entity' (or 'entities', a comma-separated list, or 'entityPattern', a "
+                                 "regular expression over entity names) is required")
     names = tuple(_entity(part.strip(), "entities") for part in several.split(","))
     if any(not name for name in names):
         raise ConfigurationError(f"option 'entities': '{several}' has an empty entity name")
@@ -142,10 +181,11 @@ def _entities(options: Mapping[str, str]) -> tuple[tuple[str, ...], bool]:
     return names, True
 
 
-def entity_starting_positions(text: str, entities: tuple[str, ...]) -> dict[str, str]:
+def entity_starting_positions(text: str, entities: tuple[str, ...], strict: bool = True) -> dict[str, str]:
     """With several entities, startingPosition per entity (as text for :func:`starting_positions`):
     earliest or latest for all, or JSON mapping entity names to earliest, latest or per-partition objects;
-    entities it leaves out start at the earliest."""
+    entities it leaves out start at the earliest. Not ``strict`` (a pattern's entities), names of other
+    entities are ignored."""
     word = text.strip().lower()
     if word in ("earliest", "latest"):
         return dict.fromkeys(entities, word)
@@ -159,6 +199,8 @@ def entity_starting_positions(text: str, entities: tuple[str, ...]) -> dict[str,
             '{"orders": "latest", "invoices": {"0": 1234}}')
     out = dict.fromkeys(entities, "earliest")
     for name, value in parsed.items():
+        if name not in out and not strict:  # an entity a pattern does not match (now)
+            continue
         if name not in out:
             raise ConfigurationError(f"option 'startingPosition': '{name}' is not one of the entities read "
                                      f"({', '.join(entities)})")
@@ -170,12 +212,15 @@ def entity_starting_positions(text: str, entities: tuple[str, ...]) -> dict[str,
 def source_options(options: Mapping[str, str]) -> SourceOptions:
     conn = _connection(options)
     entities, several = _entities(options)
+    pattern = _pattern(options)
     sub_queue = (options.get("subqueue") or "").strip().lower()
     if sub_queue not in ("", "deadletter"):
         raise ConfigurationError(f"option 'subQueue': '{sub_queue}' is not 'deadletter' (or empty for the entity)")
     starting = (options.get("startingposition") or "earliest").strip()
-    if several:
+    if several and pattern is None:
         entity_starting_positions(starting, entities)
+    elif several:
+        _pattern_starting_positions(starting)
     else:
         starting_positions(starting, 1 << 16)  # the shape now; partition numbers again once the count is known
     limit = _positive(options, "maxMessagesPerTrigger")
@@ -189,7 +234,23 @@ def source_options(options: Mapping[str, str]) -> SourceOptions:
             "their original sequence numbers, so one can arrive below the reader's position and would be "
             "removed unread")
     return SourceOptions(conn, entities, sub_queue == "deadletter", starting, limit, consume == "complete",
-                         max_bytes, several)
+                         max_bytes, several, pattern)
+
+
+def _pattern_starting_positions(text: str) -> None:
+    """startingPosition's shape for a pattern (the entities are known once listed): a word, or JSON by name."""
+    if text.strip().lower() in ("earliest", "latest"):
+        return
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise ConfigurationError(
+            f"option 'startingPosition': '{text}' is not earliest, latest or a JSON object of entity names, such as "
+            '{"orders": "latest", "invoices": {"0": 1234}}')
+    for value in parsed.values():
+        starting_positions(value if isinstance(value, str) else json.dumps(value), 1 << 16)
 
 
 def sink_options(options: Mapping[str, str]) -> SinkOptions:

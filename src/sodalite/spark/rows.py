@@ -15,96 +15,34 @@ keeps its type.
 from __future__ import annotations
 
 import datetime
-import json
 import uuid
 from typing import Any, Final
 
 from sodalite.amqp import message as amqp_message
+from sodalite.amqp.columns import COLUMNS as COLUMNS
+from sodalite.amqp.columns import CONTENT_TYPE as _CONTENT_TYPE
+from sodalite.amqp.columns import CORRELATION_ID as _CORRELATION_ID
+from sodalite.amqp.columns import DEAD_LETTER_DESCRIPTION as DEAD_LETTER_DESCRIPTION
+from sodalite.amqp.columns import DEAD_LETTER_REASON as DEAD_LETTER_REASON
+from sodalite.amqp.columns import DEAD_LETTER_SOURCE as DEAD_LETTER_SOURCE
+from sodalite.amqp.columns import KINDS as KINDS
+from sodalite.amqp.columns import MESSAGE_ID as _MESSAGE_ID
+from sodalite.amqp.columns import PARTITION_KEY as PARTITION_KEY
+from sodalite.amqp.columns import PARTITION_SHIFT as PARTITION_SHIFT
+from sodalite.amqp.columns import PROPERTY_COLUMNS as _PROPERTY_COLUMNS
+from sodalite.amqp.columns import REPLY_TO as _REPLY_TO
+from sodalite.amqp.columns import REPLY_TO_SESSION_ID as _REPLY_TO_SESSION_ID
+from sodalite.amqp.columns import SCHEDULED_ENQUEUE_TIME as SCHEDULED_ENQUEUE_TIME
+from sodalite.amqp.columns import SCHEMA as SCHEMA
+from sodalite.amqp.columns import SESSION_ID as _SESSION_ID
+from sodalite.amqp.columns import STATES as STATES
+from sodalite.amqp.columns import SUBJECT as _SUBJECT
+from sodalite.amqp.columns import TO as _TO
+from sodalite.amqp.columns import body as _body_column
+from sodalite.amqp.columns import render as render
+from sodalite.amqp.columns import text as _text
 from sodalite.amqp.types import Symbol, Timestamp, UInt
 from sodalite.spark import sections
-
-SCHEMA: Final = (
-    "body binary, messageId string, sessionId string, partitionKey string, correlationId string, "
-    "subject string, contentType string, to string, replyTo string, replyToSessionId string, "
-    "timeToLive long, scheduledEnqueueTime timestamp, enqueuedTime timestamp, sequenceNumber long, "
-    "partition int, deliveryCount int, deadLetterSource string, deadLetterReason string, "
-    "deadLetterErrorDescription string, applicationProperties map<string,string>, state string, "
-    "amqpMessage binary"
-)
-COLUMNS: Final = tuple(part.strip().split(" ")[0] for part in SCHEMA.split(", "))
-
-PARTITION_SHIFT: Final = 48  # a sequence number's upper 16 bits name its partition
-PARTITION_KEY: Final = "x-opt-partition-key"
-SCHEDULED_ENQUEUE_TIME: Final = "x-opt-scheduled-enqueue-time"
-DEAD_LETTER_SOURCE: Final = "x-opt-deadletter-source"
-DEAD_LETTER_REASON: Final = "DeadLetterReason"
-DEAD_LETTER_DESCRIPTION: Final = "DeadLetterErrorDescription"
-STATES: Final = {0: "active", 1: "deferred", 2: "scheduled"}
-
-# properties list positions (AMQP 1.0, 3.2.4)
-_MESSAGE_ID, _TO, _SUBJECT, _REPLY_TO, _CORRELATION_ID, _CONTENT_TYPE = 0, 2, 3, 4, 5, 6
-_SESSION_ID, _REPLY_TO_SESSION_ID = 10, 12
-_PROPERTY_COLUMNS: Final = (("messageId", _MESSAGE_ID), ("to", _TO), ("subject", _SUBJECT),
-                            ("replyTo", _REPLY_TO), ("correlationId", _CORRELATION_ID),
-                            ("contentType", _CONTENT_TYPE), ("sessionId", _SESSION_ID),
-                            ("replyToSessionId", _REPLY_TO_SESSION_ID))
-
-
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bytes):
-        return value.hex()
-    return str(value)
-
-
-def _moment(ms: Any) -> datetime.datetime | None:
-    if ms is None:
-        return None
-    return datetime.datetime.fromtimestamp(int(ms) / 1000, datetime.UTC)
-
-
-def render(value: Any) -> str | None:
-    """An application property as the map<string,string> column shows it: strings as they are,
-    anything else as JSON (timestamps as ISO 8601, binary as hex, uuids as text)."""
-    if value is None or isinstance(value, str):
-        return value
-    return json.dumps(_jsonable(value))
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, Timestamp):
-        moment = _moment(value)
-        return moment.isoformat() if moment is not None else None
-    if isinstance(value, bytes):
-        return value.hex()
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if isinstance(value, bool | int | float | str) or value is None:
-        return value
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return str(value)
-
-
-def _body(payload: bytes, sections: list[amqp_message.Section]) -> bytes:
-    parts: list[bytes] = []
-    for s in sections:
-        if s.code == amqp_message.DATA:
-            parts.append(amqp_message.binary_value(payload, s))
-        elif s.code == amqp_message.AMQP_VALUE:
-            value = amqp_message.section_value(payload, s)
-            if isinstance(value, bytes):
-                parts.append(value)
-            elif isinstance(value, str):
-                parts.append(value.encode("utf-8"))
-            else:
-                parts.append(json.dumps(_jsonable(value)).encode("utf-8"))
-        elif s.code == amqp_message.AMQP_SEQUENCE:
-            parts.append(json.dumps(_jsonable(amqp_message.section_value(payload, s))).encode("utf-8"))
-    return b"".join(parts)
 
 
 def _row(payload: bytes, application: bool, original: bool) -> tuple[Any, ...]:
@@ -112,10 +50,7 @@ def _row(payload: bytes, application: bool, original: bool) -> tuple[Any, ...]:
     None unless ``application``, ``amqpMessage`` None unless ``original`` (decoding only what is read)."""
     w = sections.walk(payload, application)
     header, properties, annotations = w.header, w.properties, w.annotations
-    if len(w.bodies) == 1 and w.bodies[0].code == amqp_message.DATA:
-        body = amqp_message.binary_value(payload, w.bodies[0])
-    else:
-        body = _body(payload, w.bodies)
+    body = _body_column(payload, w.bodies)
     sequence_number = annotations.get("x-opt-sequence-number")
     state = annotations.get("x-opt-message-state")
     scheduled = annotations.get(SCHEDULED_ENQUEUE_TIME)
@@ -182,9 +117,6 @@ def _arrow_type(kind: str) -> Any:
     if arrow == "map":
         return pa.map_(pa.string(), pa.string())
     return pa.type_for_alias(arrow)
-
-
-KINDS: Final = {part.strip().split(" ", 1)[0]: part.strip().split(" ", 1)[1] for part in SCHEMA.split(", ")}
 
 
 def arrow_schema(names: tuple[str, ...] = COLUMNS) -> Any:
@@ -330,4 +262,4 @@ def message_from_row(row: dict[str, Any], source: str) -> bytes:
 
 def _body_of(sections: list[bytes]) -> bytes:
     joined = b"".join(sections)
-    return _body(joined, amqp_message.split_sections(joined)) if joined else b""
+    return _body_column(joined, amqp_message.split_sections(joined)) if joined else b""

@@ -15,13 +15,10 @@ from typing import Any, Final
 
 from sodalite.amqp import message as amqp_message
 from sodalite.amqp.codec import decode_value, encode_value, skip_value
+from sodalite.amqp.columns import SERVICE_OWNED
 from sodalite.amqp.errors import DecodeError
 from sodalite.amqp.types import Described, UInt, ULong
 
-SERVICE_OWNED: Final = frozenset({
-    "x-opt-sequence-number", "x-opt-enqueued-time", "x-opt-locked-until", "x-opt-lock-token",
-    "x-opt-deadletter-source", "x-opt-enqueue-sequence-number", "x-opt-message-state", "x-opt-partition-id",
-})
 _u32u32 = struct.Struct(">II")
 _i64 = struct.Struct(">q")
 _i8 = struct.Struct(">b")

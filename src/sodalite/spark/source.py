@@ -59,9 +59,11 @@ from sodalite.spark.options import (
     SinkOptions,
     SourceOptions,
     entity_starting_positions,
+    matching,
     sink_options,
     source_options,
     starting_positions,
+    with_entities,
 )
 
 Offset = dict[str, Any]
@@ -119,15 +121,15 @@ class SodaliteDataSource(DataSource):
     def name(cls) -> str:
         return "sodalite"
 
-    def schema(self) -> str:
-        return _schema(bool((self.options.get("entities") or "").strip()))  # a sink has no source options
+    def schema(self) -> str:  # (a sink has no source options)
+        return _schema(bool((self.options.get("entities") or "").strip()) or "entitypattern" in self.options)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        options = source_options(self.options)
+        options = _resolved(source_options(self.options))
         return BatchReader(options, _columns(options, schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        options = source_options(self.options)
+        options = _resolved(source_options(self.options))
         return StreamReader(options, _columns(options, schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
@@ -137,12 +139,28 @@ class SodaliteDataSource(DataSource):
         return StreamWriter(sink_options(self.options), schema)
 
 
+def _resolved(options: SourceOptions) -> SourceOptions:
+    """Options given as 'entityPattern' with the entities it matches now (listed by the broker)."""
+    if options.entity_pattern is None:
+        return options
+    broker = Broker(options.connection_string)
+    try:
+        return with_entities(options, matching(options.entity_pattern, broker.entity_names()))
+    finally:
+        broker.close()
+
+
 def _read(broker: Broker, options: SourceOptions, columns: tuple[str, ...], part: SequenceRange) -> Iterator[Any]:
-    """The range's rows as Arrow record batches, one per peeked page, built column by column."""
+    """The range's rows as Arrow record batches: the broker's columnar pages as they arrive, or, from a
+    broker that does not serve them, one batch per peeked page, built here column by column."""
     path = part.entity or options.path
     extra = {SOURCE_ENTITY: path} if options.several else None
     wanted = None if part.numbers is None else {n for low, high in part.numbers for n in range(low, high + 1)}
     try:
+        batches = _column_batches(broker, columns, part, path, extra)
+        if batches is not None:
+            yield from batches
+            return
         for page in broker.peek_pages(path, part.partition, part.start, part.end):
             if wanted is not None:
                 page = [payload for payload in page if sequence_number(payload) in wanted]
@@ -151,6 +169,45 @@ def _read(broker: Broker, options: SourceOptions, columns: tuple[str, ...], part
             yield rows.peeked_batch(page, columns, extra)
     finally:
         broker.close()
+
+
+def _column_batches(broker: Broker, columns: tuple[str, ...], part: SequenceRange, path: str,
+                    extra: dict[str, Any] | None) -> Iterator[Any] | None:
+    """The range's rows from the broker's columnar pages (None when it does not serve them): kept as they
+    come when they hold exactly ``columns``; a batch that reads chosen numbers only (consume=complete)
+    is filtered on its sequence numbers, and ``sourceEntity`` is added as a constant column."""
+    asked = tuple(name for name in columns if not (extra and name in extra))
+    if part.numbers is not None and "sequenceNumber" not in asked:
+        asked += ("sequenceNumber",)
+    pages = broker.column_pages(path, part.partition, part.start, part.end, asked)
+    if pages is None:
+        return None
+    if asked == columns and part.numbers is None:
+        return pages
+    return _reshaped(pages, columns, part.numbers, extra)
+
+
+def _reshaped(pages: Iterator[Any], columns: tuple[str, ...], numbers: tuple[tuple[int, int], ...] | None,
+              extra: dict[str, Any] | None) -> Iterator[Any]:
+    import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
+
+    chosen = None if numbers is None else pa.array([n for low, high in numbers for n in range(low, high + 1)],
+                                                   type=pa.int64())
+    for batch in pages:
+        if chosen is not None:
+            batch = batch.filter(pc.is_in(batch.column("sequenceNumber"), value_set=chosen))
+            if batch.num_rows == 0:
+                continue
+        arrays, fields = [], []
+        for name in columns:
+            if extra and name in extra:
+                arrays.append(pa.array([extra[name]] * batch.num_rows, type=pa.string()))
+                fields.append(pa.field(name, pa.string()))
+            else:
+                arrays.append(batch.column(name))
+                fields.append(batch.schema.field(name))
+        yield pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
 
 
 def _runs(numbers: list[int]) -> list[list[int]]:
@@ -205,6 +262,14 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"options": self.options, "columns": self.columns, "broker": self.broker, "_bounds": self._bounds,
                 "_available_now": self._available_now, "_removed": self._removed}
 
+    def _follow_pattern(self) -> None:
+        """With 'entityPattern', read the entities it matches now (kept as they were if it matches none)."""
+        pattern = self.options.entity_pattern
+        if pattern is not None:
+            names = matching(pattern, self.broker.entity_names())
+            if names:
+                self.options = with_entities(self.options, names)
+
     def _fetch_bounds(self) -> dict[str, list[Bounds]]:
         return {path: self.broker.bounds(path) for path in self.options.paths}
 
@@ -212,7 +277,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Each partition's starting position (EARLIEST, LATEST or a sequence number)."""
         o = self.options
         if o.several:
-            texts = entity_starting_positions(o.starting_position, o.entities)
+            texts = entity_starting_positions(o.starting_position, o.entities, strict=o.entity_pattern is None)
             per_path = {o.path_of(e): texts[e] for e in o.entities}
         else:
             per_path = {o.path: o.starting_position}
@@ -232,7 +297,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.options.several:
             entities = offset.get("entities")
             held = sorted(entities) if isinstance(entities, dict) else [offset.get("entity")]
-            if held != sorted(self.options.paths):
+            if self.options.entity_pattern is not None and isinstance(entities, dict):
+                # A pattern's entities come and go: one it matches no more is left; a new one starts at its
+                # first message (latestOffset).
+                entities = {path: parts for path, parts in entities.items() if path in self.options.paths}
+            elif held != sorted(self.options.paths):
                 raise ConfigurationError(
                     f"the checkpoint holds offsets of entities {held}, but this query reads "
                     f"{sorted(self.options.paths)}: use a new checkpointLocation for a different set of entities")
@@ -281,6 +350,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                for path, bounds in self._fetch_bounds().items() for b in bounds}
 
     def latestOffset(self, start: Offset, limit: ReadLimit) -> Offset:
+        self._follow_pattern()
         positions = self._positions(start)
         if self.options.consume:
             self._complete_read(start)  # the batch that ended at start: Spark has committed it by now
@@ -314,8 +384,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for (path, partition), n in end.items():
                 begin = positions.get((path, partition), _partition_base(partition))
                 if n > begin:
-                    numbers = [sequence_number(payload)
-                               for page in self.broker.peek_pages(path, partition, begin, n) for payload in page]
+                    numbers = self.broker.sequence_numbers(path, partition, begin, n)
                     if numbers:
                         read.setdefault(path, {})[str(partition)] = _runs(numbers)
             if read:
