@@ -57,7 +57,10 @@ def _sdk_exception(condition: str) -> sb.ServiceBusError:
 
 
 def test_every_error_class_is_covered() -> None:
-    assert {row.name for row in errors.error_table()} == {cls.__name__ for cls in EXPECTED}
+    # The classes of sodalite.errors: error_table() also lists subclasses other modules define (the
+    # Spark client's), which are there only when a test of this worker imported them.
+    ours = {row.name for row in errors.error_table() if getattr(errors, row.name, None) is not None}
+    assert ours == {cls.__name__ for cls in EXPECTED}
 
 
 @pytest.mark.parametrize("cls", list(EXPECTED), ids=lambda c: c.__name__)
