@@ -143,7 +143,7 @@ def to_backlog(application_properties: Mapping[str, Any] | None, routing: Routin
     return out
 
 
-def _text(value: Any, key: str) -> str:
+def _text(value: object, key: str) -> str:
     if isinstance(value, bytes):
         value = value.decode("utf-8")
     if not isinstance(value, str) or not value:
@@ -151,7 +151,7 @@ def _text(value: Any, key: str) -> str:
     return value
 
 
-def _milliseconds(value: Any, key: str) -> int:
+def _milliseconds(value: object, key: str) -> int:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, bool) or not isinstance(value, int):
@@ -159,7 +159,7 @@ def _milliseconds(value: Any, key: str) -> int:
     return value
 
 
-def _instant(value: Any, key: str) -> datetime:
+def _instant(value: object, key: str) -> datetime:
     if isinstance(value, datetime):
         return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
     return _EPOCH + timedelta(milliseconds=_milliseconds(value, key))

@@ -272,12 +272,12 @@ class EntityPair:
         """The entity's key in the client's ``Roles``: every sender to the pair shares its role."""
         return f"{self.kind}:{'/'.join(self.names[0])}|{'/'.join(self.names[1])}"
 
-    def sender(self, client: SdkClient[W_co, R_co], index: int, **kwargs: Any) -> W_co:
+    def sender(self, client: SdkClient[W_co, R_co], index: int, **kwargs: object) -> W_co:
         name = self.names[index][0]
         return client.get_topic_sender(name, **kwargs) if self.kind == "topic" else client.get_queue_sender(name,
                                                                                                             **kwargs)
 
-    def receiver(self, client: SdkClient[W_co, R_co], index: int, **kwargs: Any) -> R_co:
+    def receiver(self, client: SdkClient[W_co, R_co], index: int, **kwargs: object) -> R_co:
         if self.kind == "subscription":
             topic, subscription = self.names[index]
             return client.get_subscription_receiver(topic, subscription, **kwargs)

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol
+from typing import Protocol, cast
 
 from azure.servicebus import ServiceBusMessage
 
@@ -163,7 +163,8 @@ class Outbox:
         key = (kind, entity)
         sender = self._senders.get(key)
         if sender is None:
-            sender = self._senders[key] = core.make_sender(core.check_can_forward(self.client), kind, entity)
+            made = core.make_sender(core.check_can_forward(self.client), kind, entity)
+            sender = self._senders[key] = cast(_Sender, made)  # the client's own form: sync or asyncio
         return sender
 
     def start(self) -> None:
