@@ -9,7 +9,7 @@ clarifications, issue 15).
 - Opening the client checks the secondary namespace's backlog queues through
   ``ServiceBusAdministrationClient`` and creates the missing ones with the seed's properties.
   Extra or differently configured backlog queues are left as they are. The sync client opens in
-  its constructor; the asyncio one in ``with`` (or ``client.open()``, or its first send).
+  its constructor; the asyncio one when it enters its context, is opened (``open()``) or first sends.
 - ``get_queue_sender`` / ``get_topic_sender`` give a ``PairedSender``. While the primary works it
   is a plain sender. After a failover error it retries the primary until ``failover_interval`` has
   passed without a success, then rewrites the message (``backlog``) into its backlog queue; the

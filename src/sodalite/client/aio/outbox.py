@@ -11,8 +11,8 @@ the sync form) whenever there is something to forward, and retries every ``retry
 no namespace is reachable. An error that says the namespace may be unavailable stops forwarding
 and keeps the rows; any other error moves the refused row to the ``failed`` table (see
 ``failed_messages``). The asyncio form does its file work in a worker thread, so the loop never
-waits on a disk flush, and opens the file in ``open()`` or ``async with``; the sync form opens it
-at once.
+waits on a disk flush, and opens the file in ``open()`` or when it enters its context; the sync
+form opens it at once.
 """
 
 from __future__ import annotations
