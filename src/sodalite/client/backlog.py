@@ -99,15 +99,24 @@ def backlog_queue_names(primary_namespace: str, count: int) -> list[str]:
     return [backlog_queue_name(primary_namespace, i) for i in range(count)]
 
 
+class MalformedField(ValueError):
+    """A connection string field that is not ``key=value``; ``part`` is the field as written."""
+
+    def __init__(self, part: str) -> None:
+        super().__init__(f"malformed connection string field {part.strip()!r}")
+        self.part = part
+
+
 def connection_string_fields(connection_string: str) -> dict[str, str]:
-    """The ``key=value`` fields of a Service Bus connection string, keys as written."""
+    """The ``key=value`` fields of a Service Bus connection string, keys as written (MalformedField
+    for a field without ``=``)."""
     fields: dict[str, str] = {}
     for part in connection_string.split(";"):
         if not part.strip():
             continue
         key, sep, value = part.partition("=")
         if not sep:
-            raise ValueError(f"malformed connection string field {part.strip()!r}")
+            raise MalformedField(part)
         fields[key.strip()] = value.strip()
     return fields
 

@@ -43,7 +43,7 @@ from azure.servicebus import (
 )
 from azure.servicebus.exceptions import MessageAlreadySettled, MessageLockLostError, OperationTimeoutError
 
-from sodalite.client.backlog import PING_CONTENT_TYPE
+from sodalite.client.backlog import PING_CONTENT_TYPE, MalformedField, connection_string_fields
 from sodalite.client.batch import KeepingMessageBatch
 from sodalite.client.dedup import DuplicateFilter
 from sodalite.client.failover import is_failover_error
@@ -85,14 +85,11 @@ def parse_connection_string(value: object, role: str) -> ConnectionParts:
         raise ConfigurationError(f"the {role} connection string is missing")
     if not isinstance(value, str):
         raise ConfigurationError(f"the {role} connection string must be a str, not {type(value).__name__}")
-    fields: dict[str, str] = {}
-    for part in value.split(";"):
-        if not part.strip():
-            continue
-        key, sep, val = part.partition("=")
-        if not sep:
-            raise ConfigurationError(f"the {role} connection string is invalid: {part!r} is not key=value")
-        fields[key.strip().lower()] = val.strip()
+    try:
+        fields = {key.lower(): val for key, val in connection_string_fields(value).items()}
+    except MalformedField as error:
+        raise ConfigurationError(f"the {role} connection string is invalid: {error.part!r} is not key=value"
+                                 ) from None
     endpoint = fields.get("endpoint", "")
     if not endpoint.startswith("sb://") or len(endpoint) <= len("sb://"):
         raise ConfigurationError(f"the {role} connection string is invalid: it needs Endpoint=sb://<host>")
