@@ -10,11 +10,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusMessageBatch
+from azure.servicebus.aio import ServiceBusClient as AioServiceBusClient
 from azure.servicebus.management import ServiceBusAdministrationClient
 from broker_process import BrokerProcess, write_config
 
 from sodalite.client import backlog as bl
 from sodalite.client.aio import PairedNamespaceClient, PairedNamespaceOptions
+from sodalite.client.aio.paired import Syphon, ensure_backlog_queues
+from sodalite.client.paired_core import SyphonCounters
+from sodalite.client.paired_messages import to_backlog_message
 from sodalite.errors import BacklogQueueSetupFailed, FailoverExhausted, PairedClientClosed
 
 pytestmark = pytest.mark.interop
@@ -151,3 +155,36 @@ def test_aio_a_batch_from_create_message_batch_fails_over(brokers: tuple[BrokerP
         with client.get_queue_receiver(bl.backlog_queue_name("aiobatch", 0)) as receiver:
             peeked = receiver.peek_messages(max_message_count=10)
     assert [str(m.message_id) for m in peeked] == ["aio-batch-0", "aio-batch-1"]
+
+
+def test_aio_syphon_reports_its_progress(brokers: tuple[BrokerProcess, BrokerProcess]) -> None:
+    """``on_progress`` (once only on the sync Syphon): called after each batch moved, with the counters."""
+    primary, secondary = brokers
+    names = bl.backlog_queue_names("aioprogress", 1)
+    seen: list[tuple[str, int]] = []
+
+    async def drain() -> None:
+        await ensure_backlog_queues(secondary.connection_string, names,
+                                    connection_verify=str(secondary.data_dir / "admin-cert.pem"))
+        stop = asyncio.Event()
+
+        def progress(queue: str, counters: SyphonCounters) -> None:
+            seen.append((queue, counters.moved))
+            stop.set()
+
+        async with AioServiceBusClient.from_connection_string(secondary.connection_string) as second, \
+                AioServiceBusClient.from_connection_string(primary.connection_string) as first:
+            async with second.get_queue_sender(names[0]) as sender:
+                await sender.send_messages(to_backlog_message(
+                    ServiceBusMessage("p", message_id="progress-1", session_id="progress"), "aorders"))
+            syphon = Syphon(first, second, names[0], timedelta(seconds=1), timedelta(seconds=1), stop,
+                            on_progress=progress)
+            await syphon.run()
+
+    asyncio.run(asyncio.wait_for(drain(), 60))
+    assert seen == [(names[0], 1)]
+    with ServiceBusClient.from_connection_string(primary.connection_string) as client:
+        with client.get_queue_receiver("aorders", session_id="progress", max_wait_time=5) as receiver:
+            received = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+            assert [str(m.message_id) for m in received] == ["progress-1"]
+            receiver.complete_message(received[0])

@@ -1,6 +1,9 @@
+# Generated from src/sodalite/client/aio/__init__.py by scripts/unasync; edit the async source.
 """Client-side resilience on the official azure-servicebus SDK: works against any Service Bus.
 
-Needs the SDK, the ``client`` extra; without it the import says which command installs it.
+``sodalite.client.aio`` has the asyncio classes (on the SDK's ``azure.servicebus.aio``);
+``sodalite.client`` the same names for sync code, generated from them. Needs the SDK, the ``client``
+extra; without it the import says which command installs it.
 """
 
 try:

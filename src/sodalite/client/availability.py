@@ -27,14 +27,17 @@ never contended). Time comes from the caller.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 
 from sodalite.client.failover import is_failover_error
 
 # The library's own attempt policy: one quick retry (a broken connection is reopened once), so a
 # namespace that refuses connections answers within a fraction of a second.
-ATTEMPT_RETRIES: dict[str, Any] = {"retry_total": 1, "retry_backoff_factor": 0.05, "retry_backoff_max": 0.2}
+# Keyword arguments for an SDK client (``connection_verify``, ``retry_total``, ...), passed through as they are.
+ClientOptions = Mapping[str, object]
+ATTEMPT_RETRIES: dict[str, object] = {"retry_total": 1, "retry_backoff_factor": 0.05, "retry_backoff_max": 0.2}
 # The SDK's knobs that the attempt policy replaces (the application's values stay on its own client).
 _RETRY_KEYS = ("retry_total", "retry_backoff_factor", "retry_backoff_max", "retry_mode")
 SHORT_ATTEMPT = 2.0  # seconds a send to a namespace in doubt may take (the default of ``attempt_timeout``)
@@ -42,17 +45,33 @@ CLOSE_BUDGET = 1.5  # seconds background work gets to stop before the clients un
 PUMP_SLICE = 0.5  # the longest single receive of a background pump, so it sees a stop within this
 
 
-def attempt_client_kwargs(client_kwargs: dict[str, Any], retries: dict[str, Any] | None = None) -> dict[str, Any]:
+def attempt_client_kwargs(client_kwargs: ClientOptions, retries: ClientOptions | None = None) -> dict[str, object]:
     """The keyword arguments of a namespace's attempt client: the application's, retries replaced."""
     kept = {k: v for k, v in client_kwargs.items() if k not in _RETRY_KEYS}
     return {**kept, **(ATTEMPT_RETRIES if retries is None else retries)}
 
 
-def namespace_kwargs(shared: dict[str, Any], own: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+def namespace_kwargs(shared: ClientOptions, own: ClientOptions | None) -> tuple[dict[str, object], dict[str, object]]:
     """One namespace's SDK client keyword arguments (the shared ones, its own over them: each broker's
     CA file as ``connection_verify``, say) and those of its attempt client."""
     merged = {**shared, **(own or {})}
     return merged, attempt_client_kwargs(merged)
+
+
+C = TypeVar("C")
+
+
+def sdk_client(make: Callable[..., C], connection_string: str, options: ClientOptions) -> C:
+    """``make(connection_string, **options)``: the options reach the SDK as the application gave them
+    (the SDK checks them)."""
+    return make(connection_string, **options)
+
+
+def namespace_clients(make: Callable[..., C], connection_string: str, shared: ClientOptions,
+                      own: ClientOptions | None) -> tuple[C, C]:
+    """A namespace's SDK client (``shared`` options, ``own`` over them) and its attempt client."""
+    merged, attempts = namespace_kwargs(shared, own)
+    return sdk_client(make, connection_string, merged), sdk_client(make, connection_string, attempts)
 
 
 def attempt_timeout(app_timeout: float | None, in_doubt: bool, short: float) -> float | None:

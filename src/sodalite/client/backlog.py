@@ -99,15 +99,24 @@ def backlog_queue_names(primary_namespace: str, count: int) -> list[str]:
     return [backlog_queue_name(primary_namespace, i) for i in range(count)]
 
 
+class MalformedField(ValueError):
+    """A connection string field that is not ``key=value``; ``part`` is the field as written."""
+
+    def __init__(self, part: str) -> None:
+        super().__init__(f"malformed connection string field {part.strip()!r}")
+        self.part = part
+
+
 def connection_string_fields(connection_string: str) -> dict[str, str]:
-    """The ``key=value`` fields of a Service Bus connection string, keys as written."""
+    """The ``key=value`` fields of a Service Bus connection string, keys as written (MalformedField
+    for a field without ``=``)."""
     fields: dict[str, str] = {}
     for part in connection_string.split(";"):
         if not part.strip():
             continue
         key, sep, value = part.partition("=")
         if not sep:
-            raise ValueError(f"malformed connection string field {part.strip()!r}")
+            raise MalformedField(part)
         fields[key.strip()] = value.strip()
     return fields
 
@@ -143,7 +152,7 @@ def to_backlog(application_properties: Mapping[str, Any] | None, routing: Routin
     return out
 
 
-def _text(value: Any, key: str) -> str:
+def _text(value: object, key: str) -> str:
     if isinstance(value, bytes):
         value = value.decode("utf-8")
     if not isinstance(value, str) or not value:
@@ -151,7 +160,7 @@ def _text(value: Any, key: str) -> str:
     return value
 
 
-def _milliseconds(value: Any, key: str) -> int:
+def _milliseconds(value: object, key: str) -> int:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, bool) or not isinstance(value, int):
@@ -159,7 +168,7 @@ def _milliseconds(value: Any, key: str) -> int:
     return value
 
 
-def _instant(value: Any, key: str) -> datetime:
+def _instant(value: object, key: str) -> datetime:
     if isinstance(value, datetime):
         return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
     return _EPOCH + timedelta(milliseconds=_milliseconds(value, key))

@@ -10,7 +10,6 @@ and ``max_size_in_bytes`` behave as usual) that also keeps the messages it accep
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch
 
@@ -26,12 +25,12 @@ class KeepingMessageBatch(ServiceBusMessageBatch):
     copies sent to two namespaces share it (duplicate detection needs it)."""
 
     def __init__(self, max_size_in_bytes: int | None = None, *, set_message_ids: bool = False,
-                 **kwargs: Any) -> None:
+                 **kwargs: object) -> None:
         super().__init__(max_size_in_bytes=max_size_in_bytes or MAX_MESSAGE_SIZE, **kwargs)
         self._set_message_ids = set_message_ids
         self._kept: list[ServiceBusMessage] = []
 
-    def add_message(self, message: Any) -> None:
+    def add_message(self, message: object) -> None:
         """As the SDK's, for ``ServiceBusMessage`` objects (MessageSizeExceededError when it does not fit)."""
         if not isinstance(message, ServiceBusMessage):
             raise TypeError("this batch takes ServiceBusMessage objects (it must be able to resend them), "

@@ -124,7 +124,7 @@ def now_text() -> str:
 
 # -- the codec: ServiceBusMessage <-> JSON text, with typed application property values ---------------
 
-def _value(value: Any) -> Any:
+def _value(value: object) -> object:
     if value is None or isinstance(value, str):
         return value
     if isinstance(value, bool):
@@ -144,9 +144,11 @@ def _value(value: Any) -> Any:
     raise TypeError(f"the outbox cannot store an application property of type {type(value).__name__}")
 
 
-def _unvalue(value: Any) -> Any:
+def _unvalue(value: object) -> Any:
     if value is None or isinstance(value, str):
         return value
+    if not isinstance(value, dict):
+        raise ValueError(f"a stored property value is a string, null or a tagged object, not {value!r}")
     [(tag, inner)] = value.items()
     if tag == "bool":
         return bool(inner)
@@ -177,7 +179,7 @@ def encode(message: ServiceBusMessage) -> str:
         raise TypeError("the outbox stores messages with a data body (str or bytes); this one has a "
                         f"{message.body_type.value} body")
     body = b"".join(bytes(chunk) for chunk in message.body)
-    fields: dict[str, Any] = {"body": base64.b64encode(body).decode("ascii")}
+    fields: dict[str, object] = {"body": base64.b64encode(body).decode("ascii")}
     for name in _TEXT_FIELDS:
         value = getattr(message, name)
         if value is not None:
@@ -285,8 +287,8 @@ def batch_of(message: ServiceBusMessage | Iterable[ServiceBusMessage]) -> list[S
 class ForwardingClient(Protocol):
     """What an outbox forwards through: a ServiceBusClient or a ReplicatedClient, sync or asyncio."""
 
-    def get_queue_sender(self, queue_name: str) -> Any: ...
-    def get_topic_sender(self, topic_name: str) -> Any: ...
+    def get_queue_sender(self, queue_name: str) -> object: ...
+    def get_topic_sender(self, topic_name: str) -> object: ...
 
 
 def check_batch_size(batch_size: int) -> None:
@@ -300,7 +302,7 @@ def check_can_forward(client: ForwardingClient | None) -> ForwardingClient:
     return client
 
 
-def make_sender(client: ForwardingClient, kind: str, entity: str) -> Any:
+def make_sender(client: ForwardingClient, kind: str, entity: str) -> object:
     """The SDK sender for ``entity`` (making one opens nothing: the SDK connects on the first send)."""
     return client.get_queue_sender(entity) if kind == "queue" else client.get_topic_sender(entity)
 

@@ -1,20 +1,24 @@
-"""Paired namespaces: sends that fail over to backlog queues in a secondary namespace (sync form).
+# Generated from src/sodalite/client/aio/paired.py by scripts/unasync; edit the async source.
+"""Paired namespaces: sends that fail over to backlog queues in a secondary namespace.
 
-Theory of operation (paired-namespaces seed; clarifications, issue 15; the state machine itself is
-``failover.FailoverBook``, and the decisions both this module and its asyncio twin follow are in
-``paired_core``: this module does only the sync I/O):
+Written once, for asyncio; ``sodalite.client.paired`` is generated from it by ``scripts/unasync``
+(threads where this has tasks). The state machine is ``failover.FailoverBook``; the decisions both
+forms follow are in ``paired_core``: this module does only the I/O (paired-namespaces seed;
+clarifications, issue 15).
 
 - Opening the client checks the secondary namespace's backlog queues through
   ``ServiceBusAdministrationClient`` and creates the missing ones with the seed's properties.
-  Extra or differently configured backlog queues are left as they are.
+  Extra or differently configured backlog queues are left as they are. The sync client opens in
+  its constructor; the asyncio one when it enters its context, is opened (``open()``) or first sends.
 - ``get_queue_sender`` / ``get_topic_sender`` give a ``PairedSender``. While the primary works it
   is a plain sender. After a failover error it retries the primary until ``failover_interval`` has
   passed without a success, then rewrites the message (``backlog``) into its backlog queue; the
   caller sees an error only when the primary and every backlog queue have failed.
 - A failed-over entity is pinged (``application/vnd.ms-servicebus-ping``, 1 s TTL) every
-  ``ping_primary_interval`` by one thread; a successful ping sends everyone back to the primary.
-- With ``enable_syphon``, one ``Syphon`` thread per backlog queue long-polls it and moves each
-  message to its ``x-ms-path`` entity in the primary, completing it only after that send succeeded.
+  ``ping_primary_interval`` in the background; a successful ping sends everyone back to the primary.
+- With ``enable_syphon``, one ``Syphon`` per backlog queue long-polls it in the background and moves
+  each message to its ``x-ms-path`` entity in the primary, completing it only after that send
+  succeeded.
 - Close/fault coordination: closing or faulting either namespace client (``client.primary``,
   ``client.secondary``) closes the other at once, and the paired client then refuses work with
   ``PairedClientClosed``.
@@ -23,12 +27,10 @@ Theory of operation (paired-namespaces seed; clarifications, issue 15; the state
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import Any
 
 from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.servicebus import (
@@ -40,9 +42,9 @@ from azure.servicebus import (
 )
 from azure.servicebus.management import ServiceBusAdministrationClient
 
-from sodalite.client import backlog
+from sodalite.client import backlog, concurrency
 from sodalite.client import paired_core as core
-from sodalite.client.availability import CLOSE_BUDGET, namespace_kwargs
+from sodalite.client.availability import CLOSE_BUDGET, ClientOptions, namespace_clients, namespace_kwargs, sdk_client
 from sodalite.client.failover import is_failover_error, is_namespace_auth_fault
 from sodalite.client.paired_core import (
     RETRY_PAUSE,
@@ -62,9 +64,10 @@ __all__ = ["RETRY_PAUSE", "SYPHON_BATCH", "NamespaceSide", "PairedMessageBatch",
            "PairedNamespaceOptions", "PairedSender", "Sendable", "Syphon", "SyphonCounters", "backlog_setup_error",
            "close_sdk_client", "ensure_backlog_queues"]
 
-def ensure_backlog_queues(secondary_connection_string: str, names: list[str], **kwargs: Any) -> None:
+
+def ensure_backlog_queues(secondary_connection_string: str, names: list[str], **kwargs: object) -> None:
     """Create the backlog queues that do not exist; leave existing ones as they are."""
-    admin = ServiceBusAdministrationClient.from_connection_string(secondary_connection_string, **kwargs)
+    admin = sdk_client(ServiceBusAdministrationClient.from_connection_string, secondary_connection_string, kwargs)
     with admin:
         for name in names:
             try:
@@ -89,7 +92,8 @@ class NamespaceSide(core.SideState):
     the syphon's moves."""
 
     def __init__(self, role: str, client: ServiceBusClient, on_down: Callable[[NamespaceSide], None],
-                 before_close: Callable[[], None] = lambda: None, attempts: ServiceBusClient | None = None) -> None:
+                 before_close: Callable[[], None] | None = None,
+                 attempts: ServiceBusClient | None = None) -> None:
         super().__init__(role)
         self.client = client
         self.attempts = attempts if attempts is not None else client
@@ -105,7 +109,8 @@ class NamespaceSide(core.SideState):
     def _down(self, fault: BaseException | None) -> None:
         if not self._goes_down(fault):
             return
-        self._before_close()  # stop the pumps first: they open receivers on this client
+        if self._before_close is not None:
+            self._before_close()  # stop the pumps first: they open receivers on this client
         try:
             if self.attempts is not self.client:
                 close_sdk_client(self.attempts)
@@ -115,10 +120,10 @@ class NamespaceSide(core.SideState):
 
 
 def close_sdk_client(client: ServiceBusClient) -> None:
-    """Close an SDK client whose handlers other threads may still be opening.
+    """Close an SDK client whose handlers background work may still be opening.
 
-    ``ServiceBusClient.close`` iterates a set of handlers that a thread opening a receiver changes;
-    the pumps are told to stop first, so a retry or two finds the set still.
+    ``ServiceBusClient.close`` iterates a set of handlers that opening a receiver changes; the pumps
+    are told to stop first, so a retry or two finds the set still.
     """
     for attempt in range(20):
         try:
@@ -127,8 +132,7 @@ def close_sdk_client(client: ServiceBusClient) -> None:
         except RuntimeError:  # "Set changed size during iteration"
             if attempt == 19:
                 raise
-            time.sleep(0.05)
-
+            concurrency.sleep(0.05)
 
 
 class PairedSender:
@@ -142,7 +146,7 @@ class PairedSender:
         self._backlog_index: int | None = None
         self._backlog_senders: core.HandlerCache[int, ServiceBusSender] = core.HandlerCache(
             lambda index: client.secondary.client.get_queue_sender(client.backlog_names[index]))
-        self._lock = threading.Lock()
+        self._lock = concurrency.Lock()
 
     def __enter__(self) -> PairedSender:
         return self
@@ -174,14 +178,12 @@ class PairedSender:
     def _drop_primary(self) -> None:
         sender, self._primary = self._primary, None
         if sender is not None:
-            try:
-                sender.close()
-            except Exception:  # a broken link may fail to close; it is gone either way
-                log.debug("closing a broken primary sender failed", exc_info=True)
+            _close_quietly(sender, "a broken primary sender")
 
     def send_messages(self, message: Sendable, *, timeout: float | None = None) -> None:
         """Send to the primary, or, once the entity is failed over, to a backlog queue."""
         with self._lock:
+            self._client.open()
             self._client.check_open()
             send = core.outgoing(message)
             if send.empty:
@@ -218,7 +220,7 @@ class PairedSender:
                         raise core.raw_batch_cannot_fail_over(just_now=True) from exc
                     return False
                 self._client.check_open()
-                time.sleep(step.wait)
+                concurrency.sleep(step.wait)
                 pause = step.next_pause
 
     def _send_to_backlog(self, messages: list[ServiceBusMessage], timeout: float | None) -> None:
@@ -233,10 +235,7 @@ class PairedSender:
             except Exception as exc:
                 walk.failed(index, exc)
                 self._backlog_senders.pop(index)
-                try:
-                    sender.close()
-                except Exception:
-                    log.debug("closing a broken backlog sender failed", exc_info=True)
+                _close_quietly(sender, "a broken backlog sender")
                 continue
             walk.succeeded(index)
             return
@@ -245,17 +244,22 @@ class PairedSender:
         with self._lock:
             self._drop_primary()
             for sender in self._backlog_senders.take_all():
-                try:
-                    sender.close()
-                except Exception:
-                    log.debug("closing a backlog sender failed", exc_info=True)
+                _close_quietly(sender, "a backlog sender")
+
+
+def _close_quietly(sender: ServiceBusSender, what: str) -> None:
+    """Close a sender whose link may be broken: it is gone either way."""
+    try:
+        sender.close()
+    except Exception:
+        log.debug("closing %s failed", what, exc_info=True)
 
 
 class Syphon:
     """Moves messages from one backlog queue to their entities in the primary namespace."""
 
     def __init__(self, primary: ServiceBusClient, secondary: ServiceBusClient, backlog_queue: str,
-                 receive_wait: timedelta, retry_pause: timedelta, stop: threading.Event,
+                 receive_wait: timedelta, retry_pause: timedelta, stop: concurrency.Event,
                  on_fault: Callable[[str, BaseException], None] | None = None,
                  on_progress: Callable[[str, SyphonCounters], None] | None = None) -> None:
         self.primary = primary
@@ -271,36 +275,38 @@ class Syphon:
                                                                                     key=str.lower)
 
     def run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                with self.secondary.get_queue_receiver(self.backlog_queue) as receiver:
-                    while not self.stop.is_set():
-                        # The long poll in slices, so a close is seen within one (and nothing is closed
-                        # under a receive in progress).
-                        received = receiver.receive_messages(max_message_count=SYPHON_BATCH,
-                                                             max_wait_time=core.pump_slice(self.receive_wait))
-                        if received:
-                            self.move(receiver, received)
-                            if self._on_progress is not None:
-                                self._on_progress(self.backlog_queue, self.counters)
-            except Exception as exc:
-                if is_namespace_auth_fault(exc):  # (a missing backlog queue is not: it pauses, as below)
-                    if self._on_fault is not None:
-                        self._on_fault("secondary", exc)
-                    return
-                if self.stop.is_set():
-                    return
-                log.info("syphon of '%s' pauses: %s", self.backlog_queue, core.first_line(exc))
-                self._close_senders()
-                self.stop.wait(self.retry_pause.total_seconds())
-        self._close_senders()
+        try:
+            while not self.stop.is_set():
+                try:
+                    self._pump()
+                except Exception as exc:
+                    if is_namespace_auth_fault(exc):  # (a missing backlog queue is not: it pauses, as below)
+                        if self._on_fault is not None:
+                            self._on_fault("secondary", exc)
+                        return
+                    if self.stop.is_set():
+                        return
+                    log.info("syphon of '%s' pauses: %s", self.backlog_queue, core.first_line(exc))
+                    self._close_senders()
+                    concurrency.wait(self.stop, self.retry_pause.total_seconds())
+        finally:
+            self._close_senders()
+
+    def _pump(self) -> None:
+        with self.secondary.get_queue_receiver(self.backlog_queue) as receiver:
+            while not self.stop.is_set():
+                # The long poll in slices, so a close is seen within one (and nothing is closed under a
+                # receive in progress).
+                received = receiver.receive_messages(max_message_count=SYPHON_BATCH,
+                                                     max_wait_time=core.pump_slice(self.receive_wait))
+                if received:
+                    self.move(receiver, received)
+                    if self._on_progress is not None:
+                        self._on_progress(self.backlog_queue, self.counters)
 
     def _close_senders(self) -> None:
         for sender in self._senders.take_all():
-            try:
-                sender.close()
-            except Exception:
-                log.debug("closing a syphon sender failed", exc_info=True)
+            _close_quietly(sender, "a syphon sender")
 
     def move(self, receiver: ServiceBusReceiver, received: list[ServiceBusReceivedMessage]) -> None:
         """Send each message to its entity in the primary, then complete it in the backlog.
@@ -319,7 +325,9 @@ class Syphon:
             try:
                 self._senders.get(path).send_messages([restored for _, restored in pairs])  # queue or topic
             except Exception as exc:
-                self._drop_sender(path)
+                sender = self._senders.pop(path)
+                if sender is not None:
+                    _close_quietly(sender, "a syphon sender")
                 refused = refusal(path, exc)
                 if refused is None:
                     for message in plan.unsent_from(position):
@@ -336,61 +344,63 @@ class Syphon:
                 receiver.complete_message(message)
                 self.counters.moved += 1
 
-    def _drop_sender(self, path: str) -> None:
-        sender = self._senders.pop(path)
-        if sender is not None:
-            try:
-                sender.close()
-            except Exception:
-                log.debug("closing a syphon sender failed", exc_info=True)
-
 
 class PairedNamespaceClient(core.PairedState):
     """A primary namespace paired with a secondary one that holds its backlog queues."""
 
     def __init__(self, primary_connection_string: str, options: PairedNamespaceOptions, *,
-                 primary_client_kwargs: dict[str, Any] | None = None,
-                 secondary_client_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+                 primary_client_kwargs: ClientOptions | None = None,
+                 secondary_client_kwargs: ClientOptions | None = None, **kwargs: object) -> None:
         """``kwargs`` (``connection_verify``, ``retry_total``, ...) go to every client made here;
         ``primary_client_kwargs`` / ``secondary_client_kwargs`` to one namespace's only, over them (each
         broker's own CA file as ``connection_verify``, say)."""
         super().__init__(primary_connection_string, options)
-        self._kwargs = kwargs
-        self._primary_connection_string = primary_connection_string
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._threads_lock = threading.Lock()
+        self._kwargs = namespace_kwargs(kwargs, secondary_client_kwargs)[0]  # the administration client's
+        self._stop = concurrency.Event()
+        self._workers = concurrency.Workers()
+        self._opened = False
+        self._opening = concurrency.Lock()
         self.syphons: list[Syphon] = []
-        first, first_attempts = namespace_kwargs(kwargs, primary_client_kwargs)
-        second, second_attempts = namespace_kwargs(kwargs, secondary_client_kwargs)
-        ensure_backlog_queues(options.secondary_connection_string, self.backlog_names, **second)
-        self.primary = NamespaceSide(
-            "primary", ServiceBusClient.from_connection_string(primary_connection_string, **first), self._side_down,
-            self._stop_background, ServiceBusClient.from_connection_string(primary_connection_string, **first_attempts))
-        self.secondary = NamespaceSide(
-            "secondary", ServiceBusClient.from_connection_string(options.secondary_connection_string, **second),
-            self._side_down, self._stop_background,
-            ServiceBusClient.from_connection_string(options.secondary_connection_string, **second_attempts))
-        if options.enable_syphon:
-            for name in self.backlog_names:
-                syphon = Syphon(self.primary.attempts, self.secondary.client, name, options.syphon_receive_wait,
-                                options.ping_primary_interval, self._stop, on_fault=self._fault_from)
-                self.syphons.append(syphon)
-                self._spawn(syphon.run, f"syphon {name}")
+        make = ServiceBusClient.from_connection_string
+        primary, primary_attempts = namespace_clients(make, primary_connection_string, kwargs, primary_client_kwargs)
+        self.primary = NamespaceSide("primary", primary, self._side_down, self._stop_background, primary_attempts)
+        secondary, secondary_attempts = namespace_clients(make, options.secondary_connection_string, kwargs,
+                                                          secondary_client_kwargs)
+        self.secondary = NamespaceSide("secondary", secondary, self._side_down, self._stop_background,
+                                       secondary_attempts)
+        self._open_or_close()  # the sync client opens here
+
+    def open(self) -> None:
+        """Check and create the backlog queues, start the syphon; once (``with`` calls it)."""
+        with self._opening:
+            if self._opened:
+                return
+            self.check_open()
+            ensure_backlog_queues(self.options.secondary_connection_string, self.backlog_names,
+                                  **self._kwargs)
+            self._opened = True
+            if self.options.enable_syphon:
+                for name in self.backlog_names:
+                    syphon = Syphon(self.primary.attempts, self.secondary.client, name,
+                                    self.options.syphon_receive_wait, self.options.ping_primary_interval,
+                                    self._stop, on_fault=self._fault_from)
+                    self.syphons.append(syphon)
+                    self._workers.spawn(syphon.run, f"syphon {name}")
+
+    def _open_or_close(self) -> None:
+        try:
+            self.open()
+        except BaseException:
+            self.close()
+            raise
 
     def __enter__(self) -> PairedNamespaceClient:
+        self._open_or_close()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
-
-    def _spawn(self, target: Callable[[], None], name: str) -> None:
-        thread = threading.Thread(target=target, name=name, daemon=True)
-        with self._threads_lock:
-            self._threads = [t for t in self._threads if t.is_alive()]
-            self._threads.append(thread)
-        thread.start()
 
     # ---- close/fault coordination ---------------------------------------------------------------
 
@@ -399,18 +409,15 @@ class PairedNamespaceClient(core.PairedState):
         self._close_with(side.down_reason())
         self._stop.set()
         if not other.closed:
-            other.set_fault(PairedClientClosed(side.down_reason()))
+            reason = PairedClientClosed(side.down_reason())
+            self._workers.start_closing(lambda: other.set_fault(reason), f"close the {other.role} client")
 
     def _stop_background(self) -> None:
-        """Tell the pumps and pingers to stop and give them the budget to finish what they hold (never
-        waiting for the calling thread itself: a pump may be the one that faults a side)."""
+        """Tell the pumps and pingers to stop and give them the budget to finish what they hold; what is
+        left then is cancelled (tasks only: a thread cannot be). Never the caller itself (a pump may be
+        the one that faults a side), nor work that is closing a side (it ends by itself)."""
         self._stop.set()
-        deadline = time.monotonic() + CLOSE_BUDGET
-        with self._threads_lock:
-            threads = list(self._threads)
-        for thread in threads:
-            if thread is not threading.current_thread():
-                thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        self._workers.stop(CLOSE_BUDGET)
 
     def _fault_from(self, role: str, exc: BaseException) -> None:
         (self.primary if role == "primary" else self.secondary).set_fault(exc)
@@ -440,12 +447,12 @@ class PairedNamespaceClient(core.PairedState):
 
     def start_pinging(self, path: str) -> None:
         if self.book.start_pinging(path):
-            self._spawn(lambda: self._ping_until_back(path), f"ping {path}")
+            self._workers.spawn(lambda: self._ping_until_back(path), f"ping {path}")
 
     def _ping_until_back(self, path: str) -> None:
         interval = self.options.ping_primary_interval.total_seconds()
         try:
-            while not self._stop.wait(interval):
+            while not concurrency.wait(self._stop, interval):
                 try:
                     with self.primary.attempts.get_queue_sender(path) as sender:
                         sender.send_messages(ping_message())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage
@@ -19,16 +19,18 @@ def body_bytes(message: ServiceBusMessage | ServiceBusReceivedMessage) -> bytes:
     """A data body as one byte string (the SDK gives data bodies as a generator of sections)."""
     if message.body_type != AmqpMessageBodyType.DATA:
         raise TypeError(f"only data bodies can go through a backlog queue, not {message.body_type}")
-    body: Any = message.body
+    body: object = message.body
     if isinstance(body, bytes):
         return body
     if isinstance(body, str):
         return body.encode("utf-8")
+    if not isinstance(body, Iterable):
+        raise TypeError(f"a data body is bytes, str or data sections, not {type(body).__name__}")
     return b"".join(bytes(section) for section in body)
 
 
 def _copy(message: ServiceBusMessage | ServiceBusReceivedMessage, *, application_properties: dict[Any, Any],
-          session_id: str | None, time_to_live: Any, scheduled: datetime | None) -> ServiceBusMessage:
+          session_id: str | None, time_to_live: timedelta | None, scheduled: datetime | None) -> ServiceBusMessage:
     return ServiceBusMessage(
         body_bytes(message), application_properties=application_properties, session_id=session_id,
         message_id=message.message_id, scheduled_enqueue_time_utc=scheduled, time_to_live=time_to_live,

@@ -1,13 +1,15 @@
+# Generated from src/sodalite/client/aio/replication.py by scripts/unasync; edit the async source.
 """ReplicatedClient: active and passive replication over two namespaces (seed: outages-and-disasters).
 
-Theory of operation. The client holds one official SDK client per namespace. Each entity exists in
-both, under the same name unless the caller names the secondary's.
+Written once, for asyncio; ``sodalite.client.replication`` is generated from it by ``scripts/unasync``.
+The client holds one official SDK client per namespace. Each entity exists in both, under the
+same name unless the caller names the secondary's.
 
-- **Active**: a send goes to both namespaces, the secondary's copy from a worker thread while the
-  primary's goes from the caller's; both copies carry the same MessageId (one is set where the
-  message has none). The send returns when at least one copy was accepted (the SDK returns only
-  after the broker's accept, i.e. once the copy is durable); both failing raises the secondary's
-  error chained to the primary's.
+- **Active**: a send goes to both namespaces at once (``concurrency.SideBySide``: two awaits
+  gathered; in the sync form the secondary's copy goes from a worker thread); both copies carry
+  the same MessageId (one is set where the message has none). The send returns when at least one
+  copy was accepted (the SDK returns only after the broker's accept, i.e. once the copy is
+  durable); both failing raises the secondary's error chained to the primary's.
 - **Passive**: a send goes to the entity that is active for this client (the primary at first).
   If it fails with an error that says the namespace may be unavailable (``signals_unavailable``),
   the same message goes to the backup and, if that succeeds, the two swap roles for every sender
@@ -25,25 +27,23 @@ both, under the same name unless the caller names the secondary's.
   client picks one at random as active, sends each request there and waits for the reply, matched
   by CorrelationId, on its reply queue in the namespace the request went to. The round trip is the
   operation: a failed send or no reply within the timeout reissues the request to the backup, and
-  its reply switches the roles; both failing leaves them. ``get_request_receiver`` serves both request queues and
-  replies into the namespace each request came from.
+  its reply switches the roles; both failing leaves them. ``get_request_receiver`` serves both
+  request queues and replies into the namespace each request came from.
 
-This module does only the sync I/O. What to do comes from ``replication_core`` (copy verdicts, turns,
+This module does only the I/O. What to do comes from ``replication_core`` (copy verdicts, turns,
 roles, which errors mean "namespace unavailable", what a failed attempt leads to), and which SDK
-handlers to make from ``replication_shared``; the asyncio twin uses the same two modules.
+handlers to make from ``replication_shared``.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, NoReturn, TypeVar
+from typing import NoReturn, TypeVar
 
 from azure.servicebus import (
     ServiceBusClient,
@@ -54,8 +54,9 @@ from azure.servicebus import (
     ServiceBusSessionFilter,
 )
 
+from sodalite.client import concurrency
 from sodalite.client import replication_core as core
-from sodalite.client.availability import CLOSE_BUDGET, attempt_timeout, namespace_kwargs
+from sodalite.client.availability import CLOSE_BUDGET, ClientOptions, attempt_timeout, namespace_clients
 from sodalite.client.batch import KeepingMessageBatch
 from sodalite.client.dedup import DuplicateFilter
 from sodalite.client.paired_core import first_line
@@ -64,6 +65,7 @@ from sodalite.client.replication_shared import (
     ClientPairs,
     Factories,
     ProbeMakers,
+    ReceiverOptions,
     ReceiverState,
     SessionMakers,
     session_factories,
@@ -74,17 +76,16 @@ __all__ = ["ReplicatedClient", "ReplicatedReceiver", "ReplicatedRequestSender", 
            "ReplicatedSession", "ReplicatedSessionReceiver", "ReplicationMode"]
 
 _log = logging.getLogger("sodalite.client.replication")
+T = TypeVar("T")
+_Factories = Factories[ServiceBusReceiver]
+_SessionMakers = SessionMakers[ServiceBusReceiver]
 
 
-def _close_quietly(handler: ServiceBusSender) -> None:
+def _close_quietly(handler: ServiceBusSender, what: str) -> None:
     try:
         handler.close()
     except Exception:
-        _log.debug("closing a probe sender failed", exc_info=True)
-T = TypeVar("T")
-
-_Factories = Factories[ServiceBusReceiver]
-_SessionMakers = SessionMakers[ServiceBusReceiver]
+        _log.debug("closing %s failed", what, exc_info=True)
 
 
 class ReplicatedClient(ClientPairs[ServiceBusSender, ServiceBusReceiver, "ReplicatedSender", "ReplicatedReceiver",
@@ -93,18 +94,16 @@ class ReplicatedClient(ClientPairs[ServiceBusSender, ServiceBusReceiver, "Replic
 
     def __init__(self, primary: str, secondary: str, *, mode: ReplicationMode = ReplicationMode.ACTIVE,
                  retry_interval: timedelta = timedelta(seconds=2), attempt_timeout: timedelta = timedelta(seconds=2),
-                 primary_client_kwargs: dict[str, Any] | None = None,
-                 secondary_client_kwargs: dict[str, Any] | None = None, **client_kwargs: Any) -> None:
+                 primary_client_kwargs: ClientOptions | None = None,
+                 secondary_client_kwargs: ClientOptions | None = None, **client_kwargs: object) -> None:
         super().__init__(primary, secondary, mode, retry_interval, attempt_timeout)
-        first, first_attempts = namespace_kwargs(client_kwargs, primary_client_kwargs)
-        second, second_attempts = namespace_kwargs(client_kwargs, secondary_client_kwargs)
-        self._clients = (ServiceBusClient.from_connection_string(primary, **first),
-                         ServiceBusClient.from_connection_string(secondary, **second))
-        self._attempt_clients = (ServiceBusClient.from_connection_string(primary, **first_attempts),
-                                 ServiceBusClient.from_connection_string(secondary, **second_attempts))
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._threads_lock = threading.Lock()
+        make = ServiceBusClient.from_connection_string
+        first, first_attempts = namespace_clients(make, primary, client_kwargs, primary_client_kwargs)
+        second, second_attempts = namespace_clients(make, secondary, client_kwargs, secondary_client_kwargs)
+        self._clients = (first, second)
+        self._attempt_clients = (first_attempts, second_attempts)
+        self._stop = concurrency.Event()
+        self._workers = concurrency.Workers()
 
     @property
     def _sdk(self) -> tuple[ServiceBusClient, ServiceBusClient]:
@@ -119,18 +118,13 @@ class ReplicatedClient(ClientPairs[ServiceBusSender, ServiceBusReceiver, "Replic
         return ReplicatedSender(self, senders, key, probes)
 
     def _start_probe(self, key: str, index: int, make: Callable[[], ServiceBusSender]) -> None:
-        thread = threading.Thread(target=self._probe, args=(key, index, make), name=f"probe {index} {key}",
-                                  daemon=True)
-        with self._threads_lock:
-            self._threads = [t for t in self._threads if t.is_alive()]
-            self._threads.append(thread)
-        thread.start()
+        self._workers.spawn(lambda: self._probe(key, index, make), f"probe {index} {key}")
 
     def _probe(self, key: str, index: int, make: Callable[[], ServiceBusSender]) -> None:
         """Until namespace ``index`` answers for ``key``: open a link to the entity (token, attach), send
         nothing, close it; the first success clears the mark."""
         try:
-            while not self._stop.wait(self.retry_interval.total_seconds()):
+            while not concurrency.wait(self._stop, self.retry_interval.total_seconds()):
                 sender = make()
                 try:
                     sender.create_message_batch()  # opens the link and reads its limit; sends nothing
@@ -138,7 +132,7 @@ class ReplicatedClient(ClientPairs[ServiceBusSender, ServiceBusReceiver, "Replic
                     _log.info("probe of namespace %d for '%s' failed: %s", index, key, first_line(error))
                     continue
                 finally:
-                    _close_quietly(sender)
+                    _close_quietly(sender, "a probe sender")
                 since = self.availability.clear(key, index)
                 _log.warning("namespace %d answers again for '%s' (marked for %.1f s); sends go to both", index,
                              key, time.monotonic() - since if since is not None else 0.0)
@@ -147,11 +141,11 @@ class ReplicatedClient(ClientPairs[ServiceBusSender, ServiceBusReceiver, "Replic
             self.availability.probe_stopped(key, index)
 
     def _new_receiver(self, factories: _Factories, duplicate_filter: DuplicateFilter | None,
-                      kwargs: dict[str, Any]) -> ReplicatedReceiver:
+                      kwargs: ReceiverOptions) -> ReplicatedReceiver:
         return ReplicatedReceiver(self, factories, duplicate_filter, kwargs)
 
     def _new_session_receiver(self, makers: _SessionMakers, session: str | ServiceBusSessionFilter,
-                              duplicate_filter: DuplicateFilter | None, kwargs: dict[str, Any]) -> ReplicatedReceiver:
+                              duplicate_filter: DuplicateFilter | None, kwargs: ReceiverOptions) -> ReplicatedReceiver:
         return ReplicatedSessionReceiver(self, makers, session, duplicate_filter, kwargs)
 
     def _new_request_sender(self, requests: tuple[ServiceBusSender, ServiceBusSender],
@@ -166,11 +160,7 @@ class ReplicatedClient(ClientPairs[ServiceBusSender, ServiceBusReceiver, "Replic
         """Stop the probes first (each finishes its attempt within the budget), then the handlers, then
         the SDK clients under them."""
         self._stop.set()
-        deadline = time.monotonic() + CLOSE_BUDGET
-        with self._threads_lock:
-            threads, self._threads = self._threads, []
-        for thread in threads:
-            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        self._workers.stop(CLOSE_BUDGET)
         for handler in self._handlers:
             try:
                 handler.close()
@@ -200,7 +190,7 @@ class ReplicatedSender:
         self._senders = senders
         self._key = key
         self._probes = probes
-        self._pool: ThreadPoolExecutor | None = None
+        self._side_by_side = concurrency.SideBySide()
 
     @property
     def active_namespace(self) -> int:
@@ -220,8 +210,8 @@ class ReplicatedSender:
                 attempts.failed(error)
         return KeepingMessageBatch(core.batch_limit(limits, attempts), set_message_ids=True)
 
-    def send_messages(self, message: ServiceBusMessage | Iterable[ServiceBusMessage] | KeepingMessageBatch, *,
-                      timeout: float | None = None) -> None:
+    def send_messages(self, message: ServiceBusMessage | Iterable[ServiceBusMessage] | KeepingMessageBatch,
+                      *, timeout: float | None = None) -> None:
         batch = core.messages_of(message)
         if not batch:
             return
@@ -257,22 +247,13 @@ class ReplicatedSender:
             self._sent(index)
             _log.debug("one copy sent to namespace %d (the other is marked unavailable)", index)
             return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replicated-send")
-        # The secondary gets the messages' AMQP form: the SDK wraps it anew, so the two threads
-        # share no object it mutates.
+        # The secondary gets the messages' AMQP form: the SDK wraps it anew, so the two copies share no
+        # object it mutates.
         raw = [m.raw_amqp_message for m in batch]
-        second: Future[None] = self._pool.submit(self._senders[SECONDARY].send_messages, raw,
-                                                 timeout=self._timeout(SECONDARY, timeout))
-        errors: list[Exception | None] = [None, None]
-        try:
-            self._senders[PRIMARY].send_messages(batch, timeout=self._timeout(PRIMARY, timeout))
-        except Exception as error:
-            errors[PRIMARY] = error
-        try:
-            second.result()
-        except Exception as error:
-            errors[SECONDARY] = error
+        first, second = self._senders
+        limits = self._timeout(PRIMARY, timeout), self._timeout(SECONDARY, timeout)
+        errors = self._side_by_side.run(lambda: first.send_messages(batch, timeout=limits[PRIMARY]),
+                                        lambda: second.send_messages(raw, timeout=limits[SECONDARY]))
         for index in (PRIMARY, SECONDARY):
             failure = errors[index]
             if failure is None:
@@ -304,8 +285,7 @@ class ReplicatedSender:
         attempts.give_up()
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
+        self._side_by_side.close()
         for sender in self._senders:
             try:
                 sender.close()
@@ -324,7 +304,7 @@ class ReplicatedReceiver(ReceiverState[ServiceBusReceiver]):
     """Receives from both namespaces; each MessageId reaches the application once (within the filter's window)."""
 
     def __init__(self, client: ReplicatedClient, factories: _Factories, duplicate_filter: DuplicateFilter | None,
-                 kwargs: dict[str, Any]) -> None:
+                 kwargs: ReceiverOptions) -> None:
         super().__init__(client.retry_interval, factories, duplicate_filter, kwargs)
         self._client = client
 
@@ -344,9 +324,10 @@ class ReplicatedReceiver(ReceiverState[ServiceBusReceiver]):
                 continue
             receiver = self._receivers[index]
             try:
-                # Opening counts against a receive's max_wait_time in the SDK; a short probe
-                # would time out on a slow open, so open first (what `with receiver:` does).
-                copies = self._open(index).receive_messages(max_message_count=wanted, max_wait_time=slice_)
+                # Opening counts against a receive's max_wait_time in the SDK; a short probe would time
+                # out on a slow open, so open first (what `with receiver:` does).
+                copies = self._open(index).receive_messages(max_message_count=wanted,
+                                                            max_wait_time=slice_)
             except Exception as error:
                 if not core.signals_unavailable(error):
                     raise
@@ -359,7 +340,7 @@ class ReplicatedReceiver(ReceiverState[ServiceBusReceiver]):
                 self._turns.delivered(index)
                 return delivered
         if pause := self._turns.idle_pause(time.monotonic()):
-            time.sleep(pause)
+            concurrency.sleep(pause)
         return []
 
     def _namespace_down(self, index: int, error: BaseException) -> None:
@@ -378,15 +359,17 @@ class ReplicatedReceiver(ReceiverState[ServiceBusReceiver]):
         self._renewed(index)
 
     def _settle(self, receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage, outcome: Outcome,
-                options: dict[str, Any], *, raise_errors: bool = False) -> None:
+                options: Mapping[str, object], *, raise_errors: bool = False) -> None:
+        settle: Callable[..., None] = getattr(receiver, core.settle_method(outcome))
         try:
-            getattr(receiver, core.settle_method(outcome))(message, **core.settle_options(outcome, options))
+            settle(message, **core.settle_options(outcome, options))
         except Exception as error:
             if raise_errors and not core.settlement_outcome_is_assured(error):
                 raise
             _log.info("settling a copy (%s) failed: %s", outcome.value, error)
 
-    def _settle_app_copy(self, message: ServiceBusReceivedMessage, outcome: Outcome, **options: Any) -> None:
+    def _settle_app_copy(self, message: ServiceBusReceivedMessage, outcome: Outcome,
+                         **options: str | None) -> None:
         index, receiver = self._tracker.source_of(message)
         held = self._tracker.settled(message, outcome)  # records the MessageId first on complete
         try:
@@ -412,7 +395,8 @@ class ReplicatedReceiver(ReceiverState[ServiceBusReceiver]):
     def defer_message(self, message: ServiceBusReceivedMessage) -> None:
         self._settle_app_copy(message, Outcome.DEFER)
 
-    def renew_message_lock(self, message: ServiceBusReceivedMessage, *, timeout: float | None = None) -> Any:
+    def renew_message_lock(self, message: ServiceBusReceivedMessage, *, timeout: float | None = None
+                           ) -> datetime:
         return self._tracker.source_of(message)[1].renew_message_lock(message, timeout=timeout)
 
     def peek_messages(self, max_message_count: int = 1, *, sequence_number: int | None = None,
@@ -428,7 +412,8 @@ class ReplicatedReceiver(ReceiverState[ServiceBusReceiver]):
             if len(found) >= wanted:
                 break
             try:
-                copies = self._open(index).peek_messages(max_message_count=wanted - len(found), timeout=timeout)
+                receiver = self._open(index)
+                copies = receiver.peek_messages(max_message_count=wanted - len(found), timeout=timeout)
             except Exception as error:
                 attempts.failed(error)
                 continue
@@ -437,7 +422,7 @@ class ReplicatedReceiver(ReceiverState[ServiceBusReceiver]):
             attempts.give_up()
         return found
 
-    def receive_deferred_messages(self, sequence_numbers: int | list[int], **kwargs: Any) -> NoReturn:
+    def receive_deferred_messages(self, sequence_numbers: int | list[int], **kwargs: object) -> NoReturn:
         """Not built: a deferred message has a different sequence number in each namespace."""
         raise NotImplementedOperation(core.DEFERRED_NOT_BUILT)
 
@@ -456,6 +441,9 @@ class ReplicatedReceiver(ReceiverState[ServiceBusReceiver]):
             sender.send_messages(reply)
 
     def __iter__(self) -> Iterator[ServiceBusReceivedMessage]:
+        return self._iterate()
+
+    def _iterate(self) -> Iterator[ServiceBusReceivedMessage]:
         while True:
             batch = self.receive_messages(max_message_count=1)
             if not batch and self._max_wait_time is not None:
@@ -483,19 +471,22 @@ class ReplicatedSessionReceiver(ReplicatedReceiver):
     """One session, received from both namespaces; each MessageId reaches the application once.
 
     With a session id, both namespaces' receivers lock that session. With ``NEXT_AVAILABLE_SESSION``,
-    the session is picked when the receiver opens (``with``, or the first receive): the primary's
-    next available session, else the secondary's (the primary down, or nothing there); the other
-    namespace then locks that same session. Neither having one raises the SDK's OperationTimeoutError.
+    the session is picked when the receiver opens (``with``, or the first receive): the
+    primary's next available session, else the secondary's (the primary down, or nothing there); the
+    other namespace then locks that same session. Neither having one raises the SDK's
+    OperationTimeoutError. The sync receiver's ``session_id`` and ``session`` pick it too; the
+    asyncio receiver's cannot wait (they are properties): open it first.
     """
 
     def __init__(self, client: ReplicatedClient, makers: _SessionMakers, session: str | ServiceBusSessionFilter,
-                 duplicate_filter: DuplicateFilter | None, kwargs: dict[str, Any]) -> None:
+                 duplicate_filter: DuplicateFilter | None, kwargs: ReceiverOptions) -> None:
         self._makers = makers
         self._session_id = core.session_at_start(session)
         super().__init__(client, session_factories(makers, lambda: self._session_id), duplicate_filter, kwargs)
 
     @property
     def session_id(self) -> str:
+        """The session's id (a NEXT_AVAILABLE_SESSION receiver picks its session first)."""
         self._resolve()
         assert self._session_id is not None
         return self._session_id
@@ -504,6 +495,8 @@ class ReplicatedSessionReceiver(ReplicatedReceiver):
     def session(self) -> ReplicatedSession:
         """The session in both namespaces: its state, lock and id (``receiver.session`` in the SDK)."""
         self._resolve()
+        if self._session_id is None:
+            raise ValueError("the receiver has not picked its session yet; open it first (with)")
         return ReplicatedSession(self)
 
     def _resolve(self) -> None:
@@ -530,9 +523,10 @@ class ReplicatedSessionReceiver(ReplicatedReceiver):
         self._resolve()
         return super().receive_messages(max_message_count, max_wait_time)
 
-    def peek_messages(self, max_message_count: int = 1, **kwargs: Any) -> list[ServiceBusReceivedMessage]:
+    def peek_messages(self, max_message_count: int = 1, *, sequence_number: int | None = None,
+                      timeout: float | None = None) -> list[ServiceBusReceivedMessage]:
         self._resolve()
-        return super().peek_messages(max_message_count, **kwargs)
+        return super().peek_messages(max_message_count, sequence_number=sequence_number, timeout=timeout)
 
     def __enter__(self) -> ReplicatedSessionReceiver:
         self._resolve()
@@ -544,9 +538,12 @@ class ReplicatedSession:
 
     def __init__(self, receiver: ReplicatedSessionReceiver) -> None:
         self._receiver = receiver
-        self.session_id = receiver.session_id
+        session_id = receiver._session_id
+        assert session_id is not None  # the receiver's ``session`` checked it
+        self.session_id = session_id
 
-    def _each(self, call: Callable[[ServiceBusReceiver], T], *, first_only: bool = False) -> list[T]:
+    def _each(self, call: Callable[[ServiceBusReceiver], T], *,
+              first_only: bool = False) -> list[T]:
         """``call`` on both namespaces' session (or the first that answers); the results of those that
         answered (none answering raises)."""
         results: list[T] = []
@@ -565,7 +562,8 @@ class ReplicatedSession:
 
     def get_state(self, *, timeout: float | None = None) -> bytes | None:
         """The primary's session state, the secondary's when the primary cannot be reached."""
-        states: list[bytes | None] = self._each(lambda r: r.session.get_state(timeout=timeout), first_only=True)
+        states: list[bytes | None] = self._each(lambda r: r.session.get_state(timeout=timeout),
+                                                first_only=True)
         return states[0]
 
     def set_state(self, state: str | bytes | bytearray | None, *, timeout: float | None = None) -> None:

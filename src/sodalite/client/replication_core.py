@@ -43,7 +43,7 @@ from azure.servicebus import (
 )
 from azure.servicebus.exceptions import MessageAlreadySettled, MessageLockLostError, OperationTimeoutError
 
-from sodalite.client.backlog import PING_CONTENT_TYPE
+from sodalite.client.backlog import PING_CONTENT_TYPE, MalformedField, connection_string_fields
 from sodalite.client.batch import KeepingMessageBatch
 from sodalite.client.dedup import DuplicateFilter
 from sodalite.client.failover import is_failover_error
@@ -85,14 +85,11 @@ def parse_connection_string(value: object, role: str) -> ConnectionParts:
         raise ConfigurationError(f"the {role} connection string is missing")
     if not isinstance(value, str):
         raise ConfigurationError(f"the {role} connection string must be a str, not {type(value).__name__}")
-    fields: dict[str, str] = {}
-    for part in value.split(";"):
-        if not part.strip():
-            continue
-        key, sep, val = part.partition("=")
-        if not sep:
-            raise ConfigurationError(f"the {role} connection string is invalid: {part!r} is not key=value")
-        fields[key.strip().lower()] = val.strip()
+    try:
+        fields = {key.lower(): val for key, val in connection_string_fields(value).items()}
+    except MalformedField as error:
+        raise ConfigurationError(f"the {role} connection string is invalid: {error.part!r} is not key=value"
+                                 ) from None
     endpoint = fields.get("endpoint", "")
     if not endpoint.startswith("sb://") or len(endpoint) <= len("sb://"):
         raise ConfigurationError(f"the {role} connection string is invalid: it needs Endpoint=sb://<host>")
@@ -272,12 +269,12 @@ class EntityPair:
         """The entity's key in the client's ``Roles``: every sender to the pair shares its role."""
         return f"{self.kind}:{'/'.join(self.names[0])}|{'/'.join(self.names[1])}"
 
-    def sender(self, client: SdkClient[W_co, R_co], index: int, **kwargs: Any) -> W_co:
+    def sender(self, client: SdkClient[W_co, R_co], index: int, **kwargs: object) -> W_co:
         name = self.names[index][0]
         return client.get_topic_sender(name, **kwargs) if self.kind == "topic" else client.get_queue_sender(name,
                                                                                                             **kwargs)
 
-    def receiver(self, client: SdkClient[W_co, R_co], index: int, **kwargs: Any) -> R_co:
+    def receiver(self, client: SdkClient[W_co, R_co], index: int, **kwargs: object) -> R_co:
         if self.kind == "subscription":
             topic, subscription = self.names[index]
             return client.get_subscription_receiver(topic, subscription, **kwargs)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from azure.servicebus import ServiceBusSessionFilter
 
@@ -38,7 +38,8 @@ from sodalite.client.replication_core import (
     topic_pair,
 )
 
-__all__ = ["ClientPairs", "Factories", "ProbeMakers", "ReceiverState", "SessionMakers", "session_factories"]
+__all__ = ["ClientPairs", "Factories", "ProbeMakers", "ReceiverOptions", "ReceiverState", "SessionMakers",
+           "session_factories"]
 
 W = TypeVar("W")  # the SDK's sender (sync or asyncio)
 R = TypeVar("R")  # the SDK's receiver
@@ -50,6 +51,7 @@ H = TypeVar("H")
 Factories = tuple[Callable[[], R], Callable[[], R]]
 SessionMakers = tuple[Callable[[str | ServiceBusSessionFilter], R], Callable[[str | ServiceBusSessionFilter], R]]
 ProbeMakers = tuple[Callable[[], W], Callable[[], W]]  # a fresh sender to the entity in each namespace
+ReceiverOptions = dict[str, object]  # the SDK's receiver keyword arguments, as the application gave them
 
 
 class ClientPairs(ABC, Generic[W, R, SND, RCV, RQS]):
@@ -82,45 +84,47 @@ class ClientPairs(ABC, Generic[W, R, SND, RCV, RQS]):
 
     @abstractmethod
     def _new_receiver(self, factories: Factories[R], duplicate_filter: DuplicateFilter | None,
-                      kwargs: dict[str, Any]) -> RCV: ...
+                      kwargs: ReceiverOptions) -> RCV: ...
 
     @abstractmethod
     def _new_session_receiver(self, makers: SessionMakers[R], session: str | ServiceBusSessionFilter,
-                              duplicate_filter: DuplicateFilter | None, kwargs: dict[str, Any]) -> RCV: ...
+                              duplicate_filter: DuplicateFilter | None, kwargs: ReceiverOptions) -> RCV: ...
 
     @abstractmethod
     def _new_request_sender(self, requests: tuple[W, W], replies: tuple[R, R], reply_names: tuple[str, str]) -> RQS: ...
 
     # -- senders ---------------------------------------------------------------------------------
-    def get_queue_sender(self, queue_name: str, *, secondary_queue_name: str | None = None, **kwargs: Any) -> SND:
+    def get_queue_sender(self, queue_name: str, *, secondary_queue_name: str | None = None, **kwargs: object) -> SND:
         return self._sender(queue_pair(queue_name, secondary_queue_name), kwargs)
 
-    def get_topic_sender(self, topic_name: str, *, secondary_topic_name: str | None = None, **kwargs: Any) -> SND:
+    def get_topic_sender(self, topic_name: str, *, secondary_topic_name: str | None = None, **kwargs: object) -> SND:
         return self._sender(topic_pair(topic_name, secondary_topic_name), kwargs)
 
-    def _sender(self, pair: EntityPair, kwargs: dict[str, Any]) -> SND:
+    def _sender(self, pair: EntityPair, kwargs: ReceiverOptions) -> SND:
         one, two = self._attempt_sdk
         probes: ProbeMakers[W] = (lambda: pair.sender(one, 0, **kwargs), lambda: pair.sender(two, 1, **kwargs))
         return self._keep(self._new_sender((probes[0](), probes[1]()), pair.key, probes))
 
     # -- receivers -------------------------------------------------------------------------------
     def get_queue_receiver(self, queue_name: str, *, secondary_queue_name: str | None = None,
-                           duplicate_filter: DuplicateFilter | None = None, **kwargs: Any) -> RCV:
+                           duplicate_filter: DuplicateFilter | None = None, **kwargs: object) -> RCV:
         return self._receiver(queue_pair(queue_name, secondary_queue_name), duplicate_filter, kwargs)
 
     def get_subscription_receiver(self, topic_name: str, subscription_name: str, *,
                                   secondary_topic_name: str | None = None,
                                   secondary_subscription_name: str | None = None,
-                                  duplicate_filter: DuplicateFilter | None = None, **kwargs: Any) -> RCV:
+                                  duplicate_filter: DuplicateFilter | None = None, **kwargs: object) -> RCV:
         pair = subscription_pair(topic_name, subscription_name, secondary_topic_name, secondary_subscription_name)
         return self._receiver(pair, duplicate_filter, kwargs)
 
-    def _receiver(self, pair: EntityPair, duplicate_filter: DuplicateFilter | None, kwargs: dict[str, Any]) -> RCV:
+    def _receiver(self, pair: EntityPair, duplicate_filter: DuplicateFilter | None, kwargs: ReceiverOptions) -> RCV:
         # The attempt clients: a namespace that is down fails a receive (or an open) in a moment and
         # rests, instead of holding the receive for the application's whole retry chain.
         one, two = self._attempt_sdk
         session = kwargs.pop("session_id", None)
         if session is not None:
+            if not isinstance(session, str | ServiceBusSessionFilter):
+                raise TypeError(f"session_id is a str or ServiceBusSessionFilter, not {type(session).__name__}")
             makers: SessionMakers[R] = (lambda sid: pair.receiver(one, 0, session_id=sid, **kwargs),
                                         lambda sid: pair.receiver(two, 1, session_id=sid, **kwargs))
             return self._keep(self._new_session_receiver(makers, session, duplicate_filter, kwargs))
@@ -139,7 +143,7 @@ class ClientPairs(ABC, Generic[W, R, SND, RCV, RQS]):
                                                    (replies.names[0][0], replies.names[1][0])))
 
     def get_request_receiver(self, queue_name: str, *, secondary_queue_name: str | None = None,
-                             duplicate_filter: DuplicateFilter | None = None, **kwargs: Any) -> RCV:
+                             duplicate_filter: DuplicateFilter | None = None, **kwargs: object) -> RCV:
         """The service's side: both request queues, duplicates dropped; answer with ``receiver.reply``."""
         return self.get_queue_receiver(queue_name, secondary_queue_name=secondary_queue_name,
                                        duplicate_filter=duplicate_filter, **kwargs)
@@ -154,7 +158,7 @@ class ReceiverState(Generic[R]):
     """What a replicated receiver holds, sync or asyncio: the SDK receivers and the bookkeeping."""
 
     def __init__(self, retry_interval: timedelta, factories: Factories[R], duplicate_filter: DuplicateFilter | None,
-                 kwargs: dict[str, Any]) -> None:
+                 kwargs: ReceiverOptions) -> None:
         self._factories = factories
         self._receivers: list[R] = [factories[0](), factories[1]()]
         self._opened = [False, False]
@@ -162,7 +166,8 @@ class ReceiverState(Generic[R]):
         self._owns_filter = duplicate_filter is None
         self.duplicate_filter = duplicate_filter if duplicate_filter is not None else DuplicateFilter()
         self._tracker: CopyTracker[tuple[int, R]] = CopyTracker(self.duplicate_filter, receives_and_deletes(kwargs))
-        self._max_wait_time: float | None = kwargs.get("max_wait_time")
+        wait = kwargs.get("max_wait_time")
+        self._max_wait_time = float(wait) if isinstance(wait, int | float) else None
         self.probe_wait = 0.5  # seconds each namespace is given per turn while the other has nothing
         self._peeked = PeekMemory(self.duplicate_filter)
 

@@ -1,29 +1,45 @@
-"""The asyncio Outbox: the same file and guarantees as ``sodalite.client.outbox``.
+"""Outbox: a durable client-side queue in front of Service Bus (seed: outages-and-disasters).
 
-Theory of operation: the file work (each a short fsynced transaction) runs in a worker thread via
-``asyncio.to_thread`` so the loop never waits on a disk flush; forwarding awaits the asyncio SDK
-(or the asyncio ``ReplicatedClient``). ``start()`` runs the forwarder as a task until ``close()``.
+Written once, for asyncio; ``sodalite.client.outbox`` is generated from it by ``scripts/unasync``.
+The file format and its guarantees are in ``outbox_core``. ``send_messages`` writes the messages to
+the outbox file and returns once the transaction is fsynced: that return is the outbox's
+acknowledgement, and it needs no namespace at all. Forwarding moves the oldest rows to Service Bus
+in acceptance order through any client with ``get_queue_sender``/``get_topic_sender`` (a
+``ServiceBusClient`` or a ``ReplicatedClient``, of the same form): ``forward()`` does it once, until
+the outbox is empty or a send fails; ``start()`` forwards in the background (a task; a thread in
+the sync form) whenever there is something to forward, and retries every ``retry_interval`` while
+no namespace is reachable. An error that says the namespace may be unavailable stops forwarding
+and keeps the rows; any other error moves the refused row to the ``failed`` table (see
+``failed_messages``). The asyncio form does its file work in a worker thread, so the loop never
+waits on a disk flush, and opens the file in ``open()`` or when it enters its context; the sync
+form opens it at once.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterable
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Protocol, cast
 
 from azure.servicebus import ServiceBusMessage
 
 from sodalite.client import outbox_core as core
+from sodalite.client.aio import concurrency
 from sodalite.client.outbox_core import FailedMessage, ForwardingClient
 from sodalite.client.replication_core import signals_unavailable
 
 __all__ = ["Outbox", "OutboxSender"]
 
 _log = logging.getLogger("sodalite.client.aio.outbox")
+
+
+class _Sender(Protocol):
+    async def send_messages(self, message: ServiceBusMessage | list[ServiceBusMessage], *,
+                            timeout: float | None = None) -> None: ...
+    async def close(self) -> None: ...
 
 
 class Outbox:
@@ -42,22 +58,36 @@ class Outbox:
         self.send_timeout = send_timeout
         self._batch_size = batch_size
         self._store: core.OutboxStore | None = None
-        self._forward_lock = asyncio.Lock()
-        self._senders: dict[tuple[str, str], Any] = {}
-        self._wake = asyncio.Event()
-        self._stopping = False
-        self._task: asyncio.Task[None] | None = None
+        # unasync: sync only {
+        # self._store = core.OutboxStore(self.path, batch_size)  # the sync outbox opens its file at once
+        # unasync: }
+        self._forward_lock = concurrency.Lock()
+        self._senders: dict[tuple[str, str], _Sender] = {}
+        self._wake = concurrency.Event()
+        self._stopping = concurrency.Event()
+        self._workers = concurrency.Workers()
+        self._started = False
 
     @classmethod
-    async def open(cls, path: str | Path, client: ForwardingClient | None = None, **options: Any) -> Outbox:
-        outbox = cls(path, client, **options)
+    async def open(cls, path: str | Path, client: ForwardingClient | None = None, *,
+                   retry_interval: timedelta = timedelta(seconds=1), batch_size: int = 100,
+                   send_timeout: float | None = 30.0) -> Outbox:
+        outbox = cls(path, client, retry_interval=retry_interval, batch_size=batch_size, send_timeout=send_timeout)
         await outbox._open()
         return outbox
 
     async def _open(self) -> core.OutboxStore:
         if self._store is None:
-            self._store = await asyncio.to_thread(core.OutboxStore, self.path, self._batch_size)
+            self._store = await concurrency.run_blocking(core.OutboxStore, self.path, self._batch_size)
         return self._store
+
+    def _open_now(self) -> core.OutboxStore:
+        """The store, opened in the caller's thread if it is not open yet (for ``len``)."""
+        if self._store is None:
+            self._store = core.OutboxStore(self.path, self._batch_size)
+        return self._store
+
+    # -- accepting -------------------------------------------------------------------------------
 
     def get_queue_sender(self, queue_name: str) -> OutboxSender:
         return OutboxSender(self, "queue", queue_name)
@@ -67,28 +97,37 @@ class Outbox:
 
     async def send_messages(self, kind: str, entity: str,
                             message: ServiceBusMessage | Iterable[ServiceBusMessage]) -> None:
-        """Accept messages for ``entity``; returns once they are durable in the file."""
+        """Accept messages for ``entity`` (``kind`` "queue" or "topic"); returns once they are durable."""
         core.check_kind(kind)
         store = await self._open()
-        await asyncio.to_thread(store.accept, kind, entity, core.batch_of(message))
+        await concurrency.run_blocking(store.accept, kind, entity, core.batch_of(message))
         self._wake.set()
 
     async def pending_count(self) -> int:
+        """Messages accepted and not yet forwarded."""
         store = await self._open()
-        return await asyncio.to_thread(store.count)
+        return await concurrency.run_blocking(store.count)
+
+    def __len__(self) -> int:
+        """Messages accepted and not yet forwarded (one short read of the file, in the caller's thread)."""
+        return self._open_now().count()
 
     async def failed_messages(self) -> list[FailedMessage]:
+        """Messages the broker refused for good (not for unavailability), oldest first, with the error."""
         store = await self._open()
-        return await asyncio.to_thread(store.failed)
+        return await concurrency.run_blocking(store.failed)
+
+    # -- forwarding ------------------------------------------------------------------------------
 
     async def forward(self) -> int:
-        """Forward in order until empty or no namespace is reachable; returns how many left the outbox."""
+        """Forward pending messages in order until none is left or no namespace is reachable; returns
+        how many left the outbox (forwarded, or set aside as failed)."""
         core.check_can_forward(self.client)
         store = await self._open()
         done = 0
         async with self._forward_lock:
-            while not self._stopping:
-                rows = await asyncio.to_thread(store.head)
+            while not self._stopping.is_set():
+                rows = await concurrency.run_blocking(store.head)
                 if not rows:
                     return done
                 try:
@@ -103,7 +142,7 @@ class Outbox:
     async def _forward_rows(self, store: core.OutboxStore, rows: list[core.PendingRow]) -> int:
         messages = core.decode_rows(rows)
         if isinstance(messages, core.Undecodable):
-            await asyncio.to_thread(store.fail, [messages.row], messages.error)
+            await concurrency.run_blocking(store.fail, [messages.row], messages.error)
             return 1
         try:
             await self._sender(rows[0].kind, rows[0].entity).send_messages(core.send_payload(messages),
@@ -115,49 +154,46 @@ class Outbox:
             if step is core.AfterRefusal.SPLIT:
                 return await self._forward_rows(store, rows[:1])
             _log.warning("outbox: message %s for %s refused: %s", rows[0].seq, rows[0].entity, error)
-            await asyncio.to_thread(store.fail, rows, core.refusal_text(error))
+            await concurrency.run_blocking(store.fail, rows, core.refusal_text(error))
             return 1
-        await asyncio.to_thread(store.forwarded, rows)
+        await concurrency.run_blocking(store.forwarded, rows)
         return len(rows)
 
-    def _sender(self, kind: str, entity: str) -> Any:
+    def _sender(self, kind: str, entity: str) -> _Sender:
         key = (kind, entity)
-        if key not in self._senders:
-            self._senders[key] = core.make_sender(core.check_can_forward(self.client), kind, entity)
-        return self._senders[key]
+        sender = self._senders.get(key)
+        if sender is None:
+            made = core.make_sender(core.check_can_forward(self.client), kind, entity)
+            sender = self._senders[key] = cast(_Sender, made)  # the client's own form: sync or asyncio
+        return sender
 
     def start(self) -> None:
-        """Forward in a background task until ``close``."""
+        """Forward in the background until ``close``."""
         core.check_can_forward(self.client)
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
+        if not self._started:
+            self._started = True
+            self._workers.spawn(self._run, "sodalite-outbox")
 
     async def _run(self) -> None:
-        while not self._stopping:
+        while not self._stopping.is_set():
             self._wake.clear()
             try:
                 await self.forward()
             except Exception:
                 _log.exception("outbox: forwarding failed")
             waited = self.retry_interval.total_seconds()
-            if await self.pending_count() and not self._stopping:
-                await asyncio.sleep(waited)
+            if await self.pending_count() and not self._stopping.is_set():
+                await concurrency.wait(self._stopping, waited)
             else:
-                try:
-                    await asyncio.wait_for(self._wake.wait(), waited)
-                except TimeoutError:
-                    pass
+                await concurrency.wait(self._wake, waited)
 
     async def close(self) -> None:
-        self._stopping = True
+        """Stop the background forwarding (the asyncio form cancels it; the sync form lets the forward
+        in progress end), close the senders, then the file."""
+        self._stopping.set()
         self._wake.set()
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await self._workers.stop(None)
+        self._started = False
         async with self._forward_lock:
             for sender in self._senders.values():
                 try:
@@ -166,7 +202,7 @@ class Outbox:
                     _log.debug("closing an outbox sender failed", exc_info=True)
             self._senders.clear()
         if self._store is not None:
-            await asyncio.to_thread(self._store.close)
+            await concurrency.run_blocking(self._store.close)
             self._store = None
 
     async def __aenter__(self) -> Outbox:

@@ -1,23 +1,48 @@
-"""The asyncio ReplicatedClient: the same modes and rules as ``sodalite.client.replication``.
+"""ReplicatedClient: active and passive replication over two namespaces (seed: outages-and-disasters).
 
-Theory of operation: as in the sync module, except that an active send awaits both copies
-concurrently (``asyncio.gather``) and a receiver's turns are awaits. The decisions (MessageIds,
-duplicate verdicts, turns, roles, which errors mean "namespace unavailable" and what a failed
-attempt leads to) come from ``replication_core`` and the handler making from ``replication_shared``,
-shared with the sync client, so both behave the same; this module does only the awaiting.
+Written once, for asyncio; ``sodalite.client.replication`` is generated from it by ``scripts/unasync``.
+The client holds one official SDK client per namespace. Each entity exists in both, under the
+same name unless the caller names the secondary's.
+
+- **Active**: a send goes to both namespaces at once (``concurrency.SideBySide``: two awaits
+  gathered; in the sync form the secondary's copy goes from a worker thread); both copies carry
+  the same MessageId (one is set where the message has none). The send returns when at least one
+  copy was accepted (the SDK returns only after the broker's accept, i.e. once the copy is
+  durable); both failing raises the secondary's error chained to the primary's.
+- **Passive**: a send goes to the entity that is active for this client (the primary at first).
+  If it fails with an error that says the namespace may be unavailable (``signals_unavailable``),
+  the same message goes to the backup and, if that succeeds, the two swap roles for every sender
+  of this client. If the backup fails too, roles stay and the backup's error is raised.
+- **Receiving** (both modes): a receiver reads both namespaces, taking turns, and passes every copy
+  through a ``CopyTracker`` that drops duplicates by MessageId with a ``DuplicateFilter``. A
+  namespace whose receive fails with an availability error is left alone for ``retry_interval``
+  and its receiver recreated; copies the application then settles through the lost link are
+  recorded anyway (their settlement may fail silently: the copy comes back and is dropped).
+- **Sessions**: a session receiver holds one SDK session receiver per namespace, both on the same
+  session; with NEXT_AVAILABLE_SESSION the session is picked on opening (the primary's next free
+  one, else the secondary's) and the other namespace then locks that one. Copies go through the
+  same ``CopyTracker``. Peeks walk both namespaces, each MessageId once (``PeekMemory``).
+- **Request/reply**: ``get_request_sender`` pairs two request queues with the relay pattern: the
+  client picks one at random as active, sends each request there and waits for the reply, matched
+  by CorrelationId, on its reply queue in the namespace the request went to. The round trip is the
+  operation: a failed send or no reply within the timeout reissues the request to the backup, and
+  its reply switches the roles; both failing leaves them. ``get_request_receiver`` serves both
+  request queues and replies into the namespace each request came from.
+
+This module does only the I/O. What to do comes from ``replication_core`` (copy verdicts, turns,
+roles, which errors mean "namespace unavailable", what a failed attempt leads to), and which SDK
+handlers to make from ``replication_shared``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, NoReturn, TypeVar
+from typing import NoReturn, TypeVar
 
 from azure.servicebus import (
     ServiceBusMessage,
@@ -27,7 +52,8 @@ from azure.servicebus import (
 from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver, ServiceBusSender
 
 from sodalite.client import replication_core as core
-from sodalite.client.availability import CLOSE_BUDGET, attempt_timeout, namespace_kwargs
+from sodalite.client.aio import concurrency
+from sodalite.client.availability import CLOSE_BUDGET, ClientOptions, attempt_timeout, namespace_clients
 from sodalite.client.batch import KeepingMessageBatch
 from sodalite.client.dedup import DuplicateFilter
 from sodalite.client.paired_core import first_line
@@ -36,6 +62,7 @@ from sodalite.client.replication_shared import (
     ClientPairs,
     Factories,
     ProbeMakers,
+    ReceiverOptions,
     ReceiverState,
     SessionMakers,
     session_factories,
@@ -51,23 +78,29 @@ _Factories = Factories[ServiceBusReceiver]
 _SessionMakers = SessionMakers[ServiceBusReceiver]
 
 
+async def _close_quietly(handler: ServiceBusSender, what: str) -> None:
+    try:
+        await handler.close()
+    except Exception:
+        _log.debug("closing %s failed", what, exc_info=True)
+
+
 class ReplicatedClient(ClientPairs[ServiceBusSender, ServiceBusReceiver, "ReplicatedSender", "ReplicatedReceiver",
                                    "ReplicatedRequestSender"]):
-    """Two namespaces, one asyncio client. ``client_kwargs`` go to both ``ServiceBusClient``s."""
+    """Two namespaces, one client. ``client_kwargs`` go to both ``ServiceBusClient``s."""
 
     def __init__(self, primary: str, secondary: str, *, mode: ReplicationMode = ReplicationMode.ACTIVE,
                  retry_interval: timedelta = timedelta(seconds=2), attempt_timeout: timedelta = timedelta(seconds=2),
-                 primary_client_kwargs: dict[str, Any] | None = None,
-                 secondary_client_kwargs: dict[str, Any] | None = None, **client_kwargs: Any) -> None:
+                 primary_client_kwargs: ClientOptions | None = None,
+                 secondary_client_kwargs: ClientOptions | None = None, **client_kwargs: object) -> None:
         super().__init__(primary, secondary, mode, retry_interval, attempt_timeout)
-        first, first_attempts = namespace_kwargs(client_kwargs, primary_client_kwargs)
-        second, second_attempts = namespace_kwargs(client_kwargs, secondary_client_kwargs)
-        self._clients = (ServiceBusClient.from_connection_string(primary, **first),
-                         ServiceBusClient.from_connection_string(secondary, **second))
-        self._attempt_clients = (ServiceBusClient.from_connection_string(primary, **first_attempts),
-                                 ServiceBusClient.from_connection_string(secondary, **second_attempts))
-        self._stop = asyncio.Event()
-        self._tasks: set[asyncio.Task[None]] = set()
+        make = ServiceBusClient.from_connection_string
+        first, first_attempts = namespace_clients(make, primary, client_kwargs, primary_client_kwargs)
+        second, second_attempts = namespace_clients(make, secondary, client_kwargs, secondary_client_kwargs)
+        self._clients = (first, second)
+        self._attempt_clients = (first_attempts, second_attempts)
+        self._stop = concurrency.Event()
+        self._workers = concurrency.Workers()
 
     @property
     def _sdk(self) -> tuple[ServiceBusClient, ServiceBusClient]:
@@ -82,19 +115,13 @@ class ReplicatedClient(ClientPairs[ServiceBusSender, ServiceBusReceiver, "Replic
         return ReplicatedSender(self, senders, key, probes)
 
     def _start_probe(self, key: str, index: int, make: Callable[[], ServiceBusSender]) -> None:
-        task = asyncio.get_running_loop().create_task(self._probe(key, index, make))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._workers.spawn(lambda: self._probe(key, index, make), f"probe {index} {key}")
 
     async def _probe(self, key: str, index: int, make: Callable[[], ServiceBusSender]) -> None:
         """Until namespace ``index`` answers for ``key``: open a link to the entity (token, attach), send
         nothing, close it; the first success clears the mark."""
         try:
-            while not self._stop.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), self.retry_interval.total_seconds())
-                if self._stop.is_set():
-                    return
+            while not await concurrency.wait(self._stop, self.retry_interval.total_seconds()):
                 sender = make()
                 try:
                     await sender.create_message_batch()  # opens the link and reads its limit; sends nothing
@@ -102,8 +129,7 @@ class ReplicatedClient(ClientPairs[ServiceBusSender, ServiceBusReceiver, "Replic
                     _log.info("probe of namespace %d for '%s' failed: %s", index, key, first_line(error))
                     continue
                 finally:
-                    with contextlib.suppress(Exception):
-                        await sender.close()
+                    await _close_quietly(sender, "a probe sender")
                 since = self.availability.clear(key, index)
                 _log.warning("namespace %d answers again for '%s' (marked for %.1f s); sends go to both", index,
                              key, time.monotonic() - since if since is not None else 0.0)
@@ -112,11 +138,11 @@ class ReplicatedClient(ClientPairs[ServiceBusSender, ServiceBusReceiver, "Replic
             self.availability.probe_stopped(key, index)
 
     def _new_receiver(self, factories: _Factories, duplicate_filter: DuplicateFilter | None,
-                      kwargs: dict[str, Any]) -> ReplicatedReceiver:
+                      kwargs: ReceiverOptions) -> ReplicatedReceiver:
         return ReplicatedReceiver(self, factories, duplicate_filter, kwargs)
 
     def _new_session_receiver(self, makers: _SessionMakers, session: str | ServiceBusSessionFilter,
-                              duplicate_filter: DuplicateFilter | None, kwargs: dict[str, Any]) -> ReplicatedReceiver:
+                              duplicate_filter: DuplicateFilter | None, kwargs: ReceiverOptions) -> ReplicatedReceiver:
         return ReplicatedSessionReceiver(self, makers, session, duplicate_filter, kwargs)
 
     def _new_request_sender(self, requests: tuple[ServiceBusSender, ServiceBusSender],
@@ -131,15 +157,11 @@ class ReplicatedClient(ClientPairs[ServiceBusSender, ServiceBusReceiver, "Replic
         """Stop the probes first (each finishes its attempt within the budget), then the handlers, then
         the SDK clients under them."""
         self._stop.set()
-        tasks = list(self._tasks)
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=CLOSE_BUDGET)
-            for task in pending:
-                task.cancel()
+        await self._workers.stop(CLOSE_BUDGET)
         for handler in self._handlers:
             try:
                 await handler.close()
-            except Exception:
+            except Exception:  # closing what may already be broken must not stop the rest
                 _log.debug("closing a replicated handler failed", exc_info=True)
         self._handlers.clear()
         for client in (*self._attempt_clients, *self._clients):
@@ -157,21 +179,25 @@ class ReplicatedClient(ClientPairs[ServiceBusSender, ServiceBusReceiver, "Replic
 
 
 class ReplicatedSender:
+    """Sends to two entities as the client's mode says."""
+
     def __init__(self, client: ReplicatedClient, senders: tuple[ServiceBusSender, ServiceBusSender], key: str,
                  probes: ProbeMakers[ServiceBusSender]) -> None:
         self._client = client
         self._senders = senders
         self._key = key
         self._probes = probes
+        self._side_by_side = concurrency.SideBySide()
 
     @property
     def active_namespace(self) -> int:
+        """0 while the primary is the active entity (passive mode), 1 after a role switch."""
         return self._client._roles.active(self._key)
 
     async def create_message_batch(self, max_size_in_bytes: int | None = None) -> KeepingMessageBatch:
-        """A batch for this sender, as the SDK's (a coroutine): its size limit is the smaller of the two
-        entities' (a namespace that cannot be reached is left out), and each message gets a MessageId
-        as it is added, so both copies share it."""
+        """A batch for this sender, as the SDK's: its size limit is the smaller of the two entities'
+        (each namespace's link is asked; one that cannot be reached is left out), and each message
+        gets a MessageId as it is added, so both copies share it."""
         limits: list[int] = []
         attempts = core.Attempts()
         for sender in self._senders:
@@ -218,15 +244,13 @@ class ReplicatedSender:
             self._sent(index)
             _log.debug("one copy sent to namespace %d (the other is marked unavailable)", index)
             return
-        raw = [m.raw_amqp_message for m in batch]  # the secondary's copies: no shared object is mutated
-        first, second = await asyncio.gather(
-            self._senders[PRIMARY].send_messages(batch, timeout=self._timeout(PRIMARY, timeout)),
-            self._senders[SECONDARY].send_messages(raw, timeout=self._timeout(SECONDARY, timeout)),
-            return_exceptions=True)
-        for outcome in (first, second):
-            if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
-                raise outcome  # a cancellation is not a failed copy
-        errors = [first if isinstance(first, Exception) else None, second if isinstance(second, Exception) else None]
+        # The secondary gets the messages' AMQP form: the SDK wraps it anew, so the two copies share no
+        # object it mutates.
+        raw = [m.raw_amqp_message for m in batch]
+        first, second = self._senders
+        limits = self._timeout(PRIMARY, timeout), self._timeout(SECONDARY, timeout)
+        errors = await self._side_by_side.run(lambda: first.send_messages(batch, timeout=limits[PRIMARY]),
+                                              lambda: second.send_messages(raw, timeout=limits[SECONDARY]))
         for index in (PRIMARY, SECONDARY):
             failure = errors[index]
             if failure is None:
@@ -258,6 +282,7 @@ class ReplicatedSender:
         attempts.give_up()
 
     async def close(self) -> None:
+        await self._side_by_side.close()
         for sender in self._senders:
             try:
                 await sender.close()
@@ -273,8 +298,10 @@ class ReplicatedSender:
 
 
 class ReplicatedReceiver(ReceiverState[ServiceBusReceiver]):
+    """Receives from both namespaces; each MessageId reaches the application once (within the filter's window)."""
+
     def __init__(self, client: ReplicatedClient, factories: _Factories, duplicate_filter: DuplicateFilter | None,
-                 kwargs: dict[str, Any]) -> None:
+                 kwargs: ReceiverOptions) -> None:
         super().__init__(client.retry_interval, factories, duplicate_filter, kwargs)
         self._client = client
 
@@ -294,7 +321,8 @@ class ReplicatedReceiver(ReceiverState[ServiceBusReceiver]):
                 continue
             receiver = self._receivers[index]
             try:
-                # open before a short probe (opening counts against it)
+                # Opening counts against a receive's max_wait_time in the SDK; a short probe would time
+                # out on a slow open, so open first (what `async with receiver:` does).
                 copies = await (await self._open(index)).receive_messages(max_message_count=wanted,
                                                                           max_wait_time=slice_)
             except Exception as error:
@@ -309,7 +337,7 @@ class ReplicatedReceiver(ReceiverState[ServiceBusReceiver]):
                 self._turns.delivered(index)
                 return delivered
         if pause := self._turns.idle_pause(time.monotonic()):
-            await asyncio.sleep(pause)
+            await concurrency.sleep(pause)
         return []
 
     async def _namespace_down(self, index: int, error: BaseException) -> None:
@@ -328,7 +356,7 @@ class ReplicatedReceiver(ReceiverState[ServiceBusReceiver]):
         self._renewed(index)
 
     async def _settle(self, receiver: ServiceBusReceiver, message: ServiceBusReceivedMessage, outcome: Outcome,
-                      options: dict[str, Any], *, raise_errors: bool = False) -> None:
+                      options: Mapping[str, object], *, raise_errors: bool = False) -> None:
         settle: Callable[..., Awaitable[None]] = getattr(receiver, core.settle_method(outcome))
         try:
             await settle(message, **core.settle_options(outcome, options))
@@ -337,12 +365,16 @@ class ReplicatedReceiver(ReceiverState[ServiceBusReceiver]):
                 raise
             _log.info("settling a copy (%s) failed: %s", outcome.value, error)
 
-    async def _settle_app_copy(self, message: ServiceBusReceivedMessage, outcome: Outcome, **options: Any) -> None:
+    async def _settle_app_copy(self, message: ServiceBusReceivedMessage, outcome: Outcome,
+                               **options: str | None) -> None:
         index, receiver = self._tracker.source_of(message)
-        held = self._tracker.settled(message, outcome)
+        held = self._tracker.settled(message, outcome)  # records the MessageId first on complete
         try:
             if receiver is self._receivers[index]:
                 await self._settle(receiver, message, outcome, options, raise_errors=True)
+            else:  # its link is gone with its namespace: the copy comes back when its lock expires
+                _log.info("a copy's receiver was replaced after a failure; its settlement (%s) is skipped",
+                          outcome.value)
         finally:
             for copy, source in core.held_to_settle(held, self._receivers):
                 await self._settle(source, copy, outcome, options)
@@ -360,12 +392,15 @@ class ReplicatedReceiver(ReceiverState[ServiceBusReceiver]):
     async def defer_message(self, message: ServiceBusReceivedMessage) -> None:
         await self._settle_app_copy(message, Outcome.DEFER)
 
-    async def renew_message_lock(self, message: ServiceBusReceivedMessage, *, timeout: float | None = None) -> Any:
+    async def renew_message_lock(self, message: ServiceBusReceivedMessage, *, timeout: float | None = None
+                                 ) -> datetime:
         return await self._tracker.source_of(message)[1].renew_message_lock(message, timeout=timeout)
 
     async def peek_messages(self, max_message_count: int = 1, *, sequence_number: int | None = None,
                             timeout: float | None = None) -> list[ServiceBusReceivedMessage]:
-        """Peek both namespaces, each MessageId once (as the sync receiver's ``peek_messages``)."""
+        """Peek both namespaces, each MessageId once: the primary first, the secondary for what is left
+        of ``max_message_count``. Each namespace's SDK receiver continues where its last peek stopped;
+        a MessageId this receiver peeked before, or whose copy was completed, is left out."""
         core.refuse_sequence_number(sequence_number)
         wanted = max(1, max_message_count)
         found: list[ServiceBusReceivedMessage] = []
@@ -384,7 +419,7 @@ class ReplicatedReceiver(ReceiverState[ServiceBusReceiver]):
             attempts.give_up()
         return found
 
-    async def receive_deferred_messages(self, sequence_numbers: int | list[int], **kwargs: Any) -> NoReturn:
+    async def receive_deferred_messages(self, sequence_numbers: int | list[int], **kwargs: object) -> NoReturn:
         """Not built: a deferred message has a different sequence number in each namespace."""
         raise NotImplementedOperation(core.DEFERRED_NOT_BUILT)
 
@@ -396,6 +431,7 @@ class ReplicatedReceiver(ReceiverState[ServiceBusReceiver]):
         return receiver
 
     async def reply(self, request: ServiceBusReceivedMessage, reply: ServiceBusMessage) -> None:
+        """Send ``reply`` to the request's ReplyTo queue, in the namespace the request came from."""
         queue = core.reply_queue(request, reply)
         index, _ = self._tracker.source_of(request)
         async with self._client._client(index).get_queue_sender(queue) as sender:
@@ -409,8 +445,13 @@ class ReplicatedReceiver(ReceiverState[ServiceBusReceiver]):
             batch = await self.receive_messages(max_message_count=1)
             if not batch and self._max_wait_time is not None:
                 return
+            # unasync: async only {
             for message in batch:
                 yield message
+            # unasync: }
+            # unasync: sync only {
+            # yield from batch
+            # unasync: }
 
     async def close(self) -> None:
         for receiver in self._receivers:
@@ -430,27 +471,49 @@ class ReplicatedReceiver(ReceiverState[ServiceBusReceiver]):
 
 
 class ReplicatedSessionReceiver(ReplicatedReceiver):
-    """One session, received from both namespaces (as the sync ``ReplicatedSessionReceiver``)."""
+    """One session, received from both namespaces; each MessageId reaches the application once.
+
+    With a session id, both namespaces' receivers lock that session. With ``NEXT_AVAILABLE_SESSION``,
+    the session is picked when the receiver opens (``async with``, or the first receive): the
+    primary's next available session, else the secondary's (the primary down, or nothing there); the
+    other namespace then locks that same session. Neither having one raises the SDK's
+    OperationTimeoutError. The sync receiver's ``session_id`` and ``session`` pick it too; the
+    asyncio receiver's cannot wait (they are properties): open it first.
+    """
 
     def __init__(self, client: ReplicatedClient, makers: _SessionMakers, session: str | ServiceBusSessionFilter,
-                 duplicate_filter: DuplicateFilter | None, kwargs: dict[str, Any]) -> None:
+                 duplicate_filter: DuplicateFilter | None, kwargs: ReceiverOptions) -> None:
         self._makers = makers
         self._session_id = core.session_at_start(session)
         super().__init__(client, session_factories(makers, lambda: self._session_id), duplicate_filter, kwargs)
 
+    # unasync: async only {
     @property
     def session_id(self) -> str | None:
         """The session's id; None until a NEXT_AVAILABLE_SESSION receiver has opened."""
         return self._session_id
+    # unasync: }
+    # unasync: sync only {
+    # @property
+    # def session_id(self) -> str:
+    #     """The session's id (a NEXT_AVAILABLE_SESSION receiver picks its session first)."""
+    #     self._resolve()
+    #     assert self._session_id is not None
+    #     return self._session_id
+    # unasync: }
 
     @property
     def session(self) -> ReplicatedSession:
-        """The session in both namespaces (open the receiver first: ``async with``)."""
+        """The session in both namespaces: its state, lock and id (``receiver.session`` in the SDK)."""
+        # unasync: sync only {
+        # self._resolve()
+        # unasync: }
         if self._session_id is None:
             raise ValueError("the receiver has not picked its session yet; open it first (async with)")
         return ReplicatedSession(self)
 
     async def _resolve(self) -> None:
+        """Pick the session of a NEXT_AVAILABLE_SESSION receiver: the first namespace that has one."""
         if self._session_id is not None:
             return
         attempts = core.Attempts()
@@ -462,7 +525,7 @@ class ReplicatedSessionReceiver(ReplicatedReceiver):
                 await self._replace(index)
                 continue
             self._session_id = receiver.session.session_id
-            await self._replace(1 - index)
+            await self._replace(1 - index)  # its NEXT_AVAILABLE receiver (never opened) becomes this session's
             if attempts.errors:
                 self._turns.down(1 - index, time.monotonic())
             return
@@ -488,7 +551,9 @@ class ReplicatedSession:
 
     def __init__(self, receiver: ReplicatedSessionReceiver) -> None:
         self._receiver = receiver
-        self.session_id = receiver._session_id
+        session_id = receiver._session_id
+        assert session_id is not None  # the receiver's ``session`` checked it
+        self.session_id = session_id
 
     async def _each(self, call: Callable[[ServiceBusReceiver], Awaitable[T]], *,
                     first_only: bool = False) -> list[T]:
@@ -509,14 +574,17 @@ class ReplicatedSession:
         return results
 
     async def get_state(self, *, timeout: float | None = None) -> bytes | None:
+        """The primary's session state, the secondary's when the primary cannot be reached."""
         states: list[bytes | None] = await self._each(lambda r: r.session.get_state(timeout=timeout),
                                                       first_only=True)
         return states[0]
 
     async def set_state(self, state: str | bytes | bytearray | None, *, timeout: float | None = None) -> None:
+        """Written to both namespaces; succeeds when one of them took it."""
         await self._each(lambda r: r.session.set_state(state, timeout=timeout))
 
     async def renew_lock(self, *, timeout: float | None = None) -> datetime:
+        """Renew the session's lock in both namespaces; the earlier of the new expiry times."""
         return min(await self._each(lambda r: r.session.renew_lock(timeout=timeout)))
 
     @property
@@ -527,12 +595,14 @@ class ReplicatedSession:
 
 
 class ReplicatedRequestSender:
+    """The relay pattern on a pair of request queues: one active, one backup, roles switch on failure."""
+
     def __init__(self, requests: tuple[ServiceBusSender, ServiceBusSender],
                  replies: tuple[ServiceBusReceiver, ServiceBusReceiver], reply_names: tuple[str, str]) -> None:
         self._requests = requests
         self._replies = replies
         self._reply_names = reply_names
-        self.active = random.choice((PRIMARY, SECONDARY))
+        self.active = random.choice((PRIMARY, SECONDARY))  # the seed: the client picks one at random
 
     async def request(self, message: ServiceBusMessage, *, timeout: float = 60.0) -> ServiceBusReceivedMessage:
         """Send ``message`` and return its reply (completed). The relay pattern: if the active endpoint
