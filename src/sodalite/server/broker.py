@@ -9,10 +9,8 @@ finish, and closes the store.
 from __future__ import annotations
 
 import asyncio
-import base64
 import functools
 import logging
-import secrets
 import ssl
 import time
 from collections.abc import Sequence
@@ -25,20 +23,15 @@ from sodalite.errors import (
     EntityAlreadyExists,
     EntityNotFound,
     InvalidOperation,
-    NotImplementedOperation,
     QuotaExceeded,
     SodaliteError,
 )
 from sodalite.model.authorization import (
     Authorization,
     AuthorizationRule,
-    KeyOverride,
-    KeyOverrides,
     KeyType,
-    apply_overrides,
     authorize,
     find_rule,
-    regenerated,
 )
 from sodalite.model.config import NamespaceConfig
 from sodalite.model.entities import (
@@ -50,126 +43,47 @@ from sodalite.model.entities import (
     forward_target,
     validate_entity_name,
 )
-from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDraft
-from sodalite.model.partition_core import record_for as core_record
+from sodalite.model.partition import MessageDraft
 from sodalite.model.partitioning import partition_index
 from sodalite.model.quotas import namespace_full, topic_full
-from sodalite.model.routing import follow, past_hop_limit
-from sodalite.server import temporary, topic_consumers, wire
+from sodalite.server import temporary, topic_consumers
 from sodalite.server.addresses import entity_path
 from sodalite.server.connection_handler import BrokerConnection
-from sodalite.server.core_actor import Copy, CoreActor
-from sodalite.server.dead_letter_relay import DeadLetterRelay
-from sodalite.server.entity_settings import Clock, EntitySettings, SubQueue, wall_clock_ms
-from sodalite.server.fanout import CompiledRule, copies_for
+from sodalite.server.core_actor import CoreActor
+from sodalite.server.entity_settings import Clock, EntitySettings, wall_clock_ms
+from sodalite.server.entity_times import EntityTimes
+from sodalite.server.fanout import CompiledRule
+from sodalite.server.idle_sweep import ACTIVITY_LAPSE, ACTIVITY_SECONDS, IDLE_SWEEP_SECONDS, IdleSweep
+from sodalite.server.keys import KEY_OVERRIDES_KIND, Keys
 from sodalite.server.limits import ConnectionLimits
 from sodalite.server.listener import ListenFailed, ProtocolFactory, SniffingListener
 from sodalite.server.metrics import BrokerMetrics
 from sodalite.server.partition_runner import LoopClock
 from sodalite.server.partitioned_actor import EntityActor, PartitionedCoreActor, each
-from sodalite.server.registry import QUEUE, SUBSCRIPTION, TOPIC, Entity, Route, named_subscription_path
+from sodalite.server.registry import QUEUE, SUBSCRIPTION, TOPIC, Entity, named_subscription_path
 from sodalite.server.store_worker import StoreWorker
 from sodalite.server.topic_actor import PartitionedTopicActor, TopicActor
+from sodalite.server.topology import Topology
 from sodalite.store.port import (
     DeleteEntity,
-    DeleteIdleEntity,
     DeleteRule,
-    EntityActivity,
     EntityRecord,
-    IdleDeleted,
     MessagingStore,
     PartitionRef,
     PutEntity,
     PutRule,
-    RecordActivity,
     RuleWritten,
     ServedByOneProcess,
 )
 
 log = logging.getLogger(__name__)
 
-IDLE_SWEEP_SECONDS = 15.0  # AutoDeleteOnIdle is at least 5 minutes, so this is precise enough
-# Several nodes: each refreshes its AutoDeleteOnIdle registrations (last activity, receivers attached)
-# in the store this often; a node's receivers stop counting after ACTIVITY_LAPSE intervals without one.
-ACTIVITY_SECONDS = 5.0
+__all__ = ["ACTIVITY_LAPSE", "ACTIVITY_SECONDS", "IDLE_SWEEP_SECONDS", "SHUTDOWN_GRACE_S", "Broker"]
+
 SHUTDOWN_GRACE_S = 10.0  # a graceful stop waits this long at most for store work in flight
-ACTIVITY_LAPSE = 3
-# Regenerated keys: one record per key name and scope (the namespace, or a queue or topic), of a kind the
-# entity loader skips, at "$authorizationrules/<$namespace or lower-cased path>/<key name>" ('$' keeps it apart
-# from entity names), so two nodes regenerating different keys at once keep both. An older release kept
-# them all in one record at "$authorizationrules" (KeyOverrides.to_json); start() splits it.
 MAX_SUBSCRIPTIONS_PER_TOPIC = 2000  # Service Bus quotas: subscriptions per topic
-KEY_OVERRIDES_PATH, KEY_OVERRIDES_KIND = "$authorizationrules", "authorization-rules"
-# When each entity was created and last updated: one record per entity, of a kind the loader skips, at
-# "$entitytimes/<lower-cased path>" ('$' keeps it apart from entity names), holding [created, updated] (ms)
-# under "Times", so two nodes creating or updating entities at once keep both. An older release kept one
-# record at "$entitytimes" for all of them ({path: [created, updated]}); start() splits it.
-ENTITY_TIMES_PATH, ENTITY_TIMES_KIND = "$entitytimes", "entity-times"
 DEFAULT_STORE = "default"  # the store in the data directory, which also keeps the entity records
 PREMIUM_PARTITIONED_MESSAGE_SIZE = 1024 * 1024  # partitioned entities of a Premium-like namespace (seed)
-
-
-def _override_path(scope: str | None, key_name: str) -> str:
-    return f"{KEY_OVERRIDES_PATH}/{'$namespace' if scope is None else scope.lower()}/{key_name.casefold()}"
-
-
-def _override_records(overrides: KeyOverrides) -> dict[str, PutEntity]:
-    """One record per regenerated key (:func:`_override_path` -> its PutEntity)."""
-    scoped: list[tuple[str | None, KeyOverride]] = [(None, o) for o in overrides.namespace]
-    scoped += [(path, o) for path, items in overrides.entities.items() for o in items]
-    return {_override_path(scope, o.key_name).lower(): PutEntity(EntityRecord(
-        _override_path(scope, o.key_name), KEY_OVERRIDES_KIND, {"Entity": scope, "Override": o.to_json()}))
-        for scope, o in scoped}
-
-
-def _stored_overrides(records: Sequence[EntityRecord]) -> tuple[KeyOverrides, set[str], bool]:
-    """The regenerated keys in ``records``, the lower-cased paths of their per-key records, and whether
-    they include the older release's one record for all of them (which start() then splits)."""
-    legacy = next((r for r in records if r.kind == KEY_OVERRIDES_KIND
-                   and r.path.lower() == KEY_OVERRIDES_PATH.lower()), None)
-    overrides = KeyOverrides.from_json(legacy.properties) if legacy is not None else KeyOverrides()
-    paths: set[str] = set()
-    for record in records:
-        if record.kind != KEY_OVERRIDES_KIND or not record.path.lower().startswith(KEY_OVERRIDES_PATH.lower() + "/"):
-            continue
-        scope = record.properties.get("Entity")
-        overrides = overrides.with_override(str(scope) if scope is not None else None,
-                                            KeyOverride.from_json(record.properties["Override"]))
-        paths.add(record.path.lower())
-    return overrides, paths, legacy is not None
-
-
-def _times_path(path: str) -> str:
-    return f"{ENTITY_TIMES_PATH}/{path.lower()}"
-
-
-def _stored_times(records: Sequence[EntityRecord]) -> tuple[dict[str, list[int]], bool]:
-    """The entity times in ``records`` (lower-cased path -> [created, updated]) and whether they
-    include the older release's one record for all entities (which start() then splits)."""
-    times: dict[str, list[int]] = {}
-    legacy = False
-    prefix = ENTITY_TIMES_PATH.lower() + "/"
-    for record in records:
-        if record.kind != ENTITY_TIMES_KIND:
-            continue
-        try:
-            if record.path.lower() == ENTITY_TIMES_PATH:
-                legacy = True
-                for path, pair in record.properties.items():
-                    times.setdefault(str(path).lower(), [int(pair[0]), int(pair[1])])
-            elif record.path.lower().startswith(prefix):
-                pair = record.properties["Times"]
-                times[record.path[len(prefix):].lower()] = [int(pair[0]), int(pair[1])]
-        except (KeyError, IndexError, TypeError, ValueError):
-            log.warning("entity times record %s is unreadable; ignored", record.path)
-    return times, legacy
-
-
-
-def _capped(actor: CoreActor, cap: int | None) -> int | None:
-    """The time-to-live default of a copy stored in ``actor``'s entity from a topic whose default is ``cap``."""
-    own = actor.settings.default_ttl
-    return cap if own is None else (own if cap is None else min(own, cap))
 
 
 def _ms(value: timedelta) -> int | None:
@@ -187,7 +101,6 @@ class Broker:
         self.core_clock = LoopClock(clock)
         # Every entity runs on the partition core and store port v2 (server/core_actor.py).
         self.node_id = node_id
-        self._relays: dict[int, DeadLetterRelay] = {}  # per CoreActor id: its dead letters into another store
         # The messaging stores, each served by its own thread. The first also keeps the entity records.
         self.workers = [StoreWorker(store, DEFAULT_STORE), *(StoreWorker(s, name) for name, s in more_stores)]
         self.worker = self.workers[0]
@@ -201,14 +114,15 @@ class Broker:
         self.silence_heartbeat_s = silence_heartbeat_s
         self.container_id = f"sodalite-{namespace.name}"
         self.entities: dict[str, Entity] = {}
+        self.topology = Topology(self.entities)  # ForwardTo routes, dead letters forwarded, a topic's copies
+        self.route = self.topology.route
         self.connections: set[BrokerConnection] = set()
         # Those of them with no token accepted yet, oldest first, with when each was accepted
         # (monotonic seconds): the allowance of server/limits.py.
         self.unauthenticated: dict[BrokerConnection, float] = {}
         self.limits = ConnectionLimits()  # per connection and in all (server/limits.py)
         # The namespace's shared access rules, with keys regenerated at runtime (start() applies stored ones).
-        self.authorization_rules: tuple[AuthorizationRule, ...] = namespace.authorization_rules
-        self.key_overrides = KeyOverrides()
+        self.keys = Keys(namespace.authorization_rules)
         # SASL PLAIN (a key name and key in clear) is offered over TLS and on loopback; on plain TCP
         # from another host only when the operator allows it (--allow-plain-sasl-without-tls).
         self.plain_sasl_without_tls = False
@@ -223,7 +137,7 @@ class Broker:
         self.max_subscriptions_per_topic = MAX_SUBSCRIPTIONS_PER_TOPIC
         # JMS temporary queues and topics (lower-cased path) -> id() of the connection that made them.
         self.temporary_owners: dict[str, int] = {}
-        self.entity_times: dict[str, list[int]] = {}  # lower-cased path -> [created, updated], ms
+        self.entity_times = EntityTimes()
         self.port = 0  # the AMQP port start() bound
         self._server: SniffingListener | None = None
         self._tls_server: asyncio.Server | None = None
@@ -235,6 +149,7 @@ class Broker:
         self._activity_recorder: asyncio.Task[None] | None = None
         self.idle_sweep_seconds = IDLE_SWEEP_SECONDS
         self.activity_seconds = ACTIVITY_SECONDS
+        self._idle = IdleSweep(self)
         self._entity_follower: asyncio.Task[None] | None = None
         self._entities_lock = asyncio.Lock()  # entity creation and deletion against the follower
         self._entities_changed = asyncio.Event()  # another node changed entity records (the store's feed)
@@ -245,6 +160,11 @@ class Broker:
         return self.entities.get(path.lower())
 
     # ---- shared access authorization -----------------------------------------------------------------
+
+    @property
+    def authorization_rules(self) -> tuple[AuthorizationRule, ...]:
+        """The namespace's shared access rules, with the keys regenerated since the configuration."""
+        return self.keys.rules
 
     @property
     def sas_keys(self) -> dict[str, tuple[str, ...]]:
@@ -291,57 +211,23 @@ class Broker:
         before = find_rule(rules, key_name)
         if before is None:
             raise EntityNotFound(f"the authorization rule '{key_name}' could not be found")
-        new_key = key if key is not None else base64.b64encode(secrets.token_bytes(32)).decode("ascii")
-        after = before.with_key(key_type, new_key)
         scope = None if entity is None else entity.name
-        earlier = next((o for o in (self.key_overrides.namespace if scope is None
-                                    else self.key_overrides.for_entity(scope))
-                        if o.key_name.casefold() == before.key_name.casefold()), None)
-        override = regenerated(before, after, earlier)
-        overrides = self.key_overrides.with_override(scope, override)
+        after, overrides, record = self.keys.regenerate(rules, before, scope, key_type, key)
         updated = tuple(after if r is before else r for r in rules)
-        # This key's record only: another node may be regenerating another key meanwhile.
-        puts = list(_override_records(KeyOverrides().with_override(scope, override)).values())
+        puts = [record]
         if entity is not None:
             current = entity.properties
             assert isinstance(current, QueueProperties | TopicProperties)
             properties: QueueProperties | TopicProperties = replace(current, authorization_rules=updated)
             puts.append(PutEntity(EntityRecord(entity.name, entity.kind, properties.to_json())))
         await self.worker.apply(puts)
-        self.key_overrides = overrides
+        self.keys.overrides = overrides
         if entity is None:
-            self.authorization_rules = updated
+            self.keys.rules = updated
         else:
             entity.properties = properties
         self.keys_changed()
         return after
-
-    def _with_key_overrides(self, name: str, properties: Any) -> Any:
-        """Configured queue or topic properties with the keys regenerated since (see apply_overrides);
-        overrides the configuration has since replaced are forgotten."""
-        overrides = self.key_overrides.for_entity(name)
-        if not overrides:
-            return properties
-        rules, kept = apply_overrides(properties.authorization_rules, overrides)
-        entities = {**self.key_overrides.entities, name.lower(): kept}
-        self.key_overrides = KeyOverrides(self.key_overrides.namespace, entities)
-        return replace(properties, authorization_rules=rules)
-
-    def route(self, entity: Entity) -> Route:
-        """Follow ForwardTo from ``entity``: a chain longer than the hop limit, or a loop, stops there.
-
-        A topic ends a route: it fans the message out to its subscriptions.
-        """
-        def next_hop(current: Entity) -> Entity | None:
-            if not current.forward_to:
-                return None
-            target = self.entity(entity_path(forward_target(current.forward_to)))
-            if target is None:
-                raise EntityNotFound(f"'{current.name}' forwards to '{current.forward_to}', "
-                                     "which this broker does not serve")
-            return target
-
-        return Route(*follow(entity, next_hop))
 
     def _start_activations(self) -> None:
         """Topics on the core publish their due scheduled messages only once their subscriptions are
@@ -349,90 +235,6 @@ class Broker:
         for entity in self.entities.values():
             if isinstance(entity.actor, TopicActor | PartitionedTopicActor):
                 entity.actor.start_activation()
-
-    def _dead_letter_destination(self, target: Entity) -> tuple[Entity, SubQueue, str | None] | None:
-        """Where dead letters forwarded to ``target`` land on the core: past its ForwardTo chain (one
-        hop more), the transfer dead-letter queue where the chain reached the hop limit (with that
-        description), or None where it ends in a topic (they stay in the entity's dead-letter queue)."""
-        route = self.route(target)
-        limit = past_hop_limit(route.hops + 1, route.exceeded)
-        if limit is not None:
-            return route.entity, SubQueue.TRANSFER_DEAD_LETTER, limit
-        if route.entity.kind == TOPIC:
-            return None
-        return route.entity, SubQueue.MAIN, None
-
-    @staticmethod
-    def _forwards_on_core(destination: tuple[Entity, SubQueue, str | None] | None) -> bool:
-        """Whether an entity can forward its dead letters there: into a queue or subscription,
-        partitioned or not, in any store (:meth:`_link_core_dead_letters`)."""
-        if destination is None:
-            return True
-        actor = destination[0].actor
-        return isinstance(actor, CoreActor | PartitionedCoreActor) and not isinstance(
-            actor, TopicActor | PartitionedTopicActor)
-
-    def _link_core_dead_letters(self, entity: Entity, actor: CoreActor, target: Entity | None,
-                                index: int | None = None) -> DeadLetterRelay | None:
-        """Point ``actor`` (partition ``index`` of a partitioned entity) where its dead letters go: a
-        target partition in its store takes them in the dead-lettering's transaction (a partitioned
-        target's partition ``index``, which lies in the same store, or a non-partitioned target there);
-        any other target on the core through a relay (``server/dead_letter_relay.py``), which this
-        returns for the caller to keep."""
-        try:
-            destination = None if target is None else self._dead_letter_destination(target)
-        except EntityNotFound as exc:  # its ForwardTo chain names an entity that is gone
-            log.warning("%s: %s; keeping its dead letters in its dead-letter queue", entity.name, exc.description)
-            destination = None
-        if destination is None:
-            actor.forward_dead_letters(None)
-            return None
-        if not self._forwards_on_core(destination):
-            log.warning("%s cannot forward dead-lettered messages to %s; keeping them in its dead-letter queue",
-                        entity.name, destination[0].name)
-            actor.forward_dead_letters(None)
-            return None
-        into, sub, hop_limit = destination
-        target_actor = into.actor
-        near = (target_actor.partitions[index % len(target_actor.partitions)]
-                if isinstance(target_actor, PartitionedCoreActor) and index is not None else target_actor)
-        if isinstance(near, CoreActor) and near.worker is actor.worker:
-            actor.forward_dead_letters(near, sub, source=actor.ref.entity, hop_limit=hop_limit)
-            return None
-        assert isinstance(target_actor, CoreActor | PartitionedCoreActor)
-        ttl = (target_actor.settings.default_ttl if isinstance(target_actor, CoreActor)
-               else target_actor.partitions[0].settings.default_ttl)
-        actor.relay_dead_letters(actor.ref.entity, ttl, hop_limit)
-        return DeadLetterRelay(actor, actor.ref.entity, target_actor, sub, hop_limit)
-
-    def _link_dead_letter_forwarding(self) -> None:
-        """Point each entity with ForwardDeadLetteredMessagesTo at where those messages end up (keeping
-        the relays that still carry them to the same place, starting new ones)."""
-        relays: dict[int, DeadLetterRelay] = {}
-        for entity in self.entities.values():
-            target_name = getattr(entity.properties, "forward_dead_lettered_messages_to", None)
-            target = self.entity(entity_path(forward_target(target_name))) if target_name else None
-            if target_name and target is None:
-                log.warning("%s forwards dead-lettered messages to unknown %s; keeping them", entity.name,
-                            target_name)
-            partitioned = isinstance(entity.actor, PartitionedCoreActor)
-            for index, core_partition in enumerate(each(entity.actor)):
-                relay = self._link_core_dead_letters(entity, core_partition, target,
-                                                     index if partitioned else None)
-                if relay is not None:
-                    old = self._relays.pop(id(core_partition), None)
-                    if old is not None and old.source is core_partition and old.same_as(
-                            relay.target, relay.sub, relay.hop_limit):
-                        relay = old
-                    elif old is not None:
-                        old.stop()
-                    relays[id(core_partition)] = relay
-        for gone in self._relays.values():  # no longer forwarding (or its entity is gone)
-            gone.stop()
-        self._relays = relays
-        for relay in relays.values():
-            if relay.source.on_dead_letters is None:
-                relay.start()
 
     async def start(self, host: str, port: int, *, tls: ssl.SSLContext | None = None, tls_port: int = -1,
                     management: ProtocolFactory | None = None,
@@ -446,6 +248,33 @@ class Broker:
         ``amqps_port``): TLS first, then the usual SASL header, as the SDK dials (contract 1.1). A
         failed handshake closes that socket only; no connection is made for it.
         """
+        await self._open_stores()
+        stored = {r.path.lower(): r for r in await self.worker.call(self.worker.store.load_entities)}
+        configured = self._configured_records(stored)
+        known = {r.path.lower() for r in stored.values() if r.kind in (QUEUE, TOPIC, SUBSCRIPTION)}
+        known |= {op.entity.path.lower() for op in configured
+                  if isinstance(op, PutEntity) and op.entity.kind in (QUEUE, TOPIC, SUBSCRIPTION)}
+        times_ops = self.entity_times.load(list(stored.values()), known, self.clock())
+        await self.worker.apply([*configured, *times_ops])
+        records = await self.worker.call(self.worker.store.load_entities)
+        for kind in (QUEUE, TOPIC, SUBSCRIPTION):  # a subscription needs its topic loaded first
+            for record in records:
+                if record.kind == kind:
+                    await self._load(record)
+        self.topology.link_dead_letter_forwarding()
+        if not self.worker.shared:  # (on a shared store another node's consumers may be reading them)
+            await self._remove_left_behind()
+        self._start_activations()
+        log.info("serving %d entities", len(self.entities))
+        loop = asyncio.get_running_loop()
+        self._idle_sweeper = loop.create_task(self._idle.sweep_forever())
+        if self.worker.shared:  # other nodes change entities in this store too
+            self._entity_follower = loop.create_task(self._follow_entities_forever())
+            self._activity_recorder = loop.create_task(self._idle.record_activity_forever())
+        await self._listen(host, port, tls, tls_port, management, management_tls)
+        return self.port
+
+    async def _open_stores(self) -> None:
         for worker in self.workers:
             await worker.open()
             store = worker.store
@@ -454,65 +283,41 @@ class Broker:
                 dropped = await worker.call(store.drop_locks_of_earlier_runs)
                 if dropped:
                     log.info("messaging store '%s': dropped %d lock(s) of an earlier run", worker.name, dropped)
-        # The configuration's properties win over stored ones; a subscription's rules come from it only
-        # when the subscription is new, so rules changed at runtime survive a restart.
-        stored = {r.path.lower(): r for r in await self.worker.call(self.worker.store.load_entities)}
-        # Regenerated keys win over Config.json's until the operator edits those keys there (apply_overrides).
-        self.key_overrides, override_paths, legacy_overrides = _stored_overrides(list(stored.values()))
-        self.authorization_rules, kept = apply_overrides(self.namespace.authorization_rules,
-                                                         self.key_overrides.namespace)
-        self.key_overrides = KeyOverrides(kept, self.key_overrides.entities)
+
+    def _configured_records(self, stored: dict[str, EntityRecord]) -> list[PutEntity | DeleteEntity]:
+        """The configured entities' records to write over the ``stored`` ones (by lower-cased path): the
+        configuration's properties win over stored ones; a subscription's rules come from it only when
+        the subscription is new, so rules changed at runtime survive a restart. Regenerated keys win
+        over Config.json's until the operator edits those keys there (``server/keys.py``)."""
+        override_paths, legacy_overrides = self.keys.load(list(stored.values()))
         configured: list[PutEntity | DeleteEntity] = [
-            PutEntity(EntityRecord(q.name, QUEUE, self._with_key_overrides(q.name, q.properties).to_json()))
+            PutEntity(EntityRecord(q.name, QUEUE, self.keys.configured_entity(q.name, q.properties).to_json()))
             for q in self.namespace.queues]
         for topic in self.namespace.topics:
             configured.append(PutEntity(EntityRecord(
-                topic.name, TOPIC, self._with_key_overrides(topic.name, topic.properties).to_json())))
+                topic.name, TOPIC, self.keys.configured_entity(topic.name, topic.properties).to_json())))
             for sub in topic.subscriptions:
                 path = named_subscription_path(topic.name, sub.name)
                 subscription: dict[str, Any] = {"Properties": sub.properties.to_json()}
                 if path.lower() not in stored:  # a stored one keeps its rules (rows of their own)
                     subscription["Rules"] = [r.to_json() for r in sub.rules]
                 configured.append(PutEntity(EntityRecord(path, SUBSCRIPTION, subscription)))
-        in_force = _override_records(self.key_overrides)
         # Overrides the configuration has since replaced go; the older release's one record is split.
-        configured.extend(DeleteEntity(path) for path in sorted(override_paths - set(in_force)))
-        if legacy_overrides:
-            configured.extend(in_force.values())
-            configured.append(DeleteEntity(KEY_OVERRIDES_PATH))
-        self.entity_times, legacy = _stored_times(list(stored.values()))
-        now = self.clock()
-        known = {r.path.lower() for r in stored.values() if r.kind in (QUEUE, TOPIC, SUBSCRIPTION)}
-        known |= {op.entity.path.lower() for op in configured
-                  if isinstance(op, PutEntity) and op.entity.kind in (QUEUE, TOPIC, SUBSCRIPTION)}
-        missing = known - set(self.entity_times)
-        for path in missing:
-            self.entity_times[path] = [now, now]  # first seen now (or created before times were kept)
-        times_ops: list[PutEntity | DeleteEntity] = [self._times_record(path) for path in sorted(
-            known if legacy else missing)]
-        if legacy:  # the older release's one record for all entities, split into one per entity
-            times_ops.append(DeleteEntity(ENTITY_TIMES_PATH))
-        await self.worker.apply([*configured, *times_ops])
-        records = await self.worker.call(self.worker.store.load_entities)
-        for kind in (QUEUE, TOPIC, SUBSCRIPTION):  # a subscription needs its topic loaded first
-            for record in records:
-                if record.kind == kind:
-                    await self._load(record)
-        self._link_dead_letter_forwarding()
-        if not self.worker.shared:  # (on a shared store another node's consumers may be reading them)
-            for left in topic_consumers.left_behind(list(self.entities.values())):
-                log.info("removing %s, a non-durable topic consumer's subscription left by an earlier run", left.name)
-                await self._delete_entity(left)
-            for left in temporary.left_behind(list(self.entities.values())):
-                log.info("removing %s, a temporary destination left by an earlier run", left.name)
-                await self._delete_entity(left)
-        self._start_activations()
-        log.info("serving %d entities", len(self.entities))
-        loop = asyncio.get_running_loop()
-        self._idle_sweeper = loop.create_task(self._sweep_idle_forever())
-        if self.worker.shared:  # other nodes change entities in this store too
-            self._entity_follower = loop.create_task(self._follow_entities_forever())
-            self._activity_recorder = loop.create_task(self._record_activity_forever())
+        configured.extend(self.keys.record_changes(override_paths, legacy_overrides))
+        return configured
+
+    async def _remove_left_behind(self) -> None:
+        """What an earlier run left that lives only as long as its links: non-durable topic consumers'
+        subscriptions and temporary destinations."""
+        for left in topic_consumers.left_behind(list(self.entities.values())):
+            log.info("removing %s, a non-durable topic consumer's subscription left by an earlier run", left.name)
+            await self._delete_entity(left)
+        for left in temporary.left_behind(list(self.entities.values())):
+            log.info("removing %s, a temporary destination left by an earlier run", left.name)
+            await self._delete_entity(left)
+
+    async def _listen(self, host: str, port: int, tls: ssl.SSLContext | None, tls_port: int,
+                      management: ProtocolFactory | None, management_tls: ssl.SSLContext | None) -> None:
         try:
             self._server = await SniffingListener.start(host, port, lambda: BrokerConnection(self), management,
                                                         management_tls, sniff_timeout=self.limits.handshake_timeout)
@@ -520,31 +325,20 @@ class Broker:
             raise ListenFailed("amqp", host, port, exc) from None
         if tls is not None and tls_port >= 0:
             try:
-                self._tls_server = await loop.create_server(lambda: BrokerConnection(self), host, tls_port, ssl=tls)
+                self._tls_server = await asyncio.get_running_loop().create_server(
+                    lambda: BrokerConnection(self), host, tls_port, ssl=tls)
             except OSError as exc:
                 raise ListenFailed("amqps", host, tls_port, exc) from None
             self.amqps_port = int(self._tls_server.sockets[0].getsockname()[1])
         self.port = self._server.port
-        return self.port
-
-    def _times_record(self, path: str) -> PutEntity:
-        """The one entity's times record (only its own: another node may be writing another's)."""
-        times = self.entity_times[path.lower()]
-        return PutEntity(EntityRecord(_times_path(path), ENTITY_TIMES_KIND, {"Times": list(times)}))
 
     def _touched(self, path: str, *, created: bool = False) -> PutEntity:
         """Note an entity's creation or update now; the record to store with it."""
-        now = self.clock()
-        times = self.entity_times.setdefault(path.lower(), [now, now])
-        if created:
-            times[0] = now
-        times[1] = now
-        return self._times_record(path)
+        return self.entity_times.touched(path, self.clock(), created=created)
 
     def times_of(self, entity: Entity) -> tuple[int, int] | None:
         """(created, updated) in ms since the epoch."""
-        times = self.entity_times.get(entity.name.lower())
-        return (times[0], times[1]) if times is not None else None
+        return self.entity_times.of(entity.name)
 
     def _home_store(self, path: str) -> StoreWorker:
         """The store a non-partitioned entity lives in: its name picks one, the same on every start."""
@@ -629,94 +423,16 @@ class Broker:
         if topic is not None:
             topic.subscriptions[path] = entity
         if isinstance(actor, TopicActor):
-            actor.plan = functools.partial(self._core_copies, entity)
+            actor.plan = functools.partial(self.topology.copies, entity)
         elif isinstance(actor, PartitionedTopicActor):
             for number, topic_partition in enumerate(actor.topics):
-                topic_partition.plan = functools.partial(self._core_copies, entity, index=number)
+                topic_partition.plan = functools.partial(self.topology.copies, entity, index=number)
 
     def publish(self, topic: Entity, drafts: list[MessageDraft]) -> asyncio.Future[None]:
         """A send to a topic: each subscription's copies, committed together (all or none)."""
         if not isinstance(topic.actor, TopicActor | PartitionedTopicActor):
             raise InvalidOperation(f"'{topic.name}' is not a topic")
         return topic.actor.publish(drafts)
-
-    def _core_copies(self, topic: Entity, drafts: Sequence[MessageDraft], now: int,
-                     index: int | None = None) -> list[list[Copy]]:
-        """Per draft, the copies a topic stores: each subscription's rules and actions applied; filter
-        errors, and copies without a SessionId for a session-enabled subscription, to the
-        subscription's dead-letter queue; a forwarding subscription's copies into where its ForwardTo
-        leads (a queue, or another topic's subscriptions), within the hop limit, else to the transfer
-        dead-letter queue where the limit was reached. A copy's time-to-live is capped by its
-        destination's default and the topic's. A destination may live in another store (the topic
-        actor stores those copies by that store's batch first). A partitioned topic's
-        partition ``index`` stores into partition ``index`` of each partitioned destination (which
-        shares its store); without an index, a partitioned destination's partition is the one the
-        copy's key picks, as for a send (:meth:`_on_core_at`)."""
-        cap = topic.actor.settings.default_ttl
-        planned: list[list[Copy]] = []
-        for draft in drafts:
-            copies: list[Copy] = []
-            self._core_fan_out(topic, draft, now, cap, 0, copies, index)
-            planned.append(copies)
-        return planned
-
-    def _core_fan_out(self, topic: Entity, draft: MessageDraft, now: int, cap: int | None, hops: int,
-                      out: list[Copy], index: int | None = None) -> None:
-        for sub in topic.subscriptions.values():
-            dead_letter_on_errors = bool(getattr(sub.properties, "dead_lettering_on_filter_evaluation_exceptions",
-                                                 True))
-            for copy in copies_for(sub.rules, draft, dead_letter_on_errors, sub.requires_session):
-                actor = self._on_core_at(topic, sub, index, copy.draft)
-                if copy.dead_letter is not None:
-                    dead = wire.dead_lettered(core_record(copy.draft, now, None), *copy.dead_letter)
-                    out.append(actor.dead_letter_copy(dead, now))
-                elif not sub.forward_to:
-                    out.append((actor, SubQueue.MAIN, core_record(copy.draft, now, _capped(actor, cap))))
-                else:
-                    route = self.route(sub)
-                    total = hops + route.hops
-                    limit = past_hop_limit(total, route.exceeded)
-                    if limit is not None:
-                        target = self._on_core_at(topic, route.entity, index, copy.draft)
-                        dead = wire.dead_lettered(core_record(copy.draft, now, None),
-                                                  MAX_TRANSFER_HOP_COUNT_EXCEEDED, limit)
-                        out.append((target, SubQueue.TRANSFER_DEAD_LETTER, dead))
-                    elif route.entity.kind == TOPIC:
-                        # A partitioned topic reached without an index (from a non-partitioned one): the
-                        # copy's key pins it to one partition, for every subscription of that topic.
-                        at = index if index is not None or not route.entity.partitioned \
-                            else self._core_index(route.entity, copy.draft)
-                        self._core_fan_out(route.entity, copy.draft, now, cap, total, out, at)
-                    else:
-                        target = self._on_core_at(topic, route.entity, index, copy.draft)
-                        out.append((target, SubQueue.MAIN, core_record(copy.draft, now, _capped(target, cap))))
-
-    @staticmethod
-    def _core_index(topic: Entity, draft: MessageDraft) -> int:
-        """The partition of a partitioned topic on the core that ``draft``'s key (or, keyless, the
-        topic's round-robin) pins it to, as a send's routing does."""
-        actor = topic.actor
-        assert isinstance(actor, PartitionedCoreActor)
-        [(partition, _)] = actor.route([draft])
-        return actor.partitions.index(partition)
-
-    @staticmethod
-    def _on_core_at(topic: Entity, entity: Entity, index: int | None, draft: MessageDraft | None = None) -> CoreActor:
-        """``entity``'s actor on the core that a send to ``topic`` (on the core) stores copies into: its
-        partition ``index`` when it is partitioned and an index is given (a partitioned topic's
-        partition, which shares that partition's store), else the partition ``draft``'s key picks (as
-        a send's routing picks it; keyless ones round-robin). Any store: the topic actor stores copies
-        in another store by that store's batch."""
-        actor = entity.actor
-        if isinstance(actor, PartitionedCoreActor):
-            if index is not None:
-                actor = actor.partitions[index % len(actor.partitions)]
-            elif draft is not None:
-                [(actor, _)] = actor.route([draft])
-            else:
-                actor = actor.partitions[0]
-        assert isinstance(actor, CoreActor)
-        return actor
 
     @staticmethod
     def _compile_rule(rule: RuleDescription) -> CompiledRule:
@@ -785,7 +501,7 @@ class Broker:
         record = EntityRecord(name, QUEUE, properties.to_json())
         await self._store_created(record)
         await self._load(record)
-        self._link_dead_letter_forwarding()
+        self.topology.link_dead_letter_forwarding()
         entity = self.entity(name)
         assert entity is not None
         return entity
@@ -811,7 +527,7 @@ class Broker:
         entity.properties, entity.max_message_size = properties, max_message_size
         self.keys_changed()
         await entity.actor.update_settings(settings)
-        self._link_dead_letter_forwarding()
+        self.topology.link_dead_letter_forwarding()
 
     def _check_forward_targets(self, properties: QueueProperties | SubscriptionProperties,
                                source: Entity | None = None, topic: Entity | None = None,
@@ -831,19 +547,9 @@ class Broker:
             if found is None:
                 raise EntityNotFound(f"the forwarding target '{target}' does not exist")
             if name == "forward_dead_lettered_messages_to":
-                self._check_dead_letter_target(found)
+                self.topology.check_dead_letter_target(found)
             elif owner is not None:
                 self.route(found)  # a chain that names an entity that is gone is refused now
-
-    def _check_dead_letter_target(self, target: Entity) -> None:
-        """ForwardDeadLetteredMessagesTo ``target``: past its ForwardTo chain, a queue or subscription
-        (in the entity's store in the dead-lettering's transaction, elsewhere through a relay), or a
-        topic (the dead letters then stay in the entity's dead-letter queue)."""
-        destination = self._dead_letter_destination(target)
-        if not self._forwards_on_core(destination):
-            assert destination is not None
-            raise NotImplementedOperation(
-                f"forwarding dead-lettered messages into '{destination[0].name}' is not available")
 
     async def create_topic(self, name: str, properties: TopicProperties) -> Entity:
         async with self._entities_lock:
@@ -900,7 +606,7 @@ class Broker:
                               {"Properties": properties.to_json(), "Rules": [r.to_json() for r in rules]})
         await self._store_created(record)
         await self._load(record)
-        self._link_dead_letter_forwarding()
+        self.topology.link_dead_letter_forwarding()
         entity = self.entity(path)
         assert entity is not None
         return entity
@@ -918,9 +624,9 @@ class Broker:
         entity.properties, entity.max_message_size = properties, max_message_size
         self.keys_changed()
         await entity.actor.update_settings(settings)
-        self._link_dead_letter_forwarding()
+        self.topology.link_dead_letter_forwarding()
 
-    # ---- AutoDeleteOnIdle ----------------------------------------------------------------------------
+    # ---- following other nodes -----------------------------------------------------------------------
 
     async def _follow_entities_forever(self) -> None:
         """Several nodes on one store: when the store announces another node's entity change, and
@@ -947,7 +653,7 @@ class Broker:
     async def _follow_entities(self) -> None:
         stored = await self.worker.call(self.worker.store.load_entities)
         self._follow_key_overrides(stored)
-        self.entity_times.update(_stored_times(stored)[0])  # those of entities created or changed elsewhere
+        self.entity_times.follow(stored)  # those of entities created or changed elsewhere
         records = {r.path.lower(): r for r in stored if r.kind in (QUEUE, TOPIC, SUBSCRIPTION)}
         for path, entity in list(self.entities.items()):
             if path not in records and path in self.entities:
@@ -966,7 +672,7 @@ class Broker:
                     log.info("took up %s, created through another node", record.path)
                 else:
                     await self._follow_changes(known, record)
-        self._link_dead_letter_forwarding()
+        self.topology.link_dead_letter_forwarding()
         self._start_activations()
 
     async def _follow_changes(self, known: Entity, record: EntityRecord) -> None:
@@ -1011,21 +717,13 @@ class Broker:
     def _follow_key_overrides(self, stored: Sequence[EntityRecord]) -> None:
         """Take up the namespace rules' keys another node regenerated (a queue's or topic's own keys
         are in its record, which ``_follow_changes`` applies)."""
-        records = [r for r in stored if r.kind == KEY_OVERRIDES_KIND]
-        if not records:
-            return
         try:
-            overrides, _, _ = _stored_overrides(records)
+            changed = self.keys.follow(stored)
         except (KeyError, TypeError, AttributeError, SodaliteError) as exc:
+            records = [r for r in stored if r.kind == KEY_OVERRIDES_KIND]
             self._refuse_followed(records[0], [r.properties for r in records], f"regenerated keys not applied: {exc}")
             return
-
-        def state(of: KeyOverrides) -> dict[str, EntityRecord]:  # the same overrides in any order
-            return {path: put.entity for path, put in _override_records(of).items()}
-
-        if state(overrides) != state(self.key_overrides):
-            self.key_overrides = overrides
-            self.authorization_rules, _ = apply_overrides(self.namespace.authorization_rules, overrides.namespace)
+        if changed:
             log.info("applied the shared access keys regenerated through another node")
             self.keys_changed()
 
@@ -1058,81 +756,13 @@ class Broker:
         self.keys_changed()  # its own rules went with it
         await entity.actor.close()
 
-    async def _sweep_idle_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self.idle_sweep_seconds)
-            try:
-                await self.sweep_idle()
-            except Exception:  # the sweeper must outlive one bad deletion
-                log.exception("idle sweep failed")
-
     async def sweep_idle(self) -> list[str]:
-        """Delete every entity idle for its AutoDeleteOnIdle; return their names.
-
-        Auto-forwarding counts as a receiver at work, so an entity that forwards is never idle
-        (expiration seed).
-        """
-        if self.worker.shared:
-            await self.record_activity()  # this node's own registrations are current for the decision
-        now = self.clock()
-        deleted = []
-        for entity in self._idle_candidates():
-            if entity.name.lower() not in self.entities:
-                continue  # went with its topic in this sweep
-            idle_ms = int(entity.properties.auto_delete_on_idle.total_seconds() * 1000)
-            # A topic is idle only if nothing happened on any of its subscriptions either (seed).
-            if not (entity.actor.is_idle(now, idle_ms) and all(
-                    sub.actor.is_idle(now, idle_ms) for sub in entity.subscriptions.values())):
-                continue
-            if self.worker.shared:
-                # Several nodes: the store decides, from every node's registrations (clarifications.md,
-                # 18); a node whose registrations lapsed no longer counts. Fenced: deleted once.
-                if await self._scheduled_in_store(entity):
-                    continue
-                lapse_ms = int(ACTIVITY_LAPSE * self.activity_seconds * 1000)
-                (result,) = await self.worker.apply([DeleteIdleEntity(entity.name, now - idle_ms, now - lapse_ms)])
-                if not (isinstance(result, IdleDeleted) and result.deleted):
-                    continue
-            await self.delete_entity(entity)
-            deleted.append(entity.name)
-        return deleted
-
-    def _idle_candidates(self) -> list[Entity]:
-        """The entities with an AutoDeleteOnIdle; forwarding counts as receiving (expiration seed)."""
-        return [e for e in self.entities.values()
-                if e.properties.auto_delete_on_idle < TIMESPAN_MAX and not e.forward_to]
-
-    async def _scheduled_in_store(self, entity: Entity) -> bool:
-        """Scheduled messages keep an entity alive; another node's are in the store, not in this node's counts."""
-        for actor in [entity.actor, *(sub.actor for sub in entity.subscriptions.values())]:
-            for partition in each(actor):
-                counts = await partition.worker.call(functools.partial(partition.worker.store.counts, partition.ref))
-                if counts.scheduled > 0:
-                    return True
-        return False
+        """Delete every entity idle for its AutoDeleteOnIdle; return their names (``server/idle_sweep.py``)."""
+        return await self._idle.sweep()
 
     async def record_activity(self) -> None:
-        """Write this node's AutoDeleteOnIdle registrations (several nodes on one store): per entity
-        with an idle time, its last activity and the receivers attached here, a topic's with its
-        subscriptions'. The idle sweep of any node decides from them (DeleteIdleEntity)."""
-        entries = []
-        for entity in self._idle_candidates():
-            last, receivers = 0, 0
-            for actor in [entity.actor, *(sub.actor for sub in entity.subscriptions.values())]:
-                for partition in each(actor):
-                    at, attached = partition.activity()
-                    last, receivers = max(last, at), receivers + attached
-            entries.append(EntityActivity(entity.name, last, receivers))
-        if entries:
-            await self.worker.apply([RecordActivity(self.node_id, self.clock(), tuple(entries))])
-
-    async def _record_activity_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self.activity_seconds)
-            try:
-                await self.record_activity()
-            except SodaliteError as exc:  # the store is away: the next refresh tries again
-                log.warning("AutoDeleteOnIdle registrations not refreshed: %s", exc)
+        """Write this node's AutoDeleteOnIdle registrations (several nodes on one store)."""
+        await self._idle.record_activity()
 
     async def delete_entity(self, entity: Entity) -> None:
         """Remove the entity, its messages and sub-queues; links on it are detached with amqp:not-found."""
@@ -1141,15 +771,14 @@ class Broker:
 
     async def _delete_entity(self, entity: Entity) -> None:
         self.entities.pop(entity.name.lower(), None)  # at once: nothing new reaches it meanwhile
-        self._link_dead_letter_forwarding()  # nor dead letters forwarded to it (they stay where they are)
+        self.topology.link_dead_letter_forwarding()  # nor dead letters forwarded to it (they stay where they are)
         for sub in list(entity.subscriptions.values()):
             await self._delete_entity(sub)
         await self._stop_serving(entity)
         for worker in {id(p.worker): p.worker for p in each(entity.actor)}.values():
             if worker is not self.worker:
                 await worker.apply([DeleteEntity(entity.name)])  # its partitions kept there
-        self.entity_times.pop(entity.name.lower(), None)
-        await self.worker.apply([DeleteEntity(entity.name), DeleteEntity(_times_path(entity.name))])
+        await self.worker.apply([DeleteEntity(entity.name), self.entity_times.forget(entity.name)])
         log.info("deleted %s", entity.name)
 
     # ---- messaging stores --------------------------------------------------------------------------------
@@ -1229,9 +858,7 @@ class Broker:
                 task.cancel()
         if self._entity_follower is not None:
             self._entity_follower.cancel()
-        for relay in self._relays.values():
-            relay.stop()
-        self._relays.clear()
+        self.topology.stop_relays()
         if self._server is not None:
             self._server.close()
         if self._tls_server is not None:

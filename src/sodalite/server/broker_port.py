@@ -32,12 +32,16 @@ class BrokerPort(Protocol):
     limits: ConnectionLimits
     clock: Clock  # ms since the epoch; the cores' time
     worker: StoreWorker  # the store that keeps the entity records (``worker.shared``: several nodes)
-    authorization_rules: tuple[AuthorizationRule, ...]  # the namespace's, with regenerated keys
     entities: dict[str, Entity]  # by lower-cased path
     # JMS temporary queues and topics (lower-cased path) -> id() of the connection that made them.
     temporary_owners: dict[str, int]
     # Non-durable JMS topic consumers' subscriptions (lower-cased path) -> id() of the links reading them.
     volatile_subscriptions: dict[str, set[int]]
+
+    @property
+    def authorization_rules(self) -> tuple[AuthorizationRule, ...]:
+        """The namespace's rules, with the keys regenerated since the configuration."""
+        ...
 
     def entity(self, path: str) -> Entity | None: ...
 
