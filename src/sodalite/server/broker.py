@@ -15,7 +15,6 @@ import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import timedelta
 from typing import Any
 
 from sodalite.errors import (
@@ -35,7 +34,6 @@ from sodalite.model.authorization import (
 )
 from sodalite.model.config import NamespaceConfig
 from sodalite.model.entities import (
-    TIMESPAN_MAX,
     QueueProperties,
     RuleDescription,
     SubscriptionProperties,
@@ -44,22 +42,21 @@ from sodalite.model.entities import (
     validate_entity_name,
 )
 from sodalite.model.partition import MessageDraft
-from sodalite.model.partitioning import partition_index
 from sodalite.model.quotas import namespace_full, topic_full
 from sodalite.server import temporary, topic_consumers
 from sodalite.server.addresses import entity_path
 from sodalite.server.connection_handler import BrokerConnection
 from sodalite.server.core_actor import CoreActor
-from sodalite.server.entity_settings import Clock, EntitySettings, wall_clock_ms
+from sodalite.server.entity_loader import EntityLoader, compile_rule, read_record
+from sodalite.server.entity_settings import Clock, wall_clock_ms
 from sodalite.server.entity_times import EntityTimes
-from sodalite.server.fanout import CompiledRule
 from sodalite.server.idle_sweep import ACTIVITY_LAPSE, ACTIVITY_SECONDS, IDLE_SWEEP_SECONDS, IdleSweep
 from sodalite.server.keys import KEY_OVERRIDES_KIND, Keys
 from sodalite.server.limits import ConnectionLimits
 from sodalite.server.listener import ListenFailed, ProtocolFactory, SniffingListener
 from sodalite.server.metrics import BrokerMetrics
 from sodalite.server.partition_runner import LoopClock
-from sodalite.server.partitioned_actor import EntityActor, PartitionedCoreActor, each
+from sodalite.server.partitioned_actor import each
 from sodalite.server.registry import QUEUE, SUBSCRIPTION, TOPIC, Entity, named_subscription_path
 from sodalite.server.store_worker import StoreWorker
 from sodalite.server.topic_actor import PartitionedTopicActor, TopicActor
@@ -69,7 +66,6 @@ from sodalite.store.port import (
     DeleteRule,
     EntityRecord,
     MessagingStore,
-    PartitionRef,
     PutEntity,
     PutRule,
     RuleWritten,
@@ -83,11 +79,6 @@ __all__ = ["ACTIVITY_LAPSE", "ACTIVITY_SECONDS", "IDLE_SWEEP_SECONDS", "SHUTDOWN
 SHUTDOWN_GRACE_S = 10.0  # a graceful stop waits this long at most for store work in flight
 MAX_SUBSCRIPTIONS_PER_TOPIC = 2000  # Service Bus quotas: subscriptions per topic
 DEFAULT_STORE = "default"  # the store in the data directory, which also keeps the entity records
-PREMIUM_PARTITIONED_MESSAGE_SIZE = 1024 * 1024  # partitioned entities of a Premium-like namespace (seed)
-
-
-def _ms(value: timedelta) -> int | None:
-    return None if value >= TIMESPAN_MAX else int(value.total_seconds() * 1000)
 
 
 class Broker:
@@ -104,6 +95,7 @@ class Broker:
         # The messaging stores, each served by its own thread. The first also keeps the entity records.
         self.workers = [StoreWorker(store, DEFAULT_STORE), *(StoreWorker(s, name) for name, s in more_stores)]
         self.worker = self.workers[0]
+        self.loader = EntityLoader(namespace, self.workers, self.core_clock, node_id)
         for worker in self.workers:
             worker.clock = clock
             worker.gate = self.workers[0].gate  # one cross-store gate for every store (server/backup.py)
@@ -342,86 +334,23 @@ class Broker:
 
     def _home_store(self, path: str) -> StoreWorker:
         """The store a non-partitioned entity lives in: its name picks one, the same on every start."""
-        return self.workers[partition_index(path.lower(), len(self.workers))]
-
-    def _settings(self, properties: QueueProperties | TopicProperties | SubscriptionProperties,
-                  partitioned: bool = False) -> tuple[EntitySettings, int]:
-        """The actor's settings from any entity kind's properties (absent ones take queue defaults)."""
-        defaults = QueueProperties()
-
-        def get(name: str) -> Any:
-            return getattr(properties, name, getattr(defaults, name))
-
-        kilobytes = get("max_message_size_in_kilobytes") or self.namespace.max_message_size_in_kilobytes
-        max_size = getattr(properties, "max_size_in_megabytes", None)
-        settings = EntitySettings(
-            lock_duration=int(get("lock_duration").total_seconds() * 1000),
-            default_ttl=_ms(get("default_message_time_to_live")),
-            max_message_size=kilobytes * 1024,
-            max_delivery_count=get("max_delivery_count"),
-            dead_lettering_on_message_expiration=get("dead_lettering_on_message_expiration"),
-            requires_session=get("requires_session"),
-            max_size_in_bytes=max_size * 1024 * 1024 if max_size is not None else None,
-            duplicate_detection_window=int(get("duplicate_detection_history_time_window").total_seconds() * 1000)
-            if get("requires_duplicate_detection") else None,
-        )
-        max_bytes = kilobytes * 1024
-        if partitioned and self.namespace.sku == "Premium":
-            max_bytes = min(max_bytes, PREMIUM_PARTITIONED_MESSAGE_SIZE)
-            settings = replace(settings, max_message_size=max_bytes)
-        return settings, max_bytes
+        return self.loader.home_store(path)
 
     async def _load(self, record: EntityRecord) -> None:
-        path = record.path.lower()
-        try:
-            if record.kind == QUEUE:
-                properties: QueueProperties | TopicProperties | SubscriptionProperties = \
-                    QueueProperties.from_json(record.properties)
-                rules: list[CompiledRule] = []
-            elif record.kind == TOPIC:
-                properties = TopicProperties.from_json(record.properties)
-                rules = []
-            else:
-                properties = SubscriptionProperties.from_json(record.properties.get("Properties", {}))
-                rules = [self._compile_rule(RuleDescription.from_json(r)) for r in record.properties.get("Rules", [])]
-        except SodaliteError as exc:
-            raise ConfigurationError(f"{record.kind} '{record.path}': {exc.description}") from None
+        """Serve the stored entity ``record`` (``server/entity_loader.py``); a subscription needs its topic."""
+        properties, rules = read_record(record)
         topic = None
         if record.kind == SUBSCRIPTION:
-            topic = self.entity(path.split("/subscriptions/")[0])
+            topic = self.entity(record.path.lower().split("/subscriptions/")[0])
             if topic is None:
                 log.error("subscription %s has no topic; skipped", record.path)
                 return
-        # A subscription is partitioned as its topic is.
-        partitioned = (topic.partitioned if topic is not None
-                       else bool(getattr(properties, "enable_partitioning", False)))
-        settings, max_message_size = self._settings(properties, partitioned)
-        actor: EntityActor
-        if partitioned:
-            # Partition i in store i modulo the stores (existing data stays put):
-            # a partitioned topic's partition i and its subscriptions' partitions i share a store.
-            kind_of_partition = TopicActor if record.kind == TOPIC else CoreActor
-            partitions = [kind_of_partition(PartitionRef(path, i), settings, self.workers[i % len(self.workers)],
-                                            self.core_clock, node_id=self.node_id)
-                          for i in range(self.namespace.partition_count)]
-            actor = (PartitionedTopicActor([p for p in partitions if isinstance(p, TopicActor)])
-                     if record.kind == TOPIC else PartitionedCoreActor(partitions))
-        else:
-            # A subscription lives with its topic, so a send's copies commit in one transaction.
-            worker = self._home_store(topic.name if topic is not None else path)
-            kind_of_actor = TopicActor if record.kind == TOPIC else CoreActor
-            actor = kind_of_actor(PartitionRef(path, 0), settings, worker, self.core_clock, node_id=self.node_id)
-        log.info("serving %s (%d partitions)", record.path, len(each(actor)))
-        for partition in each(actor):
-            if partition.worker.offline:
-                partition.suspend()  # loads itself once its store is back
-            else:
-                await partition.load()
-        entity = Entity(record.path, properties, max_message_size, actor,
-                        record.kind, rules=rules, topic=topic)
+        entity = await self.loader.load(record, properties, rules, topic)
+        path = record.path.lower()
         self.entities[path] = entity
         if topic is not None:
             topic.subscriptions[path] = entity
+        actor = entity.actor
         if isinstance(actor, TopicActor):
             actor.plan = functools.partial(self.topology.copies, entity)
         elif isinstance(actor, PartitionedTopicActor):
@@ -434,18 +363,11 @@ class Broker:
             raise InvalidOperation(f"'{topic.name}' is not a topic")
         return topic.actor.publish(drafts)
 
-    @staticmethod
-    def _compile_rule(rule: RuleDescription) -> CompiledRule:
-        try:
-            return CompiledRule.compile(rule)
-        except SodaliteError as exc:
-            raise type(exc)(f"rule '{rule.name}': {exc.description}") from None
-
     async def add_rule(self, subscription: Entity, rule: RuleDescription) -> None:
         """Add a rule (compiled first, so a bad filter is refused with its position) and store it as a
         row of its own. The store decides whether the name is taken: on a store several nodes share,
         another node may have added it a moment ago (then EntityAlreadyExists, as Service Bus answers)."""
-        compiled = self._compile_rule(rule)
+        compiled = compile_rule(rule)
         async with self._entities_lock:  # not while the follow replaces this node's rules
             if not await self._write_rule(subscription, PutRule(subscription.name, rule.name, rule.to_json())):
                 raise EntityAlreadyExists(f"the rule '{rule.name}' already exists on '{subscription.name}'")
@@ -462,7 +384,7 @@ class Broker:
 
     async def replace_rule(self, subscription: Entity, rule: RuleDescription) -> None:
         """Replace the rule of the same name (the management API's update); the new one is compiled first."""
-        compiled = self._compile_rule(rule)
+        compiled = compile_rule(rule)
         async with self._entities_lock:
             if not await self._write_rule(subscription, PutRule(subscription.name, rule.name, rule.to_json(),
                                                                 replace=True)):
@@ -523,7 +445,7 @@ class Broker:
         self._check_forward_targets(properties, entity)
         await self.worker.apply([PutEntity(EntityRecord(entity.name, QUEUE, properties.to_json())),
                                  self._touched(entity.name)])
-        settings, max_message_size = self._settings(properties, entity.partitioned)
+        settings, max_message_size = self.loader.settings(properties, entity.partitioned)
         entity.properties, entity.max_message_size = properties, max_message_size
         self.keys_changed()
         await entity.actor.update_settings(settings)
@@ -579,7 +501,7 @@ class Broker:
             raise InvalidOperation(f"{', '.join(changed)} cannot be changed on an existing topic")
         await self.worker.apply([PutEntity(EntityRecord(entity.name, TOPIC, properties.to_json())),
                                  self._touched(entity.name)])
-        settings, max_message_size = self._settings(properties, entity.partitioned)
+        settings, max_message_size = self.loader.settings(properties, entity.partitioned)
         entity.properties, entity.max_message_size = properties, max_message_size
         self.keys_changed()
         await entity.actor.update_settings(settings)
@@ -601,7 +523,7 @@ class Broker:
             raise QuotaExceeded(refusal)
         self._check_forward_targets(properties, topic=topic)
         for rule in rules:
-            self._compile_rule(rule)  # refuse a bad filter before anything is stored
+            compile_rule(rule)  # refuse a bad filter before anything is stored
         record = EntityRecord(path, SUBSCRIPTION,
                               {"Properties": properties.to_json(), "Rules": [r.to_json() for r in rules]})
         await self._store_created(record)
@@ -620,7 +542,7 @@ class Broker:
         record = {"Properties": properties.to_json()}  # its rules are rows of their own, left as they are
         await self.worker.apply([PutEntity(EntityRecord(entity.name, SUBSCRIPTION, record)),
                                  self._touched(entity.name)])
-        settings, max_message_size = self._settings(properties, entity.partitioned)
+        settings, max_message_size = self.loader.settings(properties, entity.partitioned)
         entity.properties, entity.max_message_size = properties, max_message_size
         self.keys_changed()
         await entity.actor.update_settings(settings)
@@ -692,7 +614,7 @@ class Broker:
             self._refuse_followed(record, raw, f"changed properties not applied: {exc.description}")
             return
         if properties != known.properties:
-            settings, max_message_size = self._settings(properties, known.partitioned)
+            settings, max_message_size = self.loader.settings(properties, known.partitioned)
             known.properties, known.max_message_size = properties, max_message_size
             self.keys_changed()
             await known.actor.update_settings(settings)
@@ -700,7 +622,7 @@ class Broker:
             try:
                 descriptions = [RuleDescription.from_json(r) for r in raw.get("Rules", [])]
                 if descriptions != [r.description for r in known.rules]:
-                    known.rules[:] = [self._compile_rule(d) for d in descriptions]
+                    known.rules[:] = [compile_rule(d) for d in descriptions]
                     log.info("applied the rules of %s, changed through another node", record.path)
             except SodaliteError as exc:
                 self._refuse_followed(record, raw, f"changed rules not applied, the old ones kept: {exc.description}")
