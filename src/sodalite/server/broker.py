@@ -18,7 +18,6 @@ from dataclasses import replace
 from typing import Any
 
 from sodalite.errors import (
-    ConfigurationError,
     EntityAlreadyExists,
     EntityNotFound,
     InvalidOperation,
@@ -47,11 +46,12 @@ from sodalite.server import temporary, topic_consumers
 from sodalite.server.addresses import entity_path
 from sodalite.server.connection_handler import BrokerConnection
 from sodalite.server.core_actor import CoreActor
+from sodalite.server.entity_follow import EntityFollower
 from sodalite.server.entity_loader import EntityLoader, compile_rule, read_record
 from sodalite.server.entity_settings import Clock, wall_clock_ms
 from sodalite.server.entity_times import EntityTimes
 from sodalite.server.idle_sweep import ACTIVITY_LAPSE, ACTIVITY_SECONDS, IDLE_SWEEP_SECONDS, IdleSweep
-from sodalite.server.keys import KEY_OVERRIDES_KIND, Keys
+from sodalite.server.keys import Keys
 from sodalite.server.limits import ConnectionLimits
 from sodalite.server.listener import ListenFailed, ProtocolFactory, SniffingListener
 from sodalite.server.metrics import BrokerMetrics
@@ -145,7 +145,7 @@ class Broker:
         self._entity_follower: asyncio.Task[None] | None = None
         self._entities_lock = asyncio.Lock()  # entity creation and deletion against the follower
         self._entities_changed = asyncio.Event()  # another node changed entity records (the store's feed)
-        self._follow_refused: dict[str, object] = {}  # lower-cased path -> a stored record the follow refused
+        self._follower = EntityFollower(self, load=self._load, drop=self._drop_locally, relink=self._relink)
         self.worker.on_entities_changed = self._entities_changed.set
 
     def entity(self, path: str) -> Entity | None:
@@ -261,7 +261,8 @@ class Broker:
         loop = asyncio.get_running_loop()
         self._idle_sweeper = loop.create_task(self._idle.sweep_forever())
         if self.worker.shared:  # other nodes change entities in this store too
-            self._entity_follower = loop.create_task(self._follow_entities_forever())
+            self._entity_follower = loop.create_task(
+                self._follower.forever(self._entities_changed, self.follow_entities))
             self._activity_recorder = loop.create_task(self._idle.record_activity_forever())
         await self._listen(host, port, tls, tls_port, management, management_tls)
         return self.port
@@ -550,104 +551,15 @@ class Broker:
 
     # ---- following other nodes -----------------------------------------------------------------------
 
-    async def _follow_entities_forever(self) -> None:
-        """Several nodes on one store: when the store announces another node's entity change, and
-        every ``worker.follow_seconds`` (1 s) in any case, take up the entities another node created, drop those
-        it deleted, apply the properties and subscription rules it changed and the namespace keys it
-        regenerated (issue 18.3: seen by every node within 1 s)."""
-        while True:
-            try:
-                await asyncio.wait_for(self._entities_changed.wait(), self.worker.follow_seconds)
-            except TimeoutError:
-                pass
-            self._entities_changed.clear()
-            try:
-                await self.follow_entities()
-            except SodaliteError as exc:
-                log.warning("following the store's entities failed: %s", exc)
-            except Exception:
-                log.exception("following the store's entities failed")
-
     async def follow_entities(self) -> None:
+        """Take up the entity changes other nodes made in the shared store (``server/entity_follow.py``)."""
         async with self._entities_lock:  # not while this node creates or deletes one itself
-            await self._follow_entities()
+            await self._follower.follow()
 
-    async def _follow_entities(self) -> None:
-        stored = await self.worker.call(self.worker.store.load_entities)
-        self._follow_key_overrides(stored)
-        self.entity_times.follow(stored)  # those of entities created or changed elsewhere
-        records = {r.path.lower(): r for r in stored if r.kind in (QUEUE, TOPIC, SUBSCRIPTION)}
-        for path, entity in list(self.entities.items()):
-            if path not in records and path in self.entities:
-                await self._drop_locally(entity)
-        for kind in (QUEUE, TOPIC, SUBSCRIPTION):  # a subscription needs its topic first
-            for path, record in records.items():
-                if record.kind != kind:
-                    continue
-                known = self.entities.get(path)
-                if known is None:
-                    try:
-                        await self._load(record)
-                    except ConfigurationError as exc:  # e.g. a rule this node cannot compile
-                        self._refuse_followed(record, record.properties, f"not taken up: {exc.description}")
-                        continue
-                    log.info("took up %s, created through another node", record.path)
-                else:
-                    await self._follow_changes(known, record)
+    def _relink(self) -> None:
+        """Point dead-letter forwarding and topic activations at the entities served now."""
         self.topology.link_dead_letter_forwarding()
         self._start_activations()
-
-    async def _follow_changes(self, known: Entity, record: EntityRecord) -> None:
-        """Apply what another node changed in ``known``'s stored record: its properties (any kind; the
-        locks this node holds on a queue or subscription end with it, as on the node that changed it) and
-        a subscription's rules, compiled as ``add_rule`` compiles them. A record this node cannot read,
-        or rules it cannot compile, are logged (once per stored version) and the old ones kept."""
-        raw: dict[str, Any] = record.properties
-        try:
-            if record.kind == QUEUE:
-                properties: QueueProperties | TopicProperties | SubscriptionProperties = QueueProperties.from_json(raw)
-            elif record.kind == TOPIC:
-                properties = TopicProperties.from_json(raw)
-            else:
-                properties = SubscriptionProperties.from_json(raw.get("Properties", {}))
-        except SodaliteError as exc:
-            self._refuse_followed(record, raw, f"changed properties not applied: {exc.description}")
-            return
-        if properties != known.properties:
-            settings, max_message_size = self.loader.settings(properties, known.partitioned)
-            known.properties, known.max_message_size = properties, max_message_size
-            self.keys_changed()
-            await known.actor.update_settings(settings)
-        if record.kind == SUBSCRIPTION:
-            try:
-                descriptions = [RuleDescription.from_json(r) for r in raw.get("Rules", [])]
-                if descriptions != [r.description for r in known.rules]:
-                    known.rules[:] = [compile_rule(d) for d in descriptions]
-                    log.info("applied the rules of %s, changed through another node", record.path)
-            except SodaliteError as exc:
-                self._refuse_followed(record, raw, f"changed rules not applied, the old ones kept: {exc.description}")
-                return
-        self._follow_refused.pop(record.path.lower(), None)
-
-    def _refuse_followed(self, record: EntityRecord, raw: object, problem: str) -> None:
-        """Log a stored record the follow cannot apply, once per version of it (it is re-read every second)."""
-        path = record.path.lower()
-        if self._follow_refused.get(path) != raw:
-            self._follow_refused[path] = raw
-            log.error("%s %s, changed through another node: %s", record.kind, record.path, problem)
-
-    def _follow_key_overrides(self, stored: Sequence[EntityRecord]) -> None:
-        """Take up the namespace rules' keys another node regenerated (a queue's or topic's own keys
-        are in its record, which ``_follow_changes`` applies)."""
-        try:
-            changed = self.keys.follow(stored)
-        except (KeyError, TypeError, AttributeError, SodaliteError) as exc:
-            records = [r for r in stored if r.kind == KEY_OVERRIDES_KIND]
-            self._refuse_followed(records[0], [r.properties for r in records], f"regenerated keys not applied: {exc}")
-            return
-        if changed:
-            log.info("applied the shared access keys regenerated through another node")
-            self.keys_changed()
 
     async def _store_created(self, record: EntityRecord) -> None:
         """Store a new entity's record, and remove whatever an earlier entity of its path left behind
