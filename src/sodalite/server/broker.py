@@ -1,9 +1,17 @@
-"""The broker process: its namespace, its messaging store, its entities and its listener.
+"""The broker process: composes its namespace, stores, entities and listeners, and starts and stops them.
 
-Startup writes the configured entities into the store (the configuration wins over what was
-stored), then loads every stored entity and its messages, and only then starts listening, so a
-client never reaches a half-loaded broker. Shutdown stops accepting, lets in-flight commits
-finish, and closes the store.
+Rules:
+- Startup writes the configured entities into the store (the configuration wins over what was
+  stored), then loads every stored entity and its messages, and only then starts listening, so a
+  client never reaches a half-loaded broker.
+- Entities are created, updated and deleted here, under one lock, never while the follow of other
+  nodes' changes runs (``server/entity_follow.py``).
+- Shutdown stops accepting, lets in-flight commits finish, and closes the stores.
+
+Beside it, each with one job: ``keys`` (shared access keys), ``entity_times``, ``entity_loader`` (a
+stored record to a served entity), ``topology`` (routes, dead letters forwarded, a topic's copies),
+``entity_follow`` and ``idle_sweep``. Connections and their endpoints see the broker only as
+``broker_port.BrokerPort`` (``connection_handler.ConnectionHost`` for the driver).
 """
 
 from __future__ import annotations
