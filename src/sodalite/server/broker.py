@@ -4,20 +4,18 @@ Rules:
 - Startup writes the configured entities into the store (the configuration wins over what was
   stored), then loads every stored entity and its messages, and only then starts listening, so a
   client never reaches a half-loaded broker.
-- Entities are created, updated and deleted here, under one lock, never while the follow of other
-  nodes' changes runs (``server/entity_follow.py``).
 - Shutdown stops accepting, lets in-flight commits finish, and closes the stores.
 
 Beside it, each with one job: ``keys`` (shared access keys), ``entity_times``, ``entity_loader`` (a
-stored record to a served entity), ``topology`` (routes, dead letters forwarded, a topic's copies),
-``entity_follow`` and ``idle_sweep``. Connections and their endpoints see the broker only as
-``broker_port.BrokerPort`` (``connection_handler.ConnectionHost`` for the driver).
+stored record to a served entity), ``entity_changes`` (create, update, delete, rules), ``topology``
+(routes, dead letters forwarded, a topic's copies), ``entity_follow`` and ``idle_sweep``.
+Connections and their endpoints see the broker only as ``broker_port.BrokerPort``
+(``connection_handler.ConnectionHost`` for the driver).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import ssl
 import time
@@ -26,10 +24,8 @@ from dataclasses import replace
 from typing import Any
 
 from sodalite.errors import (
-    EntityAlreadyExists,
     EntityNotFound,
     InvalidOperation,
-    QuotaExceeded,
     SodaliteError,
 )
 from sodalite.model.authorization import (
@@ -45,17 +41,14 @@ from sodalite.model.entities import (
     RuleDescription,
     SubscriptionProperties,
     TopicProperties,
-    forward_target,
-    validate_entity_name,
 )
 from sodalite.model.partition import MessageDraft
-from sodalite.model.quotas import namespace_full, topic_full
 from sodalite.server import temporary, topic_consumers
-from sodalite.server.addresses import entity_path
 from sodalite.server.connection_handler import BrokerConnection
 from sodalite.server.core_actor import CoreActor
+from sodalite.server.entity_changes import EntityChanges
 from sodalite.server.entity_follow import EntityFollower
-from sodalite.server.entity_loader import EntityLoader, compile_rule, read_record
+from sodalite.server.entity_loader import EntityLoader
 from sodalite.server.entity_settings import Clock, wall_clock_ms
 from sodalite.server.entity_times import EntityTimes
 from sodalite.server.idle_sweep import ACTIVITY_LAPSE, ACTIVITY_SECONDS, IDLE_SWEEP_SECONDS, IdleSweep
@@ -71,12 +64,9 @@ from sodalite.server.topic_actor import PartitionedTopicActor, TopicActor
 from sodalite.server.topology import Topology
 from sodalite.store.port import (
     DeleteEntity,
-    DeleteRule,
     EntityRecord,
     MessagingStore,
     PutEntity,
-    PutRule,
-    RuleWritten,
     ServedByOneProcess,
 )
 
@@ -151,9 +141,10 @@ class Broker:
         self.activity_seconds = ACTIVITY_SECONDS
         self._idle = IdleSweep(self)
         self._entity_follower: asyncio.Task[None] | None = None
-        self._entities_lock = asyncio.Lock()  # entity creation and deletion against the follower
         self._entities_changed = asyncio.Event()  # another node changed entity records (the store's feed)
-        self._follower = EntityFollower(self, load=self._load, drop=self._drop_locally, relink=self._relink)
+        self._changes = EntityChanges(self)  # load, create, update, delete, rules
+        self._follower = EntityFollower(self, load=self._changes.load, drop=self._changes.drop_locally,
+                                        relink=self._changes.relink)
         self.worker.on_entities_changed = self._entities_changed.set
 
     def entity(self, path: str) -> Entity | None:
@@ -229,13 +220,6 @@ class Broker:
         self.keys_changed()
         return after
 
-    def _start_activations(self) -> None:
-        """Topics on the core publish their due scheduled messages only once their subscriptions are
-        loaded (those loaded after them at start, or taken up from another node)."""
-        for entity in self.entities.values():
-            if isinstance(entity.actor, TopicActor | PartitionedTopicActor):
-                entity.actor.start_activation()
-
     async def start(self, host: str, port: int, *, tls: ssl.SSLContext | None = None, tls_port: int = -1,
                     management: ProtocolFactory | None = None,
                     management_tls: ssl.SSLContext | None = None) -> int:
@@ -260,11 +244,11 @@ class Broker:
         for kind in (QUEUE, TOPIC, SUBSCRIPTION):  # a subscription needs its topic loaded first
             for record in records:
                 if record.kind == kind:
-                    await self._load(record)
+                    await self._changes.load(record)
         self.topology.link_dead_letter_forwarding()
         if not self.worker.shared:  # (on a shared store another node's consumers may be reading them)
             await self._remove_left_behind()
-        self._start_activations()
+        self._changes.start_activations()
         log.info("serving %d entities", len(self.entities))
         loop = asyncio.get_running_loop()
         self._idle_sweeper = loop.create_task(self._idle.sweep_forever())
@@ -312,10 +296,10 @@ class Broker:
         subscriptions and temporary destinations."""
         for left in topic_consumers.left_behind(list(self.entities.values())):
             log.info("removing %s, a non-durable topic consumer's subscription left by an earlier run", left.name)
-            await self._delete_entity(left)
+            await self._changes.delete_now(left)
         for left in temporary.left_behind(list(self.entities.values())):
             log.info("removing %s, a temporary destination left by an earlier run", left.name)
-            await self._delete_entity(left)
+            await self._changes.delete_now(left)
 
     async def _listen(self, host: str, port: int, tls: ssl.SSLContext | None, tls_port: int,
                       management: ProtocolFactory | None, management_tls: ssl.SSLContext | None) -> None:
@@ -333,10 +317,6 @@ class Broker:
             self.amqps_port = int(self._tls_server.sockets[0].getsockname()[1])
         self.port = self._server.port
 
-    def _touched(self, path: str, *, created: bool = False) -> PutEntity:
-        """Note an entity's creation or update now; the record to store with it."""
-        return self.entity_times.touched(path, self.clock(), created=created)
-
     def times_of(self, entity: Entity) -> tuple[int, int] | None:
         """(created, updated) in ms since the epoch."""
         return self.entity_times.of(entity.name)
@@ -345,258 +325,52 @@ class Broker:
         """The store a non-partitioned entity lives in: its name picks one, the same on every start."""
         return self.loader.home_store(path)
 
-    async def _load(self, record: EntityRecord) -> None:
-        """Serve the stored entity ``record`` (``server/entity_loader.py``); a subscription needs its topic."""
-        properties, rules = read_record(record)
-        topic = None
-        if record.kind == SUBSCRIPTION:
-            topic = self.entity(record.path.lower().split("/subscriptions/")[0])
-            if topic is None:
-                log.error("subscription %s has no topic; skipped", record.path)
-                return
-        entity = await self.loader.load(record, properties, rules, topic)
-        path = record.path.lower()
-        self.entities[path] = entity
-        if topic is not None:
-            topic.subscriptions[path] = entity
-        actor = entity.actor
-        if isinstance(actor, TopicActor):
-            actor.plan = functools.partial(self.topology.copies, entity)
-        elif isinstance(actor, PartitionedTopicActor):
-            for number, topic_partition in enumerate(actor.topics):
-                topic_partition.plan = functools.partial(self.topology.copies, entity, index=number)
-
     def publish(self, topic: Entity, drafts: list[MessageDraft]) -> asyncio.Future[None]:
         """A send to a topic: each subscription's copies, committed together (all or none)."""
         if not isinstance(topic.actor, TopicActor | PartitionedTopicActor):
             raise InvalidOperation(f"'{topic.name}' is not a topic")
         return topic.actor.publish(drafts)
 
+    # ---- entity changes (server/entity_changes.py) ------------------------------------------------
+
     async def add_rule(self, subscription: Entity, rule: RuleDescription) -> None:
-        """Add a rule (compiled first, so a bad filter is refused with its position) and store it as a
-        row of its own. The store decides whether the name is taken: on a store several nodes share,
-        another node may have added it a moment ago (then EntityAlreadyExists, as Service Bus answers)."""
-        compiled = compile_rule(rule)
-        async with self._entities_lock:  # not while the follow replaces this node's rules
-            if not await self._write_rule(subscription, PutRule(subscription.name, rule.name, rule.to_json())):
-                raise EntityAlreadyExists(f"the rule '{rule.name}' already exists on '{subscription.name}'")
-            subscription.rules[:] = [*(r for r in subscription.rules if r.name.lower() != rule.name.lower()),
-                                     compiled]
+        await self._changes.add_rule(subscription, rule)
 
     async def remove_rule(self, subscription: Entity, name: str) -> None:
-        async with self._entities_lock:
-            removed = await self._write_rule(subscription, DeleteRule(subscription.name, name))
-            # Gone from the store either way (another node may have removed it a moment ago).
-            subscription.rules[:] = [r for r in subscription.rules if r.name.lower() != name.lower()]
-            if not removed:
-                raise EntityNotFound(f"the rule '{name}' does not exist on '{subscription.name}'")
+        await self._changes.remove_rule(subscription, name)
 
     async def replace_rule(self, subscription: Entity, rule: RuleDescription) -> None:
-        """Replace the rule of the same name (the management API's update); the new one is compiled first."""
-        compiled = compile_rule(rule)
-        async with self._entities_lock:
-            if not await self._write_rule(subscription, PutRule(subscription.name, rule.name, rule.to_json(),
-                                                                replace=True)):
-                raise EntityNotFound(f"the rule '{rule.name}' does not exist on '{subscription.name}'")
-            rules = [compiled if r.name.lower() == rule.name.lower() else r for r in subscription.rules]
-            if compiled not in rules:  # added through another node, not followed here yet
-                rules.append(compiled)
-            subscription.rules[:] = rules
-
-    async def _write_rule(self, subscription: Entity, op: PutRule | DeleteRule) -> bool:
-        """Write one rule row (one transaction, not the subscription's whole record); whether the store
-        applied it (see PutRule and DeleteRule)."""
-        subscription.actor.note_activity()  # a rule change counts against AutoDeleteOnIdle (seed)
-        (result,) = await self.worker.apply([op])
-        return isinstance(result, RuleWritten) and result.applied
-
-    def _check_entity_quota(self, partitioned: bool) -> None:
-        """The namespace's quotas on queues plus topics, and on partitioned ones (seed: 10,000 and 100)."""
-        entities = [e for e in self.entities.values() if e.kind in (QUEUE, TOPIC)]
-        refusal = namespace_full(len(entities), sum(1 for e in entities if e.partitioned), partitioned,
-                                 self.namespace.max_entity_count, self.namespace.max_partitioned_entity_count)
-        if refusal is not None:
-            raise QuotaExceeded(refusal)
+        await self._changes.replace_rule(subscription, rule)
 
     async def create_queue(self, name: str, properties: QueueProperties) -> Entity:
-        async with self._entities_lock:
-            return await self._create_queue(name, properties)
-
-    async def _create_queue(self, name: str, properties: QueueProperties) -> Entity:
-        """Create and store a queue at runtime (the management API's PUT)."""
-        validate_entity_name(name, "queue")
-        if self.entity(name) is not None:
-            raise EntityAlreadyExists(f"the messaging entity '{name}' already exists")
-        self._check_entity_quota(properties.enable_partitioning)
-        self._check_forward_targets(properties, new_name=name)
-        record = EntityRecord(name, QUEUE, properties.to_json())
-        await self._store_created(record)
-        await self._load(record)
-        self.topology.link_dead_letter_forwarding()
-        entity = self.entity(name)
-        assert entity is not None
-        return entity
+        return await self._changes.create_queue(name, properties)
 
     async def update_queue(self, entity: Entity, properties: QueueProperties) -> None:
-        """Store new properties and apply them; every lock held on the queue is dropped.
-
-        Properties a running queue cannot change in place (RequiresSession, EnablePartitioning,
-        duplicate detection's on/off) are refused, as Service Bus refuses them.
-        """
-        fixed = ("requires_session", "enable_partitioning", "requires_duplicate_detection")
-        changed = [name for name in fixed if getattr(properties, name) != getattr(entity.properties, name)]
-        if "requires_session" in changed:  # Service Bus's words (the Go SDK's admin tests compare them)
-            raise InvalidOperation("The value for the RequiresSession property of an existing Queue cannot be changed")
-        if "enable_partitioning" in changed:
-            raise InvalidOperation("Partitioning cannot be changed for Queue. ")  # Service Bus's words
-        if changed:
-            raise InvalidOperation(f"{', '.join(changed)} cannot be changed on an existing queue")
-        self._check_forward_targets(properties, entity)
-        await self.worker.apply([PutEntity(EntityRecord(entity.name, QUEUE, properties.to_json())),
-                                 self._touched(entity.name)])
-        settings, max_message_size = self.loader.settings(properties, entity.partitioned)
-        entity.properties, entity.max_message_size = properties, max_message_size
-        self.keys_changed()
-        await entity.actor.update_settings(settings)
-        self.topology.link_dead_letter_forwarding()
-
-    def _check_forward_targets(self, properties: QueueProperties | SubscriptionProperties,
-                               source: Entity | None = None, topic: Entity | None = None,
-                               new_name: str | None = None) -> None:
-        """The forwarding targets exist, and the source can reach them. A queue's ForwardTo routes each
-        send at once. A subscription's copies forwarded elsewhere are stored by its topic's actor, into
-        any queue or subscription past the target's ForwardTo chain, in any store; dead letters
-        forwarded elsewhere go in the dead-lettering's transaction or through a relay
-        (:meth:`_check_dead_letter_target`). ``source`` is the entity being changed (None: being
-        created); ``topic``, a new subscription's topic; ``new_name``, a new queue's."""
-        owner = topic if topic is not None else (source.topic if source is not None else None)
-        for name in ("forward_to", "forward_dead_lettered_messages_to"):
-            target = getattr(properties, name, None)
-            if not target:
-                continue
-            found = self.entity(entity_path(forward_target(target)))
-            if found is None:
-                raise EntityNotFound(f"the forwarding target '{target}' does not exist")
-            if name == "forward_dead_lettered_messages_to":
-                self.topology.check_dead_letter_target(found)
-            elif owner is not None:
-                self.route(found)  # a chain that names an entity that is gone is refused now
+        await self._changes.update_queue(entity, properties)
 
     async def create_topic(self, name: str, properties: TopicProperties) -> Entity:
-        async with self._entities_lock:
-            return await self._create_topic(name, properties)
-
-    async def _create_topic(self, name: str, properties: TopicProperties) -> Entity:
-        """Create and store a topic at runtime (the management API's PUT)."""
-        validate_entity_name(name, "topic")
-        if self.entity(name) is not None:
-            raise EntityAlreadyExists(f"the messaging entity '{name}' already exists")
-        self._check_entity_quota(properties.enable_partitioning)
-        record = EntityRecord(name, TOPIC, properties.to_json())
-        await self._store_created(record)
-        await self._load(record)
-        self._start_activations()
-        entity = self.entity(name)
-        assert entity is not None
-        return entity
+        return await self._changes.create_topic(name, properties)
 
     async def update_topic(self, entity: Entity, properties: TopicProperties) -> None:
-        """Store new properties and apply them; partitioning and duplicate detection's on/off are fixed."""
-        fixed = ("enable_partitioning", "requires_duplicate_detection")
-        changed = [name for name in fixed if getattr(properties, name) != getattr(entity.properties, name)]
-        if "enable_partitioning" in changed:  # Service Bus's words (the Go SDK's TestAdminClient_UpdateTopic)
-            raise InvalidOperation("Partitioning cannot be changed for Topic. ")
-        if changed:
-            raise InvalidOperation(f"{', '.join(changed)} cannot be changed on an existing topic")
-        await self.worker.apply([PutEntity(EntityRecord(entity.name, TOPIC, properties.to_json())),
-                                 self._touched(entity.name)])
-        settings, max_message_size = self.loader.settings(properties, entity.partitioned)
-        entity.properties, entity.max_message_size = properties, max_message_size
-        self.keys_changed()
-        await entity.actor.update_settings(settings)
+        await self._changes.update_topic(entity, properties)
 
     async def create_subscription(self, topic: Entity, name: str, properties: SubscriptionProperties,
                                   rules: list[RuleDescription]) -> Entity:
-        async with self._entities_lock:
-            return await self._create_subscription(topic, name, properties, rules)
-
-    async def _create_subscription(self, topic: Entity, name: str, properties: SubscriptionProperties,
-                                   rules: list[RuleDescription]) -> Entity:
-        """Create and store a subscription of ``topic`` at runtime, with its first rules."""
-        validate_entity_name(name, "subscription")
-        path = named_subscription_path(topic.name, name)
-        if self.entity(path) is not None:
-            raise EntityAlreadyExists(f"the subscription '{name}' already exists on '{topic.name}'")
-        refusal = topic_full(topic.name, len(topic.subscriptions), self.max_subscriptions_per_topic)
-        if refusal is not None:
-            raise QuotaExceeded(refusal)
-        self._check_forward_targets(properties, topic=topic)
-        for rule in rules:
-            compile_rule(rule)  # refuse a bad filter before anything is stored
-        record = EntityRecord(path, SUBSCRIPTION,
-                              {"Properties": properties.to_json(), "Rules": [r.to_json() for r in rules]})
-        await self._store_created(record)
-        await self._load(record)
-        self.topology.link_dead_letter_forwarding()
-        entity = self.entity(path)
-        assert entity is not None
-        return entity
+        return await self._changes.create_subscription(topic, name, properties, rules)
 
     async def update_subscription(self, entity: Entity, properties: SubscriptionProperties) -> None:
-        """Store new properties (its rules kept) and apply them; every lock held on it is dropped."""
-        if properties.requires_session != entity.requires_session:
-            raise InvalidOperation("The value for the RequiresSession property of an existing Subscription cannot be "
-                                   "changed")
-        self._check_forward_targets(properties, entity)
-        record = {"Properties": properties.to_json()}  # its rules are rows of their own, left as they are
-        await self.worker.apply([PutEntity(EntityRecord(entity.name, SUBSCRIPTION, record)),
-                                 self._touched(entity.name)])
-        settings, max_message_size = self.loader.settings(properties, entity.partitioned)
-        entity.properties, entity.max_message_size = properties, max_message_size
-        self.keys_changed()
-        await entity.actor.update_settings(settings)
-        self.topology.link_dead_letter_forwarding()
+        await self._changes.update_subscription(entity, properties)
+
+    async def delete_entity(self, entity: Entity) -> None:
+        """Remove the entity, its messages and sub-queues; links on it are detached with amqp:not-found."""
+        await self._changes.delete_entity(entity)
 
     # ---- following other nodes -----------------------------------------------------------------------
 
     async def follow_entities(self) -> None:
         """Take up the entity changes other nodes made in the shared store (``server/entity_follow.py``)."""
-        async with self._entities_lock:  # not while this node creates or deletes one itself
+        async with self._changes.lock:  # not while this node creates or deletes one itself
             await self._follower.follow()
-
-    def _relink(self) -> None:
-        """Point dead-letter forwarding and topic activations at the entities served now."""
-        self.topology.link_dead_letter_forwarding()
-        self._start_activations()
-
-    async def _store_created(self, record: EntityRecord) -> None:
-        """Store a new entity's record, and remove whatever an earlier entity of its path left behind
-        in the same transaction: another node that had not yet followed that entity's deletion may
-        have stored messages for it since (a send's copies for a subscription deleted through this
-        node), and they must not show up in the new one. The other stores, where a partitioned
-        entity's partitions or a topic's subscriptions may lie, are cleared first (those online)."""
-        for worker in self.workers[1:]:
-            if not worker.offline:
-                await worker.apply([DeleteEntity(record.path)])
-        await self.worker.apply([DeleteEntity(record.path), PutEntity(record),
-                                 self._touched(record.path, created=True)])
-
-    async def _drop_locally(self, entity: Entity) -> None:
-        """Another node deleted ``entity`` (from the store): stop serving it here; links are detached."""
-        for sub in list(entity.subscriptions.values()):
-            await self._drop_locally(sub)
-        await self._stop_serving(entity)
-        log.info("dropped %s, deleted through another node", entity.name)
-
-    async def _stop_serving(self, entity: Entity) -> None:
-        """Forget ``entity`` here (not in the store): detach its links, close its actor."""
-        self.entities.pop(entity.name.lower(), None)
-        if entity.topic is not None:
-            entity.topic.subscriptions.pop(entity.name.lower(), None)
-        for connection in list(self.connections):
-            connection.entity_deleted(entity)
-        self.keys_changed()  # its own rules went with it
-        await entity.actor.close()
 
     async def sweep_idle(self) -> list[str]:
         """Delete every entity idle for its AutoDeleteOnIdle; return their names (``server/idle_sweep.py``)."""
@@ -605,23 +379,6 @@ class Broker:
     async def record_activity(self) -> None:
         """Write this node's AutoDeleteOnIdle registrations (several nodes on one store)."""
         await self._idle.record_activity()
-
-    async def delete_entity(self, entity: Entity) -> None:
-        """Remove the entity, its messages and sub-queues; links on it are detached with amqp:not-found."""
-        async with self._entities_lock:
-            await self._delete_entity(entity)
-
-    async def _delete_entity(self, entity: Entity) -> None:
-        self.entities.pop(entity.name.lower(), None)  # at once: nothing new reaches it meanwhile
-        self.topology.link_dead_letter_forwarding()  # nor dead letters forwarded to it (they stay where they are)
-        for sub in list(entity.subscriptions.values()):
-            await self._delete_entity(sub)
-        await self._stop_serving(entity)
-        for worker in {id(p.worker): p.worker for p in each(entity.actor)}.values():
-            if worker is not self.worker:
-                await worker.apply([DeleteEntity(entity.name)])  # its partitions kept there
-        await self.worker.apply([DeleteEntity(entity.name), self.entity_times.forget(entity.name)])
-        log.info("deleted %s", entity.name)
 
     # ---- messaging stores --------------------------------------------------------------------------------
 
