@@ -36,7 +36,7 @@ from sodalite.model.entities import (
 )
 from sodalite.model.quotas import namespace_full, topic_full
 from sodalite.server.addresses import entity_path
-from sodalite.server.entity_loader import EntityLoader, compile_rule, read_record
+from sodalite.server.entity_loader import EntityLoader, Properties, compile_rule, read_record
 from sodalite.server.entity_settings import Clock
 from sodalite.server.entity_times import EntityTimes
 from sodalite.server.partitioned_actor import each
@@ -173,13 +173,7 @@ class EntityChanges:
             raise EntityAlreadyExists(f"the messaging entity '{name}' already exists")
         self._check_entity_quota(properties.enable_partitioning)
         self._check_forward_targets(properties, new_name=name)
-        record = EntityRecord(name, QUEUE, properties.to_json())
-        await self._store_created(record)
-        await self.load(record)
-        self.broker.topology.link_dead_letter_forwarding()
-        entity = self.broker.entity(name)
-        assert entity is not None
-        return entity
+        return await self._serve_created(EntityRecord(name, QUEUE, properties.to_json()))
 
     async def update_queue(self, entity: Entity, properties: QueueProperties) -> None:
         """Store new properties and apply them; every lock held on the queue is dropped.
@@ -196,12 +190,7 @@ class EntityChanges:
         if changed:
             raise InvalidOperation(f"{', '.join(changed)} cannot be changed on an existing queue")
         self._check_forward_targets(properties, entity)
-        await self.broker.worker.apply([PutEntity(EntityRecord(entity.name, QUEUE, properties.to_json())),
-                                 self._touched(entity.name)])
-        settings, max_message_size = self.broker.loader.settings(properties, entity.partitioned)
-        entity.properties, entity.max_message_size = properties, max_message_size
-        self.broker.keys_changed()
-        await entity.actor.update_settings(settings)
+        await self._store_update(entity, EntityRecord(entity.name, QUEUE, properties.to_json()), properties)
         self.broker.topology.link_dead_letter_forwarding()
 
     def _check_forward_targets(self, properties: QueueProperties | SubscriptionProperties,
@@ -236,13 +225,7 @@ class EntityChanges:
         if self.broker.entity(name) is not None:
             raise EntityAlreadyExists(f"the messaging entity '{name}' already exists")
         self._check_entity_quota(properties.enable_partitioning)
-        record = EntityRecord(name, TOPIC, properties.to_json())
-        await self._store_created(record)
-        await self.load(record)
-        self.start_activations()
-        entity = self.broker.entity(name)
-        assert entity is not None
-        return entity
+        return await self._serve_created(EntityRecord(name, TOPIC, properties.to_json()))
 
     async def update_topic(self, entity: Entity, properties: TopicProperties) -> None:
         """Store new properties and apply them; partitioning and duplicate detection's on/off are fixed."""
@@ -252,12 +235,7 @@ class EntityChanges:
             raise InvalidOperation("Partitioning cannot be changed for Topic. ")
         if changed:
             raise InvalidOperation(f"{', '.join(changed)} cannot be changed on an existing topic")
-        await self.broker.worker.apply([PutEntity(EntityRecord(entity.name, TOPIC, properties.to_json())),
-                                 self._touched(entity.name)])
-        settings, max_message_size = self.broker.loader.settings(properties, entity.partitioned)
-        entity.properties, entity.max_message_size = properties, max_message_size
-        self.broker.keys_changed()
-        await entity.actor.update_settings(settings)
+        await self._store_update(entity, EntityRecord(entity.name, TOPIC, properties.to_json()), properties)
 
     async def create_subscription(self, topic: Entity, name: str, properties: SubscriptionProperties,
                                   rules: list[RuleDescription]) -> Entity:
@@ -277,14 +255,8 @@ class EntityChanges:
         self._check_forward_targets(properties, topic=topic)
         for rule in rules:
             compile_rule(rule)  # refuse a bad filter before anything is stored
-        record = EntityRecord(path, SUBSCRIPTION,
-                              {"Properties": properties.to_json(), "Rules": [r.to_json() for r in rules]})
-        await self._store_created(record)
-        await self.load(record)
-        self.broker.topology.link_dead_letter_forwarding()
-        entity = self.broker.entity(path)
-        assert entity is not None
-        return entity
+        return await self._serve_created(EntityRecord(
+            path, SUBSCRIPTION, {"Properties": properties.to_json(), "Rules": [r.to_json() for r in rules]}))
 
     async def update_subscription(self, entity: Entity, properties: SubscriptionProperties) -> None:
         """Store new properties (its rules kept) and apply them; every lock held on it is dropped."""
@@ -293,18 +265,35 @@ class EntityChanges:
                                    "changed")
         self._check_forward_targets(properties, entity)
         record = {"Properties": properties.to_json()}  # its rules are rows of their own, left as they are
-        await self.broker.worker.apply([PutEntity(EntityRecord(entity.name, SUBSCRIPTION, record)),
-                                 self._touched(entity.name)])
-        settings, max_message_size = self.broker.loader.settings(properties, entity.partitioned)
-        entity.properties, entity.max_message_size = properties, max_message_size
-        self.broker.keys_changed()
-        await entity.actor.update_settings(settings)
+        await self._store_update(entity, EntityRecord(entity.name, SUBSCRIPTION, record), properties)
         self.broker.topology.link_dead_letter_forwarding()
 
     def relink(self) -> None:
         """Point dead-letter forwarding and topic activations at the entities served now."""
         self.broker.topology.link_dead_letter_forwarding()
         self.start_activations()
+
+    async def _serve_created(self, record: EntityRecord) -> Entity:
+        """Store a new entity's record and serve it: a topic's scheduled messages activate, a queue's or
+        subscription's dead letters are pointed where they go (and others' at it)."""
+        await self._store_created(record)
+        await self.load(record)
+        if record.kind == TOPIC:
+            self.start_activations()
+        else:
+            self.broker.topology.link_dead_letter_forwarding()
+        entity = self.broker.entity(record.path)
+        assert entity is not None
+        return entity
+
+    async def _store_update(self, entity: Entity, record: EntityRecord, properties: Properties) -> None:
+        """Store an entity's new properties (and its times) and apply them: its actor's settings change,
+        which drops every lock held on it."""
+        await self.broker.worker.apply([PutEntity(record), self._touched(entity.name)])
+        settings, max_message_size = self.broker.loader.settings(properties, entity.partitioned)
+        entity.properties, entity.max_message_size = properties, max_message_size
+        self.broker.keys_changed()
+        await entity.actor.update_settings(settings)
 
     async def _store_created(self, record: EntityRecord) -> None:
         """Store a new entity's record, and remove whatever an earlier entity of its path left behind
