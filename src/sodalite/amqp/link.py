@@ -15,20 +15,88 @@ reported with ``oversize=True`` so the caller can reject it.
 
 The link's state changes only through the transition table ``states.LINK_TRANSITIONS``. A link
 knows its session only as the :class:`LinkSession` protocol below, so this module imports neither
-the session nor the connection.
+the session nor the connection. The events a link reports are defined here (``events`` gathers them).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sodalite.amqp import framing
-from sodalite.amqp.events import CreditChanged, Delivery, Event, TransferReceived
 from sodalite.amqp.performatives import Attach, Composite, Coordinator, Detach, Error, Flow, Source, Target, Transfer
 from sodalite.amqp.states import LINK_TRANSITIONS, LinkEvent, LinkState, advance
 
 SENDER = False  # AMQP role values
 RECEIVER = True
+
+
+@dataclass(frozen=True, slots=True)
+class LinkAttachRequested:
+    """The peer attached a link; call ``link.accept(...)`` or ``link.refuse(error)``."""
+
+    link: Link
+
+
+@dataclass(frozen=True, slots=True)
+class LinkAttached:
+    """The peer answered an attach this side started."""
+
+    link: Link
+
+
+@dataclass(frozen=True, slots=True)
+class LinkDetached:
+    """The link is gone: the peer detached it, or its session or connection ended. ``unsent``: the
+    delivery-ids of transfers this side queued on the link that were never written out (taken back
+    from the session's and the connection's outgoing queues: the peer never saw them)."""
+
+    link: Link
+    error: Error | None
+    closed: bool
+    unsent: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CreditChanged:
+    """A flow arrived for a link on which this side sends; see ``link.link_credit`` and ``link.drain``."""
+
+    link: Link
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A complete incoming delivery, reassembled from all of its transfer frames."""
+
+    delivery_id: int
+    delivery_tag: bytes
+    payload: bytes
+    settled: bool
+    message_format: int
+    state: Any
+    oversize: bool  # larger than the link's max-message-size: payload dropped, reject it
+
+
+@dataclass(frozen=True, slots=True)
+class TransferReceived:
+    link: Link
+    delivery: Delivery
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryUpdated:
+    """The peer changed the state of, or settled, a delivery on ``link``."""
+
+    link: Link
+    delivery_id: int
+    delivery_tag: bytes
+    settled: bool
+    state: Any
+
+
+LinkEndpointEvent = (
+    LinkAttachRequested | LinkAttached | LinkDetached | CreditChanged | TransferReceived | DeliveryUpdated
+)
 
 
 class LinkSession(Protocol):
@@ -48,7 +116,7 @@ class LinkSession(Protocol):
 
     def disposition(self, role: bool, first: int, last: int | None, settled: bool, state: Any) -> None: ...
 
-    def _emit(self, event: Event) -> None: ...
+    def _emit(self, event: LinkEndpointEvent) -> None: ...
 
     def _write(self, data: bytes) -> None: ...
 

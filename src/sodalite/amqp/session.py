@@ -15,17 +15,27 @@ direction and a disposition's role says which space it addresses.
 
 The session's state, and the state of each of its links, change only through the transition
 tables of ``states``. A session knows its connection only as the :class:`SessionConnection`
-protocol below, so this module does not import the connection.
+protocol below, so this module does not import the connection. The events of a session are
+defined here (``events`` gathers them).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sodalite.amqp import framing
-from sodalite.amqp.events import DeliveryUpdated, Event, LinkAttached, LinkAttachRequested, LinkDetached
-from sodalite.amqp.link import RECEIVER, SENDER, Link
+from sodalite.amqp.link import (
+    RECEIVER,
+    SENDER,
+    DeliveryUpdated,
+    Link,
+    LinkAttached,
+    LinkAttachRequested,
+    LinkDetached,
+    LinkEndpointEvent,
+)
 from sodalite.amqp.performatives import (
     Attach,
     Begin,
@@ -45,12 +55,26 @@ from sodalite.amqp.states import SESSION_TRANSITIONS, LinkEvent, LinkState, Sess
 DEFAULT_WINDOW = 5000
 
 
+@dataclass(frozen=True, slots=True)
+class SessionBegun:
+    session: Session
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEnded:
+    session: Session
+    error: Error | None
+
+
+SessionEndpointEvent = SessionBegun | SessionEnded | LinkEndpointEvent
+
+
 class SessionConnection(Protocol):
     """What a session needs of its connection (``connection.Connection`` is the one implementation)."""
 
     remote_max_frame_size: int
 
-    def _emit(self, event: Event) -> None: ...
+    def _emit(self, event: SessionEndpointEvent) -> None: ...
 
     def _write(self, data: bytes) -> None: ...
 
@@ -102,7 +126,7 @@ class Session:
     def remote_max_frame_size(self) -> int:
         return self.connection.remote_max_frame_size
 
-    def _emit(self, event: Event) -> None:
+    def _emit(self, event: SessionEndpointEvent) -> None:
         self.connection._emit(event)
 
     # ---- public API -------------------------------------------------------------------------

@@ -48,7 +48,7 @@ from sodalite.server.listener import ListenFailed
 from sodalite.server.metrics import CONTENT_TYPE, BrokerMetrics
 
 if TYPE_CHECKING:
-    from sodalite.cli.geo_node import GeoNode
+    from sodalite.cli.geo_node import GeoGate, GeoNode
 
 
 def load_namespace(path: Path | None) -> NamespaceConfig:
@@ -265,10 +265,8 @@ def _print_amqps(args: argparse.Namespace, broker: Broker, cert: Path) -> None:
     print(line, flush=True)
 
 
-async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
-    if args.delivery_trace is not None:
-        delivery_trace.start(args.delivery_trace)
-    node_id = args.node_id or default_node_id(args.port)
+def _broker(args: argparse.Namespace, namespace: NamespaceConfig, node_id: str) -> Broker:
+    """The broker the options ask for, with its connection limits (refused if out of range)."""
     broker = build_broker(namespace, args.data_dir, synchronous=args.sync, store_url=args.store, node_id=node_id,
                           core=args.core, shared_poll_seconds=args.shared_poll_seconds)
     if args.max_unauthenticated_connections < 1:
@@ -280,6 +278,51 @@ async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
                                      max_unauthenticated=args.max_unauthenticated_connections,
                                      auth_timeout=args.auth_timeout)
     broker.plain_sasl_without_tls = args.allow_plain_sasl_without_tls
+    return broker
+
+
+async def _await_primary(args: argparse.Namespace, broker: Broker, geo: GeoNode, tls: ssl.SSLContext,
+                         stop: asyncio.Event) -> tuple[GeoGate, asyncio.Task[None]] | None:
+    """A geo node waits until its site is the namespace's primary: the health endpoint answers, and the
+    AMQP port closes every connection at its open with server-busy (cli/geo_node.py); the broker loads
+    nothing from a standby. The gate and the follow of the namespace's sites, or None if stopped first."""
+    from sodalite.cli.geo_node import GeoGate, refusing_listener
+
+    gate = GeoGate(broker, geo.site)
+    amqps = args.amqps_port >= 0
+    gate.stand_in = stand_in = await refusing_listener(broker.namespace.name, args.host, args.port, geo,
+                                                       tls=tls if amqps else None, tls_port=args.amqps_port)
+    args.port = stand_in.port
+    if amqps:
+        args.amqps_port = stand_in.amqps_port or args.amqps_port  # the real broker takes the same port
+    following = asyncio.create_task(geo.follow(gate.apply))
+    print(f"Geo: site {geo.site}; serving once this site is the namespace's primary", flush=True)
+    waiting = asyncio.create_task(gate.primary.wait())
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait((waiting, stopping), return_when=asyncio.FIRST_COMPLETED)
+    waiting.cancel()
+    stopping.cancel()
+    gate.stand_in = None
+    await stand_in.stop()  # the port is the real broker's now
+    if stop.is_set():
+        following.cancel()
+        return None
+    return gate, following
+
+
+def _print_started(args: argparse.Namespace, broker: Broker, port: int, node_id: str) -> None:
+    entities = ", ".join(sorted(e.name for e in broker.entities.values())) or "(none)"
+    listening = f"{args.host}:{port}" + (f", amqps {args.host}:{broker.amqps_port}" if args.amqps_port >= 0 else "")
+    where = f"data in {args.data_dir}" if args.store is None else f"messages in {redact_url(args.store)}"
+    print(f"Sodalite {__version__} node {node_id} listening on {listening}, {where}", flush=True)
+    print(f"Entities: {entities}", flush=True)
+
+
+async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
+    if args.delivery_trace is not None:
+        delivery_trace.start(args.delivery_trace)
+    node_id = args.node_id or default_node_id(args.port)
+    broker = _broker(args, namespace, node_id)
     asyncio.get_running_loop().set_exception_handler(AcceptFailureLog())
     cert, key = certificate(args)  # generated whenever missing, whichever listeners are on
     tls = _tls_context(args, cert, key)
@@ -291,51 +334,26 @@ async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    following: asyncio.Task[None] | None = None
+    primary: tuple[GeoGate, asyncio.Task[None]] | None = None
     if geo is not None:
-        # The health endpoint answers while the node waits to be the primary; the broker loads nothing
-        # from a standby (cli/geo_node.py).
-        from sodalite.cli.geo_node import GeoCollector, GeoGate, refusing_listener
-
         await _serve_management(args, runner, broker, endpoints)
-        gate = GeoGate(broker, geo.site)
-        # The AMQP port answers meanwhile: every connection closed at its open with server-busy.
-        amqps = args.amqps_port >= 0
-        gate.stand_in = stand_in = await refusing_listener(broker.namespace.name, args.host, args.port, geo,
-                                                           tls=tls if amqps else None,
-                                                           tls_port=args.amqps_port)
-        args.port = stand_in.port
-        if amqps:
-            args.amqps_port = stand_in.amqps_port or args.amqps_port  # the real broker takes the same port
-        following = asyncio.create_task(geo.follow(gate.apply))
-        print(f"Geo: site {geo.site}; serving once this site is the namespace's primary", flush=True)
-        waiting = asyncio.create_task(gate.primary.wait())
-        stopping = asyncio.create_task(stop.wait())
-        await asyncio.wait((waiting, stopping), return_when=asyncio.FIRST_COMPLETED)
-        waiting.cancel()
-        stopping.cancel()
-        gate.stand_in = None
-        await stand_in.stop()  # the port is the real broker's now
-        if stop.is_set():
-            following.cancel()
-            for each in (runner,):
-                if each is not None:
-                    await each.cleanup()
+        primary = await _await_primary(args, broker, geo, tls, stop)
+        if primary is None:  # stopped while waiting
+            if runner is not None:
+                await runner.cleanup()
             return
     port = await broker.start(args.host, args.port, tls=tls if args.amqps_port >= 0 else None,
                               tls_port=args.amqps_port,
                               management=shared.server if shared is not None else None,
                               management_tls=tls if shared is not None else None)
-    entities = ", ".join(sorted(e.name for e in broker.entities.values())) or "(none)"
-    listening = f"{args.host}:{port}" + (f", amqps {args.host}:{broker.amqps_port}" if args.amqps_port >= 0 else "")
-    where = f"data in {args.data_dir}" if args.store is None else f"messages in {redact_url(args.store)}"
-    print(f"Sodalite {__version__} node {node_id} listening on {listening}, {where}", flush=True)
-    print(f"Entities: {entities}", flush=True)
+    _print_started(args, broker, port, node_id)
     endpoints.amqp_port, endpoints.amqps_port = port, broker.amqps_port
-    if geo is None:
+    if geo is None or primary is None:  # (a geo node serves the management API already)
         await _serve_management(args, runner, broker, endpoints)
     else:
-        await gate.broker_started(geo)
+        from sodalite.cli.geo_node import GeoCollector
+
+        await primary[0].broker_started(geo)
         broker.metrics.registry.register(GeoCollector(geo))
     if shared is not None:
         print(f"Management (HTTPS or HTTP on the AMQP port, trust {cert}): "
@@ -345,8 +363,8 @@ async def _serve(args: argparse.Namespace, namespace: NamespaceConfig) -> None:
     endpoints.write(args.data_dir)
     print(f"Connection string: {connection_string(args.host, port, namespace)}", flush=True)
     await stop.wait()
-    if following is not None:
-        following.cancel()
+    if primary is not None:
+        primary[1].cancel()
     Endpoints.remove(args.data_dir)
     # The broker first: its connections (AMQP over WebSockets included, which the management app's
     # cleanup would otherwise wait on) are told to reconnect once their work in flight is answered.

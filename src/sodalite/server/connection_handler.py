@@ -23,7 +23,7 @@ import asyncio
 import ipaddress
 import logging
 import time
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
 from sodalite.amqp import events as ev
 from sodalite.amqp.connection import Connection
@@ -36,14 +36,12 @@ from sodalite.model.authorization import AccessRights
 from sodalite.server import wire
 from sodalite.server.amqp_errors import client_error
 from sodalite.server.auth import ConnectionAuth
+from sodalite.server.broker_port import BrokerPort
 from sodalite.server.endpoint import Endpoint
 from sodalite.server.limits import Admission, admit
 from sodalite.server.registry import Entity
 from sodalite.server.router import route_attach
 from sodalite.server.transactions import ConnectionTransactions
-
-if TYPE_CHECKING:
-    from sodalite.server.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +59,23 @@ CLOSE_GRACE_S = 2.0  # after the broker's close, a peer that does not answer it 
 SHUTDOWN_CONDITION = "amqp:connection:forced"
 
 
+class ConnectionHost(BrokerPort, Protocol):
+    """The broker as its connections see it (``broker.Broker``): what endpoints may ask, and the
+    connection table, the limits and the settings of the AMQP connection."""
+
+    connections: set[BrokerConnection]
+    # Those with no token accepted yet, oldest first, with when each was accepted (monotonic seconds).
+    unauthenticated: dict[BrokerConnection, float]
+    refusal: SodaliteError | None  # set while this node does not serve: every new connection is refused
+    container_id: str
+    max_frame_size: int
+    idle_timeout_ms: int | None
+    silence_heartbeat_s: float | None
+    plain_sasl_without_tls: bool
+
+
 class BrokerConnection(asyncio.Protocol):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: ConnectionHost) -> None:
         self.broker = broker
         limits = broker.limits
         self.amqp = Connection(

@@ -7,8 +7,10 @@ coordinator (``server/transactions.py``). The connection driver (``server/connec
 hands each link event to the link's endpoint through the methods of :class:`Endpoint` and knows
 nothing of what the endpoint does; the router (``server/router.py``) chooses the endpoint at attach.
 
-Endpoints reach their connection only through :class:`ConnectionPort`, so no endpoint module
-imports the driver, and the import graph runs one way: driver → router → endpoints → actors.
+Endpoints reach their connection only through :class:`ConnectionPort`, the broker only through
+its ``broker`` (``server/broker_port.py``) and the connection's transactions only through
+:class:`TransactionsPort`, so no endpoint module imports the driver, the broker or a sibling, and
+the import graph runs one way: broker → driver → router → endpoints → actors.
 """
 
 from __future__ import annotations
@@ -23,20 +25,45 @@ from sodalite.amqp.link import SENDER, Link
 
 if TYPE_CHECKING:
     from sodalite.model.authorization import AccessRights
-    from sodalite.server.broker import Broker
+    from sodalite.server.broker_port import BrokerPort
+    from sodalite.server.partitioned_actor import EntityActor
     from sodalite.server.registry import Entity
-    from sodalite.server.transactions import ConnectionTransactions
 
 log = logging.getLogger(__name__)
+
+
+class SettlingConsumer(Protocol):
+    """A receiver link settling in a transaction, as the transactions see it."""
+
+    @property
+    def actor(self) -> EntityActor: ...
+
+
+class TransactionsPort(Protocol):
+    """The connection's transactions (``server/transactions.py``) as the other endpoints see them."""
+
+    def attach_coordinator(self, link: Link) -> None: ...
+
+    def on_send(self, link: Link, entity: Entity, delivery: ev.Delivery) -> None:
+        """A transfer in a transaction (its state is a TransactionalState)."""
+        ...
+
+    def on_settlement(self, event: ev.DeliveryUpdated, consumer: SettlingConsumer, token: uuid.UUID) -> None:
+        """A disposition in a transaction (its state is a TransactionalState)."""
+        ...
 
 
 class ConnectionPort(Protocol):
     """The connection as its endpoints see it."""
 
-    broker: Broker
     peer: str
     python_sdk_decimals: bool  # the client cannot read decimal128 (wire.python_sdk_decimals)
-    transactions: ConnectionTransactions
+
+    @property
+    def broker(self) -> BrokerPort: ...
+
+    @property
+    def transactions(self) -> TransactionsPort: ...
 
     def flush_soon(self) -> None: ...
 

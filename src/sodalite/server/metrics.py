@@ -12,8 +12,8 @@ their state needs no lock.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence, Sized
+from typing import Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -21,10 +21,26 @@ from prometheus_client.registry import Collector
 
 from sodalite.server.entity_settings import SubQueue
 from sodalite.server.partitioned_actor import EntityActor
+from sodalite.server.registry import Entity
 from sodalite.server.store_worker import StoreWorker
 
-if TYPE_CHECKING:
-    from sodalite.server.broker import Broker
+
+class Observed(Protocol):
+    """What the metrics read of the broker (``broker.Broker``)."""
+
+    @property
+    def entities(self) -> dict[str, Entity]: ...
+
+    @property
+    def connections(self) -> Sized: ...
+
+    @property
+    def workers(self) -> Sequence[StoreWorker]: ...
+
+    @property
+    def worker(self) -> StoreWorker: ...
+
+    def entity(self, path: str) -> Entity | None: ...
 
 AnyActor = EntityActor
 
@@ -40,7 +56,7 @@ COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 
 
 class BrokerMetrics:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Observed) -> None:
         self.broker = broker
         self.registry = CollectorRegistry(auto_describe=True)
         self.messages_in = Counter("sodalite_messages_in", "Messages accepted from senders (acknowledged sends)",
@@ -115,7 +131,7 @@ class BrokerMetrics:
 class _LiveCollector(Collector):
     """Gauges computed at scrape time from the broker's own state."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Observed) -> None:
         self.broker = broker
 
     def describe(self) -> Iterable[Metric]:

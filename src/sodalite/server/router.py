@@ -39,7 +39,7 @@ from sodalite.server.browser import COPY, Browser
 from sodalite.server.endpoint import ConnectionPort, accept_control
 from sodalite.server.entity_settings import SubQueue
 from sodalite.server.management_link import ManagementLink
-from sodalite.server.registry import SUBSCRIPTION, TOPIC
+from sodalite.server.registry import SUBSCRIPTION, TOPIC, Entity
 
 REFUSED_LINKS_SLACK = 100  # refused attaches a peer may leave undetached before it is disconnected
 
@@ -72,62 +72,90 @@ def route_attach(connection: ConnectionPort, auth: ConnectionAuth, link: Link, l
         topic_consumers.unsubscribe(connection, link)  # a JMS unsubscribe names a durable subscription
         return None
     try:
-        if path == CBS_NODE:
-            if any(other is not link and other.role is link.role and other.attached
-                   and isinstance(other.context, CbsLink) for other in connection.links()):
-                # As Service Bus: one $cbs sender and one receiver at a time on a connection (the Go SDK
-                # opens a fresh pair per token, detaching the last one first, and starts a new connection
-                # when refused). A link whose detach was processed no longer counts.
-                raise InvalidOperation(f"a {'sender' if link.role is RECEIVER else 'receiver'} link to $cbs is "
-                                       "already attached on this connection; detach it first")
-            link.context = CbsLink(connection, CBS_NODE, auth, hostname)
-            accept_control(link)
-            return None
-        mgmt = management_entity(path)
-        if mgmt is not None:
-            entity, sub_queue = auth.authorised_entity(mgmt, None)  # each operation checks its right
-            link.context = ManagementLink(connection, path, mgmt, entity, sub_queue)
-            accept_control(link)
-            return None
-        entity, sub_queue = auth.authorised_entity(
-            path, AccessRights.SEND if link.role is RECEIVER else AccessRights.LISTEN)
-        if link.role is RECEIVER and sub_queue is not SubQueue.MAIN:
-            raise InvalidOperation("messages cannot be sent to a dead-letter queue")
-        if link.role is RECEIVER and entity.kind == SUBSCRIPTION:
-            raise InvalidOperation("messages cannot be sent to a subscription; send to its topic")
-        if link.role is not RECEIVER:
-            temporary.check_owner(connection, entity)
-        if link.role is not RECEIVER and entity.kind == TOPIC:
-            if remote.source is None or not {"topic", temporary.TEMPORARY_TOPIC} & topic_consumers.capabilities(
-                    remote.source):
-                raise InvalidOperation("messages cannot be received from a topic; receive from a subscription")
-            topic_consumers.attach(connection, link, entity)  # a JMS topic consumer: its subscription
-            return None
+        found = _entity_link(connection, auth, link, path, hostname)
     except SodaliteError as exc:
         link.refuse(client_error(exc, broker.metrics, connection.peer, path))
         return None
+    if found is not None:
+        _attach_entity_link(connection, link, path, *found)
+    return None
+
+
+def _entity_link(connection: ConnectionPort, auth: ConnectionAuth, link: Link, path: str,
+                 hostname: str) -> tuple[Entity, SubQueue] | None:
+    """Attach a ``$cbs`` or ``$management`` node's link, or a JMS topic consumer's, here (None); for any
+    other address, the entity and sub-queue the link works on, checked against the token and the
+    direction. Raises what the attach is refused with."""
+    if path == CBS_NODE:
+        _attach_cbs(connection, auth, link, hostname)
+        return None
+    mgmt = management_entity(path)
+    if mgmt is not None:
+        entity, sub_queue = auth.authorised_entity(mgmt, None)  # each operation checks its right
+        link.context = ManagementLink(connection, path, mgmt, entity, sub_queue)
+        accept_control(link)
+        return None
+    sends = link.role is RECEIVER  # the client sends on it
+    entity, sub_queue = auth.authorised_entity(path, AccessRights.SEND if sends else AccessRights.LISTEN)
+    if sends:
+        _check_send_target(entity, sub_queue)
+        return entity, sub_queue
+    temporary.check_owner(connection, entity)
+    if entity.kind == TOPIC:
+        remote = link.remote_attach
+        assert remote is not None
+        if remote.source is None or not {"topic", temporary.TEMPORARY_TOPIC} & topic_consumers.capabilities(
+                remote.source):
+            raise InvalidOperation("messages cannot be received from a topic; receive from a subscription")
+        topic_consumers.attach(connection, link, entity)  # a JMS topic consumer: its subscription
+        return None
+    return entity, sub_queue
+
+
+def _attach_cbs(connection: ConnectionPort, auth: ConnectionAuth, link: Link, hostname: str) -> None:
+    if any(other is not link and other.role is link.role and other.attached
+           and isinstance(other.context, CbsLink) for other in connection.links()):
+        # As Service Bus: one $cbs sender and one receiver at a time on a connection (the Go SDK
+        # opens a fresh pair per token, detaching the last one first, and starts a new connection
+        # when refused). A link whose detach was processed no longer counts.
+        raise InvalidOperation(f"a {'sender' if link.role is RECEIVER else 'receiver'} link to $cbs is "
+                               "already attached on this connection; detach it first")
+    link.context = CbsLink(connection, CBS_NODE, auth, hostname)
+    accept_control(link)
+
+
+def _check_send_target(entity: Entity, sub_queue: SubQueue) -> None:
+    """A client sends to a queue or a topic only, never to a sub-queue or a subscription."""
+    if sub_queue is not SubQueue.MAIN:
+        raise InvalidOperation("messages cannot be sent to a dead-letter queue")
+    if entity.kind == SUBSCRIPTION:
+        raise InvalidOperation("messages cannot be sent to a subscription; send to its topic")
+
+
+def _attach_entity_link(connection: ConnectionPort, link: Link, path: str, entity: Entity,
+                        sub_queue: SubQueue) -> None:
+    """A producer, a browser (distribution-mode copy, not durable: JMS QueueBrowser), a consumer with a
+    message selector, or a plain consumer; a selector that does not compile refuses the attach."""
+    remote = link.remote_attach
+    assert remote is not None
     if link.role is RECEIVER:
         links.attach_producer(connection, link, entity)
-    elif remote.source is not None and remote.source.distribution_mode == COPY and not remote.source.durable:
-        try:
-            selector = selectors.selector_of(remote.source)
-            compiled = selectors.Selector(selector) if selector is not None else None
-        except SodaliteError as exc:
-            link.refuse(client_error(exc, broker.metrics, connection.peer, path))
-            return None
+        return
+    source = remote.source
+    browses = source is not None and source.distribution_mode == COPY and not source.durable
+    selector = selectors.selector_of(source)
+    try:
+        if selector is not None and not browses and (entity.partitioned or entity.requires_session):
+            raise NotImplementedOperation("message selectors are not supported on partitioned or "
+                                          "session-enabled entities")
+        compiled = selectors.Selector(selector) if selector is not None else None
+    except SodaliteError as exc:
+        link.refuse(client_error(exc, connection.broker.metrics, connection.peer, path))
+        return
+    if browses:
         link.context = Browser(connection, link, entity, sub_queue, compiled)  # a browser peeks (JMS QueueBrowser)
-        link.accept(source=remote.source, initial_delivery_count=0, max_message_size=0)
-    elif (selector := selectors.selector_of(remote.source)) is not None:
-        try:
-            if entity.partitioned or entity.requires_session:
-                raise NotImplementedOperation("message selectors are not supported on partitioned or "
-                                              "session-enabled entities")
-            compiled = selectors.Selector(selector)
-        except SodaliteError as exc:
-            link.refuse(client_error(exc, broker.metrics, connection.peer, path))
-            return None
+        link.accept(source=source, initial_delivery_count=0, max_message_size=0)
+    elif compiled is not None:
         links.attach_consumer(connection, link, entity, sub_queue, compiled.matches)
     else:
         links.attach_consumer(connection, link, entity, sub_queue)
-    return None
-

@@ -58,14 +58,13 @@ from sodalite.model.settlement import Settlement
 from sodalite.server import core_transactions as on_core
 from sodalite.server import outcomes, wire
 from sodalite.server.amqp_errors import client_error
-from sodalite.server.endpoint import ConnectionPort, Endpoint
+from sodalite.server.endpoint import ConnectionPort, Endpoint, SettlingConsumer
 from sodalite.server.messages import decode_request
 from sodalite.server.registry import Entity
 
 if TYPE_CHECKING:
     from sodalite.amqp import events as ev
-    from sodalite.server.broker import Broker
-    from sodalite.server.links import LinkConsumer
+    from sodalite.server.broker_port import BrokerPort
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +180,7 @@ class Transactions:
 # ---- planning and committing --------------------------------------------------------------------------
 
 
-def enlist_send(broker: Broker, txn: Transaction, entity: Entity, drafts: list[MessageDraft]) -> None:
+def enlist_send(broker: BrokerPort, txn: Transaction, entity: Entity, drafts: list[MessageDraft]) -> None:
     """Check a transactional send now (refusals are immediate, the transaction stays usable); keep it."""
     pin = txn.pin
     destination = broker.route(entity).entity
@@ -196,7 +195,7 @@ def enlist_send(broker: Broker, txn: Transaction, entity: Entity, drafts: list[M
     txn.sends.append(EnlistedSend(entity, drafts))
 
 
-def commit(broker: Broker, txn: Transaction) -> asyncio.Future[None]:
+def commit(broker: BrokerPort, txn: Transaction) -> asyncio.Future[None]:
     """Apply everything ``txn`` enlisted in one store transaction, planned again and decided by one
     core; the future resolves once it is durable.
 
@@ -277,7 +276,7 @@ class ConnectionTransactions:
         self.open = Transactions()
 
     @property
-    def broker(self) -> Broker:
+    def broker(self) -> BrokerPort:
         return self.connection.broker
 
     def _rejected(self, exc: BaseException, entity: str | None) -> Rejected:
@@ -341,7 +340,7 @@ class ConnectionTransactions:
         if not delivery.settled:
             link.settle(delivery.delivery_id, TransactionalState(txn.txn_id, Accepted()))
 
-    def on_settlement(self, event: ev.DeliveryUpdated, consumer: LinkConsumer, token: uuid.UUID) -> None:
+    def on_settlement(self, event: ev.DeliveryUpdated, consumer: SettlingConsumer, token: uuid.UUID) -> None:
         """A disposition in a transaction: the message stays locked until the discharge."""
         state = event.state
         assert isinstance(state, TransactionalState)
@@ -358,7 +357,7 @@ class ConnectionTransactions:
             event.link.settle(event.delivery_id, state, settled=False)
 
     @staticmethod
-    def _enlist_core_settlement(txn: Transaction, consumer: LinkConsumer, token: uuid.UUID,
+    def _enlist_core_settlement(txn: Transaction, consumer: SettlingConsumer, token: uuid.UUID,
                                 settlement: Settlement) -> None:
         """A settlement: checked now, kept for the commit."""
         actor, sub = on_core.lock_holder(consumer.actor, token)
