@@ -37,7 +37,7 @@ partition the copy's key picks, as a send's routing picks it (keyless ones round
 Copies in other messaging stores (a forwarding target whose home is another store; from a
 partitioned topic's partition i, a non-partitioned target outside store i; from a non-partitioned
 topic, the partition of a partitioned target its key picks) cannot be in the topic's transaction.
-They are stored FIRST, by one batch of each other store (``CoreActor.store_copies`` on a target
+They are stored FIRST, by one batch of each other store (``core_copies.store_copies`` on a target
 there: a ``Publish`` without MessageIds), and only once all of those committed does the topic's own
 batch commit: its own copies, its duplicate history and, for a scheduled message that came due, its
 completion. The send is acknowledged after that last commit. Every store involved is checked
@@ -82,7 +82,7 @@ another store; into a partitioned topic from anywhere) keeps nothing in the topi
 plans each message's copies as a send's (``plan_moved``: the same plan and the same checks of every
 store they go to; no duplicate detection, a move is not a send; a partitioned topic routes each
 message to a partition first, as a send is pinned) and ``store_keyed_copies`` stores them by one
-batch of each store, as the copies of a send in other stores are (``CoreActor.store_keyed``): every
+batch of each store, as the copies of a send in other stores are (``move_keys.store_keyed``): every
 partition keeps the message's move key beside its copies and skips a key it already has, so a repeat
 after the source's delete failed stores nothing twice. The mover forgets the keys once the source
 copies are gone.
@@ -100,16 +100,17 @@ import logging
 import uuid
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from sodalite.errors import SodaliteError, StoreUnavailable
 from sodalite.model import partition_core as core
 from sodalite.model.message import MessageRecord
 from sodalite.model.partition import Lock, MessageDraft
 from sodalite.server import wire
-from sodalite.server.core_actor import Copy, CoreActor, KeyedCopy, Receiver, _without_value
-from sodalite.server.entity_settings import SubQueue, all_of
+from sodalite.server.core_actor import Copy, CoreActor, KeyedCopy, Receiver
+from sodalite.server.core_copies import store_copies
+from sodalite.server.entity_settings import EntitySettings, SubQueue, all_of
+from sodalite.server.move_keys import MovedKeys, store_keyed_copies
+from sodalite.server.partition_runner import Clock
 from sodalite.server.partitioned_actor import PartitionedCoreActor
 from sodalite.server.store_worker import StoreWorker
 from sodalite.store.port import PartitionRef
@@ -154,8 +155,9 @@ class TopicActor(CoreActor):
     plan: Plan | None = None  # set by the broker once the topic's entity exists
     drops_locks_on_update = False  # its locks are its activator's (scheduled messages coming due), no receiver's
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, ref: PartitionRef, settings: EntitySettings, worker: StoreWorker,
+                 clock: Clock | None = None, node_id: str = "node") -> None:
+        super().__init__(ref, settings, worker, clock, node_id)
         self._activator = _Activator(self)
         self._activating = False
         self._across_lock = asyncio.Lock()  # duplicate detection: publishes with copies elsewhere, one at a time
@@ -167,14 +169,14 @@ class TopicActor(CoreActor):
 
     async def load(self) -> None:
         await super().load()
-        if self._activating and self._activator not in self._consumers:
+        if self._activating and self._activator not in self.credit.receivers:
             self.add_consumer(self._activator)
 
     def start_activation(self) -> None:
         """Publish scheduled messages as they come due, from now on. The broker calls it once the
         topic's subscriptions are loaded: a message published before would reach none of them."""
         self._activating = True
-        if self.runners and self._activator not in self._consumers:
+        if self.runners and self._activator not in self.credit.receivers:
             self.add_consumer(self._activator)
 
     # ---- sending ----------------------------------------------------------------------------------
@@ -193,8 +195,8 @@ class TopicActor(CoreActor):
         if self._elsewhere(planned):
             self._split(planned)  # StoreUnavailable / StoreFull now, before anything is stored
             return lambda: asyncio.ensure_future(self._across(planned, None))
-        entries = self.publish_entries(planned)
-        return lambda: _without_value(self._request(SubQueue.MAIN, lambda key: core.Publish(entries, key)))
+        entries = self.landing.entries(planned)
+        return lambda: self.submit_publish(entries)
 
     def _planned(self, drafts: Sequence[MessageDraft]) -> list[tuple[str | None, list[Copy]]]:
         """Per draft, its MessageId and its copies as the broker plans them now."""
@@ -206,7 +208,7 @@ class TopicActor(CoreActor):
         return [(d.message_id, copies) for d, copies in zip(drafts, planned, strict=True)]
 
     def _entries(self, drafts: Sequence[MessageDraft]) -> tuple[core.PublishEntry, ...]:
-        return self.publish_entries(self._planned(drafts))
+        return self.landing.entries(self._planned(drafts))
 
     # ---- copies in other messaging stores ---------------------------------------------------------
 
@@ -258,16 +260,14 @@ class TopicActor(CoreActor):
                 planned = self._not_duplicates(planned)
             try:
                 here, elsewhere = self._split(planned)
-                await all_of([copies[0][0].store_copies(copies) for copies in elsewhere.values()])
+                await all_of([store_copies(copies[0][0], copies) for copies in elsewhere.values()])
             except StoreUnavailable:
                 # Not the topic's store: its partitions stay in service (PartitionedTopicActor._sent).
                 task = asyncio.current_task()
                 if task is not None:
                     self.failed_elsewhere.add(task)
                 raise
-            entries = self.publish_entries(here)
-            future = self._request(SubQueue.MAIN, lambda key: core.Publish(entries, key, complete=complete))
-            await _without_value(future)
+            await self.submit_publish(self.landing.entries(here), complete)
 
     def _not_duplicates(self, planned: list[tuple[str | None, list[Copy]]]) -> list[tuple[str | None, list[Copy]]]:
         """The entries whose MessageId the topic's duplicate detection has not seen within its window
@@ -317,8 +317,7 @@ class TopicActor(CoreActor):
             if self._elsewhere(planned):
                 future = self._publish_across(planned, complete=token)
             else:
-                entries = self.publish_entries(planned)
-                future = self._request(SubQueue.MAIN, lambda key: core.Publish(entries, key, complete=token))
+                future = self.submit_publish(self.landing.entries(planned), token)
         except SodaliteError as exc:  # a store its copies go to is out (another store's, too): expected
             log.warning("topic %s: scheduled message %d not published (%s); it comes back when its lock "
                         "lapses", self.ref.entity, message.sequence_number, exc)
@@ -328,8 +327,8 @@ class TopicActor(CoreActor):
                           "lapses", self.ref.entity, message.sequence_number)
             return
 
-        def done(f: asyncio.Future[Any]) -> None:
-            self._holders.pop(token, None)
+        def done(f: asyncio.Future[None]) -> None:
+            self.holders.pop(token, None)
             if not f.cancelled() and f.exception() is not None:
                 log.warning("topic %s: scheduled message %d not published (%s); it comes back when its lock "
                             "lapses", self.ref.entity, message.sequence_number, f.exception())
@@ -340,46 +339,15 @@ class TopicActor(CoreActor):
 
     def activity(self) -> tuple[int, int]:
         last, _ = super().activity()
-        return last, sum(1 for c in self._consumers if c is not self._activator)
+        return last, sum(1 for c in self.credit.receivers if c is not self._activator)
 
     def is_idle(self, now: int, idle_for: int) -> bool:
         """Idle as a queue is, the activator aside (it is the topic's own, not a receiver)."""
         runner = self.runners.get(SubQueue.MAIN)
-        if runner is None or any(c is not self._activator for c in self._consumers):
+        if runner is None or any(c is not self._activator for c in self.credit.receivers):
             return False
         last = max(self.last_activity, runner.view.last_activity)
         return now - last >= idle_for and runner.view.counts.scheduled == 0
-
-
-@dataclass(frozen=True, slots=True)
-class MovedKeys:
-    """The move keys one store keeps for a move's copies, per partition: forgotten once the source
-    copies are gone (``server/moves.py``)."""
-
-    worker: StoreWorker
-    keys: dict[PartitionRef, tuple[str, ...]]
-
-
-async def store_keyed_copies(copies: Sequence[KeyedCopy]) -> list[MovedKeys]:
-    """Store keyed copies by ONE batch of each store they go to (``CoreActor.store_keyed``, made by
-    the first destination's actor there, as ``store_copies`` is for a send's copies in other
-    stores), every batch run to its end; the first failure is raised after all have ended (a batch
-    that committed keeps its keys, so a repeat skips it). Returns each store's keys, per partition."""
-    by_store: dict[StoreWorker, list[KeyedCopy]] = {}
-    for keyed in copies:
-        by_store.setdefault(keyed[0][0].worker, []).append(keyed)
-    results = await asyncio.gather(*(group[0][0][0].store_keyed(group) for group in by_store.values()),
-                                   return_exceptions=True)
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
-    placed = []
-    for worker, group in by_store.items():
-        keys: dict[PartitionRef, dict[str, None]] = {}
-        for (actor, sub, _), key in group:
-            keys.setdefault(actor.refs[sub], {})[key] = None
-        placed.append(MovedKeys(worker, {ref: tuple(k) for ref, k in keys.items()}))
-    return placed
 
 
 class PartitionedTopicActor(PartitionedCoreActor):
