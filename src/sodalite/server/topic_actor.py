@@ -277,15 +277,8 @@ class TopicActor(CoreActor):
         dedup = runner.view.dedup.detector if runner is not None else None
         if dedup is None:
             return planned
-        now, seen = self.clock.now(), set()
-        kept = []
-        for message_id, copies in planned:
-            if message_id is not None and (message_id in seen or dedup.is_duplicate(message_id, now)):
-                continue
-            if message_id is not None:
-                seen.add(message_id)
-            kept.append((message_id, copies))
-        return kept
+        keep = dedup.unseen((message_id for message_id, _ in planned), self.clock.now())
+        return [entry for entry, kept in zip(planned, keep, strict=True) if kept]
 
     # ---- moves into the topic from another transaction (server/moves.py) ---------------------------
 
