@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from sodalite.amqp import message as amqp_message
 from sodalite.amqp.codec import decode, encode_value
@@ -39,9 +38,9 @@ class Copy:
     dead_letter: tuple[str, str] | None = None
 
 
-def _sections(tail: bytes) -> tuple[list[Any], dict[str, Any]]:
-    fields: list[Any] = []
-    user: dict[str, Any] = {}
+def _sections(tail: bytes) -> tuple[list[object], dict[str, object]]:
+    fields: list[object] = []
+    user: dict[str, object] = {}
     for s in amqp_message.split_sections(tail):
         if s.code == amqp_message.PROPERTIES:
             value = amqp_message.section_value(tail, s)
@@ -53,32 +52,31 @@ def _sections(tail: bytes) -> tuple[list[Any], dict[str, Any]]:
     return fields + [None] * (13 - len(fields)), user
 
 
+def _view(message: MessageDraft | MessageRecord, delivery_count: int) -> tuple[dict[str, object], dict[str, object]]:
+    """The system properties a draft and a stored message share, and the application properties."""
+    fields, user = _sections(message.tail)
+    system: dict[str, object] = {name: fields[i] for name, i in _PROPERTY_FIELDS.items()}
+    ttl, scheduled = message.time_to_live, message.scheduled_enqueue_time
+    system["MessageId"] = message.message_id
+    system["PartitionKey"] = message.partition_key
+    system["Size"] = message.size
+    system["TimeToLive"] = None if ttl is None else timedelta(milliseconds=ttl)
+    system["ScheduledEnqueueTimeUtc"] = None if scheduled is None else datetime.fromtimestamp(scheduled / 1000, UTC)
+    system["DeliveryCount"] = delivery_count
+    return system, user
+
+
 def message_view(draft: MessageDraft) -> MessageView:
-    fields, user = _sections(draft.tail)
-    system: dict[str, Any] = {name: fields[i] for name, i in _PROPERTY_FIELDS.items()}
-    system["MessageId"] = draft.message_id
-    system["PartitionKey"] = draft.partition_key
-    system["Size"] = draft.size
-    system["TimeToLive"] = None if draft.time_to_live is None else timedelta(milliseconds=draft.time_to_live)
-    system["ScheduledEnqueueTimeUtc"] = (None if draft.scheduled_enqueue_time is None else
-                                         datetime.fromtimestamp(draft.scheduled_enqueue_time / 1000, UTC))
-    system["DeliveryCount"] = 0
+    """A message being sent as a filter sees it."""
+    system, user = _view(draft, 0)
     return MessageView(system, user)
 
 
 def record_view(record: MessageRecord) -> MessageView:
     """A stored message as a filter sees it (a JMS browser's selector reads it so)."""
-    fields, user = _sections(record.tail)
-    system: dict[str, Any] = {name: fields[i] for name, i in _PROPERTY_FIELDS.items()}
-    system["MessageId"] = record.message_id
-    system["PartitionKey"] = record.partition_key
-    system["Size"] = record.size
-    system["TimeToLive"] = None if record.time_to_live is None else timedelta(milliseconds=record.time_to_live)
-    system["ScheduledEnqueueTimeUtc"] = (None if record.scheduled_enqueue_time is None else
-                                         datetime.fromtimestamp(record.scheduled_enqueue_time / 1000, UTC))
+    system, user = _view(record, record.delivery_count)
     system["EnqueuedTimeUtc"] = datetime.fromtimestamp(record.enqueued_time / 1000, UTC)
     system["SequenceNumber"] = record.sequence_number
-    system["DeliveryCount"] = record.delivery_count
     return MessageView(system, user)
 
 
@@ -94,10 +92,10 @@ def apply_view(draft: MessageDraft, before: MessageView, after: MessageView, rul
     return replace(draft, tail=tail, session_id=session_after(before, after, draft.session_id))
 
 
-def _replace_properties(tail: bytes, changed: dict[str, Any]) -> bytes:
+def _replace_properties(tail: bytes, changed: dict[str, object]) -> bytes:
     sections = amqp_message.split_sections(tail)
     existing = next((s for s in sections if s.code == amqp_message.PROPERTIES), None)
-    fields: list[Any] = [None] * 13
+    fields: list[object] = [None] * 13
     if existing is not None:
         value = decode(tail[existing.value_start : existing.end])
         if isinstance(value, list):
