@@ -89,6 +89,19 @@ class DuplicateDetector:
         self.remember(message_id, now)
         return True
 
+    def unseen(self, message_ids: Iterable[str | None], now: int) -> list[bool]:
+        """Per id, whether a send of these messages now keeps it: not a duplicate within the window,
+        nor of an id earlier in the same send. Remembers nothing (the caller's commit does)."""
+        seen: set[str] = set()
+        kept = []
+        for message_id in message_ids:
+            if message_id is None:
+                kept.append(True)
+                continue
+            kept.append(message_id not in seen and not self.is_duplicate(message_id, now))
+            seen.add(message_id)
+        return kept
+
     def prune(self, now: int) -> list[str]:
         """Drop and return, oldest first, the ids whose window has passed (seen before ``now - window``)."""
         cutoff = now - self._window

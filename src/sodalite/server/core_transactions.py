@@ -50,12 +50,14 @@ from sodalite.errors import (
     NotImplementedOperation,
 )
 from sodalite.model import partition_core as core
+from sodalite.model.copies import lock_usable
 from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDraft
 from sodalite.model.routing import past_hop_limit
 from sodalite.model.settlement import Settlement, Verb
 from sodalite.model.store_ops import Outcome
 from sodalite.server import wire
 from sodalite.server.core_actor import Copy, CoreActor
+from sodalite.server.core_requests import Done
 from sodalite.server.entity_settings import SubQueue
 from sodalite.server.partitioned_actor import EntityActor, PartitionedCoreActor, each
 from sodalite.server.registry import TOPIC, Entity, Route
@@ -108,11 +110,30 @@ def core_settle(token: uuid.UUID, settlement: Settlement) -> core.Settle:
 
 
 def lock_holder(actor: EntityActor, token: uuid.UUID) -> Home:
-    """The partition core holding ``token`` among those behind a receiver's actor, the lock live now."""
+    """The partition core holding ``token`` among those behind a receiver's actor, the lock live now
+    (``model.copies.lock_usable``; the core checks again when the transaction commits)."""
     for partition in each(actor):
-        if isinstance(partition, CoreActor) and partition.holds(token):
-            return partition, partition.transactional_lock(token)
+        sub = partition.holders.get(token) if isinstance(partition, CoreActor) else None
+        if sub is None:
+            continue
+        runner = partition.runners.get(sub)
+        if runner is None or not lock_usable(runner.view.locks.held.get(token), partition.clock.now()):
+            break
+        partition._runner(sub)  # StoreUnavailable while the store is offline
+        return partition, sub
     raise MessageLockLost(LOCK_SUPPLIED_INVALID)
+
+
+def check_send(actor: CoreActor, drafts: Sequence[MessageDraft], stored_here: bool = True) -> None:
+    """What a send to ``actor`` checks before it is accepted, for messages a transaction stores at its
+    commit (``stored_here`` False: a topic's, or a transfer dead letter's, availability and room only)."""
+    actor._runner(SubQueue.MAIN)
+    if not stored_here:
+        actor._check_send([])
+        return
+    if actor.settings.requires_session and any(d.session_id is None for d in drafts):
+        raise InvalidOperation("the entity requires sessions: every message needs a SessionId")
+    actor._check_send(drafts)
 
 
 def _partition(actor: EntityActor, draft: MessageDraft) -> CoreActor:
@@ -133,7 +154,7 @@ def plan_send(broker: Routes, entity: Entity, drafts: Sequence[MessageDraft]) ->
         now = part.clock.now()
         limit = past_hop_limit(route.hops, route.exceeded)
         if limit is not None:
-            part.check_transactional_send([draft], stored_here=False)
+            check_send(part, [draft], stored_here=False)
             dead = wire.dead_lettered(core.record_for(draft, now, None), MAX_TRANSFER_HOP_COUNT_EXCEEDED, limit)
             planned.append(PlannedSend(draft.message_id, ((part, SubQueue.TRANSFER_DEAD_LETTER, dead),),
                                        (part, SubQueue.MAIN), None))
@@ -141,13 +162,13 @@ def plan_send(broker: Routes, entity: Entity, drafts: Sequence[MessageDraft]) ->
             if not isinstance(part, TopicActor) or part.plan is None:
                 raise NotImplementedOperation(f"a transaction cannot send to the topic '{destination.name}' on the "
                                               "version-2 core yet")
-            part.check_transactional_send([draft], stored_here=False)
+            check_send(part, [draft], stored_here=False)
             [copies] = part.plan([draft], now)
             for target, _, _ in copies:
-                target.check_transactional_send([], stored_here=False)
+                check_send(target, [], stored_here=False)
             planned.append(PlannedSend(draft.message_id, tuple(copies), (part, SubQueue.MAIN), _deduplicating(part)))
         else:
-            part.check_transactional_send([draft])
+            check_send(part, [draft])
             record = core.record_for(draft, now, part.settings.default_ttl)
             planned.append(PlannedSend(draft.message_id, ((part, SubQueue.MAIN, record),), (part, SubQueue.MAIN),
                                        _deduplicating(part)))
@@ -198,6 +219,17 @@ def commit(settlements: Sequence[CoreSettlement], planned: Sequence[PlannedSend]
     if home is None:
         return None
     actor, sub = home
-    return actor.transact(sub, [s.settle for s in settlements],
-                          [(send.message_id, send.copies) for send in planned],
-                          [send.deduplicated_by is actor and sub is SubQueue.MAIN for send in planned])
+    settles = tuple(s.settle for s in settlements)
+    entries = actor.landing.entries([(send.message_id, send.copies) for send in planned])
+    deduplicate = tuple(send.deduplicated_by is actor and sub is SubQueue.MAIN for send in planned)
+    done = Done()
+    actor._ask(sub, done, core.Transact(settles, entries, done, deduplicate))
+
+    def settled(f: asyncio.Future[None]) -> None:
+        if not f.cancelled() and f.exception() is None:
+            for settle in settles:
+                actor.holders.pop(settle.token, None)
+
+    done.add_done_callback(settled)
+    return done
+

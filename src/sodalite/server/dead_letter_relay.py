@@ -2,23 +2,24 @@
 
 Theory of operation. An entity on the version-2 core forwards its dead letters in the
 dead-lettering's own store transaction when the target (past its ForwardTo chain) has a partition
-in the same store (``CoreActor.forward_dead_letters``). When it has none there (a partition of a
+in the same store (``DeadLetterForwarding.forward_to``). When it has none there (a partition of a
 partitioned queue whose non-partitioned target lives in another store, a non-partitioned entity
 whose target is in another store or partitioned) no transaction covers both, so the dead letters
 take two steps, at least once, as a cross-store move does (``server/moves.py``):
 
 1. The source's core forwards each dead letter into the source's OWN dead-letter queue
-   (``CoreActor.relay_dead_letters``): one fenced settle or move, as a forward into the target
-   would be, so the copy already carries the reason, description and ``x-opt-deadletter-source``
-   (the source's name, which marks it as one to relay), its delivery count reset and its enqueued
-   time (at the hop limit: reason MaxTransferHopCountExceeded). It does not expire while it waits
-   there (``DeadLetterForward.relayed``); its copy in the target expires as a direct forward's
-   would (``forwarded_expiry`` from its enqueued time, by the target's default time-to-live).
+   (``DeadLetterForwarding.relay``, server/dead_letter_forwarding.py): one fenced settle or move,
+   as a forward into the target would be, so the copy already carries the reason, description and
+   ``x-opt-deadletter-source`` (the source's name, which marks it as one to relay), its delivery
+   count reset and its enqueued time (at the hop limit: reason MaxTransferHopCountExceeded). It
+   does not expire while it waits there (``DeadLetterForward.relayed``); its copy in the target
+   expires as a direct forward's would (``model.copies.relayed_copy``: from its enqueued time, by
+   the target's default time-to-live).
 2. This relay, told whenever rows come into that dead-letter queue (and once when it starts, for
    what an earlier run left), reads the marked rows from the store, appends copies to the target
    (a partitioned target: the partition the message's key picks, as a send) together with one move
    key each (``<store>/<dead-letter queue>/<partition>/<sequence number>``) in one transaction of the
-   target's store (``CoreActor.append_keyed``), then deletes them from the dead-letter queue (a
+   target's store (``move_keys.append_keyed``), then deletes them from the dead-letter queue (a
    fenced ``MoveOut``: a row a receiver of the dead-letter queue holds locked stays), then forgets
    the keys of the rows deleted.
 
@@ -36,14 +37,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import replace
 
 from sodalite.amqp import message as amqp_message
 from sodalite.amqp.codec import decode
 from sodalite.model import partition_core as core
-from sodalite.model.message import MessageRecord, MessageState
+from sodalite.model.copies import relayed_copy
+from sodalite.model.message import MessageRecord
 from sodalite.model.store_ops import MoveItem
-from sodalite.server import wire
+from sodalite.server import move_keys, wire
 from sodalite.server.core_actor import ALL_STATES, CoreActor
 from sodalite.server.entity_settings import SubQueue
 from sodalite.server.partitioned_actor import PartitionedCoreActor
@@ -160,8 +161,7 @@ class DeadLetterRelay:
         # Each copy expires as a forward into the target at its dead-lettering would have made it
         # (its enqueued time): the message's time-to-live capped by the target's default.
         forward = core.DeadLetterForward(("", 0), self.name, self._target_ttl(), self.hop_limit)
-        copies = [replace(r, sequence_number=0, delivery_count=0, state=MessageState.ACTIVE,
-                          expires_at=core.forwarded_expiry(forward, r.time_to_live, r.enqueued_time)) for r in rows]
+        copies = [relayed_copy(r, forward) for r in rows]
         placed: list[tuple[CoreActor, list[str]]] = []
         if isinstance(self.target, PartitionedCoreActor):
             routed = self.target.route([wire.forwarded_draft(r) for r in rows])
@@ -169,7 +169,7 @@ class DeadLetterRelay:
             routed = [(self.target, list(range(len(rows))))]
         for partition, indexes in routed:
             part_keys = [keys[i] for i in indexes]
-            await partition.append_keyed(self.sub, [copies[i] for i in indexes], part_keys)
+            await move_keys.append_keyed(partition, self.sub, [copies[i] for i in indexes], part_keys)
             placed.append((partition, part_keys))
         deleted = await source.move_out(SubQueue.DEAD_LETTER, [MoveItem(r.sequence_number) for r in rows], None)
         gone = {f"{prefix}{n}" for n in deleted if n is not None}
@@ -180,6 +180,6 @@ class DeadLetterRelay:
             done = [k for k in part_keys if k in gone]
             if done:
                 try:
-                    await partition.forget_move_keys(done, self.sub)
+                    await move_keys.forget_move_keys(partition, done, self.sub)
                 except Exception:  # a key left behind costs a row, never a message
                     log.warning("could not forget %d move keys in %s", len(done), partition.ref)

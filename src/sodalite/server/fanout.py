@@ -1,53 +1,33 @@
-"""Which copies of a topic message each subscription gets (Service Bus "topic filters and actions").
+"""A topic message's copies for a subscription, as messages: the plan is ``model/fanout.py``'s.
 
-Rules without an action are OR'ed: if any matches, the subscription gets the message once. Each
-matching rule with an action gets its own copy, changed by the action and carrying a ``RuleName``
-application property. A rule whose filter or action fails to evaluate sends the copy to the
-subscription's dead-letter queue when DeadLetteringOnFilterEvaluationExceptions is set, and drops
-it otherwise; the send itself never fails for it. A session-enabled subscription dead-letters a
-copy without a SessionId, as the service does.
-
-Filters see the message through :class:`~sodalite.model.filters.MessageView`; only the properties
-and application-properties sections are decoded for it, never the body.
+This module shows a message to the filters (:func:`message_view`, :func:`record_view`: only the
+properties and application-properties sections are decoded, never the body) and writes what an
+action changed into the copy (:func:`apply_view`, with the ``RuleName`` application property).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from sodalite.amqp import message as amqp_message
 from sodalite.amqp.codec import decode, encode_value
 from sodalite.amqp.types import Described, Symbol, ULong
-from sodalite.errors import FilterEvaluationError
-from sodalite.model.entities import RuleDescription
-from sodalite.model.filters import CompiledAction, CompiledFilter, MessageView, compile_action, compile_filter
+from sodalite.model.fanout import CompiledRule, plan, session_after
+from sodalite.model.filters import MessageView
 from sodalite.model.message import MessageRecord
 from sodalite.model.partition import MessageDraft
 from sodalite.server import wire
 
+__all__ = ["RULE_NAME", "CompiledRule", "Copy", "apply_view", "copies_for", "message_view", "record_view"]
+
 RULE_NAME = "RuleName"
-SESSION_ID_IS_NULL = "Session ID is null."
-FILTER_EVALUATION_FAILED = "FilterEvaluationException"
 
 # System properties a filter may read, by their index in the AMQP properties list.
 _PROPERTY_FIELDS = {
     "MessageId": 0, "To": 2, "Label": 3, "ReplyTo": 4, "CorrelationId": 5, "ContentType": 6, "SessionId": 10,
     "ReplyToSessionId": 12,
 }
-
-
-@dataclass(frozen=True, slots=True)
-class CompiledRule:
-    name: str
-    filter: CompiledFilter
-    action: CompiledAction | None
-    description: RuleDescription
-
-    @classmethod
-    def compile(cls, rule: RuleDescription) -> CompiledRule:
-        return cls(rule.name, compile_filter(rule.filter), compile_action(rule.action), rule)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,9 +38,9 @@ class Copy:
     dead_letter: tuple[str, str] | None = None
 
 
-def _sections(tail: bytes) -> tuple[list[Any], dict[str, Any]]:
-    fields: list[Any] = []
-    user: dict[str, Any] = {}
+def _sections(tail: bytes) -> tuple[list[object], dict[str, object]]:
+    fields: list[object] = []
+    user: dict[str, object] = {}
     for s in amqp_message.split_sections(tail):
         if s.code == amqp_message.PROPERTIES:
             value = amqp_message.section_value(tail, s)
@@ -72,32 +52,31 @@ def _sections(tail: bytes) -> tuple[list[Any], dict[str, Any]]:
     return fields + [None] * (13 - len(fields)), user
 
 
+def _view(message: MessageDraft | MessageRecord, delivery_count: int) -> tuple[dict[str, object], dict[str, object]]:
+    """The system properties a draft and a stored message share, and the application properties."""
+    fields, user = _sections(message.tail)
+    system: dict[str, object] = {name: fields[i] for name, i in _PROPERTY_FIELDS.items()}
+    ttl, scheduled = message.time_to_live, message.scheduled_enqueue_time
+    system["MessageId"] = message.message_id
+    system["PartitionKey"] = message.partition_key
+    system["Size"] = message.size
+    system["TimeToLive"] = None if ttl is None else timedelta(milliseconds=ttl)
+    system["ScheduledEnqueueTimeUtc"] = None if scheduled is None else datetime.fromtimestamp(scheduled / 1000, UTC)
+    system["DeliveryCount"] = delivery_count
+    return system, user
+
+
 def message_view(draft: MessageDraft) -> MessageView:
-    fields, user = _sections(draft.tail)
-    system: dict[str, Any] = {name: fields[i] for name, i in _PROPERTY_FIELDS.items()}
-    system["MessageId"] = draft.message_id
-    system["PartitionKey"] = draft.partition_key
-    system["Size"] = draft.size
-    system["TimeToLive"] = None if draft.time_to_live is None else timedelta(milliseconds=draft.time_to_live)
-    system["ScheduledEnqueueTimeUtc"] = (None if draft.scheduled_enqueue_time is None else
-                                         datetime.fromtimestamp(draft.scheduled_enqueue_time / 1000, UTC))
-    system["DeliveryCount"] = 0
+    """A message being sent as a filter sees it."""
+    system, user = _view(draft, 0)
     return MessageView(system, user)
 
 
 def record_view(record: MessageRecord) -> MessageView:
     """A stored message as a filter sees it (a JMS browser's selector reads it so)."""
-    fields, user = _sections(record.tail)
-    system: dict[str, Any] = {name: fields[i] for name, i in _PROPERTY_FIELDS.items()}
-    system["MessageId"] = record.message_id
-    system["PartitionKey"] = record.partition_key
-    system["Size"] = record.size
-    system["TimeToLive"] = None if record.time_to_live is None else timedelta(milliseconds=record.time_to_live)
-    system["ScheduledEnqueueTimeUtc"] = (None if record.scheduled_enqueue_time is None else
-                                         datetime.fromtimestamp(record.scheduled_enqueue_time / 1000, UTC))
+    system, user = _view(record, record.delivery_count)
     system["EnqueuedTimeUtc"] = datetime.fromtimestamp(record.enqueued_time / 1000, UTC)
     system["SequenceNumber"] = record.sequence_number
-    system["DeliveryCount"] = record.delivery_count
     return MessageView(system, user)
 
 
@@ -110,14 +89,13 @@ def apply_view(draft: MessageDraft, before: MessageView, after: MessageView, rul
                if name in _PROPERTY_FIELDS and before.system.get(name) != value}
     if changed:
         tail = _replace_properties(tail, changed)
-    session = after.system.get("SessionId") if "SessionId" in changed else draft.session_id
-    return replace(draft, tail=tail, session_id=session if isinstance(session, str) else None)
+    return replace(draft, tail=tail, session_id=session_after(before, after, draft.session_id))
 
 
-def _replace_properties(tail: bytes, changed: dict[str, Any]) -> bytes:
+def _replace_properties(tail: bytes, changed: dict[str, object]) -> bytes:
     sections = amqp_message.split_sections(tail)
     existing = next((s for s in sections if s.code == amqp_message.PROPERTIES), None)
-    fields: list[Any] = [None] * 13
+    fields: list[object] = [None] * 13
     if existing is not None:
         value = decode(tail[existing.value_start : existing.end])
         if isinstance(value, list):
@@ -135,26 +113,8 @@ def _replace_properties(tail: bytes, changed: dict[str, Any]) -> bytes:
 
 def copies_for(rules: list[CompiledRule], draft: MessageDraft, dead_letter_on_errors: bool,
                requires_session: bool) -> list[Copy]:
-    """The copies one subscription gets of one message (none if no rule matches)."""
+    """The copies one subscription gets of one message (none if no rule matches), as ``model.fanout``
+    plans them."""
     view = message_view(draft)
-    plain_match = False
-    copies: list[Copy] = []
-    for rule in rules:
-        try:
-            if not rule.filter.matches(view):
-                continue
-            if rule.action is None:
-                plain_match = True
-                continue
-            copies.append(Copy(apply_view(draft, view, rule.action.apply(view), rule.name)))
-        except FilterEvaluationError as exc:
-            if dead_letter_on_errors:
-                copies.append(Copy(draft, (FILTER_EVALUATION_FAILED, f"rule '{rule.name}': {exc.description}")))
-    if plain_match:
-        copies.insert(0, Copy(draft))
-    if requires_session:
-        copies = [c if c.draft.session_id is not None or c.dead_letter else
-                  Copy(c.draft, (SESSION_ID_IS_NULL, "the subscription requires sessions")) for c in copies]
-    return copies
-
-
+    return [Copy(draft if c.after is None or c.rule is None else apply_view(draft, view, c.after, c.rule),
+                 c.dead_letter) for c in plan(rules, view, draft.session_id, dead_letter_on_errors, requires_session)]

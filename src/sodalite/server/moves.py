@@ -23,7 +23,7 @@ completion are one batch).
 **Across stores, and into a partitioned target** there is no single transaction. The target
 appends the messages together with one *move key* each (``<source store>/<source partition's
 path>/<partition>/<sequence number>``) first, durably (:func:`_append_keyed`:
-``CoreActor.append_moved``, one transaction of the target's store outside its core, which is told
+``move_keys.append_moved``, one transaction of the target's store outside its core, which is told
 ``Arrived``); only then does the source delete them, fenced (a ``MoveOut`` without target, which
 skips rows locked at its time); then the keys of the rows deleted are forgotten. At least once: a
 crash between the append and the delete leaves the source copy, and so does a receiver that locked
@@ -34,7 +34,7 @@ another store, or partitioned) keeps nothing in its own partition: it plans each
 a send's (rules and actions as they are now, forwarding, filter dead letters; a partitioned topic in
 the partition the message's key picks), and each store the copies go to stores them by one
 transaction in which every partition keeps the message's key beside its copies
-(``TopicActor.store_moved``, ``CoreActor.store_keyed``); after the source's delete the keys are
+(``TopicActor.store_moved``, ``move_keys.store_keyed``); after the source's delete the keys are
 forgotten, one batch per store. A message no subscription takes leaves the source, as a send would
 drop it.
 
@@ -55,19 +55,21 @@ from dataclasses import dataclass
 from sodalite.amqp import message as amqp_message
 from sodalite.amqp.codec import decode
 from sodalite.errors import EntityNotFound, InvalidOperation
+from sodalite.model.copies import capped_expiry
 from sodalite.model.entities import SqlFilter
 from sodalite.model.filters import CompiledFilter, compile_filter
 from sodalite.model.message import MessageRecord, MessageState
-from sodalite.model.partition import LAST_INSTANT_MS, MessageDraft
+from sodalite.model.partition import MessageDraft
 from sodalite.model.partitioning import partition_of_sequence_number
 from sodalite.model.store_ops import MoveItem as CoreMoveItem
 from sodalite.server import wire
 from sodalite.server.core_actor import ALL_STATES, CoreActor
 from sodalite.server.entity_settings import SubQueue
 from sodalite.server.fanout import message_view
+from sodalite.server.move_keys import MovedKeys, append_moved
 from sodalite.server.partitioned_actor import PartitionedCoreActor, each
 from sodalite.server.registry import Entity
-from sodalite.server.topic_actor import MovedKeys, PartitionedTopicActor, TopicActor
+from sodalite.server.topic_actor import PartitionedTopicActor, TopicActor
 from sodalite.store.port import ForgetMoveKeys
 
 log = logging.getLogger(__name__)
@@ -172,12 +174,12 @@ async def _append_keyed(target: Entity, drafts: list[MessageDraft], keys: list[s
     if isinstance(actor, TopicActor | PartitionedTopicActor):
         return await actor.store_moved(drafts, keys)
     if isinstance(actor, CoreActor):
-        await actor.append_moved(drafts, keys)
+        await append_moved(actor, drafts, keys)
         return [MovedKeys(actor.worker, {actor.refs[SubQueue.MAIN]: tuple(keys)})]
     placed: list[MovedKeys] = []
     for core_partition, indexes in actor.route(drafts):
         part_keys = tuple(keys[i] for i in indexes)
-        await core_partition.append_moved([drafts[i] for i in indexes], part_keys)
+        await append_moved(core_partition, [drafts[i] for i in indexes], part_keys)
         placed.append(MovedKeys(core_partition.worker, {core_partition.refs[SubQueue.MAIN]: part_keys}))
     return placed
 
@@ -201,14 +203,11 @@ def _core_move_item(record: MessageRecord, now: int, default_ttl: int | None) ->
     (only the parts that change are sent), count reset, enqueued now, expiring by the time-to-live
     that applies in the target (the message's, capped by the target's default)."""
     draft = moved_draft(record)
-    ttl = record.time_to_live
-    effective = default_ttl if ttl is None else (ttl if default_ttl is None else min(ttl, default_ttl))
     annotations = draft.annotations if draft.annotations != record.annotations else None
     return CoreMoveItem(record.sequence_number, annotations=annotations,
                         annotation_count=draft.annotation_count if annotations is not None else 0,
                         tail=draft.tail if draft.tail != record.tail else None, reset_delivery_count=True,
-                        enqueued_time=now,
-                        expires_at=None if effective is None else min(now + effective, LAST_INSTANT_MS))
+                        enqueued_time=now, expires_at=capped_expiry(record.time_to_live, default_ttl, now))
 
 
 async def _move_on_core(source: CoreActor, sub: SubQueue, sequence_numbers: Sequence[int], target: Entity,
@@ -223,42 +222,53 @@ async def _move_on_core(source: CoreActor, sub: SubQueue, sequence_numbers: Sequ
         for start in range(0, len(numbers), chunk):
             rows = await source.fetch(sub, numbers[start : start + chunk])
             _check_target(target, [r.record for r in rows if states is None or r.record.state in states])
-    same_store = isinstance(destination, CoreActor) and destination.worker is source.worker
-    ref = source.refs[sub]
-    key_prefix = f"{source.worker.name}/{ref.entity}/{ref.partition}/"
+    same_store = destination if isinstance(destination, CoreActor) and destination.worker is source.worker else None
     moved = done = 0
     for start in range(0, len(numbers), chunk):
         part = numbers[start : start + chunk]
         rows = await source.fetch(sub, part)
         now = source.clock.now()
         records = [r.record for r in rows if (states is None or r.record.state in states) and not r.locked_at(now)]
-        if records and same_store:
-            assert isinstance(destination, CoreActor)
-            target_ref = destination.refs[SubQueue.MAIN]
-            items = [_core_move_item(r, now, destination.settings.default_ttl) for r in records]
-            taken = sum(1 for n in await source.move_out(sub, items, target_ref) if n is not None)
-            moved += taken
-            if taken and destination is not source:  # into a sub-queue of its own: its runner said so
-                destination.arrived(target_ref, taken)
+        if records and same_store is not None:
+            moved += await _move_in_store(source, sub, same_store, records, now)
         elif records:
-            keys = [f"{key_prefix}{r.sequence_number}" for r in records]
-            # The append, the delete and the forgetting are one cross-store operation for a backup
-            # (server/backup.py): it finds the chunk wholly in the source or wholly in the target.
-            async with source.worker.gate.spanning():
-                forget = await _append_keyed(target, [moved_draft(r) for r in records], keys)
-                deleted = [n for n in await source.move_out(sub, [CoreMoveItem(r.sequence_number)
-                                                                  for r in records], None) if n is not None]
-                await _forget(forget, {f"{key_prefix}{n}" for n in deleted})
-            moved += len(deleted)
-            if len(deleted) < len(records):
-                log.warning("move from %s: %d messages were locked by a receiver while they were copied into %s; "
-                            "they stay in both until the move is repeated, which removes the source copies "
-                            "without copying them again (their move keys are kept)", ref.entity,
-                            len(records) - len(deleted), target.name)
+            moved += await _move_keyed(source, sub, target, records)
         done += len(part)
         if progress is not None:
             progress(done, len(numbers))
     return MoveResult(moved, len(numbers) - moved)
+
+
+async def _move_in_store(source: CoreActor, sub: SubQueue, destination: CoreActor, records: list[MessageRecord],
+                         now: int) -> int:
+    """One chunk into a queue, subscription or topic in the source's store: one MoveOut. Returns how many moved."""
+    target_ref = destination.refs[SubQueue.MAIN]
+    items = [_core_move_item(r, now, destination.settings.default_ttl) for r in records]
+    taken = sum(1 for n in await source.move_out(sub, items, target_ref) if n is not None)
+    if taken and destination is not source:  # into a sub-queue of its own: its runner said so
+        destination.arrived(target_ref, taken)
+    return taken
+
+
+async def _move_keyed(source: CoreActor, sub: SubQueue, target: Entity, records: list[MessageRecord]) -> int:
+    """One chunk that cannot be one transaction: appended in the target under move keys, deleted
+    here, the keys of those deleted forgotten. Returns how many moved."""
+    ref = source.refs[sub]
+    key_prefix = f"{source.worker.name}/{ref.entity}/{ref.partition}/"
+    keys = [f"{key_prefix}{r.sequence_number}" for r in records]
+    # The append, the delete and the forgetting are one cross-store operation for a backup
+    # (server/backup.py): it finds the chunk wholly in the source or wholly in the target.
+    async with source.worker.gate.spanning():
+        forget = await _append_keyed(target, [moved_draft(r) for r in records], keys)
+        deleted = [n for n in await source.move_out(sub, [CoreMoveItem(r.sequence_number) for r in records], None)
+                   if n is not None]
+        await _forget(forget, {f"{key_prefix}{n}" for n in deleted})
+    if len(deleted) < len(records):
+        log.warning("move from %s: %d messages were locked by a receiver while they were copied into %s; "
+                    "they stay in both until the move is repeated, which removes the source copies "
+                    "without copying them again (their move keys are kept)", ref.entity,
+                    len(records) - len(deleted), target.name)
+    return len(deleted)
 
 
 def _by_core_partition(actor: PartitionedCoreActor, sequence_numbers: Iterable[int]) -> tuple[

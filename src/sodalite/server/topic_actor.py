@@ -1,94 +1,37 @@
-"""A topic on the partition core (``sodalite serve --core v2``): a send's copies for every
-subscription in one store transaction.
+"""A topic on the partition core: a send's copies for every subscription, stored together.
 
-Theory of operation. A topic stores nothing of a plain send: the message's copies go to its
-subscriptions, each a queue on the core (:class:`~sodalite.server.core_actor.CoreActor`) kept in
-the topic's messaging store. The broker plans the copies (``plan``: each subscription's rules and
-actions, filter errors to the subscription's dead-letter queue, copies a session-enabled
-subscription cannot take likewise, numbered by the subscription's partition as on version 1, so they
-never meet the numbers its dead-lettered messages keep; ``server/fanout.py``), and this actor hands them to the topic's
-own core as one :class:`~sodalite.model.partition_core.Publish`: the core applies the topic's
-duplicate detection and emits one batch holding every copy (``AppendTo`` each subscription's
-partition) and the duplicate history. The send is acknowledged when that batch committed
-(:class:`~sodalite.model.partition_core.Published`); only then is each subscription's core told
-that rows landed in it (:class:`~sodalite.model.partition_core.Landed`), so a receiver waiting
-there gets them at once. A message no subscription takes is acknowledged and goes nowhere, as in
-Service Bus.
+Rules (docs/partition-core.md, "Topics", "Partitioned topics" and "Forwarding groups across
+stores", tells the why):
 
-Scheduled messages (``ScheduleMessage`` on the topic) are the exception: they wait in the topic's
-own partition (the inherited queue path: numbers returned, cancel by number, the topic's
-duplicate detection) until their time. When one comes due the topic's core hands it to this
-actor's activator, a PeekLock receiver that never leaves; the copies are planned then, with the
-rules as they are at that moment, and published with the topic's lock completed in the same batch
-(``Publish(complete=token)``), so a crash publishes it once or not at all (the lock lapses and it
-is handed out again). Should the topic's lock lapse while that batch waits (a store stalled for the
-whole lock duration), the completion is refused but the copies in the same batch are still stored,
-and the message is published again when it is handed out anew: at least once, never lost.
-
-A message sent with a ScheduledEnqueueTimeUtc annotation is a plain send: its copies wait,
-scheduled, in each subscription.
-
-A subscription that forwards (ForwardTo) has its copies planned into where its chain of ForwardTo
-leads: a queue, or another topic's subscriptions, each on the core, within the hop limit (beyond
-it, into the transfer dead-letter queue where it was reached); those in the topic's store in the
-same batch. A partitioned entity reached from a non-partitioned topic takes each copy in the
-partition the copy's key picks, as a send's routing picks it (keyless ones round-robin).
-
-Copies in other messaging stores (a forwarding target whose home is another store; from a
-partitioned topic's partition i, a non-partitioned target outside store i; from a non-partitioned
-topic, the partition of a partitioned target its key picks) cannot be in the topic's transaction.
-They are stored FIRST, by one batch of each other store (``CoreActor.store_copies`` on a target
-there: a ``Publish`` without MessageIds), and only once all of those committed does the topic's own
-batch commit: its own copies, its duplicate history and, for a scheduled message that came due, its
-completion. The send is acknowledged after that last commit. Every store involved is checked
-available first, so a known outage (a store switched offline, a partition suspended) fails the
-send at once with the retryable store error (``com.microsoft:server-busy``) and stores nothing; a
-batch that fails in another store fails the send the same way (noted in ``failed_elsewhere``, so it
-does not suspend the topic's own partitions). The at-least-once window: when another store's batch
-committed and then the topic's batch fails or the broker dies before it commits, the send was not
-acknowledged, the client sends again, and the other store's copies are stored twice (those in the
-topic's store once); with a scheduled message whose lock lapsed meanwhile, it is published again
-when handed out anew, likewise. Nothing acknowledged is lost, since the topic's commit (and with it
-the acknowledgement, the duplicate history and a due message's completion) comes last. With
-duplicate detection such publishes go one at a time per topic (partition), each checked against
-the history the one before committed, so a resend within the window stores no copy in another store
-either; on a store several nodes share, a resend through another node is caught only by the store at
-the topic's commit, and its copies in other stores are then stored again.
-
-A partitioned topic (EnablePartitioning) is :class:`PartitionedTopicActor`: a ``TopicActor`` per
-partition behind the routing of ``PartitionedCoreActor``, each subscription a ``PartitionedCoreActor``
-of as many ``CoreActor`` partitions, partition i of each in messaging store i mod the stores. A send
-is pinned to a topic partition as a partitioned queue's (SessionId, else PartitionKey, else MessageId
-under duplicate detection; keyless ones round-robin over the available partitions) and that
-partition's core publishes it as above, its copies into partition i of each subscription (and of a
-partitioned entity a subscription forwards into): one transaction of that partition's store, after
-the batches of other stores for a non-partitioned entity a subscription forwards into that lives
-elsewhere. A send whose messages go to several partitions has every share planned and checked
-(``TopicActor.prepare``) before any is submitted, so it is never half taken because some store is
-out. Duplicate detection and scheduled messages are each partition's own; a store that fails a
-publish suspends the topic's partitions in it, as a partitioned queue's.
-
-A transactional send to the topic (``server/core_transactions.py``) is planned the same way and its
-copies stored by the core that commits the transaction, in that one batch.
-
-A subscription that forwards its dead letters (ForwardDeadLetteredMessagesTo) has a copy that fails
-its filter planned into that target (``CoreActor.dead_letter_copy``), in the same batch.
-
-Moves into the topic (server/moves.py). From a queue on the core in the topic's store, the
-messages enter the topic's own partition, ACTIVE, in that queue's transaction; the activator takes
-them like scheduled messages that came due, so each fans out to the subscriptions with the rules as
-they are then, its copies and its completion in one batch. A move that is not one transaction (from
-another store; into a partitioned topic from anywhere) keeps nothing in the topic: ``store_moved``
-plans each message's copies as a send's (``plan_moved``: the same plan and the same checks of every
-store they go to; no duplicate detection, a move is not a send; a partitioned topic routes each
-message to a partition first, as a send is pinned) and ``store_keyed_copies`` stores them by one
-batch of each store, as the copies of a send in other stores are (``CoreActor.store_keyed``): every
-partition keeps the message's move key beside its copies and skips a key it already has, so a repeat
-after the source's delete failed stores nothing twice. The mover forgets the keys once the source
-copies are gone.
-
-Not on the core yet: a transaction's send whose copies land in another store is refused
-(``core_transactions.check``: one store per transaction).
+1. A topic stores nothing of a plain send: the broker plans each message's copies (``plan``: the
+   subscriptions' rules and actions, ``model/fanout.py``; forwarding within the hop limit; filter
+   errors and copies a session subscription cannot take to its dead-letter queue, numbered by the
+   subscription's partition; ``DeadLetterForwarding.copy`` where it forwards its dead letters), and
+   the topic's core stores them as ONE ``Publish`` batch with its duplicate history. The send is
+   acknowledged when that batch committed; only then are the subscriptions' cores told the rows
+   ``Landed``. A message no subscription takes is acknowledged and goes nowhere.
+2. A scheduled message (``ScheduleMessage`` on the topic) waits in the topic's own partition. When
+   due, the topic's core hands it to this actor's activator (a PeekLock receiver that never
+   leaves); its copies are planned then, by the rules as they are at that moment, and published with
+   the topic's lock completed in the same batch: once or not at all (a lapsed lock hands it out
+   again: at least once, never lost). A send with ScheduledEnqueueTimeUtc is a plain send whose
+   copies wait, scheduled, in each subscription.
+3. Copies in other messaging stores cannot share the topic's transaction: every store involved is
+   checked available first (nothing stored, the retryable server-busy at once), each other store's
+   copies are stored by one batch of that store (``core_copies.store_copies``), and the topic's own
+   batch commits last: nothing acknowledged is lost; a failure between the steps may store another
+   store's copies twice when the client retries. With duplicate detection such publishes go one at
+   a time per topic (partition), each checked against the history the one before committed
+   (``DuplicateDetector.unseen``).
+4. A partitioned topic (:class:`PartitionedTopicActor`) is one ``TopicActor`` per partition behind
+   the partitioned queue's routing; partition i publishes into partition i of every subscription.
+   A send over several partitions has every share planned and checked before any is submitted.
+5. A move into the topic from a queue in its store enters the topic's own partition and fans out as
+   a scheduled message that came due; any other move keeps nothing in the topic: its copies are
+   planned as a send's (no duplicate detection) and stored under the message's move key by one
+   batch of each store (``store_moved``, ``move_keys.store_keyed_copies``).
+6. A transaction's send to the topic is planned the same way and stored by the core that commits
+   the transaction (``core_transactions``); one whose copies land in another store is refused.
 """
 
 from __future__ import annotations
@@ -100,16 +43,17 @@ import logging
 import uuid
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from sodalite.errors import SodaliteError, StoreUnavailable
 from sodalite.model import partition_core as core
 from sodalite.model.message import MessageRecord
 from sodalite.model.partition import Lock, MessageDraft
 from sodalite.server import wire
-from sodalite.server.core_actor import Copy, CoreActor, KeyedCopy, Receiver, _without_value
-from sodalite.server.entity_settings import SubQueue, all_of
+from sodalite.server.core_actor import Copy, CoreActor, KeyedCopy, Receiver
+from sodalite.server.core_copies import store_copies
+from sodalite.server.entity_settings import EntitySettings, SubQueue, all_of
+from sodalite.server.move_keys import MovedKeys, store_keyed_copies
+from sodalite.server.partition_runner import Clock
 from sodalite.server.partitioned_actor import PartitionedCoreActor
 from sodalite.server.store_worker import StoreWorker
 from sodalite.store.port import PartitionRef
@@ -154,8 +98,9 @@ class TopicActor(CoreActor):
     plan: Plan | None = None  # set by the broker once the topic's entity exists
     drops_locks_on_update = False  # its locks are its activator's (scheduled messages coming due), no receiver's
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, ref: PartitionRef, settings: EntitySettings, worker: StoreWorker,
+                 clock: Clock | None = None, node_id: str = "node") -> None:
+        super().__init__(ref, settings, worker, clock, node_id)
         self._activator = _Activator(self)
         self._activating = False
         self._across_lock = asyncio.Lock()  # duplicate detection: publishes with copies elsewhere, one at a time
@@ -167,14 +112,14 @@ class TopicActor(CoreActor):
 
     async def load(self) -> None:
         await super().load()
-        if self._activating and self._activator not in self._consumers:
+        if self._activating and self._activator not in self.credit.receivers:
             self.add_consumer(self._activator)
 
     def start_activation(self) -> None:
         """Publish scheduled messages as they come due, from now on. The broker calls it once the
         topic's subscriptions are loaded: a message published before would reach none of them."""
         self._activating = True
-        if self.runners and self._activator not in self._consumers:
+        if self.runners and self._activator not in self.credit.receivers:
             self.add_consumer(self._activator)
 
     # ---- sending ----------------------------------------------------------------------------------
@@ -193,8 +138,8 @@ class TopicActor(CoreActor):
         if self._elsewhere(planned):
             self._split(planned)  # StoreUnavailable / StoreFull now, before anything is stored
             return lambda: asyncio.ensure_future(self._across(planned, None))
-        entries = self.publish_entries(planned)
-        return lambda: _without_value(self._request(SubQueue.MAIN, lambda key: core.Publish(entries, key)))
+        entries = self.landing.entries(planned)
+        return lambda: self.submit_publish(entries)
 
     def _planned(self, drafts: Sequence[MessageDraft]) -> list[tuple[str | None, list[Copy]]]:
         """Per draft, its MessageId and its copies as the broker plans them now."""
@@ -206,7 +151,7 @@ class TopicActor(CoreActor):
         return [(d.message_id, copies) for d, copies in zip(drafts, planned, strict=True)]
 
     def _entries(self, drafts: Sequence[MessageDraft]) -> tuple[core.PublishEntry, ...]:
-        return self.publish_entries(self._planned(drafts))
+        return self.landing.entries(self._planned(drafts))
 
     # ---- copies in other messaging stores ---------------------------------------------------------
 
@@ -258,16 +203,14 @@ class TopicActor(CoreActor):
                 planned = self._not_duplicates(planned)
             try:
                 here, elsewhere = self._split(planned)
-                await all_of([copies[0][0].store_copies(copies) for copies in elsewhere.values()])
+                await all_of([store_copies(copies[0][0], copies) for copies in elsewhere.values()])
             except StoreUnavailable:
                 # Not the topic's store: its partitions stay in service (PartitionedTopicActor._sent).
                 task = asyncio.current_task()
                 if task is not None:
                     self.failed_elsewhere.add(task)
                 raise
-            entries = self.publish_entries(here)
-            future = self._request(SubQueue.MAIN, lambda key: core.Publish(entries, key, complete=complete))
-            await _without_value(future)
+            await self.submit_publish(self.landing.entries(here), complete)
 
     def _not_duplicates(self, planned: list[tuple[str | None, list[Copy]]]) -> list[tuple[str | None, list[Copy]]]:
         """The entries whose MessageId the topic's duplicate detection has not seen within its window
@@ -277,15 +220,8 @@ class TopicActor(CoreActor):
         dedup = runner.view.dedup.detector if runner is not None else None
         if dedup is None:
             return planned
-        now, seen = self.clock.now(), set()
-        kept = []
-        for message_id, copies in planned:
-            if message_id is not None and (message_id in seen or dedup.is_duplicate(message_id, now)):
-                continue
-            if message_id is not None:
-                seen.add(message_id)
-            kept.append((message_id, copies))
-        return kept
+        keep = dedup.unseen((message_id for message_id, _ in planned), self.clock.now())
+        return [entry for entry, kept in zip(planned, keep, strict=True) if kept]
 
     # ---- moves into the topic from another transaction (server/moves.py) ---------------------------
 
@@ -317,8 +253,7 @@ class TopicActor(CoreActor):
             if self._elsewhere(planned):
                 future = self._publish_across(planned, complete=token)
             else:
-                entries = self.publish_entries(planned)
-                future = self._request(SubQueue.MAIN, lambda key: core.Publish(entries, key, complete=token))
+                future = self.submit_publish(self.landing.entries(planned), token)
         except SodaliteError as exc:  # a store its copies go to is out (another store's, too): expected
             log.warning("topic %s: scheduled message %d not published (%s); it comes back when its lock "
                         "lapses", self.ref.entity, message.sequence_number, exc)
@@ -328,8 +263,8 @@ class TopicActor(CoreActor):
                           "lapses", self.ref.entity, message.sequence_number)
             return
 
-        def done(f: asyncio.Future[Any]) -> None:
-            self._holders.pop(token, None)
+        def done(f: asyncio.Future[None]) -> None:
+            self.holders.pop(token, None)
             if not f.cancelled() and f.exception() is not None:
                 log.warning("topic %s: scheduled message %d not published (%s); it comes back when its lock "
                             "lapses", self.ref.entity, message.sequence_number, f.exception())
@@ -340,46 +275,15 @@ class TopicActor(CoreActor):
 
     def activity(self) -> tuple[int, int]:
         last, _ = super().activity()
-        return last, sum(1 for c in self._consumers if c is not self._activator)
+        return last, sum(1 for c in self.credit.receivers if c is not self._activator)
 
     def is_idle(self, now: int, idle_for: int) -> bool:
         """Idle as a queue is, the activator aside (it is the topic's own, not a receiver)."""
         runner = self.runners.get(SubQueue.MAIN)
-        if runner is None or any(c is not self._activator for c in self._consumers):
+        if runner is None or any(c is not self._activator for c in self.credit.receivers):
             return False
         last = max(self.last_activity, runner.view.last_activity)
         return now - last >= idle_for and runner.view.counts.scheduled == 0
-
-
-@dataclass(frozen=True, slots=True)
-class MovedKeys:
-    """The move keys one store keeps for a move's copies, per partition: forgotten once the source
-    copies are gone (``server/moves.py``)."""
-
-    worker: StoreWorker
-    keys: dict[PartitionRef, tuple[str, ...]]
-
-
-async def store_keyed_copies(copies: Sequence[KeyedCopy]) -> list[MovedKeys]:
-    """Store keyed copies by ONE batch of each store they go to (``CoreActor.store_keyed``, made by
-    the first destination's actor there, as ``store_copies`` is for a send's copies in other
-    stores), every batch run to its end; the first failure is raised after all have ended (a batch
-    that committed keeps its keys, so a repeat skips it). Returns each store's keys, per partition."""
-    by_store: dict[StoreWorker, list[KeyedCopy]] = {}
-    for keyed in copies:
-        by_store.setdefault(keyed[0][0].worker, []).append(keyed)
-    results = await asyncio.gather(*(group[0][0][0].store_keyed(group) for group in by_store.values()),
-                                   return_exceptions=True)
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
-    placed = []
-    for worker, group in by_store.items():
-        keys: dict[PartitionRef, dict[str, None]] = {}
-        for (actor, sub, _), key in group:
-            keys.setdefault(actor.refs[sub], {})[key] = None
-        placed.append(MovedKeys(worker, {ref: tuple(k) for ref, k in keys.items()}))
-    return placed
 
 
 class PartitionedTopicActor(PartitionedCoreActor):

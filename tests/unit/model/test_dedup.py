@@ -197,3 +197,9 @@ def test_matches_a_naive_reference(window: int, steps: list[tuple[str, object, i
         assert len(d) == len(ref.seen)
         assert d.next_expiry() == ref.next_expiry()
         assert d.history() == sorted(ref.seen.items(), key=lambda item: (item[1], item[0]))
+
+
+def test_a_send_keeps_the_ids_not_seen_within_the_window_nor_earlier_in_the_same_send() -> None:
+    detector = DuplicateDetector(1_000, [("old", 0), ("recent", 5_000)])
+    assert detector.unseen(["old", "recent", "new", "new", None, None], 5_500) == [True, False, True, False, True, True]
+    assert not detector.is_duplicate("new", 5_500)  # nothing remembered: the commit does that

@@ -18,7 +18,7 @@ import pytest
 from peek_lock_taker import Taker
 from sodalite.model.message import MessageRecord
 from sodalite.model.partition import MessageDraft
-from sodalite.server import dead_letter_relay
+from sodalite.server import dead_letter_relay, move_keys
 from sodalite.server.core_actor import CoreActor
 from sodalite.server.dead_letter_relay import DeadLetterRelay, dead_letter_source
 from sodalite.server.entity_settings import EntitySettings, SubQueue
@@ -128,7 +128,7 @@ def test_a_copy_an_earlier_run_appended_is_not_appended_again(tmp_path: Path) ->
         row = await _dead_lettered(source, "m2")
         ref = source.refs[SubQueue.DEAD_LETTER]
         key = f"a/{ref.entity}/{ref.partition}/{row.sequence_number}"
-        assert await target.append_keyed(SubQueue.MAIN, [replace(row, sequence_number=0)], [key]) == 1
+        assert await move_keys.append_keyed(target, SubQueue.MAIN, [replace(row, sequence_number=0)], [key]) == 1
         relay = DeadLetterRelay(source, "src", target, SubQueue.MAIN)
         relay.start()
         await relay.idle()

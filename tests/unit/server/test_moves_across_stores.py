@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sodalite.model.entities import QueueProperties
 from sodalite.model.partition import MessageDraft
-from sodalite.server import moves
+from sodalite.server import move_keys, moves
 from sodalite.server.core_actor import ALL_STATES, CoreActor
 from sodalite.server.entity_settings import EntitySettings, SubQueue
 from sodalite.server.registry import Entity
@@ -43,7 +43,7 @@ def test_a_repeat_after_a_crash_between_append_and_delete_moves_nothing_twice(tm
             numbers = [r.sequence_number for r in await src.peek(SubQueue.MAIN, 0, 10)]
             # The first attempt appended "a" under its key, then the broker died before the delete.
             first = (await src.fetch(SubQueue.MAIN, numbers[:1]))[0].record
-            assert await dst.append_moved([moves.moved_draft(first)], [f"one/src/0/{numbers[0]}"]) == 1
+            assert await move_keys.append_moved(dst, [moves.moved_draft(first)], [f"one/src/0/{numbers[0]}"]) == 1
             result = await moves.move(source, SubQueue.MAIN, numbers, target)
             assert (result.moved, result.skipped) == (3, 0)
             assert await src.peek(SubQueue.MAIN, 0, 10) == []
