@@ -17,8 +17,9 @@ from typing import Any, Final
 
 from sodalite.amqpclient import AmqpClient, ClientError, connection_string
 from sodalite.errors import ConfigurationError, SodaliteError
+from sodalite.message import sections
+from sodalite.message.names import SEQUENCE_NUMBER
 from sodalite.model import sas
-from sodalite.spark import sections
 
 COMPLETE_THROUGH: Final = "com.sodalite:complete-through-sequence-number"
 COMPLETE_NUMBERS: Final = "com.sodalite:complete-sequence-numbers"
@@ -36,10 +37,10 @@ DEAD_LETTER_SUFFIX: Final = "/$deadletterqueue"
 
 def sequence_number(payload: bytes) -> int:
     """A peeked message's sequence number."""
-    number = sections.walk(payload, application=False).annotations.get("x-opt-sequence-number")
+    number = sections.number(sections.walk(payload, application=False).annotations.get(SEQUENCE_NUMBER))
     if number is None:
         raise BrokerRequestError("the broker peeked a message without a sequence number", "amqp:internal-error")
-    return int(number)
+    return number
 
 
 class BrokerRequestError(SodaliteError):
