@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Final
 
 from sodalite.amqp.errors import DecodeError
 from sodalite.errors import ArgumentError
+from sodalite.message import arrow
 from sodalite.message import columns as c
 from sodalite.message.stored import StoredAnnotations, StoredTail, original_header
 from sodalite.model.message import MessageRecord
@@ -73,23 +74,6 @@ def within(records: Sequence[MessageRecord], max_bytes: int) -> Sequence[Message
         if used > max_bytes and index > 0:
             return records[:index]
     return records
-
-
-def _arrow_type(kind: str) -> Any:
-    import pyarrow as pa
-
-    if kind == "timestamp":
-        return pa.timestamp("us", tz="UTC")
-    if kind == "map<string,string>":
-        return pa.map_(pa.string(), pa.string())
-    return {"binary": pa.binary(), "string": pa.string(), "long": pa.int64(), "int": pa.int32()}[kind]
-
-
-@functools.cache
-def _schema(names: tuple[str, ...]) -> Any:
-    import pyarrow as pa
-
-    return pa.schema([pa.field(name, _arrow_type(c.KINDS[name])) for name in names])
 
 
 class _Page:
@@ -218,27 +202,10 @@ def build(records: Sequence[MessageRecord], names: tuple[str, ...]) -> bytes:
     import pyarrow as pa
 
     page = _Page(records, frozenset(names))
-    schema = _schema(names)
-    arrays = [_array(_BUILDERS[name](page), field.type) for name, field in zip(names, schema, strict=True)]
+    schema = arrow.schema(names)
+    arrays = [arrow.array(_BUILDERS[name](page), field.type) for name, field in zip(names, schema, strict=True)]
     batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, schema) as writer:
         writer.write_batch(batch)
     return bytes(sink.getvalue().to_pybytes())
-
-
-def _array(values: list[object], kind: Any) -> Any:
-    import pyarrow as pa
-
-    if not pa.types.is_map(kind):
-        return pa.array(values, type=kind)
-    offsets = [0]
-    keys: list[str] = []
-    items: list[str | None] = []
-    for m in values:
-        assert isinstance(m, dict)
-        keys.extend(m)
-        items.extend(m.values())
-        offsets.append(len(keys))
-    return pa.MapArray.from_arrays(pa.array(offsets, type=pa.int32()), pa.array(keys, type=pa.string()),
-                                   pa.array(items, type=pa.string()))

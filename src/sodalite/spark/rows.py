@@ -21,7 +21,7 @@ from typing import Any, Final, SupportsInt, cast
 
 from sodalite.amqp import message as amqp_message
 from sodalite.amqp.types import AmqpMap, AmqpValue, Symbol, Timestamp, UInt
-from sodalite.message import sections
+from sodalite.message import arrow, sections
 from sodalite.message.columns import COLUMNS as COLUMNS
 from sodalite.message.columns import DEAD_LETTER_DESCRIPTION as DEAD_LETTER_DESCRIPTION
 from sodalite.message.columns import DEAD_LETTER_REASON as DEAD_LETTER_REASON
@@ -133,48 +133,9 @@ def row_from_peeked(payload: bytes) -> Row:
     return tuple(row)
 
 
-_ARROW_TYPES: Final = {"binary": "binary", "string": "string", "long": "int64", "int": "int32",
-                       "timestamp": "timestamp", "map<string,string>": "map"}
-
-
-def _arrow_type(kind: str) -> Any:
-    import pyarrow as pa  # type: ignore[import-untyped]
-
-    arrow = _ARROW_TYPES[kind]
-    if arrow == "timestamp":
-        return pa.timestamp("us", tz="UTC")
-    if arrow == "map":
-        return pa.map_(pa.string(), pa.string())
-    return pa.type_for_alias(arrow)
-
-
 def arrow_schema(names: tuple[str, ...] = COLUMNS) -> Any:
     """The columns ``names`` of SCHEMA as a pyarrow schema (timestamps in microseconds, UTC)."""
-    import pyarrow as pa
-
-    return pa.schema([pa.field(name, _arrow_type(KINDS[name])) for name in names])
-
-
-_MAP_COLUMN: Final = COLUMNS.index("applicationProperties")
-_ORIGINAL_COLUMN: Final = COLUMNS.index("amqpMessage")
-_schemas: dict[tuple[str, ...], Any] = {}
-
-
-def _arrow_column(values: ColumnValues, kind: Any, is_map: bool) -> Any:
-    import pyarrow as pa
-
-    if not is_map:
-        return pa.array(values, type=kind)
-    offsets = [0]
-    keys: list[str] = []
-    items: list[str | None] = []
-    for m in values:
-        assert isinstance(m, dict)
-        keys.extend(m)
-        items.extend(m.values())
-        offsets.append(len(keys))
-    return pa.MapArray.from_arrays(pa.array(offsets, type=pa.int32()), pa.array(keys, type=pa.string()),
-                                   pa.array(items, type=pa.string()))
+    return arrow.schema(names)
 
 
 def peeked_batch(payloads: list[bytes], names: tuple[str, ...] = COLUMNS,
@@ -182,13 +143,9 @@ def peeked_batch(payloads: list[bytes], names: tuple[str, ...] = COLUMNS,
     """Peeked messages as one pyarrow RecordBatch of the columns ``names`` (SCHEMA's, in any order, plus
     any in ``extra``: a column name to the value every row takes), built column by column and
     decoding only what those columns need."""
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped]
 
-    key = names
-    schema = _schemas.get(key)
-    if schema is None:
-        fields = [pa.field(n, pa.string() if extra and n in extra else _arrow_type(KINDS[n])) for n in names]
-        schema = _schemas[key] = pa.schema(fields)
+    schema = arrow.schema(names, frozenset(extra or ()))
     application = "applicationProperties" in names or "deadLetterReason" in names \
         or "deadLetterErrorDescription" in names
     original = "amqpMessage" in names
@@ -200,7 +157,7 @@ def peeked_batch(payloads: list[bytes], names: tuple[str, ...] = COLUMNS,
             arrays.append(pa.array([extra[name]] * len(payloads), type=field.type))
         else:
             index = _INDEX[name]
-            arrays.append(_arrow_column(columns[index], field.type, index == _MAP_COLUMN))
+            arrays.append(arrow.array(columns[index], field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
@@ -214,7 +171,7 @@ def record_batch(batch: Sequence[Row]) -> Any:
     schema = arrow_schema()
     columns = list(zip(*batch, strict=True))
     return pa.RecordBatch.from_arrays(
-        [_arrow_column(c, f.type, i == _MAP_COLUMN) for i, (c, f) in enumerate(zip(columns, schema, strict=True))],
+        [arrow.array(c, f.type) for c, f in zip(columns, schema, strict=True)],
         schema=schema)
 
 
