@@ -5,7 +5,9 @@
 
 Each round runs every tree once in a fresh interpreter (``-c``, so neither inherits the other's
 imports), alternating which goes first; the figure per tree is the median over rounds of the best
-of five timed loops. It measures ``server.wire.received_messages`` on a transfer as the Python SDK
+of five timed loops; each tree's Python calls and bytecodes per parse and per encode are counted
+exactly too (a tracer), since a loaded machine blurs the times. It measures
+``server.wire.received_messages`` on a transfer as the Python SDK
 sends it (header, properties, application properties, a 1 KiB data body) and
 ``server.wire.delivery_payload`` of the stored record (PeekLock: lock token, locked-until).
 """
@@ -43,11 +45,25 @@ number = 20000
 parse = min(timeit.repeat(lambda: wire.received_messages(payload, 0, 1 << 20), number=number, repeat=5)) / number
 encode = min(timeit.repeat(lambda: wire.delivery_payload(record, 1_700_000_030_000, lock_token=token),
                            number=number, repeat=5)) / number
-print(json.dumps({"parse": parse * 1e6, "encode": encode * 1e6}))
+import sys
+work = {"calls": 0, "ops": 0}
+def tracer(frame, event, arg):
+    frame.f_trace_opcodes = True
+    work["calls" if event == "call" else "ops"] += event in ("call", "opcode")
+    return tracer
+counted = {}
+for name, step in (("parse", lambda: wire.received_messages(payload, 0, 1 << 20)),
+                   ("encode", lambda: wire.delivery_payload(record, 1_700_000_030_000, lock_token=token))):
+    work.update(calls=0, ops=0)
+    sys.settrace(tracer); step(); sys.settrace(None)
+    counted[name + "_calls"], counted[name + "_ops"] = work["calls"] - 1, work["ops"]
+print(json.dumps({"parse": parse * 1e6, "encode": encode * 1e6, **counted}))
 """
 
 
 def _probe(src: Path) -> dict[str, float]:
+    """One tree's figures: microseconds per parse and per encode, and the Python calls and bytecodes
+    one of each executes (exact, whatever else the machine is doing)."""
     env = {**os.environ, "PYTHONPATH": str(src)}
     done = subprocess.run([sys.executable, "-c", _PROBE], env=env, check=True, capture_output=True, text=True)
     return dict(json.loads(done.stdout))
@@ -69,7 +85,11 @@ def main() -> None:
     for name, runs in figures.items():
         parse = statistics.median(r["parse"] for r in runs)
         encode = statistics.median(r["encode"] for r in runs)
-        print(f"{name:8} {trees[name]}  parse 1 KiB transfer {parse:6.2f} us   encode delivery {encode:6.2f} us")
+        work = runs[0]
+        print(f"{name:8} {trees[name]}\n    parse 1 KiB transfer {parse:6.2f} us "
+              f"({work['parse_calls']:.0f} Python calls, "
+              f"{work['parse_ops']:.0f} bytecodes)   encode delivery {encode:6.2f} us "
+              f"({work['encode_calls']:.0f} calls, {work['encode_ops']:.0f} bytecodes)")
 
 
 if __name__ == "__main__":
