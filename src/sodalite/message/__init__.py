@@ -22,7 +22,8 @@ to drafts), :mod:`.delivery` (a stored message to a delivery), :mod:`.edits` (ch
 message's properties and annotations), :mod:`.sections` (one walk over a whole message, and building
 one from parts), :mod:`.columns` (values as columns), :mod:`.outgoing` (a message a client writes),
 :mod:`.plain` (a message as plain values, for people), :mod:`.requests` (``$cbs`` and
-``$management`` request and reply messages).
+``$management`` request and reply messages), :mod:`.stored` (a stored message's parts read for
+columns) and :mod:`.arrow` (the columns as Arrow arrays, pyarrow imported on first use).
 
 This package imports only the AMQP layer and the errors; it does no I/O.
 """
