@@ -7,10 +7,11 @@ send; purge; move and resubmit; cancel scheduled; keys; stores. Every face is a 
 these: the ATOM API (``admin.service``, records to XML), the JSON API (``admin.api``), the console
 (which calls the JSON API) and the CLI (which calls the JSON API too).
 
-The broker runtime reaches this layer through :class:`RuntimePort`, which the CLI's composition
-root implements once over the broker (the admin layer imports only the model, the store port and
-the errors). Every change writes one audit line to the ``sodalite.audit`` logger: who (the key name
-the caller presented), what, on which entity, and the outcome's count.
+The broker runtime reaches this layer through :class:`RuntimePort`, which the server implements
+once over the broker (``server/control_plane.py``, wired by the CLI's composition root; the admin
+layer imports only the model, the store port and the errors). Every change writes one audit line
+to the ``sodalite.audit`` logger: who (the key name the caller presented), what, on which entity,
+and the outcome's count.
 
 Rights (clarifications, issue 17), enforced here so every face enforces the same: peek, purge
 and show need Listen on the entity; send needs Send; a move needs Listen on its source and Send

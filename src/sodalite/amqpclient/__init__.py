@@ -1,7 +1,7 @@
 """Sodalite's own small AMQP client, on its AMQP layer: used by the command line and the Spark data source.
 
-It sits beside the server (it imports the AMQP layer and the model, never the server), so both the
-``cli`` layer and the ``spark`` package can use it.
+It sits beside the server (it imports the AMQP layer, the message layer and the model, never the
+server), so both the ``cli`` layer and the ``spark`` package can use it.
 
 The client is imported on first use, so ``from sodalite.amqpclient import connection_string`` (what
 the command line's parser needs) does not load the AMQP layer.

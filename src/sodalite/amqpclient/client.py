@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from sodalite.amqp import events as ev
-from sodalite.amqp import message as amqp_message
-from sodalite.amqp.codec import encode_value
 from sodalite.amqp.connection import Connection
 from sodalite.amqp.link import RECEIVER, SENDER, Link
 from sodalite.amqp.performatives import Accepted, Error, Source, Target
 from sodalite.amqp.sasl import SaslClientConfig
-from sodalite.amqp.types import Described, Timestamp, ULong
+from sodalite.amqp.types import AmqpValue, Timestamp
+from sodalite.message.requests import decode_control, encode_request
+from sodalite.message.sections import number
 from sodalite.model import sas
 
 TOKEN_LIFETIME_S = 3600
@@ -44,27 +44,13 @@ class ManagementReply:
     status: int
     condition: str | None
     description: str | None
-    body: Any
+    body: Any  # the reply's AMQP value, read by each operation's caller as that operation answers
 
 
 def _error_of(error: Error | None, fallback: str) -> ClientError:
     if error is None:
         return ClientError(None, fallback)
     return ClientError(str(error.condition), str(error.description or fallback))
-
-
-def _decode_reply(payload: bytes) -> tuple[dict[str, Any], Any]:
-    """A ``$cbs``/``$management`` reply's application properties and body, decoded whole."""
-    properties: dict[str, Any] = {}
-    body: Any = None
-    for s in amqp_message.split_sections(payload):
-        if s.code == amqp_message.APPLICATION_PROPERTIES:
-            value = amqp_message.section_value(payload, s)
-            if isinstance(value, dict):
-                properties = {str(k): v for k, v in value.items()}
-        elif s.code in (amqp_message.AMQP_VALUE, amqp_message.DATA):
-            body = amqp_message.section_value(payload, s)
-    return properties, body
 
 
 class AmqpClient:
@@ -146,18 +132,16 @@ class AmqpClient:
             raise _error_of(detached.error, f"the broker refused a link to '{address}'")
         return link
 
-    def _request(self, pair: tuple[Link, Link], message_id: uuid.UUID, application_properties: dict[str, Any],
-                 body: Any) -> tuple[dict[str, Any], Any]:
+    def _request(self, pair: tuple[Link, Link], message_id: uuid.UUID, application_properties: dict[str, AmqpValue],
+                 body: object) -> tuple[dict[str, AmqpValue], AmqpValue]:
         request, response = pair
-        out = bytearray()
-        encode_value(Described(ULong(amqp_message.PROPERTIES), [message_id, None, None, None, request.name]), out)
-        encode_value(Described(ULong(amqp_message.APPLICATION_PROPERTIES), application_properties), out)
-        encode_value(Described(ULong(amqp_message.AMQP_VALUE), body), out)
-        request.send_transfer(bytes(out), message_id.bytes[:4], settled=False)
+        request.send_transfer(encode_request(message_id, request.name, application_properties, body),
+                              message_id.bytes[:4], settled=False)
         got = self._wait(lambda e: isinstance(e, ev.TransferReceived) and e.link is response)
         assert isinstance(got, ev.TransferReceived)
         response.issue_credit(1)
-        return _decode_reply(got.delivery.payload)
+        reply = decode_control(got.delivery.payload)
+        return reply.application_properties, reply.body
 
     def _pair(self, node: str) -> tuple[Link, Link]:
         response = self._attach(node, RECEIVER)
@@ -178,7 +162,7 @@ class AmqpClient:
         properties, _ = self._request(self._cbs, uuid.uuid4(), {
             "name": audience, "operation": "put-token", "type": "servicebus.windows.net:sastoken",
             "expiration": Timestamp(expiry * 1000)}, token)
-        status = int(properties.get("status-code", 0))
+        status = number(properties.get("status-code")) or 0
         if status not in (200, 202):
             # 404: the entity does not exist (Service Bus checks it at put-token, after the token itself)
             raise ClientError("amqp:not-found" if status == 404 else "amqp:unauthorized-access",
@@ -219,14 +203,14 @@ class AmqpClient:
         link.detach()
         self._flush()
 
-    def management(self, entity: str, operation: str, body: dict[str, Any]) -> ManagementReply:
+    def management(self, entity: str, operation: str, body: dict[str, object]) -> ManagementReply:
         """One ``$management`` request to ``entity`` (which may name a sub-queue)."""
         self.authorise(entity.split("/$")[0])
         node = f"{entity}/$management"
         if node not in self._management:
             self._management[node] = self._pair(node)
         properties, reply = self._request(self._management[node], uuid.uuid4(), {"operation": operation}, body)
-        status = int(properties.get("statusCode", properties.get("status-code", 0)))
+        status = number(properties.get("statusCode", properties.get("status-code"))) or 0
         condition = properties.get("errorCondition")
         description = properties.get("statusDescription")
         return ManagementReply(status, str(condition) if condition is not None else None,

@@ -33,7 +33,6 @@ from sodalite.admin.tls import certificate_host, ensure_certificate, server_cont
 from sodalite.amqpclient.connection_string import ENDPOINTS_FILE
 from sodalite.cli import event_loop, logging_setup
 from sodalite.cli.backup_service import BackupSource, make_backup
-from sodalite.cli.control_bridge import BrokerControl
 from sodalite.cli.data_dir_lock import DataDirectoryInUse, DataDirectoryLock, remove_own_endpoints
 from sodalite.cli.entry import AMQPS_PORT
 from sodalite.cli.key_bridge import BrokerKeys
@@ -43,6 +42,7 @@ from sodalite.model.config import NamespaceConfig, default_namespace, load_confi
 from sodalite.server import delivery_trace
 from sodalite.server.broker import Broker
 from sodalite.server.connection_handler import BrokerConnection
+from sodalite.server.control_plane import BrokerControl
 from sodalite.server.limits import AcceptFailureLog, ConnectionLimits
 from sodalite.server.listener import ListenFailed
 from sodalite.server.metrics import CONTENT_TYPE, BrokerMetrics

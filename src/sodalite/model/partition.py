@@ -2,8 +2,8 @@
 
 ``MessageDraft`` is a message as a sender gave it (``server/wire.py`` parses it; the partition core
 turns it into a record, ``model/partition_core.record_for``); ``Lock`` is a PeekLock grant as the
-receiver links see it; the dead-letter reasons the service sets, the paired-namespace ping's content
-type and the latest expiry a store can hold are constants here. The version-1 in-memory ``Partition``
+receiver links see it; the dead-letter reasons the service sets and the latest expiry a store can
+hold are constants here. The version-1 in-memory ``Partition``
 (messages held in heaps, ``load_partition`` at start) was deleted with the version-1 path.
 """
 
@@ -16,10 +16,6 @@ from typing import Any
 MAX_DELIVERY_COUNT_EXCEEDED = "MaxDeliveryCountExceeded"  # dead-letter reasons the service sets
 TTL_EXPIRED = "TTLExpiredException"
 MAX_TRANSFER_HOP_COUNT_EXCEEDED = "MaxTransferHopCountExceeded"
-# The paired-namespace ping (paired-namespaces seed): every entity accepts it, session-enabled ones
-# without a SessionId, and it is then dropped: never stored, delivered, peeked, counted, fanned out,
-# forwarded, scheduled or dead-lettered. It counts only as a send for authorization and idle time.
-PING_CONTENT_TYPE = "application/vnd.ms-servicebus-ping"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +32,7 @@ class MessageDraft:
     annotations: bytes
     annotation_count: int
     tail: bytes
-    ping: bool = False  # ContentType application/vnd.ms-servicebus-ping: accepted, never stored (PING)
+    ping: bool = False  # the paired-namespace ping (sodalite.message.names.PING_CONTENT_TYPE): never stored
 
     @property
     def size(self) -> int:

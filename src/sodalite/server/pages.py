@@ -8,8 +8,8 @@ and partition key as the broker rendered them at append) are taken as they are, 
 record's encoded parts are walked only as far as the columns asked for need (the properties section
 for the string properties, the application properties for that map, the body sections for
 ``body``, the client's annotations for the partition key, scheduled time, dead-letter source and
-``amqpMessage``). Values are rendered by :mod:`sodalite.amqp.columns`, as the row path renders
-them, so both give the same rows.
+``amqpMessage``: :mod:`sodalite.message.stored`). Values are rendered by :mod:`sodalite.message.columns`,
+as the row path renders them, so both give the same rows. Each column has its named builder.
 
 pyarrow is optional for the broker: without it :func:`available` is False, the operation answers
 ``amqp:not-implemented`` and the reader peeks messages instead (``com.sodalite:peek-partition``).
@@ -22,28 +22,24 @@ message whatever its size).
 from __future__ import annotations
 
 import functools
-import struct
-from collections.abc import Sequence
-from typing import Any, Final
+from collections.abc import Callable, Sequence
+from typing import Final
 
-from sodalite.amqp import columns as c
-from sodalite.amqp import message as amqp_message
-from sodalite.amqp.codec import decode_value, skip_value
 from sodalite.amqp.errors import DecodeError
-from sodalite.amqp.types import UInt
 from sodalite.errors import ArgumentError
+from sodalite.message import arrow
+from sodalite.message import columns as c
+from sodalite.message.stored import StoredAnnotations, StoredTail, original_header
 from sodalite.model.message import MessageRecord
 
 DEFAULT_ROWS: Final = 1000
 MAX_ROWS: Final = 10_000  # rows in one page at most, whatever the request asks
 DEFAULT_BYTES: Final = 4 << 20
 MAX_BYTES: Final = 16 << 20  # stored bytes of the messages in one page at most (at least one message)
-_DELIVERY_ANNOTATIONS: Final = b"\x00\x53\x71"
 _PROPERTY_NAMES: Final = frozenset(name for name, _ in c.PROPERTY_COLUMNS) - {"messageId", "sessionId"}
 _APPLICATION_NAMES: Final = frozenset({"applicationProperties", "deadLetterReason", "deadLetterErrorDescription"})
 _ANNOTATION_NAMES: Final = frozenset({"partitionKey", "scheduledEnqueueTime", "deadLetterSource"})
 _UINT_MAX: Final = 0xFFFFFFFF
-_OWNED_KEYS: Final = tuple(key.encode() for key in c.SERVICE_OWNED)  # as they appear in encoded entries
 
 
 @functools.cache
@@ -80,226 +76,136 @@ def within(records: Sequence[MessageRecord], max_bytes: int) -> Sequence[Message
     return records
 
 
-def _arrow_type(kind: str) -> Any:
-    import pyarrow as pa
+class _Page:
+    """The records of one page, with their parts walked once for the columns asked for."""
 
-    if kind == "timestamp":
-        return pa.timestamp("us", tz="UTC")
-    if kind == "map<string,string>":
-        return pa.map_(pa.string(), pa.string())
-    return {"binary": pa.binary(), "string": pa.string(), "long": pa.int64(), "int": pa.int32()}[kind]
+    __slots__ = ("apps", "notes", "records", "tails")
 
-
-@functools.cache
-def _schema(names: tuple[str, ...]) -> Any:
-    import pyarrow as pa
-
-    return pa.schema([pa.field(name, _arrow_type(c.KINDS[name])) for name in names])
-
-
-@functools.lru_cache(maxsize=256)
-def _header(durable: bool | None, priority: int | None, ttl: int | None) -> bytes:
-    """The header ``amqpMessage`` carries, as the row path re-encodes it from the peeked header:
-    durable, priority and ttl (no delivery count), or nothing when all three are absent."""
-    if durable is None and priority is None and ttl is None:
-        return b""
-    value, _ = decode_value(amqp_message.encode_header(durable, priority, ttl, None, 0), 3)
-    h = (list(value) + [None] * 3)[:3]
-    if h[0] is None and h[1] is None and h[2] is None:
-        return b""
-    return amqp_message.encode_section(amqp_message.HEADER, [h[0], h[1], None if h[2] is None else UInt(h[2])])
+    def __init__(self, records: Sequence[MessageRecord], wanted: frozenset[str]) -> None:
+        need_properties = not wanted.isdisjoint(_PROPERTY_NAMES)
+        need_application = not wanted.isdisjoint(_APPLICATION_NAMES)
+        need_body = "body" in wanted
+        need_values = not wanted.isdisjoint(_ANNOTATION_NAMES)
+        need_annotations = need_values or "amqpMessage" in wanted
+        need_tail = need_properties or need_application or need_body or "amqpMessage" in wanted
+        self.records = records
+        try:
+            self.tails = [StoredTail(r.tail, need_properties, need_application, need_body)
+                          for r in records] if need_tail else []
+            self.notes = [StoredAnnotations(r.annotations, r.annotation_count, need_values)
+                          for r in records] if need_annotations else []
+            self.apps = [c.application_properties(t.application) for t in self.tails] if need_application else []
+        except (IndexError, KeyError, ValueError, OverflowError, RecursionError, DecodeError) as exc:
+            raise ArgumentError(f"a stored message could not be read as columns: {exc}") from None
 
 
-class _Annotations:
-    """A record's client annotations: the entries not set by the broker (for ``amqpMessage``) and, when
-    asked for, their values by key text."""
-
-    __slots__ = ("count", "entries", "values")
-
-    def __init__(self, record: MessageRecord, values: bool) -> None:
-        self.values: dict[str, Any] = {}
-        self.entries = record.annotations
-        self.count = record.annotation_count
-        if not self.count or not (values or any(key in record.annotations for key in _OWNED_KEYS)):
-            return
-        data, pos, kept, dropped = record.annotations, 0, [], False
-        for _ in range(record.annotation_count):
-            key, middle = decode_value(data, pos)
-            value, after = decode_value(data, middle)
-            text = key if isinstance(key, str) else str(key)
-            self.values[text] = value
-            if text in c.SERVICE_OWNED:
-                dropped = True
-            else:
-                kept.append(data[pos:after])
-            pos = after
-        if dropped:
-            self.entries, self.count = b"".join(kept), len(kept)
+def _ttl(record: MessageRecord) -> int | None:
+    """The time-to-live as the header carries it (a uint: a longer one at its maximum)."""
+    return None if record.time_to_live is None else min(record.time_to_live, _UINT_MAX)
 
 
-class _Tail:
-    """A record's tail (properties .. footer), walked for what the columns need."""
-
-    __slots__ = ("application", "bodies", "kept", "properties")
-
-    def __init__(self, tail: bytes, properties: bool, application: bool, body: bool) -> None:
-        if tail.startswith(_DELIVERY_ANNOTATIONS):  # the sender's delivery annotations: not part of the message
-            tail = tail[skip_value(tail, 3):]
-        self.kept = tail
-        self.properties: list[Any] = [None] * 13
-        self.application: dict[Any, Any] = {}
-        self.bodies: list[amqp_message.Section] = []
-        if not (properties or application or body):
-            return
-        pos, n = 0, len(tail)
-        while pos < n:
-            if tail[pos] == 0x00 and tail[pos + 1] == 0x53:
-                code, value_start = tail[pos + 2], pos + 3
-            else:  # a symbolic or long descriptor: the general slicer names every section
-                self._slow(tail, properties, application)
-                return
-            if code == amqp_message.PROPERTIES and properties:
-                self.properties, end = _properties(tail, value_start)
-            elif code == amqp_message.APPLICATION_PROPERTIES and application:
-                value, end = decode_value(tail, value_start)
-                if isinstance(value, dict):
-                    self.application = value
-            else:
-                end = skip_value(tail, value_start)
-                if code in (amqp_message.DATA, amqp_message.AMQP_VALUE, amqp_message.AMQP_SEQUENCE):
-                    self.bodies.append(amqp_message.Section(code, pos, value_start, end))
-            pos = end
-
-    def _slow(self, tail: bytes, properties: bool, application: bool) -> None:
-        self.bodies = []
-        for s in amqp_message.split_sections(tail):
-            if s.code == amqp_message.PROPERTIES and properties:
-                value = amqp_message.section_value(tail, s)
-                if isinstance(value, list):
-                    self.properties = (value + [None] * 13)[:13]
-            elif s.code == amqp_message.APPLICATION_PROPERTIES and application:
-                value = amqp_message.section_value(tail, s)
-                if isinstance(value, dict):
-                    self.application = value
-            elif s.code in (amqp_message.DATA, amqp_message.AMQP_VALUE, amqp_message.AMQP_SEQUENCE):
-                self.bodies.append(s)
+def _micros(value: object) -> int | None:
+    return None if value is None else int(value) * 1000  # type: ignore[call-overload]
 
 
-_u32u32: Final = struct.Struct(">II")
+# ---- the column builders: each gives one column's values for a page, a row each ----------------
+
+def _body(page: _Page) -> list[object]:
+    return [c.body(t.kept, t.bodies) for t in page.tails]
 
 
-def _properties(tail: bytes, pos: int) -> tuple[list[Any], int]:
-    """The properties list (13 fields, padded) and where it ends: nulls and short strings and symbols
-    (nearly every field a client sets) read here, anything else by the codec, as the row path reads it."""
-    code = tail[pos]
-    if code == 0xC0:
-        size, count, at = tail[pos + 1], tail[pos + 2], pos + 3
-        end = pos + 2 + size
-    elif code == 0xD0:
-        size, count = _u32u32.unpack_from(tail, pos + 1)
-        at, end = pos + 9, pos + 5 + size
-    else:
-        value, end = decode_value(tail, pos)
-        return ((value + [None] * 13)[:13] if isinstance(value, list) else [None] * 13), end
-    fields: list[Any] = [None] * max(13, count)
-    for index in range(count):
-        kind = tail[at]
-        if kind == 0x40:
-            at += 1
-        elif kind == 0xA1 or kind == 0xA3:
-            length = tail[at + 1]
-            fields[index] = tail[at + 2 : at + 2 + length].decode("utf-8" if kind == 0xA1 else "ascii")
-            at += 2 + length
-        else:
-            fields[index], at = decode_value(tail, at)
-    if at != end:
-        raise DecodeError("the properties list's size does not match its fields")
-    return fields[:13], end
+def _message_id(page: _Page) -> list[object]:
+    return [r.message_id for r in page.records]
 
 
-def _micros(value: Any) -> int | None:
-    return None if value is None else int(value) * 1000
+def _session_id(page: _Page) -> list[object]:
+    return [r.session_id for r in page.records]
+
+
+def _property(index: int) -> Callable[[_Page], list[object]]:
+    """The builder of a string column read from the properties list at ``index``."""
+    def build(page: _Page) -> list[object]:
+        return [c.text(t.properties[index]) for t in page.tails]
+    return build
+
+
+def _partition_key(page: _Page) -> list[object]:
+    return [r.partition_key if r.partition_key is not None else c.text(a.values.get(c.PARTITION_KEY))
+            for r, a in zip(page.records, page.notes, strict=True)]
+
+
+def _scheduled_enqueue_time(page: _Page) -> list[object]:
+    return [_micros(a.values.get(c.SCHEDULED_ENQUEUE_TIME)) for a in page.notes]
+
+
+def _dead_letter_source(page: _Page) -> list[object]:
+    return [c.text(a.values.get(c.DEAD_LETTER_SOURCE)) for a in page.notes]
+
+
+def _time_to_live(page: _Page) -> list[object]:
+    return [_ttl(r) for r in page.records]
+
+
+def _enqueued_time(page: _Page) -> list[object]:
+    return [r.enqueued_time * 1000 for r in page.records]
+
+
+def _sequence_number(page: _Page) -> list[object]:
+    return [r.sequence_number for r in page.records]
+
+
+def _partition(page: _Page) -> list[object]:
+    return [r.sequence_number >> c.PARTITION_SHIFT for r in page.records]
+
+
+def _delivery_count(page: _Page) -> list[object]:
+    return [r.delivery_count for r in page.records]
+
+
+def _state(page: _Page) -> list[object]:
+    return [c.state(int(r.state)) for r in page.records]
+
+
+def _application_properties(page: _Page) -> list[object]:
+    return list(page.apps)
+
+
+def _dead_letter_reason(page: _Page) -> list[object]:
+    return [a.get(c.DEAD_LETTER_REASON) for a in page.apps]
+
+
+def _dead_letter_description(page: _Page) -> list[object]:
+    return [a.get(c.DEAD_LETTER_DESCRIPTION) for a in page.apps]
+
+
+def _amqp_message(page: _Page) -> list[object]:
+    """The message as its sender encoded it: its header (no delivery count), its own annotations, the
+    tail without the delivery annotations."""
+    return [original_header(r.durable, r.priority, _ttl(r)) + a.section() + t.kept
+            for r, a, t in zip(page.records, page.notes, page.tails, strict=True)]
+
+
+_BUILDERS: Final[dict[str, Callable[[_Page], list[object]]]] = {
+    "body": _body, "messageId": _message_id, "sessionId": _session_id,
+    **{name: _property(index) for name, index in c.PROPERTY_COLUMNS if name in _PROPERTY_NAMES},
+    "partitionKey": _partition_key, "scheduledEnqueueTime": _scheduled_enqueue_time,
+    "deadLetterSource": _dead_letter_source, "timeToLive": _time_to_live, "enqueuedTime": _enqueued_time,
+    "sequenceNumber": _sequence_number, "partition": _partition, "deliveryCount": _delivery_count,
+    "state": _state, "applicationProperties": _application_properties, "deadLetterReason": _dead_letter_reason,
+    "deadLetterErrorDescription": _dead_letter_description, "amqpMessage": _amqp_message,
+}
+assert set(_BUILDERS) == set(c.COLUMNS), "a column without its builder"
 
 
 def build(records: Sequence[MessageRecord], names: tuple[str, ...]) -> bytes:
     """``records`` as an Arrow IPC stream of one record batch with the columns ``names``."""
     import pyarrow as pa
 
-    wanted = frozenset(names)
-    need_properties = not wanted.isdisjoint(_PROPERTY_NAMES)
-    need_application = not wanted.isdisjoint(_APPLICATION_NAMES)
-    need_body = "body" in wanted
-    need_values = not wanted.isdisjoint(_ANNOTATION_NAMES)
-    need_annotations = need_values or "amqpMessage" in wanted
-    need_tail = need_properties or need_application or need_body or "amqpMessage" in wanted
-    values: dict[str, list[Any]] = {name: [] for name in names}
-    try:
-        tails = [_Tail(r.tail, need_properties, need_application, need_body) for r in records] if need_tail else []
-        notes = [_Annotations(r, need_values) for r in records] if need_annotations else []
-        apps = [c.application_properties(t.application) for t in tails] if need_application else []
-    except (IndexError, KeyError, ValueError, OverflowError, RecursionError, DecodeError) as exc:
-        raise ArgumentError(f"a stored message could not be read as columns: {exc}") from None
-    for name in names:
-        out = values[name]
-        if name == "body":
-            out.extend(c.body(t.kept, t.bodies) for t in tails)
-        elif name == "messageId":
-            out.extend(r.message_id for r in records)
-        elif name == "sessionId":
-            out.extend(r.session_id for r in records)
-        elif name in _PROPERTY_NAMES:
-            index = dict(c.PROPERTY_COLUMNS)[name]
-            out.extend(c.text(t.properties[index]) for t in tails)
-        elif name == "partitionKey":
-            out.extend(r.partition_key if r.partition_key is not None else c.text(a.values.get(c.PARTITION_KEY))
-                       for r, a in zip(records, notes, strict=True))
-        elif name == "scheduledEnqueueTime":
-            out.extend(_micros(a.values.get(c.SCHEDULED_ENQUEUE_TIME)) for a in notes)
-        elif name == "deadLetterSource":
-            out.extend(c.text(a.values.get(c.DEAD_LETTER_SOURCE)) for a in notes)
-        elif name == "timeToLive":
-            out.extend(None if r.time_to_live is None else min(r.time_to_live, _UINT_MAX) for r in records)
-        elif name == "enqueuedTime":
-            out.extend(r.enqueued_time * 1000 for r in records)
-        elif name == "sequenceNumber":
-            out.extend(r.sequence_number for r in records)
-        elif name == "partition":
-            out.extend(r.sequence_number >> c.PARTITION_SHIFT for r in records)
-        elif name == "deliveryCount":
-            out.extend(r.delivery_count for r in records)
-        elif name == "state":
-            out.extend(c.state(int(r.state)) for r in records)
-        elif name == "applicationProperties":
-            out.extend(apps)
-        elif name == "deadLetterReason":
-            out.extend(a.get(c.DEAD_LETTER_REASON) for a in apps)
-        elif name == "deadLetterErrorDescription":
-            out.extend(a.get(c.DEAD_LETTER_DESCRIPTION) for a in apps)
-        elif name == "amqpMessage":
-            out.extend(_header(r.durable, r.priority, None if r.time_to_live is None else
-                               min(r.time_to_live, _UINT_MAX))
-                       + amqp_message.encode_annotations(a.entries, a.count) + t.kept
-                       for r, a, t in zip(records, notes, tails, strict=True))
-    schema = _schema(names)
-    arrays = [_array(values[name], field.type) for name, field in zip(names, schema, strict=True)]
+    page = _Page(records, frozenset(names))
+    schema = arrow.schema(names)
+    arrays = [arrow.array(_BUILDERS[name](page), field.type) for name, field in zip(names, schema, strict=True)]
     batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, schema) as writer:
         writer.write_batch(batch)
     return bytes(sink.getvalue().to_pybytes())
-
-
-def _array(values: list[Any], kind: Any) -> Any:
-    import pyarrow as pa
-
-    if not pa.types.is_map(kind):
-        return pa.array(values, type=kind)
-    offsets = [0]
-    keys: list[str] = []
-    items: list[str | None] = []
-    for m in values:
-        keys.extend(m)
-        items.extend(m.values())
-        offsets.append(len(keys))
-    return pa.MapArray.from_arrays(pa.array(offsets, type=pa.int32()), pa.array(keys, type=pa.string()),
-                                   pa.array(items, type=pa.string()))

@@ -13,12 +13,13 @@ import ssl
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from sodalite.amqpclient import AmqpClient, ClientError, connection_string
 from sodalite.errors import ConfigurationError, SodaliteError
+from sodalite.message import sections
+from sodalite.message.names import SEQUENCE_NUMBER
 from sodalite.model import sas
-from sodalite.spark import sections
 
 COMPLETE_THROUGH: Final = "com.sodalite:complete-through-sequence-number"
 COMPLETE_NUMBERS: Final = "com.sodalite:complete-sequence-numbers"
@@ -36,10 +37,22 @@ DEAD_LETTER_SUFFIX: Final = "/$deadletterqueue"
 
 def sequence_number(payload: bytes) -> int:
     """A peeked message's sequence number."""
-    number = sections.walk(payload, application=False).annotations.get("x-opt-sequence-number")
+    number = sections.number(sections.walk(payload, application=False).annotations.get(SEQUENCE_NUMBER))
     if number is None:
         raise BrokerRequestError("the broker peeked a message without a sequence number", "amqp:internal-error")
-    return int(number)
+    return number
+
+
+class ArrowColumn(Protocol):
+    def to_pylist(self) -> list[int]: ...  # the data source reads the sequenceNumber column only
+
+
+class ArrowBatch(Protocol):
+    """What the data source reads of a pyarrow RecordBatch here (pyarrow carries no type information)."""
+
+    @property
+    def num_rows(self) -> int: ...
+    def column(self, index: int, /) -> ArrowColumn: ...
 
 
 class BrokerRequestError(SodaliteError):
@@ -88,7 +101,7 @@ class Broker:
         # older one, answers not-implemented and the rows are peeked instead).
         self.columnar: bool | None = None
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         return {"conn": self._conn, "timeout": self._timeout}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -113,7 +126,7 @@ class Broker:
                 pass
             self._client = None
 
-    def _management(self, entity: str, operation: str, body: dict[str, Any]) -> Any:
+    def _management(self, entity: str, operation: str, body: dict[str, object]) -> Any:
         try:
             reply = self.client().management(entity, operation, body)
         except ClientError as exc:
@@ -187,7 +200,7 @@ class Broker:
             return
 
     def column_pages(self, entity: str, partition: int, start: int, end: int,
-                     columns: tuple[str, ...]) -> Iterator[Any] | None:
+                     columns: tuple[str, ...]) -> Iterator[ArrowBatch] | None:
         """The messages of ``partition`` numbered in [start, end), in order, as pyarrow record batches of
         ``columns`` built by the broker (one ``$management`` request per page); None when the broker
         does not serve columnar pages."""
@@ -204,7 +217,7 @@ class Broker:
         return self._column_pages(entity, partition, end, columns, first)
 
     def _column_pages(self, entity: str, partition: int, end: int, columns: tuple[str, ...],
-                      page: tuple[Any, int]) -> Iterator[Any]:
+                      page: tuple[ArrowBatch, int]) -> Iterator[ArrowBatch]:
         while True:
             batch, after = page
             if batch.num_rows == 0:
@@ -215,7 +228,7 @@ class Broker:
             page = self._column_page(entity, partition, after, end, columns)
 
     def _column_page(self, entity: str, partition: int, start: int, end: int,
-                     columns: tuple[str, ...]) -> tuple[Any, int]:
+                     columns: tuple[str, ...]) -> tuple[ArrowBatch, int]:
         import pyarrow as pa  # type: ignore[import-untyped]
 
         body = self._management(entity, PEEK_COLUMNS, {

@@ -86,19 +86,9 @@ def starting_positions(text: str, partitions: int) -> dict[int, int]:
     ``earliest`` and ``latest`` apply to every partition; JSON maps partition numbers (as strings) to a
     sequence number, -2 (earliest) or -1 (latest); partitions it leaves out start at the earliest.
     """
-    word = text.strip().lower()
-    if word == "earliest":
-        return dict.fromkeys(range(partitions), EARLIEST)
-    if word == "latest":
-        return dict.fromkeys(range(partitions), LATEST)
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        parsed = None
-    if not isinstance(parsed, dict):
-        raise ConfigurationError(
-            f"option 'startingPosition': '{text}' is not earliest, latest or a JSON object such as "
-            '{"0": 1234, "1": -2} (partition -> sequence number, -2 earliest, -1 latest)')
+    parsed = _json_object(text, 'such as {"0": 1234, "1": -2} (partition -> sequence number, -2 earliest, -1 latest)')
+    if parsed is None:
+        return dict.fromkeys(range(partitions), EARLIEST if text.strip().lower() == "earliest" else LATEST)
     positions = dict.fromkeys(range(partitions), EARLIEST)
     for key, value in parsed.items():
         try:
@@ -181,22 +171,35 @@ def _entities(options: Mapping[str, str]) -> tuple[tuple[str, ...], bool]:
     return names, True
 
 
-def entity_starting_positions(text: str, entities: tuple[str, ...], strict: bool = True) -> dict[str, str]:
-    """With several entities, startingPosition per entity (as text for :func:`starting_positions`):
-    earliest or latest for all, or JSON mapping entity names to earliest, latest or per-partition objects;
-    entities it leaves out start at the earliest. Not ``strict`` (a pattern's entities), names of other
-    entities are ignored."""
-    word = text.strip().lower()
-    if word in ("earliest", "latest"):
-        return dict.fromkeys(entities, word)
+def _json_object(text: str, shape: str) -> dict[str, object] | None:
+    """startingPosition read: None for the words earliest and latest, else its JSON object;
+    ConfigurationError (naming the ``shape`` expected) for anything else."""
+    if text.strip().lower() in ("earliest", "latest"):
+        return None
     try:
         parsed = json.loads(text)
     except ValueError:
         parsed = None
     if not isinstance(parsed, dict):
         raise ConfigurationError(
-            f"option 'startingPosition': '{text}' is not earliest, latest or a JSON object of entity names, such as "
-            '{"orders": "latest", "invoices": {"0": 1234}}')
+            f"option 'startingPosition': '{text}' is not earliest, latest or a JSON object {shape}")
+    return parsed
+
+
+def _by_entity(text: str) -> dict[str, object] | None:
+    """startingPosition with several entities: None for earliest or latest (all of them), else its JSON
+    object of entity names."""
+    return _json_object(text, 'of entity names, such as {"orders": "latest", "invoices": {"0": 1234}}')
+
+
+def entity_starting_positions(text: str, entities: tuple[str, ...], strict: bool = True) -> dict[str, str]:
+    """With several entities, startingPosition per entity (as text for :func:`starting_positions`):
+    earliest or latest for all, or JSON mapping entity names to earliest, latest or per-partition objects;
+    entities it leaves out start at the earliest. Not ``strict`` (a pattern's entities), names of other
+    entities are ignored."""
+    parsed = _by_entity(text)
+    if parsed is None:
+        return dict.fromkeys(entities, text.strip().lower())
     out = dict.fromkeys(entities, "earliest")
     for name, value in parsed.items():
         if name not in out and not strict:  # an entity a pattern does not match (now)
@@ -239,17 +242,7 @@ def source_options(options: Mapping[str, str]) -> SourceOptions:
 
 def _pattern_starting_positions(text: str) -> None:
     """startingPosition's shape for a pattern (the entities are known once listed): a word, or JSON by name."""
-    if text.strip().lower() in ("earliest", "latest"):
-        return
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        parsed = None
-    if not isinstance(parsed, dict):
-        raise ConfigurationError(
-            f"option 'startingPosition': '{text}' is not earliest, latest or a JSON object of entity names, such as "
-            '{"orders": "latest", "invoices": {"0": 1234}}')
-    for value in parsed.values():
+    for value in (_by_entity(text) or {}).values():
         starting_positions(value if isinstance(value, str) else json.dumps(value), 1 << 16)
 
 

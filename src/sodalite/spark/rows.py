@@ -16,54 +16,83 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from typing import Any, Final
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, SupportsInt, cast
 
 from sodalite.amqp import message as amqp_message
-from sodalite.amqp.columns import COLUMNS as COLUMNS
-from sodalite.amqp.columns import CONTENT_TYPE as _CONTENT_TYPE
-from sodalite.amqp.columns import CORRELATION_ID as _CORRELATION_ID
-from sodalite.amqp.columns import DEAD_LETTER_DESCRIPTION as DEAD_LETTER_DESCRIPTION
-from sodalite.amqp.columns import DEAD_LETTER_REASON as DEAD_LETTER_REASON
-from sodalite.amqp.columns import DEAD_LETTER_SOURCE as DEAD_LETTER_SOURCE
-from sodalite.amqp.columns import KINDS as KINDS
-from sodalite.amqp.columns import MESSAGE_ID as _MESSAGE_ID
-from sodalite.amqp.columns import PARTITION_KEY as PARTITION_KEY
-from sodalite.amqp.columns import PARTITION_SHIFT as PARTITION_SHIFT
-from sodalite.amqp.columns import PROPERTY_COLUMNS as _PROPERTY_COLUMNS
-from sodalite.amqp.columns import REPLY_TO as _REPLY_TO
-from sodalite.amqp.columns import REPLY_TO_SESSION_ID as _REPLY_TO_SESSION_ID
-from sodalite.amqp.columns import SCHEDULED_ENQUEUE_TIME as SCHEDULED_ENQUEUE_TIME
-from sodalite.amqp.columns import SCHEMA as SCHEMA
-from sodalite.amqp.columns import SESSION_ID as _SESSION_ID
-from sodalite.amqp.columns import STATES as STATES
-from sodalite.amqp.columns import SUBJECT as _SUBJECT
-from sodalite.amqp.columns import TO as _TO
-from sodalite.amqp.columns import body as _body_column
-from sodalite.amqp.columns import render as render
-from sodalite.amqp.columns import text as _text
-from sodalite.amqp.types import Symbol, Timestamp, UInt
-from sodalite.spark import sections
+from sodalite.amqp.types import AmqpMap, AmqpValue, Symbol, Timestamp, UInt
+from sodalite.message import arrow, sections
+from sodalite.message.columns import COLUMNS as COLUMNS
+from sodalite.message.columns import DEAD_LETTER_DESCRIPTION as DEAD_LETTER_DESCRIPTION
+from sodalite.message.columns import DEAD_LETTER_REASON as DEAD_LETTER_REASON
+from sodalite.message.columns import DEAD_LETTER_SOURCE as DEAD_LETTER_SOURCE
+from sodalite.message.columns import KINDS as KINDS
+from sodalite.message.columns import PARTITION_KEY as PARTITION_KEY
+from sodalite.message.columns import PARTITION_SHIFT as PARTITION_SHIFT
+from sodalite.message.columns import PROPERTY_COLUMNS as _PROPERTY_COLUMNS
+from sodalite.message.columns import SCHEDULED_ENQUEUE_TIME as SCHEDULED_ENQUEUE_TIME
+from sodalite.message.columns import SCHEMA as SCHEMA
+from sodalite.message.columns import STATES as STATES
+from sodalite.message.columns import application_properties as _application_column
+from sodalite.message.columns import body as _body_column
+from sodalite.message.columns import render as render
+from sodalite.message.columns import state as _state_column
+from sodalite.message.names import (
+    CONTENT_TYPE as _CONTENT_TYPE,
+)
+from sodalite.message.names import (
+    CORRELATION_ID as _CORRELATION_ID,
+)
+from sodalite.message.names import (
+    ENQUEUED_TIME,
+    MESSAGE_STATE,
+    SEQUENCE_NUMBER,
+)
+from sodalite.message.names import (
+    MESSAGE_ID as _MESSAGE_ID,
+)
+from sodalite.message.names import (
+    REPLY_TO as _REPLY_TO,
+)
+from sodalite.message.names import (
+    REPLY_TO_SESSION_ID as _REPLY_TO_SESSION_ID,
+)
+from sodalite.message.names import (
+    SESSION_ID as _SESSION_ID,
+)
+from sodalite.message.names import (
+    SUBJECT as _SUBJECT,
+)
+from sodalite.message.names import (
+    TO as _TO,
+)
+from sodalite.message.names import (
+    text as _text,
+)
+from sodalite.message.sections import number as _number
+
+Row = tuple[object, ...]  # one row in COLUMNS order
+ColumnValues = tuple[object, ...]  # one column's values, a row each
 
 
-def _row(payload: bytes, application: bool, original: bool) -> tuple[Any, ...]:
+def _row(payload: bytes, application: bool, original: bool) -> Row:
     """One row in COLUMNS order, timestamps as integer microseconds; ``applicationProperties`` is
     None unless ``application``, ``amqpMessage`` None unless ``original`` (decoding only what is read)."""
     w = sections.walk(payload, application)
     header, properties, annotations = w.header, w.properties, w.annotations
     body = _body_column(payload, w.bodies)
-    sequence_number = annotations.get("x-opt-sequence-number")
-    state = annotations.get("x-opt-message-state")
-    scheduled = annotations.get(SCHEDULED_ENQUEUE_TIME)
-    enqueued = annotations.get("x-opt-enqueued-time")
+    sequence_number = _number(annotations.get(SEQUENCE_NUMBER))
+    state = _number(annotations.get(MESSAGE_STATE))
+    scheduled = _number(annotations.get(SCHEDULED_ENQUEUE_TIME))
+    enqueued = _number(annotations.get(ENQUEUED_TIME))
     partition_key = annotations.get(PARTITION_KEY)
     dead_letter_source = annotations.get(DEAD_LETTER_SOURCE)
-    props = {}
+    props: dict[str, str | None] = {}
     reason = description = None
     if application:
         app = w.application
         if app:
-            props = {k if isinstance(k, str) else str(k): v if v is None or isinstance(v, str) else render(v)
-                     for k, v in app.items()}
+            props = _application_column(app)
             reason = props.get(DEAD_LETTER_REASON)
             description = props.get(DEAD_LETTER_DESCRIPTION)
     return (
@@ -77,17 +106,17 @@ def _row(payload: bytes, application: bool, original: bool) -> tuple[Any, ...]:
         _text(properties[_TO]),
         _text(properties[_REPLY_TO]),
         _text(properties[_REPLY_TO_SESSION_ID]),
-        None if header[2] is None else int(header[2]),
-        None if scheduled is None else int(scheduled) * 1000,
-        None if enqueued is None else int(enqueued) * 1000,
-        None if sequence_number is None else int(sequence_number),
-        None if sequence_number is None else int(sequence_number) >> PARTITION_SHIFT,
-        int(header[4] or 0),
+        _number(header[2]),
+        None if scheduled is None else scheduled * 1000,
+        None if enqueued is None else enqueued * 1000,
+        sequence_number,
+        None if sequence_number is None else sequence_number >> PARTITION_SHIFT,
+        _number(header[4]) or 0,
         None if dead_letter_source is None else _text(dead_letter_source),
         reason,
         description,
         props if application else None,
-        STATES.get(int(state), str(state)) if state is not None else "active",
+        _state_column(state),
         w.original() if original else None,
     )
 
@@ -95,110 +124,74 @@ def _row(payload: bytes, application: bool, original: bool) -> tuple[Any, ...]:
 _TIMESTAMP_COLUMNS: Final = (COLUMNS.index("scheduledEnqueueTime"), COLUMNS.index("enqueuedTime"))
 
 
-def row_from_peeked(payload: bytes) -> tuple[Any, ...]:
+def row_from_peeked(payload: bytes) -> Row:
     """One row (in COLUMNS order, timestamps as datetimes) from a message as ``$management`` peek returns it."""
     row = list(_row(payload, True, True))
     for index in _TIMESTAMP_COLUMNS:
         if row[index] is not None:
-            row[index] = datetime.datetime.fromtimestamp(row[index] / 1_000_000, datetime.UTC)
+            row[index] = datetime.datetime.fromtimestamp(_integer(row[index]) / 1_000_000, datetime.UTC)
     return tuple(row)
-
-
-_ARROW_TYPES: Final = {"binary": "binary", "string": "string", "long": "int64", "int": "int32",
-                       "timestamp": "timestamp", "map<string,string>": "map"}
-
-
-def _arrow_type(kind: str) -> Any:
-    import pyarrow as pa  # type: ignore[import-untyped]
-
-    arrow = _ARROW_TYPES[kind]
-    if arrow == "timestamp":
-        return pa.timestamp("us", tz="UTC")
-    if arrow == "map":
-        return pa.map_(pa.string(), pa.string())
-    return pa.type_for_alias(arrow)
 
 
 def arrow_schema(names: tuple[str, ...] = COLUMNS) -> Any:
     """The columns ``names`` of SCHEMA as a pyarrow schema (timestamps in microseconds, UTC)."""
-    import pyarrow as pa
-
-    return pa.schema([pa.field(name, _arrow_type(KINDS[name])) for name in names])
+    return arrow.schema(names)
 
 
-_MAP_COLUMN: Final = COLUMNS.index("applicationProperties")
-_ORIGINAL_COLUMN: Final = COLUMNS.index("amqpMessage")
-_schemas: dict[tuple[str, ...], Any] = {}
-
-
-def _arrow_column(values: tuple[Any, ...], kind: Any, is_map: bool) -> Any:
-    import pyarrow as pa
-
-    if not is_map:
-        return pa.array(values, type=kind)
-    offsets = [0]
-    keys: list[str] = []
-    items: list[str | None] = []
-    for m in values:
-        keys.extend(m)
-        items.extend(m.values())
-        offsets.append(len(keys))
-    return pa.MapArray.from_arrays(pa.array(offsets, type=pa.int32()), pa.array(keys, type=pa.string()),
-                                   pa.array(items, type=pa.string()))
-
-
-def peeked_batch(payloads: list[bytes], names: tuple[str, ...] = COLUMNS, extra: dict[str, Any] | None = None) -> Any:
+def peeked_batch(payloads: list[bytes], names: tuple[str, ...] = COLUMNS,
+                 extra: Mapping[str, object] | None = None) -> Any:
     """Peeked messages as one pyarrow RecordBatch of the columns ``names`` (SCHEMA's, in any order, plus
     any in ``extra``: a column name to the value every row takes), built column by column and
     decoding only what those columns need."""
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped]
 
-    key = names
-    schema = _schemas.get(key)
-    if schema is None:
-        fields = [pa.field(n, pa.string() if extra and n in extra else _arrow_type(KINDS[n])) for n in names]
-        schema = _schemas[key] = pa.schema(fields)
+    schema = arrow.schema(names, frozenset(extra or ()))
     application = "applicationProperties" in names or "deadLetterReason" in names \
         or "deadLetterErrorDescription" in names
     original = "amqpMessage" in names
-    columns = list(zip(*[_row(p, application, original) for p in payloads], strict=True)) if payloads \
-        else [()] * len(COLUMNS)
+    columns: list[ColumnValues] = list(zip(*[_row(p, application, original) for p in payloads], strict=True)) \
+        if payloads else [()] * len(COLUMNS)
     arrays = []
     for name, field in zip(names, schema, strict=True):
         if extra and name in extra:
             arrays.append(pa.array([extra[name]] * len(payloads), type=field.type))
         else:
             index = _INDEX[name]
-            arrays.append(_arrow_column(columns[index], field.type, index == _MAP_COLUMN))
+            arrays.append(arrow.array(columns[index], field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 _INDEX: Final = {name: i for i, name in enumerate(COLUMNS)}
 
 
-def record_batch(batch: list[tuple[Any, ...]]) -> Any:
+def record_batch(batch: Sequence[Row]) -> Any:
     """Rows (COLUMNS order, as :func:`row_from_peeked` gives them) as one pyarrow RecordBatch."""
     import pyarrow as pa
 
     schema = arrow_schema()
     columns = list(zip(*batch, strict=True))
     return pa.RecordBatch.from_arrays(
-        [_arrow_column(c, f.type, i == _MAP_COLUMN) for i, (c, f) in enumerate(zip(columns, schema, strict=True))],
+        [arrow.array(c, f.type) for c, f in zip(columns, schema, strict=True)],
         schema=schema)
 
 
 # ---- writing ----------------------------------------------------------------------------------
 
 
-def _millis(value: Any) -> int:
+def _millis(value: object) -> int:
     if isinstance(value, datetime.datetime):
         if value.tzinfo is None:  # Spark hands timestamps over as naive local times
             value = value.astimezone()
         return int(value.timestamp() * 1000)
-    return int(value)
+    return _integer(value)
 
 
-def _as_bytes(value: Any, column: str) -> bytes:
+def _integer(value: object) -> int:
+    """A row's number as ``int()`` reads it (a value that is none raises, naming its type)."""
+    return int(cast(SupportsInt, value))
+
+
+def _as_bytes(value: object, column: str) -> bytes:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
     if isinstance(value, str):
@@ -206,7 +199,7 @@ def _as_bytes(value: Any, column: str) -> bytes:
     raise TypeError(f"column '{column}' must be binary or string, not {type(value).__name__}")
 
 
-def derived_message_id(source: str, row: dict[str, Any]) -> str | None:
+def derived_message_id(source: str, row: Mapping[str, object]) -> str | None:
     """A MessageId that a replay of the same source message reproduces: source entity, partition and
     sequence number. None when the row does not say where it came from."""
     sequence_number = row.get("sequenceNumber")
@@ -214,20 +207,20 @@ def derived_message_id(source: str, row: dict[str, Any]) -> str | None:
         return None
     partition = row.get("partition")
     if partition is None:
-        partition = int(sequence_number) >> PARTITION_SHIFT
+        partition = _integer(sequence_number) >> PARTITION_SHIFT
     return f"{source}:{partition}:{sequence_number}"
 
 
-def message_from_row(row: dict[str, Any], source: str) -> bytes:
+def message_from_row(row: Mapping[str, object], source: str) -> bytes:
     """The encoded message a row describes (see the module docstring); raises ValueError without a body."""
     original = row.get("amqpMessage")
     body = row.get("body")
     if body is None and original is None:
         raise ValueError("the row has no 'body' (a null body and no amqpMessage)")
-    header: list[Any] = [None, None, None]
-    annotations: dict[Any, Any] = {}
-    properties: list[Any] = [None] * 13
-    application: dict[Any, Any] = {}
+    header: list[AmqpValue] = [None, None, None]
+    annotations: AmqpMap = {}
+    properties: list[AmqpValue] = [None] * 13
+    application: AmqpMap = {}
     bodies: list[bytes] = []
     footer: list[bytes] = []
     if original is not None:
@@ -245,16 +238,18 @@ def message_from_row(row: dict[str, Any], source: str) -> bytes:
     for column, index in _PROPERTY_COLUMNS:
         value = row.get(column)
         if value is not None and _text(properties[index]) != value:
-            properties[index] = Symbol(value) if index == _CONTENT_TYPE else value
+            properties[index] = Symbol(value) if index == _CONTENT_TYPE else value  # type: ignore[call-overload]
     if properties[_MESSAGE_ID] is None:
         properties[_MESSAGE_ID] = derived_message_id(source, row) or str(uuid.uuid4())
-    if row.get("partitionKey") is not None:
-        annotations[Symbol(PARTITION_KEY)] = row["partitionKey"]
+    partition_key = row.get("partitionKey")
+    if partition_key is not None:
+        annotations[Symbol(PARTITION_KEY)] = partition_key  # type: ignore[assignment]
     if row.get("scheduledEnqueueTime") is not None:
         annotations[Symbol(SCHEDULED_ENQUEUE_TIME)] = Timestamp(_millis(row["scheduledEnqueueTime"]))
     if row.get("timeToLive") is not None:
-        header[2] = UInt(min(int(row["timeToLive"]), 0xFFFFFFFF))
-    for key, value in (row.get("applicationProperties") or {}).items():
+        header[2] = UInt(min(_integer(row["timeToLive"]), 0xFFFFFFFF))
+    given: Mapping[str, AmqpValue] = row.get("applicationProperties") or {}  # type: ignore[assignment]
+    for key, value in given.items():
         if render(application.get(key)) != value:
             application[key] = value
     return sections.assemble(header, annotations, properties, application, b"".join(bodies) + b"".join(footer))

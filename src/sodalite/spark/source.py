@@ -28,10 +28,11 @@ Everything here pickles: connections open on first use and are dropped when pick
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
+from pyspark.sql import Row
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -66,7 +67,8 @@ from sodalite.spark.options import (
     with_entities,
 )
 
-Offset = dict[str, Any]
+Offset = dict[str, object]  # JSON, as Spark keeps it in the checkpoint
+Batches = Iterator[object]  # pyarrow RecordBatches, handed to Spark as they are
 Key = tuple[str, int]  # (entity path, partition)
 SOURCE_ENTITY: Final = "sourceEntity"
 
@@ -150,7 +152,7 @@ def _resolved(options: SourceOptions) -> SourceOptions:
         broker.close()
 
 
-def _read(broker: Broker, options: SourceOptions, columns: tuple[str, ...], part: SequenceRange) -> Iterator[Any]:
+def _read(broker: Broker, options: SourceOptions, columns: tuple[str, ...], part: SequenceRange) -> Batches:
     """The range's rows as Arrow record batches: the broker's columnar pages as they arrive, or, from a
     broker that does not serve them, one batch per peeked page, built here column by column."""
     path = part.entity or options.path
@@ -172,7 +174,7 @@ def _read(broker: Broker, options: SourceOptions, columns: tuple[str, ...], part
 
 
 def _column_batches(broker: Broker, columns: tuple[str, ...], part: SequenceRange, path: str,
-                    extra: dict[str, Any] | None) -> Iterator[Any] | None:
+                    extra: dict[str, str] | None) -> Batches | None:
     """The range's rows from the broker's columnar pages (None when it does not serve them): kept as they
     come when they hold exactly ``columns``; a batch that reads chosen numbers only (consume=complete)
     is filtered on its sequence numbers, and ``sourceEntity`` is added as a constant column."""
@@ -188,7 +190,7 @@ def _column_batches(broker: Broker, columns: tuple[str, ...], part: SequenceRang
 
 
 def _reshaped(pages: Iterator[Any], columns: tuple[str, ...], numbers: tuple[tuple[int, int], ...] | None,
-              extra: dict[str, Any] | None) -> Iterator[Any]:
+              extra: dict[str, str] | None) -> Batches:
     import pyarrow as pa  # type: ignore[import-untyped]
     import pyarrow.compute as pc  # type: ignore[import-untyped]
 
@@ -243,7 +245,7 @@ class BatchReader(DataSourceReader):
             self.broker.close()
         return ranges or [SequenceRange(0, 0, 0, self.options.path)]
 
-    def read(self, partition: InputPartition) -> Iterator[Any]:
+    def read(self, partition: InputPartition) -> Batches:
         assert isinstance(partition, SequenceRange)
         return _read(self.broker, self.options, self.columns, partition)
 
@@ -255,10 +257,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.broker = Broker(options.connection_string)
         self._bounds = self._fetch_bounds()  # checks each entity and the key on the driver, now
         self._available_now: dict[Key, int] | None = None
-        self._removed: Any = None  # the last "read" entry removed (one is removed once per run)
+        self._removed: dict[object, object] | None = None  # the last "read" entry removed (once per run)
         self._wanted()
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         return {"options": self.options, "columns": self.columns, "broker": self.broker, "_bounds": self._bounds,
                 "_available_now": self._available_now, "_removed": self._removed}
 
@@ -312,7 +314,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 raise ConfigurationError(f"the checkpoint's offset {offset!r} is not a Sodalite offset") from None
         entity = offset.get("entity")
         if entity != self.options.path:
-            held_text = f"entities {sorted(offset['entities'])}" if "entities" in offset else f"entity '{entity}'"
+            held_text = (f"entities {sorted(cast(Iterable[str], offset['entities']))}" if "entities" in offset
+                         else f"entity '{entity}'")
             raise ConfigurationError(
                 f"the checkpoint holds offsets of {held_text}, but this query reads '{self.options.path}': "
                 "use a new checkpointLocation for a different entity")
@@ -436,7 +439,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [SequenceRange(p, begin.get((path, p), _partition_base(p)), n, path, numbers(path, p))
                 for (path, p), n in sorted(finish.items()) if n > begin.get((path, p), _partition_base(p))]
 
-    def read(self, partition: InputPartition) -> Iterator[Any]:
+    def read(self, partition: InputPartition) -> Batches:
         assert isinstance(partition, SequenceRange)
         return _read(self.broker, self.options, self.columns, partition)
 
@@ -495,7 +498,7 @@ def _task_id() -> str:
     return "this task"
 
 
-def send_rows(options: SinkOptions, iterator: Iterator[Any]) -> int:
+def send_rows(options: SinkOptions, iterator: Iterator[Any]) -> int:  # pyspark Rows
     """Send each row's message, in order per target entity, waiting until each is durable."""
     broker = Broker(options.connection_string)
     pending: dict[str, list[tuple[int, str | None, bytes]]] = {}
@@ -562,7 +565,7 @@ class BatchWriter(DataSourceWriter):
         _check_sink(options, schema)
         self.options = options
 
-    def write(self, iterator: Iterator[Any]) -> Written:
+    def write(self, iterator: Iterator[Row]) -> Written:
         return Written(send_rows(self.options, iterator))
 
 
@@ -574,7 +577,7 @@ class StreamWriter(DataSourceStreamWriter):
         _check_sink(options, schema)
         self.options = options
 
-    def write(self, iterator: Iterator[Any]) -> Written:
+    def write(self, iterator: Iterator[Row]) -> Written:
         return Written(send_rows(self.options, iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

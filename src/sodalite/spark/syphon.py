@@ -15,11 +15,13 @@ from datetime import UTC, datetime, timedelta
 
 from sodalite.amqp.types import Symbol, Timestamp, UInt
 from sodalite.client import backlog
-from sodalite.spark import sections
-from sodalite.spark.rows import SCHEDULED_ENQUEUE_TIME
+from sodalite.message import sections
+from sodalite.message.names import CONTENT_TYPE as _CONTENT_TYPE
+from sodalite.message.names import MESSAGE_ID as _MESSAGE_ID
+from sodalite.message.names import SCHEDULED_ENQUEUE_TIME
+from sodalite.message.names import SESSION_ID as _SESSION_ID
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_SESSION_ID, _CONTENT_TYPE, _MESSAGE_ID = 10, 6, 0
 UINT_MAX = 0xFFFFFFFF
 
 

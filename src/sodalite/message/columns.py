@@ -11,10 +11,36 @@ from __future__ import annotations
 import datetime
 import json
 import uuid
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import Final
 
 from sodalite.amqp import message as amqp_message
-from sodalite.amqp.types import Timestamp
+from sodalite.amqp.types import AmqpMap, Timestamp
+from sodalite.message.names import (
+    CONTENT_TYPE,
+    CORRELATION_ID,
+    DEAD_LETTER_DESCRIPTION,
+    DEAD_LETTER_REASON,
+    DEAD_LETTER_SOURCE,
+    MESSAGE_ID,
+    PARTITION_KEY,
+    REPLY_TO,
+    REPLY_TO_SESSION_ID,
+    SCHEDULED_ENQUEUE_TIME,
+    SESSION_ID,
+    STATES,
+    SUBJECT,
+    TO,
+    text,
+)
+from sodalite.message.names import SERVICE_OWNED_ANNOTATIONS as SERVICE_OWNED
+
+__all__ = [
+    "COLUMNS", "CONTENT_TYPE", "CORRELATION_ID", "DEAD_LETTER_DESCRIPTION", "DEAD_LETTER_REASON",
+    "DEAD_LETTER_SOURCE", "KINDS", "MESSAGE_ID", "PARTITION_KEY", "PARTITION_SHIFT", "PROPERTY_COLUMNS", "REPLY_TO",
+    "REPLY_TO_SESSION_ID", "SCHEDULED_ENQUEUE_TIME", "SCHEMA", "SERVICE_OWNED", "SESSION_ID", "STATES", "SUBJECT",
+    "TO", "application_properties", "body", "jsonable", "moment", "render", "state", "text",
+]
 
 SCHEMA: Final = (
     "body binary, messageId string, sessionId string, partitionKey string, correlationId string, "
@@ -28,43 +54,22 @@ COLUMNS: Final = tuple(part.strip().split(" ")[0] for part in SCHEMA.split(", ")
 KINDS: Final = {part.strip().split(" ", 1)[0]: part.strip().split(" ", 1)[1] for part in SCHEMA.split(", ")}
 
 PARTITION_SHIFT: Final = 48  # a sequence number's upper 16 bits name its partition
-PARTITION_KEY: Final = "x-opt-partition-key"
-SCHEDULED_ENQUEUE_TIME: Final = "x-opt-scheduled-enqueue-time"
-DEAD_LETTER_SOURCE: Final = "x-opt-deadletter-source"
-DEAD_LETTER_REASON: Final = "DeadLetterReason"
-DEAD_LETTER_DESCRIPTION: Final = "DeadLetterErrorDescription"
-STATES: Final = {0: "active", 1: "deferred", 2: "scheduled"}
-# The message annotations the broker sets: never part of ``amqpMessage`` (the message as its sender encoded it).
-SERVICE_OWNED: Final = frozenset({
-    "x-opt-sequence-number", "x-opt-enqueued-time", "x-opt-locked-until", "x-opt-lock-token",
-    "x-opt-deadletter-source", "x-opt-enqueue-sequence-number", "x-opt-message-state", "x-opt-partition-id",
-})
 
-# properties list positions (AMQP 1.0, 3.2.4)
-MESSAGE_ID, TO, SUBJECT, REPLY_TO, CORRELATION_ID, CONTENT_TYPE = 0, 2, 3, 4, 5, 6
-SESSION_ID, REPLY_TO_SESSION_ID = 10, 12
 # The string columns read from the properties section, with their positions in it.
 PROPERTY_COLUMNS: Final = (("messageId", MESSAGE_ID), ("to", TO), ("subject", SUBJECT), ("replyTo", REPLY_TO),
                            ("correlationId", CORRELATION_ID), ("contentType", CONTENT_TYPE),
                            ("sessionId", SESSION_ID), ("replyToSessionId", REPLY_TO_SESSION_ID))
 
-
-def text(value: Any) -> str | None:
-    """A property as a string column shows it: binary as hex, anything else as its text."""
-    if value is None:
-        return None
-    if isinstance(value, bytes):
-        return value.hex()
-    return str(value)
+JsonValue = str | int | float | bool | None | list["JsonValue"] | dict[str, "JsonValue"]
 
 
-def moment(ms: Any) -> datetime.datetime | None:
+def moment(ms: int | None) -> datetime.datetime | None:
     if ms is None:
         return None
     return datetime.datetime.fromtimestamp(int(ms) / 1000, datetime.UTC)
 
 
-def render(value: Any) -> str | None:
+def render(value: object) -> str | None:
     """An application property as the map<string,string> column shows it: strings as they are,
     anything else as JSON (timestamps as ISO 8601, binary as hex, uuids as text)."""
     if value is None or isinstance(value, str):
@@ -72,7 +77,7 @@ def render(value: Any) -> str | None:
     return json.dumps(jsonable(value))
 
 
-def jsonable(value: Any) -> Any:
+def jsonable(value: object) -> JsonValue:
     if isinstance(value, Timestamp):
         at = moment(value)
         return at.isoformat() if at is not None else None
@@ -89,13 +94,13 @@ def jsonable(value: Any) -> Any:
     return str(value)
 
 
-def application_properties(app: dict[Any, Any]) -> dict[str, str | None]:
+def application_properties(app: AmqpMap) -> dict[str, str | None]:
     """The application properties as the map<string,string> column holds them (keys as text)."""
     return {k if isinstance(k, str) else str(k): v if v is None or isinstance(v, str) else render(v)
             for k, v in app.items()}
 
 
-def body(payload: bytes, sections: list[amqp_message.Section]) -> bytes:
+def body(payload: bytes, sections: Sequence[amqp_message.Section]) -> bytes:
     """The ``body`` column: a data section's bytes as they are; several data sections joined; an
     amqp-value's string as UTF-8 (binary as it is, anything else as JSON); an amqp-sequence as JSON."""
     if len(sections) == 1 and sections[0].code == amqp_message.DATA:
@@ -117,6 +122,6 @@ def body(payload: bytes, sections: list[amqp_message.Section]) -> bytes:
     return b"".join(parts)
 
 
-def state(value: Any) -> str:
+def state(value: int | None) -> str:
     """The ``state`` column from ``x-opt-message-state`` (absent: active)."""
     return STATES.get(int(value), str(value)) if value is not None else "active"
