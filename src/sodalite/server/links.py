@@ -455,8 +455,7 @@ class LinkConsumer(Endpoint):
                 if not event.settled:
                     link.settle(delivery_id, Released())
                 return
-            if settlement.removes:
-                metrics.count_out_to(future, self.counters()[1])
+            removed = self.counters()[1] if settlement.removes else None
             echo = outcomes.echo_of(state)
         except SodaliteError as exc:
             if not event.settled:
@@ -464,12 +463,19 @@ class LinkConsumer(Endpoint):
                                                                "rejected")))
             return
         if event.settled:
+            if removed is not None:
+                metrics.count_out_to(future, removed)
             return
 
         def confirm(f: asyncio.Future[None]) -> None:
-            if not link.attached:
+            # One callback per settlement: it counts the removal (once committed) and answers.
+            if f.cancelled():
                 return
             exc = f.exception()
+            if exc is None and removed is not None:
+                removed.inc()
+            if not link.attached:
+                return
             if exc is None:
                 link.settle(delivery_id, echo)  # the SDK waits for this exact outcome (contract 5.1)
             elif isinstance(exc, SodaliteError):
