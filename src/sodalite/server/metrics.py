@@ -147,6 +147,10 @@ class Tallies:
             family.add_metric([value], tally.value)
         return family
 
+    def collect(self) -> list[Metric]:
+        """As a ``Counter``'s: the family, with ``<name>_total`` samples per label value."""
+        return [self.family()]
+
 
 class _TalliesCollector(Collector):
     def __init__(self, tallies: tuple[Tallies, ...]) -> None:
