@@ -21,13 +21,15 @@ machine hits all of them alike):
   the count as ``sodalite_store_round_trips_total`` on its ``/metrics``, read before and after
   the phase.
 
-Two SDK client modes: ``sync`` (a sync sender, then 4 concurrent receiver threads, each with its own
-client, completing one message at a time) and ``aio`` (an aio sender, then one aio receiver with the
-same prefetch, completing each received batch concurrently). Per phase it prints msg/s, broker CPU µs
-per message (user + system of the broker process tree over the phase), the clients' CPU per message
-(this process's, where the SDK or pika clients run), broker RSS after the phase and latency percentiles (per
-batch send, per complete); then a summary with ranges over the rounds and the ratio columns
-Sodalite / RabbitMQ and Sodalite / null peer. Not part of the test run:
+Two SDK client modes, each with 4 client processes (``--receivers``; the fixed configuration: 4
+processes, prefetch 300, 1 KiB): ``sync`` (4 sync senders sending a quarter each in batches, then 4
+sync PeekLock receivers completing one message at a time) and ``aio`` (the same with the asyncio SDK,
+each receiver completing each received batch concurrently). ``--threads`` runs the clients as before
+(one sender; sync receivers as threads of this process, one aio receiver). Per phase it prints msg/s,
+broker CPU µs per message (user + system of the broker process tree over the phase), the clients' CPU
+per message (summed over the client processes; with ``--threads`` and for RabbitMQ, this process's),
+broker RSS after the phase and latency percentiles (per batch send, per complete); then a summary with
+ranges over the rounds and the ratio columns Sodalite / RabbitMQ and Sodalite / null peer. Not part of the test run:
 
     .venv/bin/python benchmarks/cycle.py [--messages 10000] [--rounds 3] [--targets full,normal,null,rabbit]
     .venv/bin/python benchmarks/cycle.py --messages 5000 --rounds 3 --targets full,pg1,pg2
@@ -158,18 +160,30 @@ class Cycle:
     count: int = 0
 
 
-def measure(broker: Broker, count: int, run: Callable[[Meter], list[float] | None]) -> Phase:
+def measure(broker: Broker, count: int,
+            run: Callable[[Meter], list[float] | tuple[list[float], float] | None]) -> Phase:
+    """One phase: ``run`` returns its latencies, or its latencies and its clients' CPU seconds when the
+    clients run in processes of their own (else the clients' CPU is this process's)."""
     meter = Meter(broker.measured_pid)
     client0 = time.process_time()
-    latencies = run(meter) or []
+    ran = run(meter)
     client = time.process_time() - client0
+    latencies = ran or []
+    if isinstance(ran, tuple):
+        latencies, client = ran
     return Phase(count / meter.elapsed, meter.cpu * 1e6 / count, harness.rss_bytes(broker.measured_pid),
                  harness.percentiles(latencies), meter.elapsed, meter.cpu, client_cpu=client)
 
 
-def sdk_cycle(broker: Broker, mode: str, n: int, size: int, receivers: int, prefetch: int) -> Cycle:
+def sdk_cycle(broker: Broker, mode: str, n: int, size: int, receivers: int, prefetch: int,
+              threads: bool = False) -> Cycle:
     cs = broker.connection_string
-    if mode == "sync":
+    if not threads:  # the fixed configuration: each SDK client a process of its own
+        send = measure(broker, n, lambda m: workloads.sdk_processes(m, cs, QUEUE, n, "send", mode, receivers, size,
+                                                                    prefetch))
+        receive = measure(broker, n, lambda m: workloads.sdk_processes(m, cs, QUEUE, n, "receive", mode, receivers,
+                                                                       size, prefetch))
+    elif mode == "sync":
         send = measure(broker, n, lambda m: workloads.sdk_send(m, cs, QUEUE, n, size))
         receive = measure(broker, n, lambda m: workloads.sdk_receive_threads(m, cs, QUEUE, n, receivers, prefetch))
     else:
@@ -350,13 +364,18 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=10_000, help="messages per cycle (default 10,000)")
     parser.add_argument("--size", type=int, default=1024, help="message body bytes (default 1024)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
-    parser.add_argument("--receivers", type=int, default=4, help="concurrent sync receivers / consumers (default 4)")
+    parser.add_argument("--receivers", type=int, default=4,
+                        help="SDK client processes per phase (senders, then receivers), RabbitMQ consumers (default 4)")
     parser.add_argument("--prefetch", type=int, default=300,
                         help="prefetch per receiver (default 300, the fixed configuration)")
     parser.add_argument("--targets", default="full,normal,null,rabbit",
                         help="comma-separated subset of full,normal,null,rabbit,pg1,pg2 (default: "
                              "full,normal,null,rabbit; v2full, v2normal: older names of full, normal; pg1, pg2: "
                              "PostgreSQL, one node and two nodes on one database)")
+    parser.add_argument("--threads", action="store_true",
+                        help="run the SDK clients as before 2026-11-29: one sender, and the receivers as threads of "
+                             "this process (aio: one receiver); by default each of the --receivers clients is a "
+                             "process of its own, senders and receivers alike")
     parser.add_argument("--modes", default="sync,aio", help="SDK client modes: sync,aio (default both)")
     parser.add_argument("--max-seconds", type=float, default=1800, help="run-time bound (default 1800)")
     parser.add_argument("--base", type=Path, default=None, metavar="CHECKOUT",
@@ -414,7 +433,8 @@ def main() -> int:
                     print_cycle(r, c)
                     continue
                 for mode in modes:
-                    c = sdk_cycle(broker, mode, args.messages, args.size, args.receivers, args.prefetch)
+                    c = sdk_cycle(broker, mode, args.messages, args.size, args.receivers, args.prefetch,
+                                  args.threads)
                     results.append((r, c))
                     print_cycle(r, c)
         summary(results, args.messages)

@@ -1,6 +1,7 @@
 """Latency benchmark: send-to-receive latency at a fixed rate, on an empty queue and beside a backlog.
 
-A paced sender process sends ``--rate`` messages per second (default 1,000) of 1 KB for ``--seconds``;
+A paced sender process sends ``--rate`` messages per second of 1 KB for ``--seconds`` (by default
+each phase runs twice, at 1,000 and at 5,000 msg/s: ``--rates``);
 message i is stamped (application property ``t``) with the time it was *due*, so a sender that falls
 behind shows up in the latency instead of hiding it. Receiver processes (``--receivers``, default 4,
 each with its own connection) take the messages in PeekLock one at a time (prefetch 50; a larger
@@ -13,7 +14,7 @@ so the backlog's memory, collector and timer costs are present. Brokers: Sodalit
 official sync SDK, batches of whatever is due) and a RabbitMQ quorum queue (pika; persistent messages,
 published without waiting for confirms). Not part of the test run:
 
-    .venv/bin/python benchmarks/latency.py [--rate 1000] [--seconds 30] [--backlog 1000000]
+    .venv/bin/python benchmarks/latency.py [--rates 1000,5000 | --rate 1000] [--seconds 30] [--backlog 1000000]
         [--targets sodalite,rabbit] [--backlog-dir DIR]
 
 ``--backlog-dir DIR`` keeps Sodalite's backlog store in ``DIR`` after the run and reopens it in later
@@ -141,9 +142,9 @@ def pika_receiver(port: int, total: int, received: Any, out: Any, deadline: floa
 # ---- one phase ----------------------------------------------------------------------------------
 
 
-def run_phase(label: str, broker: Broker, kind: str, args: argparse.Namespace) -> dict[str, float]:
+def run_phase(label: str, broker: Broker, kind: str, args: argparse.Namespace, rate: float) -> dict[str, float]:
     ctx = multiprocessing.get_context("spawn")
-    count = int(args.rate * args.seconds)
+    count = int(rate * args.seconds)
     received = ctx.Value("q", 0)
     out = ctx.Queue()
     deadline = time.time() + args.seconds + 120
@@ -160,7 +161,7 @@ def run_phase(label: str, broker: Broker, kind: str, args: argparse.Namespace) -
     time.sleep(8)  # the receivers open their links (the SDK takes seconds per handler on a loaded machine)
     started = ctx.Value("d", 0.0)  # when the sender's schedule began
     sent = ctx.Value("d", 0.0)  # how long the sender took to send everything (== --seconds if it kept pace)
-    sender = ctx.Process(target=send_fn, args=(target, count, args.rate, started, sent), daemon=True)
+    sender = ctx.Process(target=send_fn, args=(target, count, rate, started, sent), daemon=True)
     sender.start()
     cpu0 = harness.cpu_seconds(broker.measured_pid)
     samples: list[float] = []
@@ -190,8 +191,8 @@ def run_phase(label: str, broker: Broker, kind: str, args: argparse.Namespace) -
     r = {"p50": harness.pick(ordered, 0.5), "p99": harness.pick(ordered, 0.99),
          "p999": harness.pick(ordered, 0.999), "max": ordered[-1], "n": len(ordered),
          "rate": len(ordered) / elapsed, "cpu_us": cpu * 1e6 / max(1, len(ordered)),
-         "rss": harness.rss_bytes(broker.measured_pid), "send_s": sent.value}
-    print(f"  {label}: {len(ordered):,} of {count:,} messages, {r['rate']:,.0f} msg/s received "
+         "rss": harness.rss_bytes(broker.measured_pid), "send_s": sent.value, "at": rate}
+    print(f"  {label} at {rate:,.0f} msg/s: {len(ordered):,} of {count:,} messages, {r['rate']:,.0f} msg/s received "
           f"(the sender needed {sent.value:.1f} s for its {args.seconds:.0f} s schedule); latency p50 "
           f"{r['p50'] * 1000:.1f} ms, p99 {r['p99'] * 1000:.1f} ms, p99.9 {r['p999'] * 1000:.1f} ms, max "
           f"{r['max'] * 1000:.1f} ms; broker CPU {r['cpu_us']:.0f} µs/msg, RSS {harness.mb(r['rss'])}", flush=True)
@@ -207,9 +208,9 @@ def run_target(kind: str, cleanup: Cleanup, tmp: Path, args: argparse.Namespace)
         broker = harness.start_sodalite(cleanup, tmp / "sodalite", args.sync, [QUEUE, BACKLOG],
                                          f"Sodalite {args.sync} {args.core}", extra_args=["--core", args.core],
                                          root=args.base if kind == "base" else harness.ROOT)
-    results = {"empty": run_phase("empty broker", broker, kind, args)}
+    results = {f"empty {rate:g}": run_phase("empty broker", broker, kind, args, rate) for rate in args.rates}
     if args.backlog and kind == "sodalite" and args.backlog_dir:
-        results["backlog"] = beside_kept_backlog(broker, cleanup, args)
+        results.update(beside_kept_backlog(broker, cleanup, args))
     elif args.backlog:
         t0 = time.perf_counter()
         if kind == "rabbit":
@@ -218,7 +219,8 @@ def run_target(kind: str, cleanup: Cleanup, tmp: Path, args: argparse.Namespace)
             workloads.sdk_fill(broker.connection_string, BACKLOG, args.backlog)
         print(f"  backlog of {args.backlog:,} in '{BACKLOG}' filled in {time.perf_counter() - t0:.0f} s; "
               f"RSS {harness.mb(harness.rss_bytes(broker.measured_pid))}", flush=True)
-        results["backlog"] = run_phase(f"beside a backlog of {args.backlog:,}", broker, kind, args)
+        for rate in args.rates:
+            results[f"backlog {rate:g}"] = run_phase(f"beside a backlog of {args.backlog:,}", broker, kind, args, rate)
     return results
 
 
@@ -234,7 +236,7 @@ def stored_depth(data_dir: Path) -> int:
     return int(row[0])
 
 
-def beside_kept_backlog(empty: Broker, cleanup: Cleanup, args: argparse.Namespace) -> dict[str, float]:
+def beside_kept_backlog(empty: Broker, cleanup: Cleanup, args: argparse.Namespace) -> dict[str, dict[str, float]]:
     """The backlog phase on a data directory that outlives the run (``--backlog-dir``): filled once,
     then reopened by later runs, so a 10M backlog (about an hour to fill here) is measured again
     without filling it again. The empty broker is stopped first; the backlog's broker starts on the
@@ -252,12 +254,16 @@ def beside_kept_backlog(empty: Broker, cleanup: Cleanup, args: argparse.Namespac
         workloads.sdk_fill(broker.connection_string, BACKLOG, args.backlog - depth)
         print(f"  backlog topped up by {args.backlog - depth:,} to {args.backlog:,} in "
               f"{time.perf_counter() - t0:.0f} s; RSS {harness.mb(harness.rss_bytes(broker.measured_pid))}", flush=True)
-    return run_phase(f"beside a backlog of {max(depth, args.backlog):,}", broker, "sodalite", args)
+    return {f"backlog {rate:g}": run_phase(f"beside a backlog of {max(depth, args.backlog):,}", broker, "sodalite",
+                                           args, rate) for rate in args.rates}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rate", type=float, default=1000, help="messages per second (default 1,000)")
+    parser.add_argument("--rates", default="1000,5000",
+                        help="comma-separated rates in messages per second, each phase once per rate "
+                             "(default 1000,5000)")
+    parser.add_argument("--rate", type=float, default=None, help="one rate only (overrides --rates)")
     parser.add_argument("--seconds", type=float, default=30, help="seconds per phase (default 30)")
     parser.add_argument("--backlog", type=int, default=1_000_000, help="backlog in another queue (default 1M; 0: none)")
     parser.add_argument("--receivers", type=int, default=4, help="receiver processes (default 4)")
@@ -276,12 +282,19 @@ def main() -> int:
                              "already holds the backlog is reopened instead of filled again")
     parser.add_argument("--max-seconds", type=float, default=3600, help="run-time bound (default 3600)")
     args = parser.parse_args()
+    try:
+        args.rates = [args.rate] if args.rate else [float(r) for r in args.rates.split(",") if r]
+    except ValueError:
+        parser.error(f"--rates: not a list of numbers: {args.rates}")
+    if not args.rates or min(args.rates) <= 0:
+        parser.error("rates must be positive")
     targets = [t for t in args.targets.split(",") if t]
     if any(t not in ("sodalite", "rabbit", "base") for t in targets):
         parser.error("targets are sodalite, base and rabbit")
     if "base" in targets and args.base is None:
         parser.error("target 'base' needs --base CHECKOUT")
-    print(f"# Latency benchmark: {args.rate:,.0f} msg/s of 1 KB for {args.seconds:.0f} s per phase, "
+    shown = ", ".join(f"{r:,.0f}" for r in args.rates)
+    print(f"# Latency benchmark: {shown} msg/s of 1 KB for {args.seconds:.0f} s per phase, "
           f"{args.receivers} receivers, backlog {args.backlog:,}; {harness.version_line()}", flush=True)
     results: list[tuple[str, dict[str, dict[str, float]]]] = []
     with harness.bounded_run(args.max_seconds) as cleanup:
@@ -295,13 +308,14 @@ def main() -> int:
                     step.run()
     names = {"sodalite": f"Sodalite {args.sync}", "rabbit": "RabbitMQ quorum",
              "base": f"Sodalite {args.sync} before (A/B)"}
-    print(f"\n## Summary: send-to-receive latency at {args.rate:,.0f} msg/s\n")
-    print("| broker | queue | sender s | received msg/s | p50 | p99 | p99.9 | max | broker CPU µs/msg | RSS |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print(f"\n## Summary: send-to-receive latency at {shown} msg/s\n")
+    print("| broker | queue | rate | sender s | received msg/s | p50 | p99 | p99.9 | max | broker CPU µs/msg | RSS |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for t, phases in results:
         for phase, r in phases.items():
-            where = "empty broker" if phase == "empty" else f"beside {args.backlog:,} backlog"
-            print(f"| {names[t]} | {where} | {r['send_s']:.1f} | {r['rate']:,.0f} | {r['p50'] * 1000:.1f} ms "
+            where = "empty broker" if phase.startswith("empty") else f"beside {args.backlog:,} backlog"
+            print(f"| {names[t]} | {where} | {r['at']:,.0f} | {r['send_s']:.1f} | {r['rate']:,.0f} "
+                  f"| {r['p50'] * 1000:.1f} ms "
                   f"| {r['p99'] * 1000:.1f} ms | {r['p999'] * 1000:.1f} ms | {r['max'] * 1000:.1f} ms "
                   f"| {r['cpu_us']:.0f} | {harness.mb(r['rss'])} |")
     return 0

@@ -387,3 +387,171 @@ def pika_consume_threads(meter: Meter | None, params: Any, queue: str, count: in
         t.join(30)
     if errors:
         raise errors[0]
+
+
+# ---- official SDK, one process per client --------------------------------------------------------
+
+
+def _client_process(role: str, mode: str, connection_string: str, queue: str, share: int, count: int, size: int,
+                    prefetch: int, ready: Any, go: Any, done: Any, finished: Any, out: Any) -> None:
+    """One SDK client in a process of its own: ``role`` send (``share`` messages in batches) or receive
+    (PeekLock, completing until ``count`` messages are done over every process); ``mode`` sync or aio.
+    Puts (latencies, CPU seconds of this process over its measured span, error or None) on ``out``."""
+    try:
+        if mode == "sync":
+            latencies, cpu = _sync_client(role, connection_string, queue, share, count, size, prefetch, ready, go,
+                                          done, finished)
+        else:
+            latencies, cpu = asyncio.run(_aio_client(role, connection_string, queue, share, count, size, prefetch,
+                                                     ready, go, done, finished))
+        out.put((latencies, cpu, None))
+    except BaseException as exc:
+        out.put(([], 0.0, f"{role} client ({mode}): {type(exc).__name__}: {exc}"))
+        ready.release()
+        finished.set()
+
+
+def _count_done(done: Any, finished: Any, k: int, count: int) -> None:
+    with done.get_lock():
+        done.value += k
+        if done.value >= count:
+            finished.set()
+
+
+class _StallWatch:
+    """Raises :class:`Stalled` once the shared count made no progress for STALL_SECONDS."""
+
+    def __init__(self, done: Any, count: int) -> None:
+        self.done, self.count = done, count
+        self.seen, self.at = -1, time.monotonic()
+
+    def check(self) -> None:
+        value = int(self.done.value)
+        if value != self.seen:
+            self.seen, self.at = value, time.monotonic()
+        elif time.monotonic() - self.at > STALL_SECONDS:
+            raise Stalled(f"only {value} of {self.count} messages came back")
+
+
+def _sync_client(role: str, connection_string: str, queue: str, share: int, count: int, size: int, prefetch: int,
+                 ready: Any, go: Any, done: Any, finished: Any) -> tuple[list[float], float]:
+    latencies: list[float] = []
+    with ServiceBusClient.from_connection_string(connection_string) as client:
+        if role == "send":
+            with client.get_queue_sender(queue) as sender:
+                batches = _sdk_batches(sender, share, b"x" * size, None)
+                ready.release()
+                go.wait()
+                cpu0 = time.process_time()
+                for batch in batches:
+                    t = time.perf_counter()
+                    sender.send_messages(batch)
+                    latencies.append(time.perf_counter() - t)
+                _count_done(done, finished, share, count)
+                return latencies, time.process_time() - cpu0
+        with client.get_queue_receiver(queue, receive_mode=ServiceBusReceiveMode.PEEK_LOCK,
+                                       prefetch_count=prefetch) as receiver:
+            ready.release()
+            go.wait()
+            cpu0 = time.process_time()
+            watch = _StallWatch(done, count)
+            while not finished.is_set():
+                batch = receiver.receive_messages(max_message_count=prefetch, max_wait_time=1)
+                if not batch:
+                    watch.check()
+                for m in batch:
+                    t = time.perf_counter()
+                    receiver.complete_message(m)
+                    latencies.append(time.perf_counter() - t)
+                    _count_done(done, finished, 1, count)
+            return latencies, time.process_time() - cpu0
+
+
+async def _aio_client(role: str, connection_string: str, queue: str, share: int, count: int, size: int,
+                      prefetch: int, ready: Any, go: Any, done: Any, finished: Any) -> tuple[list[float], float]:
+    latencies: list[float] = []
+    loop = asyncio.get_running_loop()
+    async with AsyncServiceBusClient.from_connection_string(connection_string) as client:
+        if role == "send":
+            async with client.get_queue_sender(queue) as sender:
+                batches, remaining = [], share
+                while remaining:
+                    batch = await sender.create_message_batch()
+                    while remaining:
+                        try:
+                            batch.add_message(ServiceBusMessage(b"x" * size))
+                        except ValueError:
+                            break
+                        remaining -= 1
+                    batches.append(batch)
+                ready.release()
+                await loop.run_in_executor(None, go.wait)
+                cpu0 = time.process_time()
+                for batch in batches:
+                    t = time.perf_counter()
+                    await sender.send_messages(batch)
+                    latencies.append(time.perf_counter() - t)
+                _count_done(done, finished, share, count)
+                return latencies, time.process_time() - cpu0
+
+        async def complete(receiver: Any, message: Any) -> None:
+            t = time.perf_counter()
+            await receiver.complete_message(message)
+            latencies.append(time.perf_counter() - t)
+
+        async with client.get_queue_receiver(queue, prefetch_count=prefetch) as receiver:
+            ready.release()
+            await loop.run_in_executor(None, go.wait)
+            cpu0 = time.process_time()
+            watch = _StallWatch(done, count)
+            while not finished.is_set():
+                got = await receiver.receive_messages(max_message_count=prefetch, max_wait_time=1)
+                if not got:
+                    watch.check()
+                    continue
+                await asyncio.gather(*(complete(receiver, m) for m in got))
+                _count_done(done, finished, len(got), count)
+            return latencies, time.process_time() - cpu0
+
+
+def sdk_processes(meter: Meter, connection_string: str, queue: str, count: int, role: str, mode: str,
+                  processes: int = 4, size: int = 1024, prefetch: int = 300) -> tuple[list[float], float]:
+    """``processes`` SDK clients, each a process of its own (the SDK's client work is CPU-bound and
+    holds its process's GIL): senders each sending a share of ``count`` in batches, or PeekLock
+    receivers each completing until ``count`` messages are done over all of them (sync: one message
+    at a time; aio: each received batch concurrently). The meter spans from the moment every client
+    is connected to the last message; returns the latencies and the clients' CPU seconds summed."""
+    ctx = multiprocessing.get_context("spawn")
+    ready, go, finished = ctx.Semaphore(0), ctx.Event(), ctx.Event()
+    done, out = ctx.Value("q", 0), ctx.Queue()
+    shares = [count // processes + (1 if i < count % processes else 0) for i in range(processes)]
+    procs = [ctx.Process(target=_client_process, daemon=True,
+                         args=(role, mode, connection_string, queue, share, count, size, prefetch, ready, go, done,
+                               finished, out))
+             for share in shares]
+    for p in procs:
+        p.start()
+    try:
+        for _ in procs:
+            if not ready.acquire(timeout=180):
+                raise Stalled("an SDK client process did not connect within 180 s")
+        meter.start()
+        go.set()
+        while not finished.wait(0.5):
+            if not any(p.is_alive() for p in procs):
+                break
+        meter.stop()
+        results = [out.get(timeout=120) for _ in procs]
+    finally:
+        finished.set()
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+                p.join(10)
+    errors = [error for _, _, error in results if error]
+    if errors:
+        raise RuntimeError("; ".join(errors))
+    if done.value < count:
+        raise Stalled(f"only {done.value} of {count} messages were done")
+    return [lat for latencies, _, _ in results for lat in latencies], sum(cpu for _, cpu, _ in results)

@@ -50,7 +50,7 @@ from sodalite.server.partitioned_actor import each
 from sodalite.server.registry import QUEUE, SUBSCRIPTION, TOPIC, Entity
 
 if TYPE_CHECKING:
-    from prometheus_client import Counter
+    from sodalite.server.metrics import Tallies
 
 
 class ConnectionStrings(Protocol):
@@ -108,7 +108,7 @@ class BrokerControl:
 
     def _totals(self) -> tuple[dict[str, int], dict[str, int]]:
         """Messages in and out per entity label since the start (the broker's Prometheus counters)."""
-        def totals(counter: Counter) -> dict[str, int]:
+        def totals(counter: Tallies) -> dict[str, int]:
             return {sample.labels["entity"]: int(sample.value) for metric in counter.collect()
                     for sample in metric.samples if sample.name.endswith("_total")}
 

@@ -26,8 +26,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import Counter
-
 from sodalite.amqp import events as ev
 from sodalite.amqp.link import Link
 from sodalite.amqp.performatives import Accepted, Rejected, Released, Source, TransactionalState
@@ -53,6 +51,7 @@ from sodalite.server.entity_settings import SubQueue
 from sodalite.server.registry import TOPIC, Entity
 
 if TYPE_CHECKING:
+    from sodalite.server.metrics import Tally
     from sodalite.server.partitioned_actor import EntityActor
 
 RECEIVE_AND_DELETE = 1  # snd-settle-mode "settled": the client receives pre-settled messages
@@ -334,14 +333,14 @@ class LinkConsumer(Endpoint):
         self.session_id: str | None = None
         self.peek_lock = peek_lock
         self.reserved = 0
-        self._counters: tuple[Counter, Counter] | None = None  # deliveries, messages out (labelled once)
+        self._counters: tuple[Tally, Tally] | None = None  # deliveries, messages out (labelled once)
         # Deliveries queued on the link and not written to the socket yet, by delivery-id: given
         # back if they never are (a ReceiveAndDelete message put back in place, a lock released).
         self.unwritten: dict[int, tuple[MessageRecord, Lock | None]] = {}
         self.on_gone: Callable[[], None] | None = None  # after the link went (a topic consumer's subscription)
         self.selects: Callable[[MessageRecord], bool] | None = None  # a JMS selector: only what it selects
 
-    def counters(self) -> tuple[Counter, Counter]:
+    def counters(self) -> tuple[Tally, Tally]:
         if self._counters is None:
             self._counters = self.connection.broker.metrics.consumer_counters(self.actor, self.sub_queue)
         return self._counters
@@ -456,8 +455,7 @@ class LinkConsumer(Endpoint):
                 if not event.settled:
                     link.settle(delivery_id, Released())
                 return
-            if settlement.removes:
-                metrics.count_out_to(future, self.counters()[1])
+            removed = self.counters()[1] if settlement.removes else None
             echo = outcomes.echo_of(state)
         except SodaliteError as exc:
             if not event.settled:
@@ -465,12 +463,19 @@ class LinkConsumer(Endpoint):
                                                                "rejected")))
             return
         if event.settled:
+            if removed is not None:
+                metrics.count_out_to(future, removed)
             return
 
         def confirm(f: asyncio.Future[None]) -> None:
-            if not link.attached:
+            # One callback per settlement: it counts the removal (once committed) and answers.
+            if f.cancelled():
                 return
             exc = f.exception()
+            if exc is None and removed is not None:
+                removed.inc()
+            if not link.attached:
+                return
             if exc is None:
                 link.settle(delivery_id, echo)  # the SDK waits for this exact outcome (contract 5.1)
             elif isinstance(exc, SodaliteError):

@@ -3,7 +3,10 @@
 Each broker owns a ``CollectorRegistry`` of its own, never the process-global one, so several
 brokers (tests run many in one process) never share or collide on series. Counters are bumped by
 one-line hooks where things happen (a send accepted, a message delivered or removed, a connection
-opened, a store commit, an error sent to a client). Message counts per entity and the number of
+opened, a store commit, an error sent to a client). The per-message counters (messages in and
+out, deliveries) are plain integers bumped on the event loop, without the lock a Prometheus
+``Counter`` takes per increment, and turned into counter families when scraped (the metric names
+and labels are those of a ``Counter``). Message counts per entity and the number of
 open connections are read from the partition actors and the broker when scraped, so they cannot
 drift from the broker's own state. Scrapes run on the event loop, like the actors, so reading
 their state needs no lock.
@@ -59,13 +62,14 @@ class BrokerMetrics:
     def __init__(self, broker: Observed) -> None:
         self.broker = broker
         self.registry = CollectorRegistry(auto_describe=True)
-        self.messages_in = Counter("sodalite_messages_in", "Messages accepted from senders (acknowledged sends)",
-                                   ["entity"], registry=self.registry)
-        self.messages_out = Counter(
+        self.messages_in = Tallies("sodalite_messages_in", "Messages accepted from senders (acknowledged sends)",
+                                   "entity")
+        self.messages_out = Tallies(
             "sodalite_messages_out", "Messages removed by receivers: completed, or received in ReceiveAndDelete",
-            ["entity"], registry=self.registry)
-        self.deliveries = Counter("sodalite_deliveries", "Messages transferred to receivers, redeliveries included",
-                                  ["entity"], registry=self.registry)
+            "entity")
+        self.deliveries = Tallies("sodalite_deliveries", "Messages transferred to receivers, redeliveries included",
+                                  "entity")
+        self.registry.register(_TalliesCollector((self.messages_in, self.messages_out, self.deliveries)))
         self.connections = Counter("sodalite_connections", "AMQP connections opened (after any TLS handshake)",
                                    registry=self.registry)
         self.commit_seconds = Histogram("sodalite_store_commit_seconds",
@@ -105,14 +109,14 @@ class BrokerMetrics:
         settled.add_done_callback(lambda f: None if f.cancelled() or f.exception() is not None
                                   else self.messages_out.labels(label).inc(messages))
 
-    def consumer_counters(self, actor: AnyActor, sub_queue: SubQueue) -> tuple[Counter, Counter]:
+    def consumer_counters(self, actor: AnyActor, sub_queue: SubQueue) -> tuple[Tally, Tally]:
         """The deliveries and messages-out counters of one entity (sub-queue), labelled once: a
         receiver link keeps them for its life instead of looking the label up per message."""
         label = self.entity_label(actor, sub_queue)
         return self.deliveries.labels(label), self.messages_out.labels(label)
 
     @staticmethod
-    def count_out_to(settled: asyncio.Future[None], messages_out: Counter) -> None:
+    def count_out_to(settled: asyncio.Future[None], messages_out: Tally) -> None:
         """:meth:`count_out` with the counter already labelled (:meth:`consumer_counters`)."""
         settled.add_done_callback(lambda f: None if f.cancelled() or f.exception() is not None
                                   else messages_out.inc())
@@ -126,6 +130,50 @@ class BrokerMetrics:
 
     def error_sent(self, condition: str) -> None:
         self.errors.labels(condition).inc()
+
+
+class Tally:
+    """One counter's value, bumped on the event loop (one thread: no lock) and read when scraped."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def inc(self, amount: int = 1) -> None:
+        self.value += amount
+
+
+class Tallies:
+    """A counter with one label, as :class:`Tally` per label value (``labels`` as on a ``Counter``)."""
+
+    def __init__(self, name: str, documentation: str, label: str) -> None:
+        self.name, self.documentation, self.label = name, documentation, label
+        self._by: dict[str, Tally] = {}
+
+    def labels(self, value: str) -> Tally:
+        tally = self._by.get(value)
+        if tally is None:
+            tally = self._by[value] = Tally()
+        return tally
+
+    def family(self) -> CounterMetricFamily:
+        family = CounterMetricFamily(self.name, self.documentation, labels=[self.label])
+        for value, tally in list(self._by.items()):
+            family.add_metric([value], tally.value)
+        return family
+
+    def collect(self) -> list[Metric]:
+        """As a ``Counter``'s: the family, with ``<name>_total`` samples per label value."""
+        return [self.family()]
+
+
+class _TalliesCollector(Collector):
+    def __init__(self, tallies: tuple[Tallies, ...]) -> None:
+        self.tallies = tallies
+
+    def collect(self) -> Iterable[Metric]:
+        return [tallies.family() for tallies in self.tallies]
 
 
 class _LiveCollector(Collector):

@@ -59,8 +59,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from concurrent.futures import Executor, Future
+from queue import SimpleQueue
+from typing import Any, TypeVar
 
 from sodalite.errors import SodaliteError, StoreFull, StoreUnavailable
 from sodalite.store.port import (
@@ -150,11 +151,63 @@ def _key(ref: PartitionRef) -> tuple[str, int]:
     return ref.entity.translate(_ASCII_LOWER), ref.partition
 
 
+class StoreThread(Executor):
+    """The store's one thread: jobs run one at a time, in the order given.
+
+    :meth:`put` is the per-commit hand-off: one ``SimpleQueue.put`` that wakes the thread, without the
+    future, work item, locks and thread-count check of ``ThreadPoolExecutor.submit``. A job given to
+    :meth:`put` reports its own outcome (the callers post it back to the event loop). :meth:`submit`
+    makes it an ``Executor`` for ``run_in_executor``. The thread is a daemon: a process that exits
+    without closing the broker does not wait for it (an interrupted transaction is rolled back by the
+    store and was never acknowledged)."""
+
+    def __init__(self, name: str) -> None:
+        self._jobs: SimpleQueue[Callable[[], None] | None] = SimpleQueue()
+        self._shut = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def put(self, job: Callable[[], None]) -> None:
+        if self._shut:
+            raise RuntimeError("cannot schedule new jobs after shutdown")
+        self._jobs.put(job)
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        future: Future[T] = Future()
+
+        def job() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as error:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+
+        self.put(job)
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        if not self._shut:
+            self._shut = True
+            self._jobs.put(None)
+        if wait and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            try:
+                job()
+            except BaseException:  # a job reports its own errors; the thread goes on whatever happens
+                log.exception("a job on a store's thread failed")
+
+
 class StoreWorker:
     def __init__(self, store: MessagingStore, name: str) -> None:
         self.store = store
         self.name = name
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"store-{name}")
+        self._executor = StoreThread(f"store-{name}")
         self.on_commit: Callable[[float], None] | None = None
         # The operator's outage switch: while set, every call fails as an unreachable store's would.
         self.offline = False
@@ -212,7 +265,7 @@ class StoreWorker:
             release.wait(PARK_LIMIT_SECONDS)  # never kept longer, whatever the caller does
 
         try:
-            self._executor.submit(job)
+            self._executor.put(job)
         except RuntimeError as error:
             arrived.set_exception(StoreUnavailable(f"the messaging store '{self.name}' is closed: {error}"))
         return arrived
@@ -308,7 +361,7 @@ class StoreWorker:
                 self._post(loop, self._committed, group, results, None, time.perf_counter() - started)
 
         try:
-            self._executor.submit(job)
+            self._executor.put(job)
         except RuntimeError as error:  # the worker closed (executor shut down)
             loop.call_soon(self._committed, group, None, StoreUnavailable(f"the messaging store '{self.name}' "
                                                                          f"is closed: {error}"), 0.0)
@@ -376,7 +429,7 @@ class StoreWorker:
                 self._post(loop, answered, value, None)
 
         try:
-            self._executor.submit(job)
+            self._executor.put(job)
         except RuntimeError as error:
             loop.call_soon(done, None, StoreUnavailable(f"the messaging store '{self.name}' is closed: {error}"))
 

@@ -1022,6 +1022,20 @@ _SELECT_RING: Final = (
 
 
 
+# What a commit waits for before the server acknowledges it. ``on`` (the server's default) and
+# ``remote_apply`` flush the WAL locally (and wait for synchronous standbys); ``off``, ``local`` and
+# ``remote_write`` would let an acknowledged send be lost with the server or with its disk. A
+# database, role or server configured weaker is overruled for the broker's own sessions.
+_DURABLE_COMMITS: Final = ("on", "remote_apply")
+
+
+def _durable_commits(conn: psycopg.Connection[Any]) -> None:
+    """Make ``conn``'s commits wait for the WAL flush (a pool's ``configure`` hook; autocommit)."""
+    row = conn.execute("SHOW synchronous_commit").fetchone()
+    if row is None or row[0] not in _DURABLE_COMMITS:
+        conn.execute("SET synchronous_commit = on")
+
+
 def check_url(url: str) -> str:
     """A PostgreSQL connection URL, or ConfigurationError saying what is wrong with it."""
     if not isinstance(url, str):
@@ -1763,12 +1777,14 @@ class PostgresStore:
             # and so tries again (the partitions' reload loop makes those calls while the database is away).
             reconnect_timeout=0,
             name=f"sodalite-{self._shown}",
+            configure=_durable_commits,
             connection_class=self._failover.connection_class(),  # the primary on the highest timeline
         )
         try:
             # The first connection decides: an unreachable database fails here, with what to do.
             with self._failover.connect(autocommit=True, connect_timeout=max(1, int(self._timeout)),
                                         application_name=self._application_name) as conn:
+                _durable_commits(conn)
                 self._migrate(conn)
                 row = conn.execute("SELECT current_schema()").fetchone()
         except pg_failover.NoPrimary as exc:

@@ -7,12 +7,13 @@ from __future__ import annotations
 import heapq
 import uuid
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from sodalite.model.dedup import DuplicateDetector
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import LAST_INSTANT_MS, MessageDraft
 from sodalite.model.partition_core.commands import CancelScheduled, Landed, Publish, PublishEntry, Unsent
+from sodalite.model.partition_core.copies import numbered
 from sodalite.model.partition_core.replies import (
     MessageNotFound,
     Published,
@@ -285,7 +286,7 @@ class AppendCtx(Continuation):
             session_ready(view, record.session_id)
             if window.at_tail and seq > window.cursor:
                 window.cursor = seq
-                admit(turn, replace(record, sequence_number=seq))
+                admit(turn, numbered(record, seq))
         turn.replies.append(SendAccepted(self.reply_to, tuple(n for n in result.sequence_numbers if n)))
 
     def failed(self, turn: Turn, answered: ReplyTo | None) -> None:
@@ -308,7 +309,7 @@ class PublishCtx(Continuation):
 
     def done(self, turn: Turn, result: OpResult, batch_id: int) -> None:
         if isinstance(result, Appended) and self.target is not None:
-            copies = tuple(replace(r, sequence_number=n) for r, n in
+            copies = tuple(numbered(r, n) for r, n in
                            zip(self.records, result.sequence_numbers, strict=True) if n)
             if copies:
                 self.stored.append((self.target, copies))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import MAX_DELIVERY_COUNT_EXCEEDED, TTL_EXPIRED
 from sodalite.model.partition_core.commands import WindowRead
+from sodalite.model.partition_core.copies import counted
 from sodalite.model.partition_core.dead_letters import dead_letter_move, service_edit
 from sodalite.model.partition_core.replies import Delivered
 from sodalite.model.partition_core.settings import NO_REPLY, Consumer, ReceiveMode, ReplyTo
@@ -323,7 +324,7 @@ class TakeCtx(Continuation):
             done += 1
             view.counts.active -= 1
             # As the claim stored it (it counted this delivery), like every other delivery's record.
-            turn.replies.append(Delivered(self.consumer, record.with_delivery_count(record.delivery_count + 1),
+            turn.replies.append(Delivered(self.consumer, counted(record, record.delivery_count + 1),
                                           None, None))
         credit = view.credit.get(self.consumer)
         if credit is not None:
