@@ -27,8 +27,9 @@ promotion itself; ``pg_control_checkpoint().timeline_id``, which changes only at
 checkpoint, and a standby's ``pg_stat_wal_receiver.received_tli`` are taken into account too.
 
 Outcomes. Every batch the store applies inserts one row, its id, into ``sodalite_batch_outcomes``
-in its own transaction (:data:`MIGRATION`). The store sends the batch's statements, reads their
-results, and only then sends the ``COMMIT`` (so a batch whose ``COMMIT`` is unanswered has its
+in its own transaction (schema version 7, ``store/postgres/migrations/0007_batch_outcomes.sql``).
+The store sends the batch's statements, reads their results, and only then sends the ``COMMIT``
+(so a batch whose ``COMMIT`` is unanswered has its
 results already). When the ``COMMIT`` goes unanswered (the server died, the connection broke), the
 batch may or may not be durable: :func:`resolve` connects to the primary (the new one after a
 failover; waiting at most :data:`OUTCOME_WAIT` seconds) and inserts a tombstone under the same id.
@@ -81,17 +82,6 @@ PRUNE_EVERY: Final = 30.0  # seconds between two prunes by one node
 # timeline (a standby promoted while the server written to still answers): then it lets go.
 RECHECK_EVERY: Final = 10.0
 
-# The schema's numbered migration (the store's MIGRATIONS list appends it): one row per batch.
-MIGRATION: Final[tuple[str, ...]] = (
-    """
-    CREATE TABLE sodalite_batch_outcomes (
-        id        uuid        PRIMARY KEY,
-        committed boolean     NOT NULL,
-        at        timestamptz NOT NULL DEFAULT now()
-    )
-    """,
-    "CREATE INDEX sodalite_batch_outcomes_at ON sodalite_batch_outcomes (at)",
-)
 # The statement every batch carries (last before the COMMIT).
 RECORD_BATCH: Final = "INSERT INTO sodalite_batch_outcomes (id, committed) VALUES (%(batch)s, true)"
 _TOMBSTONE: Final = ("INSERT INTO sodalite_batch_outcomes (id, committed) VALUES (%s, false) "

@@ -274,7 +274,7 @@ class MessagingStore(Protocol):
     def apply(self, batch: Sequence[StoreOp]) -> tuple[OpResult, ...]:
         """Commit every operation in one transaction, durably, or raise StoreUnavailable (StoreFull when
         the disk is full: nothing of the batch was applied). Returns one result per operation, in
-        order (:class:`Done` for the operations kept from version 1)."""
+        order (:class:`Done` for the operations on records beside the messages)."""
 
     def peek(self, ref: PartitionRef, from_sequence_number: int, count: int,
              states: frozenset[MessageState] | None = None,
@@ -332,7 +332,7 @@ class ServedByOneProcess(Protocol):
     """A store that one broker process serves at a time (a SQLite file): the message and session
     locks in it when the broker starts were taken by an earlier run, whose receivers died with it.
     The broker drops them before its cores start (locks do not outlive the process that granted
-    them, as on version 1); the deliveries they counted stay counted. A store several nodes share
+    them); the deliveries they counted stay counted. A store several nodes share
     (PostgreSQL) is not one: there a dead node's locks lapse at their ``locked_until``."""
 
     def drop_locks_of_earlier_runs(self) -> int:

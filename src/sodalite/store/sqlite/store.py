@@ -267,7 +267,7 @@ class SqliteStore:
             ) from exc
         return PartitionStats(message_count=count, size_in_bytes=size)
 
-    # -- version 2 reads ----------------------------------------------------------------------------
+    # -- reads ------------------------------------------------------------------------------------
 
     def peek(self, ref: PartitionRef, from_sequence_number: int, count: int,
              states: frozenset[MessageState] | None = None,
