@@ -188,6 +188,31 @@ def _timeline(*sources: object) -> int | None:
     return max(values) if values else None
 
 
+def _cluster(reports: Sequence[HostReport], known: int | None) -> int | None:
+    """The cluster written to: the one on record, or else the only one the reachable servers show
+    (None while they show none or several)."""
+    if known is not None:
+        return known
+    systems = {r.system_identifier for r in reports if r.reachable} - {None}
+    return next(iter(systems)) if len(systems) == 1 else None
+
+
+def _refusal(reports: Sequence[HostReport], same: Sequence[HostReport], best: Sequence[HostReport],
+             fenced: Sequence[HostReport], highest: int, known: int | None) -> tuple[Role, str]:
+    """Why no server is written to (the role this node then shows, and the reason)."""
+    if len(best) > 1:
+        return "fenced", (f"{len(best)} servers accept writes on timeline {highest} "
+                          f"({', '.join(r.host for r in best)}): none is written to until only one does")
+    if fenced:
+        return "fenced", (f"the only server that accepts writes is on an older timeline than {highest} "
+                          "(an old primary restarted before it was rewound): fenced, never written to")
+    if same:
+        return "standby", "every reachable server is a standby (in recovery, read-only)"
+    if any(r.reachable for r in reports):
+        return "fenced", f"the reachable servers belong to another cluster than {known}"
+    return "unreachable", "no server answers"
+
+
 class Failover:
     """One store's choice of server and its fence (see the module docstring). Thread-safe."""
 
@@ -325,14 +350,10 @@ class Failover:
         return [report for report, _ in answers], {report.host: conn for report, conn in answers}
 
     def _choose(self, reports: Sequence[HostReport], connections: dict[str, Any]) -> Any:
+        """The connection to write to: the one primary of the cluster on the highest timeline seen;
+        NoPrimary (with the status saying why) when there is none or more than one."""
         with self._lock:
-            known = self.system_identifier
-            if known is None:
-                systems = {r.system_identifier for r in reports if r.reachable and not r.in_recovery}
-                systems |= {r.system_identifier for r in reports if r.reachable}
-                systems.discard(None)
-                if len(systems) == 1:
-                    known = next(iter(systems))
+            known = _cluster(reports, self.system_identifier)
             same = [r for r in reports if r.reachable and (known is None or r.system_identifier == known)]
             highest = max([self.highest_timeline, *[r.timeline or 0 for r in same]])
             primaries = [r for r in same if not r.in_recovery]
@@ -341,41 +362,27 @@ class Failover:
             self.highest_timeline = highest
             if best and known is not None:
                 self.system_identifier = known
-            hosts = tuple(reports)
             if len(best) == 1:
-                chosen = best[0]
-                if self._written_to is not None and self._written_to != chosen.host:
-                    self.failovers += 1
-                    log.warning("PostgreSQL store %s: now writing to %s (timeline %s)", self._shown, chosen.host,
-                                chosen.timeline)
-                self._written_to = chosen.host
-                for report in fenced:
-                    log.error("PostgreSQL store %s: %s accepts writes on timeline %s, below timeline %s: fenced, "
-                              "never written to (rewind it with pg_rewind and start it as a standby)",
-                              self._shown, report.host, report.timeline, highest)
-                self._status = StoreStatus(writable=True, role="primary", host=chosen.host, timeline=highest,
-                                           hosts=hosts)
-                return connections.pop(chosen.host)
-            every = "; ".join(r.describe() for r in reports)
-            if len(best) > 1:
-                role: Role = "fenced"
-                reason = (f"{len(best)} servers accept writes on timeline {highest} "
-                          f"({', '.join(r.host for r in best)}): none is written to until only one does")
-            elif fenced:
-                role = "fenced"
-                reason = (f"the only server that accepts writes is on an older timeline than {highest} "
-                          "(an old primary restarted before it was rewound): fenced, never written to")
-            elif same:
-                role = "standby"
-                reason = "every reachable server is a standby (in recovery, read-only)"
-            elif any(r.reachable for r in reports):
-                role = "fenced"
-                reason = f"the reachable servers belong to another cluster than {known}"
-            else:
-                role = "unreachable"
-                reason = "no server answers"
-            self._status = StoreStatus(writable=False, role=role, reason=reason, timeline=highest or None, hosts=hosts)
-            raise NoPrimary(f"{reason}: {every}")
+                self._write_to(best[0], fenced, highest, tuple(reports))
+                return connections.pop(best[0].host)
+            role, reason = _refusal(reports, same, best, fenced, highest, known)
+            self._status = StoreStatus(writable=False, role=role, reason=reason, timeline=highest or None,
+                                       hosts=tuple(reports))
+            raise NoPrimary(f"{reason}: {'; '.join(r.describe() for r in reports)}")
+
+    def _write_to(self, chosen: HostReport, fenced: Sequence[HostReport], highest: int,
+                  hosts: tuple[HostReport, ...]) -> None:
+        """Record the server written to (a change of server is a failover) and name the fenced ones."""
+        if self._written_to is not None and self._written_to != chosen.host:
+            self.failovers += 1
+            log.warning("PostgreSQL store %s: now writing to %s (timeline %s)", self._shown, chosen.host,
+                        chosen.timeline)
+        self._written_to = chosen.host
+        for report in fenced:
+            log.error("PostgreSQL store %s: %s accepts writes on timeline %s, below timeline %s: fenced, "
+                      "never written to (rewind it with pg_rewind and start it as a standby)",
+                      self._shown, report.host, report.timeline, highest)
+        self._status = StoreStatus(writable=True, role="primary", host=chosen.host, timeline=highest, hosts=hosts)
 
     def connection_class(self) -> type[psycopg.Connection[Any]]:
         """A connection class whose ``connect`` (what the pool calls) chooses the server (:meth:`connect`)."""

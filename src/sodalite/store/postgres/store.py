@@ -30,7 +30,7 @@ from sodalite.store.port import (
     prepare_batch,
 )
 from sodalite.store.postgres.feed import _NOTIFY, DUE, PostgresChangeFeed, _announcements, channel_name
-from sodalite.store.postgres.plans import _GENERIC_PLAN, _plans, _results, _Step
+from sodalite.store.postgres.plans import _GENERIC_PLAN, _Plan, _plans, _results, _Step
 from sodalite.store.postgres.ring import RingMaintenance
 from sodalite.store.postgres.schema import _CREATE_VERSION_TABLE, MIGRATIONS, SCHEMA_VERSION
 from sodalite.store.postgres.statements import (
@@ -170,75 +170,94 @@ class PostgresStore(RingMaintenance):
         batch = prepare_batch(batch)
         plans = _plans(batch)  # validate and encode everything before touching the database
         takes = sorted({key for plan in plans for key in plan.takes})
-        steps = [_Step(SQL["take_partition"], {"e": e, "p": p}) for e, p in takes]
-        steps += [step for plan in plans for step in plan.steps]
-        if self._channel is not None and steps:
-            steps += self._notifications(batch, self._channel)
-        fetched: list[_Rows] = []
-        # An all-or-none Settle (a transaction's) is checked before the COMMIT, which then follows in a
-        # second round trip, or a ROLLBACK and SettleFenced.
+        steps = self._steps(batch, plans, takes)
+        if not steps:
+            return _results(plans, [], len(takes))
+        # An all-or-none Settle (a transaction's) is checked before the COMMIT, which then follows, or a
+        # ROLLBACK and SettleFenced.
         fenced = any(isinstance(op, Settle) and op.all_or_none for op in batch)
         # Every batch records its id and sends its COMMIT once its results are in: an unanswered COMMIT's
         # outcome is then looked up by id, and its results are at hand (store/pg_failover.py).
         batch_id = uuid.uuid4()
-        if steps:
-            steps.append(_Step(pg_failover.RECORD_BATCH, {"batch": batch_id}))
-            try:
-                with pool.connection() as conn:
-                    # BEGIN and the statements go out together, and one sync brings every result back;
-                    # then the COMMIT: two round trips. A statement that fails makes the server skip the
-                    # rest up to the sync, and the transaction is rolled back, so nothing of the batch is
-                    # applied. The COMMIT apart: its results are at hand if it goes unanswered.
-                    extra = 0  # plan_cache_mode switches (_GENERIC_PLAN)
-                    try:
-                        cursors = []
-                        with conn.pipeline():
-                            # READ COMMITTED: a statement after SQL["take_partition"] sees what the
-                            # partition's previous holder committed.
-                            conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
-                            generic = False
-                            for step in steps:
-                                if step.generic != generic:
-                                    conn.execute(_GENERIC_PLAN[step.generic])
-                                    generic = step.generic
-                                    extra += 1
-                                cur = conn.cursor()
-                                if step.many is not None:
-                                    cur.executemany(step.sql, step.many)
-                                else:
-                                    cur.execute(step.sql, step.params)
-                                cursors.append(cur)
-                        fetched = [cur.fetchall() if step.rows else [] for step, cur in zip(steps, cursors,
-                                                                                            strict=True)]
-                        if fenced:
-                            for index, (op, result) in enumerate(zip(batch, _results(plans, fetched, len(takes)),
-                                                                     strict=True)):
-                                check_all_or_none(index, op, result)  # SettleFenced: rolled back below
-                        self.round_trips += 1
-                        try:
-                            conn.execute("COMMIT")
-                        except psycopg.OperationalError as lost:
-                            if conn.broken or lost.sqlstate is None or lost.sqlstate.startswith("57P"):
-                                raise pg_failover.CommitUnanswered(batch_id, lost) from lost
-                            raise
-                    except BaseException:
-                        self._rollback(conn)
-                        raise
-                    finally:
-                        self.round_trips += 1
-                        self.statements += 2 + extra + sum(len(s.many) if s.many is not None else 1 for s in steps)
-            except pg_failover.CommitUnanswered as unanswered:
-                self._outcome(unanswered)  # returns when the batch committed; StoreUnavailable otherwise
-            except (psycopg.Error, PoolTimeout) as exc:
-                if isinstance(exc, psycopg.errors.DiskFull):
-                    raise StoreFull(
-                        f"PostgreSQL store {self._shown}: the database's disk is full: new messages are refused "
-                        f"until space is freed; nothing of this batch was stored ({_describe(exc)})") from exc
-                if isinstance(exc, psycopg.OperationalError | PoolTimeout):
-                    self._failover.lost(_describe(exc))
-                raise StoreUnavailable(
-                    f"PostgreSQL store {self._shown}: batch not applied: {_describe(exc)}") from exc
-        return _results(plans, fetched, len(takes))
+        steps.append(_Step(pg_failover.RECORD_BATCH, {"batch": batch_id}))
+        results: tuple[OpResult, ...] = ()
+        try:
+            with pool.connection() as conn:
+                try:
+                    results = _results(plans, self._send(conn, steps), len(takes))
+                    if fenced:
+                        for index, (op, result) in enumerate(zip(batch, results, strict=True)):
+                            check_all_or_none(index, op, result)  # SettleFenced: rolled back below
+                    self._commit(conn, batch_id)
+                except BaseException:
+                    self._rollback(conn)
+                    raise
+        except pg_failover.CommitUnanswered as unanswered:
+            self._outcome(unanswered)  # returns when the batch committed; StoreUnavailable otherwise
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise self._not_applied(exc) from exc
+        return results
+
+    def _steps(self, batch: Sequence[StoreOp], plans: Sequence[_Plan],
+               takes: Sequence[tuple[bytes, int]]) -> list[_Step]:
+        """The batch's statements: the partitions' base rows taken (in key order, so two batches never
+        wait on each other in a cycle), each operation's statements, and its notifications."""
+        steps = [_Step(SQL["take_partition"], {"e": e, "p": p}) for e, p in takes]
+        steps += [step for plan in plans for step in plan.steps]
+        if self._channel is not None and steps:
+            steps += self._notifications(batch, self._channel)
+        return steps
+
+    def _send(self, conn: psycopg.Connection[tuple[Any, ...]], steps: Sequence[_Step]) -> list[_Rows]:
+        """BEGIN and the statements go out together, and one sync brings every result back (one round
+        trip); the COMMIT follows apart (:meth:`_commit`), so the results are at hand if it goes
+        unanswered. A statement that fails makes the server skip the rest up to the sync; the caller
+        rolls the transaction back, so nothing of the batch is applied."""
+        extra = 0  # plan_cache_mode switches (_GENERIC_PLAN)
+        try:
+            cursors = []
+            with conn.pipeline():
+                # READ COMMITTED: a statement after SQL["take_partition"] sees what the partition's
+                # previous holder committed.
+                conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+                generic = False
+                for step in steps:
+                    if step.generic != generic:
+                        conn.execute(_GENERIC_PLAN[step.generic])
+                        generic = step.generic
+                        extra += 1
+                    cur = conn.cursor()
+                    if step.many is not None:
+                        cur.executemany(step.sql, step.many)
+                    else:
+                        cur.execute(step.sql, step.params)
+                    cursors.append(cur)
+            return [cur.fetchall() if step.rows else [] for step, cur in zip(steps, cursors, strict=True)]
+        finally:
+            self.round_trips += 1
+            self.statements += 2 + extra + sum(len(s.many) if s.many is not None else 1 for s in steps)
+
+    def _commit(self, conn: psycopg.Connection[tuple[Any, ...]], batch_id: uuid.UUID) -> None:
+        """COMMIT; a COMMIT that the connection's loss or the server's shutdown left unanswered raises
+        :class:`~sodalite.store.pg_failover.CommitUnanswered` (its outcome is then looked up)."""
+        self.round_trips += 1
+        try:
+            conn.execute("COMMIT")
+        except psycopg.OperationalError as lost:
+            if conn.broken or lost.sqlstate is None or lost.sqlstate.startswith("57P"):
+                raise pg_failover.CommitUnanswered(batch_id, lost) from lost
+            raise
+
+    def _not_applied(self, exc: psycopg.Error | PoolTimeout) -> StoreUnavailable | StoreFull:
+        """What a batch that failed before its COMMIT reports: StoreFull on a full disk, else
+        StoreUnavailable (a lost connection also tells the failover to choose a server again)."""
+        if isinstance(exc, psycopg.errors.DiskFull):
+            return StoreFull(
+                f"PostgreSQL store {self._shown}: the database's disk is full: new messages are refused "
+                f"until space is freed; nothing of this batch was stored ({_describe(exc)})")
+        if isinstance(exc, psycopg.OperationalError | PoolTimeout):
+            self._failover.lost(_describe(exc))
+        return StoreUnavailable(f"PostgreSQL store {self._shown}: batch not applied: {_describe(exc)}")
 
     def _outcome(self, unanswered: pg_failover.CommitUnanswered) -> None:
         """A batch whose COMMIT went unanswered: return if it committed (on the primary now), else
