@@ -62,14 +62,30 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypedDict, Unpack
 
 import psycopg
+from psycopg.abc import ConnDict
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.rows import TupleRow
 
 log = logging.getLogger(__name__)
 
 Role = Literal["primary", "standby", "unreachable", "fenced", "closed"]
+Connection = psycopg.Connection[TupleRow]
+
+
+class ConnectOptions(TypedDict, total=False):
+    """The connection options the store and its feed open connections with (psycopg's keywords)."""
+
+    autocommit: bool
+    connect_timeout: int
+    application_name: str
+    keepalives: int
+    keepalives_idle: int
+    keepalives_interval: int
+    keepalives_count: int
+
 # How long an unanswered COMMIT's outcome is looked for (a primary must be reachable meanwhile).
 OUTCOME_WAIT: Final = 15.0
 # The lookup's own statement timeout (it may wait on a batch still committing on that server).
@@ -153,7 +169,7 @@ def store_status(store: object) -> StoreStatus | None:
     return None
 
 
-def split_hosts(url: str) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+def split_hosts(url: str) -> tuple[ConnDict, list[tuple[str, str]]]:
     """The URL's other parameters, and its (host, port) pairs in order (libpq's defaults when absent)."""
     params = conninfo_to_dict(url)
     hosts = str(params.pop("host", "") or "").split(",")
@@ -254,7 +270,7 @@ class Failover:
 
     # -- choosing a server ---------------------------------------------------------------------
 
-    def connect(self, cls: type[psycopg.Connection[Any]] = psycopg.Connection, **kwargs: Any) -> Any:
+    def connect(self, cls: type[Connection] = psycopg.Connection, **kwargs: Unpack[ConnectOptions]) -> Connection:
         """A connection (of ``cls``) to the server to write to; NoPrimary when there is none."""
         reports, connections = self._probe_all(cls, kwargs)
         try:
@@ -264,7 +280,7 @@ class Failover:
                 if conn is not None:
                     conn.close()
 
-    def connect_standby(self, **kwargs: Any) -> Any:
+    def connect_standby(self, **kwargs: Unpack[ConnectOptions]) -> Connection:
         """A read-only connection to a standby of the cluster (to read the schema; never written to)."""
         reports, connections = self._probe_all(psycopg.Connection, kwargs)
         chosen = next((r.host for r in reports if r.reachable and r.in_recovery and
@@ -272,7 +288,9 @@ class Failover:
         try:
             if chosen is None:
                 raise NoPrimary("no standby answers: " + "; ".join(r.describe() for r in reports))
-            return connections.pop(chosen)
+            conn = connections.pop(chosen)
+            assert conn is not None  # a reachable server's
+            return conn
         finally:
             for conn in connections.values():
                 if conn is not None:
@@ -317,13 +335,14 @@ class Failover:
                     conn.close()
         return self._status
 
-    def _probe_all(self, cls: type[psycopg.Connection[Any]], kwargs: dict[str, Any]
-                   ) -> tuple[list[HostReport], dict[str, Any]]:
-        options = {**kwargs, "autocommit": True}
+    def _probe_all(self, cls: type[Connection], kwargs: ConnectOptions
+                   ) -> tuple[list[HostReport], dict[str, Connection | None]]:
+        options = kwargs.copy()
+        options["autocommit"] = True
         options.setdefault("connect_timeout", max(1, int(self._timeout)))
         options.setdefault("application_name", self._application_name)
 
-        def ask(host: str, port: str) -> tuple[HostReport, Any]:
+        def ask(host: str, port: str) -> tuple[HostReport, Connection | None]:
             name = self._name(host, port)
             conninfo = make_conninfo("", **{**self._params, "host": host, **({"port": port} if port else {})})
             try:
@@ -349,7 +368,7 @@ class Failover:
                 answers = list(pool.map(lambda hp: ask(*hp), self._hosts))
         return [report for report, _ in answers], {report.host: conn for report, conn in answers}
 
-    def _choose(self, reports: Sequence[HostReport], connections: dict[str, Any]) -> Any:
+    def _choose(self, reports: Sequence[HostReport], connections: dict[str, Connection | None]) -> Connection:
         """The connection to write to: the one primary of the cluster on the highest timeline seen;
         NoPrimary (with the status saying why) when there is none or more than one."""
         with self._lock:
@@ -364,7 +383,9 @@ class Failover:
                 self.system_identifier = known
             if len(best) == 1:
                 self._write_to(best[0], fenced, highest, tuple(reports))
-                return connections.pop(best[0].host)
+                conn = connections.pop(best[0].host)
+                assert conn is not None  # a reachable server's
+                return conn
             role, reason = _refusal(reports, same, best, fenced, highest, known)
             self._status = StoreStatus(writable=False, role=role, reason=reason, timeline=highest or None,
                                        hosts=tuple(reports))
@@ -384,11 +405,11 @@ class Failover:
                       self._shown, report.host, report.timeline, highest)
         self._status = StoreStatus(writable=True, role="primary", host=chosen.host, timeline=highest, hosts=hosts)
 
-    def connection_class(self) -> type[psycopg.Connection[Any]]:
+    def connection_class(self) -> type[Connection]:
         """A connection class whose ``connect`` (what the pool calls) chooses the server (:meth:`connect`)."""
         failover = self
 
-        class ChosenConnection(psycopg.Connection[Any]):
+        class ChosenConnection(Connection):
             @classmethod
             def connect(cls, conninfo: str = "", **kwargs: Any) -> Any:
                 return failover.connect(psycopg.Connection, **kwargs)
@@ -405,7 +426,7 @@ class Failover:
         return True
 
 
-def resolve(batch_id: uuid.UUID, connection: Callable[[], AbstractContextManager[Any]],
+def resolve(batch_id: uuid.UUID, connection: Callable[[], AbstractContextManager[Connection]],
             wait: float = OUTCOME_WAIT) -> bool | None:
     """Whether batch ``batch_id`` committed (True), never did and now never will (False), or is
     still unknown after ``wait`` seconds without a primary (None). ``connection()`` gives a
@@ -431,7 +452,7 @@ def resolve(batch_id: uuid.UUID, connection: Callable[[], AbstractContextManager
         pause = min(pause * 2, 1.0)
 
 
-def prune(conn: Any) -> int:
+def prune(conn: Connection) -> int:
     """Delete batch ids older than OUTCOME_KEEP (at most PRUNE_LIMIT); how many went."""
     cur = conn.execute(_PRUNE)
     return int(cur.rowcount or 0)

@@ -23,10 +23,12 @@ from there.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from sodalite.errors import StoreUnavailable
 from sodalite.model.message import MessageState
 from sodalite.model.store_ops import (  # the vocabulary: defined once in the model, re-exported here
     SUBSCRIPTION_KIND,
@@ -159,6 +161,7 @@ __all__ = [
     "Unscheduled",
     "check_all_or_none",
     "dead_letter_of",
+    "encode_properties",
     "numbering_base",
     "prepare_batch",
     "split_rules",
@@ -222,6 +225,17 @@ def prepare_batch(batch: Sequence[StoreOp]) -> list[StoreOp]:
             raise ValueError(f"{type(op).__name__}: an annotation edit must be encoded before it is stored")
         prepared.append(op)
     return prepared
+
+
+def encode_properties(entity: EntityRecord, value: object = None) -> str:
+    """Entity properties (or ``value``, a rule of the entity) as the JSON text every adapter stores;
+    StoreUnavailable if not JSON-able."""
+    try:
+        return json.dumps(entity.properties if value is None else value, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise StoreUnavailable(
+            f"cannot store entity {entity.path!r}: its properties are not JSON-serializable ({exc})"
+        ) from exc
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,9 +5,9 @@ partition in a row become one statement (:func:`_plans`)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Literal, NamedTuple, TypeVar
 
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.store.port import (
@@ -59,6 +59,7 @@ from sodalite.store.port import (
     SettleItem,
     StoreOp,
     Unscheduled,
+    encode_properties,
     split_rules,
 )
 from sodalite.store.postgres.statements import (
@@ -68,7 +69,6 @@ from sodalite.store.postgres.statements import (
     SQL,
 )
 from sodalite.store.postgres.values import (
-    _encode_properties,
     _fold,
     _int64,
     _key,
@@ -82,6 +82,8 @@ from sodalite.store.postgres.values import (
     _utf8,
 )
 
+_K = TypeVar("_K", bound=Hashable)  # what groups settle items into one statement
+
 
 def _done(_: list[_Rows]) -> OpResult:
     return Done()
@@ -92,7 +94,7 @@ class _Step:
     """One statement of a batch: run once with ``params``, or with ``executemany`` over ``many``."""
 
     sql: str
-    params: Mapping[str, Any] | None = None
+    params: Mapping[str, object] | None = None
     many: list[_Params] | None = None
     rows: bool = False  # keep the rows it returns for the operation's result
     # Run with the prepared statement's generic plan (plan_cache_mode): see _GENERIC_PLAN.
@@ -112,9 +114,9 @@ class _Plan:
     results: Callable[[list[_Rows]], list[OpResult]] | None = None
 
 
-def _message_arrays(ref: PartitionRef, messages: Sequence[MessageRecord], numbered: bool) -> dict[str, Any]:
+def _message_arrays(ref: PartitionRef, messages: Sequence[MessageRecord], numbered: bool) -> dict[str, list[object]]:
     """The messages as one array per column (for ``unnest``), each value checked."""
-    arrays: dict[str, list[Any]] = {"seq": [], **{name: [] for name in _FIELD_NAMES}}
+    arrays: dict[str, list[object]] = {"seq": [], **{name: [] for name in _FIELD_NAMES}}
     for m in messages:
         where = f"message {m.sequence_number} of {ref.entity!r} partition {ref.partition}:"
         arrays["seq"].append(_int64(m.sequence_number, f"{where} sequence_number") if numbered else 0)
@@ -137,7 +139,7 @@ def _message_arrays(ref: PartitionRef, messages: Sequence[MessageRecord], number
 
 def _item_arrays(items: Sequence[tuple[int, uuid.UUID | None, int, bytes | None, int, bytes | None, bool]],
                  times: Sequence[tuple[int | None, int | None]] | None = None,
-                 backs: Sequence[bool] | None = None) -> dict[str, Any]:
+                 backs: Sequence[bool] | None = None) -> dict[str, object]:
     """Settle and move items as arrays: (number, token, outcome code, annotations, count, tail, reset),
     a moved copy's (enqueued time, expiry time), both None for settlements, and whether a dead letter
     gives its delivery back (count - 1: :attr:`SettleItem.give_back_delivery`)."""
@@ -238,27 +240,36 @@ def _flags(items_numbers: Sequence[int], groups: list[list[int]], rows: list[_Ro
     return tuple(applied)
 
 
-def _batches(keys: Sequence[Any], numbers: Sequence[int], one_by_one: bool = False) -> list[tuple[Any, list[int]]]:
+def _batches(keys: Sequence[_K], numbers: Sequence[int], one_by_one: bool = False) -> list[tuple[_K, list[int]]]:
     """Item indexes grouped by key into one statement each when every number appears once; else
     (or when asked) one statement per item, in order (a later item sees what an earlier one did)."""
     if one_by_one or not _unique(numbers):
         return [(key, [index]) for index, key in enumerate(keys)]
-    grouped: dict[Any, list[int]] = {}
+    grouped: dict[_K, list[int]] = {}
     for index, key in enumerate(keys):
         grouped.setdefault(key, []).append(index)
     return list(grouped.items())
+
+
+class _SettleGroup(NamedTuple):
+    """The items of a settlement one statement carries: completes, unlocks, or dead letters to one
+    target (its key) under their own numbers or not."""
+
+    kind: Literal["complete", "unlock", "dead-letter"]
+    target: tuple[bytes, int] | None = None
+    keep: bool = False
 
 
 def _settle_plan(op: Settle) -> _Plan:
     base = {**_partition_params(op.ref), "now": _time(op.now, "now")}
     numbers = [item.sequence_number for item in op.items]
 
-    def key(item: SettleItem) -> Any:
+    def key(item: SettleItem) -> _SettleGroup:
         if item.outcome is Outcome.COMPLETE:
-            return ("complete",)
+            return _SettleGroup("complete")
         if item.outcome is Outcome.DEAD_LETTER:
-            return ("dead-letter", *_key(op.dead_letter_target(item)), item.keep_sequence_number)
-        return ("unlock",)
+            return _SettleGroup("dead-letter", _key(op.dead_letter_target(item)), item.keep_sequence_number)
+        return _SettleGroup("unlock")
 
     steps: list[_Step] = []
     groups: list[list[int]] = []
@@ -269,15 +280,13 @@ def _settle_plan(op: Settle) -> _Plan:
                                            it.annotation_count, it.tail, it.reset_delivery_count) for it in items],
                                          [(it.enqueued_time, it.expires_at) for it in items],
                                          [it.give_back_delivery for it in items])}
-        if group_key[0] == "complete":
-            sql = SQL["complete"]
-        elif group_key[0] == "unlock":
-            sql = SQL["unlock"]
+        if group_key.target is None:
+            sql = SQL[group_key.kind]
         else:
             sql = SQL["dead_letter"]
-            params |= {"te": group_key[1], "tp": group_key[2], "same": group_key[1:3] == _key(op.ref),
-                       "keep": group_key[3]}
-            takes.add(group_key[1:3])
+            params |= {"te": group_key.target[0], "tp": group_key.target[1], "same": group_key.target == _key(op.ref),
+                       "keep": group_key.keep}
+            takes.add(group_key.target)
         steps.append(_Step(sql, params, rows=True, generic=True))
         groups.append(indexes)
     return _Plan(steps, lambda rows: Settled(_flags(numbers, groups, rows)), takes)
@@ -428,18 +437,18 @@ def _cancel_plan(op: CancelScheduled) -> _Plan:
 
 
 def _rule_plan(op: PutRule | DeleteRule) -> _Plan:
-    params: dict[str, Any] = {"s": _fold(op.subscription), "k": _fold(op.name)}
+    params: dict[str, object] = {"s": _fold(op.subscription), "k": _fold(op.name)}
     if isinstance(op, DeleteRule):
         sql = SQL["delete_rule"]
     else:
         sql = SQL["replace_rule"] if op.replace else SQL["add_rule"]
-        params |= {"n": op.name, "rule": _encode_properties(EntityRecord(op.subscription, SUBSCRIPTION_KIND, {}),
+        params |= {"n": op.name, "rule": encode_properties(EntityRecord(op.subscription, SUBSCRIPTION_KIND, {}),
                                                             op.rule)}
     return _Plan([_Step(sql, params, rows=True)], lambda rows: RuleWritten(bool(rows[0])))
 
 
 def _session_plan(op: ClaimSession | RenewSession | ReleaseSession) -> _Plan:
-    params: dict[str, Any] = {**_partition_params(op.ref), "tok": op.token}
+    params: dict[str, object] = {**_partition_params(op.ref), "tok": op.token}
     if isinstance(op, ClaimSession):
         params |= {"now": _time(op.now, "now"), "until": _time(op.locked_until, "locked_until"),
                    "owner": op.owner,
@@ -467,11 +476,11 @@ def _record_statements(op: StoreOp) -> Iterable[tuple[str, list[_Params]]]:
         e = op.entity
         properties, rules = split_rules(e)
         folded = _fold(e.path)
-        yield SQL["put_entity"], [(folded, e.path, e.kind, _encode_properties(e, properties))]
+        yield SQL["put_entity"], [(folded, e.path, e.kind, encode_properties(e, properties))]
         if rules is not None:
             yield SQL["delete_rules"], [(folded,)]
             if rules:
-                yield SQL["put_rule_at"], [(folded, _fold(name), name, position, _encode_properties(e, rule))
+                yield SQL["put_rule_at"], [(folded, _fold(name), name, position, encode_properties(e, rule))
                                      for position, (name, rule) in enumerate(rules, start=1)]
     elif isinstance(op, DeleteEntity):
         folded = _fold(op.path)

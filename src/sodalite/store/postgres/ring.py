@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import psycopg
 import psycopg.errors
+from psycopg.rows import TupleRow
 
 from sodalite.store.postgres.statements import (
     _ADD_COUNTERS,
@@ -38,7 +38,7 @@ class RingMaintenance:
     history_switches: int
     history_truncations: int
 
-    def _turn_ring(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+    def _turn_ring(self, conn: psycopg.Connection[TupleRow]) -> None:
         """Truncate drained generations (moving their few live rows on), then switch the current
         generation to the next one once the current table has grown past ``rotate_bytes``."""
         row = conn.execute(SQL["select_ring"]).fetchone()
@@ -61,7 +61,7 @@ class RingMaintenance:
             self.round_trips += 1
             self.ring_switches += 1
 
-    def _turn_history(self, conn: psycopg.Connection[tuple[Any, ...]], current: int, sizes: list[int]) -> None:
+    def _turn_history(self, conn: psycopg.Connection[TupleRow], current: int, sizes: list[int]) -> None:
         """The history's ring: truncate drained generations (their few live ids moved on), then
         switch to the next table once the current one has grown past HISTORY_ROTATE_BYTES."""
         for step in range(1, GENERATIONS):  # oldest first
@@ -75,7 +75,7 @@ class RingMaintenance:
             self.round_trips += 1
             self.history_switches += 1
 
-    def _retire_history(self, conn: psycopg.Connection[tuple[Any, ...]], generation: int, current: int) -> bool:
+    def _retire_history(self, conn: psycopg.Connection[TupleRow], generation: int, current: int) -> bool:
         """Empty a history generation that is not current once at most MOVE_LIMIT ids are left in it
         (the others were forgotten as their window passed): copy those into the current one (an id
         there too keeps its later time) and TRUNCATE it (:meth:`_empty_drained`)."""
@@ -88,7 +88,7 @@ class RingMaintenance:
         self.history_truncations += done
         return done
 
-    def _analyze(self, conn: psycopg.Connection[tuple[Any, ...]], generation: int) -> None:
+    def _analyze(self, conn: psycopg.Connection[TupleRow], generation: int) -> None:
         """Refresh the planner's statistics of the current generation once it has changed enough.
 
         The statements find messages by (entity, partition, sequence numbers); a planner that
@@ -104,7 +104,7 @@ class RingMaintenance:
             conn.execute(f"ANALYZE {table}")
             self.round_trips += 1
 
-    def _retire(self, conn: psycopg.Connection[tuple[Any, ...]], generation: int, current: int) -> bool:
+    def _retire(self, conn: psycopg.Connection[TupleRow], generation: int, current: int) -> bool:
         """Empty a generation that is not current, if it is drained: copy its live rows into the
         current one, add its counter rows to the current one's, and TRUNCATE both tables
         (:meth:`_empty_drained`). True when done."""
@@ -119,7 +119,7 @@ class RingMaintenance:
         self.truncations += done
         return done
 
-    def _empty_drained(self, conn: psycopg.Connection[tuple[Any, ...]], table: str, moves: Sequence[str],
+    def _empty_drained(self, conn: psycopg.Connection[TupleRow], table: str, moves: Sequence[str],
                        also: str | None = None) -> bool:
         """The ring's retirement of one generation: when at most MOVE_LIMIT rows are left in
         ``table``, in one transaction lock it (and ``also``) with a short lock timeout, run ``moves``

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import psycopg
 import psycopg.errors
+from psycopg.abc import Params
+from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from sodalite.errors import ConfigurationError, StoreFull, StoreUnavailable
@@ -72,7 +73,7 @@ class PostgresStore(RingMaintenance):
         self._timeout = connect_timeout
         self._application_name = application_name
         self._rotate_bytes = rotate_bytes
-        self._pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]] | None = None
+        self._pool: ConnectionPool[psycopg.Connection[TupleRow]] | None = None
         self._closed = False
         # Open on a standby (a geo-replication secondary): every call is refused until a primary answers.
         self._standby_ok = standby_ok
@@ -112,7 +113,7 @@ class PostgresStore(RingMaintenance):
             raise self._unavailable()
         if self._pool is not None:
             return
-        pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]] = ConnectionPool(
+        pool: ConnectionPool[psycopg.Connection[TupleRow]] = ConnectionPool(
             self._url, min_size=1, max_size=1, open=False, timeout=min(self._timeout, CALL_WAIT),
             kwargs={"autocommit": True, "connect_timeout": max(1, int(self._timeout)),
                     "application_name": self._application_name},
@@ -208,7 +209,7 @@ class PostgresStore(RingMaintenance):
             steps += self._notifications(batch, self._channel)
         return steps
 
-    def _send(self, conn: psycopg.Connection[tuple[Any, ...]], steps: Sequence[_Step]) -> list[_Rows]:
+    def _send(self, conn: psycopg.Connection[TupleRow], steps: Sequence[_Step]) -> list[_Rows]:
         """BEGIN and the statements go out together, and one sync brings every result back (one round
         trip); the COMMIT follows apart (:meth:`_commit`), so the results are at hand if it goes
         unanswered. A statement that fails makes the server skip the rest up to the sync; the caller
@@ -237,7 +238,7 @@ class PostgresStore(RingMaintenance):
             self.round_trips += 1
             self.statements += 2 + extra + sum(len(s.many) if s.many is not None else 1 for s in steps)
 
-    def _commit(self, conn: psycopg.Connection[tuple[Any, ...]], batch_id: uuid.UUID) -> None:
+    def _commit(self, conn: psycopg.Connection[TupleRow], batch_id: uuid.UUID) -> None:
         """COMMIT; a COMMIT that the connection's loss or the server's shutdown left unanswered raises
         :class:`~sodalite.store.pg_failover.CommitUnanswered` (its outcome is then looked up)."""
         self.round_trips += 1
@@ -284,7 +285,7 @@ class PostgresStore(RingMaintenance):
 
     def load_entities(self) -> list[EntityRecord]:
         rows, rule_rows = self._read("load entities", [(SQL["select_entities"], ()), (SQL["select_rules"], ())])
-        rules: dict[bytes, list[Any]] = {}
+        rules: dict[bytes, list[object]] = {}
         for subscription, rule in rule_rows:
             try:
                 rules.setdefault(bytes(subscription), []).append(json.loads(rule))
@@ -420,7 +421,7 @@ class PostgresStore(RingMaintenance):
 
     # -- internals --------------------------------------------------------------------------------
 
-    def _read(self, what: str, queries: Sequence[tuple[str, Mapping[str, Any] | tuple[Any, ...]]]) -> list[_Rows]:
+    def _read(self, what: str, queries: Sequence[tuple[str, Params]]) -> list[_Rows]:
         """Run read queries in one snapshot (one pipeline); their rows in order."""
         pool = self._require()
         try:
@@ -443,7 +444,7 @@ class PostgresStore(RingMaintenance):
             raise StoreUnavailable(f"PostgreSQL store {self._shown}: cannot {what}: {_describe(exc)}") from exc
 
     @staticmethod
-    def _rollback(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+    def _rollback(conn: psycopg.Connection[TupleRow]) -> None:
         """End a failed transaction so the pooled connection is clean; a broken one the pool discards."""
         if conn.broken or conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
             return
@@ -452,7 +453,7 @@ class PostgresStore(RingMaintenance):
         except psycopg.Error:
             pass
 
-    def _migrate(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+    def _migrate(self, conn: psycopg.Connection[TupleRow]) -> None:
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
             conn.execute(_CREATE_VERSION_TABLE)
@@ -471,7 +472,7 @@ class PostgresStore(RingMaintenance):
             elif version != SCHEMA_VERSION:
                 conn.execute("UPDATE sodalite_schema_version SET version = %s", (SCHEMA_VERSION,))
 
-    def _open_on_standby(self) -> tuple[Any, ...] | None:
+    def _open_on_standby(self) -> TupleRow | None:
         """``standby_ok``: the schema as a standby holds it (it must be this Sodalite's: a standby cannot
         migrate), and the schema's name; the store then answers nothing until a primary is reachable."""
         try:
@@ -480,7 +481,7 @@ class PostgresStore(RingMaintenance):
                 found = conn.execute("SELECT to_regclass('sodalite_schema_version') IS NOT NULL").fetchone()
                 version = conn.execute("SELECT version FROM sodalite_schema_version").fetchone() if (
                     found is not None and found[0]) else None
-                row: tuple[Any, ...] | None = conn.execute("SELECT current_schema()").fetchone()
+                row: TupleRow | None = conn.execute("SELECT current_schema()").fetchone()
         except psycopg.Error as exc:
             raise StoreUnavailable(
                 f"PostgreSQL store {self._shown}: cannot read the standby: {_describe(exc)}") from exc
@@ -496,7 +497,7 @@ class PostgresStore(RingMaintenance):
     def _unavailable(self) -> StoreUnavailable:
         return StoreUnavailable(f"PostgreSQL store {self._shown} is closed")
 
-    def _require(self) -> ConnectionPool[psycopg.Connection[tuple[Any, ...]]]:
+    def _require(self) -> ConnectionPool[psycopg.Connection[TupleRow]]:
         if self._pool is not None:
             return self._pool
         if self._closed:

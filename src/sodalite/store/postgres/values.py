@@ -3,17 +3,17 @@ UTF-8 ``bytea``, integers checked to fit ``bigint``)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import string
-from typing import Any, Final
+from typing import Final
 from urllib.parse import urlsplit
+
+from psycopg.rows import TupleRow
 
 from sodalite.errors import ConfigurationError, StoreUnavailable
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.store import pg_failover
 from sodalite.store.port import (
-    EntityRecord,
     PartitionRef,
     StoredMessage,
 )
@@ -138,7 +138,7 @@ def _text(value: bytes | memoryview | None) -> str | None:
     return None if value is None else bytes(value).decode("utf-8")
 
 
-def _message_from_row(row: tuple[Any, ...]) -> MessageRecord:
+def _message_from_row(row: TupleRow) -> MessageRecord:
     (seq, enqueued, message_id, session_id, partition_key, ttl, expires_at, scheduled,
      delivery_count, state, durable, priority, annotations, annotation_count, tail) = row  # fmt: skip
     return MessageRecord(
@@ -160,13 +160,6 @@ def _message_from_row(row: tuple[Any, ...]) -> MessageRecord:
     )
 
 
-def _encode_properties(entity: EntityRecord, value: object = None) -> str:
-    try:
-        return json.dumps(entity.properties if value is None else value, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise StoreUnavailable(
-            f"cannot store entity {entity.path!r}: its properties are not JSON-serializable ({exc})"
-        ) from exc
 
 
 def _key(ref: PartitionRef) -> tuple[bytes, int]:
@@ -181,19 +174,19 @@ def _describe(exc: BaseException) -> str:
     return f"{text} [{sqlstate}]" if sqlstate else text
 
 
-_Rows = list[tuple[Any, ...]]
+_Rows = list[TupleRow]
 
 
-_Params = tuple[Any, ...] | dict[str, Any]  # one execution's parameters: positional or named
+_Params = tuple[object, ...] | dict[str, object]  # one execution's parameters: positional or named
 
 
-def _stored_from_row(row: tuple[Any, ...]) -> StoredMessage:
+def _stored_from_row(row: TupleRow) -> StoredMessage:
     *message, token, until, owner = row
     return StoredMessage(record=_message_from_row(tuple(message)), lock_token=token, locked_until=until,
                          lock_owner=owner)
 
 
-def _partition_params(ref: PartitionRef) -> dict[str, Any]:
+def _partition_params(ref: PartitionRef) -> dict[str, object]:
     entity, partition = _key(ref)
     return {"e": entity, "p": partition}
 
