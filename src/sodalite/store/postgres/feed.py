@@ -1,5 +1,16 @@
 """Notifications between nodes sharing one database: the payloads a batch queues with ``pg_notify``
-(:func:`_announcements`) and the LISTEN side, :class:`PostgresChangeFeed`."""
+(:func:`_announcements`) and the LISTEN side, :class:`PostgresChangeFeed`.
+
+Notifications (several nodes on one database). A batch that makes messages ready in a partition
+(ACTIVE appends, activation, abandon and release, dead-letters and moves into it, a released session
+lock) or changes entity records ends with one ``pg_notify`` statement queuing one notification per
+such partition (and one for the entities) on its schema's channel: PostgreSQL delivers them at
+commit, never after a rollback. A batch that appends scheduled messages also names, per partition,
+the earliest of their times on the schema's second channel (``channel_name(schema, DUE)``), so every
+node acts on that time even if the node that scheduled them died.
+Each node listens with :class:`PostgresChangeFeed` (one connection of its own) and reads the store
+again for the partition named; see docs/postgresql.md.
+"""
 
 from __future__ import annotations
 

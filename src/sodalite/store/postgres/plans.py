@@ -1,6 +1,33 @@
 """One plan per store operation, in a table (:data:`PLANNERS`): the statements an operation sends (steps,
 with their parameters) and how its result is read from their rows; several completes of one
-partition in a row become one statement (:func:`_plans`)."""
+partition in a row become one statement (:func:`_plans`).
+
+Sequence numbers and counters. A partition's counters (the high-water mark, the active, scheduled
+and deferred counts and the total size) are the sum of its base row (``sodalite_partitions``) and
+of its row in each generation of ``sodalite_counters`` (the high-water mark: their maximum), so
+:meth:`PostgresStore.counts` reads at most five rows. An :class:`Append` first takes the base row
+(a statement of its own that locks it without writing it: ``ON CONFLICT DO UPDATE … WHERE
+false``), then, in the next statement, whose snapshot sees what the previous holder committed,
+numbers the messages above the high-water mark and raises its current generation's row by the
+batch (``INSERT … ON CONFLICT DO UPDATE``): the lock is held until the commit, so a higher number
+never becomes visible before a lower one, whichever node appends (not a ``SEQUENCE``, whose numbers
+can commit out of order). Dead-letters and moves take their target's base row the same way. Every
+statement that adds, removes or changes the state or size of messages adds its changes to the
+partition's row of the current generation in the same statement (a data-modifying ``WITH``).
+
+Claims and fencing. A :class:`Claim` is one ``UPDATE … FROM (SELECT … ORDER BY sequence_number
+LIMIT n FOR UPDATE SKIP LOCKED)`` over the ready index (entity, partition, state, sequence
+number): two transactions never take the same row, and one never waits for another's rows.
+Settlements and renewals are set-based statements joined to ``unnest`` arrays of (sequence number,
+token), with the fence (the row carries the token and ``locked_until > now``) in the ``WHERE``
+clause; the rows they return say which items applied. Session locks are rows of
+``sodalite_session_locks`` taken with an upsert that only replaces a lapsed lock.
+
+Plans. Settlements and renewals run on their prepared statement's generic plan (:data:`_GENERIC_PLAN`,
+switched transaction-locally in the pipeline), which PostgreSQL would otherwise re-plan at each
+execution. Settle operations of one partition that follow each other in a batch and only complete
+distinct messages (a group commit of receivers' completes) are one statement (:func:`_plans`).
+"""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ INSERT INTO sodalite_partitions AS c (entity, partition, last_sequence_number)
         WHERE false;
 
 -- name: append
--- v2 append, after _TAKE_PARTITION: numbered above the partition's high-water mark, which the
+-- append, after take_partition: numbered above the partition's high-water mark, which the
 -- current generation's counter row raises by the batch's size in the same statement.
 WITH hw AS (SELECT GREATEST(coalesce(max(last_sequence_number), 0), %(p)s::bigint << 48) AS top
         FROM (SELECT last_sequence_number
@@ -105,9 +105,9 @@ SELECT g.ord, hw.top + g.rn
         FROM hw, g;
 
 -- name: append_numbered_by
--- v2 append numbered by another partition's counter too (%(ne)s, %(np)s; Append.numbered_by: a dead
+-- append numbered by another partition's counter too (%(ne)s, %(np)s; Append.numbered_by: a dead
 -- letter a topic's fan-out makes for a subscription, numbered by the subscription's partition),
--- after _TAKE_PARTITION of both: numbered above both high-water marks, both raised to the last number
+-- after take_partition of both: numbered above both high-water marks, both raised to the last number
 -- (so it takes nothing either partition holds or gave); the target's counter row takes the counts.
 -- Rows (place, number).
 WITH hw AS (SELECT GREATEST(a.top, b.top) AS top
@@ -820,7 +820,7 @@ DELETE
         WHERE entity = %(e)s AND partition = %(p)s AND seen_at < %(before)s;
 
 -- name: claim_ids
--- ClaimMessageIds, after _TAKE_PARTITION of its partition (so of two batches taking one id, the
+-- ClaimMessageIds, after take_partition of its partition (so of two batches taking one id, the
 -- second's statement sees the first's row): the ids not seen since ``since`` (the first of each) are
 -- written to the current generation, marked with the claim; the rows returned name their places.
 WITH i AS (SELECT DISTINCT ON (mid) mid, ord

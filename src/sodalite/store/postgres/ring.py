@@ -1,4 +1,54 @@
-"""The ring of message, counter and history tables: rotation and retirement of drained generations."""
+"""The ring of message, counter and history tables: rotation and retirement of drained generations.
+
+Bloat and long transactions (the failure mode of queues on PostgreSQL). A queue inserts, updates
+(claims) and deletes every message, so its table and indexes fill with dead row versions that only
+VACUUM reclaims, and VACUUM cannot reclaim any version that a still-open transaction might see: a
+report or backup holding a snapshot for ten minutes makes every claim walk ten minutes' worth of
+dead index entries at the head of the queue. So the messages live in a ring of
+:data:`GENERATIONS` tables (``sodalite_messages`` is list-partitioned by ``generation``;
+``sodalite_ring`` names the one new rows go to). :meth:`PostgresStore.maintain` (called between
+batches) rotates the ring: when the current generation's table has grown past ``rotate_bytes`` and
+the next one is empty, new rows go to the next one; a generation that is not current and holds at
+most :data:`MOVE_LIMIT` live rows (drained: a queue consumes in order) has them copied into the
+current one and is then emptied with ``TRUNCATE``, which drops its dead versions at once, whatever
+snapshot is open, instead of waiting for VACUUM. The dead rows any claim can meet are then bounded
+by ``rotate_bytes``, and the tables' size stays bounded while the long transaction lasts. While
+VACUUM works (no long transaction), the current table never reaches ``rotate_bytes`` and the ring
+does not turn. ``TRUNCATE`` needs an ``ACCESS EXCLUSIVE`` lock: the maintenance takes it with a
+short ``lock_timeout`` (:data:`LOCK_TIMEOUT_MS`) and tries again at the next call rather than
+queue behind a reader of Sodalite's tables (and block every operation queued behind itself).
+The maintenance also re-analyzes the current generation after :data:`ANALYZE_AFTER` changes: a
+planner without statistics takes a partition for one row and scans all of its rows to find the
+numbers a statement names, where an index condition on them is what keeps a batch O(batch).
+
+Counters in the ring. A counter row updated by every batch would leave one version per batch that
+a held snapshot keeps VACUUM from removing, and every lookup of the row would walk them. So the
+base rows are never updated by a batch (only locked), and what batches change goes into the
+partition's row of the current generation of ``sodalite_counters``, list-partitioned like the
+messages: retiring a generation adds its counter rows to the current generation's, in the same
+transaction as the messages' move, and truncates both tables. The versions a counter row can leave
+are then bounded by the batches between two switches; the ring also switches once the current
+counter table reaches :data:`COUNTER_ROTATE_BYTES` (a drain that deletes messages grows the
+counters, not the message table).
+
+The history's ring. The duplicate-detection history (``sodalite_duplicate_history``) is
+list-partitioned by generation too, with a current generation of its own
+(``sodalite_ring.history_generation``): its rows leave when their window has passed (the core
+forgets them), not when messages are consumed, so its tables drain on a clock of their own. New ids
+go to the current table; it is left for the next once it reaches :data:`HISTORY_ROTATE_BYTES` and
+the next is empty; a table that is not current and holds at most :data:`MOVE_LIMIT` ids has them
+copied on and is truncated, as the messages' are. An id may then be in two tables; it counts at its
+latest time. Duplicate detection across nodes: :class:`ClaimMessageIds` takes the partition's base
+row first (as an append does), then inserts the ids not seen within the window, marked with the
+batch's claim token, and returns them; a gated :class:`Append` stores only the messages whose id
+carries that mark (checked in its own statement). The row lock orders two batches taking one id,
+and each statement's READ COMMITTED snapshot sees what the previous holder committed, so one takes
+it. (A unique key cannot arbitrate: on a partitioned table it would have to include the
+generation.) Not in a ring: session state and move keys, and ``sodalite_ring`` itself (one version
+per switch). The drill
+``benchmarks/pg_long_transaction.py`` measures the tables while a long transaction is open
+(docs/postgresql.md).
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,20 @@
-"""The PostgreSQL store's schema: numbered migrations, SQL files in ``migrations/`` (package data), run by
-``open`` in one transaction under an advisory lock and recorded in ``sodalite_schema_version``
-(see "Schema" in :mod:`sodalite.store.postgres`)."""
+"""The PostgreSQL store's schema: numbered migrations (``migrations/NNNN_*.sql``, package data,
+:data:`MIGRATIONS`) that ``open`` runs in one transaction under a transaction-scoped advisory lock,
+so several brokers starting on one database migrate it once, recording the version in
+``sodalite_schema_version``; ``schema.sql`` is the declared schema they reach
+(tests/store/test_pg_schema.py). A database whose schema is newer than this code knows makes
+``open`` raise StoreUnavailable naming what to do (upgrade Sodalite, or point it at another database).
+Version 2 moves the messages into the ring in place, adds the lock columns, the
+counters (computed once from the rows), the session locks and the indexes. Version 3 adds the
+counters' ring (``sodalite_counters``); the version-2 counter rows stay, as the base rows. Version 4
+moves the duplicate-detection history into its ring (its rows into generation 0) and adds its
+claim column. Version 6 gives subscriptions' rules a table of their own (``sodalite_rules``, one row
+per rule: :class:`~sodalite.store.port.PutRule` adds one with ``INSERT … ON CONFLICT DO NOTHING``, so
+of two nodes adding one name at once one gets it) and moves the ``"Rules"`` of existing subscription
+records there. A node of an older release refuses the migrated database (its schema is newer), so
+every node is upgraded together for this step (docs/postgresql.md).
+Version 7 adds ``sodalite_batch_outcomes`` (one row per batch, its id: :mod:`sodalite.store.pg_failover`).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,15 @@
-"""The PostgreSQL messaging store: the port over one database (see :mod:`sodalite.store.postgres`)."""
+"""The PostgreSQL messaging store: the port over one database (see :mod:`sodalite.store.postgres`).
+
+Failures. Every psycopg or pool error, and every use after :meth:`PostgresStore.close`, raises
+:class:`~sodalite.errors.StoreUnavailable` (:class:`~sodalite.errors.StoreFull` for PostgreSQL's
+``disk_full``), with the driver's exception as ``__cause__``; no psycopg type crosses the port. A
+connection lost mid-batch is discarded by the pool and replaced on the next call, so a database
+that comes back is used again without a restart. A batch whose ``COMMIT`` was sent but not
+acknowledged may or may not be durable: its id is looked up on the primary (the new one after a
+failover) and it is reported applied only if it committed, as not applied otherwise
+(:mod:`sodalite.store.pg_failover`, which also chooses the server of a multi-host URL and fences
+an old primary by its timeline).
+"""
 
 
 from __future__ import annotations

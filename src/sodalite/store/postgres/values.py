@@ -1,5 +1,12 @@
 """The PostgreSQL store's settings, its URL checks, and values to columns and back (paths folded, text as
-UTF-8 ``bytea``, integers checked to fit ``bigint``)."""
+UTF-8 ``bytea``, integers checked to fit ``bigint``).
+
+Values. Entity paths compare case-insensitively (ASCII letters, like SQLite's NOCASE): every table
+keys a partition by the folded path as UTF-8 bytes (``bytea``), so ranges and order are bytewise,
+as in SQLite and the memory store. User text (message, session and partition-key ids, history ids,
+move keys) is stored as UTF-8 ``bytea`` too, because PostgreSQL ``text`` cannot hold NUL, which
+AMQP strings can. Integers are ``bigint``.
+"""
 
 from __future__ import annotations
 

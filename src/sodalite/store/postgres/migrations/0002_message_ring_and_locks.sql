@@ -1,5 +1,5 @@
--- Version 2 (store port v2): the messages move into a ring of generation tables (see the module
--- docstring), with lock columns; counters, session locks and the indexes the v2 reads use.
+-- Version 2: the messages move into a ring of generation tables (see ring.py's
+-- docstring), with lock columns; counters, session locks and the indexes the reads use.
 -- The ready scan of a claim; the session scan; the due scans of next_due and Activate.
 -- Room on each page for the next version of a counter row, so its updates stay HOT.
 -- The counters, computed once from the rows (a partition with messages always had its row).
