@@ -94,3 +94,18 @@ def test_migration_files_are_numbered_and_split_whole() -> None:
     assert sql_files.statements("SELECT 1;\nDO $$ BEGIN\n  PERFORM 1;\nEND $$;") == ["SELECT 1",
                                                                                    "DO $$ BEGIN\n  PERFORM 1;\nEND $$"]
     assert not re.search(r"(?m)^\s*CREATE SCHEMA", "\n".join(DECLARED))
+
+
+def test_every_statement_the_adapter_names_is_in_its_catalogue_and_every_one_is_used() -> None:
+    from pathlib import Path
+
+    from sodalite.store.postgres.statements import SQL
+
+    source = "\n".join(path.read_text() for path in (Path(sql_files.__file__).parent / "postgres").glob("*.py"))
+    named = set(re.findall(r'SQL\["([a-z0-9_]+)"', source))
+    assert named - set(SQL) == set()
+    # names composed in code: a claim's variants, purge's two forms, DeleteEntity's one per table
+    composed = {name for name in SQL
+                if re.fullmatch(r"claim(_in_session)?(_by_numbers)?|purge_(all|through)|delete_entity_rows_[a-z_]+",
+                                name)}
+    assert set(SQL) - named - composed == set()

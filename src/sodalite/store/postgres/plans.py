@@ -308,7 +308,7 @@ def _settle_plan(op: Settle) -> _Plan:
                                          [(it.enqueued_time, it.expires_at) for it in items],
                                          [it.give_back_delivery for it in items])}
         if group_key.target is None:
-            sql = SQL[group_key.kind]
+            sql = SQL["complete"] if group_key.kind == "complete" else SQL["unlock"]
         else:
             sql = SQL["dead_letter"]
             params |= {"te": group_key.target[0], "tp": group_key.target[1], "same": group_key.target == _key(op.ref),
