@@ -19,13 +19,15 @@ Rules (each module's docstring says how it keeps its own):
 - The schema is versioned; numbered migrations run under an advisory lock by one node; a schema
   newer than this code is refused (``schema``).
 - No psycopg type crosses the port: every failure is StoreUnavailable (StoreFull for a full disk),
-  and an unanswered COMMIT is looked up before it is reported (``store``, ``pg_failover``).
+  and an unanswered COMMIT is looked up before it is reported (``store``, ``failover``).
 - Not thread-safe: the server calls one store from one worker thread.
 
 Modules: ``store`` (the port), ``plans`` (one plan per operation, in a table), ``statements`` and
 ``queries.sql`` (the SQL), ``schema`` with ``schema.sql`` and ``migrations/`` (numbered SQL files),
 ``ring`` (the ring's maintenance), ``feed`` (NOTIFY payloads and the LISTEN feed), ``values``
-(settings, URLs, values to columns). The operator's view is docs/postgresql.md.
+(settings, URLs, values to columns), ``failover`` (which server of a multi-host URL is written to,
+and the outcome of an unanswered COMMIT), ``geo`` (two sites' databases: probe, lag, promotion).
+The operator's view is docs/postgresql.md.
 """
 
 from sodalite.store.postgres.feed import (

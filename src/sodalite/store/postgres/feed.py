@@ -25,7 +25,6 @@ from psycopg import sql
 
 from sodalite.errors import StoreUnavailable
 from sodalite.model.message import MessageState
-from sodalite.store import pg_failover
 from sodalite.store.port import (
     Activate,
     Append,
@@ -44,6 +43,7 @@ from sodalite.store.port import (
     Settle,
     StoreOp,
 )
+from sodalite.store.postgres.failover import Failover
 from sodalite.store.postgres.values import (
     DEFAULT_CONNECT_TIMEOUT,
     LISTEN_POLL,
@@ -155,10 +155,10 @@ class PostgresChangeFeed:
     """
 
     def __init__(self, url: str, *, origin: str, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-                 application_name: str = "sodalite listen", failover: pg_failover.Failover | None = None) -> None:
+                 application_name: str = "sodalite listen", failover: Failover | None = None) -> None:
         self._url = check_url(url)
         # The store's choice of server: the feed listens on the primary the store writes to.
-        self._failover = failover or pg_failover.Failover(url, shown=redact(url), connect_timeout=connect_timeout,
+        self._failover = failover or Failover(url, shown=redact(url), connect_timeout=connect_timeout,
                                                           application_name=application_name)
         self._shown = redact(url)
         self._origin = origin

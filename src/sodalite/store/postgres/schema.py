@@ -13,7 +13,7 @@ per rule: :class:`~sodalite.store.port.PutRule` adds one with ``INSERT … ON CO
 of two nodes adding one name at once one gets it) and moves the ``"Rules"`` of existing subscription
 records there. A node of an older release refuses the migrated database (its schema is newer), so
 every node is upgraded together for this step (docs/postgresql.md).
-Version 7 adds ``sodalite_batch_outcomes`` (one row per batch, its id: :mod:`sodalite.store.pg_failover`).
+Version 7 adds ``sodalite_batch_outcomes`` (one row per batch, its id: :mod:`sodalite.store.postgres.failover`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ connection lost mid-batch is discarded by the pool and replaced on the next call
 that comes back is used again without a restart. A batch whose ``COMMIT`` was sent but not
 acknowledged may or may not be durable: its id is looked up on the primary (the new one after a
 failover) and it is reported applied only if it committed, as not applied otherwise
-(:mod:`sodalite.store.pg_failover`, which also chooses the server of a multi-host URL and fences
+(:mod:`sodalite.store.postgres.failover`, which also chooses the server of a multi-host URL and fences
 an old primary by its timeline).
 """
 
@@ -26,7 +26,6 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from sodalite.errors import ConfigurationError, StoreFull, StoreUnavailable
 from sodalite.model.message import MessageState
-from sodalite.store import pg_failover
 from sodalite.store.port import (
     SUBSCRIPTION_KIND,
     EntityRecord,
@@ -41,6 +40,7 @@ from sodalite.store.port import (
     check_all_or_none,
     prepare_batch,
 )
+from sodalite.store.postgres import failover
 from sodalite.store.postgres.feed import _NOTIFY, DUE, PostgresChangeFeed, _announcements, channel_name
 from sodalite.store.postgres.plans import _GENERIC_PLAN, _Plan, _plans, _results, _Step
 from sodalite.store.postgres.ring import RingMaintenance
@@ -88,9 +88,9 @@ class PostgresStore(RingMaintenance):
         self._closed = False
         # Open on a standby (a geo-replication secondary): every call is refused until a primary answers.
         self._standby_ok = standby_ok
-        # Which server of a multi-host URL is written to, fenced by timeline (store/pg_failover.py).
+        # Which server of a multi-host URL is written to, fenced by timeline (failover.py).
         try:
-            self._failover = pg_failover.Failover(url, shown=self._shown, connect_timeout=connect_timeout,
+            self._failover = failover.Failover(url, shown=self._shown, connect_timeout=connect_timeout,
                                                   application_name=application_name)
         except (ValueError, psycopg.Error) as exc:
             raise ConfigurationError(f"PostgreSQL store URL {self._shown!r}: {exc}") from None
@@ -140,7 +140,7 @@ class PostgresStore(RingMaintenance):
                                         application_name=self._application_name) as conn:
                 self._migrate(conn)
                 row = conn.execute("SELECT current_schema()").fetchone()
-        except pg_failover.NoPrimary as exc:
+        except failover.NoPrimary as exc:
             if self._standby_ok and self._failover.status().role == "standby":
                 row = self._open_on_standby()
             elif self._failover.status().role == "unreachable":
@@ -169,11 +169,11 @@ class PostgresStore(RingMaintenance):
                                   application_name=application_name or f"{self._application_name} listen"[:63],
                                   failover=self._failover)
 
-    def status(self) -> pg_failover.StoreStatus:
-        """Whether this store can write now and, if not, why (last known; no I/O: see pg_failover)."""
+    def status(self) -> failover.StoreStatus:
+        """Whether this store can write now and, if not, why (last known; no I/O: see failover.py)."""
         return self._failover.status()
 
-    def probe(self) -> pg_failover.StoreStatus:
+    def probe(self) -> failover.StoreStatus:
         """Ask every server of the URL now (blocking) and return the resulting status."""
         return self._failover.probe()
 
@@ -189,9 +189,9 @@ class PostgresStore(RingMaintenance):
         # ROLLBACK and SettleFenced.
         fenced = any(isinstance(op, Settle) and op.all_or_none for op in batch)
         # Every batch records its id and sends its COMMIT once its results are in: an unanswered COMMIT's
-        # outcome is then looked up by id, and its results are at hand (store/pg_failover.py).
+        # outcome is then looked up by id, and its results are at hand (store/failover.py).
         batch_id = uuid.uuid4()
-        steps.append(_Step(pg_failover.RECORD_BATCH, {"batch": batch_id}))
+        steps.append(_Step(failover.RECORD_BATCH, {"batch": batch_id}))
         results: tuple[OpResult, ...] = ()
         try:
             with pool.connection() as conn:
@@ -204,7 +204,7 @@ class PostgresStore(RingMaintenance):
                 except BaseException:
                     self._rollback(conn)
                     raise
-        except pg_failover.CommitUnanswered as unanswered:
+        except failover.CommitUnanswered as unanswered:
             self._outcome(unanswered)  # returns when the batch committed; StoreUnavailable otherwise
         except (psycopg.Error, PoolTimeout) as exc:
             raise self._not_applied(exc) from exc
@@ -251,13 +251,13 @@ class PostgresStore(RingMaintenance):
 
     def _commit(self, conn: psycopg.Connection[TupleRow], batch_id: uuid.UUID) -> None:
         """COMMIT; a COMMIT that the connection's loss or the server's shutdown left unanswered raises
-        :class:`~sodalite.store.pg_failover.CommitUnanswered` (its outcome is then looked up)."""
+        :class:`~sodalite.store.failover.CommitUnanswered` (its outcome is then looked up)."""
         self.round_trips += 1
         try:
             conn.execute("COMMIT")
         except psycopg.OperationalError as lost:
             if conn.broken or lost.sqlstate is None or lost.sqlstate.startswith("57P"):
-                raise pg_failover.CommitUnanswered(batch_id, lost) from lost
+                raise failover.CommitUnanswered(batch_id, lost) from lost
             raise
 
     def _not_applied(self, exc: psycopg.Error | PoolTimeout) -> StoreUnavailable | StoreFull:
@@ -271,12 +271,12 @@ class PostgresStore(RingMaintenance):
             self._failover.lost(_describe(exc))
         return StoreUnavailable(f"PostgreSQL store {self._shown}: batch not applied: {_describe(exc)}")
 
-    def _outcome(self, unanswered: pg_failover.CommitUnanswered) -> None:
+    def _outcome(self, unanswered: failover.CommitUnanswered) -> None:
         """A batch whose COMMIT went unanswered: return if it committed (on the primary now), else
         raise StoreUnavailable (not committed, or not known within OUTCOME_WAIT)."""
         self._failover.lost(str(unanswered))
         self.outcome_lookups += 1
-        committed = pg_failover.resolve(unanswered.batch_id, self._require().connection)
+        committed = failover.resolve(unanswered.batch_id, self._require().connection)
         if committed:
             self.outcomes_committed += 1
             log.warning("PostgreSQL store %s: %s; it committed: its results stand", self._shown, unanswered)
@@ -416,7 +416,7 @@ class PostgresStore(RingMaintenance):
             with pool.connection() as conn:
                 self._turn_ring(conn)
                 if self._failover.prune_due():
-                    pg_failover.prune(conn)
+                    failover.prune(conn)
                 if self._failover.superseded():
                     conn.close()  # a standby was promoted meanwhile: the pool drops it, the next call chooses
         except (psycopg.Error, PoolTimeout):

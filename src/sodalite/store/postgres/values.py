@@ -19,11 +19,11 @@ from psycopg.rows import TupleRow
 
 from sodalite.errors import ConfigurationError, StoreUnavailable
 from sodalite.model.message import MessageRecord, MessageState
-from sodalite.store import pg_failover
 from sodalite.store.port import (
     PartitionRef,
     StoredMessage,
 )
+from sodalite.store.postgres.failover import check_hosts
 
 log = logging.getLogger("sodalite.store.postgres")
 
@@ -92,7 +92,7 @@ def check_url(url: str) -> str:
         raise ConfigurationError(f"PostgreSQL store: the URL must be a string, got {type(url).__name__}")
     try:
         parts = urlsplit(url)
-        pg_failover.check_hosts(parts.netloc)  # several hosts: host:port,host:port (each port a number)
+        check_hosts(parts.netloc)  # several hosts: host:port,host:port (each port a number)
         if "," not in parts.netloc:
             parts.port  # noqa: B018 - raises ValueError on a port that is not a number
     except ValueError as exc:

@@ -49,7 +49,7 @@ from sodalite.model.geo import (
     format_lsn,
     parse_lsn,
 )
-from sodalite.store.postgres import redact
+from sodalite.store.postgres.values import redact
 
 __all__ = ["Lag", "PromotionReport", "SiteStatus", "Standby", "claim", "lag", "move_counters", "probe", "promote",
            "redact"]
