@@ -8,9 +8,9 @@ from __future__ import annotations
 import psycopg
 
 from sodalite.model.geo import counter_after_forced_promotion
-from sodalite.store import pg_geo
 from sodalite.store.port import Append, Appended, EntityRecord, PartitionRef, PutEntity
 from sodalite.store.postgres import PostgresStore
+from sodalite.store.postgres import geo as pg_geo
 from store.pg_rows import record
 
 ORDERS = PartitionRef("orders", 0)

@@ -1,4 +1,4 @@
-"""Which server a node writes to, from what a probe found (store/pg_failover.py), without servers:
+"""Which server a node writes to, from what a probe found (store/postgres/failover.py), without servers:
 the fence by timeline and by cluster, and what the node says when it cannot write."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sodalite.store.pg_failover import Failover, HostReport, NoPrimary, check_hosts, split_hosts
+from sodalite.store.postgres.failover import Failover, HostReport, NoPrimary, check_hosts, split_hosts
 
 
 class _Conn:
@@ -103,7 +103,7 @@ def test_the_url_s_hosts_and_ports_are_split_and_checked() -> None:
 def test_a_node_lets_go_of_its_server_when_another_shows_a_higher_timeline(monkeypatch: pytest.MonkeyPatch) -> None:
     """A standby promoted while the server written to still answers (the old primary was not
     stopped): the periodic recheck raises the fence, so the next connection goes to the new one."""
-    import sodalite.store.pg_failover as pg_failover
+    import sodalite.store.postgres.failover as pg_failover
 
     failover = _failover()
     assert _choose(failover, _primary("a:1", 1), _standby("b:2", 1)).host == "a:1"

@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _status(sites: dict[str, str], as_json: bool) -> int:
     from sodalite.cli.geo_node import site_report
-    from sodalite.store import pg_geo
+    from sodalite.store.postgres import geo as pg_geo
 
     (a, a_url), (b, b_url) = sites.items()
     first, second = pg_geo.probe(a_url), pg_geo.probe(b_url)
@@ -99,7 +99,7 @@ def _status(sites: dict[str, str], as_json: bool) -> int:
 
 def _promote(args: argparse.Namespace, sites: dict[str, str]) -> int:
     from sodalite.model.geo import PromotionMode
-    from sodalite.store import pg_geo
+    from sodalite.store.postgres import geo as pg_geo
 
     if args.site_name not in sites:
         raise ArgumentError(f"there is no site '{args.site_name}' among --site ({', '.join(sites)})")

@@ -2,7 +2,7 @@
 
 Theory of operation. A node started with ``--geo-site NAME`` (and ``--geo-peer OTHER=URL``, the
 other site's database) asks its own database and the other site's where they stand every
-:data:`POLL_SECONDS` (:func:`sodalite.store.pg_geo.probe`, in a thread) and decides its role with
+:data:`POLL_SECONDS` (:func:`sodalite.store.postgres.geo.probe`, in a thread) and decides its role with
 :func:`sodalite.model.geo.decide_role`. Only a ``primary`` serves: until its first ``primary``
 decision the node does not start its broker (it loads nothing from a standby), and a started node
 that stops being primary takes its messaging stores out of service (the outage switch: partitions
@@ -34,7 +34,7 @@ from prometheus_client.registry import Collector
 from sodalite.errors import ArgumentError, ServerBusy
 from sodalite.model.geo import PromotionMode, Role, RoleDecision, decide_role
 from sodalite.server.broker import Broker
-from sodalite.store import pg_geo
+from sodalite.store.postgres import geo as pg_geo
 
 log = logging.getLogger(__name__)
 

@@ -23,10 +23,12 @@ from there.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from sodalite.errors import StoreUnavailable
 from sodalite.model.message import MessageState
 from sodalite.model.store_ops import (  # the vocabulary: defined once in the model, re-exported here
     SUBSCRIPTION_KIND,
@@ -159,6 +161,7 @@ __all__ = [
     "Unscheduled",
     "check_all_or_none",
     "dead_letter_of",
+    "encode_properties",
     "numbering_base",
     "prepare_batch",
     "split_rules",
@@ -224,6 +227,17 @@ def prepare_batch(batch: Sequence[StoreOp]) -> list[StoreOp]:
     return prepared
 
 
+def encode_properties(entity: EntityRecord, value: object = None) -> str:
+    """Entity properties (or ``value``, a rule of the entity) as the JSON text every adapter stores;
+    StoreUnavailable if not JSON-able."""
+    try:
+        return json.dumps(entity.properties if value is None else value, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise StoreUnavailable(
+            f"cannot store entity {entity.path!r}: its properties are not JSON-serializable ({exc})"
+        ) from exc
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionCounts:
     """Counters of a partition, kept by the store in the same transactions as the messages.
@@ -274,7 +288,7 @@ class MessagingStore(Protocol):
     def apply(self, batch: Sequence[StoreOp]) -> tuple[OpResult, ...]:
         """Commit every operation in one transaction, durably, or raise StoreUnavailable (StoreFull when
         the disk is full: nothing of the batch was applied). Returns one result per operation, in
-        order (:class:`Done` for the operations kept from version 1)."""
+        order (:class:`Done` for the operations on records beside the messages)."""
 
     def peek(self, ref: PartitionRef, from_sequence_number: int, count: int,
              states: frozenset[MessageState] | None = None,
@@ -332,7 +346,7 @@ class ServedByOneProcess(Protocol):
     """A store that one broker process serves at a time (a SQLite file): the message and session
     locks in it when the broker starts were taken by an earlier run, whose receivers died with it.
     The broker drops them before its cores start (locks do not outlive the process that granted
-    them, as on version 1); the deliveries they counted stay counted. A store several nodes share
+    them); the deliveries they counted stay counted. A store several nodes share
     (PostgreSQL) is not one: there a dead node's locks lapse at their ``locked_until``."""
 
     def drop_locks_of_earlier_runs(self) -> int:

@@ -22,14 +22,15 @@ def read(package: str, name: str) -> str:
 
 
 def statements(text: str) -> list[str]:
-    """The statements of a script, without its comment lines, each without its closing ``;``."""
+    """The statements of a script, without its comment lines, each without its closing ``;`` (one
+    inside a dollar-quoted body, ``$$ … $$``, does not close it)."""
     found: list[str] = []
     current: list[str] = []
     for line in text.splitlines():
-        if line.lstrip().startswith("--") or not line.strip():
+        if (line.lstrip().startswith("--") or not line.strip()) and "\n".join(current).count("$$") % 2 == 0:
             continue
         current.append(line.rstrip())
-        if line.rstrip().endswith(";"):
+        if line.rstrip().endswith(";") and "\n".join(current).count("$$") % 2 == 0:
             found.append("\n".join(current)[:-1].strip())
             current = []
     if current:

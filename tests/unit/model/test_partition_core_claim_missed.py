@@ -4,16 +4,16 @@ if that node died and never says so (issue 18: a node that dies holding locks lo
 
 from __future__ import annotations
 
-from partition_core_store import FakeStore, Harness, draft
+from core_harness import Harness, PartitionStore, draft
 from sodalite.model.partition_core import Arrived, CoreSettings, Delivered, Receive, Send, Tick, new_view
 
 
-def _node(store: FakeStore, seed: int) -> Harness:
+def _node(store: PartitionStore, seed: int) -> Harness:
     return Harness(new_view(CoreSettings(lock_duration=30_000), 0, token_seed=seed), store)
 
 
 def test_a_row_another_core_locked_under_this_ones_claim_comes_back_when_that_lock_lapses() -> None:
-    store = FakeStore()
+    store = PartitionStore()
     a, b = _node(store, 1), _node(store, 2)
     a.run(Send((draft("m"),), "s"))
     a.drain()

@@ -1,5 +1,5 @@
 """ForwardDeadLetteredMessagesTo in the partition core, rule by rule, with a fake clock against the
-test-only store of tests/partition_core_store.py: every way a message is dead-lettered (a client's
+memory store (tests/core_harness.py): every way a message is dead-lettered (a client's
 dead-letter, MaxDeliveryCount on abandon, on a lapse and when a receive meets it, expiry) goes to
 the target partition in the same fenced settle or move, naming its source, counted afresh, enqueued
 at the time and expiring by the target's time-to-live; at the hop limit into the transfer dead-letter
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 
-from partition_core_store import Harness, draft
+from core_harness import Harness, draft
 from sodalite.model.partition_core import (
     CoreSettings,
     DeadLetterForward,

@@ -1,5 +1,5 @@
 """A dead-lettered message keeps its sequence number in the dead-letter queue (as Service Bus and the
-version-1 path keep it), with a fake clock against the test-only store of tests/partition_core_store.py:
+version-1 path keep it), with a fake clock against the memory store (tests/core_harness.py):
 the core marks every dead-lettering into its own dead-letter queue (a client's, MaxDeliveryCount,
 expiry) to keep the number, and not a dead letter forwarded elsewhere (ForwardDeadLetteredMessagesTo);
 the dead-letter queue's own core, told ``Arrived``, delivers a kept number that lies below its
@@ -7,7 +7,7 @@ window's cursor, in number order."""
 
 from __future__ import annotations
 
-from partition_core_store import Harness, draft
+from core_harness import Harness, draft
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition_core import (
     Arrived,
@@ -25,7 +25,7 @@ from sodalite.model.partition_core import (
     Tick,
     new_view,
 )
-from sodalite.model.store_ops import AppendTo, MoveMessages, Outcome
+from sodalite.model.store_ops import AppendTo, MoveMessages, Outcome, dead_letter_of
 from sodalite.model.store_ops import Settle as SettleOp
 
 LOCK = 30_000
@@ -94,8 +94,7 @@ def test_the_dead_letter_queue_delivers_a_kept_number_below_its_cursor_once_told
     held = {d.message.sequence_number: d for d in receive(queue, 5)}
     dead_letter(queue, held[4])
     # The dead-letter queue's own core reads the same rows the queue's dead-lettering wrote.
-    dlq = harness(max_delivery_count=10)
-    dlq.store.rows = queue.store.dead
+    dlq = Harness(harness(max_delivery_count=10).view, queue.store.other(dead_letter_of(queue.store.ref)))
     dlq.run(Arrived(1))
     dlq.drain()
     assert dlq.view.window.at_tail and dlq.view.window.cursor == 4 and list(dlq.view.window.records) == [4]

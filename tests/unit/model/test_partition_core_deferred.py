@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from partition_core_store import FakeStore, Harness, draft
+from core_harness import Harness, PartitionStore, draft
 from sodalite.model.message import MessageState
 from sodalite.model.partition_core import (
     AcceptSession,
@@ -49,7 +49,7 @@ from sodalite.model.store_ops import Settle as SettleOp
 LOCK = 30_000
 
 
-def harness(store: FakeStore | None = None, **settings: object) -> Harness:
+def harness(store: PartitionStore | None = None, **settings: object) -> Harness:
     base: dict[str, object] = {"lock_duration": LOCK, "max_delivery_count": 3}
     base.update(settings)
     return Harness(new_view(CoreSettings(**base), 0, token_seed=13), store)  # type: ignore[arg-type]

@@ -4,7 +4,7 @@ scheduling node died, or both act on it: the store's Activate takes each row onc
 
 from __future__ import annotations
 
-from partition_core_store import FakeStore, Harness, draft
+from core_harness import Harness, PartitionStore, draft
 from sodalite.model.message import MessageState
 from sodalite.model.partition_core import (
     CancelScheduled,
@@ -21,7 +21,7 @@ from sodalite.model.partition_core import (
 from sodalite.model.store_ops import Activate
 
 
-def _node(store: FakeStore, seed: int) -> Harness:
+def _node(store: PartitionStore, seed: int) -> Harness:
     return Harness(new_view(CoreSettings(lock_duration=30_000), 0, token_seed=seed), store)
 
 
@@ -30,7 +30,7 @@ def _activates(h: Harness) -> int:
 
 
 def test_a_message_another_core_scheduled_is_activated_at_the_time_the_store_names() -> None:
-    store = FakeStore()
+    store = PartitionStore()
     a, b = _node(store, 1), _node(store, 2)
     b.run(Receive("c", 1))
     b.drain()
@@ -55,7 +55,7 @@ def test_a_message_another_core_scheduled_is_activated_at_the_time_the_store_nam
 
 
 def test_a_time_already_acted_on_and_named_again_changes_nothing() -> None:
-    store = FakeStore()
+    store = PartitionStore()
     b = _node(store, 2)
     b.at(5_000)
     b.run(DueInStore(4_000))  # past: acted on at once
@@ -70,7 +70,7 @@ def test_a_time_already_acted_on_and_named_again_changes_nothing() -> None:
 
 
 def test_a_cancelled_message_is_not_counted_off_again_when_its_time_comes() -> None:
-    h = _node(FakeStore(), 3)
+    h = _node(PartitionStore(), 3)
     h.run(Schedule((draft("x", scheduled=10_000), draft("y", scheduled=10_000), draft("z", scheduled=20_000)), "s"))
     h.drain()
     h.run(CancelScheduled((1,), "c"))
@@ -85,7 +85,7 @@ def test_an_activation_answered_after_a_tracked_time_leaves_that_time_to_the_nex
     """An Activate asked at 5,000 whose batch is answered at 10,000 activated what was due by
     5,000 only: the message due at 10,000 is still scheduled and still counted, and is activated
     next (the core once counted it as activated elsewhere, and the count went below the store's)."""
-    store = FakeStore()
+    store = PartitionStore()
     a = _node(store, 1)
     a.run(Schedule((draft("later", scheduled=10_000),), "s"))
     assert a.drain() == [SendAccepted("s", (1,))]

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
-from partition_core_store import CoreMachine, Harness, draft
+from core_harness import CoreMachine, Harness, draft
 from sodalite.model.message import MessageState
 from sodalite.model.partition_core import (
     CancelScheduled,
@@ -138,8 +138,8 @@ class PartitionCoreMachine(CoreMachine):
             if target is None:
                 assert new == seq and h.store.gone[seq] == "dropped"
             else:
-                to, record, _ = h.store.moved_out[new - 1]
-                assert to == target and record.sequence_number == seq
+                assert h.store.other(target).rows[new].origin == seq  # the target holds it, from here
+                assert any(to == target and record.sequence_number == seq for to, record, _ in h.store.moved_out)
             self.moved_out.add(seq)
 
     def _observe_deferred(self, reply: DeferredReceived) -> None:
@@ -214,7 +214,7 @@ class PartitionCoreMachine(CoreMachine):
         h = self.harness
         if mid in h.store.message_ids and h.store.message_ids[mid] >= h.now - (h.view.settings.duplicate_window or 0):
             return  # the other node's send was a duplicate too
-        h.store.message_ids[mid] = h.now
+        h.store.remember_ids((mid, h.now))
         h.store.appended_ids.append((mid, h.now))
 
     @rule(delay=st.sampled_from([0, 1, 600, 2_500]), ping=st.booleans())

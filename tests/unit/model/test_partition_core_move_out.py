@@ -1,12 +1,12 @@
 """The partition core's MoveOut (resubmit, move and purge by number), rule by rule, with a fake clock
-against the test-only store of tests/partition_core_store.py: one fenced MoveMessages, the reply
+against the memory store (tests/core_harness.py): one fenced MoveMessages, the reply
 only after it committed, locked rows skipped, the window and the counts kept right."""
 
 from __future__ import annotations
 
 import uuid
 
-from partition_core_store import FakeStore, Harness, draft
+from core_harness import Harness, PartitionStore, draft
 from sodalite.model.message import MessageState
 from sodalite.model.partition_core import (
     CoreSettings,
@@ -30,7 +30,7 @@ LOCK = 30_000
 OTHER = ("orders", 0)
 
 
-def harness(store: FakeStore | None = None, **settings: object) -> Harness:
+def harness(store: PartitionStore | None = None, **settings: object) -> Harness:
     base: dict[str, object] = {"lock_duration": LOCK, "max_delivery_count": 5}
     base.update(settings)
     return Harness(new_view(CoreSettings(**base), 0, token_seed=17), store)  # type: ignore[arg-type]
@@ -116,13 +116,13 @@ def test_a_failed_move_answers_server_busy_and_loses_nothing() -> None:
 
 
 def test_a_row_locked_by_someone_else_stays_and_is_read_again() -> None:
-    store = FakeStore()
+    store = PartitionStore()
     h = harness(store)
     a, b = send(h, "a", "b")
     h.run(Receive("c", 0))
     h.drain()
     # another node locks a behind this core's back (a shared store)
-    store.rows[a].lock_token, store.rows[a].locked_until = uuid.UUID(int=1), LOCK
+    store.lock_elsewhere(a, uuid.UUID(int=1), LOCK)
     h.run(MoveOut(items(a, b), "mv"))
     assert h.drain() == [MovedOut("mv", (None, b))]
     assert a in store.rows and counts(h) == (1, 0, 0)

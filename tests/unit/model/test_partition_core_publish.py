@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from partition_core_store import FakeStore, Harness, draft
+from core_harness import Harness, PartitionStore, draft
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition_core import (
     CoreSettings,
@@ -32,12 +32,12 @@ from sodalite.model.store_ops import Settle as SettleOp
 WINDOW = 60_000
 
 
-def topic(store: FakeStore | None = None, dedup: bool = True) -> Harness:
+def topic(store: PartitionStore | None = None, dedup: bool = True) -> Harness:
     settings = CoreSettings(lock_duration=30_000, duplicate_window=WINDOW if dedup else None)
     return Harness(new_view(settings, 0, token_seed=5), store)
 
 
-def subscription(store: FakeStore | None = None) -> Harness:
+def subscription(store: PartitionStore | None = None) -> Harness:
     return Harness(new_view(CoreSettings(lock_duration=30_000), 0, token_seed=9), store)
 
 
@@ -50,7 +50,7 @@ def entry(message_id: str | None, *copies: tuple[str, str]) -> PublishEntry:
     return PublishEntry(message_id, tuple(PublishCopy(target, record(body)) for target, body in copies))
 
 
-def bodies(store: FakeStore) -> list[bytes]:
+def bodies(store: PartitionStore) -> list[bytes]:
     return [row.record.tail for _, row in sorted(store.rows.items())]
 
 
@@ -225,7 +225,7 @@ def test_landed_scheduled_rows_activate_at_their_time() -> None:
 
 def test_rows_that_land_while_a_read_is_in_flight_are_not_skipped() -> None:
     """The read may have run before the topic's commit: its shortness must not hide the rows."""
-    store = FakeStore()
+    store = PartitionStore()
     h = subscription(store)
     for i in range(3):  # a backlog, so the core reads (it is not at the tail)
         h.store.apply((_append(record(f"old{i}")),))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 
-from partition_core_store import FakeStore, Harness, draft
+from core_harness import Harness, PartitionStore, draft
 from sodalite.model.message import MessageState
 from sodalite.model.partition_core import (
     CancelScheduled,
@@ -80,7 +80,7 @@ def settle(h: Harness, token: uuid.UUID | None, outcome: Outcome, **kw: object) 
 
 def test_send_is_accepted_only_after_its_append_committed_with_the_numbers_the_store_gave() -> None:
     h = harness()
-    h.store.last = 41  # the store's counter decides, not the core
+    h.store.numbers_given(41)  # the store's counter decides, not the core
     replies = h.run(Send((draft("a"), draft("b")), "s1"))
     assert replies == []
     assert [type(op) for op in h.effects[0][1]] == [Append]  # type: ignore[index]
@@ -399,10 +399,10 @@ def test_a_lapse_of_the_last_allowed_delivery_dead_letters() -> None:
 
 
 def test_a_row_found_with_its_deliveries_used_up_is_dead_lettered_not_delivered() -> None:
-    store = FakeStore()
+    store = PartitionStore()
     h = Harness(new_view(CoreSettings(max_delivery_count=2), 0, token_seed=1), store)
     send(h, draft("a"), draft("b"))
-    store.rows[1].record = store.rows[1].record.with_delivery_count(2)  # as a crash mid-lock leaves it
+    store.lapsed_deliveries(1, 2)  # as a crash mid-lock leaves it
     restarted = Harness(new_view(CoreSettings(max_delivery_count=2), 0, token_seed=2, active=2,
                                  last_sequence_number=2), store)
     got = receive(restarted, 2)
@@ -523,7 +523,7 @@ def test_cancelling_number_zero_is_refused_as_not_found_and_cancels_nothing() ->
 
 
 def test_scheduled_messages_of_an_earlier_run_are_activated_by_polling() -> None:
-    store = FakeStore()
+    store = PartitionStore()
     h = harness()
     h.store = store
     send(h, draft("a", scheduled=5_000))
@@ -620,7 +620,7 @@ def test_the_window_stays_within_its_byte_cap_and_every_message_is_delivered_in_
 
 
 def test_a_restart_reads_the_window_from_the_store_not_the_backlog() -> None:
-    store = FakeStore()
+    store = PartitionStore()
     h = Harness(new_view(CoreSettings(), 0, token_seed=1), store)
     for i in range(10):
         send(h, draft(str(i)))

@@ -3,7 +3,7 @@ selects, in order; the others stay, in order, for consumers without one; expired
 
 from __future__ import annotations
 
-from partition_core_store import Harness, draft
+from core_harness import Harness, draft
 from sodalite.model.message import MessageRecord
 from sodalite.model.partition_core import CoreSettings, Delivered, Receive, Send, SendAccepted, new_view
 

@@ -2,7 +2,7 @@
 accepts by id and next available, receives in both modes, deferred receives by number (by a
 session's holder), complete-through, settlements, session renewals, state
 changes, receivers closing, time passing and batches that commit or fail, all against the
-test-only store of tests/partition_core_store.py. After every step: no message lost or doubled,
+memory store (tests/core_harness.py). After every step: no message lost or doubled,
 every message lock and session lock the core holds is the store's, a delivery goes only to the
 holder of its session, a consumer holds at most one session, counts equal the store's; at the end,
 a holder gets its session's messages in sequence order (first deliveries); at the end, every ready
@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
-from partition_core_store import CoreMachine, Harness, draft
+from core_harness import CoreMachine, Harness, draft
 from sodalite.model.message import MessageState
 from sodalite.model.partition_core import (
     AcceptSession,

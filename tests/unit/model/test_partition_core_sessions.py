@@ -1,14 +1,14 @@
 """Sessions in the pure partition core, rule by rule, with a fake clock: accept by id and next
 available, one holder per session, in-order delivery to the holder only, the session lock as a
 timer, settlement after it is lost, renewal, session state, and MaxDeliveryCount/TTL/deferral for
-a session's messages. Each test drives decide() through the test-only store of
-tests/partition_core_store.py and asserts the replies and what that store then holds."""
+a session's messages. Each test drives decide() against the memory store (tests/core_harness.py)
+and asserts the replies and what that store then holds."""
 
 from __future__ import annotations
 
 import uuid
 
-from partition_core_store import FakeStore, Harness, draft
+from core_harness import Harness, PartitionStore, draft
 from sodalite.model.message import MessageState
 from sodalite.model.partition_core import (
     AcceptSession,
@@ -47,7 +47,7 @@ from sodalite.model.store_ops import Claim, ClaimSession, Outcome, PutSessionSta
 LOCK = 30_000
 
 
-def harness(store: FakeStore | None = None, **settings: object) -> Harness:
+def harness(store: PartitionStore | None = None, **settings: object) -> Harness:
     base: dict[str, object] = {"lock_duration": LOCK, "max_delivery_count": 3, "requires_session": True}
     base.update(settings)
     return Harness(new_view(CoreSettings(**base), 0, token_seed=11), store)  # type: ignore[arg-type]
@@ -115,8 +115,8 @@ def test_a_session_held_by_another_receiver_cannot_be_locked() -> None:
     assert accepted(accept(h, "r1", "a")) == [("r1", "a")]
     replies = accept(h, "r2", "a")
     assert [type(r) for r in replies] == [SessionCannotBeLocked]
-    other = FakeStore()  # another node holds it: the store refuses the claim
-    other.session_locks["a"] = (uuid.uuid4(), LOCK, "elsewhere")
+    other = PartitionStore()  # another node holds it: the store refuses the claim
+    other.lock_session_elsewhere("a", uuid.uuid4(), LOCK)
     h2 = harness(other)
     assert accept(h2, "r1", "a") == [SessionCannotBeLocked(("accept", "r1"), "a")]
 
@@ -332,10 +332,10 @@ def test_abandon_of_the_last_allowed_delivery_of_a_sessions_message_dead_letters
 
 
 def test_a_sessions_message_found_with_its_deliveries_used_up_is_dead_lettered_not_delivered() -> None:
-    store = FakeStore()
+    store = PartitionStore()
     first = harness(store, max_delivery_count=2)
     send(first, "a", "a")
-    store.rows[1].record = store.rows[1].record.with_delivery_count(2)  # two lapsed deliveries (crashes)
+    store.lapsed_deliveries(1, 2)  # two lapsed deliveries (crashes)
     h = Harness(new_view(CoreSettings(lock_duration=LOCK, max_delivery_count=2, requires_session=True), 0,
                          token_seed=3, active=2, last_sequence_number=2), store)
     accept(h, "r", "a")

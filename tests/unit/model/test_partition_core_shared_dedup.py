@@ -4,7 +4,7 @@ reads its counts back from the store when told (``RefreshCounts``)."""
 
 from __future__ import annotations
 
-from partition_core_store import FakeStore, Harness, draft
+from core_harness import Harness, PartitionStore, draft
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition_core import (
     CoreSettings,
@@ -25,7 +25,7 @@ from sodalite.model.store_ops import Append, AppendTo, ClaimMessageIds, ForgetMe
 WINDOW = 60_000
 
 
-def shared(store: FakeStore | None = None) -> Harness:
+def shared(store: PartitionStore | None = None) -> Harness:
     settings = CoreSettings(lock_duration=30_000, duplicate_window=WINDOW, shared_store=True)
     return Harness(new_view(settings, 0, token_seed=4), store)
 
@@ -47,7 +47,7 @@ def test_the_batch_claims_the_ids_before_the_append_it_gates() -> None:
 
 def test_an_id_another_node_took_is_acknowledged_and_not_stored_and_the_store_decides_again() -> None:
     h = shared()
-    h.store.message_ids["a"] = 0  # another node stored a message with id "a"
+    h.store.remember_ids(("a", 0))  # another node stored a message with id "a"
     h.at(10)
     assert send(h, "a", "b") == [1]  # acknowledged; only "b" stored
     assert [row.record.message_id for row in h.store.rows.values()] == ["b"]
@@ -67,21 +67,21 @@ def test_an_id_another_node_took_is_acknowledged_and_not_stored_and_the_store_de
 def test_pruning_drops_every_entry_past_the_window_and_spares_one_taken_again_since() -> None:
     h = shared()
     send(h, "a")
-    h.store.message_ids["gone"] = 0  # another node's id (that node stopped: it prunes nothing)
+    h.store.remember_ids(("gone", 0))  # another node's id (that node stopped: it prunes nothing)
     assert h.next_due == WINDOW  # the history's own prune timer comes first; "a" is due at WINDOW + 1
     h.at(WINDOW + 1)
     h.run(Tick())
     (prune,) = [op for op in h.ops if isinstance(op, PruneMessageIds)]
     assert prune == PruneMessageIds(1)  # every entry seen before now - window
     assert not any(isinstance(op, ForgetMessageIds) for op in h.ops)
-    h.store.message_ids["a"] = WINDOW  # another node took "a" again meanwhile
+    h.store.remember_ids(("a", WINDOW))  # another node took "a" again meanwhile
     h.drain()
     assert h.store.message_ids == {"a": WINDOW}
 
 
 def test_a_shared_store_history_is_pruned_once_per_window_even_without_own_ids() -> None:
     h = shared()
-    h.store.message_ids["theirs"] = 5
+    h.store.remember_ids(("theirs", 5))
     h.run(Tick())
     assert h.next_due == WINDOW  # nothing of its own to forget, and still a prune
     h.at(WINDOW + 10)
@@ -108,7 +108,7 @@ def copy(target: str, body: bytes) -> PublishCopy:
 
 def test_a_topic_skips_every_copy_of_a_message_another_node_published() -> None:
     h = shared()
-    h.store.message_ids["m1"] = 0
+    h.store.remember_ids(("m1", 0))
     replies = h.run(Publish((PublishEntry("m1", (copy("s1", b"dup"), copy("s2", b"dup"))),
                              PublishEntry("m2", (copy("s1", b"new"),))), "p")) + h.drain()
     assert [type(op) for op in h.ops] == [ClaimMessageIds, AppendTo, AppendTo]
@@ -129,7 +129,7 @@ def test_refresh_counts_reads_other_nodes_sends_and_settlements_back_from_the_st
     # another node stores three messages in the same partition, and one of this node's is completed there
     h.store.apply((Append(tuple(MessageRecord(0, 0, None, None, None, None, None, None, 0, MessageState.ACTIVE,
                                               None, None, b"", 0, b"x") for _ in range(3))),))
-    del h.store.rows[1]
+    h.store.complete_elsewhere(1)
     assert h.view.counts.active == 2  # this core has not seen them
     assert h.run(RefreshCounts()) == []
     (read,) = list(h.effects)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 
-from partition_core_store import FakeStore, Harness, Row, draft
+from core_harness import Harness, PartitionStore, as_ref, draft
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition_core import (
     AcceptSession,
@@ -40,7 +40,7 @@ WINDOW = 60_000
 HOME = "home"  # the caller's name for the deciding core's own partition
 
 
-def queue(store: FakeStore | None = None, *, dedup: bool = False, shared: bool = False) -> Harness:
+def queue(store: PartitionStore | None = None, *, dedup: bool = False, shared: bool = False) -> Harness:
     settings = CoreSettings(lock_duration=LOCK, duplicate_window=WINDOW if dedup else None, shared_store=shared)
     return Harness(new_view(settings, 0, token_seed=7), store)
 
@@ -54,7 +54,7 @@ def send(message_id: str | None, *copies: tuple[str, str]) -> PublishEntry:
     return PublishEntry(message_id, tuple(PublishCopy(target, record(body)) for target, body in copies))
 
 
-def bodies(store: FakeStore) -> list[bytes]:
+def bodies(store: PartitionStore) -> list[bytes]:
     return [row.record.tail for _, row in sorted(store.rows.items())]
 
 
@@ -181,17 +181,15 @@ def test_this_entitys_duplicate_detection_applies_to_the_sends_marked_for_it() -
 
 
 def test_sends_into_this_partition_are_taken_in_when_they_landed() -> None:
-    h = queue()
+    h = queue(PartitionStore(ref=as_ref(HOME)))
     h.run(Receive("r", 5))
     h.drain()
     h.run(Transact((), (send(None, (HOME, "t1"), (HOME, "t2")),), "txn"))
     assert not [r for r in h.drain() if isinstance(r, Delivered)]  # not before the caller says they landed
     (published,) = [r for r in h.replies if isinstance(r, Published)]
-    # The caller stores HOME as this partition: in the harness it is another fake store, so copy them over.
+    # The caller names HOME, this partition: the copies are stored here, and the core is told they landed.
     landed = dict(published.stored)[HOME]
-    for row in landed:
-        h.store.rows[row.sequence_number] = Row(row)
-    h.store.last = max(h.store.last, *(r.sequence_number for r in landed))
+    assert sorted(h.store.rows) == [r.sequence_number for r in landed]
     replies = h.run(Landed(landed)) + h.drain()
     assert [r.message.tail for r in replies if isinstance(r, Delivered)] == [b"t1", b"t2"]
 
@@ -239,8 +237,7 @@ def test_a_lock_another_node_took_before_the_batch_applied_rolls_the_whole_trans
     (settle,) = [op for op in ops if isinstance(op, SettleOp)]
     assert settle.all_or_none and settle.now == LOCK - 10
     # Node B, whose clock says the lock lapsed, claims the message first.
-    row = h.store.rows[taken.message.sequence_number]
-    row.lock_token, row.locked_until, row.lock_owner = uuid.UUID(int=999), LOCK + 60_000, "node-b"
+    h.store.lock_elsewhere(taken.message.sequence_number, uuid.UUID(int=999), LOCK + 60_000, owner="node-b")
     replies = h.drain()
     assert LockLost("txn", token(taken)) in replies
     assert not any(isinstance(r, Published | SettlementDone | ServerBusy) for r in replies)
@@ -266,8 +263,7 @@ def test_a_session_message_another_node_took_rolls_the_transaction_back_as_a_los
     h.run(Receive("r", 1))
     (one,) = [r for r in h.drain() if isinstance(r, Delivered)]
     h.run(Transact((complete(one),), (send(None, ("b", "never")),), "txn"))
-    row = h.store.rows[one.message.sequence_number]
-    row.lock_token, row.locked_until = uuid.UUID(int=999), LOCK * 3
+    h.store.lock_elsewhere(one.message.sequence_number, uuid.UUID(int=999), LOCK * 3, now=h.now)
     replies = h.drain()
     assert SessionLockLost("txn", "s", token(one)) in replies
     assert "b" not in h.store.others and one.message.sequence_number in h.store.rows
@@ -278,7 +274,7 @@ def test_on_a_shared_store_the_store_decides_the_transactions_duplicates() -> No
     the batch takes the ids and gates the copies, so the duplicate is left out, as for a send."""
     h = queue(dedup=True, shared=True)
     (held,) = locked(h, "held")
-    h.store.message_ids["seen"] = 0
+    h.store.remember_ids(("seen", 0))
     h.run(Transact((complete(held),), (send("seen", (HOME, "dup")), send("new", (HOME, "new"))), "txn",
                    (True, True)))
     (_, ops), = h.effects

@@ -1,12 +1,12 @@
 """The pure partition core, an update of the entity's properties (``UpdateSettings``): it ends every
 lock granted here, as Service Bus (and the deleted version-1 path) end them, in the store by one
-fenced batch, and answers after it. Fake clock, the test-only store of tests/partition_core_store.py."""
+fenced batch, and answers after it. Fake clock, the memory store (tests/core_harness.py)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from partition_core_store import Harness, draft
+from core_harness import Harness, draft
 from sodalite.model.message import MessageState
 from sodalite.model.partition_core import (
     AcceptSession,

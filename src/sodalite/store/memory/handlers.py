@@ -3,7 +3,6 @@ a table (:data:`HANDLERS`): plain loops, written to be obviously right rather th
 
 from __future__ import annotations
 
-import json
 import string
 import uuid
 from collections.abc import Callable
@@ -59,6 +58,7 @@ from sodalite.store.port import (
     Settled,
     StoredMessage,
     Unscheduled,
+    encode_properties,
     numbering_base,
     split_rules,
 )
@@ -75,15 +75,6 @@ def _fold(path: str) -> str:
     return path.translate(_ASCII_LOWER)
 
 
-def _encode_properties(entity: EntityRecord, value: object = None) -> str:
-    """Entity properties (or ``value``, a rule of the entity) as the JSON text every adapter stores;
-    StoreUnavailable if not JSON-able."""
-    try:
-        return json.dumps(entity.properties if value is None else value, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise StoreUnavailable(
-            f"cannot store entity {entity.path!r}: its properties are not JSON-serializable ({exc})"
-        ) from exc
 
 
 def _apply_rule(rules: dict[tuple[str, str], tuple[int, str]], op: PutRule | DeleteRule) -> RuleWritten:
@@ -92,7 +83,7 @@ def _apply_rule(rules: dict[tuple[str, str], tuple[int, str]], op: PutRule | Del
     key = (_fold(op.subscription), _fold(op.name))
     if isinstance(op, DeleteRule):
         return RuleWritten(rules.pop(key, None) is not None)
-    encoded = _encode_properties(EntityRecord(op.subscription, SUBSCRIPTION_KIND, {}), op.rule)
+    encoded = encode_properties(EntityRecord(op.subscription, SUBSCRIPTION_KIND, {}), op.rule)
     if op.replace:
         if key not in rules:
             return RuleWritten(False)
@@ -552,13 +543,13 @@ def _move_keys(t: _Batch, op: RememberMoveKeys | ForgetMoveKeys) -> OpResult:
 def _put_entity(t: _Batch, op: PutEntity) -> OpResult:
     e = op.entity
     properties, whole_set = split_rules(e)
-    t.entities[_fold(e.path)] = _StoredEntity(e.path, e.kind, _encode_properties(e, properties))
+    t.entities[_fold(e.path)] = _StoredEntity(e.path, e.kind, encode_properties(e, properties))
     if whole_set is not None:
         folded = _fold(e.path)
         for gone in [k for k in t.rules if k[0] == folded]:
             del t.rules[gone]
         for position, (name, rule) in enumerate(whole_set, start=1):
-            t.rules[(folded, _fold(name))] = (position, _encode_properties(e, rule))
+            t.rules[(folded, _fold(name))] = (position, encode_properties(e, rule))
     return Done()
 
 

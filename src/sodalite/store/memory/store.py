@@ -16,7 +16,7 @@ adapter to one behaviour:
   entity definitions and for the partitions that hold their messages and duplicate-detection
   history; deleting an entity also deletes its sub-queues' partitions (``<path>/$...``).
 
-* the store port v2 operations and reads are plain loops over these dictionaries, written to be
+* the operations and reads are plain loops over these dictionaries, written to be
   obviously right rather than fast: this adapter is the reference the contract suite's
   differential test holds the durable adapters to (counts and next-due times are recomputed
   from the messages on every read).
@@ -124,7 +124,7 @@ class MemoryStore:
             size_in_bytes=sum(m.size for m in part.messages.values()),
         )
 
-    # -- version 2 reads: plain scans, the reference the durable adapters are held to -------------
+    # -- reads: plain scans, the reference the durable adapters are held to -------------
 
     def peek(self, ref: PartitionRef, from_sequence_number: int, count: int,
              states: frozenset[MessageState] | None = None,

@@ -59,6 +59,7 @@ from sodalite.store.port import (
     SettleItem,
     StoreOp,
     Unscheduled,
+    encode_properties,
 )
 from sodalite.store.sqlite.rows import (
     COMPLETE_ONE_BY_ONE,
@@ -73,7 +74,6 @@ from sodalite.store.sqlite.rows import (
     complete_locked,
     count_records,
     delete_counted,
-    encode_properties,
     message_row,
     put_entity,
     replaced,
@@ -125,8 +125,8 @@ def _settle(conn: sqlite3.Connection, op: Settle, claims: Claims) -> Settled:
     key = (ref.entity, ref.partition)
     locks = select_locks(conn, ref, [item.sequence_number for item in op.items])
     applied: list[bool] = []
-    by_outcome: dict[Outcome, list[tuple[Any, ...]]] = {}
-    annotate: list[tuple[Any, ...]] = []
+    by_outcome: dict[Outcome, list[tuple[object, ...]]] = {}
+    annotate: list[tuple[object, ...]] = []
     dead: list[SettleItem] = []
     counts = Counts()
     for item in op.items:
@@ -192,11 +192,11 @@ def _renew_locks(conn: sqlite3.Connection, op: RenewLocks, claims: Claims) -> Re
     locks = select_locks(conn, op.ref, [n for n, _ in op.items])
     renewed: list[bool] = []
     for n, token in op.items:
-        held, until, *rest = locks.get(n, (None, None, 0, 0, 0))
+        held, until, state, annotations, tail = locks.get(n, (None, None, 0, 0, 0))
         ok = held == token.bytes and until is not None and until > op.now
         renewed.append(ok)
         if ok:
-            locks[n] = (held, op.locked_until, *rest)
+            locks[n] = (held, op.locked_until, state, annotations, tail)
     conn.executemany(SQL["renew_lock"], [(op.locked_until, *key, n)
                                          for (n, _), ok in zip(op.items, renewed, strict=True) if ok])
     return Renewed(tuple(renewed))

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Final
 
-from sodalite.errors import StoreUnavailable
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.store import sql_files
 from sodalite.store.port import (
@@ -23,6 +22,7 @@ from sodalite.store.port import (
     Settle,
     Settled,
     StoredMessage,
+    encode_properties,
     numbering_base,
     split_rules,
 )
@@ -63,7 +63,7 @@ def is_full(exc: BaseException) -> bool:
         or "No space left" in text
 
 
-def message_row(entity: str, partition: int, m: MessageRecord, number: int | None = None) -> tuple[Any, ...]:
+def message_row(entity: str, partition: int, m: MessageRecord, number: int | None = None) -> tuple[object, ...]:
     return (
         entity,
         partition,
@@ -108,12 +108,12 @@ def message_from_row(row: tuple[Any, ...]) -> MessageRecord:
 
 
 
-def claim_statement(op: Claim) -> tuple[str, tuple[Any, ...]]:
+def claim_statement(op: Claim) -> tuple[str, tuple[object, ...]]:
     """One UPDATE .. FROM .. RETURNING: pick the rows in order (bounded by LIMIT), number them, and
     give the i-th the i-th token (the tokens travel as one blob of 16-byte slices)."""
     where = f"entity = ?1 AND partition = ?2 AND state = ?3 AND {_NOT_LOCKED.replace('?', '?4')} " \
             f"AND {_NOT_EXPIRED.replace('?', '?4')}"
-    params: list[Any] = [op.ref.entity, op.ref.partition, int(op.state), op.now, len(op.tokens),
+    params: list[object] = [op.ref.entity, op.ref.partition, int(op.state), op.now, len(op.tokens),
                          b"".join(t.bytes for t in op.tokens), op.locked_until, op.owner]
     if op.session_id is not None:
         params.append(op.session_id)
@@ -227,7 +227,7 @@ def append_kept(conn: sqlite3.Connection, ref: PartitionRef, records: Sequence[M
 
 
 def select_locks(conn: sqlite3.Connection, ref: PartitionRef,
-                  numbers: Sequence[int]) -> dict[int, tuple[Any, int | None, int, int, int]]:
+                  numbers: Sequence[int]) -> dict[int, tuple[bytes | None, int | None, int, int, int]]:
     """Per existing number: (token bytes, locked_until, state, annotations length, tail length)."""
     rows = conn.execute(SQL["select_locks"], (ref.entity, ref.partition, json.dumps(list(numbers)))).fetchall()
     return {n: (None if token is None else bytes(token), until, state, annotations, tail)
@@ -291,7 +291,7 @@ def move_rules_out_of_records(conn: sqlite3.Connection) -> None:
         put_rules(conn, record, rules)
 
 
-def put_rules(conn: sqlite3.Connection, entity: EntityRecord, rules: list[tuple[str, dict[str, Any]]]) -> None:
+def put_rules(conn: sqlite3.Connection, entity: EntityRecord, rules: list[tuple[str, dict[str, object]]]) -> None:
     conn.execute(SQL["delete_entity_rules"], (entity.path,))
     conn.executemany(SQL["put_rule_at"], [(entity.path, name, position, encode_properties(entity, rule))
                                     for position, (name, rule) in enumerate(rules, start=1)])
@@ -304,12 +304,5 @@ def put_entity(conn: sqlite3.Connection, entity: EntityRecord) -> None:
         put_rules(conn, entity, rules)
 
 
-def encode_properties(entity: EntityRecord, value: object = None) -> str:
-    try:
-        return json.dumps(entity.properties if value is None else value, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise StoreUnavailable(
-            f"cannot store entity {entity.path!r}: its properties are not JSON-serializable ({exc})"
-        ) from exc
 
 

@@ -237,7 +237,7 @@ class SqliteStore:
                 f"SQLite store {self._path}: cannot load entities: {describe(exc)}"
             ) from exc
         records: list[EntityRecord] = []
-        rules: dict[str, list[Any]] = {}
+        rules: dict[str, list[object]] = {}
         for subscription, rule in rule_rows:
             try:
                 rules.setdefault(fold(subscription), []).append(json.loads(rule))
@@ -267,7 +267,7 @@ class SqliteStore:
             ) from exc
         return PartitionStats(message_count=count, size_in_bytes=size)
 
-    # -- version 2 reads ----------------------------------------------------------------------------
+    # -- reads ------------------------------------------------------------------------------------
 
     def peek(self, ref: PartitionRef, from_sequence_number: int, count: int,
              states: frozenset[MessageState] | None = None,
@@ -275,7 +275,7 @@ class SqliteStore:
         if count <= 0:
             return ()
         sql = f"SELECT {STORED_COLUMNS} FROM messages WHERE entity = ? AND partition = ? AND sequence_number >= ?"
-        params: list[Any] = [ref.entity, ref.partition, from_sequence_number]
+        params: list[object] = [ref.entity, ref.partition, from_sequence_number]
         if states is not None:
             sql += f" AND state IN ({', '.join(str(int(state)) for state in sorted(states)) or 'NULL'})"
         if session_id is not None:
@@ -337,7 +337,7 @@ class SqliteStore:
             move_keys=tuple(k for (k,) in move_keys),
         )
 
-    def _read(self, what: str, queries: Sequence[tuple[str, tuple[Any, ...]]]) -> list[list[tuple[Any, ...]]]:
+    def _read(self, what: str, queries: Sequence[tuple[str, tuple[object, ...]]]) -> list[list[tuple[Any, ...]]]:
         """Run read queries in one snapshot; their rows in order."""
         conn = self._require()
         try:

@@ -1,6 +1,6 @@
-"""The store port v2 contract (PORT2.md, issue 14): every adapter passes the same tests.
+"""The store operations' contract (docs/store-port.md): every adapter passes the same tests.
 
-The ``v2`` fixture yields one adapter per name in :data:`V2_ADAPTERS`; the tests speak only the
+The ``adapter`` fixture yields one adapter per name in :data:`ADAPTERS`; the tests speak only the
 port. To hold another adapter to the contract, add its name to that list and a branch to
 :func:`make_adapter` (PostgreSQL: "postgresql"). After every batch the tests also check the store's
 counters against a recount of what ``peek`` shows (:func:`run`), so the counters are checked
@@ -9,7 +9,7 @@ through every operation, not only where a test names them.
 Then SQLite alone: the in-place migration of a populated version-4 file (written with the exact
 DDL and inserts of the version that shipped schema 4), and the query plans of claims and due
 reads (index range scans, never a scan of the backlog). Last, a Hypothesis differential test runs
-random v2 command sequences against the memory reference and each durable adapter and compares
+random operation sequences against the memory reference and each durable adapter and compares
 every result and read.
 """
 
@@ -83,8 +83,8 @@ from sodalite.store.port import (
 from sodalite.store.postgres import PostgresStore
 from sodalite.store.sqlite import SqliteStore
 
-# The adapters held to the v2 contract; pgport2 adds "postgresql" here (and in make_adapter).
-V2_ADAPTERS = ["memory", "sqlite", "postgresql"]
+# The adapters held to the contract (each also a branch of make_adapter).
+ADAPTERS = ["memory", "sqlite", "postgresql"]
 
 Q = PartitionRef("queue1", 0)
 DLQ = PartitionRef("queue1/$deadletterqueue", 0)
@@ -116,7 +116,7 @@ def msg(**changes: Any) -> MessageRecord:
 
 
 @dataclass
-class V2:
+class Adapter:
     name: str
     make: Callable[[], MessagingStore]
     persistent: bool
@@ -139,7 +139,7 @@ def make_adapter(name: str, directory: Path,
     if name == "memory":
         return MemoryStore, False
     if name == "sqlite":
-        db = directory / "v2.db"
+        db = directory / "store.db"
         return (lambda: SqliteStore(db)), True
     if name == "postgresql":
         url = _pg_schema_url()
@@ -157,26 +157,26 @@ def _pg_schema_url() -> str:
     except RuntimeError as exc:
         pytest.skip(str(exc))
     if not _pg_database:
-        _pg_database.append(server.create_database("v2contract"))
+        _pg_database.append(server.create_database("contract"))
     schema = f"s_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(_pg_database[0], autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")  # type: ignore[arg-type]  # the name is ours
     return f"{_pg_database[0]}?options=-csearch_path%3D{schema}"
 
 
-@pytest.fixture(params=V2_ADAPTERS)
-def v2(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[V2]:
+@pytest.fixture(params=ADAPTERS)
+def adapter(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Adapter]:
     make, persistent = make_adapter(request.param, tmp_path, request)
     store = make()
     store.open()
-    harness = V2(request.param, make, persistent, store)
+    harness = Adapter(request.param, make, persistent, store)
     yield harness
     harness.store.close()
 
 
 @pytest.fixture
-def store(v2: V2) -> MessagingStore:
-    return v2.store
+def store(adapter: Adapter) -> MessagingStore:
+    return adapter.store
 
 
 def everything(store: MessagingStore, ref: PartitionRef) -> tuple[StoredMessage, ...]:
@@ -263,19 +263,19 @@ def test_append_assigns_increasing_numbers_never_reused_after_deletes(store: Mes
     assert append(store) == []
 
 
-def test_numbers_survive_a_reopen(v2: V2) -> None:
-    append(v2.store, msg(), msg())
-    run(v2.store, MoveMessages(T0, (MoveItem(1), MoveItem(2)), target=None, ref=Q))
-    store = v2.reopen()
+def test_numbers_survive_a_reopen(adapter: Adapter) -> None:
+    append(adapter.store, msg(), msg())
+    run(adapter.store, MoveMessages(T0, (MoveItem(1), MoveItem(2)), target=None, ref=Q))
+    store = adapter.reopen()
     assert append(store, msg()) == [3]
     assert store.counts(Q) == PartitionCounts(1, 0, 0, msg().size, 3, 3)
 
 
-def test_partition_i_numbers_start_after_i_shifted_by_48(v2: V2) -> None:
+def test_partition_i_numbers_start_after_i_shifted_by_48(adapter: Adapter) -> None:
     """A number's upper 16 bits name its partition (PARTITION_SHIFT): partition i counts from
     (i << 48) + 1, for appends and for what a dead-letter settlement or a move numbers in a target
     partition; partition 0 is unchanged."""
-    store = v2.store
+    store = adapter.store
     p3, dlq3, other3 = (PartitionRef(r.entity, 3) for r in (Q, DLQ, OTHER))
     base = 3 << PARTITION_SHIFT
     assert numbering_base(p3) == base and numbering_base(Q) == 0
@@ -297,8 +297,8 @@ def test_partition_i_numbers_start_after_i_shifted_by_48(v2: V2) -> None:
     assert append(store, msg(), ref=p6) == [(6 << PARTITION_SHIFT) + 1]
     for ref in (p3, dlq3, other3, p6):
         check_counts(store, ref)
-    if v2.persistent:
-        store = v2.reopen()
+    if adapter.persistent:
+        store = adapter.reopen()
         assert append(store, msg(), ref=p3) == [base + 5]
         assert append(store, msg(), ref=dlq3) == [base + 2]
 
@@ -615,12 +615,12 @@ def test_session_ids_lists_each_session_with_messages_of_the_states_asked_once(s
     assert store.session_ids(DLQ, frozenset(MessageState)) == ()
 
 
-def test_a_dead_letter_kept_in_its_dead_letter_partition_keeps_its_number(v2: V2) -> None:
+def test_a_dead_letter_kept_in_its_dead_letter_partition_keeps_its_number(adapter: Adapter) -> None:
     """Settle DEAD_LETTER and MoveMessages with the keep flag (the core sets it when the target is
     the entity's own dead-letter partition): the copy keeps its number there, as Service Bus keeps
     it, out of order if so; the dead-letter partition's counter becomes the greater of its own and
     the number, so ``last`` stays right; the source never gives the number again."""
-    store = v2.store
+    store = adapter.store
     append(store, *(msg() for _ in range(6)))
     claim(store, T0, *toks(1, 2, 3, 4))
     assert settle(store, T0, SettleItem(4, tok(4), Outcome.DEAD_LETTER, target=DLQ, tail=b"why",
@@ -642,8 +642,8 @@ def test_a_dead_letter_kept_in_its_dead_letter_partition_keeps_its_number(v2: V2
     assert append(store, msg()) == [7]  # never reused by the source
     with pytest.raises(ValueError):
         MoveMessages(T0, (MoveItem(3),), target=None, keep_sequence_numbers=True, ref=Q)
-    if v2.persistent:
-        store = v2.reopen()
+    if adapter.persistent:
+        store = adapter.reopen()
         assert numbers(everything(store, DLQ)) == [1, 2, 4, 6]
         assert store.counts(DLQ).last_sequence_number == 6
         check_counts(store, Q, DLQ)
@@ -668,11 +668,11 @@ def test_kept_numbers_in_partitions_carry_their_partition(store: MessagingStore)
     check_counts(store, p2, dlq2)
 
 
-def test_a_dead_letter_numbered_by_its_entity_never_meets_a_kept_number(v2: V2) -> None:
+def test_a_dead_letter_numbered_by_its_entity_never_meets_a_kept_number(adapter: Adapter) -> None:
     """``Append(numbered_by=...)``: a topic's fan-out puts a dead letter straight into a subscription's
     dead-letter partition, numbered by the subscription's counter (as version 1 numbers it), so a
     message dead-lettered later keeps its number without meeting it. Gated appends too."""
-    store = v2.store
+    store = adapter.store
     assert one(store, Append((msg(), msg()), numbered_by=Q, ref=DLQ)) == Appended((1, 2))
     assert append(store, msg(), msg()) == [3, 4]
     claim(store, T0, tok(3))
@@ -689,18 +689,18 @@ def test_a_dead_letter_numbered_by_its_entity_never_meets_a_kept_number(v2: V2) 
     assert store.counts(Q).last_sequence_number == 6 and store.counts(DLQ).last_sequence_number == 6
     assert append(store, msg()) == [7]
     check_counts(store, Q, DLQ)
-    if v2.persistent:
-        store = v2.reopen()
+    if adapter.persistent:
+        store = adapter.reopen()
         assert store.counts(DLQ).last_sequence_number == 6
         assert append(store, msg()) == [8]
 
 
-def test_a_kept_number_the_dead_letter_partition_holds_already_is_replaced_above_everything(v2: V2) -> None:
+def test_a_kept_number_the_dead_letter_partition_holds_already_is_replaced_above_everything(adapter: Adapter) -> None:
     """A dead-letter partition an earlier release wrote (it numbered dead letters with that partition's
     own counter) may hold a number a dead letter would keep: that one gets a number above the
     counter and every number the operation keeps, in item order; no batch fails. ``numbered_by``
     numbers above both counters."""
-    store = v2.store
+    store = adapter.store
     assert append(store, msg(tail=b"old"), msg(tail=b"old"), ref=DLQ) == [1, 2]  # the earlier release's
     append(store, *(msg() for _ in range(4)))
     claim(store, T0, *toks(1, 2, 3, 4))
@@ -871,8 +871,8 @@ def test_purge_spares_locked_messages(store: MessagingStore) -> None:
 # -- restore (a ReceiveAndDelete delivery never written) -------------------------------------------
 
 
-def test_restore_puts_a_taken_message_back_in_place_as_it_was(v2: V2) -> None:
-    store = v2.store
+def test_restore_puts_a_taken_message_back_in_place_as_it_was(adapter: Adapter) -> None:
+    store = adapter.store
     append(store, msg(message_id="a"), msg(message_id="b", delivery_count=2), msg(message_id="c"))
     before = [s.record for s in everything(store, Q)]
     # ReceiveAndDelete: claim then delete in one batch (the delivery count went up with the claim)
@@ -890,7 +890,7 @@ def test_restore_puts_a_taken_message_back_in_place_as_it_was(v2: V2) -> None:
     assert append(store, msg(message_id="d")) == [4]
     assert store.counts(Q) == PartitionCounts(4, 0, 0, 4 * msg().size, 4, 1)
     # durable, and claimable again in order
-    store = v2.reopen() if v2.persistent else store
+    store = adapter.reopen() if adapter.persistent else store
     assert numbers(everything(store, Q)) == [1, 2, 3, 4]
     assert numbers(claim(store, T0 + 1, tok(5), tok(6))) == [1, 2]
 
@@ -988,8 +988,8 @@ def test_next_due_from_each_source(store: MessagingStore) -> None:
     assert store.next_due_many([OTHER, Q, OTHER], T0) == (T0 + 50, T0 - 5, T0 + 50)
 
 
-def test_partition_meta(v2: V2) -> None:
-    store = v2.store
+def test_partition_meta(adapter: Adapter) -> None:
+    store = adapter.store
     append(store, msg(), msg(state=MessageState.DEFERRED))
     run(store, RememberMessageIds((("b", 2), ("a", 2), ("c", 1)), ref=Q), PutSessionState("s2", b"two", 7, ref=Q),
         PutSessionState("s1", b"one", 9, ref=Q), RememberMoveKeys(("k2", "k1"), ref=Q),
@@ -997,8 +997,8 @@ def test_partition_meta(v2: V2) -> None:
     expected = PartitionMeta(PartitionCounts(1, 0, 1, 2 * msg().size, 2, 1), (("c", 1), ("a", 2), ("b", 2)),
                              (("s1", b"one", 9), ("s2", b"two", 7)), ("k1", "k2"))
     assert store.partition_meta(Q) == expected
-    if v2.persistent:
-        assert v2.reopen().partition_meta(Q) == expected
+    if adapter.persistent:
+        assert adapter.reopen().partition_meta(Q) == expected
 
 
 # -- duplicate detection decided by the store ---------------------------------------------------------
@@ -1010,8 +1010,8 @@ def history(store: MessagingStore, ref: PartitionRef = Q) -> tuple[tuple[str, in
     return store.partition_meta(ref).duplicate_history
 
 
-def test_claim_message_ids_takes_new_ids_and_refuses_those_seen_within_the_window(v2: V2) -> None:
-    store = v2.store
+def test_claim_message_ids_takes_new_ids_and_refuses_those_seen_within_the_window(adapter: Adapter) -> None:
+    store = adapter.store
     assert one(store, ClaimMessageIds(T0, 1000, tok(1), ("a", "b", "a"), ref=Q)) == IdsClaimed((True, True, False))
     assert history(store) == (("a", T0), ("b", T0))
     # the window's edge still counts; a new id beside them is taken
@@ -1020,8 +1020,8 @@ def test_claim_message_ids_takes_new_ids_and_refuses_those_seen_within_the_windo
     assert one(store, ClaimMessageIds(T0 + 1001, 1000, tok(3), ("b",), ref=Q)) == IdsClaimed((True,))
     assert history(store) == (("a", T0), ("c", T0 + 1000), ("b", T0 + 1001))
     assert one(store, ClaimMessageIds(T0, 1000, tok(4), (), ref=Q)) == IdsClaimed(())
-    if v2.persistent:
-        assert history(v2.reopen()) == (("a", T0), ("c", T0 + 1000), ("b", T0 + 1001))
+    if adapter.persistent:
+        assert history(adapter.reopen()) == (("a", T0), ("c", T0 + 1000), ("b", T0 + 1001))
 
 
 def test_a_gated_append_stores_only_the_messages_whose_id_its_batch_took(store: MessagingStore) -> None:
@@ -1083,11 +1083,11 @@ def test_prune_message_ids_drops_every_entry_seen_before(store: MessagingStore) 
     assert history(store) == ()
 
 
-def test_locks_and_session_locks_survive_a_reopen(v2: V2) -> None:
-    append(v2.store, msg(session_id="s"))
-    claim(v2.store, T0, tok(1), until=T0 + 100)
-    one(v2.store, ClaimSession(T0, tok(2), T0 + 100, OWNER, "s", ref=Q))
-    store = v2.reopen()
+def test_locks_and_session_locks_survive_a_reopen(adapter: Adapter) -> None:
+    append(adapter.store, msg(session_id="s"))
+    claim(adapter.store, T0, tok(1), until=T0 + 100)
+    one(adapter.store, ClaimSession(T0, tok(2), T0 + 100, OWNER, "s", ref=Q))
+    store = adapter.reopen()
     assert settle(store, T0 + 1, SettleItem(1, tok(1), Outcome.ABANDON)) == (True,)
     assert one(store, RenewSession(T0 + 1, "s", tok(2), T0 + 200, ref=Q)) == Renewed((True,))
 
@@ -1252,7 +1252,7 @@ def test_sqlite_migrates_a_populated_version_4_file(tmp_path: Path) -> None:
         assert store.counts(SUB) == PartitionCounts(1, 0, 0, sub_messages[0].size, 3, 3)
         assert store.counts(SUB_DLQ) == PartitionCounts(0, 0, 0, 0, 0, None)
         assert store.next_due(Q, T0) == T0 + 5_000
-        # v2 works on the migrated rows, and numbering goes on after the old high-water mark
+        # the operations work on the migrated rows, and numbering goes on after the old high-water mark
         assert store.apply([Append((msg(),), ref=Q)]) == (Appended((9,)),)
         got = store.apply([Claim(T0, T0 + 100, OWNER, toks(1, 2, 3), session_id="s-1", ref=Q)])
         assert got == (Claimed((StoredMessage(replace(queue_messages[3], delivery_count=1), tok(1), T0 + 100, OWNER),
@@ -1314,9 +1314,9 @@ def test_sqlite_claims_and_due_reads_use_indexes(tmp_path: Path) -> None:
         raw.close()
 
 
-# -- differential: random v2 command sequences, memory against each durable adapter ------------------
+# -- differential: random operation sequences, memory against each durable adapter ------------------
 
-DURABLE = [name for name in V2_ADAPTERS if name != "memory"]
+DURABLE = [name for name in ADAPTERS if name != "memory"]
 SESSIONS = (None, "a", "b")
 STATES = st.sampled_from([MessageState.ACTIVE] * 4 + [MessageState.DEFERRED, MessageState.SCHEDULED])
 TTLS = st.sampled_from([None, None, None, -5, 0, 40, 120, 300])

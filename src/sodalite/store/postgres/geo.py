@@ -33,9 +33,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Final
+from typing import Final
 
 import psycopg
+from psycopg.rows import TupleRow
 
 from sodalite.errors import ArgumentError, StoreUnavailable
 from sodalite.model.geo import (
@@ -48,7 +49,7 @@ from sodalite.model.geo import (
     format_lsn,
     parse_lsn,
 )
-from sodalite.store.postgres import redact
+from sodalite.store.postgres.values import redact
 
 __all__ = ["Lag", "PromotionReport", "SiteStatus", "Standby", "claim", "lag", "move_counters", "probe", "promote",
            "redact"]
@@ -106,11 +107,11 @@ class SiteStatus:
     def view(self) -> DatabaseView:
         return DatabaseView(self.reachable, self.in_recovery, self.read_only, self.primary_site, self.epoch)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return asdict(self)
 
 
-def _connect(url: str, timeout: float) -> psycopg.Connection[tuple[Any, ...]]:
+def _connect(url: str, timeout: float) -> psycopg.Connection[TupleRow]:
     return psycopg.connect(url, autocommit=True, connect_timeout=max(1, int(timeout)),
                            application_name="sodalite geo")
 
@@ -129,7 +130,7 @@ def probe(url: str, *, timeout: float = 3.0) -> SiteStatus:
         return SiteStatus(redact(url), False, error=_describe(exc))
 
 
-def _probe(conn: psycopg.Connection[tuple[Any, ...]], url: str) -> SiteStatus:
+def _probe(conn: psycopg.Connection[TupleRow], url: str) -> SiteStatus:
     row = conn.execute(
         "SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only') = 'on', "
         # A primary's timeline is the one it writes WAL on (its control file says so only after the
@@ -152,7 +153,7 @@ def _probe(conn: psycopg.Connection[tuple[Any, ...]], url: str) -> SiteStatus:
             or str(conn.execute("SELECT current_setting('cluster_name')").fetchone()[0] or "") or None  # type: ignore[index]
     else:
         stream_name = None
-    record: tuple[Any, ...] | None = None
+    record: TupleRow | None = None
     if has_record:
         record = conn.execute("SELECT primary_site, epoch, mode, bound_lsn, bound_time FROM sodalite_geo").fetchone()
     standbys = tuple(Standby(str(r[0]), str(r[1]), str(r[2]), r[3], r[4])
@@ -232,7 +233,7 @@ class PromotionReport:
     old_primary_fenced: bool
     steps: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -359,7 +360,7 @@ _MOVE_COUNTERS: Final = f"""
 """.replace("%(subs)s", "'{" + ",".join(f'"{s}"' for s in _SUB_QUEUES) + "}'")
 
 
-def move_counters(conn: psycopg.Connection[tuple[Any, ...]]) -> int:
+def move_counters(conn: psycopg.Connection[TupleRow]) -> int:
     """Move every partition's counter as :func:`~sodalite.model.geo.counter_after_forced_promotion`
     says (in the caller's transaction); the number of partitions moved."""
     return conn.execute(_MOVE_COUNTERS).rowcount
@@ -368,9 +369,9 @@ def move_counters(conn: psycopg.Connection[tuple[Any, ...]]) -> int:
 class _session:
     def __init__(self, url: str, timeout: float, what: str) -> None:
         self._url, self._timeout, self._what = url, timeout, what
-        self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
+        self._conn: psycopg.Connection[TupleRow] | None = None
 
-    def __enter__(self) -> psycopg.Connection[tuple[Any, ...]]:
+    def __enter__(self) -> psycopg.Connection[TupleRow]:
         try:
             self._conn = _connect(self._url, self._timeout)
         except psycopg.Error as exc:
@@ -396,7 +397,7 @@ def _fence(url: str, target_site: str, timeout: float) -> None:
         _end_other_sessions(conn)
 
 
-def _end_other_sessions(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+def _end_other_sessions(conn: psycopg.Connection[TupleRow]) -> None:
     others = "pid <> pg_backend_pid() AND backend_type = 'client backend' AND datname = current_database()"
     conn.execute(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE {others}")
     deadline = time.monotonic() + 10

@@ -27,8 +27,9 @@ promotion itself; ``pg_control_checkpoint().timeline_id``, which changes only at
 checkpoint, and a standby's ``pg_stat_wal_receiver.received_tli`` are taken into account too.
 
 Outcomes. Every batch the store applies inserts one row, its id, into ``sodalite_batch_outcomes``
-in its own transaction (:data:`MIGRATION`). The store sends the batch's statements, reads their
-results, and only then sends the ``COMMIT`` (so a batch whose ``COMMIT`` is unanswered has its
+in its own transaction (schema version 7, ``store/postgres/migrations/0007_batch_outcomes.sql``).
+The store sends the batch's statements, reads their results, and only then sends the ``COMMIT``
+(so a batch whose ``COMMIT`` is unanswered has its
 results already). When the ``COMMIT`` goes unanswered (the server died, the connection broke), the
 batch may or may not be durable: :func:`resolve` connects to the primary (the new one after a
 failover; waiting at most :data:`OUTCOME_WAIT` seconds) and inserts a tombstone under the same id.
@@ -61,14 +62,30 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypedDict, Unpack
 
 import psycopg
+from psycopg.abc import ConnDict
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.rows import TupleRow
 
 log = logging.getLogger(__name__)
 
 Role = Literal["primary", "standby", "unreachable", "fenced", "closed"]
+Connection = psycopg.Connection[TupleRow]
+
+
+class ConnectOptions(TypedDict, total=False):
+    """The connection options the store and its feed open connections with (psycopg's keywords)."""
+
+    autocommit: bool
+    connect_timeout: int
+    application_name: str
+    keepalives: int
+    keepalives_idle: int
+    keepalives_interval: int
+    keepalives_count: int
+
 # How long an unanswered COMMIT's outcome is looked for (a primary must be reachable meanwhile).
 OUTCOME_WAIT: Final = 15.0
 # The lookup's own statement timeout (it may wait on a batch still committing on that server).
@@ -81,17 +98,6 @@ PRUNE_EVERY: Final = 30.0  # seconds between two prunes by one node
 # timeline (a standby promoted while the server written to still answers): then it lets go.
 RECHECK_EVERY: Final = 10.0
 
-# The schema's numbered migration (the store's MIGRATIONS list appends it): one row per batch.
-MIGRATION: Final[tuple[str, ...]] = (
-    """
-    CREATE TABLE sodalite_batch_outcomes (
-        id        uuid        PRIMARY KEY,
-        committed boolean     NOT NULL,
-        at        timestamptz NOT NULL DEFAULT now()
-    )
-    """,
-    "CREATE INDEX sodalite_batch_outcomes_at ON sodalite_batch_outcomes (at)",
-)
 # The statement every batch carries (last before the COMMIT).
 RECORD_BATCH: Final = "INSERT INTO sodalite_batch_outcomes (id, committed) VALUES (%(batch)s, true)"
 _TOMBSTONE: Final = ("INSERT INTO sodalite_batch_outcomes (id, committed) VALUES (%s, false) "
@@ -163,7 +169,7 @@ def store_status(store: object) -> StoreStatus | None:
     return None
 
 
-def split_hosts(url: str) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+def split_hosts(url: str) -> tuple[ConnDict, list[tuple[str, str]]]:
     """The URL's other parameters, and its (host, port) pairs in order (libpq's defaults when absent)."""
     params = conninfo_to_dict(url)
     hosts = str(params.pop("host", "") or "").split(",")
@@ -196,6 +202,31 @@ def check_hosts(netloc: str) -> None:
 def _timeline(*sources: object) -> int | None:
     values = [int(str(value)) for value in sources if value is not None]
     return max(values) if values else None
+
+
+def _cluster(reports: Sequence[HostReport], known: int | None) -> int | None:
+    """The cluster written to: the one on record, or else the only one the reachable servers show
+    (None while they show none or several)."""
+    if known is not None:
+        return known
+    systems = {r.system_identifier for r in reports if r.reachable} - {None}
+    return next(iter(systems)) if len(systems) == 1 else None
+
+
+def _refusal(reports: Sequence[HostReport], same: Sequence[HostReport], best: Sequence[HostReport],
+             fenced: Sequence[HostReport], highest: int, known: int | None) -> tuple[Role, str]:
+    """Why no server is written to (the role this node then shows, and the reason)."""
+    if len(best) > 1:
+        return "fenced", (f"{len(best)} servers accept writes on timeline {highest} "
+                          f"({', '.join(r.host for r in best)}): none is written to until only one does")
+    if fenced:
+        return "fenced", (f"the only server that accepts writes is on an older timeline than {highest} "
+                          "(an old primary restarted before it was rewound): fenced, never written to")
+    if same:
+        return "standby", "every reachable server is a standby (in recovery, read-only)"
+    if any(r.reachable for r in reports):
+        return "fenced", f"the reachable servers belong to another cluster than {known}"
+    return "unreachable", "no server answers"
 
 
 class Failover:
@@ -239,7 +270,7 @@ class Failover:
 
     # -- choosing a server ---------------------------------------------------------------------
 
-    def connect(self, cls: type[psycopg.Connection[Any]] = psycopg.Connection, **kwargs: Any) -> Any:
+    def connect(self, cls: type[Connection] = psycopg.Connection, **kwargs: Unpack[ConnectOptions]) -> Connection:
         """A connection (of ``cls``) to the server to write to; NoPrimary when there is none."""
         reports, connections = self._probe_all(cls, kwargs)
         try:
@@ -249,7 +280,7 @@ class Failover:
                 if conn is not None:
                     conn.close()
 
-    def connect_standby(self, **kwargs: Any) -> Any:
+    def connect_standby(self, **kwargs: Unpack[ConnectOptions]) -> Connection:
         """A read-only connection to a standby of the cluster (to read the schema; never written to)."""
         reports, connections = self._probe_all(psycopg.Connection, kwargs)
         chosen = next((r.host for r in reports if r.reachable and r.in_recovery and
@@ -257,7 +288,9 @@ class Failover:
         try:
             if chosen is None:
                 raise NoPrimary("no standby answers: " + "; ".join(r.describe() for r in reports))
-            return connections.pop(chosen)
+            conn = connections.pop(chosen)
+            assert conn is not None  # a reachable server's
+            return conn
         finally:
             for conn in connections.values():
                 if conn is not None:
@@ -302,13 +335,14 @@ class Failover:
                     conn.close()
         return self._status
 
-    def _probe_all(self, cls: type[psycopg.Connection[Any]], kwargs: dict[str, Any]
-                   ) -> tuple[list[HostReport], dict[str, Any]]:
-        options = {**kwargs, "autocommit": True}
+    def _probe_all(self, cls: type[Connection], kwargs: ConnectOptions
+                   ) -> tuple[list[HostReport], dict[str, Connection | None]]:
+        options = kwargs.copy()
+        options["autocommit"] = True
         options.setdefault("connect_timeout", max(1, int(self._timeout)))
         options.setdefault("application_name", self._application_name)
 
-        def ask(host: str, port: str) -> tuple[HostReport, Any]:
+        def ask(host: str, port: str) -> tuple[HostReport, Connection | None]:
             name = self._name(host, port)
             conninfo = make_conninfo("", **{**self._params, "host": host, **({"port": port} if port else {})})
             try:
@@ -334,15 +368,11 @@ class Failover:
                 answers = list(pool.map(lambda hp: ask(*hp), self._hosts))
         return [report for report, _ in answers], {report.host: conn for report, conn in answers}
 
-    def _choose(self, reports: Sequence[HostReport], connections: dict[str, Any]) -> Any:
+    def _choose(self, reports: Sequence[HostReport], connections: dict[str, Connection | None]) -> Connection:
+        """The connection to write to: the one primary of the cluster on the highest timeline seen;
+        NoPrimary (with the status saying why) when there is none or more than one."""
         with self._lock:
-            known = self.system_identifier
-            if known is None:
-                systems = {r.system_identifier for r in reports if r.reachable and not r.in_recovery}
-                systems |= {r.system_identifier for r in reports if r.reachable}
-                systems.discard(None)
-                if len(systems) == 1:
-                    known = next(iter(systems))
+            known = _cluster(reports, self.system_identifier)
             same = [r for r in reports if r.reachable and (known is None or r.system_identifier == known)]
             highest = max([self.highest_timeline, *[r.timeline or 0 for r in same]])
             primaries = [r for r in same if not r.in_recovery]
@@ -351,47 +381,35 @@ class Failover:
             self.highest_timeline = highest
             if best and known is not None:
                 self.system_identifier = known
-            hosts = tuple(reports)
             if len(best) == 1:
-                chosen = best[0]
-                if self._written_to is not None and self._written_to != chosen.host:
-                    self.failovers += 1
-                    log.warning("PostgreSQL store %s: now writing to %s (timeline %s)", self._shown, chosen.host,
-                                chosen.timeline)
-                self._written_to = chosen.host
-                for report in fenced:
-                    log.error("PostgreSQL store %s: %s accepts writes on timeline %s, below timeline %s: fenced, "
-                              "never written to (rewind it with pg_rewind and start it as a standby)",
-                              self._shown, report.host, report.timeline, highest)
-                self._status = StoreStatus(writable=True, role="primary", host=chosen.host, timeline=highest,
-                                           hosts=hosts)
-                return connections.pop(chosen.host)
-            every = "; ".join(r.describe() for r in reports)
-            if len(best) > 1:
-                role: Role = "fenced"
-                reason = (f"{len(best)} servers accept writes on timeline {highest} "
-                          f"({', '.join(r.host for r in best)}): none is written to until only one does")
-            elif fenced:
-                role = "fenced"
-                reason = (f"the only server that accepts writes is on an older timeline than {highest} "
-                          "(an old primary restarted before it was rewound): fenced, never written to")
-            elif same:
-                role = "standby"
-                reason = "every reachable server is a standby (in recovery, read-only)"
-            elif any(r.reachable for r in reports):
-                role = "fenced"
-                reason = f"the reachable servers belong to another cluster than {known}"
-            else:
-                role = "unreachable"
-                reason = "no server answers"
-            self._status = StoreStatus(writable=False, role=role, reason=reason, timeline=highest or None, hosts=hosts)
-            raise NoPrimary(f"{reason}: {every}")
+                self._write_to(best[0], fenced, highest, tuple(reports))
+                conn = connections.pop(best[0].host)
+                assert conn is not None  # a reachable server's
+                return conn
+            role, reason = _refusal(reports, same, best, fenced, highest, known)
+            self._status = StoreStatus(writable=False, role=role, reason=reason, timeline=highest or None,
+                                       hosts=tuple(reports))
+            raise NoPrimary(f"{reason}: {'; '.join(r.describe() for r in reports)}")
 
-    def connection_class(self) -> type[psycopg.Connection[Any]]:
+    def _write_to(self, chosen: HostReport, fenced: Sequence[HostReport], highest: int,
+                  hosts: tuple[HostReport, ...]) -> None:
+        """Record the server written to (a change of server is a failover) and name the fenced ones."""
+        if self._written_to is not None and self._written_to != chosen.host:
+            self.failovers += 1
+            log.warning("PostgreSQL store %s: now writing to %s (timeline %s)", self._shown, chosen.host,
+                        chosen.timeline)
+        self._written_to = chosen.host
+        for report in fenced:
+            log.error("PostgreSQL store %s: %s accepts writes on timeline %s, below timeline %s: fenced, "
+                      "never written to (rewind it with pg_rewind and start it as a standby)",
+                      self._shown, report.host, report.timeline, highest)
+        self._status = StoreStatus(writable=True, role="primary", host=chosen.host, timeline=highest, hosts=hosts)
+
+    def connection_class(self) -> type[Connection]:
         """A connection class whose ``connect`` (what the pool calls) chooses the server (:meth:`connect`)."""
         failover = self
 
-        class ChosenConnection(psycopg.Connection[Any]):
+        class ChosenConnection(Connection):
             @classmethod
             def connect(cls, conninfo: str = "", **kwargs: Any) -> Any:
                 return failover.connect(psycopg.Connection, **kwargs)
@@ -408,7 +426,7 @@ class Failover:
         return True
 
 
-def resolve(batch_id: uuid.UUID, connection: Callable[[], AbstractContextManager[Any]],
+def resolve(batch_id: uuid.UUID, connection: Callable[[], AbstractContextManager[Connection]],
             wait: float = OUTCOME_WAIT) -> bool | None:
     """Whether batch ``batch_id`` committed (True), never did and now never will (False), or is
     still unknown after ``wait`` seconds without a primary (None). ``connection()`` gives a
@@ -434,7 +452,7 @@ def resolve(batch_id: uuid.UUID, connection: Callable[[], AbstractContextManager
         pause = min(pause * 2, 1.0)
 
 
-def prune(conn: Any) -> int:
+def prune(conn: Connection) -> int:
     """Delete batch ids older than OUTCOME_KEEP (at most PRUNE_LIMIT); how many went."""
     cur = conn.execute(_PRUNE)
     return int(cur.rowcount or 0)

@@ -1,5 +1,5 @@
 """The PostgreSQL store against the memory store (the reference) on seeded random runs of the
-version-2 operations: every result and every read (peek, counts, next_due, partition_meta) must be
+store operations: every result and every read (peek, counts, next_due, partition_meta) must be
 the same after every batch. Each run is bounded (a fixed number of batches) and reproducible from
 its seed.
 
@@ -47,7 +47,7 @@ SESSIONS = (None, "a", "b", "c")
 
 
 class _Run:
-    """Random v2 batches, with the tokens and sessions the run has seen so far to settle with."""
+    """Random batches of store operations, with the tokens and sessions the run has seen so far to settle with."""
 
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
@@ -146,7 +146,7 @@ def _reads(store: MemoryStore | PostgresStore, now: int) -> list[object]:
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
-def test_postgresql_matches_the_memory_store_on_random_v2_batches(database: str, seed: int) -> None:
+def test_postgresql_matches_the_memory_store_on_random_batches(database: str, seed: int) -> None:
     schema = f"s_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")  # type: ignore[arg-type]
