@@ -11,10 +11,10 @@ from __future__ import annotations
 import datetime
 import json
 import uuid
-from typing import Any, Final
+from typing import Final
 
 from sodalite.amqp import message as amqp_message
-from sodalite.amqp.types import Timestamp
+from sodalite.amqp.types import AmqpMap, Timestamp
 
 SCHEMA: Final = (
     "body binary, messageId string, sessionId string, partitionKey string, correlationId string, "
@@ -49,7 +49,7 @@ PROPERTY_COLUMNS: Final = (("messageId", MESSAGE_ID), ("to", TO), ("subject", SU
                            ("sessionId", SESSION_ID), ("replyToSessionId", REPLY_TO_SESSION_ID))
 
 
-def text(value: Any) -> str | None:
+def text(value: object) -> str | None:
     """A property as a string column shows it: binary as hex, anything else as its text."""
     if value is None:
         return None
@@ -58,13 +58,13 @@ def text(value: Any) -> str | None:
     return str(value)
 
 
-def moment(ms: Any) -> datetime.datetime | None:
+def moment(ms: int | None) -> datetime.datetime | None:
     if ms is None:
         return None
     return datetime.datetime.fromtimestamp(int(ms) / 1000, datetime.UTC)
 
 
-def render(value: Any) -> str | None:
+def render(value: object) -> str | None:
     """An application property as the map<string,string> column shows it: strings as they are,
     anything else as JSON (timestamps as ISO 8601, binary as hex, uuids as text)."""
     if value is None or isinstance(value, str):
@@ -72,7 +72,7 @@ def render(value: Any) -> str | None:
     return json.dumps(jsonable(value))
 
 
-def jsonable(value: Any) -> Any:
+def jsonable(value: object) -> object:
     if isinstance(value, Timestamp):
         at = moment(value)
         return at.isoformat() if at is not None else None
@@ -89,7 +89,7 @@ def jsonable(value: Any) -> Any:
     return str(value)
 
 
-def application_properties(app: dict[Any, Any]) -> dict[str, str | None]:
+def application_properties(app: AmqpMap) -> dict[str, str | None]:
     """The application properties as the map<string,string> column holds them (keys as text)."""
     return {k if isinstance(k, str) else str(k): v if v is None or isinstance(v, str) else render(v)
             for k, v in app.items()}
@@ -117,6 +117,6 @@ def body(payload: bytes, sections: list[amqp_message.Section]) -> bytes:
     return b"".join(parts)
 
 
-def state(value: Any) -> str:
+def state(value: int | None) -> str:
     """The ``state`` column from ``x-opt-message-state`` (absent: active)."""
     return STATES.get(int(value), str(value)) if value is not None else "active"

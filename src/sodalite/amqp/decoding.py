@@ -1,0 +1,469 @@
+"""Decoder for the AMQP 1.0 type system (AMQP 1.0 part 1, section 1.6).
+
+Table-driven: one body decoder per constructor byte. Rules:
+
+- every decoder checks its bounds explicitly (slicing past the end of ``bytes`` would silently
+  truncate);
+- every count is checked against the bytes that could hold it, and nesting stops at
+  :data:`MAX_NESTING`, so hostile input cannot make the decoder loop or allocate without limit;
+- any malformed input raises :class:`DecodeError`, nothing else;
+- a decoded value keeps its AMQP type (a ``uint`` comes back as :class:`UInt`), so it re-encodes
+  to exactly the bytes it came from.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from sodalite.amqp.errors import DecodeError
+from sodalite.amqp.types import (
+    Array,
+    Byte,
+    Char,
+    Decimal32,
+    Decimal64,
+    Decimal128,
+    Described,
+    Float,
+    Int,
+    Short,
+    Symbol,
+    Timestamp,
+    UByte,
+    UInt,
+    ULong,
+    UShort,
+)
+
+_u8 = struct.Struct(">B")
+_i8 = struct.Struct(">b")
+_u16 = struct.Struct(">H")
+_i16 = struct.Struct(">h")
+_u32 = struct.Struct(">I")
+_i32 = struct.Struct(">i")
+_u64 = struct.Struct(">Q")
+_i64 = struct.Struct(">q")
+_f32 = struct.Struct(">f")
+_f64 = struct.Struct(">d")
+_u8u8 = struct.Struct(">BB")
+_u32u32 = struct.Struct(">II")
+
+MAX_NESTING = 64  # deeper structures are refused: no peer has a reason to send them
+
+
+# A body decoder reads the value after its constructor byte: (buffer, offset, depth) -> (value, end).
+BodyDecoder = Callable[[bytes, int, int], tuple[object, int]]
+
+
+def _need(buf: bytes, end: int) -> None:
+    if end > len(buf):
+        raise DecodeError("value runs past the end of the buffer")
+
+
+def _null(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
+    return None, pos
+
+
+def _true(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
+    return True, pos
+
+
+def _false(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
+    return False, pos
+
+
+def _boolean(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
+    _need(buf, pos + 1)
+    b = buf[pos]
+    if b > 1:
+        raise DecodeError(f"invalid boolean byte {b:#x}")
+    return b == 1, pos + 1
+
+
+def _fixed(st: struct.Struct, wrap: Callable[[int], object]) -> BodyDecoder:
+    size = st.size
+    unpack = st.unpack_from
+
+    def dec(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
+        end = pos + size
+        if end > len(buf):
+            raise DecodeError("value runs past the end of the buffer")
+        return wrap(unpack(buf, pos)[0]), end
+
+    return dec
+
+
+def _zero(wrap: Callable[[int], object]) -> BodyDecoder:
+    value = wrap(0)
+
+    def dec(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
+        return value, pos
+
+    return dec
+
+
+def _plain_int(v: int) -> int:
+    return v
+
+
+def _char(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
+    _need(buf, pos + 4)
+    cp = _u32.unpack_from(buf, pos)[0]
+    if cp > 0x10FFFF or 0xD800 <= cp <= 0xDFFF:
+        raise DecodeError(f"invalid char code point {cp:#x}")
+    return Char(chr(cp)), pos + 4
+
+
+def _raw(n: int, wrap: Callable[[bytes], object]) -> BodyDecoder:
+    def dec(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
+        end = pos + n
+        if end > len(buf):
+            raise DecodeError("value runs past the end of the buffer")
+        return wrap(bytes(buf[pos:end])), end
+
+    return dec
+
+
+def _uuid(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
+    end = pos + 16
+    if end > len(buf):
+        raise DecodeError("uuid runs past the end of the buffer")
+    return uuid.UUID(bytes=bytes(buf[pos:end])), end
+
+
+def _vbin8(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
+    _need(buf, pos + 1)
+    start = pos + 1
+    end = start + buf[pos]
+    if end > len(buf):
+        raise DecodeError("binary runs past the end of the buffer")
+    return bytes(buf[start:end]), end
+
+
+def _vbin32(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
+    _need(buf, pos + 4)
+    start = pos + 4
+    end = start + _u32.unpack_from(buf, pos)[0]
+    if end > len(buf):
+        raise DecodeError("binary runs past the end of the buffer")
+    return bytes(buf[start:end]), end
+
+
+def _str8(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
+    _need(buf, pos + 1)
+    start = pos + 1
+    end = start + buf[pos]
+    if end > len(buf):
+        raise DecodeError("string runs past the end of the buffer")
+    try:
+        return str(buf[start:end], "utf-8"), end
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"string is not UTF-8: {exc.reason}") from None
+
+
+def _str32(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
+    _need(buf, pos + 4)
+    start = pos + 4
+    end = start + _u32.unpack_from(buf, pos)[0]
+    if end > len(buf):
+        raise DecodeError("string runs past the end of the buffer")
+    try:
+        return str(buf[start:end], "utf-8"), end
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"string is not UTF-8: {exc.reason}") from None
+
+
+def _sym(buf: bytes, start: int, end: int) -> Symbol:
+    if end > len(buf):
+        raise DecodeError("symbol runs past the end of the buffer")
+    try:
+        return Symbol(str(buf[start:end], "ascii"))
+    except UnicodeDecodeError:
+        raise DecodeError("symbol is not ASCII") from None
+
+
+def _sym8(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
+    _need(buf, pos + 1)
+    end = pos + 1 + buf[pos]
+    return _sym(buf, pos + 1, end), end
+
+
+def _sym32(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
+    _need(buf, pos + 4)
+    end = pos + 4 + _u32.unpack_from(buf, pos)[0]
+    return _sym(buf, pos + 4, end), end
+
+
+def _list0(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
+    return [], pos
+
+
+def _items(buf: bytes, pos: int, end: int, count: int, depth: int) -> list[object]:
+    if count > end - pos:
+        raise DecodeError("compound count exceeds its size")
+    if depth >= MAX_NESTING:
+        raise DecodeError("values nested too deeply")
+    out: list[object] = []
+    append = out.append
+    for _ in range(count):
+        if pos >= end:
+            raise DecodeError("compound ends before its last element")
+        dec = _DECODERS[buf[pos]]
+        value, pos = dec(buf, pos + 1, depth + 1)
+        append(value)
+    if pos != end:
+        raise DecodeError("compound size does not match its elements")
+    return out
+
+
+def _list8(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
+    _need(buf, pos + 2)
+    size, count = _u8u8.unpack_from(buf, pos)
+    end = pos + 1 + size
+    _need(buf, end)
+    if size < 1:
+        raise DecodeError("list8 size too small")
+    return _items(buf, pos + 2, end, count, depth), end
+
+
+def _list32(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
+    _need(buf, pos + 8)
+    size, count = _u32u32.unpack_from(buf, pos)
+    end = pos + 4 + size
+    _need(buf, end)
+    if size < 4:
+        raise DecodeError("list32 size too small")
+    return _items(buf, pos + 8, end, count, depth), end
+
+
+def _to_map(items: list[object]) -> dict[object, object]:
+    if len(items) % 2:
+        raise DecodeError("map has an odd number of elements")
+    it = iter(items)
+    try:
+        return dict(zip(it, it, strict=True))
+    except TypeError:
+        raise DecodeError("map key is not hashable") from None
+
+
+def _map8(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
+    _need(buf, pos + 2)
+    size, count = _u8u8.unpack_from(buf, pos)
+    end = pos + 1 + size
+    _need(buf, end)
+    if size < 1:
+        raise DecodeError("map8 size too small")
+    return _to_map(_items(buf, pos + 2, end, count, depth)), end
+
+
+def _map32(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
+    _need(buf, pos + 8)
+    size, count = _u32u32.unpack_from(buf, pos)
+    end = pos + 4 + size
+    _need(buf, end)
+    if size < 4:
+        raise DecodeError("map32 size too small")
+    return _to_map(_items(buf, pos + 8, end, count, depth)), end
+
+
+def _element_constructor(buf: bytes, pos: int, depth: int) -> tuple[int, ULong | Symbol | None, int]:
+    """Read an array's element constructor: a code, or ``00 descriptor code``."""
+    _need(buf, pos + 1)
+    code = buf[pos]
+    if code != 0x00:
+        return code, None, pos + 1
+    if depth >= MAX_NESTING:
+        raise DecodeError("values nested too deeply")
+    descriptor, pos = decode_value(buf, pos + 1, depth + 1)
+    if not isinstance(descriptor, ULong | Symbol):
+        raise DecodeError("descriptor must be a ulong or a symbol")
+    _need(buf, pos + 1)
+    inner = buf[pos]
+    if inner == 0x00:
+        raise DecodeError("nested descriptors in an array constructor")
+    return inner, descriptor, pos + 1
+
+
+def _array(buf: bytes, pos: int, end: int, count: int, depth: int) -> tuple[Array, int]:
+    if count > end - pos:
+        raise DecodeError("array count exceeds its size")
+    if depth >= MAX_NESTING:
+        raise DecodeError("values nested too deeply")
+    code, descriptor, pos = _element_constructor(buf, pos, depth)
+    element = _CODE_ELEMENT.get(code)
+    if element is None:
+        raise DecodeError(f"invalid array element constructor {code:#x}")
+    dec = _DECODERS[code]
+    items: list[object] = []
+    append = items.append
+    for _ in range(count):
+        value, pos = dec(buf, pos, depth + 1)
+        if pos > end:
+            raise DecodeError("array element runs past the array")
+        append(value)
+    if pos != end:
+        raise DecodeError("array size does not match its elements")
+    if descriptor is not None:
+        return Array("described", tuple(Described(descriptor, v) for v in items), descriptor, element), end
+    return Array(element, tuple(items)), end
+
+
+def _array8(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
+    _need(buf, pos + 2)
+    size, count = _u8u8.unpack_from(buf, pos)
+    end = pos + 1 + size
+    _need(buf, end)
+    if size < 1:
+        raise DecodeError("array8 size too small")
+    return _array(buf, pos + 2, end, count, depth)
+
+
+def _array32(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
+    _need(buf, pos + 8)
+    size, count = _u32u32.unpack_from(buf, pos)
+    end = pos + 4 + size
+    _need(buf, end)
+    if size < 4:
+        raise DecodeError("array32 size too small")
+    return _array(buf, pos + 8, end, count, depth)
+
+
+def _described(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
+    if depth >= MAX_NESTING:
+        raise DecodeError("values nested too deeply")
+    descriptor, pos = decode_value(buf, pos, depth + 1)
+    if not isinstance(descriptor, ULong | Symbol):
+        raise DecodeError("descriptor must be a ulong or a symbol")
+    value, pos = decode_value(buf, pos, depth + 1)
+    return Described(descriptor, value), pos
+
+
+def _invalid(code: int) -> BodyDecoder:
+    def dec(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
+        raise DecodeError(f"invalid constructor {code:#04x}")
+
+    return dec
+
+
+_DECODERS: list[BodyDecoder] = [_invalid(c) for c in range(256)]
+_DECODERS[0x00] = _described
+_DECODERS[0x40] = _null
+_DECODERS[0x41] = _true
+_DECODERS[0x42] = _false
+_DECODERS[0x56] = _boolean
+_DECODERS[0x50] = _fixed(_u8, UByte)
+_DECODERS[0x60] = _fixed(_u16, UShort)
+_DECODERS[0x70] = _fixed(_u32, UInt)
+_DECODERS[0x52] = _fixed(_u8, UInt)
+_DECODERS[0x43] = _zero(UInt)
+_DECODERS[0x80] = _fixed(_u64, ULong)
+_DECODERS[0x53] = _fixed(_u8, ULong)
+_DECODERS[0x44] = _zero(ULong)
+_DECODERS[0x51] = _fixed(_i8, Byte)
+_DECODERS[0x61] = _fixed(_i16, Short)
+_DECODERS[0x71] = _fixed(_i32, Int)
+_DECODERS[0x54] = _fixed(_i8, Int)
+_DECODERS[0x81] = _fixed(_i64, _plain_int)
+_DECODERS[0x55] = _fixed(_i8, _plain_int)
+_DECODERS[0x72] = _fixed(_f32, Float)
+_DECODERS[0x82] = _fixed(_f64, float)
+_DECODERS[0x74] = _raw(4, Decimal32)
+_DECODERS[0x84] = _raw(8, Decimal64)
+_DECODERS[0x94] = _raw(16, Decimal128)
+_DECODERS[0x73] = _char
+_DECODERS[0x83] = _fixed(_i64, Timestamp)
+_DECODERS[0x98] = _uuid
+_DECODERS[0xA0] = _vbin8
+_DECODERS[0xB0] = _vbin32
+_DECODERS[0xA1] = _str8
+_DECODERS[0xB1] = _str32
+_DECODERS[0xA3] = _sym8
+_DECODERS[0xB3] = _sym32
+_DECODERS[0x45] = _list0
+_DECODERS[0xC0] = _list8
+_DECODERS[0xD0] = _list32
+_DECODERS[0xC1] = _map8
+_DECODERS[0xD1] = _map32
+_DECODERS[0xE0] = _array8
+_DECODERS[0xF0] = _array32
+
+# Constructor code -> Array element type name, for decoding arrays.
+_CODE_ELEMENT: dict[int, str] = {
+    0x41: "boolean", 0x42: "boolean", 0x56: "boolean", 0x50: "ubyte", 0x60: "ushort",
+    0x70: "uint", 0x52: "uint", 0x43: "uint", 0x80: "ulong", 0x53: "ulong", 0x44: "ulong",
+    0x51: "byte", 0x61: "short", 0x71: "int", 0x54: "int", 0x81: "long", 0x55: "long",
+    0x72: "float", 0x82: "double", 0x74: "decimal32", 0x84: "decimal64", 0x94: "decimal128",
+    0x73: "char", 0x83: "timestamp", 0x98: "uuid", 0xA0: "binary", 0xB0: "binary",
+    0xA1: "string", 0xB1: "string", 0xA3: "symbol", 0xB3: "symbol", 0x45: "list", 0xC0: "list",
+    0xD0: "list", 0xC1: "map", 0xD1: "map", 0xE0: "array", 0xF0: "array",
+}
+
+
+def decode_value(buf: bytes, pos: int = 0, depth: int = 0) -> tuple[Any, int]:
+    """Decode one value at ``pos``; return it and the offset just past it."""
+    if pos >= len(buf):
+        raise DecodeError("no value: the buffer ends")
+    return _DECODERS[buf[pos]](buf, pos + 1, depth)
+
+
+def decode(buf: bytes) -> Any:
+    """Decode exactly one value that fills ``buf``."""
+    try:
+        value, end = decode_value(buf, 0)
+    except (struct.error, IndexError, RecursionError, ValueError, OverflowError) as exc:
+        if isinstance(exc, DecodeError):
+            raise
+        raise DecodeError(f"malformed value: {exc}") from None
+    if end != len(buf):
+        raise DecodeError("trailing bytes after the value")
+    return value
+
+
+def skip_value(buf: bytes, pos: int) -> int:
+    """Return the offset just past the value at ``pos`` without building compound values.
+
+    Used to slice message sections (bodies above all) without decoding them.
+    """
+    return _skip(buf, pos, 0)
+
+
+def _skip(buf: bytes, pos: int, depth: int) -> int:
+    _need(buf, pos + 1)
+    code = buf[pos]
+    pos += 1
+    width = _FIXED_WIDTH.get(code)
+    if width is not None:
+        end = pos + width
+    elif code in (0xA0, 0xA1, 0xA3):
+        _need(buf, pos + 1)
+        end = pos + 1 + buf[pos]
+    elif code in (0xB0, 0xB1, 0xB3):
+        _need(buf, pos + 4)
+        end = pos + 4 + _u32.unpack_from(buf, pos)[0]
+    elif code in (0xC0, 0xC1, 0xE0):
+        _need(buf, pos + 1)
+        end = pos + 1 + buf[pos]
+    elif code in (0xD0, 0xD1, 0xF0):
+        _need(buf, pos + 4)
+        end = pos + 4 + _u32.unpack_from(buf, pos)[0]
+    elif code == 0x00:
+        if depth >= MAX_NESTING:
+            raise DecodeError("values nested too deeply")
+        return _skip(buf, _skip(buf, pos, depth + 1), depth + 1)
+    else:
+        raise DecodeError(f"invalid constructor {code:#04x}")
+    _need(buf, end)
+    return end
+
+
+_FIXED_WIDTH: dict[int, int] = {
+    0x40: 0, 0x41: 0, 0x42: 0, 0x43: 0, 0x44: 0, 0x45: 0,
+    0x50: 1, 0x51: 1, 0x52: 1, 0x53: 1, 0x54: 1, 0x55: 1, 0x56: 1,
+    0x60: 2, 0x61: 2,
+    0x70: 4, 0x71: 4, 0x72: 4, 0x73: 4, 0x74: 4,
+    0x80: 8, 0x81: 8, 0x82: 8, 0x83: 8, 0x84: 8,
+    0x94: 16, 0x98: 16,
+}

@@ -1,0 +1,453 @@
+"""Encoder for the AMQP 1.0 type system (AMQP 1.0 part 1, section 1.6).
+
+Rules:
+
+- a value's Python type picks its encoder (:mod:`sodalite.amqp.types`); a subclass of a wrapper (an
+  Enum of Symbols, say) takes its base's encoding; any other type raises :class:`EncodeError`;
+- the most compact constructor is chosen (``smallulong``, ``str8`` ...), except inside arrays, where
+  one constructor must fit every element and the wide forms are used;
+- described values whose descriptor is a small ulong are written as ``00 53 xx``, which the official
+  Python SDK requires of every performative and message section (sdk-wire-contract.md section 10.1);
+- a value out of its type's range, a lone surrogate in a string or a non-ASCII symbol raises
+  :class:`EncodeError`.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from sodalite.amqp.errors import EncodeError
+from sodalite.amqp.types import (
+    Array,
+    Byte,
+    Char,
+    Decimal32,
+    Decimal64,
+    Decimal128,
+    Described,
+    Float,
+    Int,
+    Long,
+    Short,
+    Symbol,
+    Timestamp,
+    UByte,
+    UInt,
+    ULong,
+    UShort,
+)
+
+_u8 = struct.Struct(">B")
+_i8 = struct.Struct(">b")
+_u16 = struct.Struct(">H")
+_i16 = struct.Struct(">h")
+_u32 = struct.Struct(">I")
+_i32 = struct.Struct(">i")
+_u64 = struct.Struct(">Q")
+_i64 = struct.Struct(">q")
+_f32 = struct.Struct(">f")
+_f64 = struct.Struct(">d")
+_u32u32 = struct.Struct(">II")
+
+
+# An encoder appends one value of the type it is registered for; the table below picks it by type.
+Encoder = Callable[[Any, bytearray], None]
+
+
+def _range_check(value: int, lo: int, hi: int, name: str) -> None:
+    if not lo <= value <= hi:
+        raise EncodeError(f"{value} does not fit in an AMQP {name}")
+
+
+def _enc_null(value: object, out: bytearray) -> None:
+    out.append(0x40)
+
+
+def _enc_bool(value: bool, out: bytearray) -> None:
+    out.append(0x41 if value else 0x42)
+
+
+def _enc_ubyte(value: int, out: bytearray) -> None:
+    _range_check(value, 0, 0xFF, "ubyte")
+    out += b"\x50" + _u8.pack(value)
+
+
+def _enc_ushort(value: int, out: bytearray) -> None:
+    _range_check(value, 0, 0xFFFF, "ushort")
+    out += b"\x60" + _u16.pack(value)
+
+
+def _enc_uint(value: int, out: bytearray) -> None:
+    if value == 0:
+        out.append(0x43)
+    elif 0 < value <= 0xFF:
+        out += b"\x52" + _u8.pack(value)
+    else:
+        _range_check(value, 0, 0xFFFFFFFF, "uint")
+        out += b"\x70" + _u32.pack(value)
+
+
+def _enc_ulong(value: int, out: bytearray) -> None:
+    if value == 0:
+        out.append(0x44)
+    elif 0 < value <= 0xFF:
+        out += b"\x53" + _u8.pack(value)
+    else:
+        _range_check(value, 0, 0xFFFFFFFFFFFFFFFF, "ulong")
+        out += b"\x80" + _u64.pack(value)
+
+
+def _enc_byte(value: int, out: bytearray) -> None:
+    _range_check(value, -128, 127, "byte")
+    out += b"\x51" + _i8.pack(value)
+
+
+def _enc_short(value: int, out: bytearray) -> None:
+    _range_check(value, -32768, 32767, "short")
+    out += b"\x61" + _i16.pack(value)
+
+
+def _enc_int(value: int, out: bytearray) -> None:
+    if -128 <= value <= 127:
+        out += b"\x54" + _i8.pack(value)
+    else:
+        _range_check(value, -(2**31), 2**31 - 1, "int")
+        out += b"\x71" + _i32.pack(value)
+
+
+def _enc_long(value: int, out: bytearray) -> None:
+    if -128 <= value <= 127:
+        out += b"\x55" + _i8.pack(value)
+    else:
+        _range_check(value, -(2**63), 2**63 - 1, "long")
+        out += b"\x81" + _i64.pack(value)
+
+
+def _enc_float(value: float, out: bytearray) -> None:
+    try:
+        out += b"\x72" + _f32.pack(value)
+    except OverflowError:
+        raise EncodeError(f"{value!r} does not fit in an AMQP float") from None
+
+
+def _enc_double(value: float, out: bytearray) -> None:
+    out += b"\x82" + _f64.pack(value)
+
+
+def _enc_decimal(code: int, width: int) -> Encoder:
+    def enc(value: bytes, out: bytearray) -> None:
+        if len(value) != width:
+            raise EncodeError(f"decimal needs exactly {width} bytes")
+        out.append(code)
+        out += value
+
+    return enc
+
+
+def _char_code(value: str) -> int:
+    if len(value) != 1:
+        raise EncodeError("an AMQP char is exactly one code point")
+    cp = ord(value)
+    if 0xD800 <= cp <= 0xDFFF:
+        raise EncodeError(f"an AMQP char cannot be the surrogate {cp:#x}")
+    return cp
+
+
+def _enc_char(value: str, out: bytearray) -> None:
+    out += b"\x73" + _u32.pack(_char_code(value))
+
+
+def _enc_timestamp(value: int, out: bytearray) -> None:
+    _range_check(value, -(2**63), 2**63 - 1, "timestamp")
+    out += b"\x83" + _i64.pack(value)
+
+
+def _enc_uuid(value: uuid.UUID, out: bytearray) -> None:
+    out.append(0x98)
+    out += value.bytes
+
+
+def _enc_variable(small: int, large: int, data: bytes, out: bytearray) -> None:
+    n = len(data)
+    if n <= 0xFF:
+        out.append(small)
+        out.append(n)
+    else:
+        out.append(large)
+        out += _u32.pack(n)
+    out += data
+
+
+def _enc_binary(value: bytes | bytearray | memoryview, out: bytearray) -> None:
+    _enc_variable(0xA0, 0xB0, bytes(value), out)
+
+
+def _utf8(value: str) -> bytes:
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise EncodeError(f"string {value!r} is not valid Unicode (lone surrogate)") from None
+
+
+def _ascii(value: str) -> bytes:
+    try:
+        return value.encode("ascii")
+    except UnicodeEncodeError:
+        raise EncodeError(f"symbol {value!r} is not ASCII") from None
+
+
+def _enc_string(value: str, out: bytearray) -> None:
+    _enc_variable(0xA1, 0xB1, _utf8(value), out)
+
+
+def _enc_symbol(value: str, out: bytearray) -> None:
+    _enc_variable(0xA3, 0xB3, _ascii(value), out)
+
+
+def _enc_compound(small: int, large: int, count: int, body: bytearray | bytes, out: bytearray) -> None:
+    size = len(body)
+    if size + 1 <= 0xFF and count <= 0xFF:
+        out.append(small)
+        out.append(size + 1)
+        out.append(count)
+    else:
+        out.append(large)
+        out += _u32u32.pack(size + 4, count)
+    out += body
+
+
+def _enc_list(value: list[object] | tuple[object, ...], out: bytearray) -> None:
+    if not value:
+        out.append(0x45)
+        return
+    body = bytearray()
+    for item in value:
+        encode_value(item, body)
+    _enc_compound(0xC0, 0xD0, len(value), body, out)
+
+
+def _enc_map(value: dict[object, object], out: bytearray) -> None:
+    body = bytearray()
+    for k, v in value.items():
+        encode_value(k, body)
+        encode_value(v, body)
+    _enc_compound(0xC1, 0xD1, 2 * len(value), body, out)
+
+
+def _enc_described(value: Described, out: bytearray) -> None:
+    out.append(0x00)
+    d = value.descriptor
+    if type(d) is int or isinstance(d, ULong):
+        _enc_ulong(d, out)
+    elif isinstance(d, str):
+        _enc_symbol(d, out)
+    else:
+        raise EncodeError("descriptor must be an int (ulong) or a str (symbol)")
+    encode_value(value.value, out)
+
+
+# Array element encoders: (constructor code, element body encoder without the constructor).
+def _body(st: struct.Struct) -> Encoder:
+    pack = st.pack
+
+    def enc(value: object, out: bytearray) -> None:
+        try:
+            out += pack(value)
+        except (struct.error, OverflowError):
+            raise EncodeError(f"{value!r} does not fit in its array element type") from None
+
+    return enc
+
+
+def _body_bool(value: bool, out: bytearray) -> None:
+    out.append(1 if value else 0)
+
+
+def _body_raw(width: int) -> Encoder:
+    def enc(value: bytes, out: bytearray) -> None:
+        if len(value) != width:
+            raise EncodeError(f"array element needs exactly {width} bytes")
+        out += value
+
+    return enc
+
+
+def _body_char(value: str, out: bytearray) -> None:
+    out += _u32.pack(_char_code(value))
+
+
+def _body_uuid(value: uuid.UUID, out: bytearray) -> None:
+    out += value.bytes
+
+
+def _body_var32(value: bytes, out: bytearray) -> None:
+    out += _u32.pack(len(value))
+    out += value
+
+
+def _body_binary(value: bytes, out: bytearray) -> None:
+    _body_var32(bytes(value), out)
+
+
+def _body_string(value: str, out: bytearray) -> None:
+    _body_var32(_utf8(value), out)
+
+
+def _body_symbol(value: str, out: bytearray) -> None:
+    _body_var32(_ascii(value), out)
+
+
+def _body_list(value: list[object], out: bytearray) -> None:
+    body = bytearray()
+    for item in value:
+        encode_value(item, body)
+    out += _u32u32.pack(len(body) + 4, len(value))
+    out += body
+
+
+def _body_map(value: dict[object, object], out: bytearray) -> None:
+    body = bytearray()
+    for k, v in value.items():
+        encode_value(k, body)
+        encode_value(v, body)
+    out += _u32u32.pack(len(body) + 4, 2 * len(value))
+    out += body
+
+
+def _body_array(value: Array, out: bytearray) -> None:
+    body = bytearray()
+    _array_contents(value, body)
+    out += _u32u32.pack(len(body) + 4, len(value.items))
+    out += body
+
+
+_ARRAY_ELEMENTS: dict[str, tuple[int, Encoder]] = {
+    "boolean": (0x56, _body_bool),
+    "ubyte": (0x50, _body(_u8)),
+    "ushort": (0x60, _body(_u16)),
+    "uint": (0x70, _body(_u32)),
+    "ulong": (0x80, _body(_u64)),
+    "byte": (0x51, _body(_i8)),
+    "short": (0x61, _body(_i16)),
+    "int": (0x71, _body(_i32)),
+    "long": (0x81, _body(_i64)),
+    "float": (0x72, _body(_f32)),
+    "double": (0x82, _body(_f64)),
+    "decimal32": (0x74, _body_raw(4)),
+    "decimal64": (0x84, _body_raw(8)),
+    "decimal128": (0x94, _body_raw(16)),
+    "char": (0x73, _body_char),
+    "timestamp": (0x83, _body(_i64)),
+    "uuid": (0x98, _body_uuid),
+    "binary": (0xB0, _body_binary),
+    "string": (0xB1, _body_string),
+    "symbol": (0xB3, _body_symbol),
+    "list": (0xD0, _body_list),
+    "map": (0xD1, _body_map),
+    "array": (0xF0, _body_array),
+}
+
+
+def _array_contents(value: Array, out: bytearray) -> None:
+    """Element constructor followed by the element bodies (no size or count)."""
+    if value.element == "described":
+        if value.inner is None or value.inner not in _ARRAY_ELEMENTS:
+            raise EncodeError("a described array needs a known inner element type")
+        code, body = _ARRAY_ELEMENTS[value.inner]
+        out.append(0x00)
+        _enc_described_descriptor(value.descriptor, out)
+        out.append(code)
+        for item in value.items:
+            body(item.value if isinstance(item, Described) else item, out)
+        return
+    entry = _ARRAY_ELEMENTS.get(value.element)
+    if entry is None:
+        raise EncodeError(f"unknown array element type {value.element!r}")
+    code, body = entry
+    out.append(code)
+    for item in value.items:
+        body(item, out)
+
+
+def _enc_described_descriptor(d: object, out: bytearray) -> None:
+    if isinstance(d, int) and not isinstance(d, bool):
+        _enc_ulong(d, out)
+    elif isinstance(d, str):
+        _enc_symbol(d, out)
+    else:
+        raise EncodeError("descriptor must be an int (ulong) or a str (symbol)")
+
+
+def _enc_array(value: Array, out: bytearray) -> None:
+    body = bytearray()
+    _array_contents(value, body)
+    count = len(value.items)
+    size = len(body)
+    if size + 1 <= 0xFF and count <= 0xFF:
+        out.append(0xE0)
+        out.append(size + 1)
+        out.append(count)
+    else:
+        out.append(0xF0)
+        out += _u32u32.pack(size + 4, count)
+    out += body
+
+
+_ENCODERS: dict[type, Encoder] = {
+    type(None): _enc_null,
+    bool: _enc_bool,
+    int: _enc_long,
+    Long: _enc_long,
+    UByte: _enc_ubyte,
+    UShort: _enc_ushort,
+    UInt: _enc_uint,
+    ULong: _enc_ulong,
+    Byte: _enc_byte,
+    Short: _enc_short,
+    Int: _enc_int,
+    float: _enc_double,
+    Float: _enc_float,
+    Decimal32: _enc_decimal(0x74, 4),
+    Decimal64: _enc_decimal(0x84, 8),
+    Decimal128: _enc_decimal(0x94, 16),
+    Char: _enc_char,
+    Timestamp: _enc_timestamp,
+    uuid.UUID: _enc_uuid,
+    bytes: _enc_binary,
+    bytearray: _enc_binary,
+    memoryview: _enc_binary,
+    str: _enc_string,
+    Symbol: _enc_symbol,
+    list: _enc_list,
+    tuple: _enc_list,
+    dict: _enc_map,
+    Described: _enc_described,
+    Array: _enc_array,
+}
+
+
+def encode_value(value: object, out: bytearray) -> None:
+    """Append the encoding of ``value`` to ``out``."""
+    enc = _ENCODERS.get(type(value))
+    if enc is None:
+        enc = _encoder_for_subclass(value)
+    enc(value, out)
+
+
+def _encoder_for_subclass(value: object) -> Encoder:
+    # Subclasses of wrapper types (an Enum of Symbols, say) take their base's encoding.
+    for base in type(value).__mro__[1:]:
+        enc = _ENCODERS.get(base)
+        if enc is not None:
+            return enc
+    raise EncodeError(f"no AMQP encoding for {type(value).__name__}")
+
+
+def encode(value: object) -> bytes:
+    """Return the encoding of ``value``."""
+    out = bytearray()
+    encode_value(value, out)
+    return bytes(out)
