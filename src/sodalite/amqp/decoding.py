@@ -219,27 +219,8 @@ def _items(buf: bytes, pos: int, end: int, count: int, depth: int) -> list[objec
     return out
 
 
-def _list8(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
-    _need(buf, pos + 2)
-    size, count = _u8u8.unpack_from(buf, pos)
-    end = pos + 1 + size
-    _need(buf, end)
-    if size < 1:
-        raise DecodeError("list8 size too small")
-    return _items(buf, pos + 2, end, count, depth), end
-
-
-def _list32(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
-    _need(buf, pos + 8)
-    size, count = _u32u32.unpack_from(buf, pos)
-    end = pos + 4 + size
-    _need(buf, end)
-    if size < 4:
-        raise DecodeError("list32 size too small")
-    return _items(buf, pos + 8, end, count, depth), end
-
-
-def _to_map(items: list[object]) -> dict[object, object]:
+def _map(buf: bytes, pos: int, end: int, count: int, depth: int) -> dict[object, object]:
+    items = _items(buf, pos, end, count, depth)
     if len(items) % 2:
         raise DecodeError("map has an odd number of elements")
     it = iter(items)
@@ -247,26 +228,6 @@ def _to_map(items: list[object]) -> dict[object, object]:
         return dict(zip(it, it, strict=True))
     except TypeError:
         raise DecodeError("map key is not hashable") from None
-
-
-def _map8(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
-    _need(buf, pos + 2)
-    size, count = _u8u8.unpack_from(buf, pos)
-    end = pos + 1 + size
-    _need(buf, end)
-    if size < 1:
-        raise DecodeError("map8 size too small")
-    return _to_map(_items(buf, pos + 2, end, count, depth)), end
-
-
-def _map32(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
-    _need(buf, pos + 8)
-    size, count = _u32u32.unpack_from(buf, pos)
-    end = pos + 4 + size
-    _need(buf, end)
-    if size < 4:
-        raise DecodeError("map32 size too small")
-    return _to_map(_items(buf, pos + 8, end, count, depth)), end
 
 
 def _element_constructor(buf: bytes, pos: int, depth: int) -> tuple[int, ULong | Symbol | None, int]:
@@ -287,7 +248,7 @@ def _element_constructor(buf: bytes, pos: int, depth: int) -> tuple[int, ULong |
     return inner, descriptor, pos + 1
 
 
-def _array(buf: bytes, pos: int, end: int, count: int, depth: int) -> tuple[Array, int]:
+def _array(buf: bytes, pos: int, end: int, count: int, depth: int) -> Array:
     if count > end - pos:
         raise DecodeError("array count exceeds its size")
     if depth >= MAX_NESTING:
@@ -307,28 +268,32 @@ def _array(buf: bytes, pos: int, end: int, count: int, depth: int) -> tuple[Arra
     if pos != end:
         raise DecodeError("array size does not match its elements")
     if descriptor is not None:
-        return Array("described", tuple(Described(descriptor, v) for v in items), descriptor, element), end
-    return Array(element, tuple(items)), end
+        return Array("described", tuple(Described(descriptor, v) for v in items), descriptor, element)
+    return Array(element, tuple(items))
 
 
-def _array8(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
-    _need(buf, pos + 2)
-    size, count = _u8u8.unpack_from(buf, pos)
-    end = pos + 1 + size
-    _need(buf, end)
-    if size < 1:
-        raise DecodeError("array8 size too small")
-    return _array(buf, pos + 2, end, count, depth)
+# A compound's elements from (buffer, first element, end, count, depth).
+CompoundBody = Callable[[bytes, int, int, int, int], object]
 
 
-def _array32(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
-    _need(buf, pos + 8)
-    size, count = _u32u32.unpack_from(buf, pos)
-    end = pos + 4 + size
-    _need(buf, end)
-    if size < 4:
-        raise DecodeError("array32 size too small")
-    return _array(buf, pos + 8, end, count, depth)
+def _compound(name: str, wide: bool, body: CompoundBody) -> BodyDecoder:
+    """The decoder of a list, map or array: its size and count (one byte each, or four), then ``body``."""
+    counts = _u32u32 if wide else _u8u8
+    width = 4 if wide else 1  # of the size, which counts the bytes after it (the count's included)
+    first = 2 * width
+
+    def dec(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
+        if pos + first > len(buf):
+            raise DecodeError("value runs past the end of the buffer")
+        size, count = counts.unpack_from(buf, pos)
+        end = pos + width + size
+        if end > len(buf):
+            raise DecodeError("value runs past the end of the buffer")
+        if size < width:
+            raise DecodeError(f"{name} size too small")
+        return body(buf, pos + first, end, count, depth), end
+
+    return dec
 
 
 def _described(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
@@ -383,12 +348,12 @@ _DECODERS[0xB1] = _str32
 _DECODERS[0xA3] = _sym8
 _DECODERS[0xB3] = _sym32
 _DECODERS[0x45] = _list0
-_DECODERS[0xC0] = _list8
-_DECODERS[0xD0] = _list32
-_DECODERS[0xC1] = _map8
-_DECODERS[0xD1] = _map32
-_DECODERS[0xE0] = _array8
-_DECODERS[0xF0] = _array32
+_DECODERS[0xC0] = _compound("list8", False, _items)
+_DECODERS[0xD0] = _compound("list32", True, _items)
+_DECODERS[0xC1] = _compound("map8", False, _map)
+_DECODERS[0xD1] = _compound("map32", True, _map)
+_DECODERS[0xE0] = _compound("array8", False, _array)
+_DECODERS[0xF0] = _compound("array32", True, _array)
 
 # Constructor code -> Array element type name, for decoding arrays.
 _CODE_ELEMENT: dict[int, str] = {
