@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sodalite.amqp.errors import DecodeError
+from sodalite.amqp.packing import F32, F64, I8, I16, I32, I64, U8, U8U8, U16, U32, U32U32, U64
 from sodalite.amqp.types import (
     Array,
     Byte,
@@ -37,19 +38,6 @@ from sodalite.amqp.types import (
     ULong,
     UShort,
 )
-
-_u8 = struct.Struct(">B")
-_i8 = struct.Struct(">b")
-_u16 = struct.Struct(">H")
-_i16 = struct.Struct(">h")
-_u32 = struct.Struct(">I")
-_i32 = struct.Struct(">i")
-_u64 = struct.Struct(">Q")
-_i64 = struct.Struct(">q")
-_f32 = struct.Struct(">f")
-_f64 = struct.Struct(">d")
-_u8u8 = struct.Struct(">BB")
-_u32u32 = struct.Struct(">II")
 
 MAX_NESTING = 64  # deeper structures are refused: no peer has a reason to send them
 
@@ -111,7 +99,7 @@ def _plain_int(v: int) -> int:
 
 def _char(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
     _need(buf, pos + 4)
-    cp = _u32.unpack_from(buf, pos)[0]
+    cp = U32.unpack_from(buf, pos)[0]
     if cp > 0x10FFFF or 0xD800 <= cp <= 0xDFFF:
         raise DecodeError(f"invalid char code point {cp:#x}")
     return Char(chr(cp)), pos + 4
@@ -146,7 +134,7 @@ def _vbin8(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
 def _vbin32(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
     _need(buf, pos + 4)
     start = pos + 4
-    end = start + _u32.unpack_from(buf, pos)[0]
+    end = start + U32.unpack_from(buf, pos)[0]
     if end > len(buf):
         raise DecodeError("binary runs past the end of the buffer")
     return bytes(buf[start:end]), end
@@ -167,7 +155,7 @@ def _str8(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
 def _str32(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
     _need(buf, pos + 4)
     start = pos + 4
-    end = start + _u32.unpack_from(buf, pos)[0]
+    end = start + U32.unpack_from(buf, pos)[0]
     if end > len(buf):
         raise DecodeError("string runs past the end of the buffer")
     try:
@@ -193,7 +181,7 @@ def _sym8(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
 
 def _sym32(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
     _need(buf, pos + 4)
-    end = pos + 4 + _u32.unpack_from(buf, pos)[0]
+    end = pos + 4 + U32.unpack_from(buf, pos)[0]
     return _sym(buf, pos + 4, end), end
 
 
@@ -278,7 +266,7 @@ CompoundBody = Callable[[bytes, int, int, int, int], object]
 
 def _compound(name: str, wide: bool, body: CompoundBody) -> BodyDecoder:
     """The decoder of a list, map or array: its size and count (one byte each, or four), then ``body``."""
-    counts = _u32u32 if wide else _u8u8
+    counts = U32U32 if wide else U8U8
     width = 4 if wide else 1  # of the size, which counts the bytes after it (the count's included)
     first = 2 * width
 
@@ -319,27 +307,27 @@ _DECODERS[0x40] = _null
 _DECODERS[0x41] = _true
 _DECODERS[0x42] = _false
 _DECODERS[0x56] = _boolean
-_DECODERS[0x50] = _fixed(_u8, UByte)
-_DECODERS[0x60] = _fixed(_u16, UShort)
-_DECODERS[0x70] = _fixed(_u32, UInt)
-_DECODERS[0x52] = _fixed(_u8, UInt)
+_DECODERS[0x50] = _fixed(U8, UByte)
+_DECODERS[0x60] = _fixed(U16, UShort)
+_DECODERS[0x70] = _fixed(U32, UInt)
+_DECODERS[0x52] = _fixed(U8, UInt)
 _DECODERS[0x43] = _zero(UInt)
-_DECODERS[0x80] = _fixed(_u64, ULong)
-_DECODERS[0x53] = _fixed(_u8, ULong)
+_DECODERS[0x80] = _fixed(U64, ULong)
+_DECODERS[0x53] = _fixed(U8, ULong)
 _DECODERS[0x44] = _zero(ULong)
-_DECODERS[0x51] = _fixed(_i8, Byte)
-_DECODERS[0x61] = _fixed(_i16, Short)
-_DECODERS[0x71] = _fixed(_i32, Int)
-_DECODERS[0x54] = _fixed(_i8, Int)
-_DECODERS[0x81] = _fixed(_i64, _plain_int)
-_DECODERS[0x55] = _fixed(_i8, _plain_int)
-_DECODERS[0x72] = _fixed(_f32, Float)
-_DECODERS[0x82] = _fixed(_f64, float)
+_DECODERS[0x51] = _fixed(I8, Byte)
+_DECODERS[0x61] = _fixed(I16, Short)
+_DECODERS[0x71] = _fixed(I32, Int)
+_DECODERS[0x54] = _fixed(I8, Int)
+_DECODERS[0x81] = _fixed(I64, _plain_int)
+_DECODERS[0x55] = _fixed(I8, _plain_int)
+_DECODERS[0x72] = _fixed(F32, Float)
+_DECODERS[0x82] = _fixed(F64, float)
 _DECODERS[0x74] = _raw(4, Decimal32)
 _DECODERS[0x84] = _raw(8, Decimal64)
 _DECODERS[0x94] = _raw(16, Decimal128)
 _DECODERS[0x73] = _char
-_DECODERS[0x83] = _fixed(_i64, Timestamp)
+_DECODERS[0x83] = _fixed(I64, Timestamp)
 _DECODERS[0x98] = _uuid
 _DECODERS[0xA0] = _vbin8
 _DECODERS[0xB0] = _vbin32
@@ -407,13 +395,13 @@ def _skip(buf: bytes, pos: int, depth: int) -> int:
         end = pos + 1 + buf[pos]
     elif code in (0xB0, 0xB1, 0xB3):
         _need(buf, pos + 4)
-        end = pos + 4 + _u32.unpack_from(buf, pos)[0]
+        end = pos + 4 + U32.unpack_from(buf, pos)[0]
     elif code in (0xC0, 0xC1, 0xE0):
         _need(buf, pos + 1)
         end = pos + 1 + buf[pos]
     elif code in (0xD0, 0xD1, 0xF0):
         _need(buf, pos + 4)
-        end = pos + 4 + _u32.unpack_from(buf, pos)[0]
+        end = pos + 4 + U32.unpack_from(buf, pos)[0]
     elif code == 0x00:
         if depth >= MAX_NESTING:
             raise DecodeError("values nested too deeply")

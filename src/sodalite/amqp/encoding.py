@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sodalite.amqp.errors import EncodeError
+from sodalite.amqp.packing import F32, F64, I8, I16, I32, I64, U8, U16, U32, U32U32, U64
 from sodalite.amqp.types import (
     Array,
     Byte,
@@ -40,19 +41,6 @@ from sodalite.amqp.types import (
     UShort,
 )
 
-_u8 = struct.Struct(">B")
-_i8 = struct.Struct(">b")
-_u16 = struct.Struct(">H")
-_i16 = struct.Struct(">h")
-_u32 = struct.Struct(">I")
-_i32 = struct.Struct(">i")
-_u64 = struct.Struct(">Q")
-_i64 = struct.Struct(">q")
-_f32 = struct.Struct(">f")
-_f64 = struct.Struct(">d")
-_u32u32 = struct.Struct(">II")
-
-
 # An encoder appends one value of the type it is registered for; the table below picks it by type.
 Encoder = Callable[[Any, bytearray], None]
 
@@ -72,69 +60,73 @@ def _enc_bool(value: bool, out: bytearray) -> None:
 
 def _enc_ubyte(value: int, out: bytearray) -> None:
     _range_check(value, 0, 0xFF, "ubyte")
-    out += b"\x50" + _u8.pack(value)
+    out += b"\x50" + U8.pack(value)
 
 
 def _enc_ushort(value: int, out: bytearray) -> None:
     _range_check(value, 0, 0xFFFF, "ushort")
-    out += b"\x60" + _u16.pack(value)
+    out += b"\x60" + U16.pack(value)
 
 
-def _enc_uint(value: int, out: bytearray) -> None:
-    if value == 0:
-        out.append(0x43)
-    elif 0 < value <= 0xFF:
-        out += b"\x52" + _u8.pack(value)
-    else:
-        _range_check(value, 0, 0xFFFFFFFF, "uint")
-        out += b"\x70" + _u32.pack(value)
+def _unsigned(zero: int, small: int, wide: int, layout: struct.Struct, name: str) -> Encoder:
+    """uint and ulong: a constructor of its own for 0, one byte up to 255, the full width above."""
+    top = (1 << (8 * layout.size)) - 1
+    small_code, wide_code, pack = bytes((small,)), bytes((wide,)), layout.pack
+
+    def enc(value: int, out: bytearray) -> None:
+        if value == 0:
+            out.append(zero)
+        elif 0 < value <= 0xFF:
+            out += small_code + U8.pack(value)
+        else:
+            _range_check(value, 0, top, name)
+            out += wide_code + pack(value)
+
+    return enc
 
 
-def _enc_ulong(value: int, out: bytearray) -> None:
-    if value == 0:
-        out.append(0x44)
-    elif 0 < value <= 0xFF:
-        out += b"\x53" + _u8.pack(value)
-    else:
-        _range_check(value, 0, 0xFFFFFFFFFFFFFFFF, "ulong")
-        out += b"\x80" + _u64.pack(value)
+_enc_uint = _unsigned(0x43, 0x52, 0x70, U32, "uint")
+_enc_ulong = _unsigned(0x44, 0x53, 0x80, U64, "ulong")
 
 
 def _enc_byte(value: int, out: bytearray) -> None:
     _range_check(value, -128, 127, "byte")
-    out += b"\x51" + _i8.pack(value)
+    out += b"\x51" + I8.pack(value)
 
 
 def _enc_short(value: int, out: bytearray) -> None:
     _range_check(value, -32768, 32767, "short")
-    out += b"\x61" + _i16.pack(value)
+    out += b"\x61" + I16.pack(value)
 
 
-def _enc_int(value: int, out: bytearray) -> None:
-    if -128 <= value <= 127:
-        out += b"\x54" + _i8.pack(value)
-    else:
-        _range_check(value, -(2**31), 2**31 - 1, "int")
-        out += b"\x71" + _i32.pack(value)
+def _signed(small: int, wide: int, layout: struct.Struct, name: str) -> Encoder:
+    """int and long: one signed byte from -128 to 127, the full width beyond."""
+    low, high = -(1 << (8 * layout.size - 1)), (1 << (8 * layout.size - 1)) - 1
+    small_code, wide_code, pack = bytes((small,)), bytes((wide,)), layout.pack
+
+    def enc(value: int, out: bytearray) -> None:
+        if -128 <= value <= 127:
+            out += small_code + I8.pack(value)
+        else:
+            _range_check(value, low, high, name)
+            out += wide_code + pack(value)
+
+    return enc
 
 
-def _enc_long(value: int, out: bytearray) -> None:
-    if -128 <= value <= 127:
-        out += b"\x55" + _i8.pack(value)
-    else:
-        _range_check(value, -(2**63), 2**63 - 1, "long")
-        out += b"\x81" + _i64.pack(value)
+_enc_int = _signed(0x54, 0x71, I32, "int")
+_enc_long = _signed(0x55, 0x81, I64, "long")
 
 
 def _enc_float(value: float, out: bytearray) -> None:
     try:
-        out += b"\x72" + _f32.pack(value)
+        out += b"\x72" + F32.pack(value)
     except OverflowError:
         raise EncodeError(f"{value!r} does not fit in an AMQP float") from None
 
 
 def _enc_double(value: float, out: bytearray) -> None:
-    out += b"\x82" + _f64.pack(value)
+    out += b"\x82" + F64.pack(value)
 
 
 def _enc_decimal(code: int, width: int) -> Encoder:
@@ -157,12 +149,12 @@ def _char_code(value: str) -> int:
 
 
 def _enc_char(value: str, out: bytearray) -> None:
-    out += b"\x73" + _u32.pack(_char_code(value))
+    out += b"\x73" + U32.pack(_char_code(value))
 
 
 def _enc_timestamp(value: int, out: bytearray) -> None:
     _range_check(value, -(2**63), 2**63 - 1, "timestamp")
-    out += b"\x83" + _i64.pack(value)
+    out += b"\x83" + I64.pack(value)
 
 
 def _enc_uuid(value: uuid.UUID, out: bytearray) -> None:
@@ -177,7 +169,7 @@ def _enc_variable(small: int, large: int, data: bytes, out: bytearray) -> None:
         out.append(n)
     else:
         out.append(large)
-        out += _u32.pack(n)
+        out += U32.pack(n)
     out += data
 
 
@@ -215,7 +207,7 @@ def _enc_compound(small: int, large: int, count: int, body: bytearray | bytes, o
         out.append(count)
     else:
         out.append(large)
-        out += _u32u32.pack(size + 4, count)
+        out += U32U32.pack(size + 4, count)
     out += body
 
 
@@ -276,7 +268,7 @@ def _body_raw(width: int) -> Encoder:
 
 
 def _body_char(value: str, out: bytearray) -> None:
-    out += _u32.pack(_char_code(value))
+    out += U32.pack(_char_code(value))
 
 
 def _body_uuid(value: uuid.UUID, out: bytearray) -> None:
@@ -284,7 +276,7 @@ def _body_uuid(value: uuid.UUID, out: bytearray) -> None:
 
 
 def _body_var32(value: bytes, out: bytearray) -> None:
-    out += _u32.pack(len(value))
+    out += U32.pack(len(value))
     out += value
 
 
@@ -304,7 +296,7 @@ def _body_list(value: list[object], out: bytearray) -> None:
     body = bytearray()
     for item in value:
         encode_value(item, body)
-    out += _u32u32.pack(len(body) + 4, len(value))
+    out += U32U32.pack(len(body) + 4, len(value))
     out += body
 
 
@@ -313,34 +305,34 @@ def _body_map(value: dict[object, object], out: bytearray) -> None:
     for k, v in value.items():
         encode_value(k, body)
         encode_value(v, body)
-    out += _u32u32.pack(len(body) + 4, 2 * len(value))
+    out += U32U32.pack(len(body) + 4, 2 * len(value))
     out += body
 
 
 def _body_array(value: Array, out: bytearray) -> None:
     body = bytearray()
     _array_contents(value, body)
-    out += _u32u32.pack(len(body) + 4, len(value.items))
+    out += U32U32.pack(len(body) + 4, len(value.items))
     out += body
 
 
 _ARRAY_ELEMENTS: dict[str, tuple[int, Encoder]] = {
     "boolean": (0x56, _body_bool),
-    "ubyte": (0x50, _body(_u8)),
-    "ushort": (0x60, _body(_u16)),
-    "uint": (0x70, _body(_u32)),
-    "ulong": (0x80, _body(_u64)),
-    "byte": (0x51, _body(_i8)),
-    "short": (0x61, _body(_i16)),
-    "int": (0x71, _body(_i32)),
-    "long": (0x81, _body(_i64)),
-    "float": (0x72, _body(_f32)),
-    "double": (0x82, _body(_f64)),
+    "ubyte": (0x50, _body(U8)),
+    "ushort": (0x60, _body(U16)),
+    "uint": (0x70, _body(U32)),
+    "ulong": (0x80, _body(U64)),
+    "byte": (0x51, _body(I8)),
+    "short": (0x61, _body(I16)),
+    "int": (0x71, _body(I32)),
+    "long": (0x81, _body(I64)),
+    "float": (0x72, _body(F32)),
+    "double": (0x82, _body(F64)),
     "decimal32": (0x74, _body_raw(4)),
     "decimal64": (0x84, _body_raw(8)),
     "decimal128": (0x94, _body_raw(16)),
     "char": (0x73, _body_char),
-    "timestamp": (0x83, _body(_i64)),
+    "timestamp": (0x83, _body(I64)),
     "uuid": (0x98, _body_uuid),
     "binary": (0xB0, _body_binary),
     "string": (0xB1, _body_string),
@@ -392,7 +384,7 @@ def _enc_array(value: Array, out: bytearray) -> None:
         out.append(count)
     else:
         out.append(0xF0)
-        out += _u32u32.pack(size + 4, count)
+        out += U32U32.pack(size + 4, count)
     out += body
 
 
