@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Final
 from urllib.parse import unquote, urlsplit
 
 import defusedxml  # type: ignore[import-untyped, unused-ignore]
@@ -89,8 +89,8 @@ class ParsedDescription:
     """
 
     kind: DescriptionKind
-    properties: dict[str, Any]
-    default_rule: dict[str, Any] | None = None
+    properties: dict[str, object]
+    default_rule: dict[str, object] | None = None
     runtime: EntityRuntime | None = None
 
     def description(self, name: str | None = None) -> Description:
@@ -110,7 +110,7 @@ class ParsedDescription:
         return _rule_model(self.default_rule, None, "SubscriptionDescription.DefaultRuleDescription")
 
 
-def _rule_model(rule: dict[str, Any], name: str | None, where: str) -> RuleDescription:
+def _rule_model(rule: dict[str, object], name: str | None, where: str) -> RuleDescription:
     shaped = dict(rule)
     if name is not None:
         shaped["Name"] = name
@@ -230,7 +230,7 @@ def _timestamp_value(text: str, where: str, *, keep_naive: bool = False) -> date
     return value.astimezone(UTC)
 
 
-def _member_value(kind: MemberKind, element: ET.Element, where: str) -> Any:
+def _member_value(kind: MemberKind, element: ET.Element, where: str) -> object:
     """The JSON-able value of one member, as the model's ``from_json`` takes it."""
     if kind == "authorization_rules":
         return parse_authorization_rules(element, where)
@@ -266,9 +266,9 @@ def _unique_children(element: ET.Element, where: str) -> list[tuple[str, ET.Elem
     return out
 
 
-def _parse_members(description: ET.Element, members: Mapping[str, MemberKind]) -> dict[str, Any]:
+def _parse_members(description: ET.Element, members: Mapping[str, MemberKind]) -> dict[str, object]:
     kind_name = _local(description.tag)
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for name, child in _unique_children(description, kind_name):
         kind = members.get(name)
         if kind is None or _is_nil(child):
@@ -280,7 +280,7 @@ def _parse_members(description: ET.Element, members: Mapping[str, MemberKind]) -
 def _parse_runtime(description: ET.Element) -> EntityRuntime | None:
     """The computed members of a response's description, or None when it has none."""
     where = _local(description.tag)
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}
     for name, child in _unique_children(description, where):
         if _is_nil(child):
             continue
@@ -296,7 +296,8 @@ def _parse_runtime(description: ET.Element) -> EntityRuntime | None:
                 if count_name in counts:
                     at = f"{where}.CountDetails.{count_name}"
                     values[counts[count_name]] = _int_value(_text(count, at), at)
-    return EntityRuntime(**values) if values else None
+    runtime: Callable[..., EntityRuntime] = EntityRuntime  # values typed by the member tables above
+    return runtime(**values) if values else None
 
 
 def _xsi_type(element: ET.Element) -> str | None:
@@ -305,7 +306,7 @@ def _xsi_type(element: ET.Element) -> str | None:
     return None if value is None else value.strip().rpartition(":")[2]
 
 
-def _key_value(value: ET.Element, where: str) -> Any:
+def _key_value(value: ET.Element, where: str) -> object:
     """One SQL parameter or correlation property value, typed by its ``xsi:type``."""
     if _is_nil(value):
         return None
@@ -330,9 +331,9 @@ def _key_value(value: ET.Element, where: str) -> Any:
                         "double, dateTime or duration)")
 
 
-def _key_values(element: ET.Element, where: str) -> dict[str, Any]:
+def _key_values(element: ET.Element, where: str) -> dict[str, object]:
     """``<KeyValueOfstringanyType><Key/><Value xsi:type=.../></...>`` children as a dict."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for index, pair in enumerate(_children(element)):
         at = f"{where}[{index}]"
         parts = dict(_unique_children(pair, at))
@@ -352,20 +353,20 @@ def _sql_member(parts: Mapping[str, ET.Element], where: str) -> str:
     return _text(element, f"{where}.SqlExpression")
 
 
-def _parse_filter(element: ET.Element, where: str) -> dict[str, Any]:
+def _parse_filter(element: ET.Element, where: str) -> dict[str, object]:
     """A ``Filter`` element as the ``FilterType`` / ``SqlFilter`` / ``CorrelationFilter`` keys."""
     filter_type = _xsi_type(element)
     if filter_type not in _FILTER_TYPES:
         raise ArgumentError(f"{where}: xsi:type must be one of {', '.join(_FILTER_TYPES)}, got {filter_type!r}")
     parts = dict(_unique_children(element, where))
-    out: dict[str, Any] = {"FilterType": _FILTER_TYPES[filter_type]}
+    out: dict[str, object] = {"FilterType": _FILTER_TYPES[filter_type]}
     if filter_type == "SqlFilter":
-        sql: dict[str, Any] = {"SqlExpression": _sql_member(parts, where)}
+        sql: dict[str, object] = {"SqlExpression": _sql_member(parts, where)}
         if "Parameters" in parts and not _is_nil(parts["Parameters"]):
             sql["Parameters"] = _key_values(parts["Parameters"], f"{where}.Parameters")
         out["SqlFilter"] = sql
     elif filter_type == "CorrelationFilter":
-        correlation: dict[str, Any] = {}
+        correlation: dict[str, object] = {}
         for _, key in CORRELATION_FIELDS:
             if key in parts and not _is_nil(parts[key]):
                 correlation[key] = _text(parts[key], f"{where}.{key}")
@@ -375,28 +376,28 @@ def _parse_filter(element: ET.Element, where: str) -> dict[str, Any]:
     return out
 
 
-def _parse_action(element: ET.Element, where: str) -> dict[str, Any] | None:
+def _parse_action(element: ET.Element, where: str) -> dict[str, object] | None:
     action_type = _xsi_type(element)
     if action_type not in _ACTION_TYPES:
         raise ArgumentError(f"{where}: xsi:type must be one of {', '.join(_ACTION_TYPES)}, got {action_type!r}")
     if action_type == "EmptyRuleAction":
         return None
     parts = dict(_unique_children(element, where))
-    action: dict[str, Any] = {"SqlExpression": _sql_member(parts, where)}
+    action: dict[str, object] = {"SqlExpression": _sql_member(parts, where)}
     if "Parameters" in parts and not _is_nil(parts["Parameters"]):
         action["Parameters"] = _key_values(parts["Parameters"], f"{where}.Parameters")
     return action
 
 
-def _parse_rule(element: ET.Element, where: str) -> dict[str, Any]:
+def _parse_rule(element: ET.Element, where: str) -> dict[str, object]:
     """A RuleDescription (or DefaultRuleDescription) in ``RuleDescription.from_json``'s shape."""
     parts = dict(_unique_children(element, where))
     flt = parts.get("Filter")
-    properties: dict[str, Any] = (
+    properties: dict[str, object] = (
         {"FilterType": "True"} if flt is None or _is_nil(flt) else _parse_filter(flt, f"{where}.Filter"))
     action = parts.get("Action")
     properties["Action"] = None if action is None or _is_nil(action) else _parse_action(action, f"{where}.Action")
-    rule: dict[str, Any] = {"Properties": properties}
+    rule: dict[str, object] = {"Properties": properties}
     name = parts.get("Name")
     if name is not None and not _is_nil(name):
         rule["Name"] = _text(name, f"{where}.Name").strip()
@@ -426,7 +427,7 @@ def parse_description(body: bytes) -> ParsedDescription:
     return ParsedDescription(kind, properties, default_rule, runtime)
 
 
-def parse_queue_description(body: bytes) -> dict[str, Any]:
+def parse_queue_description(body: bytes) -> dict[str, object]:
     """The settable properties in a create/update queue request body, by their Service Bus names.
 
     As :func:`parse_description`, for a body that must hold a ``QueueDescription``: the result maps

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Final
 from urllib.parse import quote, urlsplit
 from xml.sax.saxutils import escape, quoteattr
 
@@ -135,11 +135,11 @@ def _runtime_member(name: str, runtime: EntityRuntime) -> str | None:
     return None
 
 
-def _settable_member(name: str, kind: MemberKind, value: Any, base_url: str | None) -> str | None:
+def _settable_member(name: str, kind: MemberKind, value: object, base_url: str | None) -> str | None:
     if value is None:
         return None  # absent: the reader takes the default (or no forwarding, no metadata)
     if kind == "entity":
-        return _element(name, value)  # in the form it was given
+        return _element(name, str(value))  # in the form it was given
     if isinstance(value, bool):
         return _element(name, _bool(value))
     return _element(name, str(value))
