@@ -13,6 +13,7 @@ Table-driven: one body decoder per constructor byte. Rules:
 
 from __future__ import annotations
 
+import functools
 import struct
 import uuid
 from collections.abc import Callable
@@ -122,67 +123,33 @@ def _uuid(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
     return uuid.UUID(bytes=bytes(buf[pos:end])), end
 
 
-def _vbin8(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
-    _need(buf, pos + 1)
-    start = pos + 1
-    end = start + buf[pos]
-    if end > len(buf):
-        raise DecodeError("binary runs past the end of the buffer")
-    return bytes(buf[start:end]), end
+def _variable(what: str, wide: bool, read: Callable[[bytes], object]) -> BodyDecoder:
+    """binary, string or symbol: its size (one byte, or four), then that many bytes, read by ``read``."""
+    width = 4 if wide else 1
+
+    def dec(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
+        start = pos + width
+        if start > len(buf):
+            raise DecodeError("value runs past the end of the buffer")
+        end = start + (U32.unpack_from(buf, pos)[0] if wide else buf[pos])
+        if end > len(buf):
+            raise DecodeError(f"{what} runs past the end of the buffer")
+        try:
+            return read(buf[start:end]), end
+        except UnicodeDecodeError as exc:
+            raise DecodeError(f"string is not UTF-8: {exc.reason}") from None
+
+    return dec
 
 
-def _vbin32(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
-    _need(buf, pos + 4)
-    start = pos + 4
-    end = start + U32.unpack_from(buf, pos)[0]
-    if end > len(buf):
-        raise DecodeError("binary runs past the end of the buffer")
-    return bytes(buf[start:end]), end
+_utf8 = functools.partial(str, encoding="utf-8")  # strict; a C call, no Python frame per string
 
 
-def _str8(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
-    _need(buf, pos + 1)
-    start = pos + 1
-    end = start + buf[pos]
-    if end > len(buf):
-        raise DecodeError("string runs past the end of the buffer")
+def _symbol(data: bytes) -> Symbol:
     try:
-        return str(buf[start:end], "utf-8"), end
-    except UnicodeDecodeError as exc:
-        raise DecodeError(f"string is not UTF-8: {exc.reason}") from None
-
-
-def _str32(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
-    _need(buf, pos + 4)
-    start = pos + 4
-    end = start + U32.unpack_from(buf, pos)[0]
-    if end > len(buf):
-        raise DecodeError("string runs past the end of the buffer")
-    try:
-        return str(buf[start:end], "utf-8"), end
-    except UnicodeDecodeError as exc:
-        raise DecodeError(f"string is not UTF-8: {exc.reason}") from None
-
-
-def _sym(buf: bytes, start: int, end: int) -> Symbol:
-    if end > len(buf):
-        raise DecodeError("symbol runs past the end of the buffer")
-    try:
-        return Symbol(str(buf[start:end], "ascii"))
+        return Symbol(str(data, "ascii"))
     except UnicodeDecodeError:
         raise DecodeError("symbol is not ASCII") from None
-
-
-def _sym8(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
-    _need(buf, pos + 1)
-    end = pos + 1 + buf[pos]
-    return _sym(buf, pos + 1, end), end
-
-
-def _sym32(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
-    _need(buf, pos + 4)
-    end = pos + 4 + U32.unpack_from(buf, pos)[0]
-    return _sym(buf, pos + 4, end), end
 
 
 def _list0(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
@@ -301,47 +268,27 @@ def _invalid(code: int) -> BodyDecoder:
     return dec
 
 
-_DECODERS: list[BodyDecoder] = [_invalid(c) for c in range(256)]
-_DECODERS[0x00] = _described
-_DECODERS[0x40] = _null
-_DECODERS[0x41] = _true
-_DECODERS[0x42] = _false
-_DECODERS[0x56] = _boolean
-_DECODERS[0x50] = _fixed(U8, UByte)
-_DECODERS[0x60] = _fixed(U16, UShort)
-_DECODERS[0x70] = _fixed(U32, UInt)
-_DECODERS[0x52] = _fixed(U8, UInt)
-_DECODERS[0x43] = _zero(UInt)
-_DECODERS[0x80] = _fixed(U64, ULong)
-_DECODERS[0x53] = _fixed(U8, ULong)
-_DECODERS[0x44] = _zero(ULong)
-_DECODERS[0x51] = _fixed(I8, Byte)
-_DECODERS[0x61] = _fixed(I16, Short)
-_DECODERS[0x71] = _fixed(I32, Int)
-_DECODERS[0x54] = _fixed(I8, Int)
-_DECODERS[0x81] = _fixed(I64, _plain_int)
-_DECODERS[0x55] = _fixed(I8, _plain_int)
-_DECODERS[0x72] = _fixed(F32, Float)
-_DECODERS[0x82] = _fixed(F64, float)
-_DECODERS[0x74] = _raw(4, Decimal32)
-_DECODERS[0x84] = _raw(8, Decimal64)
-_DECODERS[0x94] = _raw(16, Decimal128)
-_DECODERS[0x73] = _char
-_DECODERS[0x83] = _fixed(I64, Timestamp)
-_DECODERS[0x98] = _uuid
-_DECODERS[0xA0] = _vbin8
-_DECODERS[0xB0] = _vbin32
-_DECODERS[0xA1] = _str8
-_DECODERS[0xB1] = _str32
-_DECODERS[0xA3] = _sym8
-_DECODERS[0xB3] = _sym32
-_DECODERS[0x45] = _list0
-_DECODERS[0xC0] = _compound("list8", False, _items)
-_DECODERS[0xD0] = _compound("list32", True, _items)
-_DECODERS[0xC1] = _compound("map8", False, _map)
-_DECODERS[0xD1] = _compound("map32", True, _map)
-_DECODERS[0xE0] = _compound("array8", False, _array)
-_DECODERS[0xF0] = _compound("array32", True, _array)
+_BY_CODE: dict[int, BodyDecoder] = {
+    0x00: _described, 0x40: _null, 0x41: _true, 0x42: _false, 0x56: _boolean,
+    # unsigned: ubyte, ushort, uint (uint, smalluint, uint0), ulong (ulong, smallulong, ulong0)
+    0x50: _fixed(U8, UByte), 0x60: _fixed(U16, UShort),
+    0x70: _fixed(U32, UInt), 0x52: _fixed(U8, UInt), 0x43: _zero(UInt),
+    0x80: _fixed(U64, ULong), 0x53: _fixed(U8, ULong), 0x44: _zero(ULong),
+    # signed: byte, short, int (int, smallint), long (long, smalllong; plain int)
+    0x51: _fixed(I8, Byte), 0x61: _fixed(I16, Short), 0x71: _fixed(I32, Int), 0x54: _fixed(I8, Int),
+    0x81: _fixed(I64, _plain_int), 0x55: _fixed(I8, _plain_int),
+    0x72: _fixed(F32, Float), 0x82: _fixed(F64, float),
+    0x74: _raw(4, Decimal32), 0x84: _raw(8, Decimal64), 0x94: _raw(16, Decimal128),
+    0x73: _char, 0x83: _fixed(I64, Timestamp), 0x98: _uuid,
+    0xA0: _variable("binary", False, bytes), 0xB0: _variable("binary", True, bytes),
+    0xA1: _variable("string", False, _utf8), 0xB1: _variable("string", True, _utf8),
+    0xA3: _variable("symbol", False, _symbol), 0xB3: _variable("symbol", True, _symbol),
+    0x45: _list0, 0xC0: _compound("list8", False, _items), 0xD0: _compound("list32", True, _items),
+    0xC1: _compound("map8", False, _map), 0xD1: _compound("map32", True, _map),
+    0xE0: _compound("array8", False, _array), 0xF0: _compound("array32", True, _array),
+}
+# One body decoder per constructor byte; the codes AMQP does not define raise DecodeError.
+_DECODERS: list[BodyDecoder] = [_BY_CODE[c] if c in _BY_CODE else _invalid(c) for c in range(256)]
 
 # Constructor code -> Array element type name, for decoding arrays.
 _CODE_ELEMENT: dict[int, str] = {

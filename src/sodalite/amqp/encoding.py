@@ -19,27 +19,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from sodalite.amqp import types
 from sodalite.amqp.errors import EncodeError
 from sodalite.amqp.packing import F32, F64, I8, I16, I32, I64, U8, U16, U32, U32U32, U64
-from sodalite.amqp.types import (
-    Array,
-    Byte,
-    Char,
-    Decimal32,
-    Decimal64,
-    Decimal128,
-    Described,
-    Float,
-    Int,
-    Long,
-    Short,
-    Symbol,
-    Timestamp,
-    UByte,
-    UInt,
-    ULong,
-    UShort,
-)
+from sodalite.amqp.types import Array, Described, ULong
 
 # An encoder appends one value of the type it is registered for; the table below picks it by type.
 Encoder = Callable[[Any, bytearray], None]
@@ -392,27 +375,27 @@ _ENCODERS: dict[type, Encoder] = {
     type(None): _enc_null,
     bool: _enc_bool,
     int: _enc_long,
-    Long: _enc_long,
-    UByte: _enc_ubyte,
-    UShort: _enc_ushort,
-    UInt: _enc_uint,
+    types.Long: _enc_long,
+    types.UByte: _enc_ubyte,
+    types.UShort: _enc_ushort,
+    types.UInt: _enc_uint,
     ULong: _enc_ulong,
-    Byte: _enc_byte,
-    Short: _enc_short,
-    Int: _enc_int,
+    types.Byte: _enc_byte,
+    types.Short: _enc_short,
+    types.Int: _enc_int,
     float: _enc_double,
-    Float: _enc_float,
-    Decimal32: _enc_decimal(0x74, 4),
-    Decimal64: _enc_decimal(0x84, 8),
-    Decimal128: _enc_decimal(0x94, 16),
-    Char: _enc_char,
-    Timestamp: _enc_timestamp,
+    types.Float: _enc_float,
+    types.Decimal32: _enc_decimal(0x74, 4),
+    types.Decimal64: _enc_decimal(0x84, 8),
+    types.Decimal128: _enc_decimal(0x94, 16),
+    types.Char: _enc_char,
+    types.Timestamp: _enc_timestamp,
     uuid.UUID: _enc_uuid,
     bytes: _enc_binary,
     bytearray: _enc_binary,
     memoryview: _enc_binary,
     str: _enc_string,
-    Symbol: _enc_symbol,
+    types.Symbol: _enc_symbol,
     list: _enc_list,
     tuple: _enc_list,
     dict: _enc_map,

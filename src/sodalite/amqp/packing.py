@@ -7,17 +7,7 @@ IEEE 754 floating point, by width in bits; ``U8U8`` and ``U32U32`` are a compoun
 from __future__ import annotations
 
 import struct
-from typing import Final
 
-U8: Final = struct.Struct(">B")
-I8: Final = struct.Struct(">b")
-U16: Final = struct.Struct(">H")
-I16: Final = struct.Struct(">h")
-U32: Final = struct.Struct(">I")
-I32: Final = struct.Struct(">i")
-U64: Final = struct.Struct(">Q")
-I64: Final = struct.Struct(">q")
-F32: Final = struct.Struct(">f")
-F64: Final = struct.Struct(">d")
-U8U8: Final = struct.Struct(">BB")
-U32U32: Final = struct.Struct(">II")
+U8, I8, U16, I16, U32, I32, U64, I64, F32, F64, U8U8, U32U32 = (
+    struct.Struct(layout) for layout in (">B", ">b", ">H", ">h", ">I", ">i", ">Q", ">q", ">f", ">d", ">BB", ">II")
+)

@@ -15,38 +15,26 @@ from __future__ import annotations
 
 from sodalite.admin.atom.reading import ParsedDescription, parse_description, parse_queue_description
 from sodalite.admin.atom.vocabulary import (
-    API_VERSION,
     ATOM_NS,
     CONNECT_NS,
-    COUNTS_NS,
-    KINDS,
-    NEVER,
     READ_ONLY_QUEUE_MEMBERS,
-    SQL_COMPATIBILITY_LEVEL,
     XSD_NS,
     XSI_NS,
     Description,
-    DescriptionKind,
-    EntityProperties,
     EntityRuntime,
 )
 from sodalite.admin.atom.writing import (
-    description_element,
     empty_feed,
     entity_entry,
     error_body,
     feed,
-    format_timestamp,
     namespace_info_entry,
-    queue_description_xml,
     queue_entry,
     request_entry,
 )
 
-__all__ = [
-    "API_VERSION", "ATOM_NS", "CONNECT_NS", "COUNTS_NS", "KINDS", "NEVER", "READ_ONLY_QUEUE_MEMBERS",
-    "SQL_COMPATIBILITY_LEVEL", "XSD_NS", "XSI_NS", "Description", "DescriptionKind", "EntityProperties",
-    "EntityRuntime", "ParsedDescription", "description_element", "empty_feed", "entity_entry", "error_body",
-    "feed", "format_timestamp", "namespace_info_entry", "parse_description", "parse_queue_description",
-    "queue_description_xml", "queue_entry", "request_entry",
+__all__ = [  # what the broker's ATOM service and the CLI's admin client use
+    "ATOM_NS", "CONNECT_NS", "READ_ONLY_QUEUE_MEMBERS", "XSD_NS", "XSI_NS", "Description", "EntityRuntime",
+    "ParsedDescription", "empty_feed", "entity_entry", "error_body", "feed", "namespace_info_entry",
+    "parse_description", "parse_queue_description", "queue_entry", "request_entry",
 ]
