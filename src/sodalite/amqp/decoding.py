@@ -13,7 +13,6 @@ Table-driven: one body decoder per constructor byte. Rules:
 
 from __future__ import annotations
 
-import functools
 import struct
 import uuid
 from collections.abc import Callable
@@ -123,8 +122,9 @@ def _uuid(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
     return uuid.UUID(bytes=bytes(buf[pos:end])), end
 
 
-def _variable(what: str, wide: bool, read: Callable[[bytes], object]) -> BodyDecoder:
-    """binary, string or symbol: its size (one byte, or four), then that many bytes, read by ``read``."""
+def _variable(what: str, wide: bool, read: Callable[[bytes], object] | None = None) -> BodyDecoder:
+    """binary, string or symbol: its size (one byte, or four), then that many bytes, read by ``read``
+    (None: as UTF-8 text, strict)."""
     width = 4 if wide else 1
 
     def dec(buf: bytes, pos: int, depth: int) -> tuple[object, int]:
@@ -134,15 +134,14 @@ def _variable(what: str, wide: bool, read: Callable[[bytes], object]) -> BodyDec
         end = start + (U32.unpack_from(buf, pos)[0] if wide else buf[pos])
         if end > len(buf):
             raise DecodeError(f"{what} runs past the end of the buffer")
-        try:
+        if read is not None:
             return read(buf[start:end]), end
+        try:
+            return str(buf[start:end], "utf-8"), end
         except UnicodeDecodeError as exc:
             raise DecodeError(f"string is not UTF-8: {exc.reason}") from None
 
     return dec
-
-
-_utf8 = functools.partial(str, encoding="utf-8")  # strict; a C call, no Python frame per string
 
 
 def _symbol(data: bytes) -> Symbol:
@@ -281,7 +280,7 @@ _BY_CODE: dict[int, BodyDecoder] = {
     0x74: _raw(4, Decimal32), 0x84: _raw(8, Decimal64), 0x94: _raw(16, Decimal128),
     0x73: _char, 0x83: _fixed(I64, Timestamp), 0x98: _uuid,
     0xA0: _variable("binary", False, bytes), 0xB0: _variable("binary", True, bytes),
-    0xA1: _variable("string", False, _utf8), 0xB1: _variable("string", True, _utf8),
+    0xA1: _variable("string", False), 0xB1: _variable("string", True),
     0xA3: _variable("symbol", False, _symbol), 0xB3: _variable("symbol", True, _symbol),
     0x45: _list0, 0xC0: _compound("list8", False, _items), 0xD0: _compound("list32", True, _items),
     0xC1: _compound("map8", False, _map), 0xD1: _compound("map32", True, _map),
