@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
-from typing import ClassVar, cast, get_args
+from typing import ClassVar, TypeVar, cast, dataclass_transform, get_args
 
 from sodalite.amqp.codec import encode_value
 from sodalite.amqp.errors import DecodeError, InvalidField
@@ -197,8 +197,24 @@ def _field_error(cls: type[Composite], name: str, value: object) -> InvalidField
     return InvalidField(f"{cls.__name__}.{name}: {type(value).__name__} {value!r:.40} is not allowed")
 
 
+_C = TypeVar("_C", bound="Composite")
+
+
+@dataclass_transform(frozen_default=True)
+def composite(code: int, *fields: FieldEncoder) -> Callable[[type[_C]], type[_C]]:
+    """Declare a described-list type: its descriptor (a small ulong) and its fields' AMQP types, in
+    order; the class becomes a frozen dataclass with slots."""
+
+    def declare(cls: type[_C]) -> type[_C]:
+        cls.CODE = code
+        cls.FIELDS = fields
+        return dataclass(frozen=True, slots=True)(cls)
+
+    return declare
+
+
 class Composite:
-    """Base of the described-list types; subclasses are dataclasses with CODE and FIELDS."""
+    """Base of the described-list types, declared with :func:`composite` (their CODE and FIELDS)."""
 
     CODE: ClassVar[int]
     FIELDS: ClassVar[tuple[FieldEncoder, ...]]
@@ -244,19 +260,15 @@ class Composite:
 # ---- terminus, error, delivery states -----------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x1D, F_SYMBOL, F_STRING, F_MAP)
 class Error(Composite):
-    CODE = 0x1D
-    FIELDS = (F_SYMBOL, F_STRING, F_MAP)
     condition: str
     description: str | None = None
     info: AmqpMap | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x28, F_ANY, F_UINT, F_SYMBOL, F_UINT, F_BOOL, F_MAP, F_SYMBOL, F_MAP, F_STATE, F_SYMBOLS, F_SYMBOLS)
 class Source(Composite):
-    CODE = 0x28
-    FIELDS = (F_ANY, F_UINT, F_SYMBOL, F_UINT, F_BOOL, F_MAP, F_SYMBOL, F_MAP, F_STATE, F_SYMBOLS, F_SYMBOLS)
     address: object = None
     durable: int | None = None
     expiry_policy: str | None = None
@@ -270,10 +282,8 @@ class Source(Composite):
     capabilities: object = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x29, F_ANY, F_UINT, F_SYMBOL, F_UINT, F_BOOL, F_MAP, F_SYMBOLS)
 class Target(Composite):
-    CODE = 0x29
-    FIELDS = (F_ANY, F_UINT, F_SYMBOL, F_UINT, F_BOOL, F_MAP, F_SYMBOLS)
     address: object = None
     durable: int | None = None
     expiry_policy: str | None = None
@@ -283,75 +293,57 @@ class Target(Composite):
     capabilities: object = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x30, F_SYMBOLS)
 class Coordinator(Composite):
-    CODE = 0x30
-    FIELDS = (F_SYMBOLS,)
     capabilities: object = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x23, F_UINT, F_ULONG)
 class Received(Composite):
-    CODE = 0x23
-    FIELDS = (F_UINT, F_ULONG)
     section_number: int = 0
     section_offset: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x24)
 class Accepted(Composite):
-    CODE = 0x24
-    FIELDS = ()
+    """The accepted outcome (no fields)."""
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x25, F_ERROR)
 class Rejected(Composite):
-    CODE = 0x25
-    FIELDS = (F_ERROR,)
     error: Error | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x26)
 class Released(Composite):
-    CODE = 0x26
-    FIELDS = ()
+    """The released outcome (no fields)."""
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x27, F_BOOL, F_BOOL, F_MAP)
 class Modified(Composite):
-    CODE = 0x27
-    FIELDS = (F_BOOL, F_BOOL, F_MAP)
     delivery_failed: bool | None = None
     undeliverable_here: bool | None = None
     message_annotations: AmqpMap | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x31, F_ANY)
 class Declare(Composite):
-    CODE = 0x31
-    FIELDS = (F_ANY,)
     global_id: object = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x32, F_BINARY, F_BOOL)
 class Discharge(Composite):
-    CODE = 0x32
-    FIELDS = (F_BINARY, F_BOOL)
     txn_id: bytes
     fail: bool | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x33, F_BINARY)
 class Declared(Composite):
-    CODE = 0x33
-    FIELDS = (F_BINARY,)
     txn_id: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x34, F_BINARY, F_STATE)
 class TransactionalState(Composite):
-    CODE = 0x34
-    FIELDS = (F_BINARY, F_STATE)
     txn_id: bytes
     outcome: object = None
 
@@ -361,10 +353,8 @@ DeliveryState = Received | Accepted | Rejected | Released | Modified | Declared 
 # ---- performatives ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x10, F_STRING, F_STRING, F_UINT, F_USHORT, F_UINT, F_SYMBOLS, F_SYMBOLS, F_SYMBOLS, F_SYMBOLS, F_MAP)
 class Open(Composite):
-    CODE = 0x10
-    FIELDS = (F_STRING, F_STRING, F_UINT, F_USHORT, F_UINT, F_SYMBOLS, F_SYMBOLS, F_SYMBOLS, F_SYMBOLS, F_MAP)
     container_id: str
     hostname: str | None = None
     max_frame_size: int = 0xFFFFFFFF
@@ -377,10 +367,19 @@ class Open(Composite):
     properties: AmqpMap | None = None
 
 
-@dataclass(frozen=True, slots=True)
+def _leading_optional(cls: type[Composite], values: list[object]) -> list[object]:
+    """Begin's and Flow's fields, every one in its position (the first is optional, the next three are
+    mandatory), checked; their ``from_fields`` fill the defaults that are not null."""
+    count = len(cls.FIELDS)
+    values = values[:count] + [None] * (count - len(values))
+    _check_fields(cls, values)
+    if values[1] is None or values[2] is None or values[3] is None:
+        raise InvalidField(f"{cls.__name__}: mandatory field missing")
+    return values
+
+
+@composite(0x11, F_USHORT, F_UINT, F_UINT, F_UINT, F_UINT, F_SYMBOLS, F_SYMBOLS, F_MAP)
 class Begin(Composite):
-    CODE = 0x11
-    FIELDS = (F_USHORT, F_UINT, F_UINT, F_UINT, F_UINT, F_SYMBOLS, F_SYMBOLS, F_MAP)
     remote_channel: int | None
     next_outgoing_id: int
     incoming_window: int
@@ -392,21 +391,14 @@ class Begin(Composite):
 
     @classmethod
     def from_fields(cls, values: list[object]) -> Composite:
-        # remote-channel is the one leading optional field: keep its position explicitly.
-        values = values[:8] + [None] * (8 - len(values))
-        _check_fields(cls, values)
-        if values[1] is None or values[2] is None or values[3] is None:
-            raise InvalidField("Begin: mandatory field missing")
+        values = _leading_optional(cls, values)
         make: Callable[..., Begin] = cls  # _check_fields stands for the fields' types
-        return make(values[0], values[1], values[2], values[3],
-                    0xFFFFFFFF if values[4] is None else values[4], values[5], values[6], values[7])
+        return make(*values[:4], 0xFFFFFFFF if values[4] is None else values[4], *values[5:])
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x12, F_STRING, F_UINT, F_BOOL, F_UBYTE, F_UBYTE, F_SOURCE, F_TARGET, F_MAP, F_BOOL, F_UINT, F_ULONG,
+           F_SYMBOLS, F_SYMBOLS, F_MAP)
 class Attach(Composite):
-    CODE = 0x12
-    FIELDS = (F_STRING, F_UINT, F_BOOL, F_UBYTE, F_UBYTE, F_SOURCE, F_TARGET, F_MAP, F_BOOL, F_UINT, F_ULONG,
-              F_SYMBOLS, F_SYMBOLS, F_MAP)
     name: str
     handle: int
     role: bool  # False = sender, True = receiver
@@ -423,10 +415,8 @@ class Attach(Composite):
     properties: AmqpMap | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x13, F_UINT, F_UINT, F_UINT, F_UINT, F_UINT, F_UINT, F_UINT, F_UINT, F_BOOL, F_BOOL, F_MAP)
 class Flow(Composite):
-    CODE = 0x13
-    FIELDS = (F_UINT, F_UINT, F_UINT, F_UINT, F_UINT, F_UINT, F_UINT, F_UINT, F_BOOL, F_BOOL, F_MAP)
     next_incoming_id: int | None
     incoming_window: int
     next_outgoing_id: int
@@ -441,19 +431,13 @@ class Flow(Composite):
 
     @classmethod
     def from_fields(cls, values: list[object]) -> Composite:
-        values = values[:11] + [None] * (11 - len(values))
-        _check_fields(cls, values)
-        if values[1] is None or values[2] is None or values[3] is None:
-            raise InvalidField("Flow: mandatory field missing")
+        values = _leading_optional(cls, values)
         make: Callable[..., Flow] = cls  # _check_fields stands for the fields' types
-        return make(values[0], values[1], values[2], values[3], values[4], values[5], values[6], values[7],
-                    bool(values[8]), bool(values[9]), values[10])
+        return make(*values[:8], bool(values[8]), bool(values[9]), values[10])
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x14, F_UINT, F_UINT, F_BINARY, F_UINT, F_BOOL, F_BOOL, F_UBYTE, F_STATE, F_BOOL, F_BOOL, F_BOOL)
 class Transfer(Composite):
-    CODE = 0x14
-    FIELDS = (F_UINT, F_UINT, F_BINARY, F_UINT, F_BOOL, F_BOOL, F_UBYTE, F_STATE, F_BOOL, F_BOOL, F_BOOL)
     handle: int
     delivery_id: int | None = None
     delivery_tag: bytes | None = None
@@ -467,10 +451,8 @@ class Transfer(Composite):
     batchable: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x15, F_BOOL, F_UINT, F_UINT, F_BOOL, F_STATE, F_BOOL)
 class Disposition(Composite):
-    CODE = 0x15
-    FIELDS = (F_BOOL, F_UINT, F_UINT, F_BOOL, F_STATE, F_BOOL)
     role: bool
     first: int
     last: int | None = None
@@ -479,66 +461,50 @@ class Disposition(Composite):
     batchable: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x16, F_UINT, F_BOOL, F_ERROR)
 class Detach(Composite):
-    CODE = 0x16
-    FIELDS = (F_UINT, F_BOOL, F_ERROR)
     handle: int
     closed: bool = False
     error: Error | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x17, F_ERROR)
 class End(Composite):
-    CODE = 0x17
-    FIELDS = (F_ERROR,)
     error: Error | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x18, F_ERROR)
 class Close(Composite):
-    CODE = 0x18
-    FIELDS = (F_ERROR,)
     error: Error | None = None
 
 
 # ---- SASL ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x40, F_SYMBOLS)
 class SaslMechanisms(Composite):
-    CODE = 0x40
-    FIELDS = (F_SYMBOLS,)
     sasl_server_mechanisms: object
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x41, F_SYMBOL, F_BINARY, F_STRING)
 class SaslInit(Composite):
-    CODE = 0x41
-    FIELDS = (F_SYMBOL, F_BINARY, F_STRING)
     mechanism: str
     initial_response: bytes | None = None
     hostname: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x42, F_BINARY)
 class SaslChallenge(Composite):
-    CODE = 0x42
-    FIELDS = (F_BINARY,)
     challenge: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x43, F_BINARY)
 class SaslResponse(Composite):
-    CODE = 0x43
-    FIELDS = (F_BINARY,)
     response: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x44, F_UBYTE, F_BINARY)
 class SaslOutcome(Composite):
-    CODE = 0x44
-    FIELDS = (F_UBYTE, F_BINARY)
     code: int
     additional_data: bytes | None = None
 
