@@ -267,14 +267,22 @@ class Error(Composite):
     info: AmqpMap | None = None
 
 
-@composite(0x28, F_ANY, F_UINT, F_SYMBOL, F_UINT, F_BOOL, F_MAP, F_SYMBOL, F_MAP, F_STATE, F_SYMBOLS, F_SYMBOLS)
-class Source(Composite):
+# A terminus's fields, which a source and a target share (AMQP 1.0 part 3 3.5.3, 3.5.4).
+_TERMINUS_FIELDS = (F_ANY, F_UINT, F_SYMBOL, F_UINT, F_BOOL, F_MAP)
+
+
+@dataclass(frozen=True, slots=True)
+class _Terminus(Composite):
     address: object = None
     durable: int | None = None
     expiry_policy: str | None = None
     timeout: int | None = None
     dynamic: bool | None = None
     dynamic_node_properties: AmqpMap | None = None
+
+
+@composite(0x28, *_TERMINUS_FIELDS, F_SYMBOL, F_MAP, F_STATE, F_SYMBOLS, F_SYMBOLS)
+class Source(_Terminus):
     distribution_mode: str | None = None
     filter: AmqpMap | None = None
     default_outcome: object = None
@@ -282,14 +290,8 @@ class Source(Composite):
     capabilities: object = None
 
 
-@composite(0x29, F_ANY, F_UINT, F_SYMBOL, F_UINT, F_BOOL, F_MAP, F_SYMBOLS)
-class Target(Composite):
-    address: object = None
-    durable: int | None = None
-    expiry_policy: str | None = None
-    timeout: int | None = None
-    dynamic: bool | None = None
-    dynamic_node_properties: AmqpMap | None = None
+@composite(0x29, *_TERMINUS_FIELDS, F_SYMBOLS)
+class Target(_Terminus):
     capabilities: object = None
 
 
