@@ -66,9 +66,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from sodalite.errors import ConfigurationError
 from sodalite.model.authorization import AuthorizationRule, rules_from_json
@@ -93,6 +93,8 @@ from sodalite.model.json_types import (
     json_type,
     require,
 )
+
+_T = TypeVar("_T")
 
 DEFAULT_NAMESPACE_NAME: Final = "sbemulatorns"
 DEFAULT_KEY_NAME: Final = "RootManageSharedAccessKey"
@@ -384,13 +386,9 @@ def _namespace(raw: object, path: str) -> NamespaceConfig:
         raise config_error(name_path, problem)
 
     queues_path = join_path(path, "Queues")
-    queues = tuple(
-        _queue(item, f"{queues_path}[{i}]") for i, item in enumerate(_optional_array(obj, "Queues", path))
-    )
+    queues = _each(obj, "Queues", path, _queue)
     topics_path = join_path(path, "Topics")
-    topics = tuple(
-        _topic(item, f"{topics_path}[{i}]") for i, item in enumerate(_optional_array(obj, "Topics", path))
-    )
+    topics = _each(obj, "Topics", path, _topic)
     _unique_names(
         [(q.name, f"{queues_path}[{i}]") for i, q in enumerate(queues)]
         + [(t.name, f"{topics_path}[{i}]") for i, t in enumerate(topics)],
@@ -411,8 +409,7 @@ def _namespace(raw: object, path: str) -> NamespaceConfig:
     )
     partitions = _optional_int(obj, "PartitionCount", path, DEFAULT_PARTITION_COUNT, MAX_PARTITION_COUNT)
     stores_path = join_path(path, "MessagingStores")
-    stores = tuple(_messaging_store(item, f"{stores_path}[{i}]")
-                   for i, item in enumerate(_optional_array(obj, "MessagingStores", path)))
+    stores = _each(obj, "MessagingStores", path, _messaging_store)
     _unique_names(((s.name, f"{stores_path}[{i}]") for i, s in enumerate(stores)), "messaging store")
     sku = obj.get("Sku", "Standard")
     if sku not in SKUS:
@@ -456,10 +453,7 @@ def _topic(raw: object, path: str) -> TopicConfig:
     name = _entity_name(obj, "topic", path)
     properties = TopicProperties.from_json(_properties(obj, path), path=join_path(path, "Properties"))
     subs_path = join_path(path, "Subscriptions")
-    subscriptions = tuple(
-        _subscription(item, f"{subs_path}[{i}]")
-        for i, item in enumerate(_optional_array(obj, "Subscriptions", path))
-    )
+    subscriptions = _each(obj, "Subscriptions", path, _subscription)
     _unique_names(((s.name, f"{subs_path}[{i}]") for i, s in enumerate(subscriptions)), "subscription")
     return TopicConfig(name, properties, subscriptions)
 
@@ -470,10 +464,7 @@ def _subscription(raw: object, path: str) -> SubscriptionConfig:
     name = _entity_name(obj, "subscription", path)
     properties = SubscriptionProperties.from_json(_properties(obj, path), path=join_path(path, "Properties"))
     rules_path = join_path(path, "Rules")
-    rules = tuple(
-        RuleDescription.from_json(item, path=f"{rules_path}[{i}]")
-        for i, item in enumerate(_optional_array(obj, "Rules", path))
-    )
+    rules = _each(obj, "Rules", path, _rule)
     if not rules:
         rules = (RuleDescription(DEFAULT_RULE_NAME, TrueFilter()),)
     _unique_names(((r.name, f"{rules_path}[{i}]") for i, r in enumerate(rules)), "rule")
@@ -489,10 +480,16 @@ def _properties(obj: Mapping[str, Any], path: str) -> Mapping[str, Any]:
     return expect_object(raw, join_path(path, "Properties"))
 
 
-def _optional_array(obj: Mapping[str, Any], key: str, path: str) -> list[Any]:
+def _each(obj: Mapping[str, Any], key: str, path: str, read: Callable[[object, str], _T]) -> tuple[_T, ...]:
+    """The optional array ``obj[key]``, each item read at its own path (``...Queues[2]``)."""
     if key not in obj:
-        return []
-    return expect_array(obj[key], join_path(path, key))
+        return ()
+    at = join_path(path, key)
+    return tuple(read(item, f"{at}[{i}]") for i, item in enumerate(expect_array(obj[key], at)))
+
+
+def _rule(raw: object, path: str) -> RuleDescription:
+    return RuleDescription.from_json(expect_object(raw, path), path=path)  # from_json checks it the same way
 
 
 def _int_problem(value: object, low: int, high: int) -> str | None:
