@@ -101,17 +101,24 @@ def _check_scalars(values: object, label: str) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class SqlFilter:
-    """A SQL-92 subset filter; stored, not evaluated here."""
+class _SqlExpression:
+    """A SQL expression and the values of its ``@parameters``, checked on construction."""
 
     expression: str
     parameters: dict[str, ScalarValue] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        kind = type(self).__name__
         problem = _sql_problem(self.expression)
         if problem is not None:
-            raise config_error("SqlFilter.expression", problem)
-        _check_scalars(self.parameters, "SqlFilter.parameters")
+            raise config_error(f"{kind}.expression", problem)
+        _check_scalars(self.parameters, f"{kind}.parameters")
+
+
+class SqlFilter(_SqlExpression):
+    """A SQL-92 subset filter; stored, not evaluated here."""
+
+    __slots__ = ()
 
 
 # CorrelationFilter's fields and the Service Bus system property each one matches.
@@ -164,18 +171,10 @@ class FalseFilter:
 Filter = SqlFilter | CorrelationFilter | TrueFilter | FalseFilter
 
 
-@dataclass(frozen=True, slots=True)
-class SqlRuleAction:
+class SqlRuleAction(_SqlExpression):
     """A SQL action applied to messages a rule's filter matches; stored, not evaluated here."""
 
-    expression: str
-    parameters: dict[str, ScalarValue] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        problem = _sql_problem(self.expression)
-        if problem is not None:
-            raise config_error("SqlRuleAction.expression", problem)
-        _check_scalars(self.parameters, "SqlRuleAction.parameters")
+    __slots__ = ()
 
 
 _RULE_KEYS: Final = ("Name", "Properties")
