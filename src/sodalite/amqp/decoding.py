@@ -336,16 +336,10 @@ def _skip(buf: bytes, pos: int, depth: int) -> int:
     width = _FIXED_WIDTH.get(code)
     if width is not None:
         end = pos + width
-    elif code in (0xA0, 0xA1, 0xA3):
+    elif code in _SIZED_ONE:
         _need(buf, pos + 1)
         end = pos + 1 + buf[pos]
-    elif code in (0xB0, 0xB1, 0xB3):
-        _need(buf, pos + 4)
-        end = pos + 4 + U32.unpack_from(buf, pos)[0]
-    elif code in (0xC0, 0xC1, 0xE0):
-        _need(buf, pos + 1)
-        end = pos + 1 + buf[pos]
-    elif code in (0xD0, 0xD1, 0xF0):
+    elif code in _SIZED_FOUR:
         _need(buf, pos + 4)
         end = pos + 4 + U32.unpack_from(buf, pos)[0]
     elif code == 0x00:
@@ -361,3 +355,7 @@ def _skip(buf: bytes, pos: int, depth: int) -> int:
 # A constructor's upper four bits name its width (AMQP 1.0 part 1, 1.6): 0x4_ holds no bytes,
 # 0x5_ one, 0x6_ two, 0x7_ four, 0x8_ eight, 0x9_ sixteen; the fixed-width codes AMQP defines.
 _FIXED_WIDTH: dict[int, int] = {code: (0, 1, 2, 4, 8, 16)[(code >> 4) - 4] for code in _BY_CODE if 0x40 <= code < 0xA0}
+# 0xA_ (binary, string, symbol), 0xC_ (list, map) and 0xE_ (array) give their size in one byte; 0xB_,
+# 0xD_ and 0xF_ in four.
+_SIZED_ONE = frozenset(code for code in _BY_CODE if code >> 4 in (0xA, 0xC, 0xE))
+_SIZED_FOUR = frozenset(code for code in _BY_CODE if code >> 4 in (0xB, 0xD, 0xF))
