@@ -29,7 +29,6 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -193,7 +192,7 @@ def _http_error(exc: web.HTTPException) -> SodaliteError:
 # ---- request parsing ---------------------------------------------------------------------------------
 
 
-async def _body(request: web.Request) -> dict[str, Any]:
+async def _body(request: web.Request) -> dict[str, object]:
     if request.content_length is not None and request.content_length > MAX_BODY:
         raise PayloadTooLarge(f"the request body is {request.content_length} bytes, over the limit of {MAX_BODY}")
     raw = await request.content.read(MAX_BODY + 1)
@@ -210,21 +209,21 @@ async def _body(request: web.Request) -> dict[str, Any]:
     return value
 
 
-def _opt_str(body: Mapping[str, Any], name: str) -> str | None:
+def _opt_str(body: Mapping[str, object], name: str) -> str | None:
     value = body.get(name)
     if value is not None and not isinstance(value, str):
         raise ArgumentError(f"{name} must be a string")
     return value
 
 
-def _opt_int(body: Mapping[str, Any], name: str) -> int | None:
+def _opt_int(body: Mapping[str, object], name: str) -> int | None:
     value = body.get(name)
     if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
         raise ArgumentError(f"{name} must be an integer")
     return value
 
 
-def _object(body: Mapping[str, Any], name: str) -> dict[str, Any]:
+def _object(body: Mapping[str, object], name: str) -> dict[str, object]:
     value = body.get(name, {})
     if value is None:
         return {}
@@ -240,7 +239,7 @@ def _int_query(request: web.Request, name: str, default: int) -> int:
         raise ArgumentError(f"{name} must be an integer") from None
 
 
-def _sub_queue(value: Any) -> SubQueueName:
+def _sub_queue(value: object) -> SubQueueName:
     if value is None:
         return SubQueueName.ACTIVE
     if not isinstance(value, str):
@@ -248,7 +247,7 @@ def _sub_queue(value: Any) -> SubQueueName:
     return SubQueueName.parse(value)
 
 
-def _sequence_numbers(body: Mapping[str, Any]) -> tuple[int, ...] | None:
+def _sequence_numbers(body: Mapping[str, object]) -> tuple[int, ...] | None:
     value = body.get("sequenceNumbers")
     if value is None:
         return None
@@ -257,7 +256,7 @@ def _sequence_numbers(body: Mapping[str, Any]) -> tuple[int, ...] | None:
     return tuple(value)
 
 
-def _send_request(body: Mapping[str, Any]) -> SendRequest:
+def _send_request(body: Mapping[str, object]) -> SendRequest:
     text = body.get("body")
     encoded = body.get("bodyBase64")
     if text is not None and encoded is not None:
@@ -294,7 +293,7 @@ def _path(request: web.Request) -> str:
     return request.match_info["path"].strip("/")
 
 
-def _ok(value: Any, status: int = 200) -> web.Response:
+def _ok(value: object, status: int = 200) -> web.Response:
     return web.json_response(to_json(value), status=status)
 
 
@@ -371,7 +370,7 @@ async def create_entity(request: web.Request) -> web.Response:
     return _ok(record, 201)
 
 
-def _properties(kind: str, given: Mapping[str, Any]) -> EntityProperties:
+def _properties(kind: str, given: Mapping[str, object]) -> EntityProperties:
     """Config.json's names for a queue's, topic's or subscription's properties, checked."""
     return KINDS[kind].from_json(given, path="properties")
 

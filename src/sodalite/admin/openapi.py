@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 _SUB_QUEUES = ["active", "deferred", "scheduled", "deadletter", "transferdeadletter"]
 
@@ -11,13 +11,14 @@ def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-def _json(schema: dict[str, Any]) -> dict[str, Any]:
+def _json(schema: Mapping[str, object]) -> dict[str, object]:
     return {"content": {"application/json": {"schema": schema}}}
 
 
-def _op(summary: str, right: str, response: dict[str, Any] | None = None, body: dict[str, Any] | None = None,
-        params: list[dict[str, Any]] | None = None, status: str = "200") -> dict[str, Any]:
-    op: dict[str, Any] = {
+def _op(summary: str, right: str, response: Mapping[str, object] | None = None,
+        body: Mapping[str, object] | None = None, params: Sequence[Mapping[str, object]] | None = None,
+        status: str = "200") -> dict[str, object]:
+    op: dict[str, object] = {
         "summary": summary,
         "description": f"Needs {right}.",
         "responses": {
@@ -41,9 +42,9 @@ _PATH = {"name": "path", "in": "path", "required": True, "schema": {"type": "str
 _SUB = {"name": "subQueue", "in": "query", "schema": {"type": "string", "enum": _SUB_QUEUES}}
 
 
-def document(max_peek: int, max_body: int) -> dict[str, Any]:
+def document(max_peek: int, max_body: int) -> dict[str, object]:
     entity = "/api/v1/entities/{path}"
-    obj: dict[str, Any] = {"type": "object"}
+    obj: dict[str, object] = {"type": "object"}
     return {
         "openapi": "3.1.0",
         "info": {"title": "Sodalite control plane", "version": "1",

@@ -13,10 +13,9 @@ emit full field lists (sdk-wire-contract.md pitfall 14) and small-ulong descript
 from __future__ import annotations
 
 import struct
-from typing import Any
 
 from sodalite.amqp.errors import FrameSizeError, FramingError
-from sodalite.amqp.performatives import encode_delivery_state
+from sodalite.amqp.performatives import Composite, encode_delivery_state
 
 AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
 SASL_HEADER = b"AMQP\x03\x01\x00\x00"
@@ -132,7 +131,7 @@ def encode_transfer(channel: int, handle: int, delivery_id: int, tag: bytes, mes
 
 
 def encode_disposition(channel: int, role: bool, first: int, last: int | None, settled: bool,
-                       state: Any) -> bytes:
+                       state: Composite | None) -> bytes:
     f = bytearray()
     f.append(0x41 if role else 0x42)
     _uint(first, f)

@@ -15,7 +15,7 @@ from typing import Any
 
 from sodalite.amqp.codec import decode, decode_value, encode_value, skip_value
 from sodalite.amqp.errors import DecodeError
-from sodalite.amqp.types import Symbol, ULong
+from sodalite.amqp.types import AmqpMap, Symbol, ULong
 
 HEADER = 0x70
 DELIVERY_ANNOTATIONS = 0x71
@@ -130,7 +130,7 @@ def annotation_entry_timestamp(key: bytes, value: int) -> bytes:
     return b"\xa3" + bytes((len(key),)) + key + b"\x83" + _i64.pack(value)
 
 
-def annotation_entry(key: str, value: Any) -> bytes:
+def annotation_entry(key: str, value: object) -> bytes:
     out = bytearray()
     encode_value(Symbol(key), out)
     encode_value(value, out)
@@ -146,7 +146,7 @@ def encode_annotations(entries: bytes, count: int) -> bytes:
     return b"\x00\x53\x72\xd1" + _u32u32.pack(len(entries) + 4, 2 * count) + entries
 
 
-def encode_section(code: int, value: Any) -> bytes:
+def encode_section(code: int, value: object) -> bytes:
     """One section: the small-ulong descriptor ``code`` and its encoded value."""
     out = bytearray(b"\x00\x53")
     out.append(code)
@@ -154,7 +154,7 @@ def encode_section(code: int, value: Any) -> bytes:
     return bytes(out)
 
 
-def map_entries(value: dict[Any, Any]) -> bytes:
+def map_entries(value: AmqpMap) -> bytes:
     """Encode a map's entries (no constructor, size or count) for :func:`encode_annotations`."""
     out = bytearray()
     for k, v in value.items():

@@ -11,13 +11,14 @@ Transfer, disposition and flow are on the hot path and have hand-written encoder
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, get_args
+from typing import ClassVar, TypeVar, cast, dataclass_transform, get_args
 
 from sodalite.amqp.codec import encode_value
 from sodalite.amqp.errors import DecodeError, InvalidField
 from sodalite.amqp.types import (
+    AmqpMap,
     Array,
     Described,
     Symbol,
@@ -29,45 +30,46 @@ from sodalite.amqp.types import (
 
 # ---- field codecs: turn a Python value into the declared AMQP type on encode -------------------
 
-FieldEncoder = Callable[[Any, bytearray], None]
+FieldEncoder = Callable[[object, bytearray], None]
 
 
-def _f_any(value: Any, out: bytearray) -> None:
+def _f_any(value: object, out: bytearray) -> None:
     if isinstance(value, Composite):
         value.encode_into(out)
     else:
         encode_value(value, out)
 
 
-def _typed(wrap: Callable[[Any], Any]) -> FieldEncoder:
-    def enc(value: Any, out: bytearray) -> None:
+def _typed(wrap: Callable[..., object]) -> FieldEncoder:  # wrap: the field's AMQP type
+    def enc(value: object, out: bytearray) -> None:
         encode_value(None if value is None else wrap(value), out)
 
     return enc
 
 
-def _f_symbols(value: Any, out: bytearray) -> None:
+def _f_symbols(value: object, out: bytearray) -> None:
     """A ``symbol multiple=true`` field: one symbol, or an array of them."""
     if value is None or isinstance(value, Array):
         encode_value(value, out)
     elif isinstance(value, str):
         encode_value(Symbol(value), out)
     else:
-        encode_value(Array("symbol", tuple(Symbol(v) for v in value)), out)
+        encode_value(Array("symbol", tuple(Symbol(v) for v in cast("Iterable[str]", value))), out)
 
 
-def _f_map(value: Any, out: bytearray) -> None:
+def _f_map(value: object, out: bytearray) -> None:
     """``fields`` maps have symbol keys; plain str keys are promoted."""
     if value is None:
         out.append(0x40)
         return
-    encode_value({(Symbol(k) if type(k) is str else k): v for k, v in value.items()}, out)
+    items = cast("Mapping[object, object]", value).items()
+    encode_value({(Symbol(k) if type(k) is str else k): v for k, v in items}, out)
 
 
 def _f_composite() -> FieldEncoder:
     """An ``F_ANY`` that is a distinct schema entry, so decoding can check the composite's type."""
 
-    def enc(value: Any, out: bytearray) -> None:
+    def enc(value: object, out: bytearray) -> None:
         _f_any(value, out)
 
     return enc
@@ -109,38 +111,38 @@ def _field_names(cls: type) -> tuple[str, ...]:
 # malformed performative fails here with InvalidField, not later in the owner's code with a
 # TypeError, and whatever passes re-encodes when the owner echoes it (a terminus in an attach).
 
-FieldCheck = tuple[frozenset[type], Callable[[Any], bool]]
+FieldCheck = tuple[frozenset[type], Callable[[object], bool]]
 _NONE = type(None)
 
 
-def _never(value: Any) -> bool:
+def _never(value: object) -> bool:
     return False
 
 
-def _always(value: Any) -> bool:
+def _always(value: object) -> bool:
     return True
 
 
 def _int_check(fast: tuple[type, ...], top: int) -> FieldCheck:
-    def fits(value: Any) -> bool:
+    def fits(value: object) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= top
 
     return frozenset((_NONE, *fast)), fits
 
 
-def _string(value: Any) -> bool:
+def _string(value: object) -> bool:
     return isinstance(value, str)
 
 
-def _binary(value: Any) -> bool:
+def _binary(value: object) -> bool:
     return isinstance(value, bytes)
 
 
-def _symbol(value: Any) -> bool:
+def _symbol(value: object) -> bool:
     return isinstance(value, str) and value.isascii()  # a string where a symbol belongs: lenient
 
 
-def _symbols(value: Any) -> bool:
+def _symbols(value: object) -> bool:
     return _symbol(value) or (isinstance(value, Array | list | tuple) and all(map(_symbol, value)))
 
 
@@ -169,7 +171,7 @@ def _field_checks(cls: type[Composite]) -> tuple[FieldCheck, ...]:
     return checks
 
 
-def _check_fields(cls: type[Composite], values: list[Any]) -> None:
+def _check_fields(cls: type[Composite], values: list[object]) -> None:
     """Raise InvalidField unless every value fits its field's declared type (None always does)."""
     fasts = _FAST.get(cls)
     if fasts is None:
@@ -183,7 +185,7 @@ def _check_fields(cls: type[Composite], values: list[Any]) -> None:
             return
 
 
-def _invalid(cls: type[Composite], values: list[Any]) -> InvalidField | None:
+def _invalid(cls: type[Composite], values: list[object]) -> InvalidField | None:
     """The error naming the first of ``values`` that does not fit its field, if any."""
     for name, value, (fast, fallback) in zip(_field_names(cls), values, _field_checks(cls), strict=False):
         if type(value) not in fast and not fallback(value):
@@ -191,12 +193,28 @@ def _invalid(cls: type[Composite], values: list[Any]) -> InvalidField | None:
     return None
 
 
-def _field_error(cls: type[Composite], name: str, value: Any) -> InvalidField:
+def _field_error(cls: type[Composite], name: str, value: object) -> InvalidField:
     return InvalidField(f"{cls.__name__}.{name}: {type(value).__name__} {value!r:.40} is not allowed")
 
 
+_C = TypeVar("_C", bound="Composite")
+
+
+@dataclass_transform(frozen_default=True)
+def composite(code: int, *fields: FieldEncoder) -> Callable[[type[_C]], type[_C]]:
+    """Declare a described-list type: its descriptor (a small ulong) and its fields' AMQP types, in
+    order; the class becomes a frozen dataclass with slots."""
+
+    def declare(cls: type[_C]) -> type[_C]:
+        cls.CODE = code
+        cls.FIELDS = fields
+        return dataclass(frozen=True, slots=True)(cls)
+
+    return declare
+
+
 class Composite:
-    """Base of the described-list types; subclasses are dataclasses with CODE and FIELDS."""
+    """Base of the described-list types, declared with :func:`composite` (their CODE and FIELDS)."""
 
     CODE: ClassVar[int]
     FIELDS: ClassVar[tuple[FieldEncoder, ...]]
@@ -225,15 +243,16 @@ class Composite:
         return bytes(out)
 
     @classmethod
-    def from_fields(cls, values: list[Any]) -> Any:
-        kwargs = {}
+    def from_fields(cls, values: list[object]) -> Composite:
+        kwargs: dict[str, object] = {}
         for name, value, (fast, fallback) in zip(_field_names(cls), values, _field_checks(cls), strict=False):
             if value is not None:
                 if type(value) not in fast and not fallback(value):
                     raise _field_error(cls, name, value)
                 kwargs[name] = value
         try:
-            return cls(**kwargs)
+            make: Callable[..., Composite] = cls  # the checks above stand for the fields' types
+            return make(**kwargs)
         except TypeError as exc:
             raise InvalidField(f"{cls.__name__}: mandatory field missing ({exc})") from None
 
@@ -241,116 +260,94 @@ class Composite:
 # ---- terminus, error, delivery states -----------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x1D, F_SYMBOL, F_STRING, F_MAP)
 class Error(Composite):
-    CODE = 0x1D
-    FIELDS = (F_SYMBOL, F_STRING, F_MAP)
     condition: str
     description: str | None = None
-    info: dict[Any, Any] | None = None
+    info: AmqpMap | None = None
+
+
+# A terminus's fields, which a source and a target share (AMQP 1.0 part 3 3.5.3, 3.5.4).
+_TERMINUS_FIELDS = (F_ANY, F_UINT, F_SYMBOL, F_UINT, F_BOOL, F_MAP)
 
 
 @dataclass(frozen=True, slots=True)
-class Source(Composite):
-    CODE = 0x28
-    FIELDS = (F_ANY, F_UINT, F_SYMBOL, F_UINT, F_BOOL, F_MAP, F_SYMBOL, F_MAP, F_STATE, F_SYMBOLS, F_SYMBOLS)
-    address: Any = None
+class _Terminus(Composite):
+    address: object = None
     durable: int | None = None
     expiry_policy: str | None = None
     timeout: int | None = None
     dynamic: bool | None = None
-    dynamic_node_properties: dict[Any, Any] | None = None
+    dynamic_node_properties: AmqpMap | None = None
+
+
+@composite(0x28, *_TERMINUS_FIELDS, F_SYMBOL, F_MAP, F_STATE, F_SYMBOLS, F_SYMBOLS)
+class Source(_Terminus):
     distribution_mode: str | None = None
-    filter: dict[Any, Any] | None = None
-    default_outcome: Any = None
-    outcomes: Any = None
-    capabilities: Any = None
+    filter: AmqpMap | None = None
+    default_outcome: object = None
+    outcomes: object = None
+    capabilities: object = None
 
 
-@dataclass(frozen=True, slots=True)
-class Target(Composite):
-    CODE = 0x29
-    FIELDS = (F_ANY, F_UINT, F_SYMBOL, F_UINT, F_BOOL, F_MAP, F_SYMBOLS)
-    address: Any = None
-    durable: int | None = None
-    expiry_policy: str | None = None
-    timeout: int | None = None
-    dynamic: bool | None = None
-    dynamic_node_properties: dict[Any, Any] | None = None
-    capabilities: Any = None
+@composite(0x29, *_TERMINUS_FIELDS, F_SYMBOLS)
+class Target(_Terminus):
+    capabilities: object = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x30, F_SYMBOLS)
 class Coordinator(Composite):
-    CODE = 0x30
-    FIELDS = (F_SYMBOLS,)
-    capabilities: Any = None
+    capabilities: object = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x23, F_UINT, F_ULONG)
 class Received(Composite):
-    CODE = 0x23
-    FIELDS = (F_UINT, F_ULONG)
     section_number: int = 0
     section_offset: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x24)
 class Accepted(Composite):
-    CODE = 0x24
-    FIELDS = ()
+    """The accepted outcome (no fields)."""
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x25, F_ERROR)
 class Rejected(Composite):
-    CODE = 0x25
-    FIELDS = (F_ERROR,)
     error: Error | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x26)
 class Released(Composite):
-    CODE = 0x26
-    FIELDS = ()
+    """The released outcome (no fields)."""
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x27, F_BOOL, F_BOOL, F_MAP)
 class Modified(Composite):
-    CODE = 0x27
-    FIELDS = (F_BOOL, F_BOOL, F_MAP)
     delivery_failed: bool | None = None
     undeliverable_here: bool | None = None
-    message_annotations: dict[Any, Any] | None = None
+    message_annotations: AmqpMap | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x31, F_ANY)
 class Declare(Composite):
-    CODE = 0x31
-    FIELDS = (F_ANY,)
-    global_id: Any = None
+    global_id: object = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x32, F_BINARY, F_BOOL)
 class Discharge(Composite):
-    CODE = 0x32
-    FIELDS = (F_BINARY, F_BOOL)
     txn_id: bytes
     fail: bool | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x33, F_BINARY)
 class Declared(Composite):
-    CODE = 0x33
-    FIELDS = (F_BINARY,)
     txn_id: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x34, F_BINARY, F_STATE)
 class TransactionalState(Composite):
-    CODE = 0x34
-    FIELDS = (F_BINARY, F_STATE)
     txn_id: bytes
-    outcome: Any = None
+    outcome: object = None
 
 
 DeliveryState = Received | Accepted | Rejected | Released | Modified | Declared | TransactionalState
@@ -358,51 +355,52 @@ DeliveryState = Received | Accepted | Rejected | Released | Modified | Declared 
 # ---- performatives ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x10, F_STRING, F_STRING, F_UINT, F_USHORT, F_UINT, F_SYMBOLS, F_SYMBOLS, F_SYMBOLS, F_SYMBOLS, F_MAP)
 class Open(Composite):
-    CODE = 0x10
-    FIELDS = (F_STRING, F_STRING, F_UINT, F_USHORT, F_UINT, F_SYMBOLS, F_SYMBOLS, F_SYMBOLS, F_SYMBOLS, F_MAP)
     container_id: str
     hostname: str | None = None
     max_frame_size: int = 0xFFFFFFFF
     channel_max: int = 0xFFFF
     idle_time_out: int | None = None
-    outgoing_locales: Any = None
-    incoming_locales: Any = None
-    offered_capabilities: Any = None
-    desired_capabilities: Any = None
-    properties: dict[Any, Any] | None = None
+    outgoing_locales: object = None
+    incoming_locales: object = None
+    offered_capabilities: object = None
+    desired_capabilities: object = None
+    properties: AmqpMap | None = None
 
 
-@dataclass(frozen=True, slots=True)
+def _leading_optional(cls: type[Composite], values: list[object]) -> list[object]:
+    """Begin's and Flow's fields, every one in its position (the first is optional, the next three are
+    mandatory), checked; their ``from_fields`` fill the defaults that are not null."""
+    count = len(cls.FIELDS)
+    values = values[:count] + [None] * (count - len(values))
+    _check_fields(cls, values)
+    if values[1] is None or values[2] is None or values[3] is None:
+        raise InvalidField(f"{cls.__name__}: mandatory field missing")
+    return values
+
+
+@composite(0x11, F_USHORT, F_UINT, F_UINT, F_UINT, F_UINT, F_SYMBOLS, F_SYMBOLS, F_MAP)
 class Begin(Composite):
-    CODE = 0x11
-    FIELDS = (F_USHORT, F_UINT, F_UINT, F_UINT, F_UINT, F_SYMBOLS, F_SYMBOLS, F_MAP)
     remote_channel: int | None
     next_outgoing_id: int
     incoming_window: int
     outgoing_window: int
     handle_max: int = 0xFFFFFFFF
-    offered_capabilities: Any = None
-    desired_capabilities: Any = None
-    properties: dict[Any, Any] | None = None
+    offered_capabilities: object = None
+    desired_capabilities: object = None
+    properties: AmqpMap | None = None
 
     @classmethod
-    def from_fields(cls, values: list[Any]) -> Any:
-        # remote-channel is the one leading optional field: keep its position explicitly.
-        values = values[:8] + [None] * (8 - len(values))
-        _check_fields(cls, values)
-        if values[1] is None or values[2] is None or values[3] is None:
-            raise InvalidField("Begin: mandatory field missing")
-        return cls(values[0], values[1], values[2], values[3],
-                   0xFFFFFFFF if values[4] is None else values[4], values[5], values[6], values[7])
+    def from_fields(cls, values: list[object]) -> Composite:
+        values = _leading_optional(cls, values)
+        make: Callable[..., Begin] = cls  # _check_fields stands for the fields' types
+        return make(*values[:4], 0xFFFFFFFF if values[4] is None else values[4], *values[5:])
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x12, F_STRING, F_UINT, F_BOOL, F_UBYTE, F_UBYTE, F_SOURCE, F_TARGET, F_MAP, F_BOOL, F_UINT, F_ULONG,
+           F_SYMBOLS, F_SYMBOLS, F_MAP)
 class Attach(Composite):
-    CODE = 0x12
-    FIELDS = (F_STRING, F_UINT, F_BOOL, F_UBYTE, F_UBYTE, F_SOURCE, F_TARGET, F_MAP, F_BOOL, F_UINT, F_ULONG,
-              F_SYMBOLS, F_SYMBOLS, F_MAP)
     name: str
     handle: int
     role: bool  # False = sender, True = receiver
@@ -410,19 +408,17 @@ class Attach(Composite):
     rcv_settle_mode: int = 0  # first
     source: Source | None = None
     target: Target | Coordinator | None = None
-    unsettled: dict[Any, Any] | None = None
+    unsettled: AmqpMap | None = None
     incomplete_unsettled: bool = False
     initial_delivery_count: int | None = None
     max_message_size: int | None = None
-    offered_capabilities: Any = None
-    desired_capabilities: Any = None
-    properties: dict[Any, Any] | None = None
+    offered_capabilities: object = None
+    desired_capabilities: object = None
+    properties: AmqpMap | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x13, F_UINT, F_UINT, F_UINT, F_UINT, F_UINT, F_UINT, F_UINT, F_UINT, F_BOOL, F_BOOL, F_MAP)
 class Flow(Composite):
-    CODE = 0x13
-    FIELDS = (F_UINT, F_UINT, F_UINT, F_UINT, F_UINT, F_UINT, F_UINT, F_UINT, F_BOOL, F_BOOL, F_MAP)
     next_incoming_id: int | None
     incoming_window: int
     next_outgoing_id: int
@@ -433,22 +429,17 @@ class Flow(Composite):
     available: int | None = None
     drain: bool = False
     echo: bool = False
-    properties: dict[Any, Any] | None = None
+    properties: AmqpMap | None = None
 
     @classmethod
-    def from_fields(cls, values: list[Any]) -> Any:
-        values = values[:11] + [None] * (11 - len(values))
-        _check_fields(cls, values)
-        if values[1] is None or values[2] is None or values[3] is None:
-            raise InvalidField("Flow: mandatory field missing")
-        return cls(values[0], values[1], values[2], values[3], values[4], values[5], values[6], values[7],
-                   bool(values[8]), bool(values[9]), values[10])
+    def from_fields(cls, values: list[object]) -> Composite:
+        values = _leading_optional(cls, values)
+        make: Callable[..., Flow] = cls  # _check_fields stands for the fields' types
+        return make(*values[:8], bool(values[8]), bool(values[9]), values[10])
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x14, F_UINT, F_UINT, F_BINARY, F_UINT, F_BOOL, F_BOOL, F_UBYTE, F_STATE, F_BOOL, F_BOOL, F_BOOL)
 class Transfer(Composite):
-    CODE = 0x14
-    FIELDS = (F_UINT, F_UINT, F_BINARY, F_UINT, F_BOOL, F_BOOL, F_UBYTE, F_STATE, F_BOOL, F_BOOL, F_BOOL)
     handle: int
     delivery_id: int | None = None
     delivery_tag: bytes | None = None
@@ -456,84 +447,66 @@ class Transfer(Composite):
     settled: bool | None = None
     more: bool = False
     rcv_settle_mode: int | None = None
-    state: Any = None
+    state: object = None
     resume: bool = False
     aborted: bool = False
     batchable: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x15, F_BOOL, F_UINT, F_UINT, F_BOOL, F_STATE, F_BOOL)
 class Disposition(Composite):
-    CODE = 0x15
-    FIELDS = (F_BOOL, F_UINT, F_UINT, F_BOOL, F_STATE, F_BOOL)
     role: bool
     first: int
     last: int | None = None
     settled: bool = False
-    state: Any = None
+    state: object = None
     batchable: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x16, F_UINT, F_BOOL, F_ERROR)
 class Detach(Composite):
-    CODE = 0x16
-    FIELDS = (F_UINT, F_BOOL, F_ERROR)
     handle: int
     closed: bool = False
     error: Error | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x17, F_ERROR)
 class End(Composite):
-    CODE = 0x17
-    FIELDS = (F_ERROR,)
     error: Error | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x18, F_ERROR)
 class Close(Composite):
-    CODE = 0x18
-    FIELDS = (F_ERROR,)
     error: Error | None = None
 
 
 # ---- SASL ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x40, F_SYMBOLS)
 class SaslMechanisms(Composite):
-    CODE = 0x40
-    FIELDS = (F_SYMBOLS,)
-    sasl_server_mechanisms: Any
+    sasl_server_mechanisms: object
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x41, F_SYMBOL, F_BINARY, F_STRING)
 class SaslInit(Composite):
-    CODE = 0x41
-    FIELDS = (F_SYMBOL, F_BINARY, F_STRING)
     mechanism: str
     initial_response: bytes | None = None
     hostname: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x42, F_BINARY)
 class SaslChallenge(Composite):
-    CODE = 0x42
-    FIELDS = (F_BINARY,)
     challenge: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x43, F_BINARY)
 class SaslResponse(Composite):
-    CODE = 0x43
-    FIELDS = (F_BINARY,)
     response: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@composite(0x44, F_UBYTE, F_BINARY)
 class SaslOutcome(Composite):
-    CODE = 0x44
-    FIELDS = (F_UBYTE, F_BINARY)
     code: int
     additional_data: bytes | None = None
 
@@ -565,7 +538,7 @@ PERFORMATIVE_CODES = frozenset(range(0x10, 0x19))
 SASL_CODES = frozenset(range(0x40, 0x45))
 
 
-def _code_of(descriptor: Any) -> int | None:
+def _code_of(descriptor: object) -> int | None:
     if isinstance(descriptor, str):
         return _SYMBOLIC.get(descriptor)
     if isinstance(descriptor, int) and descriptor <= 0xFFFFFFFF:
@@ -574,7 +547,7 @@ def _code_of(descriptor: Any) -> int | None:
     return None
 
 
-def lift(value: Any) -> Any:
+def lift(value: object) -> object:
     """Turn a decoded Described AMQP composite into its dataclass, recursively for nested ones."""
     if not isinstance(value, Described):
         return value
@@ -582,23 +555,26 @@ def lift(value: Any) -> Any:
     cls = _COMPOSITES.get(code) if code is not None else None
     if cls is None or not isinstance(value.value, list):
         return value
-    items = value.value
+    return _lift_fields(cls, value.value)
+
+
+def _lift_fields(cls: type[Composite], items: list[object]) -> Composite:
     if len(items) > len(cls.FIELDS):
         items = items[: len(cls.FIELDS)]  # trailing fields are ignored, not lifted
     return cls.from_fields([lift(v) if isinstance(v, Described) else v for v in items])
 
 
-def lift_performative(value: Any, allowed: frozenset[int]) -> Any:
+def lift_performative(value: object, allowed: frozenset[int]) -> Composite:
     """Lift a frame body's described value into a performative of one of the ``allowed`` codes."""
     if not isinstance(value, Described) or not isinstance(value.value, list):
         raise DecodeError("frame body is not a described list")
     code = _code_of(value.descriptor)
-    if code not in allowed:
+    if code is None or code not in allowed:
         raise DecodeError(f"unexpected performative descriptor {value.descriptor!r}")
-    return lift(value)
+    return _lift_fields(_COMPOSITES[code], value.value)
 
 
-def encode_delivery_state(state: Any, out: bytearray) -> None:
+def encode_delivery_state(state: Composite | None, out: bytearray) -> None:
     if state is None:
         out.append(0x40)
     else:

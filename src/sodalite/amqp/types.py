@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import decimal
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 
 class UByte(int):
@@ -150,8 +151,8 @@ class Decimal128(bytes):
 class Described:
     """A described type: a descriptor (ulong or symbol) and the value it describes."""
 
-    descriptor: Any
-    value: Any
+    descriptor: object
+    value: object
 
 
 # Element type names an Array may hold; each maps to one fixed constructor in the codec.
@@ -171,17 +172,17 @@ class Array:
     """
 
     element: str
-    items: tuple[Any, ...]
-    descriptor: Any = None
+    items: tuple[object, ...]
+    descriptor: object = None
     inner: str | None = None
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[object]:
         return iter(self.items)
 
     def __len__(self) -> int:
         return len(self.items)
 
-    def __getitem__(self, index: int) -> Any:
+    def __getitem__(self, index: int) -> object:
         return self.items[index]
 
 

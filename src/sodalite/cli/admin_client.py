@@ -13,6 +13,7 @@ import time
 import urllib.error
 import urllib.request
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import quote, urlsplit
@@ -141,7 +142,7 @@ class AdminClient:
             raise AdminError(500, f"the broker answered the PUT of '{path}' without an entry")
         return entries[0]
 
-    def post_json(self, path: str, payload: dict[str, Any]) -> Any:
+    def post_json(self, path: str, payload: Mapping[str, object]) -> Any:
         """A JSON request and answer (the regenerate-keys operation)."""
         _, body = self._call("POST", self._url(path), json.dumps(payload).encode(), content_type="application/json")
         return json.loads(body)

@@ -7,6 +7,7 @@ import ssl
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import quote
 
@@ -32,7 +33,7 @@ class ApiClient:
         self._audience = f"{scheme}://{host}:{port}"
         self._key_name, self._key, self._context, self._timeout = key_name, key, context, timeout
 
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    def call(self, method: str, path: str, body: Mapping[str, object] | None = None) -> Any:
         token = sas.generate_token(self._audience, self._key_name, self._key, int(time.time()) + TOKEN_LIFETIME_S)
         headers = {"Authorization": "Bearer " + token, "Accept": "application/json"}
         data = None

@@ -20,7 +20,7 @@ import sqlite3
 import sys
 import time
 from pathlib import Path
-from typing import Any, Final
+from typing import Final, NotRequired, TypedDict, cast
 
 from sodalite.amqpclient.connection_string import ENDPOINTS_FILE
 from sodalite.cli import commands
@@ -38,7 +38,28 @@ RATE_MARGIN: Final = 1_000_000
 SUB_QUEUE_SUFFIXES: Final = ("", "/$deadletterqueue", "/$transfer/$deadletterqueue")
 
 
-def register(subcommands: Any) -> None:
+class StoreCopy(TypedDict):
+    """A store in the manifest: its name, its file in the backup (and, restored, in the data directory)."""
+
+    name: str
+    file: str
+    configuredPath: NotRequired[str]  # a store configured outside the data directory: where it was
+
+
+class Manifest(TypedDict):
+    """``sodalite-backup.json``, written last by the broker (cli/backup_service.py)."""
+
+    format: int
+    sodalite: str  # the version that took it
+    takenAt: int  # ms since the epoch
+    namespace: str
+    partitionCount: int
+    stores: list[StoreCopy]
+    config: str | None  # the configuration file's name in the backup
+    files: list[str]
+
+
+def register(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     backup = subcommands.add_parser(
         "backup", help="copy every SQLite store and the configuration of the running broker into a new "
                        "directory, as of one point in time, while it serves")
@@ -104,7 +125,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _manifest(backup: Path) -> dict[str, Any]:
+def _manifest(backup: Path) -> Manifest:
     try:
         manifest = json.loads((backup / MANIFEST).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -114,7 +135,7 @@ def _manifest(backup: Path) -> dict[str, Any]:
         raise ArgumentError(f"{backup / MANIFEST}: unreadable ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != 1:
         raise ArgumentError(f"{backup / MANIFEST}: not a backup this version of Sodalite reads")
-    return manifest
+    return cast("Manifest", manifest)
 
 
 def _restore(args: argparse.Namespace) -> None:
@@ -138,7 +159,7 @@ def _restore(args: argparse.Namespace) -> None:
         lock.release()
 
 
-def _restore_into(args: argparse.Namespace, manifest: dict[str, Any], data_dir: Path) -> None:
+def _restore_into(args: argparse.Namespace, manifest: Manifest, data_dir: Path) -> None:
     backup: Path = args.backup
     files: list[str] = list(manifest["files"])
     present = [f for f in files if (data_dir / f).exists()]
@@ -171,8 +192,9 @@ def _restore_into(args: argparse.Namespace, manifest: dict[str, Any], data_dir: 
             print(f"note: the store '{store['name']}' was configured at {store['configuredPath']}; its copy is "
                   f"{data_dir / store['file']}: set its Path in the configuration to that before starting",
                   file=sys.stderr)
-    if manifest.get("config"):
-        print(f"start it with: sodalite serve --data-dir {data_dir} --config {data_dir / manifest['config']}")
+    config = manifest.get("config")
+    if config:
+        print(f"start it with: sodalite serve --data-dir {data_dir} --config {data_dir / config}")
     else:
         print(f"start it with: sodalite serve --data-dir {data_dir}")
     print("messages settled after the backup was taken are back; messages sent after it are not", file=sys.stderr)

@@ -16,11 +16,12 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from sodalite import __version__
 from sodalite.admin.control import BackupRecord
 from sodalite.admin.tls import CERT_FILE, KEY_FILE
+from sodalite.cli.backup import Manifest, StoreCopy
 from sodalite.errors import ArgumentError
 from sodalite.server import backup
 from sodalite.server.broker import Broker
@@ -56,7 +57,7 @@ async def make_backup(broker: Broker, source: BackupSource, destination: str) ->
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise ArgumentError(f"destination: '{destination}' exists and is not an empty directory; a backup goes into "
                             "a new one")
-    stores: list[dict[str, Any]] = []
+    stores: list[StoreCopy] = []
     destinations: dict[str, Path] = {}
     for worker in broker.workers:
         store = worker.store
@@ -65,7 +66,7 @@ async def make_backup(broker: Broker, source: BackupSource, destination: str) ->
                                 "pg_basebackup (docs/operations.md); sodalite backup copies SQLite stores")
         relative = store_file(source.data_dir, worker.name, store.path)
         destinations[worker.name] = target / relative
-        entry: dict[str, Any] = {"name": worker.name, "file": relative}
+        entry: StoreCopy = {"name": worker.name, "file": relative}
         if relative.startswith("stores-absolute/"):
             entry["configuredPath"] = str(store.path)  # restore says where the configuration must point
         stores.append(entry)
@@ -84,9 +85,9 @@ async def make_backup(broker: Broker, source: BackupSource, destination: str) ->
         if (source.data_dir / name).exists():
             shutil.copy2(source.data_dir / name, target / name)
             files.append(name)
-    manifest = {"format": FORMAT, "sodalite": __version__, "takenAt": taken_at, "namespace": broker.namespace.name,
-                "partitionCount": broker.namespace.partition_count, "stores": stores, "config": config_name,
-                "files": files}
+    manifest: Manifest = {"format": FORMAT, "sodalite": __version__, "takenAt": taken_at,
+                          "namespace": broker.namespace.name, "partitionCount": broker.namespace.partition_count,
+                          "stores": stores, "config": config_name, "files": files}
     partial = target / (MANIFEST + ".partial")
     partial.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     with open(partial, "rb") as written:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # imported where used, so the parser (and `sodalite --help`) 
     from sodalite.cli.admin_client import AdminClient
     from sodalite.cli.api_client import ApiClient
     from sodalite.model.entities import RuleDescription
+    from sodalite.model.json_types import JsonObject, JsonValue
 
 DEFAULT_ADMIN_PORT: Final = 5443
 DEFAULT_DATA_DIR: Final = Path("sodalite-data")
@@ -70,7 +71,7 @@ def _admin_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
-def register(commands: Any) -> None:
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the client commands to ``sodalite``'s sub-command parser."""
     send = commands.add_parser("send", help="send one message to a queue or topic")
     _connection_options(send)
@@ -239,11 +240,11 @@ def run(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------------------
 
 
-def _endpoints(args: argparse.Namespace) -> dict[str, Any]:
+def _endpoints(args: argparse.Namespace) -> JsonObject:
     return noted_endpoints(Path(args.data_dir))
 
 
-def noted_endpoints(data_dir: Path) -> dict[str, Any]:
+def noted_endpoints(data_dir: Path) -> JsonObject:
     """What the local broker noted in its data directory (ports, certificate); empty when nothing is there."""
     path = data_dir / connection_string.ENDPOINTS_FILE
     try:
@@ -304,7 +305,7 @@ def _admin(args: argparse.Namespace) -> AdminClient:
 # --------------------------------------------------------------------------------------------------
 
 
-def _property(text: str) -> tuple[str, Any]:
+def _property(text: str) -> tuple[str, JsonValue]:
     """``KEY=VALUE`` (a string) or ``KEY:=JSON`` (a number, boolean or null)."""
     key, separator, value = text.partition("=")
     if not separator or not key.rstrip(":"):
@@ -355,7 +356,7 @@ def _peek(args: argparse.Namespace) -> None:
     from sodalite.amqpclient.message_codec import describe_message
 
     entity = args.entity + ("/$DeadLetterQueue" if args.dead_letter else "")
-    shown: list[dict[str, Any]] = []
+    shown: list[JsonObject] = []
     with _amqp(args) as client:
         start = args.from_sequence
         while len(shown) < args.count:
@@ -380,7 +381,7 @@ def _peek(args: argparse.Namespace) -> None:
         print(f"({len(shown)} message{'s' if len(shown) != 1 else ''})")
 
 
-def _peeked_line(message: dict[str, Any]) -> str:
+def _peeked_line(message: JsonObject) -> str:
     """One peeked message as text; a dead-lettered one with its reason and description."""
     line = (f"#{message.get('sequence_number')} {message.get('enqueued_time')} "
             f"expires={message.get('expires_at') or 'never'} id={message.get('message_id')}")
@@ -404,16 +405,17 @@ def _path(kind: str, args: argparse.Namespace) -> str:
     return f"{args.topic}/subscriptions/{args.name if kind == 'subscription' else args.subscription}"
 
 
-def _value(text: str) -> Any:
+def _value(text: str) -> JsonValue:
     """A --set value: JSON when it parses (numbers, true/false, null), else the text itself."""
     try:
-        return json.loads(text)
+        value: JsonValue = json.loads(text)
     except json.JSONDecodeError:
         return text
+    return value
 
 
-def _settings(pairs: Sequence[str]) -> dict[str, Any]:
-    settings: dict[str, Any] = {}
+def _settings(pairs: Sequence[str]) -> JsonObject:
+    settings: JsonObject = {}
     for pair in pairs:
         key, separator, value = pair.partition("=")
         if not separator or not key:
@@ -425,7 +427,7 @@ def _settings(pairs: Sequence[str]) -> dict[str, Any]:
 def _rule(args: argparse.Namespace, name: str) -> RuleDescription:
     from sodalite.model.entities import RuleDescription
 
-    properties: dict[str, Any]
+    properties: JsonObject
     if args.sql is not None:
         properties = {"FilterType": "Sql", "SqlFilter": {"SqlExpression": args.sql}}
     elif args.false:
@@ -433,12 +435,14 @@ def _rule(args: argparse.Namespace, name: str) -> RuleDescription:
     elif args.correlation:
         fields = {"CorrelationId", "MessageId", "To", "ReplyTo", "Label", "SessionId", "ReplyToSessionId",
                   "ContentType"}
-        correlation: dict[str, Any] = {}
+        correlation: JsonObject = {}
+        user: JsonObject = {}
         for key, value in (_property(pair) for pair in args.correlation):
             if key in fields:
                 correlation[key] = value
             else:
-                correlation.setdefault("Properties", {})[key] = value
+                correlation.setdefault("Properties", user)  # where the first one falls, as the API lists them
+                user[key] = value
         properties = {"FilterType": "Correlation", "CorrelationFilter": correlation}
     else:
         properties = {"FilterType": "True"}
@@ -447,12 +451,12 @@ def _rule(args: argparse.Namespace, name: str) -> RuleDescription:
     return RuleDescription.from_json({"Name": name, "Properties": properties}, path="rule")
 
 
-def _entity_record(api: ApiClient, kind: str, path: str) -> dict[str, Any]:
+def _entity_record(api: ApiClient, kind: str, path: str) -> JsonObject:
     """The entity of ``kind`` at ``path``, with its properties; a 404 when there is none of that kind."""
     from sodalite.cli.api_client import ApiError
 
     try:
-        record: dict[str, Any] = api.call("GET", api.entity(path))
+        record: JsonObject = api.call("GET", api.entity(path))
     except ApiError as exc:
         if exc.status == 404:
             raise ApiError(404, exc.code, f"the {kind} '{path}' does not exist") from None
@@ -462,7 +466,7 @@ def _entity_record(api: ApiClient, kind: str, path: str) -> dict[str, Any]:
     return record
 
 
-def _own_name(record: dict[str, Any]) -> str:
+def _own_name(record: JsonObject) -> str:
     path = str(record["path"])
     return path.rpartition("/subscriptions/")[2] if record["kind"] == "subscription" else path
 
@@ -489,14 +493,14 @@ def _entity_command(args: argparse.Namespace) -> None:
         _print_one(_shown(_entity_record(api, kind, path)), as_json=args.json)
         return
     if action == "create":
-        body: dict[str, Any] = {"kind": kind, "path": path, "properties": _settings(args.set)}
+        body: JsonObject = {"kind": kind, "path": path, "properties": _settings(args.set)}
         if kind == "subscription" and args.sql is not None:
             body["rule"] = {"Name": DEFAULT_RULE_NAME,
                             "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpression": args.sql}}}
         result = api.call("POST", "/entities", body)
     else:
         existing = _entity_record(api, kind, path)
-        properties = {**(existing.get("properties") or {}), **_settings(args.set)}
+        properties = {**_object(existing.get("properties")), **_settings(args.set)}
         result = api.call("PUT", api.entity(path), {"properties": properties})
     if args.json:
         _print_one(_shown(result), as_json=True)
@@ -512,7 +516,7 @@ def _rule_command(api: ApiClient, args: argparse.Namespace) -> None:
     rules_route = api.entity(subscription) + "/$rules"
     if action == "list":
         try:
-            rules: list[dict[str, Any]] = api.call("GET", rules_route)
+            rules: list[JsonObject] = api.call("GET", rules_route)
         except ApiError as exc:
             if exc.status != 404:
                 raise
@@ -534,7 +538,7 @@ def _rule_command(api: ApiClient, args: argparse.Namespace) -> None:
         found = next((r for r in rules if str(r["name"]).lower() == str(args.name).lower()), None)
         if found is None:
             raise ApiError(404, "MessagingEntityNotFound", f"the rule '{path}' does not exist")
-        _print_one({"Name": found["name"], **found["rule"]}, as_json=args.json)
+        _print_one({"Name": found["name"], **_object(found["rule"])}, as_json=args.json)
         return
     rule = {"rule": _rule(args, args.name).to_json()}
     if action == "create":
@@ -590,7 +594,7 @@ def _messages_command(args: argparse.Namespace) -> None:
             print(f"cancelled {answer['cancelled']}")
             return
     else:
-        body: dict[str, Any] = {"subQueue": args.sub_queue}
+        body: JsonObject = {"subQueue": args.sub_queue}
         if args.sequence:
             body["sequenceNumbers"] = args.sequence
         elif args.sql:
@@ -610,23 +614,23 @@ def _messages_command(args: argparse.Namespace) -> None:
 MOVE_POLL_S: Final = 0.25
 
 
-def _move_with_progress(api: ApiClient, entity: str, body: dict[str, Any], *, quiet: bool) -> dict[str, Any]:
+def _move_with_progress(api: ApiClient, entity: str, body: JsonObject, *, quiet: bool) -> JsonObject:
     """A move run in the broker's background, its progress shown (count, rate, time left) while it runs;
     the outcome (selected, moved, skipped) when it has finished."""
     return _operation_with_progress(api, entity, "$move", body, "moved", quiet=quiet)
 
 
-def _operation_with_progress(api: ApiClient, entity: str, verb: str, body: dict[str, Any], shown_as: str, *,
-                             quiet: bool) -> dict[str, Any]:
+def _operation_with_progress(api: ApiClient, entity: str, verb: str, body: JsonObject, shown_as: str, *,
+                             quiet: bool) -> JsonObject:
     """A move or purge (``verb``) run in the broker's background, its progress shown while it runs; the
     outcome (selected, moved, skipped; a purge's deleted as moved) when it has finished."""
     from sodalite.cli.api_client import ApiError
 
-    operation: dict[str, Any] = api.call("POST", api.entity(entity) + "/" + verb, {**body, "background": True})
+    operation: JsonObject = api.call("POST", api.entity(entity) + "/" + verb, {**body, "background": True})
     shown = Progress(shown_as, stream=sys.stderr)
     while operation["state"] == "running":
         if not quiet:
-            shown.update(int(operation["done"]), total=int(operation["total"]))
+            shown.update(_count(operation["done"]), total=_count(operation["total"]))
         time.sleep(MOVE_POLL_S)
         operation = api.call("GET", f"/operations/{quote(str(operation['id']), safe='')}")
     if shown.terminal and not quiet:
@@ -634,14 +638,13 @@ def _operation_with_progress(api: ApiClient, entity: str, verb: str, body: dict[
     if operation["state"] != "succeeded":
         what = verb.lstrip("$")
         raise ApiError(500, f"{what.capitalize()}Failed", str(operation.get("error") or f"the {what} failed"))
-    outcome: dict[str, Any] = operation["outcome"]
-    return outcome
+    return _object(operation["outcome"])
 
 
 def _store_command(args: argparse.Namespace) -> None:
     api = _api(args)
     if args.action == "list":
-        stores: list[dict[str, Any]] = api.call("GET", "/stores")
+        stores: list[JsonObject] = api.call("GET", "/stores")
     else:
         stores = api.call("POST", f"/stores/{quote(str(args.name), safe='')}/{args.action}")
     rows = [{"name": s["name"], "state": "online" if s["online"] else "offline"} for s in stores]
@@ -653,7 +656,7 @@ def _store_command(args: argparse.Namespace) -> None:
 
 
 def _regenerate_key(args: argparse.Namespace) -> None:
-    payload: dict[str, Any] = {"keyName": args.rule, "keyType": "SecondaryKey" if args.secondary else "PrimaryKey"}
+    payload: JsonObject = {"keyName": args.rule, "keyType": "SecondaryKey" if args.secondary else "PrimaryKey"}
     if args.entity:
         payload["entity"] = args.entity
     if args.key is not None:
@@ -669,30 +672,40 @@ def _regenerate_key(args: argparse.Namespace) -> None:
             print(f"{name}: {value}")
 
 
-def _summary(kind: str, record: dict[str, Any]) -> dict[str, Any]:
-    counts = record["counts"]
+def _count(value: JsonValue) -> int:
+    """A count the API answers (a JSON number)."""
+    return int(value) if isinstance(value, int | float) else 0
+
+
+def _object(value: JsonValue) -> JsonObject:
+    """A JSON object the API nests in its answers (counts, figures, properties); {} where it is absent."""
+    return value if isinstance(value, dict) else {}
+
+
+def _summary(kind: str, record: JsonObject) -> JsonObject:
+    counts = _object(record["counts"])
     if kind == "topic":
-        figures = record.get("topicFigures") or {}
+        figures = _object(record.get("topicFigures"))
         return {"name": _own_name(record), "subscriptions": figures.get("subscriptionCount", 0),
                 "scheduled": counts["scheduled"], "size_in_bytes": counts["sizeInBytes"]}
     return {"name": _own_name(record), "active": counts["active"], "dead_letter": counts["deadLetter"],
             "scheduled": counts["scheduled"], "status": record.get("status", "Active")}
 
 
-def _rule_summary(rule: dict[str, Any]) -> dict[str, Any]:
-    properties = rule["rule"]["Properties"]
-    sql = properties.get("SqlFilter", {}).get("SqlExpression")
+def _rule_summary(rule: JsonObject) -> JsonObject:
+    properties = _object(_object(rule["rule"])["Properties"])
+    sql = _object(properties.get("SqlFilter")).get("SqlExpression")
     return {"name": rule["name"], "filter": sql if properties["FilterType"] == "Sql" else properties["FilterType"]}
 
 
-def _print_list(kind: str, rows: list[dict[str, Any]], *, as_json: bool) -> None:
+def _print_list(kind: str, rows: list[JsonObject], *, as_json: bool) -> None:
     if as_json:
         print(json.dumps(rows, default=str))
         return
     _print_table(rows, empty=f"(no {kind}s)")
 
 
-def _print_table(rows: list[dict[str, Any]], *, numeric: Sequence[str] = (), empty: str) -> None:
+def _print_table(rows: list[JsonObject], *, numeric: Sequence[str] = (), empty: str) -> None:
     """Rows as columns under upper-case headings, numbers right-aligned."""
     if not rows:
         print(empty)
@@ -709,17 +722,17 @@ def _print_table(rows: list[dict[str, Any]], *, numeric: Sequence[str] = (), emp
         print(cells([str(row[c]) for c in columns]))
 
 
-def _shown(record: dict[str, Any]) -> dict[str, Any]:
+def _shown(record: JsonObject) -> JsonObject:
     """An entity as ``show`` prints it: its name, its properties, and its runtime figures."""
-    counts = record["counts"]
-    figures = record.get("topicFigures") or {}
-    return {"Name": _own_name(record), **(record.get("properties") or {}),
+    counts = _object(record["counts"])
+    figures = _object(record.get("topicFigures"))
+    return {"Name": _own_name(record), **_object(record.get("properties")),
             "Runtime": {"ActiveMessageCount": counts["active"], "DeadLetterMessageCount": counts["deadLetter"],
                         "ScheduledMessageCount": counts["scheduled"], "SizeInBytes": counts["sizeInBytes"],
                         "SubscriptionCount": figures.get("subscriptionCount", 0)}}
 
 
-def _print_one(shown: dict[str, Any], *, as_json: bool) -> None:
+def _print_one(shown: JsonObject, *, as_json: bool) -> None:
     if as_json:
         print(json.dumps(shown, default=str))
         return

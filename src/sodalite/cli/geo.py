@@ -11,12 +11,11 @@ import argparse
 import datetime
 import json
 import sys
-from typing import Any
 
 from sodalite.errors import ArgumentError, SodaliteError
 
 
-def register(subcommands: Any) -> None:
+def register(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     geo = subcommands.add_parser("geo", help="geo-replication: the two sites' roles and lag; promote a site "
                                              "(docs/geo-replication.md)")
     actions = geo.add_subparsers(dest="geo_command", required=True)

@@ -29,7 +29,7 @@ PROGRESS_EVERY_S = 5.0
 TERMINAL_EVERY_S = 1.0
 
 
-def register(commands: Any) -> None:
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     pipeline = commands.add_parser("pipeline", help="data pipelines on Spark (needs the 'spark' extra)")
     actions = pipeline.add_subparsers(dest="action", required=True)
 

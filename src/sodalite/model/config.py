@@ -66,9 +66,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from sodalite.errors import ConfigurationError
 from sodalite.model.authorization import AuthorizationRule, rules_from_json
@@ -80,17 +80,21 @@ from sodalite.model.entities import (
     SubscriptionProperties,
     TopicProperties,
     TrueFilter,
-    _check_keys,
-    _describe,
-    _error,
-    _expect_array,
-    _expect_object,
-    _join,
-    _require,
     forward_target,
     validate_entity_name,
 )
-from sodalite.model.json_types import json_type
+from sodalite.model.json_types import (
+    check_keys,
+    config_error,
+    describe_value,
+    expect_array,
+    expect_object,
+    join_path,
+    json_type,
+    require,
+)
+
+_T = TypeVar("_T")
 
 DEFAULT_NAMESPACE_NAME: Final = "sbemulatorns"
 DEFAULT_KEY_NAME: Final = "RootManageSharedAccessKey"
@@ -345,14 +349,14 @@ def load_config_text(text: str) -> list[NamespaceConfig]:
 
 def load_config(data: Any) -> list[NamespaceConfig]:
     """Validate a parsed Config.json document and build the namespaces it declares."""
-    root = _expect_object(data, "")
-    _check_keys(root, ("UserConfig", "$schema"), "")
-    user = _expect_object(_require(root, "UserConfig", ""), "UserConfig")
-    _check_keys(user, ("Namespaces", "Logging"), "UserConfig")
+    root = expect_object(data, "")
+    check_keys(root, ("UserConfig", "$schema"), "")
+    user = expect_object(require(root, "UserConfig", ""), "UserConfig")
+    check_keys(user, ("Namespaces", "Logging"), "UserConfig")
     path = "UserConfig.Namespaces"
-    items = _expect_array(_require(user, "Namespaces", "UserConfig"), path)
+    items = expect_array(require(user, "Namespaces", "UserConfig"), path)
     if not items:
-        raise _error(path, "at least one namespace is required")
+        raise config_error(path, "at least one namespace is required")
     namespaces = [_namespace(item, f"{path}[{i}]") for i, item in enumerate(items)]
     _unique_names(((ns.name, f"{path}[{i}]") for i, ns in enumerate(namespaces)), "namespace")
     return namespaces
@@ -373,22 +377,18 @@ _NAMESPACE_KEYS: Final = (
 
 
 def _namespace(raw: object, path: str) -> NamespaceConfig:
-    obj = _expect_object(raw, path)
-    _check_keys(obj, _NAMESPACE_KEYS, path)
-    name_path = _join(path, "Name")
-    name = _require(obj, "Name", path)
+    obj = expect_object(raw, path)
+    check_keys(obj, _NAMESPACE_KEYS, path)
+    name_path = join_path(path, "Name")
+    name = require(obj, "Name", path)
     problem = _namespace_name_problem(name)
     if problem is not None:
-        raise _error(name_path, problem)
+        raise config_error(name_path, problem)
 
-    queues_path = _join(path, "Queues")
-    queues = tuple(
-        _queue(item, f"{queues_path}[{i}]") for i, item in enumerate(_optional_array(obj, "Queues", path))
-    )
-    topics_path = _join(path, "Topics")
-    topics = tuple(
-        _topic(item, f"{topics_path}[{i}]") for i, item in enumerate(_optional_array(obj, "Topics", path))
-    )
+    queues_path = join_path(path, "Queues")
+    queues = _each(obj, "Queues", path, _queue)
+    topics_path = join_path(path, "Topics")
+    topics = _each(obj, "Topics", path, _topic)
     _unique_names(
         [(q.name, f"{queues_path}[{i}]") for i, q in enumerate(queues)]
         + [(t.name, f"{topics_path}[{i}]") for i, t in enumerate(topics)],
@@ -398,7 +398,7 @@ def _namespace(raw: object, path: str) -> NamespaceConfig:
 
     rules: tuple[AuthorizationRule, ...] = (DEFAULT_AUTHORIZATION_RULE,)
     if "AuthorizationRules" in obj:
-        rules = rules_from_json(obj["AuthorizationRules"], _join(path, "AuthorizationRules"), allow_empty=False)
+        rules = rules_from_json(obj["AuthorizationRules"], join_path(path, "AuthorizationRules"), allow_empty=False)
 
     max_size = _optional_int(
         obj,
@@ -408,13 +408,12 @@ def _namespace(raw: object, path: str) -> NamespaceConfig:
         MAX_MESSAGE_SIZE_IN_KILOBYTES,
     )
     partitions = _optional_int(obj, "PartitionCount", path, DEFAULT_PARTITION_COUNT, MAX_PARTITION_COUNT)
-    stores_path = _join(path, "MessagingStores")
-    stores = tuple(_messaging_store(item, f"{stores_path}[{i}]")
-                   for i, item in enumerate(_optional_array(obj, "MessagingStores", path)))
+    stores_path = join_path(path, "MessagingStores")
+    stores = _each(obj, "MessagingStores", path, _messaging_store)
     _unique_names(((s.name, f"{stores_path}[{i}]") for i, s in enumerate(stores)), "messaging store")
     sku = obj.get("Sku", "Standard")
     if sku not in SKUS:
-        raise _error(_join(path, "Sku"), f"must be one of {', '.join(SKUS)}, got {sku!r}")
+        raise config_error(join_path(path, "Sku"), f"must be one of {', '.join(SKUS)}, got {sku!r}")
     max_entities = _optional_int(obj, "MaxEntityCount", path, DEFAULT_MAX_ENTITY_COUNT, _MAX_QUOTA)
     max_partitioned = _optional_int(obj, "MaxPartitionedEntityCount", path, DEFAULT_MAX_PARTITIONED_ENTITY_COUNT,
                                     _MAX_QUOTA)
@@ -422,56 +421,50 @@ def _namespace(raw: object, path: str) -> NamespaceConfig:
         return NamespaceConfig(name, queues, topics, rules, max_size, partitions, stores, sku, max_entities,
                                max_partitioned)
     except ConfigurationError as exc:
-        raise _error(path, exc.description) from None
+        raise config_error(path, exc.description) from None
 
 
 def _messaging_store(raw: object, path: str) -> MessagingStoreConfig:
-    obj = _expect_object(raw, path)
-    _check_keys(obj, ("Name", "Path", "Url", "Offline"), path)
+    obj = expect_object(raw, path)
+    check_keys(obj, ("Name", "Path", "Url", "Offline"), path)
     try:
         if "Url" in obj:
             if "Path" in obj:
-                raise _error(path, "give a Path (a SQLite file) or a Url (a PostgreSQL database), not both")
-            return MessagingStoreConfig(_require(obj, "Name", path), "", obj.get("Offline", False),
-                                        url=_require(obj, "Url", path))
-        return MessagingStoreConfig(_require(obj, "Name", path), _require(obj, "Path", path),
+                raise config_error(path, "give a Path (a SQLite file) or a Url (a PostgreSQL database), not both")
+            return MessagingStoreConfig(require(obj, "Name", path), "", obj.get("Offline", False),
+                                        url=require(obj, "Url", path))
+        return MessagingStoreConfig(require(obj, "Name", path), require(obj, "Path", path),
                                     obj.get("Offline", False))
     except ConfigurationError as exc:
-        raise _error(path, exc.description) from None
+        raise config_error(path, exc.description) from None
 
 
 def _queue(raw: object, path: str) -> QueueConfig:
-    obj = _expect_object(raw, path)
-    _check_keys(obj, ("Name", "Properties"), path)
+    obj = expect_object(raw, path)
+    check_keys(obj, ("Name", "Properties"), path)
     name = _entity_name(obj, "queue", path)
-    properties = QueueProperties.from_json(_properties(obj, path), path=_join(path, "Properties"))
+    properties = QueueProperties.from_json(_properties(obj, path), path=join_path(path, "Properties"))
     return QueueConfig(name, properties)
 
 
 def _topic(raw: object, path: str) -> TopicConfig:
-    obj = _expect_object(raw, path)
-    _check_keys(obj, ("Name", "Properties", "Subscriptions"), path)
+    obj = expect_object(raw, path)
+    check_keys(obj, ("Name", "Properties", "Subscriptions"), path)
     name = _entity_name(obj, "topic", path)
-    properties = TopicProperties.from_json(_properties(obj, path), path=_join(path, "Properties"))
-    subs_path = _join(path, "Subscriptions")
-    subscriptions = tuple(
-        _subscription(item, f"{subs_path}[{i}]")
-        for i, item in enumerate(_optional_array(obj, "Subscriptions", path))
-    )
+    properties = TopicProperties.from_json(_properties(obj, path), path=join_path(path, "Properties"))
+    subs_path = join_path(path, "Subscriptions")
+    subscriptions = _each(obj, "Subscriptions", path, _subscription)
     _unique_names(((s.name, f"{subs_path}[{i}]") for i, s in enumerate(subscriptions)), "subscription")
     return TopicConfig(name, properties, subscriptions)
 
 
 def _subscription(raw: object, path: str) -> SubscriptionConfig:
-    obj = _expect_object(raw, path)
-    _check_keys(obj, ("Name", "Properties", "Rules"), path)
+    obj = expect_object(raw, path)
+    check_keys(obj, ("Name", "Properties", "Rules"), path)
     name = _entity_name(obj, "subscription", path)
-    properties = SubscriptionProperties.from_json(_properties(obj, path), path=_join(path, "Properties"))
-    rules_path = _join(path, "Rules")
-    rules = tuple(
-        RuleDescription.from_json(item, path=f"{rules_path}[{i}]")
-        for i, item in enumerate(_optional_array(obj, "Rules", path))
-    )
+    properties = SubscriptionProperties.from_json(_properties(obj, path), path=join_path(path, "Properties"))
+    rules_path = join_path(path, "Rules")
+    rules = _each(obj, "Rules", path, _rule)
     if not rules:
         rules = (RuleDescription(DEFAULT_RULE_NAME, TrueFilter()),)
     _unique_names(((r.name, f"{rules_path}[{i}]") for i, r in enumerate(rules)), "rule")
@@ -479,23 +472,29 @@ def _subscription(raw: object, path: str) -> SubscriptionConfig:
 
 
 def _entity_name(obj: Mapping[str, Any], kind: EntityKind, path: str) -> str:
-    return validate_entity_name(_require(obj, "Name", path), kind, label=_join(path, "Name"))
+    return validate_entity_name(require(obj, "Name", path), kind, label=join_path(path, "Name"))
 
 
 def _properties(obj: Mapping[str, Any], path: str) -> Mapping[str, Any]:
     raw = obj.get("Properties", {})
-    return _expect_object(raw, _join(path, "Properties"))
+    return expect_object(raw, join_path(path, "Properties"))
 
 
-def _optional_array(obj: Mapping[str, Any], key: str, path: str) -> list[Any]:
+def _each(obj: Mapping[str, Any], key: str, path: str, read: Callable[[object, str], _T]) -> tuple[_T, ...]:
+    """The optional array ``obj[key]``, each item read at its own path (``...Queues[2]``)."""
     if key not in obj:
-        return []
-    return _expect_array(obj[key], _join(path, key))
+        return ()
+    at = join_path(path, key)
+    return tuple(read(item, f"{at}[{i}]") for i, item in enumerate(expect_array(obj[key], at)))
+
+
+def _rule(raw: object, path: str) -> RuleDescription:
+    return RuleDescription.from_json(expect_object(raw, path), path=path)  # from_json checks it the same way
 
 
 def _int_problem(value: object, low: int, high: int) -> str | None:
     if not isinstance(value, int) or isinstance(value, bool):
-        return f"must be an integer, got {_describe(value)}"
+        return f"must be an integer, got {describe_value(value)}"
     if not low <= value <= high:
         return f"must be between {low} and {high}, got {value}"
     return None
@@ -507,7 +506,7 @@ def _optional_int(obj: Mapping[str, Any], key: str, path: str, default: int, hig
     value = obj[key]
     problem = _int_problem(value, 1, high)
     if problem is not None:
-        raise _error(_join(path, key), problem)
+        raise config_error(join_path(path, key), problem)
     assert isinstance(value, int)
     return value
 
@@ -518,7 +517,7 @@ def _unique_names(entries: Iterable[tuple[str, str]], what: str, key: str = "Nam
     for name, path in entries:
         folded = name.casefold()
         if folded in seen:
-            raise _error(_join(path, key), f"duplicate {what} name {name!r} (already used by {seen[folded]})")
+            raise config_error(join_path(path, key), f"duplicate {what} name {name!r} (already used by {seen[folded]})")
         seen[folded] = path
 
 
@@ -539,7 +538,7 @@ def _check_forwarding(queues: tuple[QueueConfig, ...], topics: tuple[TopicConfig
             ("ForwardDeadLetteredMessagesTo", props.forward_dead_lettered_messages_to),
         ):
             if target is not None and forward_target(target).casefold() not in targets:
-                raise _error(_join(where, key), f"no queue or topic named {target!r} in this namespace")
+                raise config_error(join_path(where, key), f"no queue or topic named {target!r} in this namespace")
 
 
 __all__ = [

@@ -96,8 +96,8 @@ NewId = Callable[[], uuid.UUID]
 class MessageView:
     """What a filter sees of a message: system properties by Service Bus name, and application properties."""
 
-    system: Mapping[str, Any]
-    user: Mapping[str, Any]
+    system: Mapping[str, object]
+    user: Mapping[str, object]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -129,10 +129,10 @@ SETTABLE_SYSTEM_PROPERTIES: Final = frozenset(
 )
 _ID_PROPERTIES: Final = frozenset({"MessageId", "CorrelationId"})
 
-_MISSING: Final[Any] = object()
+_MISSING: Final[object] = object()
 
 
-def _id_text(value: Any) -> Any:
+def _id_text(value: object) -> object:
     """A non-string AMQP message-id or correlation-id as the string Service Bus shows for it."""
     if isinstance(value, uuid.UUID):
         return str(value)
@@ -143,7 +143,7 @@ def _id_text(value: Any) -> Any:
     return value
 
 
-def _system_value(system: Mapping[str, Any], name: str) -> Any:
+def _system_value(system: Mapping[str, object], name: str) -> object:
     value = system.get(name)
     if value is None and name == "Label":
         value = system.get("Subject")
@@ -152,17 +152,17 @@ def _system_value(system: Mapping[str, Any], name: str) -> Any:
     return value
 
 
-def _user_key(user: Mapping[str, Any], name: str, lower: str) -> Any:
-    """The key under which ``user`` holds the property ``name`` (exact, then case-insensitive), or _MISSING."""
+def _user_key(user: Mapping[str, object], name: str, lower: str) -> str | None:
+    """The key under which ``user`` holds the property ``name`` (exact, then case-insensitive), or None."""
     if name in user:
         return name
     for key in user:
         if isinstance(key, str) and key.lower() == lower:
             return key
-    return _MISSING
+    return None
 
 
-def _user_value(user: Mapping[str, Any], name: str, lower: str) -> Any:
+def _user_value(user: Mapping[str, object], name: str, lower: str) -> object:
     value = user.get(name, _MISSING)
     if value is not _MISSING:
         return value
@@ -172,7 +172,7 @@ def _user_value(user: Mapping[str, Any], name: str, lower: str) -> Any:
     return None
 
 
-def _named_property(view: MessageView, name: str) -> Any:
+def _named_property(view: MessageView, name: str) -> object:
     """The value of the property ``property(name)`` names: ``sys.X``, ``user.X`` or ``X``."""
     lower = name.lower()
     if lower.startswith("sys."):
@@ -194,7 +194,7 @@ _INT64_MAX: Final = 2**63 - 1
 _ORDERED_KINDS: Final = frozenset({"number", "string", "datetime", "timespan"})
 
 
-def _kind(value: Any) -> str:
+def _kind(value: object) -> str:
     """The language type of a non-null value."""
     if isinstance(value, bool):
         return "boolean"
@@ -211,7 +211,7 @@ def _kind(value: Any) -> str:
     return "opaque"
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     text = repr(value)
     if len(text) > 40:
         text = text[:37] + "..."
@@ -222,18 +222,18 @@ def _utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
-def _bound(value: Any) -> Any:
+def _bound(value: object) -> object:
     """A parameter's value as an expression uses it: a date-time without a zone is UTC."""
     return _utc(value) if isinstance(value, datetime) else value
 
 
-def _truth(value: Any) -> bool | None:
+def _truth(value: object) -> bool | None:
     if value is None or isinstance(value, bool):
         return value
     raise FilterEvaluationError(f"expected a boolean, got {_show(value)}")
 
 
-def _same_opaque(left: Any, right: Any) -> bool:
+def _same_opaque(left: object, right: object) -> bool:
     if type(left) is not type(right):
         return False
     try:
@@ -242,7 +242,7 @@ def _same_opaque(left: Any, right: Any) -> bool:
         return False
 
 
-def _compare(op: str, left: Any, right: Any) -> bool | None:
+def _compare(op: str, left: object, right: object) -> bool | None:
     if left is None or right is None:
         return None
     lk, rk = _kind(left), _kind(right)
@@ -254,7 +254,7 @@ def _compare(op: str, left: Any, right: Any) -> bool | None:
         return same if op == "=" else not same
     if lk != rk:
         raise FilterEvaluationError(f"cannot compare {_show(left)} with {_show(right)}")
-    if lk == "datetime":
+    if isinstance(left, datetime) and isinstance(right, datetime):
         left, right = _utc(left), _utc(right)
     if op == "=":
         return bool(left == right)
@@ -262,6 +262,11 @@ def _compare(op: str, left: Any, right: Any) -> bool | None:
         return bool(left != right)
     if lk not in _ORDERED_KINDS:
         raise FilterEvaluationError(f"operator {op} does not apply to {lk} values")
+    return _order(op, left, right)
+
+
+def _order(op: str, left: Any, right: Any) -> bool:
+    """``left op right`` for two values of one ordered kind (number, string, datetime, timespan)."""
     if op == "<":
         return bool(left < right)
     if op == "<=":
@@ -312,25 +317,24 @@ def _float_arith(op: str, left: float, right: float) -> float:
         return math.nan
 
 
-def _time_arith(op: str, left: Any, right: Any) -> Any:
-    lk, rk = _kind(left), _kind(right)
+def _time_arith(op: str, left: object, right: object) -> object:
     try:
-        if lk == "datetime" and rk == "datetime" and op == "-":
+        if isinstance(left, datetime) and isinstance(right, datetime) and op == "-":
             return _utc(left) - _utc(right)
-        if lk == "datetime" and rk == "timespan" and op in ("+", "-"):
+        if isinstance(left, datetime) and isinstance(right, timedelta) and op in ("+", "-"):
             return left + right if op == "+" else left - right
-        if lk == "timespan" and rk == "timespan" and op in ("+", "-"):
+        if isinstance(left, timedelta) and isinstance(right, timedelta) and op in ("+", "-"):
             return left + right if op == "+" else left - right
     except OverflowError:
         raise FilterEvaluationError("date/time arithmetic overflow") from None
     raise FilterEvaluationError(f"operator {op} does not apply to {_show(left)} and {_show(right)}")
 
 
-def _arith(op: str, left: Any, right: Any) -> Any:
+def _arith(op: str, left: object, right: object) -> object:
     if left is None or right is None:
         return None
     lk, rk = _kind(left), _kind(right)
-    if lk == "number" and rk == "number":
+    if lk == "number" and rk == "number" and isinstance(left, int | float) and isinstance(right, int | float):
         if isinstance(left, int) and isinstance(right, int):
             return _int_arith(op, left, right)
         return _float_arith(op, left, right)
@@ -339,7 +343,7 @@ def _arith(op: str, left: Any, right: Any) -> Any:
     raise FilterEvaluationError(f"operator {op} needs numbers, got {_show(left)} and {_show(right)}")
 
 
-def _sign(value: Any, negate: bool) -> Any:
+def _sign(value: object, negate: bool) -> object:
     if value is None:
         return None
     kind = _kind(value)
@@ -350,7 +354,7 @@ def _sign(value: Any, negate: bool) -> Any:
     if isinstance(value, int):
         return _int_result(-value)
     try:
-        return -value
+        return -value if isinstance(value, float | timedelta) else value
     except OverflowError:
         raise FilterEvaluationError("arithmetic overflow") from None
 
@@ -439,7 +443,7 @@ def _like_pattern(pattern: str, escape: str | None) -> _LikePattern:
     return _LikePattern(tuple(items), shape, literal)
 
 
-def _like(value: Any, pattern: Any, escape: Any, has_escape: bool) -> bool | None:
+def _like(value: object, pattern: object, escape: object, has_escape: bool) -> bool | None:
     if value is None or pattern is None or (has_escape and escape is None):
         return None
     if not isinstance(value, str):
@@ -472,8 +476,9 @@ _MAX_NESTING: Final = 32
 class _Token:
     kind: str  # "int", "float", "str", "ident", "name" (delimited/quoted), "param", "op", "end"
     text: str  # as written
-    value: Any  # decoded: the number, the string, the identifier, the parameter name
+    value: str  # decoded: the string, the identifier, the name, the parameter name, the operator
     pos: int
+    number: int | float = 0  # an "int" or "float" token's value
 
 
 def _syntax_error(pos: int, near: str | None, detail: str) -> FilterSyntaxError:
@@ -542,7 +547,7 @@ def _tokenize(text: str) -> list[_Token]:
             tokens.append(_Token("op", ch, ch, start))
         else:
             raise _syntax_error(start, ch, "unexpected character")
-    tokens.append(_Token("end", "", None, n))
+    tokens.append(_Token("end", "", "", n))
     return tokens
 
 
@@ -551,17 +556,17 @@ def _number_token(text: str, pos: int) -> _Token:
         value = float(text)
         if not math.isfinite(value):
             raise _syntax_error(pos, text, "number out of range")
-        return _Token("float", text, value, pos)
+        return _Token("float", text, "", pos, value)
     if len(text.lstrip("0")) > _MAX_INTEGER_DIGITS:
         raise _syntax_error(pos, text, "integer constant out of the Int64 range")
-    return _Token("int", text, int(text.lstrip("0") or "0"), pos)
+    return _Token("int", text, "", pos, int(text.lstrip("0") or "0"))
 
 
 # --------------------------------------------------------------------------------------------------
 # Parser
 # --------------------------------------------------------------------------------------------------
 
-Evaluator = Callable[[MessageView], Any]
+Evaluator = Callable[[MessageView], object]
 
 
 @dataclass(frozen=True, slots=True)
@@ -572,7 +577,7 @@ class _Expr:
     kind: str  # "boolean", "number", "string", "null" or "any" (known only at evaluation)
     pos: int
     const: bool = False
-    value: Any = None
+    value: object = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -582,7 +587,7 @@ class _PropertyRef:
     pos: int
 
 
-def _constant(value: Any, pos: int) -> _Expr:
+def _constant(value: object, pos: int) -> _Expr:
     kind = "null" if value is None else _kind(value)
     if kind not in ("boolean", "number", "string", "null"):
         kind = "any"
@@ -592,7 +597,7 @@ def _constant(value: Any, pos: int) -> _Expr:
 class _Parser:
     """Recursive descent over the token list; each ``_parse_*`` returns a compiled :class:`_Expr`."""
 
-    def __init__(self, text: str, parameters: Mapping[str, Any], new_id: NewId) -> None:
+    def __init__(self, text: str, parameters: Mapping[str, object], new_id: NewId) -> None:
         self.tokens = _tokenize(text)
         self.i = 0
         self.parameters = parameters
@@ -853,7 +858,7 @@ class _Parser:
             return first
         first_fn, steps = first.fn, tuple(rest)
 
-        def chain(view: MessageView) -> Any:
+        def chain(view: MessageView) -> object:
             acc = first_fn(view)
             for op, fn in steps:
                 if acc is None:
@@ -872,14 +877,14 @@ class _Parser:
             signs += 1
         if signs and self.peek().kind in ("int", "float"):
             tok = self.advance()
-            return self.number(tok, -tok.value if negate else tok.value, start.pos)
+            return self.number(tok, -tok.number if negate else tok.number, start.pos)
         expr = self.parse_primary()
         if not signs:
             return expr
         fn = expr.fn
         return _Expr(lambda view: _sign(fn(view), negate), "number" if expr.kind == "number" else "any", start.pos)
 
-    def number(self, tok: _Token, value: Any, pos: int) -> _Expr:
+    def number(self, tok: _Token, value: int | float, pos: int) -> _Expr:
         if tok.kind == "int" and not _INT64_MIN <= value <= _INT64_MAX:
             raise self.error(tok, "integer constant out of the Int64 range")
         return _constant(value, pos)
@@ -888,7 +893,7 @@ class _Parser:
         tok = self.peek()
         if tok.kind in ("int", "float"):
             self.advance()
-            return self.number(tok, tok.value, tok.pos)
+            return self.number(tok, tok.number, tok.pos)
         if tok.kind == "str":
             self.advance()
             return _constant(tok.value, tok.pos)
@@ -951,7 +956,7 @@ class _Parser:
             return _PropertyRef("user", tok.value, tok.pos)
         raise self.error(tok, "expected a property name")
 
-    def parameter(self, tok: _Token) -> Any:
+    def parameter(self, tok: _Token) -> object:
         name: str = tok.value
         for key in ("@" + name, name):
             if key in self.parameters:
@@ -1011,11 +1016,11 @@ def _exists(ref: _PropertyRef) -> Evaluator:
     if ref.scope == "sys":
         return lambda view: _system_value(view.system, name) is not None
     lower = name.lower()
-    return lambda view: _user_key(view.user, name, lower) is not _MISSING
+    return lambda view: _user_key(view.user, name, lower) is not None
 
 
 def _dynamic_property(arg: Evaluator) -> Evaluator:
-    def lookup(view: MessageView) -> Any:
+    def lookup(view: MessageView) -> object:
         name = arg(view)
         if name is None:
             return None
@@ -1051,20 +1056,18 @@ class _ConstantFilter(CompiledFilter):
 @dataclass(frozen=True, slots=True)
 class _CorrelationMatcher(CompiledFilter):
     system: tuple[tuple[str, str], ...]  # (canonical system name, expected string)
-    user: tuple[tuple[str, str, Any], ...]  # (name, lower-cased name, expected scalar)
+    user: tuple[tuple[str, str, object], ...]  # (name, lower-cased name, expected scalar)
 
     def matches(self, view: MessageView) -> bool:
         for name, expected in self.system:
             actual = _system_value(view.system, name)
             if not isinstance(actual, str) or actual != expected:
                 return False
-        for name, lower, expected in self.user:
-            if not _correlation_equal(_user_value(view.user, name, lower), expected):
-                return False
-        return True
+        return all(_correlation_equal(_user_value(view.user, name, lower), wanted)
+                   for name, lower, wanted in self.user)
 
 
-def _correlation_equal(actual: Any, expected: Any) -> bool:
+def _correlation_equal(actual: object, expected: object) -> bool:
     if actual is None:
         return False
     kind = _kind(actual)
@@ -1091,7 +1094,7 @@ def compile_correlation_filter(f: CorrelationFilter) -> CompiledFilter:
     return _CorrelationMatcher(system, user)
 
 
-def compile_sql_filter(expression: str, parameters: Mapping[str, Any] | None = None, *,
+def compile_sql_filter(expression: str, parameters: Mapping[str, object] | None = None, *,
                        new_id: NewId = uuid.uuid4) -> CompiledFilter:
     """Parse a SQL filter expression; ``FilterSyntaxError`` if it is malformed."""
     parser = _Parser(expression, parameters or {}, new_id)
@@ -1123,7 +1126,7 @@ class _Statement:
     fn: Evaluator | None  # None: REMOVE
 
 
-def _system_assignment(name: str, value: Any) -> str | None:
+def _system_assignment(name: str, value: object) -> str | None:
     if value is None or isinstance(value, str):
         return None if value is None else str(value)
     if isinstance(value, uuid.UUID):
@@ -1131,7 +1134,7 @@ def _system_assignment(name: str, value: Any) -> str | None:
     raise FilterEvaluationError(f"sys.{name} must be set to a string, got {_show(value)}")
 
 
-def _converted(existing: Any, value: Any) -> Any:
+def _converted(existing: object, value: object) -> object:
     """SET's implicit conversion: an integer stored over a double becomes a double."""
     if isinstance(existing, float) and isinstance(value, int) and not isinstance(value, bool):
         try:
@@ -1162,18 +1165,18 @@ class CompiledAction:
                 continue
             key = _user_key(user, name, name.lower())
             if statement.fn is None:
-                if key is not _MISSING:
+                if key is not None:
                     del user[key]
                 continue
-            value = statement.fn(current)
-            if key is _MISSING:
-                user[name] = value
+            assigned = statement.fn(current)
+            if key is None:
+                user[name] = assigned
             else:
-                user[key] = _converted(user[key], value)
+                user[key] = _converted(user[key], assigned)
         return current
 
 
-def compile_sql_action(expression: str, parameters: Mapping[str, Any] | None = None, *,
+def compile_sql_action(expression: str, parameters: Mapping[str, object] | None = None, *,
                        new_id: NewId = uuid.uuid4) -> CompiledAction:
     """Parse a rule action (SET/REMOVE statements); ``FilterSyntaxError`` if it is malformed."""
     parser = _Parser(expression, parameters or {}, new_id)

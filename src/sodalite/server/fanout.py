@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
 from sodalite.amqp import message as amqp_message
 from sodalite.amqp.codec import decode, encode_value
-from sodalite.amqp.types import Described, Symbol, ULong
+from sodalite.amqp.types import AmqpValue, Described, Symbol, ULong
 from sodalite.model.fanout import CompiledRule, plan, session_after
 from sodalite.model.filters import MessageView
 from sodalite.model.message import MessageRecord
@@ -82,7 +83,7 @@ def record_view(record: MessageRecord) -> MessageView:
 
 def apply_view(draft: MessageDraft, before: MessageView, after: MessageView, rule_name: str) -> MessageDraft:
     """The draft with an action's changes: application properties, and settable system properties."""
-    user = dict(after.user)
+    user = cast("dict[str, AmqpValue]", dict(after.user))  # the filter language's values are AMQP values
     user[RULE_NAME] = rule_name
     tail = wire.replace_application_properties(draft.tail, user)
     changed = {name: value for name, value in after.system.items()
