@@ -8,6 +8,10 @@ Steps (tuples):
   ("batch", queue, n)                one batch of n
   ("receive", queue, mode, n, settle)  mode "peeklock" or "rad"; settle complete/abandon/deadletter/defer/leave
   ("midstream", queue, prefetch)     a ReceiveAndDelete receiver with that prefetch, closed after one message
+  ("session", queue, sid, n, state)  session sid accepted (None: the next available), n messages received (left
+                                     locked), its state read, then set to ``state`` (None: not set), the
+                                     receiver closed (the session released); ``prefetch=`` as a 6th item dict,
+                                     and ``node="a"`` there: through the first of two nodes (``play(pg=True)``)
   ("move", queue, target)            the dead-letter queue moved (target None: resubmitted) via the JSON API
   ("purge", queue)                   the dead-letter queue purged via the JSON API
   ("kill9",)                         kill -9 and restart (a named fault point)
@@ -31,12 +35,14 @@ import socket
 import time
 from typing import Any
 
-from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
+from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
+from broker_process import KEY, KEY_NAME
 from raw_client import RawClient
 
 from checker.history import History, Op
 from checker.promises import Violation, check_all
 from checker.runner import PARTITIONED, Node, RunSpec, _Run, uid_of
+from pg_server import shared_server
 
 Step = tuple[Any, ...]
 
@@ -45,13 +51,15 @@ _NODES: dict[tuple[str | None, tuple[str, ...], bool], Node] = {}
 _SCRIPTS = itertools.count(1)
 
 
-def node_for(defect: str | None = None, broker_args: tuple[str, ...] = (), disk: bool = False) -> Node:
+def node_for(defect: str | None = None, broker_args: tuple[str, ...] = (), disk: bool = False,
+             pg: bool = False) -> Node:
     """A broker kept for the scripts that want the same defect switch and options (each script has queues of
-    its own); ``close_nodes`` stops them all."""
-    key = (defect, broker_args, disk)
+    its own); with ``pg``, two broker nodes on one PostgreSQL database; ``close_nodes`` stops them all."""
+    key = (defect, broker_args, disk or pg)
     node = _NODES.get(key)
     if node is None:
-        node = _NODES[key] = Node(defect, broker_args, disk=disk)
+        url = shared_server().create_database("script") if pg else None
+        node = _NODES[key] = Node(defect, broker_args, disk=disk, pg=url)
     node.ensure()
     return node
 
@@ -62,10 +70,11 @@ def close_nodes() -> None:
 
 
 def play(steps: list[Step], defect: str | None = None, strict: bool = True,
-         broker_args: tuple[str, ...] = (), disk: bool = False) -> tuple[History, list[Violation]]:
+         broker_args: tuple[str, ...] = (), disk: bool = False, pg: bool = False) -> tuple[History, list[Violation]]:
     """Replay ``steps`` (queues named by role: plain, sess, part, target) on queues of their own; with
-    ``disk`` on a broker whose data directory is on a small filesystem (root only)."""
-    node = node_for(defect, broker_args, disk)
+    ``disk`` on a broker whose data directory is on a small filesystem (root only); with ``pg`` on two
+    broker nodes sharing a PostgreSQL database (steps go to the second, ``node-b``, unless they say)."""
+    node = node_for(defect, broker_args, disk, pg)
     run_ = _Run(RunSpec(seed=next(_SCRIPTS) * 1000 + os.getpid() % 1000, defect=defect, faults=(),
                         broker_args=broker_args), node)
     held: list[Any] = []
@@ -132,6 +141,30 @@ def _step(run_: _Run, sb: ServiceBusClient, step: Step, held: list[Any]) -> Serv
                                "deadletter": receiver.dead_letter_message, "defer": receiver.defer_message}[settle]
                     run_._call(Op(0, 0, settle, queue, uids=(uid_of(m),), value={"seq": m.sequence_number}),
                                lambda m=m, s=settler: s(m))
+    elif kind == "session":
+        queue, sid, n, state = step[1:5]
+        options = step[5] if len(step) > 5 else {}
+        prefetch = options.get("prefetch", 0)
+        if options.get("node") == "a":
+            port = run_.broker.port
+            with ServiceBusClient.from_connection_string(
+                    f"Endpoint=sb://localhost:{port};SharedAccessKeyName={KEY_NAME};SharedAccessKey={KEY};"
+                    "UseDevelopmentEmulator=true;", retry_total=1, retry_backoff_factor=0.1) as other:
+                _step(run_, other, (kind, *step[1:5], {**options, "node": None}), held)
+            return sb
+        with sb.get_queue_receiver(queue, session_id=sid or NEXT_AVAILABLE_SESSION, max_wait_time=3,
+                                   prefetch_count=prefetch) as receiver:
+            sid = receiver.session.session_id
+            op = Op(0, 0, "receive", queue, session=sid, value={"mode": "peeklock", "credit": max(n, prefetch)})
+            messages = run_._call(op, lambda: list(receiver.receive_messages(max_message_count=n, max_wait_time=3))
+                                  if n else [])
+            op.deliveries = run_._deliveries(messages or [], queue, "peeklock")
+            get = Op(0, 0, "session_get", queue, session=sid)
+            value = run_._call(get, receiver.session.get_state)
+            get.value = value.decode() if isinstance(value, bytes) else value
+            if state is not None:
+                put = Op(0, 0, "session_set", queue, session=sid, value=state)
+                run_._call(put, lambda: receiver.session.set_state(state.encode()))
     elif kind == "midstream":
         queue, prefetch = step[1], step[2]
         receiver = sb.get_queue_receiver(queue, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE,

@@ -16,8 +16,9 @@ import os
 
 import pytest
 
-from checker.runner import HAS_TRACE, PARTITIONED, PLAIN, TARGET
+from checker.runner import HAS_TRACE, PARTITIONED, PLAIN, SESSIONS, TARGET
 from checker.script import play
+from pg_server import find_bin_dir
 
 pytestmark = pytest.mark.interop
 
@@ -124,4 +125,17 @@ def test_a_full_disk_refuses_sends_and_keeps_the_counts_true() -> None:
                                disk=True)
     results = [op.result for op in history.ops if op.kind == "send"]
     assert results[:2] == ["ok", "ok"] and results[-2:] == ["ok", "ok"] and "info" in results[2:5], results
+    assert violations == []
+
+
+@pytest.mark.skipif(find_bin_dir() is None, reason="PostgreSQL is not installed")
+def test_a_session_state_set_through_one_node_is_read_through_the_other() -> None:
+    """Minimized from the sweep (seeds 2037, 2056, 2064 and 2101, two nodes on PostgreSQL): a session's
+    state set through the first node, then the session accepted through the second, whose read of the state
+    came from what its core had loaded when it started serving the queue (None)."""
+    history, violations = play([("send", SESSIONS, 1, {"session": "s1"}),
+                                ("session", SESSIONS, "s1", 0, "v1", {"node": "a"}),
+                                ("session", SESSIONS, "s1", 1, None)], pg=True)
+    gets = [op.value for op in history.ops if op.kind == "session_get"]
+    assert gets == [None, "v1"], gets
     assert violations == []
