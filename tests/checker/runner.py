@@ -202,6 +202,7 @@ class _Run:
         self.counter = 0
         self.broker_lock = node.lock
         self.session_states: dict[tuple[str, str], int] = Counter()
+        self.holding: Any = None  # a regression script's held receiver and messages (tests/checker/script.py)
 
     def setup(self) -> None:
         for name, properties in self.properties.items():

@@ -7,6 +7,8 @@ Steps (tuples):
   ("send", queue, n)                 n single sends (``session=`` and ``size=`` as a 4th item dict)
   ("batch", queue, n)                one batch of n
   ("receive", queue, mode, n, settle)  mode "peeklock" or "rad"; settle complete/abandon/deadletter/defer/leave
+  ("hold", queue, n)                 n PeekLock messages received and held (their receiver kept open) ...
+  ("settle", settle)                 ... until this step settles them all (complete/abandon/deadletter/defer)
   ("midstream", queue, prefetch)     a ReceiveAndDelete receiver with that prefetch, closed after one message
   ("session", queue, sid, n, state)  session sid accepted (None: the next available), n messages received (left
                                      locked), its state read, then set to ``state`` (None: not set), the
@@ -15,6 +17,10 @@ Steps (tuples):
   ("move", queue, target)            the dead-letter queue moved (target None: resubmitted) via the JSON API
   ("purge", queue)                   the dead-letter queue purged via the JSON API
   ("kill9",)                         kill -9 and restart (a named fault point)
+  ("go", queue, n, settle, offline)  the official Go SDK receives n PeekLock messages and settles them all
+                                     (complete/abandon/deadletter); with ``offline`` seconds, the store is
+                                     taken offline once the receive returned, before the settlements (a
+                                     named point: the Go client pauses there), and back online after that long
   ("unauthenticated", n)             n connections that send the AMQP header and nothing more (held)
   ("opened-unauthenticated", n)      n connections through SASL and AMQP open that never put a token (held)
   ("detach", queue, settle)          one PeekLock message received, its link detached, then settled
@@ -29,9 +35,12 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import random
 import socket
+import subprocess
+import threading
 import time
 from typing import Any
 
@@ -41,7 +50,7 @@ from raw_client import RawClient
 
 from checker.history import History, Op
 from checker.promises import Violation, check_all
-from checker.runner import PARTITIONED, Node, RunSpec, _Run, uid_of
+from checker.runner import GO_CLIENT, PARTITIONED, Node, RunSpec, _Run, uid_of
 from pg_server import shared_server
 
 Step = tuple[Any, ...]
@@ -165,6 +174,24 @@ def _step(run_: _Run, sb: ServiceBusClient, step: Step, held: list[Any]) -> Serv
             if state is not None:
                 put = Op(0, 0, "session_set", queue, session=sid, value=state)
                 run_._call(put, lambda: receiver.session.set_state(state.encode()))
+    elif kind == "hold":
+        queue, n = step[1], step[2]
+        receiver = sb.get_queue_receiver(queue, max_wait_time=3)
+        receiver.__enter__()
+        held.append(receiver)
+        op = Op(0, 0, "receive", queue, value={"mode": "peeklock", "credit": n})
+        messages = run_._call(op, lambda: list(receiver.receive_messages(max_message_count=n, max_wait_time=3)))
+        op.deliveries = run_._deliveries(messages or [], queue, "peeklock")
+        run_.holding = (receiver, queue, messages or [])
+    elif kind == "settle":
+        receiver, queue, messages = run_.holding
+        settler = {"complete": receiver.complete_message, "abandon": receiver.abandon_message,
+                   "deadletter": receiver.dead_letter_message, "defer": receiver.defer_message}[step[1]]
+        for m in messages:
+            run_._call(Op(0, 0, step[1], queue, uids=(uid_of(m),), value={"seq": m.sequence_number}),
+                       lambda m=m: settler(m))
+    elif kind == "go":
+        _go(run_, *step[1:5])
     elif kind == "midstream":
         queue, prefetch = step[1], step[2]
         receiver = sb.get_queue_receiver(queue, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE,
@@ -242,3 +269,33 @@ def _step(run_: _Run, sb: ServiceBusClient, step: Step, held: list[Any]) -> Serv
     else:
         raise ValueError(f"unknown step {step!r}")
     return sb
+
+
+def _go(run_: _Run, queue: str, n: int, settle: str, offline: float) -> None:
+    """The Go client (tests/go/checker.go, built by sdk_builds) with one receive, the store taken offline at
+    the named point between the receive and its settlements."""
+    process = subprocess.Popen([str(GO_CLIENT), run_.connection_string(via_proxy=False), "checker"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert process.stdin is not None and process.stdout is not None
+    offset = time.time() - time.monotonic()
+    request = {"op": "receive", "queue": queue, "mode": "peeklock", "count": n, "settle": [settle] * n,
+               "pause": 1.0 if offline else 0}
+    try:
+        process.stdin.write(json.dumps(request) + "\n")
+        process.stdin.flush()
+        back: threading.Thread | None = None
+        while line := process.stdout.readline():
+            entry = json.loads(line)
+            if entry.get("done"):
+                break
+            run_._record_go(0, entry, offset)
+            if entry["kind"] == "receive" and offline:
+                run_.fault("store-offline", f"{offline:.1f}s")
+                run_.api("POST", "/api/v1/stores/default/offline")
+                back = threading.Timer(offline, run_.api, args=("POST", "/api/v1/stores/default/online"))
+                back.start()
+        if back is not None:
+            back.join()
+    finally:
+        process.stdin.close()
+        process.wait(20)

@@ -19,6 +19,7 @@ import pytest
 from checker.runner import HAS_TRACE, PARTITIONED, PLAIN, SESSIONS, TARGET
 from checker.script import play
 from pg_server import find_bin_dir
+from sdk_builds import GO, ensure_built
 
 pytestmark = pytest.mark.interop
 
@@ -138,4 +139,20 @@ def test_a_session_state_set_through_one_node_is_read_through_the_other() -> Non
                                 ("session", SESSIONS, "s1", 1, None)], pg=True)
     gets = [op.value for op in history.ops if op.kind == "session_get"]
     assert gets == [None, "v1"], gets
+    assert violations == []
+
+
+def test_a_go_complete_refused_while_the_store_is_offline_is_not_reported_done() -> None:
+    """Minimized from the sweep (seeds 2104 and 2128, the official Go SDK): a message received, the store
+    taken offline, then completed. The broker rejected the complete as server-busy; the Go SDK took the
+    rejection as the delivery's settlement, retried the complete (server-busy is retryable) as a no-op, and
+    reported success; the message came back when its lock lapsed. Now the broker holds the outcome back and
+    carries the complete out again until the store is back (or answers lock lost once the lock has lapsed)."""
+    try:
+        ensure_built(GO)
+    except Exception as exc:
+        pytest.skip(f"no Go SDK build: {exc}")
+    history, violations = play([("send", PLAIN, 1), ("go", PLAIN, 1, "complete", 2.0), ("wait", 5.5),
+                                ("receive", PLAIN, "peeklock", 1, "complete")])
+    assert "peeklock" not in _promises(violations), violations
     assert violations == []
