@@ -17,13 +17,16 @@ Steps (tuples):
   ("move", queue, target)            the dead-letter queue moved (target None: resubmitted) via the JSON API
   ("purge", queue)                   the dead-letter queue purged via the JSON API
   ("kill9",)                         kill -9 and restart (a named fault point)
+  ("kill9-b",)                       on two nodes: the second node killed with kill -9 and restarted
+  ("via-a", step)                    the step through the first of two nodes (``play(pg=True)``)
   ("go", queue, n, settle, offline)  the official Go SDK receives n PeekLock messages and settles them all
                                      (complete/abandon/deadletter); with ``offline`` seconds, the store is
                                      taken offline once the receive returned, before the settlements (a
                                      named point: the Go client pauses there), and back online after that long
   ("unauthenticated", n)             n connections that send the AMQP header and nothing more (held)
   ("opened-unauthenticated", n)      n connections through SASL and AMQP open that never put a token (held)
-  ("detach", queue, settle)          one PeekLock message received, its link detached, then settled
+  ("detach", queue, settle[, how])   one PeekLock message received, its link closed (how "detached": detached
+                                     without closing), then settled
   ("update", queue, properties)      an entity update through the JSON API (Config.json property names)
   ("offline",) / ("online",)         the store taken offline / back online via the JSON API
   ("disk-full",) / ("disk-free",)    the data directory's filesystem filled / freed (``play(disk=True)``)
@@ -190,6 +193,12 @@ def _step(run_: _Run, sb: ServiceBusClient, step: Step, held: list[Any]) -> Serv
         for m in messages:
             run_._call(Op(0, 0, step[1], queue, uids=(uid_of(m),), value={"seq": m.sequence_number}),
                        lambda m=m: settler(m))
+    elif kind == "via-a":  # ("via-a", step): the step through the first of two nodes (play(pg=True))
+        port = run_.broker.port
+        with ServiceBusClient.from_connection_string(
+                f"Endpoint=sb://localhost:{port};SharedAccessKeyName={KEY_NAME};SharedAccessKey={KEY};"
+                "UseDevelopmentEmulator=true;", retry_total=1, retry_backoff_factor=0.1) as other:
+            _step(run_, other, step[1], held)
     elif kind == "go":
         _go(run_, *step[1:5])
     elif kind == "midstream":
@@ -219,6 +228,14 @@ def _step(run_: _Run, sb: ServiceBusClient, step: Step, held: list[Any]) -> Serv
         run_._restart()
         return ServiceBusClient.from_connection_string(run_.connection_string(via_proxy=False),
                                                       retry_total=1, retry_backoff_factor=0.1)
+    elif kind == "kill9-b":  # on two nodes (play(pg=True)): the second node, the scripts' own, killed and restarted
+        assert run_.node.peer is not None
+        sb.close()
+        run_.node.peer.kill()
+        run_.fault("pg-node-kill", "node-b")
+        run_._retry(lambda: run_._start_again(run_.node.peer), attempts=5)
+        return ServiceBusClient.from_connection_string(run_.connection_string(via_proxy=False),
+                                                      retry_total=1, retry_backoff_factor=0.1)
     elif kind == "unauthenticated":
         run_.fault("unauthenticated", f"{step[1]} connections")
         for _ in range(step[1]):
@@ -238,7 +255,7 @@ def _step(run_: _Run, sb: ServiceBusClient, step: Step, held: list[Any]) -> Serv
             op = Op(0, 0, "receive", queue, value={"mode": "peeklock", "credit": 1})
             messages = run_._call(op, lambda: list(receiver.receive_messages(max_message_count=1, max_wait_time=3)))
             op.deliveries = run_._deliveries(messages or [], queue, "peeklock")
-            run_._detach(receiver, random.Random(1))
+            run_._detach(receiver, random.Random(0 if step[3:4] == ("detached",) else 1))  # 0: detach, not close
             settler = {"complete": receiver.complete_message, "abandon": receiver.abandon_message,
                        "deadletter": receiver.dead_letter_message, "defer": receiver.defer_message}[settle]
             for m in messages or []:
