@@ -148,7 +148,8 @@ def _rad_allowance(history: History) -> dict[str, int]:
         for entity, numbers in written.items():
             queue = entity.split("/", 1)[0]
             allowance[queue] += len(numbers - seen.get(entity, set()))
-        if any(op.kind == "fault" and op.value in CRASHES for op in history.ops):
+        crashes = [op.start for op in history.ops if op.kind == "fault" and op.value in CRASHES]
+        if crashes:
             # A crash may lose the transfers in flight: messages taken for a receiver (deleted), their
             # transfers never written, and put back (a "restored" line, written when the put-back is
             # asked) but not yet committed when the broker was killed; at most what the receives had in
@@ -168,6 +169,15 @@ def _rad_allowance(history: History) -> dict[str, int]:
             for entity, numbers in restored.items():
                 queue = entity.split("/", 1)[0]
                 allowance[queue] += min(len(numbers - seen.get(entity, set())), credit[queue])
+            # A message is deleted when it is taken for a ReceiveAndDelete receiver, before its transfer is
+            # written: one taken by a receive under way when the broker was killed may be gone with no trace
+            # line at all (neither written nor restored). Such a receive may lose up to its credit, less what
+            # it returned.
+            for op in history.ops:
+                value = op.value if isinstance(op.value, dict) else {}
+                if (op.kind == "receive" and value.get("mode") == "rad"
+                        and any(op.start <= at <= op.end for at in crashes)):
+                    allowance[op.queue] += max(0, int(value.get("credit", 0)) - len(op.deliveries))
         return allowance
     for op in history.ops:
         value = op.value if isinstance(op.value, dict) else {}

@@ -7,13 +7,26 @@ Steps (tuples):
   ("send", queue, n)                 n single sends (``session=`` and ``size=`` as a 4th item dict)
   ("batch", queue, n)                one batch of n
   ("receive", queue, mode, n, settle)  mode "peeklock" or "rad"; settle complete/abandon/deadletter/defer/leave
+  ("hold", queue, n)                 n PeekLock messages received and held (their receiver kept open) ...
+  ("settle", settle)                 ... until this step settles them all (complete/abandon/deadletter/defer)
   ("midstream", queue, prefetch)     a ReceiveAndDelete receiver with that prefetch, closed after one message
+  ("session", queue, sid, n, state)  session sid accepted (None: the next available), n messages received (left
+                                     locked), its state read, then set to ``state`` (None: not set), the
+                                     receiver closed (the session released); ``prefetch=`` as a 6th item dict,
+                                     and ``node="a"`` there: through the first of two nodes (``play(pg=True)``)
   ("move", queue, target)            the dead-letter queue moved (target None: resubmitted) via the JSON API
   ("purge", queue)                   the dead-letter queue purged via the JSON API
   ("kill9",)                         kill -9 and restart (a named fault point)
+  ("kill9-b",)                       on two nodes: the second node killed with kill -9 and restarted
+  ("via-a", step)                    the step through the first of two nodes (``play(pg=True)``)
+  ("go", queue, n, settle, offline)  the official Go SDK receives n PeekLock messages and settles them all
+                                     (complete/abandon/deadletter); with ``offline`` seconds, the store is
+                                     taken offline once the receive returned, before the settlements (a
+                                     named point: the Go client pauses there), and back online after that long
   ("unauthenticated", n)             n connections that send the AMQP header and nothing more (held)
   ("opened-unauthenticated", n)      n connections through SASL and AMQP open that never put a token (held)
-  ("detach", queue, settle)          one PeekLock message received, its link detached, then settled
+  ("detach", queue, settle[, how])   one PeekLock message received, its link closed (how "detached": detached
+                                     without closing), then settled
   ("update", queue, properties)      an entity update through the JSON API (Config.json property names)
   ("offline",) / ("online",)         the store taken offline / back online via the JSON API
   ("disk-full",) / ("disk-free",)    the data directory's filesystem filled / freed (``play(disk=True)``)
@@ -25,18 +38,23 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import random
 import socket
+import subprocess
+import threading
 import time
 from typing import Any
 
-from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
+from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
+from broker_process import KEY, KEY_NAME
 from raw_client import RawClient
 
 from checker.history import History, Op
 from checker.promises import Violation, check_all
-from checker.runner import PARTITIONED, Node, RunSpec, _Run, uid_of
+from checker.runner import GO_CLIENT, PARTITIONED, Node, RunSpec, _Run, uid_of
+from pg_server import shared_server
 
 Step = tuple[Any, ...]
 
@@ -45,13 +63,15 @@ _NODES: dict[tuple[str | None, tuple[str, ...], bool], Node] = {}
 _SCRIPTS = itertools.count(1)
 
 
-def node_for(defect: str | None = None, broker_args: tuple[str, ...] = (), disk: bool = False) -> Node:
+def node_for(defect: str | None = None, broker_args: tuple[str, ...] = (), disk: bool = False,
+             pg: bool = False) -> Node:
     """A broker kept for the scripts that want the same defect switch and options (each script has queues of
-    its own); ``close_nodes`` stops them all."""
-    key = (defect, broker_args, disk)
+    its own); with ``pg``, two broker nodes on one PostgreSQL database; ``close_nodes`` stops them all."""
+    key = (defect, broker_args, disk or pg)
     node = _NODES.get(key)
     if node is None:
-        node = _NODES[key] = Node(defect, broker_args, disk=disk)
+        url = shared_server().create_database("script") if pg else None
+        node = _NODES[key] = Node(defect, broker_args, disk=disk, pg=url)
     node.ensure()
     return node
 
@@ -62,10 +82,11 @@ def close_nodes() -> None:
 
 
 def play(steps: list[Step], defect: str | None = None, strict: bool = True,
-         broker_args: tuple[str, ...] = (), disk: bool = False) -> tuple[History, list[Violation]]:
+         broker_args: tuple[str, ...] = (), disk: bool = False, pg: bool = False) -> tuple[History, list[Violation]]:
     """Replay ``steps`` (queues named by role: plain, sess, part, target) on queues of their own; with
-    ``disk`` on a broker whose data directory is on a small filesystem (root only)."""
-    node = node_for(defect, broker_args, disk)
+    ``disk`` on a broker whose data directory is on a small filesystem (root only); with ``pg`` on two
+    broker nodes sharing a PostgreSQL database (steps go to the second, ``node-b``, unless they say)."""
+    node = node_for(defect, broker_args, disk, pg)
     run_ = _Run(RunSpec(seed=next(_SCRIPTS) * 1000 + os.getpid() % 1000, defect=defect, faults=(),
                         broker_args=broker_args), node)
     held: list[Any] = []
@@ -132,6 +153,54 @@ def _step(run_: _Run, sb: ServiceBusClient, step: Step, held: list[Any]) -> Serv
                                "deadletter": receiver.dead_letter_message, "defer": receiver.defer_message}[settle]
                     run_._call(Op(0, 0, settle, queue, uids=(uid_of(m),), value={"seq": m.sequence_number}),
                                lambda m=m, s=settler: s(m))
+    elif kind == "session":
+        queue, sid, n, state = step[1:5]
+        options = step[5] if len(step) > 5 else {}
+        prefetch = options.get("prefetch", 0)
+        if options.get("node") == "a":
+            port = run_.broker.port
+            with ServiceBusClient.from_connection_string(
+                    f"Endpoint=sb://localhost:{port};SharedAccessKeyName={KEY_NAME};SharedAccessKey={KEY};"
+                    "UseDevelopmentEmulator=true;", retry_total=1, retry_backoff_factor=0.1) as other:
+                _step(run_, other, (kind, *step[1:5], {**options, "node": None}), held)
+            return sb
+        with sb.get_queue_receiver(queue, session_id=sid or NEXT_AVAILABLE_SESSION, max_wait_time=3,
+                                   prefetch_count=prefetch) as receiver:
+            sid = receiver.session.session_id
+            op = Op(0, 0, "receive", queue, session=sid, value={"mode": "peeklock", "credit": max(n, prefetch)})
+            messages = run_._call(op, lambda: list(receiver.receive_messages(max_message_count=n, max_wait_time=3))
+                                  if n else [])
+            op.deliveries = run_._deliveries(messages or [], queue, "peeklock")
+            get = Op(0, 0, "session_get", queue, session=sid)
+            value = run_._call(get, receiver.session.get_state)
+            get.value = value.decode() if isinstance(value, bytes) else value
+            if state is not None:
+                put = Op(0, 0, "session_set", queue, session=sid, value=state)
+                run_._call(put, lambda: receiver.session.set_state(state.encode()))
+    elif kind == "hold":
+        queue, n = step[1], step[2]
+        receiver = sb.get_queue_receiver(queue, max_wait_time=3)
+        receiver.__enter__()
+        held.append(receiver)
+        op = Op(0, 0, "receive", queue, value={"mode": "peeklock", "credit": n})
+        messages = run_._call(op, lambda: list(receiver.receive_messages(max_message_count=n, max_wait_time=3)))
+        op.deliveries = run_._deliveries(messages or [], queue, "peeklock")
+        run_.holding = (receiver, queue, messages or [])
+    elif kind == "settle":
+        receiver, queue, messages = run_.holding
+        settler = {"complete": receiver.complete_message, "abandon": receiver.abandon_message,
+                   "deadletter": receiver.dead_letter_message, "defer": receiver.defer_message}[step[1]]
+        for m in messages:
+            run_._call(Op(0, 0, step[1], queue, uids=(uid_of(m),), value={"seq": m.sequence_number}),
+                       lambda m=m: settler(m))
+    elif kind == "via-a":  # ("via-a", step): the step through the first of two nodes (play(pg=True))
+        port = run_.broker.port
+        with ServiceBusClient.from_connection_string(
+                f"Endpoint=sb://localhost:{port};SharedAccessKeyName={KEY_NAME};SharedAccessKey={KEY};"
+                "UseDevelopmentEmulator=true;", retry_total=1, retry_backoff_factor=0.1) as other:
+            _step(run_, other, step[1], held)
+    elif kind == "go":
+        _go(run_, *step[1:5])
     elif kind == "midstream":
         queue, prefetch = step[1], step[2]
         receiver = sb.get_queue_receiver(queue, receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE,
@@ -159,6 +228,14 @@ def _step(run_: _Run, sb: ServiceBusClient, step: Step, held: list[Any]) -> Serv
         run_._restart()
         return ServiceBusClient.from_connection_string(run_.connection_string(via_proxy=False),
                                                       retry_total=1, retry_backoff_factor=0.1)
+    elif kind == "kill9-b":  # on two nodes (play(pg=True)): the second node, the scripts' own, killed and restarted
+        assert run_.node.peer is not None
+        sb.close()
+        run_.node.peer.kill()
+        run_.fault("pg-node-kill", "node-b")
+        run_._retry(lambda: run_._start_again(run_.node.peer), attempts=5)
+        return ServiceBusClient.from_connection_string(run_.connection_string(via_proxy=False),
+                                                      retry_total=1, retry_backoff_factor=0.1)
     elif kind == "unauthenticated":
         run_.fault("unauthenticated", f"{step[1]} connections")
         for _ in range(step[1]):
@@ -178,7 +255,7 @@ def _step(run_: _Run, sb: ServiceBusClient, step: Step, held: list[Any]) -> Serv
             op = Op(0, 0, "receive", queue, value={"mode": "peeklock", "credit": 1})
             messages = run_._call(op, lambda: list(receiver.receive_messages(max_message_count=1, max_wait_time=3)))
             op.deliveries = run_._deliveries(messages or [], queue, "peeklock")
-            run_._detach(receiver, random.Random(1))
+            run_._detach(receiver, random.Random(0 if step[3:4] == ("detached",) else 1))  # 0: detach, not close
             settler = {"complete": receiver.complete_message, "abandon": receiver.abandon_message,
                        "deadletter": receiver.dead_letter_message, "defer": receiver.defer_message}[settle]
             for m in messages or []:
@@ -209,3 +286,33 @@ def _step(run_: _Run, sb: ServiceBusClient, step: Step, held: list[Any]) -> Serv
     else:
         raise ValueError(f"unknown step {step!r}")
     return sb
+
+
+def _go(run_: _Run, queue: str, n: int, settle: str, offline: float) -> None:
+    """The Go client (tests/go/checker.go, built by sdk_builds) with one receive, the store taken offline at
+    the named point between the receive and its settlements."""
+    process = subprocess.Popen([str(GO_CLIENT), run_.connection_string(via_proxy=False), "checker"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert process.stdin is not None and process.stdout is not None
+    offset = time.time() - time.monotonic()
+    request = {"op": "receive", "queue": queue, "mode": "peeklock", "count": n, "settle": [settle] * n,
+               "pause": 1.0 if offline else 0}
+    try:
+        process.stdin.write(json.dumps(request) + "\n")
+        process.stdin.flush()
+        back: threading.Thread | None = None
+        while line := process.stdout.readline():
+            entry = json.loads(line)
+            if entry.get("done"):
+                break
+            run_._record_go(0, entry, offset)
+            if entry["kind"] == "receive" and offline:
+                run_.fault("store-offline", f"{offline:.1f}s")
+                run_.api("POST", "/api/v1/stores/default/offline")
+                back = threading.Timer(offline, run_.api, args=("POST", "/api/v1/stores/default/online"))
+                back.start()
+        if back is not None:
+            back.join()
+    finally:
+        process.stdin.close()
+        process.wait(20)

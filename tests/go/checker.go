@@ -7,6 +7,9 @@
 //	{"op": "send", "queue": q, "messages": [{"uid": u, "session": s, "key": k}, ...]}   (a batch if more than one)
 //	{"op": "receive", "queue": q, "mode": "peeklock"|"rad", "count": n, "settle": ["complete", "abandon", ...]}
 //
+// A receive may also carry "pause": seconds between writing its line and settling (a regression script's
+// named point: a fault is injected there).
+//
 // Results are Jepsen's: "ok" (returned success), "fail" (an error that says it did not happen: lock lost,
 // not found), "info" (anything else: it may or may not have happened). Times are wall-clock seconds.
 package main
@@ -35,6 +38,7 @@ type checkerRequest struct {
 	Mode     string           `json:"mode"`
 	Count    int              `json:"count"`
 	Settle   []string         `json:"settle"`
+	Pause    float64          `json:"pause"`
 }
 
 type checkerDelivery struct {
@@ -174,6 +178,9 @@ func checkerReceive(client *azservicebus.Client, request checkerRequest, write f
 	write(line)
 	if err != nil || mode == azservicebus.ReceiveModeReceiveAndDelete {
 		return
+	}
+	if request.Pause > 0 {
+		time.Sleep(time.Duration(request.Pause * float64(time.Second)))
 	}
 	for i, m := range messages {
 		kind := "leave"

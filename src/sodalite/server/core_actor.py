@@ -519,9 +519,20 @@ class CoreActor:
         until = Until()
         return self._ask(SubQueue.MAIN, until, core.RenewSessionLock(session_id, until))
 
-    def get_session_state(self, session_id: str) -> StateRead:
+    def get_session_state(self, session_id: str) -> asyncio.Future[bytes | None]:
         state = StateRead()
-        return self._ask(SubQueue.MAIN, state, core.GetSessionState(session_id, state))
+        held = self._ask(SubQueue.MAIN, state, core.GetSessionState(session_id, state))
+        if not self.worker.shared:
+            return held
+        # Several nodes on one store: another node may have set the state since this node's core read it
+        # (the core checked that the session is held here); the store has the state the last set committed.
+        ref, worker = self.refs[SubQueue.MAIN], self.worker
+
+        async def from_store() -> bytes | None:
+            await held
+            meta = await worker.call(lambda: worker.store.partition_meta(ref))
+            return next((state or None for sid, state, _at in meta.session_states if sid == session_id), None)
+        return asyncio.ensure_future(from_store())
 
     def set_session_state(self, session_id: str, state: bytes | None) -> Done:
         done = Done()

@@ -32,7 +32,9 @@ from sodalite.amqp.performatives import Accepted, Rejected, Released, Source, Tr
 from sodalite.amqp.states import LinkState
 from sodalite.amqp.types import Described, Long, Symbol
 from sodalite.errors import (
+    LOCK_SUPPLIED_INVALID,
     InvalidOperation,
+    MessageLockLost,
     MessageSizeExceeded,
     QuotaExceeded,
     SessionLockLost,
@@ -62,6 +64,7 @@ DOTNET_EPOCH_TICKS = 621355968000000000  # ticks at the Unix epoch (contract pit
 DEFAULT_SESSION_WAIT_MS = 60_000
 PRODUCER_CREDIT = 1000  # ignored by the Python SDK (contract 1.7), honoured by other clients
 BATCH_ENVELOPE_SLACK = 64 * 1024  # room for the batch envelope around a full-size message
+SETTLE_RETRY_SECONDS = 0.25  # a settlement on the link refused for now (store offline) is carried out again
 
 
 # ---- the client's sender ---------------------------------------------------------------------------
@@ -450,22 +453,31 @@ class LinkConsumer(Endpoint):
             return
         try:
             settlement = outcomes.settlement_of(state)
-            future = outcomes.carry_out(actor, token, settlement)
-            if future is None:  # a release: done at once, confirmed only if the client asked
-                if not event.settled:
-                    link.settle(delivery_id, Released())
-                return
-            removed = self.counters()[1] if settlement.removes else None
-            echo = outcomes.echo_of(state)
         except SodaliteError as exc:
             if not event.settled:
                 link.settle(delivery_id, Rejected(client_error(exc, metrics, conn.peer, actor.ref.entity,
                                                                "rejected")))
             return
-        if event.settled:
-            if removed is not None:
-                metrics.count_out_to(future, removed)
-            return
+        echo = outcomes.echo_of(state)
+        removed = self.counters()[1] if settlement.removes else None
+        loop = asyncio.get_running_loop()
+        # The lock was last renewed before this settlement came: it has lapsed one lock duration from now.
+        lapsed = loop.time() + actor.settings.lock_duration / 1000
+
+        def refused(exc: SodaliteError) -> None:
+            if event.settled or not link.attached:
+                return
+            if exc.retryable:
+                # Not done, and not now (the store offline, a timeout): carried out again, its outcome held
+                # back until then. Any outcome settles the delivery on the client's side: the Go SDK retries
+                # a retryable rejection as a no-op and reports success, and the message came back when its
+                # lock lapsed. Once the lock has surely lapsed, that is the answer.
+                if loop.time() < lapsed:
+                    loop.call_later(SETTLE_RETRY_SECONDS, again)
+                    return
+                exc = MessageLockLost(LOCK_SUPPLIED_INVALID)
+            link.settle(delivery_id, Rejected(client_error(exc, metrics, conn.peer, actor.ref.entity, "rejected")))
+            conn.flush_soon()
 
         def confirm(f: asyncio.Future[None]) -> None:
             # One callback per settlement: it counts the removal (once committed) and answers.
@@ -478,12 +490,32 @@ class LinkConsumer(Endpoint):
                 return
             if exc is None:
                 link.settle(delivery_id, echo)  # the SDK waits for this exact outcome (contract 5.1)
+                conn.flush_soon()
             elif isinstance(exc, SodaliteError):
-                link.settle(delivery_id, Rejected(client_error(exc, metrics, conn.peer, actor.ref.entity,
-                                                               "rejected")))
-            conn.flush_soon()
+                refused(exc)
 
-        future.add_done_callback(confirm)
+        def attempt() -> None:
+            try:
+                future = outcomes.carry_out(actor, token, settlement)
+            except SodaliteError as exc:
+                refused(exc)
+                return
+            if future is None:  # a release: done at once, confirmed only if the client asked
+                if not event.settled:
+                    link.settle(delivery_id, Released())
+                return
+            if event.settled:
+                if removed is not None:
+                    metrics.count_out_to(future, removed)
+                return
+            future.add_done_callback(confirm)
+
+        def again() -> None:
+            if link.attached:
+                attempt()
+                conn.flush_soon()
+
+        attempt()
 
 
 def attach_consumer(connection: ConnectionPort, link: Link, entity: Entity, sub_queue: SubQueue,

@@ -124,6 +124,7 @@ log = logging.getLogger(__name__)
 ACTIVE_ONLY = frozenset({MessageState.ACTIVE})
 # How long a group of store batches smaller than the last round may wait for the rest (module docstring).
 COMMIT_WINDOW_SECONDS = 0.001
+SIZE_READ_RETRY = 1.0  # seconds before the byte count is read again after a read that failed (store offline)
 
 
 class Timer(Protocol):
@@ -569,11 +570,13 @@ class PartitionRunner:
 
     async def _read_size(self, appended: int) -> None:
         ref, worker = self.ref, self._worker
+        failed = False
         try:
             counts = await worker.call(lambda: worker.store.counts(ref))
             self._size_read = counts.size_in_bytes
-        except Exception as error:  # the read failed: keep counting what was appended; the next commit reads
+        except Exception as error:  # the read failed: keep counting what was appended, and read again
             self._size_appended += appended
+            failed = True
             log.debug("partition %s: counting bytes failed: %s", self.ref, error)
         finally:
             self._size_in_flight -= appended
@@ -581,6 +584,9 @@ class PartitionRunner:
             if self._size_again:
                 self._size_again = False
                 self._refresh_size()
+            elif failed and self._size_timer is None and not self._closed:
+                # (a removal before the failed read would be counted until the next change otherwise)
+                self._size_timer = asyncio.get_running_loop().call_later(SIZE_READ_RETRY, self._start_size_read)
 
     def _answer(self, command: Command) -> None:
         if self._closed:
