@@ -102,8 +102,8 @@ def _common(parser: argparse.ArgumentParser, *, source: bool = True) -> None:
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     parser.add_argument("--available-now", action="store_true", help="read what is there now, then stop")
     parser.add_argument("--trigger", default="10 seconds", help="micro-batch interval (default '10 seconds')")
-    parser.add_argument("--max-messages-per-trigger", type=int, default=None,
-                        help="messages per micro-batch at most (default 10000; 100000 with --available-now)")
+    parser.add_argument("--max-messages-per-trigger", type=int, default=10_000,
+                        help="messages per micro-batch at most (default 10000)")
     if source:
         parser.add_argument("--starting-position", default="earliest", help="earliest (default), latest or JSON")
     _progress_options(parser)
@@ -121,10 +121,6 @@ def _source_connection(args: argparse.Namespace) -> str:
 # (sodalite.cli.spark_start; docs/spark-benchmarks.md, "The command line's start"). Not for a pipeline
 # that runs on, and never over the user's own driver options.
 QUICK_START_JVM_OPTIONS: Final = spark_start.QUICK_START_JVM_OPTIONS
-#: Messages per micro-batch of an --available-now run unless --max-messages-per-trigger says: each batch
-#: costs a Parquet commit and Spark's per-batch planning, so a finite run takes few and large ones.
-AVAILABLE_NOW_PER_TRIGGER: Final = 100_000
-PER_TRIGGER: Final = 10_000
 _ARCHIVES: dict[int, spark_start.ClassArchive] = {}  # the session's class archive, to finish at its stop
 
 
@@ -165,20 +161,13 @@ def _stop(spark: Any, *, archive: bool = True) -> None:
     spark_start.finish_archive(written, getattr(SparkContext._gateway, "proc", None))
 
 
-def _per_trigger(args: argparse.Namespace) -> int:
-    given: int | None = args.max_messages_per_trigger
-    if given is not None:
-        return given
-    return AVAILABLE_NOW_PER_TRIGGER if args.available_now else PER_TRIGGER
-
-
 def _export(args: argparse.Namespace) -> int:
     from sodalite.spark import pipelines
 
     spark = _session(args.master, "sodalite-export", args.available_now)
     query = pipelines.export(spark, _source_connection(args), args.entity, args.path, args.checkpoint,
                              dead_letter=args.dead_letter, consume=args.consume, file_format=args.format,
-                             max_messages_per_trigger=_per_trigger(args),
+                             max_messages_per_trigger=args.max_messages_per_trigger,
                              available_now=args.available_now, processing_time=args.trigger,
                              starting_position=args.starting_position)
     return _watch(spark, query, "moved" if args.consume else "exported", args)
@@ -191,7 +180,7 @@ def _replicate(args: argparse.Namespace) -> int:
     connection_string.parse(args.target_connection_string)
     query = pipelines.replicate(spark, _source_connection(args), args.target_connection_string, args.entities,
                                 args.checkpoint, consume=args.consume,
-                                max_messages_per_trigger=_per_trigger(args),
+                                max_messages_per_trigger=args.max_messages_per_trigger,
                                 available_now=args.available_now, processing_time=args.trigger,
                                 starting_position=args.starting_position)
     return _watch(spark, query, "moved" if args.consume else "copied", args)
@@ -211,7 +200,7 @@ def _syphon(args: argparse.Namespace) -> int:
     print(f"syphon: draining {names[0]} .. {names[-1]} into the primary", flush=True)
     spark = _session(args.master, "sodalite-syphon", args.available_now)
     query = pipelines.syphon(spark, args.primary, args.secondary, names, args.checkpoint,
-                             max_messages_per_trigger=_per_trigger(args),
+                             max_messages_per_trigger=args.max_messages_per_trigger,
                              available_now=args.available_now, processing_time=args.trigger)
     return _watch(spark, query, "moved", args)
 

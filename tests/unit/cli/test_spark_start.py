@@ -4,7 +4,6 @@ an archive is in tests/interop/test_spark_cli_start.py."""
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 from pathlib import Path
@@ -109,12 +108,3 @@ def test_a_jvm_that_failed_leaves_no_archive(tmp_path: Path) -> None:
     assert not archive.path.exists() and not list(tmp_path.glob("*.part"))
     using = spark_start.ClassArchive(tmp_path / "abcd.jsa", None)  # a run that maps one writes nothing
     assert not spark_start.finish_archive(using, jvm(tmp_path / "y.part", 0))
-
-
-def test_available_now_takes_few_large_batches_unless_told() -> None:
-    def per_trigger(available_now: bool, given: int | None) -> int:
-        return pipeline._per_trigger(argparse.Namespace(available_now=available_now, max_messages_per_trigger=given))
-
-    assert per_trigger(False, None) == 10_000
-    assert per_trigger(True, None) == 100_000
-    assert per_trigger(True, 15) == 15
