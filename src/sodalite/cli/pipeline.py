@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from sodalite.amqpclient import connection_string
+from sodalite.cli import spark_start
 from sodalite.cli.progress import Progress
 from sodalite.errors import ConfigurationError, SodaliteError
 from sodalite.extras import MissingExtra
@@ -116,9 +117,11 @@ def _source_connection(args: argparse.Namespace) -> str:
 
 
 # A finite run (--available-now) on a small machine spends most of its time starting the JVM and warming
-# up; the C1 compiler alone and the serial collector about halve that (docs/spark-benchmarks.md, "The
-# command line's export"). Not for a pipeline that runs on, and never over the user's own driver options.
-QUICK_START_JVM_OPTIONS: Final = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# up: it starts with the C1 compiler alone, the serial collector and an archive of Spark's classes
+# (sodalite.cli.spark_start; docs/spark-benchmarks.md, "The command line's start"). Not for a pipeline
+# that runs on, and never over the user's own driver options.
+QUICK_START_JVM_OPTIONS: Final = spark_start.QUICK_START_JVM_OPTIONS
+_ARCHIVES: dict[int, spark_start.ClassArchive] = {}  # the session's class archive, to finish at its stop
 
 
 def _session(master: str, name: str, finite: bool = False) -> Any:
@@ -126,12 +129,36 @@ def _session(master: str, name: str, finite: bool = False) -> Any:
     from sodalite.spark import _cluster_defaults, session
 
     config = {"spark.ui.showConsoleProgress": "false"}
+    defaults = _cluster_defaults()
     chosen = "driver-java-options" in os.environ.get("PYSPARK_SUBMIT_ARGS", "") \
         or "spark.driver.extraJavaOptions" in os.environ.get("PYSPARK_SUBMIT_ARGS", "") \
-        or "spark.driver.extraJavaOptions" in _cluster_defaults()
+        or "spark.driver.extraJavaOptions" in defaults
+    archive = None
     if finite and not chosen:
-        config["spark.driver.extraJavaOptions"] = QUICK_START_JVM_OPTIONS
-    return session(master, name, config)
+        archive = spark_start.class_archive(QUICK_START_JVM_OPTIONS)
+        config["spark.driver.extraJavaOptions"] = QUICK_START_JVM_OPTIONS + (
+            f" {archive.java_options()}" if archive is not None else "")
+    if finite and "spark.ui.enabled" not in defaults and "spark.ui.enabled" not in os.environ.get(
+            "PYSPARK_SUBMIT_ARGS", ""):
+        config["spark.ui.enabled"] = "false"  # no web UI to start for a run that ends by itself
+    spark = session(master, name, config)
+    if archive is not None:
+        _ARCHIVES[id(spark)] = archive
+    return spark
+
+
+def _stop(spark: Any, *, archive: bool = True) -> None:
+    """Stop the session; a run that writes the class archive then waits for its JVM to write it (not
+    after Ctrl-C: that run leaves the archive to the next)."""
+    spark.stop()
+    written = _ARCHIVES.pop(id(spark), None)
+    if not archive or written is None or written.part is None:
+        return
+    from pyspark import SparkContext
+
+    if sys.stdout.isatty():
+        print("saving Spark's classes for a faster start next time (once)...", flush=True)
+    spark_start.finish_archive(written, getattr(SparkContext._gateway, "proc", None))
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -270,10 +297,12 @@ def _watch(spark: Any, query: Any, verb: str, args: argparse.Namespace | None = 
     interval = PROGRESS_EVERY_S if args is None else float(args.progress_interval)
     shown = shown if shown is not None else Progress(verb, every=interval)
     showing = shown.terminal or bool(args is not None and args.progress)
+    ended = False  # by itself (not Ctrl-C): then a first run may wait to write the class archive
     try:
         while query.isActive:
             query.awaitTermination(TERMINAL_EVERY_S if shown.terminal else interval)
             _show(shown, pipelines.progress(query, seen), showing)
+        ended = True
         failure = query.exception()
         if failure is not None:
             shown.finish(f"{verb} {shown.done} {shown.noun} in {shown.elapsed()}, then the pipeline failed")
@@ -295,7 +324,7 @@ def _watch(spark: Any, query: Any, verb: str, args: argparse.Namespace | None = 
         return 130
     finally:
         try:
-            spark.stop()
+            _stop(spark, archive=ended)
         except Exception as error:  # the outcome above stands; say that Spark did not stop cleanly
             print(f"warning: Spark did not stop cleanly: {type(error).__name__}: {error}", file=sys.stderr)
 
