@@ -458,7 +458,7 @@ def _record_statements(op: port.StoreOp) -> Iterable[tuple[str, list[_Params]]]:
             yield SQL["delete_rules"], [(folded,)]
             if rules:
                 yield SQL["put_rule_at"], [(folded, _fold(name), name, position, port.encode_properties(e, rule))
-                                     for position, (name, rule) in enumerate(rules, start=1)]
+                                           for position, (name, rule) in enumerate(rules, start=1)]
     elif isinstance(op, port.DeleteEntity):
         folded = _fold(op.path)
         for statement in [SQL[f"delete_entity_rows_{t.removeprefix('sodalite_')}"] for t in _PARTITION_TABLES]:

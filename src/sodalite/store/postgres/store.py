@@ -365,7 +365,7 @@ class PostgresStore(RingMaintenance):
         (rows,) = self._read(f"read the counters of {len(refs)} partitions",
                              [(SQL["select_counts_many"], {"es": [e for e, _ in keys], "ps": [p for _, p in keys]})])
         return tuple(port.PartitionCounts(active=int(a), scheduled=int(s), deferred=int(d), size_in_bytes=int(b),
-                                     last_sequence_number=int(last), first_sequence_number=None)
+                                          last_sequence_number=int(last), first_sequence_number=None)
                      for a, s, d, b, last in rows)
 
     def next_due(self, ref: port.PartitionRef, now: int) -> int | None:
@@ -392,11 +392,11 @@ class PostgresStore(RingMaintenance):
     def _counts(rows: _Rows) -> port.PartitionCounts:
         if not rows:
             return port.PartitionCounts(active=0, scheduled=0, deferred=0, size_in_bytes=0, last_sequence_number=0,
-                                   first_sequence_number=None)
+                                        first_sequence_number=None)
         active, scheduled, deferred, size, last, first = rows[0]
         return port.PartitionCounts(active=int(active), scheduled=int(scheduled), deferred=int(deferred),
-                               size_in_bytes=int(size), last_sequence_number=int(last),
-                               first_sequence_number=None if first is None else int(first))
+                                    size_in_bytes=int(size), last_sequence_number=int(last),
+                                    first_sequence_number=None if first is None else int(first))
 
     # -- housekeeping -----------------------------------------------------------------------------
 

@@ -304,7 +304,7 @@ class SqliteStore:
         rows = self._read(f"count {len(refs)} partitions",
                           [(SQL["select_counts_only"], (ref.entity, ref.partition)) for ref in refs])
         return tuple(port.PartitionCounts(active=a, scheduled=s, deferred=d, size_in_bytes=b, last_sequence_number=last,
-                                     first_sequence_number=None) for ((a, s, d, b, last),) in rows)
+                                          first_sequence_number=None) for ((a, s, d, b, last),) in rows)
 
     def next_due(self, ref: port.PartitionRef, now: int) -> int | None:
         (rows,) = self._read(f"read the next due time of {ref.entity!r} partition {ref.partition}",
