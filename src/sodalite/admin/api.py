@@ -216,6 +216,15 @@ def _opt_str(body: Mapping[str, object], name: str) -> str | None:
     return value
 
 
+def _required_strs(body: Mapping[str, object], *names: str) -> tuple[str, ...]:
+    """The named string fields, every one present and not empty (else one error naming them all)."""
+    values = tuple(_opt_str(body, name) for name in names)
+    present = tuple(value for value in values if value)
+    if len(present) != len(names):
+        raise ArgumentError(f"{' and '.join(names)} are required")
+    return present
+
+
 def _opt_int(body: Mapping[str, object], name: str) -> int | None:
     value = body.get(name)
     if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
@@ -302,9 +311,7 @@ def _ok(value: object, status: int = 200) -> web.Response:
 
 async def login(request: web.Request) -> web.Response:
     body = await _body(request)
-    key_name, key = _opt_str(body, "keyName"), _opt_str(body, "key")
-    if not key_name or not key:
-        raise ArgumentError("keyName and key are required")
+    key_name, key = _required_strs(body, "keyName", "key")
     sessions = request.app[SESSIONS]
     control = request.app[CONTROL]
     expiry = int(sessions.clock() + sessions.lifetime)
@@ -356,9 +363,7 @@ async def list_entities(request: web.Request) -> web.Response:
 async def create_entity(request: web.Request) -> web.Response:
     caller = caller_of(request)
     body = await _body(request)
-    kind, path = _opt_str(body, "kind"), _opt_str(body, "path")
-    if not kind or not path:
-        raise ArgumentError("kind and path are required")
+    kind, path = _required_strs(body, "kind", "path")
     rule = body.get("rule")
     if rule is not None and not isinstance(rule, dict):
         raise ArgumentError("rule must be a JSON object")
@@ -492,9 +497,7 @@ async def keys(request: web.Request) -> web.Response:
 async def regenerate_key(request: web.Request) -> web.Response:
     caller = caller_of(request)
     body = await _body(request)
-    key_name, key_type = _opt_str(body, "keyName"), _opt_str(body, "keyType")
-    if not key_name or not key_type:
-        raise ArgumentError("keyName and keyType are required")
+    key_name, key_type = _required_strs(body, "keyName", "keyType")
     return _ok(await request.app[CONTROL].regenerate_key(caller, _opt_str(body, "entity"), key_name, key_type,
                                                          _opt_str(body, "key")))
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from sodalite.amqp.codec import decode, decode_value, encode_value, skip_value
 from sodalite.amqp.errors import DecodeError
-from sodalite.amqp.types import AmqpMap, Symbol, ULong
+from sodalite.amqp.types import AmqpMap, AmqpValue, Symbol, ULong
 
 HEADER = 0x70
 DELIVERY_ANNOTATIONS = 0x71
@@ -77,6 +77,22 @@ def split_sections(payload: bytes) -> list[Section]:
 def section_value(payload: bytes, section: Section) -> Any:
     """Decode one section's value."""
     return decode(payload[section.value_start : section.end])
+
+
+def properties_of(payload: bytes) -> tuple[list[AmqpValue], dict[str, AmqpValue]]:
+    """The properties list, padded with None to its 13 fields (AMQP 1.0 part 3, 3.2.4), and the
+    application properties with their keys as strings; each empty where its section is absent or
+    not of its type."""
+    fields: list[AmqpValue] = []
+    user: dict[str, AmqpValue] = {}
+    for section in split_sections(payload):
+        if section.code == PROPERTIES:
+            value = section_value(payload, section)
+            fields = list(value) if isinstance(value, list) else []
+        elif section.code == APPLICATION_PROPERTIES:
+            value = section_value(payload, section)
+            user = {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}
+    return fields + [None] * (13 - len(fields)), user
 
 
 def binary_value(payload: bytes, section: Section) -> bytes:

@@ -111,19 +111,11 @@ class ShownTail:
 
 def shown_tail(tail: bytes) -> ShownTail:
     """The properties, application properties and body of a stored tail, for the browser."""
-    fields: list[AmqpValue] = []
-    user: dict[str, PlainValue] = {}
+    fields, user = amqp_message.properties_of(tail)
     body = bytearray()
     for section in amqp_message.split_sections(tail):
-        if section.code == amqp_message.PROPERTIES:
-            value = amqp_message.section_value(tail, section)
-            fields = list(value) if isinstance(value, list) else []
-        elif section.code == amqp_message.APPLICATION_PROPERTIES:
-            value = amqp_message.section_value(tail, section)
-            user = {str(k): plain_value(v) for k, v in value.items()} if isinstance(value, dict) else {}
-        elif section.code == amqp_message.DATA:
+        if section.code == amqp_message.DATA:
             body += amqp_message.binary_value(tail, section)
         elif section.code in (amqp_message.AMQP_VALUE, amqp_message.AMQP_SEQUENCE):
             body += json.dumps(plain_value(amqp_message.section_value(tail, section))).encode()
-    fields += [None] * (PROPERTY_FIELDS - len(fields))
-    return ShownTail(fields, user, bytes(body))
+    return ShownTail(fields, {name: plain_value(value) for name, value in user.items()}, bytes(body))

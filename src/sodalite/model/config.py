@@ -68,7 +68,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 from sodalite.errors import ConfigurationError
 from sodalite.model.authorization import AuthorizationRule, rules_from_json
@@ -95,6 +95,15 @@ from sodalite.model.json_types import (
 )
 
 _T = TypeVar("_T")
+_P = TypeVar("_P")  # an entity's properties
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+_N = TypeVar("_N", bound=_Named)
 
 DEFAULT_NAMESPACE_NAME: Final = "sbemulatorns"
 DEFAULT_KEY_NAME: Final = "RootManageSharedAccessKey"
@@ -408,9 +417,7 @@ def _namespace(raw: object, path: str) -> NamespaceConfig:
         MAX_MESSAGE_SIZE_IN_KILOBYTES,
     )
     partitions = _optional_int(obj, "PartitionCount", path, DEFAULT_PARTITION_COUNT, MAX_PARTITION_COUNT)
-    stores_path = join_path(path, "MessagingStores")
-    stores = _each(obj, "MessagingStores", path, _messaging_store)
-    _unique_names(((s.name, f"{stores_path}[{i}]") for i, s in enumerate(stores)), "messaging store")
+    stores = _named_items(obj, "MessagingStores", path, _messaging_store, "messaging store")
     sku = obj.get("Sku", "Standard")
     if sku not in SKUS:
         raise config_error(join_path(path, "Sku"), f"must be one of {', '.join(SKUS)}, got {sku!r}")
@@ -440,44 +447,30 @@ def _messaging_store(raw: object, path: str) -> MessagingStoreConfig:
 
 
 def _queue(raw: object, path: str) -> QueueConfig:
-    obj = expect_object(raw, path)
-    check_keys(obj, ("Name", "Properties"), path)
-    name = _entity_name(obj, "queue", path)
-    properties = QueueProperties.from_json(_properties(obj, path), path=join_path(path, "Properties"))
+    _, name, properties = _entity(raw, path, "queue", QueueProperties.from_json)
     return QueueConfig(name, properties)
 
 
 def _topic(raw: object, path: str) -> TopicConfig:
-    obj = expect_object(raw, path)
-    check_keys(obj, ("Name", "Properties", "Subscriptions"), path)
-    name = _entity_name(obj, "topic", path)
-    properties = TopicProperties.from_json(_properties(obj, path), path=join_path(path, "Properties"))
-    subs_path = join_path(path, "Subscriptions")
-    subscriptions = _each(obj, "Subscriptions", path, _subscription)
-    _unique_names(((s.name, f"{subs_path}[{i}]") for i, s in enumerate(subscriptions)), "subscription")
+    obj, name, properties = _entity(raw, path, "topic", TopicProperties.from_json, "Subscriptions")
+    subscriptions = _named_items(obj, "Subscriptions", path, _subscription, "subscription")
     return TopicConfig(name, properties, subscriptions)
 
 
 def _subscription(raw: object, path: str) -> SubscriptionConfig:
-    obj = expect_object(raw, path)
-    check_keys(obj, ("Name", "Properties", "Rules"), path)
-    name = _entity_name(obj, "subscription", path)
-    properties = SubscriptionProperties.from_json(_properties(obj, path), path=join_path(path, "Properties"))
-    rules_path = join_path(path, "Rules")
-    rules = _each(obj, "Rules", path, _rule)
-    if not rules:
-        rules = (RuleDescription(DEFAULT_RULE_NAME, TrueFilter()),)
-    _unique_names(((r.name, f"{rules_path}[{i}]") for i, r in enumerate(rules)), "rule")
+    obj, name, properties = _entity(raw, path, "subscription", SubscriptionProperties.from_json, "Rules")
+    rules = _named_items(obj, "Rules", path, _rule, "rule") or (RuleDescription(DEFAULT_RULE_NAME, TrueFilter()),)
     return SubscriptionConfig(name, properties, rules)
 
 
-def _entity_name(obj: Mapping[str, Any], kind: EntityKind, path: str) -> str:
-    return validate_entity_name(require(obj, "Name", path), kind, label=join_path(path, "Name"))
-
-
-def _properties(obj: Mapping[str, Any], path: str) -> Mapping[str, Any]:
-    raw = obj.get("Properties", {})
-    return expect_object(raw, join_path(path, "Properties"))
+def _entity(raw: object, path: str, kind: EntityKind, read_properties: Callable[..., _P],
+            *children: str) -> tuple[Mapping[str, Any], str, _P]:
+    """What every entity in the file has: an object with its Name and Properties (and its ``children``)."""
+    obj = expect_object(raw, path)
+    check_keys(obj, ("Name", "Properties", *children), path)
+    name = validate_entity_name(require(obj, "Name", path), kind, label=join_path(path, "Name"))
+    properties_path = join_path(path, "Properties")
+    return obj, name, read_properties(expect_object(obj.get("Properties", {}), properties_path), path=properties_path)
 
 
 def _each(obj: Mapping[str, Any], key: str, path: str, read: Callable[[object, str], _T]) -> tuple[_T, ...]:
@@ -486,6 +479,15 @@ def _each(obj: Mapping[str, Any], key: str, path: str, read: Callable[[object, s
         return ()
     at = join_path(path, key)
     return tuple(read(item, f"{at}[{i}]") for i, item in enumerate(expect_array(obj[key], at)))
+
+
+def _named_items(obj: Mapping[str, Any], key: str, path: str, read: Callable[[object, str], _N],
+                 what: str) -> tuple[_N, ...]:
+    """The optional array ``obj[key]`` (as :func:`_each`), no name in it used twice."""
+    items = _each(obj, key, path, read)
+    at = join_path(path, key)
+    _unique_names(((item.name, f"{at}[{i}]") for i, item in enumerate(items)), what)
+    return items
 
 
 def _rule(raw: object, path: str) -> RuleDescription:

@@ -27,6 +27,7 @@ from typing import Protocol
 from sodalite.errors import EntityAlreadyExists, EntityNotFound, InvalidOperation, QuotaExceeded
 from sodalite.model.config import NamespaceConfig
 from sodalite.model.entities import (
+    EntityKind,
     QueueProperties,
     RuleDescription,
     SubscriptionProperties,
@@ -153,8 +154,12 @@ class EntityChanges:
         (result,) = await self.broker.worker.apply([op])
         return isinstance(result, RuleWritten) and result.applied
 
-    def _check_entity_quota(self, partitioned: bool) -> None:
-        """The namespace's quotas on queues plus topics, and on partitioned ones (seed: 10,000 and 100)."""
+    def _check_new_entity(self, name: str, kind: EntityKind, partitioned: bool) -> None:
+        """A queue or topic named ``name`` may be created: the name is valid and free, and the namespace's
+        quotas on queues plus topics, and on partitioned ones (seed: 10,000 and 100), allow one more."""
+        validate_entity_name(name, kind)
+        if self.broker.entity(name) is not None:
+            raise EntityAlreadyExists(f"the messaging entity '{name}' already exists")
         entities = [e for e in self.broker.entities.values() if e.kind in (QUEUE, TOPIC)]
         namespace = self.broker.namespace
         refusal = namespace_full(len(entities), sum(1 for e in entities if e.partitioned), partitioned,
@@ -168,10 +173,7 @@ class EntityChanges:
 
     async def _create_queue(self, name: str, properties: QueueProperties) -> Entity:
         """Create and store a queue at runtime (the management API's PUT)."""
-        validate_entity_name(name, "queue")
-        if self.broker.entity(name) is not None:
-            raise EntityAlreadyExists(f"the messaging entity '{name}' already exists")
-        self._check_entity_quota(properties.enable_partitioning)
+        self._check_new_entity(name, "queue", properties.enable_partitioning)
         self._check_forward_targets(properties, new_name=name)
         return await self._serve_created(EntityRecord(name, QUEUE, properties.to_json()))
 
@@ -221,10 +223,7 @@ class EntityChanges:
 
     async def _create_topic(self, name: str, properties: TopicProperties) -> Entity:
         """Create and store a topic at runtime (the management API's PUT)."""
-        validate_entity_name(name, "topic")
-        if self.broker.entity(name) is not None:
-            raise EntityAlreadyExists(f"the messaging entity '{name}' already exists")
-        self._check_entity_quota(properties.enable_partitioning)
+        self._check_new_entity(name, "topic", properties.enable_partitioning)
         return await self._serve_created(EntityRecord(name, TOPIC, properties.to_json()))
 
     async def update_topic(self, entity: Entity, properties: TopicProperties) -> None:

@@ -39,23 +39,10 @@ class Copy:
     dead_letter: tuple[str, str] | None = None
 
 
-def _sections(tail: bytes) -> tuple[list[object], dict[str, object]]:
-    fields: list[object] = []
-    user: dict[str, object] = {}
-    for s in amqp_message.split_sections(tail):
-        if s.code == amqp_message.PROPERTIES:
-            value = amqp_message.section_value(tail, s)
-            fields = list(value) if isinstance(value, list) else []
-        elif s.code == amqp_message.APPLICATION_PROPERTIES:
-            value = amqp_message.section_value(tail, s)
-            if isinstance(value, dict):
-                user = {str(k): v for k, v in value.items()}
-    return fields + [None] * (13 - len(fields)), user
-
-
-def _view(message: MessageDraft | MessageRecord, delivery_count: int) -> tuple[dict[str, object], dict[str, object]]:
+def _view(message: MessageDraft | MessageRecord,
+          delivery_count: int) -> tuple[dict[str, object], dict[str, AmqpValue]]:
     """The system properties a draft and a stored message share, and the application properties."""
-    fields, user = _sections(message.tail)
+    fields, user = amqp_message.properties_of(message.tail)
     system: dict[str, object] = {name: fields[i] for name, i in _PROPERTY_FIELDS.items()}
     ttl, scheduled = message.time_to_live, message.scheduled_enqueue_time
     system["MessageId"] = message.message_id

@@ -256,12 +256,7 @@ class StoreWorker:
                 arrived.set_result(value)  # type: ignore[arg-type]
 
         def job() -> None:
-            try:
-                value = on_thread()
-            except BaseException as error:
-                self._post(loop, settle, None, error)
-            else:
-                self._post(loop, settle, value, None)
+            self._run_posting(loop, on_thread, settle)
             release.wait(PARK_LIMIT_SECONDS)  # never kept longer, whatever the caller does
 
         try:
@@ -374,6 +369,16 @@ class StoreWorker:
         except RuntimeError:  # the loop closed meanwhile: nobody is left to hear of the outcome
             pass
 
+    def _run_posting(self, loop: asyncio.AbstractEventLoop, fn: Callable[[], T],
+                     callback: Callable[[T | None, BaseException | None], None]) -> None:
+        """On the store's thread: run ``fn``, then post its value, or its error, to ``callback`` on ``loop``."""
+        try:
+            value = fn()
+        except BaseException as error:
+            self._post(loop, callback, None, error)
+        else:
+            self._post(loop, callback, value, None)
+
     def _committed(self, group: list[tuple[Sequence[StoreOp], Committed]], results: tuple[OpResult, ...] | None,
                    error: BaseException | None, seconds: float) -> None:
         self._in_flight = False
@@ -420,16 +425,8 @@ class StoreWorker:
                 self.reachable = True
             done(value, error)
 
-        def job() -> None:
-            try:
-                value = fn()
-            except BaseException as error:
-                self._post(loop, answered, None, error)
-            else:
-                self._post(loop, answered, value, None)
-
         try:
-            self._executor.put(job)
+            self._executor.put(lambda: self._run_posting(loop, fn, answered))
         except RuntimeError as error:
             loop.call_soon(done, None, StoreUnavailable(f"the messaging store '{self.name}' is closed: {error}"))
 

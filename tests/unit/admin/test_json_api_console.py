@@ -323,6 +323,8 @@ def test_namespace_entities_and_rules_round_trip(caplog: pytest.LogCaptureFixtur
         response = await client.post("/api/v1/entities", headers=ADMIN, json={
             "kind": "queue", "path": "bad", "properties": {"MaxDeliveryCount": "many"}})
         assert response.status == 400 and env.broker.entity("bad") is None
+        response = await client.post("/api/v1/entities", headers=ADMIN, json={"kind": "queue", "path": ""})
+        assert response.status == 400 and "kind and path are required" in await response.text()
         response = await client.put("/api/v1/entities/made", headers=ADMIN,
                                     json={"properties": {"MaxDeliveryCount": 7}})
         assert response.status == 200 and (await response.json())["properties"]["MaxDeliveryCount"] == 7

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TypeVar, cast
 
 from sodalite.model.partition_core import (
+    commands,
     deferral,
     maintenance,
     receivers,
@@ -17,50 +18,17 @@ from sodalite.model.partition_core import (
     transactions,
     window,
 )
-from sodalite.model.partition_core.commands import (
-    AcceptSession,
-    Arrived,
-    CancelScheduled,
-    CloseConsumer,
-    Command,
-    CompleteThrough,
-    CountsRead,
-    DueInStore,
-    GetSessionState,
-    Landed,
-    MoveOut,
-    Publish,
-    Receive,
-    ReceiveDeferred,
-    RefreshCounts,
-    RenewLock,
-    RenewSessionLock,
-    Schedule,
-    Send,
-    SetSessionState,
-    Settle,
-    StoreAvailable,
-    StoreFailed,
-    StoreResults,
-    StoreUnavailable,
-    Tick,
-    Touch,
-    Transact,
-    Unsent,
-    UpdateSettings,
-    WindowRead,
-)
 from sodalite.model.partition_core.replies import Decision, ReadCounts, ReadWindow, SettingsUpdated
 from sodalite.model.partition_core.turn import Turn
 from sodalite.model.partition_core.view import View, touch
 from sodalite.model.store_ops import MoveMessages, RenewLocks
 from sodalite.model.store_ops import Settle as SettleOp
 
-_Handler = Callable[[Turn, Command], None]
+_Handler = Callable[[Turn, commands.Command], None]
 C = TypeVar("C")
 
 
-def decide(view: View, command: Command, now: int) -> Decision:
+def decide(view: View, command: commands.Command, now: int) -> Decision:
     """Decide what ``command`` at ``now`` does to the partition (see the package docstring)."""
     turn = Turn(view, now)
     kind = type(command)
@@ -81,7 +49,7 @@ def decide(view: View, command: Command, now: int) -> Decision:
 # ---- the store's answers: each continuation reads its own ------------------------------------------------
 
 
-def on_results(turn: Turn, command: StoreResults) -> None:
+def on_results(turn: Turn, command: commands.StoreResults) -> None:
     ctxs = turn.view.pending.pop(command.batch_id, None)
     if ctxs is not None:
         for ctx, result in zip(ctxs, command.results, strict=True):
@@ -89,7 +57,7 @@ def on_results(turn: Turn, command: StoreResults) -> None:
     _answer_update(turn, command.batch_id)
 
 
-def on_failed(turn: Turn, command: StoreFailed) -> None:
+def on_failed(turn: Turn, command: commands.StoreFailed) -> None:
     """Nothing of the batch happened: say so, and let reads find its messages again."""
     ctxs = turn.view.pending.pop(command.batch_id, None)
     if ctxs is not None:
@@ -172,7 +140,7 @@ def _set_available(available: bool) -> Callable[[Turn, object], None]:
     return handle
 
 
-def _on_arrived(turn: Turn, command: Arrived) -> None:
+def _on_arrived(turn: Turn, command: commands.Arrived) -> None:
     """Their numbers may lie below this core's cursor (another node appended while this one's own
     appends moved the cursor on): read again from the start, as a rescan does. Rows already in the
     window, locked here or being claimed are not taken twice, and claims are fenced by the store."""
@@ -183,15 +151,15 @@ def _on_arrived(turn: Turn, command: Arrived) -> None:
     view.sessions.maybe_ready = True
 
 
-def _on_refresh_counts(turn: Turn, _command: RefreshCounts) -> None:
+def _on_refresh_counts(turn: Turn, _command: commands.RefreshCounts) -> None:
     turn.view.counts.refresh = True
 
 
-def _on_send(turn: Turn, command: Send | Schedule) -> None:
+def _on_send(turn: Turn, command: commands.Send | commands.Schedule) -> None:
     sending.on_send(turn, command.drafts, command.reply_to)
 
 
-def _on_renew_session(turn: Turn, command: RenewSessionLock) -> None:
+def _on_renew_session(turn: Turn, command: commands.RenewSessionLock) -> None:
     sessions.on_renew_session(turn, command.session_id, command.reply_to)
 
 
@@ -204,40 +172,41 @@ def _on(kind: type[C], handler: Callable[[Turn, C], None]) -> tuple[type[object]
     return kind, cast(_Handler, handler)
 
 
+# Requests: each is a use of the entity (AutoDeleteOnIdle).
+_REQUESTS: list[tuple[type[object], _Handler]] = [
+    _on(commands.Send, _on_send),
+    _on(commands.Schedule, _on_send),
+    _on(commands.Publish, sending.on_publish),
+    _on(commands.CancelScheduled, sending.on_cancel),
+    _on(commands.Receive, receivers.on_receive),
+    _on(commands.CloseConsumer, receivers.on_close_consumer),
+    _on(commands.AcceptSession, sessions.on_accept),
+    _on(commands.RenewSessionLock, _on_renew_session),
+    _on(commands.GetSessionState, sessions.on_get_state),
+    _on(commands.SetSessionState, sessions.on_set_state),
+    _on(commands.Settle, settling.on_settle),
+    _on(commands.RenewLock, settling.on_renew),
+    _on(commands.ReceiveDeferred, deferral.on_receive_deferred),
+    _on(commands.CompleteThrough, maintenance.on_complete_through),
+    _on(commands.MoveOut, maintenance.on_move_out),
+    _on(commands.Transact, transactions.on_transact),
+    _on(commands.UpdateSettings, maintenance.on_update_settings),
+    _on(commands.Touch, _nothing),
+]
 _HANDLERS: dict[type[object], _Handler] = dict([
     # the store and time
-    _on(StoreResults, on_results),
-    _on(StoreFailed, on_failed),
-    _on(WindowRead, window.on_window_read),
-    _on(CountsRead, maintenance.on_counts_read),
-    _on(RefreshCounts, _on_refresh_counts),
-    _on(StoreAvailable, _set_available(True)),
-    _on(StoreUnavailable, _set_available(False)),
-    _on(Arrived, _on_arrived),
-    _on(Landed, sending.on_landed),
-    _on(DueInStore, timers.on_due_in_store),
-    _on(Unsent, sending.on_unsent),
-    _on(Tick, _nothing),
-    # requests: each is a use of the entity (AutoDeleteOnIdle)
-    _on(Send, _on_send),
-    _on(Schedule, _on_send),
-    _on(Publish, sending.on_publish),
-    _on(CancelScheduled, sending.on_cancel),
-    _on(Receive, receivers.on_receive),
-    _on(CloseConsumer, receivers.on_close_consumer),
-    _on(AcceptSession, sessions.on_accept),
-    _on(RenewSessionLock, _on_renew_session),
-    _on(GetSessionState, sessions.on_get_state),
-    _on(SetSessionState, sessions.on_set_state),
-    _on(Settle, settling.on_settle),
-    _on(RenewLock, settling.on_renew),
-    _on(ReceiveDeferred, deferral.on_receive_deferred),
-    _on(CompleteThrough, maintenance.on_complete_through),
-    _on(MoveOut, maintenance.on_move_out),
-    _on(Transact, transactions.on_transact),
-    _on(UpdateSettings, maintenance.on_update_settings),
-    _on(Touch, _nothing),
+    _on(commands.StoreResults, on_results),
+    _on(commands.StoreFailed, on_failed),
+    _on(commands.WindowRead, window.on_window_read),
+    _on(commands.CountsRead, maintenance.on_counts_read),
+    _on(commands.RefreshCounts, _on_refresh_counts),
+    _on(commands.StoreAvailable, _set_available(True)),
+    _on(commands.StoreUnavailable, _set_available(False)),
+    _on(commands.Arrived, _on_arrived),
+    _on(commands.Landed, sending.on_landed),
+    _on(commands.DueInStore, timers.on_due_in_store),
+    _on(commands.Unsent, sending.on_unsent),
+    _on(commands.Tick, _nothing),
+    *_REQUESTS,
 ])
-_USES = frozenset({Send, Schedule, Publish, CancelScheduled, Receive, CloseConsumer, AcceptSession,
-                   RenewSessionLock, GetSessionState, SetSessionState, Settle, RenewLock, ReceiveDeferred,
-                   CompleteThrough, MoveOut, Transact, UpdateSettings, Touch})
+_USES = frozenset(kind for kind, _ in _REQUESTS)

@@ -11,57 +11,7 @@ from typing import Any, Final, assert_never
 
 from sodalite.errors import StoreUnavailable
 from sodalite.model.message import MessageRecord, MessageState
-from sodalite.store.port import (
-    SUBSCRIPTION_KIND,
-    Activate,
-    Activated,
-    Append,
-    Appended,
-    AppendTo,
-    CancelScheduled,
-    Claim,
-    Claimed,
-    ClaimMessageIds,
-    ClaimSession,
-    DeleteEntity,
-    DeleteIdleEntity,
-    DeleteRule,
-    Done,
-    EntityRecord,
-    ForgetMessageIds,
-    ForgetMoveKeys,
-    IdleDeleted,
-    IdsClaimed,
-    Moved,
-    MoveMessages,
-    OpResult,
-    Outcome,
-    PartitionRef,
-    PruneMessageIds,
-    Purge,
-    Purged,
-    PutEntity,
-    PutRule,
-    PutSessionState,
-    RecordActivity,
-    ReleaseSession,
-    RememberMessageIds,
-    RememberMoveKeys,
-    Renewed,
-    RenewLocks,
-    RenewSession,
-    Restore,
-    Restored,
-    RuleWritten,
-    SessionClaimed,
-    Settle,
-    Settled,
-    StoredMessage,
-    Unscheduled,
-    encode_properties,
-    numbering_base,
-    split_rules,
-)
+from sodalite.store import port
 
 _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 _INT64_MIN = -(2**63)
@@ -77,22 +27,22 @@ def _fold(path: str) -> str:
 
 
 
-def _apply_rule(rules: dict[tuple[str, str], tuple[int, str]], op: PutRule | DeleteRule) -> RuleWritten:
+def _apply_rule(rules: dict[tuple[str, str], tuple[int, str]], op: port.PutRule | port.DeleteRule) -> port.RuleWritten:
     _check_text(op.subscription, "subscription path")
     _check_text(op.name, "rule name")
     key = (_fold(op.subscription), _fold(op.name))
-    if isinstance(op, DeleteRule):
-        return RuleWritten(rules.pop(key, None) is not None)
-    encoded = encode_properties(EntityRecord(op.subscription, SUBSCRIPTION_KIND, {}), op.rule)
+    if isinstance(op, port.DeleteRule):
+        return port.RuleWritten(rules.pop(key, None) is not None)
+    encoded = port.encode_properties(port.EntityRecord(op.subscription, port.SUBSCRIPTION_KIND, {}), op.rule)
     if op.replace:
         if key not in rules:
-            return RuleWritten(False)
+            return port.RuleWritten(False)
         rules[key] = (rules[key][0], encoded)
-        return RuleWritten(True)
+        return port.RuleWritten(True)
     if key in rules:
-        return RuleWritten(False)
+        return port.RuleWritten(False)
     rules[key] = (max((p for (s, _), (p, _) in rules.items() if s == key[0]), default=0) + 1, encoded)
-    return RuleWritten(True)
+    return port.RuleWritten(True)
 
 
 def _check_int64(value: int | None, what: str) -> None:
@@ -111,12 +61,12 @@ def _expired(m: MessageRecord, now: int) -> bool:
     return m.expires_at is not None and m.expires_at <= now
 
 
-def _key(ref: PartitionRef) -> _PartitionKey:
+def _key(ref: port.PartitionRef) -> _PartitionKey:
     _check_int64(ref.partition, f"partition number of {ref.entity!r}")
     return (_fold(ref.entity), ref.partition)
 
 
-def _check_record(ref: PartitionRef, m: MessageRecord) -> None:
+def _check_record(ref: port.PartitionRef, m: MessageRecord) -> None:
     where = f"message {m.sequence_number} of {ref.entity!r} partition {ref.partition}:"
     _check_int64(m.sequence_number, f"{where} sequence_number")
     _check_int64(m.enqueued_time, f"{where} enqueued_time")
@@ -143,11 +93,11 @@ class _Partition:
                           dict(self.session_states), set(self.move_keys), dict(self.locks),
                           dict(self.session_locks))
 
-    def stored(self, n: int) -> StoredMessage:
+    def stored(self, n: int) -> port.StoredMessage:
         lock = self.locks.get(n)
         if lock is None:
-            return StoredMessage(self.messages[n], None, None, None)
-        return StoredMessage(self.messages[n], lock.token, lock.until, lock.owner)
+            return port.StoredMessage(self.messages[n], None, None, None)
+        return port.StoredMessage(self.messages[n], lock.token, lock.until, lock.owner)
 
     def locked(self, n: int, now: int) -> bool:
         lock = self.locks.get(n)
@@ -218,7 +168,7 @@ class _Batch:
         self.copied: set[_PartitionKey] = set()
         self.claims: dict[tuple[_PartitionKey, str], uuid.UUID] = {}  # ids taken by this batch's ClaimMessageIds
 
-    def writable(self, ref: PartitionRef) -> _Partition:
+    def writable(self, ref: port.PartitionRef) -> _Partition:
         key = _key(ref)
         if key not in self.copied:
             old = self.partitions.get(key)
@@ -230,7 +180,7 @@ class _Batch:
 # ---- one handler per operation -------------------------------------------------------------------------
 
 
-def _append(t: _Batch, op: Append) -> OpResult:
+def _append(t: _Batch, op: port.Append) -> port.OpResult:
     part = t.writable(op.ref)
     numbers = []
     gate_ids = (None,) * len(op.messages) if op.gate is None else op.gate.message_ids
@@ -240,29 +190,29 @@ def _append(t: _Batch, op: Append) -> OpResult:
                 and t.claims.get((_key(op.gate.ref), gate_id)) != op.gate.claim):
             numbers.append(0)  # a duplicate: its id was not taken by this claim
             continue
-        n = part.append(m, numbering_base(op.ref))
+        n = part.append(m, port.numbering_base(op.ref))
         if op.numbered_by is not None:
             # above both counters, both raised: it takes nothing either partition holds or gave
             counter = t.writable(op.numbered_by)
-            n = max(n - 1, counter.last_sequence_number, numbering_base(op.numbered_by)) + 1
+            n = max(n - 1, counter.last_sequence_number, port.numbering_base(op.numbered_by)) + 1
             part.messages[n] = replace(part.messages.pop(part.last_sequence_number), sequence_number=n)
             part.last_sequence_number = counter.last_sequence_number = n
         numbers.append(n)
     _check_int64(part.last_sequence_number, f"last sequence number of {op.ref.entity!r}")
-    return Appended(tuple(numbers))
+    return port.Appended(tuple(numbers))
 
 
 
-def _prune_message_ids(t: _Batch, op: PruneMessageIds) -> OpResult:
+def _prune_message_ids(t: _Batch, op: port.PruneMessageIds) -> port.OpResult:
     _check_int64(op.seen_before, "seen_before")
     part = t.writable(op.ref)
     for message_id in [m for m, at in part.history.items() if at < op.seen_before]:
         del part.history[message_id]
-    return Done()
+    return port.Done()
 
 
 
-def _claim_message_ids(t: _Batch, op: ClaimMessageIds) -> OpResult:
+def _claim_message_ids(t: _Batch, op: port.ClaimMessageIds) -> port.OpResult:
     part = t.writable(op.ref)
     _check_int64(op.now, "now")
     _check_int64(op.window_ms, "window_ms")
@@ -276,14 +226,14 @@ def _claim_message_ids(t: _Batch, op: ClaimMessageIds) -> OpResult:
         part.history[message_id] = op.now
         t.claims[(_key(op.ref), message_id)] = op.claim
         fresh.append(True)
-    return IdsClaimed(tuple(fresh))
+    return port.IdsClaimed(tuple(fresh))
 
 
 
-def _claim(t: _Batch, op: Claim) -> OpResult:
+def _claim(t: _Batch, op: port.Claim) -> port.OpResult:
     part = t.writable(op.ref)
     wanted = None if op.sequence_numbers is None else set(op.sequence_numbers)
-    taken: list[StoredMessage] = []
+    taken: list[port.StoredMessage] = []
     for n in sorted(part.messages):
         if len(taken) == len(op.tokens):
             break
@@ -295,14 +245,14 @@ def _claim(t: _Batch, op: Claim) -> OpResult:
         part.messages[n] = replace(m, delivery_count=m.delivery_count + 1)
         part.locks[n] = _Lock(op.tokens[len(taken)], op.locked_until, op.owner)
         taken.append(part.stored(n))
-    return Claimed(tuple(taken))
+    return port.Claimed(tuple(taken))
 
 
 
-def _settle(t: _Batch, op: Settle) -> OpResult:
+def _settle(t: _Batch, op: port.Settle) -> port.OpResult:
     part = t.writable(op.ref)
     applied: list[bool] = []
-    kept: dict[PartitionRef, list[MessageRecord]] = {}  # dead letters keeping their numbers, per target
+    kept: dict[port.PartitionRef, list[MessageRecord]] = {}  # dead letters keeping their numbers, per target
     for item in op.items:
         n = item.sequence_number
         if not part.holds(n, item.lock_token, op.now):
@@ -315,17 +265,17 @@ def _settle(t: _Batch, op: Settle) -> OpResult:
         if item.tail is not None:
             m = replace(m, tail=item.tail)
         del part.locks[n]
-        if item.outcome is Outcome.COMPLETE:
+        if item.outcome is port.Outcome.COMPLETE:
             part.delete(n)
-        elif item.outcome is Outcome.ABANDON:
+        elif item.outcome is port.Outcome.ABANDON:
             part.messages[n] = m
-        elif item.outcome is Outcome.RELEASE:
+        elif item.outcome is port.Outcome.RELEASE:
             part.messages[n] = replace(m, delivery_count=max(0, m.delivery_count - 1))
-        elif item.outcome is Outcome.DEFER:
+        elif item.outcome is port.Outcome.DEFER:
             # a deferral is not a delivery attempt: the claim's count is given back, as by RELEASE
             part.messages[n] = replace(m, state=MessageState.DEFERRED,
                                        delivery_count=max(0, m.delivery_count - 1))
-        elif item.outcome is Outcome.DEAD_LETTER:
+        elif item.outcome is port.Outcome.DEAD_LETTER:
             target = op.dead_letter_target(item)
             part.delete(n)
             copy = replace(m, state=MessageState.ACTIVE, expires_at=item.expires_at,
@@ -336,16 +286,16 @@ def _settle(t: _Batch, op: Settle) -> OpResult:
             if item.keep_sequence_number:
                 kept.setdefault(target, []).append(copy)
             else:
-                t.writable(target).append(copy, numbering_base(target))
+                t.writable(target).append(copy, port.numbering_base(target))
         else:
             assert_never(item.outcome)
     for ref, records in kept.items():
-        t.writable(ref).keep(records, numbering_base(ref))
-    return Settled(tuple(applied))
+        t.writable(ref).keep(records, port.numbering_base(ref))
+    return port.Settled(tuple(applied))
 
 
 
-def _renew_locks(t: _Batch, op: RenewLocks) -> OpResult:
+def _renew_locks(t: _Batch, op: port.RenewLocks) -> port.OpResult:
     part = t.writable(op.ref)
     renewed: list[bool] = []
     for n, token in op.items:
@@ -353,11 +303,11 @@ def _renew_locks(t: _Batch, op: RenewLocks) -> OpResult:
         if ok:
             part.locks[n] = replace(part.locks[n], until=op.locked_until)
         renewed.append(ok)
-    return Renewed(tuple(renewed))
+    return port.Renewed(tuple(renewed))
 
 
 
-def _move_messages(t: _Batch, op: MoveMessages) -> OpResult:
+def _move_messages(t: _Batch, op: port.MoveMessages) -> port.OpResult:
     part = t.writable(op.ref)
     destination = op.destination
     moved: list[int | None] = []
@@ -383,16 +333,16 @@ def _move_messages(t: _Batch, op: MoveMessages) -> OpResult:
             keeping.append((len(moved), gone))
             moved.append(None)
         else:
-            moved.append(t.writable(destination).append(gone, numbering_base(destination)))
+            moved.append(t.writable(destination).append(gone, port.numbering_base(destination)))
     if keeping and destination is not None:
-        numbers = t.writable(destination).keep([m for _, m in keeping], numbering_base(destination))
+        numbers = t.writable(destination).keep([m for _, m in keeping], port.numbering_base(destination))
         for (index, _), number in zip(keeping, numbers, strict=True):
             moved[index] = number
-    return Moved(tuple(moved))
+    return port.Moved(tuple(moved))
 
 
 
-def _activate(t: _Batch, op: Activate) -> OpResult:
+def _activate(t: _Batch, op: port.Activate) -> port.OpResult:
     part = t.writable(op.ref)
     due = sorted(
         (m.scheduled_enqueue_time, n) for n, m in part.messages.items()
@@ -401,22 +351,22 @@ def _activate(t: _Batch, op: Activate) -> OpResult:
     )[:max(op.limit, 0)]
     for _, n in due:
         part.messages[n] = replace(part.messages[n], state=MessageState.ACTIVE)
-    return Activated(tuple(part.stored(n) for _, n in due))
+    return port.Activated(tuple(part.stored(n) for _, n in due))
 
 
 
-def _purge(t: _Batch, op: Purge) -> OpResult:
+def _purge(t: _Batch, op: port.Purge) -> port.OpResult:
     part = t.writable(op.ref)
     through = op.through_sequence_number
     doomed = [n for n in part.messages
               if (through is None or n <= through) and not part.locked(n, op.now)]
     for n in doomed:
         part.delete(n)
-    return Purged(len(doomed))
+    return port.Purged(len(doomed))
 
 
 
-def _restore(t: _Batch, op: Restore) -> OpResult:
+def _restore(t: _Batch, op: port.Restore) -> port.OpResult:
     part = t.writable(op.ref)
     restored: list[bool] = []
     for m in op.messages:
@@ -429,11 +379,11 @@ def _restore(t: _Batch, op: Restore) -> OpResult:
         part.locks.pop(n, None)
         part.last_sequence_number = max(part.last_sequence_number, n)
         restored.append(True)
-    return Restored(tuple(restored))
+    return port.Restored(tuple(restored))
 
 
 
-def _cancel_scheduled(t: _Batch, op: CancelScheduled) -> OpResult:
+def _cancel_scheduled(t: _Batch, op: port.CancelScheduled) -> port.OpResult:
     _check_int64(op.now, "now")
     part = t.writable(op.ref)
     asked = list(dict.fromkeys(op.sequence_numbers))
@@ -444,11 +394,11 @@ def _cancel_scheduled(t: _Batch, op: CancelScheduled) -> OpResult:
     if not missing:
         for n in asked:
             part.delete(n)
-    return Unscheduled(missing)
+    return port.Unscheduled(missing)
 
 
 
-def _claim_session(t: _Batch, op: ClaimSession) -> OpResult:
+def _claim_session(t: _Batch, op: port.ClaimSession) -> port.OpResult:
     part = t.writable(op.ref)
 
     def free(sid: str) -> bool:
@@ -464,47 +414,47 @@ def _claim_session(t: _Batch, op: ClaimSession) -> OpResult:
                 chosen = m.session_id
                 break
     if chosen is None or not free(chosen):
-        return SessionClaimed(None)
+        return port.SessionClaimed(None)
     _check_text(chosen, f"session id of {op.ref.entity!r}")
     part.session_locks[chosen] = _Lock(op.token, op.locked_until, op.owner)
-    return SessionClaimed(chosen)
+    return port.SessionClaimed(chosen)
 
 
 
-def _renew_session(t: _Batch, op: RenewSession) -> OpResult:
+def _renew_session(t: _Batch, op: port.RenewSession) -> port.OpResult:
     part = t.writable(op.ref)
     lock = part.session_locks.get(op.session_id)
     ok = lock is not None and lock.token == op.token and lock.until > op.now
     if ok:
         assert lock is not None
         part.session_locks[op.session_id] = replace(lock, until=op.locked_until)
-    return Renewed((ok,))
+    return port.Renewed((ok,))
 
 
 
-def _release_session(t: _Batch, op: ReleaseSession) -> OpResult:
+def _release_session(t: _Batch, op: port.ReleaseSession) -> port.OpResult:
     part = t.writable(op.ref)
     lock = part.session_locks.get(op.session_id)
     ok = lock is not None and lock.token == op.token
     if ok:
         del part.session_locks[op.session_id]
-    return Renewed((ok,))
+    return port.Renewed((ok,))
 
 
 
-def _remember_message_ids(t: _Batch, op: RememberMessageIds) -> OpResult:
+def _remember_message_ids(t: _Batch, op: port.RememberMessageIds) -> port.OpResult:
     if op.entries:
         part = t.writable(op.ref)
         for message_id, seen_at in op.entries:
             _check_text(message_id, f"message id of {op.ref.entity!r}")
             _check_int64(seen_at, f"seen-at time of message id {message_id!r}")
             part.history[message_id] = seen_at
-    return Done()
+    return port.Done()
 
 
-def _forget_message_ids(t: _Batch, op: ForgetMessageIds) -> OpResult:
+def _forget_message_ids(t: _Batch, op: port.ForgetMessageIds) -> port.OpResult:
     if not op.message_ids:
-        return Done()
+        return port.Done()
     part = t.writable(op.ref)
     if op.seen_before is not None:
         _check_int64(op.seen_before, "seen_before")
@@ -513,10 +463,10 @@ def _forget_message_ids(t: _Batch, op: ForgetMessageIds) -> OpResult:
         seen = part.history.get(message_id)
         if seen is not None and (op.seen_before is None or seen < op.seen_before):
             del part.history[message_id]
-    return Done()
+    return port.Done()
 
 
-def _put_session_state(t: _Batch, op: PutSessionState) -> OpResult:
+def _put_session_state(t: _Batch, op: port.PutSessionState) -> port.OpResult:
     part = t.writable(op.ref)
     _check_text(op.session_id, f"session id of {op.ref.entity!r}")
     _check_int64(op.updated_at, f"update time of session {op.session_id!r}")
@@ -524,36 +474,36 @@ def _put_session_state(t: _Batch, op: PutSessionState) -> OpResult:
         part.session_states.pop(op.session_id, None)
     else:
         part.session_states[op.session_id] = (bytes(op.state), op.updated_at)
-    return Done()
+    return port.Done()
 
 
-def _move_keys(t: _Batch, op: RememberMoveKeys | ForgetMoveKeys) -> OpResult:
+def _move_keys(t: _Batch, op: port.RememberMoveKeys | port.ForgetMoveKeys) -> port.OpResult:
     if not op.keys:
-        return Done()
+        return port.Done()
     part = t.writable(op.ref)
     for move_key in op.keys:
         _check_text(move_key, f"move key of {op.ref.entity!r}")
-    if isinstance(op, RememberMoveKeys):
+    if isinstance(op, port.RememberMoveKeys):
         part.move_keys.update(op.keys)
     else:
         part.move_keys.difference_update(op.keys)
-    return Done()
+    return port.Done()
 
 
-def _put_entity(t: _Batch, op: PutEntity) -> OpResult:
+def _put_entity(t: _Batch, op: port.PutEntity) -> port.OpResult:
     e = op.entity
-    properties, whole_set = split_rules(e)
-    t.entities[_fold(e.path)] = _StoredEntity(e.path, e.kind, encode_properties(e, properties))
+    properties, whole_set = port.split_rules(e)
+    t.entities[_fold(e.path)] = _StoredEntity(e.path, e.kind, port.encode_properties(e, properties))
     if whole_set is not None:
         folded = _fold(e.path)
         for gone in [k for k in t.rules if k[0] == folded]:
             del t.rules[gone]
         for position, (name, rule) in enumerate(whole_set, start=1):
-            t.rules[(folded, _fold(name))] = (position, encode_properties(e, rule))
-    return Done()
+            t.rules[(folded, _fold(name))] = (position, port.encode_properties(e, rule))
+    return port.Done()
 
 
-def _delete_entity(t: _Batch, op: DeleteEntity) -> OpResult:
+def _delete_entity(t: _Batch, op: port.DeleteEntity) -> port.OpResult:
     folded = _fold(op.path)
     sub_queues = folded + "/$"
     t.entities.pop(folded, None)
@@ -564,10 +514,10 @@ def _delete_entity(t: _Batch, op: DeleteEntity) -> OpResult:
         t.copied.discard(key)
     for activity_key in [k for k in t.activity if k[0] == folded]:
         del t.activity[activity_key]
-    return Done()
+    return port.Done()
 
 
-def _record_activity(t: _Batch, op: RecordActivity) -> OpResult:
+def _record_activity(t: _Batch, op: port.RecordActivity) -> port.OpResult:
     _check_int64(op.now, "now")
     for entry in op.entries:
         _check_text(entry.path, "entity path")
@@ -576,10 +526,10 @@ def _record_activity(t: _Batch, op: RecordActivity) -> OpResult:
         row = (_fold(entry.path), op.node)
         last = max(entry.last_activity, t.activity[row][0]) if row in t.activity else entry.last_activity
         t.activity[row] = (last, entry.receivers, op.now)
-    return Done()
+    return port.Done()
 
 
-def _delete_idle_entity(t: _Batch, op: DeleteIdleEntity) -> OpResult:
+def _delete_idle_entity(t: _Batch, op: port.DeleteIdleEntity) -> port.OpResult:
     folded = _fold(op.path)
     rows = [row for (path, _), row in t.activity.items() if path == folded]
     busy = any(last > op.active_after or (receivers > 0 and refreshed > op.live_after)
@@ -588,42 +538,42 @@ def _delete_idle_entity(t: _Batch, op: DeleteIdleEntity) -> OpResult:
     if deleted:
         for gone in [k for k in t.activity if k[0] == folded]:
             del t.activity[gone]
-    return IdleDeleted(deleted)
+    return port.IdleDeleted(deleted)
 
 
-def _rule(t: _Batch, op: PutRule | DeleteRule) -> OpResult:
+def _rule(t: _Batch, op: port.PutRule | port.DeleteRule) -> port.OpResult:
     return _apply_rule(t.rules, op)
 
 
-def _append_to(t: _Batch, op: AppendTo) -> OpResult:
+def _append_to(t: _Batch, op: port.AppendTo) -> port.OpResult:
     return _append(t, op.as_append())
 
 
-HANDLERS: Final[dict[type, Callable[[_Batch, Any], OpResult]]] = {
-    Append: _append,
-    AppendTo: _append_to,
-    Claim: _claim,
-    Settle: _settle,
-    RenewLocks: _renew_locks,
-    MoveMessages: _move_messages,
-    Activate: _activate,
-    Purge: _purge,
-    Restore: _restore,
-    CancelScheduled: _cancel_scheduled,
-    ClaimMessageIds: _claim_message_ids,
-    PruneMessageIds: _prune_message_ids,
-    RememberMessageIds: _remember_message_ids,
-    ForgetMessageIds: _forget_message_ids,
-    ClaimSession: _claim_session,
-    RenewSession: _renew_session,
-    ReleaseSession: _release_session,
-    PutSessionState: _put_session_state,
-    RememberMoveKeys: _move_keys,
-    ForgetMoveKeys: _move_keys,
-    PutEntity: _put_entity,
-    DeleteEntity: _delete_entity,
-    RecordActivity: _record_activity,
-    DeleteIdleEntity: _delete_idle_entity,
-    PutRule: _rule,
-    DeleteRule: _rule,
+HANDLERS: Final[dict[type, Callable[[_Batch, Any], port.OpResult]]] = {
+    port.Append: _append,
+    port.AppendTo: _append_to,
+    port.Claim: _claim,
+    port.Settle: _settle,
+    port.RenewLocks: _renew_locks,
+    port.MoveMessages: _move_messages,
+    port.Activate: _activate,
+    port.Purge: _purge,
+    port.Restore: _restore,
+    port.CancelScheduled: _cancel_scheduled,
+    port.ClaimMessageIds: _claim_message_ids,
+    port.PruneMessageIds: _prune_message_ids,
+    port.RememberMessageIds: _remember_message_ids,
+    port.ForgetMessageIds: _forget_message_ids,
+    port.ClaimSession: _claim_session,
+    port.RenewSession: _renew_session,
+    port.ReleaseSession: _release_session,
+    port.PutSessionState: _put_session_state,
+    port.RememberMoveKeys: _move_keys,
+    port.ForgetMoveKeys: _move_keys,
+    port.PutEntity: _put_entity,
+    port.DeleteEntity: _delete_entity,
+    port.RecordActivity: _record_activity,
+    port.DeleteIdleEntity: _delete_idle_entity,
+    port.PutRule: _rule,
+    port.DeleteRule: _rule,
 }

@@ -32,6 +32,7 @@ from dataclasses import replace
 
 from sodalite.errors import StoreUnavailable
 from sodalite.model.message import MessageState
+from sodalite.store import port
 from sodalite.store.memory.handlers import (
     HANDLERS,
     _Batch,
@@ -39,19 +40,6 @@ from sodalite.store.memory.handlers import (
     _Partition,
     _PartitionKey,
     _StoredEntity,
-)
-from sodalite.store.port import (
-    SUBSCRIPTION_KIND,
-    EntityRecord,
-    OpResult,
-    PartitionCounts,
-    PartitionMeta,
-    PartitionRef,
-    PartitionStats,
-    StoredMessage,
-    StoreOp,
-    check_all_or_none,
-    prepare_batch,
 )
 
 
@@ -82,19 +70,19 @@ class MemoryStore:
             raise StoreUnavailable("the memory store is closed")
         self._opened = True
 
-    def apply(self, batch: Sequence[StoreOp]) -> tuple[OpResult, ...]:
+    def apply(self, batch: Sequence[port.StoreOp]) -> tuple[port.OpResult, ...]:
         self._require_open()
         if self._fail_next is not None:
             exc, self._fail_next = self._fail_next, None
             if isinstance(exc, StoreUnavailable):
                 raise exc
             raise StoreUnavailable(f"injected store failure: {exc}") from exc
-        batch = prepare_batch(batch)
+        batch = port.prepare_batch(batch)
         t = _Batch(self._partitions, self._entities, self._activity, self._rules)
-        results: list[OpResult] = []
+        results: list[port.OpResult] = []
         for index, op in enumerate(batch):
             results.append(HANDLERS[type(op)](t, op))
-            check_all_or_none(index, op, results[-1])  # raising leaves the store as it was
+            port.check_all_or_none(index, op, results[-1])  # raising leaves the store as it was
         # Every operation succeeded: publish the new state in one step.
         self._partitions = t.partitions
         self._entities = t.entities
@@ -102,35 +90,35 @@ class MemoryStore:
         self._rules = t.rules
         return tuple(results)
 
-    def load_entities(self) -> list[EntityRecord]:
+    def load_entities(self) -> list[port.EntityRecord]:
         self._require_open()
         records = []
         for folded, e in sorted(self._entities.items()):
             properties = json.loads(e.properties_json)
-            if e.kind == SUBSCRIPTION_KIND:
+            if e.kind == port.SUBSCRIPTION_KIND:
                 mine = sorted((position, name, rule) for (sub, name), (position, rule) in self._rules.items()
                               if sub == folded)
                 properties["Rules"] = [json.loads(rule) for _, _, rule in mine]
-            records.append(EntityRecord(path=e.path, kind=e.kind, properties=properties))
+            records.append(port.EntityRecord(path=e.path, kind=e.kind, properties=properties))
         return records
 
-    def stats(self, ref: PartitionRef) -> PartitionStats:
+    def stats(self, ref: port.PartitionRef) -> port.PartitionStats:
         self._require_open()
         part = self._partitions.get(_key(ref))
         if part is None:
-            return PartitionStats(message_count=0, size_in_bytes=0)
-        return PartitionStats(
+            return port.PartitionStats(message_count=0, size_in_bytes=0)
+        return port.PartitionStats(
             message_count=len(part.messages),
             size_in_bytes=sum(m.size for m in part.messages.values()),
         )
 
     # -- reads: plain scans, the reference the durable adapters are held to -------------
 
-    def peek(self, ref: PartitionRef, from_sequence_number: int, count: int,
+    def peek(self, ref: port.PartitionRef, from_sequence_number: int, count: int,
              states: frozenset[MessageState] | None = None,
-             session_id: str | None = None) -> tuple[StoredMessage, ...]:
+             session_id: str | None = None) -> tuple[port.StoredMessage, ...]:
         part = self._read(ref)
-        found: list[StoredMessage] = []
+        found: list[port.StoredMessage] = []
         for n in sorted(part.messages):
             if len(found) >= count:
                 break
@@ -140,19 +128,19 @@ class MemoryStore:
                 found.append(part.stored(n))
         return tuple(found)
 
-    def session_ids(self, ref: PartitionRef, states: frozenset[MessageState]) -> tuple[str, ...]:
+    def session_ids(self, ref: port.PartitionRef, states: frozenset[MessageState]) -> tuple[str, ...]:
         part = self._read(ref)
         return tuple(sorted({m.session_id for m in part.messages.values()
                              if m.session_id is not None and m.state in states}))
 
-    def fetch(self, ref: PartitionRef, sequence_numbers: Sequence[int]) -> tuple[StoredMessage, ...]:
+    def fetch(self, ref: port.PartitionRef, sequence_numbers: Sequence[int]) -> tuple[port.StoredMessage, ...]:
         part = self._read(ref)
         return tuple(part.stored(n) for n in sorted(set(sequence_numbers)) if n in part.messages)
 
-    def counts(self, ref: PartitionRef) -> PartitionCounts:
+    def counts(self, ref: port.PartitionRef) -> port.PartitionCounts:
         part = self._read(ref)
         states = [m.state for m in part.messages.values()]
-        return PartitionCounts(
+        return port.PartitionCounts(
             active=states.count(MessageState.ACTIVE),
             scheduled=states.count(MessageState.SCHEDULED),
             deferred=states.count(MessageState.DEFERRED),
@@ -161,13 +149,13 @@ class MemoryStore:
             first_sequence_number=min(part.messages, default=None),
         )
 
-    def next_due_many(self, refs: Sequence[PartitionRef], now: int) -> tuple[int | None, ...]:
+    def next_due_many(self, refs: Sequence[port.PartitionRef], now: int) -> tuple[int | None, ...]:
         return tuple(self.next_due(ref, now) for ref in refs)
 
-    def counts_many(self, refs: Sequence[PartitionRef]) -> tuple[PartitionCounts, ...]:
+    def counts_many(self, refs: Sequence[port.PartitionRef]) -> tuple[port.PartitionCounts, ...]:
         return tuple(replace(self.counts(ref), first_sequence_number=None) for ref in refs)
 
-    def next_due(self, ref: PartitionRef, now: int) -> int | None:
+    def next_due(self, ref: port.PartitionRef, now: int) -> int | None:
         part = self._read(ref)
         times: list[int] = []
         for n, m in part.messages.items():
@@ -181,16 +169,16 @@ class MemoryStore:
         times.extend(lock.until for lock in part.session_locks.values() if lock.until > now)
         return min(times, default=None)
 
-    def partition_meta(self, ref: PartitionRef) -> PartitionMeta:
+    def partition_meta(self, ref: port.PartitionRef) -> port.PartitionMeta:
         part = self._read(ref)
-        return PartitionMeta(
+        return port.PartitionMeta(
             counts=self.counts(ref),
             duplicate_history=tuple(sorted(part.history.items(), key=lambda item: (item[1], item[0]))),
             session_states=tuple((sid, state, at) for sid, (state, at) in sorted(part.session_states.items())),
             move_keys=tuple(sorted(part.move_keys)),
         )
 
-    def _read(self, ref: PartitionRef) -> _Partition:
+    def _read(self, ref: port.PartitionRef) -> _Partition:
         self._require_open()
         return self._partitions.get(_key(ref)) or _Partition()
 

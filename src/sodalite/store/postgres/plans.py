@@ -37,58 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, NamedTuple, TypeVar
 
 from sodalite.model.message import MessageRecord, MessageState
-from sodalite.store.port import (
-    SUBSCRIPTION_KIND,
-    Activate,
-    Activated,
-    Append,
-    Appended,
-    AppendTo,
-    CancelScheduled,
-    Claim,
-    Claimed,
-    ClaimMessageIds,
-    ClaimSession,
-    DeleteEntity,
-    DeleteIdleEntity,
-    DeleteRule,
-    Done,
-    EntityRecord,
-    ForgetMessageIds,
-    ForgetMoveKeys,
-    IdleDeleted,
-    IdsClaimed,
-    Moved,
-    MoveItem,
-    MoveMessages,
-    OpResult,
-    Outcome,
-    PartitionRef,
-    PruneMessageIds,
-    Purge,
-    Purged,
-    PutEntity,
-    PutRule,
-    PutSessionState,
-    RecordActivity,
-    ReleaseSession,
-    RememberMessageIds,
-    RememberMoveKeys,
-    Renewed,
-    RenewLocks,
-    RenewSession,
-    Restore,
-    Restored,
-    RuleWritten,
-    SessionClaimed,
-    Settle,
-    Settled,
-    SettleItem,
-    StoreOp,
-    Unscheduled,
-    encode_properties,
-    split_rules,
-)
+from sodalite.store import port
 from sodalite.store.postgres.statements import (
     _CODE,
     _FIELD_NAMES,
@@ -112,8 +61,8 @@ from sodalite.store.postgres.values import (
 _K = TypeVar("_K", bound=Hashable)  # what groups settle items into one statement
 
 
-def _done(_: list[_Rows]) -> OpResult:
-    return Done()
+def _done(_: list[_Rows]) -> port.OpResult:
+    return port.Done()
 
 
 @dataclass(slots=True)
@@ -134,14 +83,15 @@ class _Plan:
 
     steps: list[_Step] = field(default_factory=list)
     # Called with the rows of the steps that keep theirs (``rows=True``), in order.
-    finish: Callable[[list[_Rows]], OpResult] = _done
+    finish: Callable[[list[_Rows]], port.OpResult] = _done
     # The partitions it numbers messages of, whose base rows the batch takes first (SQL["take_partition"]).
     takes: set[tuple[bytes, int]] = field(default_factory=set)
     # A plan for several operations (_merged_complete_plan): their results, in order, instead of finish.
-    results: Callable[[list[_Rows]], list[OpResult]] | None = None
+    results: Callable[[list[_Rows]], list[port.OpResult]] | None = None
 
 
-def _message_arrays(ref: PartitionRef, messages: Sequence[MessageRecord], numbered: bool) -> dict[str, list[object]]:
+def _message_arrays(ref: port.PartitionRef, messages: Sequence[MessageRecord],
+                    numbered: bool) -> dict[str, list[object]]:
     """The messages as one array per column (for ``unnest``), each value checked."""
     arrays: dict[str, list[object]] = {"seq": [], **{name: [] for name in _FIELD_NAMES}}
     for m in messages:
@@ -189,9 +139,9 @@ def _unique(numbers: Sequence[int]) -> bool:
     return len(set(numbers)) == len(numbers)
 
 
-def _append_plan(op: Append) -> _Plan:
+def _append_plan(op: port.Append) -> _Plan:
     if not op.messages:
-        return _Plan(finish=lambda _: Appended(()))
+        return _Plan(finish=lambda _: port.Appended(()))
     if op.numbered_by is not None and _key(op.numbered_by) != _key(op.ref):
         gate_entity, gate_partition = (None, None) if op.gate is None else _key(op.gate.ref)
         counter_entity, counter_partition = _key(op.numbered_by)
@@ -201,9 +151,9 @@ def _append_plan(op: Append) -> _Plan:
                   "gid": [None] * len(op.messages) if op.gate is None
                   else [_opt_utf8(mid, "gate message id") for mid in op.gate.message_ids]}
 
-        def placed(rows: list[_Rows]) -> OpResult:
+        def placed(rows: list[_Rows]) -> port.OpResult:
             by_place = {int(place): int(number) for place, number in rows[0]}
-            return Appended(tuple(by_place.get(place, 0) for place in range(1, len(op.messages) + 1)))
+            return port.Appended(tuple(by_place.get(place, 0) for place in range(1, len(op.messages) + 1)))
 
         return _Plan([_Step(SQL["append_numbered_by"], params, rows=True)], placed,
                      takes={_key(op.ref), _key(op.numbered_by)})
@@ -213,9 +163,9 @@ def _append_plan(op: Append) -> _Plan:
                  "ge": gate_entity, "gp": gate_partition, "claim": op.gate.claim,
                  "gid": [_opt_utf8(mid, "gate message id") for mid in op.gate.message_ids]}
 
-        def numbered(rows: list[_Rows]) -> OpResult:
+        def numbered(rows: list[_Rows]) -> port.OpResult:
             by_place = {int(place): int(number) for place, number in rows[0]}
-            return Appended(tuple(by_place.get(place, 0) for place in range(1, len(op.messages) + 1)))
+            return port.Appended(tuple(by_place.get(place, 0) for place in range(1, len(op.messages) + 1)))
 
         return _Plan([_Step(SQL["append_gated"], gated, rows=True)], numbered, takes={_key(op.ref)})
     params = {**_partition_params(op.ref), **_message_arrays(op.ref, op.messages, numbered=False),
@@ -225,26 +175,26 @@ def _append_plan(op: Append) -> _Plan:
               "dd": sum(1 for m in op.messages if m.state == MessageState.DEFERRED),
               "dz": sum(m.size for m in op.messages)}
     return _Plan([_Step(SQL["append"], params, rows=True)],
-                 lambda rows: Appended(tuple(sorted(int(r[0]) for r in rows[0]))), takes={_key(op.ref)})
+                 lambda rows: port.Appended(tuple(sorted(int(r[0]) for r in rows[0]))), takes={_key(op.ref)})
 
 
-def _claim_ids_plan(op: ClaimMessageIds) -> _Plan:
+def _claim_ids_plan(op: port.ClaimMessageIds) -> _Plan:
     if not op.message_ids:
-        return _Plan(finish=lambda _: IdsClaimed(()))
+        return _Plan(finish=lambda _: port.IdsClaimed(()))
     now = _time(op.now, "now")
     params = {**_partition_params(op.ref), "ids": [_utf8(mid, "message id") for mid in op.message_ids],
               "now": now, "since": _time(now - op.window_ms, "now - window_ms"), "claim": op.claim}
 
-    def fresh(rows: list[_Rows]) -> OpResult:
+    def fresh(rows: list[_Rows]) -> port.OpResult:
         taken = {int(r[0]) for r in rows[0]}
-        return IdsClaimed(tuple(place in taken for place in range(1, len(op.message_ids) + 1)))
+        return port.IdsClaimed(tuple(place in taken for place in range(1, len(op.message_ids) + 1)))
 
     return _Plan([_Step(SQL["claim_ids"], params, rows=True)], fresh, takes={_key(op.ref)})
 
 
-def _claim_plan(op: Claim) -> _Plan:
+def _claim_plan(op: port.Claim) -> _Plan:
     if not op.tokens or (op.sequence_numbers is not None and not op.sequence_numbers):
-        return _Plan(finish=lambda _: Claimed(()))
+        return _Plan(finish=lambda _: port.Claimed(()))
     params = {**_partition_params(op.ref), "state": int(op.state), "now": _time(op.now, "now"),
               "n": len(op.tokens), "tokens": list(op.tokens), "until": _time(op.locked_until, "locked_until"),
               "owner": op.owner,
@@ -253,7 +203,7 @@ def _claim_plan(op: Claim) -> _Plan:
                                                                  for n in op.sequence_numbers]}
     sql = SQL["claim" + ("_in_session" if op.session_id is not None else "")
               + ("_by_numbers" if op.sequence_numbers is not None else "")]
-    return _Plan([_Step(sql, params, rows=True)], lambda rows: Claimed(
+    return _Plan([_Step(sql, params, rows=True)], lambda rows: port.Claimed(
         tuple(sorted((_stored_from_row(r) for r in rows[0]), key=lambda s: s.record.sequence_number))))
 
 
@@ -287,14 +237,14 @@ class _SettleGroup(NamedTuple):
     keep: bool = False
 
 
-def _settle_plan(op: Settle) -> _Plan:
+def _settle_plan(op: port.Settle) -> _Plan:
     base = {**_partition_params(op.ref), "now": _time(op.now, "now")}
     numbers = [item.sequence_number for item in op.items]
 
-    def key(item: SettleItem) -> _SettleGroup:
-        if item.outcome is Outcome.COMPLETE:
+    def key(item: port.SettleItem) -> _SettleGroup:
+        if item.outcome is port.Outcome.COMPLETE:
             return _SettleGroup("complete")
-        if item.outcome is Outcome.DEAD_LETTER:
+        if item.outcome is port.Outcome.DEAD_LETTER:
             return _SettleGroup("dead-letter", _key(op.dead_letter_target(item)), item.keep_sequence_number)
         return _SettleGroup("unlock")
 
@@ -316,12 +266,12 @@ def _settle_plan(op: Settle) -> _Plan:
             takes.add(group_key.target)
         steps.append(_Step(sql, params, rows=True, generic=True))
         groups.append(indexes)
-    return _Plan(steps, lambda rows: Settled(_flags(numbers, groups, rows)), takes)
+    return _Plan(steps, lambda rows: port.Settled(_flags(numbers, groups, rows)), takes)
 
 
-def _results(plans: list[_Plan], fetched: list[_Rows], position: int) -> tuple[OpResult, ...]:
+def _results(plans: list[_Plan], fetched: list[_Rows], position: int) -> tuple[port.OpResult, ...]:
     """One result per operation from the rows of the plans' steps (those from ``position`` on)."""
-    results: list[OpResult] = []
+    results: list[port.OpResult] = []
     for plan in plans:
         mine = [rows for step, rows in zip(plan.steps, fetched[position:position + len(plan.steps)], strict=True)
                 if step.rows]
@@ -333,11 +283,11 @@ def _results(plans: list[_Plan], fetched: list[_Rows], position: int) -> tuple[O
     return tuple(results)
 
 
-def _completes_only(op: StoreOp) -> bool:
-    return isinstance(op, Settle) and bool(op.items) and all(i.outcome is Outcome.COMPLETE for i in op.items)
+def _completes_only(op: port.StoreOp) -> bool:
+    return isinstance(op, port.Settle) and bool(op.items) and all(i.outcome is port.Outcome.COMPLETE for i in op.items)
 
 
-def _plans(batch: Sequence[StoreOp]) -> list[_Plan]:
+def _plans(batch: Sequence[port.StoreOp]) -> list[_Plan]:
     """One plan per operation, except that Settle operations of one partition that follow each other
     and only complete distinct messages become one plan (one statement) for all of them."""
     plans: list[_Plan] = []
@@ -345,7 +295,7 @@ def _plans(batch: Sequence[StoreOp]) -> list[_Plan]:
     while index < len(batch):
         op = batch[index]
         index += 1
-        if not (isinstance(op, Settle) and _completes_only(op)):
+        if not (isinstance(op, port.Settle) and _completes_only(op)):
             plans.append(_plan(op))
             continue
         run = [op]
@@ -353,7 +303,7 @@ def _plans(batch: Sequence[StoreOp]) -> list[_Plan]:
         unique = len(numbers) == len(op.items)
         while unique and index < len(batch):
             nxt = batch[index]
-            if not (isinstance(nxt, Settle) and _completes_only(nxt) and _key(nxt.ref) == _key(op.ref)):
+            if not (isinstance(nxt, port.Settle) and _completes_only(nxt) and _key(nxt.ref) == _key(op.ref)):
                 break
             mine = {item.sequence_number for item in nxt.items}
             if len(mine) != len(nxt.items) or mine & numbers:
@@ -365,20 +315,20 @@ def _plans(batch: Sequence[StoreOp]) -> list[_Plan]:
     return plans
 
 
-def _merged_complete_plan(ops: list[Settle]) -> _Plan:
+def _merged_complete_plan(ops: list[port.Settle]) -> _Plan:
     items = [(item, op.now) for op in ops for item in op.items]
     params = {**_partition_params(ops[0].ref),
               "seq": [_int64(item.sequence_number, "sequence number") for item, _ in items],
               "tok": [item.lock_token for item, _ in items], "nows": [_time(now, "now") for _, now in items]}
 
-    def results(rows: list[_Rows]) -> list[OpResult]:
+    def results(rows: list[_Rows]) -> list[port.OpResult]:
         done = {int(r[0]) for r in rows[0]}
-        return [Settled(tuple(item.sequence_number in done for item in op.items)) for op in ops]
+        return [port.Settled(tuple(item.sequence_number in done for item in op.items)) for op in ops]
 
     return _Plan([_Step(SQL["complete_merged"], params, rows=True, generic=True)], results=results)
 
 
-def _renew_plan(op: RenewLocks) -> _Plan:
+def _renew_plan(op: port.RenewLocks) -> _Plan:
     base = {**_partition_params(op.ref), "now": _time(op.now, "now"),
             "until": _time(op.locked_until, "locked_until")}
     numbers = [seq for seq, _ in op.items]
@@ -389,10 +339,10 @@ def _renew_plan(op: RenewLocks) -> _Plan:
         steps.append(_Step(SQL["renew"], {**base, "seq": [_int64(s, "sequence number") for s, _ in items],
                                     "tok": [t for _, t in items]}, rows=True, generic=True))
         groups.append(indexes)
-    return _Plan(steps, lambda rows: Renewed(_flags(numbers, groups, rows)))
+    return _Plan(steps, lambda rows: port.Renewed(_flags(numbers, groups, rows)))
 
 
-def _move_plan(op: MoveMessages) -> _Plan:
+def _move_plan(op: port.MoveMessages) -> _Plan:
     base = {**_partition_params(op.ref), "now": _time(op.now, "now")}
     target = op.destination
     if target is not None:
@@ -405,124 +355,124 @@ def _move_plan(op: MoveMessages) -> _Plan:
     # Into the partition it came from, a moved message gets a new number that a later item may name.
     same = target is not None and _key(target) == _key(op.ref)
     for _, indexes in _batches([()] * len(op.items), numbers, one_by_one=same):
-        items: list[MoveItem] = [op.items[i] for i in indexes]
+        items: list[port.MoveItem] = [op.items[i] for i in indexes]
         params = {**base, **_item_arrays([(it.sequence_number, None, 0, it.annotations, it.annotation_count,
                                            it.tail, it.reset_delivery_count) for it in items],
                                          [(it.enqueued_time, it.expires_at) for it in items])}
         steps.append(_Step(SQL["move_away"] if target is None else SQL["move_to"], params, rows=True))
         groups.append(indexes)
 
-    def finish(rows: list[_Rows]) -> OpResult:
+    def finish(rows: list[_Rows]) -> port.OpResult:
         moved: list[int | None] = [None] * len(numbers)
         for indexes, returned in zip(groups, rows, strict=True):
             new = {int(old): int(seq) for old, seq in returned}
             for index in indexes:
                 moved[index] = new.get(numbers[index])
-        return Moved(tuple(moved))
+        return port.Moved(tuple(moved))
 
     return _Plan(steps, finish, set() if target is None else {_key(target)})
 
 
-def _activate_plan(op: Activate) -> _Plan:
+def _activate_plan(op: port.Activate) -> _Plan:
     if op.limit <= 0:
-        return _Plan(finish=lambda _: Activated(()))
+        return _Plan(finish=lambda _: port.Activated(()))
     params = {**_partition_params(op.ref), "now": _time(op.now, "now"), "n": _time(op.limit, "limit")}
-    return _Plan([_Step(SQL["activate"], params, rows=True)], lambda rows: Activated(tuple(sorted(
+    return _Plan([_Step(SQL["activate"], params, rows=True)], lambda rows: port.Activated(tuple(sorted(
         (_stored_from_row(r) for r in rows[0]),
         key=lambda s: (s.record.scheduled_enqueue_time or 0, s.record.sequence_number)))))
 
 
-def _purge_plan(op: Purge) -> _Plan:
+def _purge_plan(op: port.Purge) -> _Plan:
     params = {**_partition_params(op.ref), "now": _time(op.now, "now"),
               "through": _int64(op.through_sequence_number, "through_sequence_number")}
     return _Plan([_Step(SQL["purge_through" if op.through_sequence_number is not None else "purge_all"], params,
                         rows=True)],
-                 lambda rows: Purged(int(rows[0][0][0])))
+                 lambda rows: port.Purged(int(rows[0][0][0])))
 
 
-def _restore_plan(op: Restore) -> _Plan:
+def _restore_plan(op: port.Restore) -> _Plan:
     if not op.messages:
-        return _Plan(finish=lambda _: Restored(()))
+        return _Plan(finish=lambda _: port.Restored(()))
     params = {**_partition_params(op.ref), **_message_arrays(op.ref, op.messages, numbered=True)}
 
-    def restored(rows: list[_Rows]) -> OpResult:
+    def restored(rows: list[_Rows]) -> port.OpResult:
         back = {int(r[0]) for r in rows[0]}
         flags: list[bool] = []
         for m in op.messages:  # a number given twice is put back once: the first
             flags.append(m.sequence_number in back)
             back.discard(m.sequence_number)
-        return Restored(tuple(flags))
+        return port.Restored(tuple(flags))
 
     return _Plan([_Step(SQL["restore"], params, rows=True)], restored)
 
 
-def _cancel_plan(op: CancelScheduled) -> _Plan:
+def _cancel_plan(op: port.CancelScheduled) -> _Plan:
     params = {**_partition_params(op.ref), "now": _time(op.now, "now"),
               "seq": [_int64(n, "sequence number") for n in op.sequence_numbers]}
     return _Plan([_Step(SQL["cancel_scheduled"], params, rows=True)],
-                 lambda rows: Unscheduled(tuple(int(r[0]) for r in rows[0])))
+                 lambda rows: port.Unscheduled(tuple(int(r[0]) for r in rows[0])))
 
 
-def _rule_plan(op: PutRule | DeleteRule) -> _Plan:
+def _rule_plan(op: port.PutRule | port.DeleteRule) -> _Plan:
     params: dict[str, object] = {"s": _fold(op.subscription), "k": _fold(op.name)}
-    if isinstance(op, DeleteRule):
+    if isinstance(op, port.DeleteRule):
         sql = SQL["delete_rule"]
     else:
         sql = SQL["replace_rule"] if op.replace else SQL["add_rule"]
-        params |= {"n": op.name, "rule": encode_properties(EntityRecord(op.subscription, SUBSCRIPTION_KIND, {}),
-                                                            op.rule)}
-    return _Plan([_Step(sql, params, rows=True)], lambda rows: RuleWritten(bool(rows[0])))
+        owner = port.EntityRecord(op.subscription, port.SUBSCRIPTION_KIND, {})
+        params |= {"n": op.name, "rule": port.encode_properties(owner, op.rule)}
+    return _Plan([_Step(sql, params, rows=True)], lambda rows: port.RuleWritten(bool(rows[0])))
 
 
-def _session_plan(op: ClaimSession | RenewSession | ReleaseSession) -> _Plan:
+def _session_plan(op: port.ClaimSession | port.RenewSession | port.ReleaseSession) -> _Plan:
     params: dict[str, object] = {**_partition_params(op.ref), "tok": op.token}
-    if isinstance(op, ClaimSession):
+    if isinstance(op, port.ClaimSession):
         params |= {"now": _time(op.now, "now"), "until": _time(op.locked_until, "locked_until"),
                    "owner": op.owner,
                    "sid": None if op.session_id is None else _utf8(op.session_id, "session id")}
         sql = SQL["claim_next_session"] if op.session_id is None else SQL["claim_named_session"]
         return _Plan([_Step(sql, params, rows=True)],
-                     lambda rows: SessionClaimed(_text(rows[0][0][0]) if rows[0] else None))
+                     lambda rows: port.SessionClaimed(_text(rows[0][0][0]) if rows[0] else None))
     params["sid"] = _utf8(op.session_id, "session id")
-    if isinstance(op, RenewSession):
+    if isinstance(op, port.RenewSession):
         params |= {"now": _time(op.now, "now"), "until": _time(op.locked_until, "locked_until")}
         sql = SQL["renew_session"]
     else:
         sql = SQL["release_session"]
-    return _Plan([_Step(sql, params, rows=True)], lambda rows: Renewed((bool(rows[0]),)))
+    return _Plan([_Step(sql, params, rows=True)], lambda rows: port.Renewed((bool(rows[0]),)))
 
 
-def _record_plan(op: StoreOp) -> _Plan:
+def _record_plan(op: port.StoreOp) -> _Plan:
     """The operations on records beside the messages (results: Done)."""
     return _Plan([_Step(sql, many=rows) for sql, rows in _record_statements(op)])
 
 
-def _record_statements(op: StoreOp) -> Iterable[tuple[str, list[_Params]]]:
+def _record_statements(op: port.StoreOp) -> Iterable[tuple[str, list[_Params]]]:
     """The statements of an operation on records beside the messages, each with its parameter rows."""
-    if isinstance(op, PutEntity):
+    if isinstance(op, port.PutEntity):
         e = op.entity
-        properties, rules = split_rules(e)
+        properties, rules = port.split_rules(e)
         folded = _fold(e.path)
-        yield SQL["put_entity"], [(folded, e.path, e.kind, encode_properties(e, properties))]
+        yield SQL["put_entity"], [(folded, e.path, e.kind, port.encode_properties(e, properties))]
         if rules is not None:
             yield SQL["delete_rules"], [(folded,)]
             if rules:
-                yield SQL["put_rule_at"], [(folded, _fold(name), name, position, encode_properties(e, rule))
-                                     for position, (name, rule) in enumerate(rules, start=1)]
-    elif isinstance(op, DeleteEntity):
+                yield SQL["put_rule_at"], [(folded, _fold(name), name, position, port.encode_properties(e, rule))
+                                           for position, (name, rule) in enumerate(rules, start=1)]
+    elif isinstance(op, port.DeleteEntity):
         folded = _fold(op.path)
         for statement in [SQL[f"delete_entity_rows_{t.removeprefix('sodalite_')}"] for t in _PARTITION_TABLES]:
             yield statement, [(folded, folded + b"/$", folded + b"/%")]
         yield "DELETE FROM sodalite_entities WHERE path_key = %s", [(folded,)]
         yield SQL["delete_rules"], [(folded,)]
         yield "DELETE FROM sodalite_activity WHERE entity = %s", [(folded,)]
-    elif isinstance(op, RecordActivity):
+    elif isinstance(op, port.RecordActivity):
         if op.entries:
             now = _int64(op.now, "now")
             yield SQL["record_activity"], [
                 (_fold(e.path), op.node, _int64(e.last_activity, f"last activity of {e.path!r}"),
                  _int64(e.receivers, f"receivers of {e.path!r}"), now) for e in op.entries]
-    elif isinstance(op, RememberMessageIds):
+    elif isinstance(op, port.RememberMessageIds):
         if op.entries:
             entity, partition = _key(op.ref)
             yield SQL["remember_id"], [
@@ -530,13 +480,13 @@ def _record_statements(op: StoreOp) -> Iterable[tuple[str, list[_Params]]]:
                  "at": _int64(at, f"seen-at time of message id {mid!r}")}
                 for mid, at in op.entries
             ]
-    elif isinstance(op, ForgetMessageIds):
+    elif isinstance(op, port.ForgetMessageIds):
         if op.message_ids:
             entity, partition = _key(op.ref)
             ids = [_utf8(mid, "message id") for mid in op.message_ids]
             yield SQL["forget_ids"], [{"e": entity, "p": partition, "ids": ids,
                                  "before": _int64(op.seen_before, "seen_before")}]
-    elif isinstance(op, PutSessionState):
+    elif isinstance(op, port.PutSessionState):
         entity, partition = _key(op.ref)
         sid = _utf8(op.session_id, "session id")
         if op.state is None:
@@ -544,11 +494,11 @@ def _record_statements(op: StoreOp) -> Iterable[tuple[str, list[_Params]]]:
         else:
             updated = _int64(op.updated_at, f"update time of session {op.session_id!r}")
             yield SQL["put_session_state"], [(entity, partition, sid, bytes(op.state), updated)]
-    elif isinstance(op, RememberMoveKeys | ForgetMoveKeys):
+    elif isinstance(op, port.RememberMoveKeys | port.ForgetMoveKeys):
         if op.keys:
             entity, partition = _key(op.ref)
             rows: list[_Params] = [(entity, partition, _utf8(k, "move key")) for k in op.keys]
-            yield (SQL["remember_move_key"] if isinstance(op, RememberMoveKeys) else SQL["forget_move_key"]), rows
+            yield (SQL["remember_move_key"] if isinstance(op, port.RememberMoveKeys) else SQL["forget_move_key"]), rows
     else:
         raise AssertionError(f"not an operation on records beside the messages: {type(op).__name__}")
 
@@ -562,50 +512,50 @@ _GENERIC_PLAN: Final = {True: "SELECT set_config('plan_cache_mode', 'force_gener
                         False: "SELECT set_config('plan_cache_mode', 'auto', true)"}
 
 
-def _delete_idle_plan(op: DeleteIdleEntity) -> _Plan:
+def _delete_idle_plan(op: port.DeleteIdleEntity) -> _Plan:
     params = {"k": _fold(op.path), "active": _int64(op.active_after, "active_after"),
               "live": _int64(op.live_after, "live_after")}
-    return _Plan([_Step(SQL["delete_idle"], params, rows=True)], lambda rows: IdleDeleted(int(rows[0][0][0]) == 1))
+    return _Plan([_Step(SQL["delete_idle"], params, rows=True)], lambda rows: port.IdleDeleted(int(rows[0][0][0]) == 1))
 
 
-def _prune_ids_plan(op: PruneMessageIds) -> _Plan:
+def _prune_ids_plan(op: port.PruneMessageIds) -> _Plan:
     return _Plan([_Step(SQL["prune_ids"], {**_partition_params(op.ref), "before": _time(op.seen_before,
                                                                                         "seen_before")})])
 
 
-def _append_to_plan(op: AppendTo) -> _Plan:
+def _append_to_plan(op: port.AppendTo) -> _Plan:
     return _append_plan(op.as_append())
 
 
 PLANNERS: Final[dict[type, Callable[[Any], _Plan]]] = {
-    Append: _append_plan,
-    AppendTo: _append_to_plan,
-    Claim: _claim_plan,
-    Settle: _settle_plan,
-    RenewLocks: _renew_plan,
-    MoveMessages: _move_plan,
-    Activate: _activate_plan,
-    Purge: _purge_plan,
-    CancelScheduled: _cancel_plan,
-    Restore: _restore_plan,
-    ClaimSession: _session_plan,
-    RenewSession: _session_plan,
-    ReleaseSession: _session_plan,
-    DeleteIdleEntity: _delete_idle_plan,
-    ClaimMessageIds: _claim_ids_plan,
-    PutRule: _rule_plan,
-    DeleteRule: _rule_plan,
-    PruneMessageIds: _prune_ids_plan,
-    PutEntity: _record_plan,
-    DeleteEntity: _record_plan,
-    RememberMessageIds: _record_plan,
-    ForgetMessageIds: _record_plan,
-    PutSessionState: _record_plan,
-    RememberMoveKeys: _record_plan,
-    ForgetMoveKeys: _record_plan,
-    RecordActivity: _record_plan,
+    port.Append: _append_plan,
+    port.AppendTo: _append_to_plan,
+    port.Claim: _claim_plan,
+    port.Settle: _settle_plan,
+    port.RenewLocks: _renew_plan,
+    port.MoveMessages: _move_plan,
+    port.Activate: _activate_plan,
+    port.Purge: _purge_plan,
+    port.CancelScheduled: _cancel_plan,
+    port.Restore: _restore_plan,
+    port.ClaimSession: _session_plan,
+    port.RenewSession: _session_plan,
+    port.ReleaseSession: _session_plan,
+    port.DeleteIdleEntity: _delete_idle_plan,
+    port.ClaimMessageIds: _claim_ids_plan,
+    port.PutRule: _rule_plan,
+    port.DeleteRule: _rule_plan,
+    port.PruneMessageIds: _prune_ids_plan,
+    port.PutEntity: _record_plan,
+    port.DeleteEntity: _record_plan,
+    port.RememberMessageIds: _record_plan,
+    port.ForgetMessageIds: _record_plan,
+    port.PutSessionState: _record_plan,
+    port.RememberMoveKeys: _record_plan,
+    port.ForgetMoveKeys: _record_plan,
+    port.RecordActivity: _record_plan,
 }
 
 
-def _plan(op: StoreOp) -> _Plan:
+def _plan(op: port.StoreOp) -> _Plan:
     return PLANNERS[type(op)](op)

@@ -26,20 +26,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from sodalite.errors import ConfigurationError, StoreFull, StoreUnavailable
 from sodalite.model.message import MessageState
-from sodalite.store.port import (
-    SUBSCRIPTION_KIND,
-    EntityRecord,
-    OpResult,
-    PartitionCounts,
-    PartitionMeta,
-    PartitionRef,
-    PartitionStats,
-    Settle,
-    StoredMessage,
-    StoreOp,
-    check_all_or_none,
-    prepare_batch,
-)
+from sodalite.store import port
 from sodalite.store.postgres import failover
 from sodalite.store.postgres.feed import _NOTIFY, DUE, PostgresChangeFeed, _announcements, channel_name
 from sodalite.store.postgres.plans import _GENERIC_PLAN, _Plan, _plans, _results, _Step
@@ -180,9 +167,9 @@ class PostgresStore(RingMaintenance):
         """Ask every server of the URL now (blocking) and return the resulting status."""
         return self._failover.probe()
 
-    def apply(self, batch: Sequence[StoreOp]) -> tuple[OpResult, ...]:
+    def apply(self, batch: Sequence[port.StoreOp]) -> tuple[port.OpResult, ...]:
         pool = self._require()
-        batch = prepare_batch(batch)
+        batch = port.prepare_batch(batch)
         plans = _plans(batch)  # validate and encode everything before touching the database
         takes = sorted({key for plan in plans for key in plan.takes})
         steps = self._steps(batch, plans, takes)
@@ -190,19 +177,19 @@ class PostgresStore(RingMaintenance):
             return _results(plans, [], len(takes))
         # An all-or-none Settle (a transaction's) is checked before the COMMIT, which then follows, or a
         # ROLLBACK and SettleFenced.
-        fenced = any(isinstance(op, Settle) and op.all_or_none for op in batch)
+        fenced = any(isinstance(op, port.Settle) and op.all_or_none for op in batch)
         # Every batch records its id and sends its COMMIT once its results are in: an unanswered COMMIT's
         # outcome is then looked up by id, and its results are at hand (store/failover.py).
         batch_id = uuid.uuid4()
         steps.append(_Step(failover.RECORD_BATCH, {"batch": batch_id}))
-        results: tuple[OpResult, ...] = ()
+        results: tuple[port.OpResult, ...] = ()
         try:
             with pool.connection() as conn:
                 try:
                     results = _results(plans, self._send(conn, steps), len(takes))
                     if fenced:
                         for index, (op, result) in enumerate(zip(batch, results, strict=True)):
-                            check_all_or_none(index, op, result)  # SettleFenced: rolled back below
+                            port.check_all_or_none(index, op, result)  # SettleFenced: rolled back below
                     self._commit(conn, batch_id)
                 except BaseException:
                     self._rollback(conn)
@@ -213,7 +200,7 @@ class PostgresStore(RingMaintenance):
             raise self._not_applied(exc) from exc
         return results
 
-    def _steps(self, batch: Sequence[StoreOp], plans: Sequence[_Plan],
+    def _steps(self, batch: Sequence[port.StoreOp], plans: Sequence[_Plan],
                takes: Sequence[tuple[bytes, int]]) -> list[_Step]:
         """The batch's statements: the partitions' base rows taken (in key order, so two batches never
         wait on each other in a cycle), each operation's statements, and its notifications."""
@@ -288,7 +275,7 @@ class PostgresStore(RingMaintenance):
         log.warning("PostgreSQL store %s: %s; %s: refused (retryable)", self._shown, unanswered, what)
         raise StoreUnavailable(f"PostgreSQL store {self._shown}: batch not applied: {unanswered}; {what}")
 
-    def _notifications(self, batch: Sequence[StoreOp], channel: str) -> list[_Step]:
+    def _notifications(self, batch: Sequence[port.StoreOp], channel: str) -> list[_Step]:
         """The batch's notifications: queued by the transaction, sent by PostgreSQL when it commits
         (never on a rollback): one more statement in the pipeline, not one more round trip."""
         ready, due = _announcements(batch, self.origin)
@@ -297,7 +284,7 @@ class PostgresStore(RingMaintenance):
         channels = [channel] * len(ready) + [self._due_channel] * len(due)
         return [_Step(_NOTIFY, {"channels": channels, "payloads": ready + due})]
 
-    def load_entities(self) -> list[EntityRecord]:
+    def load_entities(self) -> list[port.EntityRecord]:
         rows, rule_rows = self._read("load entities", [(SQL["select_entities"], ()), (SQL["select_rules"], ())])
         rules: dict[bytes, list[object]] = {}
         for subscription, rule in rule_rows:
@@ -306,27 +293,27 @@ class PostgresStore(RingMaintenance):
             except ValueError as exc:
                 raise StoreUnavailable(
                     f"PostgreSQL store {self._shown}: a rule of {_text(subscription)!r} is corrupt: {exc}") from exc
-        records: list[EntityRecord] = []
+        records: list[port.EntityRecord] = []
         for path, kind, properties, path_key in rows:
             try:
                 decoded = json.loads(properties)
             except ValueError as exc:
                 raise StoreUnavailable(
                     f"PostgreSQL store {self._shown}: entity {path!r} has corrupt properties: {exc}") from exc
-            if kind == SUBSCRIPTION_KIND:
+            if kind == port.SUBSCRIPTION_KIND:
                 decoded["Rules"] = rules.get(bytes(path_key), [])
-            records.append(EntityRecord(path=path, kind=kind, properties=decoded))
+            records.append(port.EntityRecord(path=path, kind=kind, properties=decoded))
         return records
 
-    def stats(self, ref: PartitionRef) -> PartitionStats:
+    def stats(self, ref: port.PartitionRef) -> port.PartitionStats:
         counts = self.counts(ref)
-        return PartitionStats(message_count=counts.message_count, size_in_bytes=counts.size_in_bytes)
+        return port.PartitionStats(message_count=counts.message_count, size_in_bytes=counts.size_in_bytes)
 
     # -- reads ----------------------------------------------------------------------------------
 
-    def peek(self, ref: PartitionRef, from_sequence_number: int, count: int,
+    def peek(self, ref: port.PartitionRef, from_sequence_number: int, count: int,
              states: frozenset[MessageState] | None = None,
-             session_id: str | None = None) -> tuple[StoredMessage, ...]:
+             session_id: str | None = None) -> tuple[port.StoredMessage, ...]:
         if count <= 0:
             return ()
         params = {**_partition_params(ref), "from": _time(from_sequence_number, "from_sequence_number"),
@@ -343,26 +330,26 @@ class PostgresStore(RingMaintenance):
         (rows,) = self._read(f"peek {ref.entity!r} partition {ref.partition}", [(sql, params)])
         return tuple(_stored_from_row(r) for r in rows)
 
-    def session_ids(self, ref: PartitionRef, states: frozenset[MessageState]) -> tuple[str, ...]:
+    def session_ids(self, ref: port.PartitionRef, states: frozenset[MessageState]) -> tuple[str, ...]:
         params = {**_partition_params(ref), "states": sorted(int(s) for s in states)}
         sql = ("SELECT DISTINCT session_id FROM sodalite_messages WHERE entity = %(e)s AND partition = %(p)s "
                "AND session_id IS NOT NULL AND state = ANY(%(states)s::smallint[]) ORDER BY session_id")
         (rows,) = self._read(f"list the sessions of {ref.entity!r} partition {ref.partition}", [(sql, params)])
         return tuple(sorted(str(_text(sid)) for (sid,) in rows))
 
-    def fetch(self, ref: PartitionRef, sequence_numbers: Sequence[int]) -> tuple[StoredMessage, ...]:
+    def fetch(self, ref: port.PartitionRef, sequence_numbers: Sequence[int]) -> tuple[port.StoredMessage, ...]:
         if not sequence_numbers:
             return ()
         params = {**_partition_params(ref), "seq": [_int64(n, "sequence number") for n in sequence_numbers]}
         (rows,) = self._read(f"fetch from {ref.entity!r} partition {ref.partition}", [(SQL["select_fetch"], params)])
         return tuple(_stored_from_row(r) for r in rows)
 
-    def counts(self, ref: PartitionRef) -> PartitionCounts:
+    def counts(self, ref: port.PartitionRef) -> port.PartitionCounts:
         (rows,) = self._read(f"read the counters of {ref.entity!r} partition {ref.partition}",
                              [(SQL["select_counts"], _partition_params(ref))])
         return self._counts(rows)
 
-    def next_due_many(self, refs: Sequence[PartitionRef], now: int) -> tuple[int | None, ...]:
+    def next_due_many(self, refs: Sequence[port.PartitionRef], now: int) -> tuple[int | None, ...]:
         if not refs:
             return ()
         keys = [_key(ref) for ref in refs]
@@ -371,30 +358,30 @@ class PostgresStore(RingMaintenance):
                                                        "now": _time(now, "now")})])
         return tuple(None if due is None else int(due) for (due,) in rows)
 
-    def counts_many(self, refs: Sequence[PartitionRef]) -> tuple[PartitionCounts, ...]:
+    def counts_many(self, refs: Sequence[port.PartitionRef]) -> tuple[port.PartitionCounts, ...]:
         if not refs:
             return ()
         keys = [_key(ref) for ref in refs]
         (rows,) = self._read(f"read the counters of {len(refs)} partitions",
                              [(SQL["select_counts_many"], {"es": [e for e, _ in keys], "ps": [p for _, p in keys]})])
-        return tuple(PartitionCounts(active=int(a), scheduled=int(s), deferred=int(d), size_in_bytes=int(b),
-                                     last_sequence_number=int(last), first_sequence_number=None)
+        return tuple(port.PartitionCounts(active=int(a), scheduled=int(s), deferred=int(d), size_in_bytes=int(b),
+                                          last_sequence_number=int(last), first_sequence_number=None)
                      for a, s, d, b, last in rows)
 
-    def next_due(self, ref: PartitionRef, now: int) -> int | None:
+    def next_due(self, ref: port.PartitionRef, now: int) -> int | None:
         (rows,) = self._read(f"read what falls due in {ref.entity!r} partition {ref.partition}",
                              [(SQL["select_next_due"], {**_partition_params(ref), "now": _time(now, "now")})])
         due = rows[0][0]
         return None if due is None else int(due)
 
-    def partition_meta(self, ref: PartitionRef) -> PartitionMeta:
+    def partition_meta(self, ref: port.PartitionRef) -> port.PartitionMeta:
         key = _key(ref)
         counters, history, states, move_keys = self._read(
             f"read {ref.entity!r} partition {ref.partition}",
             [(SQL["select_counts"], _partition_params(ref)), (SQL["select_history"], key),
              (SQL["select_session_states"], key),
              (SQL["select_move_keys"], key)])
-        return PartitionMeta(
+        return port.PartitionMeta(
             counts=self._counts(counters),
             duplicate_history=tuple((bytes(mid).decode("utf-8"), at) for mid, at in history),
             session_states=tuple((bytes(sid).decode("utf-8"), bytes(state), at) for sid, state, at in states),
@@ -402,14 +389,14 @@ class PostgresStore(RingMaintenance):
         )
 
     @staticmethod
-    def _counts(rows: _Rows) -> PartitionCounts:
+    def _counts(rows: _Rows) -> port.PartitionCounts:
         if not rows:
-            return PartitionCounts(active=0, scheduled=0, deferred=0, size_in_bytes=0, last_sequence_number=0,
-                                   first_sequence_number=None)
+            return port.PartitionCounts(active=0, scheduled=0, deferred=0, size_in_bytes=0, last_sequence_number=0,
+                                        first_sequence_number=None)
         active, scheduled, deferred, size, last, first = rows[0]
-        return PartitionCounts(active=int(active), scheduled=int(scheduled), deferred=int(deferred),
-                               size_in_bytes=int(size), last_sequence_number=int(last),
-                               first_sequence_number=None if first is None else int(first))
+        return port.PartitionCounts(active=int(active), scheduled=int(scheduled), deferred=int(deferred),
+                                    size_in_bytes=int(size), last_sequence_number=int(last),
+                                    first_sequence_number=None if first is None else int(first))
 
     # -- housekeeping -----------------------------------------------------------------------------
 

@@ -56,19 +56,7 @@ from typing import Any, Final
 
 from sodalite.errors import ConfigurationError, StoreFull, StoreUnavailable
 from sodalite.model.message import MessageState
-from sodalite.store.port import (
-    SUBSCRIPTION_KIND,
-    EntityRecord,
-    OpResult,
-    PartitionCounts,
-    PartitionMeta,
-    PartitionRef,
-    PartitionStats,
-    StoredMessage,
-    StoreOp,
-    check_all_or_none,
-    prepare_batch,
-)
+from sodalite.store import port
 from sodalite.store.sqlite import handlers, schema
 from sodalite.store.sqlite.rows import (
     SQL,
@@ -184,9 +172,9 @@ class SqliteStore:
         self._conn = conn
         self.full = not self._make_reserve()
 
-    def apply(self, batch: Sequence[StoreOp]) -> tuple[OpResult, ...]:
+    def apply(self, batch: Sequence[port.StoreOp]) -> tuple[port.OpResult, ...]:
         conn = self._require()
-        batch = prepare_batch(batch)
+        batch = port.prepare_batch(batch)
         try:
             conn.execute("BEGIN IMMEDIATE")
         except _DRIVER_ERRORS as exc:
@@ -194,11 +182,11 @@ class SqliteStore:
                 f"SQLite store {self._path}: cannot begin a write transaction: {describe(exc)}"
             ) from exc
         try:
-            results: list[OpResult] = []
+            results: list[port.OpResult] = []
             claims: Claims = {}
             for index, op in enumerate(batch):
                 results.append(handlers.apply(conn, op, claims))
-                check_all_or_none(index, op, results[-1])  # SettleFenced: rolled back below
+                port.check_all_or_none(index, op, results[-1])  # SettleFenced: rolled back below
         except BaseException as exc:
             self._rollback(conn)
             if is_full(exc):
@@ -224,7 +212,7 @@ class SqliteStore:
             raise
         return tuple(results)
 
-    def load_entities(self) -> list[EntityRecord]:
+    def load_entities(self) -> list[port.EntityRecord]:
         conn = self._require()
         try:
             conn.execute("BEGIN")  # one read snapshot for both queries
@@ -236,7 +224,7 @@ class SqliteStore:
             raise StoreUnavailable(
                 f"SQLite store {self._path}: cannot load entities: {describe(exc)}"
             ) from exc
-        records: list[EntityRecord] = []
+        records: list[port.EntityRecord] = []
         rules: dict[str, list[object]] = {}
         for subscription, rule in rule_rows:
             try:
@@ -251,12 +239,12 @@ class SqliteStore:
                 raise StoreUnavailable(
                     f"SQLite store {self._path}: entity {path!r} has corrupt properties: {exc}"
                 ) from exc
-            if kind == SUBSCRIPTION_KIND:
+            if kind == port.SUBSCRIPTION_KIND:
                 decoded["Rules"] = rules.get(fold(path), [])
-            records.append(EntityRecord(path=path, kind=kind, properties=decoded))
+            records.append(port.EntityRecord(path=path, kind=kind, properties=decoded))
         return records
 
-    def stats(self, ref: PartitionRef) -> PartitionStats:
+    def stats(self, ref: port.PartitionRef) -> port.PartitionStats:
         conn = self._require()
         try:
             count, size = conn.execute(SQL["select_stats"], (ref.entity, ref.partition)).fetchone()
@@ -265,13 +253,13 @@ class SqliteStore:
                 f"SQLite store {self._path}: cannot read statistics of {ref.entity!r} partition "
                 f"{ref.partition}: {describe(exc)}"
             ) from exc
-        return PartitionStats(message_count=count, size_in_bytes=size)
+        return port.PartitionStats(message_count=count, size_in_bytes=size)
 
     # -- reads ------------------------------------------------------------------------------------
 
-    def peek(self, ref: PartitionRef, from_sequence_number: int, count: int,
+    def peek(self, ref: port.PartitionRef, from_sequence_number: int, count: int,
              states: frozenset[MessageState] | None = None,
-             session_id: str | None = None) -> tuple[StoredMessage, ...]:
+             session_id: str | None = None) -> tuple[port.StoredMessage, ...]:
         if count <= 0:
             return ()
         sql = f"SELECT {STORED_COLUMNS} FROM messages WHERE entity = ? AND partition = ? AND sequence_number >= ?"
@@ -286,52 +274,52 @@ class SqliteStore:
         (rows,) = self._read(f"peek {ref.entity!r} partition {ref.partition}", [(sql, tuple(params))])
         return tuple(stored_from_row(r) for r in rows)
 
-    def session_ids(self, ref: PartitionRef, states: frozenset[MessageState]) -> tuple[str, ...]:
+    def session_ids(self, ref: port.PartitionRef, states: frozenset[MessageState]) -> tuple[str, ...]:
         sql = ("SELECT DISTINCT session_id FROM messages WHERE entity = ? AND partition = ? AND session_id IS NOT NULL "
                f"AND state IN ({', '.join(str(int(state)) for state in sorted(states)) or 'NULL'}) ORDER BY session_id")
         (rows,) = self._read(f"list the sessions of {ref.entity!r} partition {ref.partition}",
                              [(sql, (ref.entity, ref.partition))])
         return tuple(str(sid) for (sid,) in rows)
 
-    def fetch(self, ref: PartitionRef, sequence_numbers: Sequence[int]) -> tuple[StoredMessage, ...]:
+    def fetch(self, ref: port.PartitionRef, sequence_numbers: Sequence[int]) -> tuple[port.StoredMessage, ...]:
         (rows,) = self._read(f"fetch from {ref.entity!r} partition {ref.partition}",
                              [(SQL["fetch"], (ref.entity, ref.partition, json.dumps(list(sequence_numbers))))])
         return tuple(stored_from_row(r) for r in rows)
 
-    def counts(self, ref: PartitionRef) -> PartitionCounts:
+    def counts(self, ref: port.PartitionRef) -> port.PartitionCounts:
         (rows,) = self._read(f"count {ref.entity!r} partition {ref.partition}",
                              [(SQL["select_counts"], (ref.entity, ref.partition))])
-        return PartitionCounts(*rows[0])
+        return port.PartitionCounts(*rows[0])
 
-    def next_due_many(self, refs: Sequence[PartitionRef], now: int) -> tuple[int | None, ...]:
+    def next_due_many(self, refs: Sequence[port.PartitionRef], now: int) -> tuple[int | None, ...]:
         if not refs:
             return ()
         rows = self._read(f"read the next due times of {len(refs)} partitions",
                           [(SQL["select_next_due"], (ref.entity, ref.partition, now)) for ref in refs])
         return tuple(found[0][0] for found in rows)
 
-    def counts_many(self, refs: Sequence[PartitionRef]) -> tuple[PartitionCounts, ...]:
+    def counts_many(self, refs: Sequence[port.PartitionRef]) -> tuple[port.PartitionCounts, ...]:
         if not refs:
             return ()
         rows = self._read(f"count {len(refs)} partitions",
                           [(SQL["select_counts_only"], (ref.entity, ref.partition)) for ref in refs])
-        return tuple(PartitionCounts(active=a, scheduled=s, deferred=d, size_in_bytes=b, last_sequence_number=last,
-                                     first_sequence_number=None) for ((a, s, d, b, last),) in rows)
+        return tuple(port.PartitionCounts(active=a, scheduled=s, deferred=d, size_in_bytes=b, last_sequence_number=last,
+                                          first_sequence_number=None) for ((a, s, d, b, last),) in rows)
 
-    def next_due(self, ref: PartitionRef, now: int) -> int | None:
+    def next_due(self, ref: port.PartitionRef, now: int) -> int | None:
         (rows,) = self._read(f"read the next due time of {ref.entity!r} partition {ref.partition}",
                              [(SQL["select_next_due"], (ref.entity, ref.partition, now))])
         due: int | None = rows[0][0]
         return due
 
-    def partition_meta(self, ref: PartitionRef) -> PartitionMeta:
+    def partition_meta(self, ref: port.PartitionRef) -> port.PartitionMeta:
         key = (ref.entity, ref.partition)
         counts, history, states, move_keys = self._read(
             f"read {ref.entity!r} partition {ref.partition}",
             [(SQL["select_counts"], key), (SQL["select_history"], key), (SQL["select_session_states"], key),
              (SQL["select_move_keys"], key)])
-        return PartitionMeta(
-            counts=PartitionCounts(*counts[0]),
+        return port.PartitionMeta(
+            counts=port.PartitionCounts(*counts[0]),
             duplicate_history=tuple((message_id, seen_at) for message_id, seen_at in history),
             session_states=tuple((sid, bytes(state), at) for sid, state, at in states),
             move_keys=tuple(k for (k,) in move_keys),
