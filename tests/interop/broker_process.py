@@ -125,7 +125,9 @@ class BrokerProcess:
                 self.port = int(re.search(r"sb://[^:]+:(\d+)", self.connection_string).group(1))  # type: ignore[union-attr]
                 threading.Thread(target=self._drain, daemon=True).start()
                 return self
-        raise RuntimeError("broker did not print its connection string in time")
+        self.proc.kill()  # a broker that never became ready is not left running (nor its port taken)
+        self.proc.wait(10)
+        raise RuntimeError("broker did not print its connection string in time:\n" + "".join(self.output))
 
     def _drain(self) -> None:
         proc = self.proc
