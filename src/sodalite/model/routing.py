@@ -1,5 +1,7 @@
 """Where a send goes before any partition core sees it: pings end at the door, ForwardTo chains are
-followed up to the hop limit, and past it the message goes to the transfer dead-letter queue.
+followed up to the hop limit, and past it the message goes to the transfer dead-letter queue. A dead
+letter forwarded by ForwardDeadLetteredMessagesTo counts that forward as one hop more; a topic's
+copy for a forwarding subscription counts the hops that brought the message to the topic too.
 
 Pure rules over addresses: the caller says what an entity forwards to; nothing here knows actors."""
 
@@ -43,3 +45,10 @@ def past_hop_limit(hops: int, exceeded: bool) -> str | None:
     if exceeded or hops > MAX_TRANSFER_HOPS:
         return f"forwarded {hops} times"
     return None
+
+
+def dead_letter_hop_limit(hops: int, exceeded: bool) -> str | None:
+    """Dead letters forwarded (ForwardDeadLetteredMessagesTo) to a target whose ForwardTo chain takes
+    ``hops`` more (``exceeded``: it stopped at the limit): the forward itself is one hop, so this is
+    :func:`past_hop_limit` one hop further."""
+    return past_hop_limit(hops + 1, exceeded)

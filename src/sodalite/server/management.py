@@ -19,6 +19,7 @@ from typing import Protocol, Required, TypedDict, TypeVar, cast
 from sodalite.amqp.types import AmqpMap, AmqpValue, Array, Described, Long, Timestamp, ULong
 from sodalite.errors import ArgumentError, ConfigurationError, NotImplementedOperation
 from sodalite.model.authorization import AccessRights
+from sodalite.model.copies import with_claim_counted
 from sodalite.model.entities import (
     CorrelationFilter,
     FalseFilter,
@@ -329,7 +330,7 @@ async def receive_by_sequence_number(ctx: Context, body: ReceiveBySequenceNumber
     # ReceiveAndDelete: deleted already; if the response never leaves, they go back in place (with the
     # claim counted, as the core's Unsent takes them).
     actor, sub = ctx.actor, ctx.sub_queue
-    taken = [r.with_delivery_count(r.delivery_count + 1) for r, _, _ in taken_now]
+    taken = [with_claim_counted(r) for r, _, _ in taken_now]
     return Response(OK, {"messages": messages}, give_back=lambda: actor.unsent(sub, taken))
 
 

@@ -22,10 +22,11 @@ import logging
 from collections.abc import Sequence
 
 from sodalite.errors import EntityNotFound, NotImplementedOperation
+from sodalite.model.copies import copy_default_ttl
 from sodalite.model.entities import forward_target
 from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDraft
 from sodalite.model.partition_core import record_for as core_record
-from sodalite.model.routing import follow, past_hop_limit
+from sodalite.model.routing import dead_letter_hop_limit, follow, past_hop_limit
 from sodalite.server import wire
 from sodalite.server.addresses import entity_path
 from sodalite.server.core_actor import Copy, CoreActor
@@ -40,12 +41,6 @@ log = logging.getLogger(__name__)
 
 Destination = tuple[Entity, SubQueue, str | None]
 """Where dead letters land: the entity, its sub-queue, and the hop-limit description if one was reached."""
-
-
-def _capped(actor: CoreActor, cap: int | None) -> int | None:
-    """The time-to-live default of a copy stored in ``actor``'s entity from a topic whose default is ``cap``."""
-    own = actor.settings.default_ttl
-    return cap if own is None else (own if cap is None else min(own, cap))
 
 
 def _forwards_on_core(destination: Destination | None) -> bool:
@@ -111,7 +106,7 @@ class Topology:
         transfer dead-letter queue where the chain reached the hop limit (with that description), or
         None where it ends in a topic (they stay in the entity's dead-letter queue)."""
         route = self.route(target)
-        limit = past_hop_limit(route.hops + 1, route.exceeded)
+        limit = dead_letter_hop_limit(route.hops, route.exceeded)
         if limit is not None:
             return route.entity, SubQueue.TRANSFER_DEAD_LETTER, limit
         if route.entity.kind == TOPIC:
@@ -217,7 +212,8 @@ class Topology:
                     dead = wire.dead_lettered(core_record(copy.draft, now, None), *copy.dead_letter)
                     out.append(actor.dead_letter_copy(dead, now))
                 elif not sub.forward_to:
-                    out.append((actor, SubQueue.MAIN, core_record(copy.draft, now, _capped(actor, cap))))
+                    ttl = copy_default_ttl(actor.settings.default_ttl, cap)
+                    out.append((actor, SubQueue.MAIN, core_record(copy.draft, now, ttl)))
                 else:
                     self._forward_copy(sub, copy.draft, now, cap, hops, out, index)
 
@@ -238,4 +234,5 @@ class Topology:
             self._fan_out(route.entity, draft, now, cap, total, out, at)
         else:
             target = _on_core_at(route.entity, index, draft)
-            out.append((target, SubQueue.MAIN, core_record(draft, now, _capped(target, cap))))
+            ttl = copy_default_ttl(target.settings.default_ttl, cap)
+            out.append((target, SubQueue.MAIN, core_record(draft, now, ttl)))

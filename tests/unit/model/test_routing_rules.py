@@ -10,7 +10,7 @@ from sodalite.errors import InvalidOperation
 from sodalite.model.partition import MessageDraft
 from sodalite.model.partitioning import partition_index, partition_key, partition_of_sequence_number
 from sodalite.model.quotas import entity_full, namespace_full, topic_full
-from sodalite.model.routing import MAX_TRANSFER_HOPS, follow, past_hop_limit, without_pings
+from sodalite.model.routing import MAX_TRANSFER_HOPS, dead_letter_hop_limit, follow, past_hop_limit, without_pings
 
 
 def _draft(message_id: str | None = None, session_id: str | None = None, partition_key: str | None = None,
@@ -52,3 +52,9 @@ def test_a_key_picks_its_partition_and_a_number_names_one() -> None:
     assert partition_key(_draft(message_id="m"), True) == "m" and partition_key(_draft(message_id="m"), False) is None
     with pytest.raises(InvalidOperation):
         partition_key(_draft(session_id="s", partition_key="p"), False)
+
+
+def test_a_forwarded_dead_letter_counts_the_forward_as_one_hop() -> None:
+    assert dead_letter_hop_limit(MAX_TRANSFER_HOPS - 1, False) is None
+    assert dead_letter_hop_limit(MAX_TRANSFER_HOPS, False) == f"forwarded {MAX_TRANSFER_HOPS + 1} times"
+    assert dead_letter_hop_limit(0, True) == "forwarded 1 times"
