@@ -32,8 +32,7 @@ from typing import Protocol, TypeVar
 from sodalite.errors import FilterEvaluationError
 from sodalite.model.entities import RuleDescription
 from sodalite.model.filters import CompiledAction, CompiledFilter, MessageView, compile_action, compile_filter
-from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED
-from sodalite.model.routing import past_hop_limit
+from sodalite.model.routing import hop_limit_dead_letter
 
 SESSION_ID_IS_NULL = "Session ID is null."
 FILTER_EVALUATION_FAILED = "FilterEvaluationException"
@@ -168,10 +167,9 @@ def fan_out(places: Places[E, M, P], topic: E, message: M, placement: P, hops: i
                 places.land(subscription, copy, Landing.MAIN, None, placement)
                 continue
             end, more = route.entity, route.hops
-            limit = past_hop_limit(hops + more, route.exceeded)
+            limit = hop_limit_dead_letter(hops + more, route.exceeded)
             if limit is not None:
-                places.land(end, copy, Landing.TRANSFER_DEAD_LETTER, (MAX_TRANSFER_HOP_COUNT_EXCEEDED, limit),
-                            placement)
+                places.land(end, copy, Landing.TRANSFER_DEAD_LETTER, limit, placement)
             elif places.is_topic(end):
                 fan_out(places, end, copy, places.enter(end, copy, placement), hops + more)
             else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final, TypeVar
 
-from sodalite.model.partition import MessageDraft
+from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDraft
 
 MAX_TRANSFER_HOPS: Final = 4  # Service Bus forwards a message at most this many times (DLQ overview)
 
@@ -38,13 +38,19 @@ def follow(start: E, next_hop: Callable[[E], E | None]) -> tuple[E, int, bool]:
     return current, hops, False
 
 
-def past_hop_limit(hops: int, exceeded: bool) -> str | None:
-    """A message forwarded ``hops`` times in all (``exceeded``: its chain stopped at the limit): the
-    description it carries into the transfer dead-letter queue (reason MaxTransferHopCountExceeded)
-    when that passes the hop limit, else None (it is delivered)."""
+def hop_limit_dead_letter(hops: int, exceeded: bool) -> tuple[str, str] | None:
+    """A message forwarded ``hops`` times in all (``exceeded``: its chain stopped at the limit): past
+    the hop limit, the dead-lettering it gets in the transfer dead-letter queue where the chain
+    stopped, (reason MaxTransferHopCountExceeded, description); else None (it is delivered)."""
     if exceeded or hops > MAX_TRANSFER_HOPS:
-        return f"forwarded {hops} times"
+        return MAX_TRANSFER_HOP_COUNT_EXCEEDED, f"forwarded {hops} times"
     return None
+
+
+def past_hop_limit(hops: int, exceeded: bool) -> str | None:
+    """The description :func:`hop_limit_dead_letter` gives, or None."""
+    dead_letter = hop_limit_dead_letter(hops, exceeded)
+    return None if dead_letter is None else dead_letter[1]
 
 
 def dead_letter_hop_limit(hops: int, exceeded: bool) -> str | None:

@@ -51,8 +51,8 @@ from sodalite.errors import (
 )
 from sodalite.model import partition_core as core
 from sodalite.model.copies import lock_usable
-from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDraft
-from sodalite.model.routing import past_hop_limit
+from sodalite.model.partition import MessageDraft
+from sodalite.model.routing import hop_limit_dead_letter
 from sodalite.model.settlement import Settlement, Verb
 from sodalite.model.store_ops import Outcome
 from sodalite.server import wire
@@ -152,10 +152,10 @@ def plan_send(broker: Routes, entity: Entity, drafts: Sequence[MessageDraft]) ->
     for draft in drafts:
         part = _partition(destination.actor, draft)
         now = part.clock.now()
-        limit = past_hop_limit(route.hops, route.exceeded)
+        limit = hop_limit_dead_letter(route.hops, route.exceeded)
         if limit is not None:
             check_send(part, [draft], stored_here=False)
-            dead = wire.dead_lettered(core.record_for(draft, now, None), MAX_TRANSFER_HOP_COUNT_EXCEEDED, limit)
+            dead = wire.dead_lettered(core.record_for(draft, now, None), *limit)
             planned.append(PlannedSend(draft.message_id, ((part, SubQueue.TRANSFER_DEAD_LETTER, dead),),
                                        (part, SubQueue.MAIN), None))
         elif destination.kind == TOPIC:
