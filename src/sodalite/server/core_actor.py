@@ -52,6 +52,7 @@ from sodalite.model.copies import NEVER, as_delivered, sub_queue_settings
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import MessageDraft
 from sodalite.model.quotas import entity_full
+from sodalite.model.routing import without_pings
 from sodalite.model.store_ops import MoveItem, Outcome, StoredMessage
 from sodalite.server import delivery_trace, wire
 from sodalite.server.core_copies import Copy, KeyedCopy, Landing
@@ -354,7 +355,7 @@ class CoreActor:
         now = self.clock.now()
         planned = [(None, [(self, SubQueue.TRANSFER_DEAD_LETTER,
                             wire.dead_lettered(core.record_for(d, now, None), reason, description))])
-                   for d in drafts if not d.ping]
+                   for d in without_pings(drafts)[0]]
         return self.submit_publish(self.landing.entries(planned))
 
     def note_activity(self) -> None:

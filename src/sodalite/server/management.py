@@ -31,6 +31,7 @@ from sodalite.model.entities import (
     TrueFilter,
 )
 from sodalite.model.json_types import json_type
+from sodalite.model.routing import without_pings
 from sodalite.model.settlement import from_disposition_status
 from sodalite.model.store_ops import MoveItem
 from sodalite.server import outcomes, pages, wire
@@ -293,7 +294,7 @@ async def schedule_message(ctx: Context, body: ScheduleRequest) -> Response:
         if not isinstance(encoded, bytes):
             raise ArgumentError("each scheduled message needs its encoded 'message'")
         drafts.append(wire.received_messages(encoded, 0, ctx.max_message_size)[0])
-    kept = [d for d in drafts if not d.ping]
+    kept = without_pings(drafts)[0]
     if any(d.scheduled_enqueue_time is None for d in kept):
         raise ArgumentError("a scheduled message needs x-opt-scheduled-enqueue-time")
     numbers: list[int] = []
