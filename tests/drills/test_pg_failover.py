@@ -3,7 +3,7 @@ the primary killed and a standby promoted, five times, under official-SDK load.
 
 The cluster (tests/pg_cluster.py) runs ``synchronous_commit = on`` with
 ``synchronous_standby_names = 'ANY 1 (n0, n1, n2)'``. Two nodes are started as users start them
-(``scripts/serve --store postgresql://n0,n1,n2/db?target_session_attrs=read-write --core v2``). On
+(``scripts/serve --store postgresql://n0,n1,n2/db?target_session_attrs=read-write``). On
 each node an azure-servicebus sender sends numbered messages (MessageId = body) in batches of 10 and
 a PeekLock receiver receives and completes them; both keep their client and links and retry on
 errors (the broker answers server-busy while no primary is reachable).

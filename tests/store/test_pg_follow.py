@@ -4,7 +4,7 @@ applied by the other at its next follow; a stored rule the other cannot compile 
 leaves its old rules, and the rest of the follow, alone.
 
 Both brokers run in this process (``cli.stores.build_broker``, as ``sodalite serve --store
-postgresql://... --core v2`` builds them), each with its own store connection to a schema of the
+postgresql://...`` builds them), each with its own store connection to a schema of the
 test's own on the server this process starts (``tests/pg_server.py``). The test calls
 ``follow_entities`` itself rather than waiting for the follow loop, so it asserts what one follow
 applies; the two-node interop tests (``tests/interop/test_pg_two_nodes_topics.py``) show the same
@@ -48,8 +48,8 @@ Scenario = Callable[[Broker, Broker], Awaitable[None]]
 
 def _two_nodes(url: str, tmp_path: Path, scenario: Scenario) -> None:
     async def run() -> None:
-        a = build_broker(NAMESPACE, tmp_path / "a", store_url=url, node_id="a", core="v2")
-        b = build_broker(NAMESPACE, tmp_path / "b", store_url=url, node_id="b", core="v2")
+        a = build_broker(NAMESPACE, tmp_path / "a", store_url=url, node_id="a")
+        b = build_broker(NAMESPACE, tmp_path / "b", store_url=url, node_id="b")
         await a.start("127.0.0.1", 0)
         try:
             await b.start("127.0.0.1", 0)

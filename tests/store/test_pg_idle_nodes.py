@@ -5,7 +5,7 @@ node that stops refreshing lapses after three intervals, and two nodes sweeping 
 idle entity once.
 
 Both brokers run in this process (``cli.stores.build_broker``, as ``sodalite serve --store
-postgresql://... --core v2`` builds them), each with its own store connections, on a schema of the
+postgresql://...`` builds them), each with its own store connections, on a schema of the
 test's own. AutoDeleteOnIdle is at least 5 minutes, so the brokers' clocks are the wall clock plus
 an offset the test moves on; the test calls ``sweep_idle`` and node b's ``record_activity`` itself
 (their loops are set to hours), so it asserts what one refresh and one sweep do.
@@ -46,7 +46,7 @@ def _two_nodes(url: str, tmp_path: Path, scenario: Scenario) -> None:
         offset = [0]
         nodes = []
         for name in ("a", "b"):
-            node = build_broker(NAMESPACE, tmp_path / name, store_url=url, node_id=name, core="v2")
+            node = build_broker(NAMESPACE, tmp_path / name, store_url=url, node_id=name)
             node.clock = lambda: wall_clock_ms() + offset[0]
             node.idle_sweep_seconds = 3600.0  # the test sweeps itself
             nodes.append(node)

@@ -10,7 +10,7 @@ entity showed the restart as its creation. A store an older release wrote holds 
 the broker splits it into one record per entity at start, keeping the times.
 
 Both brokers run in this process (``cli.stores.build_broker``, as ``sodalite serve --store
-postgresql://... --core v2`` builds them), on a schema of the test's own on the server this process
+postgresql://...`` builds them), on a schema of the test's own on the server this process
 starts (``tests/pg_server.py``); the test calls ``follow_entities`` itself.
 
 Regenerated keys likewise: one record per key (the namespace's or a queue's or topic's), so two nodes
@@ -45,8 +45,8 @@ def test_entities_created_and_updated_through_two_nodes_at_once_keep_their_times
     url = fresh_schema_url(database)
 
     async def run() -> dict[str, tuple[int, int] | None]:
-        a = build_broker(NAMESPACE, tmp_path / "a", store_url=url, node_id="a", core="v2")
-        b = build_broker(NAMESPACE, tmp_path / "b", store_url=url, node_id="b", core="v2")
+        a = build_broker(NAMESPACE, tmp_path / "a", store_url=url, node_id="a")
+        b = build_broker(NAMESPACE, tmp_path / "b", store_url=url, node_id="b")
         await a.start("127.0.0.1", 0)
         await b.start("127.0.0.1", 0)
         try:
@@ -65,7 +65,7 @@ def test_entities_created_and_updated_through_two_nodes_at_once_keep_their_times
         finally:
             await b.stop()
             await a.stop()
-        c = build_broker(NAMESPACE, tmp_path / "c", store_url=url, node_id="c", core="v2")
+        c = build_broker(NAMESPACE, tmp_path / "c", store_url=url, node_id="c")
         c.clock = lambda: 1_999_999_999_999  # a restart that is not the creation of anything
         await c.start("127.0.0.1", 0)
         try:
@@ -97,7 +97,7 @@ def test_the_one_times_record_of_an_older_release_is_split_keeping_the_times(dat
     store.close()
 
     async def run() -> tuple[tuple[int, int] | None, tuple[int, int] | None, list[str]]:
-        broker = build_broker(NAMESPACE, tmp_path / "n", store_url=url, node_id="n", core="v2")
+        broker = build_broker(NAMESPACE, tmp_path / "n", store_url=url, node_id="n")
         await broker.start("127.0.0.1", 0)
         try:
             records = await broker.worker.call(broker.worker.store.load_entities)
@@ -126,8 +126,8 @@ def test_keys_regenerated_through_two_nodes_at_once_are_both_kept(database: str,
     url = fresh_schema_url(database)
 
     async def run() -> list[dict[str, str]]:
-        a = build_broker(KEYED, tmp_path / "a", store_url=url, node_id="a", core="v2")
-        b = build_broker(KEYED, tmp_path / "b", store_url=url, node_id="b", core="v2")
+        a = build_broker(KEYED, tmp_path / "a", store_url=url, node_id="a")
+        b = build_broker(KEYED, tmp_path / "b", store_url=url, node_id="b")
         await a.start("127.0.0.1", 0)
         await b.start("127.0.0.1", 0)
         try:
@@ -139,7 +139,7 @@ def test_keys_regenerated_through_two_nodes_at_once_are_both_kept(database: str,
         finally:
             await b.stop()
             await a.stop()
-        c = build_broker(KEYED, tmp_path / "c", store_url=url, node_id="c", core="v2")
+        c = build_broker(KEYED, tmp_path / "c", store_url=url, node_id="c")
         await c.start("127.0.0.1", 0)
         try:
             return [*seen, _keys(c)]
@@ -159,7 +159,7 @@ def test_the_one_keys_record_of_an_older_release_is_split_keeping_the_keys(datab
     store.close()
 
     async def run() -> tuple[dict[str, str], list[str]]:
-        broker = build_broker(KEYED, tmp_path / "n", store_url=url, node_id="n", core="v2")
+        broker = build_broker(KEYED, tmp_path / "n", store_url=url, node_id="n")
         await broker.start("127.0.0.1", 0)
         try:
             records = await broker.worker.call(broker.worker.store.load_entities)

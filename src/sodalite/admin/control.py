@@ -284,7 +284,7 @@ class RuntimePort(Protocol):
     async def delete_rule(self, subscription_path: str, name: str) -> None: ...
 
     async def peek(self, path: str, sub: SubQueueName, from_sequence_number: int, count: int) -> list[MessageRecord]:
-        """Raises EntityNotFound for an unknown entity. A queue on the version-2 core is read from its store."""
+        """Raises EntityNotFound for an unknown entity. A queue is read from its store."""
 
     async def send(self, path: str, message: SendRequest) -> None: ...
 

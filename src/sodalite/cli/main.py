@@ -267,8 +267,12 @@ def _print_amqps(args: argparse.Namespace, broker: Broker, cert: Path) -> None:
 
 def _broker(args: argparse.Namespace, namespace: NamespaceConfig, node_id: str) -> Broker:
     """The broker the options ask for, with its connection limits (refused if out of range)."""
+    if args.core != "v2":  # the hidden --core: old command lines name the one core there is, v2
+        raise ConfigurationError(
+            f"--core {args.core}: the version-1 path (messages loaded into memory) was removed in favour of the "
+            "store-backed partition core; leave --core out, or pass --core v2")
     broker = build_broker(namespace, args.data_dir, synchronous=args.sync, store_url=args.store, node_id=node_id,
-                          core=args.core, shared_poll_seconds=args.shared_poll_seconds)
+                          shared_poll_seconds=args.shared_poll_seconds)
     if args.max_unauthenticated_connections < 1:
         raise ConfigurationError("--max-unauthenticated-connections must be at least 1")
     if args.auth_timeout is not None and args.auth_timeout <= 0:

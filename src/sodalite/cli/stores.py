@@ -47,7 +47,7 @@ def _one(configured: MessagingStoreConfig, data_dir: Path, synchronous: str, nod
 
 
 def build_broker(namespace: NamespaceConfig, data_dir: Path, *, synchronous: str = "FULL",
-                 store_url: str | None = None, node_id: str = "", core: str = "v2",
+                 store_url: str | None = None, node_id: str = "",
                  shared_poll_seconds: float | None = None) -> Broker:
     """A broker on its messaging stores: the default one, then the namespace's in order.
 
@@ -55,10 +55,6 @@ def build_broker(namespace: NamespaceConfig, data_dir: Path, *, synchronous: str
     store's change feed (one LISTEN connection per database and node), which wakes this node's
     partitions and entity follow when another node commits; ``shared_poll_seconds`` sets both
     fallback polls (waiting receivers, entity records) while the feed is live."""
-    if core != "v2":
-        raise ConfigurationError(
-            f"--core {core}: the version-1 path (messages loaded into memory) was removed in favour of the "
-            "store-backed partition core; leave --core out, or pass --core v2")
     if shared_poll_seconds is not None and not shared_poll_seconds > 0:
         raise ConfigurationError(f"--shared-poll-seconds: must be > 0, got {shared_poll_seconds}")
     data_dir.mkdir(parents=True, exist_ok=True)

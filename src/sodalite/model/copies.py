@@ -3,7 +3,9 @@
 Rules:
 
 1. A receiver is shown the count of EARLIER deliveries: the store counted this delivery when it
-   claimed the message, so the record it hands out is one ahead (:func:`as_delivered`).
+   claimed the message, so the record it hands out is one ahead (:func:`as_delivered`); a message
+   given back unseen (never written to its receiver) returns with that claim counted
+   (:func:`with_claim_counted`).
 2. A copy that enters another entity as a new message there (a move, a dead letter forwarded by
    ForwardDeadLetteredMessagesTo) starts its delivery count at 0, is enqueued now, and expires by
    the time-to-live that applies in the target: the message's own, capped by the target's default
@@ -16,6 +18,9 @@ Rules:
    history, and an abandon there does not raise the delivery count (:func:`sub_queue_settings`).
 5. A lock can settle inside a transaction only while it is held, not being settled, and not
    lapsed (:func:`lock_usable`).
+6. A topic's copy is stored with the lower of its destination's default time-to-live and the
+   topic's (:func:`copy_default_ttl`; either may be unset); an entity without MaxDeliveryCount
+   never dead-letters for deliveries (:data:`NEVER`).
 """
 
 from __future__ import annotations
@@ -34,6 +39,17 @@ def as_delivered(record: MessageRecord) -> MessageRecord:
     if record.delivery_count <= 0:
         return record
     return replace(record, delivery_count=record.delivery_count - 1)
+
+
+def with_claim_counted(record: MessageRecord) -> MessageRecord:
+    """A message taken by a claim as the receiver was shown it, given back with the claim counted (rule 1)."""
+    return record.with_delivery_count(record.delivery_count + 1)
+
+
+def copy_default_ttl(target_default: int | None, topic_default: int | None) -> int | None:
+    """The default time-to-live a topic's copy is stored with in its destination (rule 6)."""
+    return topic_default if target_default is None else (
+        target_default if topic_default is None else min(target_default, topic_default))
 
 
 def capped_expiry(time_to_live: int | None, target_default: int | None, now: int) -> int | None:

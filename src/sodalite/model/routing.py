@@ -1,5 +1,7 @@
 """Where a send goes before any partition core sees it: pings end at the door, ForwardTo chains are
-followed up to the hop limit, and past it the message goes to the transfer dead-letter queue.
+followed up to the hop limit, and past it the message goes to the transfer dead-letter queue. A dead
+letter forwarded by ForwardDeadLetteredMessagesTo counts that forward as one hop more; a topic's
+copy for a forwarding subscription counts the hops that brought the message to the topic too.
 
 Pure rules over addresses: the caller says what an entity forwards to; nothing here knows actors."""
 
@@ -8,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final, TypeVar
 
-from sodalite.model.partition import MessageDraft
+from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDraft
 
 MAX_TRANSFER_HOPS: Final = 4  # Service Bus forwards a message at most this many times (DLQ overview)
 
@@ -36,10 +38,23 @@ def follow(start: E, next_hop: Callable[[E], E | None]) -> tuple[E, int, bool]:
     return current, hops, False
 
 
-def past_hop_limit(hops: int, exceeded: bool) -> str | None:
-    """A message forwarded ``hops`` times in all (``exceeded``: its chain stopped at the limit): the
-    description it carries into the transfer dead-letter queue (reason MaxTransferHopCountExceeded)
-    when that passes the hop limit, else None (it is delivered)."""
+def hop_limit_dead_letter(hops: int, exceeded: bool) -> tuple[str, str] | None:
+    """A message forwarded ``hops`` times in all (``exceeded``: its chain stopped at the limit): past
+    the hop limit, the dead-lettering it gets in the transfer dead-letter queue where the chain
+    stopped, (reason MaxTransferHopCountExceeded, description); else None (it is delivered)."""
     if exceeded or hops > MAX_TRANSFER_HOPS:
-        return f"forwarded {hops} times"
+        return MAX_TRANSFER_HOP_COUNT_EXCEEDED, f"forwarded {hops} times"
     return None
+
+
+def past_hop_limit(hops: int, exceeded: bool) -> str | None:
+    """The description :func:`hop_limit_dead_letter` gives, or None."""
+    dead_letter = hop_limit_dead_letter(hops, exceeded)
+    return None if dead_letter is None else dead_letter[1]
+
+
+def dead_letter_hop_limit(hops: int, exceeded: bool) -> str | None:
+    """Dead letters forwarded (ForwardDeadLetteredMessagesTo) to a target whose ForwardTo chain takes
+    ``hops`` more (``exceeded``: it stopped at the limit): the forward itself is one hop, so this is
+    :func:`past_hop_limit` one hop further."""
+    return past_hop_limit(hops + 1, exceeded)

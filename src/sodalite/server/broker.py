@@ -88,7 +88,7 @@ class Broker:
         self.clock = clock
         # The cores' clock (partition_runner.LoopClock): the same time, so one clock drives the broker.
         self.core_clock = LoopClock(clock)
-        # Every entity runs on the partition core and store port v2 (server/core_actor.py).
+        # Every entity runs on the partition core over the store port (server/core_actor.py).
         self.node_id = node_id
         # The messaging stores, each served by its own thread. The first also keeps the entity records.
         self.workers = [StoreWorker(store, DEFAULT_STORE), *(StoreWorker(s, name) for name, s in more_stores)]

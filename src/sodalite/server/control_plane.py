@@ -40,8 +40,7 @@ from sodalite.model.authorization import Authorization, AuthorizationRule, KeyTy
 from sodalite.model.entities import CorrelationFilter, QueueProperties, RuleDescription, TopicProperties
 from sodalite.model.message import MessageRecord as StoredMessage
 from sodalite.model.message import MessageState
-from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED
-from sodalite.model.routing import past_hop_limit
+from sodalite.model.routing import hop_limit_dead_letter
 from sodalite.server import moves, wire
 from sodalite.server.broker import Broker
 from sodalite.server.core_actor import ALL_STATES, CoreActor
@@ -241,9 +240,9 @@ class BrokerControl:
             application_properties=dict(message.application_properties)))
         drafts = [wire.parse_message(payload, entity.max_message_size)]
         route = self.broker.route(entity)
-        limit = past_hop_limit(route.hops, route.exceeded)
+        limit = hop_limit_dead_letter(route.hops, route.exceeded)
         if limit is not None:
-            future = route.entity.actor.send_to_transfer_dead_letter(drafts, MAX_TRANSFER_HOP_COUNT_EXCEEDED, limit)
+            future = route.entity.actor.send_to_transfer_dead_letter(drafts, *limit)
         elif route.entity.kind == TOPIC:
             future = self.broker.publish(route.entity, drafts)
         else:

@@ -48,10 +48,11 @@ from sodalite.errors import (
     StoreUnavailable,
 )
 from sodalite.model import partition_core as core
-from sodalite.model.copies import as_delivered, sub_queue_settings
+from sodalite.model.copies import NEVER, as_delivered, sub_queue_settings
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import MessageDraft
 from sodalite.model.quotas import entity_full
+from sodalite.model.routing import without_pings
 from sodalite.model.store_ops import MoveItem, Outcome, StoredMessage
 from sodalite.server import delivery_trace, wire
 from sodalite.server.core_copies import Copy, KeyedCopy, Landing
@@ -100,7 +101,7 @@ def core_settings(settings: EntitySettings, sub: SubQueue, owner: str,
     decides duplicates."""
     main = core.CoreSettings(
         lock_duration=settings.lock_duration, default_ttl=settings.default_ttl,
-        max_delivery_count=settings.max_delivery_count if settings.max_delivery_count is not None else 1 << 30,
+        max_delivery_count=settings.max_delivery_count if settings.max_delivery_count is not None else NEVER,
         dead_letter_on_expiration=settings.dead_lettering_on_message_expiration,
         duplicate_window=settings.duplicate_detection_window,
         requires_session=settings.requires_session, owner=owner, forward_dead_letters=forward,
@@ -354,7 +355,7 @@ class CoreActor:
         now = self.clock.now()
         planned = [(None, [(self, SubQueue.TRANSFER_DEAD_LETTER,
                             wire.dead_lettered(core.record_for(d, now, None), reason, description))])
-                   for d in drafts if not d.ping]
+                   for d in without_pings(drafts)[0]]
         return self.submit_publish(self.landing.entries(planned))
 
     def note_activity(self) -> None:

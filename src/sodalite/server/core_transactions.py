@@ -51,8 +51,8 @@ from sodalite.errors import (
 )
 from sodalite.model import partition_core as core
 from sodalite.model.copies import lock_usable
-from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDraft
-from sodalite.model.routing import past_hop_limit
+from sodalite.model.partition import MessageDraft
+from sodalite.model.routing import hop_limit_dead_letter
 from sodalite.model.settlement import Settlement, Verb
 from sodalite.model.store_ops import Outcome
 from sodalite.server import wire
@@ -152,16 +152,15 @@ def plan_send(broker: Routes, entity: Entity, drafts: Sequence[MessageDraft]) ->
     for draft in drafts:
         part = _partition(destination.actor, draft)
         now = part.clock.now()
-        limit = past_hop_limit(route.hops, route.exceeded)
+        limit = hop_limit_dead_letter(route.hops, route.exceeded)
         if limit is not None:
             check_send(part, [draft], stored_here=False)
-            dead = wire.dead_lettered(core.record_for(draft, now, None), MAX_TRANSFER_HOP_COUNT_EXCEEDED, limit)
+            dead = wire.dead_lettered(core.record_for(draft, now, None), *limit)
             planned.append(PlannedSend(draft.message_id, ((part, SubQueue.TRANSFER_DEAD_LETTER, dead),),
                                        (part, SubQueue.MAIN), None))
         elif destination.kind == TOPIC:
             if not isinstance(part, TopicActor) or part.plan is None:
-                raise NotImplementedOperation(f"a transaction cannot send to the topic '{destination.name}' on the "
-                                              "version-2 core yet")
+                raise NotImplementedOperation(f"a transaction cannot send to the topic '{destination.name}' yet")
             check_send(part, [draft], stored_here=False)
             [copies] = part.plan([draft], now)
             for target, _, _ in copies:
@@ -198,12 +197,12 @@ def check(settlements: Sequence[CoreSettlement], planned: Sequence[PlannedSend])
     for settlement in settlements:
         if settlement.actor is not actor or settlement.sub_queue is not sub:
             raise NotImplementedOperation(
-                "a transaction on the version-2 core settles messages of one queue, subscription or partition "
+                "a transaction settles messages of one queue, subscription or partition "
                 "only (of one sub-queue, too): settling messages held by two of them is not available yet")
     for send in planned:
         if send.deduplicated_by is not None and (send.deduplicated_by is not actor or sub is not SubQueue.MAIN):
             raise NotImplementedOperation(
-                f"a transaction on the version-2 core sends to '{send.deduplicated_by.ref.entity}', which detects "
+                f"a transaction sends to '{send.deduplicated_by.ref.entity}', which detects "
                 "duplicates, only when that is the entity (and partition) whose messages it settles, or its first "
                 "send's: not available yet otherwise")
         for target, _, _ in send.copies:

@@ -1,6 +1,6 @@
 """Dead letters forwarded into another messaging store (ForwardDeadLetteredMessagesTo on the core).
 
-Theory of operation. An entity on the version-2 core forwards its dead letters in the
+Theory of operation. An entity on the partition core forwards its dead letters in the
 dead-lettering's own store transaction when the target (past its ForwardTo chain) has a partition
 in the same store (``DeadLetterForwarding.forward_to``). When it has none there (a partition of a
 partitioned queue whose non-partitioned target lives in another store, a non-partitioned entity

@@ -43,9 +43,9 @@ from sodalite.errors import (
 )
 from sodalite.model.authorization import AccessRights
 from sodalite.model.message import MessageRecord
-from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, Lock, MessageDraft
+from sodalite.model.partition import Lock, MessageDraft
 from sodalite.model.partitioning import partition_index, partition_key
-from sodalite.model.routing import past_hop_limit, without_pings
+from sodalite.model.routing import hop_limit_dead_letter, without_pings
 from sodalite.server import delivery_trace, outcomes, test_defects, wire
 from sodalite.server.amqp_errors import client_error
 from sodalite.server.endpoint import ConnectionPort, Endpoint
@@ -133,7 +133,7 @@ class Producer(Endpoint):
                 return
             self.submit_pending()
             route = broker.route(entity)
-            limit = past_hop_limit(route.hops, route.exceeded)
+            limit = hop_limit_dead_letter(route.hops, route.exceeded)
             if test_defects.ACTIVE and test_defects.on("ack-before-commit") and not delivery.settled:
                 link.settle(delivery.delivery_id, Accepted())  # test-only defect: acknowledged before the commit
                 if test_defects.every(4):
@@ -141,7 +141,7 @@ class Producer(Endpoint):
             if not drafts:
                 future = _done()
             elif limit is not None:
-                future = route.entity.actor.send_to_transfer_dead_letter(drafts, MAX_TRANSFER_HOP_COUNT_EXCEEDED, limit)
+                future = route.entity.actor.send_to_transfer_dead_letter(drafts, *limit)
             elif route.entity.kind == TOPIC:
                 future = broker.publish(route.entity, drafts)
             else:
@@ -168,7 +168,7 @@ class Producer(Endpoint):
             route = self.connection.broker.route(self.entity)
         except SodaliteError:
             route = None
-        if route is None or past_hop_limit(route.hops, route.exceeded) is not None:  # each transfer on its own
+        if route is None or hop_limit_dead_letter(route.hops, route.exceeded) is not None:  # each transfer on its own
             for link, run in pending:
                 self._submit([(link, run)])
         else:
@@ -188,9 +188,9 @@ class Producer(Endpoint):
         drafts = [d for _, run in runs for d in run.drafts]
         try:
             route = broker.route(self.entity)
-            limit = past_hop_limit(route.hops, route.exceeded)
+            limit = hop_limit_dead_letter(route.hops, route.exceeded)
             if limit is not None:
-                future = route.entity.actor.send_to_transfer_dead_letter(drafts, MAX_TRANSFER_HOP_COUNT_EXCEEDED, limit)
+                future = route.entity.actor.send_to_transfer_dead_letter(drafts, *limit)
             elif route.entity.kind == TOPIC:
                 future = broker.publish(route.entity, drafts)
             else:

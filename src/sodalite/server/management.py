@@ -19,6 +19,7 @@ from typing import Protocol, Required, TypedDict, TypeVar, cast
 from sodalite.amqp.types import AmqpMap, AmqpValue, Array, Described, Long, Timestamp, ULong
 from sodalite.errors import ArgumentError, ConfigurationError, NotImplementedOperation
 from sodalite.model.authorization import AccessRights
+from sodalite.model.copies import with_claim_counted
 from sodalite.model.entities import (
     CorrelationFilter,
     FalseFilter,
@@ -30,6 +31,7 @@ from sodalite.model.entities import (
     TrueFilter,
 )
 from sodalite.model.json_types import json_type
+from sodalite.model.routing import without_pings
 from sodalite.model.settlement import from_disposition_status
 from sodalite.model.store_ops import MoveItem
 from sodalite.server import outcomes, pages, wire
@@ -292,7 +294,7 @@ async def schedule_message(ctx: Context, body: ScheduleRequest) -> Response:
         if not isinstance(encoded, bytes):
             raise ArgumentError("each scheduled message needs its encoded 'message'")
         drafts.append(wire.received_messages(encoded, 0, ctx.max_message_size)[0])
-    kept = [d for d in drafts if not d.ping]
+    kept = without_pings(drafts)[0]
     if any(d.scheduled_enqueue_time is None for d in kept):
         raise ArgumentError("a scheduled message needs x-opt-scheduled-enqueue-time")
     numbers: list[int] = []
@@ -329,7 +331,7 @@ async def receive_by_sequence_number(ctx: Context, body: ReceiveBySequenceNumber
     # ReceiveAndDelete: deleted already; if the response never leaves, they go back in place (with the
     # claim counted, as the core's Unsent takes them).
     actor, sub = ctx.actor, ctx.sub_queue
-    taken = [r.with_delivery_count(r.delivery_count + 1) for r, _, _ in taken_now]
+    taken = [with_claim_counted(r) for r, _, _ in taken_now]
     return Response(OK, {"messages": messages}, give_back=lambda: actor.unsent(sub, taken))
 
 

@@ -16,7 +16,7 @@ actor runs the partitions (the :class:`Partition` protocol is what it calls on t
   skipping a partition whose store is unavailable (the seed: a peek may return fewer);
 * counts add up over the partitions whose store answers.
 
-The face is :class:`PartitionedCoreActor`: partitioned queues and subscriptions on the version-2 core
+The face is :class:`PartitionedCoreActor`: partitioned queues and subscriptions on the partition core
 (``CoreActor`` per partition; a partitioned topic runs on its subclass
 ``topic_actor.PartitionedTopicActor``, a ``TopicActor`` per partition). A core claims messages in
 the store for the credit it was given and delivers them after the claim (ReceiveAndDelete: the
@@ -459,7 +459,7 @@ class _Share:
 
 
 class PartitionedCoreActor(Partitioned[CoreActor]):
-    """A partitioned queue on the version-2 core: one ``CoreActor`` per partition (module docstring)."""
+    """A partitioned queue on the partition core: one ``CoreActor`` per partition (module docstring)."""
 
     def __init__(self, partitions: Sequence[CoreActor]) -> None:
         super().__init__(partitions)
@@ -720,7 +720,6 @@ class PartitionedCoreActor(Partitioned[CoreActor]):
 
 AnyPartitioned = PartitionedCoreActor
 EntityActor = CoreActor | PartitionedCoreActor  # what an entity runs on
-OnCore = EntityActor  # every entity runs on the version-2 core
 
 
 def each(actor: EntityActor) -> list[CoreActor]:

@@ -11,7 +11,7 @@ messages at once, receives go on, and ``maintain`` is tried every second until t
 has room again, with no restart.
 
 Group commit across partitions: :meth:`StoreWorker.commit` is how the partition runners of the
-version-2 core hand in their batches. Batches that arrive while a transaction is in flight, or in
+partition core hand in their batches. Batches that arrive while a transaction is in flight, or in
 the same event-loop turn, leave together as ONE ``apply`` (one transaction, one fsync) when the
 previous one is done, whichever partition of this store they belong to; each caller gets back the
 results of its own operations, in order. A transaction that raises applied nothing, and every batch
@@ -211,7 +211,7 @@ class StoreWorker:
         self.on_commit: Callable[[float], None] | None = None
         # The operator's outage switch: while set, every call fails as an unreachable store's would.
         self.offline = False
-        # Other broker nodes may write this store (PostgreSQL): partitions on the version-2 core look
+        # Other broker nodes may write this store (PostgreSQL): partitions on the partition core look
         # for rows they did not append themselves (server/core_actor.py).
         self.shared = False
         self.full = False  # the store's disk is full: sends are refused until maintain() finds room

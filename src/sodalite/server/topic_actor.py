@@ -48,6 +48,7 @@ from sodalite.errors import SodaliteError, StoreUnavailable
 from sodalite.model import partition_core as core
 from sodalite.model.message import MessageRecord
 from sodalite.model.partition import Lock, MessageDraft
+from sodalite.model.routing import without_pings
 from sodalite.server import wire
 from sodalite.server.core_actor import Copy, CoreActor, KeyedCopy, Receiver
 from sodalite.server.core_copies import store_copies
@@ -133,7 +134,7 @@ class TopicActor(CoreActor):
         anything; what it returns submits it. A partitioned topic prepares every partition's share of
         a send before it submits any, so a send is never half taken."""
         self._check_send(drafts)
-        planned = self._planned([d for d in drafts if not d.ping])  # a ping is accepted, never stored
+        planned = self._planned(without_pings(drafts)[0])  # a ping is accepted, never stored
         self._runner(SubQueue.MAIN)
         if self._elsewhere(planned):
             self._split(planned)  # StoreUnavailable / StoreFull now, before anything is stored

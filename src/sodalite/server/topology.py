@@ -8,10 +8,10 @@ Rules:
   and stay in the entity's own dead-letter queue where the chain ends in a topic or names an entity
   that is gone. A target partition in the entity's store takes them in the dead-lettering's
   transaction; any other through a relay (``server/dead_letter_relay.py``).
-- A topic's copies: each subscription's rules and actions applied (``server/fanout.py``); filter
-  errors, and copies without a SessionId for a session-enabled subscription, to the subscription's
-  dead-letter queue; a forwarding subscription's copies into where its ForwardTo leads, within the
-  hop limit. A copy's time-to-live is capped by its destination's default and the topic's.
+- A topic's copies: where each lands is ``model.fanout.fan_out``'s (each subscription's rules and
+  actions, its dead-letter queue, where a forwarding subscription's ForwardTo leads within the hop
+  limit); this module places each on the actor that stores it (``server/fanout.py`` writes an
+  action's changes). A copy's default time-to-live is ``model.copies.copy_default_ttl``'s.
 - A partitioned topic's partition ``i`` stores into partition ``i`` of each partitioned destination
   (which shares its store); without an index the copy's key picks the partition, as for a send.
 """
@@ -19,14 +19,16 @@ Rules:
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from sodalite.errors import EntityNotFound, NotImplementedOperation
+from sodalite.model.copies import copy_default_ttl
 from sodalite.model.entities import forward_target
-from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDraft
+from sodalite.model.fanout import Landing, fan_out
+from sodalite.model.partition import MessageDraft
 from sodalite.model.partition_core import record_for as core_record
-from sodalite.model.routing import follow, past_hop_limit
-from sodalite.server import wire
+from sodalite.model.routing import dead_letter_hop_limit, follow
+from sodalite.server import fanout, wire
 from sodalite.server.addresses import entity_path
 from sodalite.server.core_actor import Copy, CoreActor
 from sodalite.server.dead_letter_relay import DeadLetterRelay
@@ -40,12 +42,6 @@ log = logging.getLogger(__name__)
 
 Destination = tuple[Entity, SubQueue, str | None]
 """Where dead letters land: the entity, its sub-queue, and the hop-limit description if one was reached."""
-
-
-def _capped(actor: CoreActor, cap: int | None) -> int | None:
-    """The time-to-live default of a copy stored in ``actor``'s entity from a topic whose default is ``cap``."""
-    own = actor.settings.default_ttl
-    return cap if own is None else (own if cap is None else min(own, cap))
 
 
 def _forwards_on_core(destination: Destination | None) -> bool:
@@ -65,22 +61,6 @@ def _core_index(topic: Entity, draft: MessageDraft) -> int:
     assert isinstance(actor, PartitionedCoreActor)
     [(partition, _)] = actor.route([draft])
     return actor.partitions.index(partition)
-
-
-def _on_core_at(entity: Entity, index: int | None, draft: MessageDraft | None = None) -> CoreActor:
-    """``entity``'s actor that a topic's send stores copies into: its partition ``index`` when it is
-    partitioned and an index is given (a partitioned topic's partition, which shares that partition's
-    store), else the partition ``draft``'s key picks (keyless ones round-robin)."""
-    actor = entity.actor
-    if isinstance(actor, PartitionedCoreActor):
-        if index is not None:
-            actor = actor.partitions[index % len(actor.partitions)]
-        elif draft is not None:
-            [(actor, _)] = actor.route([draft])
-        else:
-            actor = actor.partitions[0]
-    assert isinstance(actor, CoreActor)
-    return actor
 
 
 class Topology:
@@ -111,7 +91,7 @@ class Topology:
         transfer dead-letter queue where the chain reached the hop limit (with that description), or
         None where it ends in a topic (they stay in the entity's dead-letter queue)."""
         route = self.route(target)
-        limit = past_hop_limit(route.hops + 1, route.exceeded)
+        limit = dead_letter_hop_limit(route.hops, route.exceeded)
         if limit is not None:
             return route.entity, SubQueue.TRANSFER_DEAD_LETTER, limit
         if route.entity.kind == TOPIC:
@@ -196,46 +176,68 @@ class Topology:
 
     def copies(self, topic: Entity, drafts: Sequence[MessageDraft], now: int,
                index: int | None = None) -> list[list[Copy]]:
-        """Per draft, the copies ``topic`` (its partition ``index``, if partitioned) stores. A destination
-        may live in another store (the topic actor stores those copies by that store's batch first)."""
-        cap = topic.actor.settings.default_ttl
+        """Per draft, the copies ``topic`` (its partition ``index``, if partitioned) stores. Where each
+        lands is ``model.fanout.fan_out``'s; this places it on the partition actor that stores it. A
+        destination may live in another store (the topic actor stores those copies by that store's
+        batch first)."""
+        placing = _Placing(self, now, topic.actor.settings.default_ttl)
         planned: list[list[Copy]] = []
         for draft in drafts:
-            copies: list[Copy] = []
-            self._fan_out(topic, draft, now, cap, 0, copies, index)
-            planned.append(copies)
+            placing.out = []
+            fan_out(placing, topic, draft, index)
+            planned.append(placing.out)
         return planned
 
-    def _fan_out(self, topic: Entity, draft: MessageDraft, now: int, cap: int | None, hops: int,
-                 out: list[Copy], index: int | None = None) -> None:
-        for sub in topic.subscriptions.values():
-            dead_letter_on_errors = bool(getattr(sub.properties, "dead_lettering_on_filter_evaluation_exceptions",
-                                                 True))
-            for copy in copies_for(sub.rules, draft, dead_letter_on_errors, sub.requires_session):
-                actor = _on_core_at(sub, index, copy.draft)
-                if copy.dead_letter is not None:
-                    dead = wire.dead_lettered(core_record(copy.draft, now, None), *copy.dead_letter)
-                    out.append(actor.dead_letter_copy(dead, now))
-                elif not sub.forward_to:
-                    out.append((actor, SubQueue.MAIN, core_record(copy.draft, now, _capped(actor, cap))))
-                else:
-                    self._forward_copy(sub, copy.draft, now, cap, hops, out, index)
 
-    def _forward_copy(self, sub: Entity, draft: MessageDraft, now: int, cap: int | None, hops: int,
-                      out: list[Copy], index: int | None) -> None:
-        """A forwarding subscription's copy: into where its ForwardTo leads, within the hop limit."""
-        route = self.route(sub)
-        total = hops + route.hops
-        limit = past_hop_limit(total, route.exceeded)
-        if limit is not None:
-            target = _on_core_at(route.entity, index, draft)
-            dead = wire.dead_lettered(core_record(draft, now, None), MAX_TRANSFER_HOP_COUNT_EXCEEDED, limit)
-            out.append((target, SubQueue.TRANSFER_DEAD_LETTER, dead))
-        elif route.entity.kind == TOPIC:
-            # A partitioned topic reached without an index (from a non-partitioned one): the copy's key
-            # pins it to one partition, for every subscription of that topic.
-            at = index if index is not None or not route.entity.partitioned else _core_index(route.entity, draft)
-            self._fan_out(route.entity, draft, now, cap, total, out, at)
+class _Placing:
+    """``model.fanout.Places`` over the served entities. A copy lands on the entity's actor; on a
+    partitioned entity, on its partition ``placement`` when one is given (a partitioned topic's
+    partition ``i`` stores into partition ``i`` of each partitioned destination, which shares that
+    partition's store), else on the partition the copy's key picks (keyless ones round-robin)."""
+
+    __slots__ = ("cap", "now", "out", "topology")
+
+    def __init__(self, topology: Topology, now: int, cap: int | None) -> None:
+        self.topology = topology
+        self.now = now
+        self.cap = cap  # the topic's default time-to-live
+        self.out: list[Copy] = []
+
+    def subscriptions(self, topic: Entity) -> Iterable[Entity]:
+        return topic.subscriptions.values()
+
+    def copies(self, subscription: Entity, message: MessageDraft) -> list[fanout.Copy]:
+        dead_letter_on_errors = bool(getattr(subscription.properties, "dead_lettering_on_filter_evaluation_exceptions",
+                                             True))
+        return copies_for(subscription.rules, message, dead_letter_on_errors, subscription.requires_session)
+
+    def route(self, subscription: Entity) -> Route | None:
+        return self.topology.route(subscription) if subscription.forward_to else None
+
+    def is_topic(self, entity: Entity) -> bool:
+        return entity.kind == TOPIC
+
+    def enter(self, topic: Entity, message: MessageDraft, placement: int | None) -> int | None:
+        # A partitioned topic reached without an index (from a non-partitioned one): the copy's key
+        # pins it to one partition, for every subscription of that topic.
+        return placement if placement is not None or not topic.partitioned else _core_index(topic, message)
+
+    def land(self, entity: Entity, message: MessageDraft, landing: Landing, dead_letter: tuple[str, str] | None,
+             placement: int | None) -> None:
+        actor = entity.actor
+        if isinstance(actor, PartitionedCoreActor):
+            if placement is not None:
+                actor = actor.partitions[placement % len(actor.partitions)]
+            else:
+                [(actor, _)] = actor.route([message])
+        assert isinstance(actor, CoreActor)
+        if landing is Landing.MAIN:
+            ttl = copy_default_ttl(actor.settings.default_ttl, self.cap)
+            self.out.append((actor, SubQueue.MAIN, core_record(message, self.now, ttl)))
+            return
+        assert dead_letter is not None
+        dead = wire.dead_lettered(core_record(message, self.now, None), *dead_letter)
+        if landing is Landing.DEAD_LETTER:
+            self.out.append(actor.dead_letter_copy(dead, self.now))
         else:
-            target = _on_core_at(route.entity, index, draft)
-            out.append((target, SubQueue.MAIN, core_record(draft, now, _capped(target, cap))))
+            self.out.append((actor, SubQueue.TRANSFER_DEAD_LETTER, dead))

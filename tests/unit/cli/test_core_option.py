@@ -1,4 +1,5 @@
-"""``sodalite serve --core``: v2 is the only path; ``--core v1`` is refused with a clear error (issue 14)."""
+"""``sodalite serve --core``: v2 is the only path, accepted silently and hidden from --help; ``--core v1`` is
+refused with a clear error (issue 14)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sodalite.cli.main import main
-from sodalite.cli.stores import build_broker
+from sodalite.cli.entry import parser
+from sodalite.cli.main import _broker, main
 from sodalite.errors import ConfigurationError
 from sodalite.model.config import NamespaceConfig
 
@@ -21,8 +22,11 @@ def test_serve_with_core_v1_exits_with_an_error_naming_the_removed_path(
     assert not (tmp_path / "messages.db").exists()  # refused before any store was opened
 
 
-def test_build_broker_takes_v2_and_refuses_anything_else(tmp_path: Path) -> None:
-    broker = build_broker(NamespaceConfig("ns"), tmp_path / "a", core="v2")
+def test_core_v2_is_accepted_and_the_option_is_not_in_help(tmp_path: Path) -> None:
+    args = parser().parse_args(["serve", "--core", "v2", "--data-dir", str(tmp_path)])
+    broker = _broker(args, NamespaceConfig("ns"), "n")
     assert [w.name for w in broker.workers] == ["default"]
     with pytest.raises(ConfigurationError, match="version-1 path"):
-        build_broker(NamespaceConfig("ns"), tmp_path / "b", core="v1")
+        _broker(parser().parse_args(["serve", "--core", "v1", "--data-dir", str(tmp_path)]), NamespaceConfig("ns"), "n")
+    serve_help = parser()._subparsers._group_actions[0].choices["serve"].format_help()  # type: ignore[union-attr]
+    assert "--core" not in serve_help and "--store" in serve_help

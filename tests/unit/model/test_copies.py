@@ -5,12 +5,15 @@ from __future__ import annotations
 import uuid
 
 from sodalite.model.copies import (
+    NEVER,
     as_delivered,
     capped_expiry,
+    copy_default_ttl,
     forwarded_copy,
     lock_usable,
     relayed_copy,
     sub_queue_settings,
+    with_claim_counted,
 )
 from sodalite.model.message import MessageRecord, MessageState
 from sodalite.model.partition import LAST_INSTANT_MS
@@ -71,3 +74,18 @@ def test_a_lock_settles_in_a_transaction_only_while_held_unsettled_and_live() ->
     assert not lock_usable(held, 2_000)
     assert not lock_usable(None, 0)
     assert not lock_usable(HeldLock(token, record(), 2_000, "receiver", MessageState.ACTIVE, settling=True), 0)
+
+
+def test_a_message_given_back_unseen_returns_with_its_claim_counted() -> None:
+    shown = as_delivered(record(delivery_count=3))
+    assert with_claim_counted(shown).delivery_count == 3
+    assert with_claim_counted(record(delivery_count=0)).delivery_count == 1
+
+
+def test_a_topics_copy_takes_the_lower_default_time_to_live() -> None:
+    assert copy_default_ttl(None, None) is None
+    assert copy_default_ttl(5_000, None) == 5_000
+    assert copy_default_ttl(None, 7_000) == 7_000
+    assert copy_default_ttl(5_000, 7_000) == 5_000
+    assert copy_default_ttl(9_000, 7_000) == 7_000
+    assert NEVER >= 1 << 30

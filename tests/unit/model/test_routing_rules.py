@@ -7,10 +7,17 @@ from __future__ import annotations
 import pytest
 
 from sodalite.errors import InvalidOperation
-from sodalite.model.partition import MessageDraft
+from sodalite.model.partition import MAX_TRANSFER_HOP_COUNT_EXCEEDED, MessageDraft
 from sodalite.model.partitioning import partition_index, partition_key, partition_of_sequence_number
 from sodalite.model.quotas import entity_full, namespace_full, topic_full
-from sodalite.model.routing import MAX_TRANSFER_HOPS, follow, past_hop_limit, without_pings
+from sodalite.model.routing import (
+    MAX_TRANSFER_HOPS,
+    dead_letter_hop_limit,
+    follow,
+    hop_limit_dead_letter,
+    past_hop_limit,
+    without_pings,
+)
 
 
 def _draft(message_id: str | None = None, session_id: str | None = None, partition_key: str | None = None,
@@ -52,3 +59,16 @@ def test_a_key_picks_its_partition_and_a_number_names_one() -> None:
     assert partition_key(_draft(message_id="m"), True) == "m" and partition_key(_draft(message_id="m"), False) is None
     with pytest.raises(InvalidOperation):
         partition_key(_draft(session_id="s", partition_key="p"), False)
+
+
+def test_a_forwarded_dead_letter_counts_the_forward_as_one_hop() -> None:
+    assert dead_letter_hop_limit(MAX_TRANSFER_HOPS - 1, False) is None
+    assert dead_letter_hop_limit(MAX_TRANSFER_HOPS, False) == f"forwarded {MAX_TRANSFER_HOPS + 1} times"
+    assert dead_letter_hop_limit(0, True) == "forwarded 1 times"
+
+
+def test_past_the_hop_limit_a_message_is_dead_lettered_with_max_transfer_hop_count_exceeded() -> None:
+    assert hop_limit_dead_letter(MAX_TRANSFER_HOPS, False) is None
+    assert hop_limit_dead_letter(MAX_TRANSFER_HOPS + 1, False) == (
+        MAX_TRANSFER_HOP_COUNT_EXCEEDED, f"forwarded {MAX_TRANSFER_HOPS + 1} times")
+    assert hop_limit_dead_letter(2, True) == (MAX_TRANSFER_HOP_COUNT_EXCEEDED, "forwarded 2 times")
