@@ -103,7 +103,7 @@ def run_target(name: str, cleanup: Cleanup, tmp: Path, args: argparse.Namespace)
             workloads.pika_fill(params, QUEUE, n, publishers=2, progress=lambda k: progress(k, absolute=False))
     else:
         broker = harness.start_sodalite(cleanup, tmp / "sodalite", args.sync, [QUEUE],
-                                         f"Sodalite {args.sync} {args.core}", extra_args=["--core", args.core])
+                                         f"Sodalite {args.sync}")
 
         def send(m: Meter | None, n: int) -> None:
             workloads.sdk_send(m or Meter(broker.measured_pid), broker.connection_string, QUEUE, n)
@@ -146,7 +146,7 @@ def run_target(name: str, cleanup: Cleanup, tmp: Path, args: argparse.Namespace)
         t_first = pika_first_delivery(broker)
     else:
         broker = harness.start_sodalite(cleanup, tmp / "sodalite", args.sync, [QUEUE],
-                                         f"Sodalite {args.sync} {args.core}", extra_args=["--core", args.core])
+                                         f"Sodalite {args.sync}")
         t_listen = time.perf_counter()
         t_first = sdk_first_delivery(broker.connection_string)
     out["listen_s"], out["first_s"] = t_listen - t_kill, t_first - t_kill
@@ -164,9 +164,8 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=1_000_000, help="backlog depth (default 1,000,000)")
     parser.add_argument("--probe", type=int, default=5000, help="messages received at each depth (default 5,000)")
     parser.add_argument("--sync", choices=("FULL", "NORMAL"), default="FULL", help="Sodalite's --sync (default FULL)")
-    parser.add_argument("--core", choices=("v2",), default="v2",
-                        help="Sodalite's --core: v2, the partition core (version 1 was removed; kept for existing "
-                             "command lines)")
+    parser.add_argument("--core", choices=("v2",), default="v2",  # accepted for older command lines
+                        help=argparse.SUPPRESS)
     parser.add_argument("--targets", default="sodalite,rabbit", help="sodalite,rabbit (default both)")
     parser.add_argument("--max-seconds", type=float, default=3600, help="run-time bound (default 3600)")
     args = parser.parse_args()

@@ -3,8 +3,8 @@
 Side by side in one run, in interleaved rounds (every target once per round, so drift on a shared
 machine hits all of them alike):
 
-- Sodalite with ``--sync FULL`` and with ``--sync NORMAL`` (``scripts/serve``: the partition core,
-  store port v2), official SDK (``v2full`` and ``v2normal`` are older names of the same two targets);
+- Sodalite with ``--sync FULL`` and with ``--sync NORMAL`` (``scripts/serve``), official SDK
+  (``v2full`` and ``v2normal`` are older names of the same two targets);
 - the null peer (``benchmarks/null_peer.py``: answers without storing), the same SDK client;
 - RabbitMQ, a quorum queue (``x-queue-type: quorum``), driven with pika: publisher confirms per
   batch, 4 consumers with manual acks and a prefetch;

@@ -206,7 +206,7 @@ def run_target(kind: str, cleanup: Cleanup, tmp: Path, args: argparse.Namespace)
         harness.declare_quorum(broker, QUEUE, BACKLOG)
     else:
         broker = harness.start_sodalite(cleanup, tmp / "sodalite", args.sync, [QUEUE, BACKLOG],
-                                         f"Sodalite {args.sync} {args.core}", extra_args=["--core", args.core],
+                                         f"Sodalite {args.sync}",
                                          root=args.base if kind == "base" else harness.ROOT)
     results = {f"empty {rate:g}": run_phase("empty broker", broker, kind, args, rate) for rate in args.rates}
     if args.backlog and kind == "sodalite" and args.backlog_dir:
@@ -245,8 +245,7 @@ def beside_kept_backlog(empty: Broker, cleanup: Cleanup, args: argparse.Namespac
     kept = Path(args.backlog_dir)
     depth = stored_depth(kept)
     t0 = time.perf_counter()
-    broker = harness.start_sodalite(cleanup, kept, args.sync, [QUEUE, BACKLOG], f"Sodalite {args.sync} {args.core}",
-                                    extra_args=["--core", args.core])
+    broker = harness.start_sodalite(cleanup, kept, args.sync, [QUEUE, BACKLOG], f"Sodalite {args.sync}")
     print(f"  kept backlog directory {kept}: {depth:,} messages in '{BACKLOG}' before start; broker up in "
           f"{time.perf_counter() - t0:.1f} s", flush=True)
     if depth < args.backlog:
@@ -268,9 +267,8 @@ def main() -> int:
     parser.add_argument("--backlog", type=int, default=1_000_000, help="backlog in another queue (default 1M; 0: none)")
     parser.add_argument("--receivers", type=int, default=4, help="receiver processes (default 4)")
     parser.add_argument("--sync", choices=("FULL", "NORMAL"), default="FULL", help="Sodalite's --sync (default FULL)")
-    parser.add_argument("--core", choices=("v2",), default="v2",
-                        help="Sodalite's --core: v2, the partition core (version 1 was removed; kept for existing "
-                             "command lines)")
+    parser.add_argument("--core", choices=("v2",), default="v2",  # accepted for older command lines
+                        help=argparse.SUPPRESS)
     parser.add_argument("--targets", default="sodalite,rabbit",
                         help="sodalite,rabbit (default both); base: Sodalite served from --base")
     parser.add_argument("--base", type=Path, default=None, metavar="CHECKOUT",
