@@ -25,6 +25,9 @@ Steps (tuples):
                                      named point: the Go client pauses there), and back online after that long
   ("unauthenticated", n)             n connections that send the AMQP header and nothing more (held)
   ("opened-unauthenticated", n)      n connections through SASL and AMQP open that never put a token (held)
+  ("unwritten", queue, n)            a ReceiveAndDelete link given credit n by a raw AMQP client whose session window
+                                     is closed (the broker takes n messages, deletes them, and cannot write their
+                                     transfers), then detached: the broker puts them back (a named fault point)
   ("detach", queue, settle[, how])   one PeekLock message received, its link closed (how "detached": detached
                                      without closing), then settled
   ("update", queue, properties)      an entity update through the JSON API (Config.json property names)
@@ -45,6 +48,7 @@ import socket
 import subprocess
 import threading
 import time
+import uuid
 from typing import Any
 
 from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
@@ -55,6 +59,10 @@ from checker.history import History, Op
 from checker.promises import Violation, check_all
 from checker.runner import GO_CLIENT, PARTITIONED, Node, RunSpec, _Run, uid_of
 from pg_server import shared_server
+from sodalite.amqp import events as ev
+from sodalite.amqp.link import RECEIVER
+from sodalite.amqp.performatives import Source, Target
+from sodalite.model.sas import generate_token
 
 Step = tuple[Any, ...]
 
@@ -249,6 +257,8 @@ def _step(run_: _Run, sb: ServiceBusClient, step: Step, held: list[Any]) -> Serv
             client = RawClient(run_.broker.port)  # SASL and AMQP open done, no token ever put on $cbs
             client.flush()
             held.append(client)
+    elif kind == "unwritten":
+        _unwritten(run_, step[1], step[2])
     elif kind == "detach":
         queue, settle = step[1], step[2]
         with sb.get_queue_receiver(queue, max_wait_time=3) as receiver:
@@ -286,6 +296,47 @@ def _step(run_: _Run, sb: ServiceBusClient, step: Step, held: list[Any]) -> Serv
     else:
         raise ValueError(f"unknown step {step!r}")
     return sb
+
+
+def _unwritten(run_: _Run, queue: str, n: int) -> None:
+    """A ReceiveAndDelete link whose transfers the broker can never write: a raw AMQP client (the SDKs keep
+    their session window open) begins its session with an incoming window of 0, attaches, gives credit n
+    and reads nothing; once the broker has taken the messages (deleted, their transfers queued in its
+    session), the link detaches. No delivery reaches the application, so the receive records none."""
+    port = (run_.node.peer or run_.broker).port
+    client = RawClient(port)
+    op = Op(0, 0, "receive", queue, value={"mode": "rad", "credit": n})
+    try:
+        audience = f"sb://localhost:{port}/"
+        expiry = int(time.time()) + 300
+        assert client.put_token(audience, generate_token(audience, KEY_NAME, KEY, expiry), expiry * 1000) == 202
+        client.conn.session_window = 0  # a second session for the link ($cbs answered on the first)
+        closed = client.conn.begin()
+
+        def stored() -> int:
+            return sum(1 for row in run_.store_rows() if row[0].lower() == queue.lower())
+
+        def take() -> list[Any]:
+            address = f"amqps://localhost:{port}/{queue}"
+            receiver = closed.attach(str(uuid.uuid4()), RECEIVER, Source(address), Target(address), snd_settle_mode=1)
+            client.wait(lambda e: isinstance(e, ev.LinkAttached) and e.link is receiver)
+            before = stored()
+            receiver.issue_credit(n)
+            client.flush()
+            deadline = time.monotonic() + 15
+            while stored() > before - min(n, before):  # the named point: taken (deleted), none written
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the broker did not take {n} messages of {queue} for the link")
+                time.sleep(0.1)
+            run_.fault("detach", "transfers unwritten")
+            receiver.detach(None)
+            client.flush()
+            client.wait(lambda e: isinstance(e, ev.LinkDetached) and e.link is receiver, timeout=30)
+            return []
+        run_._call(op, take)
+        assert op.result == "ok", f"the named point was not reached: {op.error}"
+    finally:
+        client.close()
 
 
 def _go(run_: _Run, queue: str, n: int, settle: str, offline: float) -> None:

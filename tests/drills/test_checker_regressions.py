@@ -160,3 +160,22 @@ def test_a_go_complete_refused_while_the_store_is_offline_is_not_reported_done()
     completes = [op.result for op in history.ops if op.kind == "complete"]
     assert completes[:1] == ["ok"], completes  # the store came back within the lock: completed for real
     assert violations == []
+
+
+@pytest.mark.parametrize(("queue", "pg"), [
+    (PLAIN, False), (PARTITIONED, False),
+    pytest.param(PARTITIONED, True, marks=pytest.mark.skipif(find_bin_dir() is None,
+                                                             reason="PostgreSQL is not installed"))])
+def test_an_abandon_raises_the_count_across_a_receive_and_delete_transfer_never_written(queue: str, pg: bool) -> None:
+    """Reduced from the sweep (seed 2004 on SQLite; seeds 1004 and 5004 on two PostgreSQL nodes): a message
+    abandoned, then taken for a ReceiveAndDelete link whose transfer was never written (the link detached
+    first), and put back; its next PeekLock delivery showed the count from before the abandon. The link put
+    it back with the record as the receiver would have been shown it (the claim's count already taken off),
+    and the core took the claim's count off again."""
+    history, violations = play([("send", queue, 1), ("receive", queue, "peeklock", 1, "abandon"),
+                                ("unwritten", queue, 1), ("receive", queue, "peeklock", 1, "complete")], pg=pg)
+    if HAS_TRACE:  # the named point: the message was taken for the link, and put back unwritten
+        assert [t["event"] for t in history.trace or [] if "sequence_number" in t] == ["restored"], history.trace
+    counts = [d.count for op in history.ops if op.kind == "receive" for d in op.deliveries]
+    assert counts == [0, 1], counts
+    assert violations == []

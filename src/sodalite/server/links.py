@@ -42,6 +42,7 @@ from sodalite.errors import (
     StoreUnavailable,
 )
 from sodalite.model.authorization import AccessRights
+from sodalite.model.copies import with_claim_counted
 from sodalite.model.message import MessageRecord
 from sodalite.model.partition import Lock, MessageDraft
 from sodalite.model.partitioning import partition_index, partition_key
@@ -377,13 +378,14 @@ class LinkConsumer(Endpoint):
 
     def _give_back(self, taken: list[tuple[MessageRecord, Lock | None]]) -> None:
         """Deliveries never written: locks released (the delivery count given back), ReceiveAndDelete
-        messages put back in place."""
+        messages put back in place. ``record`` is as the receiver would have been shown it; the core's
+        Unsent takes it with the claim counted, and gives the claim back itself (model.copies rule 1)."""
         records = []
         for record, lock in taken:
             if lock is not None:
                 self.actor.release(lock.token)
             else:
-                records.append(record)
+                records.append(with_claim_counted(record))
         if records:
             self.actor.unsent(self.sub_queue, records)
 
