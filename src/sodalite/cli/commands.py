@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import quote
 
 from sodalite.amqpclient import connection_string
+from sodalite.cli.failures import exit_code
 from sodalite.cli.progress import Progress
 from sodalite.errors import ConfigurationError, SodaliteError
 
@@ -218,21 +219,16 @@ def run(args: argparse.Namespace) -> int:
     from sodalite.cli.api_client import ApiError
 
     handler: Callable[[argparse.Namespace], None] = args.handler
-    try:
+
+    def work() -> int:
         handler(args)
-    except ClientError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except (AdminError, ApiError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except (SodaliteError, ValueError) as exc:
-        print(f"error: {getattr(exc, 'description', exc)}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"error: cannot reach the broker {exc}", file=sys.stderr)  # "at <url>: <reason>"
-        return 1
-    return 0
+        return 0
+
+    return exit_code(work, (
+        ((ClientError, AdminError, ApiError), 1, lambda exc: f"error: {exc}"),
+        ((SodaliteError, ValueError), 1, lambda exc: f"error: {getattr(exc, 'description', exc)}"),
+        (OSError, 1, lambda exc: f"error: cannot reach the broker {exc}"),  # "at <url>: <reason>"
+    ))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import sys
 
+from sodalite.cli.failures import exit_code
 from sodalite.errors import ArgumentError, SodaliteError
 
 
@@ -57,17 +57,17 @@ def sites_of(values: list[str]) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        sites = sites_of(args.site)
-        if args.geo_command == "status":
-            return _status(sites, args.json)
-        return _promote(args, sites)
-    except ArgumentError as exc:
-        print(f"sodalite geo {args.geo_command}: {exc.description}", file=sys.stderr)
-        return 2
-    except SodaliteError as exc:
-        print(f"sodalite geo {args.geo_command}: {exc.description}", file=sys.stderr)
-        return 1
+    def say(exc: SodaliteError) -> str:
+        return f"sodalite geo {args.geo_command}: {exc.description}"
+
+    return exit_code(lambda: _run(args), ((ArgumentError, 2, say), (SodaliteError, 1, say)))
+
+
+def _run(args: argparse.Namespace) -> int:
+    sites = sites_of(args.site)
+    if args.geo_command == "status":
+        return _status(sites, args.json)
+    return _promote(args, sites)
 
 
 def _status(sites: dict[str, str], as_json: bool) -> int:

@@ -29,11 +29,11 @@ from typing import Any, Final
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from sodalite.errors import ArgumentError, ServerBusy
 from sodalite.model.geo import PromotionMode, Role, RoleDecision, decide_role
 from sodalite.server.broker import Broker
+from sodalite.server.metrics import ScrapeTimeCollector
 from sodalite.store.postgres import geo as pg_geo
 
 log = logging.getLogger(__name__)
@@ -178,14 +178,11 @@ def site_report(namespace: str, sites: list[tuple[str, pg_geo.SiteStatus, pg_geo
     return {"namespace": namespace, "checkedAt": time.time(), "sites": out}
 
 
-class GeoCollector(Collector):
+class GeoCollector(ScrapeTimeCollector):
     """Prometheus gauges of a geo node: its role, and the secondary's lag with the replication mode."""
 
     def __init__(self, node: GeoNode) -> None:
         self.node = node
-
-    def describe(self) -> Iterable[Metric]:
-        return self._families()
 
     def collect(self) -> Iterable[Metric]:
         role, lag_bytes, lag_seconds, epoch = self._families()

@@ -445,39 +445,37 @@ def _listen_failure(exc: ListenFailed) -> str:
 
 def serve(args: argparse.Namespace) -> int:
     """Run ``sodalite serve`` until SIGINT or SIGTERM; the exit code."""
+    from sodalite.cli.failures import exit_code
+
     logging_setup.configure(args.log_level, args.log_format)
     lock = DataDirectoryLock(args.data_dir)
     try:
-        check_options(args)
-        namespace = load_namespace(args.config)
-        lock.acquire()  # before anything in the data directory is touched; held until the process ends
-        try:
-            loop_name, loop_factory = event_loop.loop_factory()
-        except ValueError as exc:
-            raise BadOption(str(exc)) from None
-        logging.getLogger(__name__).info("event loop: %s", loop_name)
-        event_loop.run(_serve(args, namespace), loop_factory)
-    except DataDirectoryInUse as exc:
-        print(f"sodalite: {exc}", file=sys.stderr)
-        return 1
-    except BadOption as exc:
-        print(f"sodalite serve: {exc}", file=sys.stderr)
-        return 2
-    except ListenFailed as exc:
-        print(f"sodalite serve: {_listen_failure(exc)}", file=sys.stderr)
-        return 1
-    except ConfigurationError as exc:
-        print(f"sodalite: invalid configuration: {exc.description}", file=sys.stderr)
-        return 2
-    except StoreUnavailable as exc:
-        print(f"sodalite: a messaging store cannot be used: {exc.description}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"sodalite: {exc}", file=sys.stderr)
-        return 1
+        return exit_code(functools.partial(_serve_locked, args, lock), _SERVE_FAILURES)
     finally:
         lock.release()
+
+
+def _serve_locked(args: argparse.Namespace, lock: DataDirectoryLock) -> int:
+    check_options(args)
+    namespace = load_namespace(args.config)
+    lock.acquire()  # before anything in the data directory is touched; held until the process ends
+    try:
+        loop_name, loop_factory = event_loop.loop_factory()
+    except ValueError as exc:
+        raise BadOption(str(exc)) from None
+    logging.getLogger(__name__).info("event loop: %s", loop_name)
+    event_loop.run(_serve(args, namespace), loop_factory)
     return 0
+
+
+_SERVE_FAILURES: Final = (  # cli.failures: the first row that matches says the line and the exit code
+    (DataDirectoryInUse, 1, lambda exc: f"sodalite: {exc}"),
+    (BadOption, 2, lambda exc: f"sodalite serve: {exc}"),
+    (ListenFailed, 1, lambda exc: f"sodalite serve: {_listen_failure(exc)}"),
+    (ConfigurationError, 2, lambda exc: f"sodalite: invalid configuration: {exc.description}"),
+    (StoreUnavailable, 1, lambda exc: f"sodalite: a messaging store cannot be used: {exc.description}"),
+    (OSError, 1, lambda exc: f"sodalite: {exc}"),
+)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -154,13 +154,9 @@ class BrokerConnection(asyncio.Protocol):
         self.transactions.connection_lost()  # its open transactions roll back
         self.broker.connections.discard(self)
         self.broker.unauthenticated.pop(self, None)
-        for timer in (self._authentication, self._drop):
+        for timer in (self._authentication, self._drop, self._handshake, self._heartbeat):
             if timer is not None:
                 timer.cancel()
-        if self._handshake is not None:
-            self._handshake.cancel()
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
         self.auth.cancel()
 
     # ---- graceful stop ---------------------------------------------------------------------------

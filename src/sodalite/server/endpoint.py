@@ -109,6 +109,20 @@ class Endpoint:
         return False
 
 
+class EntityLink(Endpoint):
+    """A link that stands for one entity while it is attached (it goes when that entity is deleted)
+    and does something to the entity when it goes (:meth:`on_detached`)."""
+
+    __slots__ = ("connection", "entity")
+
+    def __init__(self, connection: ConnectionPort, entity: Entity) -> None:
+        self.connection = connection
+        self.entity = entity
+
+    def serves(self, entity: Entity) -> bool:
+        return entity is self.entity
+
+
 class ControlLink(Endpoint):
     """A request or response link of a request/response node (``$cbs``, an entity's ``$management``)."""
 

@@ -51,9 +51,10 @@ from sodalite.server import delivery_trace, outcomes, test_defects, wire
 from sodalite.server.amqp_errors import client_error
 from sodalite.server.endpoint import ConnectionPort, Endpoint
 from sodalite.server.entity_settings import SubQueue
-from sodalite.server.registry import TOPIC, Entity
+from sodalite.server.registry import TOPIC, Entity, Route
 
 if TYPE_CHECKING:
+    from sodalite.server.broker_port import BrokerPort
     from sodalite.server.metrics import Tally
     from sodalite.server.partitioned_actor import EntityActor
 
@@ -134,19 +135,11 @@ class Producer(Endpoint):
                 return
             self.submit_pending()
             route = broker.route(entity)
-            limit = hop_limit_dead_letter(route.hops, route.exceeded)
             if test_defects.ACTIVE and test_defects.on("ack-before-commit") and not delivery.settled:
                 link.settle(delivery.delivery_id, Accepted())  # test-only defect: acknowledged before the commit
                 if test_defects.every(4):
                     drafts = []  # ... and the commit lost
-            if not drafts:
-                future = _done()
-            elif limit is not None:
-                future = route.entity.actor.send_to_transfer_dead_letter(drafts, *limit)
-            elif route.entity.kind == TOPIC:
-                future = broker.publish(route.entity, drafts)
-            else:
-                future = route.entity.actor.send(drafts)
+            future = _send(broker, route, drafts) if drafts else _done()
         except SodaliteError as exc:
             if not delivery.settled:
                 link.settle(delivery.delivery_id, Rejected(client_error(exc, broker.metrics, conn.peer,
@@ -188,14 +181,7 @@ class Producer(Endpoint):
         broker = conn.broker
         drafts = [d for _, run in runs for d in run.drafts]
         try:
-            route = broker.route(self.entity)
-            limit = hop_limit_dead_letter(route.hops, route.exceeded)
-            if limit is not None:
-                future = route.entity.actor.send_to_transfer_dead_letter(drafts, *limit)
-            elif route.entity.kind == TOPIC:
-                future = broker.publish(route.entity, drafts)
-            else:
-                future = route.entity.actor.send(drafts)
+            future = _send(broker, broker.route(self.entity), drafts)
         except QuotaExceeded as exc:
             if len(runs) > 1:
                 for each in runs:
@@ -250,6 +236,17 @@ class Producer(Endpoint):
                                                                    self.entity.name, "rejected")))
         _settle_ranges(accepted, Accepted())
         conn.flush_soon()
+
+
+def _send(broker: BrokerPort, route: Route, drafts: list[MessageDraft]) -> asyncio.Future[None]:
+    """Send ``drafts`` where ``route`` leads: to its transfer dead-letter queue when the forwarding
+    chain is too long, to the topic's subscriptions, or to the queue or subscription itself."""
+    limit = hop_limit_dead_letter(route.hops, route.exceeded)
+    if limit is not None:
+        return route.entity.actor.send_to_transfer_dead_letter(drafts, *limit)
+    if route.entity.kind == TOPIC:
+        return broker.publish(route.entity, drafts)
+    return route.entity.actor.send(drafts)
 
 
 def _groupable(entity: Entity, drafts: list[MessageDraft]) -> bool:

@@ -13,24 +13,13 @@ import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from typing import Protocol, Required, TypedDict, TypeVar, cast
 
-from sodalite.amqp.types import AmqpMap, AmqpValue, Array, Described, Long, Timestamp, ULong
-from sodalite.errors import ArgumentError, ConfigurationError, NotImplementedOperation
+from sodalite.amqp.types import AmqpMap, AmqpValue, Array, Described, Long, Timestamp
+from sodalite.errors import ArgumentError, NotImplementedOperation
 from sodalite.model.authorization import AccessRights
 from sodalite.model.copies import with_claim_counted
-from sodalite.model.entities import (
-    CorrelationFilter,
-    FalseFilter,
-    Filter,
-    RuleDescription,
-    ScalarValue,
-    SqlFilter,
-    SqlRuleAction,
-    TrueFilter,
-)
-from sodalite.model.json_types import json_type
+from sodalite.model.entities import RuleDescription
 from sodalite.model.routing import without_pings
 from sodalite.model.settlement import from_disposition_status
 from sodalite.model.store_ops import MoveItem
@@ -42,6 +31,7 @@ from sodalite.server.entity_settings import SubQueue
 from sodalite.server.metrics import BrokerMetrics
 from sodalite.server.partitioned_actor import EntityActor, each
 from sodalite.server.registry import SUBSCRIPTION, Entity
+from sodalite.server.rule_wire import rule_description, rule_from_request, rule_to_wire
 
 T = TypeVar("T")
 
@@ -89,7 +79,7 @@ GetMessageSessionsRequest = TypedDict("GetMessageSessionsRequest", {
 }, total=False)
 AddRuleRequest = TypedDict("AddRuleRequest", {
     "rule-name": AmqpValue,
-    "rule-description": AmqpValue,  # a map, read as a RuleDescriptionMap
+    "rule-description": AmqpValue,  # a map, read as a rule_wire.RuleDescriptionMap
 }, total=False)
 RemoveRuleRequest = TypedDict("RemoveRuleRequest", {"rule-name": AmqpValue}, total=False)
 
@@ -134,11 +124,6 @@ ManagementRequest = TypedDict("ManagementRequest", {
     "last-updated-time": AmqpValue, "skip": AmqpValue, "top": AmqpValue, "rule-name": AmqpValue,
     "rule-description": AmqpValue, "partition": AmqpValue, "sequence-number": AmqpValue,
     "to-sequence-number": AmqpValue, "max-bytes": AmqpValue, "columns": AmqpValue,
-}, total=False)
-RuleDescriptionMap = TypedDict("RuleDescriptionMap", {
-    "sql-filter": AmqpValue,  # map: "expression"
-    "correlation-filter": AmqpValue,  # map: the _CORRELATION_KEYS and "properties"
-    "sql-rule-action": AmqpValue,  # map: "expression"
 }, total=False)
 
 
@@ -393,17 +378,6 @@ async def get_message_sessions(ctx: Context, body: GetMessageSessionsRequest) ->
     return Response(OK, {"skip": skip + len(page), "sessions-ids": Array("string", tuple(page))})
 
 
-# Rule descriptions on the wire (AMQP request-response doc, "Rule operations"), with the codes the SDKs
-# decode (Java ServiceBusConstants, JS core-amqp descriptorCodes, .NET AmqpSqlFilter.Code and kin): the
-# filters are 0x00000013_7000000N, the rule description and the actions 0x00000137_0000000N.
-RULE_DESCRIPTION = 0x0000013700000004
-SQL_FILTER, TRUE_FILTER, FALSE_FILTER, CORRELATION_FILTER = (0x0000001370000006, 0x0000001370000007,
-                                                             0x0000001370000008, 0x0000001370000009)
-EMPTY_ACTION, SQL_ACTION = 0x0000013700000005, 0x0000013700000006
-_CORRELATION_KEYS = ("correlation-id", "message-id", "to", "reply-to", "label", "session-id", "reply-to-session-id",
-                     "content-type")
-
-
 def _subscription(ctx: Context) -> Entity:
     if ctx.entity is None or ctx.entity.kind != SUBSCRIPTION:
         raise ArgumentError("rule operations are for a subscription's $management node")
@@ -416,87 +390,12 @@ def _rules(ctx: Context) -> Rules:
     return ctx.broker
 
 
-def _str_map(value: AmqpValue) -> dict[str, AmqpValue]:
-    return {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}
-
-
-def _rule_description(value: AmqpValue) -> RuleDescriptionMap:
-    fields = _str_map(value)
-    description = RuleDescriptionMap()
-    if "sql-filter" in fields:
-        description["sql-filter"] = fields["sql-filter"]
-    if "correlation-filter" in fields:
-        description["correlation-filter"] = fields["correlation-filter"]
-    if "sql-rule-action" in fields:
-        description["sql-rule-action"] = fields["sql-rule-action"]
-    return description
-
-
-def _correlation_text(correlation: dict[str, AmqpValue], key: str) -> str | None:
-    """One string field of a correlation filter, refused as CorrelationFilter itself refuses it."""
-    value = correlation.get(key)
-    if value is not None and not isinstance(value, str):
-        raise ConfigurationError(f"CorrelationFilter.{key.replace('-', '_')}: must be a string, "
-                                 f"got {type(value).__name__}")
-    return value
-
-
-def _correlation_properties(correlation: dict[str, AmqpValue]) -> dict[str, ScalarValue]:
-    """A correlation filter's application properties, refused as CorrelationFilter itself refuses them."""
-    properties: dict[str, ScalarValue] = {}
-    for key, value in _str_map(correlation.get("properties")).items():
-        if not isinstance(value, bool | int | str | float | datetime | timedelta):
-            raise ConfigurationError(f"CorrelationFilter.properties[{key!r}]: must be a string, number or "
-                                     f"boolean (or a date-time or duration), got {json_type(value)}")
-        properties[key] = value
-    return properties
-
-
-def rule_from_request(name: str, description: RuleDescriptionMap) -> RuleDescription:
-    """A RuleDescription from add-rule's map; the filter defaults to TrueFilter as the service's does."""
-    sql = _str_map(description.get("sql-filter"))
-    correlation = _str_map(description.get("correlation-filter"))
-    action = _str_map(description.get("sql-rule-action"))
-    filter_: Filter
-    if sql:
-        expression = sql.get("expression")
-        if not isinstance(expression, str):
-            raise ArgumentError("sql-filter needs a string 'expression'")
-        filter_ = SqlFilter(expression)
-    elif correlation:
-        text = [_correlation_text(correlation, key) for key in _CORRELATION_KEYS]
-        filter_ = CorrelationFilter(text[0], text[1], text[2], text[3], text[4], text[5], text[6], text[7],
-                                    _correlation_properties(correlation))
-    else:
-        filter_ = TrueFilter()
-    action_expression = action.get("expression")
-    return RuleDescription(name, filter_,
-                           SqlRuleAction(action_expression) if isinstance(action_expression, str) else None)
-
-
-def rule_to_wire(rule: RuleDescription) -> Described:
-    f = rule.filter
-    if isinstance(f, SqlFilter):
-        filter_ = Described(ULong(SQL_FILTER), [f.expression])
-    elif isinstance(f, CorrelationFilter):
-        filter_ = Described(ULong(CORRELATION_FILTER), [
-            f.correlation_id, f.message_id, f.to, f.reply_to, f.label, f.session_id, f.reply_to_session_id,
-            f.content_type, dict(f.properties)])
-    elif isinstance(f, FalseFilter):
-        filter_ = Described(ULong(FALSE_FILTER), [])
-    else:
-        filter_ = Described(ULong(TRUE_FILTER), [])
-    action = (Described(ULong(SQL_ACTION), [rule.action.expression]) if rule.action is not None
-              else Described(ULong(EMPTY_ACTION), []))
-    return Described(ULong(RULE_DESCRIPTION), [filter_, action, rule.name])
-
-
 async def add_rule(ctx: Context, body: AddRuleRequest) -> Response:
     name = body.get("rule-name")
     if not isinstance(name, str) or not name:
         raise ArgumentError("'rule-name' must be a non-empty string")
     subscription = _subscription(ctx)
-    await _rules(ctx).add_rule(subscription, rule_from_request(name, _rule_description(body.get("rule-description"))))
+    await _rules(ctx).add_rule(subscription, rule_from_request(name, rule_description(body.get("rule-description"))))
     return Response(OK, Empty())
 
 

@@ -176,14 +176,23 @@ class _TalliesCollector(Collector):
         return [tallies.family() for tallies in self.tallies]
 
 
-class _LiveCollector(Collector):
+class ScrapeTimeCollector(Collector):
+    """A collector whose families are built and filled at each scrape (:meth:`collect`); at
+    registration, :meth:`describe` names them, empty."""
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families()
+
+    @staticmethod
+    def _families() -> Sequence[Metric]:
+        raise NotImplementedError
+
+
+class _LiveCollector(ScrapeTimeCollector):
     """Gauges computed at scrape time from the broker's own state."""
 
     def __init__(self, broker: Observed) -> None:
         self.broker = broker
-
-    def describe(self) -> Iterable[Metric]:
-        return self._families()
 
     def collect(self) -> Iterable[Metric]:
         families = self._families()

@@ -423,23 +423,14 @@ class _Share:
     the module docstring). ``allotted`` is what the core was given for it and has not delivered
     yet, claimed or not (read back from the core before each hand-out: ``CoreActor.given``)."""
 
-    __slots__ = ("allotted", "receiver")
+    __slots__ = ("allotted", "peek_lock", "receiver", "session_id", "sub_queue")
 
     def __init__(self, receiver: Consumer) -> None:
         self.receiver = receiver  # the link (links.LinkConsumer)
         self.allotted = 0
-
-    @property
-    def sub_queue(self) -> SubQueue:
-        return self.receiver.sub_queue
-
-    @property
-    def peek_lock(self) -> bool:
-        return self.receiver.peek_lock
-
-    @property
-    def session_id(self) -> str | None:
-        return None
+        self.sub_queue: SubQueue = receiver.sub_queue  # a receiver's sub-queue and mode are fixed at its attach
+        self.peek_lock: bool = receiver.peek_lock
+        self.session_id: str | None = None
 
     def credit(self) -> int:
         return min(self.allotted, self.receiver.credit())

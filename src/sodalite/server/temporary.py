@@ -22,7 +22,7 @@ from sodalite.errors import SodaliteError, Unauthorized
 from sodalite.model.authorization import AccessRights
 from sodalite.model.entities import QueueProperties, TopicProperties
 from sodalite.server.amqp_errors import client_error
-from sodalite.server.endpoint import ConnectionPort, Endpoint
+from sodalite.server.endpoint import ConnectionPort, EntityLink
 from sodalite.server.registry import QUEUE, TOPIC, Entity
 from sodalite.server.topic_consumers import symbols
 
@@ -36,17 +36,10 @@ def is_dynamic(target: object) -> bool:
     return isinstance(target, Target) and bool(target.dynamic)
 
 
-class TemporaryDestination(Endpoint):
+class TemporaryDestination(EntityLink):
     """The link that keeps a temporary queue or topic alive; its entity goes with it."""
 
-    __slots__ = ("connection", "entity")
-
-    def __init__(self, connection: ConnectionPort, entity: Entity) -> None:
-        self.connection = connection
-        self.entity = entity
-
-    def serves(self, entity: Entity) -> bool:
-        return entity is self.entity
+    __slots__ = ()
 
     def on_detached(self) -> None:
         broker = self.connection.broker

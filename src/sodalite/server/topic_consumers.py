@@ -37,7 +37,7 @@ from sodalite.model.authorization import AccessRights
 from sodalite.model.entities import DEFAULT_RULE_NAME, RuleDescription, SubscriptionProperties, TrueFilter
 from sodalite.server import links, selectors
 from sodalite.server.amqp_errors import client_error
-from sodalite.server.endpoint import ConnectionPort, Endpoint
+from sodalite.server.endpoint import ConnectionPort, EntityLink
 from sodalite.server.entity_settings import SubQueue
 from sodalite.server.registry import SUBSCRIPTION, Entity, named_subscription_path
 
@@ -154,22 +154,16 @@ def left_behind(entities: list[Entity]) -> list[Entity]:
 # ---- Session.unsubscribe ------------------------------------------------------------------------------
 
 
-class Unsubscriber(Endpoint):
-    """The link of a JMS ``unsubscribe``: when it goes, the durable subscription it named is deleted."""
+class Unsubscriber(EntityLink):
+    """The link of a JMS ``unsubscribe``: when it goes, the durable subscription it named (its
+    entity) is deleted."""
 
-    __slots__ = ("connection", "subscription")
-
-    def __init__(self, connection: ConnectionPort, subscription: Entity) -> None:
-        self.connection = connection
-        self.subscription = subscription
-
-    def serves(self, entity: Entity) -> bool:
-        return entity is self.subscription
+    __slots__ = ()
 
     def on_detached(self) -> None:
         broker = self.connection.broker
-        if broker.entity(self.subscription.name) is self.subscription:
-            asyncio.get_running_loop().create_task(broker.delete_entity(self.subscription))
+        if broker.entity(self.entity.name) is self.entity:
+            asyncio.get_running_loop().create_task(broker.delete_entity(self.entity))
 
 
 def unsubscribe(connection: ConnectionPort, link: Link) -> None:

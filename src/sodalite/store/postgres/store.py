@@ -27,6 +27,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from sodalite.errors import ConfigurationError, StoreFull, StoreUnavailable
 from sodalite.model.message import MessageState
 from sodalite.store import port
+from sodalite.store.lifecycle import OpenOnce
 from sodalite.store.postgres import failover
 from sodalite.store.postgres.feed import _NOTIFY, DUE, PostgresChangeFeed, _announcements, channel_name
 from sodalite.store.postgres.plans import _GENERIC_PLAN, _Plan, _plans, _results, _Step
@@ -57,7 +58,7 @@ from sodalite.store.postgres.values import (
 )
 
 
-class PostgresStore(RingMaintenance):
+class PostgresStore(RingMaintenance, OpenOnce):
     """The store port over one PostgreSQL database (see the module docstring)."""
 
     def __init__(self, url: str, *, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
@@ -65,6 +66,7 @@ class PostgresStore(RingMaintenance):
                  standby_ok: bool = False) -> None:
         self._url = check_url(url)
         self._shown = redact(url)
+        self._label = f"PostgreSQL store {self._shown}"
         if connect_timeout <= 0:
             raise ConfigurationError(f"connect_timeout: must be > 0, got {connect_timeout}")
         if rotate_bytes <= 0:
@@ -108,9 +110,7 @@ class PostgresStore(RingMaintenance):
     # -- the port ---------------------------------------------------------------------------------
 
     def open(self) -> None:
-        if self._closed:
-            raise self._unavailable()
-        if self._pool is not None:
+        if self._is_open(self._pool):
             return
         pool: ConnectionPool[psycopg.Connection[TupleRow]] = ConnectionPool(
             self._url, min_size=1, max_size=1, open=False, timeout=min(self._timeout, CALL_WAIT),
@@ -495,12 +495,7 @@ class PostgresStore(RingMaintenance):
                     self._shown, self._failover.status().reason)
         return row
 
-    def _unavailable(self) -> StoreUnavailable:
-        return StoreUnavailable(f"PostgreSQL store {self._shown} is closed")
-
     def _require(self) -> ConnectionPool[psycopg.Connection[TupleRow]]:
-        if self._pool is not None:
-            return self._pool
-        if self._closed:
-            raise self._unavailable()
-        raise StoreUnavailable(f"PostgreSQL store {self._shown} is not open: call open() first")
+        if self._pool is None:
+            raise self._missing()
+        return self._pool

@@ -57,6 +57,7 @@ from typing import Any, Final
 from sodalite.errors import ConfigurationError, StoreFull, StoreUnavailable
 from sodalite.model.message import MessageState
 from sodalite.store import port
+from sodalite.store.lifecycle import OpenOnce
 from sodalite.store.sqlite import handlers, schema
 from sodalite.store.sqlite.rows import (
     SQL,
@@ -88,7 +89,7 @@ FREE_MARGIN_BYTES: Final = 4 * 1024 * 1024  # room needed beyond the reserve bef
 WAL_AUTOCHECKPOINT_PAGES: Final = 256  # 4 MiB of 16 KiB pages (SQLite's default is 1000)
 VACUUM_PAGES_PER_CALL: Final = 2048  # 32 MiB returned to the file system per maintain() at most
 
-class SqliteStore:
+class SqliteStore(OpenOnce):
     """The store port over one SQLite database file (see the module docstring)."""
 
     def __init__(
@@ -107,6 +108,7 @@ class SqliteStore:
         if busy_timeout_ms < 0:
             raise ConfigurationError(f"busy_timeout_ms: must be >= 0, got {busy_timeout_ms}")
         self._path = pathlib.Path(path)
+        self._label = f"SQLite store {self._path}"
         self._synchronous = mode
         self._busy_timeout_ms = busy_timeout_ms
         self._conn: sqlite3.Connection | None = None
@@ -128,9 +130,7 @@ class SqliteStore:
     # -- the port ---------------------------------------------------------------------------------
 
     def open(self) -> None:
-        if self._closed:
-            raise self._unavailable()
-        if self._conn is not None:
+        if self._is_open(self._conn):
             return
         conn: sqlite3.Connection | None = None
         try:
@@ -469,14 +469,12 @@ class SqliteStore:
                 pass
 
     def _unavailable(self) -> StoreUnavailable:
-        return StoreUnavailable(f"SQLite store {self._path} is closed: {self._closed_reason}")
+        return StoreUnavailable(f"{self._label} is closed: {self._closed_reason}")
 
     def _require(self) -> sqlite3.Connection:
-        if self._conn is not None:
-            return self._conn
-        if self._closed:
-            raise self._unavailable()
-        raise StoreUnavailable(f"SQLite store {self._path} is not open: call open() first")
+        if self._conn is None:
+            raise self._missing()
+        return self._conn
 
 
 class SqliteSnapshot:
