@@ -112,32 +112,26 @@ class AtomService:
             description = replace(description, max_size_in_megabytes=description.max_size_in_megabytes * factor)
         return replace(found, description=description, size_factor=factor)
 
-    def queue(self, name: str) -> Found | None:
-        return self._shown(self.control.find(self.caller, name, "queue"))
-
-    async def create_queue(self, name: str, properties: QueueProperties) -> None:
-        await self.control.create_entity(self.caller, name, properties)
-
-    async def update_queue(self, name: str, properties: QueueProperties) -> None:
-        await self.control.update_entity(self.caller, name, properties)
-
-    async def delete_queue(self, name: str) -> bool:
-        return await self.control.delete_entity(self.caller, name, "queue", missing_ok=True)
-
     def topic_names(self) -> list[str]:
         return self._names("topic")
 
-    def topic(self, name: str) -> Found | None:
-        return self._shown(self.control.find(self.caller, name, "topic"))
+    def entity(self, name: str, kind: str) -> Found | None:
+        """The queue or the topic (``kind``) of that name."""
+        return self._shown(self.control.find(self.caller, name, kind))
 
-    async def create_topic(self, name: str, properties: TopicProperties) -> None:
-        await self.control.create_entity(self.caller, name, properties)
+    def queue_or_topic(self, name: str) -> Found | None:
+        """Queues and topics share one name space: the one of that name, whichever it is."""
+        return self.entity(name, "queue") or self.entity(name, "topic")
 
-    async def update_topic(self, name: str, properties: TopicProperties) -> None:
-        await self.control.update_entity(self.caller, name, properties)
+    async def put_entity(self, name: str, properties: QueueProperties | TopicProperties, create: bool) -> None:
+        """Create or update a queue or a topic (its kind is its description's)."""
+        if create:
+            await self.control.create_entity(self.caller, name, properties)
+        else:
+            await self.control.update_entity(self.caller, name, properties)
 
-    async def delete_topic(self, name: str) -> bool:
-        return await self.control.delete_entity(self.caller, name, "topic", missing_ok=True)
+    async def delete_entity(self, name: str, kind: str) -> bool:
+        return await self.control.delete_entity(self.caller, name, kind, missing_ok=True)
 
     # ---- subscriptions ---------------------------------------------------------------------------------
 
