@@ -17,7 +17,7 @@ import datetime
 from dataclasses import dataclass, replace
 
 from sodalite.admin.atom import Description, EntityRuntime
-from sodalite.admin.control import Caller, ControlPlane, EntityRecord, RuleRecord
+from sodalite.admin.control import Caller, ControlPlane, EntityCounts, EntityRecord, RuleRecord
 from sodalite.model.entities import (
     QueueProperties,
     RuleDescription,
@@ -51,12 +51,10 @@ def runtime_of(record: EntityRecord) -> EntityRuntime:
                          availability=record.availability)
     figures = record.topic_figures
     if record.kind == "topic" and figures is not None:
-        return replace(when, scheduled=counts.scheduled, size_in_bytes=counts.size_in_bytes,
+        return replace(when, counts=EntityCounts(scheduled=counts.scheduled, size_in_bytes=counts.size_in_bytes),
                        subscription_count=figures.subscription_count, sql_filter_count=figures.sql_filter_count,
                        correlation_filter_count=figures.correlation_filter_count)
-    return replace(when, active=counts.active, dead_letter=counts.dead_letter, scheduled=counts.scheduled,
-                   transfer=counts.transfer, transfer_dead_letter=counts.transfer_dead_letter,
-                   size_in_bytes=counts.size_in_bytes)
+    return replace(when, counts=counts)
 
 
 def _found(record: EntityRecord | None) -> Found | None:
