@@ -123,7 +123,7 @@ async def health(request: web.Request) -> web.Response:
 async def namespace_info(request: web.Request) -> web.Response:
     manager = _manager(request)
     # The JavaScript client reads every entry's <id>; the service writes one here too.
-    body = atom.namespace_info_entry(manager.namespace, _now(), base_url=_base(request))
+    body = atom.namespace_info_entry(manager.control.namespace, _now(), base_url=_base(request))
     return web.Response(body=body, headers=ENTRY)
 
 
@@ -205,7 +205,7 @@ async def put_entity(request: web.Request) -> web.Response:
         raise ArgumentError(f"entry.content: expected a QueueDescription or a TopicDescription, got {parsed.kind}")
     updating = _updating(request)
     current = manager.queue_or_topic(name) if updating else None
-    _check_message_size(request, manager, description.max_message_size_in_kilobytes, current)
+    _check_message_size(request, manager.control, description.max_message_size_in_kilobytes, current)
     if (current is not None and current.size_factor > 1 and isinstance(current.description, type(description))
             and description.max_size_in_megabytes == current.description.max_size_in_megabytes):
         # The shown size (per partition times the partitions) sent back as it was read: unchanged.
@@ -219,7 +219,7 @@ async def put_entity(request: web.Request) -> web.Response:
 OLD_API_VERSION = "2017-04"  # the schema before MaxMessageSizeInKilobytes existed
 
 
-def _check_message_size(request: web.Request, manager: AtomService, requested: int | None,
+def _check_message_size(request: web.Request, plane: ControlPlane, requested: int | None,
                         current: Found | None) -> None:
     """MaxMessageSizeInKilobytes may be chosen only in a Premium namespace and from api-version 2021-05.
 
@@ -229,17 +229,17 @@ def _check_message_size(request: web.Request, manager: AtomService, requested: i
     if requested is None:
         return
     old_api = request.query.get("api-version") == OLD_API_VERSION
-    if manager.sku == "Premium" and not old_api:
+    if plane.sku == "Premium" and not old_api:
         return
     existing = getattr(current.description, "max_message_size_in_kilobytes", None) if current else None
-    if requested == (existing or manager.max_message_size_in_kilobytes):
+    if requested == (existing or plane.max_message_size_in_kilobytes):
         return
     if old_api:
         raise ArgumentError(f"MaxMessageSizeInKilobytes is not part of api-version {OLD_API_VERSION}; "
                             "use api-version 2021-05 or later in a Premium namespace")
-    raise ArgumentError(f"MaxMessageSizeInKilobytes cannot be set in a {manager.sku} namespace: only Premium "
+    raise ArgumentError(f"MaxMessageSizeInKilobytes cannot be set in a {plane.sku} namespace: only Premium "
                         f"namespaces choose their message size (this one allows "
-                        f"{manager.max_message_size_in_kilobytes} KB)")
+                        f"{plane.max_message_size_in_kilobytes} KB)")
 
 
 async def delete_entity(request: web.Request) -> web.Response:

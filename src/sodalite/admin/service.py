@@ -74,18 +74,6 @@ class AtomService:
         self.control = control
         self.caller = caller
 
-    @property
-    def namespace(self) -> str:
-        return self.control.namespace
-
-    @property
-    def sku(self) -> str:
-        return self.control.sku
-
-    @property
-    def max_message_size_in_kilobytes(self) -> int:
-        return self.control.max_message_size_in_kilobytes
-
     def _names(self, kind: str, topic: str | None = None) -> list[str]:
         """Sorted, case-insensitively (the order lists page through)."""
         return [r.name for r in self.control.entities(self.caller, kind, topic)]
@@ -104,8 +92,8 @@ class AtomService:
             return found
         description = found.description
         if description.max_message_size_in_kilobytes is None:
-            description = replace(description, max_message_size_in_kilobytes=self.max_message_size_in_kilobytes)
-        factor = record.partition_count if description.enable_partitioning and self.sku != "Premium" else 1
+            description = replace(description, max_message_size_in_kilobytes=self.control.max_message_size_in_kilobytes)
+        factor = record.partition_count if description.enable_partitioning and self.control.sku != "Premium" else 1
         if factor > 1:
             description = replace(description, max_size_in_megabytes=description.max_size_in_megabytes * factor)
         return replace(found, description=description, size_factor=factor)
