@@ -43,13 +43,12 @@ from sodalite.admin.atom.vocabulary import (
     MEMBERS,
     RUNTIME_INTS,
     RUNTIME_TIMES,
-    XSI_NS,
     Description,
     DescriptionKind,
     EntityRuntime,
     MemberKind,
 )
-from sodalite.admin.atom_authorization import parse_authorization_rules
+from sodalite.admin.atom_authorization import XSI_NS, parse_authorization_rules
 from sodalite.admin.control import EntityCounts
 from sodalite.errors import ArgumentError, ConfigurationError
 from sodalite.model.entities import (

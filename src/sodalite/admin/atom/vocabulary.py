@@ -31,8 +31,6 @@ CONNECT_NS: Final = "http://schemas.microsoft.com/netservices/2010/10/servicebus
 
 COUNTS_NS: Final = "http://schemas.microsoft.com/netservices/2011/06/servicebus"
 
-XSI_NS: Final = "http://www.w3.org/2001/XMLSchema-instance"
-
 XSD_NS: Final = "http://www.w3.org/2001/XMLSchema"
 
 #: The api-version the service writes into ids and self links.

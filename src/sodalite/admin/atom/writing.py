@@ -36,14 +36,13 @@ from sodalite.admin.atom.vocabulary import (
     SUBSCRIPTION_LAYOUT,
     TOPIC_LAYOUT,
     XSD_NS,
-    XSI_NS,
     Description,
     DescriptionKind,
     EntityProperties,
     EntityRuntime,
     MemberKind,
 )
-from sodalite.admin.atom_authorization import authorization_rules_xml
+from sodalite.admin.atom_authorization import XSI_NS, authorization_rules_xml
 from sodalite.model.entities import (
     CORRELATION_FIELDS,
     CorrelationFilter,
