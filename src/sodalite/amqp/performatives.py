@@ -102,9 +102,9 @@ def _field_names(cls: type) -> tuple[str, ...]:
     return names
 
 
-def _defaults(cls: type) -> tuple[object, ...]:
-    """Each field's declared default, None for a field that has none."""
-    return tuple(None if f.default is MISSING else f.default for f in fields(cls))
+def _defaults(cls: type) -> tuple[tuple[int, object], ...]:
+    """The position and value of each field whose declared default is not null."""
+    return tuple((i, f.default) for i, f in enumerate(fields(cls)) if f.default not in (MISSING, None))
 
 
 # ---- field checks: what a decoded value must be to fill a field ----------------------------------
@@ -225,7 +225,7 @@ class Composite:
 
     CODE: ClassVar[int]
     FIELDS: ClassVar[tuple[FieldEncoder, ...]]
-    DEFAULTS: ClassVar[tuple[object, ...]]  # each field's declared default, None where it has none
+    DEFAULTS: ClassVar[tuple[tuple[int, object], ...]]  # (position, value) of the defaults that are not null
 
     def encode_into(self, out: bytearray) -> None:
         out += b"\x00\x53"
@@ -389,9 +389,11 @@ class _LeadingOptional(Composite):
         _check_fields(cls, values)
         if values[1] is None or values[2] is None or values[3] is None:
             raise InvalidField(f"{cls.__name__}: mandatory field missing")
+        for index, default in cls.DEFAULTS:
+            if values[index] is None:
+                values[index] = default
         make: Callable[..., Composite] = cls  # _check_fields stands for the fields' types
-        return make(*[default if value is None else value
-                      for value, default in zip(values, cls.DEFAULTS, strict=True)])
+        return make(*values)
 
 
 @composite(0x11, F_USHORT, F_UINT, F_UINT, F_UINT, F_UINT, F_SYMBOLS, F_SYMBOLS, F_MAP)
