@@ -23,7 +23,7 @@ from sodalite.admin import atom
 from sodalite.admin import keys as _keys
 from sodalite.admin import stores as _stores
 from sodalite.admin import websocket as _websocket
-from sodalite.admin.control import Caller, ControlPlane
+from sodalite.admin.control import Caller, ControlPlane, kind_of
 from sodalite.admin.service import AtomService, Found
 from sodalite.errors import ArgumentError, EntityNotFound, InternalError, SodaliteError, Unauthorized
 from sodalite.model import sas
@@ -123,7 +123,7 @@ async def health(request: web.Request) -> web.Response:
 async def namespace_info(request: web.Request) -> web.Response:
     manager = _manager(request)
     # The JavaScript client reads every entry's <id>; the service writes one here too.
-    body = atom.namespace_info_entry(manager.namespace, _now(), base_url=_base(request))
+    body = atom.namespace_info_entry(manager.control.namespace, _now(), base_url=_base(request))
     return web.Response(body=body, headers=ENTRY)
 
 
@@ -176,18 +176,20 @@ def _created(what: str, found: Found | None) -> Found:
 
 async def list_queues(request: web.Request) -> web.Response:
     manager = _manager(request)
-    return _page(request, manager.queue_names(), manager.queue, lambda name: name, "$Resources/Queues", "Queues")
+    return _page(request, manager.queue_names(), lambda name: manager.entity(name, "queue"), lambda name: name,
+                 "$Resources/Queues", "Queues")
 
 
 async def list_topics(request: web.Request) -> web.Response:
     manager = _manager(request)
-    return _page(request, manager.topic_names(), manager.topic, lambda name: name, "$Resources/Topics", "Topics")
+    return _page(request, manager.topic_names(), lambda name: manager.entity(name, "topic"), lambda name: name,
+                 "$Resources/Topics", "Topics")
 
 
 async def get_entity(request: web.Request) -> web.Response:
     manager = _manager(request)
     name = request.match_info["name"]
-    found = manager.queue(name) or manager.topic(name)
+    found = manager.queue_or_topic(name)
     return _entry(request, found.name if found else name, found)
 
 
@@ -199,31 +201,25 @@ async def put_entity(request: web.Request) -> web.Response:
         raise ArgumentError(f"entry.content: PUT /{name} takes a QueueDescription or a TopicDescription, "
                             f"got {parsed.kind}")
     description = parsed.description()
-    updating = _updating(request)
-    if isinstance(description, QueueProperties | TopicProperties):
-        current = (manager.queue(name) or manager.topic(name)) if updating else None
-        _check_message_size(request, manager, description.max_message_size_in_kilobytes, current)
-        if (current is not None and current.size_factor > 1 and isinstance(current.description, type(description))
-                and description.max_size_in_megabytes == current.description.max_size_in_megabytes):
-            # The shown size (per partition times the partitions) sent back as it was read: unchanged.
-            description = replace(description,
-                                  max_size_in_megabytes=description.max_size_in_megabytes // current.size_factor)
-    if isinstance(description, QueueProperties):
-        await (manager.update_queue if updating else manager.create_queue)(name, description)
-        found = manager.queue(name)
-    elif isinstance(description, TopicProperties):
-        await (manager.update_topic if updating else manager.create_topic)(name, description)
-        found = manager.topic(name)
-    else:
+    if not isinstance(description, QueueProperties | TopicProperties):
         raise ArgumentError(f"entry.content: expected a QueueDescription or a TopicDescription, got {parsed.kind}")
-    found = _created(f"entity '{name}'", found)
+    updating = _updating(request)
+    current = manager.queue_or_topic(name) if updating else None
+    _check_message_size(request, manager.control, description.max_message_size_in_kilobytes, current)
+    if (current is not None and current.size_factor > 1 and isinstance(current.description, type(description))
+            and description.max_size_in_megabytes == current.description.max_size_in_megabytes):
+        # The shown size (per partition times the partitions) sent back as it was read: unchanged.
+        description = replace(description,
+                              max_size_in_megabytes=description.max_size_in_megabytes // current.size_factor)
+    await manager.put_entity(name, description, create=not updating)
+    found = _created(f"entity '{name}'", manager.entity(name, kind_of(description)))
     return _entry(request, found.name, found, 200 if updating else 201)
 
 
 OLD_API_VERSION = "2017-04"  # the schema before MaxMessageSizeInKilobytes existed
 
 
-def _check_message_size(request: web.Request, manager: AtomService, requested: int | None,
+def _check_message_size(request: web.Request, plane: ControlPlane, requested: int | None,
                         current: Found | None) -> None:
     """MaxMessageSizeInKilobytes may be chosen only in a Premium namespace and from api-version 2021-05.
 
@@ -233,24 +229,24 @@ def _check_message_size(request: web.Request, manager: AtomService, requested: i
     if requested is None:
         return
     old_api = request.query.get("api-version") == OLD_API_VERSION
-    if manager.sku == "Premium" and not old_api:
+    if plane.sku == "Premium" and not old_api:
         return
     existing = getattr(current.description, "max_message_size_in_kilobytes", None) if current else None
-    if requested == (existing or manager.max_message_size_in_kilobytes):
+    if requested == (existing or plane.max_message_size_in_kilobytes):
         return
     if old_api:
         raise ArgumentError(f"MaxMessageSizeInKilobytes is not part of api-version {OLD_API_VERSION}; "
                             "use api-version 2021-05 or later in a Premium namespace")
-    raise ArgumentError(f"MaxMessageSizeInKilobytes cannot be set in a {manager.sku} namespace: only Premium "
+    raise ArgumentError(f"MaxMessageSizeInKilobytes cannot be set in a {plane.sku} namespace: only Premium "
                         f"namespaces choose their message size (this one allows "
-                        f"{manager.max_message_size_in_kilobytes} KB)")
+                        f"{plane.max_message_size_in_kilobytes} KB)")
 
 
 async def delete_entity(request: web.Request) -> web.Response:
     # Service Bus answers DELETE of a missing entity with 404 (the SDKs raise ResourceNotFoundError).
     manager = _manager(request)
     name = request.match_info["name"]
-    if not await manager.delete_queue(name) and not await manager.delete_topic(name):
+    if not await manager.delete_entity(name, "queue") and not await manager.delete_entity(name, "topic"):
         raise EntityNotFound(f"the messaging entity '{name}' could not be found")
     return web.Response(status=200)
 

@@ -17,7 +17,7 @@ import datetime
 from dataclasses import dataclass, replace
 
 from sodalite.admin.atom import Description, EntityRuntime
-from sodalite.admin.control import Caller, ControlPlane, EntityRecord, RuleRecord
+from sodalite.admin.control import Caller, ControlPlane, EntityCounts, EntityRecord, RuleRecord
 from sodalite.model.entities import (
     QueueProperties,
     RuleDescription,
@@ -51,12 +51,10 @@ def runtime_of(record: EntityRecord) -> EntityRuntime:
                          availability=record.availability)
     figures = record.topic_figures
     if record.kind == "topic" and figures is not None:
-        return replace(when, scheduled=counts.scheduled, size_in_bytes=counts.size_in_bytes,
+        return replace(when, counts=EntityCounts(scheduled=counts.scheduled, size_in_bytes=counts.size_in_bytes),
                        subscription_count=figures.subscription_count, sql_filter_count=figures.sql_filter_count,
                        correlation_filter_count=figures.correlation_filter_count)
-    return replace(when, active=counts.active, dead_letter=counts.dead_letter, scheduled=counts.scheduled,
-                   transfer=counts.transfer, transfer_dead_letter=counts.transfer_dead_letter,
-                   size_in_bytes=counts.size_in_bytes)
+    return replace(when, counts=counts)
 
 
 def _found(record: EntityRecord | None) -> Found | None:
@@ -76,18 +74,6 @@ class AtomService:
         self.control = control
         self.caller = caller
 
-    @property
-    def namespace(self) -> str:
-        return self.control.namespace
-
-    @property
-    def sku(self) -> str:
-        return self.control.sku
-
-    @property
-    def max_message_size_in_kilobytes(self) -> int:
-        return self.control.max_message_size_in_kilobytes
-
     def _names(self, kind: str, topic: str | None = None) -> list[str]:
         """Sorted, case-insensitively (the order lists page through)."""
         return [r.name for r in self.control.entities(self.caller, kind, topic)]
@@ -106,38 +92,32 @@ class AtomService:
             return found
         description = found.description
         if description.max_message_size_in_kilobytes is None:
-            description = replace(description, max_message_size_in_kilobytes=self.max_message_size_in_kilobytes)
-        factor = record.partition_count if description.enable_partitioning and self.sku != "Premium" else 1
+            description = replace(description, max_message_size_in_kilobytes=self.control.max_message_size_in_kilobytes)
+        factor = record.partition_count if description.enable_partitioning and self.control.sku != "Premium" else 1
         if factor > 1:
             description = replace(description, max_size_in_megabytes=description.max_size_in_megabytes * factor)
         return replace(found, description=description, size_factor=factor)
 
-    def queue(self, name: str) -> Found | None:
-        return self._shown(self.control.find(self.caller, name, "queue"))
-
-    async def create_queue(self, name: str, properties: QueueProperties) -> None:
-        await self.control.create_entity(self.caller, name, properties)
-
-    async def update_queue(self, name: str, properties: QueueProperties) -> None:
-        await self.control.update_entity(self.caller, name, properties)
-
-    async def delete_queue(self, name: str) -> bool:
-        return await self.control.delete_entity(self.caller, name, "queue", missing_ok=True)
-
     def topic_names(self) -> list[str]:
         return self._names("topic")
 
-    def topic(self, name: str) -> Found | None:
-        return self._shown(self.control.find(self.caller, name, "topic"))
+    def entity(self, name: str, kind: str) -> Found | None:
+        """The queue or the topic (``kind``) of that name."""
+        return self._shown(self.control.find(self.caller, name, kind))
 
-    async def create_topic(self, name: str, properties: TopicProperties) -> None:
-        await self.control.create_entity(self.caller, name, properties)
+    def queue_or_topic(self, name: str) -> Found | None:
+        """Queues and topics share one name space: the one of that name, whichever it is."""
+        return self.entity(name, "queue") or self.entity(name, "topic")
 
-    async def update_topic(self, name: str, properties: TopicProperties) -> None:
-        await self.control.update_entity(self.caller, name, properties)
+    async def put_entity(self, name: str, properties: QueueProperties | TopicProperties, create: bool) -> None:
+        """Create or update a queue or a topic (its kind is its description's)."""
+        if create:
+            await self.control.create_entity(self.caller, name, properties)
+        else:
+            await self.control.update_entity(self.caller, name, properties)
 
-    async def delete_topic(self, name: str) -> bool:
-        return await self.control.delete_entity(self.caller, name, "topic", missing_ok=True)
+    async def delete_entity(self, name: str, kind: str) -> bool:
+        return await self.control.delete_entity(self.caller, name, kind, missing_ok=True)
 
     # ---- subscriptions ---------------------------------------------------------------------------------
 

@@ -32,36 +32,36 @@ RECEIVER = True
 
 
 @dataclass(frozen=True, slots=True)
-class LinkAttachRequested:
+class _OfLink:
+    """What every event of a link carries: the link it concerns."""
+
+    link: Link
+
+
+@dataclass(frozen=True, slots=True)
+class LinkAttachRequested(_OfLink):
     """The peer attached a link; call ``link.accept(...)`` or ``link.refuse(error)``."""
 
-    link: Link
-
 
 @dataclass(frozen=True, slots=True)
-class LinkAttached:
+class LinkAttached(_OfLink):
     """The peer answered an attach this side started."""
 
-    link: Link
-
 
 @dataclass(frozen=True, slots=True)
-class LinkDetached:
+class LinkDetached(_OfLink):
     """The link is gone: the peer detached it, or its session or connection ended. ``unsent``: the
     delivery-ids of transfers this side queued on the link that were never written out (taken back
     from the session's and the connection's outgoing queues: the peer never saw them)."""
 
-    link: Link
     error: Error | None
     closed: bool
     unsent: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
-class CreditChanged:
+class CreditChanged(_OfLink):
     """A flow arrived for a link on which this side sends; see ``link.link_credit`` and ``link.drain``."""
-
-    link: Link
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,16 +78,14 @@ class Delivery:
 
 
 @dataclass(frozen=True, slots=True)
-class TransferReceived:
-    link: Link
+class TransferReceived(_OfLink):
     delivery: Delivery
 
 
 @dataclass(frozen=True, slots=True)
-class DeliveryUpdated:
+class DeliveryUpdated(_OfLink):
     """The peer changed the state of, or settled, a delivery on ``link``."""
 
-    link: Link
     delivery_id: int
     delivery_tag: bytes
     settled: bool

@@ -12,7 +12,7 @@ Transfer, disposition and flow are on the hot path and have hand-written encoder
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import ClassVar, TypeVar, cast, dataclass_transform, get_args
 
 from sodalite.amqp.codec import encode_value
@@ -100,6 +100,11 @@ def _field_names(cls: type) -> tuple[str, ...]:
     if names is None:
         names = _NAMES[cls] = tuple(f.name for f in fields(cls))
     return names
+
+
+def _defaults(cls: type) -> tuple[tuple[int, object], ...]:
+    """The position and value of each field whose declared default is not null."""
+    return tuple((i, f.default) for i, f in enumerate(fields(cls)) if f.default not in (MISSING, None))
 
 
 # ---- field checks: what a decoded value must be to fill a field ----------------------------------
@@ -208,7 +213,9 @@ def composite(code: int, *fields: FieldEncoder) -> Callable[[type[_C]], type[_C]
     def declare(cls: type[_C]) -> type[_C]:
         cls.CODE = code
         cls.FIELDS = fields
-        return dataclass(frozen=True, slots=True)(cls)
+        made = dataclass(frozen=True, slots=True)(cls)
+        made.DEFAULTS = _defaults(made)
+        return made
 
     return declare
 
@@ -218,6 +225,7 @@ class Composite:
 
     CODE: ClassVar[int]
     FIELDS: ClassVar[tuple[FieldEncoder, ...]]
+    DEFAULTS: ClassVar[tuple[tuple[int, object], ...]]  # (position, value) of the defaults that are not null
 
     def encode_into(self, out: bytearray) -> None:
         out += b"\x00\x53"
@@ -369,19 +377,27 @@ class Open(Composite):
     properties: AmqpMap | None = None
 
 
-def _leading_optional(cls: type[Composite], values: list[object]) -> list[object]:
-    """Begin's and Flow's fields, every one in its position (the first is optional, the next three are
-    mandatory), checked; their ``from_fields`` fill the defaults that are not null."""
-    count = len(cls.FIELDS)
-    values = values[:count] + [None] * (count - len(values))
-    _check_fields(cls, values)
-    if values[1] is None or values[2] is None or values[3] is None:
-        raise InvalidField(f"{cls.__name__}: mandatory field missing")
-    return values
+@dataclass(frozen=True, slots=True)
+class _LeadingOptional(Composite):
+    """Begin and Flow: read in position, because the first field is optional and the next three are
+    mandatory; every field is checked, and an absent one takes its declared default."""
+
+    @classmethod
+    def from_fields(cls, values: list[object]) -> Composite:
+        count = len(cls.FIELDS)
+        values = values[:count] + [None] * (count - len(values))
+        _check_fields(cls, values)
+        if values[1] is None or values[2] is None or values[3] is None:
+            raise InvalidField(f"{cls.__name__}: mandatory field missing")
+        for index, default in cls.DEFAULTS:
+            if values[index] is None:
+                values[index] = default
+        make: Callable[..., Composite] = cls  # _check_fields stands for the fields' types
+        return make(*values)
 
 
 @composite(0x11, F_USHORT, F_UINT, F_UINT, F_UINT, F_UINT, F_SYMBOLS, F_SYMBOLS, F_MAP)
-class Begin(Composite):
+class Begin(_LeadingOptional):
     remote_channel: int | None
     next_outgoing_id: int
     incoming_window: int
@@ -390,12 +406,6 @@ class Begin(Composite):
     offered_capabilities: object = None
     desired_capabilities: object = None
     properties: AmqpMap | None = None
-
-    @classmethod
-    def from_fields(cls, values: list[object]) -> Composite:
-        values = _leading_optional(cls, values)
-        make: Callable[..., Begin] = cls  # _check_fields stands for the fields' types
-        return make(*values[:4], 0xFFFFFFFF if values[4] is None else values[4], *values[5:])
 
 
 @composite(0x12, F_STRING, F_UINT, F_BOOL, F_UBYTE, F_UBYTE, F_SOURCE, F_TARGET, F_MAP, F_BOOL, F_UINT, F_ULONG,
@@ -418,7 +428,7 @@ class Attach(Composite):
 
 
 @composite(0x13, F_UINT, F_UINT, F_UINT, F_UINT, F_UINT, F_UINT, F_UINT, F_UINT, F_BOOL, F_BOOL, F_MAP)
-class Flow(Composite):
+class Flow(_LeadingOptional):
     next_incoming_id: int | None
     incoming_window: int
     next_outgoing_id: int
@@ -430,12 +440,6 @@ class Flow(Composite):
     drain: bool = False
     echo: bool = False
     properties: AmqpMap | None = None
-
-    @classmethod
-    def from_fields(cls, values: list[object]) -> Composite:
-        values = _leading_optional(cls, values)
-        make: Callable[..., Flow] = cls  # _check_fields stands for the fields' types
-        return make(*values[:8], bool(values[8]), bool(values[9]), values[10])
 
 
 @composite(0x14, F_UINT, F_UINT, F_BINARY, F_UINT, F_BOOL, F_BOOL, F_UBYTE, F_STATE, F_BOOL, F_BOOL, F_BOOL)

@@ -4,12 +4,6 @@ from __future__ import annotations
 
 from typing import Final
 
-# Message annotations only the service sets: stripped from what a sender sends ("ignored on input").
-SERVICE_OWNED_ANNOTATIONS: Final = frozenset({
-    "x-opt-sequence-number", "x-opt-enqueued-time", "x-opt-locked-until", "x-opt-lock-token",
-    "x-opt-deadletter-source", "x-opt-enqueue-sequence-number", "x-opt-message-state",
-    "x-opt-partition-id",
-})
 SEQUENCE_NUMBER: Final = "x-opt-sequence-number"
 ENQUEUED_TIME: Final = "x-opt-enqueued-time"
 LOCKED_UNTIL: Final = "x-opt-locked-until"
@@ -21,6 +15,11 @@ SCHEDULED_ENQUEUE_TIME: Final = "x-opt-scheduled-enqueue-time"
 JMS_DELIVERY_TIME: Final = "x-opt-delivery-time"
 PARTITION_KEY: Final = "x-opt-partition-key"
 DEAD_LETTER_SOURCE: Final = "x-opt-deadletter-source"
+# Message annotations only the service sets: stripped from what a sender sends ("ignored on input").
+SERVICE_OWNED_ANNOTATIONS: Final = frozenset({
+    SEQUENCE_NUMBER, ENQUEUED_TIME, LOCKED_UNTIL, LOCK_TOKEN, DEAD_LETTER_SOURCE, "x-opt-enqueue-sequence-number",
+    MESSAGE_STATE, "x-opt-partition-id",
+})
 
 # Application properties the service sets on a dead-lettered message.
 DEAD_LETTER_REASON: Final = "DeadLetterReason"

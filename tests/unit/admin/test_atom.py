@@ -68,6 +68,7 @@ from hypothesis import strategies as st
 
 from sodalite.admin import atom
 from sodalite.admin.atom import EntityRuntime
+from sodalite.admin.control import EntityCounts
 from sodalite.errors import ArgumentError, ConfigurationError, SodaliteError
 from sodalite.model.entities import (
     CORRELATION_FIELDS,
@@ -131,12 +132,7 @@ EVERYTHING_SET = QueueProperties(
 )
 
 RUNTIME = EntityRuntime(
-    active=5,
-    dead_letter=3,
-    scheduled=2,
-    transfer=1,
-    transfer_dead_letter=4,
-    size_in_bytes=12345,
+    counts=EntityCounts(active=5, dead_letter=3, scheduled=2, transfer=1, transfer_dead_letter=4, size_in_bytes=12345),
     created_at=CREATED,
     updated_at=UPDATED,
     accessed_at=ACCESSED,
@@ -307,8 +303,7 @@ def test_the_sdk_reads_every_property_and_runtime_count_of_an_entry() -> None:
 
 
 def test_the_sdk_reads_the_defaults_and_a_never_accessed_queue() -> None:
-    runtime = replace(RUNTIME, accessed_at=None, active=0, dead_letter=0, scheduled=0, transfer=0,
-                      transfer_dead_letter=0, size_in_bytes=0)
+    runtime = replace(RUNTIME, accessed_at=None, counts=EntityCounts())
     sdk, sdk_runtime = sdk_queue(atom.queue_entry("q1", QueueProperties(), runtime, BASE, NOW), "q1")
     assert near(sdk.default_message_time_to_live, TIMESPAN_MAX)
     assert near(sdk.auto_delete_on_idle, TIMESPAN_MAX)
@@ -378,7 +373,8 @@ def _list_page(feed: bytes) -> tuple[str | None, list[tuple[str, SdkQueuePropert
 def test_the_sdk_lists_a_feed_of_two_entries_and_follows_the_next_link() -> None:
     entries = [
         atom.queue_entry("alpha", EVERYTHING_SET, RUNTIME, BASE, NOW),
-        atom.queue_entry("beta", QueueProperties(), replace(RUNTIME, active=9), BASE, NOW),
+        atom.queue_entry("beta", QueueProperties(), replace(RUNTIME, counts=replace(RUNTIME.counts, active=9)), BASE,
+                         NOW),
     ]
     next_href = f"{BASE}/$Resources/queues?$skip=2&$top=2"
     next_link, items = _list_page(atom.feed(entries, BASE, "Queues", next_href, now=NOW))
@@ -446,7 +442,7 @@ class FakeManagementService:
     requests: list[tuple[str, str, Mapping[str, str]]] = field(default_factory=list)
 
     def runtime(self, name: str) -> EntityRuntime:
-        return replace(RUNTIME, active=len(name))
+        return replace(RUNTIME, counts=replace(RUNTIME.counts, active=len(name)))
 
     def handle(self, method: str, url: str, headers: Mapping[str, str], body: bytes) -> tuple[int, bytes, str]:
         self.requests.append((method, url, headers))
@@ -724,8 +720,8 @@ TOPIC_SET = TopicProperties(
 )
 
 TOPIC_RUNTIME = EntityRuntime(
-    scheduled=3, size_in_bytes=9876, subscription_count=4, sql_filter_count=5, correlation_filter_count=2,
-    created_at=CREATED, updated_at=UPDATED, accessed_at=ACCESSED)
+    counts=EntityCounts(scheduled=3, size_in_bytes=9876), subscription_count=4, sql_filter_count=5,
+    correlation_filter_count=2, created_at=CREATED, updated_at=UPDATED, accessed_at=ACCESSED)
 
 SUBSCRIPTION_SET = SubscriptionProperties(
     lock_duration=timedelta(seconds=45),
@@ -826,7 +822,7 @@ def test_a_topic_entry_has_datacontract_order() -> None:
 
 
 def test_the_sdk_reads_every_subscription_property_and_count() -> None:
-    runtime = replace(RUNTIME, size_in_bytes=0)
+    runtime = replace(RUNTIME, counts=replace(RUNTIME.counts, size_in_bytes=0))
     body = atom.entity_entry("t1/subscriptions/s1", "s1", SUBSCRIPTION_SET, runtime, BASE, NOW)
     assert ET.fromstring(body).findtext("{http://www.w3.org/2005/Atom}id") == (
         f"{BASE}/t1/subscriptions/s1?api-version=2021-05")
@@ -946,7 +942,7 @@ def test_topics_and_subscriptions_survive_both_round_trips() -> None:
         entry = atom.entity_entry("t/subscriptions/s", "s", sub, RUNTIME, BASE, NOW)
         parsed = atom.parse_description(entry)
         assert parsed.kind == "SubscriptionDescription" and parsed.description() == sub
-        assert parsed.runtime == replace(RUNTIME, size_in_bytes=0)  # a subscription has no SizeInBytes
+        assert parsed.runtime == replace(RUNTIME, counts=replace(RUNTIME.counts, size_in_bytes=0))  # no SizeInBytes
         assert parsed.default_rule is None
         sdk_sub, _ = sdk_subscription(entry, "s")
         body = _sdk_request(CreateSubscriptionBody, CreateSubscriptionBodyContent, "subscription_description",

@@ -19,7 +19,6 @@ from sodalite.admin.atom.vocabulary import (
     CONNECT_NS,
     READ_ONLY_QUEUE_MEMBERS,
     XSD_NS,
-    XSI_NS,
     Description,
     EntityRuntime,
 )
@@ -32,6 +31,7 @@ from sodalite.admin.atom.writing import (
     queue_entry,
     request_entry,
 )
+from sodalite.admin.atom_authorization import XSI_NS
 
 __all__ = [  # what the broker's ATOM service and the CLI's admin client use
     "ATOM_NS", "CONNECT_NS", "READ_ONLY_QUEUE_MEMBERS", "XSD_NS", "XSI_NS", "Description", "EntityRuntime",

@@ -43,13 +43,13 @@ from sodalite.admin.atom.vocabulary import (
     MEMBERS,
     RUNTIME_INTS,
     RUNTIME_TIMES,
-    XSI_NS,
     Description,
     DescriptionKind,
     EntityRuntime,
     MemberKind,
 )
-from sodalite.admin.atom_authorization import parse_authorization_rules
+from sodalite.admin.atom_authorization import XSI_NS, parse_authorization_rules
+from sodalite.admin.control import EntityCounts
 from sodalite.errors import ArgumentError, ConfigurationError
 from sodalite.model.entities import (
     CORRELATION_FIELDS,
@@ -281,21 +281,26 @@ def _parse_runtime(description: ET.Element) -> EntityRuntime | None:
     """The computed members of a response's description, or None when it has none."""
     where = _local(description.tag)
     values: dict[str, object] = {}
+    counts: dict[str, int] = {}
     for name, child in _unique_children(description, where):
         if _is_nil(child):
             continue
-        if name in RUNTIME_INTS:
+        if name == "SizeInBytes":
+            counts["size_in_bytes"] = _int_value(_text(child, f"{where}.{name}"), f"{where}.{name}")
+        elif name in RUNTIME_INTS:
             values[RUNTIME_INTS[name]] = _int_value(_text(child, f"{where}.{name}"), f"{where}.{name}")
         elif name in RUNTIME_TIMES:
             values[RUNTIME_TIMES[name]] = _timestamp_value(_text(child, f"{where}.{name}"), f"{where}.{name}")
         elif name == "EntityAvailabilityStatus":
             values["availability"] = _text(child, f"{where}.{name}").strip()
         elif name == "CountDetails":
-            counts = dict(COUNT_MEMBERS)
+            members = dict(COUNT_MEMBERS)
             for count_name, count in _unique_children(child, f"{where}.CountDetails"):
-                if count_name in counts:
+                if count_name in members:
                     at = f"{where}.CountDetails.{count_name}"
-                    values[counts[count_name]] = _int_value(_text(count, at), at)
+                    counts[members[count_name]] = _int_value(_text(count, at), at)
+    if counts:
+        values["counts"] = EntityCounts(**counts)
     runtime: Callable[..., EntityRuntime] = EntityRuntime  # values typed by the member tables above
     return runtime(**values) if values else None
 

@@ -13,10 +13,11 @@ Rules:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final, Literal
 
+from sodalite.admin.control import EntityCounts
 from sodalite.model.entities import (
     QueueProperties,
     RuleDescription,
@@ -29,8 +30,6 @@ ATOM_NS: Final = "http://www.w3.org/2005/Atom"
 CONNECT_NS: Final = "http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"
 
 COUNTS_NS: Final = "http://schemas.microsoft.com/netservices/2011/06/servicebus"
-
-XSI_NS: Final = "http://www.w3.org/2001/XMLSchema-instance"
 
 XSD_NS: Final = "http://www.w3.org/2001/XMLSchema"
 
@@ -159,16 +158,12 @@ SUBSCRIPTION_LAYOUT: Final = (
 class EntityRuntime:
     """What the service computes about an entity: message counts, size, timestamps.
 
-    Queues and subscriptions use the counts; topics use ``size_in_bytes``, ``scheduled`` and the
-    subscription and filter counts; a rule only its ``created_at``.
+    Queues and subscriptions use the counts (the control plane's, its deferred count not shown);
+    topics use ``size_in_bytes``, ``scheduled`` and the subscription and filter counts; a rule only
+    its ``created_at``.
     """
 
-    active: int = 0
-    dead_letter: int = 0
-    scheduled: int = 0
-    transfer: int = 0
-    transfer_dead_letter: int = 0
-    size_in_bytes: int = 0
+    counts: EntityCounts = field(default_factory=EntityCounts)  # CountDetails and SizeInBytes
     created_at: datetime = NEVER
     updated_at: datetime = NEVER
     accessed_at: datetime | None = None
@@ -180,7 +175,8 @@ class EntityRuntime:
     @property
     def total(self) -> int:
         """``MessageCount``: every message the entity holds, dead-lettered and scheduled included."""
-        return self.active + self.dead_letter + self.scheduled + self.transfer + self.transfer_dead_letter
+        counts = self.counts
+        return counts.active + counts.dead_letter + counts.scheduled + counts.transfer + counts.transfer_dead_letter
 
 COUNT_MEMBERS: Final = (
     ("ActiveMessageCount", "active"),
@@ -191,7 +187,6 @@ COUNT_MEMBERS: Final = (
 )
 
 RUNTIME_INTS: Final = {
-    "SizeInBytes": "size_in_bytes",
     "SubscriptionCount": "subscription_count",
     "SqlFilterCount": "sql_filter_count",
     "CorrelationFilterCount": "correlation_filter_count",

@@ -36,14 +36,13 @@ from sodalite.admin.atom.vocabulary import (
     SUBSCRIPTION_LAYOUT,
     TOPIC_LAYOUT,
     XSD_NS,
-    XSI_NS,
     Description,
     DescriptionKind,
     EntityProperties,
     EntityRuntime,
     MemberKind,
 )
-from sodalite.admin.atom_authorization import authorization_rules_xml
+from sodalite.admin.atom_authorization import XSI_NS, authorization_rules_xml
 from sodalite.model.entities import (
     CORRELATION_FIELDS,
     CorrelationFilter,
@@ -114,7 +113,7 @@ def _author(base_url: str) -> str:
 
 
 def _count_details(runtime: EntityRuntime) -> str:
-    inner = "".join(f"<d2p1:{name}>{getattr(runtime, attr)}</d2p1:{name}>" for name, attr in COUNT_MEMBERS)
+    inner = "".join(f"<d2p1:{name}>{getattr(runtime.counts, attr)}</d2p1:{name}>" for name, attr in COUNT_MEMBERS)
     return f'<CountDetails xmlns:d2p1="{COUNTS_NS}">{inner}</CountDetails>'
 
 
@@ -123,6 +122,8 @@ def _runtime_member(name: str, runtime: EntityRuntime) -> str | None:
         return _CONSTANTS[name]
     if name == "MessageCount":
         return _element(name, str(runtime.total))
+    if name == "SizeInBytes":
+        return _element(name, str(runtime.counts.size_in_bytes))
     if name in RUNTIME_INTS:
         return _element(name, str(getattr(runtime, RUNTIME_INTS[name])))
     if name in RUNTIME_TIMES:
