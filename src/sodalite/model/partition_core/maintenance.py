@@ -12,7 +12,7 @@ from sodalite.model.partition_core.replies import CompletedThrough, MovedOut, Re
 from sodalite.model.partition_core.sessions import release_session, session_locks
 from sodalite.model.partition_core.settings import DROPPED, ReplyTo
 from sodalite.model.partition_core.settling import drop_lock, settle_lock
-from sodalite.model.partition_core.turn import Continuation, Turn
+from sodalite.model.partition_core.turn import AnswerCtx, Turn, store_down
 from sodalite.model.partition_core.view import View
 from sodalite.model.partition_core.window import drop_from_window, forget_window_through
 from sodalite.model.store_ops import Moved, MoveItem, MoveMessages, OpResult, Outcome, Purge, Purged
@@ -67,16 +67,14 @@ def _drop_locks(turn: Turn, dropped: list[uuid.UUID]) -> None:
 
 def on_complete_through(turn: Turn, command: CompleteThrough) -> None:
     view = turn.view
-    if not view.available:
-        turn.replies.append(ServerBusy(command.reply_to))
+    if store_down(turn, command.reply_to):
         return
     forget_window_through(view, command.sequence_number)
     turn.op(Purge(turn.now, command.sequence_number), PurgeCtx(command.reply_to, command.sequence_number, turn.now))
 
 
 @dataclass(frozen=True, slots=True)
-class PurgeCtx(Continuation):
-    reply_to: ReplyTo
+class PurgeCtx(AnswerCtx):
     through: int
     at: int  # the op's now: a row locked by then stays, others go
 
@@ -99,9 +97,6 @@ class PurgeCtx(Continuation):
         if result.count:
             view.counts.stale_after = max(view.counts.stale_after, batch_id)
         turn.replies.append(CompletedThrough(self.reply_to, result.count))
-
-    def failed(self, turn: Turn, answered: ReplyTo | None) -> None:
-        turn.replies.append(ServerBusy(self.reply_to))
 
 
 # ---- counts read back -----------------------------------------------------------------------------------
@@ -140,8 +135,7 @@ def on_move_out(turn: Turn, command: MoveOut) -> None:
     store would skip a locked one; a claim decided earlier is applied first), the others leave the
     window now, so no receive in this turn or later claims them while the move is in flight."""
     view = turn.view
-    if not view.available:
-        turn.replies.append(ServerBusy(command.reply_to))
+    if store_down(turn, command.reply_to):
         return
     sent: list[MoveItem] = []
     seen: set[int] = set()
@@ -161,8 +155,7 @@ def on_move_out(turn: Turn, command: MoveOut) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class MoveOutCtx(Continuation):
-    reply_to: ReplyTo
+class MoveOutCtx(AnswerCtx):
     asked: tuple[int, ...]  # every item's number, in order
     sent: tuple[int, ...]  # the numbers in the MoveMessages (each once, none held here)
 

@@ -24,7 +24,7 @@ from sodalite.model.partition_core.replies import (
 )
 from sodalite.model.partition_core.settings import NO_REPLY, ReplyTo
 from sodalite.model.partition_core.settling import settle_lock, usable_lock
-from sodalite.model.partition_core.turn import Continuation, Turn
+from sodalite.model.partition_core.turn import AnswerCtx, Continuation, Turn, store_down
 from sodalite.model.partition_core.view import View, next_token, session_ready
 from sodalite.model.partition_core.window import admit, take_in
 from sodalite.model.store_ops import (
@@ -135,15 +135,13 @@ def track_scheduled(turn: Turn, record: MessageRecord, seq: int) -> None:
 
 
 def on_cancel(turn: Turn, command: CancelScheduled) -> None:
-    view = turn.view
-    unnumbered = tuple(n for n in dict.fromkeys(command.sequence_numbers) if n < 1)
+    numbers = tuple(dict.fromkeys(command.sequence_numbers))
+    unnumbered = tuple(n for n in numbers if n < 1)
     if unnumbered:  # 0 (what a scheduled ping was given) names no message: refused, nothing cancelled
         turn.replies.append(MessageNotFound(command.reply_to, unnumbered))
         return
-    if not view.available:
-        turn.replies.append(ServerBusy(command.reply_to))
+    if store_down(turn, command.reply_to):
         return
-    numbers = tuple(dict.fromkeys(command.sequence_numbers))
     if not numbers:
         turn.replies.append(ScheduledCancelled(command.reply_to, ()))
         return
@@ -266,8 +264,7 @@ def restore_again(turn: Turn) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class AppendCtx(Continuation):
-    reply_to: ReplyTo
+class AppendCtx(AnswerCtx):
     records: tuple[MessageRecord, ...]
 
     def done(self, turn: Turn, result: OpResult, batch_id: int) -> None:
@@ -289,17 +286,13 @@ class AppendCtx(Continuation):
                 admit(turn, numbered(record, seq))
         turn.replies.append(SendAccepted(self.reply_to, tuple(n for n in result.sequence_numbers if n)))
 
-    def failed(self, turn: Turn, answered: ReplyTo | None) -> None:
-        turn.replies.append(ServerBusy(self.reply_to))
-
 
 @dataclass(frozen=True, slots=True)
-class PublishCtx(Continuation):
+class PublishCtx(AnswerCtx):
     """One op of a Publish: an ``AppendTo`` (``target``), or the history op of a publish that stores
     no copy (``target`` None, ``forget``: the ids to drop from the detector if it fails). The
     publish's ops share ``stored``; the ``first`` answers a failure, the ``last`` the success."""
 
-    reply_to: ReplyTo
     target: Hashable | None
     records: tuple[MessageRecord, ...]
     stored: list[tuple[Hashable, tuple[MessageRecord, ...]]]
@@ -339,10 +332,9 @@ class DedupCtx(Continuation):
 
 
 @dataclass(frozen=True, slots=True)
-class CancelCtx(Continuation):
+class CancelCtx(AnswerCtx):
     """A cancel's one ``CancelScheduled`` op: the numbers asked, each once."""
 
-    reply_to: ReplyTo
     sequence_numbers: tuple[int, ...]
 
     def done(self, turn: Turn, result: OpResult, batch_id: int) -> None:
@@ -357,9 +349,6 @@ class CancelCtx(Continuation):
         if view.scheduled.heap:  # cancelled: their times are no longer this core's to count
             view.scheduled.forget(set(self.sequence_numbers))
         turn.replies.append(ScheduledCancelled(self.reply_to, self.sequence_numbers))
-
-    def failed(self, turn: Turn, answered: ReplyTo | None) -> None:
-        turn.replies.append(ServerBusy(self.reply_to))
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ from sodalite.model.partition_core.replies import (
 )
 from sodalite.model.partition_core.settings import NO_REPLY, Consumer, ReceiveMode, ReplyTo
 from sodalite.model.partition_core.settling import DeliverTo, release, settle_lock, unbusy
-from sodalite.model.partition_core.turn import QUIET, Continuation, Turn
+from sodalite.model.partition_core.turn import QUIET, AnswerCtx, Continuation, Turn, store_down
 from sodalite.model.partition_core.view import HeldLock, HeldSession, View, Waiter, next_token
 from sodalite.model.partition_core.window import admit
 from sodalite.model.store_ops import (
@@ -61,8 +61,7 @@ def held_session(turn: Turn, session_id: str, reply_to: ReplyTo) -> HeldSession 
     if held is None or held.locked_until <= turn.now:
         turn.replies.append(SessionLockLost(reply_to, session_id))
         return None
-    if not view.available:
-        turn.replies.append(ServerBusy(reply_to))
+    if store_down(turn, reply_to):
         return None
     return held
 
@@ -79,8 +78,7 @@ def on_accept(turn: Turn, command: AcceptSession) -> None:
     if command.consumer in sessions.by_consumer:
         turn.replies.append(Refused(command.reply_to, "this receiver holds a session already"))
         return
-    if not view.available:
-        turn.replies.append(ServerBusy(command.reply_to))
+    if store_down(turn, command.reply_to):
         return
     waiter = Waiter(command.consumer, command.reply_to, command.wait_until)
     if command.session_id is None:
@@ -405,15 +403,14 @@ def on_set_state(turn: Turn, command: SetSessionState) -> None:
     # A zero-length state clears it, as null does: Service Bus reads either back as null.
     state = command.state if command.state else None
     turn.tail(PutSessionState(command.session_id, state, turn.now),
-              StateCtx(command.session_id, state, turn.now, command.reply_to))
+              StateCtx(command.reply_to, command.session_id, state, turn.now))
 
 
 @dataclass(frozen=True, slots=True)
-class StateCtx(Continuation):
+class StateCtx(AnswerCtx):
     session_id: str
     state: bytes | None
     updated_at: int
-    reply_to: ReplyTo
 
     def done(self, turn: Turn, result: OpResult, batch_id: int) -> None:
         states = turn.view.sessions.states
@@ -422,6 +419,3 @@ class StateCtx(Continuation):
         else:
             states[self.session_id] = (self.state, self.updated_at)
         turn.replies.append(SessionStateSet(self.reply_to, self.session_id))
-
-    def failed(self, turn: Turn, answered: ReplyTo | None) -> None:
-        turn.replies.append(ServerBusy(self.reply_to))

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from sodalite.model.partition_core.commands import StoreFailed, Transact
-from sodalite.model.partition_core.replies import LockLost, Refused, ServerBusy, SessionLockLost
+from sodalite.model.partition_core.replies import LockLost, Refused, SessionLockLost
 from sodalite.model.partition_core.sending import plan_copies, store_copies
 from sodalite.model.partition_core.settings import NO_REPLY, ReplyTo
 from sodalite.model.partition_core.settling import SettleCtx, settle_lock, usable_lock
-from sodalite.model.partition_core.turn import Continuation, Turn
+from sodalite.model.partition_core.turn import Continuation, Turn, store_down
 from sodalite.model.partition_core.view import HeldLock
 from sodalite.model.partition_core.window import forget
 from sodalite.model.store_ops import Settle as SettleOp
@@ -21,8 +21,7 @@ def on_transact(turn: Turn, command: Transact) -> None:
     the store may claim it once it lapsed, so the ``Settle`` is all-or-none: the store applies every
     settlement and every copy, or (a failed or fenced batch) nothing at all."""
     view, now = turn.view, turn.now
-    if not view.available:
-        turn.replies.append(ServerBusy(command.reply_to))
+    if store_down(turn, command.reply_to):
         return
     locks: list[HeldLock] = []
     for settle in command.settles:

@@ -4,9 +4,10 @@ operation leaves behind to read its result or its failure."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 
 from sodalite.model.message import MessageRecord
-from sodalite.model.partition_core.replies import Reply
+from sodalite.model.partition_core.replies import Reply, ServerBusy
 from sodalite.model.partition_core.settings import ReplyTo
 from sodalite.model.partition_core.view import View
 from sodalite.model.store_ops import MoveItem, OpResult, Outcome, SettleItem, StoreOp
@@ -69,6 +70,26 @@ class Turn:
         """An operation that goes after the claims, settlements, renewals and moves of this turn."""
         self.tail_ops.append(op)
         self.tail_ctxs.append(ctx)
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerCtx(Continuation):
+    """The continuation of a request's operation: it answers ``reply_to``; a failed batch answers
+    :class:`ServerBusy` (nothing of the request happened)."""
+
+    reply_to: ReplyTo
+
+    def failed(self, turn: Turn, answered: ReplyTo | None) -> None:
+        turn.replies.append(ServerBusy(self.reply_to))
+
+
+def store_down(turn: Turn, reply_to: ReplyTo) -> bool:
+    """True when the store is unavailable; the request is then answered :class:`ServerBusy` (nothing
+    of it happens). The per-message paths (send, publish, settle) test ``view.available`` inline."""
+    if turn.view.available:
+        return False
+    turn.replies.append(ServerBusy(reply_to))
+    return True
 
 
 class Quiet(Continuation):
