@@ -15,7 +15,7 @@ from sodalite.model.partition_core.settling import drop_lock, settle_lock
 from sodalite.model.partition_core.turn import AnswerCtx, Turn, store_down
 from sodalite.model.partition_core.view import View
 from sodalite.model.partition_core.window import drop_from_window, forget_window_through
-from sodalite.model.store_ops import Moved, MoveItem, MoveMessages, OpResult, Outcome, Purge, Purged
+from sodalite.model.store_ops import Moved, MoveItem, MoveMessages, Outcome, Purge, Purged
 
 # ---- the entity's settings ------------------------------------------------------------------------------
 
@@ -74,13 +74,11 @@ def on_complete_through(turn: Turn, command: CompleteThrough) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class PurgeCtx(AnswerCtx):
+class PurgeCtx(AnswerCtx[Purged]):
     through: int
     at: int  # the op's now: a row locked by then stays, others go
 
-    def done(self, turn: Turn, result: OpResult, batch_id: int) -> None:
-        if not isinstance(result, Purged):
-            return
+    def done(self, turn: Turn, result: Purged, batch_id: int) -> None:
         view = turn.view
         forget_window_through(view, self.through)  # rows that came back to it while the purge was in flight
         # A lock that had lapsed by the purge's time did not keep its row: the purge deleted it. Such a
@@ -155,13 +153,11 @@ def on_move_out(turn: Turn, command: MoveOut) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class MoveOutCtx(AnswerCtx):
+class MoveOutCtx(AnswerCtx[Moved]):
     asked: tuple[int, ...]  # every item's number, in order
     sent: tuple[int, ...]  # the numbers in the MoveMessages (each once, none held here)
 
-    def done(self, turn: Turn, result: OpResult, batch_id: int) -> None:
-        if not isinstance(result, Moved):
-            return
+    def done(self, turn: Turn, result: Moved, batch_id: int) -> None:
         view = turn.view
         window = view.window
         outcome = dict(zip(self.sent, result.sequence_numbers, strict=True))

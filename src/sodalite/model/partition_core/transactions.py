@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sodalite.model.partition_core.commands import StoreFailed, Transact
 from sodalite.model.partition_core.replies import LockLost, Refused, SessionLockLost
 from sodalite.model.partition_core.sending import plan_copies, store_copies
@@ -52,7 +54,8 @@ def on_transact(turn: Turn, command: Transact) -> None:
     store_copies(turn, plan, command.reply_to, answered_otherwise=bool(locks))
 
 
-def fenced_lock(turn: Turn, ctxs: tuple[Continuation, ...], command: StoreFailed) -> tuple[ReplyTo, HeldLock] | None:
+def fenced_lock(turn: Turn, ctxs: tuple[Continuation[Any], ...],
+                command: StoreFailed) -> tuple[ReplyTo, HeldLock] | None:
     """A transaction's settlement the store fenced (``StoreFailed.fenced``): its lock is lost here, and
     the transaction is answered so (rolled back) instead of ServerBusy. Returns who to answer, and the lock."""
     fenced = command.fenced
