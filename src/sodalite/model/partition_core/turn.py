@@ -21,7 +21,8 @@ class Continuation(Generic[R]):
     operation (:meth:`done`) or with a failure of all of them (:meth:`failed`: nothing happened).
 
     The class line names the result it reads: ``ClaimCtx(Continuation[Claimed])`` (``object``: any);
-    ``decide.on_results`` calls :meth:`done` only with a result of that type (``reads``)."""
+    ``decide.on_results`` calls :meth:`done` only with a result of that type (``reads``, which a
+    class may also set in its body)."""
 
     __slots__ = ()
     reads: ClassVar[type | tuple[type, ...]] = ()  # () reads nothing: done is never called
@@ -114,7 +115,7 @@ class Quiet(Continuation[object]):
     release, a history prune)."""
 
     __slots__ = ()
-    reads = ()  # done is never called
+    reads = ()  # its result needs nothing: done is not even called
 
 
 QUIET = Quiet()
