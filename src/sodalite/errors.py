@@ -14,85 +14,61 @@ from typing import ClassVar
 
 
 class SodaliteError(Exception):
-    """Base of every error a client can see."""
+    """Base of every error a client can see. A subclass gives its row of the error table in its class
+    line (``class X(Base, condition=..., http_status=..., retryable=...)``); what it leaves out it
+    inherits from its base."""
 
     condition: ClassVar[str] = "amqp:internal-error"
     http_status: ClassVar[int] = 500
     retryable: ClassVar[bool] = True
+
+    def __init_subclass__(cls, *, condition: str | None = None, http_status: int | None = None,
+                          retryable: bool | None = None) -> None:
+        super().__init_subclass__()
+        for name, value in (("condition", condition), ("http_status", http_status), ("retryable", retryable)):
+            if value is not None:
+                setattr(cls, name, value)
 
     def __init__(self, description: str = "") -> None:
         super().__init__(description)
         self.description = description or self.__class__.__doc__ or self.condition
 
 
-class EntityNotFound(SodaliteError):
+class EntityNotFound(SodaliteError, condition="amqp:not-found", http_status=404, retryable=False):
     """The messaging entity does not exist."""
 
-    condition = "amqp:not-found"
-    http_status = 404
-    retryable = False
 
-
-class EntityAlreadyExists(SodaliteError):
+class EntityAlreadyExists(SodaliteError, condition="com.microsoft:entity-already-exists", http_status=409,
+                          retryable=True):
     """An entity (or rule) of that name already exists."""
 
-    condition = "com.microsoft:entity-already-exists"
-    http_status = 409
-    retryable = True
 
-
-class Unauthorized(SodaliteError):
+class Unauthorized(SodaliteError, condition="amqp:unauthorized-access", http_status=401, retryable=False):
     """The token is missing, invalid, expired or does not cover the entity."""
 
-    condition = "amqp:unauthorized-access"
-    http_status = 401
-    retryable = False
 
-
-class Forbidden(Unauthorized):
+class Forbidden(Unauthorized, http_status=403):
     """The token is valid but lacks the right the operation needs (HTTP faces answer 403)."""
 
-    http_status = 403
 
-
-class MessageSizeExceeded(SodaliteError):
+class MessageSizeExceeded(SodaliteError, condition="amqp:link:message-size-exceeded", http_status=413, retryable=False):
     """The message is larger than the entity allows."""
 
-    condition = "amqp:link:message-size-exceeded"
-    http_status = 413
-    retryable = False
 
-
-class QuotaExceeded(SodaliteError):
+class QuotaExceeded(SodaliteError, condition="amqp:resource-limit-exceeded", http_status=403, retryable=False):
     """An entity or namespace quota is exhausted."""
 
-    condition = "amqp:resource-limit-exceeded"
-    http_status = 403
-    retryable = False
 
-
-class ServerBusy(SodaliteError):
+class ServerBusy(SodaliteError, condition="com.microsoft:server-busy", http_status=503, retryable=True):
     """The broker or one of its messaging stores cannot take the request now; retry later."""
 
-    condition = "com.microsoft:server-busy"
-    http_status = 503
-    retryable = True
 
-
-class OperationTimeout(SodaliteError):
+class OperationTimeout(SodaliteError, condition="com.microsoft:timeout", http_status=408, retryable=True):
     """The operation did not complete in time."""
 
-    condition = "com.microsoft:timeout"
-    http_status = 408
-    retryable = True
 
-
-class MessageLockLost(SodaliteError):
+class MessageLockLost(SodaliteError, condition="com.microsoft:message-lock-lost", http_status=410, retryable=False):
     """The lock on the message is lost: it expired, or the lock token is unknown."""
-
-    condition = "com.microsoft:message-lock-lost"
-    http_status = 410
-    retryable = False
 
 
 #: Service Bus's words for a lost message lock, which the SDKs' own tests compare (the Go SDK's
@@ -101,84 +77,47 @@ LOCK_SUPPLIED_INVALID = ("The lock supplied is invalid. Either the lock expired,
                          "removed from the queue, or was received by a different receiver instance.")
 
 
-class MessageNotFound(SodaliteError):
+class MessageNotFound(SodaliteError, condition="com.microsoft:message-not-found", http_status=404, retryable=True):
     """No message with the given sequence number or lock token exists."""
 
-    condition = "com.microsoft:message-not-found"
-    http_status = 404
-    retryable = True
 
-
-class SessionLockLost(SodaliteError):
+class SessionLockLost(SodaliteError, condition="com.microsoft:session-lock-lost", http_status=410, retryable=False):
     """The session lock is lost."""
 
-    condition = "com.microsoft:session-lock-lost"
-    http_status = 410
-    retryable = False
 
-
-class SessionCannotBeLocked(SodaliteError):
+class SessionCannotBeLocked(SodaliteError, condition="com.microsoft:session-cannot-be-locked", http_status=409,
+                            retryable=True):
     """The session is locked by another receiver."""
 
-    condition = "com.microsoft:session-cannot-be-locked"
-    http_status = 409
-    retryable = True
 
-
-class InvalidOperation(SodaliteError):
+class InvalidOperation(SodaliteError, condition="amqp:not-allowed", http_status=400, retryable=False):
     """The operation is not valid in the entity's current state."""
 
-    condition = "amqp:not-allowed"
-    http_status = 400
-    retryable = False
 
-
-class NotImplementedOperation(SodaliteError):
+class NotImplementedOperation(SodaliteError, condition="amqp:not-implemented", http_status=501, retryable=False):
     """Sodalite does not implement this operation yet."""
 
-    condition = "amqp:not-implemented"
-    http_status = 501
-    retryable = False
 
-
-class ArgumentError(SodaliteError):
+class ArgumentError(SodaliteError, condition="com.microsoft:argument-error", http_status=400, retryable=False):
     """A request argument is missing or malformed."""
 
-    condition = "com.microsoft:argument-error"
-    http_status = 400
-    retryable = False
 
-
-class PayloadTooLarge(ArgumentError):
+class PayloadTooLarge(ArgumentError, http_status=413):
     """An HTTP request body is over the API's limit."""
 
-    http_status = 413
 
-
-class InternalError(SodaliteError):
+class InternalError(SodaliteError, condition="amqp:internal-error", http_status=500, retryable=True):
     """An unexpected failure inside the broker."""
 
-    condition = "amqp:internal-error"
-    http_status = 500
-    retryable = True
 
-
-class ConfigurationError(SodaliteError):
+class ConfigurationError(SodaliteError, condition="com.microsoft:argument-error", http_status=400, retryable=False):
     """The configuration is invalid; the message names the offending field."""
-
-    condition = "com.microsoft:argument-error"
-    http_status = 400
-    retryable = False
 
 
 class OutboxCorrupt(ConfigurationError):
     """A client-side outbox file is damaged or is not an outbox; nothing is read from or written to it.
 
     Retrying cannot help, so it is reported like the other bad-input errors (argument-error)."""
-
-    condition = "com.microsoft:argument-error"
-    http_status = 400
-    retryable = False
 
 
 class StoreUnavailable(ServerBusy):
@@ -190,22 +129,14 @@ class StoreFull(QuotaExceeded):
     ones can still be received and settled."""
 
 
-class TransactionUnknown(SodaliteError):
+class TransactionUnknown(SodaliteError, condition="amqp:transaction:unknown-id", http_status=404, retryable=True):
     """The transaction id is unknown: never declared on this connection, or already discharged.
 
     The SDK treats every ``amqp:transaction:*`` condition as a retryable ServiceBusError, so we agree."""
 
-    condition = "amqp:transaction:unknown-id"
-    http_status = 404
-    retryable = True
 
-
-class TransactionRolledBack(SodaliteError):
+class TransactionRolledBack(SodaliteError, condition="amqp:transaction:rollback", http_status=409, retryable=True):
     """The transaction could not be committed (a lock enlisted in it was lost, say) and was rolled back."""
-
-    condition = "amqp:transaction:rollback"
-    http_status = 409
-    retryable = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,17 +163,13 @@ def error_table() -> list[ErrorRow]:
 class FilterSyntaxError(ArgumentError):
     """A SQL filter or rule action expression is malformed; the message names the position."""
 
-    condition = "com.microsoft:argument-error"
-    http_status = 400
-    retryable = False
-
     def __init__(self, description: str = "", *, position: int | None = None, near: str | None = None) -> None:
         super().__init__(description)
         self.position = position  # character offset into the expression (0-based)
         self.near = near  # the offending token's text; None at the end of the input
 
 
-class FilterEvaluationError(SodaliteError):
+class FilterEvaluationError(SodaliteError, condition="amqp:internal-error", http_status=500, retryable=True):
     """A SQL filter or rule action could not be evaluated against a message.
 
     Service Bus documents no AMQP condition for this (the .NET FilterException and
@@ -250,10 +177,6 @@ class FilterEvaluationError(SodaliteError):
     ``amqp:internal-error``, so the class says retryable to agree with it; in practice the error
     never reaches a client: the topic's fan-out catches it per subscription.
     """
-
-    condition = "amqp:internal-error"
-    http_status = 500
-    retryable = True
 
 
 class SecondaryUnavailable(ServerBusy):

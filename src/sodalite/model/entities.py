@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
-from typing import Final, Literal, Self, TypeVar
+from typing import Final, Generic, Literal, Self, TypeVar
 
 from sodalite.errors import ConfigurationError
 from sodalite.model.authorization import AuthorizationRule, rules_from_json
@@ -75,21 +75,24 @@ DEFAULT_DUPLICATE_DETECTION_WINDOW: Final = timedelta(minutes=10)
 DEFAULT_MAX_DELIVERY_COUNT: Final = 10
 DEFAULT_MAX_SIZE_IN_MEGABYTES: Final = 1024
 
+_V = TypeVar("_V")
 _Kind = Literal["bool", "int", "optional_int", "duration", "forward", "status", "metadata", "authorization_rules"]
 
 
 @dataclass(frozen=True, slots=True)
-class _Spec:
-    """How one property is named in JSON, what it holds, and its allowed range."""
+class _Spec(Generic[_V]):
+    """How one property is named in JSON, what it holds, its default and its allowed range."""
 
     json: str
     kind: _Kind
+    default: _V
     low: int | timedelta | None = None  # an int property's bounds are ints, a duration's timedeltas
     high: int | timedelta | None = None
 
 
-def _meta(spec: _Spec) -> dict[str, _Spec]:
-    return {"spec": spec}
+def _prop(spec: _Spec[_V]) -> _V:
+    """The dataclass field of the property ``spec``: its default, and the spec for the JSON form."""
+    return field(default=spec.default, metadata={"spec": spec})
 
 
 _Bound = TypeVar("_Bound", int, timedelta)
@@ -109,7 +112,7 @@ def _range_problem(value: _Bound, low: _Bound | None, high: _Bound | None,
     return f"must be at most {show(high)}, got {show(value)}"
 
 
-def _value_problem(spec: _Spec, value: object) -> str | None:
+def _value_problem(spec: _Spec[object], value: object) -> str | None:
     """Why ``value`` is not valid for the property, or None."""
     kind = spec.kind
     if kind == "bool":
@@ -164,13 +167,13 @@ def _show_duration(value: timedelta) -> str:
 
 def _validate_fields(obj: object) -> None:
     for f in fields(obj):  # type: ignore[arg-type]
-        spec: _Spec = f.metadata["spec"]
+        spec: _Spec[object] = f.metadata["spec"]
         problem = _value_problem(spec, getattr(obj, f.name))
         if problem is not None:
             raise config_error(f"{type(obj).__name__}.{f.name}", problem)
 
 
-def _decode(spec: _Spec, raw: object, path: str) -> object:
+def _decode(spec: _Spec[object], raw: object, path: str) -> object:
     """Turn the JSON value of one property into the Python value (not yet range-checked)."""
     kind = spec.kind
     if kind == "duration":
@@ -195,7 +198,7 @@ def _decode(spec: _Spec, raw: object, path: str) -> object:
     return raw
 
 
-def _encode(spec: _Spec, value: object) -> JsonValue:
+def _encode(spec: _Spec[object], value: object) -> JsonValue:
     if spec.kind == "duration":
         assert isinstance(value, timedelta)
         return format_duration(value)
@@ -214,7 +217,7 @@ def _from_json_fields(cls: type, data: object, path: str) -> dict[str, object]:
     kwargs: dict[str, object] = {}  # each value checked against its field's spec
     for key, raw in obj.items():
         f = specs[key]
-        spec: _Spec = f.metadata["spec"]
+        spec: _Spec[object] = f.metadata["spec"]
         where = join_path(path, key)
         value = _decode(spec, raw, where)
         problem = _value_problem(spec, value)
@@ -227,7 +230,7 @@ def _from_json_fields(cls: type, data: object, path: str) -> dict[str, object]:
 def _to_json_fields(obj: object) -> JsonObject:
     out: JsonObject = {}
     for f in fields(obj):  # type: ignore[arg-type]
-        spec: _Spec = f.metadata["spec"]
+        spec: _Spec[object] = f.metadata["spec"]
         value = getattr(obj, f.name)
         if spec.kind == "authorization_rules" and not value:
             continue  # entities without their own rules keep the JSON form they always had
@@ -235,29 +238,31 @@ def _to_json_fields(obj: object) -> JsonObject:
     return out
 
 
-_LOCK_DURATION = _Spec("LockDuration", "duration", timedelta(seconds=5), timedelta(minutes=5))
-_MAX_SIZE = _Spec("MaxSizeInMegabytes", "int", 1, _INT32_MAX)
-_REQUIRES_DUPLICATE_DETECTION = _Spec("RequiresDuplicateDetection", "bool")
-_REQUIRES_SESSION = _Spec("RequiresSession", "bool")
-_DEFAULT_TTL = _Spec("DefaultMessageTimeToLive", "duration", timedelta(seconds=1), TIMESPAN_MAX)
-_DEAD_LETTERING_ON_EXPIRATION = _Spec("DeadLetteringOnMessageExpiration", "bool")
-_DUPLICATE_WINDOW = _Spec(
-    "DuplicateDetectionHistoryTimeWindow", "duration", timedelta(seconds=20), timedelta(days=7)
-)
-_MAX_DELIVERY_COUNT = _Spec("MaxDeliveryCount", "int", 1, _INT32_MAX)
-_BATCHED = _Spec("EnableBatchedOperations", "bool")
-_AUTO_DELETE = _Spec("AutoDeleteOnIdle", "duration", timedelta(minutes=5), TIMESPAN_MAX)
-_PARTITIONING = _Spec("EnablePartitioning", "bool")
-_EXPRESS = _Spec("EnableExpress", "bool")
-_FORWARD_TO = _Spec("ForwardTo", "forward")
-_FORWARD_DLQ_TO = _Spec("ForwardDeadLetteredMessagesTo", "forward")
-_MAX_MESSAGE_SIZE = _Spec("MaxMessageSizeInKilobytes", "optional_int", 1, _MAX_MESSAGE_SIZE_KB)
-_STATUS = _Spec("Status", "status")
-_USER_METADATA = _Spec("UserMetadata", "metadata")
-_SUPPORT_ORDERING = _Spec("SupportOrdering", "bool")
+_LOCK_DURATION = _Spec("LockDuration", "duration", DEFAULT_LOCK_DURATION, timedelta(seconds=5),
+                       timedelta(minutes=5))
+_MAX_SIZE = _Spec("MaxSizeInMegabytes", "int", DEFAULT_MAX_SIZE_IN_MEGABYTES, 1, _INT32_MAX)
+_REQUIRES_DUPLICATE_DETECTION = _Spec("RequiresDuplicateDetection", "bool", False)
+_REQUIRES_SESSION = _Spec("RequiresSession", "bool", False)
+_DEFAULT_TTL = _Spec("DefaultMessageTimeToLive", "duration", TIMESPAN_MAX, timedelta(seconds=1),
+                     TIMESPAN_MAX)
+_DEAD_LETTERING_ON_EXPIRATION = _Spec("DeadLetteringOnMessageExpiration", "bool", False)
+_DUPLICATE_WINDOW = _Spec("DuplicateDetectionHistoryTimeWindow", "duration", DEFAULT_DUPLICATE_DETECTION_WINDOW,
+                          timedelta(seconds=20), timedelta(days=7))
+_MAX_DELIVERY_COUNT = _Spec("MaxDeliveryCount", "int", DEFAULT_MAX_DELIVERY_COUNT, 1, _INT32_MAX)
+_BATCHED = _Spec("EnableBatchedOperations", "bool", True)
+_AUTO_DELETE = _Spec("AutoDeleteOnIdle", "duration", TIMESPAN_MAX, timedelta(minutes=5), TIMESPAN_MAX)
+_PARTITIONING = _Spec("EnablePartitioning", "bool", False)
+_EXPRESS = _Spec("EnableExpress", "bool", False)
+_FORWARD_TO = _Spec("ForwardTo", "forward", None)
+_FORWARD_DLQ_TO = _Spec("ForwardDeadLetteredMessagesTo", "forward", None)
+_MAX_MESSAGE_SIZE = _Spec("MaxMessageSizeInKilobytes", "optional_int", None, 1, _MAX_MESSAGE_SIZE_KB)
+_STATUS = _Spec("Status", "status", "Active")
+_USER_METADATA = _Spec("UserMetadata", "metadata", None)
+_SUPPORT_ORDERING = _Spec("SupportOrdering", "bool", True)
 # The entity's own shared access policies; a key of these opens this entity only.
-_AUTHORIZATION_RULES = _Spec("AuthorizationRules", "authorization_rules")
-_DEAD_LETTERING_ON_FILTER_EXCEPTIONS = _Spec("DeadLetteringOnFilterEvaluationExceptions", "bool")
+_AUTHORIZATION_RULES: Final[_Spec[tuple[AuthorizationRule, ...]]] = _Spec(
+    "AuthorizationRules", "authorization_rules", ())
+_DEAD_LETTERING_ON_FILTER_EXCEPTIONS = _Spec("DeadLetteringOnFilterEvaluationExceptions", "bool", True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -289,69 +294,59 @@ class _EntityProperties:
 class QueueProperties(_EntityProperties):
     """The properties of a queue (QueueDescription), with the Service Bus defaults."""
 
-    lock_duration: timedelta = field(default=DEFAULT_LOCK_DURATION, metadata=_meta(_LOCK_DURATION))
-    max_size_in_megabytes: int = field(default=DEFAULT_MAX_SIZE_IN_MEGABYTES, metadata=_meta(_MAX_SIZE))
-    requires_duplicate_detection: bool = field(default=False, metadata=_meta(_REQUIRES_DUPLICATE_DETECTION))
-    requires_session: bool = field(default=False, metadata=_meta(_REQUIRES_SESSION))
-    default_message_time_to_live: timedelta = field(default=TIMESPAN_MAX, metadata=_meta(_DEFAULT_TTL))
-    dead_lettering_on_message_expiration: bool = field(
-        default=False, metadata=_meta(_DEAD_LETTERING_ON_EXPIRATION)
-    )
-    duplicate_detection_history_time_window: timedelta = field(
-        default=DEFAULT_DUPLICATE_DETECTION_WINDOW, metadata=_meta(_DUPLICATE_WINDOW)
-    )
-    max_delivery_count: int = field(default=DEFAULT_MAX_DELIVERY_COUNT, metadata=_meta(_MAX_DELIVERY_COUNT))
-    enable_batched_operations: bool = field(default=True, metadata=_meta(_BATCHED))
-    auto_delete_on_idle: timedelta = field(default=TIMESPAN_MAX, metadata=_meta(_AUTO_DELETE))
-    enable_partitioning: bool = field(default=False, metadata=_meta(_PARTITIONING))
-    enable_express: bool = field(default=False, metadata=_meta(_EXPRESS))
-    forward_to: str | None = field(default=None, metadata=_meta(_FORWARD_TO))
-    forward_dead_lettered_messages_to: str | None = field(default=None, metadata=_meta(_FORWARD_DLQ_TO))
-    max_message_size_in_kilobytes: int | None = field(default=None, metadata=_meta(_MAX_MESSAGE_SIZE))
-    status: str = field(default="Active", metadata=_meta(_STATUS))
-    user_metadata: str | None = field(default=None, metadata=_meta(_USER_METADATA))
-    support_ordering: bool = field(default=True, metadata=_meta(_SUPPORT_ORDERING))
-    authorization_rules: tuple[AuthorizationRule, ...] = field(default=(), metadata=_meta(_AUTHORIZATION_RULES))
+    lock_duration: timedelta = _prop(_LOCK_DURATION)
+    max_size_in_megabytes: int = _prop(_MAX_SIZE)
+    requires_duplicate_detection: bool = _prop(_REQUIRES_DUPLICATE_DETECTION)
+    requires_session: bool = _prop(_REQUIRES_SESSION)
+    default_message_time_to_live: timedelta = _prop(_DEFAULT_TTL)
+    dead_lettering_on_message_expiration: bool = _prop(_DEAD_LETTERING_ON_EXPIRATION)
+    duplicate_detection_history_time_window: timedelta = _prop(_DUPLICATE_WINDOW)
+    max_delivery_count: int = _prop(_MAX_DELIVERY_COUNT)
+    enable_batched_operations: bool = _prop(_BATCHED)
+    auto_delete_on_idle: timedelta = _prop(_AUTO_DELETE)
+    enable_partitioning: bool = _prop(_PARTITIONING)
+    enable_express: bool = _prop(_EXPRESS)
+    forward_to: str | None = _prop(_FORWARD_TO)
+    forward_dead_lettered_messages_to: str | None = _prop(_FORWARD_DLQ_TO)
+    max_message_size_in_kilobytes: int | None = _prop(_MAX_MESSAGE_SIZE)
+    status: str = _prop(_STATUS)
+    user_metadata: str | None = _prop(_USER_METADATA)
+    support_ordering: bool = _prop(_SUPPORT_ORDERING)
+    authorization_rules: tuple[AuthorizationRule, ...] = _prop(_AUTHORIZATION_RULES)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TopicProperties(_EntityProperties):
     """The properties of a topic (TopicDescription), with the Service Bus defaults."""
 
-    default_message_time_to_live: timedelta = field(default=TIMESPAN_MAX, metadata=_meta(_DEFAULT_TTL))
-    max_size_in_megabytes: int = field(default=DEFAULT_MAX_SIZE_IN_MEGABYTES, metadata=_meta(_MAX_SIZE))
-    requires_duplicate_detection: bool = field(default=False, metadata=_meta(_REQUIRES_DUPLICATE_DETECTION))
-    duplicate_detection_history_time_window: timedelta = field(
-        default=DEFAULT_DUPLICATE_DETECTION_WINDOW, metadata=_meta(_DUPLICATE_WINDOW)
-    )
-    enable_batched_operations: bool = field(default=True, metadata=_meta(_BATCHED))
-    auto_delete_on_idle: timedelta = field(default=TIMESPAN_MAX, metadata=_meta(_AUTO_DELETE))
-    enable_partitioning: bool = field(default=False, metadata=_meta(_PARTITIONING))
-    enable_express: bool = field(default=False, metadata=_meta(_EXPRESS))
-    support_ordering: bool = field(default=True, metadata=_meta(_SUPPORT_ORDERING))
-    max_message_size_in_kilobytes: int | None = field(default=None, metadata=_meta(_MAX_MESSAGE_SIZE))
-    status: str = field(default="Active", metadata=_meta(_STATUS))
-    user_metadata: str | None = field(default=None, metadata=_meta(_USER_METADATA))
-    authorization_rules: tuple[AuthorizationRule, ...] = field(default=(), metadata=_meta(_AUTHORIZATION_RULES))
+    default_message_time_to_live: timedelta = _prop(_DEFAULT_TTL)
+    max_size_in_megabytes: int = _prop(_MAX_SIZE)
+    requires_duplicate_detection: bool = _prop(_REQUIRES_DUPLICATE_DETECTION)
+    duplicate_detection_history_time_window: timedelta = _prop(_DUPLICATE_WINDOW)
+    enable_batched_operations: bool = _prop(_BATCHED)
+    auto_delete_on_idle: timedelta = _prop(_AUTO_DELETE)
+    enable_partitioning: bool = _prop(_PARTITIONING)
+    enable_express: bool = _prop(_EXPRESS)
+    support_ordering: bool = _prop(_SUPPORT_ORDERING)
+    max_message_size_in_kilobytes: int | None = _prop(_MAX_MESSAGE_SIZE)
+    status: str = _prop(_STATUS)
+    user_metadata: str | None = _prop(_USER_METADATA)
+    authorization_rules: tuple[AuthorizationRule, ...] = _prop(_AUTHORIZATION_RULES)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SubscriptionProperties(_EntityProperties):
     """The properties of a subscription (SubscriptionDescription), with the Service Bus defaults."""
 
-    lock_duration: timedelta = field(default=DEFAULT_LOCK_DURATION, metadata=_meta(_LOCK_DURATION))
-    requires_session: bool = field(default=False, metadata=_meta(_REQUIRES_SESSION))
-    default_message_time_to_live: timedelta = field(default=TIMESPAN_MAX, metadata=_meta(_DEFAULT_TTL))
-    dead_lettering_on_message_expiration: bool = field(
-        default=False, metadata=_meta(_DEAD_LETTERING_ON_EXPIRATION)
-    )
-    dead_lettering_on_filter_evaluation_exceptions: bool = field(
-        default=True, metadata=_meta(_DEAD_LETTERING_ON_FILTER_EXCEPTIONS)
-    )
-    max_delivery_count: int = field(default=DEFAULT_MAX_DELIVERY_COUNT, metadata=_meta(_MAX_DELIVERY_COUNT))
-    enable_batched_operations: bool = field(default=True, metadata=_meta(_BATCHED))
-    auto_delete_on_idle: timedelta = field(default=TIMESPAN_MAX, metadata=_meta(_AUTO_DELETE))
-    forward_to: str | None = field(default=None, metadata=_meta(_FORWARD_TO))
-    forward_dead_lettered_messages_to: str | None = field(default=None, metadata=_meta(_FORWARD_DLQ_TO))
-    status: str = field(default="Active", metadata=_meta(_STATUS))
-    user_metadata: str | None = field(default=None, metadata=_meta(_USER_METADATA))
+    lock_duration: timedelta = _prop(_LOCK_DURATION)
+    requires_session: bool = _prop(_REQUIRES_SESSION)
+    default_message_time_to_live: timedelta = _prop(_DEFAULT_TTL)
+    dead_lettering_on_message_expiration: bool = _prop(_DEAD_LETTERING_ON_EXPIRATION)
+    dead_lettering_on_filter_evaluation_exceptions: bool = _prop(_DEAD_LETTERING_ON_FILTER_EXCEPTIONS)
+    max_delivery_count: int = _prop(_MAX_DELIVERY_COUNT)
+    enable_batched_operations: bool = _prop(_BATCHED)
+    auto_delete_on_idle: timedelta = _prop(_AUTO_DELETE)
+    forward_to: str | None = _prop(_FORWARD_TO)
+    forward_dead_lettered_messages_to: str | None = _prop(_FORWARD_DLQ_TO)
+    status: str = _prop(_STATUS)
+    user_metadata: str | None = _prop(_USER_METADATA)

@@ -194,20 +194,18 @@ _INT64_MAX: Final = 2**63 - 1
 _ORDERED_KINDS: Final = frozenset({"number", "string", "datetime", "timespan"})
 
 
+_KINDS: Final[dict[type, str]] = {
+    bool: "boolean", int: "number", float: "number", str: "string",
+    datetime: "datetime", timedelta: "timespan", uuid.UUID: "guid",
+}
+
+
 def _kind(value: object) -> str:
-    """The language type of a non-null value."""
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, datetime):
-        return "datetime"
-    if isinstance(value, timedelta):
-        return "timespan"
-    if isinstance(value, uuid.UUID):
-        return "guid"
+    """The language type of a non-null value: its type's, or its nearest base type's, else opaque."""
+    for cls in type(value).__mro__:
+        kind = _KINDS.get(cls)
+        if kind is not None:
+            return kind
     return "opaque"
 
 
@@ -658,52 +656,37 @@ class _Parser:
         return expr
 
     def parse_or(self) -> _Expr:
-        first = self.parse_and()
-        if not self.is_keyword("OR"):
-            return first
-        items = [first]
-        while self.is_keyword("OR"):
-            self.advance()
-            items.append(self.parse_and())
-        for item in items:
-            self.require_condition(item, "OR")
-        fns = tuple(item.fn for item in items)
-
-        def either(view: MessageView) -> bool | None:
-            result: bool | None = False
-            for fn in fns:
-                value = _truth(fn(view))
-                if value is True:
-                    return True
-                if value is None:
-                    result = None
-            return result
-
-        return _Expr(either, "boolean", first.pos)
+        return self.parse_junction("OR", self.parse_and, True)
 
     def parse_and(self) -> _Expr:
-        first = self.parse_not()
-        if not self.is_keyword("AND"):
+        return self.parse_junction("AND", self.parse_not, False)
+
+    def parse_junction(self, keyword: str, parse_operand: Callable[[], _Expr], decisive: bool) -> _Expr:
+        """Operands joined by ``keyword`` (OR, AND), in the three-valued tables: one operand that is
+        ``decisive`` (TRUE for OR, FALSE for AND) decides; else unknown if one is; else the other value."""
+        first = parse_operand()
+        if not self.is_keyword(keyword):
             return first
         items = [first]
-        while self.is_keyword("AND"):
+        while self.is_keyword(keyword):
             self.advance()
-            items.append(self.parse_not())
+            items.append(parse_operand())
         for item in items:
-            self.require_condition(item, "AND")
+            self.require_condition(item, keyword)
         fns = tuple(item.fn for item in items)
+        otherwise = not decisive
 
-        def both(view: MessageView) -> bool | None:
-            result: bool | None = True
+        def junction(view: MessageView) -> bool | None:
+            result: bool | None = otherwise
             for fn in fns:
                 value = _truth(fn(view))
-                if value is False:
-                    return False
+                if value is decisive:
+                    return decisive
                 if value is None:
                     result = None
             return result
 
-        return _Expr(both, "boolean", first.pos)
+        return _Expr(junction, "boolean", first.pos)
 
     def parse_not(self) -> _Expr:
         start = self.peek()

@@ -658,17 +658,20 @@ class Claimed:
 
 
 @dataclass(frozen=True, slots=True)
-class Settled:
-    """Per :class:`SettleItem`, in order: True when it applied."""
+class ItemsApplied:
+    """Per item of the operation, in order: True when it applied."""
 
     applied: tuple[bool, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class Renewed:
-    """Per item, in order: True when the lock was held and is now renewed (or released)."""
+class Settled(ItemsApplied):
+    """Per :class:`SettleItem`, in order: True when it applied."""
 
-    applied: tuple[bool, ...]
+
+@dataclass(frozen=True, slots=True)
+class Renewed(ItemsApplied):
+    """Per item, in order: True when the lock was held and is now renewed (or released)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -709,11 +712,9 @@ class Unscheduled:
 
 
 @dataclass(frozen=True, slots=True)
-class Restored:
+class Restored(ItemsApplied):
     """Per message of :class:`Restore`, in order: True when it was put back (False: its number
     was held already)."""
-
-    applied: tuple[bool, ...]
 
 
 @dataclass(frozen=True, slots=True)

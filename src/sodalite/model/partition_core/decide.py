@@ -53,7 +53,8 @@ def on_results(turn: Turn, command: commands.StoreResults) -> None:
     ctxs = turn.view.pending.pop(command.batch_id, None)
     if ctxs is not None:
         for ctx, result in zip(ctxs, command.results, strict=True):
-            ctx.done(turn, result, command.batch_id)
+            if isinstance(result, ctx.reads):  # the result it reads (see Continuation)
+                ctx.done(turn, result, command.batch_id)
     _answer_update(turn, command.batch_id)
 
 

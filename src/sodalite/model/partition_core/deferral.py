@@ -21,9 +21,9 @@ from sodalite.model.partition_core.replies import (
 from sodalite.model.partition_core.sessions import held_session
 from sodalite.model.partition_core.settings import Consumer, ReceiveMode, ReplyTo
 from sodalite.model.partition_core.settling import release, unbusy
-from sodalite.model.partition_core.turn import Continuation, Turn
+from sodalite.model.partition_core.turn import AnswerCtx, Turn, store_down
 from sodalite.model.partition_core.view import HeldLock, next_token
-from sodalite.model.store_ops import Claim, Claimed, OpResult, Outcome, Settled, SettleItem, StoredMessage
+from sodalite.model.store_ops import Claim, Claimed, Outcome, Settled, SettleItem, StoredMessage
 from sodalite.model.store_ops import Settle as SettleOp
 
 
@@ -42,8 +42,7 @@ def on_receive_deferred(turn: Turn, command: ReceiveDeferred) -> None:
             return
         session_token = held.token
         until = held.renew_until if held.renewing else held.locked_until  # the locks ride on the session's
-    elif not view.available:
-        turn.replies.append(ServerBusy(command.reply_to))
+    elif store_down(turn, command.reply_to):
         return
     numbers = tuple(dict.fromkeys(command.sequence_numbers))
     if not numbers:
@@ -56,20 +55,17 @@ def on_receive_deferred(turn: Turn, command: ReceiveDeferred) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class DeferredClaimCtx(Continuation):
-    reply_to: ReplyTo
+class DeferredClaimCtx(AnswerCtx[Claimed]):
     numbers: tuple[int, ...]  # as asked, each once
     mode: ReceiveMode
     consumer: Consumer
     session_id: str | None
     session_token: uuid.UUID | None  # the session lock the locks ride on
 
-    def done(self, turn: Turn, result: OpResult, batch_id: int) -> None:
+    def done(self, turn: Turn, result: Claimed, batch_id: int) -> None:
         """All taken: PeekLock answers now (the locks are durable), ReceiveAndDelete completes them first.
         Some missing (or the session lost, or the claim back too late): the ones taken are released
         (their deliveries given back) and nothing was received."""
-        if not isinstance(result, Claimed):
-            return
         rows = {row.record.sequence_number: row for row in result.messages}
         missing = tuple(n for n in self.numbers if n not in rows)
         locks, late = self._hold(turn, result.messages)
@@ -120,21 +116,15 @@ class DeferredClaimCtx(Continuation):
             locks.append(lock)
         return locks, late
 
-    def failed(self, turn: Turn, answered: ReplyTo | None) -> None:
-        turn.replies.append(ServerBusy(self.reply_to))
-
 
 @dataclass(frozen=True, slots=True)
-class DeferredTakeCtx(Continuation):
+class DeferredTakeCtx(AnswerCtx[Settled]):
     """The COMPLETE of a ReceiveAndDelete by number, after its claim took every number asked."""
 
-    reply_to: ReplyTo
     tokens: tuple[uuid.UUID, ...]
 
-    def done(self, turn: Turn, result: OpResult, batch_id: int) -> None:
+    def done(self, turn: Turn, result: Settled, batch_id: int) -> None:
         """Every message deleted is handed out (it exists nowhere else)."""
-        if not isinstance(result, Settled):
-            return
         view = turn.view
         out: list[DeferredMessage] = []
         for token, ok in zip(self.tokens, result.applied, strict=True):

@@ -12,10 +12,10 @@ from sodalite.model.partition_core.replies import CompletedThrough, MovedOut, Re
 from sodalite.model.partition_core.sessions import release_session, session_locks
 from sodalite.model.partition_core.settings import DROPPED, ReplyTo
 from sodalite.model.partition_core.settling import drop_lock, settle_lock
-from sodalite.model.partition_core.turn import Continuation, Turn
+from sodalite.model.partition_core.turn import AnswerCtx, Turn, store_down
 from sodalite.model.partition_core.view import View
 from sodalite.model.partition_core.window import drop_from_window, forget_window_through
-from sodalite.model.store_ops import Moved, MoveItem, MoveMessages, OpResult, Outcome, Purge, Purged
+from sodalite.model.store_ops import Moved, MoveItem, MoveMessages, Outcome, Purge, Purged
 
 # ---- the entity's settings ------------------------------------------------------------------------------
 
@@ -67,22 +67,18 @@ def _drop_locks(turn: Turn, dropped: list[uuid.UUID]) -> None:
 
 def on_complete_through(turn: Turn, command: CompleteThrough) -> None:
     view = turn.view
-    if not view.available:
-        turn.replies.append(ServerBusy(command.reply_to))
+    if store_down(turn, command.reply_to):
         return
     forget_window_through(view, command.sequence_number)
     turn.op(Purge(turn.now, command.sequence_number), PurgeCtx(command.reply_to, command.sequence_number, turn.now))
 
 
 @dataclass(frozen=True, slots=True)
-class PurgeCtx(Continuation):
-    reply_to: ReplyTo
+class PurgeCtx(AnswerCtx[Purged]):
     through: int
     at: int  # the op's now: a row locked by then stays, others go
 
-    def done(self, turn: Turn, result: OpResult, batch_id: int) -> None:
-        if not isinstance(result, Purged):
-            return
+    def done(self, turn: Turn, result: Purged, batch_id: int) -> None:
         view = turn.view
         forget_window_through(view, self.through)  # rows that came back to it while the purge was in flight
         # A lock that had lapsed by the purge's time did not keep its row: the purge deleted it. Such a
@@ -99,9 +95,6 @@ class PurgeCtx(Continuation):
         if result.count:
             view.counts.stale_after = max(view.counts.stale_after, batch_id)
         turn.replies.append(CompletedThrough(self.reply_to, result.count))
-
-    def failed(self, turn: Turn, answered: ReplyTo | None) -> None:
-        turn.replies.append(ServerBusy(self.reply_to))
 
 
 # ---- counts read back -----------------------------------------------------------------------------------
@@ -140,8 +133,7 @@ def on_move_out(turn: Turn, command: MoveOut) -> None:
     store would skip a locked one; a claim decided earlier is applied first), the others leave the
     window now, so no receive in this turn or later claims them while the move is in flight."""
     view = turn.view
-    if not view.available:
-        turn.replies.append(ServerBusy(command.reply_to))
+    if store_down(turn, command.reply_to):
         return
     sent: list[MoveItem] = []
     seen: set[int] = set()
@@ -161,14 +153,11 @@ def on_move_out(turn: Turn, command: MoveOut) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class MoveOutCtx(Continuation):
-    reply_to: ReplyTo
+class MoveOutCtx(AnswerCtx[Moved]):
     asked: tuple[int, ...]  # every item's number, in order
     sent: tuple[int, ...]  # the numbers in the MoveMessages (each once, none held here)
 
-    def done(self, turn: Turn, result: OpResult, batch_id: int) -> None:
-        if not isinstance(result, Moved):
-            return
+    def done(self, turn: Turn, result: Moved, batch_id: int) -> None:
         view = turn.view
         window = view.window
         outcome = dict(zip(self.sent, result.sequence_numbers, strict=True))

@@ -16,6 +16,27 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, slots=True)
+class Answer:
+    """A reply to one request: ``reply_to`` is the command's, handed back unchanged."""
+
+    reply_to: ReplyTo
+
+
+@dataclass(frozen=True, slots=True)
+class LockAnswer(Answer):
+    """An answer about the message lock ``token``."""
+
+    token: uuid.UUID
+
+
+@dataclass(frozen=True, slots=True)
+class SessionAnswer(Answer):
+    """An answer about the session ``session_id``."""
+
+    session_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class Delivered:
     """Hand ``message`` to ``consumer``; ``lock_token`` None for ReceiveAndDelete."""
 
@@ -26,62 +47,52 @@ class Delivered:
 
 
 @dataclass(frozen=True, slots=True)
-class SendAccepted:
+class SendAccepted(Answer):
     """The send (or schedule) is durable; ``sequence_numbers`` of the messages stored (no duplicate
     or ping has one)."""
 
-    reply_to: ReplyTo
     sequence_numbers: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class Published:
+class Published(Answer):
     """A :class:`Publish` is durable: per target, its copies as the store numbered them
     (duplicates left out; empty when nothing was stored)."""
 
-    reply_to: ReplyTo
     stored: tuple[tuple[Hashable, tuple[MessageRecord, ...]], ...]
 
 
 @dataclass(frozen=True, slots=True)
-class SettlementDone:
-    reply_to: ReplyTo
-    token: uuid.UUID
+class SettlementDone(LockAnswer):
     outcome: Outcome
 
 
 @dataclass(frozen=True, slots=True)
-class LockLost:
-    reply_to: ReplyTo
-    token: uuid.UUID
+class LockLost(LockAnswer):
+    """The lock ``token`` is not held (it lapsed, was ended or was never this core's): nothing of the
+    request happened (com.microsoft:message-lock-lost)."""
 
 
 @dataclass(frozen=True, slots=True)
-class LockRenewed:
-    reply_to: ReplyTo
-    token: uuid.UUID
+class LockRenewed(LockAnswer):
     locked_until: int
 
 
 @dataclass(frozen=True, slots=True)
-class ScheduledCancelled:
-    reply_to: ReplyTo
+class ScheduledCancelled(Answer):
     sequence_numbers: tuple[int, ...]  # every number asked, each once: all were scheduled and are now gone
 
 
 @dataclass(frozen=True, slots=True)
-class ServerBusy:
+class ServerBusy(Answer):
     """The store is unavailable or the batch failed: nothing of this request happened."""
-
-    reply_to: ReplyTo
 
 
 @dataclass(frozen=True, slots=True)
-class SettingsUpdated:
+class SettingsUpdated(Answer):
     """An :class:`UpdateSettings` is in force; ``dropped`` are the lock tokens it ended (their release
     committed, or, if its batch failed or the store was down, unusable until they lapse at their time)."""
 
-    reply_to: ReplyTo
     dropped: tuple[uuid.UUID, ...]
 
 
@@ -91,45 +102,36 @@ class IdleExpired:
 
 
 @dataclass(frozen=True, slots=True)
-class Refused:
+class Refused(Answer):
     """The request is not valid here (InvalidOperation): nothing of it happened."""
 
-    reply_to: ReplyTo
     reason: str
 
 
 @dataclass(frozen=True, slots=True)
-class SessionAccepted:
+class SessionAccepted(Answer):
     """``consumer`` holds ``session_id`` until ``locked_until`` (the lock is durable)."""
 
-    reply_to: ReplyTo
     consumer: Consumer
     session_id: str
     locked_until: int
 
 
 @dataclass(frozen=True, slots=True)
-class SessionCannotBeLocked:
+class SessionCannotBeLocked(SessionAnswer):
     """The named session is locked by another receiver (com.microsoft:session-cannot-be-locked)."""
 
-    reply_to: ReplyTo
-    session_id: str
-
 
 @dataclass(frozen=True, slots=True)
-class NoSessionAvailable:
+class NoSessionAvailable(Answer):
     """No session with a ready message came before ``wait_until`` (com.microsoft:timeout)."""
 
-    reply_to: ReplyTo
-
 
 @dataclass(frozen=True, slots=True)
-class SessionLockLost:
+class SessionLockLost(SessionAnswer):
     """A request needed a session lock that is not held (com.microsoft:session-lock-lost); ``token``
     names the message of a refused settlement."""
 
-    reply_to: ReplyTo
-    session_id: str
     token: uuid.UUID | None = None
 
 
@@ -143,25 +145,18 @@ class SessionLost:
 
 
 @dataclass(frozen=True, slots=True)
-class SessionRenewed:
-    reply_to: ReplyTo
-    session_id: str
+class SessionRenewed(SessionAnswer):
     locked_until: int
 
 
 @dataclass(frozen=True, slots=True)
-class SessionState:
-    reply_to: ReplyTo
-    session_id: str
+class SessionState(SessionAnswer):
     state: bytes | None
 
 
 @dataclass(frozen=True, slots=True)
-class SessionStateSet:
+class SessionStateSet(SessionAnswer):
     """The new state is durable."""
-
-    reply_to: ReplyTo
-    session_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,39 +170,35 @@ class DeferredMessage:
 
 
 @dataclass(frozen=True, slots=True)
-class DeferredReceived:
+class DeferredReceived(Answer):
     """The answer to :class:`ReceiveDeferred`, in the order asked (each number once): the locks are
     durable (PeekLock), or the messages are deleted (ReceiveAndDelete)."""
 
-    reply_to: ReplyTo
     messages: tuple[DeferredMessage, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class MessageNotFound:
+class MessageNotFound(Answer):
     """``sequence_numbers`` name no deferred message that is free to take (gone, not deferred, or
     locked): nothing of the :class:`ReceiveDeferred` happened (com.microsoft:message-not-found). Also
     the answer to a :class:`CancelScheduled` naming a number that is not a scheduled message free to
     take (below 1, as a scheduled ping's 0; unknown, gone, activated, deferred): nothing of it happened."""
 
-    reply_to: ReplyTo
     sequence_numbers: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class CompletedThrough:
+class CompletedThrough(Answer):
     """The :class:`CompleteThrough` is durable: ``count`` messages went (all states together)."""
 
-    reply_to: ReplyTo
     count: int
 
 
 @dataclass(frozen=True, slots=True)
-class MovedOut:
+class MovedOut(Answer):
     """The :class:`MoveOut` is durable: per item, in order, the message's number in the target (its
     old number when deleted), or None when it was not taken (gone, locked, or named twice)."""
 
-    reply_to: ReplyTo
     sequence_numbers: tuple[int | None, ...]
 
 

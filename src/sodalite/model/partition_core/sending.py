@@ -8,6 +8,7 @@ import heapq
 import uuid
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import Any
 
 from sodalite.model.dedup import DuplicateDetector
 from sodalite.model.message import MessageRecord, MessageState
@@ -24,7 +25,7 @@ from sodalite.model.partition_core.replies import (
 )
 from sodalite.model.partition_core.settings import NO_REPLY, ReplyTo
 from sodalite.model.partition_core.settling import settle_lock, usable_lock
-from sodalite.model.partition_core.turn import Continuation, Turn
+from sodalite.model.partition_core.turn import AnswerCtx, Continuation, Turn, store_down
 from sodalite.model.partition_core.view import View, next_token, session_ready
 from sodalite.model.partition_core.window import admit, take_in
 from sodalite.model.store_ops import (
@@ -34,7 +35,6 @@ from sodalite.model.store_ops import (
     ClaimMessageIds,
     Gate,
     IdsClaimed,
-    OpResult,
     Outcome,
     RememberMessageIds,
     Restore,
@@ -97,7 +97,7 @@ def on_send(turn: Turn, drafts: tuple[MessageDraft, ...], reply_to: ReplyTo) -> 
         turn.op(RememberMessageIds(tuple((mid, now) for mid in remembered)), DedupCtx(tuple(remembered)))
 
 
-def claim_ids(turn: Turn, remembered: list[str], ctx: Continuation | None = None) -> uuid.UUID | None:
+def claim_ids(turn: Turn, remembered: list[str], ctx: Continuation[Any] | None = None) -> uuid.UUID | None:
     """The store's duplicate check of the ids ``remembered`` (in the batch before the appends it
     gates): the claim token the appends carry, None when there is nothing to check."""
     view = turn.view
@@ -135,15 +135,13 @@ def track_scheduled(turn: Turn, record: MessageRecord, seq: int) -> None:
 
 
 def on_cancel(turn: Turn, command: CancelScheduled) -> None:
-    view = turn.view
-    unnumbered = tuple(n for n in dict.fromkeys(command.sequence_numbers) if n < 1)
+    numbers = tuple(dict.fromkeys(command.sequence_numbers))
+    unnumbered = tuple(n for n in numbers if n < 1)
     if unnumbered:  # 0 (what a scheduled ping was given) names no message: refused, nothing cancelled
         turn.replies.append(MessageNotFound(command.reply_to, unnumbered))
         return
-    if not view.available:
-        turn.replies.append(ServerBusy(command.reply_to))
+    if store_down(turn, command.reply_to):
         return
-    numbers = tuple(dict.fromkeys(command.sequence_numbers))
     if not numbers:
         turn.replies.append(ScheduledCancelled(command.reply_to, ()))
         return
@@ -266,13 +264,10 @@ def restore_again(turn: Turn) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class AppendCtx(Continuation):
-    reply_to: ReplyTo
+class AppendCtx(AnswerCtx[Appended]):
     records: tuple[MessageRecord, ...]
 
-    def done(self, turn: Turn, result: OpResult, batch_id: int) -> None:
-        if not isinstance(result, Appended):
-            return
+    def done(self, turn: Turn, result: Appended, batch_id: int) -> None:
         view = turn.view
         window = view.window
         for record, seq in zip(self.records, result.sequence_numbers, strict=True):
@@ -289,17 +284,13 @@ class AppendCtx(Continuation):
                 admit(turn, numbered(record, seq))
         turn.replies.append(SendAccepted(self.reply_to, tuple(n for n in result.sequence_numbers if n)))
 
-    def failed(self, turn: Turn, answered: ReplyTo | None) -> None:
-        turn.replies.append(ServerBusy(self.reply_to))
-
 
 @dataclass(frozen=True, slots=True)
-class PublishCtx(Continuation):
+class PublishCtx(AnswerCtx[object]):
     """One op of a Publish: an ``AppendTo`` (``target``), or the history op of a publish that stores
     no copy (``target`` None, ``forget``: the ids to drop from the detector if it fails). The
     publish's ops share ``stored``; the ``first`` answers a failure, the ``last`` the success."""
 
-    reply_to: ReplyTo
     target: Hashable | None
     records: tuple[MessageRecord, ...]
     stored: list[tuple[Hashable, tuple[MessageRecord, ...]]]
@@ -307,7 +298,7 @@ class PublishCtx(Continuation):
     last: bool
     forget: tuple[str, ...] = ()
 
-    def done(self, turn: Turn, result: OpResult, batch_id: int) -> None:
+    def done(self, turn: Turn, result: object, batch_id: int) -> None:
         if isinstance(result, Appended) and self.target is not None:
             copies = tuple(numbered(r, n) for r, n in
                            zip(self.records, result.sequence_numbers, strict=True) if n)
@@ -325,30 +316,26 @@ class PublishCtx(Continuation):
 
 
 @dataclass(frozen=True, slots=True)
-class DedupCtx(Continuation):
+class DedupCtx(Continuation[IdsClaimed]):
     """The history of a send's ids (``RememberMessageIds``), or the store's check of them (``ClaimMessageIds``)."""
 
     message_ids: tuple[str, ...]
 
-    def done(self, turn: Turn, result: OpResult, batch_id: int) -> None:
-        if isinstance(result, IdsClaimed):
-            drop_ids(turn.view, self.message_ids, result)
+    def done(self, turn: Turn, result: IdsClaimed, batch_id: int) -> None:
+        drop_ids(turn.view, self.message_ids, result)
 
     def failed(self, turn: Turn, answered: ReplyTo | None) -> None:
         drop_ids(turn.view, self.message_ids)
 
 
 @dataclass(frozen=True, slots=True)
-class CancelCtx(Continuation):
+class CancelCtx(AnswerCtx[Unscheduled]):
     """A cancel's one ``CancelScheduled`` op: the numbers asked, each once."""
 
-    reply_to: ReplyTo
     sequence_numbers: tuple[int, ...]
 
-    def done(self, turn: Turn, result: OpResult, batch_id: int) -> None:
+    def done(self, turn: Turn, result: Unscheduled, batch_id: int) -> None:
         """The store deleted every row asked, or none (``result.missing`` names why not)."""
-        if not isinstance(result, Unscheduled):
-            return
         if result.missing:
             turn.replies.append(MessageNotFound(self.reply_to, result.missing))
             return
@@ -358,19 +345,14 @@ class CancelCtx(Continuation):
             view.scheduled.forget(set(self.sequence_numbers))
         turn.replies.append(ScheduledCancelled(self.reply_to, self.sequence_numbers))
 
-    def failed(self, turn: Turn, answered: ReplyTo | None) -> None:
-        turn.replies.append(ServerBusy(self.reply_to))
-
 
 @dataclass(frozen=True, slots=True)
-class RestoreCtx(Continuation):
+class RestoreCtx(Continuation[Restored]):
     records: tuple[MessageRecord, ...]
 
-    def done(self, turn: Turn, result: OpResult, batch_id: int) -> None:
+    def done(self, turn: Turn, result: Restored, batch_id: int) -> None:
         """Deliveries never written are back in the store: counted again, and ready ones are first in
         line again (by number), as a released message is."""
-        if not isinstance(result, Restored):
-            return
         view = turn.view
         for record, ok in zip(self.records, result.applied, strict=True):
             if not ok:

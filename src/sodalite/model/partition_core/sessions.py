@@ -29,14 +29,13 @@ from sodalite.model.partition_core.replies import (
 )
 from sodalite.model.partition_core.settings import NO_REPLY, Consumer, ReceiveMode, ReplyTo
 from sodalite.model.partition_core.settling import DeliverTo, release, settle_lock, unbusy
-from sodalite.model.partition_core.turn import QUIET, Continuation, Turn
+from sodalite.model.partition_core.turn import QUIET, AnswerCtx, Continuation, R, Turn, store_down
 from sodalite.model.partition_core.view import HeldLock, HeldSession, View, Waiter, next_token
 from sodalite.model.partition_core.window import admit
 from sodalite.model.store_ops import (
     Claim,
     Claimed,
     ClaimSession,
-    OpResult,
     Outcome,
     PutSessionState,
     ReleaseSession,
@@ -61,8 +60,7 @@ def held_session(turn: Turn, session_id: str, reply_to: ReplyTo) -> HeldSession 
     if held is None or held.locked_until <= turn.now:
         turn.replies.append(SessionLockLost(reply_to, session_id))
         return None
-    if not view.available:
-        turn.replies.append(ServerBusy(reply_to))
+    if store_down(turn, reply_to):
         return None
     return held
 
@@ -79,8 +77,7 @@ def on_accept(turn: Turn, command: AcceptSession) -> None:
     if command.consumer in sessions.by_consumer:
         turn.replies.append(Refused(command.reply_to, "this receiver holds a session already"))
         return
-    if not view.available:
-        turn.replies.append(ServerBusy(command.reply_to))
+    if store_down(turn, command.reply_to):
         return
     waiter = Waiter(command.consumer, command.reply_to, command.wait_until)
     if command.session_id is None:
@@ -119,15 +116,13 @@ def grant_waiters(turn: Turn) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class AcceptCtx(Continuation):
+class AcceptCtx(Continuation[SessionClaimed]):
     waiter: Waiter
     session_id: str | None  # None: next available
     token: uuid.UUID
     locked_until: int
 
-    def done(self, turn: Turn, result: OpResult, batch_id: int) -> None:
-        if not isinstance(result, SessionClaimed):
-            return
+    def done(self, turn: Turn, result: SessionClaimed, batch_id: int) -> None:
         sessions = turn.view.sessions
         waiter = self.waiter
         if self.session_id is None:
@@ -184,20 +179,29 @@ def pump_sessions(turn: Turn) -> None:
         tokens = tuple(next_token(view) for _ in range(count))
         turn.claims.append((Claim(now, until, view.settings.owner, tokens, None, MessageState.ACTIVE,
                                   held.session_id),
-                            SessionClaimCtx(consumer, held.session_id, held.token, count, credit.mode)))
+                            SessionClaimCtx(held.session_id, held.token, consumer, count, credit.mode)))
 
 
 @dataclass(frozen=True, slots=True)
-class SessionClaimCtx(Continuation):
-    consumer: Consumer
+class SessionCtx(Continuation[R]):
+    """An operation under the lock ``session_token`` of the session ``session_id``."""
+
     session_id: str
     session_token: uuid.UUID
+
+    def current(self, view: View) -> HeldSession | None:
+        """The session, if this core still holds it under that lock."""
+        held = view.sessions.held.get(self.session_id)
+        return held if held is not None and held.token == self.session_token else None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionClaimCtx(SessionCtx[Claimed]):
+    consumer: Consumer
     count: int
     mode: ReceiveMode
 
-    def done(self, turn: Turn, result: OpResult, batch_id: int) -> None:
-        if not isinstance(result, Claimed):
-            return
+    def done(self, turn: Turn, result: Claimed, batch_id: int) -> None:
         view = turn.view
         held = view.sessions.held.get(self.session_id)
         current = held is not None and held.token == self.session_token
@@ -253,8 +257,8 @@ class SessionClaimCtx(Continuation):
 
     def failed(self, turn: Turn, answered: ReplyTo | None) -> None:
         view = turn.view
-        held = view.sessions.held.get(self.session_id)
-        if held is not None and held.token == self.session_token:
+        held = self.current(view)
+        if held is not None:
             held.claiming = False
         credit = view.credit.get(self.consumer)
         if credit is not None:
@@ -288,19 +292,15 @@ def on_renew_session(turn: Turn, session_id: str, reply_to: ReplyTo) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class SessionRenewCtx(Continuation):
-    session_id: str
-    token: uuid.UUID
+class SessionRenewCtx(SessionCtx[Renewed]):
     locked_until: int
     reply_to: ReplyTo
 
-    def done(self, turn: Turn, result: OpResult, batch_id: int) -> None:
-        if not isinstance(result, Renewed):
-            return
+    def done(self, turn: Turn, result: Renewed, batch_id: int) -> None:
         view = turn.view
-        held = view.sessions.held.get(self.session_id)
+        held = self.current(view)
         quiet = self.reply_to is NO_REPLY
-        if held is None or held.token != self.token:
+        if held is None:
             if not quiet:
                 turn.replies.append(SessionLockLost(self.reply_to, self.session_id))
             return
@@ -317,8 +317,8 @@ class SessionRenewCtx(Continuation):
 
     def failed(self, turn: Turn, answered: ReplyTo | None) -> None:
         view = turn.view
-        held = view.sessions.held.get(self.session_id)
-        if held is not None and held.token == self.token:
+        held = self.current(view)
+        if held is not None:
             held.renewing = False
             heapq.heappush(view.sessions.heap, (held.locked_until, held.session_id))
             for lock in session_locks(view, held):
@@ -405,23 +405,19 @@ def on_set_state(turn: Turn, command: SetSessionState) -> None:
     # A zero-length state clears it, as null does: Service Bus reads either back as null.
     state = command.state if command.state else None
     turn.tail(PutSessionState(command.session_id, state, turn.now),
-              StateCtx(command.session_id, state, turn.now, command.reply_to))
+              StateCtx(command.reply_to, command.session_id, state, turn.now))
 
 
 @dataclass(frozen=True, slots=True)
-class StateCtx(Continuation):
+class StateCtx(AnswerCtx[object]):
     session_id: str
     state: bytes | None
     updated_at: int
-    reply_to: ReplyTo
 
-    def done(self, turn: Turn, result: OpResult, batch_id: int) -> None:
+    def done(self, turn: Turn, result: object, batch_id: int) -> None:
         states = turn.view.sessions.states
         if self.state is None:
             states.pop(self.session_id, None)
         else:
             states[self.session_id] = (self.state, self.updated_at)
         turn.replies.append(SessionStateSet(self.reply_to, self.session_id))
-
-    def failed(self, turn: Turn, answered: ReplyTo | None) -> None:
-        turn.replies.append(ServerBusy(self.reply_to))

@@ -24,7 +24,7 @@ from sodalite.model.partition_core.settings import DROPPED, NO_REPLY, Consumer, 
 from sodalite.model.partition_core.turn import Continuation, Turn
 from sodalite.model.partition_core.view import HeldLock, View, expired, session_ready
 from sodalite.model.partition_core.window import admit, forget
-from sodalite.model.store_ops import AnnotationEdit, OpResult, Outcome, Renewed, Settled, SettleItem
+from sodalite.model.store_ops import AnnotationEdit, Outcome, Renewed, Settled, SettleItem
 
 
 def usable_lock(turn: Turn, token: uuid.UUID, reply_to: ReplyTo, *, renewal: bool) -> HeldLock | None:
@@ -212,15 +212,13 @@ def _settled_one(turn: Turn, lock: HeldLock, applied: Outcome) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class SettleCtx(Continuation):
+class SettleCtx(Continuation[Settled]):
     """A batch's ``Settle``: per item (reply_to, token, asked, applied)."""
 
     entries: tuple[tuple[ReplyTo, uuid.UUID, Outcome, Outcome], ...]
     transaction: ReplyTo | None = None  # a Transact's all-or-none Settle: who hears a fenced failure
 
-    def done(self, turn: Turn, result: OpResult, batch_id: int) -> None:
-        if not isinstance(result, Settled):
-            return
+    def done(self, turn: Turn, result: Settled, batch_id: int) -> None:
         view = turn.view
         for (reply_to, token, asked, applied), ok in zip(self.entries, result.applied, strict=True):
             lock = view.locks.held.pop(token, None)
@@ -264,14 +262,12 @@ class SettleCtx(Continuation):
 
 
 @dataclass(frozen=True, slots=True)
-class RenewCtx(Continuation):
+class RenewCtx(Continuation[Renewed]):
     """A batch's ``RenewLocks``: per item (reply_to, token, until); NO_REPLY for a session's message."""
 
     entries: tuple[tuple[ReplyTo, uuid.UUID, int], ...]
 
-    def done(self, turn: Turn, result: OpResult, batch_id: int) -> None:
-        if not isinstance(result, Renewed):
-            return
+    def done(self, turn: Turn, result: Renewed, batch_id: int) -> None:
         view = turn.view
         for (reply_to, token, until), ok in zip(self.entries, result.applied, strict=True):
             quiet = reply_to is NO_REPLY  # a session message's lock, renewed with its session

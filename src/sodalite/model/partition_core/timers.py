@@ -15,7 +15,7 @@ from sodalite.model.partition_core.settling import lapse_due, next_lapse
 from sodalite.model.partition_core.turn import QUIET, Continuation, Turn
 from sodalite.model.partition_core.view import View, session_ready
 from sodalite.model.partition_core.window import expire_due, next_expiry, take_in
-from sodalite.model.store_ops import Activate, Activated, ForgetMessageIds, OpResult, PruneMessageIds
+from sodalite.model.store_ops import Activate, Activated, ForgetMessageIds, PruneMessageIds
 
 
 def _idle_at(view: View) -> int | None:
@@ -120,13 +120,11 @@ def next_due(view: View, now: int) -> int | None:
 
 
 @dataclass(frozen=True, slots=True)
-class ActivateCtx(Continuation):
+class ActivateCtx(Continuation[Activated]):
     limit: int
     at: int  # the op's now: what was due by then is all it activates
 
-    def done(self, turn: Turn, result: OpResult, batch_id: int) -> None:
-        if not isinstance(result, Activated):
-            return
+    def done(self, turn: Turn, result: Activated, batch_id: int) -> None:
         view = turn.view
         scheduled, counts = view.scheduled, view.counts
         scheduled.activate_in_flight = False

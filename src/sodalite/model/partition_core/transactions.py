@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sodalite.model.partition_core.commands import StoreFailed, Transact
-from sodalite.model.partition_core.replies import LockLost, Refused, ServerBusy, SessionLockLost
+from sodalite.model.partition_core.replies import LockLost, Refused, SessionLockLost
 from sodalite.model.partition_core.sending import plan_copies, store_copies
 from sodalite.model.partition_core.settings import NO_REPLY, ReplyTo
 from sodalite.model.partition_core.settling import SettleCtx, settle_lock, usable_lock
-from sodalite.model.partition_core.turn import Continuation, Turn
+from sodalite.model.partition_core.turn import Continuation, Turn, store_down
 from sodalite.model.partition_core.view import HeldLock
 from sodalite.model.partition_core.window import forget
 from sodalite.model.store_ops import Settle as SettleOp
@@ -21,8 +23,7 @@ def on_transact(turn: Turn, command: Transact) -> None:
     the store may claim it once it lapsed, so the ``Settle`` is all-or-none: the store applies every
     settlement and every copy, or (a failed or fenced batch) nothing at all."""
     view, now = turn.view, turn.now
-    if not view.available:
-        turn.replies.append(ServerBusy(command.reply_to))
+    if store_down(turn, command.reply_to):
         return
     locks: list[HeldLock] = []
     for settle in command.settles:
@@ -53,7 +54,8 @@ def on_transact(turn: Turn, command: Transact) -> None:
     store_copies(turn, plan, command.reply_to, answered_otherwise=bool(locks))
 
 
-def fenced_lock(turn: Turn, ctxs: tuple[Continuation, ...], command: StoreFailed) -> tuple[ReplyTo, HeldLock] | None:
+def fenced_lock(turn: Turn, ctxs: tuple[Continuation[Any], ...],
+                command: StoreFailed) -> tuple[ReplyTo, HeldLock] | None:
     """A transaction's settlement the store fenced (``StoreFailed.fenced``): its lock is lost here, and
     the transaction is answered so (rolled back) instead of ServerBusy. Returns who to answer, and the lock."""
     fenced = command.fenced

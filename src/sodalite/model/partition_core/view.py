@@ -12,7 +12,7 @@ import heapq
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sodalite.model.dedup import DuplicateDetector
 from sodalite.model.message import MessageRecord, MessageState
@@ -204,7 +204,7 @@ class View:
     idle_reported: bool = False
     token_counter: int = 0
     next_batch_id: int = 1
-    pending: dict[int, tuple[Continuation, ...]] = field(default_factory=dict)  # batch id -> one per op
+    pending: dict[int, tuple[Continuation[Any], ...]] = field(default_factory=dict)  # batch id -> one per op
     # UpdateSettings answered when the batch that drops its locks is done: batch id -> (reply_to, tokens)
     updates_waiting: dict[int, tuple[ReplyTo, tuple[uuid.UUID, ...]]] = field(default_factory=dict)
     # ReceiveAndDelete messages never written whose Restore failed (the store was down): tried again

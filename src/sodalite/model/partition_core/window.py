@@ -17,9 +17,9 @@ from sodalite.model.partition_core.copies import counted
 from sodalite.model.partition_core.dead_letters import dead_letter_move, service_edit
 from sodalite.model.partition_core.replies import Delivered
 from sodalite.model.partition_core.settings import NO_REPLY, Consumer, ReceiveMode, ReplyTo
-from sodalite.model.partition_core.turn import QUIET, Continuation, Turn
+from sodalite.model.partition_core.turn import QUIET, Continuation, R, Turn
 from sodalite.model.partition_core.view import HeldLock, View, expired, next_token
-from sodalite.model.store_ops import Claim, Claimed, Moved, MoveItem, OpResult, Outcome, Settled, SettleItem
+from sodalite.model.store_ops import Claim, Claimed, Moved, MoveItem, Outcome, Settled, SettleItem
 from sodalite.model.store_ops import Settle as SettleOp
 
 # ---- what enters and leaves the window -------------------------------------------------------------
@@ -250,27 +250,29 @@ def pump(turn: Turn) -> None:
             turn.claims.append((SettleOp(now, tuple(items)), TakeCtx(consumer, tuple(taken))))
 
 
-def _give_back(turn: Turn, consumer: Consumer, records: tuple[MessageRecord, ...]) -> None:
-    """A claim's batch failed: its rows are read again and the credit is back."""
-    view = turn.view
-    for record in records:
-        view.locks.claiming.discard(record.sequence_number)
-    forget(view, records)
-    credit = view.credit.get(consumer)
-    if credit is not None:
-        credit.count += len(records)
-
-
 @dataclass(frozen=True, slots=True)
-class ClaimCtx(Continuation):
-    """A PeekLock claim of window messages for ``consumer``."""
+class TakenCtx(Continuation[R]):
+    """Window messages being taken for ``consumer`` (a claim, or the complete that follows it)."""
 
     consumer: Consumer
     records: tuple[MessageRecord, ...]
 
-    def done(self, turn: Turn, result: OpResult, batch_id: int) -> None:
-        if not isinstance(result, Claimed):
-            return
+    def failed(self, turn: Turn, answered: ReplyTo | None) -> None:
+        """The batch failed: the rows are read again and the credit is back."""
+        view = turn.view
+        for record in self.records:
+            view.locks.claiming.discard(record.sequence_number)
+        forget(view, self.records)
+        credit = view.credit.get(self.consumer)
+        if credit is not None:
+            credit.count += len(self.records)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimCtx(TakenCtx[Claimed]):
+    """A PeekLock claim of window messages for ``consumer``."""
+
+    def done(self, turn: Turn, result: Claimed, batch_id: int) -> None:
         view = turn.view
         taken = {row.record.sequence_number for row in result.messages}
         for record in self.records:
@@ -301,20 +303,12 @@ class ClaimCtx(Continuation):
             # and rescans at its locked-until (a node that died holding it never says so).
             view.window.cursor, view.window.at_tail = 0, False
 
-    def failed(self, turn: Turn, answered: ReplyTo | None) -> None:
-        _give_back(turn, self.consumer, self.records)
-
 
 @dataclass(frozen=True, slots=True)
-class TakeCtx(Continuation):
+class TakeCtx(TakenCtx[Settled]):
     """The COMPLETE that follows per-message claims: ReceiveAndDelete deliveries."""
 
-    consumer: Consumer
-    records: tuple[MessageRecord, ...]
-
-    def done(self, turn: Turn, result: OpResult, batch_id: int) -> None:
-        if not isinstance(result, Settled):
-            return
+    def done(self, turn: Turn, result: Settled, batch_id: int) -> None:
         view = turn.view
         done = 0
         for record, ok in zip(self.records, result.applied, strict=True):
@@ -330,19 +324,14 @@ class TakeCtx(Continuation):
         if credit is not None:
             credit.count += len(self.records) - done
 
-    def failed(self, turn: Turn, answered: ReplyTo | None) -> None:
-        _give_back(turn, self.consumer, self.records)
-
 
 @dataclass(frozen=True, slots=True)
-class MoveCtx(Continuation):
+class MoveCtx(Continuation[Moved]):
     """The MoveMessages of unlocked rows that leave (dead-lettered or dropped: expiry, MaxDeliveryCount)."""
 
     records: tuple[MessageRecord, ...]
 
-    def done(self, turn: Turn, result: OpResult, batch_id: int) -> None:
-        if not isinstance(result, Moved):
-            return
+    def done(self, turn: Turn, result: Moved, batch_id: int) -> None:
         view = turn.view
         for record, new in zip(self.records, result.sequence_numbers, strict=True):
             if new is not None:
