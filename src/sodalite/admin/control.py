@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, Protocol
 
+from sodalite.admin.counts import EntityCounts as EntityCounts
 from sodalite.errors import ArgumentError, EntityNotFound, Forbidden, SodaliteError
 from sodalite.model.authorization import AccessRights, Authorization
 from sodalite.model.entities import (
@@ -63,17 +64,6 @@ class SubQueueName(enum.StrEnum):
 
 
 # ---- records ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class EntityCounts:
-    active: int = 0
-    dead_letter: int = 0
-    scheduled: int = 0
-    deferred: int = 0
-    transfer: int = 0
-    transfer_dead_letter: int = 0
-    size_in_bytes: int = 0
 
 
 EntityProperties = QueueProperties | TopicProperties | SubscriptionProperties

@@ -49,7 +49,7 @@ from sodalite.admin.atom.vocabulary import (
     MemberKind,
 )
 from sodalite.admin.atom_authorization import XSI_NS, parse_authorization_rules
-from sodalite.admin.control import EntityCounts
+from sodalite.admin.counts import EntityCounts
 from sodalite.errors import ArgumentError, ConfigurationError
 from sodalite.model.entities import (
     CORRELATION_FIELDS,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final, Literal
 
-from sodalite.admin.control import EntityCounts
+from sodalite.admin.counts import EntityCounts
 from sodalite.model.entities import (
     QueueProperties,
     RuleDescription,
