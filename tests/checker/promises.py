@@ -8,6 +8,7 @@ the input; the checks never talk to a broker.
 from __future__ import annotations
 
 import itertools
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ RECEIVE_KINDS = ("receive", "receive_deferred")
 
 @dataclass(frozen=True)
 class Violation:
-    promise: str  # durable, peeklock, rad, sequence, delivery-count, session-order, counts
+    promise: str  # durable, peeklock, rad, sequence, delivery-count, session-order, counts, one-broker
     detail: str
     ops: tuple[int, ...] = ()
 
@@ -387,7 +388,35 @@ def check_counts(history: History) -> list[Violation]:
     return violations
 
 
+def check_one_broker(history: History) -> list[Violation]:
+    """One broker per data directory: a second ``serve`` started on the directory a running broker holds is
+    refused at start (it never serves), with an error naming the directory and the process holding it, and
+    the running broker's ``endpoints.json`` is left as it was (not rewritten, not removed)."""
+    violations = []
+    for op in history.ops:
+        if op.kind != "second-serve" or op.result != OK or not isinstance(op.value, dict):
+            continue
+        value = op.value
+        data_dir, holder, output = str(value["data_dir"]), value["holder"], str(value.get("output") or "")
+        last = output.strip().splitlines()[-1:] or ["no output"]
+        if value["started"] or value["exit"] in (None, 0):
+            how = "started serving" if value["started"] else f"exit code {value['exit']}"
+            violations.append(Violation("one-broker", f"a second serve on {data_dir} (held by process {holder}) "
+                                        f"was not refused: {how}; {last[0][:200]}", (op.index,)))
+        elif data_dir not in output or not re.search(rf"\b{holder}\b", output):
+            violations.append(Violation("one-broker", f"a second serve on {data_dir} was refused without naming "
+                                        f"the directory and the holder (process {holder}): {last[0][:200]}",
+                                        (op.index,)))
+        before, after = value.get("endpoints_before"), value.get("endpoints_after")
+        if before is not None and after != before:
+            what = "removed" if after is None else "rewritten"
+            violations.append(Violation("one-broker", f"{data_dir}/endpoints.json of the running broker (process "
+                                        f"{holder}) {what} by a second serve", (op.index,)))
+    return violations
+
+
 def check_all(history: History, partitioned: frozenset[str] = frozenset(), strict: bool = False) -> list[Violation]:
     return [*check_durable(history), *check_peeklock(history), *check_rad(history),
             *check_sequence(history, partitioned), *check_delivery_count(history, strict),
-            *check_session_order(history), *check_session_state(history), *check_counts(history)]
+            *check_session_order(history), *check_session_state(history), *check_counts(history),
+            *check_one_broker(history)]

@@ -43,7 +43,7 @@ from azure.servicebus.exceptions import (
     MessagingEntityNotFoundError,
     SessionLockLostError,
 )
-from broker_process import KEY, KEY_NAME, BrokerProcess, write_config
+from broker_process import KEY, KEY_NAME, SERVE, BrokerProcess, write_config
 from pg_nodes import node
 from sdk_builds import GO
 
@@ -54,14 +54,16 @@ from sodalite.model.sas import generate_token
 
 # Faults the fault thread fires at points of the operation budget (each about once a seed) ...
 SCHEDULED_FAULTS = ("kill9", "cut", "stall", "unauthenticated", "store-offline", "entity-update", "disk-full",
-                    "pg-node-kill")
+                    "pg-node-kill", "second-serve")
 # ... and faults a client makes as part of an operation (a receiver closed mid-stream, a link detached, a
 # lock left to lapse, a session released with its messages unsettled).
 CLIENT_FAULTS = ("close-midstream", "detach", "lock-expiry", "session-release")
 # Kinds that only some seeds can have (disk-full: the SQLite seeds, about three in four; pg-node-kill: the
 # seeds on two PostgreSQL nodes, about one in four) fire this many times as often in those seeds, so a
-# sweep injects each about as often as the others (100 of each in about 140 seeds).
-SUBSET_FAULTS = {"disk-full": 1.5, "pg-node-kill": 3.0}
+# sweep injects each about as often as the others (100 of each in about 140 seeds). second-serve (SQLite
+# seeds) fires less often: each starts a broker process (1 to 2 s of a loaded machine's CPU), and 0.6 a
+# seed still makes some 135 in 300 seeds.
+SUBSET_FAULTS = {"disk-full": 1.5, "pg-node-kill": 3.0, "second-serve": 0.6}
 FAULT_KINDS = (*SCHEDULED_FAULTS, *CLIENT_FAULTS)
 PLAIN, SESSIONS, PARTITIONED, TARGET = "plain", "sess", "part", "target"
 LOCK = "PT5S"  # the shortest lock the broker allows (as Service Bus)
@@ -275,6 +277,8 @@ class _Run:
             kinds.remove("disk-full")
         if "pg-node-kill" in kinds and self.node.peer is None:
             kinds.remove("pg-node-kill")
+        if "second-serve" in kinds and self.node.peer is not None:  # a data directory of one's own: SQLite seeds
+            kinds.remove("second-serve")
         events = []
         for kind in kinds:  # the kinds only some seeds can have, more often in those (SUBSET_FAULTS)
             mean = self.spec.faults_per_kind * SUBSET_FAULTS.get(kind, 1) / self.spec.phases
@@ -339,6 +343,8 @@ class _Run:
             self._update(rng)
         elif kind == "disk-full":
             self._disk_full(rng)
+        elif kind == "second-serve":
+            self._second_serve()
 
     def _update(self, rng: random.Random) -> None:
         """An entity update through the JSON API mid-run: the lock duration, the maximum delivery count or
@@ -377,6 +383,57 @@ class _Run:
             self.fault("disk-full", f"{written >> 20} MB filler, {seconds:.1f}s")
             time.sleep(seconds)
             filler.unlink(missing_ok=True)
+
+    def _second_serve(self) -> None:
+        """A second ``serve`` started on the running broker's data directory, as a user would by mistake. It
+        must be refused at once, naming the directory and the process holding it, and leave the running
+        broker's endpoints.json alone (promise "one broker per data directory": recorded, checked by
+        promises.check_one_broker). One that starts serving is stopped (SIGTERM, as a user would)."""
+        data_dir = self.broker.data_dir
+        endpoints = data_dir / "endpoints.json"
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if self.node.defect:
+            env["SODALITE_TEST_DEFECT"] = self.node.defect
+        with self.broker_lock:  # the first broker up throughout (not across a kill -9 and its restart)
+            if self.broker.proc is None or not self.node.alive(self.broker):
+                return
+            holder = self.broker.proc.pid
+            before = _text(endpoints)
+            op = Op(0, -1, "second-serve", start=time.monotonic(), result=OK)
+            process = subprocess.Popen(
+                [str(SERVE), "--host", "127.0.0.1", "--port", "0", "--admin-port", "-1", "--amqps-port", "-1",
+                 "--http-port", "-1", "--data-dir", str(data_dir), "--config", str(self.node.base / "Config.json")],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+            lines: list[str] = []
+            serving = threading.Event()
+
+            def read() -> None:
+                assert process.stdout is not None
+                for line in process.stdout:
+                    lines.append(line)
+                    if "Connection string:" in line:
+                        serving.set()
+            reader = threading.Thread(target=read, daemon=True)
+            reader.start()
+            deadline = time.monotonic() + 60
+            while process.poll() is None and not serving.is_set() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            started = process.poll() is None
+            if started:  # serving (or hanging): stopped as a user would, with SIGTERM
+                process.terminate()
+                try:
+                    process.wait(20)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+            reader.join(5)
+            op.end = time.monotonic()
+            op.value = {"data_dir": str(data_dir.resolve()), "holder": holder, "started": started,
+                        "exit": None if started else process.returncode, "output": "".join(lines)[-1000:],
+                        "endpoints_before": before, "endpoints_after": _text(endpoints)}
+            self.record(op)
+            self.fault("second-serve", "served" if started else f"exit {process.returncode}")
+            self.timings["second serve"] += op.end - op.start
 
     def _restart(self) -> None:
         self._retry(lambda: self._start_again(self.broker), attempts=5)
@@ -572,6 +629,7 @@ class _Run:
                  mode: ServiceBusReceiveMode, session: bool = False) -> None:
         rad = mode == ServiceBusReceiveMode.RECEIVE_AND_DELETE
         midstream = self.client_fault("close-midstream", rng, 0.1)
+        leave = midstream and rad and rng.random() < 0.5  # it leaves as the broker takes messages for it
         prefetch = rng.choice((0, 0, 5, 20)) if not midstream else 20
         count = rng.randint(1, 10)
         kwargs: dict[str, Any] = {"receive_mode": mode, "prefetch_count": prefetch, "max_wait_time": WAIT}
@@ -585,6 +643,9 @@ class _Run:
             nonlocal receiver
             receiver = sb.get_queue_receiver(queue, **kwargs)
             receiver.__enter__()
+            if leave:
+                self._leave(receiver, max(prefetch, count))
+                return []
             return list(receiver.receive_messages(max_message_count=1 if midstream else count,
                                                             max_wait_time=WAIT))
         try:
@@ -598,7 +659,7 @@ class _Run:
                 self._session_state(receiver, client, queue, op.session, rng)
             if midstream:
                 op.value["closed_early"] = True
-                self.fault("close-midstream", "receiver")
+                self.fault("close-midstream", "receiver left as it gave credit" if leave else "receiver")
             elif session and not rad and messages and self.client_fault("session-release", rng, 0.5):
                 # the session released (its receiver closed) with its messages locked and unsettled
                 self.fault("session-release", f"{op.session}: {len(messages)} unsettled")
@@ -628,6 +689,21 @@ class _Run:
         close = rng.random() < 0.5
         _quietly(lambda: link.detach(close=close))
         self.fault("detach", "closed" if close else "detached")
+
+    @staticmethod
+    def _leave(receiver: Any, credit: int) -> None:
+        """A ReceiveAndDelete receiver that leaves while the broker streams to it: credit given with its AMQP
+        session's incoming window closed (so the broker takes, that is deletes, messages for it and holds
+        their transfers), then its link detached 0.1 s later, by the SDK's own link object (test-only reach
+        into the SDK, as ``_detach``). The messages were never written: they must be put back, not lost
+        (the Go SDK's receiver closing while the broker streams lost them so)."""
+        link = getattr(getattr(receiver, "_handler", None), "_link", None)
+        if link is None:
+            return
+        link._session.incoming_window = 0
+        link.flow(link_credit=credit)
+        time.sleep(0.1)
+        link.detach(close=True)
 
     def _session_state(self, receiver: Any, client: int, queue: str, session: str, rng: random.Random) -> None:
         """Read the session's state, and sometimes set it to a new value: a set that returned success is
@@ -958,6 +1034,13 @@ def _seconds(duration: Any) -> float | None:
         return None
     days, hours, minutes, seconds = (int(g or 0) for g in found.groups())
     return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
+
+
+def _text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return None
 
 
 def _quietly(fn: Any) -> None:

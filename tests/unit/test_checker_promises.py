@@ -9,6 +9,7 @@ from checker.promises import (
     check_counts,
     check_delivery_count,
     check_durable,
+    check_one_broker,
     check_peeklock,
     check_rad,
     check_sequence,
@@ -152,6 +153,25 @@ def test_a_runtime_count_that_differs_from_the_recount_is_a_violation() -> None:
                                                          "store": {"active": 1, "sizeInBytes": 1005}}}))
     found = check_counts(history)
     assert [v.promise for v in found] == ["counts"] and "sizeInBytes 0 (store 1005)" in found[0].detail
+
+
+def _second_serve(**value: object) -> History:
+    refused = {"data_dir": "/d", "holder": 42, "started": False, "exit": 1, "endpoints_before": "{}",
+               "endpoints_after": "{}", "output": "sodalite: the data directory /d is in use by another broker "
+                                                  "(process 42 holds /d/broker.lock)"}
+    return _history(_op("second-serve", 0, 1, value={**refused, **value}))
+
+
+def test_a_second_broker_on_one_data_directory_must_be_refused_naming_it_and_its_holder() -> None:
+    assert check_one_broker(_second_serve()) == []
+    served = check_one_broker(_second_serve(started=True, exit=None, output="Connection string: ...",
+                                            endpoints_after=None))
+    assert [v.promise for v in served] == ["one-broker", "one-broker"]
+    assert "not refused" in served[0].detail and "removed" in served[1].detail
+    unnamed = check_one_broker(_second_serve(output="sodalite: a messaging store cannot be used: locked"))
+    assert len(unnamed) == 1 and "without naming" in unnamed[0].detail
+    rewritten = check_one_broker(_second_serve(endpoints_after='{"pid": 43}'))
+    assert len(rewritten) == 1 and "rewritten" in rewritten[0].detail
 
 
 def test_two_copies_of_one_send_retried_by_the_sdk_are_told_apart_by_sequence_number() -> None:

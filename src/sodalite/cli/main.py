@@ -39,7 +39,7 @@ from sodalite.cli.key_bridge import BrokerKeys
 from sodalite.cli.stores import build_broker, default_node_id, redact_url
 from sodalite.errors import ArgumentError, ConfigurationError, StoreUnavailable
 from sodalite.model.config import NamespaceConfig, default_namespace, load_config_text
-from sodalite.server import delivery_trace
+from sodalite.server import delivery_trace, test_defects
 from sodalite.server.broker import Broker
 from sodalite.server.connection_handler import BrokerConnection
 from sodalite.server.control_plane import BrokerControl
@@ -458,7 +458,8 @@ def serve(args: argparse.Namespace) -> int:
 def _serve_locked(args: argparse.Namespace, lock: DataDirectoryLock) -> int:
     check_options(args)
     namespace = load_namespace(args.config)
-    lock.acquire()  # before anything in the data directory is touched; held until the process ends
+    if not (test_defects.ACTIVE and test_defects.on("no-data-lock")):  # test-only: the old defect
+        lock.acquire()  # before anything in the data directory is touched; held until the process ends
     try:
         loop_name, loop_factory = event_loop.loop_factory()
     except ValueError as exc:

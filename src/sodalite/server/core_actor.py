@@ -54,7 +54,7 @@ from sodalite.model.partition import MessageDraft
 from sodalite.model.quotas import entity_full
 from sodalite.model.routing import without_pings
 from sodalite.model.store_ops import MoveItem, Outcome, StoredMessage
-from sodalite.server import delivery_trace, wire
+from sodalite.server import delivery_trace, test_defects, wire
 from sodalite.server.core_copies import Copy, KeyedCopy, Landing
 from sodalite.server.core_credit import Credit, Receiver, mode_of
 from sodalite.server.core_requests import (
@@ -306,7 +306,8 @@ class CoreActor:
             if ref == target and sub in self.runners:
                 runner = self.runners[sub]
                 runner.submit(core.Arrived(count))
-                runner.refresh_size()  # rows another batch moved in: their bytes show at the next read
+                if not (test_defects.ACTIVE and test_defects.on("size-after-move")):  # test-only: the old defect
+                    runner.refresh_size()  # rows another batch moved in: their bytes show at the next read
                 if sub is SubQueue.DEAD_LETTER and count and self.on_dead_letters is not None:
                     self.on_dead_letters()
                 return
@@ -402,6 +403,8 @@ class CoreActor:
         runner = self.runners.get(sub)
         if runner is None or not records:
             return
+        if test_defects.ACTIVE and test_defects.on("rad-drop"):
+            return  # test-only: the old defect, the messages dropped instead of put back
         runner.submit(core.Unsent(tuple(records)))
         trace = delivery_trace.current()
         if trace is not None:
