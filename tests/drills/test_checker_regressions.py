@@ -179,3 +179,22 @@ def test_an_abandon_raises_the_count_across_a_receive_and_delete_transfer_never_
     counts = [d.count for op in history.ops if op.kind == "receive" for d in op.deliveries]
     assert counts == [0, 1], counts
     assert violations == []
+
+
+@pytest.mark.skipif(find_bin_dir() is None, reason="PostgreSQL is not installed")
+def test_a_receive_and_delete_take_on_a_node_whose_window_is_older_keeps_the_count() -> None:
+    """Reduced from the sweep (seed 8003, two PostgreSQL nodes: a count read 0, 0 around an abandon, the
+    message put back between the reads): a node takes a message for a ReceiveAndDelete link as its window
+    holds it, while the other node has since delivered and abandoned it; the link goes before the transfer
+    is written, and the message was put back with the count that node's window held. The delivery (and so
+    the put-back) now carries the row as the store's claim counted it."""
+    history, violations = play([("send", PLAIN, 1),
+                                ("receive", PLAIN, "peeklock", 1, "abandon"),  # node-b: its window holds it
+                                ("via-a", ("receive", PLAIN, "peeklock", 1, "abandon")),  # node-a: b's copy is older
+                                ("unwritten", PLAIN, 1),  # node-b takes it as its window holds it, puts it back
+                                ("receive", PLAIN, "peeklock", 1, "complete")], pg=True)
+    if HAS_TRACE:
+        assert [t["event"] for t in history.trace or [] if "sequence_number" in t] == ["restored"], history.trace
+    counts = [d.count for op in history.ops if op.kind == "receive" for d in op.deliveries]
+    assert counts == [0, 1, 2], counts
+    assert violations == []

@@ -111,8 +111,7 @@ def store_down(turn: Turn, reply_to: ReplyTo) -> bool:
 
 
 class Quiet(Continuation[object]):
-    """An operation whose result needs nothing (a ReceiveAndDelete claim: its settle reads it; a
-    release, a history prune)."""
+    """An operation whose result needs nothing (a release, a history prune)."""
 
     __slots__ = ()
     reads = ()  # its result needs nothing: done is not even called

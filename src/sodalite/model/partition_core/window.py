@@ -17,7 +17,7 @@ from sodalite.model.partition_core.copies import counted
 from sodalite.model.partition_core.dead_letters import dead_letter_move, service_edit
 from sodalite.model.partition_core.replies import Delivered
 from sodalite.model.partition_core.settings import NO_REPLY, Consumer, ReceiveMode, ReplyTo
-from sodalite.model.partition_core.turn import QUIET, Continuation, R, Turn
+from sodalite.model.partition_core.turn import Continuation, R, Turn
 from sodalite.model.partition_core.view import HeldLock, View, expired, next_token
 from sodalite.model.store_ops import Claim, Claimed, Moved, MoveItem, Outcome, Settled, SettleItem
 from sodalite.model.store_ops import Settle as SettleOp
@@ -242,12 +242,13 @@ def pump(turn: Turn) -> None:
             # One claim per message so each token is known to go with its number; the deletes follow
             # in the same transaction, and the deliveries wait for it (at most once, even after a crash).
             items: list[SettleItem] = []
+            claimed = TakeClaimCtx({})
             for record in taken:
                 token = next_token(view)
                 turn.claims.append((Claim(now, now + lock_duration, settings.owner, (token,),
-                                          (record.sequence_number,)), QUIET))
+                                          (record.sequence_number,)), claimed))
                 items.append(SettleItem(record.sequence_number, token, Outcome.COMPLETE))
-            turn.claims.append((SettleOp(now, tuple(items)), TakeCtx(consumer, tuple(taken))))
+            turn.claims.append((SettleOp(now, tuple(items)), TakeCtx(consumer, tuple(taken), claimed.rows)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,8 +306,22 @@ class ClaimCtx(TakenCtx[Claimed]):
 
 
 @dataclass(frozen=True, slots=True)
+class TakeClaimCtx(Continuation[Claimed]):
+    """The claims of one ReceiveAndDelete take (one per message): the rows as the store counted them.
+    On a shared store the window's copy may be older than another node's deliveries of the message."""
+
+    rows: dict[int, MessageRecord]
+
+    def done(self, turn: Turn, result: Claimed, batch_id: int) -> None:
+        for row in result.messages:
+            self.rows[row.record.sequence_number] = row.record
+
+
+@dataclass(frozen=True, slots=True)
 class TakeCtx(TakenCtx[Settled]):
     """The COMPLETE that follows per-message claims: ReceiveAndDelete deliveries."""
+
+    claimed: dict[int, MessageRecord]  # the claims' rows (TakeClaimCtx), answered earlier in the batch
 
     def done(self, turn: Turn, result: Settled, batch_id: int) -> None:
         view = turn.view
@@ -318,8 +333,9 @@ class TakeCtx(TakenCtx[Settled]):
             done += 1
             view.counts.active -= 1
             # As the claim stored it (it counted this delivery), like every other delivery's record.
-            turn.replies.append(Delivered(self.consumer, counted(record, record.delivery_count + 1),
-                                          None, None))
+            stored = self.claimed.get(record.sequence_number)
+            turn.replies.append(Delivered(self.consumer, stored if stored is not None
+                                          else counted(record, record.delivery_count + 1), None, None))
         credit = view.credit.get(self.consumer)
         if credit is not None:
             credit.count += len(self.records) - done
