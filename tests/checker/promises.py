@@ -55,7 +55,8 @@ def check_durable(history: History) -> list[Violation]:
     """An acknowledged send is delivered, dead-lettered, or still stored (or cancelled, or purged)."""
     seen = {d.uid for _op, _pos, d in _deliveries(history)}
     stored = _stored_uids(history)
-    cancelled = {uid for op in history.ops if op.kind == "cancel_scheduled" and op.result == OK for uid in op.uids}
+    # A cancel that raised may have happened (its reply lost to a crash, the SDK's retry then failing).
+    cancelled = {uid for op in history.ops if op.kind == "cancel_scheduled" and _may_have(op) for uid in op.uids}
     dead_lettered: dict[str, float] = {}
     for op in history.ops:
         if op.kind == "deadletter" and _may_have(op):

@@ -47,3 +47,11 @@ def test_a_receive_and_delete_receive_under_way_at_a_kill9_may_lose_its_credit()
 def test_a_message_lost_with_no_receive_under_way_at_the_crash_is_still_caught() -> None:
     violations = check_durable(_crash_during_a_receive_and_delete(crash_inside=False))
     assert [v.promise for v in violations] == ["durable"], violations
+
+
+def test_a_scheduled_message_whose_cancel_raised_at_a_kill9_may_be_gone() -> None:
+    """Seed 9286 (SQLite): a message scheduled, its cancel sent 37 ms before a kill -9; the SDK's call raised
+    (its retry could not connect), and the message was neither delivered nor stored. The cancel may have
+    committed before the crash took its reply: a call that raised is indeterminate, as Jepsen's :info, and
+    the check counted only cancels that returned. Judged a misreading; the saved history is clean now."""
+    assert "durable" not in _promises(_saved(9286))

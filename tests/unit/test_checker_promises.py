@@ -65,6 +65,15 @@ def test_an_indeterminate_send_lost_is_not_a_violation() -> None:
     assert check_durable(history) == []
 
 
+def test_a_scheduled_message_whose_cancel_raised_may_be_gone_but_not_one_whose_cancel_failed() -> None:
+    """Seed 9286: a scheduled message, its cancel sent, the broker killed before the reply; the SDK's
+    retry could not connect and raised. The cancel may have happened (Jepsen's :info)."""
+    for result, promises in ((INFO, []), (FAIL, ["durable"])):
+        history = _history(_op("schedule", 0, 1, uids=("s",)),
+                           _op("cancel_scheduled", 1, 2, result=result, uids=("s",)))
+        assert [v.promise for v in check_durable(history)] == promises, result
+
+
 def test_receive_and_delete_losses_are_excused_up_to_the_credit_of_interrupted_receivers() -> None:
     sends = [_op("send", 0, 1, uids=(f"m{i}",)) for i in range(3)]
     cut = _op("receive", 2, 3, result=INFO, value={"mode": "rad", "credit": 2})  # raised: all its credit
