@@ -171,7 +171,13 @@ def test_raw_receive_and_delete_link_detached_with_credit_outstanding_loses_noth
         receiver = client.attach(address, RECEIVER, snd_settle_mode=1)
         receiver.issue_credit(sent)
         client.flush()
-        time.sleep(1.0)  # nothing read meanwhile: the window stays closed
+        # Nothing read meanwhile (the window stays closed) until the broker has begun to stream (a loaded
+        # machine may take more than a second), and a moment more for its claims to run ahead of it.
+        _, path = traced
+        deadline = time.monotonic() + 30
+        while not _written(_trace(path, "raw-rad"))[0] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)
         receiver.detach(None)
         client.flush()
         client.wait(lambda e: isinstance(e, ev.LinkDetached) and e.link is receiver, timeout=30)
