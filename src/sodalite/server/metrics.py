@@ -15,6 +15,7 @@ their state needs no lock.
 from __future__ import annotations
 
 import asyncio
+from abc import abstractmethod
 from collections.abc import Iterable, Sequence, Sized
 from typing import Protocol
 
@@ -184,8 +185,9 @@ class ScrapeTimeCollector(Collector):
         return self._families()
 
     @staticmethod
+    @abstractmethod
     def _families() -> Sequence[Metric]:
-        raise NotImplementedError
+        """The collector's families, empty (each collector names its own)."""
 
 
 class _LiveCollector(ScrapeTimeCollector):
